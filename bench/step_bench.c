@@ -1,0 +1,91 @@
+/* step_bench: training steps per second of the MNIST-replica model (batch 100, one thread)
+ * on a fixed batch after warm-up. Prints JSON lines:
+ *   {"bench": "step_bench", "metric": ..., "value": ..., "unit": ...} */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "flags.h"
+#include "mlp_model.h"
+#include "mnist_data.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    int64_t steps = 2000, warmup = 200, batch = 100, threads = 1;
+    const char *data_dir = MNIST_DEFAULT_DIR;
+    flag_def defs[] = {
+        {"steps", FLAG_INT, &steps, "timed steps (default 2000)"},
+        {"warmup", FLAG_INT, &warmup, "untimed steps first (default 200)"},
+        {"batch_size", FLAG_INT, &batch, "batch (default 100)"},
+        {"threads", FLAG_INT, &threads, "inter-op threads (default 1)"},
+        {"data_dir", FLAG_STRING, &data_dir, "IDX files"},
+    };
+    bool help;
+    if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], "usage: step_bench [flags]", &help))
+        return 2;
+    if (help) return 0;
+    if (steps < 1 || steps > 10000000 || warmup < 0 || batch < 1 || batch > 60000) {
+        fprintf(stderr, "step_bench: bad --steps, --warmup or --batch_size\n");
+        return 2;
+    }
+    dg_status *st = dg_status_new();
+    mnist_dataset data;
+    if (!mnist_load(data_dir, 1, &data, st)) {
+        fprintf(stderr, "step_bench: %s\n", dg_status_message(st));
+        return 1;
+    }
+    dg_graph *g = dg_graph_new();
+    mlp_model m;
+    dg_session *s = NULL;
+    double *times = malloc((size_t)steps * sizeof *times);
+    int rc = 1;
+    dg_tensor *xt = NULL, *yt = NULL;
+    if (!mlp_build(g, data.train.dim, 100, 0.01, 1, &m, st)) goto out;
+    dg_session_options o = dg_session_options_default();
+    o.inter_op_threads = (int)threads;
+    o.intra_op_threads = 1;
+    if (!(s = dg_session_new(g, "local", &o, st)) || !dg_session_run_target(s, m.init, st)) goto out;
+    xt = dg_tensor_from_data(DG_FLOAT32, dg_shape2(batch, data.train.dim), data.train.images, st);
+    yt = dg_tensor_from_data(DG_INT64, dg_shape1(batch), data.train.labels, st);
+    if (!xt || !yt) goto out;
+    dg_output feeds[2] = {m.x, m.y_};
+    dg_tensor *vals[2] = {xt, yt};
+    for (int64_t i = 0; i < warmup + steps; i++) {
+        double a = now_ms();
+        if (!dg_session_run(s, feeds, vals, 2, NULL, NULL, 0, &m.train, 1, st)) goto out;
+        if (i >= warmup) times[i - warmup] = now_ms() - a;
+    }
+    double total = 0;
+    for (int64_t i = 0; i < steps; i++) total += times[i];
+    qsort(times, (size_t)steps, sizeof *times, cmp);
+    double median = times[steps / 2];
+    printf("{\"bench\": \"step_bench\", \"metric\": \"median_step\", \"value\": %.4f, \"unit\": \"ms\", \"batch\": %lld, \"threads\": %lld}\n",
+           median, (long long)batch, (long long)threads);
+    printf("{\"bench\": \"step_bench\", \"metric\": \"p90_step\", \"value\": %.4f, \"unit\": \"ms\"}\n",
+           times[(steps * 9) / 10]);
+    printf("{\"bench\": \"step_bench\", \"metric\": \"steps_per_s\", \"value\": %.1f, \"unit\": \"steps/s\"}\n",
+           1000.0 / median);
+    printf("{\"bench\": \"step_bench\", \"metric\": \"mean_steps_per_s\", \"value\": %.1f, \"unit\": \"steps/s\"}\n",
+           (double)steps * 1000.0 / total);
+    rc = 0;
+out:
+    if (rc) fprintf(stderr, "step_bench: %s\n", dg_status_message(st));
+    dg_tensor_unref(xt);
+    dg_tensor_unref(yt);
+    free(times);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    mnist_free(&data);
+    dg_status_free(&st);
+    return rc;
+}

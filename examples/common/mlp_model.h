@@ -1,0 +1,28 @@
+/* The classic MNIST-replica model (784 -> hidden ReLU -> 10, softmax cross entropy, Adam),
+ * shared by the examples and benchmarks so they train exactly the same graph. */
+#ifndef DG_MLP_MODEL_H
+#define DG_MLP_MODEL_H
+
+#include "distgraph/distgraph.h"
+
+typedef struct mlp_model {
+    dg_output x;          // float32 [?, pixels]
+    dg_output y_;         // int64 [?]
+    dg_output logits;     // float32 [?, 10]
+    dg_output loss;       // mean cross entropy
+    dg_output accuracy;   // fraction of argmax(logits) == y_
+    dg_output global_step;
+    dg_node *train;       // one Adam step, increments global_step
+    dg_node *init;        // runs every initializer
+} mlp_model;
+
+// Builds the model into g under whatever device scopes or functions are pushed.
+// Returns false with st set (the graph's sticky error) on failure.
+bool mlp_build(dg_graph *g, int64_t pixels, int64_t hidden, double learning_rate, int64_t seed,
+               mlp_model *m, dg_status *st);
+
+// Evaluates loss and accuracy over n examples in batches of `batch`.
+bool mlp_evaluate(dg_session *s, const mlp_model *m, const float *images, const int64_t *labels,
+                  int64_t n, int64_t dim, int64_t batch, double *loss, double *acc, dg_status *st);
+
+#endif

@@ -1,0 +1,42 @@
+/* Helpers shared by the CPU kernels. */
+#ifndef DG_CPU_IMPL_H
+#define DG_CPU_IMPL_H
+
+#include <math.h>
+#include <string.h>
+
+#include "exec_impl.h"
+
+#define IN(i) (ctx->inputs[i])
+#define F32(t) ((float *)(t)->data)
+#define F64(t) ((double *)(t)->data)
+
+// The state for kernels that need none.
+#define NO_STATE ((void *)1)
+
+static inline void *cpu_no_state(const dg_node *n, const exec_env *env, dg_status *st) {
+    (void)n;
+    (void)env;
+    (void)st;
+    return NO_STATE;
+}
+
+// Reads an int32/int64 vector tensor into dims; false if it is not one or too long.
+bool cpu_read_dims(const dg_tensor *t, int64_t *dims, int *rank, int max_rank);
+// Row-major strides of shape s into out (elements).
+void cpu_strides(const dg_shape *s, int64_t *out);
+// Broadcasts src (shape aligned to the right of dst's rank, 1s broadcast) into dst.
+bool cpu_broadcast_into(const dg_tensor *src, dg_tensor *dst, dg_status *st);
+// Sums src into dst whose shape src broadcasts from (dst zeroed first).
+bool cpu_sum_into(const dg_tensor *src, dg_tensor *dst, dg_status *st);
+
+extern const exec_kernel_def cpu_state_kernels[];
+extern const int cpu_n_state_kernels;
+extern const exec_kernel_def cpu_math_kernels[];
+extern const int cpu_n_math_kernels;
+extern const exec_kernel_def cpu_nn_kernels[];
+extern const int cpu_n_nn_kernels;
+extern const exec_kernel_def cpu_array_kernels[];
+extern const int cpu_n_array_kernels;
+
+#endif

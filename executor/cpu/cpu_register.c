@@ -1,0 +1,129 @@
+/* Registers the CPU kernels and sets the BLAS thread count. */
+#include "cpu_impl.h"
+
+#ifdef DG_WITH_BLAS
+#include <cblas.h>
+#endif
+
+void exec_cpu_register(void) {
+    exec_register_kernels(cpu_state_kernels, cpu_n_state_kernels);
+    exec_register_kernels(cpu_math_kernels, cpu_n_math_kernels);
+    exec_register_kernels(cpu_nn_kernels, cpu_n_nn_kernels);
+    exec_register_kernels(cpu_array_kernels, cpu_n_array_kernels);
+}
+
+void exec_cpu_set_threads(int n);
+void exec_cpu_set_threads(int n) {
+#ifdef DG_WITH_BLAS
+    openblas_set_num_threads(n > 0 ? n : 1);
+#else
+    (void)n;
+#endif
+}
+
+bool cpu_read_dims(const dg_tensor *t, int64_t *dims, int *rank, int max_rank) {
+    if (t->shape.rank != 1 || t->n_elements > max_rank) return false;
+    if (t->dtype != DG_INT32 && t->dtype != DG_INT64) return false;
+    *rank = (int)t->n_elements;
+    for (int i = 0; i < *rank; i++)
+        dims[i] = t->dtype == DG_INT32 ? ((const int32_t *)t->data)[i] : ((const int64_t *)t->data)[i];
+    return true;
+}
+
+void cpu_strides(const dg_shape *s, int64_t *out) {
+    int64_t acc = 1;
+    for (int i = s->rank - 1; i >= 0; i--) {
+        out[i] = acc;
+        acc *= s->dims[i];
+    }
+}
+
+// Strides of src viewed in dst's rank: 0 where src broadcasts. False if incompatible.
+static bool bcast_strides(const dg_shape *src, const dg_shape *dst, int64_t *st_out) {
+    if (src->rank > dst->rank) return false;
+    int64_t s[DG_MAX_RANK];
+    cpu_strides(src, s);
+    int off = dst->rank - src->rank;
+    for (int i = 0; i < dst->rank; i++) {
+        if (i < off) {
+            st_out[i] = 0;
+            continue;
+        }
+        int64_t d = src->dims[i - off];
+        if (d == dst->dims[i]) st_out[i] = s[i - off];
+        else if (d == 1) st_out[i] = 0;
+        else return false;
+    }
+    return true;
+}
+
+// Calls visit(dst_index, src_index) over dst in row-major order.
+#define ITERATE(dst_shape, sstr, BODY)                                            \
+    do {                                                                          \
+        int r_ = (dst_shape)->rank;                                               \
+        int64_t idx_[DG_MAX_RANK] = {0};                                          \
+        int64_t n_ = tensor_shape_elements(dst_shape);                            \
+        int64_t so_ = 0;                                                          \
+        for (int64_t di_ = 0; di_ < n_; di_++) {                                  \
+            int64_t d_i = di_, s_i = so_;                                         \
+            BODY;                                                                 \
+            for (int k_ = r_ - 1; k_ >= 0; k_--) {                                \
+                if (++idx_[k_] < (dst_shape)->dims[k_]) {                         \
+                    so_ += (sstr)[k_];                                            \
+                    break;                                                        \
+                }                                                                 \
+                so_ -= (sstr)[k_] * (idx_[k_] - 1);                               \
+                idx_[k_] = 0;                                                     \
+            }                                                                     \
+        }                                                                         \
+    } while (0)
+
+bool cpu_broadcast_into(const dg_tensor *src, dg_tensor *dst, dg_status *st) {
+    int64_t ss[DG_MAX_RANK];
+    char a[128], b[128];
+    if (!bcast_strides(&src->shape, &dst->shape, ss)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "cannot broadcast %s to %s",
+                       dg_shape_str(&src->shape, a, sizeof a), dg_shape_str(&dst->shape, b, sizeof b));
+        return false;
+    }
+    size_t es = dg_dtype_size(dst->dtype);
+    const char *s = src->data;
+    char *d = dst->data;
+    if (es == 4) ITERATE(&dst->shape, ss, memcpy(d + d_i * 4, s + s_i * 4, 4));
+    else if (es == 8) ITERATE(&dst->shape, ss, memcpy(d + d_i * 8, s + s_i * 8, 8));
+    else ITERATE(&dst->shape, ss, d[d_i] = s[s_i]);
+    return true;
+}
+
+bool cpu_sum_into(const dg_tensor *src, dg_tensor *dst, dg_status *st) {
+    int64_t ds[DG_MAX_RANK];
+    char a[128], b[128];
+    if (!bcast_strides(&dst->shape, &src->shape, ds)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "cannot sum %s down to %s",
+                       dg_shape_str(&src->shape, a, sizeof a), dg_shape_str(&dst->shape, b, sizeof b));
+        return false;
+    }
+    memset(dst->data, 0, dst->nbytes);
+    // Iterate over src; ds maps src positions to dst offsets.
+    if (src->dtype == DG_FLOAT32) {
+        const float *s = src->data;
+        float *d = dst->data;
+        ITERATE(&src->shape, ds, d[s_i] += s[d_i]);
+    } else if (src->dtype == DG_FLOAT64) {
+        const double *s = src->data;
+        double *d = dst->data;
+        ITERATE(&src->shape, ds, d[s_i] += s[d_i]);
+    } else if (src->dtype == DG_INT32) {
+        const int32_t *s = src->data;
+        int32_t *d = dst->data;
+        ITERATE(&src->shape, ds, d[s_i] += s[d_i]);
+    } else if (src->dtype == DG_INT64) {
+        const int64_t *s = src->data;
+        int64_t *d = dst->data;
+        ITERATE(&src->shape, ds, d[s_i] += s[d_i]);
+    } else {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "cannot sum %s", dg_dtype_name(src->dtype));
+        return false;
+    }
+    return true;
+}

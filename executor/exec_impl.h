@@ -1,0 +1,145 @@
+/* Executor internals: kernel registry, resource manager (variables), thread pool, and the
+ * executor that runs one device's subgraph for a step. */
+#ifndef DG_EXEC_IMPL_H
+#define DG_EXEC_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "graph_impl.h"
+
+// ---- resources: state that outlives steps and sessions, shared by name ----
+typedef struct exec_variable {
+    pthread_mutex_t mu;
+    char *name;          // owned
+    dg_tensor *value;    // NULL until initialised; one reference held
+    dg_dtype dtype;
+    dg_shape shape;
+} exec_variable;
+
+typedef struct exec_resources exec_resources;
+
+// Returns: new, caller frees with exec_resources_free().
+exec_resources *exec_resources_new(void);
+void exec_resources_free(exec_resources **rm);
+// The variable named name, created (uninitialised) if absent. A variable that exists with
+// another dtype or shape is INVALID_ARGUMENT. Returns: borrowed, valid until the resources
+// are freed; NULL on error.
+exec_variable *exec_resources_variable(exec_resources *rm, const char *name, dg_dtype dtype,
+                                       dg_shape shape, dg_status *st);
+// The variable named name or NULL. Returns: borrowed.
+exec_variable *exec_resources_find(exec_resources *rm, const char *name);
+// Number of variables and the i-th (creation order). Returns: borrowed.
+int exec_resources_num_variables(exec_resources *rm);
+exec_variable *exec_resources_variable_at(exec_resources *rm, int i);
+// Drops every variable's value (back to uninitialised).
+void exec_resources_reset(exec_resources *rm);
+// The current value of v with a new reference, or NULL if uninitialised.
+dg_tensor *exec_variable_get(exec_variable *v);
+// Replaces v's value (takes a new reference to t).
+void exec_variable_set(exec_variable *v, dg_tensor *t);
+
+// ---- kernels ----
+typedef struct exec_step exec_step;
+
+typedef struct exec_ctx {
+    dg_tensor **inputs;     // borrowed, n_inputs
+    int n_inputs;
+    dg_tensor **outputs;    // the step's value slots for this node's outputs
+    bool *owned;            // per output: allocated by exec_alloc_output
+    int n_outputs;
+    const dg_node *node;
+    exec_step *step;
+    dg_status *st;          // per-step scratch status for kernel errors
+} exec_ctx;
+
+typedef struct exec_env {
+    exec_resources *rm;     // borrowed
+    const char *device;     // canonical device name
+    int intra_op_threads;
+} exec_env;
+
+typedef struct exec_kernel_def {
+    const char *op;
+    const char *device_type;   // "CPU", "GPU"
+    uint32_t dtype_mask;       // bit (1u << dtype) of supported dtypes of the op's type dtype
+    // Reads attributes once per graph; returns the kernel's state (may be (void*)1 when it
+    // needs none) or NULL with st set.
+    void *(*create)(const dg_node *n, const exec_env *env, dg_status *st);
+    // Computes one step. Returns false after setting ctx->st.
+    bool (*compute)(void *state, exec_ctx *ctx);
+    void (*destroy)(void *state);
+    bool expensive;       // worth handing to another thread
+    bool output_is_ref;   // outputs alias a variable's buffer: copy on fetch
+    bool takes_uninit;    // input 0 may be an uninitialised variable (NULL tensor)
+} exec_kernel_def;
+
+#define DT_BIT(t) (1u << (t))
+#define DT_FLOATS (DT_BIT(DG_FLOAT32) | DT_BIT(DG_FLOAT64))
+#define DT_NUMERIC (DT_FLOATS | DT_BIT(DG_INT32) | DT_BIT(DG_INT64))
+#define DT_ALL (DT_NUMERIC | DT_BIT(DG_BOOL) | DT_BIT(DG_UINT8))
+
+// The dtype a kernel is chosen by: input 0's, or output 0's for ops without inputs.
+dg_dtype exec_kernel_dtype(const dg_node *n);
+// The kernel for (op, device type, dtype), or NULL.
+const exec_kernel_def *exec_kernel_find(const char *op, const char *device_type, dg_dtype t);
+// Registers the kernels of one device type (called from one place: exec_kernels_init).
+void exec_cpu_register(void);
+void exec_register_kernels(const exec_kernel_def *defs, int n);
+
+// An output tensor of the given dtype and shape, reusing the slot's buffer from the last step
+// when it is free. Returns: borrowed, held by the step; NULL with ctx->st set on failure.
+dg_tensor *exec_alloc_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape);
+// Sets output i to t (takes a new reference), e.g. forwarding an input.
+void exec_set_output(exec_ctx *ctx, int i, dg_tensor *t);
+// Sets an error on the kernel context naming the node. Returns false.
+bool exec_fail(exec_ctx *ctx, dg_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// A seeded random stream for a kernel (Philox 4x32-10).
+typedef struct exec_philox {
+    uint32_t key[2];
+    uint32_t ctr[4];
+    uint32_t buf[4];
+    int avail;
+} exec_philox;
+void exec_philox_init(exec_philox *p, uint64_t seed, uint64_t seed2);
+uint32_t exec_philox_next(exec_philox *p);
+// Uniform in [0, 1) with 24 (float) or 53 (double) bits.
+float exec_philox_uniform_f(exec_philox *p);
+double exec_philox_uniform_d(exec_philox *p);
+double exec_philox_normal(exec_philox *p);
+
+// ---- thread pool: workers sleep on a condition variable, never spin ----
+typedef struct exec_pool exec_pool;
+typedef void (*exec_task_fn)(void *arg, int a);
+exec_pool *exec_pool_new(int n_threads, dg_status *st);
+void exec_pool_free(exec_pool **p);
+int exec_pool_size(const exec_pool *p);
+// Queues fn(arg, a). Never blocks.
+void exec_pool_submit(exec_pool *p, exec_task_fn fn, void *arg, int a);
+
+// ---- executor ----
+typedef struct exec_graph exec_graph;
+
+typedef struct exec_step_options {
+    int64_t step_id;
+    void *rendezvous;       // for _Send/_Recv kernels; borrowed
+    int64_t timeout_ms;     // 0: none
+} exec_step_options;
+
+// Compiles nodes (any order; their inputs outside the set must be fed) into an executable
+// for one device. feeds are outputs whose values the caller supplies; fetches are outputs
+// returned after each run. Kernels are created once here. Returns: new, caller frees with
+// exec_graph_free(); NULL on error (unknown kernel, a cycle, a missing input).
+exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *feeds, int n_feeds,
+                           const dg_output *fetches, int n_fetches, const exec_env *env,
+                           exec_pool *pool, dg_status *st);
+void exec_graph_free(exec_graph **eg);
+// Runs one step. feed_values[i] is borrowed; fetched[i] receives a new reference (caller
+// unrefs). On failure no fetched tensor is set.
+bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **fetched,
+                    const exec_step_options *opts, dg_status *st);
+int exec_graph_num_nodes(const exec_graph *eg);
+// Options the step was run with (kernels such as _Send/_Recv read it).
+const exec_step_options *exec_step_opts(const exec_step *s);
+
+#endif

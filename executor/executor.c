@@ -1,0 +1,561 @@
+/* The executor: runs one device's subgraph for a step.
+ * Compiled once per (graph, feeds, fetches): dependency counts, successor lists, value slots
+ * and kernels. A step copies the counts, runs ready nodes on the caller's thread and, when a
+ * pool is given, hands extra expensive ready nodes to it (TensorFlow's "inline the last ready
+ * node" policy). Step bookkeeping is allocated once and reused; output buffers are kept
+ * between steps and reused when nobody else holds them. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distgraph/device_name.h"
+#include "exec_impl.h"
+#include "status_impl.h"
+
+typedef struct exec_node {
+    dg_node *node;
+    const exec_kernel_def *def;
+    void *state;
+    int n_in, in_off;       // input_slots[in_off ...]
+    int n_out, out_off;     // value slots
+    int n_succ, succ_off;   // succ[succ_off ...], unique successors
+    int pending0;           // unique predecessors
+} exec_node;
+
+struct exec_graph {
+    exec_node *nodes;
+    int n;
+    int *input_slots;
+    int *succ;
+    int n_values;       // produced outputs, then feeds
+    int feed_base, n_feeds;
+    int *fetch_slots;
+    bool *fetch_copy;
+    int n_fetches;
+    int *roots;
+    int n_roots;
+    exec_pool *pool;    // borrowed, may be NULL
+    exec_env env;
+    char *device;       // owned copy of env.device
+    _Atomic(exec_step *) idle;   // one cached step state
+};
+
+struct exec_step {
+    exec_graph *eg;
+    atomic_int *pending;
+    dg_tensor **values;
+    bool *owned;
+    dg_tensor **inbuf;
+    int *ready;             // the caller's stack of ready nodes
+    atomic_int remaining;
+    atomic_bool aborted;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    dg_status status;       // first error, under mu
+    exec_step_options opts;
+};
+
+const exec_step_options *exec_step_opts(const exec_step *s) { return &s->opts; }
+int exec_graph_num_nodes(const exec_graph *eg) { return eg->n; }
+
+bool exec_fail(exec_ctx *ctx, dg_code code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    dg_status_vsetf(ctx->st, code, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+dg_tensor *exec_alloc_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape) {
+    dg_tensor *t = ctx->outputs[i];
+    if (t && ctx->owned[i] && t->dtype == dtype && tensor_is_exclusive(t)) {
+        int64_t n = tensor_shape_elements(&shape);
+        if (n >= 0 && (size_t)n * dg_dtype_size(dtype) == t->nbytes) {
+            t->shape = shape;
+            t->n_elements = n;
+            return t;
+        }
+    }
+    dg_tensor_unref(t);
+    ctx->outputs[i] = NULL;
+    ctx->owned[i] = false;
+    t = dg_tensor_new(dtype, shape, ctx->st);
+    if (!t) {
+        dg_status_prepend(ctx->st, "output %d", i);
+        return NULL;
+    }
+    ctx->outputs[i] = t;
+    ctx->owned[i] = true;
+    return t;
+}
+
+void exec_set_output(exec_ctx *ctx, int i, dg_tensor *t) {
+    dg_tensor_ref(t);
+    dg_tensor_unref(ctx->outputs[i]);
+    ctx->outputs[i] = t;
+    ctx->owned[i] = false;
+}
+
+// ---- compile ----
+
+static void free_nodes(exec_graph *eg) {
+    for (int i = 0; i < eg->n; i++)
+        if (eg->nodes[i].def && eg->nodes[i].def->destroy && eg->nodes[i].state)
+            eg->nodes[i].def->destroy(eg->nodes[i].state);
+}
+
+static void step_free(exec_step *s);
+
+void exec_graph_free(exec_graph **egp) {
+    if (!egp || !*egp) return;
+    exec_graph *eg = *egp;
+    step_free(atomic_exchange(&eg->idle, NULL));
+    if (eg->nodes) free_nodes(eg);
+    free(eg->nodes);
+    free(eg->input_slots);
+    free(eg->succ);
+    free(eg->fetch_slots);
+    free(eg->fetch_copy);
+    free(eg->roots);
+    free(eg->device);
+    free(eg);
+    *egp = NULL;
+}
+
+static int feed_index(const dg_output *feeds, int n_feeds, dg_output o) {
+    for (int f = 0; f < n_feeds; f++)
+        if (feeds[f].node == o.node && feeds[f].index == o.index) return f;
+    return -1;
+}
+
+exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *feeds, int n_feeds,
+                           const dg_output *fetches, int n_fetches, const exec_env *env,
+                           exec_pool *pool, dg_status *st) {
+    exec_graph *eg = calloc(1, sizeof *eg);
+    if (!eg) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "executor: out of memory");
+        return NULL;
+    }
+    eg->env = *env;
+    eg->device = strdup(env->device ? env->device : "");
+    eg->env.device = eg->device;
+    eg->pool = exec_pool_size(pool) > 0 ? pool : NULL;
+    eg->n = n_nodes;
+    eg->n_feeds = n_feeds;
+    eg->n_fetches = n_fetches;
+    char dev_type[DG_DEVICE_TYPE_MAX] = "CPU";
+    {
+        dg_device_name dn;
+        dg_status tmp = DG_STATUS_INIT;
+        if (dg_device_name_parse(eg->device, &dn, &tmp) && dn.has_type)
+            snprintf(dev_type, sizeof dev_type, "%s", dn.type);
+        status_impl_clear(&tmp);
+    }
+    int max_id = -1, total_in = 0, total_out = 0;
+    for (int i = 0; i < n_nodes; i++) {
+        if (nodes[i]->id > max_id) max_id = nodes[i]->id;
+        total_in += nodes[i]->n_inputs;
+        total_out += nodes[i]->n_outputs;
+    }
+    int *index = malloc((size_t)(max_id + 2) * sizeof *index);
+    int *stamp = malloc((size_t)(n_nodes + 1) * sizeof *stamp);
+    int *pred_count = calloc((size_t)n_nodes + 1, sizeof *pred_count);
+    eg->nodes = calloc((size_t)n_nodes + 1, sizeof *eg->nodes);
+    eg->input_slots = malloc((size_t)(total_in + 1) * sizeof *eg->input_slots);
+    eg->fetch_slots = malloc((size_t)(n_fetches + 1) * sizeof *eg->fetch_slots);
+    eg->fetch_copy = calloc((size_t)n_fetches + 1, sizeof *eg->fetch_copy);
+    if (!index || !stamp || !pred_count || !eg->nodes || !eg->input_slots || !eg->fetch_slots ||
+        !eg->fetch_copy) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "executor: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i <= max_id; i++) index[i] = -1;
+    for (int i = 0; i < n_nodes; i++) index[nodes[i]->id] = i;
+    eg->feed_base = total_out;
+    eg->n_values = total_out + n_feeds;
+    int in_off = 0, out_off = 0;
+    for (int i = 0; i < n_nodes; i++) {
+        exec_node *en = &eg->nodes[i];
+        dg_node *nd = nodes[i];
+        en->node = nd;
+        en->n_in = nd->n_inputs;
+        en->in_off = in_off;
+        en->n_out = nd->n_outputs;
+        en->out_off = out_off;
+        out_off += nd->n_outputs;
+        for (int k = 0; k < nd->n_inputs; k++) {
+            dg_output src = nd->inputs[k];
+            int f = feed_index(feeds, n_feeds, src);
+            if (f >= 0) {
+                eg->input_slots[in_off++] = eg->feed_base + f;
+                continue;
+            }
+            if (src.node->id > max_id || index[src.node->id] < 0 || nodes[index[src.node->id]] != src.node) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT,
+                               "node \"%s\" (%s): input %d comes from \"%s\", which is neither run "
+                               "nor fed", nd->name, nd->op->name, k, src.node->name);
+                goto fail;
+            }
+            eg->input_slots[in_off++] = -1 - index[src.node->id];   // resolved below
+        }
+    }
+    // Producer output slots are known now.
+    for (int i = 0; i < n_nodes; i++) {
+        exec_node *en = &eg->nodes[i];
+        for (int k = 0; k < en->n_in; k++) {
+            int *s = &eg->input_slots[en->in_off + k];
+            if (*s < 0) *s = eg->nodes[-1 - *s].out_off + en->node->inputs[k].index;
+        }
+    }
+    // Unique predecessor -> successor edges from data and control inputs.
+    int n_edges = 0;
+    for (int i = 0; i < n_nodes; i++) stamp[i] = -1;
+    int cap_edges = total_in + 16;
+    int *edge_src = malloc((size_t)cap_edges * sizeof *edge_src);
+    int *edge_dst = malloc((size_t)cap_edges * sizeof *edge_dst);
+    if (!edge_src || !edge_dst) {
+        free(edge_src);
+        free(edge_dst);
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "executor: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < n_nodes; i++) {
+        dg_node *nd = nodes[i];
+        int n_preds = nd->n_inputs + nd->n_ctrl;
+        for (int k = 0; k < n_preds; k++) {
+            dg_node *p;
+            if (k < nd->n_inputs) {
+                if (feed_index(feeds, n_feeds, nd->inputs[k]) >= 0) continue;
+                p = nd->inputs[k].node;
+            } else {
+                p = nd->ctrl_inputs[k - nd->n_inputs];
+            }
+            int pi = p->id <= max_id ? index[p->id] : -1;
+            if (pi < 0 || nodes[pi] != p) continue;   // a control input outside the run set
+            if (stamp[pi] == i) continue;
+            stamp[pi] = i;
+            if (n_edges == cap_edges) {
+                cap_edges *= 2;
+                int *a = realloc(edge_src, (size_t)cap_edges * sizeof *a);
+                if (a) edge_src = a;
+                int *b = realloc(edge_dst, (size_t)cap_edges * sizeof *b);
+                if (b) edge_dst = b;
+                if (!a || !b) abort();
+            }
+            edge_src[n_edges] = pi;
+            edge_dst[n_edges] = i;
+            n_edges++;
+            eg->nodes[pi].n_succ++;
+            eg->nodes[i].pending0++;
+        }
+    }
+    eg->succ = malloc((size_t)(n_edges + 1) * sizeof *eg->succ);
+    if (!eg->succ) abort();
+    int off = 0;
+    for (int i = 0; i < n_nodes; i++) {
+        eg->nodes[i].succ_off = off;
+        off += eg->nodes[i].n_succ;
+        pred_count[i] = 0;
+    }
+    for (int e = 0; e < n_edges; e++) {
+        exec_node *p = &eg->nodes[edge_src[e]];
+        eg->succ[p->succ_off + pred_count[edge_src[e]]++] = edge_dst[e];
+    }
+    free(edge_src);
+    free(edge_dst);
+    // Roots, and a dry run of the schedule to find cycles before any step runs.
+    eg->roots = malloc((size_t)(n_nodes + 1) * sizeof *eg->roots);
+    if (!eg->roots) abort();
+    for (int i = 0; i < n_nodes; i++) {
+        pred_count[i] = eg->nodes[i].pending0;
+        if (pred_count[i] == 0) eg->roots[eg->n_roots++] = i;
+    }
+    {
+        int *q = stamp, head = 0, tail = 0;
+        for (int r = 0; r < eg->n_roots; r++) q[tail++] = eg->roots[r];
+        while (head < tail) {
+            exec_node *en = &eg->nodes[q[head++]];
+            for (int s = 0; s < en->n_succ; s++)
+                if (--pred_count[eg->succ[en->succ_off + s]] == 0) q[tail++] = eg->succ[en->succ_off + s];
+        }
+        if (tail < n_nodes) {
+            for (int i = 0; i < n_nodes; i++)
+                if (pred_count[i] > 0) {
+                    dg_status_setf(st, DG_INVALID_ARGUMENT,
+                                   "the graph has a cycle: node \"%s\" (%s) depends on itself "
+                                   "through its inputs or control dependencies",
+                                   nodes[i]->name, nodes[i]->op->name);
+                    break;
+                }
+            goto fail;
+        }
+    }
+    // Kernels, created once.
+    for (int i = 0; i < n_nodes; i++) {
+        exec_node *en = &eg->nodes[i];
+        dg_dtype t = exec_kernel_dtype(en->node);
+        en->def = exec_kernel_find(en->node->op->name, dev_type, t);
+        if (!en->def) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "node \"%s\" (%s): no %s kernel for dtype %s",
+                           en->node->name, en->node->op->name, dev_type, dg_dtype_name(t));
+            goto fail;
+        }
+        en->state = en->def->create ? en->def->create(en->node, &eg->env, st) : (void *)1;
+        if (!en->state) {
+            dg_status_prepend(st, "node \"%s\" (%s)", en->node->name, en->node->op->name);
+            goto fail;
+        }
+    }
+    for (int i = 0; i < n_fetches; i++) {
+        dg_output o = fetches[i];
+        int f = feed_index(feeds, n_feeds, o);
+        if (f >= 0) {
+            eg->fetch_slots[i] = eg->feed_base + f;
+            continue;
+        }
+        int ni = o.node && o.node->id <= max_id ? index[o.node->id] : -1;
+        if (ni < 0 || nodes[ni] != o.node || o.index < 0 || o.index >= o.node->n_outputs) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "fetch %d (\"%s\") is not computed by this graph",
+                           i, o.node ? o.node->name : "<null>");
+            goto fail;
+        }
+        eg->fetch_slots[i] = eg->nodes[ni].out_off + o.index;
+        eg->fetch_copy[i] = eg->nodes[ni].def->output_is_ref;
+    }
+    free(index);
+    free(stamp);
+    free(pred_count);
+    return eg;
+fail:
+    free(index);
+    free(stamp);
+    free(pred_count);
+    exec_graph_free(&eg);
+    return NULL;
+}
+
+// ---- run ----
+
+static exec_step *step_new(exec_graph *eg) {
+    exec_step *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->eg = eg;
+    s->pending = calloc((size_t)eg->n + 1, sizeof *s->pending);
+    s->values = calloc((size_t)eg->n_values + 1, sizeof *s->values);
+    s->owned = calloc((size_t)eg->n_values + 1, sizeof *s->owned);
+    int total_in = 0;
+    for (int i = 0; i < eg->n; i++) total_in += eg->nodes[i].n_in;
+    s->inbuf = calloc((size_t)total_in + 1, sizeof *s->inbuf);
+    s->ready = malloc(((size_t)eg->n + 1) * sizeof *s->ready);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (!s->pending || !s->values || !s->owned || !s->inbuf || !s->ready) {
+        step_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static void step_release_values(exec_step *s) {
+    exec_graph *eg = s->eg;
+    // Forwarded references first, so the buffers their owners allocated become exclusive.
+    for (int v = 0; v < eg->n_values; v++)
+        if (s->values[v] && !s->owned[v]) {
+            dg_tensor_unref(s->values[v]);
+            s->values[v] = NULL;
+        }
+    for (int v = 0; v < eg->n_values; v++)
+        if (s->values[v] && !tensor_is_exclusive(s->values[v])) {
+            dg_tensor_unref(s->values[v]);
+            s->values[v] = NULL;
+            s->owned[v] = false;
+        }
+}
+
+static void step_free(exec_step *s) {
+    if (!s) return;
+    if (s->values)
+        for (int v = 0; v < s->eg->n_values; v++) dg_tensor_unref(s->values[v]);
+    free(s->pending);
+    free(s->values);
+    free(s->owned);
+    free(s->inbuf);
+    free(s->ready);
+    status_impl_clear(&s->status);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+static void record_error(exec_step *s, const exec_node *en, dg_status *kst) {
+    pthread_mutex_lock(&s->mu);
+    if (s->status.code == DG_OK) {
+        s->status.code = dg_status_code(kst) != DG_OK ? dg_status_code(kst) : DG_INTERNAL;
+        if (asprintf(&s->status.msg, "node \"%s\" (%s) on %s: %s", en->node->name,
+                     en->node->op->name, s->eg->device[0] ? s->eg->device : "the local device",
+                     dg_status_message(kst)) < 0)
+            s->status.msg = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    atomic_store(&s->aborted, true);
+}
+
+// Runs node i (unless the step is aborted) and returns how many successors became ready;
+// they are written to out[] (at most the node's successor count).
+static int run_node(exec_step *s, int i, int *out) {
+    exec_graph *eg = s->eg;
+    exec_node *en = &eg->nodes[i];
+    if (!atomic_load_explicit(&s->aborted, memory_order_relaxed)) {
+        dg_tensor **in = s->inbuf + en->in_off;
+        dg_status kst = DG_STATUS_INIT;
+        bool ok = true;
+        for (int k = 0; k < en->n_in; k++) {
+            in[k] = s->values[eg->input_slots[en->in_off + k]];
+            if (!in[k] && !(k == 0 && en->def->takes_uninit)) {
+                dg_output src = en->node->inputs[k];
+                if (strcmp(src.node->op->name, "VariableV2") == 0)
+                    dg_status_setf(&kst, DG_FAILED_PRECONDITION,
+                                   "attempting to use uninitialized value \"%s\" (input %d)",
+                                   src.node->name, k);
+                else
+                    dg_status_setf(&kst, DG_INTERNAL, "input %d from \"%s\" has no value", k,
+                                   src.node->name);
+                ok = false;
+                break;
+            }
+        }
+        if (ok) {
+            exec_ctx ctx = {in, en->n_in, s->values + en->out_off, s->owned + en->out_off,
+                            en->n_out, en->node, s, &kst};
+            ok = en->def->compute(en->state, &ctx);
+            if (ok) {
+                for (int o = 0; o < en->n_out && ok; o++)
+                    if (!ctx.outputs[o] && !en->def->takes_uninit) {
+                        dg_status_setf(&kst, DG_INTERNAL, "kernel produced no output %d", o);
+                        ok = false;
+                    }
+            } else if (kst.code == DG_OK) {
+                dg_status_set(&kst, DG_INTERNAL, "kernel failed without a message");
+            }
+        }
+        if (!ok) record_error(s, en, &kst);
+        status_impl_clear(&kst);
+    }
+    int n_ready = 0;
+    for (int k = 0; k < en->n_succ; k++) {
+        int d = eg->succ[en->succ_off + k];
+        if (atomic_fetch_sub_explicit(&s->pending[d], 1, memory_order_acq_rel) == 1) out[n_ready++] = d;
+    }
+    return n_ready;
+}
+
+static void finish_one(exec_step *s, int count) {
+    if (atomic_fetch_sub_explicit(&s->remaining, count, memory_order_acq_rel) == count) {
+        pthread_mutex_lock(&s->mu);
+        s->done = true;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+#define WORKER_STACK 64
+
+static void pool_task(void *arg, int i);
+
+// Drains a stack of ready nodes. Newly ready expensive nodes beyond the first go to the pool.
+static void drain(exec_step *s, int *stack, int top, int cap) {
+    exec_graph *eg = s->eg;
+    while (top > 0) {
+        int i = stack[--top];
+        exec_node *en = &eg->nodes[i];
+        // Successors are written above the stack top, then kept or handed off.
+        int *out = stack + top;
+        int room = cap - top;
+        int n_ready;
+        if (en->n_succ <= room) {
+            n_ready = run_node(s, i, out);
+        } else {
+            int *tmp = malloc((size_t)en->n_succ * sizeof *tmp);
+            if (!tmp) abort();
+            n_ready = run_node(s, i, tmp);
+            for (int k = 0; k < n_ready; k++) {
+                if (top < cap)
+                    stack[top++] = tmp[k];
+                else
+                    exec_pool_submit(eg->pool, pool_task, s, tmp[k]);
+            }
+            free(tmp);
+            finish_one(s, 1);
+            continue;
+        }
+        int kept = 0;
+        for (int k = 0; k < n_ready; k++) {
+            int d = out[k];
+            if (eg->pool && kept > 0 && eg->nodes[d].def->expensive &&
+                !atomic_load_explicit(&s->aborted, memory_order_relaxed))
+                exec_pool_submit(eg->pool, pool_task, s, d);
+            else
+                stack[top + kept++] = d;
+        }
+        top += kept;
+        finish_one(s, 1);
+    }
+}
+
+static void pool_task(void *arg, int i) {
+    int stack[WORKER_STACK];
+    stack[0] = i;
+    drain(arg, stack, 1, WORKER_STACK);
+}
+
+bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **fetched,
+                    const exec_step_options *opts, dg_status *st) {
+    exec_step *s = atomic_exchange(&eg->idle, NULL);
+    if (!s && !(s = step_new(eg))) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "executor: out of memory for a step");
+        return false;
+    }
+    if (opts)
+        s->opts = *opts;
+    else
+        memset(&s->opts, 0, sizeof s->opts);
+    for (int i = 0; i < eg->n; i++)
+        atomic_store_explicit(&s->pending[i], eg->nodes[i].pending0, memory_order_relaxed);
+    atomic_store(&s->remaining, eg->n);
+    atomic_store(&s->aborted, false);
+    s->done = eg->n == 0;
+    status_impl_clear(&s->status);
+    for (int f = 0; f < eg->n_feeds; f++) {
+        dg_tensor_unref(s->values[eg->feed_base + f]);
+        s->values[eg->feed_base + f] = dg_tensor_ref(feed_values[f]);
+        s->owned[eg->feed_base + f] = false;
+    }
+    int top = 0;
+    for (int r = eg->n_roots - 1; r >= 0; r--) s->ready[top++] = eg->roots[r];
+    if (eg->n > 0) drain(s, s->ready, top, eg->n);
+    if (eg->pool) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->done) pthread_cond_wait(&s->cv, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+    }
+    bool ok = s->status.code == DG_OK;
+    if (!ok) {
+        dg_status_set(st, s->status.code, s->status.msg);
+    } else {
+        for (int i = 0; i < eg->n_fetches; i++) {
+            dg_tensor *t = s->values[eg->fetch_slots[i]];
+            fetched[i] = eg->fetch_copy[i] ? dg_tensor_copy(t, st) : dg_tensor_ref(t);
+            if (!fetched[i]) {
+                for (int j = 0; j < i; j++) dg_tensor_free(&fetched[j]);
+                ok = false;
+                break;
+            }
+        }
+    }
+    step_release_values(s);
+    exec_step *expected = NULL;
+    if (!atomic_compare_exchange_strong(&eg->idle, &expected, s)) step_free(s);
+    return ok;
+}

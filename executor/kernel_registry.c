@@ -1,0 +1,41 @@
+/* Kernel registry keyed by (op, device type, dtype). Registration is explicit and happens
+ * once, here: CPU kernels always, CUDA kernels when built with the CUDA device. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec_impl.h"
+#ifdef DG_WITH_CUDA
+#include "cuda_device.h"
+#endif
+
+#define MAX_KERNELS 512
+
+static const exec_kernel_def *kernels[MAX_KERNELS];
+static int n_kernels;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+void exec_register_kernels(const exec_kernel_def *defs, int n) {
+    for (int i = 0; i < n && n_kernels < MAX_KERNELS; i++) kernels[n_kernels++] = &defs[i];
+}
+
+static void init(void) {
+    exec_cpu_register();
+#ifdef DG_WITH_CUDA
+    exec_cuda_register();
+#endif
+}
+
+dg_dtype exec_kernel_dtype(const dg_node *n) {
+    if (n->n_inputs > 0) return dg_output_dtype(n->inputs[0]);
+    return n->n_outputs > 0 ? n->out_dtypes[0] : DG_INVALID_DTYPE;
+}
+
+const exec_kernel_def *exec_kernel_find(const char *op, const char *device_type, dg_dtype t) {
+    pthread_once(&once, init);
+    for (int i = 0; i < n_kernels; i++) {
+        const exec_kernel_def *k = kernels[i];
+        if (strcmp(k->op, op) != 0 || strcmp(k->device_type, device_type) != 0) continue;
+        if (t == DG_INVALID_DTYPE || (k->dtype_mask & DT_BIT(t))) return k;
+    }
+    return NULL;
+}

@@ -1,0 +1,448 @@
+/* Reverse-mode differentiation as graph construction (TensorFlow's gradients_impl), and the
+ * gradient function of every differentiable op. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distgraph/train.h"
+#include "grad_impl.h"
+
+static const dg_output NUL = {NULL, 0};
+
+static dg_output in(const dg_node *n, int i) { return n->inputs[i]; }
+static dg_output out(dg_node *n, int i) {
+    dg_output o = {n, i};
+    return o;
+}
+
+static dg_output shape_to(dg_graph *g, const char *type, dg_output x, dg_output shape) {
+    dg_output ins[2] = {x, shape};
+    return graph_build(g, type, NULL, ins, 2);
+}
+
+// Sums grad down to the shape of x (undoes broadcasting); grad itself when the static
+// shapes already agree.
+static dg_output sum_to(dg_graph *g, dg_output grad, dg_output x) {
+    dg_shape gs = dg_output_shape(grad), xs = dg_output_shape(x);
+    if (dg_shape_is_fully_defined(&gs) && dg_shape_equal(&gs, &xs)) return grad;
+    return shape_to(g, "SumToShape", grad, dg_shape_of(g, NULL, x));
+}
+
+static dg_output scalar_like(dg_graph *g, dg_output x, double v) {
+    return dg_scalar(g, NULL, dg_output_dtype(x), v);
+}
+
+bool grad_Identity(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = dy[0];
+    return true;
+}
+
+bool grad_MatMul(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    bool ta = false, tb = false;
+    dg_node_attr_bool(n, "transpose_a", &ta);
+    dg_node_attr_bool(n, "transpose_b", &tb);
+    dg_output a = in(n, 0), b = in(n, 1), d = dy[0];
+    if (!ta && !tb) {
+        dx[0] = dg_matmul(g, NULL, d, b, false, true);
+        dx[1] = dg_matmul(g, NULL, a, d, true, false);
+    } else if (!ta && tb) {
+        dx[0] = dg_matmul(g, NULL, d, b, false, false);
+        dx[1] = dg_matmul(g, NULL, d, a, true, false);
+    } else if (ta && !tb) {
+        dx[0] = dg_matmul(g, NULL, b, d, false, true);
+        dx[1] = dg_matmul(g, NULL, a, d, false, false);
+    } else {
+        dx[0] = dg_matmul(g, NULL, b, d, true, true);
+        dx[1] = dg_matmul(g, NULL, d, a, true, true);
+    }
+    return dg_graph_ok(g);
+}
+
+bool grad_Add(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = sum_to(g, dy[0], in(n, 0));
+    dx[1] = sum_to(g, dy[0], in(n, 1));
+    return dg_graph_ok(g);
+}
+
+bool grad_Sub(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = sum_to(g, dy[0], in(n, 0));
+    dx[1] = sum_to(g, dg_neg(g, NULL, dy[0]), in(n, 1));
+    return dg_graph_ok(g);
+}
+
+bool grad_Mul(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = sum_to(g, dg_mul(g, NULL, dy[0], in(n, 1)), in(n, 0));
+    dx[1] = sum_to(g, dg_mul(g, NULL, dy[0], in(n, 0)), in(n, 1));
+    return dg_graph_ok(g);
+}
+
+bool grad_Div(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dg_output x = in(n, 0), y = in(n, 1);
+    dx[0] = sum_to(g, dg_div(g, NULL, dy[0], y), x);
+    // d(x/y)/dy = -x/y^2 = -(x/y)/y
+    dg_output q = dg_div(g, NULL, dg_div(g, NULL, x, y), y);
+    dx[1] = sum_to(g, dg_neg(g, NULL, dg_mul(g, NULL, dy[0], q)), y);
+    return dg_graph_ok(g);
+}
+
+static bool select_grad(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx,
+                        const char *x_wins_cmp) {
+    dg_output x = in(n, 0), y = in(n, 1);
+    dg_dtype t = dg_output_dtype(x);
+    dg_output ins[2] = {x, y};
+    dg_output xmask = dg_cast(g, NULL, graph_build(g, x_wins_cmp, NULL, ins, 2), t);
+    dg_output ymask = dg_sub(g, NULL, scalar_like(g, x, 1.0), xmask);
+    dx[0] = sum_to(g, dg_mul(g, NULL, dy[0], xmask), x);
+    dx[1] = sum_to(g, dg_mul(g, NULL, dy[0], ymask), y);
+    return dg_graph_ok(g);
+}
+
+bool grad_Maximum(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    return select_grad(g, n, dy, dx, "GreaterEqual");
+}
+bool grad_Minimum(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    return select_grad(g, n, dy, dx, "LessEqual");
+}
+
+bool grad_AddN(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    for (int i = 0; i < n->n_inputs; i++) dx[i] = dy[0];
+    return true;
+}
+
+bool grad_BiasAdd(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = dy[0];
+    dx[1] = graph_build(g, "BiasAddGrad", NULL, dy, 1);
+    return dg_graph_ok(g);
+}
+
+static dg_output op2(dg_graph *g, const char *type, dg_output a, dg_output b) {
+    dg_output ins[2] = {a, b};
+    return graph_build(g, type, NULL, ins, 2);
+}
+
+bool grad_Relu(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = op2(g, "ReluGrad", dy[0], out(n, 0));
+    return dg_graph_ok(g);
+}
+bool grad_Sigmoid(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = op2(g, "SigmoidGrad", out(n, 0), dy[0]);
+    return dg_graph_ok(g);
+}
+bool grad_Tanh(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = op2(g, "TanhGrad", out(n, 0), dy[0]);
+    return dg_graph_ok(g);
+}
+bool grad_Exp(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = dg_mul(g, NULL, dy[0], out(n, 0));
+    return dg_graph_ok(g);
+}
+bool grad_Log(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = dg_div(g, NULL, dy[0], in(n, 0));
+    return dg_graph_ok(g);
+}
+bool grad_Square(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = dg_mul(g, NULL, dy[0], dg_mul(g, NULL, in(n, 0), scalar_like(g, in(n, 0), 2.0)));
+    return dg_graph_ok(g);
+}
+bool grad_Sqrt(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = op2(g, "SqrtGrad", out(n, 0), dy[0]);
+    return dg_graph_ok(g);
+}
+bool grad_Neg(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = dg_neg(g, NULL, dy[0]);
+    return dg_graph_ok(g);
+}
+
+bool grad_ClipByValue(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dg_node *cg = graph_begin(g, "ClipByValueGrad", NULL);
+    graph_add_input(cg, dy[0]);
+    for (int i = 0; i < 3; i++) graph_add_input(cg, in(n, i));
+    cg = graph_finish(cg);
+    if (!cg) return false;
+    dx[0] = out(cg, 0);
+    dx[1] = sum_to(g, out(cg, 1), in(n, 1));
+    dx[2] = sum_to(g, out(cg, 2), in(n, 2));
+    return dg_graph_ok(g);
+}
+
+bool grad_Softmax(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = op2(g, "SoftmaxGrad", out(n, 0), dy[0]);
+    return dg_graph_ok(g);
+}
+bool grad_LogSoftmax(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = op2(g, "LogSoftmaxGrad", out(n, 0), dy[0]);
+    return dg_graph_ok(g);
+}
+
+// dy [N] as a column [N, 1].
+static dg_output column(dg_graph *g, dg_output v) {
+    int64_t d[2] = {-1, 1};
+    return dg_reshape(g, NULL, v, d, 2);
+}
+
+bool grad_SoftmaxCrossEntropyWithLogits(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    if (!dy[0].node) return true;   // only the backprop output was used: no gradient
+    dg_output col = column(g, dy[0]);
+    dx[0] = dg_mul(g, NULL, col, out(n, 1));
+    dx[1] = dg_mul(g, NULL, col, dg_neg(g, NULL, dg_log_softmax(g, NULL, in(n, 0))));
+    return dg_graph_ok(g);
+}
+
+bool grad_SparseSoftmaxCrossEntropyWithLogits(dg_graph *g, dg_node *n, const dg_output *dy,
+                                              dg_output *dx) {
+    if (!dy[0].node) return true;
+    dx[0] = dg_mul(g, NULL, column(g, dy[0]), out(n, 1));
+    return dg_graph_ok(g);
+}
+
+static bool reduce_grad(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx, bool mean) {
+    dg_node *sg = graph_begin(g, "SumGrad", NULL);
+    graph_add_input(sg, dy[0]);
+    graph_add_input(sg, dg_shape_of(g, NULL, in(n, 0)));
+    int count;
+    const int64_t *axes = graph_node_attr_ints(n, "axes", &count);
+    graph_set_attr_ints(sg, "axes", axes, count);
+    bool keep = false;
+    dg_node_attr_bool(n, "keep_dims", &keep);
+    graph_set_attr_bool(sg, "keep_dims", keep);
+    graph_set_attr_bool(sg, "mean", mean);
+    sg = graph_finish(sg);
+    dx[0] = out(sg, 0);
+    return sg != NULL;
+}
+
+bool grad_Sum(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    return reduce_grad(g, n, dy, dx, false);
+}
+bool grad_Mean(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    return reduce_grad(g, n, dy, dx, true);
+}
+
+bool grad_Max(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dg_node *mg = graph_begin(g, "MaxGrad", NULL);
+    graph_add_input(mg, dy[0]);
+    graph_add_input(mg, in(n, 0));
+    graph_add_input(mg, out(n, 0));
+    int count;
+    const int64_t *axes = graph_node_attr_ints(n, "axes", &count);
+    graph_set_attr_ints(mg, "axes", axes, count);
+    bool keep = false;
+    dg_node_attr_bool(n, "keep_dims", &keep);
+    graph_set_attr_bool(mg, "keep_dims", keep);
+    mg = graph_finish(mg);
+    dx[0] = out(mg, 0);
+    return mg != NULL;
+}
+
+bool grad_Reshape(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = dg_reshape_to(g, NULL, dy[0], dg_shape_of(g, NULL, in(n, 0)));
+    return dg_graph_ok(g);
+}
+
+bool grad_Cast(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dg_dtype src = dg_output_dtype(in(n, 0));
+    if (dg_dtype_is_float(src) && dg_dtype_is_float(dg_output_dtype(dy[0])))
+        dx[0] = dg_cast(g, NULL, dy[0], src);
+    return dg_graph_ok(g);
+}
+
+bool grad_Concat(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    int64_t axis = 0;
+    dg_node_attr_int(n, "axis", &axis);
+    dg_shape s0 = dg_output_shape(in(n, 0));
+    if (s0.rank < 0) {
+        graph_node_error(g, n, DG_UNIMPLEMENTED, "gradient of Concat needs known input ranks");
+        return false;
+    }
+    if (axis < 0) axis += s0.rank;
+    int64_t offset = 0;
+    for (int i = 0; i < n->n_inputs; i++) {
+        dg_shape si = dg_output_shape(in(n, i));
+        if (si.dims[axis] < 0) {
+            graph_node_error(g, n, DG_UNIMPLEMENTED,
+                             "gradient of Concat needs the size of input %d along axis %lld", i,
+                             (long long)axis);
+            return false;
+        }
+        int64_t begin[DG_MAX_RANK], size[DG_MAX_RANK];
+        for (int d = 0; d < s0.rank; d++) {
+            begin[d] = d == axis ? offset : 0;
+            size[d] = d == axis ? si.dims[d] : -1;
+        }
+        dx[i] = dg_slice(g, NULL, dy[0], begin, size, s0.rank);
+        offset += si.dims[axis];
+    }
+    return dg_graph_ok(g);
+}
+
+bool grad_Split(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    int64_t axis = 0;
+    dg_node_attr_int(n, "axis", &axis);
+    dg_output *parts = calloc((size_t)n->n_outputs, sizeof *parts);
+    if (!parts) abort();
+    for (int i = 0; i < n->n_outputs; i++)
+        parts[i] = dy[i].node ? dy[i] : dg_zeros_like(g, NULL, out(n, i));
+    dx[0] = dg_concat(g, NULL, parts, n->n_outputs, axis);
+    free(parts);
+    return dg_graph_ok(g);
+}
+
+bool grad_Slice(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dg_node *sg = graph_begin(g, "SliceGrad", NULL);
+    graph_add_input(sg, dy[0]);
+    graph_add_input(sg, dg_shape_of(g, NULL, in(n, 0)));
+    int count;
+    const int64_t *begin = graph_node_attr_ints(n, "begin", &count);
+    graph_set_attr_ints(sg, "begin", begin, count);
+    sg = graph_finish(sg);
+    dx[0] = out(sg, 0);
+    return sg != NULL;
+}
+
+bool grad_Fill(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[1] = dg_sum(g, NULL, dy[0], NULL, 0, false);
+    return dg_graph_ok(g);
+}
+
+bool grad_BroadcastTo(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = sum_to(g, dy[0], in(n, 0));
+    return dg_graph_ok(g);
+}
+
+bool grad_SumToShape(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = shape_to(g, "BroadcastTo", dy[0], dg_shape_of(g, NULL, in(n, 0)));
+    return dg_graph_ok(g);
+}
+
+// ---- the driver ----
+
+typedef struct contrib {
+    dg_output *items;
+    int n, cap;
+} contrib;
+
+static void add_contrib(contrib *c, dg_output o) {
+    if (c->n == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 2;
+        c->items = realloc(c->items, (size_t)c->cap * sizeof *c->items);
+        if (!c->items) abort();
+    }
+    c->items[c->n++] = o;
+}
+
+bool dg_gradients(dg_graph *g, const dg_output *ys, int n_ys, const dg_output *xs, int n_xs,
+                  const dg_output *grad_ys, dg_output *dx) {
+    for (int i = 0; i < n_xs; i++) dx[i] = NUL;
+    if (!dg_graph_ok(g)) return false;
+    for (int i = 0; i < n_ys; i++)
+        if (!ys[i].node) {
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "gradients: y %d is the null output", i);
+            return false;
+        }
+    for (int i = 0; i < n_xs; i++)
+        if (!xs[i].node) {
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "gradients: x %d is the null output", i);
+            return false;
+        }
+    int n_nodes = dg_graph_num_nodes(g);
+    // Nodes are created after their data inputs, so ids order the graph topologically.
+    unsigned char *mark = calloc((size_t)n_nodes, 1);   // 1: from xs, 2: to ys
+    contrib **grads = calloc((size_t)n_nodes, sizeof *grads);
+    if (!mark || !grads) abort();
+    int lo = n_nodes;
+    for (int i = 0; i < n_xs; i++) {
+        mark[xs[i].node->id] |= 1;
+        if (xs[i].node->id < lo) lo = xs[i].node->id;
+    }
+    for (int id = lo; id < n_nodes; id++) {
+        dg_node *nd = dg_graph_node(g, id);
+        if (mark[id] & 1) continue;
+        for (int k = 0; k < nd->n_inputs; k++)
+            if (mark[nd->inputs[k].node->id] & 1) {
+                mark[id] |= 1;
+                break;
+            }
+    }
+    int hi = -1;
+    for (int i = 0; i < n_ys; i++) {
+        mark[ys[i].node->id] |= 2;
+        if (ys[i].node->id > hi) hi = ys[i].node->id;
+    }
+    for (int id = hi; id >= 0; id--) {
+        if (!(mark[id] & 2)) continue;
+        dg_node *nd = dg_graph_node(g, id);
+        for (int k = 0; k < nd->n_inputs; k++) mark[nd->inputs[k].node->id] |= 2;
+    }
+
+    bool ok = true;
+    dg_graph_push_name_scope(g, "gradients");
+    for (int i = 0; i < n_ys; i++) {
+        dg_node *yn = ys[i].node;
+        if (!grads[yn->id]) {
+            grads[yn->id] = calloc((size_t)yn->n_outputs, sizeof(contrib));
+            if (!grads[yn->id]) abort();
+        }
+        dg_output seed = grad_ys && grad_ys[i].node ? grad_ys[i] : dg_ones_like(g, NULL, ys[i]);
+        add_contrib(&grads[yn->id][ys[i].index], seed);
+    }
+    dg_output *dy = NULL, *dxs = NULL;
+    for (int id = hi; id >= 0 && ok; id--) {
+        if (mark[id] != 3 || !grads[id]) continue;
+        dg_node *nd = dg_graph_node(g, id);
+        dy = realloc(dy, (size_t)(nd->n_outputs ? nd->n_outputs : 1) * sizeof *dy);
+        if (!dy) abort();
+        bool any = false;
+        char scope[600];
+        snprintf(scope, sizeof scope, "%s_grad", nd->name);
+        dg_graph_push_name_scope(g, scope);
+        for (int o = 0; o < nd->n_outputs; o++) {
+            contrib *c = &grads[id][o];
+            dy[o] = c->n == 0 ? NUL : dg_add_n(g, NULL, c->items, c->n);
+            any |= c->n > 0;
+        }
+        // The aggregated gradient of an x is its answer (x may also feed other xs).
+        for (int i = 0; i < n_xs; i++)
+            if (xs[i].node == nd) dx[i] = dy[xs[i].index];
+        bool has_float_input = false;
+        for (int k = 0; k < nd->n_inputs; k++)
+            if ((mark[nd->inputs[k].node->id] & 3) == 3 && dg_dtype_is_float(dg_output_dtype(nd->inputs[k])))
+                has_float_input = true;
+        if (any && has_float_input) {
+            if (!nd->op->grad) {
+                if (!nd->op->no_gradient)
+                    graph_node_error(g, nd, DG_INVALID_ARGUMENT,
+                                     "no gradient is defined for op type %s, which lies between "
+                                     "the ys and the xs", nd->op->name);
+                ok = nd->op->no_gradient;
+            } else {
+                dxs = realloc(dxs, (size_t)(nd->n_inputs ? nd->n_inputs : 1) * sizeof *dxs);
+                if (!dxs) abort();
+                for (int k = 0; k < nd->n_inputs; k++) dxs[k] = NUL;
+                ok = nd->op->grad(g, nd, dy, dxs) && dg_graph_ok(g);
+                for (int k = 0; k < nd->n_inputs && ok; k++) {
+                    dg_output src = nd->inputs[k];
+                    if (!dxs[k].node || (mark[src.node->id] & 3) != 3) continue;
+                    if (!dg_dtype_is_float(dg_output_dtype(src))) continue;
+                    if (!grads[src.node->id]) {
+                        grads[src.node->id] = calloc((size_t)src.node->n_outputs, sizeof(contrib));
+                        if (!grads[src.node->id]) abort();
+                    }
+                    add_contrib(&grads[src.node->id][src.index], dxs[k]);
+                }
+            }
+        }
+        dg_graph_pop_name_scope(g);
+    }
+    dg_graph_pop_name_scope(g);
+    free(dy);
+    free(dxs);
+    for (int id = 0; id < n_nodes; id++) {
+        if (!grads[id]) continue;
+        dg_node *nd = dg_graph_node(g, id);
+        for (int o = 0; o < nd->n_outputs; o++) free(grads[id][o].items);
+        free(grads[id]);
+    }
+    free(grads);
+    free(mark);
+    return ok && dg_graph_ok(g);
+}

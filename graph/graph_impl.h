@@ -1,0 +1,130 @@
+/* Graph internals shared by the layers: node layout, attributes, op definitions and the
+ * builder protocol (graph_begin / graph_add_input / graph_set_attr_* / graph_finish). */
+#ifndef DG_GRAPH_IMPL_H
+#define DG_GRAPH_IMPL_H
+
+#include "distgraph/graph.h"
+#include "distgraph/ops.h"
+#include "strmap_impl.h"
+#include "tensor_impl.h"
+
+typedef enum graph_attr_kind {
+    GA_INT = 1,
+    GA_FLOAT = 2,
+    GA_BOOL = 3,
+    GA_TYPE = 4,
+    GA_SHAPE = 5,
+    GA_STRING = 6,
+    GA_INTS = 7,
+    GA_TENSOR = 8,
+} graph_attr_kind;
+
+typedef struct graph_attr {
+    char *name;   // owned
+    graph_attr_kind kind;
+    union {
+        int64_t i;
+        double f;
+        bool b;
+        dg_dtype type;
+        dg_shape shape;
+        char *s;                           // owned
+        struct { int64_t *v; int n; } ints;   // owned
+        dg_tensor *t;                      // one reference held
+    } u;
+} graph_attr;
+
+typedef struct graph_op_def graph_op_def;
+
+struct dg_node {
+    dg_graph *graph;
+    int id;                     // index in graph->nodes
+    char *name;                 // owned
+    const graph_op_def *op;
+    dg_output *inputs;          // owned array of n_inputs
+    int n_inputs, cap_inputs;
+    dg_node **ctrl_inputs;      // owned array
+    int n_ctrl, cap_ctrl;
+    graph_attr *attrs;          // owned array
+    int n_attrs, cap_attrs;
+    int n_outputs;
+    dg_dtype *out_dtypes;       // owned, n_outputs
+    dg_shape *out_shapes;       // owned, n_outputs
+    char *requested_device;     // owned, "" if none
+    char *assigned_device;      // owned, NULL before placement
+    char **coloc;               // owned names of nodes to colocate with
+    int n_coloc;
+    dg_node *var_initializer;   // VariableV2: its Assign from the initial value
+    void *placer_data;          // scratch for the placer; not owned
+};
+
+// How the gradient of a node is built. dy has one entry per output (the null output where
+// no gradient flows); the function fills dx, one entry per input (null: none). Returns
+// false after recording an error in the graph.
+typedef bool (*graph_grad_fn)(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx);
+
+struct graph_op_def {
+    const char *name;
+    int min_inputs, max_inputs;   // max -1: variadic
+    bool is_stateful;             // never pruned as constant, never deduplicated
+    bool ref_input0;              // input 0 must be a variable (Assign*, Apply*)
+    bool no_gradient;             // explicitly has no gradient (integer ops, initializers)
+    bool (*infer)(dg_node *n, dg_status *st);   // sets n_outputs, dtypes and shapes
+    graph_grad_fn grad;
+};
+
+// The op definition named type, or NULL.
+const graph_op_def *graph_op_lookup(const char *type);
+// Every op definition, for listing.
+int graph_num_op_defs(void);
+const graph_op_def *graph_op_def_at(int i);
+// NumPy broadcasting of two static shapes (unknown dims allowed).
+bool graph_broadcast_shapes(dg_shape a, dg_shape b, dg_shape *out, dg_status *st);
+// The reduction axes of n (attr "axes", empty: all) against rank r as a bit mask.
+bool graph_reduction_mask(const dg_node *n, int r, uint32_t *mask, dg_status *st);
+// The current variable scope path ("" at top level) and whether it reuses.
+const char *graph_variable_scope(const dg_graph *g, bool *reuse);
+// The graph-level random seed.
+int64_t graph_random_seed(const dg_graph *g, bool *has_seed);
+
+// ---- builder protocol ----
+// Starts a node of op `type` named under the current name scope (name NULL: the type).
+// Returns NULL when the graph already holds an error or type is unknown (error recorded).
+dg_node *graph_begin(dg_graph *g, const char *type, const char *name);
+// Same, with the exact full name (no scope, no uniquifying); an existing name is an error.
+dg_node *graph_begin_absolute(dg_graph *g, const char *type, const char *full_name);
+void graph_add_input(dg_node *n, dg_output in);
+void graph_set_attr_int(dg_node *n, const char *name, int64_t v);
+void graph_set_attr_float(dg_node *n, const char *name, double v);
+void graph_set_attr_bool(dg_node *n, const char *name, bool v);
+void graph_set_attr_type(dg_node *n, const char *name, dg_dtype v);
+void graph_set_attr_shape(dg_node *n, const char *name, dg_shape v);
+void graph_set_attr_string(dg_node *n, const char *name, const char *v);
+void graph_set_attr_ints(dg_node *n, const char *name, const int64_t *v, int count);
+// Takes a new reference to t.
+void graph_set_attr_tensor(dg_node *n, const char *name, dg_tensor *t);
+// Validates the inputs, infers outputs, applies scopes and device functions, and adds the
+// node. On failure the node is discarded, the error recorded, and NULL returned.
+dg_node *graph_finish(dg_node *n);
+
+const graph_attr *graph_node_attr(const dg_node *n, const char *name);
+// Sets the output count and allocates dtype/shape arrays (shapes unknown).
+bool graph_set_num_outputs(dg_node *n, int count, dg_status *st);
+void graph_set_output(dg_node *n, int i, dg_dtype dtype, dg_shape shape);
+// Sets the placer's choice for n.
+void graph_set_assigned_device(dg_node *n, const char *device);
+// Records an error on g naming node n: "node \"<name>\" (<op>): <message>".
+void graph_node_error(dg_graph *g, const dg_node *n, dg_code code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+// Pushes a name scope whose prefix is exactly full (no uniquifying); pop with
+// dg_graph_pop_name_scope.
+void graph_push_absolute_scope(dg_graph *g, const char *full);
+// Builds a node of `type` with the given inputs and no attributes; the null output on error.
+dg_output graph_build(dg_graph *g, const char *type, const char *name, const dg_output *ins,
+                      int n_ins);
+
+// ints attribute helper: pointer and count, NULL if absent.
+const int64_t *graph_node_attr_ints(const dg_node *n, const char *name, int *count);
+
+#endif

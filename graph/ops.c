@@ -1,0 +1,515 @@
+/* Op builders: the public functions of distgraph/ops.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_impl.h"
+
+static const dg_output NULL_OUT = {NULL, 0};
+
+static dg_output out0(dg_node *n) {
+    dg_output o = {n, 0};
+    return n ? o : NULL_OUT;
+}
+
+static dg_graph *graph_of(dg_output a) { return a.node ? a.node->graph : NULL; }
+
+static dg_output null_input(dg_graph *g, const char *op) {
+    if (g) dg_graph_set_error(g, DG_INVALID_ARGUMENT, "%s: an input is the null output", op);
+    return NULL_OUT;
+}
+
+dg_output graph_build(dg_graph *g, const char *type, const char *name, const dg_output *ins,
+                      int n_ins) {
+    dg_node *n = graph_begin(g, type, name);
+    for (int i = 0; i < n_ins && n; i++) graph_add_input(n, ins[i]);
+    return out0(graph_finish(n));
+}
+
+static dg_output unary(dg_graph *g, const char *type, const char *name, dg_output x) {
+    if (!x.node) return null_input(g, type);
+    return graph_build(g, type, name, &x, 1);
+}
+
+static dg_output binary(dg_graph *g, const char *type, const char *name, dg_output a, dg_output b) {
+    if (!a.node || !b.node) return null_input(g ? g : graph_of(a.node ? a : b), type);
+    dg_output ins[2] = {a, b};
+    return graph_build(g, type, name, ins, 2);
+}
+
+// ---- sources ----
+dg_output dg_const(dg_graph *g, const char *name, dg_tensor *value) {
+    if (!value) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "Const \"%s\": value is NULL", name ? name : "Const");
+        return NULL_OUT;
+    }
+    dg_node *n = graph_begin(g, "Const", name);
+    graph_set_attr_tensor(n, "value", value);
+    graph_set_attr_type(n, "dtype", value->dtype);
+    return out0(graph_finish(n));
+}
+
+dg_output dg_scalar(dg_graph *g, const char *name, dg_dtype dtype, double v) {
+    dg_tensor *t = dg_tensor_new(dtype, dg_shape_scalar(), NULL);
+    if (!t) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "scalar \"%s\": invalid dtype %d",
+                           name ? name : "Const", (int)dtype);
+        return NULL_OUT;
+    }
+    switch (dtype) {
+    case DG_FLOAT32: *(float *)t->data = (float)v; break;
+    case DG_FLOAT64: *(double *)t->data = v; break;
+    case DG_INT32: *(int32_t *)t->data = (int32_t)v; break;
+    case DG_INT64: *(int64_t *)t->data = (int64_t)v; break;
+    case DG_UINT8:
+    case DG_BOOL: *(uint8_t *)t->data = (uint8_t)v; break;
+    default: break;
+    }
+    dg_output o = dg_const(g, name, t);
+    dg_tensor_unref(t);
+    return o;
+}
+
+dg_output dg_const_i64s(dg_graph *g, const char *name, const int64_t *v, int n) {
+    dg_tensor *t = dg_tensor_from_data(DG_INT64, dg_shape1(n), v, NULL);
+    if (!t) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "const \"%s\": bad length %d", name ? name : "Const", n);
+        return NULL_OUT;
+    }
+    dg_output o = dg_const(g, name, t);
+    dg_tensor_unref(t);
+    return o;
+}
+
+dg_output dg_placeholder(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape) {
+    dg_node *n = graph_begin(g, "Placeholder", name);
+    graph_set_attr_type(n, "dtype", dtype);
+    graph_set_attr_shape(n, "shape", shape);
+    return out0(graph_finish(n));
+}
+
+// ---- random ----
+static void set_seeds(dg_graph *g, dg_node *n, int64_t seed) {
+    bool has;
+    int64_t gs = graph_random_seed(g, &has);
+    if (!has) gs = 87654321;   // TensorFlow's default graph seed
+    int64_t s2 = seed ? seed : dg_graph_num_nodes(g) + 1;
+    graph_set_attr_int(n, "seed", gs);
+    graph_set_attr_int(n, "seed2", s2);
+}
+
+static dg_output random_op(dg_graph *g, const char *type, const char *name, dg_dtype dtype,
+                           dg_shape shape, double a, double b, int64_t seed) {
+    dg_node *n = graph_begin(g, type, name);
+    if (!n) return NULL_OUT;
+    graph_set_attr_type(n, "dtype", dtype);
+    graph_set_attr_shape(n, "shape", shape);
+    graph_set_attr_float(n, "a", a);
+    graph_set_attr_float(n, "b", b);
+    set_seeds(g, n, seed);
+    return out0(graph_finish(n));
+}
+
+dg_output dg_random_uniform(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape,
+                            double lo, double hi, int64_t seed) {
+    return random_op(g, "RandomUniform", name, dtype, shape, lo, hi, seed);
+}
+dg_output dg_random_normal(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape,
+                           double mean, double stddev, int64_t seed) {
+    return random_op(g, "RandomStandardNormal", name, dtype, shape, mean, stddev, seed);
+}
+dg_output dg_truncated_normal(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape,
+                              double mean, double stddev, int64_t seed) {
+    return random_op(g, "TruncatedNormal", name, dtype, shape, mean, stddev, seed);
+}
+
+// ---- variables ----
+static dg_initializer init_of(dg_init_kind k, double a, double b, int64_t seed) {
+    dg_initializer i;
+    memset(&i, 0, sizeof i);
+    i.kind = k;
+    i.a = a;
+    i.b = b;
+    i.seed = seed;
+    return i;
+}
+dg_initializer dg_init_zeros(void) { return init_of(DG_INIT_ZEROS, 0, 0, 0); }
+dg_initializer dg_init_ones(void) { return init_of(DG_INIT_ONES, 1, 0, 0); }
+dg_initializer dg_init_constant(double v) { return init_of(DG_INIT_CONSTANT, v, 0, 0); }
+dg_initializer dg_init_random_uniform(double lo, double hi, int64_t seed) {
+    return init_of(DG_INIT_RANDOM_UNIFORM, lo, hi, seed);
+}
+dg_initializer dg_init_random_normal(double mean, double stddev, int64_t seed) {
+    return init_of(DG_INIT_RANDOM_NORMAL, mean, stddev, seed);
+}
+dg_initializer dg_init_truncated_normal(double mean, double stddev, int64_t seed) {
+    return init_of(DG_INIT_TRUNCATED_NORMAL, mean, stddev, seed);
+}
+dg_initializer dg_init_tensor(dg_tensor *value) {
+    dg_initializer i = init_of(DG_INIT_TENSOR, 0, 0, 0);
+    i.value = value;
+    return i;
+}
+
+// The initial value as a node, built under the "<var>/Initializer" scope.
+static dg_output initial_value(dg_graph *g, dg_dtype dtype, dg_shape shape, dg_initializer init) {
+    switch (init.kind) {
+    case DG_INIT_ZEROS:
+    case DG_INIT_ONES:
+    case DG_INIT_CONSTANT: {
+        dg_tensor *t = dg_tensor_new(dtype, shape, NULL);
+        if (!t) {
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "initializer: cannot make a %s tensor",
+                               dg_dtype_name(dtype));
+            return NULL_OUT;
+        }
+        double v = init.kind == DG_INIT_ZEROS ? 0 : init.kind == DG_INIT_ONES ? 1 : init.a;
+        for (int64_t i = 0; i < t->n_elements; i++) {
+            switch (dtype) {
+            case DG_FLOAT32: ((float *)t->data)[i] = (float)v; break;
+            case DG_FLOAT64: ((double *)t->data)[i] = v; break;
+            case DG_INT32: ((int32_t *)t->data)[i] = (int32_t)v; break;
+            case DG_INT64: ((int64_t *)t->data)[i] = (int64_t)v; break;
+            default: ((uint8_t *)t->data)[i] = (uint8_t)v; break;
+            }
+        }
+        dg_output o = dg_const(g, "Const", t);
+        dg_tensor_unref(t);
+        return o;
+    }
+    case DG_INIT_RANDOM_UNIFORM:
+        return dg_random_uniform(g, NULL, dtype, shape, init.a, init.b, init.seed);
+    case DG_INIT_RANDOM_NORMAL:
+        return dg_random_normal(g, NULL, dtype, shape, init.a, init.b, init.seed);
+    case DG_INIT_TRUNCATED_NORMAL:
+        return dg_truncated_normal(g, NULL, dtype, shape, init.a, init.b, init.seed);
+    case DG_INIT_TENSOR:
+        return dg_const(g, "Const", init.value);
+    }
+    dg_graph_set_error(g, DG_INVALID_ARGUMENT, "unknown initializer kind %d", (int)init.kind);
+    return NULL_OUT;
+}
+
+static dg_output make_variable(dg_graph *g, const char *full_name, bool absolute, dg_dtype dtype,
+                               dg_shape shape, dg_initializer init, bool trainable) {
+    dg_node *n = absolute ? graph_begin_absolute(g, "VariableV2", full_name)
+                          : graph_begin(g, "VariableV2", full_name);
+    if (!n) return NULL_OUT;
+    graph_set_attr_type(n, "dtype", dtype);
+    graph_set_attr_shape(n, "shape", shape);
+    n = graph_finish(n);
+    if (!n) return NULL_OUT;
+    dg_output v = {n, 0};
+    // Initializer ops: colocated with the variable, named under it.
+    dg_graph_push_colocate_with(g, n);
+    char *scope = NULL;
+    if (asprintf(&scope, "%s/Initializer", n->name) < 0) abort();
+    dg_node *assign = NULL;
+    graph_push_absolute_scope(g, scope);
+    dg_output iv = initial_value(g, dtype, shape, init);
+    dg_graph_pop_name_scope(g);
+    char *aname = NULL;
+    if (asprintf(&aname, "%s/Assign", n->name) < 0) abort();
+    if (iv.node) {
+        assign = graph_begin_absolute(g, "Assign", aname);
+        graph_add_input(assign, v);
+        graph_add_input(assign, iv);
+        assign = graph_finish(assign);
+    }
+    free(aname);
+    free(scope);
+    dg_graph_pop_colocate_with(g);
+    if (!assign) return NULL_OUT;
+    n->var_initializer = assign;
+    dg_graph_add_to_collection(g, DG_GLOBAL_VARIABLES, n);
+    if (trainable) dg_graph_add_to_collection(g, DG_TRAINABLE_VARIABLES, n);
+    return v;
+}
+
+dg_output dg_variable_ex(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape,
+                         dg_initializer init, bool trainable) {
+    return make_variable(g, name ? name : "Variable", false, dtype, shape, init, trainable);
+}
+
+dg_output dg_variable(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape,
+                      dg_initializer init) {
+    return dg_variable_ex(g, name, dtype, shape, init, true);
+}
+
+dg_output dg_get_variable(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape,
+                          dg_initializer init) {
+    if (!dg_graph_ok(g)) return NULL_OUT;
+    bool reuse;
+    const char *scope = graph_variable_scope(g, &reuse);
+    char full[512];
+    snprintf(full, sizeof full, "%s%s%s", scope, *scope ? "/" : "", name ? name : "");
+    dg_node *existing = dg_graph_find(g, full);
+    if (reuse) {
+        if (!existing || strcmp(existing->op->name, "VariableV2") != 0) {
+            dg_graph_set_error(g, DG_NOT_FOUND, "variable \"%s\" does not exist, or was not created "
+                               "with get_variable (reuse is on)", full);
+            return NULL_OUT;
+        }
+        char a[128], b[128];
+        if (existing->out_dtypes[0] != dtype || !dg_shape_equal(&existing->out_shapes[0], &shape)) {
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "variable \"%s\" is %s %s, asked for %s %s", full,
+                               dg_dtype_name(existing->out_dtypes[0]),
+                               dg_shape_str(&existing->out_shapes[0], a, sizeof a),
+                               dg_dtype_name(dtype), dg_shape_str(&shape, b, sizeof b));
+            return NULL_OUT;
+        }
+        dg_output o = {existing, 0};
+        return o;
+    }
+    if (existing) {
+        dg_graph_set_error(g, DG_ALREADY_EXISTS, "variable \"%s\" already exists; set reuse on the "
+                           "variable scope to share it", full);
+        return NULL_OUT;
+    }
+    return make_variable(g, full, true, dtype, shape, init, true);
+}
+
+dg_node *dg_variable_initializer(dg_output v) {
+    return v.node && strcmp(v.node->op->name, "VariableV2") == 0 ? v.node->var_initializer : NULL;
+}
+
+static dg_output assign_op(dg_graph *g, const char *type, const char *name, dg_output var,
+                           dg_output value) {
+    if (!var.node || !value.node) return null_input(g, type);
+    dg_graph_push_colocate_with(g, var.node);
+    dg_output o = binary(g, type, name, var, value);
+    dg_graph_pop_colocate_with(g);
+    return o;
+}
+dg_output dg_assign(dg_graph *g, const char *name, dg_output var, dg_output value) {
+    return assign_op(g, "Assign", name, var, value);
+}
+dg_output dg_assign_add(dg_graph *g, const char *name, dg_output var, dg_output value) {
+    return assign_op(g, "AssignAdd", name, var, value);
+}
+dg_output dg_assign_sub(dg_graph *g, const char *name, dg_output var, dg_output value) {
+    return assign_op(g, "AssignSub", name, var, value);
+}
+
+dg_output dg_is_variable_initialized(dg_graph *g, const char *name, dg_output var) {
+    if (!var.node) return null_input(g, "IsVariableInitialized");
+    dg_graph_push_colocate_with(g, var.node);
+    dg_output o = unary(g, "IsVariableInitialized", name, var);
+    dg_graph_pop_colocate_with(g);
+    return o;
+}
+
+dg_node *dg_global_variables_initializer(dg_graph *g) {
+    int n = dg_graph_collection_size(g, DG_GLOBAL_VARIABLES);
+    dg_node **deps = calloc((size_t)(n ? n : 1), sizeof *deps);
+    if (!deps) abort();
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        dg_node *v = dg_graph_collection_get(g, DG_GLOBAL_VARIABLES, i);
+        if (v->var_initializer) deps[k++] = v->var_initializer;
+    }
+    dg_node *op = dg_group(g, "init", deps, k);
+    free(deps);
+    return op;
+}
+
+// ---- math ----
+dg_output dg_matmul(dg_graph *g, const char *name, dg_output a, dg_output b, bool ta, bool tb) {
+    if (!a.node || !b.node) return null_input(g, "MatMul");
+    dg_node *n = graph_begin(g, "MatMul", name);
+    graph_add_input(n, a);
+    graph_add_input(n, b);
+    graph_set_attr_bool(n, "transpose_a", ta);
+    graph_set_attr_bool(n, "transpose_b", tb);
+    return out0(graph_finish(n));
+}
+
+dg_output dg_add(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Add", name, a, b); }
+dg_output dg_sub(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Sub", name, a, b); }
+dg_output dg_mul(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Mul", name, a, b); }
+dg_output dg_div(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Div", name, a, b); }
+dg_output dg_maximum(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Maximum", name, a, b); }
+dg_output dg_minimum(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Minimum", name, a, b); }
+dg_output dg_equal(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Equal", name, a, b); }
+
+dg_output dg_add_n(dg_graph *g, const char *name, const dg_output *xs, int n) {
+    if (n < 1) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "AddN needs at least one input");
+        return NULL_OUT;
+    }
+    if (n == 1) return xs[0];
+    for (int i = 0; i < n; i++)
+        if (!xs[i].node) return null_input(g, "AddN");
+    return graph_build(g, "AddN", name, xs, n);
+}
+
+dg_output dg_bias_add(dg_graph *g, const char *name, dg_output v, dg_output b) { return binary(g, "BiasAdd", name, v, b); }
+dg_output dg_relu(dg_graph *g, const char *name, dg_output x) { return unary(g, "Relu", name, x); }
+dg_output dg_sigmoid(dg_graph *g, const char *name, dg_output x) { return unary(g, "Sigmoid", name, x); }
+dg_output dg_tanh(dg_graph *g, const char *name, dg_output x) { return unary(g, "Tanh", name, x); }
+dg_output dg_exp(dg_graph *g, const char *name, dg_output x) { return unary(g, "Exp", name, x); }
+dg_output dg_log(dg_graph *g, const char *name, dg_output x) { return unary(g, "Log", name, x); }
+dg_output dg_square(dg_graph *g, const char *name, dg_output x) { return unary(g, "Square", name, x); }
+dg_output dg_sqrt(dg_graph *g, const char *name, dg_output x) { return unary(g, "Sqrt", name, x); }
+dg_output dg_neg(dg_graph *g, const char *name, dg_output x) { return unary(g, "Neg", name, x); }
+dg_output dg_softmax(dg_graph *g, const char *name, dg_output x) { return unary(g, "Softmax", name, x); }
+dg_output dg_log_softmax(dg_graph *g, const char *name, dg_output x) { return unary(g, "LogSoftmax", name, x); }
+dg_output dg_identity(dg_graph *g, const char *name, dg_output x) { return unary(g, "Identity", name, x); }
+dg_output dg_shape_of(dg_graph *g, const char *name, dg_output x) { return unary(g, "Shape", name, x); }
+dg_output dg_zeros_like(dg_graph *g, const char *name, dg_output x) { return unary(g, "ZerosLike", name, x); }
+dg_output dg_ones_like(dg_graph *g, const char *name, dg_output x) { return unary(g, "OnesLike", name, x); }
+
+dg_output dg_clip_by_value(dg_graph *g, const char *name, dg_output x, dg_output lo, dg_output hi) {
+    if (!x.node || !lo.node || !hi.node) return null_input(g, "ClipByValue");
+    dg_output ins[3] = {x, lo, hi};
+    return graph_build(g, "ClipByValue", name, ins, 3);
+}
+
+dg_output dg_softmax_cross_entropy_with_logits(dg_graph *g, const char *name, dg_output logits,
+                                               dg_output labels) {
+    return binary(g, "SoftmaxCrossEntropyWithLogits", name, logits, labels);
+}
+
+dg_output dg_sparse_softmax_cross_entropy_with_logits(dg_graph *g, const char *name,
+                                                      dg_output logits, dg_output labels) {
+    return binary(g, "SparseSoftmaxCrossEntropyWithLogits", name, logits, labels);
+}
+
+dg_output dg_sparse_softmax_cross_entropy(dg_graph *g, const char *name, dg_output logits,
+                                          dg_output labels) {
+    dg_graph_push_name_scope(g, name ? name : "sparse_softmax_cross_entropy_loss");
+    dg_output xent = dg_sparse_softmax_cross_entropy_with_logits(g, "xentropy", logits, labels);
+    dg_output loss = dg_mean(g, "value", xent, NULL, 0, false);
+    dg_graph_pop_name_scope(g);
+    return loss;
+}
+
+static dg_output reduce(dg_graph *g, const char *type, const char *name, dg_output x,
+                        const int64_t *axes, int n_axes, bool keep) {
+    if (!x.node) return null_input(g, type);
+    dg_node *n = graph_begin(g, type, name);
+    graph_add_input(n, x);
+    graph_set_attr_ints(n, "axes", axes, axes ? n_axes : 0);
+    graph_set_attr_bool(n, "keep_dims", keep);
+    return out0(graph_finish(n));
+}
+dg_output dg_sum(dg_graph *g, const char *name, dg_output x, const int64_t *axes, int n_axes, bool keep) {
+    return reduce(g, "Sum", name, x, axes, n_axes, keep);
+}
+dg_output dg_mean(dg_graph *g, const char *name, dg_output x, const int64_t *axes, int n_axes, bool keep) {
+    return reduce(g, "Mean", name, x, axes, n_axes, keep);
+}
+dg_output dg_max(dg_graph *g, const char *name, dg_output x, const int64_t *axes, int n_axes, bool keep) {
+    return reduce(g, "Max", name, x, axes, n_axes, keep);
+}
+
+dg_output dg_argmax(dg_graph *g, const char *name, dg_output x, int64_t axis) {
+    if (!x.node) return null_input(g, "ArgMax");
+    dg_node *n = graph_begin(g, "ArgMax", name);
+    graph_add_input(n, x);
+    graph_set_attr_int(n, "axis", axis);
+    return out0(graph_finish(n));
+}
+
+dg_output dg_cast(dg_graph *g, const char *name, dg_output x, dg_dtype to) {
+    if (!x.node) return null_input(g, "Cast");
+    if (dg_output_dtype(x) == to) return x;
+    dg_node *n = graph_begin(g, "Cast", name);
+    graph_add_input(n, x);
+    graph_set_attr_type(n, "DstT", to);
+    return out0(graph_finish(n));
+}
+
+// ---- shapes ----
+dg_output dg_reshape_to(dg_graph *g, const char *name, dg_output x, dg_output shape) {
+    return binary(g, "Reshape", name, x, shape);
+}
+
+dg_output dg_reshape(dg_graph *g, const char *name, dg_output x, const int64_t *dims, int n) {
+    if (!x.node) return null_input(g, "Reshape");
+    if (n < 0 || n > DG_MAX_RANK) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "reshape: rank %d is out of range 0..%d", n, DG_MAX_RANK);
+        return NULL_OUT;
+    }
+    dg_output s = dg_const_i64s(g, name ? name : "Reshape/shape", dims, n);
+    return dg_reshape_to(g, name, x, s);
+}
+
+dg_output dg_fill(dg_graph *g, const char *name, dg_output dims, dg_output value) {
+    return binary(g, "Fill", name, dims, value);
+}
+
+static dg_output filled(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape, double v) {
+    if (!dg_shape_is_fully_defined(&shape)) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "zeros/ones need a fully defined shape");
+        return NULL_OUT;
+    }
+    dg_initializer init = dg_init_constant(v);
+    dg_graph_push_name_scope(g, name ? name : (v == 0 ? "zeros" : "ones"));
+    dg_output o = initial_value(g, dtype, shape, init);
+    dg_graph_pop_name_scope(g);
+    return o;
+}
+dg_output dg_zeros(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape) {
+    return filled(g, name, dtype, shape, 0);
+}
+dg_output dg_ones(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape) {
+    return filled(g, name, dtype, shape, 1);
+}
+
+dg_output dg_concat(dg_graph *g, const char *name, const dg_output *xs, int n, int64_t axis) {
+    if (n < 1) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "Concat needs at least one input");
+        return NULL_OUT;
+    }
+    for (int i = 0; i < n; i++)
+        if (!xs[i].node) return null_input(g, "Concat");
+    dg_node *nd = graph_begin(g, "Concat", name);
+    for (int i = 0; i < n && nd; i++) graph_add_input(nd, xs[i]);
+    graph_set_attr_int(nd, "axis", axis);
+    return out0(graph_finish(nd));
+}
+
+bool dg_split(dg_graph *g, const char *name, dg_output x, int64_t axis, int n_splits, dg_output *out) {
+    if (!x.node) {
+        null_input(g, "Split");
+        return false;
+    }
+    dg_node *n = graph_begin(g, "Split", name);
+    graph_add_input(n, x);
+    graph_set_attr_int(n, "axis", axis);
+    graph_set_attr_int(n, "num_split", n_splits);
+    n = graph_finish(n);
+    for (int i = 0; i < n_splits; i++) {
+        out[i].node = n;
+        out[i].index = n ? i : 0;
+    }
+    return n != NULL;
+}
+
+dg_output dg_slice(dg_graph *g, const char *name, dg_output x, const int64_t *begin,
+                   const int64_t *size, int n) {
+    if (!x.node) return null_input(g, "Slice");
+    dg_node *nd = graph_begin(g, "Slice", name);
+    graph_add_input(nd, x);
+    graph_set_attr_ints(nd, "begin", begin, n);
+    graph_set_attr_ints(nd, "size", size, n);
+    return out0(graph_finish(nd));
+}
+
+// ---- control ----
+dg_node *dg_no_op(dg_graph *g, const char *name) {
+    return graph_finish(graph_begin(g, "NoOp", name));
+}
+
+dg_node *dg_group(dg_graph *g, const char *name, dg_node *const *deps, int n) {
+    dg_node *op = graph_begin(g, "NoOp", name ? name : "group_deps");
+    for (int i = 0; i < n && op; i++) {
+        if (!deps[i]) {
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "group: dependency %d is NULL", i);
+            break;
+        }
+        dg_node_add_control_input(op, deps[i]);
+    }
+    return graph_finish(op);
+}

@@ -1,0 +1,245 @@
+/* Optimizers and the global step, as graph construction (TensorFlow's training/optimizer.py,
+ * gradient_descent.py, momentum.py, adam.py). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distgraph/train.h"
+#include "graph_impl.h"
+
+static const dg_output NUL = {NULL, 0};
+
+dg_output dg_global_step(dg_graph *g) {
+    if (dg_graph_collection_size(g, DG_GLOBAL_STEP) > 0) {
+        dg_output o = {dg_graph_collection_get(g, DG_GLOBAL_STEP, 0), 0};
+        return o;
+    }
+    dg_output v = dg_variable_ex(g, "global_step", DG_INT64, dg_shape_scalar(), dg_init_zeros(), false);
+    if (v.node) dg_graph_add_to_collection(g, DG_GLOBAL_STEP, v.node);
+    return v;
+}
+
+static dg_optimizer base(dg_graph *g, dg_optimizer_kind k, double lr, const char *name) {
+    dg_optimizer o;
+    memset(&o, 0, sizeof o);
+    o.kind = k;
+    o.graph = g;
+    o.learning_rate = lr;
+    o.name = name;
+    return o;
+}
+
+dg_optimizer dg_gradient_descent(dg_graph *g, double lr) {
+    return base(g, DG_OPT_GRADIENT_DESCENT, lr, "GradientDescent");
+}
+
+dg_optimizer dg_momentum(dg_graph *g, double lr, double momentum, bool use_nesterov) {
+    dg_optimizer o = base(g, DG_OPT_MOMENTUM, lr, "Momentum");
+    o.momentum = momentum;
+    o.use_nesterov = use_nesterov;
+    return o;
+}
+
+dg_optimizer dg_adam(dg_graph *g, double lr) {
+    dg_optimizer o = base(g, DG_OPT_ADAM, lr, "Adam");
+    o.beta1 = 0.9;
+    o.beta2 = 0.999;
+    o.epsilon = 1e-8;
+    return o;
+}
+
+int dg_optimizer_compute_gradients(const dg_optimizer *opt, dg_output loss, const dg_output *vars,
+                                   int n_vars, dg_output *grads, dg_output *vars_out, int cap) {
+    dg_graph *g = opt->graph;
+    if (!dg_graph_ok(g)) return -1;
+    if (!loss.node) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "compute_gradients: loss is the null output");
+        return -1;
+    }
+    int n = vars ? n_vars : dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES);
+    dg_output *xs = calloc((size_t)(n ? n : 1), sizeof *xs);
+    dg_output *dx = calloc((size_t)(n ? n : 1), sizeof *dx);
+    if (!xs || !dx) abort();
+    for (int i = 0; i < n; i++) {
+        if (vars) {
+            xs[i] = vars[i];
+        } else {
+            xs[i].node = dg_graph_collection_get(g, DG_TRAINABLE_VARIABLES, i);
+            xs[i].index = 0;
+        }
+    }
+    int k = -1;
+    if (dg_gradients(g, &loss, 1, xs, n, NULL, dx)) {
+        k = 0;
+        for (int i = 0; i < n; i++) {
+            if (!dx[i].node) continue;
+            if (k >= cap) {
+                dg_graph_set_error(g, DG_INVALID_ARGUMENT, "compute_gradients: more than %d "
+                                   "gradients for a buffer of %d", k, cap);
+                k = -1;
+                break;
+            }
+            grads[k] = dx[i];
+            vars_out[k] = xs[i];
+            k++;
+        }
+    }
+    free(xs);
+    free(dx);
+    return k;
+}
+
+// A slot variable "<var>/<name>" initialised to zeros, colocated with var.
+static dg_output make_slot(dg_graph *g, dg_output var, const char *name) {
+    char full[600];
+    snprintf(full, sizeof full, "%s/%s", dg_node_name(var.node), name);
+    dg_graph_push_colocate_with(g, var.node);
+    bool reuse;
+    (void)graph_variable_scope(g, &reuse);
+    graph_push_absolute_scope(g, "");
+    dg_output s = dg_variable_ex(g, full, dg_output_dtype(var), dg_output_shape(var),
+                                 dg_init_zeros(), false);
+    dg_graph_pop_name_scope(g);
+    dg_graph_pop_colocate_with(g);
+    return s;
+}
+
+static dg_output hyper(dg_graph *g, dg_dtype t, const char *name, double v) {
+    return dg_scalar(g, name, t, v);
+}
+
+dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *grads,
+                                      const dg_output *vars, int n, dg_output global_step,
+                                      const char *name) {
+    dg_graph *g = opt->graph;
+    if (!dg_graph_ok(g)) return NULL;
+    if (n < 1) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "apply_gradients: no gradients given (does the "
+                           "loss depend on any trainable variable?)");
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!grads[i].node || !vars[i].node) {
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "apply_gradients: pair %d has a null output", i);
+            return NULL;
+        }
+        if (strcmp(dg_node_op_type(vars[i].node), "VariableV2") != 0) {
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "apply_gradients: \"%s\" is not a variable",
+                               dg_node_name(vars[i].node));
+            return NULL;
+        }
+    }
+    const char *oname = opt->name ? opt->name : "Optimizer";
+    dg_output *slot1 = calloc((size_t)n, sizeof *slot1), *slot2 = calloc((size_t)n, sizeof *slot2);
+    dg_node **updates = calloc((size_t)n + 2, sizeof *updates);
+    dg_node **grad_nodes = calloc((size_t)n, sizeof *grad_nodes);
+    if (!slot1 || !slot2 || !updates || !grad_nodes) abort();
+    dg_output b1p = NUL, b2p = NUL;
+    // Slots and non-slot variables first, outside the control-dependency scope below, so
+    // their initializers do not depend on the gradients.
+    for (int i = 0; i < n; i++) {
+        if (opt->kind == DG_OPT_MOMENTUM) slot1[i] = make_slot(g, vars[i], oname);
+        if (opt->kind == DG_OPT_ADAM) {
+            char b[128];
+            slot1[i] = make_slot(g, vars[i], oname);
+            snprintf(b, sizeof b, "%s_1", oname);
+            slot2[i] = make_slot(g, vars[i], b);
+        }
+    }
+    dg_dtype t = dg_output_dtype(vars[0]);
+    if (opt->kind == DG_OPT_ADAM) {
+        dg_graph_push_colocate_with(g, vars[0].node);
+        b1p = dg_variable_ex(g, "beta1_power", t, dg_shape_scalar(), dg_init_constant(opt->beta1), false);
+        b2p = dg_variable_ex(g, "beta2_power", t, dg_shape_scalar(), dg_init_constant(opt->beta2), false);
+        dg_graph_pop_colocate_with(g);
+    }
+    for (int i = 0; i < n; i++) grad_nodes[i] = grads[i].node;
+    dg_graph_push_name_scope(g, name ? name : oname);
+    dg_graph_push_control_deps(g, grad_nodes, n);
+    for (int i = 0; i < n && dg_graph_ok(g); i++) {
+        dg_output v = vars[i];
+        dg_dtype vt = dg_output_dtype(v);
+        char scope[600];
+        snprintf(scope, sizeof scope, "update_%s", dg_node_name(v.node));
+        dg_graph_push_name_scope(g, scope);
+        dg_graph_push_colocate_with(g, v.node);
+        dg_node *u = NULL;
+        switch (opt->kind) {
+        case DG_OPT_GRADIENT_DESCENT:
+            u = graph_begin(g, "ApplyGradientDescent", NULL);
+            graph_add_input(u, v);
+            graph_add_input(u, hyper(g, vt, "learning_rate", opt->learning_rate));
+            graph_add_input(u, grads[i]);
+            break;
+        case DG_OPT_MOMENTUM:
+            u = graph_begin(g, "ApplyMomentum", NULL);
+            graph_add_input(u, v);
+            graph_add_input(u, slot1[i]);
+            graph_add_input(u, hyper(g, vt, "learning_rate", opt->learning_rate));
+            graph_add_input(u, grads[i]);
+            graph_add_input(u, hyper(g, vt, "momentum", opt->momentum));
+            graph_set_attr_bool(u, "use_nesterov", opt->use_nesterov);
+            break;
+        case DG_OPT_ADAM:
+            u = graph_begin(g, "ApplyAdam", NULL);
+            graph_add_input(u, v);
+            graph_add_input(u, slot1[i]);
+            graph_add_input(u, slot2[i]);
+            graph_add_input(u, b1p);
+            graph_add_input(u, b2p);
+            graph_add_input(u, hyper(g, vt, "learning_rate", opt->learning_rate));
+            graph_add_input(u, hyper(g, vt, "beta1", opt->beta1));
+            graph_add_input(u, hyper(g, vt, "beta2", opt->beta2));
+            graph_add_input(u, hyper(g, vt, "epsilon", opt->epsilon));
+            graph_add_input(u, grads[i]);
+            break;
+        }
+        updates[i] = graph_finish(u);
+        dg_graph_pop_colocate_with(g);
+        dg_graph_pop_name_scope(g);
+    }
+    dg_graph_pop_control_deps(g);
+    int n_up = n;
+    if (opt->kind == DG_OPT_ADAM && dg_graph_ok(g)) {
+        // beta powers advance after every update has read them.
+        dg_graph_push_control_deps(g, updates, n);
+        dg_graph_push_colocate_with(g, vars[0].node);
+        dg_output a1 = dg_assign(g, "update_beta1_power", b1p, dg_mul(g, NULL, b1p, hyper(g, t, "beta1", opt->beta1)));
+        dg_output a2 = dg_assign(g, "update_beta2_power", b2p, dg_mul(g, NULL, b2p, hyper(g, t, "beta2", opt->beta2)));
+        dg_graph_pop_colocate_with(g);
+        dg_graph_pop_control_deps(g);
+        updates[n_up++] = a1.node;
+        updates[n_up++] = a2.node;
+    }
+    dg_node *train = NULL;
+    if (dg_graph_ok(g)) {
+        dg_node *finish = dg_group(g, "update", updates, n_up);
+        if (global_step.node && finish) {
+            dg_graph_push_control_deps(g, &finish, 1);
+            dg_output inc = dg_assign_add(g, "global_step_inc", global_step,
+                                          dg_scalar(g, NULL, dg_output_dtype(global_step), 1));
+            dg_graph_pop_control_deps(g);
+            finish = inc.node;
+        }
+        if (finish) train = dg_group(g, "train", &finish, 1);
+    }
+    dg_graph_pop_name_scope(g);
+    free(slot1);
+    free(slot2);
+    free(updates);
+    free(grad_nodes);
+    return dg_graph_ok(g) ? train : NULL;
+}
+
+dg_node *dg_optimizer_minimize(const dg_optimizer *opt, dg_output loss, dg_output global_step) {
+    dg_graph *g = opt->graph;
+    int cap = dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES);
+    dg_output *grads = calloc((size_t)(cap ? cap : 1), sizeof *grads);
+    dg_output *vars = calloc((size_t)(cap ? cap : 1), sizeof *vars);
+    if (!grads || !vars) abort();
+    int n = dg_optimizer_compute_gradients(opt, loss, NULL, 0, grads, vars, cap);
+    dg_node *train = n < 0 ? NULL : dg_optimizer_apply_gradients(opt, grads, vars, n, global_step, NULL);
+    free(grads);
+    free(vars);
+    return train;
+}

@@ -1,0 +1,168 @@
+/* Op builders. Each adds one node (or a few) to the graph and returns its output.
+ * `name` may be NULL (the op type is used); it is placed under the current name scope and
+ * made unique ("MatMul", "MatMul_1"). On error the graph's sticky status is set and the null
+ * output is returned; passing a null output to a builder is itself an error.
+ * Floating ops accept float32 and float64 unless noted; binary ops broadcast as NumPy. */
+#ifndef DISTGRAPH_OPS_H
+#define DISTGRAPH_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "distgraph/graph.h"
+#include "distgraph/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- sources ----
+// A constant holding value. Borrows value (takes its own reference).
+dg_output dg_const(dg_graph *g, const char *name, dg_tensor *value);
+dg_output dg_scalar(dg_graph *g, const char *name, dg_dtype dtype, double v);
+dg_output dg_const_i64s(dg_graph *g, const char *name, const int64_t *v, int n);
+// A value fed at run time; dims of shape may be -1 (unknown).
+dg_output dg_placeholder(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape);
+
+// ---- variables ----
+typedef enum dg_init_kind {
+    DG_INIT_ZEROS = 0,
+    DG_INIT_ONES,
+    DG_INIT_CONSTANT,
+    DG_INIT_RANDOM_UNIFORM,
+    DG_INIT_RANDOM_NORMAL,
+    DG_INIT_TRUNCATED_NORMAL,
+    DG_INIT_TENSOR,
+} dg_init_kind;
+
+// How a variable gets its first value. Random initializers are reproducible: the same
+// seed gives the same values (seed 0 draws a fresh seed per graph node, deterministically
+// from the graph's random seed and the node's creation order).
+typedef struct dg_initializer {
+    dg_init_kind kind;
+    double a, b;        // constant: a; uniform: [a, b); normal/truncated: mean a, stddev b
+    int64_t seed;
+    dg_tensor *value;   // DG_INIT_TENSOR: borrowed for the dg_variable call
+} dg_initializer;
+
+dg_initializer dg_init_zeros(void);
+dg_initializer dg_init_ones(void);
+dg_initializer dg_init_constant(double v);
+dg_initializer dg_init_random_uniform(double lo, double hi, int64_t seed);
+dg_initializer dg_init_random_normal(double mean, double stddev, int64_t seed);
+dg_initializer dg_init_truncated_normal(double mean, double stddev, int64_t seed);
+dg_initializer dg_init_tensor(dg_tensor *value);
+
+// A variable (op VariableV2) with an initializer (an Assign under "<name>/Assign"), added
+// to the global and (if trainable) trainable collections. The output is the variable
+// itself: ops reading it see its current value. The shape must be fully defined.
+dg_output dg_variable_ex(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape,
+                         dg_initializer init, bool trainable);
+dg_output dg_variable(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape,
+                      dg_initializer init);
+// TensorFlow's get_variable: creates "<variable scope>/<name>", or with reuse finds it
+// (error if missing, or if it exists and reuse is off, or on a shape/dtype mismatch).
+dg_output dg_get_variable(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape,
+                          dg_initializer init);
+// The initializer (Assign node) of a variable; NULL if v is not a variable.
+dg_node *dg_variable_initializer(dg_output v);
+dg_output dg_assign(dg_graph *g, const char *name, dg_output var, dg_output value);
+dg_output dg_assign_add(dg_graph *g, const char *name, dg_output var, dg_output value);
+dg_output dg_assign_sub(dg_graph *g, const char *name, dg_output var, dg_output value);
+// A bool scalar: has var been assigned a value?
+dg_output dg_is_variable_initialized(dg_graph *g, const char *name, dg_output var);
+// A NoOp depending on the initializers of every variable in DG_GLOBAL_VARIABLES.
+dg_node *dg_global_variables_initializer(dg_graph *g);
+// Sets the graph-level seed used when an op's seed is 0.
+void dg_graph_set_random_seed(dg_graph *g, int64_t seed);
+
+// ---- random tensors (a new draw on every run) ----
+dg_output dg_random_uniform(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape,
+                            double lo, double hi, int64_t seed);
+dg_output dg_random_normal(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape,
+                           double mean, double stddev, int64_t seed);
+dg_output dg_truncated_normal(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape,
+                              double mean, double stddev, int64_t seed);
+
+// ---- math ----
+dg_output dg_matmul(dg_graph *g, const char *name, dg_output a, dg_output b, bool transpose_a,
+                    bool transpose_b);
+dg_output dg_add(dg_graph *g, const char *name, dg_output a, dg_output b);
+dg_output dg_sub(dg_graph *g, const char *name, dg_output a, dg_output b);
+dg_output dg_mul(dg_graph *g, const char *name, dg_output a, dg_output b);
+dg_output dg_div(dg_graph *g, const char *name, dg_output a, dg_output b);
+dg_output dg_maximum(dg_graph *g, const char *name, dg_output a, dg_output b);
+dg_output dg_minimum(dg_graph *g, const char *name, dg_output a, dg_output b);
+// Sums n tensors of one shape.
+dg_output dg_add_n(dg_graph *g, const char *name, const dg_output *xs, int n);
+// value [..., C] + bias [C].
+dg_output dg_bias_add(dg_graph *g, const char *name, dg_output value, dg_output bias);
+dg_output dg_relu(dg_graph *g, const char *name, dg_output x);
+dg_output dg_sigmoid(dg_graph *g, const char *name, dg_output x);
+dg_output dg_tanh(dg_graph *g, const char *name, dg_output x);
+dg_output dg_exp(dg_graph *g, const char *name, dg_output x);
+dg_output dg_log(dg_graph *g, const char *name, dg_output x);
+dg_output dg_square(dg_graph *g, const char *name, dg_output x);
+dg_output dg_sqrt(dg_graph *g, const char *name, dg_output x);
+dg_output dg_neg(dg_graph *g, const char *name, dg_output x);
+// min(max(x, lo), hi); lo and hi are scalars or broadcast to x.
+dg_output dg_clip_by_value(dg_graph *g, const char *name, dg_output x, dg_output lo,
+                           dg_output hi);
+// Softmax and log-softmax over the last axis.
+dg_output dg_softmax(dg_graph *g, const char *name, dg_output logits);
+dg_output dg_log_softmax(dg_graph *g, const char *name, dg_output logits);
+// Per-example cross entropy of logits [N, C] against probabilities labels [N, C].
+dg_output dg_softmax_cross_entropy_with_logits(dg_graph *g, const char *name,
+                                               dg_output logits, dg_output labels);
+// Per-example cross entropy of logits [N, C] against class ids labels [N] (int32/int64).
+dg_output dg_sparse_softmax_cross_entropy_with_logits(dg_graph *g, const char *name,
+                                                      dg_output logits, dg_output labels);
+// Mean of the sparse cross entropy over the batch (a scalar): the usual loss.
+dg_output dg_sparse_softmax_cross_entropy(dg_graph *g, const char *name, dg_output logits,
+                                          dg_output labels);
+
+// ---- reductions (axes NULL/n_axes 0: all axes; negative axes count from the end) ----
+dg_output dg_sum(dg_graph *g, const char *name, dg_output x, const int64_t *axes, int n_axes,
+                 bool keep_dims);
+dg_output dg_mean(dg_graph *g, const char *name, dg_output x, const int64_t *axes, int n_axes,
+                  bool keep_dims);
+dg_output dg_max(dg_graph *g, const char *name, dg_output x, const int64_t *axes, int n_axes,
+                 bool keep_dims);
+// Index of the largest value along axis (int64 output).
+dg_output dg_argmax(dg_graph *g, const char *name, dg_output x, int64_t axis);
+
+// ---- comparison and types ----
+dg_output dg_equal(dg_graph *g, const char *name, dg_output a, dg_output b);
+dg_output dg_cast(dg_graph *g, const char *name, dg_output x, dg_dtype to);
+
+// ---- shapes ----
+// New shape (one dim may be -1, inferred from the element count).
+dg_output dg_reshape(dg_graph *g, const char *name, dg_output x, const int64_t *dims, int n);
+// Reshape to a shape given as an int32/int64 vector tensor.
+dg_output dg_reshape_to(dg_graph *g, const char *name, dg_output x, dg_output shape);
+// The shape of x as an int64 vector.
+dg_output dg_shape_of(dg_graph *g, const char *name, dg_output x);
+// A tensor of shape `dims` (int64 vector) filled with the scalar value.
+dg_output dg_fill(dg_graph *g, const char *name, dg_output dims, dg_output value);
+dg_output dg_zeros(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape);
+dg_output dg_ones(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape);
+dg_output dg_zeros_like(dg_graph *g, const char *name, dg_output x);
+dg_output dg_ones_like(dg_graph *g, const char *name, dg_output x);
+dg_output dg_concat(dg_graph *g, const char *name, const dg_output *xs, int n, int64_t axis);
+// Splits x into n_splits equal parts along axis; out receives n_splits outputs.
+bool dg_split(dg_graph *g, const char *name, dg_output x, int64_t axis, int n_splits,
+              dg_output *out);
+// x[begin : begin+size] per axis; size -1 takes the rest.
+dg_output dg_slice(dg_graph *g, const char *name, dg_output x, const int64_t *begin,
+                   const int64_t *size, int n);
+dg_output dg_identity(dg_graph *g, const char *name, dg_output x);
+
+// ---- control ----
+dg_node *dg_no_op(dg_graph *g, const char *name);
+// A NoOp that runs after every node in deps.
+dg_node *dg_group(dg_graph *g, const char *name, dg_node *const *deps, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

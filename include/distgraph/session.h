@@ -1,0 +1,50 @@
+/* Sessions run a graph: feeds in, fetches out, targets run for their effects.
+ * dg_session_new(graph, "local", ...) runs in this process on its devices. A session caches
+ * the pruned, compiled graph per (feeds, fetches, targets) signature, so the first run of a
+ * signature compiles and later runs do no set-up work. dg_session_run may be called from
+ * several threads at once. The graph must outlive the session and not change while a run is
+ * in progress (nodes may be added between runs). */
+#ifndef DISTGRAPH_SESSION_H
+#define DISTGRAPH_SESSION_H
+
+#include <stdbool.h>
+
+#include "distgraph/graph.h"
+#include "distgraph/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dg_session dg_session;
+
+typedef struct dg_session_options {
+    int inter_op_threads;    // threads running independent ops; 0: one per core, 1: inline only
+    int intra_op_threads;    // threads inside one op (BLAS); 0: 1
+    bool allow_soft_placement;   // default true
+    int n_virtual_cpus;      // extra CPU devices (/device:CPU:1 ...) for multi-device tests
+    bool log_device_placement;
+} dg_session_options;
+
+dg_session_options dg_session_options_default(void);
+
+// target: "local" (or "" / NULL) runs in this process. Borrows g until dg_session_free().
+// opts may be NULL for the defaults. Returns: new, caller frees with dg_session_free().
+dg_session *dg_session_new(dg_graph *g, const char *target, const dg_session_options *opts,
+                           dg_status *st);
+void dg_session_free(dg_session **s);
+
+// Runs one step. feed_values[i] is the value of feeds[i] (borrowed). fetched[i] receives a
+// new reference to the value of fetches[i] (caller releases with dg_tensor_unref); on
+// failure no fetched entry is set. targets are run for their side effects.
+bool dg_session_run(dg_session *s, const dg_output *feeds, dg_tensor *const *feed_values,
+                    int n_feeds, const dg_output *fetches, dg_tensor **fetched, int n_fetches,
+                    dg_node *const *targets, int n_targets, dg_status *st);
+
+// Convenience: runs a single target node.
+bool dg_session_run_target(dg_session *s, dg_node *target, dg_status *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,66 @@
+/* Gradients and optimizers, as graph construction.
+ * dg_gradients adds the nodes computing d(sum ys)/d(xs). Optimizers are value structs: make
+ * one with dg_gradient_descent / dg_momentum / dg_adam, then compute_gradients and
+ * apply_gradients (kept separate so gradients can be averaged between the two, as in
+ * TensorFlow), or minimize. Slots (momentum accumulators, Adam's m and v) are variables
+ * colocated with their variable and named "<var>/<Optimizer>" and "<var>/<Optimizer>_1". */
+#ifndef DISTGRAPH_TRAIN_H
+#define DISTGRAPH_TRAIN_H
+
+#include <stdbool.h>
+
+#include "distgraph/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Adds gradient nodes: dx[i] = sum over ys of d ys / d xs[i], each y weighted by grad_ys[j]
+// (NULL: ones). dx[i] is the null output when xs[i] does not affect ys. Returns false (and
+// the graph's sticky status names the op) when an op on the path has no gradient.
+bool dg_gradients(dg_graph *g, const dg_output *ys, int n_ys, const dg_output *xs, int n_xs,
+                  const dg_output *grad_ys, dg_output *dx);
+
+// The global step: an int64 scalar variable "global_step" (created on first use, kept in the
+// DG_GLOBAL_STEP collection, not trainable).
+dg_output dg_global_step(dg_graph *g);
+
+typedef enum dg_optimizer_kind {
+    DG_OPT_GRADIENT_DESCENT = 0,
+    DG_OPT_MOMENTUM = 1,
+    DG_OPT_ADAM = 2,
+} dg_optimizer_kind;
+
+typedef struct dg_optimizer {
+    dg_optimizer_kind kind;
+    dg_graph *graph;
+    double learning_rate;
+    double momentum;        // momentum
+    bool use_nesterov;      // momentum
+    double beta1, beta2, epsilon;   // adam
+    const char *name;       // "GradientDescent", "Momentum", "Adam" by default
+} dg_optimizer;
+
+dg_optimizer dg_gradient_descent(dg_graph *g, double learning_rate);
+dg_optimizer dg_momentum(dg_graph *g, double learning_rate, double momentum, bool use_nesterov);
+// beta1 0.9, beta2 0.999, epsilon 1e-8 as in TensorFlow.
+dg_optimizer dg_adam(dg_graph *g, double learning_rate);
+
+// Gradients of loss with respect to vars (NULL: the trainable variables collection).
+// Writes n pairs into grads/vars_out (both at least cap long) and returns n, or -1 on error.
+// Pairs whose gradient is the null output (variable does not affect loss) are left out.
+int dg_optimizer_compute_gradients(const dg_optimizer *opt, dg_output loss, const dg_output *vars,
+                                   int n_vars, dg_output *grads, dg_output *vars_out, int cap);
+// Applies the updates; with a non-null global_step also increments it. Every update runs
+// after every gradient is computed, so all of them read the pre-step values.
+// Returns: the train op (a NoOp), borrowed, valid until dg_graph_free(); NULL on error.
+dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *grads,
+                                      const dg_output *vars, int n, dg_output global_step,
+                                      const char *name);
+// compute_gradients then apply_gradients over the trainable variables.
+dg_node *dg_optimizer_minimize(const dg_optimizer *opt, dg_output loss, dg_output global_step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,608 @@
+/* Tests for placer/device_setter.c, after TensorFlow's device_setter_test.py. Graphs are
+ * built through the public API; devices are read back with dg_node_requested_device. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static dg_cluster *cluster_of(const char *spec) {
+    dg_status *st = dg_status_new();
+    dg_cluster *c = dg_cluster_from_spec_string(spec, st);
+    assert_ok(st);
+    dg_status_free(&st);
+    return c;
+}
+
+static dg_device_fn *setter(const dg_replica_device_setter_options *o) {
+    dg_status *st = dg_status_new();
+    dg_device_fn *fn = dg_replica_device_setter(o, st);
+    assert_ok(st);
+    assert_non_null(fn);
+    dg_status_free(&st);
+    return fn;
+}
+
+static dg_output var(dg_graph *g, const char *name, dg_shape shape) {
+    dg_output v = dg_variable(g, name, DG_FLOAT32, shape, dg_init_zeros());
+    if (!dg_graph_ok(g))
+        fail_msg("dg_variable(%s): %s", name, dg_status_message(dg_graph_status(g)));
+    assert_true(dg_output_ok(v));
+    return v;
+}
+
+static const char *dev(dg_output o) { return dg_node_requested_device(o.node); }
+static const char *init_dev(dg_output v) {
+    return dg_node_requested_device(dg_variable_initializer(v));
+}
+
+static void expect_graph_ok(const dg_graph *g) {
+    const dg_status *st = dg_graph_status(g);
+    assert_ok(st);
+}
+
+// testPS2TasksWithClusterSpecClass
+static void test_round_robin_with_cluster(void **state) {
+    (void)state;
+    dg_cluster *c = cluster_of("ps|ps0:2222,ps1:2222;worker|worker0:2222,worker1:2222,worker2:2222");
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.cluster = c;
+    dg_device_fn *fn = setter(&o);
+    dg_cluster_free(&c);   // the cluster is only borrowed for the call
+
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    dg_output v = var(g, "v", dg_shape1(2));
+    dg_output w = var(g, "w", dg_shape1(2));
+    dg_output a = dg_add(g, "a", v, w);
+    dg_output x = var(g, "x", dg_shape1(2));
+    dg_graph_pop_device_fn(g);
+    dg_output b = dg_add(g, "b", v, x);
+    expect_graph_ok(g);
+    assert_string_equal(dev(v), "/job:ps/task:0");
+    assert_string_equal(init_dev(v), "/job:ps/task:0");
+    assert_string_equal(dev(w), "/job:ps/task:1");
+    assert_string_equal(init_dev(w), "/job:ps/task:1");
+    assert_string_equal(dev(a), "/job:worker");
+    assert_string_equal(dev(x), "/job:ps/task:0");   // wraps around
+    assert_string_equal(dev(b), "");                  // outside the setter
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+    assert_null(fn);
+}
+
+// ps_tasks given directly, no cluster.
+static void test_round_robin_ps_tasks(void **state) {
+    (void)state;
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.ps_tasks = 3;
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    const char *want[] = {"/job:ps/task:0", "/job:ps/task:1", "/job:ps/task:2", "/job:ps/task:0"};
+    for (int i = 0; i < 4; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "v%d", i);
+        dg_output v = var(g, name, dg_shape1(1));
+        assert_string_equal(dev(v), want[i]);
+    }
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+}
+
+// testCPUOverride
+static void test_cpu_override(void **state) {
+    (void)state;
+    dg_cluster *c = cluster_of("ps|ps0:2222,ps1:2222;worker|worker0:2222,worker1:2222,worker2:2222");
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.cluster = c;
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    dg_graph_push_device(g, "/cpu:0");
+    dg_output v = var(g, "v", dg_shape1(2));
+    dg_graph_pop_device(g);
+    dg_output w = var(g, "w", dg_shape1(2));
+    dg_graph_push_device(g, "/cpu:0");
+    dg_output a = dg_add(g, "a", v, w);
+    dg_graph_pop_device(g);
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(v), "/job:ps/task:0/device:CPU:0");
+    assert_string_equal(init_dev(v), "/job:ps/task:0/device:CPU:0");
+    assert_string_equal(dev(w), "/job:ps/task:1");
+    assert_string_equal(init_dev(w), "/job:ps/task:1");
+    assert_string_equal(dev(a), "/job:worker/device:CPU:0");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+    dg_cluster_free(&c);
+}
+
+// testPS2TasksPinVariableToJob
+static void test_pin_variable_to_job(void **state) {
+    (void)state;
+    dg_cluster *c = cluster_of("ps|ps0:2222,ps1:2222;worker|worker0:2222");
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.cluster = c;
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    dg_output v = var(g, "v", dg_shape1(2));
+    dg_graph_push_device(g, "/job:moon");
+    dg_output w = var(g, "w", dg_shape1(2));
+    dg_graph_push_device(g, "/job:ps");   // an explicit ps job still gets a task
+    dg_output x = var(g, "x", dg_shape1(2));
+    dg_graph_pop_device(g);
+    dg_graph_pop_device(g);
+    dg_output a = dg_add(g, "a", dg_add(g, NULL, v, w), x);
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(v), "/job:ps/task:0");
+    assert_string_equal(init_dev(v), "/job:ps/task:0");
+    assert_string_equal(dev(w), "/job:moon");
+    assert_string_equal(init_dev(w), "/job:moon");
+    assert_string_equal(dev(x), "/job:ps/task:1");
+    assert_string_equal(init_dev(x), "/job:ps/task:1");
+    assert_string_equal(dev(a), "/job:worker");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+    dg_cluster_free(&c);
+}
+
+// testPS2TasksUseCpuForPS
+static void test_cpu_ps_device(void **state) {
+    (void)state;
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.ps_tasks = 1;
+    o.ps_device = "/cpu:0";
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    dg_output v = var(g, "v", dg_shape1(2));
+    dg_graph_push_device(g, "/job:moon");
+    dg_output w = var(g, "w", dg_shape1(2));
+    dg_graph_pop_device(g);
+    dg_output a = dg_add(g, "a", v, w);
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(v), "/device:CPU:0");
+    assert_string_equal(init_dev(v), "/device:CPU:0");
+    assert_string_equal(dev(w), "/job:moon/device:CPU:0");
+    assert_string_equal(init_dev(w), "/job:moon/device:CPU:0");
+    assert_string_equal(dev(a), "/job:worker");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+}
+
+// testPS2TasksNoMerging
+static void test_no_merging(void **state) {
+    (void)state;
+    dg_cluster *c = cluster_of("ps|ps0:2222,ps1:2222;worker|worker0:2222");
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.cluster = c;
+    o.merge_devices = false;
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    dg_output v = var(g, "v", dg_shape1(2));
+    dg_graph_push_device(g, "/job:ps");   // kept as is: no task without merging
+    dg_output w = var(g, "w", dg_shape1(2));
+    dg_graph_pop_device(g);
+    dg_output a = dg_add(g, "a", v, w);
+    dg_graph_push_device(g, "/device:GPU:1");
+    dg_output b = dg_add(g, "b", v, w);
+    dg_graph_pop_device(g);
+    dg_output x = var(g, "x", dg_shape1(2));
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(v), "/job:ps/task:0");
+    assert_string_equal(init_dev(v), "/job:ps/task:0");
+    assert_string_equal(dev(w), "/job:ps");
+    assert_string_equal(init_dev(w), "/job:ps");
+    assert_string_equal(dev(a), "/job:worker");
+    assert_string_equal(dev(b), "/device:GPU:1");
+    assert_string_equal(dev(x), "/job:ps/task:1");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+    dg_cluster_free(&c);
+}
+
+// testPS2TasksWithDevice and testPS2TasksWithCPUConstraint: custom job names.
+static void test_custom_jobs(void **state) {
+    (void)state;
+    dg_cluster *c = cluster_of("sun|sun0:2222,sun1:2222,sun2:2222;moon|moon0:2222,moon1:2222");
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.cluster = c;
+    o.ps_device = "/job:moon";
+    o.worker_device = "/job:sun";
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    dg_output v = var(g, "v", dg_shape1(2));
+    dg_output w = var(g, "w", dg_shape1(2));
+    dg_output a = dg_add(g, "a", v, w);
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(v), "/job:moon/task:0");
+    assert_string_equal(init_dev(v), "/job:moon/task:0");
+    assert_string_equal(dev(w), "/job:moon/task:1");
+    assert_string_equal(dev(a), "/job:sun");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+
+    o.ps_device = "/job:moon/cpu:0";
+    fn = setter(&o);
+    g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    v = var(g, "v", dg_shape1(2));
+    w = var(g, "w", dg_shape1(2));
+    a = dg_add(g, "a", v, w);
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(v), "/job:moon/task:0/device:CPU:0");
+    assert_string_equal(init_dev(v), "/job:moon/task:0/device:CPU:0");
+    assert_string_equal(dev(w), "/job:moon/task:1/device:CPU:0");
+    assert_string_equal(dev(a), "/job:sun");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+    dg_cluster_free(&c);
+}
+
+// A worker device with a task and a GPU merges under the op's own device fields.
+static void test_worker_device_merge(void **state) {
+    (void)state;
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.ps_tasks = 2;
+    o.worker_device = "/job:worker/task:3/device:GPU:0";
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    dg_output v = var(g, "v", dg_shape1(2));
+    dg_output a = dg_add(g, "a", v, v);
+    dg_graph_push_device(g, "/device:CPU:0");
+    dg_output b = dg_add(g, "b", v, v);
+    dg_graph_pop_device(g);
+    dg_graph_push_device(g, "/job:other/task:1");
+    dg_output d = dg_add(g, "d", v, v);
+    dg_graph_pop_device(g);
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(v), "/job:ps/task:0");
+    assert_string_equal(dev(a), "/job:worker/task:3/device:GPU:0");
+    assert_string_equal(dev(b), "/job:worker/task:3/device:CPU:0");
+    assert_string_equal(dev(d), "/job:other/task:1/device:GPU:0");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+
+    // An empty worker_device leaves non-ps ops alone.
+    o.worker_device = "";
+    fn = setter(&o);
+    g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    v = var(g, "v", dg_shape1(2));
+    a = dg_add(g, "a", v, v);
+    dg_graph_push_device(g, "/device:GPU:2");
+    b = dg_add(g, "b", v, v);
+    dg_graph_pop_device(g);
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(v), "/job:ps/task:0");
+    assert_string_equal(dev(a), "");
+    assert_string_equal(dev(b), "/device:GPU:2");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+
+    // An empty ps_device turns ps placement off: variables go to the worker device too.
+    o.worker_device = NULL;   // the default "/job:worker"
+    o.ps_device = "";
+    fn = setter(&o);
+    g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    v = var(g, "v", dg_shape1(2));
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(v), "/job:worker");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+}
+
+// No ps tasks: TensorFlow returns no device function, so nothing is placed.
+static void test_no_ps_tasks(void **state) {
+    (void)state;
+    dg_cluster *c = cluster_of("worker|w0:1,w1:1");
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.cluster = c;
+    o.ps_tasks = 5;   // the cluster wins, and it has no ps job
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    dg_output v = var(g, "v", dg_shape1(2));
+    dg_output a = dg_add(g, "a", v, v);
+    dg_graph_push_device(g, "/job:x/device:GPU:0");
+    dg_output b = dg_add(g, "b", v, v);
+    dg_graph_pop_device(g);
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(v), "");
+    assert_string_equal(dev(a), "");
+    assert_string_equal(dev(b), "/job:x/device:GPU:0");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+    dg_cluster_free(&c);
+
+    // Defaults: ps_tasks 0 and no cluster; NULL options mean the defaults.
+    dg_device_fn *fns[2];
+    dg_replica_device_setter_options d = dg_replica_device_setter_options_default();
+    fns[0] = setter(&d);
+    fns[1] = setter(NULL);
+    for (int i = 0; i < 2; i++) {
+        g = dg_graph_new();
+        dg_graph_push_device_fn(g, fns[i]);
+        v = var(g, "v", dg_shape1(2));
+        dg_graph_pop_device_fn(g);
+        expect_graph_ok(g);
+        assert_string_equal(dev(v), "");
+        dg_graph_free(&g);
+        dg_device_fn_free(&fns[i]);
+    }
+
+    // A ps_device without a job cannot be looked up in a cluster: no ps placement.
+    c = cluster_of("ps|p:1;worker|w:1");
+    o = dg_replica_device_setter_options_default();
+    o.cluster = c;
+    o.ps_device = "/device:CPU:0";
+    fn = setter(&o);
+    g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    v = var(g, "v", dg_shape1(2));
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(v), "");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+    dg_cluster_free(&c);
+}
+
+// A sparse ps job: slots map to the job's real task indices.
+static void test_sparse_ps_job(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    dg_cluster *c = dg_cluster_from_json(
+        "{\"ps\": {\"1\": \"p1:1\", \"4\": \"p4:1\"}, \"worker\": [\"w:1\"]}", st);
+    assert_ok(st);
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.cluster = c;
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    dg_output v0 = var(g, "v0", dg_shape1(2));
+    dg_output v1 = var(g, "v1", dg_shape1(2));
+    dg_output v2 = var(g, "v2", dg_shape1(2));
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(v0), "/job:ps/task:1");
+    assert_string_equal(dev(v1), "/job:ps/task:4");
+    assert_string_equal(dev(v2), "/job:ps/task:1");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+    dg_cluster_free(&c);
+    dg_status_free(&st);
+}
+
+// Only the listed op types go to the ps.
+static void test_custom_ps_ops(void **state) {
+    (void)state;
+    const char *ops[] = {"Placeholder"};
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.ps_tasks = 2;
+    o.ps_ops = ops;
+    o.n_ps_ops = 1;
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    dg_output p = dg_placeholder(g, "p", DG_FLOAT32, dg_shape1(2));
+    dg_output v = var(g, "v", dg_shape1(2));
+    dg_output q = dg_placeholder(g, "q", DG_FLOAT32, dg_shape1(2));
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(p), "/job:ps/task:0");
+    assert_string_equal(dev(v), "/job:worker");
+    assert_string_equal(dev(q), "/job:ps/task:1");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+
+    // No ps ops at all: everything goes to the worker.
+    o.n_ps_ops = 0;
+    fn = setter(&o);
+    g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    v = var(g, "v", dg_shape1(2));
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(v), "/job:worker");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+}
+
+// testByteSizeLoadFn: GreedyLoadBalancingStrategy with byte_size_load_fn.
+static void test_greedy_bytes(void **state) {
+    (void)state;
+    dg_cluster *c = cluster_of("ps|p0:1,p1:1,p2:1;worker|w:1");
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.cluster = c;
+    o.strategy = DG_PS_GREEDY_BYTES;
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    // float32: bytes = 4 * elements. Loads after each step in brackets.
+    dg_output u = var(g, "u", dg_shape2(100, 10));   // 4000 -> task 0 [4000, 0, 0]
+    dg_output v = var(g, "v", dg_shape1(10));        // 40 -> task 1 [4000, 40, 0]
+    dg_output w = var(g, "w", dg_shape1(20));        // 80 -> task 2 [4000, 40, 80]
+    dg_output x = var(g, "x", dg_shape1(50));        // 200 -> task 1 [4000, 240, 80]
+    dg_output y = var(g, "y", dg_shape_scalar());    // 4 -> task 2 [4000, 240, 84]
+    dg_output z = var(g, "z", dg_shape2(1000, 1));   // 4000 -> task 2 [4000, 240, 4084]
+    dg_output a = dg_add(g, "a", v, v);
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(u), "/job:ps/task:0");
+    assert_string_equal(dev(v), "/job:ps/task:1");
+    assert_string_equal(dev(w), "/job:ps/task:2");
+    assert_string_equal(dev(x), "/job:ps/task:1");
+    assert_string_equal(dev(y), "/job:ps/task:2");
+    assert_string_equal(dev(z), "/job:ps/task:2");
+    assert_string_equal(init_dev(z), "/job:ps/task:2");
+    assert_string_equal(dev(a), "/job:worker");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+
+    // Ties go to the lowest task; float64 counts 8 bytes per element.
+    fn = setter(&o);
+    g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    dg_output d0 = dg_variable(g, "d0", DG_FLOAT64, dg_shape1(5), dg_init_zeros());   // 40
+    dg_output f0 = var(g, "f0", dg_shape1(10));                                        // 40
+    dg_output f1 = var(g, "f1", dg_shape1(10));                                        // 40
+    dg_output f2 = var(g, "f2", dg_shape1(1));                                         // 4
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(d0), "/job:ps/task:0");
+    assert_string_equal(dev(f0), "/job:ps/task:1");
+    assert_string_equal(dev(f1), "/job:ps/task:2");
+    assert_string_equal(dev(f2), "/job:ps/task:0");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+    dg_cluster_free(&c);
+}
+
+// byte_size_load_fn errors reach the graph's sticky status.
+static void test_greedy_errors(void **state) {
+    (void)state;
+    const char *ops[] = {"Placeholder", "NoOp"};
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.ps_tasks = 2;
+    o.ps_ops = ops;
+    o.n_ps_ops = 2;
+    o.strategy = DG_PS_GREEDY_BYTES;
+    dg_device_fn *fn = setter(&o);
+
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    dg_output p = dg_placeholder(g, "p", DG_FLOAT32, dg_shape2(-1, 10));
+    assert_false(dg_output_ok(p));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT,
+                  "op \"p\" (Placeholder): shape [?,10] is not fully defined");
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "replica_device_setter");
+    dg_graph_free(&g);
+
+    g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    dg_node *n = dg_no_op(g, "noop");
+    assert_null(n);
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT,
+                  "op \"noop\" (NoOp) must have a single output for byte-size load balancing, "
+                  "has 0");
+    dg_graph_free(&g);
+
+    // Round robin does not need sizes, so the same ops are fine there.
+    o.strategy = DG_PS_ROUND_ROBIN;
+    dg_device_fn *rr = setter(&o);
+    g = dg_graph_new();
+    dg_graph_push_device_fn(g, rr);
+    p = dg_placeholder(g, "p", DG_FLOAT32, dg_shape2(-1, 10));
+    n = dg_no_op(g, "noop");
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(p), "/job:ps/task:0");
+    assert_string_equal(dg_node_requested_device(n), "/job:ps/task:1");
+    dg_graph_free(&g);
+    dg_device_fn_free(&rr);
+    dg_device_fn_free(&fn);
+}
+
+static void test_option_errors(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.ps_tasks = -1;
+    assert_null(dg_replica_device_setter(&o, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "replica_device_setter: ps_tasks must be >= 0, got -1");
+
+    o = dg_replica_device_setter_options_default();
+    o.ps_device = "/job:ps/task:x";
+    assert_null(dg_replica_device_setter(&o, st));
+    assert_status(st, DG_INVALID_ARGUMENT,
+                  "replica_device_setter: ps_device: device \"/job:ps/task:x\": bad task index \"x\"");
+
+    o = dg_replica_device_setter_options_default();
+    o.worker_device = "job:worker";
+    assert_null(dg_replica_device_setter(&o, st));
+    assert_status(st, DG_INVALID_ARGUMENT,
+                  "replica_device_setter: worker_device: device \"job:worker\": must start with '/'");
+
+    o = dg_replica_device_setter_options_default();
+    o.strategy = (dg_ps_strategy)7;
+    assert_null(dg_replica_device_setter(&o, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "replica_device_setter: unknown strategy 7");
+
+    const char *ops[] = {"VariableV2", NULL};
+    o = dg_replica_device_setter_options_default();
+    o.ps_ops = ops;
+    o.n_ps_ops = 2;
+    assert_null(dg_replica_device_setter(&o, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "replica_device_setter: ps_ops[1] is NULL");
+    o.n_ps_ops = -1;
+    assert_null(dg_replica_device_setter(&o, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "replica_device_setter: n_ps_ops must be >= 0, got -1");
+    dg_status_free(&st);
+}
+
+// The device function called directly: a malformed current device and a small buffer.
+static void test_choose_direct(void **state) {
+    (void)state;
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.ps_tasks = 2;
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_output v = var(g, "v", dg_shape1(2));
+    dg_status *st = dg_status_new();
+    char out[DG_DEVICE_NAME_MAX];
+    assert_false(fn->choose(fn->ctx, v.node, "/job:ps/task:x", out, sizeof out, st));
+    assert_status(st, DG_INVALID_ARGUMENT,
+                  "replica_device_setter: op \"v\": device \"/job:ps/task:x\": bad task index \"x\"");
+    dg_status_reset(st);
+    assert_true(fn->choose(fn->ctx, v.node, "", out, sizeof out, st));
+    assert_ok(st);
+    assert_string_equal(out, "/job:ps/task:0");
+    assert_true(fn->choose(fn->ctx, v.node, NULL, out, sizeof out, st));
+    assert_string_equal(out, "/job:ps/task:1");
+    char tiny[6];
+    assert_false(fn->choose(fn->ctx, v.node, "/device:GPU:0", tiny, sizeof tiny, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "does not fit 6 bytes");
+    dg_status_free(&st);
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+    dg_device_fn_free(&fn);
+    dg_device_fn_free(NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_robin_with_cluster),
+        cmocka_unit_test(test_round_robin_ps_tasks),
+        cmocka_unit_test(test_cpu_override),
+        cmocka_unit_test(test_pin_variable_to_job),
+        cmocka_unit_test(test_cpu_ps_device),
+        cmocka_unit_test(test_no_merging),
+        cmocka_unit_test(test_custom_jobs),
+        cmocka_unit_test(test_worker_device_merge),
+        cmocka_unit_test(test_no_ps_tasks),
+        cmocka_unit_test(test_sparse_ps_job),
+        cmocka_unit_test(test_custom_ps_ops),
+        cmocka_unit_test(test_greedy_bytes),
+        cmocka_unit_test(test_greedy_errors),
+        cmocka_unit_test(test_option_errors),
+        cmocka_unit_test(test_choose_direct),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

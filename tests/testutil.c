@@ -1,0 +1,30 @@
+#include "testutil.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void dg_test_assert_ok(const dg_status *st, const char *file, int line) {
+    if (dg_status_ok(st)) return;
+    print_error("%s:%d: status %s: %s\n", file, line, dg_code_name(dg_status_code(st)),
+                dg_status_message(st));
+    _fail(file, line);
+}
+
+void dg_test_assert_status(const dg_status *st, dg_code code, const char *needle,
+                           const char *file, int line) {
+    if (dg_status_code(st) == code && (!needle || strstr(dg_status_message(st), needle)))
+        return;
+    print_error("%s:%d: expected %s containing \"%s\", got %s: \"%s\"\n", file, line,
+                dg_code_name(code), needle ? needle : "", dg_code_name(dg_status_code(st)),
+                dg_status_message(st));
+    _fail(file, line);
+}
+
+double dg_test_uniform(uint64_t *state, double lo, double hi) {
+    uint64_t x = *state ? *state : 0x9E3779B97F4A7C15ull;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    return lo + (hi - lo) * ((double)(x >> 11) / 9007199254740992.0);
+}
