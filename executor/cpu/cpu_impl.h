@@ -11,6 +11,14 @@
 #define F32(t) ((float *)(t)->data)
 #define F64(t) ((double *)(t)->data)
 
+// Hot loops are compiled for AVX-512, AVX2 and baseline x86-64, picked at load time, so one
+// binary is fast on any x86-64 machine it is carried to.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(DG_SANITIZE_BUILD)
+#define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CPU_CLONES
+#endif
+
 // The state for kernels that need none.
 #define NO_STATE ((void *)1)
 

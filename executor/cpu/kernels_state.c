@@ -214,19 +214,28 @@ static bool apply_momentum_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
-#define ADAM_LOOP(T, SQRT)                                                          \
-    do {                                                                            \
-        T *w = var->data, *m = mt->data, *v = vt->data;                             \
-        const T *g = grad->data;                                                    \
-        T l = (T)lr_t, b1 = (T)beta1, b2 = (T)beta2, e = (T)eps;                    \
-        T c1 = (T)1 - b1, c2 = (T)1 - b2;                                           \
-        for (int64_t i = 0; i < n; i++) {                                           \
-            T gi = g[i];                                                            \
-            m[i] += (gi - m[i]) * c1;                                               \
-            v[i] += (gi * gi - v[i]) * c2;                                          \
-            w[i] -= m[i] * l / (SQRT(v[i]) + e);                                    \
-        }                                                                           \
-    } while (0)
+CPU_CLONES static void adam_f32(float *restrict w, float *restrict m, float *restrict v,
+                                 const float *restrict g, int64_t n, float l, float b1, float b2,
+                                 float e) {
+    float c1 = 1 - b1, c2 = 1 - b2;
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float mi = m[i] + (gi - m[i]) * c1;
+        float vi = v[i] + (gi * gi - v[i]) * c2;
+        m[i] = mi;
+        v[i] = vi;
+        w[i] -= mi * l / (sqrtf(vi) + e);
+    }
+}
+
+static void adam_f64(double *restrict w, double *restrict m, double *restrict v,
+                     const double *restrict g, int64_t n, double l, double b1, double b2, double e) {
+    for (int64_t i = 0; i < n; i++) {
+        m[i] += (g[i] - m[i]) * (1 - b1);
+        v[i] += (g[i] * g[i] - v[i]) * (1 - b2);
+        w[i] -= m[i] * l / (sqrt(v[i]) + e);
+    }
+}
 
 static bool apply_adam_compute(void *state, exec_ctx *ctx) {
     dg_tensor *var = IN(0), *mt = IN(1), *vt = IN(2), *grad = IN(9);
@@ -235,9 +244,10 @@ static bool apply_adam_compute(void *state, exec_ctx *ctx) {
     double lr_t = lr * sqrt(1 - b2p) / (1 - b1p);
     int64_t n = var->n_elements;
     if (var->dtype == DG_FLOAT32)
-        ADAM_LOOP(float, sqrtf);
+        adam_f32(var->data, mt->data, vt->data, grad->data, n, (float)lr_t, (float)beta1,
+                 (float)beta2, (float)eps);
     else
-        ADAM_LOOP(double, sqrt);
+        adam_f64(var->data, mt->data, vt->data, grad->data, n, lr_t, beta1, beta2, eps);
     exec_set_output(ctx, 0, var);
     return true;
 }
