@@ -48,7 +48,8 @@ int main(int argc, char **argv) {
     float *xb = NULL;
     int64_t *yb = NULL;
     if (!mnist_load(data_dir, (uint64_t)seed, &data, st)) {
-        fprintf(stderr, "mlp_local: loading data: %s\n", dg_status_message(st));
+        fprintf(stderr, "mlp_local: loading data: %s: %s\n", dg_code_name(dg_status_code(st)),
+                dg_status_message(st));
         dg_status_free(&st);
         return 1;
     }

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages distgraph needs, and nothing when they are all there.
+# Run as root (or with sudo available) on Debian/Ubuntu.
+set -euo pipefail
+
+PKGS=(build-essential cmake pkg-config libzmq3-dev libmsgpack-dev libsqlite3-dev
+      libopenblas-dev zlib1g-dev libcmocka-dev dataset-fashion-mnist valgrind iproute2)
+
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+echo "setup: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

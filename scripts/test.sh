@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test: unit, integration and smoke tests through CTest, then
+# the unit tests again under valgrind memcheck (set DG_SKIP_VALGRIND=1 to skip that pass).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh
+cd build
+ctest --output-on-failure -j"$(nproc)" --timeout 600
+if [ "${DG_SKIP_VALGRIND:-0}" != 1 ]; then
+    echo "== unit tests under valgrind memcheck"
+    pass=0
+    fail=0
+    skip=0
+    for t in tests/test_*; do
+        [ -x "$t" ] || continue
+        set +e
+        valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect \
+            --error-exitcode=99 "$t" >"$t.valgrind.log" 2>&1
+        rc=$?
+        set -e
+        case $rc in
+            0) pass=$((pass + 1)) ;;
+            77) skip=$((skip + 1)) ;;
+            *) fail=$((fail + 1)); echo "valgrind: $t failed (exit $rc):"; tail -40 "$t.valgrind.log" ;;
+        esac
+    done
+    echo "valgrind: $pass passed, $fail failed, $skip skipped"
+    [ "$fail" -eq 0 ]
+fi
