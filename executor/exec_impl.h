@@ -42,6 +42,12 @@ void exec_variable_set(exec_variable *v, dg_tensor *t);
 // ---- kernels ----
 typedef struct exec_step exec_step;
 
+// Identifies one node's run in one step, for kernels that finish later (async kernels).
+typedef struct exec_async_handle {
+    exec_step *step;
+    int node;
+} exec_async_handle;
+
 typedef struct exec_ctx {
     dg_tensor **inputs;     // borrowed, n_inputs
     int n_inputs;
@@ -72,7 +78,31 @@ typedef struct exec_kernel_def {
     bool expensive;       // worth handing to another thread
     bool output_is_ref;   // outputs alias a variable's buffer: copy on fetch
     bool takes_uninit;    // input 0 may be an uninitialised variable (NULL tensor)
+    // Async kernels (compute NULL): start the work and return; whoever finishes it calls
+    // exec_async_done exactly once. ctx is valid only during the call.
+    void (*start_async)(void *state, exec_ctx *ctx, exec_async_handle h);
 } exec_kernel_def;
+
+// Completes an async kernel: out (consumed; NULL on error) becomes output 0; st (NULL: OK)
+// fails the step. May be called from any thread, also from inside start_async.
+void exec_async_done(exec_async_handle h, dg_tensor *out, const dg_status *st);
+
+// ---- rendezvous: Send/Recv hand-off by (step id, key) ----
+typedef struct exec_rendezvous exec_rendezvous;
+// Called once with the tensor (a reference the callee owns) or with an error status.
+typedef void (*exec_recv_cb)(void *arg, int node, dg_tensor *t, const dg_status *st);
+exec_rendezvous *exec_rendezvous_new(void);
+void exec_rendezvous_free(exec_rendezvous **r);
+// Takes a new reference to t. Fails if the step was aborted or the key was already sent.
+bool exec_rendezvous_send(exec_rendezvous *r, int64_t step_id, const char *key, dg_tensor *t,
+                          dg_status *st);
+// cb runs now if the value is there (or the step aborted), else when it is sent.
+void exec_rendezvous_recv_async(exec_rendezvous *r, int64_t step_id, const char *key,
+                                exec_recv_cb cb, void *arg, int node);
+// Fails the step's waiting and future receivers with ABORTED carrying why.
+void exec_rendezvous_abort(exec_rendezvous *r, int64_t step_id, const dg_status *why);
+// Drops whatever the step left behind.
+void exec_rendezvous_end_step(exec_rendezvous *r, int64_t step_id);
 
 #define DT_BIT(t) (1u << (t))
 #define DT_FLOATS (DT_BIT(DG_FLOAT32) | DT_BIT(DG_FLOAT64))
@@ -86,6 +116,10 @@ const exec_kernel_def *exec_kernel_find(const char *op, const char *device_type,
 // Registers the kernels of one device type (called from one place: exec_kernels_init).
 void exec_cpu_register(void);
 void exec_register_kernels(const exec_kernel_def *defs, int n);
+// Number of usable GPUs in this process (0 without CUDA or without a GPU).
+int exec_gpu_count(void);
+// A placer callback: is there a kernel for n on device_type?
+bool exec_kernel_supports(void *ctx, const dg_node *n, const char *device_type);
 
 // An output tensor of the given dtype and shape, reusing the slot's buffer from the last step
 // when it is free. Returns: borrowed, held by the step; NULL with ctx->st set on failure.
@@ -122,12 +156,13 @@ typedef struct exec_graph exec_graph;
 
 typedef struct exec_step_options {
     int64_t step_id;
-    void *rendezvous;       // for _Send/_Recv kernels; borrowed
+    exec_rendezvous *rendezvous;   // for _Send/_Recv kernels; borrowed
     int64_t timeout_ms;     // 0: none
 } exec_step_options;
 
-// Compiles nodes (any order; their inputs outside the set must be fed) into an executable
-// for one device. feeds are outputs whose values the caller supplies; fetches are outputs
+// Compiles nodes (any order; their inputs outside the set must be fed) into an executable.
+// Each node runs on its assigned device (env->device when it has none): kernels are looked
+// up by that device's type, so the partitions of several devices can share one executable. feeds are outputs whose values the caller supplies; fetches are outputs
 // returned after each run. Kernels are created once here. Returns: new, caller frees with
 // exec_graph_free(); NULL on error (unknown kernel, a cycle, a missing input).
 exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *feeds, int n_feeds,

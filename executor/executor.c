@@ -48,6 +48,8 @@ struct exec_step {
     bool *owned;
     dg_tensor **inbuf;
     int *ready;             // the caller's stack of ready nodes
+    int *inbox;             // nodes made ready by async completions, under mu
+    int n_inbox;
     atomic_int remaining;
     atomic_bool aborted;
     pthread_mutex_t mu;
@@ -99,6 +101,52 @@ void exec_set_output(exec_ctx *ctx, int i, dg_tensor *t) {
 }
 
 // ---- compile ----
+
+// Node -> index, by address: the nodes of one executable may come from several graphs
+// (the partitions of a step), whose ids overlap.
+typedef struct ptrmap {
+    const void **keys;
+    int *vals;
+    size_t mask;
+} ptrmap;
+
+static bool ptrmap_init(ptrmap *m, int n) {
+    size_t cap = 16;
+    while (cap < (size_t)n * 2) cap *= 2;
+    m->keys = calloc(cap, sizeof *m->keys);
+    m->vals = malloc(cap * sizeof *m->vals);
+    m->mask = cap - 1;
+    return m->keys && m->vals;
+}
+
+static size_t ptr_hash(const void *p) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (size_t)x;
+}
+
+static void ptrmap_put(ptrmap *m, const void *k, int v) {
+    size_t j = ptr_hash(k) & m->mask;
+    while (m->keys[j] && m->keys[j] != k) j = (j + 1) & m->mask;
+    m->keys[j] = k;
+    m->vals[j] = v;
+}
+
+static int ptrmap_get(const ptrmap *m, const void *k) {
+    size_t j = ptr_hash(k) & m->mask;
+    while (m->keys[j]) {
+        if (m->keys[j] == k) return m->vals[j];
+        j = (j + 1) & m->mask;
+    }
+    return -1;
+}
+
+static void ptrmap_free(ptrmap *m) {
+    free(m->keys);
+    free(m->vals);
+}
 
 static void free_nodes(exec_graph *eg) {
     for (int i = 0; i < eg->n; i++)
@@ -153,26 +201,25 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
             snprintf(dev_type, sizeof dev_type, "%s", dn.type);
         status_impl_clear(&tmp);
     }
-    int max_id = -1, total_in = 0, total_out = 0;
+    int total_in = 0, total_out = 0;
     for (int i = 0; i < n_nodes; i++) {
-        if (nodes[i]->id > max_id) max_id = nodes[i]->id;
         total_in += nodes[i]->n_inputs;
         total_out += nodes[i]->n_outputs;
     }
-    int *index = malloc((size_t)(max_id + 2) * sizeof *index);
+    ptrmap index = {0};
+    bool index_ok = ptrmap_init(&index, n_nodes);
     int *stamp = malloc((size_t)(n_nodes + 1) * sizeof *stamp);
     int *pred_count = calloc((size_t)n_nodes + 1, sizeof *pred_count);
     eg->nodes = calloc((size_t)n_nodes + 1, sizeof *eg->nodes);
     eg->input_slots = malloc((size_t)(total_in + 1) * sizeof *eg->input_slots);
     eg->fetch_slots = malloc((size_t)(n_fetches + 1) * sizeof *eg->fetch_slots);
     eg->fetch_copy = calloc((size_t)n_fetches + 1, sizeof *eg->fetch_copy);
-    if (!index || !stamp || !pred_count || !eg->nodes || !eg->input_slots || !eg->fetch_slots ||
+    if (!index_ok || !stamp || !pred_count || !eg->nodes || !eg->input_slots || !eg->fetch_slots ||
         !eg->fetch_copy) {
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "executor: out of memory");
         goto fail;
     }
-    for (int i = 0; i <= max_id; i++) index[i] = -1;
-    for (int i = 0; i < n_nodes; i++) index[nodes[i]->id] = i;
+    for (int i = 0; i < n_nodes; i++) ptrmap_put(&index, nodes[i], i);
     eg->feed_base = total_out;
     eg->n_values = total_out + n_feeds;
     int in_off = 0, out_off = 0;
@@ -192,13 +239,14 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
                 eg->input_slots[in_off++] = eg->feed_base + f;
                 continue;
             }
-            if (src.node->id > max_id || index[src.node->id] < 0 || nodes[index[src.node->id]] != src.node) {
+            int src_i = ptrmap_get(&index, src.node);
+            if (src_i < 0) {
                 dg_status_setf(st, DG_INVALID_ARGUMENT,
                                "node \"%s\" (%s): input %d comes from \"%s\", which is neither run "
                                "nor fed", nd->name, nd->op->name, k, src.node->name);
                 goto fail;
             }
-            eg->input_slots[in_off++] = -1 - index[src.node->id];   // resolved below
+            eg->input_slots[in_off++] = -1 - src_i;   // resolved below
         }
     }
     // Producer output slots are known now.
@@ -232,8 +280,8 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
             } else {
                 p = nd->ctrl_inputs[k - nd->n_inputs];
             }
-            int pi = p->id <= max_id ? index[p->id] : -1;
-            if (pi < 0 || nodes[pi] != p) continue;   // a control input outside the run set
+            int pi = ptrmap_get(&index, p);
+            if (pi < 0) continue;   // a control input outside the run set
             if (stamp[pi] == i) continue;
             stamp[pi] = i;
             if (n_edges == cap_edges) {
@@ -292,17 +340,28 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
             goto fail;
         }
     }
-    // Kernels, created once.
+    // Kernels, created once, for each node's own device.
     for (int i = 0; i < n_nodes; i++) {
         exec_node *en = &eg->nodes[i];
         dg_dtype t = exec_kernel_dtype(en->node);
-        en->def = exec_kernel_find(en->node->op->name, dev_type, t);
+        char node_type[DG_DEVICE_TYPE_MAX];
+        exec_env node_env = eg->env;
+        snprintf(node_type, sizeof node_type, "%s", dev_type);
+        if (en->node->assigned_device && en->node->assigned_device[0]) {
+            dg_device_name dn;
+            dg_status tmp = DG_STATUS_INIT;
+            if (dg_device_name_parse(en->node->assigned_device, &dn, &tmp) && dn.has_type)
+                snprintf(node_type, sizeof node_type, "%s", dn.type);
+            status_impl_clear(&tmp);
+            node_env.device = en->node->assigned_device;
+        }
+        en->def = exec_kernel_find(en->node->op->name, node_type, t);
         if (!en->def) {
             dg_status_setf(st, DG_INVALID_ARGUMENT, "node \"%s\" (%s): no %s kernel for dtype %s",
-                           en->node->name, en->node->op->name, dev_type, dg_dtype_name(t));
+                           en->node->name, en->node->op->name, node_type, dg_dtype_name(t));
             goto fail;
         }
-        en->state = en->def->create ? en->def->create(en->node, &eg->env, st) : (void *)1;
+        en->state = en->def->create ? en->def->create(en->node, &node_env, st) : (void *)1;
         if (!en->state) {
             dg_status_prepend(st, "node \"%s\" (%s)", en->node->name, en->node->op->name);
             goto fail;
@@ -315,8 +374,8 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
             eg->fetch_slots[i] = eg->feed_base + f;
             continue;
         }
-        int ni = o.node && o.node->id <= max_id ? index[o.node->id] : -1;
-        if (ni < 0 || nodes[ni] != o.node || o.index < 0 || o.index >= o.node->n_outputs) {
+        int ni = o.node ? ptrmap_get(&index, o.node) : -1;
+        if (ni < 0 || o.index < 0 || o.index >= o.node->n_outputs) {
             dg_status_setf(st, DG_INVALID_ARGUMENT, "fetch %d (\"%s\") is not computed by this graph",
                            i, o.node ? o.node->name : "<null>");
             goto fail;
@@ -324,12 +383,12 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
         eg->fetch_slots[i] = eg->nodes[ni].out_off + o.index;
         eg->fetch_copy[i] = eg->nodes[ni].def->output_is_ref;
     }
-    free(index);
+    ptrmap_free(&index);
     free(stamp);
     free(pred_count);
     return eg;
 fail:
-    free(index);
+    ptrmap_free(&index);
     free(stamp);
     free(pred_count);
     exec_graph_free(&eg);
@@ -349,9 +408,10 @@ static exec_step *step_new(exec_graph *eg) {
     for (int i = 0; i < eg->n; i++) total_in += eg->nodes[i].n_in;
     s->inbuf = calloc((size_t)total_in + 1, sizeof *s->inbuf);
     s->ready = malloc(((size_t)eg->n + 1) * sizeof *s->ready);
+    s->inbox = malloc(((size_t)eg->n + 1) * sizeof *s->inbox);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    if (!s->pending || !s->values || !s->owned || !s->inbuf || !s->ready) {
+    if (!s->pending || !s->values || !s->owned || !s->inbuf || !s->ready || !s->inbox) {
         step_free(s);
         return NULL;
     }
@@ -383,6 +443,7 @@ static void step_free(exec_step *s) {
     free(s->owned);
     free(s->inbuf);
     free(s->ready);
+    free(s->inbox);
     status_impl_clear(&s->status);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -399,7 +460,8 @@ static void record_error(exec_step *s, const exec_node *en, dg_status *kst) {
             s->status.msg = NULL;
     }
     pthread_mutex_unlock(&s->mu);
-    atomic_store(&s->aborted, true);
+    bool was = atomic_exchange(&s->aborted, true);
+    if (!was && s->opts.rendezvous) exec_rendezvous_abort(s->opts.rendezvous, s->opts.step_id, &s->status);
 }
 
 // Runs node i (unless the step is aborted) and returns how many successors became ready;
@@ -425,6 +487,13 @@ static int run_node(exec_step *s, int i, int *out) {
                 ok = false;
                 break;
             }
+        }
+        if (ok && en->def->start_async) {
+            exec_ctx ctx = {in, en->n_in, s->values + en->out_off, s->owned + en->out_off,
+                            en->n_out, en->node, s, &kst};
+            exec_async_handle h = {s, i};
+            en->def->start_async(en->state, &ctx, h);
+            return -1;   // exec_async_done finishes the node
         }
         if (ok) {
             exec_ctx ctx = {in, en->n_in, s->values + en->out_off, s->owned + en->out_off,
@@ -476,10 +545,15 @@ static void drain(exec_step *s, int *stack, int top, int cap) {
         int n_ready;
         if (en->n_succ <= room) {
             n_ready = run_node(s, i, out);
+            if (n_ready < 0) continue;   // async: finished elsewhere
         } else {
             int *tmp = malloc((size_t)en->n_succ * sizeof *tmp);
             if (!tmp) abort();
             n_ready = run_node(s, i, tmp);
+            if (n_ready < 0) {
+                free(tmp);
+                continue;
+            }
             for (int k = 0; k < n_ready; k++) {
                 if (top < cap)
                     stack[top++] = tmp[k];
@@ -504,6 +578,38 @@ static void drain(exec_step *s, int *stack, int top, int cap) {
     }
 }
 
+void exec_async_done(exec_async_handle h, dg_tensor *out, const dg_status *st) {
+    exec_step *s = h.step;
+    exec_graph *eg = s->eg;
+    exec_node *en = &eg->nodes[h.node];
+    if (st && dg_status_code(st) != DG_OK) {
+        record_error(s, en, (dg_status *)st);
+        dg_tensor_unref(out);
+        out = NULL;
+    } else if (!out) {
+        dg_status err = DG_STATUS_INIT;
+        dg_status_set(&err, DG_INTERNAL, "async kernel finished without an output");
+        record_error(s, en, &err);
+        status_impl_clear(&err);
+    }
+    if (en->n_out > 0) {
+        dg_tensor_unref(s->values[en->out_off]);
+        s->values[en->out_off] = out;
+        s->owned[en->out_off] = false;
+    } else {
+        dg_tensor_unref(out);
+    }
+    pthread_mutex_lock(&s->mu);
+    for (int k = 0; k < en->n_succ; k++) {
+        int d = eg->succ[en->succ_off + k];
+        if (atomic_fetch_sub_explicit(&s->pending[d], 1, memory_order_acq_rel) == 1)
+            s->inbox[s->n_inbox++] = d;
+    }
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    finish_one(s, 1);
+}
+
 static void pool_task(void *arg, int i) {
     int stack[WORKER_STACK];
     stack[0] = i;
@@ -526,6 +632,7 @@ bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **f
     atomic_store(&s->remaining, eg->n);
     atomic_store(&s->aborted, false);
     s->done = eg->n == 0;
+    s->n_inbox = 0;
     status_impl_clear(&s->status);
     for (int f = 0; f < eg->n_feeds; f++) {
         dg_tensor_unref(s->values[eg->feed_base + f]);
@@ -535,11 +642,21 @@ bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **f
     int top = 0;
     for (int r = eg->n_roots - 1; r >= 0; r--) s->ready[top++] = eg->roots[r];
     if (eg->n > 0) drain(s, s->ready, top, eg->n);
-    if (eg->pool) {
-        pthread_mutex_lock(&s->mu);
-        while (!s->done) pthread_cond_wait(&s->cv, &s->mu);
-        pthread_mutex_unlock(&s->mu);
+    // Wait for pool threads and async kernels; run what their completions made ready.
+    pthread_mutex_lock(&s->mu);
+    while (!s->done) {
+        if (s->n_inbox > 0) {
+            int k = s->n_inbox;
+            memcpy(s->ready, s->inbox, (size_t)k * sizeof *s->ready);
+            s->n_inbox = 0;
+            pthread_mutex_unlock(&s->mu);
+            drain(s, s->ready, k, eg->n);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        pthread_cond_wait(&s->cv, &s->mu);
     }
+    pthread_mutex_unlock(&s->mu);
     bool ok = s->status.code == DG_OK;
     if (!ok) {
         dg_status_set(st, s->status.code, s->status.msg);

@@ -25,6 +25,19 @@ static void init(void) {
 #endif
 }
 
+int exec_gpu_count(void) {
+#ifdef DG_WITH_CUDA
+    return exec_cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
+bool exec_kernel_supports(void *ctx, const dg_node *n, const char *device_type) {
+    (void)ctx;
+    return exec_kernel_find(n->op->name, device_type, exec_kernel_dtype(n)) != NULL;
+}
+
 dg_dtype exec_kernel_dtype(const dg_node *n) {
     if (n->n_inputs > 0) return dg_output_dtype(n->inputs[0]);
     return n->n_outputs > 0 ? n->out_dtypes[0] : DG_INVALID_DTYPE;

@@ -279,12 +279,13 @@ const dg_tensor *dg_node_const_value(const dg_node *n) {
 
 // ---- naming ----
 static bool valid_name(const char *s) {
+    const char *start = s;
     if (!*s) return false;
     if (!(isalnum((unsigned char)*s) || *s == '.' || *s == '_')) return false;
     for (; *s; s++)
         if (!(isalnum((unsigned char)*s) || *s == '_' || *s == '.' || *s == '-' || *s == '/'))
             return false;
-    return !strstr(s, "//");
+    return !strstr(start, "//");
 }
 
 static const char *current_scope(const dg_graph *g) {
@@ -372,7 +373,7 @@ void dg_graph_pop_name_scope(dg_graph *g) {
 void dg_graph_push_device(dg_graph *g, const char *device) {
     GROW(g->devices, g->n_devices, g->cap_devices);
     device_entry e = {NULL, NULL};
-    if (device) {
+    if (device && *device) {
         dg_device_name dn;
         dg_status *st = dg_status_new();
         if (!dg_device_name_parse(device, &dn, st)) {
@@ -383,7 +384,7 @@ void dg_graph_push_device(dg_graph *g, const char *device) {
         e.spec = strdup(device);
         if (!e.spec) abort();
     }
-    // device NULL is a barrier: outer scopes and functions no longer apply.
+    // device NULL or "" is a barrier: outer scopes and functions no longer apply.
     g->devices[g->n_devices++] = e;
 }
 
@@ -808,6 +809,45 @@ dg_node *graph_finish(dg_node *n) {
     GROW(g->nodes, g->n_nodes, g->cap_nodes);
     n->id = g->n_nodes;
     g->nodes[g->n_nodes++] = n;
+    graph_strmap_put(&g->by_name, n->name, n);
+    return n;
+}
+
+dg_node *graph_insert_copy(dg_graph *g, const dg_node *src, const dg_output *inputs, int n_inputs) {
+    if (!dg_graph_ok(g)) return NULL;
+    if (name_taken(g, src->name)) {
+        dg_graph_set_error(g, DG_ALREADY_EXISTS, "a node named \"%s\" already exists", src->name);
+        return NULL;
+    }
+    dg_node *n = calloc(1, sizeof *n);
+    if (!n) abort();
+    n->graph = g;
+    n->op = src->op;
+    n->name = strdup(src->name);
+    if (!n->name) abort();
+    for (int i = 0; i < n_inputs; i++) graph_add_input(n, inputs[i]);
+    for (int i = 0; i < src->n_attrs; i++) {
+        const graph_attr *a = &src->attrs[i];
+        switch (a->kind) {
+        case GA_STRING: graph_set_attr_string(n, a->name, a->u.s); break;
+        case GA_INTS: graph_set_attr_ints(n, a->name, a->u.ints.v, a->u.ints.n); break;
+        case GA_TENSOR: graph_set_attr_tensor(n, a->name, a->u.t); break;
+        default: {
+            graph_attr *d = attr_slot(n, a->name);
+            d->kind = a->kind;
+            d->u = a->u;
+        }
+        }
+    }
+    graph_set_num_outputs(n, src->n_outputs, NULL);
+    for (int i = 0; i < src->n_outputs; i++) graph_set_output(n, i, src->out_dtypes[i], src->out_shapes[i]);
+    n->requested_device = strdup(src->requested_device ? src->requested_device : "");
+    n->assigned_device = src->assigned_device ? strdup(src->assigned_device) : NULL;
+    for (int i = 0; i < src->n_coloc; i++) add_coloc(n, src->coloc[i]);
+    GROW(g->nodes, g->n_nodes, g->cap_nodes);
+    n->id = g->n_nodes;
+    g->nodes[g->n_nodes++] = n;
+    // by_name alone keeps the name taken; partitions need no uniquifying counters.
     graph_strmap_put(&g->by_name, n->name, n);
     return n;
 }

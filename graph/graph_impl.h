@@ -124,6 +124,11 @@ void graph_push_absolute_scope(dg_graph *g, const char *full);
 dg_output graph_build(dg_graph *g, const char *type, const char *name, const dg_output *ins,
                       int n_ins);
 
+// Adds a copy of src (name, op, attributes, outputs, devices, colocation) to g with the
+// given inputs, without validation or shape inference: the partitioner's building block.
+// Inputs may refer to nodes of other graphs (fed outputs). Control inputs are not copied.
+dg_node *graph_insert_copy(dg_graph *g, const dg_node *src, const dg_output *inputs, int n_inputs);
+
 // ints attribute helper: pointer and count, NULL if absent.
 const int64_t *graph_node_attr_ints(const dg_node *n, const char *name, int *count);
 

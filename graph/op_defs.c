@@ -612,6 +612,29 @@ static bool infer_apply_adam(dg_node *n, dg_status *st) {
     return out1(n, in_dt(n, 0), in_sh(n, 0), st);
 }
 
+static bool infer_send(dg_node *n, dg_status *st) {
+    if (!dg_node_attr_string(n, "tensor_name") || !dg_node_attr_string(n, "send_device") ||
+        !dg_node_attr_string(n, "recv_device")) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "_Send needs tensor_name, send_device and recv_device");
+        return false;
+    }
+    return graph_set_num_outputs(n, 0, st);
+}
+
+static bool infer_recv(dg_node *n, dg_status *st) {
+    dg_dtype t;
+    dg_shape sh;
+    if (!dg_node_attr_type(n, "tensor_type", &t) || !dg_dtype_is_valid(t) ||
+        !dg_node_attr_string(n, "tensor_name") || !dg_node_attr_string(n, "send_device") ||
+        !dg_node_attr_string(n, "recv_device")) {
+        dg_status_set(st, DG_INVALID_ARGUMENT,
+                      "_Recv needs tensor_type, tensor_name, send_device and recv_device");
+        return false;
+    }
+    if (!dg_node_attr_shape(n, "shape", &sh)) sh = dg_shape_unknown();
+    return out1(n, t, sh, st);
+}
+
 #define N_(name_, lo, hi, stateful, ref0, nograd, infer_, grad_) \
     {name_, lo, hi, stateful, ref0, nograd, infer_, grad_}
 
@@ -686,6 +709,8 @@ static const graph_op_def op_defs[] = {
     N_("ApplyGradientDescent", 3, 3, true, true, true, infer_apply_gd, NULL),
     N_("ApplyMomentum", 5, 5, true, true, true, infer_apply_momentum, NULL),
     N_("ApplyAdam", 10, 10, true, true, true, infer_apply_adam, NULL),
+    N_("_Send", 1, 1, true, false, true, infer_send, NULL),
+    N_("_Recv", 0, 0, true, false, true, infer_recv, NULL),
 };
 
 static graph_strmap op_index;

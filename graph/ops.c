@@ -431,7 +431,10 @@ dg_output dg_reshape(dg_graph *g, const char *name, dg_output x, const int64_t *
         dg_graph_set_error(g, DG_INVALID_ARGUMENT, "reshape: rank %d is out of range 0..%d", n, DG_MAX_RANK);
         return NULL_OUT;
     }
-    dg_output s = dg_const_i64s(g, name ? name : "Reshape/shape", dims, n);
+    // The shape constant goes under the op's name, so the Reshape itself keeps `name`.
+    char shape_name[512];
+    snprintf(shape_name, sizeof shape_name, "%s/shape", name ? name : "Reshape");
+    dg_output s = dg_const_i64s(g, shape_name, dims, n);
     return dg_reshape_to(g, name, x, s);
 }
 

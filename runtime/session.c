@@ -5,6 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "distgraph/device_name.h"
+#include "distgraph/placer.h"
 #include "distgraph/session.h"
 #include "exec_impl.h"
 #include "graph_impl.h"
@@ -12,6 +14,7 @@
 typedef struct compiled {
     char *key;
     exec_graph *eg;
+    dg_partitions *parts;   // NULL when everything runs on one device
 } compiled;
 
 struct dg_session {
@@ -22,6 +25,9 @@ struct dg_session {
     pthread_mutex_t mu;
     compiled *cache;
     int n_cache, cap_cache;
+    char **devices;          // this process's devices, canonical names
+    int n_devices;
+    exec_rendezvous *rendezvous;
     int64_t next_step_id;
 };
 
@@ -64,7 +70,23 @@ dg_session *dg_session_new(dg_graph *g, const char *target, const dg_session_opt
         return NULL;
     }
     exec_cpu_set_threads(s->opts.intra_op_threads > 0 ? s->opts.intra_op_threads : 1);
-    if (!s->rm) {
+    s->rendezvous = exec_rendezvous_new();
+    if (s->opts.n_virtual_cpus < 0 || s->opts.n_virtual_cpus > 64) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "session: n_virtual_cpus must be in 0..64, got %d",
+                       s->opts.n_virtual_cpus);
+        dg_session_free(&s);
+        return NULL;
+    }
+    int n_gpus = exec_gpu_count();
+    s->devices = calloc((size_t)(1 + s->opts.n_virtual_cpus + n_gpus), sizeof *s->devices);
+    for (int i = 0; s->devices && i < 1 + s->opts.n_virtual_cpus + n_gpus; i++) {
+        bool gpu = i > s->opts.n_virtual_cpus;
+        if (asprintf(&s->devices[i], "/job:localhost/replica:0/task:0/device:%s:%d", gpu ? "GPU" : "CPU",
+                     gpu ? i - 1 - s->opts.n_virtual_cpus : i) < 0)
+            abort();
+        s->n_devices++;
+    }
+    if (!s->rm || !s->rendezvous || !s->devices) {
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "session: out of memory");
         dg_session_free(&s);
         return NULL;
@@ -78,8 +100,12 @@ void dg_session_free(dg_session **sp) {
     for (int i = 0; i < s->n_cache; i++) {
         free(s->cache[i].key);
         exec_graph_free(&s->cache[i].eg);
+        dg_partitions_free(&s->cache[i].parts);
     }
     free(s->cache);
+    for (int i = 0; i < s->n_devices; i++) free(s->devices[i]);
+    free(s->devices);
+    exec_rendezvous_free(&s->rendezvous);
     exec_pool_free(&s->pool);
     exec_resources_free(&s->rm);
     pthread_mutex_destroy(&s->mu);
@@ -222,43 +248,86 @@ static bool check_args(dg_session *s, const dg_output *feeds, dg_tensor *const *
     return true;
 }
 
-static exec_graph *lookup_or_compile(dg_session *s, const dg_output *feeds, int n_feeds,
-                                     const dg_output *fetches, int n_fetches,
-                                     dg_node *const *targets, int n_targets, dg_status *st) {
+// Places the pruned nodes on this process's devices; when they span several devices,
+// partitions them (Send/Recv through the session's rendezvous) and compiles all partitions
+// into one executable.
+static bool compile(dg_session *s, dg_node **run, int n_run, const dg_output *feeds, int n_feeds,
+                    const dg_output *fetches, int n_fetches, compiled *out, dg_status *st) {
+    dg_placement_options po = dg_placement_options_default();
+    po.allow_soft_placement = s->opts.allow_soft_placement;
+    po.supports = exec_kernel_supports;
+    if (!dg_place(run, n_run, (const char *const *)s->devices, s->n_devices, &po, st)) return false;
+    if (s->opts.log_device_placement)
+        for (int i = 0; i < n_run; i++)
+            fprintf(stderr, "%s: (%s): %s\n", run[i]->name, run[i]->op->name, run[i]->assigned_device);
+    bool multi = false;
+    for (int i = 1; i < n_run && !multi; i++)
+        multi = strcmp(run[i]->assigned_device, run[0]->assigned_device) != 0;
+    exec_env env = {s->rm, s->devices[0], s->opts.intra_op_threads};
+    if (!multi) {
+        out->eg = exec_graph_new(run, n_run, feeds, n_feeds, fetches, n_fetches, &env, s->pool, st);
+        return out->eg != NULL;
+    }
+    out->parts = dg_partition(run, n_run, feeds, n_feeds, 1, st);
+    if (!out->parts) return false;
+    int total = 0;
+    for (int p = 0; p < dg_partitions_count(out->parts); p++)
+        total += dg_graph_num_nodes(dg_partitions_graph(out->parts, p));
+    dg_node **all = malloc(((size_t)total + 1) * sizeof *all);
+    dg_output *pf = malloc(((size_t)n_fetches + 1) * sizeof *pf);
+    if (!all || !pf) abort();
+    int k = 0;
+    for (int p = 0; p < dg_partitions_count(out->parts); p++) {
+        dg_graph *pg = dg_partitions_graph(out->parts, p);
+        for (int i = 0; i < dg_graph_num_nodes(pg); i++) all[k++] = dg_graph_node(pg, i);
+    }
+    for (int i = 0; i < n_fetches; i++) {
+        pf[i] = fetches[i];
+        dg_node *c = is_fed(feeds, n_feeds, fetches[i].node, fetches[i].index)
+                         ? NULL : dg_partitions_find(out->parts, fetches[i].node);
+        if (c) pf[i].node = c;
+    }
+    out->eg = exec_graph_new(all, k, feeds, n_feeds, pf, n_fetches, &env, s->pool, st);
+    free(all);
+    free(pf);
+    return out->eg != NULL;
+}
+
+// Called with s->mu held; the returned entry is valid while it stays held.
+static compiled *lookup_or_compile_locked(dg_session *s, const dg_output *feeds, int n_feeds,
+                                   const dg_output *fetches, int n_fetches,
+                                   dg_node *const *targets, int n_targets, dg_status *st) {
     char *key = signature(feeds, n_feeds, fetches, n_fetches, targets, n_targets);
     if (!key) {
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "session: out of memory");
         return NULL;
     }
-    pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->n_cache; i++)
         if (strcmp(s->cache[i].key, key) == 0) {
-            exec_graph *eg = s->cache[i].eg;
-            pthread_mutex_unlock(&s->mu);
             free(key);
-            return eg;
+            return &s->cache[i];
         }
     int n_run;
     dg_node **run = prune(s->graph, feeds, n_feeds, fetches, n_fetches, targets, n_targets, &n_run);
-    exec_env env = {s->rm, "/job:localhost/replica:0/task:0/device:CPU:0",
-                    s->opts.intra_op_threads};
-    exec_graph *eg = exec_graph_new(run, n_run, feeds, n_feeds, fetches, n_fetches, &env, s->pool, st);
+    compiled c = {key, NULL, NULL};
+    bool ok = compile(s, run, n_run, feeds, n_feeds, fetches, n_fetches, &c, st);
     free(run);
-    if (eg) {
+    compiled *res = NULL;
+    if (ok) {
         if (s->n_cache == s->cap_cache) {
             s->cap_cache = s->cap_cache ? s->cap_cache * 2 : 8;
             compiled *nc = realloc(s->cache, (size_t)s->cap_cache * sizeof *nc);
             if (!nc) abort();
             s->cache = nc;
         }
-        s->cache[s->n_cache].key = key;
-        s->cache[s->n_cache].eg = eg;
-        s->n_cache++;
-        key = NULL;
+        s->cache[s->n_cache] = c;
+        res = &s->cache[s->n_cache++];
+    } else {
+        free(c.key);
+        exec_graph_free(&c.eg);
+        dg_partitions_free(&c.parts);
     }
-    pthread_mutex_unlock(&s->mu);
-    free(key);
-    return eg;
+    return res;
 }
 
 bool dg_session_run(dg_session *s, const dg_output *feeds, dg_tensor *const *feed_values,
@@ -275,10 +344,17 @@ bool dg_session_run(dg_session *s, const dg_output *feeds, dg_tensor *const *fee
     }
     if (!check_args(s, feeds, feed_values, n_feeds, fetches, n_fetches, targets, n_targets, st))
         return false;
-    exec_graph *eg = lookup_or_compile(s, feeds, n_feeds, fetches, n_fetches, targets, n_targets, st);
+    pthread_mutex_lock(&s->mu);
+    compiled *c = lookup_or_compile_locked(s, feeds, n_feeds, fetches, n_fetches, targets, n_targets, st);
+    exec_graph *eg = c ? c->eg : NULL;
+    bool partitioned = c && c->parts;
+    pthread_mutex_unlock(&s->mu);
     if (!eg) return false;
-    exec_step_options o = {__atomic_add_fetch(&s->next_step_id, 1, __ATOMIC_RELAXED), NULL, 0};
-    return exec_graph_run(eg, feed_values, fetched, &o, st);
+    exec_step_options o = {__atomic_add_fetch(&s->next_step_id, 1, __ATOMIC_RELAXED),
+                           partitioned ? s->rendezvous : NULL, 0};
+    bool ok = exec_graph_run(eg, feed_values, fetched, &o, st);
+    if (partitioned) exec_rendezvous_end_step(s->rendezvous, o.step_id);
+    return ok;
 }
 
 bool dg_session_run_target(dg_session *s, dg_node *target, dg_status *st) {

@@ -44,6 +44,8 @@ extern const exec_kernel_def cpu_math_kernels[];
 extern const int cpu_n_math_kernels;
 extern const exec_kernel_def cpu_nn_kernels[];
 extern const int cpu_n_nn_kernels;
+extern const exec_kernel_def cpu_sendrecv_kernels[];
+extern const int cpu_n_sendrecv_kernels;
 extern const exec_kernel_def cpu_array_kernels[];
 extern const int cpu_n_array_kernels;
 

@@ -14,5 +14,6 @@
 #include "distgraph/device_name.h"
 #include "distgraph/cluster.h"
 #include "distgraph/device_setter.h"
+#include "distgraph/placer.h"
 
 #endif

@@ -1,0 +1,106 @@
+/* The CUDA device: GPU discovery, a device table (STYLE.md section 6) backed by the CUDA
+ * runtime, and thin cuBLAS/NCCL wrappers. Built whenever the CUDA toolkit is found, so it
+ * must behave on machines without a GPU or driver: discovery then reports zero GPUs and
+ * never prints or aborts. No CUDA header is needed to include this file.
+ * Thread safety: an exec_cuda_device may be used from several threads; its work is ordered
+ * on one CUDA stream per device. */
+#ifndef DG_EXEC_CUDA_DEVICE_H
+#define DG_EXEC_CUDA_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "distgraph/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Registers the GPU kernels with the kernel registry; called once, from
+// executor/kernel_registry.c. Tensors live in host memory at this stage, so no
+// GPU kernel is registered yet and the placer falls back to CPU for every op.
+void exec_cuda_register(void);
+
+// ---- discovery ----
+
+// Number of visible GPUs; 0 when there is no driver, no device, or the runtime fails to
+// start. Never prints, never aborts. The probe runs once per process and is cached.
+int exec_cuda_device_count(void);
+// Why exec_cuda_device_count() is 0, e.g. "cudaGetDeviceCount: no CUDA-capable device is
+// detected (cudaErrorNoDevice)"; "" when GPUs are present.
+// Returns: borrowed, a static string valid for the life of the process.
+const char *exec_cuda_unavailable_reason(void);
+// Name (truncated to cap - 1 bytes, always terminated) and total memory of GPU id. Either
+// output may be NULL. An id out of range is INVALID_ARGUMENT; no GPU is UNAVAILABLE.
+bool exec_cuda_device_info(int id, char *name, size_t cap, int64_t *memory_bytes,
+                           dg_status *st);
+
+// ---- device table ----
+
+#define EXEC_DEVICE_OPS_VERSION 1
+
+// One device type's memory and ordering primitives. A device is the table plus the ctx
+// passed as every entry's first argument. Entries after `synchronize` are optional and may
+// be NULL: the fallback for missing events is synchronize.
+// Copies are asynchronous and ordered on the device's stream: the host buffer of a copy
+// must stay valid and unchanged, and a device->host destination must not be read, until
+// synchronize returns.
+typedef struct exec_device_ops {
+    int version;                 // EXEC_DEVICE_OPS_VERSION when the table was built
+    const char *type;            // device type in device names: "CPU", "GPU"
+    // Returns: new device memory, release with free(); NULL with st set (out of memory is
+    // RESOURCE_EXHAUSTED naming the size and device). n_bytes 0 returns NULL and st OK.
+    void *(*alloc)(void *ctx, size_t n_bytes, dg_status *st);
+    // Releases memory from alloc; NULL does nothing. Waits for work queued on the device.
+    void (*free)(void *ctx, void *ptr);
+    bool (*copy_to_device)(void *ctx, void *dst, const void *src, size_t n_bytes,
+                           dg_status *st);
+    bool (*copy_to_host)(void *ctx, void *dst, const void *src, size_t n_bytes,
+                         dg_status *st);
+    // Waits for everything queued on the device so far; reports errors of queued work.
+    bool (*synchronize)(void *ctx, dg_status *st);
+    // Optional. event_record returns a new event marking the work queued so far (release
+    // with event_free, also while pending); event_wait makes work queued on ctx's device
+    // after it wait for the event, without blocking the host. The event may come from
+    // another device of the same type.
+    void *(*event_record)(void *ctx, dg_status *st);
+    bool (*event_wait)(void *ctx, void *event, dg_status *st);
+    void (*event_free)(void *ctx, void *event);
+} exec_device_ops;
+
+// The GPU table. Its ctx is an exec_cuda_device. Returns: borrowed, static.
+const exec_device_ops *exec_cuda_device_ops(void);
+
+typedef struct exec_cuda_device exec_cuda_device;
+
+// Opens GPU id: its stream is created now, its cuBLAS handle on first use.
+// Returns: new, caller frees with exec_cuda_device_free(); NULL with st set.
+exec_cuda_device *exec_cuda_device_new(int id, dg_status *st);
+// Waits for the device's queued work and releases it; NULL or a pointer to NULL does nothing.
+void exec_cuda_device_free(exec_cuda_device **dev);
+int exec_cuda_device_id(const exec_cuda_device *dev);
+
+// ---- helpers on device memory, queued on the device's stream ----
+
+// dst[0..n) = value. dst is device memory from the table's alloc.
+bool exec_cuda_fill_f32(exec_cuda_device *dev, float *dst, int64_t n, float value,
+                        dg_status *st);
+// Row-major C = alpha * op(A) * op(B) + beta * C with op(A) m x k, op(B) k x n, like
+// cblas_sgemm(CblasRowMajor, ...). a, b, c are device memory; dimensions must fit an int.
+bool exec_cuda_sgemm(exec_cuda_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                     int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                     int64_t ldb, float beta, float *c, int64_t ldc, dg_status *st);
+
+// NCCL's version (e.g. 22804 for 2.28.4). UNIMPLEMENTED when built without NCCL.
+bool exec_cuda_nccl_version(int *version, dg_status *st);
+// Sums n floats in place across the devices in devs[0..n_devs) with NCCL (one process,
+// one communicator per device), then synchronizes them. bufs[i] is device memory on
+// devs[i]. UNIMPLEMENTED when built without NCCL.
+bool exec_cuda_all_reduce_sum_f32(exec_cuda_device *const *devs, float *const *bufs,
+                                  int n_devs, int64_t n, dg_status *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,90 @@
+/* NCCL inside one process: its version and an all-reduce across local GPUs. Built when CMake
+ * finds NCCL; nccl_none.c stands in otherwise. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <nccl.h>
+
+#include "cuda_impl.h"
+
+static dg_code nccl_code(ncclResult_t r) {
+    switch (r) {
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+        return DG_INVALID_ARGUMENT;
+    case ncclRemoteError:
+        return DG_UNAVAILABLE;
+    default:
+        return DG_INTERNAL;
+    }
+}
+
+static void nccl_set_status(dg_status *st, ncclResult_t r, const char *call, const char *file,
+                            int line) {
+    const char *slash = strrchr(file, '/');
+    const char *last = ncclGetLastError(NULL);
+    dg_status_setf(st, nccl_code(r), "%s at %s:%d: %s%s%s", call, slash ? slash + 1 : file,
+                   line, ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
+}
+
+// The NCCL checking macro: records the call and NCCL's error text in st, jumps to fail.
+#define NCCL_CHECK(call)                                                 \
+    do {                                                                 \
+        ncclResult_t nccl_err_ = (call);                                 \
+        if (nccl_err_ != ncclSuccess) {                                  \
+            nccl_set_status(st, nccl_err_, #call, __FILE__, __LINE__);   \
+            goto fail;                                                   \
+        }                                                                \
+    } while (0)
+
+bool exec_cuda_nccl_version(int *version, dg_status *st) {
+    NCCL_CHECK(ncclGetVersion(version));
+    return true;
+fail:
+    return false;
+}
+
+bool exec_cuda_all_reduce_sum_f32(exec_cuda_device *const *devs, float *const *bufs,
+                                  int n_devs, int64_t n, dg_status *st) {
+    ncclComm_t *comms = NULL;
+    int *ids = NULL;
+    int n_comms = 0;
+    bool in_group = false;
+    if (n_devs <= 0 || n < 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "all-reduce of %lld floats over %d devices",
+                       (long long)n, n_devs);
+        return false;
+    }
+    comms = calloc((size_t)n_devs, sizeof *comms);
+    ids = calloc((size_t)n_devs, sizeof *ids);
+    if (!comms || !ids) {
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "all-reduce: %d communicators", n_devs);
+        goto fail;
+    }
+    for (int i = 0; i < n_devs; i++) ids[i] = devs[i]->id;
+    // One communicator per device for this call; caching them is for the collectives issue.
+    NCCL_CHECK(ncclCommInitAll(comms, n_devs, ids));
+    n_comms = n_devs;
+    NCCL_CHECK(ncclGroupStart());
+    in_group = true;
+    for (int i = 0; i < n_devs; i++)
+        NCCL_CHECK(ncclAllReduce(bufs[i], bufs[i], (size_t)n, ncclFloat, ncclSum, comms[i],
+                                 devs[i]->stream));
+    in_group = false;
+    NCCL_CHECK(ncclGroupEnd());
+    for (int i = 0; i < n_devs; i++) {
+        CUDA_CHECK(cudaSetDevice(devs[i]->id));
+        CUDA_CHECK(cudaStreamSynchronize(devs[i]->stream));
+    }
+    for (int i = 0; i < n_comms; i++) (void)ncclCommDestroy(comms[i]);
+    free(ids);
+    free(comms);
+    return true;
+fail:
+    if (in_group) (void)ncclGroupEnd();
+    for (int i = 0; i < n_comms; i++) (void)ncclCommDestroy(comms[i]);
+    free(ids);
+    free(comms);
+    dg_status_prepend(st, "all-reduce of %lld floats over %d GPUs", (long long)n, n_devs);
+    return false;
+}

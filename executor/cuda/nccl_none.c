@@ -1,0 +1,16 @@
+/* Stands in for nccl.c when CMake finds no NCCL: the collectives report UNIMPLEMENTED. */
+#include "cuda_impl.h"
+
+bool exec_cuda_nccl_version(int *version, dg_status *st) {
+    *version = 0;
+    dg_status_set(st, DG_UNIMPLEMENTED, "NCCL: distgraph was built without NCCL");
+    return false;
+}
+
+bool exec_cuda_all_reduce_sum_f32(exec_cuda_device *const *devs, float *const *bufs,
+                                  int n_devs, int64_t n, dg_status *st) {
+    dg_status_setf(st, DG_UNIMPLEMENTED,
+                   "all-reduce of %lld floats over %d GPUs: distgraph was built without NCCL",
+                   (long long)n, n_devs);
+    return false;
+}

@@ -1,0 +1,247 @@
+/* The local rendezvous: where a _Send leaves a tensor and the matching _Recv picks it up,
+ * keyed by (step id, rendezvous key). Whichever side comes first waits in the table. A step
+ * that fails is aborted: its waiting receivers are called with the error and later sends and
+ * receives of that step fail at once, so no receiver waits forever on a dead sender. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec_impl.h"
+#include "status_impl.h"
+
+typedef struct entry {
+    struct entry *next;
+    int64_t step_id;
+    char *key;
+    dg_tensor *value;        // sent, not yet received
+    exec_recv_cb cb;         // a receiver waiting
+    void *cb_arg;
+    int cb_node;
+} entry;
+
+typedef struct aborted {
+    struct aborted *next;
+    int64_t step_id;
+    dg_status status;
+} aborted;
+
+#define N_BUCKETS 1024
+
+struct exec_rendezvous {
+    pthread_mutex_t mu;
+    entry *buckets[N_BUCKETS];
+    aborted *aborted;
+};
+
+exec_rendezvous *exec_rendezvous_new(void) {
+    exec_rendezvous *r = calloc(1, sizeof *r);
+    if (r) pthread_mutex_init(&r->mu, NULL);
+    return r;
+}
+
+static void free_entry(entry *e) {
+    dg_tensor_unref(e->value);
+    free(e->key);
+    free(e);
+}
+
+void exec_rendezvous_free(exec_rendezvous **rp) {
+    if (!rp || !*rp) return;
+    exec_rendezvous *r = *rp;
+    for (int b = 0; b < N_BUCKETS; b++)
+        for (entry *e = r->buckets[b], *next; e; e = next) {
+            next = e->next;
+            free_entry(e);
+        }
+    for (aborted *a = r->aborted, *next; a; a = next) {
+        next = a->next;
+        status_impl_clear(&a->status);
+        free(a);
+    }
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+    *rp = NULL;
+}
+
+static unsigned bucket(int64_t step_id, const char *key) {
+    return (unsigned)((graph_str_hash(key) ^ (uint64_t)step_id * 0x9E3779B97F4A7C15ull) % N_BUCKETS);
+}
+
+// Removes and returns the entry for (step, key), or NULL.
+static entry *take(exec_rendezvous *r, int64_t step_id, const char *key) {
+    entry **pp = &r->buckets[bucket(step_id, key)];
+    for (; *pp; pp = &(*pp)->next)
+        if ((*pp)->step_id == step_id && strcmp((*pp)->key, key) == 0) {
+            entry *e = *pp;
+            *pp = e->next;
+            return e;
+        }
+    return NULL;
+}
+
+static bool put(exec_rendezvous *r, entry *e) {
+    unsigned b = bucket(e->step_id, e->key);
+    e->next = r->buckets[b];
+    r->buckets[b] = e;
+    return true;
+}
+
+static const dg_status *abort_status(exec_rendezvous *r, int64_t step_id) {
+    for (aborted *a = r->aborted; a; a = a->next)
+        if (a->step_id == step_id) return &a->status;
+    return NULL;
+}
+
+bool exec_rendezvous_send(exec_rendezvous *r, int64_t step_id, const char *key, dg_tensor *t,
+                          dg_status *st) {
+    pthread_mutex_lock(&r->mu);
+    const dg_status *ab = abort_status(r, step_id);
+    if (ab) {
+        dg_status_setf(st, DG_ABORTED, "step %lld was aborted: %s", (long long)step_id,
+                       dg_status_message(ab));
+        pthread_mutex_unlock(&r->mu);
+        return false;
+    }
+    entry *e = take(r, step_id, key);
+    if (e && e->cb) {
+        pthread_mutex_unlock(&r->mu);
+        e->cb(e->cb_arg, e->cb_node, dg_tensor_ref(t), NULL);
+        free_entry(e);
+        return true;
+    }
+    if (e) {
+        put(r, e);
+        pthread_mutex_unlock(&r->mu);
+        dg_status_setf(st, DG_INTERNAL, "rendezvous key \"%s\" sent twice in step %lld", key,
+                       (long long)step_id);
+        return false;
+    }
+    e = calloc(1, sizeof *e);
+    if (!e || !(e->key = strdup(key))) {
+        free(e);
+        pthread_mutex_unlock(&r->mu);
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "rendezvous: out of memory");
+        return false;
+    }
+    e->step_id = step_id;
+    e->value = dg_tensor_ref(t);
+    put(r, e);
+    pthread_mutex_unlock(&r->mu);
+    return true;
+}
+
+void exec_rendezvous_recv_async(exec_rendezvous *r, int64_t step_id, const char *key,
+                                exec_recv_cb cb, void *arg, int node) {
+    pthread_mutex_lock(&r->mu);
+    const dg_status *ab = abort_status(r, step_id);
+    if (ab) {
+        dg_status err = DG_STATUS_INIT;
+        dg_status_setf(&err, DG_ABORTED, "step %lld was aborted: %s", (long long)step_id,
+                       dg_status_message(ab));
+        pthread_mutex_unlock(&r->mu);
+        cb(arg, node, NULL, &err);
+        status_impl_clear(&err);
+        return;
+    }
+    entry *e = take(r, step_id, key);
+    if (e && e->value) {
+        dg_tensor *t = e->value;
+        e->value = NULL;
+        pthread_mutex_unlock(&r->mu);
+        free_entry(e);
+        cb(arg, node, t, NULL);
+        return;
+    }
+    if (e) {   // a second receiver for the same key
+        put(r, e);
+        pthread_mutex_unlock(&r->mu);
+        dg_status err = DG_STATUS_INIT;
+        dg_status_setf(&err, DG_INTERNAL, "rendezvous key \"%s\" received twice in step %lld", key,
+                       (long long)step_id);
+        cb(arg, node, NULL, &err);
+        status_impl_clear(&err);
+        return;
+    }
+    e = calloc(1, sizeof *e);
+    if (!e || !(e->key = strdup(key))) {
+        free(e);
+        pthread_mutex_unlock(&r->mu);
+        dg_status err = DG_STATUS_INIT;
+        dg_status_set(&err, DG_RESOURCE_EXHAUSTED, "rendezvous: out of memory");
+        cb(arg, node, NULL, &err);
+        status_impl_clear(&err);
+        return;
+    }
+    e->step_id = step_id;
+    e->cb = cb;
+    e->cb_arg = arg;
+    e->cb_node = node;
+    put(r, e);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void exec_rendezvous_abort(exec_rendezvous *r, int64_t step_id, const dg_status *why) {
+    entry *waiting = NULL;
+    pthread_mutex_lock(&r->mu);
+    if (!abort_status(r, step_id)) {
+        aborted *a = calloc(1, sizeof *a);
+        if (a) {
+            a->step_id = step_id;
+            dg_status_set(&a->status, dg_status_code(why), dg_status_message(why));
+            a->next = r->aborted;
+            r->aborted = a;
+        }
+    }
+    for (int b = 0; b < N_BUCKETS; b++)
+        for (entry **pp = &r->buckets[b]; *pp;) {
+            entry *e = *pp;
+            if (e->step_id == step_id && e->cb) {
+                *pp = e->next;
+                e->next = waiting;
+                waiting = e;
+            } else {
+                pp = &e->next;
+            }
+        }
+    pthread_mutex_unlock(&r->mu);
+    dg_status err = DG_STATUS_INIT;
+    dg_status_setf(&err, DG_ABORTED, "step %lld was aborted: %s", (long long)step_id,
+                   dg_status_message(why));
+    for (entry *e = waiting, *next; e; e = next) {
+        next = e->next;
+        e->cb(e->cb_arg, e->cb_node, NULL, &err);
+        free_entry(e);
+    }
+    status_impl_clear(&err);
+}
+
+void exec_rendezvous_end_step(exec_rendezvous *r, int64_t step_id) {
+    entry *dead = NULL;
+    pthread_mutex_lock(&r->mu);
+    for (int b = 0; b < N_BUCKETS; b++)
+        for (entry **pp = &r->buckets[b]; *pp;) {
+            entry *e = *pp;
+            if (e->step_id == step_id) {
+                *pp = e->next;
+                e->next = dead;
+                dead = e;
+            } else {
+                pp = &e->next;
+            }
+        }
+    for (aborted **pp = &r->aborted; *pp;) {
+        aborted *a = *pp;
+        if (a->step_id == step_id) {
+            *pp = a->next;
+            status_impl_clear(&a->status);
+            free(a);
+        } else {
+            pp = &a->next;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    for (entry *e = dead, *next; e; e = next) {
+        next = e->next;
+        free_entry(e);
+    }
+}

@@ -1,0 +1,284 @@
+/* The partitioner: one graph per device; each cross-device data edge becomes one
+ * _Send/_Recv pair per (tensor, destination device), and each cross-device control edge a
+ * dummy constant sent over the same way. Nodes are copied in id order (a topological order)
+ * and partitions are sorted by device name, so the output is deterministic. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distgraph/placer.h"
+#include "graph_impl.h"
+
+struct dg_partitions {
+    int n;
+    char **devices;      // sorted
+    dg_graph **graphs;
+    graph_strmap by_device;   // device -> index + 1
+    int n_send, n_recv;
+};
+
+void dg_partitions_free(dg_partitions **pp) {
+    if (!pp || !*pp) return;
+    dg_partitions *p = *pp;
+    for (int i = 0; i < p->n; i++) {
+        free(p->devices[i]);
+        dg_graph_free(&p->graphs[i]);
+    }
+    free(p->devices);
+    free(p->graphs);
+    graph_strmap_clear(&p->by_device);
+    free(p);
+    *pp = NULL;
+}
+
+int dg_partitions_count(const dg_partitions *p) { return p->n; }
+const char *dg_partitions_device(const dg_partitions *p, int i) {
+    return i >= 0 && i < p->n ? p->devices[i] : NULL;
+}
+dg_graph *dg_partitions_graph(const dg_partitions *p, int i) {
+    return i >= 0 && i < p->n ? p->graphs[i] : NULL;
+}
+int dg_partitions_num_sends(const dg_partitions *p) { return p->n_send; }
+int dg_partitions_num_recvs(const dg_partitions *p) { return p->n_recv; }
+
+dg_node *dg_partitions_find(const dg_partitions *p, const dg_node *orig) {
+    if (!orig->assigned_device) return NULL;
+    intptr_t k = (intptr_t)graph_strmap_get(&p->by_device, orig->assigned_device);
+    return k > 0 ? dg_graph_find(p->graphs[k - 1], orig->name) : NULL;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int cmp_id(const void *a, const void *b) {
+    int x = (*(dg_node *const *)a)->id, y = (*(dg_node *const *)b)->id;
+    return (x > y) - (x < y);
+}
+
+typedef struct ctx {
+    dg_partitions *p;
+    int64_t incarnation;
+    graph_strmap pairs;     // "src#idx>dst" -> recv node
+    char **keys;
+    int n_keys, cap_keys;
+} ctx;
+
+static const char *keep_key(ctx *c, char *key) {
+    if (c->n_keys == c->cap_keys) {
+        c->cap_keys = c->cap_keys ? c->cap_keys * 2 : 64;
+        char **nk = realloc(c->keys, (size_t)c->cap_keys * sizeof *nk);
+        if (!nk) abort();
+        c->keys = nk;
+    }
+    c->keys[c->n_keys++] = key;
+    return key;
+}
+
+// The _Recv in partition dst for output src (a node of partition sp), made on first use
+// together with its _Send. control: the dummy for a control edge from src.
+static dg_node *recv_for(ctx *c, dg_node *src_copy, int index, int sp, int dst, bool control,
+                         dg_status *st) {
+    char *key = NULL;
+    if (asprintf(&key, "%s#%d%s>%d", src_copy->name, index, control ? "c" : "", dst) < 0) abort();
+    dg_node *r = graph_strmap_get(&c->pairs, key);
+    if (r) {
+        free(key);
+        return r;
+    }
+    dg_graph *sg = c->p->graphs[sp], *dg = c->p->graphs[dst];
+    const char *sdev = c->p->devices[sp], *ddev = c->p->devices[dst];
+    dg_output value = {src_copy, index};
+    char *tensor = NULL, *name = NULL;
+    if (control) {
+        // A dummy scalar that runs after src, carried across so dst can wait for it.
+        if (asprintf(&name, "_ctrl_%s_to_%d", src_copy->name, dst) < 0) abort();
+        dg_tensor *zero = dg_tensor_scalar_f32(0);
+        dg_node *d = graph_begin(sg, "Const", name);
+        graph_set_attr_tensor(d, "value", zero);
+        graph_set_attr_type(d, "dtype", DG_FLOAT32);
+        dg_tensor_unref(zero);
+        if (d) dg_node_add_control_input(d, src_copy);
+        d = graph_finish(d);
+        free(name);
+        name = NULL;
+        if (!d) goto fail;
+        graph_set_assigned_device(d, sdev);
+        value.node = d;
+        value.index = 0;
+    }
+    if (asprintf(&tensor, "%s:%d", value.node->name, value.index) < 0) abort();
+    if (asprintf(&name, "_send_%s_%d_to_%d", value.node->name, value.index, dst) < 0) abort();
+    dg_node *s = graph_begin(sg, "_Send", name);
+    graph_add_input(s, value);
+    graph_set_attr_string(s, "tensor_name", tensor);
+    graph_set_attr_string(s, "send_device", sdev);
+    graph_set_attr_string(s, "recv_device", ddev);
+    graph_set_attr_int(s, "send_device_incarnation", c->incarnation);
+    graph_set_attr_type(s, "T", dg_output_dtype(value));
+    s = graph_finish(s);
+    free(name);
+    if (asprintf(&name, "_recv_%s_%d_from_%d", value.node->name, value.index, sp) < 0) abort();
+    r = s ? graph_begin(dg, "_Recv", name) : NULL;
+    graph_set_attr_string(r, "tensor_name", tensor);
+    graph_set_attr_string(r, "send_device", sdev);
+    graph_set_attr_string(r, "recv_device", ddev);
+    graph_set_attr_int(r, "send_device_incarnation", c->incarnation);
+    graph_set_attr_type(r, "tensor_type", dg_output_dtype(value));
+    graph_set_attr_shape(r, "shape", dg_output_shape(value));
+    r = graph_finish(r);
+    free(name);
+    free(tensor);
+    if (!s || !r) goto fail;
+    graph_set_assigned_device(s, sdev);
+    graph_set_assigned_device(r, ddev);
+    c->p->n_send++;
+    c->p->n_recv++;
+    graph_strmap_put(&c->pairs, keep_key(c, key), r);
+    return r;
+fail:
+    free(key);
+    if (!dg_graph_check(sg, st)) dg_status_prepend(st, "partition %s", sdev);
+    else if (!dg_graph_check(dg, st)) dg_status_prepend(st, "partition %s", ddev);
+    return NULL;
+}
+
+static bool is_fed(const dg_output *feeds, int n_feeds, dg_output o) {
+    for (int f = 0; f < n_feeds; f++)
+        if (feeds[f].node == o.node && feeds[f].index == o.index) return true;
+    return false;
+}
+
+dg_partitions *dg_partition(dg_node *const *nodes_in, int n_nodes, const dg_output *feeds, int n_feeds,
+                            int64_t incarnation, dg_status *st) {
+    dg_partitions *p = calloc(1, sizeof *p);
+    dg_node **nodes = malloc(((size_t)n_nodes + 1) * sizeof *nodes);
+    int *part = malloc(((size_t)n_nodes + 1) * sizeof *part);
+    dg_node **copy = calloc((size_t)n_nodes + 1, sizeof *copy);
+    int *local = NULL;
+    dg_output *ins = NULL;
+    int cap_ins = 0;
+    ctx c;
+    memset(&c, 0, sizeof c);
+    c.p = p;
+    c.incarnation = incarnation;
+    if (!p || !nodes || !part || !copy) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "partitioner: out of memory");
+        goto fail;
+    }
+    memcpy(nodes, nodes_in, (size_t)n_nodes * sizeof *nodes);
+    qsort(nodes, (size_t)n_nodes, sizeof *nodes, cmp_id);
+    // Devices, sorted.
+    graph_strmap seen = {0};
+    char **devs = NULL;
+    int n_devs = 0;
+    for (int i = 0; i < n_nodes; i++) {
+        const char *d = nodes[i]->assigned_device;
+        if (!d || !*d) {
+            graph_strmap_clear(&seen);
+            free(devs);
+            dg_status_setf(st, DG_FAILED_PRECONDITION, "partitioner: node \"%s\" (%s) is not placed",
+                           nodes[i]->name, nodes[i]->op->name);
+            goto fail;
+        }
+        if (graph_strmap_get(&seen, d)) continue;
+        graph_strmap_put(&seen, d, (void *)1);
+        char **nd = realloc(devs, (size_t)(n_devs + 1) * sizeof *nd);
+        if (!nd) abort();
+        devs = nd;
+        devs[n_devs++] = strdup(d);
+    }
+    graph_strmap_clear(&seen);
+    qsort(devs, (size_t)n_devs, sizeof *devs, cmp_str);
+    p->n = n_devs;
+    p->devices = devs;
+    p->graphs = calloc((size_t)n_devs + 1, sizeof *p->graphs);
+    if (!p->graphs) abort();
+    for (int d = 0; d < n_devs; d++) {
+        p->graphs[d] = dg_graph_new();
+        graph_strmap_put(&p->by_device, p->devices[d], (void *)(intptr_t)(d + 1));
+    }
+    int max_id = n_nodes ? nodes[n_nodes - 1]->id : 0;
+    local = malloc(((size_t)max_id + 2) * sizeof *local);
+    if (!local) abort();
+    for (int i = 0; i <= max_id; i++) local[i] = -1;
+    for (int i = 0; i < n_nodes; i++) {
+        local[nodes[i]->id] = i;
+        part[i] = (int)(intptr_t)graph_strmap_get(&p->by_device, nodes[i]->assigned_device) - 1;
+    }
+    // Data edges.
+    for (int i = 0; i < n_nodes; i++) {
+        dg_node *n = nodes[i];
+        if (n->n_inputs > cap_ins) {
+            cap_ins = n->n_inputs * 2;
+            dg_output *ni = realloc(ins, (size_t)cap_ins * sizeof *ni);
+            if (!ni) abort();
+            ins = ni;
+        }
+        for (int k = 0; k < n->n_inputs; k++) {
+            dg_output in = n->inputs[k];
+            if (is_fed(feeds, n_feeds, in)) {
+                ins[k] = in;
+                continue;
+            }
+            int j = in.node->id <= max_id ? local[in.node->id] : -1;
+            if (j < 0 || nodes[j] != in.node || !copy[j]) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT, "partitioner: input %d of node \"%s\" comes "
+                               "from \"%s\", which is neither in the graph nor fed", k, n->name,
+                               in.node->name);
+                goto fail;
+            }
+            if (part[j] == part[i]) {
+                ins[k].node = copy[j];
+                ins[k].index = in.index;
+            } else {
+                dg_node *r = recv_for(&c, copy[j], in.index, part[j], part[i], false, st);
+                if (!r) goto fail;
+                ins[k].node = r;
+                ins[k].index = 0;
+            }
+        }
+        copy[i] = graph_insert_copy(p->graphs[part[i]], n, ins, n->n_inputs);
+        if (!copy[i]) {
+            dg_graph_check(p->graphs[part[i]], st);
+            goto fail;
+        }
+    }
+    // Control edges.
+    for (int i = 0; i < n_nodes; i++) {
+        dg_node *n = nodes[i];
+        for (int k = 0; k < n->n_ctrl; k++) {
+            dg_node *dep = n->ctrl_inputs[k];
+            int j = dep->id <= max_id ? local[dep->id] : -1;
+            if (j < 0 || nodes[j] != dep) continue;   // outside the run set
+            if (part[j] == part[i]) {
+                dg_node_add_control_input(copy[i], copy[j]);
+            } else {
+                dg_node *r = recv_for(&c, copy[j], 0, part[j], part[i], true, st);
+                if (!r) goto fail;
+                dg_node_add_control_input(copy[i], r);
+            }
+        }
+    }
+    graph_strmap_clear(&c.pairs);
+    for (int i = 0; i < c.n_keys; i++) free(c.keys[i]);
+    free(c.keys);
+    free(nodes);
+    free(part);
+    free(copy);
+    free(local);
+    free(ins);
+    return p;
+fail:
+    graph_strmap_clear(&c.pairs);
+    for (int i = 0; i < c.n_keys; i++) free(c.keys[i]);
+    free(c.keys);
+    free(nodes);
+    free(part);
+    free(copy);
+    free(local);
+    free(ins);
+    dg_partitions_free(&p);
+    return NULL;
+}

@@ -1,0 +1,356 @@
+/* Tests for executor/cuda/: discovery, the GPU device table, the fill kernel, cuBLAS sgemm
+ * and NCCL. Without a GPU only the no-device behaviour is checked (zero GPUs, statuses
+ * instead of aborts), then the test exits 77 so that CTest reports it skipped. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef DG_WITH_CUDA
+#include <limits.h>
+#include <math.h>
+
+#include "cuda_device.h"
+
+// ---- without a GPU (also run with one, where they apply) ----
+
+static void test_table(void **state) {
+    (void)state;
+    const exec_device_ops *ops = exec_cuda_device_ops();
+    assert_non_null(ops);
+    assert_int_equal(ops->version, EXEC_DEVICE_OPS_VERSION);
+    assert_string_equal(ops->type, "GPU");
+    assert_non_null(ops->alloc);
+    assert_non_null(ops->free);
+    assert_non_null(ops->copy_to_device);
+    assert_non_null(ops->copy_to_host);
+    assert_non_null(ops->synchronize);
+    // Events are optional, but the GPU table has them (all or none).
+    assert_true((ops->event_record && ops->event_wait && ops->event_free) ||
+                (!ops->event_record && !ops->event_wait && !ops->event_free));
+}
+
+static void test_free_null(void **state) {
+    (void)state;
+    exec_cuda_device *dev = NULL;
+    exec_cuda_device_free(NULL);
+    exec_cuda_device_free(&dev);
+    assert_null(dev);
+    exec_cuda_register();   // registers no GPU kernel yet; must be callable anywhere
+}
+
+static void test_nccl_version(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    int version = -1;
+    if (exec_cuda_nccl_version(&version, st)) {
+        assert_ok(st);
+        assert_true(version >= 20000);   // NCCL 2.x encodes as MAJOR*10000 + MINOR*100 + PATCH
+    } else {
+        assert_status(st, DG_UNIMPLEMENTED, "without NCCL");
+    }
+    dg_status_free(&st);
+}
+
+static void test_no_device(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    assert_int_equal(exec_cuda_device_count(), 0);
+    assert_int_equal(exec_cuda_device_count(), 0);   // cached, still 0
+    assert_true(strlen(exec_cuda_unavailable_reason()) > 0);
+
+    char name[64] = "untouched";
+    int64_t mem = -7;
+    assert_false(exec_cuda_device_info(0, name, sizeof name, &mem, st));
+    assert_status(st, DG_UNAVAILABLE, "GPU:0: no CUDA device: ");
+    assert_string_equal(name, "untouched");
+    assert_int_equal(mem, -7);
+
+    dg_status_reset(st);
+    assert_null(exec_cuda_device_new(0, st));
+    assert_status(st, DG_UNAVAILABLE, "no CUDA device");
+    dg_status_reset(st);
+    assert_null(exec_cuda_device_new(-1, st));
+    assert_status(st, DG_UNAVAILABLE, "GPU:-1");
+    dg_status_free(&st);
+}
+
+// ---- with a GPU: device 0 ----
+
+static int open_gpu(void **state) {
+    dg_status *st = dg_status_new();
+    *state = exec_cuda_device_new(0, st);
+    if (!*state) fprintf(stderr, "opening GPU:0: %s\n", dg_status_message(st));
+    dg_status_free(&st);
+    return *state ? 0 : -1;
+}
+
+static int close_gpu(void **state) {
+    exec_cuda_device *dev = *state;
+    exec_cuda_device_free(&dev);
+    return 0;
+}
+
+static void fill_random(float *p, int64_t n, uint64_t seed) {
+    for (int64_t i = 0; i < n; i++) p[i] = (float)dg_test_uniform(&seed, -1.0, 1.0);
+}
+
+static void test_info(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    char name[128] = "";
+    int64_t mem = 0;
+    assert_true(exec_cuda_device_info(0, name, sizeof name, &mem, st));
+    assert_ok(st);
+    assert_true(strlen(name) > 0);
+    assert_true(mem > 0);
+    print_message("GPU:0: %s, %lld MiB, %d GPU(s)\n", name, (long long)(mem >> 20),
+                  exec_cuda_device_count());
+    assert_string_equal(exec_cuda_unavailable_reason(), "");
+
+    char small[4];
+    assert_true(exec_cuda_device_info(0, small, sizeof small, NULL, st));
+    assert_int_equal(strlen(small), 3);
+
+    int n = exec_cuda_device_count();
+    assert_false(exec_cuda_device_info(n, name, sizeof name, &mem, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "does not exist");
+    dg_status_reset(st);
+    assert_null(exec_cuda_device_new(-1, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "GPU:-1 does not exist");
+    dg_status_free(&st);
+}
+
+static void test_round_trip(void **state) {
+    exec_cuda_device *dev = *state;
+    const exec_device_ops *ops = exec_cuda_device_ops();
+    dg_status *st = dg_status_new();
+    const int64_t n = (1 << 20) + 3;
+    const size_t n_bytes = (size_t)n * sizeof(float);
+    float *host = malloc(n_bytes), *back = malloc(n_bytes);
+    assert_non_null(host);
+    assert_non_null(back);
+    fill_random(host, n, 42);
+    memset(back, 0, n_bytes);
+
+    float *d = ops->alloc(dev, n_bytes, st);
+    assert_ok(st);
+    assert_non_null(d);
+    assert_true(ops->copy_to_device(dev, d, host, n_bytes, st));
+    assert_true(ops->copy_to_host(dev, back, d, n_bytes, st));
+    assert_true(ops->synchronize(dev, st));
+    assert_ok(st);
+    assert_memory_equal(host, back, n_bytes);
+
+    // Zero bytes: no allocation, no error; zero-byte copies are no-ops.
+    assert_null(ops->alloc(dev, 0, st));
+    assert_ok(st);
+    assert_true(ops->copy_to_device(dev, d, NULL, 0, st));
+    // A NULL buffer with bytes to copy is INVALID_ARGUMENT, not a crash.
+    assert_false(ops->copy_to_host(dev, NULL, d, 16, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "GPU:0: copying 16 bytes device to host");
+    dg_status_reset(st);
+
+    // Events order the stream; waiting on our own event is allowed.
+    void *ev = ops->event_record(dev, st);
+    assert_ok(st);
+    assert_non_null(ev);
+    assert_true(ops->event_wait(dev, ev, st));
+    ops->event_free(dev, ev);
+    assert_true(ops->synchronize(dev, st));
+
+    ops->free(dev, d);
+    ops->free(dev, NULL);
+    free(back);
+    free(host);
+    dg_status_free(&st);
+}
+
+static void test_out_of_memory(void **state) {
+    exec_cuda_device *dev = *state;
+    const exec_device_ops *ops = exec_cuda_device_ops();
+    dg_status *st = dg_status_new();
+    const size_t huge = (size_t)1 << 50;   // 1 PiB
+    assert_null(ops->alloc(dev, huge, st));
+    assert_status(st, DG_RESOURCE_EXHAUSTED, "GPU:0: allocating 1125899906842624 bytes: ");
+    assert_status(st, DG_RESOURCE_EXHAUSTED, "cudaMalloc(&p, n_bytes) at cuda_device.c:");
+    assert_status(st, DG_RESOURCE_EXHAUSTED, "cudaErrorMemoryAllocation");
+    // The error does not stick: the device still works.
+    dg_status_reset(st);
+    void *p = ops->alloc(dev, 1024, st);
+    assert_ok(st);
+    assert_non_null(p);
+    assert_true(ops->synchronize(dev, st));
+    ops->free(dev, p);
+    dg_status_free(&st);
+}
+
+static void test_fill(void **state) {
+    exec_cuda_device *dev = *state;
+    const exec_device_ops *ops = exec_cuda_device_ops();
+    dg_status *st = dg_status_new();
+    // More than one grid's worth (65535 blocks x 256 threads) to cover the grid-stride loop.
+    const int64_t n = 65535LL * 256 * 2 + 17;
+    const size_t n_bytes = (size_t)n * sizeof(float);
+    float *back = malloc(n_bytes);
+    assert_non_null(back);
+    float *d = ops->alloc(dev, n_bytes, st);
+    assert_ok(st);
+    assert_true(exec_cuda_fill_f32(dev, d, n, 3.5f, st));
+    assert_true(exec_cuda_fill_f32(dev, d + 10, 5, -2.0f, st));   // a sub-range
+    assert_true(exec_cuda_fill_f32(dev, d, 0, 9.0f, st));         // nothing
+    assert_true(ops->copy_to_host(dev, back, d, n_bytes, st));
+    assert_true(ops->synchronize(dev, st));
+    assert_ok(st);
+    for (int64_t i = 0; i < n; i++) {
+        float want = (i >= 10 && i < 15) ? -2.0f : 3.5f;
+        if (back[i] != want) fail_msg("element %lld: %g, want %g", (long long)i, back[i], want);
+    }
+    assert_false(exec_cuda_fill_f32(dev, d, -1, 0.0f, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "fill of -1 floats");
+    ops->free(dev, d);
+    free(back);
+    dg_status_free(&st);
+}
+
+// Row-major reference: C = alpha op(A) op(B) + beta C.
+static void sgemm_ref(bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
+                      int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double acc = 0;
+            for (int p = 0; p < k; p++) {
+                double av = ta ? a[p * lda + i] : a[i * lda + p];
+                double bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+                acc += av * bv;
+            }
+            c[i * ldc + j] = (float)(alpha * acc + beta * c[i * ldc + j]);
+        }
+}
+
+static void test_sgemm(void **state) {
+    exec_cuda_device *dev = *state;
+    const exec_device_ops *ops = exec_cuda_device_ops();
+    dg_status *st = dg_status_new();
+    const int m = 37, n = 29, k = 53;
+    const float alpha = 1.5f, beta = 0.5f;
+    // Buffers large enough for either layout of each operand.
+    float a[53 * 37], b[53 * 29], c[37 * 29], want[37 * 29], got[37 * 29];
+    fill_random(a, m * k, 1);
+    fill_random(b, k * n, 2);
+    fill_random(c, m * n, 3);
+    float *da = ops->alloc(dev, sizeof a, st);
+    float *db = ops->alloc(dev, sizeof b, st);
+    float *dc = ops->alloc(dev, sizeof c, st);
+    assert_ok(st);
+    assert_true(ops->copy_to_device(dev, da, a, sizeof a, st));
+    assert_true(ops->copy_to_device(dev, db, b, sizeof b, st));
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        int lda = ta ? m : k, ldb = tb ? k : n, ldc = n;
+        memcpy(want, c, sizeof c);
+        sgemm_ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, want, ldc);
+        assert_true(ops->copy_to_device(dev, dc, c, sizeof c, st));
+        assert_true(exec_cuda_sgemm(dev, ta, tb, m, n, k, alpha, da, lda, db, ldb, beta, dc,
+                                    ldc, st));
+        assert_ok(st);
+        assert_true(ops->copy_to_host(dev, got, dc, sizeof got, st));
+        assert_true(ops->synchronize(dev, st));
+        for (int i = 0; i < m * n; i++)
+            if (fabsf(got[i] - want[i]) > 1e-4f * (1.0f + fabsf(want[i])))
+                fail_msg("trans_a=%d trans_b=%d: C[%d] = %.7g, want %.7g", ta, tb, i, got[i],
+                         want[i]);
+    }
+    // Dimensions beyond cuBLAS's int are refused before any call.
+    assert_false(exec_cuda_sgemm(dev, false, false, (int64_t)INT_MAX + 1, 1, 1, 1.0f, da, 1,
+                                 db, 1, 0.0f, dc, 1, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "m=2147483648");
+    // A bad leading dimension comes back from cuBLAS as a status naming the call.
+    dg_status_reset(st);
+    assert_false(exec_cuda_sgemm(dev, false, false, m, n, k, alpha, da, 1, db, n, beta, dc, n,
+                                 st));
+    assert_status(st, DG_INVALID_ARGUMENT, "cublasSgemm(");
+    assert_status(st, DG_INVALID_ARGUMENT, "CUBLAS_STATUS_INVALID_VALUE");
+    ops->free(dev, dc);
+    ops->free(dev, db);
+    ops->free(dev, da);
+    dg_status_free(&st);
+}
+
+static void test_all_reduce(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    int version = 0;
+    if (!exec_cuda_nccl_version(&version, st)) {
+        print_message("skipping all-reduce: %s\n", dg_status_message(st));
+        dg_status_free(&st);
+        skip();
+    }
+    const exec_device_ops *ops = exec_cuda_device_ops();
+    int n_devs = exec_cuda_device_count() < 2 ? exec_cuda_device_count() : 2;
+    exec_cuda_device *devs[2] = {NULL, NULL};
+    float *bufs[2] = {NULL, NULL};
+    const int64_t n = 1000;
+    float host[1000];
+    for (int i = 0; i < n_devs; i++) {
+        devs[i] = exec_cuda_device_new(i, st);
+        assert_ok(st);
+        bufs[i] = ops->alloc(devs[i], sizeof host, st);
+        assert_ok(st);
+        assert_true(exec_cuda_fill_f32(devs[i], bufs[i], n, (float)(i + 1), st));
+        assert_true(ops->synchronize(devs[i], st));
+    }
+    assert_true(exec_cuda_all_reduce_sum_f32(devs, bufs, n_devs, n, st));
+    assert_ok(st);
+    float want = n_devs == 1 ? 1.0f : 3.0f;
+    for (int i = 0; i < n_devs; i++) {
+        assert_true(ops->copy_to_host(devs[i], host, bufs[i], sizeof host, st));
+        assert_true(ops->synchronize(devs[i], st));
+        for (int j = 0; j < n; j++)
+            if (host[j] != want) fail_msg("GPU:%d [%d] = %g, want %g", i, j, host[j], want);
+        ops->free(devs[i], bufs[i]);
+        exec_cuda_device_free(&devs[i]);
+    }
+    assert_false(exec_cuda_all_reduce_sum_f32(devs, bufs, 0, n, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "over 0 devices");
+    dg_status_free(&st);
+}
+
+int main(void) {
+    const struct CMUnitTest common[] = {
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_free_null),
+        cmocka_unit_test(test_nccl_version),
+    };
+    if (exec_cuda_device_count() == 0) {
+        const struct CMUnitTest no_device[] = {
+            cmocka_unit_test(test_no_device),
+        };
+        int failed = cmocka_run_group_tests_name("common", common, NULL, NULL);
+        failed += cmocka_run_group_tests_name("no_device", no_device, NULL, NULL);
+        if (failed) return 1;
+        printf("no CUDA device: %s\n", exec_cuda_unavailable_reason());
+        return 77;
+    }
+    const struct CMUnitTest gpu[] = {
+        cmocka_unit_test(test_info),
+        cmocka_unit_test_setup_teardown(test_round_trip, open_gpu, close_gpu),
+        cmocka_unit_test_setup_teardown(test_out_of_memory, open_gpu, close_gpu),
+        cmocka_unit_test_setup_teardown(test_fill, open_gpu, close_gpu),
+        cmocka_unit_test_setup_teardown(test_sgemm, open_gpu, close_gpu),
+        cmocka_unit_test(test_all_reduce),
+    };
+    int failed = cmocka_run_group_tests_name("common", common, NULL, NULL);
+    failed += cmocka_run_group_tests_name("gpu", gpu, NULL, NULL);
+    return failed ? 1 : 0;
+}
+
+#else
+
+int main(void) {
+    printf("no CUDA device: built without CUDA (DG_WITH_CUDA is off or no toolkit was found)\n");
+    return 77;
+}
+
+#endif

@@ -1,0 +1,982 @@
+/* Tests for graph/gradients.c and graph/train.c, after TensorFlow's gradient_checker and
+ * gradients_test.py. Every differentiable op is checked against central finite differences
+ * in float64: f = sum_k sum(op(x...)_k * W_k) with fixed random weights W_k, so every output
+ * element matters. Optimizers are checked against hand-computed float64 references of
+ * TensorFlow's update formulas. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_IN 6
+#define MAX_OUT 4
+// Largest allowed max|analytic - numeric| / max(|analytic|, |numeric|) per input.
+#define GRAD_TOL 1e-6
+// Central-difference step, relative to max(1, |x|).
+#define FD_STEP 1e-6
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+static dg_session *new_session(dg_graph *g) {
+    dg_status *st = dg_status_new();
+    dg_session_options o = dg_session_options_default();
+    o.inter_op_threads = 1;
+    dg_session *s = dg_session_new(g, "local", &o, st);
+    assert_ok(st);
+    assert_non_null(s);
+    dg_status_free(&st);
+    return s;
+}
+
+static dg_tensor *tensor_f64(dg_shape s, const double *v) {
+    dg_status *st = dg_status_new();
+    dg_tensor *t = dg_tensor_from_data(DG_FLOAT64, s, v, st);
+    assert_ok(st);
+    dg_status_free(&st);
+    return t;
+}
+
+static dg_tensor *random_f64(dg_shape s, double lo, double hi, uint64_t *rng) {
+    dg_status *st = dg_status_new();
+    dg_tensor *t = dg_tensor_new(DG_FLOAT64, s, st);
+    assert_ok(st);
+    for (int64_t i = 0; i < dg_tensor_num_elements(t); i++)
+        dg_tensor_f64(t)[i] = dg_test_uniform(rng, lo, hi);
+    dg_status_free(&st);
+    return t;
+}
+
+// Runs fetches with feeds; asserts success.
+static void run_ok(dg_session *s, const dg_output *feeds, dg_tensor *const *vals, int n_feeds,
+                   const dg_output *fetches, dg_tensor **out, int n_fetches) {
+    dg_status *st = dg_status_new();
+    bool ok = dg_session_run(s, feeds, vals, n_feeds, fetches, out, n_fetches, NULL, 0, st);
+    assert_ok(st);
+    assert_true(ok);
+    dg_status_free(&st);
+}
+
+static void assert_graph_ok(const dg_graph *g) { assert_ok(dg_graph_status(g)); }
+
+static double rel_err(const double *a, const double *b, int64_t n) {
+    double diff = 0, scale = 1e-8;
+    for (int64_t i = 0; i < n; i++) {
+        diff = fmax(diff, fabs(a[i] - b[i]));
+        scale = fmax(scale, fmax(fabs(a[i]), fabs(b[i])));
+    }
+    return diff / scale;
+}
+
+// ---------------------------------------------------------------------------------------
+// The table of gradient checks
+
+typedef enum gen_kind {
+    G_UNIFORM = 0,   // uniform in [lo, hi)
+    G_AWAY0,         // magnitude uniform in [lo, hi), random sign (keeps off 0 for Relu, Div)
+    G_SIMPLEX,       // positive, each row of the last axis sums to 1 (cross-entropy labels)
+    G_LABELS,        // integer class ids in [0, hi)
+} gen_kind;
+
+typedef struct in_spec {
+    int rank;
+    int64_t d[4];
+    gen_kind gen;
+    double lo, hi;
+    dg_dtype dtype;    // 0: float64
+    bool no_diff;      // fed but not differentiated
+    bool unknown0;     // the placeholder declares dimension 0 as unknown
+} in_spec;
+
+// Builds op(x...) and writes its outputs to out; returns how many.
+typedef int (*build_fn)(dg_graph *g, const dg_output *x, dg_output *out);
+
+typedef struct grad_case {
+    const char *name;
+    build_fn build;
+    int n_in;
+    in_spec in[MAX_IN];
+} grad_case;
+
+#define U G_UNIFORM, -1.0, 1.0
+#define NZ G_AWAY0, 0.5, 2.0
+#define AWAY G_AWAY0, 0.1, 1.0
+#define POS G_UNIFORM, 0.5, 2.0
+#define SX G_SIMPLEX, 0.1, 1.0
+// Input specs: shape, then a generator (kind, lo, hi).
+#define T0(...) {0, {0}, __VA_ARGS__, 0, false, false}
+#define T1(a, ...) {1, {a}, __VA_ARGS__, 0, false, false}
+#define T2(a, b, ...) {2, {a, b}, __VA_ARGS__, 0, false, false}
+#define T3(a, b, c, ...) {3, {a, b, c}, __VA_ARGS__, 0, false, false}
+#define T2Q(a, b, ...) {2, {a, b}, __VA_ARGS__, 0, false, true}
+#define LABELS(n, classes, dt) {1, {n}, G_LABELS, 0, classes, dt, true, false}
+
+#define B1(fname, expr)                                                          \
+    static int fname(dg_graph *g, const dg_output *x, dg_output *o) {            \
+        o[0] = (expr);                                                           \
+        return 1;                                                                \
+    }
+
+B1(b_matmul_nn, dg_matmul(g, NULL, x[0], x[1], false, false))
+B1(b_matmul_nt, dg_matmul(g, NULL, x[0], x[1], false, true))
+B1(b_matmul_tn, dg_matmul(g, NULL, x[0], x[1], true, false))
+B1(b_matmul_tt, dg_matmul(g, NULL, x[0], x[1], true, true))
+B1(b_add, dg_add(g, NULL, x[0], x[1]))
+B1(b_sub, dg_sub(g, NULL, x[0], x[1]))
+B1(b_mul, dg_mul(g, NULL, x[0], x[1]))
+B1(b_div, dg_div(g, NULL, x[0], x[1]))
+B1(b_maximum, dg_maximum(g, NULL, x[0], x[1]))
+B1(b_minimum, dg_minimum(g, NULL, x[0], x[1]))
+B1(b_add_n, dg_add_n(g, NULL, x, 3))
+B1(b_bias_add, dg_bias_add(g, NULL, x[0], x[1]))
+B1(b_relu, dg_relu(g, NULL, x[0]))
+B1(b_sigmoid, dg_sigmoid(g, NULL, x[0]))
+B1(b_tanh, dg_tanh(g, NULL, x[0]))
+B1(b_exp, dg_exp(g, NULL, x[0]))
+B1(b_log, dg_log(g, NULL, x[0]))
+B1(b_square, dg_square(g, NULL, x[0]))
+B1(b_sqrt, dg_sqrt(g, NULL, x[0]))
+B1(b_neg, dg_neg(g, NULL, x[0]))
+B1(b_clip, dg_clip_by_value(g, NULL, x[0], x[1], x[2]))
+B1(b_softmax, dg_softmax(g, NULL, x[0]))
+B1(b_log_softmax, dg_log_softmax(g, NULL, x[0]))
+B1(b_xent, dg_softmax_cross_entropy_with_logits(g, NULL, x[0], x[1]))
+B1(b_sparse_xent, dg_sparse_softmax_cross_entropy_with_logits(g, NULL, x[0], x[1]))
+B1(b_sparse_xent_mean, dg_sparse_softmax_cross_entropy(g, NULL, x[0], x[1]))
+B1(b_identity, dg_identity(g, NULL, x[0]))
+
+static const int64_t AX0[] = {0}, AX1[] = {1}, AXM1[] = {-1}, AX02[] = {0, 2}, AX12[] = {1, 2};
+#define BRED(fname, op, axes, n, keep) B1(fname, op(g, NULL, x[0], axes, n, keep))
+BRED(b_sum_1, dg_sum, AX1, 1, false)
+BRED(b_sum_1k, dg_sum, AX1, 1, true)
+BRED(b_sum_02, dg_sum, AX02, 2, false)
+BRED(b_sum_02k, dg_sum, AX02, 2, true)
+BRED(b_sum_m1, dg_sum, AXM1, 1, false)
+BRED(b_sum_all, dg_sum, NULL, 0, false)
+BRED(b_sum_allk, dg_sum, NULL, 0, true)
+BRED(b_mean_0, dg_mean, AX0, 1, false)
+BRED(b_mean_12k, dg_mean, AX12, 2, true)
+BRED(b_mean_02, dg_mean, AX02, 2, false)
+BRED(b_mean_all, dg_mean, NULL, 0, false)
+BRED(b_mean_allk, dg_mean, NULL, 0, true)
+BRED(b_max_1, dg_max, AX1, 1, false)
+BRED(b_max_1k, dg_max, AX1, 1, true)
+BRED(b_max_02, dg_max, AX02, 2, false)
+BRED(b_max_m1k, dg_max, AXM1, 1, true)
+BRED(b_max_all, dg_max, NULL, 0, false)
+BRED(b_max_allk, dg_max, NULL, 0, true)
+
+static const int64_t R_2_M1[] = {2, -1}, R_6_2[] = {6, 2}, R_FLAT[] = {-1};
+B1(b_reshape_2m1, dg_reshape(g, NULL, x[0], R_2_M1, 2))
+B1(b_reshape_62, dg_reshape(g, NULL, x[0], R_6_2, 2))
+B1(b_reshape_flat, dg_reshape(g, NULL, x[0], R_FLAT, 1))
+// Reshape to a shape computed at run time (the Shape of another input).
+B1(b_reshape_to_shape_of, dg_reshape_to(g, NULL, x[0], dg_shape_of(g, NULL, x[1])))
+
+B1(b_concat0, dg_concat(g, NULL, x, 2, 0))
+B1(b_concat1, dg_concat(g, NULL, x, 3, 1))
+B1(b_concat_m1, dg_concat(g, NULL, x, 2, -1))
+
+static int b_split1(dg_graph *g, const dg_output *x, dg_output *o) {
+    return dg_split(g, NULL, x[0], 1, 3, o) ? 3 : 0;
+}
+static int b_split0(dg_graph *g, const dg_output *x, dg_output *o) {
+    return dg_split(g, NULL, x[0], 0, 2, o) ? 2 : 0;
+}
+// Only outputs 0 and 2 are used: output 1's gradient is zeros.
+static int b_split_partial(dg_graph *g, const dg_output *x, dg_output *o) {
+    dg_output parts[3];
+    if (!dg_split(g, NULL, x[0], -1, 3, parts)) return 0;
+    o[0] = parts[0];
+    o[1] = parts[2];
+    return 2;
+}
+
+static const int64_t SL_B[] = {1, 1}, SL_S[] = {2, -1}, SL3_B[] = {0, 1, 2}, SL3_S[] = {2, 1, -1};
+B1(b_slice2, dg_slice(g, NULL, x[0], SL_B, SL_S, 2))
+B1(b_slice3, dg_slice(g, NULL, x[0], SL3_B, SL3_S, 3))
+
+static const int64_t FILL_DIMS[] = {3, 2};
+B1(b_fill, dg_fill(g, NULL, dg_const_i64s(g, NULL, FILL_DIMS, 2), x[0]))
+
+// x is used three times: the contributions are summed.
+B1(b_shared, dg_add(g, NULL, dg_tanh(g, NULL, x[0]), dg_mul(g, NULL, x[0], x[0])))
+
+// Several outputs of one graph, fed from shared inputs.
+static int b_multi_out(dg_graph *g, const dg_output *x, dg_output *o) {
+    o[0] = dg_sigmoid(g, NULL, dg_matmul(g, NULL, x[0], x[1], false, false));
+    o[1] = dg_exp(g, NULL, x[1]);
+    return 2;
+}
+
+// A two-layer network with the usual loss.
+static int b_mlp(dg_graph *g, const dg_output *x, dg_output *o) {
+    dg_output h = dg_tanh(g, NULL, dg_bias_add(g, NULL, dg_matmul(g, NULL, x[0], x[1], false, false), x[2]));
+    dg_output logits = dg_matmul(g, NULL, h, x[3], false, false);
+    o[0] = dg_sparse_softmax_cross_entropy(g, NULL, logits, x[4]);
+    return 1;
+}
+
+#define BIN_ROWS(op, bgen)                                                             \
+    {#op " [3,4] [3,4]", b_##op, 2, {T2(3, 4, U), T2(3, 4, bgen)}},                    \
+    {#op " [3,4] [4]", b_##op, 2, {T2(3, 4, U), T1(4, bgen)}},                         \
+    {#op " [4] [3,4]", b_##op, 2, {T1(4, U), T2(3, 4, bgen)}},                         \
+    {#op " [3,1] [1,4]", b_##op, 2, {T2(3, 1, U), T2(1, 4, bgen)}},                    \
+    {#op " [3,4] scalar", b_##op, 2, {T2(3, 4, U), T0(bgen)}},                         \
+    {#op " scalar [3,4]", b_##op, 2, {T0(U), T2(3, 4, bgen)}},                         \
+    {#op " [2,3,4] [3,1]", b_##op, 2, {T3(2, 3, 4, U), T2(3, 1, bgen)}},               \
+    {#op " [?,4] [4]", b_##op, 2, {T2Q(3, 4, U), T1(4, bgen)}}
+
+static const grad_case grad_cases[] = {
+    {"MatMul", b_matmul_nn, 2, {T2(3, 4, U), T2(4, 5, U)}},
+    {"MatMul transpose_b", b_matmul_nt, 2, {T2(3, 4, U), T2(5, 4, U)}},
+    {"MatMul transpose_a", b_matmul_tn, 2, {T2(4, 3, U), T2(4, 5, U)}},
+    {"MatMul transpose_a transpose_b", b_matmul_tt, 2, {T2(4, 3, U), T2(5, 4, U)}},
+    {"MatMul [?,4]", b_matmul_nn, 2, {T2Q(3, 4, U), T2(4, 2, U)}},
+    BIN_ROWS(add, U),
+    BIN_ROWS(sub, U),
+    BIN_ROWS(mul, U),
+    BIN_ROWS(div, NZ),
+    BIN_ROWS(maximum, U),
+    BIN_ROWS(minimum, U),
+    {"AddN", b_add_n, 3, {T2(3, 4, U), T2(3, 4, U), T2(3, 4, U)}},
+    {"BiasAdd", b_bias_add, 2, {T2(3, 4, U), T1(4, U)}},
+    {"BiasAdd rank 3", b_bias_add, 2, {T3(2, 3, 4, U), T1(4, U)}},
+    {"Relu", b_relu, 1, {T2(3, 4, AWAY)}},
+    {"Sigmoid", b_sigmoid, 1, {T2(3, 4, G_UNIFORM, -3, 3)}},
+    {"Tanh", b_tanh, 1, {T2(3, 4, G_UNIFORM, -2, 2)}},
+    {"Exp", b_exp, 1, {T2(3, 4, U)}},
+    {"Log", b_log, 1, {T2(3, 4, POS)}},
+    {"Square", b_square, 1, {T2(3, 4, U)}},
+    {"Sqrt", b_sqrt, 1, {T2(3, 4, POS)}},
+    {"Neg", b_neg, 1, {T2(3, 4, U)}},
+    {"ClipByValue scalar bounds", b_clip, 3,
+     {T2(4, 5, G_UNIFORM, -2, 2), T0(G_UNIFORM, -0.6, -0.4), T0(G_UNIFORM, 0.4, 0.6)}},
+    {"ClipByValue x-shaped bounds", b_clip, 3,
+     {T2(4, 5, G_UNIFORM, -2, 2), T2(4, 5, G_UNIFORM, -0.9, -0.1), T2(4, 5, G_UNIFORM, 0.1, 0.9)}},
+    {"Softmax", b_softmax, 1, {T2(3, 5, G_UNIFORM, -2, 2)}},
+    {"Softmax rank 3", b_softmax, 1, {T3(2, 3, 4, G_UNIFORM, -2, 2)}},
+    {"LogSoftmax", b_log_softmax, 1, {T2(3, 5, G_UNIFORM, -2, 2)}},
+    {"LogSoftmax rank 3", b_log_softmax, 1, {T3(2, 3, 4, G_UNIFORM, -2, 2)}},
+    {"SoftmaxCrossEntropyWithLogits", b_xent, 2, {T2(4, 5, G_UNIFORM, -2, 2), T2(4, 5, SX)}},
+    {"SparseSoftmaxCrossEntropyWithLogits int64", b_sparse_xent, 2,
+     {T2(4, 5, G_UNIFORM, -2, 2), LABELS(4, 5, DG_INT64)}},
+    {"SparseSoftmaxCrossEntropyWithLogits int32", b_sparse_xent, 2,
+     {T2(4, 5, G_UNIFORM, -2, 2), LABELS(4, 5, DG_INT32)}},
+    {"sparse_softmax_cross_entropy (mean)", b_sparse_xent_mean, 2,
+     {T2(4, 5, G_UNIFORM, -2, 2), LABELS(4, 5, DG_INT64)}},
+    {"Sum axis 1", b_sum_1, 1, {T2(3, 4, U)}},
+    {"Sum axis 1 keep_dims", b_sum_1k, 1, {T2(3, 4, U)}},
+    {"Sum axes 0,2", b_sum_02, 1, {T3(2, 3, 4, U)}},
+    {"Sum axes 0,2 keep_dims", b_sum_02k, 1, {T3(2, 3, 4, U)}},
+    {"Sum axis -1", b_sum_m1, 1, {T3(2, 3, 4, U)}},
+    {"Sum all", b_sum_all, 1, {T3(2, 3, 4, U)}},
+    {"Sum all keep_dims", b_sum_allk, 1, {T3(2, 3, 4, U)}},
+    {"Sum all [?,4]", b_sum_all, 1, {T2Q(3, 4, U)}},
+    {"Mean axis 0", b_mean_0, 1, {T2(3, 4, U)}},
+    {"Mean axes 1,2 keep_dims", b_mean_12k, 1, {T3(2, 3, 4, U)}},
+    {"Mean axes 0,2", b_mean_02, 1, {T3(2, 3, 4, U)}},
+    {"Mean all", b_mean_all, 1, {T3(2, 3, 4, U)}},
+    {"Mean all keep_dims", b_mean_allk, 1, {T2(3, 4, U)}},
+    {"Mean axis 0 [?,4]", b_mean_0, 1, {T2Q(3, 4, U)}},
+    {"Max axis 1", b_max_1, 1, {T2(3, 4, U)}},
+    {"Max axis 1 keep_dims", b_max_1k, 1, {T2(3, 4, U)}},
+    {"Max axes 0,2", b_max_02, 1, {T3(2, 3, 4, U)}},
+    {"Max axis -1 keep_dims", b_max_m1k, 1, {T3(2, 3, 4, U)}},
+    {"Max all", b_max_all, 1, {T3(2, 3, 4, U)}},
+    {"Max all keep_dims", b_max_allk, 1, {T2(3, 4, U)}},
+    {"Reshape [2,-1]", b_reshape_2m1, 1, {T2(3, 4, U)}},
+    {"Reshape [6,2] from rank 3", b_reshape_62, 1, {T3(2, 3, 2, U)}},
+    {"Reshape [-1] from [?,4]", b_reshape_flat, 1, {T2Q(3, 4, U)}},
+    // x1 only gives its shape: not differentiated (see test_unconnected_x).
+    {"Reshape to a run-time shape", b_reshape_to_shape_of, 2,
+     {T2(3, 4, U), {3, {2, 2, 3}, U, 0, true, false}}},
+    {"Concat axis 0", b_concat0, 2, {T2(2, 3, U), T2(4, 3, U)}},
+    {"Concat axis 1", b_concat1, 3, {T2(2, 3, U), T2(2, 1, U), T2(2, 2, U)}},
+    {"Concat axis -1 rank 3", b_concat_m1, 2, {T3(2, 3, 1, U), T3(2, 3, 2, U)}},
+    {"Split axis 1", b_split1, 1, {T2(2, 6, U)}},
+    {"Split axis 0 rank 3", b_split0, 1, {T3(4, 2, 3, U)}},
+    {"Split, some outputs unused", b_split_partial, 1, {T2(2, 6, U)}},
+    {"Slice", b_slice2, 1, {T2(4, 5, U)}},
+    {"Slice rank 3", b_slice3, 1, {T3(3, 2, 5, U)}},
+    {"Identity", b_identity, 1, {T2(3, 4, U)}},
+    {"Fill value", b_fill, 1, {T0(U)}},
+    {"shared input", b_shared, 1, {T2(3, 4, U)}},
+    {"several outputs", b_multi_out, 2, {T2(3, 4, U), T2(4, 2, U)}},
+    {"MLP", b_mlp, 5,
+     {T2(4, 3, U), T2(3, 5, U), T1(5, U), T2(5, 3, U), LABELS(4, 3, DG_INT64)}},
+};
+#define N_GRAD_CASES ((int)(sizeof grad_cases / sizeof grad_cases[0]))
+
+static dg_shape spec_shape(const in_spec *sp) {
+    return dg_shape_make(sp->rank, sp->d);
+}
+
+static dg_tensor *make_input(const in_spec *sp, uint64_t *rng) {
+    dg_status *st = dg_status_new();
+    dg_shape s = spec_shape(sp);
+    dg_dtype dt = sp->dtype ? sp->dtype : DG_FLOAT64;
+    dg_tensor *t = dg_tensor_new(dt, s, st);
+    assert_ok(st);
+    int64_t n = dg_tensor_num_elements(t);
+    for (int64_t i = 0; i < n; i++) {
+        double v = dg_test_uniform(rng, sp->lo, sp->hi);
+        if (sp->gen == G_AWAY0 && dg_test_uniform(rng, 0, 1) < 0.5) v = -v;
+        if (sp->gen == G_LABELS) v = floor(v);
+        switch (dt) {
+        case DG_FLOAT64: dg_tensor_f64(t)[i] = v; break;
+        case DG_INT64: dg_tensor_i64(t)[i] = (int64_t)v; break;
+        case DG_INT32: dg_tensor_i32(t)[i] = (int32_t)v; break;
+        default: fail_msg("unsupported input dtype");
+        }
+    }
+    if (sp->gen == G_SIMPLEX) {
+        int64_t c = s.rank ? s.dims[s.rank - 1] : 1;
+        for (int64_t r = 0; r < n / c; r++) {
+            double sum = 0;
+            for (int64_t j = 0; j < c; j++) sum += dg_tensor_f64(t)[r * c + j];
+            for (int64_t j = 0; j < c; j++) dg_tensor_f64(t)[r * c + j] /= sum;
+        }
+    }
+    dg_status_free(&st);
+    return t;
+}
+
+static double run_scalar(dg_session *s, const dg_output *feeds, dg_tensor *const *vals, int n,
+                         dg_output f) {
+    dg_tensor *out = NULL;
+    run_ok(s, feeds, vals, n, &f, &out, 1);
+    assert_int_equal(dg_tensor_num_elements(out), 1);
+    double v = dg_tensor_f64(out)[0];
+    dg_tensor_unref(out);
+    return v;
+}
+
+static void check_grad_case(void **state) {
+    const grad_case *c = *state;
+    uint64_t rng = 0x5eed0000u + (uint64_t)(c - grad_cases) * 7919u;
+    dg_graph *g = dg_graph_new();
+    dg_output x[MAX_IN];
+    dg_tensor *val[MAX_IN];
+    for (int k = 0; k < c->n_in; k++) {
+        const in_spec *sp = &c->in[k];
+        dg_shape ps = spec_shape(sp);
+        if (sp->unknown0) ps.dims[0] = -1;
+        char name[16];
+        snprintf(name, sizeof name, "x%d", k);
+        x[k] = dg_placeholder(g, name, sp->dtype ? sp->dtype : DG_FLOAT64, ps);
+        val[k] = make_input(sp, &rng);
+    }
+    dg_output outs[MAX_OUT];
+    int n_out = c->build(g, x, outs);
+    assert_graph_ok(g);
+    assert_true(n_out >= 1 && n_out <= MAX_OUT);
+
+    // The forward values give the output shapes for the weights.
+    dg_session *s = new_session(g);
+    dg_tensor *fwd[MAX_OUT];
+    run_ok(s, x, val, c->n_in, outs, fwd, n_out);
+    dg_output terms[MAX_OUT];
+    for (int k = 0; k < n_out; k++) {
+        assert_int_equal(dg_tensor_dtype(fwd[k]), DG_FLOAT64);
+        dg_tensor *w = random_f64(*dg_tensor_shape(fwd[k]), -1, 1, &rng);
+        dg_output wk = dg_const(g, NULL, w);
+        terms[k] = dg_sum(g, NULL, dg_mul(g, NULL, outs[k], wk), NULL, 0, false);
+        dg_tensor_unref(w);
+        dg_tensor_unref(fwd[k]);
+    }
+    dg_output f = dg_add_n(g, "f", terms, n_out);
+    assert_graph_ok(g);
+
+    dg_output xs[MAX_IN], dx[MAX_IN];
+    int idx[MAX_IN], n_xs = 0;
+    for (int k = 0; k < c->n_in; k++)
+        if (!c->in[k].no_diff) {
+            idx[n_xs] = k;
+            xs[n_xs++] = x[k];
+        }
+    bool ok = dg_gradients(g, &f, 1, xs, n_xs, NULL, dx);
+    assert_graph_ok(g);
+    assert_true(ok);
+    for (int i = 0; i < n_xs; i++) assert_non_null(dx[i].node);
+
+    dg_tensor *analytic[MAX_IN];
+    run_ok(s, x, val, c->n_in, dx, analytic, n_xs);
+
+    for (int i = 0; i < n_xs; i++) {
+        dg_tensor *xv = val[idx[i]];
+        const dg_shape *want = dg_tensor_shape(xv);
+        assert_true(dg_shape_equal(dg_tensor_shape(analytic[i]), want));
+        int64_t n = dg_tensor_num_elements(xv);
+        double *numeric = calloc((size_t)n + 1, sizeof *numeric);
+        assert_non_null(numeric);
+        double *p = dg_tensor_f64(xv);
+        for (int64_t e = 0; e < n; e++) {
+            double x0 = p[e], h = FD_STEP * fmax(1.0, fabs(x0));
+            p[e] = x0 + h;
+            double fp = run_scalar(s, x, val, c->n_in, f);
+            p[e] = x0 - h;
+            double fm = run_scalar(s, x, val, c->n_in, f);
+            p[e] = x0;
+            numeric[e] = (fp - fm) / (2 * h);
+        }
+        double err = rel_err(dg_tensor_f64(analytic[i]), numeric, n);
+        if (!(err < GRAD_TOL)) {
+            for (int64_t e = 0; e < n; e++)
+                print_message("  %s x%d[%lld]: analytic %.12g numeric %.12g\n", c->name, idx[i],
+                              (long long)e, dg_tensor_f64(analytic[i])[e], numeric[e]);
+            fail_msg("%s: gradient of x%d has relative error %g (limit %g)", c->name, idx[i], err,
+                     GRAD_TOL);
+        }
+        free(numeric);
+        dg_tensor_unref(analytic[i]);
+    }
+    for (int k = 0; k < c->n_in; k++) dg_tensor_unref(val[k]);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+}
+
+// ---------------------------------------------------------------------------------------
+// Gradients: special cases
+
+// Cast float64 -> float32 -> float64: the gradient is the weight rounded to float32.
+static void test_cast_chain(void **state) {
+    (void)state;
+    uint64_t rng = 42;
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT64, dg_shape2(2, 3));
+    dg_output y = dg_cast(g, NULL, dg_cast(g, NULL, x, DG_FLOAT32), DG_FLOAT64);
+    assert_string_equal(dg_node_op_type(y.node), "Cast");
+    dg_tensor *w = random_f64(dg_shape2(2, 3), -1, 1, &rng);
+    dg_output f = dg_sum(g, NULL, dg_mul(g, NULL, y, dg_const(g, NULL, w)), NULL, 0, false);
+    dg_output dx;
+    assert_true(dg_gradients(g, &f, 1, &x, 1, NULL, &dx));
+    assert_graph_ok(g);
+    assert_non_null(dx.node);
+    assert_int_equal(dg_output_dtype(dx), DG_FLOAT64);
+    dg_session *s = new_session(g);
+    dg_tensor *xv = random_f64(dg_shape2(2, 3), -1, 1, &rng), *out[2];
+    dg_output fetches[2] = {dx, y};
+    run_ok(s, &x, &xv, 1, fetches, out, 2);
+    for (int i = 0; i < 6; i++) {
+        assert_true(dg_tensor_f64(out[0])[i] == (double)(float)dg_tensor_f64(w)[i]);
+        assert_true(dg_tensor_f64(out[1])[i] == (double)(float)dg_tensor_f64(xv)[i]);
+    }
+    // A cast to the same type is no node at all.
+    assert_true(dg_cast(g, NULL, x, DG_FLOAT64).node == x.node);
+    dg_tensor_unref(out[0]);
+    dg_tensor_unref(out[1]);
+    dg_tensor_unref(xv);
+    dg_tensor_unref(w);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+}
+
+// x used three times: d/dx sum(W * (tanh(x) + x*x)) = W * (1 - tanh(x)^2 + 2x).
+static void test_shared_input_closed_form(void **state) {
+    (void)state;
+    uint64_t rng = 7;
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT64, dg_shape1(5));
+    dg_tensor *w = random_f64(dg_shape1(5), -1, 1, &rng);
+    dg_output y = dg_add(g, NULL, dg_tanh(g, NULL, x), dg_mul(g, NULL, x, x));
+    dg_output f = dg_sum(g, NULL, dg_mul(g, NULL, y, dg_const(g, NULL, w)), NULL, 0, false);
+    dg_output dx;
+    assert_true(dg_gradients(g, &f, 1, &x, 1, NULL, &dx));
+    dg_session *s = new_session(g);
+    dg_tensor *xv = random_f64(dg_shape1(5), -1, 1, &rng), *out;
+    run_ok(s, &x, &xv, 1, &dx, &out, 1);
+    for (int i = 0; i < 5; i++) {
+        double xi = dg_tensor_f64(xv)[i], t = tanh(xi);
+        double want = dg_tensor_f64(w)[i] * (1 - t * t + 2 * xi);
+        assert_true(fabs(dg_tensor_f64(out)[i] - want) <= 1e-14 * fmax(1, fabs(want)));
+    }
+    dg_tensor_unref(out);
+    dg_tensor_unref(xv);
+    dg_tensor_unref(w);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+}
+
+// Several ys are summed, each weighted by its grad_ys entry.
+static void test_grad_ys_and_several_ys(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT64, dg_shape1(3));
+    dg_output y1 = dg_square(g, NULL, x);          // dy1/dx = 2x
+    dg_output y2 = dg_mul(g, NULL, x, dg_scalar(g, NULL, DG_FLOAT64, 3.0));   // 3
+    double gv[3] = {1, 2, -1};
+    dg_tensor *gt = tensor_f64(dg_shape1(3), gv);
+    dg_output ys[2] = {y1, y2}, gys[2] = {dg_const(g, NULL, gt), {NULL, 0}};
+    dg_output dx;
+    assert_true(dg_gradients(g, ys, 2, &x, 1, gys, &dx));
+    dg_session *s = new_session(g);
+    double xv[3] = {0.5, -1, 2};
+    dg_tensor *xt = tensor_f64(dg_shape1(3), xv), *out;
+    run_ok(s, &x, &xt, 1, &dx, &out, 1);
+    for (int i = 0; i < 3; i++) assert_true(dg_tensor_f64(out)[i] == 2 * xv[i] * gv[i] + 3.0);
+    dg_tensor_unref(out);
+    dg_tensor_unref(xt);
+    dg_tensor_unref(gt);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+}
+
+// An x that does not reach the ys gets the null output; so does one reaching it only
+// through an integer path (ArgMax).
+static void test_unconnected_x(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT64, dg_shape2(2, 3));
+    dg_output z = dg_placeholder(g, "z", DG_FLOAT64, dg_shape2(2, 3));
+    dg_output a = dg_placeholder(g, "a", DG_FLOAT64, dg_shape2(2, 3));
+    dg_output unrelated = dg_exp(g, NULL, z);   // z feeds something, just not f
+    (void)unrelated;
+    dg_output through_int = dg_cast(g, NULL, dg_argmax(g, NULL, a, 1), DG_FLOAT64);
+    dg_output f = dg_add(g, NULL, dg_sum(g, NULL, dg_square(g, NULL, x), NULL, 0, false),
+                         dg_sum(g, NULL, through_int, NULL, 0, false));
+    assert_graph_ok(g);
+    dg_output xs[3] = {x, z, a}, dx[3];
+    assert_true(dg_gradients(g, &f, 1, xs, 3, NULL, dx));
+    assert_graph_ok(g);
+    assert_non_null(dx[0].node);
+    assert_null(dx[1].node);
+    assert_int_equal(dx[1].index, 0);
+    assert_null(dx[2].node);
+    assert_false(dg_output_ok(dx[1]));
+    // A y that is an x: the seed itself.
+    dg_output ones;
+    assert_true(dg_gradients(g, &x, 1, &x, 1, NULL, &ones));
+    dg_session *s = new_session(g);
+    double xv[6] = {1, 2, 3, 4, 5, 6};
+    dg_tensor *xt = tensor_f64(dg_shape2(2, 3), xv), *out;
+    run_ok(s, &x, &xt, 1, &ones, &out, 1);
+    for (int i = 0; i < 6; i++) assert_true(dg_tensor_f64(out)[i] == 1.0);
+    dg_tensor_unref(out);
+    dg_tensor_unref(xt);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+}
+
+// Differentiating through ReluGrad (a second derivative of Relu) has no gradient.
+static void test_no_gradient_relu_grad(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT64, dg_shape2(2, 3));
+    dg_output f = dg_sum(g, NULL, dg_relu(g, NULL, x), NULL, 0, false);
+    dg_output dx;
+    assert_true(dg_gradients(g, &f, 1, &x, 1, NULL, &dx));
+    assert_string_equal(dg_node_op_type(dx.node), "ReluGrad");
+    dg_output f2 = dg_sum(g, NULL, dx, NULL, 0, false);
+    dg_output ddx;
+    assert_false(dg_gradients(g, &f2, 1, &x, 1, NULL, &ddx));
+    assert_null(ddx.node);
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "no gradient");
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "(ReluGrad)");
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, dg_node_name(dx.node));
+    // The graph is now unusable: later calls return false too.
+    assert_false(dg_gradients(g, &f, 1, &x, 1, NULL, &ddx));
+    dg_graph_free(&g);
+}
+
+// BiasAddGrad (the bias gradient of BiasAdd) has no gradient either.
+static void test_no_gradient_bias_add_grad(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_output v = dg_placeholder(g, "v", DG_FLOAT64, dg_shape2(3, 4));
+    dg_output b = dg_placeholder(g, "b", DG_FLOAT64, dg_shape1(4));
+    dg_output dy = dg_placeholder(g, "dy", DG_FLOAT64, dg_shape2(3, 4));
+    dg_output y = dg_bias_add(g, NULL, v, b);
+    dg_output db;
+    assert_true(dg_gradients(g, &y, 1, &b, 1, &dy, &db));
+    assert_string_equal(dg_node_op_type(db.node), "BiasAddGrad");
+    dg_output f = dg_sum(g, NULL, db, NULL, 0, false);
+    dg_output d2;
+    assert_false(dg_gradients(g, &f, 1, &dy, 1, NULL, &d2));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "no gradient");
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "BiasAddGrad");
+    dg_graph_free(&g);
+}
+
+static void test_gradients_bad_arguments(void **state) {
+    (void)state;
+    dg_output nul = {NULL, 0}, dx;
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT64, dg_shape1(2));
+    assert_false(dg_gradients(g, &nul, 1, &x, 1, NULL, &dx));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "y 0 is the null output");
+    dg_graph_free(&g);
+
+    g = dg_graph_new();
+    x = dg_placeholder(g, "x", DG_FLOAT64, dg_shape1(2));
+    dg_output xs[2] = {x, nul};
+    dg_output dxs[2];
+    assert_false(dg_gradients(g, &x, 1, xs, 2, NULL, dxs));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "x 1 is the null output");
+    assert_null(dxs[0].node);
+    dg_graph_free(&g);
+
+    // A graph holding an error gives no gradients.
+    g = dg_graph_new();
+    x = dg_placeholder(g, "x", DG_FLOAT64, dg_shape1(2));
+    dg_output y = dg_exp(g, NULL, x);
+    dg_graph_set_error(g, DG_INTERNAL, "earlier failure");
+    assert_false(dg_gradients(g, &y, 1, &x, 1, NULL, &dx));
+    assert_null(dx.node);
+    assert_status(dg_graph_status(g), DG_INTERNAL, "earlier failure");
+    dg_graph_free(&g);
+}
+
+// Concat along an axis of unknown size cannot be differentiated statically.
+static void test_concat_unknown_axis_size(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_output a = dg_placeholder(g, "a", DG_FLOAT64, dg_shape2(-1, 3));
+    dg_output b = dg_placeholder(g, "b", DG_FLOAT64, dg_shape2(2, 3));
+    dg_output ab[2] = {a, b};
+    dg_output c = dg_concat(g, "cat", ab, 2, 0);
+    dg_output f = dg_sum(g, NULL, c, NULL, 0, false);
+    dg_output dx[2];
+    assert_false(dg_gradients(g, &f, 1, ab, 2, NULL, dx));
+    assert_status(dg_graph_status(g), DG_UNIMPLEMENTED, "\"cat\" (Concat)");
+    assert_status(dg_graph_status(g), DG_UNIMPLEMENTED, "size of input 0 along axis 0");
+    dg_graph_free(&g);
+}
+
+// Gradient nodes live under "gradients/<op>_grad/"; a second call gets "gradients_1".
+static void test_gradient_scopes(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT64, dg_shape1(2));
+    dg_output y = dg_tanh(g, "t", x);
+    dg_output dx;
+    assert_true(dg_gradients(g, &y, 1, &x, 1, NULL, &dx));
+    assert_string_equal(dg_node_name(dx.node), "gradients/t_grad/TanhGrad");
+    assert_true(dg_gradients(g, &y, 1, &x, 1, NULL, &dx));
+    assert_string_equal(dg_node_name(dx.node), "gradients_1/t_grad/TanhGrad");
+    dg_graph_free(&g);
+}
+
+// ---------------------------------------------------------------------------------------
+// Optimizers: three steps on a small float64 least-squares problem against hand-computed
+// TensorFlow update formulas.
+//   loss = 0.5 * sum((X W + b - Y)^2), X [4,3], W [3,2], b [2], Y [4,2]
+// Both variables' gradients depend on both values, so an update that ran before the other
+// variable's gradient was computed would show.
+
+#define NX 4
+#define NI 3
+#define NO 2
+#define N_STEPS 3
+
+typedef struct problem {
+    double X[NX * NI], Y[NX * NO], W[NI * NO], b[NO];
+} problem;
+
+static void problem_init(problem *p) {
+    uint64_t rng = 2024;
+    for (int i = 0; i < NX * NI; i++) p->X[i] = dg_test_uniform(&rng, -1, 1);
+    for (int i = 0; i < NX * NO; i++) p->Y[i] = dg_test_uniform(&rng, -1, 1);
+    for (int i = 0; i < NI * NO; i++) p->W[i] = dg_test_uniform(&rng, -1, 1);
+    for (int i = 0; i < NO; i++) p->b[i] = dg_test_uniform(&rng, -1, 1);
+}
+
+// Gradients at (W, b): gW = X^T R, gb = sum_rows R, R = X W + b - Y.
+static void problem_grads(const problem *p, const double *W, const double *b, double *gW, double *gb) {
+    double R[NX * NO];
+    for (int r = 0; r < NX; r++)
+        for (int o = 0; o < NO; o++) {
+            double acc = b[o] - p->Y[r * NO + o];
+            for (int i = 0; i < NI; i++) acc += p->X[r * NI + i] * W[i * NO + o];
+            R[r * NO + o] = acc;
+        }
+    for (int i = 0; i < NI; i++)
+        for (int o = 0; o < NO; o++) {
+            double acc = 0;
+            for (int r = 0; r < NX; r++) acc += p->X[r * NI + i] * R[r * NO + o];
+            gW[i * NO + o] = acc;
+        }
+    for (int o = 0; o < NO; o++) {
+        double acc = 0;
+        for (int r = 0; r < NX; r++) acc += R[r * NO + o];
+        gb[o] = acc;
+    }
+}
+
+typedef struct opt_graph {
+    dg_graph *g;
+    dg_output W, b, loss, gs;
+    dg_node *train, *init;
+    dg_session *s;
+} opt_graph;
+
+static void opt_graph_build(opt_graph *og, const problem *p, dg_optimizer (*make)(dg_graph *, const void *),
+                            const void *arg) {
+    dg_graph *g = og->g = dg_graph_new();
+    dg_tensor *w0 = tensor_f64(dg_shape2(NI, NO), p->W), *b0 = tensor_f64(dg_shape1(NO), p->b);
+    dg_tensor *xt = tensor_f64(dg_shape2(NX, NI), p->X), *yt = tensor_f64(dg_shape2(NX, NO), p->Y);
+    og->W = dg_variable(g, "W", DG_FLOAT64, dg_shape2(NI, NO), dg_init_tensor(w0));
+    og->b = dg_variable(g, "b", DG_FLOAT64, dg_shape1(NO), dg_init_tensor(b0));
+    dg_output pred = dg_bias_add(g, NULL, dg_matmul(g, NULL, dg_const(g, "X", xt), og->W, false, false), og->b);
+    dg_output r = dg_sub(g, NULL, pred, dg_const(g, "Y", yt));
+    og->loss = dg_mul(g, "loss", dg_scalar(g, NULL, DG_FLOAT64, 0.5),
+                      dg_sum(g, NULL, dg_square(g, NULL, r), NULL, 0, false));
+    og->gs = dg_global_step(g);
+    dg_optimizer opt = make(g, arg);
+    og->train = dg_optimizer_minimize(&opt, og->loss, og->gs);
+    assert_graph_ok(g);
+    assert_non_null(og->train);
+    og->init = dg_global_variables_initializer(g);
+    assert_non_null(og->init);
+    og->s = new_session(g);
+    dg_status *st = dg_status_new();
+    assert_true(dg_session_run_target(og->s, og->init, st));
+    assert_ok(st);
+    dg_status_free(&st);
+    dg_tensor_unref(w0);
+    dg_tensor_unref(b0);
+    dg_tensor_unref(xt);
+    dg_tensor_unref(yt);
+}
+
+static void opt_graph_free(opt_graph *og) {
+    dg_session_free(&og->s);
+    dg_graph_free(&og->g);
+}
+
+// Runs one training step and compares W, b and the global step with the reference.
+static void opt_step_check(opt_graph *og, const double *W, const double *b, int64_t step) {
+    dg_status *st = dg_status_new();
+    assert_true(dg_session_run_target(og->s, og->train, st));
+    assert_ok(st);
+    dg_status_free(&st);
+    dg_output fetches[3] = {og->W, og->b, og->gs};
+    dg_tensor *out[3];
+    run_ok(og->s, NULL, NULL, 0, fetches, out, 3);
+    double err = fmax(rel_err(dg_tensor_f64(out[0]), W, NI * NO), rel_err(dg_tensor_f64(out[1]), b, NO));
+    if (!(err < 1e-12)) {
+        for (int i = 0; i < NI * NO; i++)
+            print_message("  W[%d] got %.17g want %.17g\n", i, dg_tensor_f64(out[0])[i], W[i]);
+        for (int i = 0; i < NO; i++)
+            print_message("  b[%d] got %.17g want %.17g\n", i, dg_tensor_f64(out[1])[i], b[i]);
+        fail_msg("step %lld: relative error %g", (long long)step, err);
+    }
+    assert_int_equal(dg_tensor_dtype(out[2]), DG_INT64);
+    assert_int_equal(dg_tensor_i64(out[2])[0], step);
+    for (int i = 0; i < 3; i++) dg_tensor_unref(out[i]);
+}
+
+static dg_optimizer make_gd(dg_graph *g, const void *arg) { return dg_gradient_descent(g, 0.1); }
+
+static void test_gradient_descent(void **state) {
+    (void)state;
+    problem p;
+    problem_init(&p);
+    opt_graph og;
+    opt_graph_build(&og, &p, make_gd, NULL);
+    double W[NI * NO], b[NO], gW[NI * NO], gb[NO];
+    memcpy(W, p.W, sizeof W);
+    memcpy(b, p.b, sizeof b);
+    for (int t = 1; t <= N_STEPS; t++) {
+        problem_grads(&p, W, b, gW, gb);
+        for (int i = 0; i < NI * NO; i++) W[i] -= 0.1 * gW[i];
+        for (int i = 0; i < NO; i++) b[i] -= 0.1 * gb[i];
+        opt_step_check(&og, W, b, t);
+    }
+    opt_graph_free(&og);
+}
+
+typedef struct momentum_args {
+    double lr, mom;
+    bool nesterov;
+} momentum_args;
+
+static dg_optimizer make_momentum(dg_graph *g, const void *arg) {
+    const momentum_args *a = arg;
+    return dg_momentum(g, a->lr, a->mom, a->nesterov);
+}
+
+static void momentum_case(bool nesterov) {
+    problem p;
+    problem_init(&p);
+    momentum_args a = {0.05, 0.9, nesterov};
+    opt_graph og;
+    opt_graph_build(&og, &p, make_momentum, &a);
+    // Slots: "<var>/Momentum", zeros, colocated with the variable, not trainable.
+    dg_node *slot = dg_graph_find(og.g, "W/Momentum");
+    assert_non_null(slot);
+    assert_string_equal(dg_node_op_type(slot), "VariableV2");
+    assert_int_equal(dg_node_num_colocations(slot), 1);
+    assert_string_equal(dg_node_colocation(slot, 0), "W");
+    assert_non_null(dg_graph_find(og.g, "b/Momentum"));
+    assert_int_equal(dg_graph_collection_size(og.g, DG_TRAINABLE_VARIABLES), 2);
+
+    double W[NI * NO], b[NO], gW[NI * NO], gb[NO], aW[NI * NO] = {0}, ab[NO] = {0};
+    memcpy(W, p.W, sizeof W);
+    memcpy(b, p.b, sizeof b);
+    for (int t = 1; t <= N_STEPS; t++) {
+        problem_grads(&p, W, b, gW, gb);
+        // accum = accum * momentum + g; var -= lr * accum, or with Nesterov
+        // var -= lr * g + lr * momentum * accum.
+        for (int i = 0; i < NI * NO; i++) {
+            aW[i] = aW[i] * a.mom + gW[i];
+            W[i] -= nesterov ? a.lr * gW[i] + a.lr * a.mom * aW[i] : a.lr * aW[i];
+        }
+        for (int i = 0; i < NO; i++) {
+            ab[i] = ab[i] * a.mom + gb[i];
+            b[i] -= nesterov ? a.lr * gb[i] + a.lr * a.mom * ab[i] : a.lr * ab[i];
+        }
+        opt_step_check(&og, W, b, t);
+    }
+    // The accumulator holds the reference's.
+    dg_output acc = {slot, 0};
+    dg_tensor *out;
+    run_ok(og.s, NULL, NULL, 0, &acc, &out, 1);
+    assert_true(rel_err(dg_tensor_f64(out), aW, NI * NO) < 1e-12);
+    dg_tensor_unref(out);
+    opt_graph_free(&og);
+}
+
+static void test_momentum(void **state) {
+    (void)state;
+    momentum_case(false);
+}
+
+static void test_momentum_nesterov(void **state) {
+    (void)state;
+    momentum_case(true);
+}
+
+static dg_optimizer make_adam(dg_graph *g, const void *arg) { return dg_adam(g, 0.01); }
+
+static void test_adam(void **state) {
+    (void)state;
+    problem p;
+    problem_init(&p);
+    opt_graph og;
+    opt_graph_build(&og, &p, make_adam, NULL);
+    assert_non_null(dg_graph_find(og.g, "W/Adam"));
+    assert_non_null(dg_graph_find(og.g, "W/Adam_1"));
+    assert_non_null(dg_graph_find(og.g, "b/Adam"));
+    assert_non_null(dg_graph_find(og.g, "b/Adam_1"));
+    dg_node *b1p = dg_graph_find(og.g, "beta1_power");
+    assert_non_null(b1p);
+    const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    double W[NI * NO], b[NO], gW[NI * NO], gb[NO];
+    double mW[NI * NO] = {0}, vW[NI * NO] = {0}, mb[NO] = {0}, vb[NO] = {0};
+    memcpy(W, p.W, sizeof W);
+    memcpy(b, p.b, sizeof b);
+    for (int t = 1; t <= N_STEPS; t++) {
+        problem_grads(&p, W, b, gW, gb);
+        double lr_t = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
+        for (int i = 0; i < NI * NO; i++) {
+            mW[i] = b1 * mW[i] + (1 - b1) * gW[i];
+            vW[i] = b2 * vW[i] + (1 - b2) * gW[i] * gW[i];
+            W[i] -= lr_t * mW[i] / (sqrt(vW[i]) + eps);
+        }
+        for (int i = 0; i < NO; i++) {
+            mb[i] = b1 * mb[i] + (1 - b1) * gb[i];
+            vb[i] = b2 * vb[i] + (1 - b2) * gb[i] * gb[i];
+            b[i] -= lr_t * mb[i] / (sqrt(vb[i]) + eps);
+        }
+        opt_step_check(&og, W, b, t);
+        // beta1_power advances once per step.
+        dg_output bp = {b1p, 0};
+        dg_tensor *out;
+        run_ok(og.s, NULL, NULL, 0, &bp, &out, 1);
+        assert_true(fabs(dg_tensor_f64(out)[0] - pow(b1, t + 1)) < 1e-15);
+        dg_tensor_unref(out);
+    }
+    opt_graph_free(&og);
+}
+
+// compute_gradients / apply_gradients separately, with the gradients averaged in between
+// (as in synchronous replicas): the step uses the averaged gradient.
+static void test_apply_averaged_gradients(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    double w0[2] = {1, -2};
+    dg_tensor *wt = tensor_f64(dg_shape1(2), w0);
+    dg_output w = dg_variable(g, "w", DG_FLOAT64, dg_shape1(2), dg_init_tensor(wt));
+    dg_output l1 = dg_sum(g, NULL, dg_square(g, NULL, w), NULL, 0, false);          // 2w
+    dg_output l2 = dg_sum(g, NULL, dg_mul(g, NULL, w, dg_scalar(g, NULL, DG_FLOAT64, 4)), NULL, 0, false);  // 4
+    dg_optimizer opt = dg_gradient_descent(g, 0.5);
+    dg_output g1[1], g2[1], v1[1], v2[1];
+    assert_int_equal(dg_optimizer_compute_gradients(&opt, l1, NULL, 0, g1, v1, 1), 1);
+    assert_int_equal(dg_optimizer_compute_gradients(&opt, l2, &w, 1, g2, v2, 1), 1);
+    assert_true(v1[0].node == w.node && v2[0].node == w.node);
+    dg_output pair[2] = {g1[0], g2[0]};
+    dg_output avg = dg_mul(g, NULL, dg_add_n(g, NULL, pair, 2), dg_scalar(g, NULL, DG_FLOAT64, 0.5));
+    dg_node *train = dg_optimizer_apply_gradients(&opt, &avg, &w, 1, (dg_output){NULL, 0}, "apply");
+    assert_non_null(train);
+    assert_graph_ok(g);
+    dg_session *s = new_session(g);
+    dg_status *st = dg_status_new();
+    assert_true(dg_session_run_target(s, dg_global_variables_initializer(g), st));
+    assert_true(dg_session_run_target(s, train, st));
+    assert_ok(st);
+    dg_tensor *out;
+    run_ok(s, NULL, NULL, 0, &w, &out, 1);
+    for (int i = 0; i < 2; i++) assert_true(dg_tensor_f64(out)[i] == w0[i] - 0.5 * (w0[i] + 2));
+    dg_tensor_unref(out);
+    // A loss that does not depend on any variable has no gradients to apply.
+    dg_output c = dg_scalar(g, NULL, DG_FLOAT64, 1);
+    assert_int_equal(dg_optimizer_compute_gradients(&opt, c, NULL, 0, g1, v1, 1), 0);
+    assert_null(dg_optimizer_minimize(&opt, c, (dg_output){NULL, 0}));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "no gradients");
+    dg_status_free(&st);
+    dg_tensor_unref(wt);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+}
+
+static void test_global_step(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_output gs = dg_global_step(g);
+    assert_string_equal(dg_node_name(gs.node), "global_step");
+    assert_int_equal(dg_output_dtype(gs), DG_INT64);
+    assert_int_equal(dg_output_shape(gs).rank, 0);
+    assert_true(dg_global_step(g).node == gs.node);
+    assert_int_equal(dg_graph_collection_size(g, DG_GLOBAL_STEP), 1);
+    assert_int_equal(dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES), 0);
+    assert_int_equal(dg_graph_collection_size(g, DG_GLOBAL_VARIABLES), 1);
+    dg_graph_free(&g);
+}
+
+// ---------------------------------------------------------------------------------------
+
+int main(void) {
+    static const struct CMUnitTest fixed[] = {
+        cmocka_unit_test(test_cast_chain),
+        cmocka_unit_test(test_shared_input_closed_form),
+        cmocka_unit_test(test_grad_ys_and_several_ys),
+        cmocka_unit_test(test_unconnected_x),
+        cmocka_unit_test(test_no_gradient_relu_grad),
+        cmocka_unit_test(test_no_gradient_bias_add_grad),
+        cmocka_unit_test(test_gradients_bad_arguments),
+        cmocka_unit_test(test_concat_unknown_axis_size),
+        cmocka_unit_test(test_gradient_scopes),
+        cmocka_unit_test(test_gradient_descent),
+        cmocka_unit_test(test_momentum),
+        cmocka_unit_test(test_momentum_nesterov),
+        cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_apply_averaged_gradients),
+        cmocka_unit_test(test_global_step),
+    };
+    int n_fixed = (int)(sizeof fixed / sizeof fixed[0]);
+    int n = N_GRAD_CASES + n_fixed;
+    struct CMUnitTest *tests = calloc((size_t)n, sizeof *tests);
+    if (!tests) return 1;
+    for (int i = 0; i < N_GRAD_CASES; i++) {
+        tests[i].name = grad_cases[i].name;
+        tests[i].test_func = check_grad_case;
+        tests[i].initial_state = (void *)&grad_cases[i];
+    }
+    for (int i = 0; i < n_fixed; i++) tests[N_GRAD_CASES + i] = fixed[i];
+    int rc = _cmocka_run_group_tests("test_gradients", tests, (size_t)n, NULL, NULL);
+    free(tests);
+    return rc;
+}
