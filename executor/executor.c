@@ -663,7 +663,21 @@ bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **f
     } else {
         for (int i = 0; i < eg->n_fetches; i++) {
             dg_tensor *t = s->values[eg->fetch_slots[i]];
-            fetched[i] = eg->fetch_copy[i] ? dg_tensor_copy(t, st) : dg_tensor_ref(t);
+            if (!t) {
+                // Only a fetched variable that was never initialised has no value here.
+                const char *name = "?";
+                for (int k = 0; k < eg->n; k++)
+                    if (eg->fetch_slots[i] >= eg->nodes[k].out_off &&
+                        eg->fetch_slots[i] < eg->nodes[k].out_off + eg->nodes[k].n_out)
+                        name = eg->nodes[k].node->name;
+                dg_status_setf(st, DG_FAILED_PRECONDITION,
+                               "attempting to use uninitialized value \"%s\" (fetch %d)", name, i);
+            }
+            // A value someone else also holds (a variable's buffer or a view of it, a feed,
+            // a constant) is copied, so that the caller's result is a snapshot they own.
+            fetched[i] = !t ? NULL
+                         : eg->fetch_copy[i] || !tensor_is_exclusive(t) ? dg_tensor_copy(t, st)
+                                                                        : dg_tensor_ref(t);
             if (!fetched[i]) {
                 for (int j = 0; j < i; j++) dg_tensor_free(&fetched[j]);
                 ok = false;

@@ -7,6 +7,7 @@
 
 #include "distgraph/device_name.h"
 #include "graph_impl.h"
+#include "status_impl.h"
 
 typedef struct device_entry {
     char *spec;          // a device scope (owned), or NULL for a function
@@ -27,6 +28,7 @@ typedef struct collection {
     char *name;
     dg_node **nodes;
     int n, cap;
+    graph_strmap index;   // node name -> node
 } collection;
 
 struct dg_graph {
@@ -36,6 +38,9 @@ struct dg_graph {
     graph_strmap name_next;   // base name -> next suffix (intptr), keys in owned_keys
     char **owned_keys;
     int n_owned_keys, cap_owned_keys;
+    graph_strmap interned;    // string -> itself; keys in interned_keys
+    char **interned_keys;
+    int n_interned, cap_interned;
     dg_status *status;
 
     char **name_scopes;       // full prefixes, "" for none
@@ -57,7 +62,7 @@ struct dg_graph {
 
 #define GROW(arr, n, cap)                                                       \
     ((n) < (cap) ? true                                                         \
-                 : ((cap) = (cap) ? (cap) * 2 : 8,                              \
+                 : ((cap) = (cap) ? (cap) * 2 : 4,                              \
                     (arr) = realloc_or_keep((arr), (size_t)(cap) * sizeof *(arr)), \
                     (arr) != NULL))
 
@@ -78,25 +83,25 @@ dg_graph *dg_graph_new(void) {
     return g;
 }
 
+static void free_attr_value(graph_attr *a) {
+    if (a->kind == GA_STRING && !a->borrowed_value) free(a->u.s);
+    if (a->kind == GA_INTS) free(a->u.ints.v);
+    if (a->kind == GA_TENSOR) dg_tensor_unref(a->u.t);
+}
+
 static void node_free(dg_node *n) {
     if (!n) return;
-    free(n->name);
     free(n->inputs);
     free(n->ctrl_inputs);
-    for (int i = 0; i < n->n_attrs; i++) {
-        graph_attr *a = &n->attrs[i];
-        free(a->name);
-        if (a->kind == GA_STRING) free(a->u.s);
-        if (a->kind == GA_INTS) free(a->u.ints.v);
-        if (a->kind == GA_TENSOR) dg_tensor_unref(a->u.t);
+    if (!n->shadow) {
+        free(n->name);
+        for (int i = 0; i < n->n_attrs; i++) free_attr_value(&n->attrs[i]);
+        free(n->attrs);
+        free(n->out_dtypes);
+        free(n->out_shapes);
+        for (int i = 0; i < n->n_coloc; i++) free(n->coloc[i]);
+        free(n->coloc);
     }
-    free(n->attrs);
-    free(n->out_dtypes);
-    free(n->out_shapes);
-    free(n->requested_device);
-    free(n->assigned_device);
-    for (int i = 0; i < n->n_coloc; i++) free(n->coloc[i]);
-    free(n->coloc);
     free(n);
 }
 
@@ -109,6 +114,9 @@ void dg_graph_free(dg_graph **gp) {
     graph_strmap_clear(&g->name_next);
     for (int i = 0; i < g->n_owned_keys; i++) free(g->owned_keys[i]);
     free(g->owned_keys);
+    graph_strmap_clear(&g->interned);
+    for (int i = 0; i < g->n_interned; i++) free(g->interned_keys[i]);
+    free(g->interned_keys);
     dg_status_free(&g->status);
     for (int i = 0; i < g->n_name_scopes; i++) free(g->name_scopes[i]);
     free(g->name_scopes);
@@ -122,12 +130,24 @@ void dg_graph_free(dg_graph **gp) {
     for (int i = 0; i < g->n_collections; i++) {
         free(g->collections[i]->name);
         free(g->collections[i]->nodes);
+        graph_strmap_clear(&g->collections[i]->index);
         free(g->collections[i]);
     }
     free(g->collections);
     free(g->unique_last);
     free(g);
     *gp = NULL;
+}
+
+const char *graph_intern(dg_graph *g, const char *str) {
+    const char *v = graph_strmap_get(&g->interned, str);
+    if (v) return v;
+    char *copy = strdup(str);
+    if (!copy) abort();
+    GROW(g->interned_keys, g->n_interned, g->cap_interned);
+    g->interned_keys[g->n_interned++] = copy;
+    graph_strmap_put(&g->interned, copy, copy);
+    return copy;
 }
 
 const dg_status *dg_graph_status(const dg_graph *g) { return g->status; }
@@ -426,6 +446,10 @@ void dg_device_fn_free(dg_device_fn **fn) {
 // _apply_device_functions): a scope merges its spec under the current device (the current
 // device's fields win), a function returns the new device.
 static bool apply_devices(dg_graph *g, dg_node *n) {
+    if (g->n_devices == 0) {
+        n->requested_device = graph_intern(g, "");
+        return true;
+    }
     char cur[DG_DEVICE_NAME_MAX] = "";
     char out[DG_DEVICE_NAME_MAX];
     dg_status *st = dg_status_new();
@@ -450,11 +474,7 @@ static bool apply_devices(dg_graph *g, dg_node *n) {
         }
     }
     if (!ok) graph_node_error(g, n, dg_status_code(st), "%s", dg_status_message(st));
-    else {
-        free(n->requested_device);
-        n->requested_device = strdup(cur);
-        if (!n->requested_device) abort();
-    }
+    else n->requested_device = graph_intern(g, cur);
     dg_status_free(&st);
     return ok;
 }
@@ -537,8 +557,9 @@ void dg_graph_add_to_collection(dg_graph *g, const char *name, dg_node *n) {
         GROW(g->collections, g->n_collections, g->cap_collections);
         g->collections[g->n_collections++] = c;
     }
-    for (int i = 0; i < c->n; i++)
-        if (c->nodes[i] == n) return;
+    // Duplicates are found by name in the collection's index, so adding stays O(1).
+    if (graph_strmap_get(&c->index, n->name)) return;
+    graph_strmap_put(&c->index, n->name, n);
     GROW(c->nodes, c->n, c->cap);
     c->nodes[c->n++] = n;
 }
@@ -651,16 +672,14 @@ static graph_attr *attr_slot(dg_node *n, const char *name) {
     for (int i = 0; i < n->n_attrs; i++)
         if (strcmp(n->attrs[i].name, name) == 0) {
             graph_attr *a = &n->attrs[i];
-            if (a->kind == GA_STRING) free(a->u.s);
-            if (a->kind == GA_INTS) free(a->u.ints.v);
-            if (a->kind == GA_TENSOR) dg_tensor_unref(a->u.t);
+            free_attr_value(a);
+            a->borrowed_value = false;
             return a;
         }
     GROW(n->attrs, n->n_attrs, n->cap_attrs);
     graph_attr *a = &n->attrs[n->n_attrs++];
     memset(a, 0, sizeof *a);
-    a->name = strdup(name);
-    if (!a->name) abort();
+    a->name = graph_intern(n->graph, name);
     return a;
 }
 
@@ -683,6 +702,14 @@ void graph_set_attr_string(dg_node *n, const char *name, const char *v) {
     a->kind = GA_STRING;
     a->u.s = strdup(v ? v : "");
     if (!a->u.s) abort();
+}
+
+void graph_set_attr_string_interned(dg_node *n, const char *name, const char *interned) {
+    if (!n) return;
+    graph_attr *a = attr_slot(n, name);
+    a->kind = GA_STRING;
+    a->u.s = (char *)interned;
+    a->borrowed_value = true;
 }
 
 void graph_set_attr_ints(dg_node *n, const char *name, const int64_t *v, int count) {
@@ -720,8 +747,7 @@ void graph_set_output(dg_node *n, int i, dg_dtype dtype, dg_shape shape) {
 }
 
 void graph_set_assigned_device(dg_node *n, const char *device) {
-    free(n->assigned_device);
-    n->assigned_device = device ? strdup(device) : NULL;
+    n->assigned_device = device ? graph_intern(n->graph, device) : NULL;
 }
 
 static void discard(dg_graph *g, dg_node *n) {
@@ -774,14 +800,14 @@ dg_node *graph_finish(dg_node *n) {
         discard(g, n);
         return NULL;
     }
-    dg_status *st = dg_status_new();
-    if (def->infer && !def->infer(n, st)) {
-        graph_node_error(g, n, dg_status_code(st), "%s", dg_status_message(st));
-        dg_status_free(&st);
+    dg_status st = DG_STATUS_INIT;
+    if (def->infer && !def->infer(n, &st)) {
+        graph_node_error(g, n, dg_status_code(&st), "%s", dg_status_message(&st));
+        status_impl_clear(&st);
         discard(g, n);
         return NULL;
     }
-    dg_status_free(&st);
+    status_impl_clear(&st);
     // Control dependencies of enclosing scopes.
     for (int f = 0; f < g->n_ctrl; f++)
         for (int i = 0; i < g->ctrl[f].n; i++) {
@@ -800,8 +826,7 @@ dg_node *graph_finish(dg_node *n) {
                 add_coloc(n, c->name);
         }
         dg_node *inner = g->coloc[g->n_coloc - 1];
-        n->requested_device = strdup(inner->requested_device ? inner->requested_device : "");
-        if (!n->requested_device) abort();
+        n->requested_device = graph_intern(g, inner->requested_device ? inner->requested_device : "");
     } else if (!apply_devices(g, n)) {
         discard(g, n);
         return NULL;
@@ -813,9 +838,18 @@ dg_node *graph_finish(dg_node *n) {
     return n;
 }
 
+static dg_node *insert_node(dg_graph *g, dg_node *n) {
+    GROW(g->nodes, g->n_nodes, g->cap_nodes);
+    n->id = g->n_nodes;
+    g->nodes[g->n_nodes++] = n;
+    // by_name alone keeps the name taken; partitions need no uniquifying counters.
+    graph_strmap_put(&g->by_name, n->name, n);
+    return n;
+}
+
 dg_node *graph_insert_copy(dg_graph *g, const dg_node *src, const dg_output *inputs, int n_inputs) {
     if (!dg_graph_ok(g)) return NULL;
-    if (name_taken(g, src->name)) {
+    if (graph_strmap_get(&g->by_name, src->name)) {
         dg_graph_set_error(g, DG_ALREADY_EXISTS, "a node named \"%s\" already exists", src->name);
         return NULL;
     }
@@ -823,31 +857,42 @@ dg_node *graph_insert_copy(dg_graph *g, const dg_node *src, const dg_output *inp
     if (!n) abort();
     n->graph = g;
     n->op = src->op;
-    n->name = strdup(src->name);
-    if (!n->name) abort();
-    for (int i = 0; i < n_inputs; i++) graph_add_input(n, inputs[i]);
-    for (int i = 0; i < src->n_attrs; i++) {
-        const graph_attr *a = &src->attrs[i];
-        switch (a->kind) {
-        case GA_STRING: graph_set_attr_string(n, a->name, a->u.s); break;
-        case GA_INTS: graph_set_attr_ints(n, a->name, a->u.ints.v, a->u.ints.n); break;
-        case GA_TENSOR: graph_set_attr_tensor(n, a->name, a->u.t); break;
-        default: {
-            graph_attr *d = attr_slot(n, a->name);
-            d->kind = a->kind;
-            d->u = a->u;
-        }
-        }
+    n->shadow = true;
+    n->name = src->name;
+    n->attrs = src->attrs;
+    n->n_attrs = n->cap_attrs = src->n_attrs;
+    n->n_outputs = src->n_outputs;
+    n->out_dtypes = src->out_dtypes;
+    n->out_shapes = src->out_shapes;
+    n->coloc = src->coloc;
+    n->n_coloc = src->n_coloc;
+    n->var_initializer = NULL;
+    if (n_inputs > 0) {
+        n->inputs = malloc((size_t)n_inputs * sizeof *n->inputs);
+        if (!n->inputs) abort();
+        memcpy(n->inputs, inputs, (size_t)n_inputs * sizeof *n->inputs);
     }
-    graph_set_num_outputs(n, src->n_outputs, NULL);
-    for (int i = 0; i < src->n_outputs; i++) graph_set_output(n, i, src->out_dtypes[i], src->out_shapes[i]);
-    n->requested_device = strdup(src->requested_device ? src->requested_device : "");
-    n->assigned_device = src->assigned_device ? strdup(src->assigned_device) : NULL;
-    for (int i = 0; i < src->n_coloc; i++) add_coloc(n, src->coloc[i]);
-    GROW(g->nodes, g->n_nodes, g->cap_nodes);
-    n->id = g->n_nodes;
-    g->nodes[g->n_nodes++] = n;
-    // by_name alone keeps the name taken; partitions need no uniquifying counters.
-    graph_strmap_put(&g->by_name, n->name, n);
-    return n;
+    n->n_inputs = n->cap_inputs = n_inputs;
+    n->requested_device = graph_intern(g, src->requested_device ? src->requested_device : "");
+    n->assigned_device = src->assigned_device ? graph_intern(g, src->assigned_device) : NULL;
+    return insert_node(g, n);
+}
+
+dg_node *graph_insert_raw(dg_graph *g, const graph_op_def *def, const char *name, int n_attrs) {
+    if (!dg_graph_ok(g)) return NULL;
+    if (name_taken(g, name)) {
+        dg_graph_set_error(g, DG_ALREADY_EXISTS, "a node named \"%s\" already exists", name);
+        return NULL;
+    }
+    dg_node *n = calloc(1, sizeof *n);
+    if (!n || !(n->name = strdup(name))) abort();
+    n->graph = g;
+    n->op = def;
+    n->requested_device = graph_intern(g, "");
+    if (n_attrs > 0) {
+        n->attrs = calloc((size_t)n_attrs, sizeof *n->attrs);
+        if (!n->attrs) abort();
+        n->cap_attrs = n_attrs;
+    }
+    return insert_node(g, n);
 }

@@ -20,7 +20,7 @@ typedef enum graph_attr_kind {
 } graph_attr_kind;
 
 typedef struct graph_attr {
-    char *name;   // owned
+    const char *name;   // interned in the node's graph (graph_intern)
     graph_attr_kind kind;
     union {
         int64_t i;
@@ -28,10 +28,11 @@ typedef struct graph_attr {
         bool b;
         dg_dtype type;
         dg_shape shape;
-        char *s;                           // owned
+        char *s;                           // owned unless borrowed_value
         struct { int64_t *v; int n; } ints;   // owned
         dg_tensor *t;                      // one reference held
     } u;
+    bool borrowed_value;   // GA_STRING: u.s is interned, not owned
 } graph_attr;
 
 typedef struct graph_op_def graph_op_def;
@@ -50,12 +51,13 @@ struct dg_node {
     int n_outputs;
     dg_dtype *out_dtypes;       // owned, n_outputs
     dg_shape *out_shapes;       // owned, n_outputs
-    char *requested_device;     // owned, "" if none
-    char *assigned_device;      // owned, NULL before placement
+    const char *requested_device;   // interned in graph, "" if none
+    const char *assigned_device;    // interned in graph, NULL before placement
     char **coloc;               // owned names of nodes to colocate with
     int n_coloc;
     dg_node *var_initializer;   // VariableV2: its Assign from the initial value
-    void *placer_data;          // scratch for the placer; not owned
+    bool shadow;                // a partition's copy: name, attrs, outputs and colocation
+                                // belong to the original node, which outlives it
 };
 
 // How the gradient of a node is built. dy has one entry per output (the null output where
@@ -111,6 +113,14 @@ const graph_attr *graph_node_attr(const dg_node *n, const char *name);
 // Sets the output count and allocates dtype/shape arrays (shapes unknown).
 bool graph_set_num_outputs(dg_node *n, int count, dg_status *st);
 void graph_set_output(dg_node *n, int i, dg_dtype dtype, dg_shape shape);
+// A copy of s owned by g, the same pointer for equal strings, valid until dg_graph_free.
+const char *graph_intern(dg_graph *g, const char *s);
+// Sets a string attribute to an interned value (no copy).
+void graph_set_attr_string_interned(dg_node *n, const char *name, const char *interned);
+// Adds a node of type def named name (must be unused: else NULL and a sticky error) without
+// inputs, attributes or inference; the caller fills it in. The partitioner's _Send/_Recv.
+// n_attrs sizes the attribute array.
+dg_node *graph_insert_raw(dg_graph *g, const graph_op_def *def, const char *name, int n_attrs);
 // Sets the placer's choice for n.
 void graph_set_assigned_device(dg_node *n, const char *device);
 // Records an error on g naming node n: "node \"<name>\" (<op>): <message>".
@@ -124,9 +134,10 @@ void graph_push_absolute_scope(dg_graph *g, const char *full);
 dg_output graph_build(dg_graph *g, const char *type, const char *name, const dg_output *ins,
                       int n_ins);
 
-// Adds a copy of src (name, op, attributes, outputs, devices, colocation) to g with the
-// given inputs, without validation or shape inference: the partitioner's building block.
-// Inputs may refer to nodes of other graphs (fed outputs). Control inputs are not copied.
+// Adds a shadow copy of src to g with the given inputs: it shares src's name, attributes,
+// outputs and colocation (src must outlive g), without validation or shape inference: the
+// partitioner's building block. Inputs may refer to nodes of other graphs (fed outputs).
+// Control inputs are not copied.
 dg_node *graph_insert_copy(dg_graph *g, const dg_node *src, const dg_output *inputs, int n_inputs);
 
 // ints attribute helper: pointer and count, NULL if absent.

@@ -9,7 +9,7 @@ uint64_t graph_str_hash(const char *s) {
         h ^= (unsigned char)*s;
         h *= 1099511628211ull;
     }
-    return h | 1;   // 0 marks an empty slot
+    return h ? h : 1;   // 0 marks an empty slot
 }
 
 static bool grow(graph_strmap *m) {

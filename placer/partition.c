@@ -76,6 +76,31 @@ static const char *keep_key(ctx *c, char *key) {
     return key;
 }
 
+static const graph_op_def *op_send, *op_recv, *op_const;
+
+// A node with a fresh name based on base (base, base_1, ...) in g.
+static dg_node *raw_node(dg_graph *g, const graph_op_def *def, char *base) {
+    int n_attrs = def == op_recv ? 6 : 5;
+    if (!dg_graph_find(g, base)) return graph_insert_raw(g, def, base, n_attrs);
+    for (int k = 1;; k++) {
+        char *name = NULL;
+        if (asprintf(&name, "%s_%d", base, k) < 0) abort();
+        if (!dg_graph_find(g, name)) {
+            dg_node *n = graph_insert_raw(g, def, name, n_attrs);
+            free(name);
+            return n;
+        }
+        free(name);
+    }
+}
+
+static void set_pair_attrs(dg_node *n, ctx *c, const char *tensor, int sp, int dst) {
+    graph_set_attr_string(n, "tensor_name", tensor);
+    graph_set_attr_string_interned(n, "send_device", graph_intern(n->graph, c->p->devices[sp]));
+    graph_set_attr_string_interned(n, "recv_device", graph_intern(n->graph, c->p->devices[dst]));
+    graph_set_attr_int(n, "send_device_incarnation", c->incarnation);
+}
+
 // The _Recv in partition dst for output src (a node of partition sp), made on first use
 // together with its _Send. control: the dummy for a control edge from src.
 static dg_node *recv_for(ctx *c, dg_node *src_copy, int index, int sp, int dst, bool control,
@@ -88,59 +113,56 @@ static dg_node *recv_for(ctx *c, dg_node *src_copy, int index, int sp, int dst, 
         return r;
     }
     dg_graph *sg = c->p->graphs[sp], *dg = c->p->graphs[dst];
-    const char *sdev = c->p->devices[sp], *ddev = c->p->devices[dst];
     dg_output value = {src_copy, index};
     char *tensor = NULL, *name = NULL;
     if (control) {
         // A dummy scalar that runs after src, carried across so dst can wait for it.
         if (asprintf(&name, "_ctrl_%s_to_%d", src_copy->name, dst) < 0) abort();
-        dg_tensor *zero = dg_tensor_scalar_f32(0);
-        dg_node *d = graph_begin(sg, "Const", name);
-        graph_set_attr_tensor(d, "value", zero);
-        graph_set_attr_type(d, "dtype", DG_FLOAT32);
-        dg_tensor_unref(zero);
-        if (d) dg_node_add_control_input(d, src_copy);
-        d = graph_finish(d);
+        dg_node *d = raw_node(sg, op_const, name);
         free(name);
         name = NULL;
         if (!d) goto fail;
-        graph_set_assigned_device(d, sdev);
+        dg_tensor *zero = dg_tensor_scalar_f32(0);
+        graph_set_attr_tensor(d, "value", zero);
+        graph_set_attr_type(d, "dtype", DG_FLOAT32);
+        dg_tensor_unref(zero);
+        graph_set_num_outputs(d, 1, NULL);
+        graph_set_output(d, 0, DG_FLOAT32, dg_shape_scalar());
+        dg_node_add_control_input(d, src_copy);
+        graph_set_assigned_device(d, c->p->devices[sp]);
         value.node = d;
         value.index = 0;
     }
     if (asprintf(&tensor, "%s:%d", value.node->name, value.index) < 0) abort();
     if (asprintf(&name, "_send_%s_%d_to_%d", value.node->name, value.index, dst) < 0) abort();
-    dg_node *s = graph_begin(sg, "_Send", name);
-    graph_add_input(s, value);
-    graph_set_attr_string(s, "tensor_name", tensor);
-    graph_set_attr_string(s, "send_device", sdev);
-    graph_set_attr_string(s, "recv_device", ddev);
-    graph_set_attr_int(s, "send_device_incarnation", c->incarnation);
-    graph_set_attr_type(s, "T", dg_output_dtype(value));
-    s = graph_finish(s);
+    dg_node *s = raw_node(sg, op_send, name);
     free(name);
     if (asprintf(&name, "_recv_%s_%d_from_%d", value.node->name, value.index, sp) < 0) abort();
-    r = s ? graph_begin(dg, "_Recv", name) : NULL;
-    graph_set_attr_string(r, "tensor_name", tensor);
-    graph_set_attr_string(r, "send_device", sdev);
-    graph_set_attr_string(r, "recv_device", ddev);
-    graph_set_attr_int(r, "send_device_incarnation", c->incarnation);
+    r = s ? raw_node(dg, op_recv, name) : NULL;
+    free(name);
+    if (!s || !r) {
+        free(tensor);
+        goto fail;
+    }
+    graph_add_input(s, value);
+    set_pair_attrs(s, c, tensor, sp, dst);
+    graph_set_attr_type(s, "T", dg_output_dtype(value));
+    set_pair_attrs(r, c, tensor, sp, dst);
     graph_set_attr_type(r, "tensor_type", dg_output_dtype(value));
     graph_set_attr_shape(r, "shape", dg_output_shape(value));
-    r = graph_finish(r);
-    free(name);
+    graph_set_num_outputs(r, 1, NULL);
+    graph_set_output(r, 0, dg_output_dtype(value), dg_output_shape(value));
     free(tensor);
-    if (!s || !r) goto fail;
-    graph_set_assigned_device(s, sdev);
-    graph_set_assigned_device(r, ddev);
+    graph_set_assigned_device(s, c->p->devices[sp]);
+    graph_set_assigned_device(r, c->p->devices[dst]);
     c->p->n_send++;
     c->p->n_recv++;
     graph_strmap_put(&c->pairs, keep_key(c, key), r);
     return r;
 fail:
     free(key);
-    if (!dg_graph_check(sg, st)) dg_status_prepend(st, "partition %s", sdev);
-    else if (!dg_graph_check(dg, st)) dg_status_prepend(st, "partition %s", ddev);
+    if (!dg_graph_check(sg, st)) dg_status_prepend(st, "partition %s", c->p->devices[sp]);
+    else if (!dg_graph_check(dg, st)) dg_status_prepend(st, "partition %s", c->p->devices[dst]);
     return NULL;
 }
 
@@ -161,6 +183,9 @@ dg_partitions *dg_partition(dg_node *const *nodes_in, int n_nodes, const dg_outp
     int cap_ins = 0;
     ctx c;
     memset(&c, 0, sizeof c);
+    op_send = graph_op_lookup("_Send");
+    op_recv = graph_op_lookup("_Recv");
+    op_const = graph_op_lookup("Const");
     c.p = p;
     c.incarnation = incarnation;
     if (!p || !nodes || !part || !copy) {

@@ -111,6 +111,7 @@ static bool is_init_compute(void *state, exec_ctx *ctx) {
 
 // ---- random ----
 typedef struct rand_state {
+    pthread_mutex_t mu;   // guards rng: concurrent steps of one graph share the kernel
     exec_philox rng;
     double a, b;
     int kind;   // 0 uniform, 1 normal, 2 truncated normal
@@ -128,6 +129,7 @@ static void *rand_create(const dg_node *n, const exec_env *env, dg_status *st) {
     dg_node_attr_float(n, "a", &r->a);
     dg_node_attr_float(n, "b", &r->b);
     exec_philox_init(&r->rng, (uint64_t)s, (uint64_t)s2);
+    pthread_mutex_init(&r->mu, NULL);
     const char *op = n->op->name;
     r->kind = strcmp(op, "RandomUniform") == 0 ? 0 : strcmp(op, "RandomStandardNormal") == 0 ? 1 : 2;
     return r;
@@ -138,6 +140,7 @@ static bool rand_compute(void *state, exec_ctx *ctx) {
     dg_dtype t = ctx->node->out_dtypes[0];
     dg_tensor *o = exec_alloc_output(ctx, 0, t, ctx->node->out_shapes[0]);
     if (!o) return false;
+    pthread_mutex_lock(&r->mu);
     for (int64_t i = 0; i < o->n_elements; i++) {
         double v;
         if (r->kind == 0) {
@@ -153,7 +156,14 @@ static bool rand_compute(void *state, exec_ctx *ctx) {
         else
             F64(o)[i] = v;
     }
+    pthread_mutex_unlock(&r->mu);
     return true;
+}
+
+static void rand_destroy(void *state) {
+    rand_state *r = state;
+    pthread_mutex_destroy(&r->mu);
+    free(r);
 }
 
 // ---- optimizer updates (in place on the variables) ----
@@ -265,9 +275,9 @@ const exec_kernel_def cpu_state_kernels[] = {
     K("AssignAdd", DT_NUMERIC, cpu_no_state, assign_add_compute, NULL, false, true, false),
     K("AssignSub", DT_NUMERIC, cpu_no_state, assign_sub_compute, NULL, false, true, false),
     K("IsVariableInitialized", DT_ALL, cpu_no_state, is_init_compute, NULL, false, false, true),
-    K("RandomUniform", DT_FLOATS, rand_create, rand_compute, free, false, false, false),
-    K("RandomStandardNormal", DT_FLOATS, rand_create, rand_compute, free, false, false, false),
-    K("TruncatedNormal", DT_FLOATS, rand_create, rand_compute, free, false, false, false),
+    K("RandomUniform", DT_FLOATS, rand_create, rand_compute, rand_destroy, false, false, false),
+    K("RandomStandardNormal", DT_FLOATS, rand_create, rand_compute, rand_destroy, false, false, false),
+    K("TruncatedNormal", DT_FLOATS, rand_create, rand_compute, rand_destroy, false, false, false),
     K("ApplyGradientDescent", DT_FLOATS, cpu_no_state, apply_gd_compute, NULL, false, true, false),
     K("ApplyMomentum", DT_FLOATS, momentum_create, apply_momentum_compute, free, false, true, false),
     K("ApplyAdam", DT_FLOATS, cpu_no_state, apply_adam_compute, NULL, false, true, false),

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 
+#include "distgraph/cluster.h"
 #include "distgraph/graph.h"
 
 #ifdef __cplusplus
@@ -51,6 +52,12 @@ dg_graph *dg_partitions_graph(const dg_partitions *p, int i);
 dg_node *dg_partitions_find(const dg_partitions *p, const dg_node *original);
 int dg_partitions_num_sends(const dg_partitions *p);
 int dg_partitions_num_recvs(const dg_partitions *p);
+
+// The devices of every task of a cluster: "/job:J/replica:0/task:T/device:CPU:0" and
+// GPU:0 .. GPU:gpus_per_task-1, jobs sorted by name, tasks ascending. Returns the count and
+// sets *out to a new array of new strings (free with dg_device_list_free); -1 on error.
+int dg_cluster_devices(const dg_cluster *c, int gpus_per_task, char ***out, dg_status *st);
+void dg_device_list_free(char **list, int n);
 
 #ifdef __cplusplus
 }
