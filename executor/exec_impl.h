@@ -93,7 +93,16 @@ typedef struct exec_rendezvous exec_rendezvous;
 typedef void (*exec_recv_cb)(void *arg, int node, dg_tensor *t, const dg_status *st);
 exec_rendezvous *exec_rendezvous_new(void);
 void exec_rendezvous_free(exec_rendezvous **r);
-// Takes a new reference to t. Fails if the step was aborted or the key was already sent.
+// Decides where a sent value goes: returns 1 when it sent it to another task, 0 when the
+// value is for this task, -1 on failure (st set).
+typedef int (*exec_route_fn)(void *ctx, int64_t step_id, const char *key, dg_tensor *t,
+                             dg_status *st);
+void exec_rendezvous_set_router(exec_rendezvous *r, exec_route_fn fn, void *ctx);
+// Puts a value into this task's table (values arriving from other tasks come in here).
+bool exec_rendezvous_deliver(exec_rendezvous *r, int64_t step_id, const char *key, dg_tensor *t,
+                             dg_status *st);
+// Routes (see exec_rendezvous_set_router) or delivers. Takes a new reference to t. Fails if
+// the step was aborted or the key was already sent.
 bool exec_rendezvous_send(exec_rendezvous *r, int64_t step_id, const char *key, dg_tensor *t,
                           dg_status *st);
 // cb runs now if the value is there (or the step aborted), else when it is sent.
@@ -101,6 +110,8 @@ void exec_rendezvous_recv_async(exec_rendezvous *r, int64_t step_id, const char 
                                 exec_recv_cb cb, void *arg, int node);
 // Fails the step's waiting and future receivers with ABORTED carrying why.
 void exec_rendezvous_abort(exec_rendezvous *r, int64_t step_id, const dg_status *why);
+// Fails every waiting and future receiver (shutdown).
+void exec_rendezvous_close(exec_rendezvous *r, const dg_status *why);
 // Drops whatever the step left behind.
 void exec_rendezvous_end_step(exec_rendezvous *r, int64_t step_id);
 
@@ -174,6 +185,7 @@ void exec_graph_free(exec_graph **eg);
 bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **fetched,
                     const exec_step_options *opts, dg_status *st);
 int exec_graph_num_nodes(const exec_graph *eg);
+int exec_graph_num_fetches(const exec_graph *eg);
 // Options the step was run with (kernels such as _Send/_Recv read it).
 const exec_step_options *exec_step_opts(const exec_step *s);
 

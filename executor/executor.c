@@ -61,6 +61,7 @@ struct exec_step {
 
 const exec_step_options *exec_step_opts(const exec_step *s) { return &s->opts; }
 int exec_graph_num_nodes(const exec_graph *eg) { return eg->n; }
+int exec_graph_num_fetches(const exec_graph *eg) { return eg->n_fetches; }
 
 bool exec_fail(exec_ctx *ctx, dg_code code, const char *fmt, ...) {
     va_list ap;

@@ -28,9 +28,13 @@ typedef struct aborted {
 #define N_BUCKETS 1024
 
 struct exec_rendezvous {
+    exec_route_fn route;     // sends values bound for other tasks; NULL: all local
+    void *route_ctx;
     pthread_mutex_t mu;
     entry *buckets[N_BUCKETS];
     aborted *aborted;
+    bool closed;             // every step fails from now on
+    dg_status close_status;
 };
 
 exec_rendezvous *exec_rendezvous_new(void) {
@@ -58,6 +62,7 @@ void exec_rendezvous_free(exec_rendezvous **rp) {
         status_impl_clear(&a->status);
         free(a);
     }
+    status_impl_clear(&r->close_status);
     pthread_mutex_destroy(&r->mu);
     free(r);
     *rp = NULL;
@@ -87,13 +92,28 @@ static bool put(exec_rendezvous *r, entry *e) {
 }
 
 static const dg_status *abort_status(exec_rendezvous *r, int64_t step_id) {
+    if (r->closed) return &r->close_status;
     for (aborted *a = r->aborted; a; a = a->next)
         if (a->step_id == step_id) return &a->status;
     return NULL;
 }
 
+void exec_rendezvous_set_router(exec_rendezvous *r, exec_route_fn fn, void *ctx) {
+    r->route = fn;
+    r->route_ctx = ctx;
+}
+
 bool exec_rendezvous_send(exec_rendezvous *r, int64_t step_id, const char *key, dg_tensor *t,
                           dg_status *st) {
+    if (r->route) {
+        int rc = r->route(r->route_ctx, step_id, key, t, st);
+        if (rc != 0) return rc > 0;
+    }
+    return exec_rendezvous_deliver(r, step_id, key, t, st);
+}
+
+bool exec_rendezvous_deliver(exec_rendezvous *r, int64_t step_id, const char *key, dg_tensor *t,
+                             dg_status *st) {
     pthread_mutex_lock(&r->mu);
     const dg_status *ab = abort_status(r, step_id);
     if (ab) {
@@ -242,6 +262,30 @@ void exec_rendezvous_end_step(exec_rendezvous *r, int64_t step_id) {
     pthread_mutex_unlock(&r->mu);
     for (entry *e = dead, *next; e; e = next) {
         next = e->next;
+        free_entry(e);
+    }
+}
+
+void exec_rendezvous_close(exec_rendezvous *r, const dg_status *why) {
+    entry *waiting = NULL;
+    pthread_mutex_lock(&r->mu);
+    r->closed = true;
+    dg_status_set(&r->close_status, dg_status_code(why), dg_status_message(why));
+    for (int b = 0; b < N_BUCKETS; b++)
+        for (entry **pp = &r->buckets[b]; *pp;) {
+            entry *e = *pp;
+            if (e->cb) {
+                *pp = e->next;
+                e->next = waiting;
+                waiting = e;
+            } else {
+                pp = &e->next;
+            }
+        }
+    pthread_mutex_unlock(&r->mu);
+    for (entry *e = waiting, *next; e; e = next) {
+        next = e->next;
+        e->cb(e->cb_arg, e->cb_node, NULL, why);
         free_entry(e);
     }
 }

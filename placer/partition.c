@@ -103,10 +103,21 @@ static void set_pair_attrs(dg_node *n, ctx *c, const char *tensor, int sp, int d
 
 // The _Recv in partition dst for output src (a node of partition sp), made on first use
 // together with its _Send. control: the dummy for a control edge from src.
+// A fed value crossing from the client's partition keeps the prefix "feed" in its names.
+static dg_node *recv_for_kind(ctx *c, dg_node *src_copy, int index, int sp, int dst, bool control,
+                              bool feed, dg_status *st);
+
 static dg_node *recv_for(ctx *c, dg_node *src_copy, int index, int sp, int dst, bool control,
                          dg_status *st) {
+    return recv_for_kind(c, src_copy, index, sp, dst, control, false, st);
+}
+
+static dg_node *recv_for_kind(ctx *c, dg_node *src_copy, int index, int sp, int dst, bool control,
+                              bool feed, dg_status *st) {
     char *key = NULL;
-    if (asprintf(&key, "%s#%d%s>%d", src_copy->name, index, control ? "c" : "", dst) < 0) abort();
+    if (asprintf(&key, "%s%s#%d%s>%d", feed ? "feed:" : "", src_copy->name, index, control ? "c" : "",
+                 dst) < 0)
+        abort();
     dg_node *r = graph_strmap_get(&c->pairs, key);
     if (r) {
         free(key);
@@ -133,11 +144,13 @@ static dg_node *recv_for(ctx *c, dg_node *src_copy, int index, int sp, int dst, 
         value.node = d;
         value.index = 0;
     }
-    if (asprintf(&tensor, "%s:%d", value.node->name, value.index) < 0) abort();
-    if (asprintf(&name, "_send_%s_%d_to_%d", value.node->name, value.index, dst) < 0) abort();
+    if (asprintf(&tensor, "%s%s:%d", feed ? "feed/" : "", value.node->name, value.index) < 0) abort();
+    if (asprintf(&name, "_send_%s%s_%d_to_%d", feed ? "feed_" : "", value.node->name, value.index, dst) < 0)
+        abort();
     dg_node *s = raw_node(sg, op_send, name);
     free(name);
-    if (asprintf(&name, "_recv_%s_%d_from_%d", value.node->name, value.index, sp) < 0) abort();
+    if (asprintf(&name, "_recv_%s%s_%d_from_%d", feed ? "feed_" : "", value.node->name, value.index, sp) < 0)
+        abort();
     r = s ? raw_node(dg, op_recv, name) : NULL;
     free(name);
     if (!s || !r) {
@@ -174,6 +187,13 @@ static bool is_fed(const dg_output *feeds, int n_feeds, dg_output o) {
 
 dg_partitions *dg_partition(dg_node *const *nodes_in, int n_nodes, const dg_output *feeds, int n_feeds,
                             int64_t incarnation, dg_status *st) {
+    return dg_partition_ex(nodes_in, n_nodes, feeds, n_feeds, NULL, 0, NULL, incarnation, NULL, st);
+}
+
+dg_partitions *dg_partition_ex(dg_node *const *nodes_in, int n_nodes, const dg_output *feeds,
+                               int n_feeds, const dg_output *fetches, int n_fetches,
+                               const char *client_device, int64_t incarnation, dg_output *fetch_out,
+                               dg_status *st) {
     dg_partitions *p = calloc(1, sizeof *p);
     dg_node **nodes = malloc(((size_t)n_nodes + 1) * sizeof *nodes);
     int *part = malloc(((size_t)n_nodes + 1) * sizeof *part);
@@ -214,6 +234,12 @@ dg_partitions *dg_partition(dg_node *const *nodes_in, int n_nodes, const dg_outp
         devs = nd;
         devs[n_devs++] = strdup(d);
     }
+    if (client_device && !graph_strmap_get(&seen, client_device)) {
+        char **nd = realloc(devs, (size_t)(n_devs + 1) * sizeof *nd);
+        if (!nd) abort();
+        devs = nd;
+        devs[n_devs++] = strdup(client_device);
+    }
     graph_strmap_clear(&seen);
     qsort(devs, (size_t)n_devs, sizeof *devs, cmp_str);
     p->n = n_devs;
@@ -224,6 +250,8 @@ dg_partitions *dg_partition(dg_node *const *nodes_in, int n_nodes, const dg_outp
         p->graphs[d] = dg_graph_new();
         graph_strmap_put(&p->by_device, p->devices[d], (void *)(intptr_t)(d + 1));
     }
+    int client = client_device
+                     ? (int)(intptr_t)graph_strmap_get(&p->by_device, client_device) - 1 : -1;
     int max_id = n_nodes ? nodes[n_nodes - 1]->id : 0;
     local = malloc(((size_t)max_id + 2) * sizeof *local);
     if (!local) abort();
@@ -245,6 +273,13 @@ dg_partitions *dg_partition(dg_node *const *nodes_in, int n_nodes, const dg_outp
             dg_output in = n->inputs[k];
             if (is_fed(feeds, n_feeds, in)) {
                 ins[k] = in;
+                if (client != -1 && part[i] != client) {
+                    // The value lives with the client: send it over.
+                    dg_node *r = recv_for_kind(&c, in.node, in.index, client, part[i], false, true, st);
+                    if (!r) goto fail;
+                    ins[k].node = r;
+                    ins[k].index = 0;
+                }
                 continue;
             }
             int j = in.node->id <= max_id ? local[in.node->id] : -1;
@@ -284,6 +319,25 @@ dg_partitions *dg_partition(dg_node *const *nodes_in, int n_nodes, const dg_outp
                 if (!r) goto fail;
                 dg_node_add_control_input(copy[i], r);
             }
+        }
+    }
+    // Fetches: read in the client's partition, sent over when computed elsewhere.
+    for (int f = 0; f < n_fetches && fetch_out; f++) {
+        dg_output o = fetches[f];
+        fetch_out[f] = o;
+        if (is_fed(feeds, n_feeds, o)) continue;
+        int j = o.node->id <= max_id ? local[o.node->id] : -1;
+        if (j < 0 || nodes[j] != o.node) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "partitioner: fetch %d (\"%s\") is not in the graph", f,
+                           o.node->name);
+            goto fail;
+        }
+        fetch_out[f].node = copy[j];
+        if (client != -1 && part[j] != client) {
+            dg_node *r = recv_for(&c, copy[j], o.index, part[j], client, false, st);
+            if (!r) goto fail;
+            fetch_out[f].node = r;
+            fetch_out[f].index = 0;
         }
     }
     graph_strmap_clear(&c.pairs);

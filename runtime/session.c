@@ -8,13 +8,24 @@
 #include "distgraph/device_name.h"
 #include "distgraph/placer.h"
 #include "distgraph/session.h"
+#include "distgraph/serialize.h"
 #include "exec_impl.h"
 #include "graph_impl.h"
+#include "server_impl.h"
+#include "status_impl.h"
+
+typedef struct remote {
+    char *task;       // "/job:ps/replica:0/task:0"
+    char *endpoint;   // "tcp://host:port"
+    int64_t handle;   // of the registered partition
+} remote;
 
 typedef struct compiled {
     char *key;
-    exec_graph *eg;
+    exec_graph *eg;         // what runs in this process
     dg_partitions *parts;   // NULL when everything runs on one device
+    remote *remotes;        // partitions registered with other tasks
+    int n_remotes;
 } compiled;
 
 struct dg_session {
@@ -29,6 +40,8 @@ struct dg_session {
     int n_devices;
     exec_rendezvous *rendezvous;
     int64_t next_step_id;
+    dg_server *server;       // cluster sessions: the master's own task; NULL for local
+    char client_device[200];
 };
 
 void exec_cpu_set_threads(int n);
@@ -46,10 +59,20 @@ dg_session *dg_session_new(dg_graph *g, const char *target, const dg_session_opt
         dg_status_set(st, DG_INVALID_ARGUMENT, "session: graph is NULL");
         return NULL;
     }
+    dg_server *server = NULL;
     if (target && *target && strcmp(target, "local") != 0) {
-        dg_status_setf(st, DG_UNIMPLEMENTED, "session target \"%s\": only \"local\" is supported "
-                       "by this build", target);
-        return NULL;
+        if (strncmp(target, "dg://", 5) != 0) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "session target \"%s\": expected \"local\" or "
+                           "\"dg://host:port\"", target);
+            return NULL;
+        }
+        server = rt_server_find(target);
+        if (!server) {
+            dg_status_setf(st, DG_UNIMPLEMENTED, "session target \"%s\": no server with that address runs "
+                           "in this process (start one with dg_server_new; a session talks to the "
+                           "master of a server in its own process)", target);
+            return NULL;
+        }
     }
     dg_session *s = calloc(1, sizeof *s);
     if (!s) {
@@ -57,6 +80,7 @@ dg_session *dg_session_new(dg_graph *g, const char *target, const dg_session_opt
         return NULL;
     }
     s->graph = g;
+    s->server = server;
     s->opts = opts ? *opts : dg_session_options_default();
     pthread_mutex_init(&s->mu, NULL);
     s->rm = exec_resources_new();
@@ -76,6 +100,17 @@ dg_session *dg_session_new(dg_graph *g, const char *target, const dg_session_opt
                        s->opts.n_virtual_cpus);
         dg_session_free(&s);
         return NULL;
+    }
+    if (server) {
+        int n = dg_cluster_devices(rt_server_cluster(server), 0, &s->devices, st);
+        if (n < 0) {
+            dg_session_free(&s);
+            return NULL;
+        }
+        s->n_devices = n;
+        snprintf(s->client_device, sizeof s->client_device, "%s/device:CPU:0", dg_server_task_name(server));
+        exec_cpu_set_threads(s->opts.intra_op_threads > 0 ? s->opts.intra_op_threads : 1);
+        return s;
     }
     int n_gpus = exec_gpu_count();
     s->devices = calloc((size_t)(1 + s->opts.n_virtual_cpus + n_gpus), sizeof *s->devices);
@@ -98,9 +133,27 @@ void dg_session_free(dg_session **sp) {
     if (!sp || !*sp) return;
     dg_session *s = *sp;
     for (int i = 0; i < s->n_cache; i++) {
-        free(s->cache[i].key);
-        exec_graph_free(&s->cache[i].eg);
-        dg_partitions_free(&s->cache[i].parts);
+        compiled *c = &s->cache[i];
+        for (int r = 0; r < c->n_remotes; r++) {
+            rt_header *h = malloc(sizeof *h);
+            if (!h) abort();
+            rt_header_init(h, RT_DEREGISTER_GRAPH);
+            h->handle = c->remotes[r].handle;
+            rt_header *resp = NULL;
+            dg_status tmp = DG_STATUS_INIT;
+            if (rt_call_sync(rt_server_transport(s->server), c->remotes[r].endpoint, h, NULL, 0, 2000,
+                             &resp, NULL, NULL, &tmp)) {
+                rt_header_clear(resp);
+                free(resp);
+            }
+            status_impl_clear(&tmp);
+            free(c->remotes[r].task);
+            free(c->remotes[r].endpoint);
+        }
+        free(c->remotes);
+        free(c->key);
+        exec_graph_free(&c->eg);
+        dg_partitions_free(&c->parts);
     }
     free(s->cache);
     for (int i = 0; i < s->n_devices; i++) free(s->devices[i]);
@@ -293,6 +346,84 @@ static bool compile(dg_session *s, dg_node **run, int n_run, const dg_output *fe
     return out->eg != NULL;
 }
 
+// Cluster sessions: place over every task, partition with this task as the client, run this
+// task's partitions here and register the others with their tasks.
+static bool compile_cluster(dg_session *s, dg_node **run, int n_run, const dg_output *feeds, int n_feeds,
+                            const dg_output *fetches, int n_fetches, compiled *out, dg_status *st) {
+    dg_placement_options po = dg_placement_options_default();
+    po.allow_soft_placement = s->opts.allow_soft_placement;
+    po.supports = exec_kernel_supports;
+    po.default_device = dg_server_task_name(s->server);
+    if (!dg_place(run, n_run, (const char *const *)s->devices, s->n_devices, &po, st)) return false;
+    if (s->opts.log_device_placement)
+        for (int i = 0; i < n_run; i++)
+            fprintf(stderr, "%s: (%s): %s\n", run[i]->name, run[i]->op->name, run[i]->assigned_device);
+    dg_output *fetch_at = malloc(((size_t)n_fetches + 1) * sizeof *fetch_at);
+    if (!fetch_at) abort();
+    out->parts = dg_partition_ex(run, n_run, feeds, n_feeds, fetches, n_fetches, s->client_device,
+                                 rt_new_step_id(), fetch_at, st);
+    if (!out->parts) {
+        free(fetch_at);
+        return false;
+    }
+    const char *own = dg_server_task_name(s->server);
+    int total = 0, n_parts = dg_partitions_count(out->parts);
+    for (int p = 0; p < n_parts; p++) total += dg_graph_num_nodes(dg_partitions_graph(out->parts, p));
+    dg_node **local = malloc(((size_t)total + 1) * sizeof *local);
+    out->remotes = calloc((size_t)n_parts + 1, sizeof *out->remotes);
+    if (!local || !out->remotes) abort();
+    int k = 0;
+    bool ok = true;
+    for (int p = 0; p < n_parts && ok; p++) {
+        dg_graph *pg = dg_partitions_graph(out->parts, p);
+        const char *dev = dg_partitions_device(out->parts, p);
+        char task[200];
+        if (!rt_task_of_device(dev, task, sizeof task)) {
+            dg_status_setf(st, DG_INTERNAL, "partition device \"%s\" names no task", dev);
+            ok = false;
+            break;
+        }
+        if (strcmp(task, own) == 0) {
+            for (int i = 0; i < dg_graph_num_nodes(pg); i++) local[k++] = dg_graph_node(pg, i);
+            continue;
+        }
+        char *buf = NULL;
+        size_t len = 0;
+        char *ep = rt_server_task_endpoint(s->server, dev, st);
+        ok = ep && dg_graph_to_msgpack(pg, &buf, &len, st);
+        if (ok) {
+            rt_header *h = malloc(sizeof *h);
+            if (!h) abort();
+            rt_header_init(h, RT_REGISTER_GRAPH);
+            rt_header_set_blob(h, buf, len);
+            rt_header *resp = NULL;
+            ok = rt_call_sync(rt_server_transport(s->server), ep, h, NULL, 0, rt_server_timeout_ms(s->server),
+                              &resp, NULL, NULL, st);
+            if (ok) {
+                remote *r = &out->remotes[out->n_remotes++];
+                r->task = strdup(task);
+                r->endpoint = ep;
+                r->handle = resp->handle;
+                ep = NULL;
+                rt_header_clear(resp);
+                free(resp);
+            } else {
+                dg_status_prepend(st, "registering the partition of %s with task %s (%s)", dev, task, ep);
+            }
+        }
+        free(ep);
+        free(buf);
+    }
+    if (ok) {
+        exec_env env = {rt_server_resources(s->server), s->client_device, s->opts.intra_op_threads};
+        out->eg = exec_graph_new(local, k, feeds, n_feeds, fetch_at, n_fetches, &env, s->pool, st);
+        ok = out->eg != NULL;
+    }
+    free(local);
+    free(fetch_at);
+    return ok;
+}
+
 // Called with s->mu held; the returned entry is valid while it stays held.
 static compiled *lookup_or_compile_locked(dg_session *s, const dg_output *feeds, int n_feeds,
                                    const dg_output *fetches, int n_fetches,
@@ -309,8 +440,9 @@ static compiled *lookup_or_compile_locked(dg_session *s, const dg_output *feeds,
         }
     int n_run;
     dg_node **run = prune(s->graph, feeds, n_feeds, fetches, n_fetches, targets, n_targets, &n_run);
-    compiled c = {key, NULL, NULL};
-    bool ok = compile(s, run, n_run, feeds, n_feeds, fetches, n_fetches, &c, st);
+    compiled c = {key, NULL, NULL, NULL, 0};
+    bool ok = s->server ? compile_cluster(s, run, n_run, feeds, n_feeds, fetches, n_fetches, &c, st)
+                        : compile(s, run, n_run, feeds, n_feeds, fetches, n_fetches, &c, st);
     free(run);
     compiled *res = NULL;
     if (ok) {
@@ -323,11 +455,108 @@ static compiled *lookup_or_compile_locked(dg_session *s, const dg_output *feeds,
         s->cache[s->n_cache] = c;
         res = &s->cache[s->n_cache++];
     } else {
+        for (int r = 0; r < c.n_remotes; r++) {
+            free(c.remotes[r].task);
+            free(c.remotes[r].endpoint);
+        }
+        free(c.remotes);
         free(c.key);
         exec_graph_free(&c.eg);
         dg_partitions_free(&c.parts);
     }
     return res;
+}
+
+// One step across the cluster: RUN_GRAPH to every remote partition, this task's partitions
+// here, everyone sharing one step id. The first failure aborts the step everywhere.
+typedef struct step_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int remaining;
+    dg_status err;          // first remote error
+    exec_rendezvous *rv;
+    int64_t step_id;
+    const remote *remotes;
+} step_wait;
+
+typedef struct step_call {
+    step_wait *w;
+    int index;
+} step_call;
+
+static void step_done(void *arg, const dg_status *st, rt_header *h, dg_tensor **ts, int n) {
+    step_call *sc = arg;
+    step_wait *w = sc->w;
+    dg_status err = DG_STATUS_INIT;
+    if (st && dg_status_code(st) != DG_OK) dg_status_copy(&err, st);
+    else if (h && h->code != DG_OK) dg_status_set(&err, (dg_code)h->code, h->message ? h->message : "error");
+    if (err.code != DG_OK) {
+        const remote *r = &w->remotes[sc->index];
+        dg_status_prepend(&err, "task %s (%s)", r->task, r->endpoint);
+        // Stop this task's partitions from waiting for values that will not come.
+        exec_rendezvous_abort(w->rv, w->step_id, &err);
+    }
+    pthread_mutex_lock(&w->mu);
+    if (err.code != DG_OK && w->err.code == DG_OK) dg_status_copy(&w->err, &err);
+    w->remaining--;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    status_impl_clear(&err);
+    if (h) {
+        rt_header_clear(h);
+        free(h);
+    }
+    for (int i = 0; i < n; i++) dg_tensor_unref(ts[i]);
+    free(ts);
+}
+
+static bool run_cluster_step(dg_session *s, exec_graph *eg, const remote *remotes, int n_remotes,
+                             dg_tensor *const *feed_values, dg_tensor **fetched, dg_status *st) {
+    step_wait w;
+    memset(&w, 0, sizeof w);
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    w.remaining = n_remotes;
+    w.rv = rt_server_rendezvous(s->server);
+    w.step_id = rt_new_step_id();
+    w.remotes = remotes;
+    step_call *calls = calloc((size_t)n_remotes + 1, sizeof *calls);
+    if (!calls) abort();
+    rt_transport *tp = rt_server_transport(s->server);
+    for (int r = 0; r < n_remotes; r++) {
+        calls[r] = (step_call){&w, r};
+        rt_header *h = malloc(sizeof *h);
+        if (!h) abort();
+        rt_header_init(h, RT_RUN_GRAPH);
+        h->handle = remotes[r].handle;
+        h->step_id = w.step_id;
+        rt_call(tp, remotes[r].endpoint, h, NULL, 0, rt_server_timeout_ms(s->server), step_done, &calls[r]);
+    }
+    exec_step_options o = {w.step_id, w.rv, 0};
+    dg_status local = DG_STATUS_INIT;
+    bool ok = exec_graph_run(eg, feed_values, fetched, &o, &local);
+    if (!ok)
+        for (int r = 0; r < n_remotes; r++) rt_server_abort_remote(s->server, remotes[r].endpoint, w.step_id, &local);
+    pthread_mutex_lock(&w.mu);
+    while (w.remaining > 0) pthread_cond_wait(&w.cv, &w.mu);
+    pthread_mutex_unlock(&w.mu);
+    exec_rendezvous_end_step(w.rv, w.step_id);
+    if (w.err.code != DG_OK) {
+        // The remote failure is the cause; the local one (if any) its consequence.
+        if (ok)
+            for (int i = 0; i < exec_graph_num_fetches(eg); i++) dg_tensor_free(&fetched[i]);
+        for (int r = 0; r < n_remotes; r++) rt_server_abort_remote(s->server, remotes[r].endpoint, w.step_id, &w.err);
+        dg_status_copy(st, &w.err);
+        ok = false;
+    } else if (!ok) {
+        dg_status_copy(st, &local);
+    }
+    status_impl_clear(&local);
+    status_impl_clear(&w.err);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    free(calls);
+    return ok;
 }
 
 bool dg_session_run(dg_session *s, const dg_output *feeds, dg_tensor *const *feed_values,
@@ -348,8 +577,20 @@ bool dg_session_run(dg_session *s, const dg_output *feeds, dg_tensor *const *fee
     compiled *c = lookup_or_compile_locked(s, feeds, n_feeds, fetches, n_fetches, targets, n_targets, st);
     exec_graph *eg = c ? c->eg : NULL;
     bool partitioned = c && c->parts;
+    remote *remotes = NULL;
+    int n_remotes = c ? c->n_remotes : 0;
+    if (n_remotes) {   // copied: the cache may move once the lock is released
+        remotes = malloc((size_t)n_remotes * sizeof *remotes);
+        if (!remotes) abort();
+        memcpy(remotes, c->remotes, (size_t)n_remotes * sizeof *remotes);
+    }
     pthread_mutex_unlock(&s->mu);
     if (!eg) return false;
+    if (s->server) {
+        bool ok = run_cluster_step(s, eg, remotes, n_remotes, feed_values, fetched, st);
+        free(remotes);
+        return ok;
+    }
     exec_step_options o = {__atomic_add_fetch(&s->next_step_id, 1, __ATOMIC_RELAXED),
                            partitioned ? s->rendezvous : NULL, 0};
     bool ok = exec_graph_run(eg, feed_values, fetched, &o, st);

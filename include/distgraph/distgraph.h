@@ -15,5 +15,7 @@
 #include "distgraph/cluster.h"
 #include "distgraph/device_setter.h"
 #include "distgraph/placer.h"
+#include "distgraph/serialize.h"
+#include "distgraph/server.h"
 
 #endif

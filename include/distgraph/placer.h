@@ -42,6 +42,14 @@ typedef struct dg_partitions dg_partitions;
 // Returns: new, caller frees with dg_partitions_free(); NULL on error.
 dg_partitions *dg_partition(dg_node *const *nodes, int n_nodes, const dg_output *feeds, int n_feeds,
                             int64_t incarnation, dg_status *st);
+// The same, for a client on client_device (a complete device name): fed values consumed on
+// other devices are sent from the client's partition, and fetches computed elsewhere are
+// sent to it. fetch_out[i] (n_fetches long) receives the output to read for fetches[i]
+// (in the client's partition, or the fed original). Returns: new; NULL on error.
+dg_partitions *dg_partition_ex(dg_node *const *nodes, int n_nodes, const dg_output *feeds,
+                               int n_feeds, const dg_output *fetches, int n_fetches,
+                               const char *client_device, int64_t incarnation, dg_output *fetch_out,
+                               dg_status *st);
 void dg_partitions_free(dg_partitions **p);
 int dg_partitions_count(const dg_partitions *p);
 // Device and graph of partition i (sorted by device name). Returns: borrowed, valid until

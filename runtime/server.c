@@ -1,0 +1,529 @@
+/* The server of one task: transport, worker service (registered partitions run for a step
+ * id, variables shared by name, the task's rendezvous) and the hooks the master uses. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "distgraph/device_name.h"
+#include "distgraph/serialize.h"
+#include "server_impl.h"
+#include "status_impl.h"
+
+typedef struct registered {
+    int64_t handle;
+    dg_graph *graph;
+    exec_graph *eg;
+} registered;
+
+struct dg_server {
+    dg_cluster *cluster;
+    char job[DG_DEVICE_JOB_MAX];
+    int task;
+    char task_name[160];
+    char target[300];
+    dg_server_options opts;
+    rt_transport *tp;
+    exec_resources *rm;
+    exec_rendezvous *rv;
+    exec_pool *pool;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    registered *graphs;
+    int n_graphs, cap_graphs;
+    int64_t next_handle;
+    bool stopping;
+};
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static dg_server *registry[64];
+static int n_registry;
+static volatile sig_atomic_t got_signal;
+
+dg_server_options dg_server_options_default(void) {
+    dg_server_options o;
+    memset(&o, 0, sizeof o);
+    o.rpc_timeout_ms = 30000;
+    o.service_threads = 4;
+    return o;
+}
+
+dg_server *rt_server_find(const char *target) {
+    pthread_mutex_lock(&registry_mu);
+    dg_server *found = NULL;
+    for (int i = 0; i < n_registry && !found; i++)
+        if (strcmp(registry[i]->target, target) == 0) found = registry[i];
+    pthread_mutex_unlock(&registry_mu);
+    return found;
+}
+
+rt_transport *rt_server_transport(dg_server *s) { return s->tp; }
+exec_resources *rt_server_resources(dg_server *s) { return s->rm; }
+exec_rendezvous *rt_server_rendezvous(dg_server *s) { return s->rv; }
+exec_pool *rt_server_pool(dg_server *s) { return s->pool; }
+const dg_cluster *rt_server_cluster(dg_server *s) { return s->cluster; }
+int64_t rt_server_timeout_ms(dg_server *s) { return s->opts.rpc_timeout_ms; }
+const char *dg_server_target(const dg_server *s) { return s->target; }
+const char *dg_server_task_name(const dg_server *s) { return s->task_name; }
+
+bool rt_task_of_device(const char *device, char *buf, size_t cap) {
+    dg_device_name dn;
+    dg_status st = DG_STATUS_INIT;
+    bool ok = dg_device_name_parse(device, &dn, &st) && dn.has_job && dn.has_task;
+    status_impl_clear(&st);
+    if (!ok) return false;
+    snprintf(buf, cap, "/job:%s/replica:%d/task:%d", dn.job, dn.has_replica ? dn.replica : 0, dn.task);
+    return true;
+}
+
+char *rt_server_task_endpoint(dg_server *s, const char *device, dg_status *st) {
+    dg_device_name dn;
+    if (!dg_device_name_parse(device, &dn, st)) return NULL;
+    if (!dn.has_job || !dn.has_task) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "device \"%s\" names no task", device);
+        return NULL;
+    }
+    const char *addr = dg_cluster_task_address(s->cluster, dn.job, dn.task, st);
+    if (!addr) return NULL;
+    char *ep = NULL;
+    if (asprintf(&ep, "tcp://%s", addr) < 0) return NULL;
+    return ep;
+}
+
+int64_t rt_new_step_id(void) {
+    static uint64_t base;
+    static uint32_t counter;
+    uint64_t b = __atomic_load_n(&base, __ATOMIC_RELAXED);
+    if (!b) {
+        uint64_t r = 0;
+        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+        uint64_t expected = 0;
+        __atomic_compare_exchange_n(&base, &expected, r | 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        b = __atomic_load_n(&base, __ATOMIC_RELAXED);
+    }
+    uint32_t c = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    return (int64_t)(((b << 24) ^ c) & 0x7FFFFFFFFFFFFFFFull);
+}
+
+// ---- the worker service ----
+
+// Values bound for another task's device leave through the transport.
+static int route(void *ctx, int64_t step_id, const char *key, dg_tensor *t, dg_status *st) {
+    dg_server *s = ctx;
+    // key: send_device;incarnation;recv_device;tensor;frame
+    const char *a = strchr(key, ';');
+    const char *b = a ? strchr(a + 1, ';') : NULL;
+    const char *c = b ? strchr(b + 1, ';') : NULL;
+    if (!c) {
+        dg_status_setf(st, DG_INTERNAL, "malformed rendezvous key \"%s\"", key);
+        return -1;
+    }
+    char dev[DG_DEVICE_NAME_MAX], task[160];
+    snprintf(dev, sizeof dev, "%.*s", (int)(c - b - 1), b + 1);
+    if (!rt_task_of_device(dev, task, sizeof task)) {
+        dg_status_setf(st, DG_INTERNAL, "rendezvous key \"%s\": bad receiving device", key);
+        return -1;
+    }
+    if (strcmp(task, s->task_name) == 0) return 0;
+    char *ep = rt_server_task_endpoint(s, dev, st);
+    if (!ep) return -1;
+    rt_header *h = malloc(sizeof *h);
+    if (!h) abort();
+    rt_header_init(h, RT_TENSOR);
+    h->step_id = step_id;
+    h->key = strdup(key);
+    rt_header_add_tensor(h, t);
+    rt_push(s->tp, ep, h, &t, 1);
+    free(ep);
+    return 1;
+}
+
+typedef struct job {
+    dg_server *s;
+    rt_peer *peer;
+    rt_header *h;
+    dg_tensor **ts;
+    int n;
+} job;
+
+static void job_free(job *j) {
+    if (j->h) {
+        rt_header_clear(j->h);
+        free(j->h);
+    }
+    for (int i = 0; i < j->n; i++) dg_tensor_unref(j->ts[i]);
+    free(j->ts);
+    rt_peer_free(j->peer);
+    free(j);
+}
+
+static void reply_ok(job *j, rt_header *r, dg_tensor *const *ts, int n) {
+    r->id = j->h->id;
+    rt_reply(j->s->tp, j->peer, r, ts, n);
+    j->peer = NULL;
+}
+
+static void reply_err(job *j, const dg_status *st) {
+    rt_reply_error(j->s->tp, j->peer, j->h->id, st);
+    j->peer = NULL;
+}
+
+static rt_header *new_header(void) {
+    rt_header *r = malloc(sizeof *r);
+    if (!r) abort();
+    rt_header_init(r, RT_RESPONSE);
+    return r;
+}
+
+static void do_register(job *j) {
+    dg_server *s = j->s;
+    dg_status st = DG_STATUS_INIT;
+    dg_graph *g = j->h->blob ? dg_graph_from_msgpack(j->h->blob, j->h->blob_len, &st) : NULL;
+    if (!j->h->blob) dg_status_set(&st, DG_INVALID_ARGUMENT, "REGISTER_GRAPH without a graph");
+    exec_graph *eg = NULL;
+    if (g) {
+        int n = dg_graph_num_nodes(g);
+        dg_node **nodes = malloc(((size_t)n + 1) * sizeof *nodes);
+        if (!nodes) abort();
+        for (int i = 0; i < n; i++) {
+            nodes[i] = dg_graph_node(g, i);
+            char task[160];
+            const char *dev = dg_node_assigned_device(nodes[i]);
+            if (!*dev || !rt_task_of_device(dev, task, sizeof task) || strcmp(task, s->task_name) != 0) {
+                dg_status_setf(&st, DG_INVALID_ARGUMENT, "node \"%s\" is placed on \"%s\", not on this task (%s)",
+                               dg_node_name(nodes[i]), dev, s->task_name);
+                break;
+            }
+        }
+        char cpu[200];
+        snprintf(cpu, sizeof cpu, "%s/device:CPU:0", s->task_name);
+        exec_env env = {s->rm, cpu, 1};
+        if (dg_status_ok(&st)) eg = exec_graph_new(nodes, n, NULL, 0, NULL, 0, &env, NULL, &st);
+        free(nodes);
+    }
+    if (!eg) {
+        dg_status_prepend(&st, "registering a graph on %s", s->task_name);
+        reply_err(j, &st);
+        dg_graph_free(&g);
+    } else {
+        pthread_mutex_lock(&s->mu);
+        if (s->n_graphs == s->cap_graphs) {
+            s->cap_graphs = s->cap_graphs ? s->cap_graphs * 2 : 8;
+            registered *ng = realloc(s->graphs, (size_t)s->cap_graphs * sizeof *ng);
+            if (!ng) abort();
+            s->graphs = ng;
+        }
+        int64_t handle = ++s->next_handle;
+        s->graphs[s->n_graphs++] = (registered){handle, g, eg};
+        pthread_mutex_unlock(&s->mu);
+        rt_header *r = new_header();
+        r->handle = handle;
+        reply_ok(j, r, NULL, 0);
+    }
+    status_impl_clear(&st);
+}
+
+static exec_graph *find_graph(dg_server *s, int64_t handle) {
+    pthread_mutex_lock(&s->mu);
+    exec_graph *eg = NULL;
+    for (int i = 0; i < s->n_graphs && !eg; i++)
+        if (s->graphs[i].handle == handle) eg = s->graphs[i].eg;
+    pthread_mutex_unlock(&s->mu);
+    return eg;
+}
+
+static void do_deregister(job *j) {
+    dg_server *s = j->s;
+    bool found = false;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_graphs; i++)
+        if (s->graphs[i].handle == j->h->handle) {
+            exec_graph_free(&s->graphs[i].eg);
+            dg_graph_free(&s->graphs[i].graph);
+            s->graphs[i] = s->graphs[--s->n_graphs];
+            found = true;
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+    if (!found) {
+        dg_status st = DG_STATUS_INIT;
+        dg_status_setf(&st, DG_NOT_FOUND, "no graph with handle %lld on %s", (long long)j->h->handle, s->task_name);
+        reply_err(j, &st);
+        status_impl_clear(&st);
+    } else {
+        reply_ok(j, new_header(), NULL, 0);
+    }
+}
+
+static void do_run(job *j) {
+    dg_server *s = j->s;
+    dg_status st = DG_STATUS_INIT;
+    // Graphs are only removed by DEREGISTER_GRAPH, which a master sends after its last run.
+    exec_graph *eg = find_graph(s, j->h->handle);
+    if (!eg) {
+        dg_status_setf(&st, DG_ABORTED, "no graph with handle %lld on %s (did the task restart?)",
+                       (long long)j->h->handle, s->task_name);
+    } else {
+        exec_step_options o = {j->h->step_id, s->rv, 0};
+        exec_graph_run(eg, NULL, NULL, &o, &st);
+        exec_rendezvous_end_step(s->rv, j->h->step_id);
+    }
+    if (dg_status_ok(&st)) reply_ok(j, new_header(), NULL, 0);
+    else reply_err(j, &st);
+    status_impl_clear(&st);
+}
+
+static void do_get_variables(job *j) {
+    dg_server *s = j->s;
+    dg_status st = DG_STATUS_INIT;
+    int n = j->h->n_names;
+    dg_tensor **vals = calloc((size_t)n + 1, sizeof *vals);
+    rt_header *r = new_header();
+    if (!vals) abort();
+    for (int i = 0; i < n; i++) {
+        exec_variable *v = exec_resources_find(s->rm, j->h->names[i]);
+        dg_tensor *cur = v ? exec_variable_get(v) : NULL;
+        if (!cur) {
+            dg_status_setf(&st, v ? DG_FAILED_PRECONDITION : DG_NOT_FOUND, "variable \"%s\" %s on %s",
+                           j->h->names[i], v ? "is not initialized" : "does not exist", s->task_name);
+            break;
+        }
+        vals[i] = dg_tensor_copy(cur, &st);
+        dg_tensor_unref(cur);
+        if (!vals[i]) break;
+        rt_header_add_name(r, j->h->names[i]);
+        rt_header_add_tensor(r, vals[i]);
+    }
+    if (dg_status_ok(&st)) {
+        reply_ok(j, r, vals, n);
+    } else {
+        rt_header_clear(r);
+        free(r);
+        reply_err(j, &st);
+    }
+    for (int i = 0; i < n; i++) dg_tensor_unref(vals[i]);
+    free(vals);
+    status_impl_clear(&st);
+}
+
+static void run_job(void *arg, int unused) {
+    (void)unused;
+    job *j = arg;
+    switch (j->h->type) {
+    case RT_REGISTER_GRAPH: do_register(j); break;
+    case RT_DEREGISTER_GRAPH: do_deregister(j); break;
+    case RT_RUN_GRAPH: do_run(j); break;
+    case RT_GET_VARIABLES: do_get_variables(j); break;
+    default: break;
+    }
+    job_free(j);
+}
+
+// Runs on the transport's I/O thread: quick requests here, the rest on the service pool.
+static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n) {
+    dg_server *s = ctx;
+    job *j = calloc(1, sizeof *j);
+    if (!j) abort();
+    *j = (job){s, peer, h, ts, n};
+    dg_status st = DG_STATUS_INIT;
+    switch (h->type) {
+    case RT_PING: {
+        rt_header *r = new_header();
+        for (int i = 0; i < n; i++) rt_header_add_tensor(r, ts[i]);
+        reply_ok(j, r, ts, n);
+        break;
+    }
+    case RT_LIST_DEVICES: {
+        rt_header *r = new_header();
+        char dev[200];
+        snprintf(dev, sizeof dev, "%s/device:CPU:0", s->task_name);
+        rt_header_add_name(r, dev);
+        for (int g = 0; g < exec_gpu_count(); g++) {
+            snprintf(dev, sizeof dev, "%s/device:GPU:%d", s->task_name, g);
+            rt_header_add_name(r, dev);
+        }
+        reply_ok(j, r, NULL, 0);
+        break;
+    }
+    case RT_TENSOR:
+        if (n != 1 || !h->key) {
+            dg_status_set(&st, DG_INVALID_ARGUMENT, "TENSOR message without a key or tensor");
+        } else if (!exec_rendezvous_deliver(s->rv, h->step_id, h->key, ts[0], &st)) {
+            // The step was aborted or already ended: the value is no longer wanted.
+            dg_status_reset(&st);
+        }
+        if (!dg_status_ok(&st) && !s->opts.quiet)
+            fprintf(stderr, "distgraph %s: dropped a TENSOR from %s: %s\n", s->task_name,
+                    h->from ? h->from : "?", dg_status_message(&st));
+        break;
+    case RT_ABORT_STEP: {
+        dg_status why = DG_STATUS_INIT;
+        dg_status_set(&why, h->code ? (dg_code)h->code : DG_ABORTED, h->message ? h->message : "aborted");
+        exec_rendezvous_abort(s->rv, h->step_id, &why);
+        status_impl_clear(&why);
+        break;
+    }
+    case RT_END_STEP: exec_rendezvous_end_step(s->rv, h->step_id); break;
+    case RT_REGISTER_GRAPH:
+    case RT_DEREGISTER_GRAPH:
+    case RT_RUN_GRAPH:
+    case RT_GET_VARIABLES:
+        exec_pool_submit(s->pool, run_job, j, 0);
+        j = NULL;
+        break;
+    default:
+        dg_status_setf(&st, DG_UNIMPLEMENTED, "%s is not a request", rt_type_name(h->type));
+        reply_err(j, &st);
+        break;
+    }
+    if (j) job_free(j);
+    status_impl_clear(&st);
+}
+
+// ---- lifecycle ----
+
+dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const dg_server_options *opts,
+                         dg_status *st) {
+    if (!c || !job) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "server: cluster and job are required");
+        return NULL;
+    }
+    const char *addr = dg_cluster_task_address(c, job, task, st);
+    if (!addr) {
+        dg_status_prepend(st, "server");
+        return NULL;
+    }
+    dg_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "server: out of memory");
+        return NULL;
+    }
+    s->opts = opts ? *opts : dg_server_options_default();
+    if (s->opts.rpc_timeout_ms <= 0) s->opts.rpc_timeout_ms = 30000;
+    if (s->opts.service_threads <= 0) s->opts.service_threads = 4;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->cluster = dg_cluster_copy(c);
+    snprintf(s->job, sizeof s->job, "%s", job);
+    s->task = task;
+    snprintf(s->task_name, sizeof s->task_name, "/job:%s/replica:0/task:%d", job, task);
+    snprintf(s->target, sizeof s->target, "dg://%s", addr);
+    s->rm = exec_resources_new();
+    s->rv = exec_rendezvous_new();
+    s->pool = exec_pool_new(s->opts.service_threads, st);
+    if (!s->cluster || !s->rm || !s->rv || !s->pool) {
+        if (dg_status_ok(st)) dg_status_set(st, DG_RESOURCE_EXHAUSTED, "server: out of memory");
+        dg_server_free(&s);
+        return NULL;
+    }
+    exec_rendezvous_set_router(s->rv, route, s);
+    // Bind on the port of the cluster address, on every interface of that host name.
+    char bind[300];
+    const char *colon = strrchr(addr, ':');
+    snprintf(bind, sizeof bind, "tcp://%.*s:%s", (int)(colon - addr), addr, colon + 1);
+    if (strncmp(addr, "localhost:", 10) == 0) snprintf(bind, sizeof bind, "tcp://127.0.0.1:%s", colon + 1);
+    rt_transport_options to;
+    memset(&to, 0, sizeof to);
+    to.bind = bind;
+    to.name = s->task_name;
+    to.curve_public_key = s->opts.curve_public_key;
+    to.curve_secret_key = s->opts.curve_secret_key;
+    to.quiet = s->opts.quiet;
+    s->tp = rt_transport_new(&to, handle, s, st);
+    if (!s->tp) {
+        dg_status_prepend(st, "server %s", s->task_name);
+        dg_server_free(&s);
+        return NULL;
+    }
+    pthread_mutex_lock(&registry_mu);
+    if (n_registry < 64) registry[n_registry++] = s;
+    pthread_mutex_unlock(&registry_mu);
+    if (!s->opts.quiet) fprintf(stderr, "distgraph %s: serving at %s\n", s->task_name, bind);
+    return s;
+}
+
+void dg_server_stop(dg_server *s) {
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void on_signal(int sig) {
+    (void)sig;
+    got_signal = 1;
+}
+
+bool dg_server_join(dg_server *s, bool handle_signals, dg_status *st) {
+    if (handle_signals) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+    }
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping && !(handle_signals && got_signal)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
+    (void)st;
+    if (!s->opts.quiet && got_signal) fprintf(stderr, "distgraph %s: stopping on a signal\n", s->task_name);
+    return true;
+}
+
+void dg_server_free(dg_server **sp) {
+    if (!sp || !*sp) return;
+    dg_server *s = *sp;
+    pthread_mutex_lock(&registry_mu);
+    for (int i = 0; i < n_registry; i++)
+        if (registry[i] == s) {
+            registry[i] = registry[--n_registry];
+            break;
+        }
+    pthread_mutex_unlock(&registry_mu);
+    rt_transport_free(&s->tp);   // no more requests after this
+    if (s->rv) {
+        dg_status why = DG_STATUS_INIT;
+        dg_status_setf(&why, DG_CANCELLED, "server %s is shutting down", s->task_name);
+        exec_rendezvous_close(s->rv, &why);   // running steps stop waiting
+        status_impl_clear(&why);
+    }
+    exec_pool_free(&s->pool);    // waits for running jobs
+    for (int i = 0; i < s->n_graphs; i++) {
+        exec_graph_free(&s->graphs[i].eg);
+        dg_graph_free(&s->graphs[i].graph);
+    }
+    free(s->graphs);
+    exec_rendezvous_free(&s->rv);
+    exec_resources_free(&s->rm);
+    dg_cluster_free(&s->cluster);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    *sp = NULL;
+}
+
+void rt_server_abort_remote(dg_server *s, const char *endpoint, int64_t step_id, const dg_status *why) {
+    rt_header *h = malloc(sizeof *h);
+    if (!h) abort();
+    rt_header_init(h, RT_ABORT_STEP);
+    h->step_id = step_id;
+    h->code = dg_status_code(why);
+    rt_header_set_message(h, dg_status_message(why));
+    rt_push(s->tp, endpoint, h, NULL, 0);
+}
+
+bool dg_curve_keypair(char public_key[41], char secret_key[41], dg_status *st) {
+    return rt_curve_keypair(public_key, secret_key, st);
+}

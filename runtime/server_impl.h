@@ -1,0 +1,26 @@
+/* Server internals the master side of a session uses. */
+#ifndef DG_SERVER_IMPL_H
+#define DG_SERVER_IMPL_H
+
+#include "distgraph/server.h"
+#include "exec_impl.h"
+#include "transport_impl.h"
+
+// The server in this process whose target is `target` ("dg://host:port"), or NULL.
+dg_server *rt_server_find(const char *target);
+rt_transport *rt_server_transport(dg_server *s);
+exec_resources *rt_server_resources(dg_server *s);
+exec_rendezvous *rt_server_rendezvous(dg_server *s);
+exec_pool *rt_server_pool(dg_server *s);
+const dg_cluster *rt_server_cluster(dg_server *s);
+int64_t rt_server_timeout_ms(dg_server *s);
+// "tcp://host:port" of a task named by a device or task name, or NULL (st set).
+char *rt_server_task_endpoint(dg_server *s, const char *device, dg_status *st);
+// The task part of a device name ("/job:ps/replica:0/task:0"), into buf.
+bool rt_task_of_device(const char *device, char *buf, size_t cap);
+// Sends ABORT_STEP for step to endpoint (one-way).
+void rt_server_abort_remote(dg_server *s, const char *endpoint, int64_t step_id, const dg_status *why);
+// A step id no other master uses: random high bits, a counter below.
+int64_t rt_new_step_id(void);
+
+#endif

@@ -1,0 +1,975 @@
+/* ZeroMQ transport. Every socket belongs to the I/O thread; other threads queue commands.
+ * Tensors leave without copies (zmq_msg_init_data holds a tensor reference until ZeroMQ is
+ * done) and arrive without copies (the frame becomes the tensor's buffer), except chunked
+ * pushes, which are assembled into one buffer as the chunks arrive. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "status_impl.h"
+#include "tensor_impl.h"
+#include "transport_impl.h"
+
+#define MAX_FRAMES (RT_MAX_TENSORS + 4)
+
+struct rt_peer {
+    size_t len;
+    unsigned char id[256];
+};
+
+void rt_peer_free(rt_peer *p) { free(p); }
+
+typedef enum cmd_kind { CMD_CALL, CMD_PUSH, CMD_REPLY } cmd_kind;
+
+typedef struct cmd {
+    struct cmd *next;
+    cmd_kind kind;
+    char *endpoint;          // CALL, PUSH
+    rt_peer *peer;           // REPLY
+    char *header;            // encoded
+    size_t header_len;
+    dg_tensor **tensors;     // references held
+    int n;
+    uint64_t id;             // CALL
+    int64_t timeout_ms;
+    rt_response_cb cb;
+    void *arg;
+    bool chunked;            // PUSH of one large tensor
+    rt_header *chunk_hdr;    // PUSH: the header to repeat per chunk
+} cmd;
+
+typedef struct pending {
+    struct pending *next;
+    uint64_t id;
+    int64_t deadline;        // ms, monotonic
+    char *endpoint;
+    int type;
+    rt_response_cb cb;
+    void *arg;
+} pending;
+
+typedef struct dealer {
+    char *endpoint;
+    void *sock;
+} dealer;
+
+typedef struct assembly {
+    struct assembly *next;
+    unsigned char id[256];
+    size_t id_len;
+    uint64_t xfer;
+    rt_header hdr;           // from the first chunk
+    dg_tensor *t;
+    uint64_t received;
+} assembly;
+
+struct rt_transport {
+    void *zctx;
+    void *router;
+    void *monitor;           // PAIR receiving the ROUTER's handshake events
+    void *zap;               // REP answering ZAP requests (CurveZMQ)
+    pthread_t zap_thread;
+    bool has_zap;
+    dealer *dealers;
+    int n_dealers;
+    int efd;
+    pthread_t thread;
+    bool running;
+    pthread_mutex_t mu;
+    cmd *head, *tail;
+    bool stop;
+    pending *pending;
+    uint64_t next_id;        // under mu
+    uint64_t next_xfer;
+    assembly *assemblies;
+    rt_handler handler;
+    void *ctx;
+    rt_transport_options opts;
+    char name[128];
+    char endpoint[256];
+    char curve_pub[41], curve_sec[41];
+    bool curve;
+    rt_transport_stats stats;
+};
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void tlog(rt_transport *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tlog(rt_transport *t, const char *fmt, ...) {
+    if (t->opts.quiet) return;
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "distgraph %s: %s\n", t->name, buf);
+}
+
+static void free_tensor_hint(void *data, void *hint) {
+    (void)data;
+    dg_tensor_unref(hint);
+}
+
+// Receives one multipart message into frames (heap zmq_msg_t each). Returns the count, or
+// -1 (and drains the rest) when there are too many frames.
+static int recv_multipart(void *sock, zmq_msg_t **frames) {
+    int n = 0;
+    bool too_many = false;
+    for (;;) {
+        zmq_msg_t *m = malloc(sizeof *m);
+        if (!m) abort();
+        zmq_msg_init(m);
+        if (zmq_msg_recv(m, sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(m);
+            free(m);
+            break;
+        }
+        bool more = zmq_msg_more(m);
+        if (n < MAX_FRAMES) frames[n++] = m;
+        else {
+            too_many = true;
+            zmq_msg_close(m);
+            free(m);
+        }
+        if (!more) break;
+    }
+    if (too_many) {
+        for (int i = 0; i < n; i++) {
+            zmq_msg_close(frames[i]);
+            free(frames[i]);
+        }
+        return -1;
+    }
+    return n;
+}
+
+static void close_frames(zmq_msg_t **frames, int from, int n) {
+    for (int i = from; i < n; i++) {
+        if (!frames[i]) continue;
+        zmq_msg_close(frames[i]);
+        free(frames[i]);
+        frames[i] = NULL;
+    }
+}
+
+static void free_msg(void *data, size_t n, void *arg) {
+    (void)data;
+    (void)n;
+    zmq_msg_close(arg);
+    free(arg);
+}
+
+// Frame -> tensor of description d without copying when the buffer is aligned. Consumes m.
+static dg_tensor *frame_tensor(zmq_msg_t *m, const rt_tensor_desc *d, dg_status *st) {
+    size_t size = zmq_msg_size(m);
+    if (size != d->nbytes) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "a tensor frame has %zu bytes, its header says %llu",
+                       size, (unsigned long long)d->nbytes);
+        zmq_msg_close(m);
+        free(m);
+        return NULL;
+    }
+    void *data = zmq_msg_data(m);
+    if (((uintptr_t)data & 15) != 0 || size < 64) {
+        dg_tensor *t = dg_tensor_from_data(d->dtype, d->shape, data, st);
+        zmq_msg_close(m);
+        free(m);
+        return t;
+    }
+    dg_tensor *t = dg_tensor_wrap(d->dtype, d->shape, data, size, free_msg, m, st);
+    if (!t) {
+        zmq_msg_close(m);
+        free(m);
+    }
+    return t;
+}
+
+static void send_frames(void *sock, const rt_peer *peer, const char *hdr, size_t hdr_len,
+                        dg_tensor *const *tensors, int n, size_t slice_off, size_t slice_len) {
+    if (peer) zmq_send(sock, peer->id, peer->len, ZMQ_SNDMORE);
+    zmq_msg_t m;
+    zmq_msg_init_size(&m, hdr_len);
+    memcpy(zmq_msg_data(&m), hdr, hdr_len);
+    zmq_msg_send(&m, sock, n > 0 ? ZMQ_SNDMORE : 0);
+    for (int i = 0; i < n; i++) {
+        dg_tensor *t = tensors[i];
+        char *data = t->data;
+        size_t len = t->nbytes;
+        if (slice_len) {
+            data += slice_off;
+            len = slice_len;
+        }
+        zmq_msg_t f;
+        if (len == 0) {
+            zmq_msg_init(&f);
+        } else {
+            dg_tensor_ref(t);
+            zmq_msg_init_data(&f, data, len, free_tensor_hint, t);
+        }
+        zmq_msg_send(&f, sock, i + 1 < n ? ZMQ_SNDMORE : 0);
+    }
+}
+
+static void *dealer_for(rt_transport *t, const char *endpoint) {
+    for (int i = 0; i < t->n_dealers; i++)
+        if (strcmp(t->dealers[i].endpoint, endpoint) == 0) return t->dealers[i].sock;
+    void *s = zmq_socket(t->zctx, ZMQ_DEALER);
+    if (!s) return NULL;
+    int zero = 0, one = 1;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_IMMEDIATE, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_TCP_KEEPALIVE, &one, sizeof one);
+    int64_t max = (int64_t)t->opts.max_message_bytes;
+    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof max);
+    if (t->curve) {
+        zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, t->curve_pub, 40);
+        zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, t->curve_pub, 40);
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, t->curve_sec, 40);
+    }
+    if (zmq_connect(s, endpoint) != 0) {
+        tlog(t, "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
+        zmq_close(s);
+        return NULL;
+    }
+    dealer *nd = realloc(t->dealers, (size_t)(t->n_dealers + 1) * sizeof *nd);
+    if (!nd) abort();
+    t->dealers = nd;
+    t->dealers[t->n_dealers].endpoint = strdup(endpoint);
+    t->dealers[t->n_dealers].sock = s;
+    t->n_dealers++;
+    return s;
+}
+
+static void fail_call(rt_response_cb cb, void *arg, dg_code code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void fail_call(rt_response_cb cb, void *arg, dg_code code, const char *fmt, ...) {
+    dg_status st = DG_STATUS_INIT;
+    va_list ap;
+    va_start(ap, fmt);
+    dg_status_vsetf(&st, code, fmt, ap);
+    va_end(ap);
+    cb(arg, &st, NULL, NULL, 0);
+    status_impl_clear(&st);
+}
+
+static void run_cmd(rt_transport *t, cmd *c) {
+    if (c->kind == CMD_REPLY) {
+        send_frames(t->router, c->peer, c->header, c->header_len, c->tensors, c->n, 0, 0);
+    } else {
+        void *s = dealer_for(t, c->endpoint);
+        if (!s) {
+            if (c->kind == CMD_CALL)
+                fail_call(c->cb, c->arg, DG_UNAVAILABLE, "cannot connect to %s", c->endpoint);
+        } else if (c->kind == CMD_CALL) {
+            pending *p = calloc(1, sizeof *p);
+            if (!p) abort();
+            p->id = c->id;
+            p->deadline = c->timeout_ms > 0 ? now_ms() + c->timeout_ms : INT64_MAX;
+            p->endpoint = strdup(c->endpoint);
+            p->cb = c->cb;
+            p->arg = c->arg;
+            p->next = t->pending;
+            t->pending = p;
+            send_frames(s, NULL, c->header, c->header_len, c->tensors, c->n, 0, 0);
+        } else if (c->chunked) {
+            // One large tensor in RT_CHUNK_BYTES pieces, each a message of its own, so the
+            // receiver assembles while the rest is still on the wire.
+            dg_tensor *tt = c->tensors[0];
+            rt_header *h = c->chunk_hdr;
+            h->type = RT_TENSOR_CHUNK;
+            h->xfer = ++t->next_xfer;
+            h->total = tt->nbytes;
+            for (size_t off = 0; off < tt->nbytes; off += RT_CHUNK_BYTES) {
+                size_t len = tt->nbytes - off < RT_CHUNK_BYTES ? tt->nbytes - off : RT_CHUNK_BYTES;
+                h->offset = off;
+                size_t hl;
+                char *hb = rt_header_encode(h, &hl);
+                send_frames(s, NULL, hb, hl, c->tensors, 1, off, len);
+                free(hb);
+            }
+        } else {
+            send_frames(s, NULL, c->header, c->header_len, c->tensors, c->n, 0, 0);
+        }
+    }
+    for (int i = 0; i < c->n; i++) dg_tensor_unref(c->tensors[i]);
+    free(c->tensors);
+    free(c->header);
+    free(c->endpoint);
+    rt_peer_free(c->peer);
+    if (c->chunk_hdr) {
+        rt_header_clear(c->chunk_hdr);
+        free(c->chunk_hdr);
+    }
+    free(c);
+}
+
+static void bad_message(rt_transport *t, const char *from, const dg_status *st) {
+    __atomic_add_fetch(&t->stats.bad_messages, 1, __ATOMIC_RELAXED);
+    tlog(t, "dropped a bad message%s%s: %s", from ? " from " : "", from ? from : "",
+         dg_status_message(st));
+}
+
+// Validates frames against the header's tensor descriptions and turns them into tensors.
+static dg_tensor **frames_to_tensors(rt_header *h, zmq_msg_t **frames, int n_frames, dg_status *st) {
+    if (n_frames != h->n_tensors) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s message: header describes %d tensors, %d frames follow",
+                       rt_type_name(h->type), h->n_tensors, n_frames);
+        close_frames(frames, 0, n_frames);
+        return NULL;
+    }
+    dg_tensor **ts = calloc((size_t)n_frames + 1, sizeof *ts);
+    if (!ts) abort();
+    for (int i = 0; i < n_frames; i++) {
+        ts[i] = frame_tensor(frames[i], &h->tensors[i], st);
+        frames[i] = NULL;   // consumed: owned by the tensor, or copied and closed
+        if (!ts[i]) {
+            dg_status_prepend(st, "%s message: tensor %d", rt_type_name(h->type), i);
+            for (int j = 0; j < i; j++) dg_tensor_unref(ts[j]);
+            close_frames(frames, i + 1, n_frames);
+            free(ts);
+            return NULL;
+        }
+    }
+    return ts;
+}
+
+static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_msg_t **frames,
+                       int n_frames) {
+    dg_status st = DG_STATUS_INIT;
+    if (n_frames != 1 || h->n_tensors != 1 || h->tensors[0].nbytes != h->total ||
+        h->offset + zmq_msg_size(frames[0]) > h->total) {
+        dg_status_set(&st, DG_INVALID_ARGUMENT, "TENSOR_CHUNK: frame and header disagree");
+        bad_message(t, h->from, &st);
+        status_impl_clear(&st);
+        close_frames(frames, 0, n_frames);
+        rt_header_clear(h);
+        free(h);
+        return;
+    }
+    assembly *a = t->assemblies, **pp = &t->assemblies;
+    for (; a; pp = &a->next, a = a->next)
+        if (a->xfer == h->xfer && a->id_len == peer->len && memcmp(a->id, peer->id, peer->len) == 0) break;
+    if (!a) {
+        a = calloc(1, sizeof *a);
+        if (!a) abort();
+        memcpy(a->id, peer->id, peer->len);
+        a->id_len = peer->len;
+        a->xfer = h->xfer;
+        a->t = dg_tensor_new(h->tensors[0].dtype, h->tensors[0].shape, &st);
+        if (!a->t) {
+            bad_message(t, h->from, &st);
+            status_impl_clear(&st);
+            free(a);
+            close_frames(frames, 0, n_frames);
+            rt_header_clear(h);
+            free(h);
+            return;
+        }
+        a->next = t->assemblies;
+        t->assemblies = a;
+        pp = &t->assemblies;
+    }
+    size_t len = zmq_msg_size(frames[0]);
+    memcpy((char *)a->t->data + h->offset, zmq_msg_data(frames[0]), len);
+    a->received += len;
+    close_frames(frames, 0, n_frames);
+    if (a->received < h->total) {
+        rt_header_clear(h);
+        free(h);
+        return;
+    }
+    // Complete: unlink and deliver as one TENSOR message.
+    for (assembly **q = &t->assemblies; *q; q = &(*q)->next)
+        if (*q == a) {
+            *q = a->next;
+            break;
+        }
+    (void)pp;
+    h->type = RT_TENSOR;
+    dg_tensor **ts = malloc(sizeof *ts);
+    if (!ts) abort();
+    ts[0] = a->t;
+    rt_peer *pc = malloc(sizeof *pc);
+    if (!pc) abort();
+    *pc = *peer;
+    free(a);
+    t->handler(t->ctx, pc, h, ts, 1);
+}
+
+static void on_router(rt_transport *t) {
+    zmq_msg_t **frames = malloc(MAX_FRAMES * sizeof *frames);
+    if (!frames) abort();
+    int n = recv_multipart(t->router, frames);
+    dg_status st = DG_STATUS_INIT;
+    if (n < 0) {
+        dg_status_set(&st, DG_INVALID_ARGUMENT, "too many frames");
+        bad_message(t, NULL, &st);
+    } else if (n < 2 || zmq_msg_size(frames[0]) > sizeof(((rt_peer *)0)->id)) {
+        dg_status_set(&st, DG_INVALID_ARGUMENT, "no header frame");
+        bad_message(t, NULL, &st);
+        close_frames(frames, 0, n);
+    } else {
+        rt_peer peer;
+        peer.len = zmq_msg_size(frames[0]);
+        memcpy(peer.id, zmq_msg_data(frames[0]), peer.len);
+        rt_header *h = malloc(sizeof *h);
+        if (!h) abort();
+        if (!rt_header_decode(zmq_msg_data(frames[1]), zmq_msg_size(frames[1]), h, &st)) {
+            bad_message(t, NULL, &st);
+            free(h);
+            close_frames(frames, 0, n);
+            // A reply is possible only when we can trust nothing: answer with id 0.
+            rt_peer *p = malloc(sizeof *p);
+            if (!p) abort();
+            *p = peer;
+            rt_reply_error(t, p, 0, &st);
+        } else if (h->type == RT_TENSOR_CHUNK) {
+            close_frames(frames, 0, 2);
+            take_chunk(t, &peer, h, frames + 2, n - 2);
+        } else {
+            close_frames(frames, 0, 2);
+            dg_tensor **ts = frames_to_tensors(h, frames + 2, n - 2, &st);
+            if (!ts) {
+                bad_message(t, h->from, &st);
+                rt_peer *p = malloc(sizeof *p);
+                if (!p) abort();
+                *p = peer;
+                if (h->type != RT_TENSOR) rt_reply_error(t, p, h->id, &st);
+                else rt_peer_free(p);
+                rt_header_clear(h);
+                free(h);
+            } else {
+                rt_peer *p = malloc(sizeof *p);
+                if (!p) abort();
+                *p = peer;
+                int nt = h->n_tensors;
+                t->handler(t->ctx, p, h, ts, nt);
+            }
+        }
+    }
+    status_impl_clear(&st);
+    free(frames);
+}
+
+static void on_dealer(rt_transport *t, void *sock) {
+    zmq_msg_t **frames = malloc(MAX_FRAMES * sizeof *frames);
+    if (!frames) abort();
+    int n = recv_multipart(sock, frames);
+    dg_status st = DG_STATUS_INIT;
+    rt_header *h = NULL;
+    if (n < 1) {
+        dg_status_set(&st, DG_INVALID_ARGUMENT, "empty or oversized response");
+        bad_message(t, NULL, &st);
+        goto out;
+    }
+    h = malloc(sizeof *h);
+    if (!h) abort();
+    if (!rt_header_decode(zmq_msg_data(frames[0]), zmq_msg_size(frames[0]), h, &st)) {
+        bad_message(t, NULL, &st);
+        free(h);
+        h = NULL;
+        close_frames(frames, 0, n);
+        goto out;
+    }
+    close_frames(frames, 0, 1);
+    pending *p = NULL;
+    for (pending **pp = &t->pending; *pp; pp = &(*pp)->next)
+        if ((*pp)->id == h->id) {
+            p = *pp;
+            *pp = p->next;
+            break;
+        }
+    if (!p) {   // late or unknown (e.g. after its deadline): drop
+        close_frames(frames, 1, n);
+        rt_header_clear(h);
+        free(h);
+        goto out;
+    }
+    dg_tensor **ts = h->type == RT_RESPONSE ? frames_to_tensors(h, frames + 1, n - 1, &st) : NULL;
+    if (h->type != RT_RESPONSE && dg_status_ok(&st))
+        dg_status_setf(&st, DG_INVALID_ARGUMENT, "expected a RESPONSE, got %s", rt_type_name(h->type));
+    if (!ts) {
+        close_frames(frames, 1, n);
+        bad_message(t, p->endpoint, &st);
+        p->cb(p->arg, &st, NULL, NULL, 0);
+        rt_header_clear(h);
+        free(h);
+    } else {
+        p->cb(p->arg, &st, h, ts, h->n_tensors);
+    }
+    free(p->endpoint);
+    free(p);
+out:
+    status_impl_clear(&st);
+    free(frames);
+}
+
+static void expire(rt_transport *t) {
+    int64_t now = now_ms();
+    for (pending **pp = &t->pending; *pp;) {
+        pending *p = *pp;
+        if (p->deadline <= now) {
+            *pp = p->next;
+            fail_call(p->cb, p->arg, DG_UNAVAILABLE, "%s did not answer within the deadline", p->endpoint);
+            free(p->endpoint);
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+}
+
+static void on_monitor(rt_transport *t) {
+    zmq_msg_t ev, addr;
+    zmq_msg_init(&ev);
+    zmq_msg_init(&addr);
+    if (zmq_msg_recv(&ev, t->monitor, ZMQ_DONTWAIT) < 0) goto out;
+    if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, t->monitor, 0);
+    if (zmq_msg_size(&ev) >= 6) {
+        uint16_t event;
+        memcpy(&event, zmq_msg_data(&ev), sizeof event);
+        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+            event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            __atomic_add_fetch(&t->stats.refused_peers, 1, __ATOMIC_RELAXED);
+            tlog(t, "refused a peer at %.*s: handshake failed (it does not hold the cluster key)",
+                 (int)zmq_msg_size(&addr), (const char *)zmq_msg_data(&addr));
+        }
+    }
+out:
+    zmq_msg_close(&ev);
+    zmq_msg_close(&addr);
+}
+
+static void *io_main(void *arg) {
+    rt_transport *t = arg;
+    zmq_pollitem_t *items = NULL;
+    int cap = 0;
+    for (;;) {
+        int n = 3 + t->n_dealers;
+        if (n > cap) {
+            cap = n * 2;
+            items = realloc(items, (size_t)cap * sizeof *items);
+            if (!items) abort();
+        }
+        items[0] = (zmq_pollitem_t){NULL, t->efd, ZMQ_POLLIN, 0};
+        items[1] = (zmq_pollitem_t){t->router, 0, t->router ? ZMQ_POLLIN : 0, 0};
+        items[2] = (zmq_pollitem_t){t->monitor, 0, t->monitor ? ZMQ_POLLIN : 0, 0};
+        for (int i = 0; i < t->n_dealers; i++)
+            items[3 + i] = (zmq_pollitem_t){t->dealers[i].sock, 0, ZMQ_POLLIN, 0};
+        long timeout = -1;
+        if (t->pending) {
+            int64_t soonest = INT64_MAX, now = now_ms();
+            for (pending *p = t->pending; p; p = p->next)
+                if (p->deadline < soonest) soonest = p->deadline;
+            timeout = soonest == INT64_MAX ? -1 : (long)(soonest > now ? soonest - now : 0);
+        }
+        int rc = zmq_poll(items, n, timeout);
+        if (rc < 0 && zmq_errno() == ETERM) break;
+        if (items[0].revents & ZMQ_POLLIN) {
+            uint64_t v;
+            if (read(t->efd, &v, sizeof v) < 0) { /* spurious */ }
+        }
+        pthread_mutex_lock(&t->mu);
+        cmd *list = t->head;
+        t->head = t->tail = NULL;
+        bool stop = t->stop;
+        pthread_mutex_unlock(&t->mu);
+        while (list) {
+            cmd *next = list->next;
+            run_cmd(t, list);
+            list = next;
+        }
+        if (stop) break;
+        if (t->router && (items[1].revents & ZMQ_POLLIN))
+            for (int k = 0; k < 64; k++) {
+                int ev = 0;
+                size_t sz = sizeof ev;
+                zmq_getsockopt(t->router, ZMQ_EVENTS, &ev, &sz);
+                if (!(ev & ZMQ_POLLIN)) break;
+                on_router(t);
+            }
+        if (t->monitor && (items[2].revents & ZMQ_POLLIN)) on_monitor(t);
+        int nd = t->n_dealers;
+        for (int i = 0; i < nd && i < n - 3; i++)
+            if (items[3 + i].revents & ZMQ_POLLIN)
+                for (int k = 0; k < 64; k++) {
+                    int ev = 0;
+                    size_t sz = sizeof ev;
+                    zmq_getsockopt(t->dealers[i].sock, ZMQ_EVENTS, &ev, &sz);
+                    if (!(ev & ZMQ_POLLIN)) break;
+                    on_dealer(t, t->dealers[i].sock);
+                }
+        expire(t);
+    }
+    // Fail whatever is still waiting.
+    while (t->pending) {
+        pending *p = t->pending;
+        t->pending = p->next;
+        fail_call(p->cb, p->arg, DG_CANCELLED, "the transport was shut down");
+        free(p->endpoint);
+        free(p);
+    }
+    free(items);
+    return NULL;
+}
+
+// ZAP (ZeroMQ authentication): accept CURVE clients holding the cluster's public key.
+static void *zap_main(void *arg) {
+    rt_transport *t = arg;
+    for (;;) {
+        zmq_msg_t parts[7];
+        int n = 0;
+        bool more = true;
+        while (more && n < 7) {
+            zmq_msg_init(&parts[n]);
+            if (zmq_msg_recv(&parts[n], t->zap, 0) < 0) {
+                for (int i = 0; i <= n; i++) zmq_msg_close(&parts[i]);
+                return NULL;
+            }
+            more = zmq_msg_more(&parts[n]);
+            n++;
+        }
+        while (more) {   // drain unexpected extra frames
+            zmq_msg_t x;
+            zmq_msg_init(&x);
+            if (zmq_msg_recv(&x, t->zap, 0) < 0) {
+                zmq_msg_close(&x);
+                break;
+            }
+            more = zmq_msg_more(&x);
+            zmq_msg_close(&x);
+        }
+        bool ok = false;
+        if (n == 7 && zmq_msg_size(&parts[5]) == 5 && memcmp(zmq_msg_data(&parts[5]), "CURVE", 5) == 0 &&
+            zmq_msg_size(&parts[6]) == 32) {
+            uint8_t want[32];
+            if (zmq_z85_decode(want, t->curve_pub)) ok = memcmp(want, zmq_msg_data(&parts[6]), 32) == 0;
+        }
+        if (!ok) {
+            __atomic_add_fetch(&t->stats.refused_peers, 1, __ATOMIC_RELAXED);
+            tlog(t, "refused a peer at %.*s: it does not hold the cluster key",
+                 n > 3 ? (int)zmq_msg_size(&parts[3]) : 0, n > 3 ? (const char *)zmq_msg_data(&parts[3]) : "");
+        }
+        const char *version = "1.0";
+        zmq_send(t->zap, version, 3, ZMQ_SNDMORE);
+        if (n > 1) zmq_send(t->zap, zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), ZMQ_SNDMORE);
+        else zmq_send(t->zap, "", 0, ZMQ_SNDMORE);
+        zmq_send(t->zap, ok ? "200" : "400", 3, ZMQ_SNDMORE);
+        zmq_send(t->zap, ok ? "OK" : "not a cluster member", ok ? 2 : 20, ZMQ_SNDMORE);
+        zmq_send(t->zap, "", 0, ZMQ_SNDMORE);
+        zmq_send(t->zap, "", 0, 0);
+        for (int i = 0; i < n; i++) zmq_msg_close(&parts[i]);
+    }
+}
+
+rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler handler, void *ctx,
+                               dg_status *st) {
+    rt_transport *t = calloc(1, sizeof *t);
+    if (!t) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "transport: out of memory");
+        return NULL;
+    }
+    t->opts = *opts;
+    if (!t->opts.max_message_bytes) t->opts.max_message_bytes = (size_t)2 << 30;
+    snprintf(t->name, sizeof t->name, "%s", opts->name ? opts->name : "client");
+    t->opts.name = t->name;
+    t->handler = handler;
+    t->ctx = ctx;
+    t->efd = -1;
+    pthread_mutex_init(&t->mu, NULL);
+    if ((opts->curve_public_key && *opts->curve_public_key) || (opts->curve_secret_key && *opts->curve_secret_key)) {
+        if (!opts->curve_public_key || !opts->curve_secret_key || strlen(opts->curve_public_key) != 40 ||
+            strlen(opts->curve_secret_key) != 40) {
+            dg_status_set(st, DG_INVALID_ARGUMENT, "transport: CurveZMQ keys must both be 40-character Z85 strings");
+            goto fail;
+        }
+        t->curve = true;
+        memcpy(t->curve_pub, opts->curve_public_key, 41);
+        memcpy(t->curve_sec, opts->curve_secret_key, 41);
+    }
+    t->zctx = zmq_ctx_new();
+    t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!t->zctx || t->efd < 0) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "transport: cannot create a ZeroMQ context or eventfd");
+        goto fail;
+    }
+    if (t->curve) {
+        t->zap = zmq_socket(t->zctx, ZMQ_REP);
+        if (!t->zap || zmq_bind(t->zap, "inproc://zeromq.zap.01") != 0 ||
+            pthread_create(&t->zap_thread, NULL, zap_main, t) != 0) {
+            dg_status_set(st, DG_INTERNAL, "transport: cannot start the authentication handler");
+            goto fail;
+        }
+        t->has_zap = true;
+    }
+    if (opts->bind) {
+        t->router = zmq_socket(t->zctx, ZMQ_ROUTER);
+        int zero = 0, one = 1;
+        zmq_setsockopt(t->router, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(t->router, ZMQ_SNDHWM, &zero, sizeof zero);
+        zmq_setsockopt(t->router, ZMQ_RCVHWM, &zero, sizeof zero);
+        zmq_setsockopt(t->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+        int64_t max = (int64_t)t->opts.max_message_bytes;
+        zmq_setsockopt(t->router, ZMQ_MAXMSGSIZE, &max, sizeof max);
+        if (t->curve) {
+            zmq_setsockopt(t->router, ZMQ_CURVE_SERVER, &one, sizeof one);
+            zmq_setsockopt(t->router, ZMQ_CURVE_SECRETKEY, t->curve_sec, 40);
+            zmq_setsockopt(t->router, ZMQ_ZAP_DOMAIN, "distgraph", 9);
+        }
+        if (zmq_bind(t->router, opts->bind) != 0) {
+            dg_status_setf(st, DG_UNAVAILABLE, "transport: cannot bind %s: %s", opts->bind,
+                           zmq_strerror(zmq_errno()));
+            goto fail;
+        }
+        size_t len = sizeof t->endpoint;
+        zmq_getsockopt(t->router, ZMQ_LAST_ENDPOINT, t->endpoint, &len);
+        char mon[128];
+        snprintf(mon, sizeof mon, "inproc://monitor-%p", (void *)t);
+        if (zmq_socket_monitor(t->router, mon, ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0) {
+            t->monitor = zmq_socket(t->zctx, ZMQ_PAIR);
+            if (t->monitor && zmq_connect(t->monitor, mon) != 0) {
+                zmq_close(t->monitor);
+                t->monitor = NULL;
+            }
+        }
+    }
+    if (pthread_create(&t->thread, NULL, io_main, t) != 0) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "transport: cannot start the I/O thread");
+        goto fail;
+    }
+    t->running = true;
+    return t;
+fail:
+    rt_transport_free(&t);
+    return NULL;
+}
+
+static void wake(rt_transport *t) {
+    uint64_t one = 1;
+    if (write(t->efd, &one, sizeof one) < 0) { /* the counter saturates: still readable */ }
+}
+
+void rt_transport_free(rt_transport **tp) {
+    if (!tp || !*tp) return;
+    rt_transport *t = *tp;
+    if (t->running) {
+        pthread_mutex_lock(&t->mu);
+        t->stop = true;
+        pthread_mutex_unlock(&t->mu);
+        wake(t);
+        pthread_join(t->thread, NULL);
+    }
+    // Commands queued after the stop.
+    for (cmd *c = t->head, *next; c; c = next) {
+        next = c->next;
+        if (c->kind == CMD_CALL) fail_call(c->cb, c->arg, DG_CANCELLED, "the transport was shut down");
+        for (int i = 0; i < c->n; i++) dg_tensor_unref(c->tensors[i]);
+        free(c->tensors);
+        free(c->header);
+        free(c->endpoint);
+        rt_peer_free(c->peer);
+        if (c->chunk_hdr) {
+            rt_header_clear(c->chunk_hdr);
+            free(c->chunk_hdr);
+        }
+        free(c);
+    }
+    for (assembly *a = t->assemblies, *next; a; a = next) {
+        next = a->next;
+        dg_tensor_unref(a->t);
+        free(a);
+    }
+    for (int i = 0; i < t->n_dealers; i++) {
+        zmq_close(t->dealers[i].sock);
+        free(t->dealers[i].endpoint);
+    }
+    free(t->dealers);
+    if (t->monitor) zmq_close(t->monitor);
+    if (t->router) zmq_close(t->router);
+    if (t->has_zap) {
+        zmq_close(t->zap);
+        t->zap = NULL;
+    } else if (t->zap) {
+        zmq_close(t->zap);
+    }
+    if (t->zctx) zmq_ctx_term(t->zctx);   // unblocks the ZAP thread (ETERM)
+    if (t->has_zap) pthread_join(t->zap_thread, NULL);
+    if (t->efd >= 0) close(t->efd);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+    *tp = NULL;
+}
+
+const char *rt_transport_endpoint(const rt_transport *t) { return t->endpoint; }
+
+rt_transport_stats rt_transport_get_stats(rt_transport *t) {
+    rt_transport_stats s;
+    s.bad_messages = __atomic_load_n(&t->stats.bad_messages, __ATOMIC_RELAXED);
+    s.refused_peers = __atomic_load_n(&t->stats.refused_peers, __ATOMIC_RELAXED);
+    return s;
+}
+
+static cmd *new_cmd(cmd_kind k, rt_header *h, dg_tensor *const *tensors, int n) {
+    cmd *c = calloc(1, sizeof *c);
+    if (!c) abort();
+    c->kind = k;
+    if (h) c->header = rt_header_encode(h, &c->header_len);
+    if (n > 0) {
+        c->tensors = malloc((size_t)n * sizeof *c->tensors);
+        if (!c->tensors) abort();
+        for (int i = 0; i < n; i++) c->tensors[i] = dg_tensor_ref(tensors[i]);
+    }
+    c->n = n;
+    return c;
+}
+
+static void enqueue(rt_transport *t, cmd *c) {
+    pthread_mutex_lock(&t->mu);
+    if (t->tail) t->tail->next = c;
+    else t->head = c;
+    t->tail = c;
+    pthread_mutex_unlock(&t->mu);
+    wake(t);
+}
+
+void rt_call(rt_transport *t, const char *endpoint, rt_header *h, dg_tensor *const *tensors, int n,
+             int64_t timeout_ms, rt_response_cb cb, void *arg) {
+    pthread_mutex_lock(&t->mu);
+    h->id = ++t->next_id;
+    pthread_mutex_unlock(&t->mu);
+    if (!h->from) h->from = strdup(t->name);
+    h->deadline_ms = timeout_ms;
+    cmd *c = new_cmd(CMD_CALL, h, tensors, n);
+    c->endpoint = strdup(endpoint);
+    c->id = h->id;
+    c->timeout_ms = timeout_ms;
+    c->cb = cb;
+    c->arg = arg;
+    rt_header_clear(h);
+    free(h);
+    enqueue(t, c);
+}
+
+void rt_push(rt_transport *t, const char *endpoint, rt_header *h, dg_tensor *const *tensors, int n) {
+    if (!h->from) h->from = strdup(t->name);
+    cmd *c;
+    if (n == 1 && tensors[0]->nbytes > 4 * RT_CHUNK_BYTES) {
+        c = new_cmd(CMD_PUSH, NULL, tensors, n);
+        c->chunked = true;
+        c->chunk_hdr = h;   // encoded per chunk on the I/O thread
+    } else {
+        c = new_cmd(CMD_PUSH, h, tensors, n);
+        rt_header_clear(h);
+        free(h);
+    }
+    c->endpoint = strdup(endpoint);
+    enqueue(t, c);
+}
+
+void rt_reply(rt_transport *t, rt_peer *peer, rt_header *h, dg_tensor *const *tensors, int n) {
+    h->type = RT_RESPONSE;
+    cmd *c = new_cmd(CMD_REPLY, h, tensors, n);
+    c->peer = peer;
+    rt_header_clear(h);
+    free(h);
+    enqueue(t, c);
+}
+
+void rt_reply_error(rt_transport *t, rt_peer *peer, uint64_t id, const dg_status *st) {
+    rt_header *h = malloc(sizeof *h);
+    if (!h) abort();
+    rt_header_init(h, RT_RESPONSE);
+    h->id = id;
+    h->code = dg_status_code(st) ? (int)dg_status_code(st) : DG_UNKNOWN;
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s: %s", t->name, dg_status_message(st));
+    rt_header_set_message(h, msg);
+    rt_reply(t, peer, h, NULL, 0);
+}
+
+// ---- synchronous calls ----
+typedef struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    dg_status st;
+    rt_header *h;
+    dg_tensor **ts;
+    int n;
+} waiter;
+
+static void wake_waiter(void *arg, const dg_status *st, rt_header *h, dg_tensor **ts, int n) {
+    waiter *w = arg;
+    pthread_mutex_lock(&w->mu);
+    if (st && dg_status_code(st) != DG_OK) dg_status_copy(&w->st, st);
+    w->h = h;
+    w->ts = ts;
+    w->n = n;
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+bool rt_call_sync(rt_transport *t, const char *endpoint, rt_header *h, dg_tensor *const *tensors,
+                  int n, int64_t timeout_ms, rt_header **resp, dg_tensor ***out, int *n_out,
+                  dg_status *st) {
+    waiter w;
+    memset(&w, 0, sizeof w);
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    rt_call(t, endpoint, h, tensors, n, timeout_ms, wake_waiter, &w);
+    pthread_mutex_lock(&w.mu);
+    while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
+    pthread_mutex_unlock(&w.mu);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    bool ok = w.st.code == DG_OK;
+    if (ok && w.h && w.h->code != DG_OK) {
+        dg_status_set(st, (dg_code)w.h->code, w.h->message ? w.h->message : "remote error");
+        ok = false;
+    } else if (!ok) {
+        dg_status_copy(st, &w.st);
+    }
+    status_impl_clear(&w.st);
+    if (ok) {
+        *resp = w.h;
+        if (out) *out = w.ts;
+        else {
+            for (int i = 0; i < w.n; i++) dg_tensor_unref(w.ts[i]);
+            free(w.ts);
+        }
+        if (n_out) *n_out = w.n;
+    } else {
+        if (w.h) {
+            rt_header_clear(w.h);
+            free(w.h);
+        }
+        for (int i = 0; i < w.n; i++) dg_tensor_unref(w.ts[i]);
+        free(w.ts);
+    }
+    return ok;
+}
+
+bool rt_curve_keypair(char *pub, char *sec, dg_status *st) {
+    if (zmq_curve_keypair(pub, sec) != 0) {
+        dg_status_setf(st, DG_UNIMPLEMENTED, "CurveZMQ key pair: %s (libzmq built without CURVE?)",
+                       zmq_strerror(zmq_errno()));
+        return false;
+    }
+    return true;
+}

@@ -1,0 +1,67 @@
+/* The transport: ZeroMQ with msgpack headers and raw tensor frames (docs/PROTOCOL.md).
+ * One I/O thread per transport owns every socket: the ROUTER bound at the task's address,
+ * and one DEALER per peer it calls. Other threads hand it work through a locked queue and an
+ * eventfd. Handlers and response callbacks run on the I/O thread and must not block. */
+#ifndef DG_TRANSPORT_IMPL_H
+#define DG_TRANSPORT_IMPL_H
+
+#include "wire_impl.h"
+
+typedef struct rt_transport rt_transport;
+
+// Who sent a request, for the reply. Owned by whoever holds it; free with rt_peer_free.
+typedef struct rt_peer rt_peer;
+void rt_peer_free(rt_peer *p);
+
+typedef struct rt_transport_options {
+    const char *bind;              // "tcp://host:port" to serve on, NULL for a client only
+    const char *name;              // for logs, e.g. "/job:ps/task:0"
+    size_t max_message_bytes;      // default 2 GiB
+    // CurveZMQ: with both keys set (Z85, 40 characters), every socket encrypts and the
+    // server accepts only peers that hold the same key pair.
+    const char *curve_public_key;
+    const char *curve_secret_key;
+    bool quiet;                    // no log lines on stderr
+} rt_transport_options;
+
+// A request arrived. h and tensors are handed over (free h with rt_header_clear + free,
+// unref the tensors, free the array, rt_peer_free the peer, or pass them on).
+typedef void (*rt_handler)(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **tensors, int n);
+// A response arrived (st OK) or the call failed (st says why; h NULL). Same ownership.
+typedef void (*rt_response_cb)(void *arg, const dg_status *st, rt_header *h, dg_tensor **tensors,
+                               int n);
+
+rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler handler, void *ctx,
+                               dg_status *st);
+void rt_transport_free(rt_transport **t);
+// The endpoint actually bound ("tcp://127.0.0.1:40123" for port 0). Returns: borrowed.
+const char *rt_transport_endpoint(const rt_transport *t);
+
+// Sends a request to endpoint; cb runs once with the response or the failure (deadline,
+// unreachable peer). Consumes h (heap, from malloc) and takes references to tensors.
+// Thread-safe.
+void rt_call(rt_transport *t, const char *endpoint, rt_header *h, dg_tensor *const *tensors,
+             int n, int64_t timeout_ms, rt_response_cb cb, void *arg);
+// rt_call and wait. On success *resp (new, caller clears and frees) and *out tensors
+// (new array, caller unrefs and frees).
+bool rt_call_sync(rt_transport *t, const char *endpoint, rt_header *h, dg_tensor *const *tensors,
+                  int n, int64_t timeout_ms, rt_header **resp, dg_tensor ***out, int *n_out,
+                  dg_status *st);
+// One-way push (no response). Large tensors go in 1 MiB chunks. Consumes h.
+void rt_push(rt_transport *t, const char *endpoint, rt_header *h, dg_tensor *const *tensors, int n);
+// Replies to a request. Consumes peer and h. Thread-safe.
+void rt_reply(rt_transport *t, rt_peer *peer, rt_header *h, dg_tensor *const *tensors, int n);
+// Replies with an error status.
+void rt_reply_error(rt_transport *t, rt_peer *peer, uint64_t id, const dg_status *st);
+
+// Counters for tests and logs.
+typedef struct rt_transport_stats {
+    uint64_t bad_messages;    // dropped or answered with an error
+    uint64_t refused_peers;   // failed CurveZMQ handshakes
+} rt_transport_stats;
+rt_transport_stats rt_transport_get_stats(rt_transport *t);
+
+// A fresh CurveZMQ key pair (Z85, 41 bytes each with the NUL).
+bool rt_curve_keypair(char *public_key, char *secret_key, dg_status *st);
+
+#endif
