@@ -77,6 +77,9 @@ struct graph_op_def {
 
 // The op definition named type, or NULL.
 const graph_op_def *graph_op_lookup(const char *type);
+// How many leading inputs an op takes by reference (variables it reads and writes in place):
+// these must share its device. Other variable inputs (Adam's beta powers) are plain reads.
+int graph_num_ref_inputs(const dg_node *n);
 // Every op definition, for listing.
 int graph_num_op_defs(void);
 const graph_op_def *graph_op_def_at(int i);

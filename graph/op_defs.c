@@ -1,6 +1,7 @@
 /* Op definitions: arity, statefulness, shape inference and gradient function of every op
  * type. Shape inference runs when a node is built, so errors name the node at build time. */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -396,7 +397,9 @@ static dg_shape shape_from_input(const dg_node *n, int i) {
     const dg_tensor *t = dg_node_const_value(in.node);
     if (t && t->shape.rank == 1 && t->n_elements <= DG_MAX_RANK) {
         int64_t d[DG_MAX_RANK];
-        for (int k = 0; k < t->n_elements; k++) d[k] = (int64_t)dg_tensor_get_as_double(t, k);
+        for (int k = 0; k < t->n_elements; k++)
+            d[k] = t->dtype == DG_INT64 ? ((const int64_t *)t->data)[k]
+                   : t->dtype == DG_INT32 ? ((const int32_t *)t->data)[k] : -1;
         return dg_shape_make((int)t->n_elements, d);
     }
     if (s.rank == 1 && s.dims[0] >= 0 && s.dims[0] <= DG_MAX_RANK) {
@@ -421,7 +424,8 @@ static bool infer_reshape(dg_node *n, dg_status *st) {
         int unknown = -1;
         int64_t prod = 1;
         for (int i = 0; i < t.rank; i++) {
-            int64_t d = (int64_t)dg_tensor_get_as_double(cv, i);
+            int64_t d = cv->dtype == DG_INT64 ? ((const int64_t *)cv->data)[i]
+                        : cv->dtype == DG_INT32 ? ((const int32_t *)cv->data)[i] : -2;
             if (d == -1) {
                 if (unknown >= 0) {
                     dg_status_set(st, DG_INVALID_ARGUMENT, "reshape: only one dimension may be -1");
@@ -430,6 +434,9 @@ static bool infer_reshape(dg_node *n, dg_status *st) {
                 unknown = i;
             } else if (d < 0) {
                 dg_status_setf(st, DG_INVALID_ARGUMENT, "reshape: dimension %d is %lld", i, (long long)d);
+                return false;
+            } else if (d != 0 && prod > INT64_MAX / d) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT, "reshape: the dimensions overflow");
                 return false;
             } else {
                 prod *= d;
@@ -545,7 +552,7 @@ static bool infer_slice(dg_node *n, dg_status *st) {
     int nb, ns;
     const int64_t *begin = graph_node_attr_ints(n, "begin", &nb);
     const int64_t *size = graph_node_attr_ints(n, "size", &ns);
-    if (nb != ns || (s.rank >= 0 && nb != s.rank)) {
+    if (nb != ns || nb > DG_MAX_RANK || (s.rank >= 0 && nb != s.rank)) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "slice: begin has %d entries, size %d, input rank %d",
                        nb, ns, s.rank);
         return false;
@@ -719,6 +726,13 @@ static pthread_once_t op_index_once = PTHREAD_ONCE_INIT;
 static void build_index(void) {
     for (size_t i = 0; i < sizeof op_defs / sizeof op_defs[0]; i++)
         if (!graph_strmap_put(&op_index, op_defs[i].name, (void *)&op_defs[i])) abort();
+}
+
+int graph_num_ref_inputs(const dg_node *n) {
+    if (!n->op->ref_input0) return 0;
+    if (strcmp(n->op->name, "ApplyAdam") == 0) return 3;   // var, m, v
+    if (strcmp(n->op->name, "ApplyMomentum") == 0) return 2;   // var, accum
+    return 1;
 }
 
 const graph_op_def *graph_op_lookup(const char *type) {

@@ -386,11 +386,19 @@ static bool scan_value(const uint8_t *p, size_t len, size_t *off_io, const char 
         off += fixed;
         if (!container || count == 0) continue;
         uint64_t items = container == 2 ? 2 * count : count;
-        if (items > len - off || pending + items > len - off) {
+        if (items > len - off) {
             dg_status_setf(st, DG_DATA_LOSS, "%s: truncated or corrupt: the %s at byte %zu declares "
                            "%" PRIu64 " %s, more than the %zu bytes left can hold", label,
                            container == 2 ? "map" : "array", start, count,
                            container == 2 ? "entries" : "elements", len - off);
+            return false;
+        }
+        if (pending + items > len - off) {
+            dg_status_setf(st, DG_DATA_LOSS, "%s: truncated or corrupt: the %s at byte %zu declares "
+                           "%" PRIu64 " %s; with the %" PRIu64 " values still expected around it, that "
+                           "is more than the %zu bytes left can hold", label,
+                           container == 2 ? "map" : "array", start, count,
+                           container == 2 ? "entries" : "elements", pending, len - off);
             return false;
         }
         if (depth == MAX_DEPTH) {

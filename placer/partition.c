@@ -315,7 +315,19 @@ dg_partitions *dg_partition_ex(dg_node *const *nodes_in, int n_nodes, const dg_o
             if (part[j] == part[i]) {
                 dg_node_add_control_input(copy[i], copy[j]);
             } else {
-                dg_node *r = recv_for(&c, copy[j], 0, part[j], part[i], true, st);
+                // A value of dep already crossing to this partition orders it just as well.
+                dg_node *r = NULL;
+                for (int o = 0; o < dep->n_outputs && !r; o++) {
+                    char *key = NULL;
+                    if (asprintf(&key, "%s#%d>%d", copy[j]->name, o, part[i]) < 0) abort();
+                    r = graph_strmap_get(&c.pairs, key);
+                    free(key);
+                }
+                if (r) {
+                    dg_node_add_control_input(copy[i], r);
+                    continue;
+                }
+                r = recv_for(&c, copy[j], 0, part[j], part[i], true, st);
                 if (!r) goto fail;
                 dg_node_add_control_input(copy[i], r);
             }

@@ -121,13 +121,12 @@ bool dg_place(dg_node *const *nodes, int n_nodes, const char *const *devices, in
             if (v) unite(parent, i, (int)(intptr_t)v - 1);
             else graph_strmap_put(&coloc_index, name, (void *)(intptr_t)(i + 1));
         }
-        if (n->op->ref_input0)
-            for (int k = 0; k < n->n_inputs; k++) {
-                dg_node *src = n->inputs[k].node;
-                if (strcmp(src->op->name, "VariableV2") == 0 && src->id <= max_id && local[src->id] >= 0 &&
-                    nodes[local[src->id]] == src)
-                    unite(parent, i, local[src->id]);
-            }
+        for (int k = 0, refs = graph_num_ref_inputs(n); k < refs && k < n->n_inputs; k++) {
+            dg_node *src = n->inputs[k].node;
+            if (strcmp(src->op->name, "VariableV2") == 0 && src->id <= max_id && local[src->id] >= 0 &&
+                nodes[local[src->id]] == src)
+                unite(parent, i, local[src->id]);
+        }
     }
     // A node named in colocation lists joins the group of those naming it.
     for (int i = 0; i < n_nodes; i++) {

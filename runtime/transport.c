@@ -198,11 +198,16 @@ static dg_tensor *frame_tensor(zmq_msg_t *m, const rt_tensor_desc *d, dg_status 
 
 static void send_frames(void *sock, const rt_peer *peer, const char *hdr, size_t hdr_len,
                         dg_tensor *const *tensors, int n, size_t slice_off, size_t slice_len) {
-    if (peer) zmq_send(sock, peer->id, peer->len, ZMQ_SNDMORE);
+    // A reply to a peer that has gone fails here (ROUTER_MANDATORY); sending the other frames
+    // anyway would make each of them a routing id of its own, and leak it.
+    if (peer && zmq_send(sock, peer->id, peer->len, ZMQ_SNDMORE) < 0) return;
     zmq_msg_t m;
     zmq_msg_init_size(&m, hdr_len);
     memcpy(zmq_msg_data(&m), hdr, hdr_len);
-    zmq_msg_send(&m, sock, n > 0 ? ZMQ_SNDMORE : 0);
+    if (zmq_msg_send(&m, sock, n > 0 ? ZMQ_SNDMORE : 0) < 0) {
+        zmq_msg_close(&m);
+        return;
+    }
     for (int i = 0; i < n; i++) {
         dg_tensor *t = tensors[i];
         char *data = t->data;
@@ -218,7 +223,10 @@ static void send_frames(void *sock, const rt_peer *peer, const char *hdr, size_t
             dg_tensor_ref(t);
             zmq_msg_init_data(&f, data, len, free_tensor_hint, t);
         }
-        zmq_msg_send(&f, sock, i + 1 < n ? ZMQ_SNDMORE : 0);
+        if (zmq_msg_send(&f, sock, i + 1 < n ? ZMQ_SNDMORE : 0) < 0) {
+            zmq_msg_close(&f);   // drops the tensor reference taken above
+            return;
+        }
     }
 }
 
@@ -363,6 +371,19 @@ static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_m
     assembly *a = t->assemblies, **pp = &t->assemblies;
     for (; a; pp = &a->next, a = a->next)
         if (a->xfer == h->xfer && a->id_len == peer->len && memcmp(a->id, peer->id, peer->len) == 0) break;
+    if (a && (a->t->nbytes != h->total || a->t->dtype != h->tensors[0].dtype ||
+              !dg_shape_equal(&a->t->shape, &h->tensors[0].shape))) {
+        // The buffer was sized by the first chunk; a later one must describe the same tensor.
+        dg_status_setf(&st, DG_INVALID_ARGUMENT, "TENSOR_CHUNK: transfer %llu changed its tensor "
+                       "from %zu to %llu bytes", (unsigned long long)h->xfer, a->t->nbytes,
+                       (unsigned long long)h->total);
+        bad_message(t, h->from, &st);
+        status_impl_clear(&st);
+        close_frames(frames, 0, n_frames);
+        rt_header_clear(h);
+        free(h);
+        return;
+    }
     if (!a) {
         a = calloc(1, sizeof *a);
         if (!a) abort();
@@ -542,10 +563,10 @@ static void on_monitor(rt_transport *t) {
     if (zmq_msg_size(&ev) >= 6) {
         uint16_t event;
         memcpy(&event, zmq_msg_data(&ev), sizeof event);
-        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
-            event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
             __atomic_add_fetch(&t->stats.refused_peers, 1, __ATOMIC_RELAXED);
-            tlog(t, "refused a peer at %.*s: handshake failed (it does not hold the cluster key)",
+            // The event names our own endpoint, not the peer's address.
+            tlog(t, "refused a peer connecting to %.*s: handshake failed (it does not hold the cluster key)",
                  (int)zmq_msg_size(&addr), (const char *)zmq_msg_data(&addr));
         }
     }
@@ -739,8 +760,11 @@ rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler hand
         zmq_getsockopt(t->router, ZMQ_LAST_ENDPOINT, t->endpoint, &len);
         char mon[128];
         snprintf(mon, sizeof mon, "inproc://monitor-%p", (void *)t);
-        if (zmq_socket_monitor(t->router, mon, ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0) {
+        // Only CURVE refusals count: a peer without the key or with another server key fails
+        // the handshake with a protocol error (a ZAP refusal is counted by zap_main). Without
+        // CURVE, and for handshakes cut short (NO_DETAIL: a peer closing early, a port scan),
+        // nobody was refused.
+        if (t->curve && zmq_socket_monitor(t->router, mon, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) == 0) {
             t->monitor = zmq_socket(t->zctx, ZMQ_PAIR);
             if (t->monitor && zmq_connect(t->monitor, mon) != 0) {
                 zmq_close(t->monitor);
@@ -801,14 +825,15 @@ void rt_transport_free(rt_transport **tp) {
     free(t->dealers);
     if (t->monitor) zmq_close(t->monitor);
     if (t->router) zmq_close(t->router);
+    // The ZAP thread may be blocked in a receive on its socket, and a ZeroMQ socket must not
+    // be closed under another thread: shutting the context down makes that receive fail with
+    // ETERM, the thread returns, and only then is its socket closed.
     if (t->has_zap) {
-        zmq_close(t->zap);
-        t->zap = NULL;
-    } else if (t->zap) {
-        zmq_close(t->zap);
+        zmq_ctx_shutdown(t->zctx);
+        pthread_join(t->zap_thread, NULL);
     }
-    if (t->zctx) zmq_ctx_term(t->zctx);   // unblocks the ZAP thread (ETERM)
-    if (t->has_zap) pthread_join(t->zap_thread, NULL);
+    if (t->zap) zmq_close(t->zap);
+    if (t->zctx) zmq_ctx_term(t->zctx);
     if (t->efd >= 0) close(t->efd);
     pthread_mutex_destroy(&t->mu);
     free(t);

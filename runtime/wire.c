@@ -202,6 +202,82 @@ static bool decode_tensor(const msgpack_object *o, rt_tensor_desc *d, int i, dg_
     return true;
 }
 
+// At most this many msgpack values in one header: far above what names and tensors allow,
+// far below what a 256 MiB header could declare.
+#define MAX_HEADER_VALUES ((uint64_t)RT_MAX_NAMES + 16 * (uint64_t)RT_MAX_TENSORS + 65536)
+
+static uint64_t be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = v << 8 | p[i];
+    return v;
+}
+
+// Walks the first msgpack value of buf without building it. msgpack-c allocates an array or
+// map's element table from its declared count before reading the elements, so 5 bytes can
+// ask for gigabytes; here every declared count must fit in the bytes that remain (each value
+// takes at least one byte) and the total is capped, so the unpacker's allocations stay within
+// a small multiple of len.
+static bool prescan(const unsigned char *p, size_t len, dg_status *st) {
+    uint64_t pending = 1, n_values = 0;
+    size_t pos = 0;
+    while (pending > 0) {
+        if (pos >= len) goto truncated;
+        unsigned c = p[pos];
+        pending--;
+        if (++n_values > MAX_HEADER_VALUES) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "header: more than %llu msgpack values",
+                           (unsigned long long)MAX_HEADER_VALUES);
+            return false;
+        }
+        size_t head = 1;        // type byte plus length bytes
+        uint64_t body = 0;      // payload bytes
+        uint64_t children = 0;  // values that follow as elements
+        if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
+        } else if (c <= 0x8f) {
+            children = 2 * (uint64_t)(c & 0x0f);
+        } else if (c <= 0x9f) {
+            children = c & 0x0f;
+        } else if (c <= 0xbf) {
+            body = c & 0x1f;
+        } else {
+            static const signed char lenbytes[32] = {
+                // c0 .. cf: nil, (never used), false, true, bin8/16/32, ext8/16/32, float32/64,
+                // uint8/16/32/64
+                0, -1, 0, 0, 1, 2, 4, 1, 2, 4, 0, 0, 0, 0, 0, 0,
+                // d0 .. df: int8/16/32/64, fixext1/2/4/8/16, str8/16/32, array16/32, map16/32
+                0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 4, 2, 4, 2, 4};
+            static const unsigned char fixed[32] = {
+                0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 4, 8, 1, 2, 4, 8,
+                1, 2, 4, 8, 2, 3, 5, 9, 17, 0, 0, 0, 0, 0, 0, 0};
+            int lb = lenbytes[c - 0xc0];
+            if (lb < 0) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT, "header: byte 0x%02x at offset %zu is not msgpack",
+                               c, pos);
+                return false;
+            }
+            head += (size_t)lb;
+            if (pos + head > len) goto truncated;
+            uint64_t n = be(p + pos + 1, lb);
+            body = fixed[c - 0xc0];
+            if (c == 0xdc || c == 0xdd) children = n;
+            else if (c == 0xde || c == 0xdf) children = 2 * n;
+            else body += n;   // bin, ext (fixed counts the ext type byte), str
+        }
+        if (pos + head > len || body > len - pos - head) goto truncated;
+        pos += head + (size_t)body;
+        if (children > len - pos || pending + children > len - pos) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "header: a list or map declares %llu elements "
+                           "with only %zu bytes left", (unsigned long long)children, len - pos);
+            return false;
+        }
+        pending += children;
+    }
+    return true;
+truncated:
+    dg_status_set(st, DG_INVALID_ARGUMENT, "header: not a complete msgpack value");
+    return false;
+}
+
 bool rt_header_decode(const void *buf, size_t len, rt_header *h, dg_status *st) {
     memset(h, 0, sizeof *h);
     if (len > RT_MAX_HEADER_BYTES) {
@@ -209,6 +285,7 @@ bool rt_header_decode(const void *buf, size_t len, rt_header *h, dg_status *st) 
                        RT_MAX_HEADER_BYTES);
         return false;
     }
+    if (!prescan(buf, len, st)) return false;
     msgpack_unpacked up;
     msgpack_unpacked_init(&up);
     size_t off = 0;

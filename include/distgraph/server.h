@@ -11,6 +11,7 @@
 
 #include "distgraph/cluster.h"
 #include "distgraph/status.h"
+#include "distgraph/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,6 +47,20 @@ bool dg_server_join(dg_server *s, bool handle_signals, dg_status *st);
 void dg_server_stop(dg_server *s);
 // Generates a CurveZMQ key pair for a cluster (Z85 strings, 41 bytes each with the NUL).
 bool dg_curve_keypair(char public_key[41], char secret_key[41], dg_status *st);
+
+// Test and benchmark hooks (runtime/ping.c). The task address is "host:port" as in a cluster
+// spec ("tcp://" and "dg://" prefixes are accepted).
+// Sends a PING carrying tensors from client's transport to the task and waits up to timeout_ms
+// for the echo. Borrows tensors for the duration of the call. On success *echo (may be NULL
+// to discard) is a new array of n_echo new tensors: the caller unrefs each and frees the array.
+// An unreachable task is UNAVAILABLE once the deadline passes.
+bool dg_server_ping(dg_server *client, const char *target_task_address, dg_tensor *const *tensors, int n,
+                    int64_t timeout_ms, dg_tensor ***echo, int *n_echo, dg_status *st);
+// Pushes t n_pushes times one way to the task as rendezvous values of a step that is aborted
+// first (the task drops them as they arrive; tensors over 4 MiB travel in 1 MiB chunks), then
+// waits for a PING, which the task answers after it has taken in every push. Borrows t.
+bool dg_server_push_bench(dg_server *client, const char *target_task_address, dg_tensor *t, int n_pushes,
+                          int64_t timeout_ms, dg_status *st);
 
 #ifdef __cplusplus
 }

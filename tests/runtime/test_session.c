@@ -125,7 +125,11 @@ static void test_session_new_errors(void **state) {
     dg_graph *g = dg_graph_new();
     dg_status_reset(st);
     assert_null(dg_session_new(g, "grpc://localhost:2222", NULL, st));
-    assert_status(st, DG_UNIMPLEMENTED, "\"grpc://localhost:2222\"");
+    assert_status(st, DG_INVALID_ARGUMENT, "\"grpc://localhost:2222\"");
+    // A dg:// target needs a server of this process at that address.
+    dg_status_reset(st);
+    assert_null(dg_session_new(g, "dg://127.0.0.1:1", NULL, st));
+    assert_status(st, DG_UNIMPLEMENTED, "no server with that address");
     // "" and NULL mean local.
     dg_status_reset(st);
     dg_session *s = dg_session_new(g, "", NULL, st);

@@ -1,0 +1,218 @@
+/* mnist_replica: between-graph replicated training with parameter servers, as TensorFlow's
+ * mnist_replica.py. Each worker process builds the model under the replica device setter
+ * (variables on the ps tasks, compute on its own task), worker 0 (the chief) initializes the
+ * variables, the others wait for it, and all train asynchronously until the global step
+ * reaches --train_steps. The ps tasks only serve.
+ *   build/bin/dg-launch --ps 1 --workers 2 -- build/bin/mnist_replica --train_steps 2000 */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "flags.h"
+#include "mlp_model.h"
+#include "mnist_data.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int fail(dg_status *st, const char *what) {
+    fprintf(stderr, "mnist_replica: %s: %s: %s\n", what, dg_code_name(dg_status_code(st)),
+            dg_status_message(st));
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    const char *job_name = "", *ps_hosts = "", *worker_hosts = "", *data_dir = MNIST_DEFAULT_DIR;
+    int64_t task_index = -1, train_steps = 2000, batch_size = 100, hidden = 100, seed = 1, log_every = 100;
+    int64_t wait_ms = 60000, rpc_timeout_ms = 30000;
+    double lr = 0.01;
+    bool quiet = false;
+    flag_def defs[] = {
+        {"job_name", FLAG_STRING, &job_name, "ps or worker (default: from TF_CONFIG)"},
+        {"task_index", FLAG_INT, &task_index, "index of this task in its job"},
+        {"ps_hosts", FLAG_STRING, &ps_hosts, "comma list of host:port"},
+        {"worker_hosts", FLAG_STRING, &worker_hosts, "comma list of host:port"},
+        {"train_steps", FLAG_INT, &train_steps, "global steps to train (default 2000)"},
+        {"batch_size", FLAG_INT, &batch_size, "examples per step (default 100)"},
+        {"hidden_units", FLAG_INT, &hidden, "hidden layer width (default 100)"},
+        {"learning_rate", FLAG_DOUBLE, &lr, "Adam learning rate (default 0.01)"},
+        {"data_dir", FLAG_STRING, &data_dir, "IDX files (default " MNIST_DEFAULT_DIR ")"},
+        {"seed", FLAG_INT, &seed, "initialisation seed; batches are shuffled by seed + task (default 1)"},
+        {"log_every", FLAG_INT, &log_every, "progress line every N local steps (default 100)"},
+        {"wait_for_chief_ms", FLAG_INT, &wait_ms, "how long a non-chief waits for initialization"},
+        {"rpc_timeout_ms", FLAG_INT, &rpc_timeout_ms, "deadline of each remote call (default 30000)"},
+        {"quiet", FLAG_BOOL, &quiet, "no server log lines"},
+    };
+    bool help;
+    if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], "usage: mnist_replica [flags]", &help))
+        return 2;
+    if (help) return 0;
+    if (train_steps < 0 || batch_size < 1 || batch_size > 60000 || hidden < 1 || log_every < 1) {
+        fprintf(stderr, "mnist_replica: bad --train_steps, --batch_size, --hidden_units or --log_every\n");
+        return 2;
+    }
+    dg_status *st = dg_status_new();
+    dg_cluster *cluster = NULL;
+    char job[64];
+    snprintf(job, sizeof job, "%s", job_name);
+    if (*ps_hosts || *worker_hosts) {
+        cluster = dg_cluster_from_flags(ps_hosts, worker_hosts, st);
+    } else {
+        dg_tf_config cfg;
+        if (dg_tf_config_from_env(&cfg, st)) {
+            cluster = cfg.cluster;
+            cfg.cluster = NULL;
+            if (!*job) snprintf(job, sizeof job, "%s", cfg.task_type);
+            if (task_index < 0) task_index = cfg.task_index;
+            dg_tf_config_clear(&cfg);
+        }
+    }
+    if (!cluster) return fail(st, "cluster (give --ps_hosts/--worker_hosts or TF_CONFIG)");
+    if (strcmp(job, "ps") != 0 && strcmp(job, "worker") != 0) {
+        fprintf(stderr, "mnist_replica: --job_name must be ps or worker, got \"%s\"\n", job);
+        return 2;
+    }
+    if (task_index < 0 || task_index >= dg_cluster_num_tasks(cluster, job)) {
+        fprintf(stderr, "mnist_replica: --task_index %lld is out of range for job %s with %d tasks\n",
+                (long long)task_index, job, dg_cluster_num_tasks(cluster, job));
+        return 2;
+    }
+    dg_server_options so = dg_server_options_default();
+    so.quiet = quiet;
+    so.rpc_timeout_ms = rpc_timeout_ms;
+    dg_server *server = dg_server_new(cluster, job, (int)task_index, &so, st);
+    if (!server) return fail(st, "starting the server");
+    if (strcmp(job, "ps") == 0) {
+        dg_server_join(server, true, st);
+        dg_server_free(&server);
+        dg_cluster_free(&cluster);
+        dg_status_free(&st);
+        return 0;
+    }
+    int rc = 1;
+    bool is_chief = task_index == 0;
+    mnist_dataset data;
+    dg_graph *g = NULL;
+    dg_session *s = NULL;
+    dg_device_fn *setter = NULL;
+    float *xb = NULL;
+    int64_t *yb = NULL;
+    dg_tensor *xt = NULL, *yt = NULL;
+    memset(&data, 0, sizeof data);
+    if (!mnist_load(data_dir, (uint64_t)(seed + task_index), &data, st)) {
+        fail(st, "loading data");
+        goto out;
+    }
+    g = dg_graph_new();
+    char worker_device[128];
+    snprintf(worker_device, sizeof worker_device, "/job:worker/task:%lld", (long long)task_index);
+    dg_replica_device_setter_options ro = dg_replica_device_setter_options_default();
+    ro.cluster = cluster;
+    ro.worker_device = worker_device;
+    setter = dg_replica_device_setter(&ro, st);
+    if (!setter) {
+        fail(st, "replica device setter");
+        goto out;
+    }
+    dg_graph_push_device_fn(g, setter);
+    mlp_model m;
+    if (!mlp_build(g, data.train.dim, hidden, lr, seed, &m, st)) {
+        fail(st, "building the model");
+        goto out;
+    }
+    dg_graph_pop_device_fn(g);
+    dg_output is_init = dg_is_variable_initialized(g, NULL, m.global_step);
+    s = dg_session_new(g, dg_server_target(server), NULL, st);
+    if (!s) {
+        fail(st, "session");
+        goto out;
+    }
+    if (is_chief) {
+        printf("Worker %lld: initializing the variables\n", (long long)task_index);
+        if (!dg_session_run_target(s, m.init, st)) {
+            fail(st, "initializing");
+            goto out;
+        }
+    } else {
+        printf("Worker %lld: waiting for the chief to initialize the variables\n", (long long)task_index);
+        double t0 = now_s();
+        for (;;) {
+            dg_tensor *v = NULL;
+            if (!dg_session_run(s, NULL, NULL, 0, &is_init, &v, 1, NULL, 0, st)) {
+                fail(st, "checking initialization");
+                goto out;
+            }
+            bool ready = *(uint8_t *)dg_tensor_data(v);
+            dg_tensor_unref(v);
+            if (ready) break;
+            if ((now_s() - t0) * 1000 > (double)wait_ms) {
+                fprintf(stderr, "mnist_replica: worker %lld: the chief did not initialize the variables "
+                                "within %lld ms\n", (long long)task_index, (long long)wait_ms);
+                goto out;
+            }
+            usleep(100000);
+        }
+    }
+    fflush(stdout);
+    xb = malloc((size_t)(batch_size * data.train.dim) * sizeof *xb);
+    yb = malloc((size_t)batch_size * sizeof *yb);
+    xt = dg_tensor_wrap(DG_FLOAT32, dg_shape2(batch_size, data.train.dim), xb,
+                        (size_t)(batch_size * data.train.dim) * sizeof *xb, NULL, NULL, st);
+    yt = dg_tensor_wrap(DG_INT64, dg_shape1(batch_size), yb, (size_t)batch_size * sizeof *yb, NULL, NULL, st);
+    if (!xt || !yt) {
+        fail(st, "batch buffers");
+        goto out;
+    }
+    dg_output feeds[2] = {m.x, m.y_};
+    dg_tensor *vals[2] = {xt, yt};
+    double t_start = now_s();
+    int64_t local_step = 0, global_step = 0;
+    printf("Training begins @ %f\n", t_start);
+    while (global_step < train_steps) {
+        mnist_next_batch(&data.train, batch_size, xb, yb);
+        dg_tensor *gs = NULL;
+        if (!dg_session_run(s, feeds, vals, 2, &m.global_step, &gs, 1, &m.train, 1, st)) {
+            fail(st, "training step");
+            goto out;
+        }
+        global_step = dg_tensor_i64(gs)[0];
+        dg_tensor_unref(gs);
+        local_step++;
+        if (local_step % log_every == 0) {
+            printf("Worker %lld: training step %lld done (global step: %lld)\n", (long long)task_index,
+                   (long long)local_step, (long long)global_step);
+            fflush(stdout);
+        }
+    }
+    double elapsed = now_s() - t_start;
+    printf("Training ends @ %f\n", now_s());
+    printf("Training elapsed time: %f s (%lld local steps, %.1f local steps/s)\n", elapsed,
+           (long long)local_step, (double)local_step / elapsed);
+    double loss, acc;
+    if (!mlp_evaluate(s, &m, data.test.images, data.test.labels, data.test.n, data.test.dim, 1000, &loss, &acc, st)) {
+        fail(st, "evaluating");
+        goto out;
+    }
+    printf("After %lld training step(s), validation cross entropy = %g\n", (long long)global_step, loss);
+    printf("Worker %lld: validation accuracy = %.4f (on the %lld test images)\n", (long long)task_index, acc,
+           (long long)data.test.n);
+    rc = 0;
+out:
+    dg_tensor_unref(xt);
+    dg_tensor_unref(yt);
+    free(xb);
+    free(yb);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    dg_device_fn_free(&setter);
+    mnist_free(&data);
+    dg_server_free(&server);
+    dg_cluster_free(&cluster);
+    dg_status_free(&st);
+    return rc;
+}

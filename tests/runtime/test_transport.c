@@ -1,0 +1,1162 @@
+/* The ZeroMQ transport (runtime/transport.c) over real tcp://127.0.0.1 sockets: hostile
+ * messages from raw ZeroMQ sockets get an error RESPONSE or are dropped, are counted and
+ * logged, and never stop the server from answering the next peer; PING echoes return the
+ * same bytes; chunked pushes reassemble exactly; the message size limit holds; responses a
+ * client cannot trust fail its call; CurveZMQ admits only holders of the cluster key pair.
+ * Also covers the public hooks of runtime/ping.c. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "testutil.h"
+#include "server_impl.h"
+#include "transport_impl.h"
+#include "wire_impl.h"
+
+#define SERVER_NAME "/job:worker/replica:0/task:0"
+
+// ---- helpers: time, stderr capture ----
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+// Everything written to fd 2 while capturing is copied into a buffer and passed through to
+// the real stderr, so cmocka's own failure messages still show.
+static struct {
+    pthread_mutex_t mu;
+    pthread_t thread;
+    int saved_fd, read_fd;
+    char *buf;
+    size_t len, cap;
+    bool on;
+} cap = {PTHREAD_MUTEX_INITIALIZER, 0, -1, -1, NULL, 0, 0, false};
+
+static void *tee_main(void *arg) {
+    (void)arg;
+    char chunk[4096];
+    for (;;) {
+        ssize_t n = read(cap.read_fd, chunk, sizeof chunk);
+        if (n <= 0) break;
+        if (write(cap.saved_fd, chunk, (size_t)n) < 0) { /* nowhere to report it */ }
+        pthread_mutex_lock(&cap.mu);
+        if (cap.len + (size_t)n + 1 > cap.cap) {
+            cap.cap = (cap.len + (size_t)n + 1) * 2;
+            cap.buf = realloc(cap.buf, cap.cap);
+        }
+        memcpy(cap.buf + cap.len, chunk, (size_t)n);
+        cap.len += (size_t)n;
+        cap.buf[cap.len] = 0;
+        pthread_mutex_unlock(&cap.mu);
+    }
+    return NULL;
+}
+
+static void capture_begin(void) {
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    fflush(stderr);
+    cap.saved_fd = dup(2);
+    dup2(p[1], 2);
+    close(p[1]);
+    cap.read_fd = p[0];
+    cap.len = 0;
+    cap.on = true;
+    pthread_create(&cap.thread, NULL, tee_main, NULL);
+}
+
+static void capture_end(void) {
+    if (!cap.on) return;
+    fflush(stderr);
+    dup2(cap.saved_fd, 2);   // closes the pipe's last write end: the tee thread sees EOF
+    pthread_join(cap.thread, NULL);
+    close(cap.saved_fd);
+    close(cap.read_fd);
+    cap.on = false;
+}
+
+// Number of occurrences of needle in what was captured, waiting up to timeout_ms for at
+// least `want` of them (log lines are written after the counters move).
+static int log_count(const char *needle, int want, int timeout_ms) {
+    int64_t end = now_ms() + timeout_ms;
+    for (;;) {
+        int n = 0;
+        pthread_mutex_lock(&cap.mu);
+        for (const char *p = cap.buf; p && (p = strstr(p, needle)); p++) n++;
+        pthread_mutex_unlock(&cap.mu);
+        if (n >= want || now_ms() > end) return n;
+        sleep_ms(10);
+    }
+}
+
+static int teardown_capture(void **state) {
+    capture_end();
+    return 0;
+}
+
+// ---- helpers: servers and sockets ----
+
+static int port_base(void) { return 41000 + (int)(getpid() % 4000) * 4; }
+
+// A one-task cluster "worker|127.0.0.1:<port>" and its server, on the first free port.
+static dg_server *start_server(const dg_server_options *opts, int *port, dg_cluster **cluster) {
+    dg_status *st = dg_status_new();
+    static int next = 0;
+    for (int attempt = 0; attempt < 60; attempt++) {
+        int p = port_base() + next++;
+        char spec[64];
+        snprintf(spec, sizeof spec, "worker|127.0.0.1:%d", p);
+        dg_cluster *c = dg_cluster_from_spec_string(spec, st);
+        assert_ok(st);
+        dg_server *s = dg_server_new(c, "worker", 0, opts, st);
+        if (s) {
+            *port = p;
+            if (cluster) *cluster = c;
+            else dg_cluster_free(&c);
+            dg_status_free(&st);
+            return s;
+        }
+        assert_status(st, DG_UNAVAILABLE, "cannot bind");
+        dg_status_reset(st);
+        dg_cluster_free(&c);
+    }
+    fail_msg("no free port near %d", port_base());
+    return NULL;
+}
+
+static void *raw_dealer(void *zctx, const char *endpoint) {
+    void *s = zmq_socket(zctx, ZMQ_DEALER);
+    assert_non_null(s);
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    assert_int_equal(zmq_connect(s, endpoint), 0);
+    return s;
+}
+
+// Sends frames as one message. lens[i] == SIZE_MAX means strlen.
+static void send_parts(void *sock, const void *const *parts, const size_t *lens, int n) {
+    for (int i = 0; i < n; i++) {
+        int rc = zmq_send(sock, parts[i], lens[i], i + 1 < n ? ZMQ_SNDMORE : 0);
+        assert_true(rc >= 0);
+    }
+}
+
+// Receives one message within timeout_ms: decodes frame 0 into *h and returns the number of
+// frames that followed it, or -1 when nothing arrived.
+static int recv_response(void *sock, int timeout_ms, rt_header *h, size_t *frame1_len) {
+    zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&it, 1, timeout_ms) <= 0) return -1;
+    int n = 0;
+    bool more = true;
+    dg_status *st = dg_status_new();
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        assert_true(zmq_msg_recv(&m, sock, 0) >= 0);
+        if (n == 0) {
+            assert_true(rt_header_decode(zmq_msg_data(&m), zmq_msg_size(&m), h, st));
+            assert_ok(st);
+        } else if (n == 1 && frame1_len) {
+            *frame1_len = zmq_msg_size(&m);
+        }
+        more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+        n++;
+    }
+    dg_status_free(&st);
+    return n - 1;
+}
+
+static char *encode(const rt_header *h, size_t *len) { return rt_header_encode(h, len); }
+
+// A fresh DEALER (fresh context) sends a valid PING with a small tensor and must get it back.
+static void assert_serves(const char *endpoint) {
+    void *zctx = zmq_ctx_new();
+    void *s = raw_dealer(zctx, endpoint);
+    rt_header h;
+    rt_header_init(&h, RT_PING);
+    h.id = 4242;
+    dg_status *st = dg_status_new();
+    float v[4] = {1, 2, 3, 4};
+    dg_tensor *t = dg_tensor_from_data(DG_FLOAT32, dg_shape1(4), v, st);
+    rt_header_add_tensor(&h, t);
+    size_t hl;
+    char *hb = encode(&h, &hl);
+    const void *parts[] = {hb, v};
+    const size_t lens[] = {hl, sizeof v};
+    send_parts(s, parts, lens, 2);
+    rt_header r;
+    size_t f1 = 0;
+    int n = recv_response(s, 5000, &r, &f1);
+    assert_int_equal(n, 1);
+    assert_int_equal(r.type, RT_RESPONSE);
+    assert_true(r.id == 4242);
+    assert_int_equal(r.code, DG_OK);
+    assert_int_equal(f1, sizeof v);
+    rt_header_clear(&r);
+    rt_header_clear(&h);
+    free(hb);
+    dg_tensor_unref(t);
+    dg_status_free(&st);
+    zmq_close(s);
+    zmq_ctx_term(zctx);
+}
+
+static uint64_t wait_bad(rt_transport *tp, uint64_t want, int timeout_ms) {
+    int64_t end = now_ms() + timeout_ms;
+    uint64_t v;
+    while ((v = rt_transport_get_stats(tp).bad_messages) < want && now_ms() < end) sleep_ms(5);
+    return v;
+}
+
+// ---- hostile messages to a real server ----
+
+typedef enum expect { REPLY, DROP } expect;
+
+typedef struct hostile_case {
+    const char *what;
+    expect outcome;
+    dg_code code;          // REPLY: the response's code
+    const char *needle;    // REPLY: part of its message
+    uint64_t id;           // REPLY: the id the response carries
+    bool counted;          // bad_messages moves
+} hostile_case;
+
+// Sends one hostile message built by `build` on a fresh DEALER and checks the outcome.
+static void run_hostile(void *zctx, const char *ep, rt_transport *tp, const hostile_case *c,
+                        void (*build)(void *sock)) {
+    uint64_t before = rt_transport_get_stats(tp).bad_messages;
+    void *s = raw_dealer(zctx, ep);
+    build(s);
+    rt_header r;
+    int n = recv_response(s, c->outcome == REPLY ? 5000 : 300, &r, NULL);
+    if (c->outcome == REPLY) {
+        if (n < 0) fail_msg("%s: no response", c->what);
+        assert_int_equal(n, 0);
+        assert_int_equal(r.type, RT_RESPONSE);
+        if (r.code != (int)c->code || !r.message || !strstr(r.message, c->needle))
+            fail_msg("%s: got %s \"%s\", expected %s \"%s\"", c->what, dg_code_name((dg_code)r.code),
+                     r.message ? r.message : "", dg_code_name(c->code), c->needle);
+        assert_non_null(strstr(r.message, SERVER_NAME));   // the origin task is named
+        assert_true(r.id == c->id);
+        rt_header_clear(&r);
+    } else if (n >= 0) {
+        fail_msg("%s: expected no response, got %s \"%s\"", c->what, dg_code_name((dg_code)r.code),
+                 r.message ? r.message : "");
+    }
+    uint64_t after = wait_bad(tp, before + (c->counted ? 1 : 0), 2000);
+    if (after != before + (c->counted ? 1 : 0))
+        fail_msg("%s: bad_messages went from %llu to %llu", c->what, (unsigned long long)before,
+                 (unsigned long long)after);
+    zmq_close(s);
+    assert_serves(ep);
+}
+
+static void send_one(void *s, const void *p, size_t n) {
+    const void *parts[] = {p};
+    const size_t lens[] = {n};
+    send_parts(s, parts, lens, 1);
+}
+
+static void build_truncated(void *s) {
+    rt_header h;
+    rt_header_init(&h, RT_PING);
+    h.id = 5;
+    h.from = strdup("/job:evil/replica:0/task:0");
+    size_t len;
+    char *b = encode(&h, &len);
+    send_one(s, b, len - 6);   // cut inside the "from" string
+    free(b);
+    rt_header_clear(&h);
+}
+
+static void build_garbage(void *s) { send_one(s, "\xc1garbage", 8); }
+
+static void build_http(void *s) {
+    const char req[] = "GET / HTTP/1.1\r\nHost: example\r\n\r\n";
+    send_one(s, req, sizeof req - 1);
+}
+
+static void build_empty(void *s) { send_one(s, "", 0); }
+
+static void build_version(void *s) {
+    rt_header h;
+    rt_header_init(&h, RT_PING);
+    h.version = 2;
+    h.id = 11;
+    size_t len;
+    char *b = encode(&h, &len);
+    send_one(s, b, len);
+    free(b);
+}
+
+static void build_unknown_type(void *s) {
+    rt_header h;
+    rt_header_init(&h, 42);
+    h.id = 12;
+    size_t len;
+    char *b = encode(&h, &len);
+    send_one(s, b, len);
+    free(b);
+}
+
+static void build_two_described_one_sent(void *s) {
+    rt_header h;
+    rt_header_init(&h, RT_PING);
+    h.id = 7;
+    dg_tensor *t = dg_tensor_new_zeros(DG_FLOAT32, dg_shape1(4), NULL);
+    rt_header_add_tensor(&h, t);
+    rt_header_add_tensor(&h, t);
+    size_t len;
+    char *b = encode(&h, &len);
+    const void *parts[] = {b, dg_tensor_data(t)};
+    const size_t lens[] = {len, 16};
+    send_parts(s, parts, lens, 2);
+    free(b);
+    rt_header_clear(&h);
+    dg_tensor_unref(t);
+}
+
+static void build_frame_size_mismatch(void *s) {
+    rt_header h;
+    rt_header_init(&h, RT_PING);
+    h.id = 8;
+    dg_tensor *t = dg_tensor_new_zeros(DG_FLOAT32, dg_shape1(4), NULL);
+    rt_header_add_tensor(&h, t);
+    size_t len;
+    char *b = encode(&h, &len);
+    const void *parts[] = {b, dg_tensor_data(t)};
+    const size_t lens[] = {len, 12};
+    send_parts(s, parts, lens, 2);
+    free(b);
+    rt_header_clear(&h);
+    dg_tensor_unref(t);
+}
+
+static void build_big_frame_size_mismatch(void *s) {
+    // A large (zero-copy sized) frame one element short.
+    rt_header h;
+    rt_header_init(&h, RT_PING);
+    h.id = 9;
+    dg_tensor *t = dg_tensor_new_zeros(DG_FLOAT64, dg_shape1(100000), NULL);
+    rt_header_add_tensor(&h, t);
+    size_t len;
+    char *b = encode(&h, &len);
+    const void *parts[] = {b, dg_tensor_data(t)};
+    const size_t lens[] = {len, 799992};
+    send_parts(s, parts, lens, 2);
+    free(b);
+    rt_header_clear(&h);
+    dg_tensor_unref(t);
+}
+
+static void build_extra_frame(void *s) {
+    rt_header h;
+    rt_header_init(&h, RT_LIST_DEVICES);
+    h.id = 10;
+    size_t len;
+    char *b = encode(&h, &len);
+    const void *parts[] = {b, "xyz"};
+    const size_t lens[] = {len, 3};
+    send_parts(s, parts, lens, 2);
+    free(b);
+}
+
+static void build_bad_tensor_push(void *s) {
+    rt_header h;
+    rt_header_init(&h, RT_TENSOR);
+    h.step_id = 1;
+    h.key = strdup("a;1;b;c;0");
+    dg_tensor *t = dg_tensor_new_zeros(DG_INT64, dg_shape1(2), NULL);
+    rt_header_add_tensor(&h, t);
+    size_t len;
+    char *b = encode(&h, &len);
+    const void *parts[] = {b, dg_tensor_data(t)};
+    const size_t lens[] = {len, 15};
+    send_parts(s, parts, lens, 2);
+    free(b);
+    rt_header_clear(&h);
+    dg_tensor_unref(t);
+}
+
+static void build_bad_chunk(void *s) {
+    rt_header h;
+    rt_header_init(&h, RT_TENSOR_CHUNK);
+    h.key = strdup("k");
+    h.xfer = 3;
+    h.total = 8;
+    dg_tensor *t = dg_tensor_new_zeros(DG_INT64, dg_shape1(1), NULL);
+    rt_header_add_tensor(&h, t);
+    size_t len;
+    char *b = encode(&h, &len);
+    const void *parts[] = {b, dg_tensor_data(t), dg_tensor_data(t)};   // two frames
+    const size_t lens[] = {len, 8, 8};
+    send_parts(s, parts, lens, 3);
+    free(b);
+    rt_header_clear(&h);
+    dg_tensor_unref(t);
+}
+
+// A chunk header for transfer xfer of a uint8 tensor of `total` bytes, offset off.
+static char *chunk_header(uint64_t xfer, uint64_t total, uint64_t off, size_t *len) {
+    rt_header h;
+    rt_header_init(&h, RT_TENSOR_CHUNK);
+    h.key = strdup("k");
+    h.step_id = 77;
+    h.xfer = xfer;
+    h.total = total;
+    h.offset = off;
+    h.tensors = calloc(1, sizeof *h.tensors);
+    h.tensors[0].dtype = DG_UINT8;
+    h.tensors[0].shape = dg_shape1((int64_t)total);
+    h.tensors[0].nbytes = total;
+    h.n_tensors = 1;
+    char *b = encode(&h, len);
+    rt_header_clear(&h);
+    return b;
+}
+
+static unsigned char *mib_of_ff;
+
+static void build_chunk_first(void *s) {
+    size_t len;
+    char *b = chunk_header(1, 5u << 20, 0, &len);
+    const void *parts[] = {b, mib_of_ff};
+    const size_t lens[] = {len, 1u << 20};
+    send_parts(s, parts, lens, 2);
+    free(b);
+}
+
+// The same transfer id from the same peer, now claiming 1 GiB: writing at 512 MiB into the
+// 5 MiB buffer of the first chunk would corrupt the heap.
+static void build_chunk_then_resized(void *s) {
+    build_chunk_first(s);
+    size_t len;
+    char *b = chunk_header(1, 1u << 30, 512u << 20, &len);
+    const void *parts[] = {b, mib_of_ff};
+    const size_t lens[] = {len, 1u << 20};
+    send_parts(s, parts, lens, 2);
+    free(b);
+}
+
+static void build_response_to_server(void *s) {
+    rt_header h;
+    rt_header_init(&h, RT_RESPONSE);
+    h.id = 13;
+    size_t len;
+    char *b = encode(&h, &len);
+    send_one(s, b, len);
+    free(b);
+}
+
+static void build_too_many_frames(void *s) {
+    rt_header h;
+    rt_header_init(&h, RT_PING);
+    h.id = 14;
+    size_t len;
+    char *b = encode(&h, &len);
+    assert_true(zmq_send(s, b, len, ZMQ_SNDMORE) >= 0);
+    for (int i = 0; i < RT_MAX_TENSORS + 10; i++)
+        assert_true(zmq_send(s, "", 0, i + 1 < RT_MAX_TENSORS + 10 ? ZMQ_SNDMORE : 0) >= 0);
+    free(b);
+}
+
+static void test_hostile_messages(void **state) {
+    capture_begin();
+    dg_server_options o = dg_server_options_default();
+    o.quiet = false;   // the refusals must be logged
+    int port;
+    dg_server *srv = start_server(&o, &port, NULL);
+    rt_transport *tp = rt_server_transport(srv);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    mib_of_ff = malloc(1u << 20);
+    memset(mib_of_ff, 0xff, 1u << 20);
+    void *zctx = zmq_ctx_new();
+
+    const struct {
+        hostile_case c;
+        void (*build)(void *);
+    } cases[] = {
+        {{"truncated header", REPLY, DG_INVALID_ARGUMENT, "header: not a complete msgpack value", 0, true}, build_truncated},
+        {{"garbage", REPLY, DG_INVALID_ARGUMENT, "header: byte 0xc1 at offset 0 is not msgpack", 0, true}, build_garbage},
+        {{"HTTP request", REPLY, DG_INVALID_ARGUMENT, "header: ", 0, true}, build_http},
+        {{"empty header", REPLY, DG_INVALID_ARGUMENT, "header: not a complete msgpack value", 0, true}, build_empty},
+        {{"protocol version 2", REPLY, DG_UNIMPLEMENTED, "header: protocol version 2, this build speaks 1", 0, true},
+         build_version},
+        {{"unknown type", REPLY, DG_INVALID_ARGUMENT, "field \"t\" has the wrong type or an out-of-range value", 0, true},
+         build_unknown_type},
+        {{"2 tensors described, 1 sent", REPLY, DG_INVALID_ARGUMENT, "PING message: header describes 2 tensors, 1 frames follow",
+          7, true}, build_two_described_one_sent},
+        {{"frame size", REPLY, DG_INVALID_ARGUMENT, "PING message: tensor 0: a tensor frame has 12 bytes, its header says 16",
+          8, true}, build_frame_size_mismatch},
+        {{"large frame size", REPLY, DG_INVALID_ARGUMENT, "a tensor frame has 799992 bytes, its header says 800000", 9, true},
+         build_big_frame_size_mismatch},
+        {{"extra frame", REPLY, DG_INVALID_ARGUMENT, "LIST_DEVICES message: header describes 0 tensors, 1 frames follow", 10,
+          true}, build_extra_frame},
+        {{"bad TENSOR push", DROP, DG_OK, NULL, 0, true}, build_bad_tensor_push},
+        {{"bad TENSOR_CHUNK", DROP, DG_OK, NULL, 0, true}, build_bad_chunk},
+        {{"TENSOR_CHUNK that changes size", DROP, DG_OK, NULL, 0, true}, build_chunk_then_resized},
+        {{"too many frames", DROP, DG_OK, NULL, 0, true}, build_too_many_frames},
+        {{"RESPONSE sent to a server", REPLY, DG_UNIMPLEMENTED, "RESPONSE is not a request", 13, false},
+         build_response_to_server},
+    };
+    int n_counted = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        run_hostile(zctx, ep, tp, &cases[i].c, cases[i].build);
+        n_counted += cases[i].c.counted;
+    }
+    // Peers that send garbage and leave at once (the lingering close delivers the message
+    // first): the replies have nowhere to go.
+    for (int i = 0; i < 20; i++) {
+        void *s = raw_dealer(zctx, ep);
+        int linger = 2000;
+        zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+        build_garbage(s);
+        zmq_close(s);
+    }
+    // Peers that connect and leave before the handshake ends are nobody's business.
+    for (int i = 0; i < 10; i++) zmq_close(raw_dealer(zctx, ep));
+    assert_true(wait_bad(tp, (uint64_t)n_counted + 20, 3000) == (uint64_t)n_counted + 20);
+    assert_serves(ep);
+
+    // Each one was logged with what was wrong.
+    assert_true(log_count("dropped a bad message", n_counted + 20, 3000) >= n_counted + 20);
+    assert_true(log_count("protocol version 2", 1, 100) >= 1);
+    assert_true(log_count("TENSOR_CHUNK: transfer 1 changed its tensor from 5242880 to 1073741824 bytes", 1, 100) == 1);
+    assert_true(log_count("TENSOR_CHUNK: frame and header disagree", 1, 100) == 1);
+    assert_true(log_count("too many frames", 1, 100) == 1);
+    assert_int_equal(rt_transport_get_stats(tp).refused_peers, 0);   // no CURVE: nobody is refused
+    assert_int_equal(log_count("refused", 0, 0), 0);
+
+    zmq_ctx_term(zctx);
+    free(mib_of_ff);
+    dg_server_free(&srv);
+    capture_end();
+}
+
+// ---- a transport of the test's own: echo PINGs, record everything else ----
+
+typedef struct recorder {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rt_transport *tp;
+    int n;
+    rt_header *h[32];
+    dg_tensor *t[32];
+} recorder;
+
+static void recorder_handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n) {
+    recorder *r = ctx;
+    pthread_mutex_lock(&r->mu);
+    rt_transport *tp = r->tp;
+    if (h->type == RT_PING) {
+        pthread_mutex_unlock(&r->mu);
+        rt_header *resp = malloc(sizeof *resp);
+        rt_header_init(resp, RT_RESPONSE);
+        resp->id = h->id;
+        for (int i = 0; i < n; i++) rt_header_add_tensor(resp, ts[i]);
+        rt_reply(tp, peer, resp, ts, n);
+        for (int i = 0; i < n; i++) dg_tensor_unref(ts[i]);
+        free(ts);
+        rt_header_clear(h);
+        free(h);
+        return;
+    }
+    if (r->n < 32) {
+        r->h[r->n] = h;
+        r->t[r->n] = n > 0 ? ts[0] : NULL;
+        for (int i = 1; i < n; i++) dg_tensor_unref(ts[i]);
+        r->n++;
+    } else {
+        for (int i = 0; i < n; i++) dg_tensor_unref(ts[i]);
+        rt_header_clear(h);
+        free(h);
+    }
+    free(ts);
+    rt_peer_free(peer);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static rt_transport *recorder_start(recorder *r, size_t max_message_bytes) {
+    memset(r, 0, sizeof *r);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    rt_transport_options o;
+    memset(&o, 0, sizeof o);
+    o.bind = "tcp://127.0.0.1:*";
+    o.name = "/job:recorder/replica:0/task:0";
+    o.max_message_bytes = max_message_bytes;
+    o.quiet = true;
+    dg_status *st = dg_status_new();
+    rt_transport *tp = rt_transport_new(&o, recorder_handle, r, st);
+    assert_ok(st);
+    assert_non_null(tp);
+    pthread_mutex_lock(&r->mu);
+    r->tp = tp;
+    pthread_mutex_unlock(&r->mu);
+    dg_status_free(&st);
+    return tp;
+}
+
+static bool recorder_wait(recorder *r, int n, int timeout_ms) {
+    int64_t end = now_ms() + timeout_ms;
+    pthread_mutex_lock(&r->mu);
+    while (r->n < n && now_ms() < end) {
+        pthread_mutex_unlock(&r->mu);
+        sleep_ms(5);
+        pthread_mutex_lock(&r->mu);
+    }
+    bool ok = r->n >= n;
+    pthread_mutex_unlock(&r->mu);
+    return ok;
+}
+
+static void recorder_stop(recorder *r, rt_transport **tp) {
+    rt_transport_free(tp);
+    for (int i = 0; i < r->n; i++) {
+        rt_header_clear(r->h[i]);
+        free(r->h[i]);
+        dg_tensor_unref(r->t[i]);
+    }
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+}
+
+static rt_transport *client(const char *name, const char *pub, const char *sec, size_t max_message_bytes) {
+    rt_transport_options o;
+    memset(&o, 0, sizeof o);
+    o.name = name;
+    o.curve_public_key = pub;
+    o.curve_secret_key = sec;
+    o.max_message_bytes = max_message_bytes;
+    o.quiet = true;
+    dg_status *st = dg_status_new();
+    rt_transport *tp = rt_transport_new(&o, NULL, NULL, st);
+    assert_ok(st);
+    dg_status_free(&st);
+    return tp;
+}
+
+// A tensor of n_bytes (dtype chosen to divide it) with a position-dependent pattern.
+static dg_tensor *pattern_tensor(size_t n_bytes, unsigned seed) {
+    dg_dtype dt = n_bytes % 8 == 0 ? DG_FLOAT64 : n_bytes % 4 == 0 ? DG_INT32 : DG_UINT8;
+    int64_t n = (int64_t)(n_bytes / dg_dtype_size(dt));
+    dg_tensor *t = dg_tensor_new(dt, n_bytes == 8 ? dg_shape_scalar() : dg_shape1(n), NULL);
+    assert_non_null(t);
+    unsigned char *p = dg_tensor_data(t);
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n_bytes; i++) {
+        x = x * 1103515245u + 12345u;
+        p[i] = (unsigned char)(x >> 16);
+    }
+    return t;
+}
+
+static void assert_same_tensor(const dg_tensor *a, const dg_tensor *b) {
+    assert_int_equal(dg_tensor_dtype(a), dg_tensor_dtype(b));
+    assert_true(dg_shape_equal(dg_tensor_shape(a), dg_tensor_shape(b)));
+    assert_int_equal(dg_tensor_nbytes(a), dg_tensor_nbytes(b));
+    if (dg_tensor_nbytes(a)) assert_memory_equal(dg_tensor_data(a), dg_tensor_data(b), dg_tensor_nbytes(a));
+}
+
+// PINGs ts through tp to ep and checks that the same bytes come back.
+static void ping_echo(rt_transport *tp, const char *ep, dg_tensor **ts, int n) {
+    rt_header *h = malloc(sizeof *h);
+    rt_header_init(h, RT_PING);
+    for (int i = 0; i < n; i++) rt_header_add_tensor(h, ts[i]);
+    rt_header *resp = NULL;
+    dg_tensor **out = NULL;
+    int n_out = -1;
+    dg_status *st = dg_status_new();
+    assert_true(rt_call_sync(tp, ep, h, ts, n, 10000, &resp, &out, &n_out, st));
+    assert_ok(st);
+    assert_int_equal(resp->type, RT_RESPONSE);
+    assert_int_equal(n_out, n);
+    for (int i = 0; i < n; i++) {
+        assert_same_tensor(ts[i], out[i]);
+        dg_tensor_unref(out[i]);
+    }
+    free(out);
+    rt_header_clear(resp);
+    free(resp);
+    dg_status_free(&st);
+}
+
+static void test_ping_round_trips(void **state) {
+    dg_server_options o = dg_server_options_default();
+    o.quiet = true;
+    int port;
+    dg_server *srv = start_server(&o, &port, NULL);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    rt_transport *c = client("/job:client/replica:0/task:0", NULL, NULL, 0);
+    const size_t sizes[] = {0, 1, 7, 8, 63, 64, 65, 4096, 4099, (1u << 20) + 3, 5u << 20, 9u << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        dg_tensor *t = pattern_tensor(sizes[i], (unsigned)i);
+        ping_echo(c, ep, &t, 1);
+        dg_tensor_unref(t);
+    }
+    // Several tensors of different dtypes and sizes in one message, and none at all.
+    dg_tensor *many[6];
+    for (int i = 0; i < 6; i++) many[i] = pattern_tensor((size_t)(i * 1000 + (i % 2 ? 3 : 8)), 100u + (unsigned)i);
+    ping_echo(c, ep, many, 6);
+    ping_echo(c, ep, NULL, 0);
+    for (int i = 0; i < 6; i++) dg_tensor_unref(many[i]);
+    // Repeated calls on one connection, each answered by its id.
+    for (int round = 0; round < 50; round++) {
+        dg_tensor *t = pattern_tensor((size_t)round * 8 + 8, (unsigned)round);
+        ping_echo(c, ep, &t, 1);
+        dg_tensor_unref(t);
+    }
+    assert_int_equal(rt_transport_get_stats(rt_server_transport(srv)).bad_messages, 0);
+    assert_int_equal(rt_transport_get_stats(c).bad_messages, 0);
+    rt_transport_free(&c);
+    dg_server_free(&srv);
+}
+
+static void push_tensor(rt_transport *from, const char *ep, const char *key, int64_t step, dg_tensor *t) {
+    rt_header *h = malloc(sizeof *h);
+    rt_header_init(h, RT_TENSOR);
+    h->key = strdup(key);
+    h->step_id = step;
+    rt_header_add_tensor(h, t);
+    rt_push(from, ep, h, &t, 1);
+}
+
+static const dg_tensor *recorded(recorder *r, const char *key, const rt_header **hdr) {
+    pthread_mutex_lock(&r->mu);
+    const dg_tensor *t = NULL;
+    for (int i = 0; i < r->n && !t; i++)
+        if (r->h[i]->key && strcmp(r->h[i]->key, key) == 0) {
+            t = r->t[i];
+            if (hdr) *hdr = r->h[i];
+        }
+    pthread_mutex_unlock(&r->mu);
+    return t;
+}
+
+static void test_chunked_push_reassembles(void **state) {
+    recorder r;
+    rt_transport *rx = recorder_start(&r, 0);
+    const char *ep = rt_transport_endpoint(rx);
+    rt_transport *a = client("/job:a/replica:0/task:0", NULL, NULL, 0);
+    rt_transport *b = client("/job:b/replica:0/task:0", NULL, NULL, 0);
+    // Sizes around the chunking threshold (4 MiB: one frame; above: 1 MiB chunks).
+    const size_t sizes[] = {9u << 20, 8u << 20, (4u << 20) + 1, 4u << 20, 1024, (9u << 20) - 4};
+    const int n_sizes = (int)(sizeof sizes / sizeof *sizes);
+    dg_tensor *ta[8], *tb[8];
+    for (int i = 0; i < n_sizes; i++) {
+        ta[i] = pattern_tensor(sizes[i], 7u + (unsigned)i);
+        tb[i] = pattern_tensor(sizes[i], 70u + (unsigned)i);
+    }
+    // Two senders at once: both number their transfers from 1, so the receiver must keep
+    // them apart by peer.
+    for (int i = 0; i < n_sizes; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "a%d", i);
+        push_tensor(a, ep, key, 1000 + i, ta[i]);
+        snprintf(key, sizeof key, "b%d", i);
+        push_tensor(b, ep, key, 2000 + i, tb[i]);
+    }
+    assert_true(recorder_wait(&r, 2 * n_sizes, 20000));
+    for (int i = 0; i < n_sizes; i++) {
+        char key[32];
+        const rt_header *h = NULL;
+        snprintf(key, sizeof key, "a%d", i);
+        const dg_tensor *got = recorded(&r, key, &h);
+        assert_non_null(got);
+        assert_int_equal(h->type, RT_TENSOR);   // chunks arrive as one TENSOR
+        assert_true(h->step_id == 1000 + i);
+        assert_string_equal(h->from, "/job:a/replica:0/task:0");
+        assert_same_tensor(ta[i], got);
+        snprintf(key, sizeof key, "b%d", i);
+        got = recorded(&r, key, &h);
+        assert_non_null(got);
+        assert_true(h->step_id == 2000 + i);
+        assert_same_tensor(tb[i], got);
+    }
+    assert_int_equal(rt_transport_get_stats(rx).bad_messages, 0);
+    for (int i = 0; i < n_sizes; i++) {
+        dg_tensor_unref(ta[i]);
+        dg_tensor_unref(tb[i]);
+    }
+    rt_transport_free(&a);
+    rt_transport_free(&b);
+    recorder_stop(&r, &rx);
+}
+
+static void test_max_message_bytes(void **state) {
+    recorder r;
+    rt_transport *rx = recorder_start(&r, 1u << 20);
+    const char *ep = rt_transport_endpoint(rx);
+    void *zctx = zmq_ctx_new();
+
+    // A raw peer sends 2 MiB to a transport that takes at most 1 MiB: ZeroMQ drops the
+    // connection; nothing reaches the handler and nothing comes back.
+    void *s = raw_dealer(zctx, ep);
+    rt_header h;
+    rt_header_init(&h, RT_PING);
+    h.id = 1;
+    dg_tensor *big = pattern_tensor(2u << 20, 1);
+    rt_header_add_tensor(&h, big);
+    size_t hl;
+    char *hb = encode(&h, &hl);
+    const void *parts[] = {hb, dg_tensor_data(big)};
+    const size_t lens[] = {hl, 2u << 20};
+    send_parts(s, parts, lens, 2);
+    rt_header resp;
+    assert_int_equal(recv_response(s, 500, &resp, NULL), -1);
+    free(hb);
+    rt_header_clear(&h);
+    zmq_close(s);
+
+    // The transport still serves other peers, up to the limit.
+    assert_serves(ep);
+    rt_transport *c = client("/job:client/replica:0/task:0", NULL, NULL, 0);
+    dg_tensor *fits = pattern_tensor((1u << 20) - 4096, 2);
+    ping_echo(c, ep, &fits, 1);
+    assert_int_equal(r.n, 0);
+
+    // A client with a 1 MiB limit whose call is answered with 2 MiB: the response is dropped
+    // with the connection and the call fails at its deadline; small calls still work.
+    rt_transport *small = client("/job:small/replica:0/task:0", NULL, NULL, 1u << 20);
+    rt_header *ph = malloc(sizeof *ph);
+    rt_header_init(ph, RT_PING);
+    rt_header_add_tensor(ph, big);
+    rt_header *rh = NULL;
+    dg_status *st = dg_status_new();
+    int64_t t0 = now_ms();
+    assert_false(rt_call_sync(small, ep, ph, &big, 1, 700, &rh, NULL, NULL, st));
+    assert_status(st, DG_UNAVAILABLE, "did not answer within the deadline");
+    assert_true(now_ms() - t0 >= 650);
+    dg_status_reset(st);
+    ping_echo(small, ep, &fits, 1);
+
+    dg_status_free(&st);
+    dg_tensor_unref(fits);
+    dg_tensor_unref(big);
+    rt_transport_free(&small);
+    rt_transport_free(&c);
+    zmq_ctx_term(zctx);
+    recorder_stop(&r, &rx);
+}
+
+// ---- responses a client cannot trust ----
+
+typedef struct call_result {
+    pthread_mutex_t mu;
+    bool done;
+    dg_status *st;
+    int n_tensors;
+} call_result;
+
+static void on_result(void *arg, const dg_status *st, rt_header *h, dg_tensor **ts, int n) {
+    call_result *r = arg;
+    pthread_mutex_lock(&r->mu);
+    dg_status_copy(r->st, st);
+    if (h && h->code != DG_OK) dg_status_set(r->st, (dg_code)h->code, h->message ? h->message : "");
+    r->n_tensors = n;
+    for (int i = 0; i < n; i++) dg_tensor_unref(ts[i]);
+    free(ts);
+    if (h) {
+        rt_header_clear(h);
+        free(h);
+    }
+    r->done = true;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static bool result_wait(call_result *r, int timeout_ms) {
+    int64_t end = now_ms() + timeout_ms;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        bool d = r->done;
+        pthread_mutex_unlock(&r->mu);
+        if (d || now_ms() > end) return d;
+        sleep_ms(5);
+    }
+}
+
+typedef enum fake_answer { ANSWER_GARBAGE, ANSWER_WRONG_TYPE, ANSWER_MISSING_FRAME, ANSWER_ERROR, ANSWER_UNKNOWN_ID,
+                           ANSWER_WRONG_FRAME_SIZE } fake_answer;
+
+// The client calls a raw ROUTER posing as a server, which answers as told.
+static void fake_server_case(void *router, const char *ep, rt_transport *c, fake_answer how, dg_code want,
+                             const char *needle) {
+    call_result r = {PTHREAD_MUTEX_INITIALIZER, false, dg_status_new(), 0};
+    uint64_t bad_before = rt_transport_get_stats(c).bad_messages;
+    rt_header *h = malloc(sizeof *h);
+    rt_header_init(h, RT_PING);
+    rt_call(c, ep, h, NULL, 0, 800, on_result, &r);
+
+    zmq_msg_t id, hdr;
+    zmq_msg_init(&id);
+    zmq_msg_init(&hdr);
+    zmq_pollitem_t it = {router, 0, ZMQ_POLLIN, 0};
+    assert_int_equal(zmq_poll(&it, 1, 5000), 1);
+    assert_true(zmq_msg_recv(&id, router, 0) >= 0);
+    assert_true(zmq_msg_recv(&hdr, router, 0) >= 0);
+    rt_header req;
+    dg_status *st = dg_status_new();
+    assert_true(rt_header_decode(zmq_msg_data(&hdr), zmq_msg_size(&hdr), &req, st));
+    assert_int_equal(req.type, RT_PING);
+    assert_true(req.deadline_ms == 800);   // the caller's deadline travels with the request
+    assert_string_equal(req.from, "/job:client/replica:0/task:0");
+
+    rt_header a;
+    rt_header_init(&a, RT_RESPONSE);
+    a.id = how == ANSWER_UNKNOWN_ID ? req.id + 1000 : req.id;
+    if (how == ANSWER_WRONG_TYPE) a.type = RT_PING;
+    if (how == ANSWER_ERROR) {
+        a.code = DG_NOT_FOUND;
+        rt_header_set_message(&a, "/job:fake: no such thing");
+    }
+    dg_tensor *t = dg_tensor_new_zeros(DG_FLOAT32, dg_shape1(2), NULL);
+    if (how == ANSWER_MISSING_FRAME || how == ANSWER_WRONG_FRAME_SIZE) rt_header_add_tensor(&a, t);
+    size_t len;
+    char *b = encode(&a, &len);
+    assert_true(zmq_send(router, zmq_msg_data(&id), zmq_msg_size(&id), ZMQ_SNDMORE) >= 0);
+    if (how == ANSWER_GARBAGE) {
+        assert_true(zmq_send(router, "\xc1\xc1", 2, 0) >= 0);
+    } else if (how == ANSWER_WRONG_FRAME_SIZE) {
+        assert_true(zmq_send(router, b, len, ZMQ_SNDMORE) >= 0);
+        assert_true(zmq_send(router, dg_tensor_data(t), 4, 0) >= 0);
+    } else {
+        assert_true(zmq_send(router, b, len, 0) >= 0);
+    }
+    assert_true(result_wait(&r, 5000));
+    assert_status(r.st, want, needle);
+    bool counted = how == ANSWER_GARBAGE || how == ANSWER_WRONG_TYPE || how == ANSWER_MISSING_FRAME ||
+                   how == ANSWER_WRONG_FRAME_SIZE;
+    assert_true(rt_transport_get_stats(c).bad_messages == bad_before + (counted ? 1 : 0));
+
+    free(b);
+    dg_tensor_unref(t);
+    rt_header_clear(&a);
+    rt_header_clear(&req);
+    dg_status_free(&st);
+    dg_status_free(&r.st);
+    zmq_msg_close(&id);
+    zmq_msg_close(&hdr);
+}
+
+static void test_untrusted_responses(void **state) {
+    void *zctx = zmq_ctx_new();
+    void *router = zmq_socket(zctx, ZMQ_ROUTER);
+    int zero = 0;
+    zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero);
+    assert_int_equal(zmq_bind(router, "tcp://127.0.0.1:*"), 0);
+    char ep[128];
+    size_t epl = sizeof ep;
+    zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, ep, &epl);
+    rt_transport *c = client("/job:client/replica:0/task:0", NULL, NULL, 0);
+
+    fake_server_case(router, ep, c, ANSWER_GARBAGE, DG_UNAVAILABLE, "did not answer within the deadline");
+    fake_server_case(router, ep, c, ANSWER_UNKNOWN_ID, DG_UNAVAILABLE, "did not answer within the deadline");
+    fake_server_case(router, ep, c, ANSWER_WRONG_TYPE, DG_INVALID_ARGUMENT, "expected a RESPONSE, got PING");
+    fake_server_case(router, ep, c, ANSWER_MISSING_FRAME, DG_INVALID_ARGUMENT,
+                     "RESPONSE message: header describes 1 tensors, 0 frames follow");
+    fake_server_case(router, ep, c, ANSWER_WRONG_FRAME_SIZE, DG_INVALID_ARGUMENT,
+                     "a tensor frame has 4 bytes, its header says 8");
+    fake_server_case(router, ep, c, ANSWER_ERROR, DG_NOT_FOUND, "/job:fake: no such thing");
+
+    rt_transport_free(&c);
+    zmq_close(router);
+    zmq_ctx_term(zctx);
+}
+
+// ---- CurveZMQ ----
+
+// Waits until refused_peers exceeds `above`.
+static uint64_t wait_refused(rt_transport *tp, uint64_t above, int timeout_ms) {
+    int64_t end = now_ms() + timeout_ms;
+    uint64_t v;
+    while ((v = rt_transport_get_stats(tp).refused_peers) <= above && now_ms() < end) sleep_ms(10);
+    return v;
+}
+
+static void expect_refused_call(rt_transport *srv_tp, rt_transport *c, const char *ep) {
+    uint64_t before = rt_transport_get_stats(srv_tp).refused_peers;
+    rt_header *h = malloc(sizeof *h);
+    rt_header_init(h, RT_PING);
+    rt_header *resp = NULL;
+    dg_status *st = dg_status_new();
+    int64_t t0 = now_ms();
+    assert_false(rt_call_sync(c, ep, h, NULL, 0, 600, &resp, NULL, NULL, st));
+    assert_status(st, DG_UNAVAILABLE, "did not answer within the deadline");
+    assert_true(now_ms() - t0 < 5000);
+    assert_true(wait_refused(srv_tp, before, 3000) > before);
+    dg_status_free(&st);
+}
+
+static void test_curve(void **state) {
+    char pub[41], sec[41], pub2[41], sec2[41];
+    dg_status *st = dg_status_new();
+    assert_true(dg_curve_keypair(pub, sec, st));
+    assert_true(dg_curve_keypair(pub2, sec2, st));
+    assert_ok(st);
+    assert_int_equal(strlen(pub), 40);
+    assert_int_equal(strlen(sec), 40);
+    assert_string_not_equal(pub, pub2);
+
+    capture_begin();
+    dg_server_options o = dg_server_options_default();
+    o.quiet = false;
+    o.curve_public_key = pub;
+    o.curve_secret_key = sec;
+    int port;
+    dg_server *srv = start_server(&o, &port, NULL);
+    rt_transport *stp = rt_server_transport(srv);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+
+    // Holders of the key pair get answers, tensors included.
+    rt_transport *good = client("/job:client/replica:0/task:0", pub, sec, 0);
+    dg_tensor *t = pattern_tensor(100000, 3);
+    ping_echo(good, ep, &t, 1);
+    assert_int_equal(rt_transport_get_stats(stp).refused_peers, 0);
+
+    // No keys: the server refuses the plain-text handshake.
+    rt_transport *plain = client("/job:plain/replica:0/task:0", NULL, NULL, 0);
+    expect_refused_call(stp, plain, ep);
+    // Another key pair: it cannot even address the server's key.
+    rt_transport *other = client("/job:other/replica:0/task:0", pub2, sec2, 0);
+    expect_refused_call(stp, other, ep);
+
+    // A raw peer that knows the server's public key but holds another pair passes the CURVE
+    // handshake's cryptography and is turned away by the ZAP handler.
+    uint64_t before = rt_transport_get_stats(stp).refused_peers;
+    void *zctx = zmq_ctx_new();
+    void *s = zmq_socket(zctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, pub, 40);
+    zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, pub2, 40);
+    zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec2, 40);
+    assert_int_equal(zmq_connect(s, ep), 0);
+    rt_header h;
+    rt_header_init(&h, RT_PING);
+    h.id = 1;
+    size_t hl;
+    char *hb = encode(&h, &hl);
+    zmq_send(s, hb, hl, ZMQ_DONTWAIT);
+    rt_header r;
+    assert_int_equal(recv_response(s, 600, &r, NULL), -1);
+    assert_true(wait_refused(stp, before, 3000) > before);
+    assert_true(log_count("does not hold the cluster key", 1, 2000) >= 1);
+    free(hb);
+    zmq_close(s);
+    zmq_ctx_term(zctx);
+
+    // Every refusal was logged, and the cluster members are still served.
+    assert_true(log_count("refused a peer", 3, 3000) >= 3);
+    ping_echo(good, ep, &t, 1);
+    assert_true(rt_transport_get_stats(stp).bad_messages == 0);
+
+    // A key pair must be two 40-character Z85 strings.
+    dg_server_options half = o;
+    half.curve_secret_key = NULL;
+    char spec[64];
+    snprintf(spec, sizeof spec, "worker|127.0.0.1:%d", port + 1);
+    dg_cluster *c2 = dg_cluster_from_spec_string(spec, st);
+    assert_ok(st);
+    assert_null(dg_server_new(c2, "worker", 0, &half, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "CurveZMQ keys must both be 40-character Z85 strings");
+    dg_cluster_free(&c2);
+
+    dg_tensor_unref(t);
+    rt_transport_free(&good);
+    rt_transport_free(&plain);
+    rt_transport_free(&other);
+    dg_server_free(&srv);
+    capture_end();
+    dg_status_free(&st);
+}
+
+// ---- the public hooks (runtime/ping.c) ----
+
+static void test_ping_hooks(void **state) {
+    dg_status *st = dg_status_new();
+    dg_server_options o = dg_server_options_default();
+    o.quiet = true;
+    int port;
+    dg_server *target = start_server(&o, &port, NULL);
+    int cport;
+    dg_server *me = start_server(&o, &cport, NULL);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+
+    dg_tensor *ts[2] = {pattern_tensor(4, 1), pattern_tensor(6u << 20, 2)};
+    const char *forms[] = {"", "dg://", "tcp://"};
+    for (int f = 0; f < 3; f++) {
+        char a[80];
+        snprintf(a, sizeof a, "%s%s", forms[f], addr);
+        dg_tensor **echo = NULL;
+        int n_echo = -1;
+        assert_true(dg_server_ping(me, a, ts, 2, 10000, &echo, &n_echo, st));
+        assert_ok(st);
+        assert_int_equal(n_echo, 2);
+        for (int i = 0; i < 2; i++) {
+            assert_same_tensor(ts[i], echo[i]);
+            dg_tensor_unref(echo[i]);
+        }
+        free(echo);
+    }
+    assert_true(dg_server_ping(me, addr, NULL, 0, 5000, NULL, NULL, st));
+
+    // One-way pushes (chunked for the 6 MiB tensor), then the PING that follows them.
+    assert_true(dg_server_push_bench(me, addr, ts[1], 3, 10000, st));
+    assert_true(dg_server_push_bench(me, addr, ts[0], 10, 10000, st));
+    assert_ok(st);
+    assert_int_equal(rt_transport_get_stats(rt_server_transport(target)).bad_messages, 0);
+
+    assert_false(dg_server_ping(me, "127.0.0.1", NULL, 0, 1000, NULL, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "has no port");
+    dg_status_reset(st);
+    assert_false(dg_server_ping(me, NULL, NULL, 0, 1000, NULL, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "no task address");
+    dg_status_reset(st);
+    dg_tensor **echo = (dg_tensor **)st;
+    int n_echo = 5;
+    // Nobody listens one port below the target's range start.
+    char dead[64];
+    snprintf(dead, sizeof dead, "127.0.0.1:%d", port_base() - 1);
+    assert_false(dg_server_ping(me, dead, ts, 1, 300, &echo, &n_echo, st));
+    assert_status(st, DG_UNAVAILABLE, "did not answer within the deadline");
+    assert_null(echo);
+    assert_int_equal(n_echo, 0);
+    dg_status_reset(st);
+
+    dg_tensor_unref(ts[0]);
+    dg_tensor_unref(ts[1]);
+    dg_server_free(&me);
+    dg_server_free(&target);
+    dg_status_free(&st);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_hostile_messages, teardown_capture),
+        cmocka_unit_test(test_ping_round_trips),
+        cmocka_unit_test(test_chunked_push_reassembles),
+        cmocka_unit_test(test_max_message_bytes),
+        cmocka_unit_test(test_untrusted_responses),
+        cmocka_unit_test_teardown(test_curve, teardown_capture),
+        cmocka_unit_test(test_ping_hooks),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# dg-mlp-graph writes the MNIST-replica MLP under a replica device setter (2 ps tasks, 1
+# worker); dg-inspect lists it (table and JSON), places it (variables round robin over the ps
+# tasks in creation order: hid_w, sm_w, global_step on ps 0; hid_b, sm_b on ps 1), partitions
+# it (Send/Recv pairs between the ps tasks and the worker) and draws it as well-formed SVG.
+# Bad input (truncated file, garbage, missing file, bad cluster spec, unplaceable graph) exits
+# 1 with a message naming the problem, never a crash.
+set -euo pipefail
+bin="${DG_BIN_DIR:?}"
+inspect="$bin/dg-inspect"
+[ -x "$inspect" ] && [ -x "$bin/dg-mlp-graph" ] || { echo "no dg-inspect / dg-mlp-graph in $bin"; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+spec='ps|127.0.0.1:2222,127.0.0.1:2223;worker|127.0.0.1:2224'
+ps0=/job:ps/replica:0/task:0/device:CPU:0
+ps1=/job:ps/replica:0/task:1/device:CPU:0
+worker=/job:worker/replica:0/task:0/device:CPU:0
+
+"$bin/dg-mlp-graph" "$tmp/mlp.graph" || fail "dg-mlp-graph failed"
+[ -s "$tmp/mlp.graph" ] || fail "no graph file"
+
+# graph: the table and JSON.
+out=$("$inspect" graph "$tmp/mlp.graph") || fail "dg-inspect graph"
+echo "$out" | head -5
+echo "$out" | grep -Eq '^2 +hid_w +VariableV2 +float32\[784,100\] +/job:ps/task:0 ' || fail "hid_w row"
+echo "$out" | grep -Eq '^[0-9]+ +MatMul +MatMul +float32\[\?,100\] +/job:worker/task:0 .* x, hid_w$' \
+    || fail "MatMul row"
+echo "$out" | grep -Eq '^[0-9]+ nodes$' || fail "node count line"
+"$inspect" graph "$tmp/mlp.graph" --json > "$tmp/graph.json" || fail "dg-inspect graph --json"
+python3 - "$tmp/graph.json" <<'EOF' || fail "graph --json"
+import json, sys
+nodes = {n["name"]: n for n in json.load(open(sys.argv[1]))}
+assert nodes["hid_w"]["op"] == "VariableV2", nodes["hid_w"]
+assert nodes["hid_w"]["outputs"] == [{"dtype": "float32", "shape": [784, 100]}]
+assert nodes["x"]["outputs"][0]["shape"] == [-1, 784]
+assert nodes["hid_b"]["requested_device"] == "/job:ps/task:1"
+assert nodes["hid_w/Adam"]["colocation"] == ["hid_w"]
+assert nodes["init"]["control_inputs"], "init has control inputs"
+EOF
+
+# place: round robin over the ps tasks; the rest on the worker.
+out=$("$inspect" place "$tmp/mlp.graph" --cluster_spec "$spec") || fail "dg-inspect place"
+check_place() {
+    echo "$out" | grep -Eq "^$1 +[A-Za-z0-9]+ +-> +$2\$" || fail "$1 should be on $2"
+}
+check_place hid_w "$ps0"
+check_place hid_b "$ps1"
+check_place sm_w "$ps0"
+check_place sm_b "$ps1"
+check_place global_step "$ps0"
+check_place "hid_w/Adam" "$ps0"
+check_place "hid_b/Adam_1" "$ps1"
+check_place "Adam/update_hid_b/ApplyAdam" "$ps1"
+check_place MatMul "$worker"
+check_place "cross_entropy/xentropy" "$worker"
+echo "$out" | grep -Eq "nodes placed on 3 devices" || fail "placement summary"
+"$inspect" place "$tmp/mlp.graph" --cluster_spec "$spec" --json > "$tmp/place.json"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["sm_b"].endswith("task:1/device:CPU:0"), d' \
+    "$tmp/place.json" || fail "place --json"
+# With GPUs, compute ops prefer GPU:0 of their task.
+out=$("$inspect" place "$tmp/mlp.graph" --cluster_spec "$spec" --gpus_per_task 2)
+check_place MatMul /job:worker/replica:0/task:0/device:GPU:0
+
+# partition: one list per device and the Send/Recv pairs.
+out=$("$inspect" partition "$tmp/mlp.graph" --cluster_spec "$spec") || fail "dg-inspect partition"
+echo "$out" | grep -E '^/job:' || true
+for d in "$ps0" "$ps1" "$worker"; do
+    echo "$out" | grep -Eq "^$d \\([0-9]+ nodes\\)\$" || fail "no partition for $d"
+done
+echo "$out" | grep -Eq "^Send/Recv pairs \\([1-9][0-9]*\\):\$" || fail "no Send/Recv pairs"
+echo "$out" | grep -Fq "  hid_w:0: $ps0 -> $worker" || fail "hid_w is not sent to the worker"
+echo "$out" | grep -Fq "  hid_b:0: $ps1 -> $worker" || fail "hid_b is not sent to the worker"
+echo "$out" | grep -Fq "  gradients/MatMul_grad/MatMul_1:0: $worker -> $ps0" || fail "hid_w's gradient is not sent to ps 0"
+"$inspect" partition "$tmp/mlp.graph" --cluster_spec "$spec" --json > "$tmp/part.json"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["devices"]) == 3 and d["transfers"], d' \
+    "$tmp/part.json" || fail "partition --json"
+
+# svg: well-formed, one box per device, Send/Recv edges with labels.
+"$inspect" svg "$tmp/mlp.graph" --cluster_spec "$spec" -o "$tmp/mlp.svg" || fail "dg-inspect svg"
+python3 -c 'import xml.dom.minidom,sys; xml.dom.minidom.parse(sys.argv[1])' "$tmp/mlp.svg" || fail "svg is not XML"
+for d in "$ps0" "$ps1" "$worker"; do grep -Fq ">$d</text>" "$tmp/mlp.svg" || fail "svg has no box for $d"; done
+grep -q 'marker-end="url(#arrow-xfer)"' "$tmp/mlp.svg" || fail "svg has no Send/Recv edge"
+grep -Fq '>hid_w:0</text>' "$tmp/mlp.svg" || fail "svg has no hid_w:0 label"
+if grep -Fq '>hid_w/Initializer/' "$tmp/mlp.svg"; then fail "initializers are not hidden"; fi
+"$inspect" svg "$tmp/mlp.graph" --cluster_spec "$spec" -o "$tmp/all.svg" --show_init > /dev/null
+grep -Fq 'hid_w/Assign' "$tmp/all.svg" || fail "--show_init does not show initializers"
+
+# expect_fail PATTERN ARGS...: exit 1 and a message matching PATTERN on stderr.
+expect_fail() {
+    local pattern=$1
+    shift
+    set +e
+    err=$("$inspect" "$@" 2>&1 >/dev/null)
+    rc=$?
+    set -e
+    echo "$err"
+    [ "$rc" -eq 1 ] || fail "dg-inspect $* exited $rc, expected 1"
+    echo "$err" | grep -Eq "$pattern" || fail "dg-inspect $*: message does not match $pattern"
+}
+head -c 1000 "$tmp/mlp.graph" > "$tmp/truncated.graph"
+expect_fail "DATA_LOSS: graph file \"$tmp/truncated.graph\": truncated" graph "$tmp/truncated.graph"
+expect_fail "DATA_LOSS: .*truncated.graph" svg "$tmp/truncated.graph" --cluster_spec "$spec" -o "$tmp/x.svg"
+head -c 4096 /dev/urandom > "$tmp/garbage.graph"
+expect_fail "DATA_LOSS: graph file \"$tmp/garbage.graph\"" graph "$tmp/garbage.graph"
+printf 'not a graph\n' > "$tmp/text.graph"
+expect_fail "DATA_LOSS: graph file \"$tmp/text.graph\": not a distgraph graph" place "$tmp/text.graph" --cluster_spec "$spec"
+expect_fail "NOT_FOUND: graph file \"$tmp/missing.graph\"" graph "$tmp/missing.graph"
+expect_fail "INVALID_ARGUMENT" place "$tmp/mlp.graph" --cluster_spec 'ps|'
+# A cluster without the ps tasks the graph asks for cannot place it.
+expect_fail "placing: INVALID_ARGUMENT" place "$tmp/mlp.graph" --cluster_spec 'worker|127.0.0.1:2224' --no_soft_placement
+set +e
+"$inspect" bogus "$tmp/mlp.graph" > /dev/null 2>&1
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "an unknown command exits $rc, expected 2"
+echo "dg-inspect smoke: ok"

@@ -1,0 +1,388 @@
+/* dg-server: runs one task of a cluster and serves until SIGINT or SIGTERM (a ps task, or a
+ * worker that a remote client drives). The cluster comes from --cluster_spec, else
+ * --ps_hosts/--worker_hosts, else TF_CONFIG; the task from --job_name/--task_index, else
+ * TF_CONFIG's "task". Exit status: 0 after a clean stop, 1 when the server cannot start
+ * (address in use, ...), 2 for bad input. `dg-server --gen_curve_keys` prints a CurveZMQ key
+ * pair as DG_CURVE_PUBLIC_KEY=... / DG_CURVE_SECRET_KEY=... lines. */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <distgraph/distgraph.h>
+
+#define EXIT_BAD_INPUT 2
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: dg-server [FLAGS]\n"
+        "       dg-server --gen_curve_keys\n"
+        "Runs one task of a distgraph cluster and serves until SIGINT or SIGTERM.\n"
+        "\n"
+        "Cluster (first one given wins):\n"
+        "  --cluster_spec SPEC     jobs as 'ps|h:p,h:p;worker|h:p' (tasks 0.. in order)\n"
+        "  --ps_hosts LIST         comma list of ps addresses, with --worker_hosts\n"
+        "  --worker_hosts LIST     comma list of worker addresses\n"
+        "  TF_CONFIG (env)         {\"cluster\": {...}, \"task\": {\"type\": J, \"index\": I}}\n"
+        "Task:\n"
+        "  --job_name JOB          this task's job (default: TF_CONFIG's task.type)\n"
+        "  --task_index I          this task's index in JOB (default: TF_CONFIG's task.index\n"
+        "                          when the job comes from TF_CONFIG, else 0)\n"
+        "Options:\n"
+        "  --rpc_timeout_ms MS     deadline of each remote call (default 30000)\n"
+        "  --curve_public_key KEY  CurveZMQ cluster key pair, 40-character Z85 strings; both\n"
+        "  --curve_secret_key KEY  or neither (default: env DG_CURVE_PUBLIC_KEY and\n"
+        "                          DG_CURVE_SECRET_KEY)\n"
+        "  --quiet                 no log lines\n"
+        "  --gen_curve_keys        print a fresh key pair as two lines\n"
+        "                          DG_CURVE_PUBLIC_KEY=... and DG_CURVE_SECRET_KEY=..., exit\n"
+        "  -h, --help              this text\n"
+        "Flags take their value as the next argument or after '=' (--task_index=1).\n"
+        "\n"
+        "Exit status: 0 after a clean stop (SIGINT/SIGTERM), 1 when the server cannot start\n"
+        "(e.g. its address is in use), 2 for bad flags, cluster or task.\n");
+}
+
+// Prints "dg-server: <message>" as one line and returns the bad-input exit status.
+static int bad_input(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int bad_input(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("dg-server: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return EXIT_BAD_INPUT;
+}
+
+typedef struct flags {
+    const char *cluster_spec, *ps_hosts, *worker_hosts;
+    const char *job_name, *task_index, *rpc_timeout_ms;
+    const char *curve_public_key, *curve_secret_key;
+    bool quiet, help, gen_curve_keys;
+} flags;
+
+typedef struct flag_def {
+    const char *name;
+    size_t offset;     // of the const char * (value flags) or bool (switches) in struct flags
+    bool takes_value;
+} flag_def;
+
+static const flag_def flag_defs[] = {
+    {"cluster_spec", offsetof(flags, cluster_spec), true},
+    {"ps_hosts", offsetof(flags, ps_hosts), true},
+    {"worker_hosts", offsetof(flags, worker_hosts), true},
+    {"job_name", offsetof(flags, job_name), true},
+    {"task_index", offsetof(flags, task_index), true},
+    {"rpc_timeout_ms", offsetof(flags, rpc_timeout_ms), true},
+    {"curve_public_key", offsetof(flags, curve_public_key), true},
+    {"curve_secret_key", offsetof(flags, curve_secret_key), true},
+    {"quiet", offsetof(flags, quiet), false},
+    {"help", offsetof(flags, help), false},
+    {"gen_curve_keys", offsetof(flags, gen_curve_keys), false},
+};
+
+// Fills f from argv; returns 0, or the exit status after printing the error.
+static int parse_flags(int argc, char **argv, flags *f) {
+    memset(f, 0, sizeof *f);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0) {
+            f->help = true;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
+            return bad_input("unexpected argument \"%s\" (flags start with --; see dg-server --help)", a);
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        const flag_def *d = NULL;
+        for (size_t k = 0; k < sizeof flag_defs / sizeof flag_defs[0] && !d; k++)
+            if (strlen(flag_defs[k].name) == len && strncmp(flag_defs[k].name, name, len) == 0)
+                d = &flag_defs[k];
+        if (!d) return bad_input("unknown flag \"--%.*s\" (see dg-server --help)", (int)len, name);
+        char *field = (char *)f + d->offset;
+        if (!d->takes_value) {
+            if (eq) return bad_input("flag --%s takes no value, got \"%s\"", d->name, eq + 1);
+            *(bool *)field = true;
+            continue;
+        }
+        const char *value;
+        if (eq) {
+            value = eq + 1;
+        } else if (i + 1 < argc) {
+            value = argv[++i];
+        } else {
+            return bad_input("flag --%s needs a value", d->name);
+        }
+        *(const char **)field = value;
+    }
+    return 0;
+}
+
+// Strict decimal integer in [lo, hi].
+static bool parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static bool is_z85_key(const char *k) {
+    static const char z85[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                              ".-:+=^!/*?&<>()[]{}@%$#";
+    return strlen(k) == 40 && strspn(k, z85) == 40;
+}
+
+// Describes the task indices of job for an error message: "0..3" or "0, 2, 5".
+static void describe_tasks(const dg_cluster *c, const char *job, char *buf, size_t n_bytes) {
+    int n = dg_cluster_num_tasks(c, job);
+    if (n == 0) {
+        snprintf(buf, n_bytes, "none");
+        return;
+    }
+    if (dg_cluster_task_index(c, job, n - 1) == n - 1) {
+        if (n == 1) snprintf(buf, n_bytes, "0");
+        else snprintf(buf, n_bytes, "0..%d", n - 1);
+        return;
+    }
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && used + 16 < n_bytes; i++)
+        used += (size_t)snprintf(buf + used, n_bytes - used, "%s%d", i ? ", " : "",
+                                 dg_cluster_task_index(c, job, i));
+}
+
+static void describe_jobs(const dg_cluster *c, char *buf, size_t n_bytes) {
+    size_t used = 0;
+    buf[0] = '\0';
+    int n = dg_cluster_num_jobs(c);
+    for (int i = 0; i < n && used + 70 < n_bytes; i++)
+        used += (size_t)snprintf(buf + used, n_bytes - used, "%s%s", i ? ", " : "", dg_cluster_job(c, i));
+    if (n == 0) snprintf(buf, n_bytes, "none");
+}
+
+// SIGINT/SIGTERM go through a self-pipe: the handler (installed before the server starts, so
+// a signal that arrives while it is still starting is not lost) writes the signal number, and
+// a thread reading the pipe stops the server. Blocking the signals and using sigwait is not
+// enough, because threads that libraries start before main (the BLAS pool) keep them
+// unblocked and a signal delivered there would take the default action.
+static int signal_pipe[2] = {-1, -1};
+
+static void on_signal(int sig) {
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    if (write(signal_pipe[1], &b, 1) < 0) {}
+    errno = saved;
+}
+
+typedef struct signal_waiter {
+    dg_server *server;
+    bool quiet;
+} signal_waiter;
+
+static void *wait_for_signal(void *arg) {
+    signal_waiter *w = arg;
+    unsigned char sig = 0;
+    while (read(signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {}
+    if (!w->quiet) {
+        fprintf(stderr, "dg-server %s: %s, stopping\n", dg_server_task_name(w->server),
+                sig == SIGINT ? "SIGINT" : "SIGTERM");
+    }
+    dg_server_stop(w->server);
+    return NULL;
+}
+
+static bool install_signal_handlers(void) {
+    if (pipe(signal_pipe) != 0) return false;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    return sigaction(SIGINT, &sa, NULL) == 0 && sigaction(SIGTERM, &sa, NULL) == 0;
+}
+
+static int gen_curve_keys(void) {
+    char pub[41], sec[41];
+    dg_status *st = dg_status_new();
+    if (!dg_curve_keypair(pub, sec, st)) {
+        fprintf(stderr, "dg-server: %s: %s\n", dg_code_name(dg_status_code(st)), dg_status_message(st));
+        dg_status_free(&st);
+        return 1;
+    }
+    dg_status_free(&st);
+    printf("DG_CURVE_PUBLIC_KEY=%s\nDG_CURVE_SECRET_KEY=%s\n", pub, sec);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    flags f;
+    int rc = parse_flags(argc, argv, &f);
+    if (rc) return rc;
+    if (f.help) {
+        usage(stdout);
+        return 0;
+    }
+    if (f.gen_curve_keys) return gen_curve_keys();
+
+    dg_status *st = dg_status_new();
+    dg_tf_config tf;
+    memset(&tf, 0, sizeof tf);
+    tf.task_index = -1;
+    bool have_tf = false;
+    dg_cluster *cluster = NULL;
+    dg_server *server = NULL;
+    const char *cluster_source = NULL;
+    rc = EXIT_BAD_INPUT;
+
+    // TF_CONFIG is read only when it supplies something the flags do not, so a stale or
+    // broken TF_CONFIG in the environment does not stop a fully flagged start.
+    bool need_tf = !f.cluster_spec && !f.ps_hosts && !f.worker_hosts;
+    if (!f.job_name) need_tf = true;
+    if (need_tf) {
+        if (dg_tf_config_from_env(&tf, st)) {
+            have_tf = true;
+        } else if (dg_status_code(st) != DG_NOT_FOUND) {
+            bad_input("%s", dg_status_message(st));
+            goto out;
+        }
+        dg_status_reset(st);
+    }
+
+    if (f.cluster_spec) {
+        cluster_source = "--cluster_spec";
+        cluster = dg_cluster_from_spec_string(f.cluster_spec, st);
+    } else if (f.ps_hosts || f.worker_hosts) {
+        cluster_source = "--ps_hosts/--worker_hosts";
+        if ((!f.ps_hosts || !*f.ps_hosts) && (!f.worker_hosts || !*f.worker_hosts)) {
+            bad_input("--ps_hosts and --worker_hosts are both empty");
+            goto out;
+        }
+        cluster = dg_cluster_from_flags(f.ps_hosts, f.worker_hosts, st);
+    } else if (have_tf && tf.cluster) {
+        cluster_source = "TF_CONFIG";
+        cluster = dg_cluster_copy(tf.cluster);
+        if (!cluster) dg_status_set(st, DG_RESOURCE_EXHAUSTED, "out of memory copying the cluster");
+    } else {
+        bad_input(have_tf ? "TF_CONFIG has no \"cluster\" and no --cluster_spec or --ps_hosts/--worker_hosts was given"
+                          : "no cluster: give --cluster_spec, --ps_hosts/--worker_hosts, or set TF_CONFIG");
+        goto out;
+    }
+    if (!cluster) {
+        bad_input("%s: %s", cluster_source, dg_status_message(st));
+        goto out;
+    }
+    if (dg_cluster_total_tasks(cluster) == 0) {
+        bad_input("%s: the cluster has no tasks", cluster_source);
+        goto out;
+    }
+
+    const char *job = f.job_name;
+    int64_t task = 0;
+    if (!job) {
+        if (!have_tf || tf.task_type[0] == '\0') {
+            bad_input(have_tf ? "missing --job_name (TF_CONFIG has no \"task\")"
+                              : "missing --job_name (and TF_CONFIG is not set)");
+            goto out;
+        }
+        job = tf.task_type;
+        task = tf.task_index;
+    }
+    if (!*job) {
+        bad_input("--job_name is empty");
+        goto out;
+    }
+    if (f.task_index && !parse_int64(f.task_index, 0, INT_MAX, &task)) {
+        bad_input("--task_index must be a non-negative integer, got \"%s\"", f.task_index);
+        goto out;
+    }
+    char list[512];
+    if (!dg_cluster_has_job(cluster, job)) {
+        describe_jobs(cluster, list, sizeof list);
+        bad_input("job \"%s\" is not in the cluster from %s (jobs: %s)", job, cluster_source, list);
+        goto out;
+    }
+    if (!dg_cluster_task_address(cluster, job, (int)task, NULL)) {
+        describe_tasks(cluster, job, list, sizeof list);
+        bad_input("task index %lld is out of range for job \"%s\" in the cluster from %s (tasks: %s)",
+                  (long long)task, job, cluster_source, list);
+        goto out;
+    }
+
+    dg_server_options opts = dg_server_options_default();
+    if (f.rpc_timeout_ms && !parse_int64(f.rpc_timeout_ms, 1, INT64_MAX / 1000000, &opts.rpc_timeout_ms)) {
+        bad_input("--rpc_timeout_ms must be a positive integer, got \"%s\"", f.rpc_timeout_ms);
+        goto out;
+    }
+    const char *pub = f.curve_public_key, *sec = f.curve_secret_key;
+    const char *pub_src = "--curve_public_key", *sec_src = "--curve_secret_key";
+    if (!pub && !sec) {
+        pub = getenv("DG_CURVE_PUBLIC_KEY");
+        sec = getenv("DG_CURVE_SECRET_KEY");
+        pub_src = "DG_CURVE_PUBLIC_KEY";
+        sec_src = "DG_CURVE_SECRET_KEY";
+        if (pub && !*pub) pub = NULL;
+        if (sec && !*sec) sec = NULL;
+    }
+    if (!pub != !sec) {
+        bad_input("%s is given without %s; CurveZMQ needs both keys or neither", pub ? pub_src : sec_src,
+                  pub ? sec_src : pub_src);
+        goto out;
+    }
+    if (pub && !is_z85_key(pub)) {
+        bad_input("%s must be a 40-character Z85 key, got %zu characters", pub_src, strlen(pub));
+        goto out;
+    }
+    if (sec && !is_z85_key(sec)) {
+        bad_input("%s must be a 40-character Z85 key, got %zu characters", sec_src, strlen(sec));
+        goto out;
+    }
+    opts.curve_public_key = pub;
+    opts.curve_secret_key = sec;
+    opts.quiet = f.quiet;
+
+    signal_waiter waiter;
+    memset(&waiter, 0, sizeof waiter);
+    if (!install_signal_handlers()) {
+        fprintf(stderr, "dg-server: cannot install the SIGINT/SIGTERM handlers: %s\n", strerror(errno));
+        rc = 1;
+        goto out;
+    }
+    rc = 1;
+    server = dg_server_new(cluster, job, (int)task, &opts, st);
+    if (!server) {
+        fprintf(stderr, "dg-server: %s: %s\n", dg_code_name(dg_status_code(st)), dg_status_message(st));
+        goto out;
+    }
+    waiter.server = server;
+    waiter.quiet = f.quiet;
+    pthread_t tid;
+    if (pthread_create(&tid, NULL, wait_for_signal, &waiter) != 0) {
+        fprintf(stderr, "dg-server: cannot start the signal thread\n");
+        goto out;
+    }
+    pthread_detach(tid);
+    // The waiter thread stops the server on a signal; join then returns.
+    if (!dg_server_join(server, false, st)) {
+        fprintf(stderr, "dg-server: %s: %s\n", dg_code_name(dg_status_code(st)), dg_status_message(st));
+        goto out;
+    }
+    rc = 0;
+out:
+    dg_server_free(&server);
+    dg_cluster_free(&cluster);
+    dg_tf_config_clear(&tf);
+    dg_status_free(&st);
+    return rc;
+}
