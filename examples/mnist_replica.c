@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
     int64_t task_index = -1, train_steps = 2000, batch_size = 100, hidden = 100, seed = 1, log_every = 100;
     int64_t wait_ms = 60000, rpc_timeout_ms = 30000;
     double lr = 0.01;
-    bool quiet = false;
+    bool quiet = false, print_placement = false;
     flag_def defs[] = {
         {"job_name", FLAG_STRING, &job_name, "ps or worker (default: from TF_CONFIG)"},
         {"task_index", FLAG_INT, &task_index, "index of this task in its job"},
@@ -47,6 +47,8 @@ int main(int argc, char **argv) {
         {"wait_for_chief_ms", FLAG_INT, &wait_ms, "how long a non-chief waits for initialization"},
         {"rpc_timeout_ms", FLAG_INT, &rpc_timeout_ms, "deadline of each remote call (default 30000)"},
         {"quiet", FLAG_BOOL, &quiet, "no server log lines"},
+        {"print_placement", FLAG_BOOL, &print_placement,
+         "print where each trainable variable lives and a checksum of its value fetched from there"},
     };
     bool help;
     if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], "usage: mnist_replica [flags]", &help))
@@ -156,6 +158,22 @@ int main(int argc, char **argv) {
                 goto out;
             }
             usleep(100000);
+        }
+    }
+    if (print_placement) {
+        for (int i = 0; i < dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES); i++) {
+            dg_output v = {dg_graph_collection_get(g, DG_TRAINABLE_VARIABLES, i), 0};
+            dg_tensor *val = NULL;
+            if (!dg_session_run(s, NULL, NULL, 0, &v, &val, 1, NULL, 0, st)) {
+                fail(st, "fetching a variable");
+                goto out;
+            }
+            double sum = 0;
+            for (int64_t k = 0; k < dg_tensor_num_elements(val); k++) sum += dg_tensor_get_as_double(val, k);
+            printf("Worker %lld: variable %s on %s, %lld values summing to %.6f\n", (long long)task_index,
+                   dg_node_name(v.node), dg_node_assigned_device(v.node),
+                   (long long)dg_tensor_num_elements(val), sum);
+            dg_tensor_unref(val);
         }
     }
     fflush(stdout);

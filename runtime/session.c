@@ -135,18 +135,12 @@ void dg_session_free(dg_session **sp) {
     for (int i = 0; i < s->n_cache; i++) {
         compiled *c = &s->cache[i];
         for (int r = 0; r < c->n_remotes; r++) {
+            // Best effort and without waiting: a task that is gone must not delay the close.
             rt_header *h = malloc(sizeof *h);
             if (!h) abort();
             rt_header_init(h, RT_DEREGISTER_GRAPH);
             h->handle = c->remotes[r].handle;
-            rt_header *resp = NULL;
-            dg_status tmp = DG_STATUS_INIT;
-            if (rt_call_sync(rt_server_transport(s->server), c->remotes[r].endpoint, h, NULL, 0, 2000,
-                             &resp, NULL, NULL, &tmp)) {
-                rt_header_clear(resp);
-                free(resp);
-            }
-            status_impl_clear(&tmp);
+            rt_push(rt_server_transport(s->server), c->remotes[r].endpoint, h, NULL, 0);
             free(c->remotes[r].task);
             free(c->remotes[r].endpoint);
         }
