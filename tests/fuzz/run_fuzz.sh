@@ -38,5 +38,10 @@ if [ "$name" = wire ] && [ -z "$(ls -A "$out/corpus_$name")" ]; then
     > "$out/corpus_$name/chunk"
 fi
 
-exec "$out/fuzz_$name" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=512 \
+# Headers are small: any single allocation over 512 MB is a "declared size" bug there.
+limits="-rss_limit_mb=2048"
+[ "$name" = wire ] && limits="$limits -malloc_limit_mb=512"
+
+# shellcheck disable=SC2086
+exec "$out/fuzz_$name" -max_total_time="$seconds" $limits \
   -artifact_prefix="$out/crashes_$name/" -print_final_stats=1 "$@" "$out/corpus_$name"

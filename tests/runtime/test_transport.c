@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -33,57 +34,51 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-// Everything written to fd 2 while capturing is copied into a buffer and passed through to
-// the real stderr, so cmocka's own failure messages still show.
+// While capturing, fd 2 feeds a pipe read by a child process that copies everything to the
+// real stderr and to a temporary file, which log_count reads. A child rather than a thread,
+// so that a crash report written just before the process dies still gets out.
 static struct {
-    pthread_mutex_t mu;
-    pthread_t thread;
-    int saved_fd, read_fd;
-    char *buf;
-    size_t len, cap;
+    int saved_fd;
+    pid_t child;
+    char path[64];
     bool on;
-} cap = {PTHREAD_MUTEX_INITIALIZER, 0, -1, -1, NULL, 0, 0, false};
-
-static void *tee_main(void *arg) {
-    (void)arg;
-    char chunk[4096];
-    for (;;) {
-        ssize_t n = read(cap.read_fd, chunk, sizeof chunk);
-        if (n <= 0) break;
-        if (write(cap.saved_fd, chunk, (size_t)n) < 0) { /* nowhere to report it */ }
-        pthread_mutex_lock(&cap.mu);
-        if (cap.len + (size_t)n + 1 > cap.cap) {
-            cap.cap = (cap.len + (size_t)n + 1) * 2;
-            cap.buf = realloc(cap.buf, cap.cap);
-        }
-        memcpy(cap.buf + cap.len, chunk, (size_t)n);
-        cap.len += (size_t)n;
-        cap.buf[cap.len] = 0;
-        pthread_mutex_unlock(&cap.mu);
-    }
-    return NULL;
-}
+} cap = {-1, -1, "", false};
 
 static void capture_begin(void) {
+    snprintf(cap.path, sizeof cap.path, "/tmp/dg_test_transport_XXXXXX");
+    int file_fd = mkstemp(cap.path);
+    assert_true(file_fd >= 0);
     int p[2];
     assert_int_equal(pipe(p), 0);
     fflush(stderr);
     cap.saved_fd = dup(2);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[1]);
+        char chunk[4096];
+        ssize_t n;
+        while ((n = read(p[0], chunk, sizeof chunk)) > 0) {
+            if (write(cap.saved_fd, chunk, (size_t)n) < 0) { /* nowhere to report it */ }
+            if (write(file_fd, chunk, (size_t)n) < 0) { /* the check that reads it fails */ }
+        }
+        _exit(0);
+    }
+    close(file_fd);
+    close(p[0]);
     dup2(p[1], 2);
     close(p[1]);
-    cap.read_fd = p[0];
-    cap.len = 0;
+    cap.child = pid;
     cap.on = true;
-    pthread_create(&cap.thread, NULL, tee_main, NULL);
 }
 
 static void capture_end(void) {
     if (!cap.on) return;
     fflush(stderr);
-    dup2(cap.saved_fd, 2);   // closes the pipe's last write end: the tee thread sees EOF
-    pthread_join(cap.thread, NULL);
+    dup2(cap.saved_fd, 2);   // closes the pipe's last write end: the child sees EOF
     close(cap.saved_fd);
-    close(cap.read_fd);
+    waitpid(cap.child, NULL, 0);
+    unlink(cap.path);
     cap.on = false;
 }
 
@@ -93,9 +88,13 @@ static int log_count(const char *needle, int want, int timeout_ms) {
     int64_t end = now_ms() + timeout_ms;
     for (;;) {
         int n = 0;
-        pthread_mutex_lock(&cap.mu);
-        for (const char *p = cap.buf; p && (p = strstr(p, needle)); p++) n++;
-        pthread_mutex_unlock(&cap.mu);
+        FILE *f = fopen(cap.path, "r");
+        if (f) {
+            char line[4096];
+            while (fgets(line, sizeof line, f))
+                for (const char *p = line; (p = strstr(p, needle)); p++) n++;
+            fclose(f);
+        }
         if (n >= want || now_ms() > end) return n;
         sleep_ms(10);
     }
