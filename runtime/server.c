@@ -349,11 +349,16 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
         break;
     }
     case RT_TENSOR:
-        if (n != 1 || !h->key) {
-            dg_status_set(&st, DG_INVALID_ARGUMENT, "TENSOR message without a key or tensor");
-        } else if (!exec_rendezvous_deliver(s->rv, h->step_id, h->key, ts[0], &st)) {
-            // The step was aborted or already ended: the value is no longer wanted.
-            dg_status_reset(&st);
+        // One tensor under "key", or several under "names" (pushes merged by the sender).
+        if (n == 1 && h->key && h->n_names == 0) {
+            if (!exec_rendezvous_deliver(s->rv, h->step_id, h->key, ts[0], &st))
+                dg_status_reset(&st);   // the step was aborted or ended: no longer wanted
+        } else if (n >= 1 && h->n_names == n && !h->key) {
+            for (int i = 0; i < n; i++)
+                if (!exec_rendezvous_deliver(s->rv, h->step_id, h->names[i], ts[i], &st)) dg_status_reset(&st);
+        } else {
+            dg_status_set(&st, DG_INVALID_ARGUMENT, "TENSOR message: needs a key and one tensor, or one name "
+                          "per tensor");
         }
         if (!dg_status_ok(&st) && !s->opts.quiet)
             fprintf(stderr, "distgraph %s: dropped a TENSOR from %s: %s\n", s->task_name,

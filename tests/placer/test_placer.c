@@ -1,0 +1,190 @@
+/* The placer: requests honoured, colocation groups kept together, soft placement, default
+ * device, device filters, kernel support, and the errors for what cannot be placed. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static const char *DEVS[] = {
+    "/job:ps/replica:0/task:0/device:CPU:0",     "/job:ps/replica:0/task:1/device:CPU:0",
+    "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:GPU:0",
+    "/job:worker/replica:0/task:1/device:CPU:0",
+};
+#define N_DEVS 5
+
+static dg_node **all_nodes(dg_graph *g, int *n) {
+    *n = dg_graph_num_nodes(g);
+    dg_node **nodes = malloc((size_t)*n * sizeof *nodes);
+    for (int i = 0; i < *n; i++) nodes[i] = dg_graph_node(g, i);
+    return nodes;
+}
+
+static bool place(dg_graph *g, const dg_placement_options *o, dg_status *st) {
+    int n;
+    dg_node **nodes = all_nodes(g, &n);
+    bool ok = dg_place(nodes, n, DEVS, N_DEVS, o, st);
+    free(nodes);
+    return ok;
+}
+
+static bool cpu_only(void *ctx, const dg_node *n, const char *type) {
+    (void)ctx;
+    (void)n;
+    return strcmp(type, "CPU") == 0;
+}
+
+static void test_requests_and_colocation(void **state) {
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, "/job:ps/task:1");
+    dg_output w = dg_variable(g, "w", DG_FLOAT32, dg_shape2(2, 2), dg_init_zeros());
+    dg_graph_pop_device(g);
+    dg_graph_push_device(g, "/job:worker/task:1");
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(-1, 2));
+    dg_output loss = dg_sum(g, NULL, dg_matmul(g, NULL, x, w, false, false), NULL, 0, false);
+    dg_optimizer opt = dg_adam(g, 0.1);
+    dg_node *train = dg_optimizer_minimize(&opt, loss, (dg_output){NULL, 0});
+    dg_graph_pop_device(g);
+    assert_non_null(train);
+    dg_status *st = dg_status_new();
+    assert_true(place(g, NULL, st));
+    assert_ok(st);
+    // The variable, its initializer, its Adam slots and its update op share the ps task.
+    const char *ps1 = "/job:ps/replica:0/task:1/device:CPU:0";
+    assert_string_equal(dg_node_assigned_device(w.node), ps1);
+    assert_string_equal(dg_node_assigned_device(dg_variable_initializer(w)), ps1);
+    assert_string_equal(dg_node_assigned_device(dg_graph_find(g, "w/Adam")), ps1);
+    assert_string_equal(dg_node_assigned_device(dg_graph_find(g, "w/Adam_1")), ps1);
+    assert_string_equal(dg_node_assigned_device(dg_graph_find(g, "Adam/update_w/ApplyAdam")), ps1);
+    // Compute stays where it was asked for; a GPU exists on worker 0 only.
+    assert_string_equal(dg_node_assigned_device(x.node), "/job:worker/replica:0/task:1/device:CPU:0");
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+static void test_soft_placement_and_default(void **state) {
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, "/job:worker/task:1/device:GPU:0");   // task 1 has no GPU
+    dg_output a = dg_scalar(g, "a", DG_FLOAT32, 1);
+    dg_graph_pop_device(g);
+    dg_output b = dg_scalar(g, "b", DG_FLOAT32, 2);   // unconstrained
+    dg_graph_push_device(g, "/job:worker/task:0");
+    dg_output c = dg_add(g, "c", a, b);
+    dg_graph_pop_device(g);
+    dg_status *st = dg_status_new();
+    dg_placement_options o = dg_placement_options_default();
+    o.default_device = "/job:worker/task:0";
+    o.supports = cpu_only;   // no GPU kernels: GPU requests fall back to the task's CPU
+    assert_true(place(g, &o, st));
+    assert_string_equal(dg_node_assigned_device(a.node), "/job:worker/replica:0/task:1/device:CPU:0");
+    assert_string_equal(dg_node_assigned_device(b.node), "/job:worker/replica:0/task:0/device:CPU:0");
+    assert_string_equal(dg_node_assigned_device(c.node), "/job:worker/replica:0/task:0/device:CPU:0");
+    // With GPU kernels, an unconstrained node on worker 0 prefers its GPU.
+    o.supports = NULL;
+    assert_true(place(g, &o, st));
+    assert_string_equal(dg_node_assigned_device(b.node), "/job:worker/replica:0/task:0/device:GPU:0");
+    // Without soft placement the impossible request is an error naming node, request, devices.
+    o.allow_soft_placement = false;
+    assert_false(place(g, &o, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "node \"a\" (Const)");
+    assert_non_null(strstr(dg_status_message(st), "/job:worker/task:1/device:GPU:0"));
+    assert_non_null(strstr(dg_status_message(st), "soft placement is off"));
+    assert_non_null(strstr(dg_status_message(st), "/job:ps/replica:0/task:0/device:CPU:0"));
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+static void test_unsatisfiable_colocation(void **state) {
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, "/job:ps/task:0");
+    dg_output v = dg_variable(g, "v", DG_FLOAT32, dg_shape1(3), dg_init_zeros());
+    dg_graph_pop_device(g);
+    // Colocated with v but pinned to another task: no device satisfies both.
+    dg_graph_push_colocate_with(g, v.node);
+    dg_output r = dg_identity(g, "r", v);
+    dg_graph_pop_colocate_with(g);
+    dg_node *rn = r.node;
+    // Re-request another task for the colocated node by hand (as a graph file could).
+    dg_status *st = dg_status_new();
+    dg_graph *g2 = dg_graph_new();
+    dg_graph_push_device(g2, "/job:ps/task:0");
+    dg_output v2 = dg_variable(g2, "v", DG_FLOAT32, dg_shape1(3), dg_init_zeros());
+    dg_graph_pop_device(g2);
+    dg_graph_push_device(g2, "/job:ps/task:1");
+    dg_output a2 = dg_assign(g2, "bad_assign", v2, dg_zeros(g2, NULL, DG_FLOAT32, dg_shape1(3)));
+    dg_graph_pop_device(g2);
+    assert_non_null(a2.node);
+    // dg_assign colocates with the variable, overriding the scope: place succeeds on ps 0.
+    assert_true(place(g2, NULL, st));
+    assert_string_equal(dg_node_assigned_device(a2.node), "/job:ps/replica:0/task:0/device:CPU:0");
+    // A node that takes v by reference but asks for another task cannot be placed.
+    dg_graph *g3 = dg_graph_new();
+    dg_graph_push_device(g3, "/job:ps/task:0");
+    dg_output v3 = dg_variable(g3, "v", DG_FLOAT32, dg_shape1(3), dg_init_zeros());
+    dg_graph_pop_device(g3);
+    dg_graph_push_device(g3, "/job:ps/task:1");
+    dg_output one = dg_ones(g3, NULL, DG_FLOAT32, dg_shape1(3));
+    dg_graph_pop_device(g3);
+    assert_non_null(one.node);
+    assert_non_null(rn);
+    // Put a ref op into another task's scope without colocate_with: build through a device fn.
+    dg_graph_push_device(g3, "/job:ps/task:1");
+    dg_graph_push_colocate_with(g3, one.node);
+    dg_output add = dg_assign_add(g3, "add", v3, one);   // dg_assign_add colocates with v3 (innermost)
+    dg_graph_pop_colocate_with(g3);
+    dg_graph_pop_device(g3);
+    assert_non_null(add.node);
+    // "one" requests ps 1; "add" is in v's group and in one's group through the outer scope:
+    // the group joins ps 0 and ps 1 requests.
+    assert_false(place(g3, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "cannot colocate");
+    assert_non_null(strstr(dg_status_message(st), "/job:ps/task:"));
+    dg_graph_free(&g);
+    dg_graph_free(&g2);
+    dg_graph_free(&g3);
+    dg_status_free(&st);
+}
+
+static void test_filters_and_bad_devices(void **state) {
+    dg_graph *g = dg_graph_new();
+    dg_output a = dg_scalar(g, "a", DG_FLOAT32, 1);
+    dg_status *st = dg_status_new();
+    dg_placement_options o = dg_placement_options_default();
+    const char *filters[] = {"/job:worker/task:1"};
+    o.device_filters = filters;
+    o.n_device_filters = 1;
+    assert_true(place(g, &o, st));
+    assert_string_equal(dg_node_assigned_device(a.node), "/job:worker/replica:0/task:1/device:CPU:0");
+    const char *bad_filter[] = {"/job:worker/task:x"};
+    o.device_filters = bad_filter;
+    assert_false(place(g, &o, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "device filter 0");
+    int n;
+    dg_node **nodes = all_nodes(g, &n);
+    const char *partial[] = {"/job:worker/task:0"};
+    assert_false(dg_place(nodes, n, partial, 1, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "not a complete device name");
+    assert_false(dg_place(nodes, n, partial, 0, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "no devices");
+    // A task index out of range for the cluster: no such device.
+    dg_graph *g2 = dg_graph_new();
+    dg_graph_push_device(g2, "/job:ps/task:7");
+    dg_scalar(g2, "far", DG_FLOAT32, 1);
+    dg_graph_pop_device(g2);
+    assert_false(place(g2, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "node \"far\"");
+    assert_non_null(strstr(dg_status_message(st), "/job:ps/task:7"));
+    free(nodes);
+    dg_graph_free(&g);
+    dg_graph_free(&g2);
+    dg_status_free(&st);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_requests_and_colocation),
+        cmocka_unit_test(test_soft_placement_and_default),
+        cmocka_unit_test(test_unsatisfiable_colocation),
+        cmocka_unit_test(test_filters_and_bad_devices),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
