@@ -5,8 +5,9 @@
  *     of 4 B, 4 KiB, 256 KiB, 4 MiB and 64 MiB: median and p90 after warm-up;
  *   - one-way bandwidth of 64 MiB tensors pushed as rendezvous values (dg_server_push_bench,
  *     the path Send/Recv takes: 1 MiB chunks), and of the 64 MiB echo (bytes both ways / time);
- *   - iperf3 over the same loopback in the same run, for scale (skipped with a note when
- *     iperf3 is not installed).
+ *   - iperf3 over the same loopback in the same run, for scale: as it comes (128 KiB writes)
+ *     and with 1 MiB writes like our chunks (skipped with a note when iperf3 is missing).
+ * On a loaded machine the figures move a lot; compare runs taken side by side.
  * Prints JSON lines: {"bench": "transport_bench", "metric": ..., "value": ..., "unit": ...} */
 #include <fcntl.h>
 #include <signal.h>
@@ -139,9 +140,10 @@ static double push_bandwidth(dg_server *me, const char *peer, size_t n_bytes, in
     return med;
 }
 
-// iperf3 over loopback: one server (-1: one test, then exit) and a client for `seconds`.
-// Returns the receiver's bits per second / 1e9, or -1 with a note on stderr.
-static double iperf3_gbps(int port, int seconds) {
+// iperf3 over loopback: one server (-1: one test, then exit) and a client for `seconds`
+// writing `write_len` bytes per call ("" for iperf3's default, 128 KiB). Returns the
+// receiver's bits per second / 1e9, or -1 with a note on stderr.
+static double iperf3_gbps(int port, int seconds, const char *write_len) {
     if (system("command -v iperf3 > /dev/null 2>&1") != 0) {
         fprintf(stderr, "transport_bench: iperf3 is not installed (apt-get install iperf3); no reference figure\n");
         return -1;
@@ -164,7 +166,8 @@ static double iperf3_gbps(int port, int seconds) {
         struct timespec ts = {0, 100 * 1000000};
         nanosleep(&ts, NULL);
         char cmd[128];
-        snprintf(cmd, sizeof cmd, "iperf3 -c 127.0.0.1 -p %d -t %d -J 2>/dev/null", port, seconds);
+        snprintf(cmd, sizeof cmd, "iperf3 -c 127.0.0.1 -p %d -t %d %s%s -J 2>/dev/null", port, seconds,
+                 *write_len ? "-l " : "", write_len);
         FILE *p = popen(cmd, "r");
         if (!p) break;
         size_t cap = 1 << 16, len = 0;
@@ -188,7 +191,7 @@ static double iperf3_gbps(int port, int seconds) {
 }
 
 int main(int argc, char **argv) {
-    int64_t iters = 2000, warmup = 200, port = 0, rounds = 5, pushes = 16, iperf_seconds = 3;
+    int64_t iters = 2000, warmup = 200, port = 0, rounds = 5, pushes = 16, iperf_seconds = 3, max_bytes = 64 << 20;
     double max_seconds = 30;
     bool skip_iperf = false;
     flag_def defs[] = {
@@ -197,9 +200,10 @@ int main(int argc, char **argv) {
         {"max_seconds", FLAG_DOUBLE, &max_seconds, "stop a size's round trips after this long (default 30)"},
         {"rounds", FLAG_INT, &rounds, "bandwidth rounds (default 5)"},
         {"pushes", FLAG_INT, &pushes, "64 MiB pushes per bandwidth round (default 16)"},
-        {"port", FLAG_INT, &port, "first of three ports (default: from the process id)"},
+        {"port", FLAG_INT, &port, "first of four ports (default: from the process id)"},
         {"iperf_seconds", FLAG_INT, &iperf_seconds, "iperf3 -t (default 3)"},
         {"skip_iperf", FLAG_BOOL, &skip_iperf, "do not run iperf3"},
+        {"max_bytes", FLAG_INT, &max_bytes, "largest round-trip payload; under 64 MiB also skips bandwidth"},
     };
     bool help;
     if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], "usage: transport_bench [flags]", &help))
@@ -209,7 +213,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "transport_bench: bad flag value\n");
         return 2;
     }
-    if (!port) port = 30000 + (getpid() % 10000) * 3;
+    if (!port) port = 30000 + (getpid() % 8000) * 4;
     char spec[128];
     snprintf(spec, sizeof spec, "bench|127.0.0.1:%d,127.0.0.1:%d", (int)port, (int)port + 1);
     char peer[64];
@@ -247,17 +251,24 @@ int main(int argc, char **argv) {
         size_t n;
         const char *label;
     } sizes[] = {{4, "4B"}, {4096, "4KiB"}, {256u << 10, "256KiB"}, {4u << 20, "4MiB"}, {64u << 20, "64MiB"}};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes && sizes[i].n <= (size_t)max_bytes; i++) {
         long w = sizes[i].n >= (64u << 20) ? (warmup < 10 ? warmup : 10) : warmup;
         if (!rtt(me, peer, sizes[i].n, sizes[i].label, iters, w, max_seconds, st)) goto out;
     }
-    double ours = push_bandwidth(me, peer, 64u << 20, (int)pushes, (int)rounds, st);
-    if (ours < 0) goto out;
-    if (!skip_iperf) {
-        double ref = iperf3_gbps((int)port + 2, (int)iperf_seconds);
+    double ours = 0;
+    if (max_bytes >= (64 << 20) && (ours = push_bandwidth(me, peer, 64u << 20, (int)pushes, (int)rounds, st)) < 0)
+        goto out;
+    if (!skip_iperf && ours > 0) {
+        // iperf3 as it comes (128 KiB writes), and with the 1 MiB writes our chunks make.
+        double ref = iperf3_gbps((int)port + 2, (int)iperf_seconds, "");
         if (ref > 0) {
             emit("iperf3_loopback", ref, "Gbit/s");
             emit("push_bandwidth_vs_iperf3", ours / ref, "ratio");
+        }
+        double ref1m = iperf3_gbps((int)port + 3, (int)iperf_seconds, "1M");
+        if (ref1m > 0) {
+            emit("iperf3_loopback_1MiB_writes", ref1m, "Gbit/s");
+            emit("push_bandwidth_vs_iperf3_1MiB_writes", ours / ref1m, "ratio");
         }
     }
     rc = 0;

@@ -97,7 +97,11 @@ void exec_rendezvous_free(exec_rendezvous **r);
 // value is for this task, -1 on failure (st set).
 typedef int (*exec_route_fn)(void *ctx, int64_t step_id, const char *key, dg_tensor *t,
                              dg_status *st);
-void exec_rendezvous_set_router(exec_rendezvous *r, exec_route_fn fn, void *ctx);
+// Sends what the router held back for a step (called when an executor runs out of ready
+// nodes, so values leave together rather than one message each).
+typedef void (*exec_flush_fn)(void *ctx, int64_t step_id);
+void exec_rendezvous_set_router(exec_rendezvous *r, exec_route_fn fn, exec_flush_fn flush, void *ctx);
+void exec_rendezvous_flush(exec_rendezvous *r, int64_t step_id);
 // Puts a value into this task's table (values arriving from other tasks come in here).
 bool exec_rendezvous_deliver(exec_rendezvous *r, int64_t step_id, const char *key, dg_tensor *t,
                              dg_status *st);

@@ -614,7 +614,12 @@ void exec_async_done(exec_async_handle h, dg_tensor *out, const dg_status *st) {
 static void pool_task(void *arg, int i) {
     int stack[WORKER_STACK];
     stack[0] = i;
-    drain(arg, stack, 1, WORKER_STACK);
+    exec_step *s = arg;
+    exec_rendezvous *rv = s->opts.rendezvous;
+    int64_t step_id = s->opts.step_id;
+    drain(s, stack, 1, WORKER_STACK);
+    // s may be finished and reused once drain returns: only the copies are used here.
+    if (rv) exec_rendezvous_flush(rv, step_id);
 }
 
 bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **fetched,
@@ -642,7 +647,9 @@ bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **f
     }
     int top = 0;
     for (int r = eg->n_roots - 1; r >= 0; r--) s->ready[top++] = eg->roots[r];
+    exec_rendezvous *rv = s->opts.rendezvous;
     if (eg->n > 0) drain(s, s->ready, top, eg->n);
+    if (rv) exec_rendezvous_flush(rv, s->opts.step_id);
     // Wait for pool threads and async kernels; run what their completions made ready.
     pthread_mutex_lock(&s->mu);
     while (!s->done) {
@@ -652,12 +659,14 @@ bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **f
             s->n_inbox = 0;
             pthread_mutex_unlock(&s->mu);
             drain(s, s->ready, k, eg->n);
+            if (rv) exec_rendezvous_flush(rv, s->opts.step_id);
             pthread_mutex_lock(&s->mu);
             continue;
         }
         pthread_cond_wait(&s->cv, &s->mu);
     }
     pthread_mutex_unlock(&s->mu);
+    if (rv) exec_rendezvous_flush(rv, s->opts.step_id);
     bool ok = s->status.code == DG_OK;
     if (!ok) {
         dg_status_set(st, s->status.code, s->status.msg);

@@ -29,6 +29,7 @@ typedef struct aborted {
 
 struct exec_rendezvous {
     exec_route_fn route;     // sends values bound for other tasks; NULL: all local
+    exec_flush_fn flush;
     void *route_ctx;
     pthread_mutex_t mu;
     entry *buckets[N_BUCKETS];
@@ -98,9 +99,14 @@ static const dg_status *abort_status(exec_rendezvous *r, int64_t step_id) {
     return NULL;
 }
 
-void exec_rendezvous_set_router(exec_rendezvous *r, exec_route_fn fn, void *ctx) {
+void exec_rendezvous_set_router(exec_rendezvous *r, exec_route_fn fn, exec_flush_fn flush, void *ctx) {
     r->route = fn;
+    r->flush = flush;
     r->route_ctx = ctx;
+}
+
+void exec_rendezvous_flush(exec_rendezvous *r, int64_t step_id) {
+    if (r->flush) r->flush(r->route_ctx, step_id);
 }
 
 bool exec_rendezvous_send(exec_rendezvous *r, int64_t step_id, const char *key, dg_tensor *t,

@@ -13,6 +13,15 @@
 #include "server_impl.h"
 #include "status_impl.h"
 
+// A value held back for a task until the step's executor runs out of work (see flush).
+typedef struct held {
+    struct held *next;
+    int64_t step_id;
+    char *endpoint;
+    char *key;
+    dg_tensor *t;
+} held;
+
 typedef struct registered {
     int64_t handle;
     dg_graph *graph;
@@ -36,6 +45,8 @@ struct dg_server {
     int n_graphs, cap_graphs;
     int64_t next_handle;
     bool stopping;
+    pthread_mutex_t out_mu;
+    held *outbox;
 };
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -130,15 +141,79 @@ static int route(void *ctx, int64_t step_id, const char *key, dg_tensor *t, dg_s
     if (strcmp(task, s->task_name) == 0) return 0;
     char *ep = rt_server_task_endpoint(s, dev, st);
     if (!ep) return -1;
-    rt_header *h = malloc(sizeof *h);
-    if (!h) abort();
-    rt_header_init(h, RT_TENSOR);
-    h->step_id = step_id;
-    h->key = strdup(key);
-    rt_header_add_tensor(h, t);
-    rt_push(s->tp, ep, h, &t, 1);
-    free(ep);
+    if (t->nbytes > 4 * RT_CHUNK_BYTES) {   // big: now, in chunks
+        rt_header *h = malloc(sizeof *h);
+        if (!h) abort();
+        rt_header_init(h, RT_TENSOR);
+        h->step_id = step_id;
+        h->key = strdup(key);
+        rt_header_add_tensor(h, t);
+        rt_push(s->tp, ep, h, &t, 1);
+        free(ep);
+        return 1;
+    }
+    held *e = calloc(1, sizeof *e);
+    if (!e || !(e->key = strdup(key))) abort();
+    e->step_id = step_id;
+    e->endpoint = ep;
+    e->t = dg_tensor_ref(t);
+    pthread_mutex_lock(&s->out_mu);
+    e->next = s->outbox;
+    s->outbox = e;
+    pthread_mutex_unlock(&s->out_mu);
     return 1;
+}
+
+// Sends the values held for a step: one message per destination task.
+static void flush(void *ctx, int64_t step_id) {
+    dg_server *s = ctx;
+    held *mine = NULL;
+    pthread_mutex_lock(&s->out_mu);
+    for (held **pp = &s->outbox; *pp;) {
+        held *e = *pp;
+        if (e->step_id == step_id) {
+            *pp = e->next;
+            e->next = mine;   // reverses: back to send order
+            mine = e;
+        } else {
+            pp = &e->next;
+        }
+    }
+    pthread_mutex_unlock(&s->out_mu);
+    while (mine) {
+        const char *ep = mine->endpoint;
+        rt_header *h = malloc(sizeof *h);
+        if (!h) abort();
+        rt_header_init(h, RT_TENSOR);
+        h->step_id = step_id;
+        dg_tensor *ts[256];
+        int n = 0;
+        held *rest = NULL, **tail = &rest;
+        for (held *e = mine, *next; e; e = next) {
+            next = e->next;
+            e->next = NULL;
+            if (strcmp(e->endpoint, ep) == 0 && n < 256) {
+                rt_header_add_name(h, e->key);
+                rt_header_add_tensor(h, e->t);
+                ts[n++] = e->t;
+                e->t = NULL;
+                if (e != mine) {
+                    free(e->endpoint);
+                    free(e->key);
+                    free(e);
+                }
+            } else {
+                *tail = e;
+                tail = &e->next;
+            }
+        }
+        rt_push(s->tp, ep, h, ts, n);
+        for (int i = 0; i < n; i++) dg_tensor_unref(ts[i]);
+        free(mine->endpoint);
+        free(mine->key);
+        free(mine);
+        mine = rest;
+    }
 }
 
 typedef struct job {
@@ -410,6 +485,7 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
     if (s->opts.rpc_timeout_ms <= 0) s->opts.rpc_timeout_ms = 30000;
     if (s->opts.service_threads <= 0) s->opts.service_threads = 4;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->out_mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->cluster = dg_cluster_copy(c);
     snprintf(s->job, sizeof s->job, "%s", job);
@@ -424,7 +500,7 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
         dg_server_free(&s);
         return NULL;
     }
-    exec_rendezvous_set_router(s->rv, route, s);
+    exec_rendezvous_set_router(s->rv, route, flush, s);
     // Bind on the port of the cluster address, on every interface of that host name.
     char bind[300];
     const char *colon = strrchr(addr, ':');
@@ -511,6 +587,14 @@ void dg_server_free(dg_server **sp) {
     }
     free(s->graphs);
     exec_rendezvous_free(&s->rv);
+    for (held *e = s->outbox, *next; e; e = next) {
+        next = e->next;
+        dg_tensor_unref(e->t);
+        free(e->endpoint);
+        free(e->key);
+        free(e);
+    }
+    pthread_mutex_destroy(&s->out_mu);
     exec_resources_free(&s->rm);
     dg_cluster_free(&s->cluster);
     pthread_cond_destroy(&s->cv);

@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -107,7 +110,24 @@ static int teardown_capture(void **state) {
 
 // ---- helpers: servers and sockets ----
 
-static int port_base(void) { return 41000 + (int)(getpid() % 4000) * 4; }
+// Runs of 16 ports per process id, so concurrent runs of this test rarely meet (a clash only
+// costs a retry on the next port).
+static int port_base(void) { return 41000 + (int)(getpid() % 1000) * 16; }
+
+// A loopback port nobody listens on: one the kernel just handed out and took back.
+static int dead_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
 
 // A one-task cluster "worker|127.0.0.1:<port>" and its server, on the first free port.
 static dg_server *start_server(const dg_server_options *opts, int *port, dg_cluster **cluster) {
@@ -548,14 +568,38 @@ static void test_hostile_messages(void **state) {
 
 // ---- a transport of the test's own: echo PINGs, record everything else ----
 
+// What a recorder saw: one entry per value (a TENSOR message may carry several, one per
+// name, when the sender merged pushes) or per other message.
+typedef struct value {
+    int type;
+    int64_t step_id;
+    char *key;               // the value's rendezvous key
+    char *from;
+    int n_in_message;        // values that shared its message
+    dg_tensor *t;
+} value;
+
 typedef struct recorder {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     rt_transport *tp;
     int n;
-    rt_header *h[32];
-    dg_tensor *t[32];
+    value v[64];
 } recorder;
+
+static void record(recorder *r, const rt_header *h, const char *key, int n_in_message, dg_tensor *t) {
+    if (r->n == 64) {
+        dg_tensor_unref(t);
+        return;
+    }
+    value *v = &r->v[r->n++];
+    v->type = h->type;
+    v->step_id = h->step_id;
+    v->key = key ? strdup(key) : NULL;
+    v->from = h->from ? strdup(h->from) : NULL;
+    v->n_in_message = n_in_message;
+    v->t = t;
+}
 
 static void recorder_handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n) {
     recorder *r = ctx;
@@ -574,16 +618,14 @@ static void recorder_handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **
         free(h);
         return;
     }
-    if (r->n < 32) {
-        r->h[r->n] = h;
-        r->t[r->n] = n > 0 ? ts[0] : NULL;
-        for (int i = 1; i < n; i++) dg_tensor_unref(ts[i]);
-        r->n++;
+    if (h->type == RT_TENSOR && !h->key && h->n_names == n) {
+        for (int i = 0; i < n; i++) record(r, h, h->names[i], n, ts[i]);
     } else {
-        for (int i = 0; i < n; i++) dg_tensor_unref(ts[i]);
-        rt_header_clear(h);
-        free(h);
+        record(r, h, h->key, n, n > 0 ? ts[0] : NULL);
+        for (int i = 1; i < n; i++) dg_tensor_unref(ts[i]);
     }
+    rt_header_clear(h);
+    free(h);
     free(ts);
     rt_peer_free(peer);
     pthread_cond_broadcast(&r->cv);
@@ -627,9 +669,9 @@ static bool recorder_wait(recorder *r, int n, int timeout_ms) {
 static void recorder_stop(recorder *r, rt_transport **tp) {
     rt_transport_free(tp);
     for (int i = 0; i < r->n; i++) {
-        rt_header_clear(r->h[i]);
-        free(r->h[i]);
-        dg_tensor_unref(r->t[i]);
+        free(r->v[i].key);
+        free(r->v[i].from);
+        dg_tensor_unref(r->v[i].t);
     }
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -736,16 +778,13 @@ static void push_tensor(rt_transport *from, const char *ep, const char *key, int
     rt_push(from, ep, h, &t, 1);
 }
 
-static const dg_tensor *recorded(recorder *r, const char *key, const rt_header **hdr) {
+static const value *recorded(recorder *r, const char *key) {
     pthread_mutex_lock(&r->mu);
-    const dg_tensor *t = NULL;
-    for (int i = 0; i < r->n && !t; i++)
-        if (r->h[i]->key && strcmp(r->h[i]->key, key) == 0) {
-            t = r->t[i];
-            if (hdr) *hdr = r->h[i];
-        }
+    const value *v = NULL;
+    for (int i = 0; i < r->n && !v; i++)
+        if (r->v[i].key && strcmp(r->v[i].key, key) == 0) v = &r->v[i];
     pthread_mutex_unlock(&r->mu);
-    return t;
+    return v;
 }
 
 static void test_chunked_push_reassembles(void **state) {
@@ -774,19 +813,19 @@ static void test_chunked_push_reassembles(void **state) {
     assert_true(recorder_wait(&r, 2 * n_sizes, 20000));
     for (int i = 0; i < n_sizes; i++) {
         char key[32];
-        const rt_header *h = NULL;
         snprintf(key, sizeof key, "a%d", i);
-        const dg_tensor *got = recorded(&r, key, &h);
-        assert_non_null(got);
-        assert_int_equal(h->type, RT_TENSOR);   // chunks arrive as one TENSOR
-        assert_true(h->step_id == 1000 + i);
-        assert_string_equal(h->from, "/job:a/replica:0/task:0");
-        assert_same_tensor(ta[i], got);
+        const value *v = recorded(&r, key);
+        assert_non_null(v);
+        assert_int_equal(v->type, RT_TENSOR);   // chunks arrive as one TENSOR
+        assert_true(v->step_id == 1000 + i);
+        assert_string_equal(v->from, "/job:a/replica:0/task:0");
+        assert_same_tensor(ta[i], v->t);
         snprintf(key, sizeof key, "b%d", i);
-        got = recorded(&r, key, &h);
-        assert_non_null(got);
-        assert_true(h->step_id == 2000 + i);
-        assert_same_tensor(tb[i], got);
+        v = recorded(&r, key);
+        assert_non_null(v);
+        assert_true(v->step_id == 2000 + i);
+        assert_string_equal(v->from, "/job:b/replica:0/task:0");
+        assert_same_tensor(tb[i], v->t);
     }
     assert_int_equal(rt_transport_get_stats(rx).bad_messages, 0);
     for (int i = 0; i < n_sizes; i++) {
@@ -795,6 +834,37 @@ static void test_chunked_push_reassembles(void **state) {
     }
     rt_transport_free(&a);
     rt_transport_free(&b);
+    recorder_stop(&r, &rx);
+}
+
+// Small pushes queued together may travel merged (one header naming each value, one frame
+// per value); each must still arrive under its own key and step, with its own bytes.
+static void test_small_pushes(void **state) {
+    recorder r;
+    rt_transport *rx = recorder_start(&r, 0);
+    const char *ep = rt_transport_endpoint(rx);
+    rt_transport *a = client("/job:a/replica:0/task:0", NULL, NULL, 0);
+    enum { N = 30 };
+    dg_tensor *ts[N];
+    for (int i = 0; i < N; i++) {
+        ts[i] = pattern_tensor(i % 3 == 0 ? 4 : i % 3 == 1 ? 1000 : 100000, 300u + (unsigned)i);
+        char key[32];
+        snprintf(key, sizeof key, "s%d", i);
+        push_tensor(a, ep, key, i % 4 == 3 ? 6 : 5, ts[i]);   // two steps, interleaved
+    }
+    assert_true(recorder_wait(&r, N, 10000));
+    for (int i = 0; i < N; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "s%d", i);
+        const value *v = recorded(&r, key);
+        assert_non_null(v);
+        assert_int_equal(v->type, RT_TENSOR);
+        assert_true(v->step_id == (i % 4 == 3 ? 6 : 5));
+        assert_same_tensor(ts[i], v->t);
+        dg_tensor_unref(ts[i]);
+    }
+    assert_int_equal(rt_transport_get_stats(rx).bad_messages, 0);
+    rt_transport_free(&a);
     recorder_stop(&r, &rx);
 }
 
@@ -1131,9 +1201,8 @@ static void test_ping_hooks(void **state) {
     dg_status_reset(st);
     dg_tensor **echo = (dg_tensor **)st;
     int n_echo = 5;
-    // Nobody listens one port below the target's range start.
     char dead[64];
-    snprintf(dead, sizeof dead, "127.0.0.1:%d", port_base() - 1);
+    snprintf(dead, sizeof dead, "127.0.0.1:%d", dead_port());
     assert_false(dg_server_ping(me, dead, ts, 1, 300, &echo, &n_echo, st));
     assert_status(st, DG_UNAVAILABLE, "did not answer within the deadline");
     assert_null(echo);
@@ -1152,6 +1221,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_hostile_messages, teardown_capture),
         cmocka_unit_test(test_ping_round_trips),
         cmocka_unit_test(test_chunked_push_reassembles),
+        cmocka_unit_test(test_small_pushes),
         cmocka_unit_test(test_max_message_bytes),
         cmocka_unit_test(test_untrusted_responses),
         cmocka_unit_test_teardown(test_curve, teardown_capture),
