@@ -11,6 +11,7 @@
 #include "distgraph/device_name.h"
 #include "distgraph/serialize.h"
 #include "server_impl.h"
+#include "strmap_impl.h"
 #include "status_impl.h"
 
 // A value held back for a task until the step's executor runs out of work (see flush).
@@ -47,6 +48,10 @@ struct dg_server {
     bool stopping;
     pthread_mutex_t out_mu;
     held *outbox;
+    bool send_at_once;      // DG_SEND_AT_ONCE=1: no holding back (for measurements)
+    graph_strmap routes;    // receiving device -> endpoint ("" for this task), under out_mu
+    char **route_strs;      // keys and values of routes, owned
+    int n_route_strs;
 };
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -134,14 +139,32 @@ static int route(void *ctx, int64_t step_id, const char *key, dg_tensor *t, dg_s
     }
     char dev[DG_DEVICE_NAME_MAX], task[160];
     snprintf(dev, sizeof dev, "%.*s", (int)(c - b - 1), b + 1);
-    if (!rt_task_of_device(dev, task, sizeof task)) {
-        dg_status_setf(st, DG_INTERNAL, "rendezvous key \"%s\": bad receiving device", key);
-        return -1;
+    // Where a device's values go is decided once per device.
+    pthread_mutex_lock(&s->out_mu);
+    const char *cached = graph_strmap_get(&s->routes, dev);
+    char *ep = cached && *cached ? strdup(cached) : NULL;
+    pthread_mutex_unlock(&s->out_mu);
+    if (cached && !*cached) return 0;
+    if (!cached) {
+        if (!rt_task_of_device(dev, task, sizeof task)) {
+            dg_status_setf(st, DG_INTERNAL, "rendezvous key \"%s\": bad receiving device", key);
+            return -1;
+        }
+        bool local = strcmp(task, s->task_name) == 0;
+        if (!local && !(ep = rt_server_task_endpoint(s, dev, st))) return -1;
+        char *k = strdup(dev), *v = strdup(local ? "" : ep);
+        if (!k || !v) abort();
+        pthread_mutex_lock(&s->out_mu);
+        char **nr = realloc(s->route_strs, (size_t)(s->n_route_strs + 2) * sizeof *nr);
+        if (!nr) abort();
+        s->route_strs = nr;
+        s->route_strs[s->n_route_strs++] = k;
+        s->route_strs[s->n_route_strs++] = v;
+        graph_strmap_put(&s->routes, k, v);
+        pthread_mutex_unlock(&s->out_mu);
+        if (local) return 0;
     }
-    if (strcmp(task, s->task_name) == 0) return 0;
-    char *ep = rt_server_task_endpoint(s, dev, st);
-    if (!ep) return -1;
-    if (t->nbytes > 4 * RT_CHUNK_BYTES) {   // big: now, in chunks
+    if (t->nbytes > 4 * RT_CHUNK_BYTES || s->send_at_once) {   // now (big ones in chunks)
         rt_header *h = malloc(sizeof *h);
         if (!h) abort();
         rt_header_init(h, RT_TENSOR);
@@ -501,6 +524,8 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
         return NULL;
     }
     exec_rendezvous_set_router(s->rv, route, flush, s);
+    const char *sao = getenv("DG_SEND_AT_ONCE");
+    s->send_at_once = sao && strcmp(sao, "1") == 0;
     // Bind on the port of the cluster address, on every interface of that host name.
     char bind[300];
     const char *colon = strrchr(addr, ':');
@@ -594,6 +619,9 @@ void dg_server_free(dg_server **sp) {
         free(e->key);
         free(e);
     }
+    graph_strmap_clear(&s->routes);
+    for (int i = 0; i < s->n_route_strs; i++) free(s->route_strs[i]);
+    free(s->route_strs);
     pthread_mutex_destroy(&s->out_mu);
     exec_resources_free(&s->rm);
     dg_cluster_free(&s->cluster);

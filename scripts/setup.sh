@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config libzmq3-dev libmsgpack-dev libsqlite3-dev
-      libopenblas-dev zlib1g-dev libcmocka-dev dataset-fashion-mnist valgrind python3)
+      libopenblas-dev zlib1g-dev libcmocka-dev dataset-fashion-mnist valgrind python3 iperf3)
 
 missing=()
 for p in "${PKGS[@]}"; do
