@@ -15,7 +15,8 @@ if [ "${DG_SKIP_VALGRIND:-0}" != 1 ]; then
     for t in tests/test_*; do
         [ -x "$t" ] || continue
         set +e
-        valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect \
+        valgrind -q --suppressions=../tests/valgrind.supp --leak-check=full \
+            --errors-for-leak-kinds=definite,indirect \
             --error-exitcode=99 "$t" >"$t.valgrind.log" 2>&1
         rc=$?
         set -e

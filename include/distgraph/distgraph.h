@@ -17,5 +17,6 @@
 #include "distgraph/placer.h"
 #include "distgraph/serialize.h"
 #include "distgraph/server.h"
+#include "distgraph/checkpoint.h"
 
 #endif

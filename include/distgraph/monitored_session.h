@@ -1,0 +1,238 @@
+/* The monitored training session (TensorFlow's MonitoredTrainingSession): a session that
+ * initializes or restores the variables (chief) or waits for them (non-chief), runs hooks
+ * around every step, saves checkpoints, and recreates itself when a task restarts.
+ * Main objects: dg_monitored_session, dg_session_hook (callbacks + user data), dg_saver.
+ * Threads: dg_monitored_session_run may be called from several threads at once (hook
+ * callbacks are serialized); should_stop and request_stop from any thread; close and free
+ * from one thread once no other thread will start a run. */
+#ifndef DISTGRAPH_MONITORED_SESSION_H
+#define DISTGRAPH_MONITORED_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "distgraph/checkpoint.h"
+#include "distgraph/graph.h"
+#include "distgraph/session.h"
+#include "distgraph/status.h"
+#include "distgraph/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dg_monitored_session dg_monitored_session;
+
+// ---- saver: checkpoint save and restore as graph construction ----
+typedef struct dg_saver dg_saver;
+
+// Adds, for every variable of DG_GLOBAL_VARIABLES, a placeholder "save/restore_<var>/value"
+// and an Assign "save/restore_<var>" colocated with the variable, grouped under
+// "save/restore_all" (the scope is "save_1" ... when "save" is taken). Variables added to the
+// graph later are not covered. A graph without variables is FAILED_PRECONDITION.
+// Borrows g until dg_saver_free(). Returns: new, caller frees with dg_saver_free(); NULL on
+// error (the graph's sticky error, or st).
+dg_saver *dg_saver_new(dg_graph *g, dg_status *st);
+void dg_saver_free(dg_saver **sv);
+// Fetches every variable in one run (copies, also of variables on other tasks) and saves them
+// under their node names as the checkpoint of `step`; step -1 takes the value of the graph's
+// global step (DG_GLOBAL_STEP) fetched in the same run (FAILED_PRECONDITION if there is none).
+// Keeps the newest max_to_keep checkpoints (0: all). *saved_step (may be NULL) gets the step.
+// Borrows sess and store for the call.
+bool dg_saver_save(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, int64_t step,
+                   int max_to_keep, int64_t *saved_step, dg_status *st);
+// Restores the checkpoint of step (-1: newest) by one run feeding the stored values to the
+// restore Assigns. The checkpoint must hold exactly the saver's variables with their dtypes and
+// shapes, else INVALID_ARGUMENT naming every variable missing from the checkpoint, not in the
+// graph, or of another dtype/shape (NOT_FOUND when there is no checkpoint at all).
+// *restored_step (may be NULL) gets the step. Borrows sess and store for the call.
+bool dg_saver_restore(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, int64_t step,
+                      int64_t *restored_step, dg_status *st);
+// Number of variables and the name of variable i. Returns: borrowed, valid until
+// dg_saver_free().
+int dg_saver_num_variables(const dg_saver *sv);
+const char *dg_saver_variable_name(const dg_saver *sv, int i);
+
+// ---- hooks ----
+// What a hook's before_run adds to a run: extra feeds, fetches and targets, borrowed by the
+// monitored session until the matching after_run returns (keep them in the hook's context).
+// A feed of a tensor the caller (or another hook) also feeds is INVALID_ARGUMENT.
+typedef struct dg_hook_run_args {
+    const dg_output *feeds;
+    dg_tensor *const *feed_values;
+    int n_feeds;
+    const dg_output *fetches;
+    int n_fetches;
+    dg_node *const *targets;
+    int n_targets;
+} dg_hook_run_args;
+
+// The run a hook sees. All pointers are borrowed for the callback.
+typedef struct dg_run_context {
+    dg_monitored_session *session;   // e.g. for dg_monitored_session_request_stop
+    dg_session *raw_session;         // the underlying session of this run
+    const dg_output *fetches;        // the caller's fetches, feeds and targets
+    int n_fetches;
+    const dg_output *feeds;
+    dg_tensor *const *feed_values;
+    int n_feeds;
+    dg_node *const *targets;
+    int n_targets;
+} dg_run_context;
+
+// A hook: callbacks (each optional, NULL skips it) and the user data they get as ctx. A
+// callback that returns false with st set fails the step (or the creation, or the close) with
+// that status; UNAVAILABLE or ABORTED from a hook leads to recovery like a failed run. Calls:
+// begin (once, before the session exists; the graph may still be extended), after_create_session
+// (after every creation of the underlying session, also after a recovery, variables ready),
+// before_run / after_run (around each dg_monitored_session_run; after_run gets the values of the
+// hook's extra fetches, borrowed for the call, and is skipped when the run fails), end (at
+// dg_monitored_session_close, unless the last run failed). Hooks run in the order given.
+typedef struct dg_session_hook {
+    const char *name;   // for messages; may be NULL
+    void *ctx;
+    bool (*begin)(void *ctx, dg_graph *g, dg_status *st);
+    bool (*after_create_session)(void *ctx, dg_monitored_session *ms, dg_session *sess,
+                                 dg_status *st);
+    bool (*before_run)(void *ctx, const dg_run_context *rc, dg_hook_run_args *args,
+                       dg_status *st);
+    bool (*after_run)(void *ctx, const dg_run_context *rc, dg_tensor *const *values, int n_values,
+                      dg_status *st);
+    bool (*end)(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st);
+    void (*free_ctx)(void *ctx);   // called by dg_session_hook_free; NULL: ctx is not freed
+} dg_session_hook;
+
+// Frees a hook made by one of the dg_*_hook_new constructors (calls free_ctx, then frees the
+// struct). NULL or a pointer to NULL does nothing. Hooks in caller memory need no free.
+void dg_session_hook_free(dg_session_hook **h);
+
+// Requests a stop when the global step reaches last_step, or num_steps global steps after the
+// step found when the session is first created; exactly one of them >= 0, the other -1 (else
+// INVALID_ARGUMENT). Needs the graph's global step. A session created at or past the last step
+// stops before its first run. Returns: new, caller frees with dg_session_hook_free().
+dg_session_hook *dg_stop_at_step_hook_new(int64_t num_steps, int64_t last_step, dg_status *st);
+
+// Saves a checkpoint of all variables into the SQLite file `path` (through a dg_saver the
+// monitored session built) right after a creation that did not restore, every save_steps
+// global steps and/or every save_secs seconds (whichever comes first; both 0: only those and
+// the end), and at the end. Keeps max_to_keep checkpoints (0: all). Needs the global step.
+// Returns: new, caller frees with dg_session_hook_free(). Borrows path for the call.
+dg_session_hook *dg_checkpoint_saver_hook_new(const char *path, int64_t save_steps, int64_t save_secs,
+                                              int max_to_keep, dg_status *st);
+// Prints "global_step/sec: X" to out (NULL: stdout) every every_n_steps global steps.
+// Returns: new, caller frees with dg_session_hook_free().
+dg_session_hook *dg_step_counter_hook_new(int64_t every_n_steps, FILE *out, dg_status *st);
+// Prints "<tensor> = <value>" for each tensor (values of small tensors in full, else the
+// shape and the first values) to out (NULL: stdout) on the first run and then every
+// every_n_iter runs of this process. Borrows tensors for the call (copies the list).
+// Returns: new, caller frees with dg_session_hook_free().
+dg_session_hook *dg_logging_tensor_hook_new(const dg_output *tensors, int n, int64_t every_n_iter,
+                                            FILE *out, dg_status *st);
+// Fetches loss on every run. When it is NaN: with fail_on_nan the run fails with
+// INVALID_ARGUMENT naming the loss tensor and the step; else a stop is requested and a
+// warning naming it goes to stderr. Returns: new, caller frees with dg_session_hook_free().
+dg_session_hook *dg_nan_guard_hook_new(dg_output loss, bool fail_on_nan, dg_status *st);
+// Every save_steps global steps (and at the end) appends the values of scalar tensors to the
+// table summaries(step INTEGER, tag TEXT, value REAL, wall_time REAL) of the SQLite file at
+// path, the checkpoint file (its own connection; see docs/CHECKPOINT.md). tags[i] names
+// scalars[i] (tags NULL: the node names). n 0: output 0 of every node of the DG_SUMMARIES
+// collection, taken at begin. Needs the global step. Borrows its arguments for the call.
+// Returns: new, caller frees with dg_session_hook_free().
+dg_session_hook *dg_summary_saver_hook_new(const char *path, int64_t save_steps,
+                                           const char *const *tags, const dg_output *scalars,
+                                           int n, dg_status *st);
+// Runs targets and fetches once at the end (dg_monitored_session_close) and keeps the fetched
+// values. Borrows the arrays for the call (copies them). Returns: new, caller frees with
+// dg_session_hook_free().
+dg_session_hook *dg_final_ops_hook_new(const dg_output *fetches, int n_fetches,
+                                       dg_node *const *targets, int n_targets, dg_status *st);
+// The values fetched at the end, NULL before. Returns: borrowed, valid until the hook is freed.
+dg_tensor *dg_final_ops_hook_value(const dg_session_hook *h, int i);
+
+// ---- the monitored session ----
+typedef struct dg_mts_options {
+    const char *master;                     // NULL/"local", or dg_server_target(server)
+    const dg_session_options *session_options;   // NULL: defaults; copied
+    bool is_chief;                          // initializes/restores and saves; default true
+    const char *checkpoint_path;            // SQLite file; NULL: no checkpoints (copied)
+    int64_t save_checkpoint_steps;          // chief: save every N global steps; 0: not by steps
+    int64_t save_checkpoint_secs;           // chief: save every N seconds; 0: not by time
+    int max_to_keep;                        // checkpoints kept (default 5; 0: all)
+    int64_t save_summaries_steps;           // chief with a checkpoint path: DG_SUMMARIES
+                                            // scalars every N steps (default 100; 0: off)
+    int64_t log_step_count_steps;           // global_step/sec every N steps (default 0: off)
+    dg_session_hook *const *hooks;          // borrowed until dg_monitored_session_free()
+    int n_hooks;
+    dg_session_hook *const *chief_only_hooks;   // used only when is_chief; borrowed likewise
+    int n_chief_only_hooks;
+    int64_t stop_grace_ms;                  // close waits this long for runs of other threads
+                                            // (default 120000)
+    int64_t wait_for_chief_ms;              // non-chief: wait for initialization (default 7200000)
+    int max_recovery_attempts;              // session creations per failure (default 5)
+    int64_t recovery_backoff_ms;            // first pause between creations, doubling up to
+                                            // 5 s (default 100)
+} dg_mts_options;
+
+dg_mts_options dg_mts_options_default(void);
+
+// Builds the monitored session: calls each hook's begin, adds the save/restore ops
+// (dg_saver_new), IsVariableInitialized ops "ready/<var>" and an init op to g, then creates the
+// session. The chief restores the newest checkpoint of checkpoint_path if there is one, else runs
+// the variables' initializers; a non-chief waits (50 ms backoff doubling to 1 s) until every
+// variable is initialized, and after wait_for_chief_ms fails with DEADLINE_EXCEEDED
+// "waited N ms for the chief to initialize variables: <names>". Creation that fails with
+// UNAVAILABLE or ABORTED is retried (max_recovery_attempts). Hooks: user hooks, then the
+// chief-only ones, then the built-in step counter, summary saver and checkpoint saver.
+// Borrows g until dg_monitored_session_free() (and adds nodes to it); o may be NULL.
+// Returns: new, caller frees with dg_monitored_session_free(); NULL on error.
+dg_monitored_session *dg_monitored_training_session_new(dg_graph *g, const dg_mts_options *o,
+                                                        dg_status *st);
+
+// True once a stop was requested (hook or dg_monitored_session_request_stop), the last run
+// failed, or the session was closed.
+bool dg_monitored_session_should_stop(const dg_monitored_session *s);
+void dg_monitored_session_request_stop(dg_monitored_session *s);
+
+// Runs one step with the hooks: before_run of each hook, one dg_session_run with the caller's
+// feeds/fetches/targets plus the hooks' (fetches shared when equal), after_run of each hook.
+// fetched[i] receives a new reference (caller unrefs); on failure none is set. A run that fails
+// with UNAVAILABLE or ABORTED (a task restarted) frees the underlying session, creates a new one
+// (the chief restores the newest checkpoint, non-chiefs wait again; after_create_session hooks
+// run again) and runs the step again; after max_recovery_attempts failed creations in a row the
+// last error is returned, its code kept, with "recovery: gave up after N attempts" prepended.
+// Other errors are returned as they are. After close: FAILED_PRECONDITION.
+bool dg_monitored_session_run(dg_monitored_session *s, const dg_output *feeds,
+                              dg_tensor *const *feed_values, int n_feeds, const dg_output *fetches,
+                              dg_tensor **fetched, int n_fetches, dg_node *const *targets,
+                              int n_targets, dg_status *st);
+
+// Requests a stop, waits up to stop_grace_ms for runs of other threads (DEADLINE_EXCEEDED if
+// some are still running; the session stays open and close may be called again), calls each
+// hook's end unless the last run failed, and frees the underlying session. Closing twice does
+// nothing.
+bool dg_monitored_session_close(dg_monitored_session *s, dg_status *st);
+// Closes (ignoring errors; waits for runs of other threads) and frees. NULL or a pointer to
+// NULL does nothing.
+void dg_monitored_session_free(dg_monitored_session **s);
+
+// The global step's current value, read by a run of the underlying session; -1 on error
+// (FAILED_PRECONDITION when the graph has no global step or the session is closed).
+int64_t dg_monitored_session_global_step(dg_monitored_session *s, dg_status *st);
+// The underlying session. Returns: borrowed, valid until the next recovery or close; NULL after
+// close.
+dg_session *dg_monitored_session_session(dg_monitored_session *s);
+// The step of the checkpoint the latest creation restored; -1 when it initialized the variables
+// (or waited for them: non-chief).
+int64_t dg_monitored_session_restored_step(const dg_monitored_session *s);
+// How many times the underlying session was recreated after a failure.
+int dg_monitored_session_num_recoveries(const dg_monitored_session *s);
+bool dg_monitored_session_is_chief(const dg_monitored_session *s);
+// Returns: borrowed, valid until dg_monitored_session_free().
+dg_graph *dg_monitored_session_graph(const dg_monitored_session *s);
+dg_saver *dg_monitored_session_saver(const dg_monitored_session *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
