@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The model-parallel examples (layers split across two tasks; hidden units split in halves)
 # train in step with their single-process versions: the loss curves agree.
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/common.bash"
 for mode in layers units; do
     "$BIN/dg-launch" --ps 1 --workers 1 --timeout 180 -- "$BIN/model_parallel" --mode "$mode" --train_steps 300 \
         --quiet > "$TMP/$mode" 2>&1 || { cat "$TMP/$mode"; fail "model_parallel --mode $mode failed"; }

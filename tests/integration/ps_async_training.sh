@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 1 ps + 2 workers, asynchronous training of the MNIST-replica model through dg-launch:
 # every worker must end with test accuracy >= 0.82 and the global step at --train_steps.
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/common.bash"
 "$BIN/dg-launch" --ps 1 --workers 2 --timeout 300 -- "$BIN/mnist_replica" --train_steps 2000 --quiet \
     > "$TMP/out" 2>&1 || { cat "$TMP/out"; fail "dg-launch exited non-zero"; }
 cat "$TMP/out" | grep -E "accuracy|cross entropy|elapsed"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The ps is killed with SIGKILL mid-training: the worker's step fails with UNAVAILABLE naming
 # the ps task within the deadline, instead of hanging.
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/common.bash"
 read -r P0 P1 <<< "$(free_ports 2)"
 H="--ps_hosts 127.0.0.1:$P0 --worker_hosts 127.0.0.1:$P1"
 "$BIN/mnist_replica" --job_name ps --task_index 0 $H --quiet > "$TMP/ps" 2>&1 & PS=$!; PIDS+=($PS)

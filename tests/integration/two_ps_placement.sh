@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 2 ps tasks + 1 worker: the replica device setter spreads the variables over both ps tasks,
 # and the worker fetches each variable's value from the ps that holds it.
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/common.bash"
 "$BIN/dg-launch" --ps 2 --workers 1 --timeout 120 -- "$BIN/mnist_replica" --train_steps 100 --print_placement \
     --quiet > "$TMP/out" 2>&1 || { cat "$TMP/out"; fail "dg-launch exited non-zero"; }
 grep "variable" "$TMP/out"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A worker killed with SIGKILL mid-training stops neither the ps nor the other worker.
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/common.bash"
 read -r P0 P1 P2 <<< "$(free_ports 3)"
 H="--ps_hosts 127.0.0.1:$P0 --worker_hosts 127.0.0.1:$P1,127.0.0.1:$P2"
 "$BIN/mnist_replica" --job_name ps --task_index 0 $H --quiet > "$TMP/ps" 2>&1 & PS=$!; PIDS+=($PS)
