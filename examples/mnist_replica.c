@@ -2,14 +2,17 @@
  * mnist_replica.py. Each worker process builds the model under the replica device setter
  * (variables on the ps tasks, compute on its own task), worker 0 (the chief) initializes the
  * variables, the others wait for it, and all train asynchronously until the global step
- * reaches --train_steps. The ps tasks only serve.
+ * reaches --train_steps. The ps tasks only serve. Training runs under the monitored session:
+ * with --checkpoint_path the chief saves checkpoints (every --save_checkpoint_steps and at the
+ * end) and restores the newest one when started again, and every worker recreates its session
+ * when a ps or worker restarts (the chief then restores the newest checkpoint).
  *   build/bin/dg-launch --ps 1 --workers 2 -- build/bin/mnist_replica --train_steps 2000 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "distgraph/monitored_session.h"
 #include "flags.h"
 #include "mlp_model.h"
 #include "mnist_data.h"
@@ -18,6 +21,28 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Reports each creation of the monitored session's underlying session: the first, and those
+// after a failure (a restarted ps or worker).
+typedef struct report_hook {
+    long long task;
+    int n_created;
+} report_hook;
+
+static bool report_after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
+    report_hook *r = ctx;
+    if (r->n_created++ > 0) printf("Worker %lld: recreated the session after a failure (recovery %d)\n", r->task,
+                                   r->n_created - 1);
+    if (!dg_monitored_session_is_chief(ms))
+        printf("Worker %lld: the chief has initialized the variables\n", r->task);
+    else if (dg_monitored_session_restored_step(ms) >= 0)
+        printf("Worker %lld: restored checkpoint of global step %lld\n", r->task,
+               (long long)dg_monitored_session_restored_step(ms));
+    else
+        printf("Worker %lld: initialized variables\n", r->task);
+    fflush(stdout);
+    return true;
 }
 
 static int fail(dg_status *st, const char *what) {
@@ -29,7 +54,8 @@ static int fail(dg_status *st, const char *what) {
 int main(int argc, char **argv) {
     const char *job_name = "", *ps_hosts = "", *worker_hosts = "", *data_dir = MNIST_DEFAULT_DIR;
     int64_t task_index = -1, train_steps = 2000, batch_size = 100, hidden = 100, seed = 1, log_every = 100;
-    int64_t wait_ms = 60000, rpc_timeout_ms = 30000;
+    int64_t wait_ms = 60000, rpc_timeout_ms = 30000, save_checkpoint_steps = 100, recovery_attempts = 3;
+    const char *checkpoint_path = "";
     double lr = 0.01;
     bool quiet = false, print_placement = false;
     flag_def defs[] = {
@@ -49,13 +75,20 @@ int main(int argc, char **argv) {
         {"quiet", FLAG_BOOL, &quiet, "no server log lines"},
         {"print_placement", FLAG_BOOL, &print_placement,
          "print where each trainable variable lives and a checksum of its value fetched from there"},
+        {"checkpoint_path", FLAG_STRING, &checkpoint_path,
+         "SQLite checkpoint file the chief saves to and restores from (default: none)"},
+        {"save_checkpoint_steps", FLAG_INT, &save_checkpoint_steps, "chief: checkpoint every N global steps (default 100)"},
+        {"recovery_attempts", FLAG_INT, &recovery_attempts,
+         "session creations tried after a ps or worker failure before giving up (default 3)"},
     };
     bool help;
     if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], "usage: mnist_replica [flags]", &help))
         return 2;
     if (help) return 0;
-    if (train_steps < 0 || batch_size < 1 || batch_size > 60000 || hidden < 1 || log_every < 1) {
-        fprintf(stderr, "mnist_replica: bad --train_steps, --batch_size, --hidden_units or --log_every\n");
+    if (train_steps < 0 || batch_size < 1 || batch_size > 60000 || hidden < 1 || log_every < 1 ||
+        save_checkpoint_steps < 0 || recovery_attempts < 1 || recovery_attempts > 1000000 || wait_ms < 0) {
+        fprintf(stderr, "mnist_replica: bad --train_steps, --batch_size, --hidden_units, --log_every, "
+                        "--save_checkpoint_steps, --recovery_attempts or --wait_for_chief_ms\n");
         return 2;
     }
     dg_status *st = dg_status_new();
@@ -100,7 +133,8 @@ int main(int argc, char **argv) {
     bool is_chief = task_index == 0;
     mnist_dataset data;
     dg_graph *g = NULL;
-    dg_session *s = NULL;
+    dg_monitored_session *ms = NULL;
+    dg_session_hook *stop = NULL;
     dg_device_fn *setter = NULL;
     float *xb = NULL;
     int64_t *yb = NULL;
@@ -128,38 +162,34 @@ int main(int argc, char **argv) {
         goto out;
     }
     dg_graph_pop_device_fn(g);
-    dg_output is_init = dg_is_variable_initialized(g, NULL, m.global_step);
-    s = dg_session_new(g, dg_server_target(server), NULL, st);
-    if (!s) {
-        fail(st, "session");
+    // Worker 0 is the chief: it restores the newest checkpoint or initializes the variables;
+    // the others wait for it (IsVariableInitialized polls inside the monitored session).
+    if (!(stop = dg_stop_at_step_hook_new(-1, train_steps, st))) {
+        fail(st, "stop hook");
         goto out;
     }
-    if (is_chief) {
-        printf("Worker %lld: initializing the variables\n", (long long)task_index);
-        if (!dg_session_run_target(s, m.init, st)) {
-            fail(st, "initializing");
-            goto out;
-        }
-    } else {
+    report_hook report = {(long long)task_index, 0};
+    dg_session_hook report_h = {"report", &report, NULL, report_after_create, NULL, NULL, NULL, NULL};
+    dg_session_hook *hooks[2] = {&report_h, stop};
+    dg_mts_options mo = dg_mts_options_default();
+    mo.master = dg_server_target(server);
+    mo.is_chief = is_chief;
+    mo.checkpoint_path = *checkpoint_path ? checkpoint_path : NULL;
+    mo.save_checkpoint_steps = save_checkpoint_steps;
+    mo.wait_for_chief_ms = wait_ms;
+    mo.max_recovery_attempts = (int)recovery_attempts;
+    mo.hooks = hooks;
+    mo.n_hooks = 2;
+    if (!is_chief) {
         printf("Worker %lld: waiting for the chief to initialize the variables\n", (long long)task_index);
-        double t0 = now_s();
-        for (;;) {
-            dg_tensor *v = NULL;
-            if (!dg_session_run(s, NULL, NULL, 0, &is_init, &v, 1, NULL, 0, st)) {
-                fail(st, "checking initialization");
-                goto out;
-            }
-            bool ready = *(uint8_t *)dg_tensor_data(v);
-            dg_tensor_unref(v);
-            if (ready) break;
-            if ((now_s() - t0) * 1000 > (double)wait_ms) {
-                fprintf(stderr, "mnist_replica: worker %lld: the chief did not initialize the variables "
-                                "within %lld ms\n", (long long)task_index, (long long)wait_ms);
-                goto out;
-            }
-            usleep(100000);
-        }
+        fflush(stdout);
     }
+    ms = dg_monitored_training_session_new(g, &mo, st);
+    if (!ms) {
+        fail(st, "creating the monitored session");
+        goto out;
+    }
+    dg_session *s = dg_monitored_session_session(ms);
     if (print_placement) {
         for (int i = 0; i < dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES); i++) {
             dg_output v = {dg_graph_collection_get(g, DG_TRAINABLE_VARIABLES, i), 0};
@@ -191,10 +221,10 @@ int main(int argc, char **argv) {
     double t_start = now_s();
     int64_t local_step = 0, global_step = 0;
     printf("Training begins @ %f\n", t_start);
-    while (global_step < train_steps) {
+    while (!dg_monitored_session_should_stop(ms)) {
         mnist_next_batch(&data.train, batch_size, xb, yb);
         dg_tensor *gs = NULL;
-        if (!dg_session_run(s, feeds, vals, 2, &m.global_step, &gs, 1, &m.train, 1, st)) {
+        if (!dg_monitored_session_run(ms, feeds, vals, 2, &m.global_step, &gs, 1, &m.train, 1, st)) {
             fail(st, "training step");
             goto out;
         }
@@ -211,6 +241,13 @@ int main(int argc, char **argv) {
     printf("Training ends @ %f\n", now_s());
     printf("Training elapsed time: %f s (%lld local steps, %.1f local steps/s)\n", elapsed,
            (long long)local_step, (double)local_step / elapsed);
+    // The step this worker stops at (a restored chief may not have trained at all).
+    if ((global_step = dg_monitored_session_global_step(ms, st)) < 0) {
+        fail(st, "reading the global step");
+        goto out;
+    }
+    // The session may have been recreated during training.
+    s = dg_monitored_session_session(ms);
     double loss, acc;
     if (!mlp_evaluate(s, &m, data.test.images, data.test.labels, data.test.n, data.test.dim, 1000, &loss, &acc, st)) {
         fail(st, "evaluating");
@@ -219,13 +256,20 @@ int main(int argc, char **argv) {
     printf("After %lld training step(s), validation cross entropy = %g\n", (long long)global_step, loss);
     printf("Worker %lld: validation accuracy = %.4f (on the %lld test images)\n", (long long)task_index, acc,
            (long long)data.test.n);
+    fflush(stdout);
+    // The chief's final checkpoint is saved here.
+    if (!dg_monitored_session_close(ms, st)) {
+        fail(st, "closing the monitored session");
+        goto out;
+    }
     rc = 0;
 out:
     dg_tensor_unref(xt);
     dg_tensor_unref(yt);
     free(xb);
     free(yb);
-    dg_session_free(&s);
+    dg_monitored_session_free(&ms);
+    dg_session_hook_free(&stop);
     dg_graph_free(&g);
     dg_device_fn_free(&setter);
     mnist_free(&data);

@@ -23,10 +23,14 @@ typedef struct held {
     dg_tensor *t;
 } held;
 
+// A registered partition. Runs hold a reference (under the server's mutex), so a
+// deregistration while a step runs frees the graph when that step ends.
 typedef struct registered {
     int64_t handle;
     dg_graph *graph;
     exec_graph *eg;
+    int running;
+    bool dead;   // deregistered while running
 } registered;
 
 struct dg_server {
@@ -42,7 +46,7 @@ struct dg_server {
     exec_pool *pool;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    registered *graphs;
+    registered **graphs;
     int n_graphs, cap_graphs;
     int64_t next_handle;
     bool stopping;
@@ -310,12 +314,15 @@ static void do_register(job *j) {
         pthread_mutex_lock(&s->mu);
         if (s->n_graphs == s->cap_graphs) {
             s->cap_graphs = s->cap_graphs ? s->cap_graphs * 2 : 8;
-            registered *ng = realloc(s->graphs, (size_t)s->cap_graphs * sizeof *ng);
+            registered **ng = realloc(s->graphs, (size_t)s->cap_graphs * sizeof *ng);
             if (!ng) abort();
             s->graphs = ng;
         }
         int64_t handle = ++s->next_handle;
-        s->graphs[s->n_graphs++] = (registered){handle, g, eg};
+        registered *reg = calloc(1, sizeof *reg);
+        if (!reg) abort();
+        *reg = (registered){handle, g, eg, 0, false};
+        s->graphs[s->n_graphs++] = reg;
         pthread_mutex_unlock(&s->mu);
         rt_header *r = new_header();
         r->handle = handle;
@@ -324,28 +331,46 @@ static void do_register(job *j) {
     status_impl_clear(&st);
 }
 
-static exec_graph *find_graph(dg_server *s, int64_t handle) {
+static void free_registered(registered *r) {
+    exec_graph_free(&r->eg);
+    dg_graph_free(&r->graph);
+    free(r);
+}
+
+// The partition with this handle, with a run reference taken; NULL if unknown.
+static registered *acquire_graph(dg_server *s, int64_t handle) {
     pthread_mutex_lock(&s->mu);
-    exec_graph *eg = NULL;
-    for (int i = 0; i < s->n_graphs && !eg; i++)
-        if (s->graphs[i].handle == handle) eg = s->graphs[i].eg;
+    registered *found = NULL;
+    for (int i = 0; i < s->n_graphs && !found; i++)
+        if (s->graphs[i]->handle == handle) found = s->graphs[i];
+    if (found) found->running++;
     pthread_mutex_unlock(&s->mu);
-    return eg;
+    return found;
+}
+
+static void release_graph(dg_server *s, registered *r) {
+    pthread_mutex_lock(&s->mu);
+    bool last = --r->running == 0 && r->dead;
+    pthread_mutex_unlock(&s->mu);
+    if (last) free_registered(r);
 }
 
 static void do_deregister(job *j) {
     dg_server *s = j->s;
+    registered *gone = NULL;
     bool found = false;
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->n_graphs; i++)
-        if (s->graphs[i].handle == j->h->handle) {
-            exec_graph_free(&s->graphs[i].eg);
-            dg_graph_free(&s->graphs[i].graph);
+        if (s->graphs[i]->handle == j->h->handle) {
+            registered *r = s->graphs[i];
             s->graphs[i] = s->graphs[--s->n_graphs];
+            if (r->running) r->dead = true;   // the last run frees it
+            else gone = r;
             found = true;
             break;
         }
     pthread_mutex_unlock(&s->mu);
+    if (gone) free_registered(gone);
     if (!found) {
         dg_status st = DG_STATUS_INIT;
         dg_status_setf(&st, DG_NOT_FOUND, "no graph with handle %lld on %s", (long long)j->h->handle, s->task_name);
@@ -359,15 +384,15 @@ static void do_deregister(job *j) {
 static void do_run(job *j) {
     dg_server *s = j->s;
     dg_status st = DG_STATUS_INIT;
-    // Graphs are only removed by DEREGISTER_GRAPH, which a master sends after its last run.
-    exec_graph *eg = find_graph(s, j->h->handle);
-    if (!eg) {
+    registered *r = acquire_graph(s, j->h->handle);
+    if (!r) {
         dg_status_setf(&st, DG_ABORTED, "no graph with handle %lld on %s (did the task restart?)",
                        (long long)j->h->handle, s->task_name);
     } else {
         exec_step_options o = {j->h->step_id, s->rv, 0};
-        exec_graph_run(eg, NULL, NULL, &o, &st);
+        exec_graph_run(r->eg, NULL, NULL, &o, &st);
         exec_rendezvous_end_step(s->rv, j->h->step_id);
+        release_graph(s, r);
     }
     if (dg_status_ok(&st)) reply_ok(j, new_header(), NULL, 0);
     else reply_err(j, &st);
@@ -524,6 +549,12 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
         return NULL;
     }
     exec_rendezvous_set_router(s->rv, route, flush, s);
+    // Handles start at a random point, so a restarted task never takes a handle its earlier
+    // incarnation gave out (masters still holding those get ABORTED, not another graph).
+    uint64_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        rnd = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid();
+    s->next_handle = (int64_t)(rnd >> 2);
     const char *sao = getenv("DG_SEND_AT_ONCE");
     s->send_at_once = sao && strcmp(sao, "1") == 0;
     // Bind on the port of the cluster address, on every interface of that host name.
@@ -606,10 +637,7 @@ void dg_server_free(dg_server **sp) {
         status_impl_clear(&why);
     }
     exec_pool_free(&s->pool);    // waits for running jobs
-    for (int i = 0; i < s->n_graphs; i++) {
-        exec_graph_free(&s->graphs[i].eg);
-        dg_graph_free(&s->graphs[i].graph);
-    }
+    for (int i = 0; i < s->n_graphs; i++) free_registered(s->graphs[i]);
     free(s->graphs);
     exec_rendezvous_free(&s->rv);
     for (held *e = s->outbox, *next; e; e = next) {

@@ -18,5 +18,6 @@
 #include "distgraph/serialize.h"
 #include "distgraph/server.h"
 #include "distgraph/checkpoint.h"
+#include "distgraph/monitored_session.h"
 
 #endif

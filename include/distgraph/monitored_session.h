@@ -133,12 +133,14 @@ dg_session_hook *dg_logging_tensor_hook_new(const dg_output *tensors, int n, int
 // INVALID_ARGUMENT naming the loss tensor and the step; else a stop is requested and a
 // warning naming it goes to stderr. Returns: new, caller frees with dg_session_hook_free().
 dg_session_hook *dg_nan_guard_hook_new(dg_output loss, bool fail_on_nan, dg_status *st);
-// Every save_steps global steps (and at the end) appends the values of scalar tensors to the
-// table summaries(step INTEGER, tag TEXT, value REAL, wall_time REAL) of the SQLite file at
-// path, the checkpoint file (its own connection; see docs/CHECKPOINT.md). tags[i] names
-// scalars[i] (tags NULL: the node names). n 0: output 0 of every node of the DG_SUMMARIES
-// collection, taken at begin. Needs the global step. Borrows its arguments for the call.
-// Returns: new, caller frees with dg_session_hook_free().
+// On the first run and then every save_steps global steps, fetches scalar tensors with the
+// run and appends one row per tensor to the table
+//   summaries(step INTEGER, tag TEXT, value REAL, wall_time REAL)   -- wall_time: Unix seconds
+// of the checkpoint file at path (created with its checkpoint schema if missing; the hook
+// writes through its own SQLite connection and creates the table if missing; checkpoints never
+// touch it). tags[i] names scalars[i] (tags NULL: the node names). n 0: output 0 of every node of
+// the DG_SUMMARIES collection, taken at begin. Needs the global step. Borrows its arguments for
+// the call. Returns: new, caller frees with dg_session_hook_free().
 dg_session_hook *dg_summary_saver_hook_new(const char *path, int64_t save_steps,
                                            const char *const *tags, const dg_output *scalars,
                                            int n, dg_status *st);
@@ -199,9 +201,11 @@ void dg_monitored_session_request_stop(dg_monitored_session *s);
 // fetched[i] receives a new reference (caller unrefs); on failure none is set. A run that fails
 // with UNAVAILABLE or ABORTED (a task restarted) frees the underlying session, creates a new one
 // (the chief restores the newest checkpoint, non-chiefs wait again; after_create_session hooks
-// run again) and runs the step again; after max_recovery_attempts failed creations in a row the
-// last error is returned, its code kept, with "recovery: gave up after N attempts" prepended.
-// Other errors are returned as they are. After close: FAILED_PRECONDITION.
+// run again) and runs the step again. After max_recovery_attempts failed creations in a row (or
+// a step failing that often on fresh sessions) the last error is returned, its code kept, with
+// "recovery: gave up after N attempts ..." prepended. Other errors are returned as they are. A
+// hook must not call dg_monitored_session_run (it may use rc->raw_session). After close:
+// FAILED_PRECONDITION.
 bool dg_monitored_session_run(dg_monitored_session *s, const dg_output *feeds,
                               dg_tensor *const *feed_values, int n_feeds, const dg_output *fetches,
                               dg_tensor **fetched, int n_fetches, dg_node *const *targets,

@@ -1,0 +1,1041 @@
+/* Checkpoint store: one SQLite file in WAL mode, schema and guarantees in docs/CHECKPOINT.md.
+ * A save is one write transaction (delete the step if present, insert the checkpoint row,
+ * its tensor rows and their data chunks, prune beyond max_to_keep, commit), so a kill at any
+ * moment leaves the file as it was before the save or as it is after it. Tensor data is
+ * split into chunks of at most CHUNK_BYTES because SQLite builds each row in memory and caps
+ * a value at SQLITE_MAX_LENGTH (10^9 bytes by default). Every tensor carries a CRC-32 of its
+ * bytes, checked on restore; a mismatch is DATA_LOSS naming the variable and the file.
+ * Restore reads chunks with incremental blob I/O straight into the new tensor's buffer,
+ * which lets SQLite read overflow pages from the file into that buffer without a copy. */
+#include <errno.h>
+#include <pthread.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+#include <zlib.h>
+
+#include "distgraph/checkpoint.h"
+
+#define CKPT_APP_ID 0x64674370            // "dgCp" in the SQLite header (PRAGMA application_id)
+#define CKPT_FORMAT "distgraph-checkpoint"
+#define CKPT_VERSION 1                    // bump only with a migration; readers refuse newer
+#define CKPT_PAGE_BYTES 65536             // SQLite's largest page: fewer, larger I/O calls
+#define CKPT_CACHE_KIB 32768              // page cache per store; beyond it pages spill to the WAL
+#define CHUNK_BYTES ((size_t)16 << 20)    // tensor bytes per chunks row (writer's choice)
+#define BUSY_TIMEOUT_MS 10000             // another process holding the write lock
+
+enum {
+    Q_FIND_STEP,
+    Q_NEWEST,
+    Q_DEL_CHUNKS,
+    Q_DEL_TENSORS,
+    Q_DEL_CKPT,
+    Q_INS_CKPT,
+    Q_INS_TENSOR,
+    Q_SET_CRC,
+    Q_INS_CHUNK,
+    Q_OLDER,
+    Q_LIST,
+    Q_VARS,
+    Q_TENSOR,
+    Q_CHUNKS,
+    N_QUERIES
+};
+
+static const char *const query_sql[N_QUERIES] = {
+    [Q_FIND_STEP] = "SELECT id, global_step FROM checkpoints WHERE global_step = ?1",
+    [Q_NEWEST] = "SELECT id, global_step FROM checkpoints ORDER BY id DESC LIMIT 1",
+    [Q_DEL_CHUNKS] = "DELETE FROM chunks WHERE tensor_id IN "
+                     "(SELECT id FROM tensors WHERE checkpoint_id = ?1)",
+    [Q_DEL_TENSORS] = "DELETE FROM tensors WHERE checkpoint_id = ?1",
+    [Q_DEL_CKPT] = "DELETE FROM checkpoints WHERE id = ?1",
+    [Q_INS_CKPT] = "INSERT INTO checkpoints(global_step, created_unix_ms, n_tensors) "
+                   "VALUES(?1, ?2, ?3)",
+    [Q_INS_TENSOR] = "INSERT INTO tensors(checkpoint_id, name, dtype, dims, n_bytes, n_chunks, "
+                     "crc32) VALUES(?1, ?2, ?3, ?4, ?5, ?6, 0)",
+    [Q_SET_CRC] = "UPDATE tensors SET crc32 = ?2 WHERE id = ?1",
+    [Q_INS_CHUNK] = "INSERT INTO chunks(tensor_id, seq, data) VALUES(?1, ?2, ?3)",
+    [Q_OLDER] = "SELECT id FROM checkpoints ORDER BY id DESC LIMIT -1 OFFSET ?1",
+    [Q_LIST] = "SELECT global_step FROM checkpoints ORDER BY id",
+    [Q_VARS] = "SELECT name, dtype, dims FROM tensors WHERE checkpoint_id = ?1 ORDER BY id",
+    [Q_TENSOR] = "SELECT id, dtype, dims, n_bytes, n_chunks, crc32 FROM tensors "
+                 "WHERE checkpoint_id = ?1 AND name = ?2",
+    // length() of a blob comes from the record header: the chunk's bytes are not loaded.
+    [Q_CHUNKS] = "SELECT rowid, seq, length(data) FROM chunks WHERE tensor_id = ?1 ORDER BY seq",
+};
+
+static const char schema_sql[] =
+    "CREATE TABLE meta("
+    "  key TEXT PRIMARY KEY NOT NULL,"
+    "  value TEXT NOT NULL);"
+    "INSERT INTO meta(key, value) VALUES('format', '" CKPT_FORMAT "'), ('version', '1'),"
+    "  ('checksum', 'crc32');"
+    "CREATE TABLE checkpoints("
+    "  id INTEGER PRIMARY KEY,"
+    "  global_step INTEGER NOT NULL UNIQUE,"
+    "  created_unix_ms INTEGER NOT NULL,"
+    "  n_tensors INTEGER NOT NULL);"
+    "CREATE TABLE tensors("
+    "  id INTEGER PRIMARY KEY,"
+    "  checkpoint_id INTEGER NOT NULL,"
+    "  name TEXT NOT NULL,"
+    "  dtype INTEGER NOT NULL,"
+    "  dims TEXT NOT NULL,"
+    "  n_bytes INTEGER NOT NULL,"
+    "  n_chunks INTEGER NOT NULL,"
+    "  crc32 INTEGER NOT NULL,"
+    "  UNIQUE(checkpoint_id, name));"
+    "CREATE TABLE chunks("
+    "  tensor_id INTEGER NOT NULL,"
+    "  seq INTEGER NOT NULL,"
+    "  data BLOB NOT NULL,"
+    "  PRIMARY KEY(tensor_id, seq));";
+
+struct dg_checkpoint_store {
+    sqlite3 *db;
+    char *path;                      // as the caller gave it, for messages
+    const char *readonly_why;        // static text when saves are refused, else NULL
+    sqlite3_stmt *q[N_QUERIES];      // prepared at open, reset after each use
+    sqlite3_blob *blob;              // restore's reader, reopened per chunk; NULL between calls
+    char doing[384];                 // what the current call does, prefixed to SQLite errors
+    int last_rc;                     // extended code of the last SQLite failure
+};
+
+// ---- errors ----
+
+// Maps an SQLite result (extended codes on) to what the caller should do next.
+static dg_code code_for(int rc, int sys_errno) {
+    switch (rc & 0xff) {
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+        return DG_DATA_LOSS;
+    case SQLITE_FULL:
+    case SQLITE_NOMEM:
+    case SQLITE_TOOBIG:
+        return DG_RESOURCE_EXHAUSTED;
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+    case SQLITE_AUTH:
+        return DG_FAILED_PRECONDITION;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return DG_UNAVAILABLE;
+    case SQLITE_INTERRUPT:
+        return DG_CANCELLED;
+    case SQLITE_CONSTRAINT:
+        return DG_INVALID_ARGUMENT;
+    case SQLITE_IOERR:
+    case SQLITE_CANTOPEN:
+        // A write past RLIMIT_FSIZE fails with EFBIG, which SQLite reports as an I/O error.
+        if (sys_errno == ENOSPC || sys_errno == EFBIG || sys_errno == EDQUOT)
+            return DG_RESOURCE_EXHAUSTED;
+        if (sys_errno == EACCES || sys_errno == EPERM || sys_errno == EROFS)
+            return DG_FAILED_PRECONDITION;
+        if (sys_errno == ENOENT && (rc & 0xff) == SQLITE_CANTOPEN) return DG_NOT_FOUND;
+        return DG_UNAVAILABLE;
+    default:
+        return DG_INTERNAL;
+    }
+}
+
+// Records the SQLite failure rc of `call` (source line `line`) into st: the file, what the
+// store was doing, SQLite's own text and code name, errno where SQLite saw one.
+static void sq_fail(dg_checkpoint_store *s, int rc, const char *call, int line, dg_status *st) {
+    s->last_rc = rc;
+    int sys_errno = s->db ? sqlite3_system_errno(s->db) : 0;
+    const char *msg = s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
+    char sys[160] = "";
+    if (sys_errno && ((rc & 0xff) == SQLITE_IOERR || (rc & 0xff) == SQLITE_CANTOPEN ||
+                      (rc & 0xff) == SQLITE_FULL))
+        snprintf(sys, sizeof sys, ", errno %d: %s", sys_errno, strerror(sys_errno));
+    const char *hint = "";
+    if ((rc & 0xff) == SQLITE_NOTADB)
+        hint = " (not an SQLite database: a wrong file, or its header is damaged)";
+    else if ((rc & 0xff) == SQLITE_CORRUPT)
+        hint = " (the file is damaged)";
+    dg_status_setf(st, code_for(rc, sys_errno),
+                   "checkpoint \"%s\": %s: %s%s [SQLite %d%s] in %s at runtime/checkpoint.c:%d",
+                   s->path, s->doing[0] ? s->doing : "opening", msg, hint, rc, sys, call, line);
+}
+
+// Third-party check for SQLite calls that return SQLITE_OK on success.
+#define SQ_CHECK(s, call, st)                                    \
+    do {                                                         \
+        int rc_ = (call);                                        \
+        if (rc_ != SQLITE_OK) {                                  \
+            sq_fail((s), rc_, #call, __LINE__, (st));            \
+            goto fail;                                           \
+        }                                                        \
+    } while (0)
+
+// Steps a statement into rcvar (SQLITE_ROW or SQLITE_DONE), else records and jumps to fail.
+#define SQ_STEP(s, stmt, rcvar, st)                              \
+    do {                                                         \
+        (rcvar) = sqlite3_step(stmt);                            \
+        if ((rcvar) != SQLITE_ROW && (rcvar) != SQLITE_DONE) {   \
+            sq_fail((s), (rcvar), "sqlite3_step(" #stmt ")", __LINE__, (st)); \
+            goto fail;                                           \
+        }                                                        \
+    } while (0)
+
+static void set_doing(dg_checkpoint_store *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void set_doing(dg_checkpoint_store *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->doing, sizeof s->doing, fmt, ap);
+    va_end(ap);
+}
+
+// Resets every statement (releasing read locks and bound blob pointers) and rolls back an
+// open transaction. Used on every exit path, so nothing is left half-done.
+static void end_call(dg_checkpoint_store *s, bool rollback) {
+    if (s->blob) {
+        sqlite3_blob_close(s->blob);
+        s->blob = NULL;
+    }
+    for (int i = 0; i < N_QUERIES; i++) {
+        if (!s->q[i]) continue;
+        sqlite3_reset(s->q[i]);
+        sqlite3_clear_bindings(s->q[i]);
+    }
+    if (rollback && !sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    s->doing[0] = '\0';
+}
+
+// ---- CRC-32 on a helper thread ----
+
+// Big chunks get their CRC computed on a helper thread while SQLite copies them (save) or
+// while the next chunk is read (restore): the CRC costs about as much CPU as the copies.
+#define CRC_THREAD_MIN_BYTES ((size_t)1 << 20)
+
+typedef struct crc_job {
+    pthread_t thread;
+    const unsigned char *data;
+    size_t len;
+    uLong crc;        // in: CRC of the bytes before data; out: CRC through data[len - 1]
+    bool is_running;  // on the helper thread: crc_finish() before reading crc or freeing data
+} crc_job;
+
+static void *crc_run(void *arg) {
+    crc_job *j = arg;
+    j->crc = crc32_z(j->crc, j->data, j->len);
+    return NULL;
+}
+
+static void crc_start(crc_job *j, uLong crc, const unsigned char *data, size_t len) {
+    j->crc = crc;
+    j->data = data;
+    j->len = len;
+    j->is_running = len >= CRC_THREAD_MIN_BYTES && pthread_create(&j->thread, NULL, crc_run, j) == 0;
+    if (!j->is_running) crc_run(j);
+}
+
+// Waits for the job (if any runs) and returns the CRC through its chunk. Idempotent.
+static uLong crc_finish(crc_job *j) {
+    if (j->is_running) {
+        pthread_join(j->thread, NULL);
+        j->is_running = false;
+    }
+    return j->crc;
+}
+
+// ---- dims text: "[]" for a scalar, "[2,3]" ----
+
+static void dims_text(const dg_shape *sh, char *buf, size_t cap) {
+    size_t k = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < sh->rank && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? "," : "", (long long)sh->dims[i]);
+    if (k < cap) snprintf(buf + k, cap - k, "]");
+}
+
+// Strict parse of dims_text's output; false for anything else.
+static bool parse_dims(const char *text, dg_shape *out) {
+    if (!text || *text != '[') return false;
+    const char *p = text + 1;
+    int rank = 0;
+    int64_t dims[DG_MAX_RANK];
+    if (*p == ']') {
+        p++;
+    } else {
+        for (;;) {
+            if (rank == DG_MAX_RANK || *p < '0' || *p > '9') return false;
+            int64_t v = 0;
+            while (*p >= '0' && *p <= '9') {
+                if (v > (INT64_MAX - 9) / 10) return false;
+                v = v * 10 + (*p++ - '0');
+            }
+            dims[rank++] = v;
+            if (*p == ']') {
+                p++;
+                break;
+            }
+            if (*p++ != ',') return false;
+        }
+    }
+    if (*p) return false;
+    *out = dg_shape_make(rank, dims);
+    return true;
+}
+
+// Bytes of a tensor of dtype and shape; -1 when invalid or beyond SIZE_MAX/INT64_MAX.
+static int64_t shape_bytes(dg_dtype dtype, const dg_shape *sh) {
+    if (!dg_dtype_is_valid(dtype) || sh->rank < 0 || sh->rank > DG_MAX_RANK) return -1;
+    int64_t n = (int64_t)dg_dtype_size(dtype);
+    for (int i = 0; i < sh->rank; i++) {
+        int64_t d = sh->dims[i];
+        if (d < 0) return -1;
+        if (d && n > INT64_MAX / d) return -1;
+        n *= d;
+    }
+    if ((uint64_t)n > SIZE_MAX) return -1;
+    return n;
+}
+
+// ---- open / close ----
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+// "file:<path, percent-encoded>?immutable=1": read-only, no locks, no WAL, no -shm.
+static char *immutable_uri(const char *path) {
+    size_t n = strlen(path);
+    char *u = malloc(3 * n + 32);
+    if (!u) return NULL;
+    char *w = u + sprintf(u, "file:");
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            strchr("/-._~", *p))
+            *w++ = (char)*p;
+        else
+            w += sprintf(w, "%%%02X", *p);
+    }
+    strcpy(w, "?immutable=1");
+    return u;
+}
+
+static bool prepare_all(dg_checkpoint_store *s, dg_status *st) {
+    for (int i = 0; i < N_QUERIES; i++) {
+        int rc = sqlite3_prepare_v3(s->db, query_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->q[i],
+                                    NULL);
+        if (rc != SQLITE_OK) {
+            // The tables exist (we checked meta) but lack our columns: not our format 1.
+            dg_status_setf(st, (rc & 0xff) == SQLITE_ERROR ? DG_FAILED_PRECONDITION
+                                                           : code_for(rc, 0),
+                           "checkpoint \"%s\": the tables do not match checkpoint format %d: %s",
+                           s->path, CKPT_VERSION, sqlite3_errmsg(s->db));
+            return false;
+        }
+    }
+    return true;
+}
+
+// Runs a one-row integer query (a PRAGMA or a count) into *v.
+static bool query_int(dg_checkpoint_store *s, const char *sql, int64_t *v, dg_status *st) {
+    sqlite3_stmt *q = NULL;
+    int rc;
+    SQ_CHECK(s, sqlite3_prepare_v2(s->db, sql, -1, &q, NULL), st);
+    SQ_STEP(s, q, rc, st);
+    *v = rc == SQLITE_ROW ? sqlite3_column_int64(q, 0) : 0;
+    sqlite3_finalize(q);
+    return true;
+fail:
+    sqlite3_finalize(q);
+    return false;
+}
+
+// Creates the schema in an empty database, in one transaction (a kill leaves it empty).
+static bool init_schema(dg_checkpoint_store *s, dg_status *st) {
+    int64_t n_tables = 0;
+    char sql[64];
+    set_doing(s, "creating the checkpoint schema");
+    // page_size takes effect only before the first page is written, i.e. now.
+    snprintf(sql, sizeof sql, "PRAGMA page_size = %d", CKPT_PAGE_BYTES);
+    SQ_CHECK(s, sqlite3_exec(s->db, sql, NULL, NULL, NULL), st);
+    // With auto_vacuum the file keeps a map of each page's parent, so deleting a pruned
+    // checkpoint frees its overflow chains without reading them (1 GiB less to read per GiB
+    // pruned). INCREMENTAL: pages are never moved; later saves reuse the free ones.
+    SQ_CHECK(s, sqlite3_exec(s->db, "PRAGMA auto_vacuum = INCREMENTAL", NULL, NULL, NULL), st);
+    SQ_CHECK(s, sqlite3_exec(s->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL), st);
+    SQ_CHECK(s, sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL), st);
+    // Another process may have created it between our check and our write lock.
+    if (!query_int(s, "SELECT count(*) FROM sqlite_master", &n_tables, st)) goto fail;
+    if (n_tables == 0) {
+        SQ_CHECK(s, sqlite3_exec(s->db, schema_sql, NULL, NULL, NULL), st);
+        snprintf(sql, sizeof sql, "PRAGMA application_id = %d", CKPT_APP_ID);
+        SQ_CHECK(s, sqlite3_exec(s->db, sql, NULL, NULL, NULL), st);
+    }
+    SQ_CHECK(s, sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL), st);
+    s->doing[0] = '\0';
+    return true;
+fail:
+    if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    s->doing[0] = '\0';
+    return false;
+}
+
+// Checks that the file is a distgraph checkpoint this build can read; creates the schema in
+// an empty database when create is set. Reads only, unless it creates.
+static bool check_format(dg_checkpoint_store *s, bool create, dg_status *st) {
+    int64_t app_id = 0, n_tables = 0;
+    sqlite3_stmt *q = NULL;
+    int rc;
+    // The first read of the header: a file that is not SQLite fails here with NOTADB.
+    if (!query_int(s, "PRAGMA application_id", &app_id, st)) return false;
+    if (!query_int(s, "SELECT count(*) FROM sqlite_master", &n_tables, st)) return false;
+    if (n_tables == 0) {
+        if (!create) {
+            dg_status_setf(st, DG_FAILED_PRECONDITION,
+                           "checkpoint \"%s\": an empty SQLite database, not a distgraph "
+                           "checkpoint (open with create to start one)",
+                           s->path);
+            return false;
+        }
+        if (s->readonly_why) {
+            dg_status_setf(st, DG_FAILED_PRECONDITION,
+                           "checkpoint \"%s\": cannot create the checkpoint schema: %s", s->path,
+                           s->readonly_why);
+            return false;
+        }
+        if (!init_schema(s, st)) return false;
+        if (!query_int(s, "PRAGMA application_id", &app_id, st)) return false;
+    }
+    if (app_id != CKPT_APP_ID) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION,
+                       "checkpoint \"%s\": an SQLite database of another schema, not a "
+                       "distgraph checkpoint (application_id 0x%llx, expected 0x%x)",
+                       s->path, (unsigned long long)app_id, CKPT_APP_ID);
+        return false;
+    }
+    char format[64] = "", version[32] = "";
+    rc = sqlite3_prepare_v2(s->db, "SELECT key, value FROM meta", -1, &q, NULL);
+    if (rc != SQLITE_OK) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION,
+                       "checkpoint \"%s\": carries the distgraph application_id but %s", s->path,
+                       sqlite3_errmsg(s->db));
+        sqlite3_finalize(q);
+        return false;
+    }
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const char *k = (const char *)sqlite3_column_text(q, 0);
+        const char *v = (const char *)sqlite3_column_text(q, 1);
+        if (!k || !v) continue;
+        if (strcmp(k, "format") == 0) snprintf(format, sizeof format, "%s", v);
+        if (strcmp(k, "version") == 0) snprintf(version, sizeof version, "%s", v);
+    }
+    if (rc != SQLITE_DONE) {
+        sq_fail(s, rc, "sqlite3_step(SELECT key, value FROM meta)", __LINE__, st);
+        sqlite3_finalize(q);
+        return false;
+    }
+    sqlite3_finalize(q);
+    char *end = NULL;
+    long ver = strtol(version, &end, 10);
+    if (strcmp(format, CKPT_FORMAT) != 0 || !version[0] || *end || ver < 1) {
+        dg_status_setf(st, DG_DATA_LOSS,
+                       "checkpoint \"%s\": table meta holds format \"%s\" version \"%s\", "
+                       "expected \"%s\" version %d",
+                       s->path, format, version, CKPT_FORMAT, CKPT_VERSION);
+        return false;
+    }
+    if (ver > CKPT_VERSION) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION,
+                       "checkpoint \"%s\": format version %ld is newer than this build reads (%d)",
+                       s->path, ver, CKPT_VERSION);
+        return false;
+    }
+    return true;
+}
+
+static bool open_db(dg_checkpoint_store *s, const char *name, int flags, dg_status *st) {
+    if (s->db) {
+        sqlite3_close_v2(s->db);
+        s->db = NULL;
+    }
+    int rc = sqlite3_open_v2(name, &s->db, flags | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        sq_fail(s, rc, "sqlite3_open_v2", __LINE__, st);
+        return false;
+    }
+    sqlite3_extended_result_codes(s->db, 1);
+    sqlite3_busy_timeout(s->db, BUSY_TIMEOUT_MS);
+    if (sqlite3_db_readonly(s->db, "main") == 1 && !s->readonly_why)
+        s->readonly_why = "the file is read-only";
+    return true;
+}
+
+dg_checkpoint_store *dg_checkpoint_open(const char *path, bool create, dg_status *st) {
+    if (!path || !*path) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: empty path");
+        return NULL;
+    }
+    dg_checkpoint_store *s = calloc(1, sizeof *s);
+    if (!s || !(s->path = dup_str(path))) {
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory", path);
+        free(s);
+        return NULL;
+    }
+    bool is_uri = strncmp(path, "file:", 5) == 0;
+    dg_status *probe = dg_status_new();
+    char *uri = NULL;
+    if (!is_uri) {
+        struct stat sb;
+        if (stat(path, &sb) != 0) {
+            if (errno != ENOENT || !create) {
+                dg_status_setf(st, errno == ENOENT ? DG_NOT_FOUND : DG_FAILED_PRECONDITION,
+                               "checkpoint \"%s\": %s", path, strerror(errno));
+                goto fail;
+            }
+        } else if (!S_ISREG(sb.st_mode)) {
+            dg_status_setf(st, DG_FAILED_PRECONDITION, "checkpoint \"%s\": not a regular file",
+                           path);
+            goto fail;
+        }
+    }
+    if (!probe) {
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory", path);
+        goto fail;
+    }
+    int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0);
+    if (!open_db(s, path, flags, st)) goto fail;
+    if (!check_format(s, create, probe)) {
+        // WAL mode needs the -shm (and -wal) file beside the database; in a directory we may
+        // not write, SQLite refuses even to read. Without a -wal file every committed
+        // checkpoint is in the main file, so reading it as immutable is exact.
+        int ext = s->last_rc;
+        char wal[PATH_MAX];
+        bool no_wal = snprintf(wal, sizeof wal, "%s-wal", path) < (int)sizeof wal &&
+                      access(wal, F_OK) != 0;
+        if (is_uri || (ext != SQLITE_READONLY_DIRECTORY && ext != SQLITE_READONLY_CANTINIT &&
+                       ext != SQLITE_CANTOPEN) || !no_wal) {
+            dg_status_copy(st, probe);
+            goto fail;
+        }
+        if (!(uri = immutable_uri(path))) {
+            dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory", path);
+            goto fail;
+        }
+        s->readonly_why = "its directory is not writable (opened read-only, as immutable)";
+        if (!open_db(s, uri, SQLITE_OPEN_READONLY, st) || !check_format(s, false, st))
+            goto fail;
+    }
+    set_doing(s, "setting up the connection");
+    if (!s->readonly_why)
+        SQ_CHECK(s, sqlite3_exec(s->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL), st);
+    // FULL: the commit fsyncs the WAL, so a returned save also survives a power cut, not just
+    // a killed process (which NORMAL would already survive in WAL mode).
+    SQ_CHECK(s, sqlite3_exec(s->db, "PRAGMA synchronous = FULL", NULL, NULL, NULL), st);
+    // Some builds (Debian's) default to secure_delete, which overwrites every page a pruned
+    // checkpoint frees with zeros: as many bytes written again as the checkpoint holds.
+    SQ_CHECK(s, sqlite3_exec(s->db, "PRAGMA secure_delete = OFF", NULL, NULL, NULL), st);
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA cache_size = -%d", CKPT_CACHE_KIB);
+    SQ_CHECK(s, sqlite3_exec(s->db, sql, NULL, NULL, NULL), st);
+    // Saves checkpoint the WAL themselves right after their commit (see dg_checkpoint_save).
+    SQ_CHECK(s, sqlite3_exec(s->db, "PRAGMA wal_autocheckpoint = 0", NULL, NULL, NULL), st);
+    s->doing[0] = '\0';
+    if (!prepare_all(s, st)) goto fail;
+    free(uri);
+    dg_status_free(&probe);
+    return s;
+fail:
+    free(uri);
+    dg_status_free(&probe);
+    dg_checkpoint_close(&s);
+    return NULL;
+}
+
+void dg_checkpoint_close(dg_checkpoint_store **sp) {
+    if (!sp || !*sp) return;
+    dg_checkpoint_store *s = *sp;
+    if (s->blob) sqlite3_blob_close(s->blob);
+    for (int i = 0; i < N_QUERIES; i++) sqlite3_finalize(s->q[i]);
+    // The last connection to close checkpoints the WAL into the file and deletes it.
+    if (s->db) sqlite3_close_v2(s->db);
+    free(s->path);
+    free(s);
+    *sp = NULL;
+}
+
+// ---- save ----
+
+static bool check_save_args(const dg_checkpoint_store *s, int64_t step, const char *const *names,
+                            dg_tensor *const *values, int n, int max_to_keep, dg_status *st) {
+    if (step < 0 || n < 0 || max_to_keep < 0 || (n > 0 && (!names || !values))) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT,
+                       "checkpoint \"%s\": save of step %lld: bad arguments (n %d, max_to_keep "
+                       "%d, steps are >= 0)",
+                       s->path, (long long)step, n, max_to_keep);
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *name = names[i];
+        size_t len = name ? strlen(name) : 0;
+        if (len == 0 || len >= sizeof ((dg_checkpoint_var *)0)->name) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT,
+                           "checkpoint \"%s\": save of step %lld: name %d is %s (1 to %zu bytes)",
+                           s->path, (long long)step, i, name ? "too long" : "NULL",
+                           sizeof ((dg_checkpoint_var *)0)->name - 1);
+            return false;
+        }
+        const dg_tensor *t = values[i];
+        if (!t) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT,
+                           "checkpoint \"%s\": save of step %lld: variable \"%s\" has no value",
+                           s->path, (long long)step, name);
+            return false;
+        }
+        int64_t nb = shape_bytes(dg_tensor_dtype(t), dg_tensor_shape(t));
+        if (nb < 0 || (size_t)nb != dg_tensor_nbytes(t) || (nb > 0 && !dg_tensor_data(t))) {
+            char sb[128];
+            dg_status_setf(st, DG_INVALID_ARGUMENT,
+                           "checkpoint \"%s\": save of step %lld: variable \"%s\": a %s %s "
+                           "tensor of %zu bytes cannot be stored",
+                           s->path, (long long)step, name, dg_dtype_name(dg_tensor_dtype(t)),
+                           dg_shape_str(dg_tensor_shape(t), sb, sizeof sb),
+                           dg_tensor_nbytes(t));
+            return false;
+        }
+    }
+    return true;
+}
+
+// Deletes checkpoint id with its tensors and chunks (inside the caller's transaction).
+static bool delete_checkpoint(dg_checkpoint_store *s, int64_t id, dg_status *st) {
+    static const int order[] = {Q_DEL_CHUNKS, Q_DEL_TENSORS, Q_DEL_CKPT};
+    int rc;
+    for (int i = 0; i < 3; i++) {
+        sqlite3_stmt *q = s->q[order[i]];
+        SQ_CHECK(s, sqlite3_bind_int64(q, 1, id), st);
+        SQ_STEP(s, q, rc, st);
+        sqlite3_reset(q);
+    }
+    return true;
+fail:
+    return false;
+}
+
+// Writes one tensor's row and chunks; the CRC is computed chunk by chunk just before SQLite
+// copies the chunk, while it is still in the CPU caches.
+static bool save_tensor(dg_checkpoint_store *s, int64_t ckpt_id, const char *name,
+                        const dg_tensor *t, dg_status *st) {
+    char dims[DG_MAX_RANK * 21 + 4];
+    dims_text(dg_tensor_shape(t), dims, sizeof dims);
+    size_t nbytes = dg_tensor_nbytes(t);
+    const unsigned char *data = dg_tensor_data(t);
+    int64_t n_chunks = (int64_t)((nbytes + CHUNK_BYTES - 1) / CHUNK_BYTES);
+    sqlite3_stmt *q = s->q[Q_INS_TENSOR];
+    crc_job job = {.is_running = false};
+    int rc;
+    SQ_CHECK(s, sqlite3_bind_int64(q, 1, ckpt_id), st);
+    SQ_CHECK(s, sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC), st);
+    SQ_CHECK(s, sqlite3_bind_int(q, 3, (int)dg_tensor_dtype(t)), st);
+    SQ_CHECK(s, sqlite3_bind_text(q, 4, dims, -1, SQLITE_STATIC), st);
+    SQ_CHECK(s, sqlite3_bind_int64(q, 5, (int64_t)nbytes), st);
+    SQ_CHECK(s, sqlite3_bind_int64(q, 6, n_chunks), st);
+    rc = sqlite3_step(q);
+    if (rc == SQLITE_CONSTRAINT_UNIQUE) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "checkpoint \"%s\": %s: the name is given twice",
+                       s->path, s->doing);
+        goto fail;
+    }
+    if (rc != SQLITE_DONE) {
+        sq_fail(s, rc, "sqlite3_step(insert tensor)", __LINE__, st);
+        goto fail;
+    }
+    sqlite3_reset(q);
+    int64_t tensor_id = sqlite3_last_insert_rowid(s->db);
+    uLong crc = crc32_z(0L, Z_NULL, 0);
+    q = s->q[Q_INS_CHUNK];
+    for (int64_t k = 0; k < n_chunks; k++) {
+        size_t off = (size_t)k * CHUNK_BYTES;
+        size_t len = nbytes - off < CHUNK_BYTES ? nbytes - off : CHUNK_BYTES;
+        crc_start(&job, crc, data + off, len);
+        SQ_CHECK(s, sqlite3_bind_int64(q, 1, tensor_id), st);
+        SQ_CHECK(s, sqlite3_bind_int64(q, 2, k), st);
+        // SQLITE_STATIC: SQLite reads the tensor's buffer in place during the step.
+        SQ_CHECK(s, sqlite3_bind_blob64(q, 3, data + off, len, SQLITE_STATIC), st);
+        SQ_STEP(s, q, rc, st);
+        sqlite3_reset(q);
+        sqlite3_clear_bindings(q);
+        crc = crc_finish(&job);
+    }
+    q = s->q[Q_SET_CRC];
+    SQ_CHECK(s, sqlite3_bind_int64(q, 1, tensor_id), st);
+    SQ_CHECK(s, sqlite3_bind_int64(q, 2, (int64_t)crc), st);
+    SQ_STEP(s, q, rc, st);
+    sqlite3_reset(q);
+    return true;
+fail:
+    crc_finish(&job);
+    return false;
+}
+
+bool dg_checkpoint_save(dg_checkpoint_store *s, int64_t global_step, const char *const *names,
+                        dg_tensor *const *values, int n, int max_to_keep, dg_status *st) {
+    if (!s) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: save on a NULL store");
+        return false;
+    }
+    if (!check_save_args(s, global_step, names, values, n, max_to_keep, st)) return false;
+    if (s->readonly_why) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "checkpoint \"%s\": cannot save step %lld: %s",
+                       s->path, (long long)global_step, s->readonly_why);
+        return false;
+    }
+    int64_t *old = NULL;
+    int rc;
+    set_doing(s, "saving step %lld", (long long)global_step);
+    // IMMEDIATE takes the write lock now, so a concurrent writer waits here, not mid-save.
+    SQ_CHECK(s, sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL), st);
+    sqlite3_stmt *q = s->q[Q_FIND_STEP];
+    SQ_CHECK(s, sqlite3_bind_int64(q, 1, global_step), st);
+    SQ_STEP(s, q, rc, st);
+    int64_t existing = rc == SQLITE_ROW ? sqlite3_column_int64(q, 0) : -1;
+    sqlite3_reset(q);
+    if (existing >= 0 && !delete_checkpoint(s, existing, st)) goto fail;
+
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    q = s->q[Q_INS_CKPT];
+    SQ_CHECK(s, sqlite3_bind_int64(q, 1, global_step), st);
+    SQ_CHECK(s, sqlite3_bind_int64(q, 2, (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000), st);
+    SQ_CHECK(s, sqlite3_bind_int(q, 3, n), st);
+    SQ_STEP(s, q, rc, st);
+    sqlite3_reset(q);
+    // Ids only grow (a new row gets max(id) + 1), so id order is save order.
+    int64_t ckpt_id = sqlite3_last_insert_rowid(s->db);
+
+    for (int i = 0; i < n; i++) {
+        set_doing(s, "saving variable \"%s\" of step %lld", names[i], (long long)global_step);
+        if (!save_tensor(s, ckpt_id, names[i], values[i], st)) goto fail;
+    }
+
+    if (max_to_keep > 0) {
+        set_doing(s, "saving step %lld: removing checkpoints beyond the newest %d",
+                  (long long)global_step, max_to_keep);
+        // Collect first: deleting rows while a SELECT walks the same table is not defined.
+        int n_old = 0, cap = 0;
+        q = s->q[Q_OLDER];
+        SQ_CHECK(s, sqlite3_bind_int(q, 1, max_to_keep), st);
+        for (;;) {
+            SQ_STEP(s, q, rc, st);
+            if (rc != SQLITE_ROW) break;
+            if (n_old == cap) {
+                cap = cap ? 2 * cap : 16;
+                int64_t *grown = realloc(old, (size_t)cap * sizeof *old);
+                if (!grown) {
+                    dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory",
+                                   s->path);
+                    goto fail;
+                }
+                old = grown;
+            }
+            old[n_old++] = sqlite3_column_int64(q, 0);
+        }
+        sqlite3_reset(q);
+        for (int i = 0; i < n_old; i++)
+            if (!delete_checkpoint(s, old[i], st)) goto fail;
+    }
+    set_doing(s, "saving step %lld: committing", (long long)global_step);
+    SQ_CHECK(s, sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL), st);
+    // The save is durable now (the WAL is fsynced). Copy the WAL into the file at once rather
+    // than leave it to a later commit: restores then read the file directly (SQLite reads
+    // overflow pages straight into our buffer only for pages not in the WAL), and the next
+    // save rewrites the WAL from its start. A failure here loses nothing: the WAL keeps the
+    // frames and the next checkpoint (or close) copies them.
+    sqlite3_wal_checkpoint_v2(s->db, "main", SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    free(old);
+    end_call(s, false);
+    return true;
+fail:
+    free(old);
+    end_call(s, true);
+    return false;
+}
+
+// ---- queries ----
+
+// Finds the checkpoint of step (-1: newest) inside the caller's read transaction.
+static bool find_checkpoint(dg_checkpoint_store *s, int64_t step, int64_t *id, int64_t *found,
+                            dg_status *st) {
+    sqlite3_stmt *q = s->q[step < 0 ? Q_NEWEST : Q_FIND_STEP];
+    int rc;
+    if (step >= 0) SQ_CHECK(s, sqlite3_bind_int64(q, 1, step), st);
+    SQ_STEP(s, q, rc, st);
+    if (rc != SQLITE_ROW) {
+        if (step < 0)
+            dg_status_setf(st, DG_NOT_FOUND, "checkpoint \"%s\": holds no checkpoint", s->path);
+        else
+            dg_status_setf(st, DG_NOT_FOUND, "checkpoint \"%s\": no checkpoint of step %lld",
+                           s->path, (long long)step);
+        sqlite3_reset(q);
+        return false;
+    }
+    *id = sqlite3_column_int64(q, 0);
+    *found = sqlite3_column_int64(q, 1);
+    sqlite3_reset(q);
+    return true;
+fail:
+    return false;
+}
+
+int64_t dg_checkpoint_latest_step(dg_checkpoint_store *s, dg_status *st) {
+    if (!s) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: latest_step on a NULL store");
+        return -1;
+    }
+    int rc;
+    int64_t step = -1;
+    set_doing(s, "reading the newest step");
+    sqlite3_stmt *q = s->q[Q_NEWEST];
+    SQ_STEP(s, q, rc, st);
+    if (rc == SQLITE_ROW) step = sqlite3_column_int64(q, 1);
+    end_call(s, false);
+    return step;
+fail:
+    end_call(s, false);
+    return -1;
+}
+
+int dg_checkpoint_list(dg_checkpoint_store *s, int64_t **steps, dg_status *st) {
+    if (!s || !steps) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: list with a NULL argument");
+        return -1;
+    }
+    *steps = NULL;
+    int n = 0, cap = 0, rc;
+    set_doing(s, "listing checkpoints");
+    sqlite3_stmt *q = s->q[Q_LIST];
+    for (;;) {
+        SQ_STEP(s, q, rc, st);
+        if (rc != SQLITE_ROW) break;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int64_t *grown = realloc(*steps, (size_t)cap * sizeof **steps);
+            if (!grown) {
+                dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory",
+                               s->path);
+                goto fail;
+            }
+            *steps = grown;
+        }
+        (*steps)[n++] = sqlite3_column_int64(q, 0);
+    }
+    end_call(s, false);
+    return n;
+fail:
+    free(*steps);
+    *steps = NULL;
+    end_call(s, false);
+    return -1;
+}
+
+int dg_checkpoint_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_var **vars,
+                            dg_status *st) {
+    if (!s || !vars) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: variables with a NULL argument");
+        return -1;
+    }
+    *vars = NULL;
+    int n = 0, cap = 0, rc;
+    int64_t id, found;
+    set_doing(s, "listing the variables of step %lld", (long long)step);
+    SQ_CHECK(s, sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL), st);
+    if (!find_checkpoint(s, step, &id, &found, st)) goto fail;
+    sqlite3_stmt *q = s->q[Q_VARS];
+    SQ_CHECK(s, sqlite3_bind_int64(q, 1, id), st);
+    for (;;) {
+        SQ_STEP(s, q, rc, st);
+        if (rc != SQLITE_ROW) break;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            dg_checkpoint_var *grown = realloc(*vars, (size_t)cap * sizeof **vars);
+            if (!grown) {
+                dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory",
+                               s->path);
+                goto fail;
+            }
+            *vars = grown;
+        }
+        dg_checkpoint_var *v = &(*vars)[n];
+        const char *name = (const char *)sqlite3_column_text(q, 0);
+        v->dtype = (dg_dtype)sqlite3_column_int(q, 1);
+        if (!name || strlen(name) >= sizeof v->name || !dg_dtype_is_valid(v->dtype) ||
+            !parse_dims((const char *)sqlite3_column_text(q, 2), &v->shape)) {
+            dg_status_setf(st, DG_DATA_LOSS,
+                           "checkpoint \"%s\": step %lld: the description of variable %d "
+                           "(\"%.64s\") is damaged",
+                           s->path, (long long)found, n, name ? name : "");
+            goto fail;
+        }
+        memcpy(v->name, name, strlen(name) + 1);
+        n++;
+    }
+    end_call(s, true);
+    return n;
+fail:
+    free(*vars);
+    *vars = NULL;
+    end_call(s, true);
+    return -1;
+}
+
+// ---- restore ----
+
+// Asks for transparent huge pages on the whole 2 MiB pages inside a fresh buffer. Filling
+// a new buffer otherwise takes one page fault per 4 KiB, which costs more than the copy
+// itself (on a VM, several times more). Advice only: ignored where unsupported.
+static void advise_huge_pages(void *data, size_t n_bytes) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t lo = ((uintptr_t)data + huge - 1) & ~(huge - 1);
+    uintptr_t hi = ((uintptr_t)data + n_bytes) & ~(huge - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#else
+    (void)data;
+    (void)n_bytes;
+#endif
+}
+
+// Reads one variable of checkpoint ckpt_id into a new tensor *out.
+static bool restore_tensor(dg_checkpoint_store *s, int64_t ckpt_id, int64_t step,
+                           const char *name, dg_tensor **out, dg_status *st) {
+    dg_tensor *t = NULL;
+    crc_job job = {.is_running = false};
+    int rc;
+    sqlite3_stmt *q = s->q[Q_TENSOR];
+    SQ_CHECK(s, sqlite3_bind_int64(q, 1, ckpt_id), st);
+    SQ_CHECK(s, sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC), st);
+    SQ_STEP(s, q, rc, st);
+    if (rc != SQLITE_ROW) {
+        dg_status_setf(st, DG_NOT_FOUND,
+                       "checkpoint \"%s\": variable \"%s\" is not in the checkpoint of step %lld",
+                       s->path, name, (long long)step);
+        goto fail;
+    }
+    int64_t tensor_id = sqlite3_column_int64(q, 0);
+    dg_dtype dtype = (dg_dtype)sqlite3_column_int(q, 1);
+    dg_shape shape;
+    bool dims_ok = parse_dims((const char *)sqlite3_column_text(q, 2), &shape);
+    int64_t n_bytes = sqlite3_column_int64(q, 3);
+    int64_t n_chunks = sqlite3_column_int64(q, 4);
+    int64_t stored_crc = sqlite3_column_int64(q, 5);
+    sqlite3_reset(q);
+    if (!dims_ok || shape_bytes(dtype, &shape) != n_bytes || n_chunks < 0) {
+        dg_status_setf(st, DG_DATA_LOSS,
+                       "checkpoint \"%s\": variable \"%s\" of step %lld: its dtype %d, dims and "
+                       "size %lld bytes do not agree",
+                       s->path, name, (long long)step, (int)dtype, (long long)n_bytes);
+        goto fail;
+    }
+    t = dg_tensor_new(dtype, shape, st);
+    if (!t) {
+        dg_status_prepend(st, "checkpoint \"%s\": variable \"%s\" of step %lld", s->path, name,
+                          (long long)step);
+        goto fail;
+    }
+    unsigned char *data = dg_tensor_data(t);
+    advise_huge_pages(data, (size_t)n_bytes);
+    uLong crc = crc32_z(0L, Z_NULL, 0);
+    int64_t off = 0, k = 0;
+    q = s->q[Q_CHUNKS];
+    SQ_CHECK(s, sqlite3_bind_int64(q, 1, tensor_id), st);
+    for (;;) {
+        SQ_STEP(s, q, rc, st);
+        if (rc != SQLITE_ROW) break;
+        int64_t rowid = sqlite3_column_int64(q, 0);
+        int64_t seq = sqlite3_column_int64(q, 1);
+        int64_t len = sqlite3_column_int64(q, 2);
+        if (seq != k || len <= 0 || len > INT_MAX || len > n_bytes - off) {
+            dg_status_setf(st, DG_DATA_LOSS,
+                           "checkpoint \"%s\": variable \"%s\" of step %lld: chunk %lld (#%lld, "
+                           "%lld bytes) does not fit its %lld bytes",
+                           s->path, name, (long long)step, (long long)k, (long long)seq,
+                           (long long)len, (long long)n_bytes);
+            goto fail;
+        }
+        if (!s->blob)
+            SQ_CHECK(s, sqlite3_blob_open(s->db, "main", "chunks", "data", rowid, 0, &s->blob), st);
+        else
+            SQ_CHECK(s, sqlite3_blob_reopen(s->blob, rowid), st);
+        if (sqlite3_blob_bytes(s->blob) != len) {
+            dg_status_setf(st, DG_DATA_LOSS,
+                           "checkpoint \"%s\": variable \"%s\" of step %lld: chunk %lld changed "
+                           "size while read",
+                           s->path, name, (long long)step, (long long)k);
+            goto fail;
+        }
+        SQ_CHECK(s, sqlite3_blob_read(s->blob, data + off, (int)len, 0), st);
+        crc = crc_finish(&job);
+        crc_start(&job, crc, data + off, (size_t)len);
+        off += len;
+        k++;
+    }
+    sqlite3_reset(q);
+    crc = crc_finish(&job);
+    if (k != n_chunks || off != n_bytes) {
+        dg_status_setf(st, DG_DATA_LOSS,
+                       "checkpoint \"%s\": variable \"%s\" of step %lld: %lld chunks with %lld "
+                       "bytes stored, %lld chunks with %lld bytes expected",
+                       s->path, name, (long long)step, (long long)k, (long long)off,
+                       (long long)n_chunks, (long long)n_bytes);
+        goto fail;
+    }
+    if ((int64_t)crc != stored_crc) {
+        dg_status_setf(st, DG_DATA_LOSS,
+                       "checkpoint \"%s\": variable \"%s\" of step %lld: checksum mismatch "
+                       "(CRC-32 stored 0x%08llx, of the bytes read 0x%08lx): the file is damaged",
+                       s->path, name, (long long)step, (unsigned long long)stored_crc,
+                       (unsigned long)crc);
+        goto fail;
+    }
+    *out = t;
+    return true;
+fail:
+    crc_finish(&job);
+    dg_tensor_unref(t);
+    return false;
+}
+
+bool dg_checkpoint_restore(dg_checkpoint_store *s, int64_t step, const char *const *names, int n,
+                           dg_tensor **out, int64_t *restored_step, dg_status *st) {
+    if (!s || n < 0 || (n > 0 && (!names || !out))) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: restore with bad arguments");
+        return false;
+    }
+    for (int i = 0; i < n; i++) out[i] = NULL;
+    int64_t id, found = -1;
+    set_doing(s, "restoring step %lld", (long long)step);
+    // One read transaction: every variable comes from the same snapshot of the file.
+    SQ_CHECK(s, sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL), st);
+    if (!find_checkpoint(s, step, &id, &found, st)) goto fail;
+    for (int i = 0; i < n; i++) {
+        if (!names[i]) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "checkpoint \"%s\": restore: name %d is NULL",
+                           s->path, i);
+            goto fail;
+        }
+        set_doing(s, "restoring variable \"%s\" of step %lld", names[i], (long long)found);
+        if (!restore_tensor(s, id, found, names[i], &out[i], st)) goto fail;
+    }
+    end_call(s, true);
+    if (restored_step) *restored_step = found;
+    return true;
+fail:
+    end_call(s, true);
+    for (int i = 0; i < n; i++) dg_tensor_free(&out[i]);
+    return false;
+}

@@ -1,0 +1,698 @@
+/* Built-in session hooks (TensorFlow's basic_session_run_hooks): stop at a step, checkpoint
+ * saver, step counter, tensor logging, NaN guard, summary saver, final ops. They use only the
+ * public API: the global step comes from the DG_GLOBAL_STEP collection, the saver from the
+ * monitored session. Each keeps its state in its ctx; the monitored session serializes their
+ * callbacks. */
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "distgraph/monitored_session.h"
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double wall_time_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static dg_session_hook *new_hook(const char *name, void *ctx, void (*free_ctx)(void *), dg_status *st) {
+    dg_session_hook *h = calloc(1, sizeof *h);
+    if (!h) {
+        if (free_ctx) free_ctx(ctx);
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "hook \"%s\": %zu bytes", name, sizeof *h);
+        return NULL;
+    }
+    h->name = name;
+    h->ctx = ctx;
+    h->free_ctx = free_ctx;
+    return h;
+}
+
+void dg_session_hook_free(dg_session_hook **hp) {
+    if (!hp || !*hp) return;
+    if ((*hp)->free_ctx) (*hp)->free_ctx((*hp)->ctx);
+    free(*hp);
+    *hp = NULL;
+}
+
+static bool find_global_step(dg_graph *g, const char *hook, dg_output *gs, dg_status *st) {
+    if (dg_graph_collection_size(g, DG_GLOBAL_STEP) == 0) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "%s needs the graph's global step (create it with "
+                       "dg_global_step)", hook);
+        return false;
+    }
+    *gs = (dg_output){dg_graph_collection_get(g, DG_GLOBAL_STEP, 0), 0};
+    return true;
+}
+
+static bool read_step(dg_session *sess, dg_output gs, int64_t *step, dg_status *st) {
+    dg_tensor *v = NULL;
+    if (!dg_session_run(sess, NULL, NULL, 0, &gs, &v, 1, NULL, 0, st)) return false;
+    *step = dg_tensor_i64(v)[0];
+    dg_tensor_unref(v);
+    return true;
+}
+
+// ---- stop at step ----
+typedef struct stop_hook {
+    int64_t num_steps, last_step;   // last_step -1 until the first creation fixes it
+    dg_output gs;
+} stop_hook;
+
+static bool stop_begin(void *ctx, dg_graph *g, dg_status *st) {
+    stop_hook *h = ctx;
+    return find_global_step(g, "the stop-at-step hook", &h->gs, st);
+}
+
+static bool stop_after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
+    stop_hook *h = ctx;
+    int64_t step;
+    if (!read_step(sess, h->gs, &step, st)) return false;
+    if (h->last_step < 0) h->last_step = step + h->num_steps;
+    if (step >= h->last_step) dg_monitored_session_request_stop(ms);
+    return true;
+}
+
+static bool stop_before_run(void *ctx, const dg_run_context *rc, dg_hook_run_args *args, dg_status *st) {
+    stop_hook *h = ctx;
+    args->fetches = &h->gs;
+    args->n_fetches = 1;
+    return true;
+}
+
+static bool stop_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const *values, int n, dg_status *st) {
+    stop_hook *h = ctx;
+    int64_t step = dg_tensor_i64(values[0])[0];
+    // The fetched value may predate this run's increment (it is read concurrently with the
+    // train op on another task): one short of the last step is read again.
+    if (step + 1 >= h->last_step && step < h->last_step && !read_step(rc->raw_session, h->gs, &step, st))
+        return false;
+    if (step >= h->last_step) dg_monitored_session_request_stop(rc->session);
+    return true;
+}
+
+dg_session_hook *dg_stop_at_step_hook_new(int64_t num_steps, int64_t last_step, dg_status *st) {
+    if ((num_steps < 0) == (last_step < 0) || num_steps < -1 || last_step < -1) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "stop-at-step hook: give exactly one of num_steps (%lld) and "
+                       "last_step (%lld), the other -1", (long long)num_steps, (long long)last_step);
+        return NULL;
+    }
+    stop_hook *c = calloc(1, sizeof *c);
+    if (!c) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "stop-at-step hook: out of memory");
+        return NULL;
+    }
+    c->num_steps = num_steps;
+    c->last_step = last_step;
+    dg_session_hook *h = new_hook("stop_at_step", c, free, st);
+    if (!h) return NULL;
+    h->begin = stop_begin;
+    h->after_create_session = stop_after_create;
+    h->before_run = stop_before_run;
+    h->after_run = stop_after_run;
+    return h;
+}
+
+// ---- checkpoint saver ----
+typedef struct ckpt_hook {
+    char *path;
+    int64_t save_steps, save_secs;
+    int max_to_keep;
+    dg_checkpoint_store *store;   // opened at the first creation
+    dg_output gs;
+    int64_t last_trigger_step;    // step seen at the last save (or creation)
+    int64_t last_trigger_ms;
+    int64_t last_saved_step;      // -1 before the first save
+} ckpt_hook;
+
+static void ckpt_free(void *ctx) {
+    ckpt_hook *h = ctx;
+    dg_checkpoint_close(&h->store);
+    free(h->path);
+    free(h);
+}
+
+static bool ckpt_begin(void *ctx, dg_graph *g, dg_status *st) {
+    ckpt_hook *h = ctx;
+    return find_global_step(g, "the checkpoint saver hook", &h->gs, st);
+}
+
+static bool ckpt_save(ckpt_hook *h, dg_saver *sv, dg_session *sess, dg_status *st) {
+    int64_t step = -1;
+    if (!dg_saver_save(sv, sess, h->store, -1, h->max_to_keep, &step, st)) {
+        dg_status_prepend(st, "saving a checkpoint to \"%s\"", h->path);
+        return false;
+    }
+    h->last_saved_step = step;
+    h->last_trigger_step = step;
+    h->last_trigger_ms = now_ms();
+    return true;
+}
+
+static bool ckpt_after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
+    ckpt_hook *h = ctx;
+    dg_saver *sv = dg_monitored_session_saver(ms);
+    if (!sv) {
+        dg_status_set(st, DG_FAILED_PRECONDITION, "the checkpoint saver hook needs a monitored session's saver");
+        return false;
+    }
+    if (!h->store && !(h->store = dg_checkpoint_open(h->path, true, st))) return false;
+    int64_t step;
+    if (!read_step(sess, h->gs, &step, st)) return false;
+    h->last_trigger_step = step;
+    h->last_trigger_ms = now_ms();
+    // Freshly initialized variables are saved at once, so a restart before the first periodic
+    // save does not initialize them again with other random values.
+    if (dg_monitored_session_restored_step(ms) < 0) return ckpt_save(h, sv, sess, st);
+    h->last_saved_step = dg_monitored_session_restored_step(ms);
+    return true;
+}
+
+static bool ckpt_before_run(void *ctx, const dg_run_context *rc, dg_hook_run_args *args, dg_status *st) {
+    ckpt_hook *h = ctx;
+    args->fetches = &h->gs;
+    args->n_fetches = 1;
+    return true;
+}
+
+static bool ckpt_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const *values, int n, dg_status *st) {
+    ckpt_hook *h = ctx;
+    int64_t step = dg_tensor_i64(values[0])[0];
+    bool by_time = h->save_secs > 0 && now_ms() - h->last_trigger_ms >= h->save_secs * 1000;
+    bool by_steps = h->save_steps > 0 && step + 1 >= h->last_trigger_step + h->save_steps;
+    // As in the stop hook, the fetched step may predate this run's increment: a step one short
+    // of the next save is read again, so saves land on multiples of save_steps either way.
+    if (by_steps && step < h->last_trigger_step + h->save_steps) {
+        if (!read_step(rc->raw_session, h->gs, &step, st)) return false;
+        by_steps = step >= h->last_trigger_step + h->save_steps;
+    }
+    if (!by_steps && !by_time) return true;
+    return ckpt_save(h, dg_monitored_session_saver(rc->session), rc->raw_session, st);
+}
+
+static bool ckpt_end(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
+    ckpt_hook *h = ctx;
+    int64_t step;
+    if (!h->store) return true;   // never created a session
+    if (!read_step(sess, h->gs, &step, st)) return false;
+    if (step == h->last_saved_step) return true;
+    return ckpt_save(h, dg_monitored_session_saver(ms), sess, st);
+}
+
+dg_session_hook *dg_checkpoint_saver_hook_new(const char *path, int64_t save_steps, int64_t save_secs,
+                                              int max_to_keep, dg_status *st) {
+    if (!path || !*path || save_steps < 0 || save_secs < 0 || max_to_keep < 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "checkpoint saver hook: need a path and save_steps (%lld), "
+                       "save_secs (%lld), max_to_keep (%d) >= 0", (long long)save_steps, (long long)save_secs,
+                       max_to_keep);
+        return NULL;
+    }
+    ckpt_hook *c = calloc(1, sizeof *c);
+    if (!c || !(c->path = strdup(path))) {
+        free(c);
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "checkpoint saver hook: out of memory");
+        return NULL;
+    }
+    c->save_steps = save_steps;
+    c->save_secs = save_secs;
+    c->max_to_keep = max_to_keep;
+    c->last_saved_step = -1;
+    dg_session_hook *h = new_hook("checkpoint_saver", c, ckpt_free, st);
+    if (!h) return NULL;
+    h->begin = ckpt_begin;
+    h->after_create_session = ckpt_after_create;
+    h->before_run = ckpt_before_run;
+    h->after_run = ckpt_after_run;
+    h->end = ckpt_end;
+    return h;
+}
+
+// ---- step counter ----
+typedef struct counter_hook {
+    int64_t every;
+    FILE *out;
+    dg_output gs;
+    int64_t last_step;   // -1: nothing seen since the session was created
+    double last_s;
+} counter_hook;
+
+static bool counter_begin(void *ctx, dg_graph *g, dg_status *st) {
+    counter_hook *h = ctx;
+    return find_global_step(g, "the step counter hook", &h->gs, st);
+}
+
+static bool counter_after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
+    ((counter_hook *)ctx)->last_step = -1;
+    return true;
+}
+
+static bool counter_before_run(void *ctx, const dg_run_context *rc, dg_hook_run_args *args, dg_status *st) {
+    counter_hook *h = ctx;
+    args->fetches = &h->gs;
+    args->n_fetches = 1;
+    return true;
+}
+
+static bool counter_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const *values, int n, dg_status *st) {
+    counter_hook *h = ctx;
+    int64_t step = dg_tensor_i64(values[0])[0];
+    double t = now_s();
+    if (h->last_step < 0 || step < h->last_step) {
+        h->last_step = step;
+        h->last_s = t;
+    } else if (step >= h->last_step + h->every) {
+        double secs = t - h->last_s;
+        fprintf(h->out ? h->out : stdout, "global_step/sec: %.4g (global step %lld)\n",
+                secs > 0 ? (double)(step - h->last_step) / secs : 0.0, (long long)step);
+        fflush(h->out ? h->out : stdout);
+        h->last_step = step;
+        h->last_s = t;
+    }
+    return true;
+}
+
+dg_session_hook *dg_step_counter_hook_new(int64_t every_n_steps, FILE *out, dg_status *st) {
+    if (every_n_steps < 1) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "step counter hook: every_n_steps must be >= 1, got %lld",
+                       (long long)every_n_steps);
+        return NULL;
+    }
+    counter_hook *c = calloc(1, sizeof *c);
+    if (!c) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "step counter hook: out of memory");
+        return NULL;
+    }
+    c->every = every_n_steps;
+    c->out = out;
+    c->last_step = -1;
+    dg_session_hook *h = new_hook("step_counter", c, free, st);
+    if (!h) return NULL;
+    h->begin = counter_begin;
+    h->after_create_session = counter_after_create;
+    h->before_run = counter_before_run;
+    h->after_run = counter_after_run;
+    return h;
+}
+
+// ---- logging of tensors ----
+typedef struct log_hook {
+    dg_output *tensors;
+    int n;
+    int64_t every, iter;
+    FILE *out;
+} log_hook;
+
+static void log_free(void *ctx) {
+    log_hook *h = ctx;
+    free(h->tensors);
+    free(h);
+}
+
+static bool log_before_run(void *ctx, const dg_run_context *rc, dg_hook_run_args *args, dg_status *st) {
+    log_hook *h = ctx;
+    if (h->iter % h->every == 0) {
+        args->fetches = h->tensors;
+        args->n_fetches = h->n;
+    }
+    return true;
+}
+
+static void print_value(FILE *f, const dg_tensor *t) {
+    int64_t n = dg_tensor_num_elements(t);
+    if (dg_tensor_rank(t) == 0) {
+        fprintf(f, "%.6g", dg_tensor_get_as_double(t, 0));
+        return;
+    }
+    char sb[128];
+    if (n > 10) fprintf(f, "shape %s ", dg_shape_str(dg_tensor_shape(t), sb, sizeof sb));
+    fputc('[', f);
+    for (int64_t i = 0; i < n && i < 10; i++) fprintf(f, "%s%.6g", i ? ", " : "", dg_tensor_get_as_double(t, i));
+    fprintf(f, "%s]", n > 10 ? ", ..." : "");
+}
+
+static bool log_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const *values, int n, dg_status *st) {
+    log_hook *h = ctx;
+    h->iter++;
+    if (n == 0) return true;   // not a logging run (runs of several threads may interleave)
+    FILE *f = h->out ? h->out : stdout;
+    char buf[256];
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "%s%s = ", i ? ", " : "", dg_output_str(h->tensors[i], buf, sizeof buf));
+        print_value(f, values[i]);
+    }
+    fputc('\n', f);
+    fflush(f);
+    return true;
+}
+
+dg_session_hook *dg_logging_tensor_hook_new(const dg_output *tensors, int n, int64_t every_n_iter, FILE *out,
+                                            dg_status *st) {
+    if (n < 1 || !tensors || every_n_iter < 1) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "logging hook: need at least one tensor (got %d) and every_n_iter "
+                       ">= 1 (got %lld)", n, (long long)every_n_iter);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        if (!tensors[i].node) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "logging hook: tensor %d is the null output", i);
+            return NULL;
+        }
+    log_hook *c = calloc(1, sizeof *c);
+    if (!c || !(c->tensors = malloc((size_t)n * sizeof *c->tensors))) {
+        free(c);
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "logging hook: out of memory");
+        return NULL;
+    }
+    memcpy(c->tensors, tensors, (size_t)n * sizeof *tensors);
+    c->n = n;
+    c->every = every_n_iter;
+    c->out = out;
+    dg_session_hook *h = new_hook("logging_tensor", c, log_free, st);
+    if (!h) return NULL;
+    h->before_run = log_before_run;
+    h->after_run = log_after_run;
+    return h;
+}
+
+// ---- NaN guard ----
+typedef struct nan_hook {
+    dg_output loss;
+    bool fail;
+    int64_t iter;
+} nan_hook;
+
+static bool nan_before_run(void *ctx, const dg_run_context *rc, dg_hook_run_args *args, dg_status *st) {
+    nan_hook *h = ctx;
+    args->fetches = &h->loss;
+    args->n_fetches = 1;
+    return true;
+}
+
+static bool nan_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const *values, int n, dg_status *st) {
+    nan_hook *h = ctx;
+    h->iter++;
+    bool nan = false;
+    for (int64_t i = 0; i < dg_tensor_num_elements(values[0]) && !nan; i++)
+        nan = isnan(dg_tensor_get_as_double(values[0], i));
+    if (!nan) return true;
+    char buf[256];
+    dg_output_str(h->loss, buf, sizeof buf);
+    if (h->fail) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "NaN loss during training: tensor \"%s\" is NaN (run %lld of this "
+                       "process)", buf, (long long)h->iter);
+        return false;
+    }
+    fprintf(stderr, "NaN guard: loss tensor \"%s\" is NaN (run %lld of this process); requesting a stop\n", buf,
+            (long long)h->iter);
+    dg_monitored_session_request_stop(rc->session);
+    return true;
+}
+
+dg_session_hook *dg_nan_guard_hook_new(dg_output loss, bool fail_on_nan, dg_status *st) {
+    if (!loss.node || !dg_dtype_is_float(dg_output_dtype(loss))) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "NaN guard hook: the loss must be a floating-point output");
+        return NULL;
+    }
+    nan_hook *c = calloc(1, sizeof *c);
+    if (!c) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "NaN guard hook: out of memory");
+        return NULL;
+    }
+    c->loss = loss;
+    c->fail = fail_on_nan;
+    dg_session_hook *h = new_hook("nan_guard", c, free, st);
+    if (!h) return NULL;
+    h->before_run = nan_before_run;
+    h->after_run = nan_after_run;
+    return h;
+}
+
+// ---- summary saver ----
+// Rows go into the checkpoint file through a second SQLite connection of our own; the table is
+// created if missing and is not part of a checkpoint (checkpoint saves never touch it).
+typedef struct summary_hook {
+    char *path;
+    int64_t every;
+    int n;
+    char **tags;
+    dg_output *scalars;      // followed by the global step at index n in `fetch`
+    dg_output *fetch;        // n scalars + the global step
+    sqlite3 *db;
+    dg_output gs;
+    int64_t last_step;       // step of the last write, -1 none
+    int64_t next_step;       // guess of the step this run makes, -1 unknown
+} summary_hook;
+
+// One checking macro for SQLite: records the library's message, the call and file:line.
+#define SQL_CHECK(db, call)                                                                    \
+    do {                                                                                       \
+        int rc_ = (call);                                                                      \
+        if (rc_ != SQLITE_OK && rc_ != SQLITE_DONE && rc_ != SQLITE_ROW) {                     \
+            sql_fail(st, db, rc_, #call, __FILE__, __LINE__);                                  \
+            goto fail;                                                                         \
+        }                                                                                      \
+    } while (0)
+
+static void sql_fail(dg_status *st, sqlite3 *db, int rc, const char *call, const char *file, int line) {
+    dg_code code = DG_INTERNAL;
+    switch (rc & 0xff) {
+    case SQLITE_FULL: code = DG_RESOURCE_EXHAUSTED; break;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB: code = DG_DATA_LOSS; break;
+    case SQLITE_CANTOPEN:
+    case SQLITE_READONLY:
+    case SQLITE_PERM: code = DG_FAILED_PRECONDITION; break;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: code = DG_DEADLINE_EXCEEDED; break;
+    default: break;
+    }
+    dg_status_setf(st, code, "sqlite: %s (%s) at %s:%d", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), call, file,
+                   line);
+}
+
+static void summary_free(void *ctx) {
+    summary_hook *h = ctx;
+    if (h->db) sqlite3_close(h->db);
+    for (int i = 0; i < h->n; i++) free(h->tags[i]);
+    free(h->tags);
+    free(h->fetch);
+    free(h->path);
+    free(h);
+}
+
+static bool summary_set_scalars(summary_hook *h, const char *const *tags, const dg_output *scalars, int n,
+                                dg_status *st) {
+    h->tags = calloc((size_t)n + 1, sizeof *h->tags);
+    h->fetch = calloc((size_t)n + 1, sizeof *h->fetch);
+    if (!h->tags || !h->fetch) abort();
+    h->n = n;
+    for (int i = 0; i < n; i++) {
+        if (!scalars[i].node) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "summary saver hook: scalar %d is the null output", i);
+            return false;
+        }
+        dg_shape sh = dg_output_shape(scalars[i]);
+        if (dg_shape_num_elements(&sh) != 1 || dg_output_dtype(scalars[i]) == DG_BOOL) {
+            char b[128];
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "summary saver hook: \"%s\" is not a numeric scalar (%s %s)",
+                           dg_node_name(scalars[i].node), dg_dtype_name(dg_output_dtype(scalars[i])),
+                           dg_shape_str(&sh, b, sizeof b));
+            return false;
+        }
+        h->fetch[i] = scalars[i];
+        if (!(h->tags[i] = strdup(tags ? tags[i] : dg_node_name(scalars[i].node)))) abort();
+    }
+    h->scalars = h->fetch;
+    return true;
+}
+
+static bool summary_begin(void *ctx, dg_graph *g, dg_status *st) {
+    summary_hook *h = ctx;
+    if (!find_global_step(g, "the summary saver hook", &h->gs, st)) return false;
+    if (!h->fetch) {   // the DG_SUMMARIES collection, as it is now
+        int n = dg_graph_collection_size(g, DG_SUMMARIES);
+        dg_output *outs = calloc((size_t)n + 1, sizeof *outs);
+        if (!outs) abort();
+        for (int i = 0; i < n; i++) outs[i] = (dg_output){dg_graph_collection_get(g, DG_SUMMARIES, i), 0};
+        bool ok = summary_set_scalars(h, NULL, outs, n, st);
+        free(outs);
+        if (!ok) return false;
+    }
+    h->fetch[h->n] = h->gs;
+    return true;
+}
+
+static bool summary_after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
+    summary_hook *h = ctx;
+    h->next_step = -1;
+    if (h->db) return true;
+    // The checkpoint store creates its schema first, so the file is a checkpoint file.
+    dg_checkpoint_store *store = dg_checkpoint_open(h->path, true, st);
+    if (!store) return false;
+    dg_checkpoint_close(&store);
+    SQL_CHECK(h->db, sqlite3_open_v2(h->path, &h->db, SQLITE_OPEN_READWRITE, NULL));
+    SQL_CHECK(h->db, sqlite3_busy_timeout(h->db, 10000));
+    SQL_CHECK(h->db, sqlite3_exec(h->db, "CREATE TABLE IF NOT EXISTS summaries(step INTEGER NOT NULL, "
+                                  "tag TEXT NOT NULL, value REAL NOT NULL, wall_time REAL NOT NULL)",
+                                  NULL, NULL, NULL));
+    return true;
+fail:
+    dg_status_prepend(st, "summary saver hook: \"%s\"", h->path);
+    if (h->db) sqlite3_close(h->db);
+    h->db = NULL;
+    return false;
+}
+
+static bool summary_before_run(void *ctx, const dg_run_context *rc, dg_hook_run_args *args, dg_status *st) {
+    summary_hook *h = ctx;
+    bool requested = h->n > 0 && (h->last_step < 0 || h->next_step < 0 || h->next_step >= h->last_step + h->every);
+    args->fetches = requested ? h->fetch : &h->fetch[h->n];
+    args->n_fetches = requested ? h->n + 1 : 1;
+    return true;
+}
+
+static bool summary_write(summary_hook *h, int64_t step, dg_tensor *const *values, dg_status *st) {
+    sqlite3_stmt *ins = NULL;
+    double wall = wall_time_s();
+    SQL_CHECK(h->db, sqlite3_exec(h->db, "BEGIN IMMEDIATE", NULL, NULL, NULL));
+    SQL_CHECK(h->db, sqlite3_prepare_v2(h->db, "INSERT INTO summaries(step, tag, value, wall_time) VALUES (?, ?, ?, ?)",
+                                        -1, &ins, NULL));
+    for (int i = 0; i < h->n; i++) {
+        SQL_CHECK(h->db, sqlite3_reset(ins));
+        SQL_CHECK(h->db, sqlite3_bind_int64(ins, 1, step));
+        SQL_CHECK(h->db, sqlite3_bind_text(ins, 2, h->tags[i], -1, SQLITE_STATIC));
+        SQL_CHECK(h->db, sqlite3_bind_double(ins, 3, dg_tensor_get_as_double(values[i], 0)));
+        SQL_CHECK(h->db, sqlite3_bind_double(ins, 4, wall));
+        SQL_CHECK(h->db, sqlite3_step(ins));
+    }
+    SQL_CHECK(h->db, sqlite3_finalize(ins));
+    ins = NULL;
+    SQL_CHECK(h->db, sqlite3_exec(h->db, "COMMIT", NULL, NULL, NULL));
+    h->last_step = step;
+    return true;
+fail:
+    sqlite3_finalize(ins);
+    sqlite3_exec(h->db, "ROLLBACK", NULL, NULL, NULL);
+    dg_status_prepend(st, "summary saver hook: writing step %lld to \"%s\"", (long long)step, h->path);
+    return false;
+}
+
+static bool summary_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const *values, int n, dg_status *st) {
+    summary_hook *h = ctx;
+    int64_t step = dg_tensor_i64(values[n - 1])[0];
+    h->next_step = step + 1;
+    if (n == 1) return true;   // only the step was fetched
+    return summary_write(h, step, values, st);
+}
+
+dg_session_hook *dg_summary_saver_hook_new(const char *path, int64_t save_steps, const char *const *tags,
+                                           const dg_output *scalars, int n, dg_status *st) {
+    if (!path || !*path || save_steps < 1 || n < 0 || (n > 0 && !scalars)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "summary saver hook: need a path, save_steps >= 1 (got %lld) and "
+                       "n >= 0 scalars (got %d)", (long long)save_steps, n);
+        return NULL;
+    }
+    summary_hook *c = calloc(1, sizeof *c);
+    if (!c || !(c->path = strdup(path))) {
+        free(c);
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "summary saver hook: out of memory");
+        return NULL;
+    }
+    c->every = save_steps;
+    c->last_step = -1;
+    c->next_step = -1;
+    if (n > 0 && !summary_set_scalars(c, tags, scalars, n, st)) {
+        summary_free(c);
+        return NULL;
+    }
+    dg_session_hook *h = new_hook("summary_saver", c, summary_free, st);
+    if (!h) return NULL;
+    h->begin = summary_begin;
+    h->after_create_session = summary_after_create;
+    h->before_run = summary_before_run;
+    h->after_run = summary_after_run;
+    return h;
+}
+
+// ---- final ops ----
+typedef struct final_hook {
+    dg_output *fetches;
+    int n_fetches;
+    dg_node **targets;
+    int n_targets;
+    dg_tensor **values;   // n_fetches, set at end
+} final_hook;
+
+static void final_free(void *ctx) {
+    final_hook *h = ctx;
+    for (int i = 0; i < h->n_fetches; i++) dg_tensor_unref(h->values[i]);
+    free(h->values);
+    free(h->fetches);
+    free(h->targets);
+    free(h);
+}
+
+static bool final_end(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
+    final_hook *h = ctx;
+    dg_tensor **vals = calloc((size_t)h->n_fetches + 1, sizeof *vals);
+    if (!vals) abort();
+    if (!dg_session_run(sess, NULL, NULL, 0, h->fetches, vals, h->n_fetches, h->targets, h->n_targets, st)) {
+        free(vals);
+        return false;
+    }
+    for (int i = 0; i < h->n_fetches; i++) {
+        dg_tensor_unref(h->values[i]);
+        h->values[i] = vals[i];
+    }
+    free(vals);
+    return true;
+}
+
+dg_session_hook *dg_final_ops_hook_new(const dg_output *fetches, int n_fetches, dg_node *const *targets,
+                                       int n_targets, dg_status *st) {
+    if (n_fetches < 0 || n_targets < 0 || (n_fetches && !fetches) || (n_targets && !targets) ||
+        n_fetches + n_targets == 0) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "final ops hook: need at least one fetch or target");
+        return NULL;
+    }
+    final_hook *c = calloc(1, sizeof *c);
+    if (c) {
+        c->fetches = calloc((size_t)n_fetches + 1, sizeof *c->fetches);
+        c->values = calloc((size_t)n_fetches + 1, sizeof *c->values);
+        c->targets = calloc((size_t)n_targets + 1, sizeof *c->targets);
+    }
+    if (!c || !c->fetches || !c->values || !c->targets) {
+        if (c) final_free(c);
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "final ops hook: out of memory");
+        return NULL;
+    }
+    if (n_fetches) memcpy(c->fetches, fetches, (size_t)n_fetches * sizeof *fetches);
+    if (n_targets) memcpy(c->targets, targets, (size_t)n_targets * sizeof *targets);
+    c->n_fetches = n_fetches;
+    c->n_targets = n_targets;
+    dg_session_hook *h = new_hook("final_ops", c, final_free, st);
+    if (!h) return NULL;
+    h->end = final_end;
+    return h;
+}
+
+dg_tensor *dg_final_ops_hook_value(const dg_session_hook *h, int i) {
+    if (!h || h->end != final_end) return NULL;
+    const final_hook *c = h->ctx;
+    return i >= 0 && i < c->n_fetches ? c->values[i] : NULL;
+}

@@ -1,0 +1,925 @@
+/* The monitored training session and the saver (TensorFlow's MonitoredTrainingSession,
+ * SessionManager and Saver, rewritten for distgraph).
+ *
+ * Layers of one run, outermost first: recovery (a run that fails with UNAVAILABLE or ABORTED
+ * recreates the underlying session and runs again), hooks (before_run, one merged
+ * dg_session_run, after_run), the dg_session. Creation is "make a session, then make its
+ * variables ready": the chief restores the newest checkpoint or runs the initializers, a
+ * non-chief polls IsVariableInitialized ops until the chief has done so.
+ *
+ * Concurrency: runs of several threads share the underlying session. `in_flight` counts the
+ * runs (and accessor reads) using it; a recovery marks `recovering` (new runs wait), waits for
+ * in_flight to reach 0, then replaces the session and bumps `generation`. A run that fails on
+ * an old generation just runs again on the new session. Hook callbacks are serialized by
+ * hook_mu, which is never held while waiting for mu's condition. */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "distgraph/monitored_session.h"
+#include "distgraph/ops.h"
+#include "status_impl.h"
+
+// ---- small helpers ----
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms) {
+    if (ms <= 0) return;
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+// A growable message buffer; out of memory while formatting a message is an internal failure.
+typedef struct strbuf {
+    char *p;
+    size_t len, cap;
+} strbuf;
+
+static void sb_addf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_addf(strbuf *b, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->len;
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? room : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) abort();
+        if (b->p && (size_t)n < room) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->len + (size_t)n + 1) * 2;
+        char *np = realloc(b->p, cap);
+        if (!np) abort();
+        b->p = np;
+        b->cap = cap;
+    }
+}
+
+static const char *sb_str(const strbuf *b) { return b->p ? b->p : ""; }
+
+static bool is_recoverable(dg_code c) { return c == DG_UNAVAILABLE || c == DG_ABORTED; }
+
+// ---- saver ----
+struct dg_saver {
+    dg_graph *g;           // borrowed
+    int n;
+    dg_output *vars;       // VariableV2 outputs, in DG_GLOBAL_VARIABLES order
+    dg_output *values;     // the placeholders fed on restore, one per variable
+    dg_node *restore_all;  // NoOp after every restore Assign
+    int global_step;       // index of the global step in vars, -1 if none
+};
+
+dg_saver *dg_saver_new(dg_graph *g, dg_status *st) {
+    if (!g) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "saver: graph is NULL");
+        return NULL;
+    }
+    if (!dg_graph_check(g, st)) {
+        dg_status_prepend(st, "saver: the graph has an error from building it");
+        return NULL;
+    }
+    int n = dg_graph_collection_size(g, DG_GLOBAL_VARIABLES);
+    if (n == 0) {
+        dg_status_set(st, DG_FAILED_PRECONDITION, "saver: the graph has no variables (DG_GLOBAL_VARIABLES "
+                      "is empty)");
+        return NULL;
+    }
+    dg_saver *sv = calloc(1, sizeof *sv);
+    dg_node **assigns = calloc((size_t)n, sizeof *assigns);
+    if (sv) {
+        sv->vars = calloc((size_t)n, sizeof *sv->vars);
+        sv->values = calloc((size_t)n, sizeof *sv->values);
+    }
+    if (!sv || !assigns || !sv->vars || !sv->values) {
+        free(assigns);
+        dg_saver_free(&sv);
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "saver: out of memory for %d variables", n);
+        return NULL;
+    }
+    sv->g = g;
+    sv->n = n;
+    sv->global_step = -1;
+    dg_node *gs = dg_graph_collection_size(g, DG_GLOBAL_STEP) ? dg_graph_collection_get(g, DG_GLOBAL_STEP, 0)
+                                                              : NULL;
+    dg_graph_push_name_scope(g, "save");
+    for (int i = 0; i < n; i++) {
+        dg_node *v = dg_graph_collection_get(g, DG_GLOBAL_VARIABLES, i);
+        sv->vars[i] = (dg_output){v, 0};
+        if (v == gs) sv->global_step = i;
+        char *pname = NULL, *aname = NULL;
+        if (asprintf(&pname, "restore_%s/value", dg_node_name(v)) < 0 ||
+            asprintf(&aname, "restore_%s", dg_node_name(v)) < 0)
+            abort();
+        // The fed value enters at the client and crosses to the variable's task once.
+        dg_graph_push_colocate_with(g, v);
+        sv->values[i] = dg_placeholder(g, pname, dg_node_output_dtype(v, 0), dg_node_output_shape(v, 0));
+        assigns[i] = dg_assign(g, aname, sv->vars[i], sv->values[i]).node;
+        dg_graph_pop_colocate_with(g);
+        free(pname);
+        free(aname);
+    }
+    sv->restore_all = dg_group(g, "restore_all", assigns, n);
+    dg_graph_pop_name_scope(g);
+    free(assigns);
+    if (!dg_graph_check(g, st)) {
+        dg_status_prepend(st, "saver: building the restore ops");
+        dg_saver_free(&sv);
+        return NULL;
+    }
+    return sv;
+}
+
+void dg_saver_free(dg_saver **svp) {
+    if (!svp || !*svp) return;
+    dg_saver *sv = *svp;
+    free(sv->vars);
+    free(sv->values);
+    free(sv);
+    *svp = NULL;
+}
+
+int dg_saver_num_variables(const dg_saver *sv) { return sv ? sv->n : 0; }
+
+const char *dg_saver_variable_name(const dg_saver *sv, int i) {
+    return sv && i >= 0 && i < sv->n ? dg_node_name(sv->vars[i].node) : NULL;
+}
+
+static const char **saver_names(const dg_saver *sv) {
+    const char **names = malloc((size_t)sv->n * sizeof *names);
+    if (!names) abort();
+    for (int i = 0; i < sv->n; i++) names[i] = dg_node_name(sv->vars[i].node);
+    return names;
+}
+
+bool dg_saver_save(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, int64_t step,
+                   int max_to_keep, int64_t *saved_step, dg_status *st) {
+    if (!sv || !sess || !store) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "saver save: saver, session or store is NULL");
+        return false;
+    }
+    if (step < 0 && sv->global_step < 0) {
+        dg_status_set(st, DG_FAILED_PRECONDITION, "saver save: no step given and the graph has no global step "
+                      "(create it with dg_global_step)");
+        return false;
+    }
+    dg_tensor **vals = calloc((size_t)sv->n, sizeof *vals);
+    const char **names = saver_names(sv);
+    if (!vals) abort();
+    bool ok = dg_session_run(sess, NULL, NULL, 0, sv->vars, vals, sv->n, NULL, 0, st);
+    if (!ok) {
+        dg_status_prepend(st, "saver save: fetching the variables");
+    } else {
+        if (step < 0) step = dg_tensor_i64(vals[sv->global_step])[0];
+        ok = dg_checkpoint_save(store, step, names, vals, sv->n, max_to_keep, st);
+        if (ok && saved_step) *saved_step = step;
+        if (!ok) dg_status_prepend(st, "saver save: checkpoint of step %lld", (long long)step);
+    }
+    for (int i = 0; i < sv->n; i++) dg_tensor_unref(vals[i]);
+    free(vals);
+    free(names);
+    return ok;
+}
+
+// The checkpoint must hold exactly the saver's variables: every difference is named.
+static bool check_checkpoint_matches(const dg_saver *sv, const dg_checkpoint_var *cv, int n_cv, int64_t step,
+                                     dg_status *st) {
+    strbuf missing = {0}, extra = {0}, differ = {0};
+    int n_missing = 0, n_extra = 0, n_differ = 0;
+    char a[128], b[128];
+    for (int i = 0; i < sv->n; i++) {
+        const char *name = dg_node_name(sv->vars[i].node);
+        const dg_checkpoint_var *found = NULL;
+        for (int k = 0; k < n_cv && !found; k++)
+            if (strcmp(cv[k].name, name) == 0) found = &cv[k];
+        if (!found) {
+            sb_addf(&missing, "%s%s", n_missing++ ? ", " : "", name);
+            continue;
+        }
+        dg_dtype dt = dg_output_dtype(sv->vars[i]);
+        dg_shape sh = dg_output_shape(sv->vars[i]);
+        if (found->dtype != dt || !dg_shape_equal(&found->shape, &sh))
+            sb_addf(&differ, "%s%s (graph %s %s, checkpoint %s %s)", n_differ++ ? ", " : "", name, dg_dtype_name(dt),
+                    dg_shape_str(&sh, a, sizeof a), dg_dtype_name(found->dtype),
+                    dg_shape_str(&found->shape, b, sizeof b));
+    }
+    for (int k = 0; k < n_cv; k++) {
+        bool in_graph = false;
+        for (int i = 0; i < sv->n && !in_graph; i++) in_graph = strcmp(cv[k].name, dg_node_name(sv->vars[i].node)) == 0;
+        if (!in_graph) sb_addf(&extra, "%s%s", n_extra++ ? ", " : "", cv[k].name);
+    }
+    bool ok = n_missing + n_extra + n_differ == 0;
+    if (!ok) {
+        strbuf msg = {0};
+        sb_addf(&msg, "the checkpoint of step %lld does not match the graph's variables", (long long)step);
+        if (n_missing) sb_addf(&msg, "; missing from the checkpoint: %s", sb_str(&missing));
+        if (n_extra) sb_addf(&msg, "; in the checkpoint but not in the graph: %s", sb_str(&extra));
+        if (n_differ) sb_addf(&msg, "; of another dtype or shape: %s", sb_str(&differ));
+        dg_status_set(st, DG_INVALID_ARGUMENT, sb_str(&msg));
+        free(msg.p);
+    }
+    free(missing.p);
+    free(extra.p);
+    free(differ.p);
+    return ok;
+}
+
+bool dg_saver_restore(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, int64_t step,
+                      int64_t *restored_step, dg_status *st) {
+    if (!sv || !sess || !store) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "saver restore: saver, session or store is NULL");
+        return false;
+    }
+    if (step < 0) {
+        // A fixed step from here on: a save by another process must not slip in between.
+        step = dg_checkpoint_latest_step(store, st);
+        if (step < 0) {
+            if (dg_status_ok(st)) dg_status_set(st, DG_NOT_FOUND, "saver restore: there is no checkpoint");
+            return false;
+        }
+    }
+    dg_checkpoint_var *cv = NULL;
+    int n_cv = dg_checkpoint_variables(store, step, &cv, st);
+    if (n_cv < 0) return false;
+    bool ok = check_checkpoint_matches(sv, cv, n_cv, step, st);
+    free(cv);
+    if (!ok) return false;
+    dg_tensor **vals = calloc((size_t)sv->n, sizeof *vals);
+    const char **names = saver_names(sv);
+    if (!vals) abort();
+    int64_t got = step;
+    ok = dg_checkpoint_restore(store, step, names, sv->n, vals, &got, st);
+    if (ok) {
+        ok = dg_session_run(sess, sv->values, vals, sv->n, NULL, NULL, 0, &sv->restore_all, 1, st);
+        if (!ok) dg_status_prepend(st, "assigning the checkpoint of step %lld", (long long)got);
+    }
+    if (ok && restored_step) *restored_step = got;
+    for (int i = 0; i < sv->n; i++) dg_tensor_unref(vals[i]);
+    free(vals);
+    free(names);
+    return ok;
+}
+
+// ---- the monitored session ----
+struct dg_monitored_session {
+    dg_graph *g;                    // borrowed
+    char *master;                   // owned copy; NULL: local
+    dg_session_options sopts;
+    bool is_chief;
+    char *checkpoint_path;          // owned copy; NULL: no checkpoints
+    int64_t stop_grace_ms, wait_for_chief_ms, backoff_ms;
+    int max_attempts;
+    dg_session_hook **hooks;        // in call order; the user's are borrowed
+    int n_hooks;
+    dg_session_hook **owned;        // built-in hooks this session made and frees
+    int n_owned;
+    dg_saver *saver;
+    dg_output *ready;               // IsVariableInitialized, one per saver variable
+    dg_node *init_op;
+    dg_output global_step;          // {NULL, 0} when the graph has none
+    dg_checkpoint_store *store;     // chief with a checkpoint path; used under mu's protocol
+                                    // (only by the creating/recovering thread)
+
+    pthread_mutex_t mu;             // guards the fields below
+    pthread_cond_t cv;
+    pthread_mutex_t hook_mu;        // serializes hook callbacks
+    dg_session *sess;               // NULL while recovering, after a failed recovery, after close
+    uint64_t generation;            // bumped by every successful recovery
+    int in_flight;                  // runs and reads using sess
+    bool recovering, closing;
+    _Atomic int64_t restored_step;  // written by the creating thread, read by anyone
+    atomic_int n_recoveries;
+    atomic_bool stop_requested, last_run_failed, closed;
+};
+
+dg_mts_options dg_mts_options_default(void) {
+    dg_mts_options o;
+    memset(&o, 0, sizeof o);
+    o.is_chief = true;
+    o.max_to_keep = 5;
+    o.save_summaries_steps = 100;
+    o.stop_grace_ms = 120000;
+    o.wait_for_chief_ms = 7200000;
+    o.max_recovery_attempts = 5;
+    o.recovery_backoff_ms = 100;
+    return o;
+}
+
+static const char *hook_name(const dg_session_hook *h) { return h->name ? h->name : "(unnamed)"; }
+
+// Calls after_create_session of every hook, in order.
+static bool hooks_after_create(dg_monitored_session *ms, dg_session *sess, dg_status *st) {
+    bool ok = true;
+    pthread_mutex_lock(&ms->hook_mu);
+    for (int i = 0; i < ms->n_hooks && ok; i++) {
+        dg_session_hook *h = ms->hooks[i];
+        if (h->after_create_session && !(ok = h->after_create_session(h->ctx, ms, sess, st)))
+            dg_status_prepend(st, "hook \"%s\" after_create_session", hook_name(h));
+    }
+    pthread_mutex_unlock(&ms->hook_mu);
+    return ok;
+}
+
+// Lists up to 20 names of vars whose flag is false (all when flags is NULL).
+static void list_names(strbuf *b, const dg_saver *sv, dg_tensor *const *flags) {
+    int n = 0;
+    for (int i = 0; i < sv->n; i++) {
+        if (flags && *(const uint8_t *)dg_tensor_data(flags[i])) continue;
+        if (n < 20) sb_addf(b, "%s%s", n ? ", " : "", dg_saver_variable_name(sv, i));
+        n++;
+    }
+    if (n > 20) sb_addf(b, " and %d more", n - 20);
+}
+
+// The chief: a new session whose variables are restored from the newest checkpoint, or
+// initialized when there is none.
+static dg_session *create_chief(dg_monitored_session *ms, dg_status *st) {
+    dg_session *sess = dg_session_new(ms->g, ms->master, &ms->sopts, st);
+    if (!sess) return NULL;
+    int64_t latest = -1;
+    if (ms->store) {
+        latest = dg_checkpoint_latest_step(ms->store, st);
+        if (latest < 0 && !dg_status_ok(st)) {
+            dg_status_prepend(st, "reading the checkpoints of \"%s\"", ms->checkpoint_path);
+            dg_session_free(&sess);
+            return NULL;
+        }
+    }
+    bool ok;
+    if (latest >= 0) {
+        int64_t got = -1;
+        ok = dg_saver_restore(ms->saver, sess, ms->store, latest, &got, st);
+        if (ok) ms->restored_step = got;
+        else dg_status_prepend(st, "restoring the checkpoint of step %lld from \"%s\"", (long long)latest,
+                               ms->checkpoint_path);
+    } else {
+        ms->restored_step = -1;
+        ok = dg_session_run_target(sess, ms->init_op, st);
+        if (!ok) dg_status_prepend(st, "initializing the variables");
+    }
+    if (!ok) dg_session_free(&sess);
+    return sess;
+}
+
+// A non-chief: polls the IsVariableInitialized ops (50 ms backoff doubling to 1 s) until every
+// variable is initialized. A check that fails with UNAVAILABLE or ABORTED (a task not up yet,
+// or restarted) counts as "not yet" and the next check uses a fresh session, since the old
+// one's registered partitions may be gone.
+static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
+    ms->restored_step = -1;
+    int64_t start = now_ms(), deadline = start + ms->wait_for_chief_ms, backoff = 50;
+    dg_session *sess = NULL;
+    dg_tensor **flags = calloc((size_t)ms->saver->n, sizeof *flags);
+    if (!flags) abort();
+    dg_status check = DG_STATUS_INIT;
+    strbuf pending = {0};
+    bool have_flags = false;
+    for (;;) {
+        if (!sess && !(sess = dg_session_new(ms->g, ms->master, &ms->sopts, st))) break;
+        status_impl_clear(&check);
+        if (dg_session_run(sess, NULL, NULL, 0, ms->ready, flags, ms->saver->n, NULL, 0, &check)) {
+            bool all = true;
+            for (int i = 0; i < ms->saver->n; i++) all = all && *(const uint8_t *)dg_tensor_data(flags[i]);
+            pending.len = 0;
+            if (pending.p) pending.p[0] = 0;
+            list_names(&pending, ms->saver, flags);
+            have_flags = true;
+            for (int i = 0; i < ms->saver->n; i++) dg_tensor_free(&flags[i]);
+            if (all) break;
+        } else if (is_recoverable(dg_status_code(&check))) {
+            dg_session_free(&sess);
+        } else {
+            dg_status_copy(st, &check);
+            dg_status_prepend(st, "checking whether the variables are initialized");
+            dg_session_free(&sess);
+            break;
+        }
+        if (atomic_load(&ms->stop_requested)) {
+            dg_status_set(st, DG_CANCELLED, "stop requested while waiting for the chief to initialize variables");
+            dg_session_free(&sess);
+            break;
+        }
+        int64_t now = now_ms();
+        if (now >= deadline) {
+            strbuf msg = {0};
+            sb_addf(&msg, "waited %lld ms for the chief to initialize variables: ", (long long)ms->wait_for_chief_ms);
+            if (have_flags) sb_addf(&msg, "%s", sb_str(&pending));
+            else list_names(&msg, ms->saver, NULL);
+            if (dg_status_code(&check) != DG_OK)
+                sb_addf(&msg, " (the last check failed: %s: %s)", dg_code_name(dg_status_code(&check)),
+                        dg_status_message(&check));
+            dg_status_set(st, DG_DEADLINE_EXCEEDED, sb_str(&msg));
+            free(msg.p);
+            dg_session_free(&sess);
+            break;
+        }
+        sleep_ms(deadline - now < backoff ? deadline - now : backoff);
+        backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
+    }
+    free(pending.p);
+    status_impl_clear(&check);
+    free(flags);
+    return sess;
+}
+
+// Creates the underlying session and makes it ready, retrying UNAVAILABLE and ABORTED with
+// backoff up to max_attempts times; then runs the after_create_session hooks. Called by one
+// thread at a time (creation, or the recovering thread); sets ms->sess.
+static bool create_session(dg_monitored_session *ms, dg_status *st) {
+    int64_t backoff = ms->backoff_ms;
+    for (int attempt = 1;; attempt++) {
+        dg_session *sess = ms->is_chief ? create_chief(ms, st) : create_worker(ms, st);
+        if (sess) {
+            pthread_mutex_lock(&ms->mu);
+            ms->sess = sess;
+            pthread_mutex_unlock(&ms->mu);
+            if (hooks_after_create(ms, sess, st)) return true;
+            pthread_mutex_lock(&ms->mu);
+            ms->sess = NULL;
+            pthread_mutex_unlock(&ms->mu);
+            dg_session_free(&sess);
+        }
+        if (!is_recoverable(dg_status_code(st))) return false;
+        if (attempt >= ms->max_attempts) {
+            dg_status_prepend(st, "recovery: gave up after %d attempts to create the session", attempt);
+            return false;
+        }
+        if (atomic_load(&ms->stop_requested)) {
+            dg_status_prepend(st, "stop requested while creating the session");
+            return false;
+        }
+        sleep_ms(backoff);
+        backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
+    }
+}
+
+static bool add_hook(dg_monitored_session *ms, dg_session_hook *h, bool owned, dg_status *st) {
+    if (!h) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "monitored session: hook %d is NULL", ms->n_hooks);
+        return false;
+    }
+    dg_session_hook **nh = realloc(ms->hooks, ((size_t)ms->n_hooks + 1) * sizeof *nh);
+    if (!nh) abort();
+    ms->hooks = nh;
+    ms->hooks[ms->n_hooks++] = h;
+    if (owned) {
+        dg_session_hook **no = realloc(ms->owned, ((size_t)ms->n_owned + 1) * sizeof *no);
+        if (!no) abort();
+        ms->owned = no;
+        ms->owned[ms->n_owned++] = h;
+    }
+    return true;
+}
+
+// The built-in hooks of a chief (TensorFlow adds them after the user's).
+static bool add_builtin_hooks(dg_monitored_session *ms, const dg_mts_options *o, dg_status *st) {
+    if (!ms->is_chief) return true;
+    dg_session_hook *h;
+    if (o->log_step_count_steps > 0) {
+        if (!(h = dg_step_counter_hook_new(o->log_step_count_steps, NULL, st))) return false;
+        add_hook(ms, h, true, st);
+    }
+    if (!o->checkpoint_path) return true;
+    if (o->save_summaries_steps > 0 && dg_graph_collection_size(ms->g, DG_SUMMARIES) > 0) {
+        if (!(h = dg_summary_saver_hook_new(o->checkpoint_path, o->save_summaries_steps, NULL, NULL, 0, st)))
+            return false;
+        add_hook(ms, h, true, st);
+    }
+    if (!(h = dg_checkpoint_saver_hook_new(o->checkpoint_path, o->save_checkpoint_steps, o->save_checkpoint_secs,
+                                           o->max_to_keep, st)))
+        return false;
+    add_hook(ms, h, true, st);
+    return true;
+}
+
+// The ops the session needs, added before any session exists: saver, readiness checks, init.
+static bool build_ops(dg_monitored_session *ms, dg_status *st) {
+    if (!(ms->saver = dg_saver_new(ms->g, st))) return false;
+    int n = ms->saver->n;
+    ms->ready = calloc((size_t)n, sizeof *ms->ready);
+    if (!ms->ready) abort();
+    dg_graph_push_name_scope(ms->g, "ready");
+    for (int i = 0; i < n; i++)
+        ms->ready[i] = dg_is_variable_initialized(ms->g, dg_saver_variable_name(ms->saver, i), ms->saver->vars[i]);
+    dg_graph_pop_name_scope(ms->g);
+    ms->init_op = dg_global_variables_initializer(ms->g);
+    if (dg_graph_collection_size(ms->g, DG_GLOBAL_STEP) > 0)
+        ms->global_step = (dg_output){dg_graph_collection_get(ms->g, DG_GLOBAL_STEP, 0), 0};
+    if (!dg_graph_check(ms->g, st)) {
+        dg_status_prepend(st, "monitored session: building the readiness and init ops");
+        return false;
+    }
+    return true;
+}
+
+dg_monitored_session *dg_monitored_training_session_new(dg_graph *g, const dg_mts_options *opts,
+                                                        dg_status *st) {
+    if (!g) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "monitored session: graph is NULL");
+        return NULL;
+    }
+    dg_mts_options o = opts ? *opts : dg_mts_options_default();
+    if (o.n_hooks < 0 || o.n_chief_only_hooks < 0 || (o.n_hooks && !o.hooks) ||
+        (o.n_chief_only_hooks && !o.chief_only_hooks) || o.max_to_keep < 0 || o.save_checkpoint_steps < 0 ||
+        o.save_checkpoint_secs < 0 || o.stop_grace_ms < 0 || o.wait_for_chief_ms < 0 ||
+        o.max_recovery_attempts < 1 || o.recovery_backoff_ms < 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "monitored session: bad options (n_hooks %d, n_chief_only_hooks %d, "
+                       "max_to_keep %d, save_checkpoint_steps %lld, save_checkpoint_secs %lld, stop_grace_ms %lld, "
+                       "wait_for_chief_ms %lld, max_recovery_attempts %d, recovery_backoff_ms %lld)",
+                       o.n_hooks, o.n_chief_only_hooks, o.max_to_keep, (long long)o.save_checkpoint_steps,
+                       (long long)o.save_checkpoint_secs, (long long)o.stop_grace_ms,
+                       (long long)o.wait_for_chief_ms, o.max_recovery_attempts, (long long)o.recovery_backoff_ms);
+        return NULL;
+    }
+    dg_monitored_session *ms = calloc(1, sizeof *ms);
+    if (!ms) {
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "monitored session: %zu bytes", sizeof *ms);
+        return NULL;
+    }
+    ms->g = g;
+    ms->is_chief = o.is_chief;
+    ms->sopts = o.session_options ? *o.session_options : dg_session_options_default();
+    ms->stop_grace_ms = o.stop_grace_ms;
+    ms->wait_for_chief_ms = o.wait_for_chief_ms;
+    ms->backoff_ms = o.recovery_backoff_ms;
+    ms->max_attempts = o.max_recovery_attempts;
+    atomic_init(&ms->restored_step, -1);
+    atomic_init(&ms->n_recoveries, 0);
+    pthread_mutex_init(&ms->mu, NULL);
+    pthread_cond_init(&ms->cv, NULL);
+    pthread_mutex_init(&ms->hook_mu, NULL);
+    atomic_init(&ms->stop_requested, false);
+    atomic_init(&ms->last_run_failed, false);
+    atomic_init(&ms->closed, false);
+    if ((o.master && !(ms->master = strdup(o.master))) ||
+        (o.checkpoint_path && !(ms->checkpoint_path = strdup(o.checkpoint_path))))
+        abort();
+    bool ok = true;
+    for (int i = 0; i < o.n_hooks && ok; i++) ok = add_hook(ms, o.hooks[i], false, st);
+    for (int i = 0; i < o.n_chief_only_hooks && ok && o.is_chief; i++)
+        ok = add_hook(ms, o.chief_only_hooks[i], false, st);
+    ok = ok && add_builtin_hooks(ms, &o, st);
+    for (int i = 0; i < ms->n_hooks && ok; i++) {
+        dg_session_hook *h = ms->hooks[i];
+        if (h->begin && !(ok = h->begin(h->ctx, g, st))) dg_status_prepend(st, "hook \"%s\" begin", hook_name(h));
+    }
+    ok = ok && build_ops(ms, st);
+    if (ok && ms->is_chief && ms->checkpoint_path) {
+        ms->store = dg_checkpoint_open(ms->checkpoint_path, true, st);
+        ok = ms->store != NULL;
+    }
+    ok = ok && create_session(ms, st);
+    if (!ok) {
+        atomic_store(&ms->last_run_failed, true);   // no end hooks for a session never made
+        dg_monitored_session_free(&ms);
+        return NULL;
+    }
+    return ms;
+}
+
+bool dg_monitored_session_should_stop(const dg_monitored_session *s) {
+    if (!s) return true;
+    dg_monitored_session *m = (dg_monitored_session *)s;   // atomics: loads do not modify
+    return atomic_load(&m->stop_requested) || atomic_load(&m->last_run_failed) || atomic_load(&m->closed);
+}
+
+void dg_monitored_session_request_stop(dg_monitored_session *s) {
+    if (s) atomic_store(&s->stop_requested, true);
+}
+
+// Replaces the session of generation gen after a recoverable failure. Returns true when a
+// session of a newer generation is ready (made here or by another thread).
+static bool recover(dg_monitored_session *ms, uint64_t gen, dg_status *st) {
+    pthread_mutex_lock(&ms->mu);
+    while (ms->recovering) pthread_cond_wait(&ms->cv, &ms->mu);
+    if (ms->generation != gen && ms->sess) {
+        pthread_mutex_unlock(&ms->mu);
+        return true;
+    }
+    if (ms->closing) {
+        pthread_mutex_unlock(&ms->mu);
+        dg_status_prepend(st, "the monitored session is closing, not recovering");
+        return false;
+    }
+    ms->recovering = true;
+    // Runs still using the old session end within their deadlines; it is freed after them.
+    while (ms->in_flight > 0) pthread_cond_wait(&ms->cv, &ms->mu);
+    dg_session *old = ms->sess;
+    ms->sess = NULL;
+    pthread_mutex_unlock(&ms->mu);
+    dg_session_free(&old);
+    bool ok = create_session(ms, st);
+    pthread_mutex_lock(&ms->mu);
+    ms->recovering = false;
+    if (ok) {
+        ms->generation++;
+        ms->n_recoveries++;
+    }
+    pthread_cond_broadcast(&ms->cv);
+    pthread_mutex_unlock(&ms->mu);
+    return ok;
+}
+
+// One run with the hooks on sess.
+static bool hooked_run(dg_monitored_session *ms, dg_session *sess, const dg_output *feeds,
+                       dg_tensor *const *feed_values, int n_feeds, const dg_output *fetches, dg_tensor **fetched,
+                       int n_fetches, dg_node *const *targets, int n_targets, dg_status *st) {
+    dg_run_context rc = {ms, sess, fetches, n_fetches, feeds, feed_values, n_feeds, targets, n_targets};
+    int nh = ms->n_hooks;
+    dg_hook_run_args *args = calloc((size_t)nh + 1, sizeof *args);
+    if (!args) abort();
+    bool ok = true;
+    pthread_mutex_lock(&ms->hook_mu);
+    for (int i = 0; i < nh && ok; i++) {
+        dg_session_hook *h = ms->hooks[i];
+        if (h->before_run && !(ok = h->before_run(h->ctx, &rc, &args[i], st)))
+            dg_status_prepend(st, "hook \"%s\" before_run", hook_name(h));
+        else if (args[i].n_feeds < 0 || args[i].n_fetches < 0 || args[i].n_targets < 0 ||
+                 (args[i].n_feeds && (!args[i].feeds || !args[i].feed_values)) ||
+                 (args[i].n_fetches && !args[i].fetches) || (args[i].n_targets && !args[i].targets)) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "hook \"%s\" before_run: a count is negative or an array is NULL",
+                           hook_name(h));
+            ok = false;
+        }
+    }
+    pthread_mutex_unlock(&ms->hook_mu);
+    if (!ok) {
+        free(args);
+        return false;
+    }
+    // Merge: the caller's fetches first, then each distinct hook fetch once.
+    int tf = n_feeds, tg = n_fetches, tt = n_targets, th = 0;
+    for (int i = 0; i < nh; i++) {
+        tf += args[i].n_feeds;
+        tg += args[i].n_fetches;
+        tt += args[i].n_targets;
+        th += args[i].n_fetches;
+    }
+    dg_output *mfeeds = malloc(((size_t)tf + 1) * sizeof *mfeeds);
+    dg_tensor **mvals = malloc(((size_t)tf + 1) * sizeof *mvals);
+    dg_output *mfetch = malloc(((size_t)tg + 1) * sizeof *mfetch);
+    dg_tensor **out = calloc((size_t)tg + 1, sizeof *out);
+    dg_node **mtargets = malloc(((size_t)tt + 1) * sizeof *mtargets);
+    int *map = malloc(((size_t)th + 1) * sizeof *map);
+    dg_tensor **hv = malloc(((size_t)th + 1) * sizeof *hv);
+    if (!mfeeds || !mvals || !mfetch || !out || !mtargets || !map || !hv) abort();
+    int nf = 0, ng = 0, nt = 0, nm = 0;
+    for (int i = 0; i < n_feeds; i++, nf++) {
+        mfeeds[nf] = feeds[i];
+        mvals[nf] = feed_values[i];
+    }
+    for (int i = 0; i < n_fetches; i++) mfetch[ng++] = fetches[i];
+    for (int i = 0; i < n_targets; i++) mtargets[nt++] = targets[i];
+    char buf[256];
+    for (int i = 0; i < nh && ok; i++) {
+        for (int k = 0; k < args[i].n_feeds && ok; k++) {
+            dg_output f = args[i].feeds[k];
+            for (int j = 0; j < nf && ok; j++)
+                if (mfeeds[j].node == f.node && mfeeds[j].index == f.index) {
+                    dg_status_setf(st, DG_INVALID_ARGUMENT, "hook \"%s\" feeds \"%s\", which is already fed "
+                                   "by the caller or an earlier hook", hook_name(ms->hooks[i]),
+                                   dg_output_str(f, buf, sizeof buf));
+                    ok = false;
+                }
+            mfeeds[nf] = f;
+            mvals[nf++] = args[i].feed_values[k];
+        }
+        for (int k = 0; k < args[i].n_fetches; k++) {
+            dg_output f = args[i].fetches[k];
+            int at = -1;
+            for (int j = 0; j < ng && at < 0; j++)
+                if (mfetch[j].node == f.node && mfetch[j].index == f.index) at = j;
+            if (at < 0) {
+                at = ng;
+                mfetch[ng++] = f;
+            }
+            map[nm++] = at;
+        }
+        for (int k = 0; k < args[i].n_targets; k++) {
+            bool dup = false;
+            for (int j = 0; j < nt && !dup; j++) dup = mtargets[j] == args[i].targets[k];
+            if (!dup) mtargets[nt++] = args[i].targets[k];
+        }
+    }
+    ok = ok && dg_session_run(sess, mfeeds, mvals, nf, mfetch, out, ng, mtargets, nt, st);
+    if (ok) {
+        pthread_mutex_lock(&ms->hook_mu);
+        for (int i = 0, m = 0; i < nh; m += args[i].n_fetches, i++) {
+            dg_session_hook *h = ms->hooks[i];
+            if (!h->after_run) continue;
+            for (int k = 0; k < args[i].n_fetches; k++) hv[k] = out[map[m + k]];
+            if (!(ok = h->after_run(h->ctx, &rc, hv, args[i].n_fetches, st))) {
+                dg_status_prepend(st, "hook \"%s\" after_run", hook_name(h));
+                break;
+            }
+        }
+        pthread_mutex_unlock(&ms->hook_mu);
+    }
+    if (ok)
+        for (int i = 0; i < n_fetches; i++) {
+            fetched[i] = out[i];
+            out[i] = NULL;
+        }
+    for (int i = 0; i < ng; i++) dg_tensor_unref(out[i]);
+    free(mfeeds);
+    free(mvals);
+    free(mfetch);
+    free(out);
+    free(mtargets);
+    free(map);
+    free(hv);
+    free(args);
+    return ok;
+}
+
+// Takes a reference on the current session for a run or a read: *sess and *gen, or false
+// with st set (closed, or no session after a failed recovery). With wait, waits out a recovery.
+static bool acquire(dg_monitored_session *ms, bool wait, dg_session **sess, uint64_t *gen, dg_status *st) {
+    pthread_mutex_lock(&ms->mu);
+    while (wait && ms->recovering) pthread_cond_wait(&ms->cv, &ms->mu);
+    if (ms->closing || atomic_load(&ms->closed)) {
+        pthread_mutex_unlock(&ms->mu);
+        dg_status_set(st, DG_FAILED_PRECONDITION, "the monitored session is closed");
+        return false;
+    }
+    *sess = ms->sess;
+    *gen = ms->generation;
+    if (*sess) ms->in_flight++;
+    pthread_mutex_unlock(&ms->mu);
+    return true;
+}
+
+static void release(dg_monitored_session *ms) {
+    pthread_mutex_lock(&ms->mu);
+    ms->in_flight--;
+    pthread_cond_broadcast(&ms->cv);
+    pthread_mutex_unlock(&ms->mu);
+}
+
+bool dg_monitored_session_run(dg_monitored_session *s, const dg_output *feeds,
+                              dg_tensor *const *feed_values, int n_feeds, const dg_output *fetches,
+                              dg_tensor **fetched, int n_fetches, dg_node *const *targets,
+                              int n_targets, dg_status *st) {
+    if (!s) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "monitored session is NULL");
+        return false;
+    }
+    if (n_feeds < 0 || n_fetches < 0 || n_targets < 0 || (n_feeds && (!feeds || !feed_values)) ||
+        (n_fetches && (!fetches || !fetched)) || (n_targets && !targets)) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "monitored session run: a count is negative or an array is NULL");
+        return false;
+    }
+    // Each pass either succeeds, fails for good, or recovers; a step that keeps failing after
+    // fresh sessions gives up like a creation that keeps failing.
+    for (int pass = 1;; pass++) {
+        dg_session *sess = NULL;
+        uint64_t gen = 0;
+        if (!acquire(s, true, &sess, &gen, st)) return false;
+        bool ok;
+        if (sess) {
+            ok = hooked_run(s, sess, feeds, feed_values, n_feeds, fetches, fetched, n_fetches, targets, n_targets, st);
+            release(s);
+        } else {
+            ok = false;
+            dg_status_set(st, DG_UNAVAILABLE, "the monitored session has no session (a recovery failed)");
+        }
+        if (ok) {
+            if (pass > 1) dg_status_reset(st);   // the failures before the recovery are over
+            atomic_store(&s->last_run_failed, false);
+            return true;
+        }
+        if (!is_recoverable(dg_status_code(st))) {
+            atomic_store(&s->last_run_failed, true);
+            return false;
+        }
+        if (pass > s->max_attempts) {
+            dg_status_prepend(st, "recovery: gave up after %d attempts: the step failed on each fresh session",
+                              pass);
+            atomic_store(&s->last_run_failed, true);
+            return false;
+        }
+        if (!recover(s, gen, st)) {
+            atomic_store(&s->last_run_failed, true);
+            return false;
+        }
+    }
+}
+
+bool dg_monitored_session_close(dg_monitored_session *s, dg_status *st) {
+    if (!s || atomic_load(&s->closed)) return true;
+    atomic_store(&s->stop_requested, true);
+    pthread_mutex_lock(&s->mu);
+    s->closing = true;
+    int64_t deadline = now_ms() + s->stop_grace_ms;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t abs_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + s->stop_grace_ms;
+    ts.tv_sec = (time_t)(abs_ms / 1000);
+    ts.tv_nsec = (long)(abs_ms % 1000) * 1000000L;
+    while ((s->in_flight > 0 || s->recovering) && now_ms() < deadline)
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    if (s->in_flight > 0 || s->recovering) {
+        int n = s->in_flight;
+        pthread_mutex_unlock(&s->mu);
+        dg_status_setf(st, DG_DEADLINE_EXCEEDED, "monitored session close: %d run(s) of other threads still in "
+                       "progress after the stop grace period of %lld ms", n, (long long)s->stop_grace_ms);
+        return false;
+    }
+    dg_session *sess = s->sess;
+    pthread_mutex_unlock(&s->mu);
+    bool ok = true;
+    if (sess && !atomic_load(&s->last_run_failed)) {
+        dg_status err = DG_STATUS_INIT;
+        pthread_mutex_lock(&s->hook_mu);
+        for (int i = 0; i < s->n_hooks; i++) {
+            dg_session_hook *h = s->hooks[i];
+            if (!h->end || h->end(h->ctx, s, sess, &err)) continue;
+            if (ok) {
+                dg_status_copy(st, &err);
+                dg_status_prepend(st, "hook \"%s\" end", hook_name(h));
+            }
+            ok = false;
+            status_impl_clear(&err);
+        }
+        pthread_mutex_unlock(&s->hook_mu);
+        status_impl_clear(&err);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->sess = NULL;
+    atomic_store(&s->closed, true);
+    pthread_mutex_unlock(&s->mu);
+    dg_session_free(&sess);
+    return ok;
+}
+
+void dg_monitored_session_free(dg_monitored_session **sp) {
+    if (!sp || !*sp) return;
+    dg_monitored_session *s = *sp;
+    dg_status err = DG_STATUS_INIT;
+    s->stop_grace_ms = INT64_MAX / 4;   // free waits for the other threads' runs
+    dg_monitored_session_close(s, &err);
+    status_impl_clear(&err);
+    for (int i = 0; i < s->n_owned; i++) dg_session_hook_free(&s->owned[i]);
+    free(s->owned);
+    free(s->hooks);
+    dg_checkpoint_close(&s->store);
+    dg_saver_free(&s->saver);
+    free(s->ready);
+    free(s->master);
+    free(s->checkpoint_path);
+    pthread_mutex_destroy(&s->hook_mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    *sp = NULL;
+}
+
+int64_t dg_monitored_session_global_step(dg_monitored_session *s, dg_status *st) {
+    if (!s || !s->global_step.node) {
+        dg_status_set(st, DG_FAILED_PRECONDITION, "the graph has no global step (create it with dg_global_step)");
+        return -1;
+    }
+    dg_session *sess = NULL;
+    uint64_t gen;
+    // No waiting for a recovery: hooks of the recovering thread read the step too.
+    if (!acquire(s, false, &sess, &gen, st)) return -1;
+    if (!sess) {
+        dg_status_set(st, DG_UNAVAILABLE, "the monitored session has no session now (recovering)");
+        return -1;
+    }
+    dg_tensor *v = NULL;
+    bool ok = dg_session_run(sess, NULL, NULL, 0, &s->global_step, &v, 1, NULL, 0, st);
+    release(s);
+    if (!ok) return -1;
+    int64_t step = dg_tensor_i64(v)[0];
+    dg_tensor_unref(v);
+    return step;
+}
+
+dg_session *dg_monitored_session_session(dg_monitored_session *s) {
+    if (!s) return NULL;
+    pthread_mutex_lock(&s->mu);
+    dg_session *sess = s->sess;
+    pthread_mutex_unlock(&s->mu);
+    return sess;
+}
+
+int64_t dg_monitored_session_restored_step(const dg_monitored_session *s) {
+    return s ? atomic_load(&((dg_monitored_session *)s)->restored_step) : -1;
+}
+int dg_monitored_session_num_recoveries(const dg_monitored_session *s) {
+    return s ? atomic_load(&((dg_monitored_session *)s)->n_recoveries) : 0;
+}
+bool dg_monitored_session_is_chief(const dg_monitored_session *s) { return s && s->is_chief; }
+dg_graph *dg_monitored_session_graph(const dg_monitored_session *s) { return s ? s->g : NULL; }
+dg_saver *dg_monitored_session_saver(const dg_monitored_session *s) { return s ? s->saver : NULL; }
