@@ -171,7 +171,12 @@ int main(int argc, char **argv) {
     report_hook report = {(long long)task_index, 0};
     dg_session_hook report_h = {"report", &report, NULL, report_after_create, NULL, NULL, NULL, NULL};
     dg_session_hook *hooks[2] = {&report_h, stop};
+    // One thread per step: this model has little to run in parallel, and the cores are
+    // better left to the other tasks and the transport.
+    dg_session_options sopt = dg_session_options_default();
+    sopt.inter_op_threads = 1;
     dg_mts_options mo = dg_mts_options_default();
+    mo.session_options = &sopt;
     mo.master = dg_server_target(server);
     mo.is_chief = is_chief;
     mo.checkpoint_path = *checkpoint_path ? checkpoint_path : NULL;

@@ -540,6 +540,7 @@ dg_checkpoint_store *dg_checkpoint_open(const char *path, bool create, dg_status
     // Some builds (Debian's) default to secure_delete, which overwrites every page a pruned
     // checkpoint frees with zeros: as many bytes written again as the checkpoint holds.
     SQ_CHECK(s, sqlite3_exec(s->db, "PRAGMA secure_delete = OFF", NULL, NULL, NULL), st);
+    if (getenv("DGX_MMAP")) SQ_CHECK(s, sqlite3_exec(s->db, getenv("DGX_MMAP"), NULL, NULL, NULL), st);
     char sql[64];
     snprintf(sql, sizeof sql, "PRAGMA cache_size = -%d", CKPT_CACHE_KIB);
     SQ_CHECK(s, sqlite3_exec(s->db, sql, NULL, NULL, NULL), st);
@@ -894,6 +895,8 @@ fail:
 }
 
 // ---- restore ----
+static double xread, xwait;
+static double xnow(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 
 // Asks for transparent huge pages on the whole 2 MiB pages inside a fresh buffer. Filling
 // a new buffer otherwise takes one page fault per 4 KiB, which costs more than the copy
@@ -903,6 +906,8 @@ static void advise_huge_pages(void *data, size_t n_bytes) {
     const uintptr_t huge = (uintptr_t)2 << 20;
     uintptr_t lo = ((uintptr_t)data + huge - 1) & ~(huge - 1);
     uintptr_t hi = ((uintptr_t)data + n_bytes) & ~(huge - 1);
+    if (getenv("DGX_POP")) { madvise(data, n_bytes, MADV_POPULATE_WRITE); return; }
+    if (getenv("DGX_NOHUGE")) return;
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
 #else
     (void)data;
@@ -978,8 +983,11 @@ static bool restore_tensor(dg_checkpoint_store *s, int64_t ckpt_id, int64_t step
                            s->path, name, (long long)step, (long long)k);
             goto fail;
         }
+        double ta = xnow();
         SQ_CHECK(s, sqlite3_blob_read(s->blob, data + off, (int)len, 0), st);
+        double tb = xnow();
         crc = crc_finish(&job);
+        xread += tb - ta; xwait += xnow() - tb;
         crc_start(&job, crc, data + off, (size_t)len);
         off += len;
         k++;
@@ -1032,6 +1040,7 @@ bool dg_checkpoint_restore(dg_checkpoint_store *s, int64_t step, const char *con
         if (!restore_tensor(s, id, found, names[i], &out[i], st)) goto fail;
     }
     end_call(s, true);
+    fprintf(stderr, "read %.3f wait %.3f\n", xread, xwait); xread = xwait = 0;
     if (restored_step) *restored_step = found;
     return true;
 fail:
