@@ -5,16 +5,16 @@
  * split into chunks of at most CHUNK_BYTES because SQLite builds each row in memory and caps
  * a value at SQLITE_MAX_LENGTH (10^9 bytes by default). Every tensor carries a CRC-32 of its
  * bytes, checked on restore; a mismatch is DATA_LOSS naming the variable and the file.
- * Restore reads chunks with incremental blob I/O straight into the new tensor's buffer,
- * which lets SQLite read overflow pages from the file into that buffer without a copy. */
+ * Chunks are bound in place (SQLITE_STATIC) on save and read with incremental blob I/O
+ * straight into the new tensor's buffer on restore; the CRC runs on a helper thread
+ * meanwhile. Settings that matter for speed are explained where they are set. */
 #include <errno.h>
-#include <pthread.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,7 +28,8 @@
 #define CKPT_FORMAT "distgraph-checkpoint"
 #define CKPT_VERSION 1                    // bump only with a migration; readers refuse newer
 #define CKPT_PAGE_BYTES 65536             // SQLite's largest page: fewer, larger I/O calls
-#define CKPT_CACHE_KIB 32768              // page cache per store; beyond it pages spill to the WAL
+#define CKPT_CACHE_KIB 2048               // page cache per store: small keeps restore's copies
+                                          // in CPU caches; saves spill pages to the WAL anyway
 #define CHUNK_BYTES ((size_t)16 << 20)    // tensor bytes per chunks row (writer's choice)
 #define BUSY_TIMEOUT_MS 10000             // another process holding the write lock
 
@@ -51,8 +52,8 @@ enum {
 };
 
 static const char *const query_sql[N_QUERIES] = {
-    [Q_FIND_STEP] = "SELECT id, global_step FROM checkpoints WHERE global_step = ?1",
-    [Q_NEWEST] = "SELECT id, global_step FROM checkpoints ORDER BY id DESC LIMIT 1",
+    [Q_FIND_STEP] = "SELECT id, global_step, n_tensors FROM checkpoints WHERE global_step = ?1",
+    [Q_NEWEST] = "SELECT id, global_step, n_tensors FROM checkpoints ORDER BY id DESC LIMIT 1",
     [Q_DEL_CHUNKS] = "DELETE FROM chunks WHERE tensor_id IN "
                      "(SELECT id FROM tensors WHERE checkpoint_id = ?1)",
     [Q_DEL_TENSORS] = "DELETE FROM tensors WHERE checkpoint_id = ?1",
@@ -72,32 +73,37 @@ static const char *const query_sql[N_QUERIES] = {
     [Q_CHUNKS] = "SELECT rowid, seq, length(data) FROM chunks WHERE tensor_id = ?1 ORDER BY seq",
 };
 
+// Kept readable: `sqlite3 FILE .schema` shows it as written here.
 static const char schema_sql[] =
-    "CREATE TABLE meta("
-    "  key TEXT PRIMARY KEY NOT NULL,"
-    "  value TEXT NOT NULL);"
-    "INSERT INTO meta(key, value) VALUES('format', '" CKPT_FORMAT "'), ('version', '1'),"
-    "  ('checksum', 'crc32');"
-    "CREATE TABLE checkpoints("
-    "  id INTEGER PRIMARY KEY,"
-    "  global_step INTEGER NOT NULL UNIQUE,"
-    "  created_unix_ms INTEGER NOT NULL,"
-    "  n_tensors INTEGER NOT NULL);"
-    "CREATE TABLE tensors("
-    "  id INTEGER PRIMARY KEY,"
-    "  checkpoint_id INTEGER NOT NULL,"
-    "  name TEXT NOT NULL,"
-    "  dtype INTEGER NOT NULL,"
-    "  dims TEXT NOT NULL,"
-    "  n_bytes INTEGER NOT NULL,"
-    "  n_chunks INTEGER NOT NULL,"
-    "  crc32 INTEGER NOT NULL,"
-    "  UNIQUE(checkpoint_id, name));"
-    "CREATE TABLE chunks("
-    "  tensor_id INTEGER NOT NULL,"
-    "  seq INTEGER NOT NULL,"
-    "  data BLOB NOT NULL,"
-    "  PRIMARY KEY(tensor_id, seq));";
+    "CREATE TABLE meta(\n"
+    "  key TEXT PRIMARY KEY NOT NULL,\n"
+    "  value TEXT NOT NULL\n"
+    ");\n"
+    "INSERT INTO meta(key, value) VALUES('format', '" CKPT_FORMAT "'), ('version', '1'),\n"
+    "  ('checksum', 'crc32');\n"
+    "CREATE TABLE checkpoints(\n"
+    "  id INTEGER PRIMARY KEY,              -- save order: larger is newer\n"
+    "  global_step INTEGER NOT NULL UNIQUE,\n"
+    "  created_unix_ms INTEGER NOT NULL,\n"
+    "  n_tensors INTEGER NOT NULL\n"
+    ");\n"
+    "CREATE TABLE tensors(\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  checkpoint_id INTEGER NOT NULL,      -- checkpoints.id\n"
+    "  name TEXT NOT NULL,\n"
+    "  dtype INTEGER NOT NULL,              -- dg_dtype (TensorFlow DataType numbers)\n"
+    "  dims TEXT NOT NULL,                  -- '[]' scalar, '[2,3]'\n"
+    "  n_bytes INTEGER NOT NULL,\n"
+    "  n_chunks INTEGER NOT NULL,\n"
+    "  crc32 INTEGER NOT NULL,              -- zlib CRC-32 of the n_bytes data bytes\n"
+    "  UNIQUE(checkpoint_id, name)\n"
+    ");\n"
+    "CREATE TABLE chunks(\n"
+    "  tensor_id INTEGER NOT NULL,          -- tensors.id\n"
+    "  seq INTEGER NOT NULL,                -- 0, 1, ...: the data in order\n"
+    "  data BLOB NOT NULL,\n"
+    "  PRIMARY KEY(tensor_id, seq)\n"
+    ");\n";
 
 struct dg_checkpoint_store {
     sqlite3 *db;
@@ -386,12 +392,38 @@ fail:
     return false;
 }
 
+// Detects a truncated file. SQLite reads pages past the end of the file as zeros, so a cut
+// that removes only unused bytes of the last pages, or whole pages that a query never
+// reaches, would otherwise go unnoticed. Only checked without WAL content: pages still in
+// the WAL may legitimately lie beyond the end of the main file.
+static bool check_size(dg_checkpoint_store *s, dg_status *st) {
+    const char *db_name = sqlite3_db_filename(s->db, "main");
+    const char *wal_name = db_name ? sqlite3_filename_wal(db_name) : NULL;
+    struct stat db_sb, wal_sb;
+    int64_t n_pages = 0, page_bytes = 0;
+    if (!db_name || !*db_name || stat(db_name, &db_sb) != 0) return true;
+    if (wal_name && stat(wal_name, &wal_sb) == 0 && wal_sb.st_size > 0) return true;
+    if (!query_int(s, "PRAGMA page_count", &n_pages, st) ||
+        !query_int(s, "PRAGMA page_size", &page_bytes, st))
+        return false;
+    if ((int64_t)db_sb.st_size < n_pages * page_bytes) {
+        dg_status_setf(st, DG_DATA_LOSS,
+                       "checkpoint \"%s\": the file is truncated: %lld bytes, its header "
+                       "describes %lld pages of %lld bytes",
+                       s->path, (long long)db_sb.st_size, (long long)n_pages,
+                       (long long)page_bytes);
+        return false;
+    }
+    return true;
+}
+
 // Checks that the file is a distgraph checkpoint this build can read; creates the schema in
 // an empty database when create is set. Reads only, unless it creates.
 static bool check_format(dg_checkpoint_store *s, bool create, dg_status *st) {
     int64_t app_id = 0, n_tables = 0;
     sqlite3_stmt *q = NULL;
     int rc;
+    set_doing(s, "reading the header and the schema");
     // The first read of the header: a file that is not SQLite fails here with NOTADB.
     if (!query_int(s, "PRAGMA application_id", &app_id, st)) return false;
     if (!query_int(s, "SELECT count(*) FROM sqlite_master", &n_tables, st)) return false;
@@ -456,7 +488,7 @@ static bool check_format(dg_checkpoint_store *s, bool create, dg_status *st) {
                        s->path, ver, CKPT_VERSION);
         return false;
     }
-    return true;
+    return check_size(s, st);
 }
 
 static bool open_db(dg_checkpoint_store *s, const char *name, int flags, dg_status *st) {
@@ -540,7 +572,6 @@ dg_checkpoint_store *dg_checkpoint_open(const char *path, bool create, dg_status
     // Some builds (Debian's) default to secure_delete, which overwrites every page a pruned
     // checkpoint frees with zeros: as many bytes written again as the checkpoint holds.
     SQ_CHECK(s, sqlite3_exec(s->db, "PRAGMA secure_delete = OFF", NULL, NULL, NULL), st);
-    if (getenv("DGX_MMAP")) SQ_CHECK(s, sqlite3_exec(s->db, getenv("DGX_MMAP"), NULL, NULL, NULL), st);
     char sql[64];
     snprintf(sql, sizeof sql, "PRAGMA cache_size = -%d", CKPT_CACHE_KIB);
     SQ_CHECK(s, sqlite3_exec(s->db, sql, NULL, NULL, NULL), st);
@@ -771,7 +802,7 @@ fail:
 
 // Finds the checkpoint of step (-1: newest) inside the caller's read transaction.
 static bool find_checkpoint(dg_checkpoint_store *s, int64_t step, int64_t *id, int64_t *found,
-                            dg_status *st) {
+                            int64_t *n_tensors, dg_status *st) {
     sqlite3_stmt *q = s->q[step < 0 ? Q_NEWEST : Q_FIND_STEP];
     int rc;
     if (step >= 0) SQ_CHECK(s, sqlite3_bind_int64(q, 1, step), st);
@@ -787,6 +818,7 @@ static bool find_checkpoint(dg_checkpoint_store *s, int64_t step, int64_t *id, i
     }
     *id = sqlite3_column_int64(q, 0);
     *found = sqlite3_column_int64(q, 1);
+    if (n_tensors) *n_tensors = sqlite3_column_int64(q, 2);
     sqlite3_reset(q);
     return true;
 fail:
@@ -852,10 +884,10 @@ int dg_checkpoint_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_
     }
     *vars = NULL;
     int n = 0, cap = 0, rc;
-    int64_t id, found;
+    int64_t id, found, n_tensors = 0;
     set_doing(s, "listing the variables of step %lld", (long long)step);
     SQ_CHECK(s, sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL), st);
-    if (!find_checkpoint(s, step, &id, &found, st)) goto fail;
+    if (!find_checkpoint(s, step, &id, &found, &n_tensors, st)) goto fail;
     sqlite3_stmt *q = s->q[Q_VARS];
     SQ_CHECK(s, sqlite3_bind_int64(q, 1, id), st);
     for (;;) {
@@ -885,6 +917,13 @@ int dg_checkpoint_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_
         memcpy(v->name, name, strlen(name) + 1);
         n++;
     }
+    if (n != n_tensors) {
+        dg_status_setf(st, DG_DATA_LOSS,
+                       "checkpoint \"%s\": step %lld holds %d variables, its checkpoint row "
+                       "says %lld",
+                       s->path, (long long)found, n, (long long)n_tensors);
+        goto fail;
+    }
     end_call(s, true);
     return n;
 fail:
@@ -895,25 +934,6 @@ fail:
 }
 
 // ---- restore ----
-static double xread, xwait;
-static double xnow(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
-
-// Asks for transparent huge pages on the whole 2 MiB pages inside a fresh buffer. Filling
-// a new buffer otherwise takes one page fault per 4 KiB, which costs more than the copy
-// itself (on a VM, several times more). Advice only: ignored where unsupported.
-static void advise_huge_pages(void *data, size_t n_bytes) {
-#ifdef MADV_HUGEPAGE
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t lo = ((uintptr_t)data + huge - 1) & ~(huge - 1);
-    uintptr_t hi = ((uintptr_t)data + n_bytes) & ~(huge - 1);
-    if (getenv("DGX_POP")) { madvise(data, n_bytes, MADV_POPULATE_WRITE); return; }
-    if (getenv("DGX_NOHUGE")) return;
-    if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-#else
-    (void)data;
-    (void)n_bytes;
-#endif
-}
 
 // Reads one variable of checkpoint ckpt_id into a new tensor *out.
 static bool restore_tensor(dg_checkpoint_store *s, int64_t ckpt_id, int64_t step,
@@ -953,7 +973,6 @@ static bool restore_tensor(dg_checkpoint_store *s, int64_t ckpt_id, int64_t step
         goto fail;
     }
     unsigned char *data = dg_tensor_data(t);
-    advise_huge_pages(data, (size_t)n_bytes);
     uLong crc = crc32_z(0L, Z_NULL, 0);
     int64_t off = 0, k = 0;
     q = s->q[Q_CHUNKS];
@@ -983,11 +1002,8 @@ static bool restore_tensor(dg_checkpoint_store *s, int64_t ckpt_id, int64_t step
                            s->path, name, (long long)step, (long long)k);
             goto fail;
         }
-        double ta = xnow();
         SQ_CHECK(s, sqlite3_blob_read(s->blob, data + off, (int)len, 0), st);
-        double tb = xnow();
         crc = crc_finish(&job);
-        xread += tb - ta; xwait += xnow() - tb;
         crc_start(&job, crc, data + off, (size_t)len);
         off += len;
         k++;
@@ -1029,7 +1045,7 @@ bool dg_checkpoint_restore(dg_checkpoint_store *s, int64_t step, const char *con
     set_doing(s, "restoring step %lld", (long long)step);
     // One read transaction: every variable comes from the same snapshot of the file.
     SQ_CHECK(s, sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL), st);
-    if (!find_checkpoint(s, step, &id, &found, st)) goto fail;
+    if (!find_checkpoint(s, step, &id, &found, NULL, st)) goto fail;
     for (int i = 0; i < n; i++) {
         if (!names[i]) {
             dg_status_setf(st, DG_INVALID_ARGUMENT, "checkpoint \"%s\": restore: name %d is NULL",
@@ -1040,7 +1056,6 @@ bool dg_checkpoint_restore(dg_checkpoint_store *s, int64_t step, const char *con
         if (!restore_tensor(s, id, found, names[i], &out[i], st)) goto fail;
     }
     end_call(s, true);
-    fprintf(stderr, "read %.3f wait %.3f\n", xread, xwait); xread = xwait = 0;
     if (restored_step) *restored_step = found;
     return true;
 fail:

@@ -1,7 +1,10 @@
 /* Checkpoints in one SQLite file (WAL mode). A save writes every tensor and the global step
  * in one transaction, so a crash at any moment leaves either the new checkpoint or none of
- * it; restore reads the newest complete checkpoint (or a given step). The schema is in
- * docs/CHECKPOINT.md. A dg_checkpoint_store is used by one thread at a time. */
+ * it; restore reads the newest complete checkpoint (or a given step). "Newest" means most
+ * recently saved (TensorFlow's latest_checkpoint), which is the highest step unless a lower
+ * step was saved later. Every tensor carries a CRC-32 checked on restore. The schema and the
+ * guarantees are in docs/CHECKPOINT.md. A dg_checkpoint_store is used by one thread at a
+ * time; other processes may read the file meanwhile. */
 #ifndef DISTGRAPH_CHECKPOINT_H
 #define DISTGRAPH_CHECKPOINT_H
 
@@ -17,17 +20,23 @@ extern "C" {
 
 typedef struct dg_checkpoint_store dg_checkpoint_store;
 
-// Opens (create: creates if missing) the checkpoint file at path. A file that is not a
-// distgraph checkpoint (not SQLite, another schema, corrupt) is DATA_LOSS or
-// FAILED_PRECONDITION naming the file; it is never modified. Returns: new, caller frees
-// with dg_checkpoint_close(); NULL on error.
+// Opens (create: creates if missing) the checkpoint file at path, which may also be an
+// SQLite "file:" URI (e.g. "file:ckpt.db?mode=ro"). A missing file without create is
+// NOT_FOUND. A file that is not a distgraph checkpoint is never modified: not SQLite,
+// damaged or truncated is DATA_LOSS; an SQLite database of another schema, an empty one
+// (without create) or a newer format version is FAILED_PRECONDITION; all name the file.
+// A file or directory we may not write opens read-only (saves then fail). Returns: new,
+// caller frees with dg_checkpoint_close(); NULL on error.
 dg_checkpoint_store *dg_checkpoint_open(const char *path, bool create, dg_status *st);
 void dg_checkpoint_close(dg_checkpoint_store **s);
 
-// Saves n named tensors (names unique) as the checkpoint of global_step, in one
-// transaction; then keeps only the newest max_to_keep checkpoints (0: keep all). Saving a
-// step that exists replaces it. On failure (disk full, read-only file) the checkpoints
-// already there are unchanged. Borrows names and values for the call.
+// Saves n named tensors (names unique, 1 to 255 bytes) as the checkpoint of global_step
+// (>= 0), in one transaction; in the same transaction keeps only the newest max_to_keep
+// checkpoints (0: keep all). Saving a step that exists replaces it (and makes it the
+// newest). When it returns true the checkpoint is on disk (fsynced). On failure the
+// checkpoints already there are unchanged: INVALID_ARGUMENT for bad names or tensors,
+// FAILED_PRECONDITION for a read-only file, RESOURCE_EXHAUSTED for a full disk, each naming
+// the file. Borrows names and values for the call.
 bool dg_checkpoint_save(dg_checkpoint_store *s, int64_t global_step, const char *const *names,
                         dg_tensor *const *values, int n, int max_to_keep, dg_status *st);
 
@@ -39,7 +48,7 @@ int64_t dg_checkpoint_latest_step(dg_checkpoint_store *s, dg_status *st);
 int dg_checkpoint_list(dg_checkpoint_store *s, int64_t **steps, dg_status *st);
 
 typedef struct dg_checkpoint_var {
-    char name[256];
+    char name[256];   // NUL-terminated
     dg_dtype dtype;
     dg_shape shape;
 } dg_checkpoint_var;
@@ -50,9 +59,11 @@ int dg_checkpoint_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_
                             dg_status *st);
 
 // Reads the named tensors of the checkpoint of step (-1: newest) into out[i] (new
-// references; caller unrefs). A name missing from the checkpoint is NOT_FOUND naming it and
-// the file; stored bytes that do not match their dtype and shape are DATA_LOSS.
-// *restored_step (may be NULL) receives the step read.
+// references; caller unrefs), all from one snapshot of the file. A missing step, or a name
+// missing from the checkpoint, is NOT_FOUND naming it and the file; stored bytes that fail
+// their checksum or do not match their dtype and shape are DATA_LOSS naming the variable
+// and the file. On failure every out[i] is NULL. Comparing dtypes and shapes with the
+// graph's variables is the caller's job. *restored_step (may be NULL) receives the step read.
 bool dg_checkpoint_restore(dg_checkpoint_store *s, int64_t step, const char *const *names, int n,
                            dg_tensor **out, int64_t *restored_step, dg_status *st);
 
