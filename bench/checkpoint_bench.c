@@ -149,9 +149,11 @@ static bool run_size(const char *dir, int64_t mib, int reps, bool cold, bool war
     char db[4200], wal[4300], plain[4300], prev[4300] = "";
     snprintf(db, sizeof db, "%s/ckpt-%lld.db", dir, (long long)mib);
     snprintf(wal, sizeof wal, "%s-wal", db);
-    double *t_pw = calloc((size_t)reps, sizeof(double)), *t_pr = calloc((size_t)reps, sizeof(double));
-    double *t_cs = calloc((size_t)reps, sizeof(double)), *t_cr = calloc((size_t)reps, sizeof(double));
-    double *t_pw2 = calloc((size_t)reps, sizeof(double));
+    double *t_pw = calloc((size_t)reps, sizeof(double));    // plain write
+    double *t_pr = calloc((size_t)reps, sizeof(double));    // plain read
+    double *t_pw2 = calloc((size_t)reps, sizeof(double));   // plain rewrite
+    double *t_cs = calloc((size_t)reps, sizeof(double));    // checkpoint save
+    double *t_cr = calloc((size_t)reps, sizeof(double));    // checkpoint restore
     dg_checkpoint_store *store = NULL;
     bool ok = false;
     if (!t_pw || !t_pr || !t_cs || !t_cr || !t_pw2) goto done;

@@ -153,7 +153,7 @@ static dg_code code_for(int rc, int sys_errno) {
 }
 
 // Records the SQLite failure rc of `call` (source line `line`) into st: the file, what the
-// store was doing, SQLite's own text and code name, errno where SQLite saw one.
+// store was doing, SQLite's message and extended result code, errno where SQLite saw one.
 static void sq_fail(dg_checkpoint_store *s, int rc, const char *call, int line, dg_status *st) {
     s->last_rc = rc;
     int sys_errno = s->db ? sqlite3_system_errno(s->db) : 0;
@@ -213,7 +213,8 @@ static void end_call(dg_checkpoint_store *s, bool rollback) {
         sqlite3_reset(s->q[i]);
         sqlite3_clear_bindings(s->q[i]);
     }
-    if (rollback && !sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    if (rollback && !sqlite3_get_autocommit(s->db))
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     s->doing[0] = '\0';
 }
 
@@ -222,6 +223,7 @@ static void end_call(dg_checkpoint_store *s, bool rollback) {
 // Big chunks get their CRC computed on a helper thread while SQLite copies them (save) or
 // while the next chunk is read (restore): the CRC costs about as much CPU as the copies.
 #define CRC_THREAD_MIN_BYTES ((size_t)1 << 20)
+#define RESTORE_PIECE_BYTES ((int64_t)4 << 20)   // restore reads and checks chunks in pieces
 
 typedef struct crc_job {
     pthread_t thread;
@@ -241,7 +243,8 @@ static void crc_start(crc_job *j, uLong crc, const unsigned char *data, size_t l
     j->crc = crc;
     j->data = data;
     j->len = len;
-    j->is_running = len >= CRC_THREAD_MIN_BYTES && pthread_create(&j->thread, NULL, crc_run, j) == 0;
+    j->is_running =
+        len >= CRC_THREAD_MIN_BYTES && pthread_create(&j->thread, NULL, crc_run, j) == 0;
     if (!j->is_running) crc_run(j);
 }
 
@@ -1002,9 +1005,14 @@ static bool restore_tensor(dg_checkpoint_store *s, int64_t ckpt_id, int64_t step
                            s->path, name, (long long)step, (long long)k);
             goto fail;
         }
-        SQ_CHECK(s, sqlite3_blob_read(s->blob, data + off, (int)len, 0), st);
-        crc = crc_finish(&job);
-        crc_start(&job, crc, data + off, (size_t)len);
+        // Read in pieces, each checked on the helper thread while the next is read, so only
+        // the last piece's CRC is not hidden behind reading.
+        for (int64_t at = 0; at < len; at += RESTORE_PIECE_BYTES) {
+            int piece = (int)(len - at < RESTORE_PIECE_BYTES ? len - at : RESTORE_PIECE_BYTES);
+            SQ_CHECK(s, sqlite3_blob_read(s->blob, data + off + at, piece, (int)at), st);
+            crc = crc_finish(&job);
+            crc_start(&job, crc, data + off + at, (size_t)piece);
+        }
         off += len;
         k++;
     }

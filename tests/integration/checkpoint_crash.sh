@@ -26,7 +26,10 @@ for i in $(seq "$KILLS"); do
     printed=$(awk -v s="$last" '/^saved step/ { s = $3 } END { print s + 0 }' "$TMP/out")
     rc=0
     "$W" --verify "$F" > "$TMP/verify" 2>&1 || rc=$?
-    [ "$rc" -eq 0 ] || { cat "$TMP/verify"; fail "kill $i: verify exited $rc (writer had saved step $printed)"; }
+    if [ "$rc" -ne 0 ]; then
+        cat "$TMP/verify"
+        fail "kill $i: verify exited $rc (the writer had saved step $printed)"
+    fi
     got=$(awk '/^verified step/ { print $3 }' "$TMP/verify")
     if [ "$got" -eq "$printed" ]; then
         :

@@ -587,6 +587,15 @@ static void test_damaged_metadata_is_data_loss(void **state) {
         assert_restores(s, 1, base_names, b.t, 3);
         dg_checkpoint_close(&s);
     }
+    // The checkpoint row's count of variables disagrees with its tensor rows.
+    run_sql(f->path, "UPDATE checkpoints SET n_tensors = 4 WHERE global_step = 1");
+    dg_checkpoint_store *s = open_ok(f->path, false);
+    dg_checkpoint_var *vars = NULL;
+    assert_int_equal(dg_checkpoint_variables(s, 1, &vars, st), -1);
+    assert_status(st, DG_DATA_LOSS, "step 1 holds 3 variables");
+    assert_msg_has(st, f->path);
+    assert_null(vars);
+    dg_checkpoint_close(&s);
     base_free(&b);
     dg_status_free(&st);
 }
@@ -664,7 +673,8 @@ static void test_random_damage_never_restores_wrong_bytes(void **state) {
         memcpy(copy, orig, size);
         size_t at = (size_t)dg_test_uniform(&rng, 100, (double)size - 512);
         size_t len = (size_t)dg_test_uniform(&rng, 1, 512);
-        for (size_t i = 0; i < len; i++) copy[at + i] = (unsigned char)dg_test_uniform(&rng, 0, 256);
+        for (size_t i = 0; i < len; i++)
+            copy[at + i] = (unsigned char)dg_test_uniform(&rng, 0, 256);
         write_file(dmg, copy, size);
         free(copy);
         s = dg_checkpoint_open(dmg, false, st);
