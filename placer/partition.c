@@ -201,6 +201,7 @@ dg_partitions *dg_partition_ex(dg_node *const *nodes_in, int n_nodes, const dg_o
     int *local = NULL;
     dg_output *ins = NULL;
     int cap_ins = 0;
+    bool ok = false;
     ctx c;
     memset(&c, 0, sizeof c);
     op_send = graph_op_lookup("_Send");
@@ -352,15 +353,7 @@ dg_partitions *dg_partition_ex(dg_node *const *nodes_in, int n_nodes, const dg_o
             fetch_out[f].index = 0;
         }
     }
-    graph_strmap_clear(&c.pairs);
-    for (int i = 0; i < c.n_keys; i++) free(c.keys[i]);
-    free(c.keys);
-    free(nodes);
-    free(part);
-    free(copy);
-    free(local);
-    free(ins);
-    return p;
+    ok = true;
 fail:
     graph_strmap_clear(&c.pairs);
     for (int i = 0; i < c.n_keys; i++) free(c.keys[i]);
@@ -370,6 +363,6 @@ fail:
     free(copy);
     free(local);
     free(ins);
-    dg_partitions_free(&p);
-    return NULL;
+    if (!ok) dg_partitions_free(&p);
+    return p;
 }

@@ -278,6 +278,19 @@ static void fail_call(rt_response_cb cb, void *arg, dg_code code, const char *fm
     status_impl_clear(&st);
 }
 
+static void free_cmd(cmd *c) {
+    for (int i = 0; i < c->n; i++) dg_tensor_unref(c->tensors[i]);
+    free(c->tensors);
+    free(c->header);
+    free(c->endpoint);
+    rt_peer_free(c->peer);
+    if (c->chunk_hdr) {
+        rt_header_clear(c->chunk_hdr);
+        free(c->chunk_hdr);
+    }
+    free(c);
+}
+
 static void run_cmd(rt_transport *t, cmd *c) {
     if (c->kind == CMD_REPLY) {
         send_frames(t->router, c->peer, c->header, c->header_len, c->tensors, c->n, 0, 0);
@@ -317,29 +330,7 @@ static void run_cmd(rt_transport *t, cmd *c) {
             send_frames(s, NULL, c->header, c->header_len, c->tensors, c->n, 0, 0);
         }
     }
-    for (int i = 0; i < c->n; i++) dg_tensor_unref(c->tensors[i]);
-    free(c->tensors);
-    free(c->header);
-    free(c->endpoint);
-    rt_peer_free(c->peer);
-    if (c->chunk_hdr) {
-        rt_header_clear(c->chunk_hdr);
-        free(c->chunk_hdr);
-    }
-    free(c);
-}
-
-static void free_cmd(cmd *c) {
-    for (int i = 0; i < c->n; i++) dg_tensor_unref(c->tensors[i]);
-    free(c->tensors);
-    free(c->header);
-    free(c->endpoint);
-    rt_peer_free(c->peer);
-    if (c->chunk_hdr) {
-        rt_header_clear(c->chunk_hdr);
-        free(c->chunk_hdr);
-    }
-    free(c);
+    free_cmd(c);
 }
 
 // Sends a run of single-tensor pushes to the same endpoint for the same step as one
@@ -893,16 +884,7 @@ void rt_transport_free(rt_transport **tp) {
     for (cmd *c = t->head, *next; c; c = next) {
         next = c->next;
         if (c->kind == CMD_CALL) fail_call(c->cb, c->arg, DG_CANCELLED, "the transport was shut down");
-        for (int i = 0; i < c->n; i++) dg_tensor_unref(c->tensors[i]);
-        free(c->tensors);
-        free(c->header);
-        free(c->endpoint);
-        rt_peer_free(c->peer);
-        if (c->chunk_hdr) {
-            rt_header_clear(c->chunk_hdr);
-            free(c->chunk_hdr);
-        }
-        free(c);
+        free_cmd(c);
     }
     for (assembly *a = t->assemblies, *next; a; a = next) {
         next = a->next;
