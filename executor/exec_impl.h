@@ -32,6 +32,13 @@ exec_variable *exec_resources_find(exec_resources *rm, const char *name);
 // Number of variables and the i-th (creation order). Returns: borrowed.
 int exec_resources_num_variables(exec_resources *rm);
 exec_variable *exec_resources_variable_at(exec_resources *rm, int i);
+// A named object other than a variable (an accumulator, a queue, a collective's state), made
+// by create(arg, st) the first time (kind, name) is asked for and kept until the resources
+// are freed, when destroy(obj) runs. Objects of different kinds may share a name. Returns:
+// borrowed; NULL with st set when create fails.
+void *exec_resources_object(exec_resources *rm, const char *kind, const char *name,
+                            void *(*create)(void *arg, dg_status *st), void *arg,
+                            void (*destroy)(void *obj), dg_status *st);
 // Drops every variable's value (back to uninitialised).
 void exec_resources_reset(exec_resources *rm);
 // The current value of v with a new reference, or NULL if uninitialised.

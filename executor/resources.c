@@ -5,11 +5,19 @@
 
 #include "exec_impl.h"
 
+typedef struct exec_object {
+    struct exec_object *next;
+    char *kind, *name;
+    void *obj;
+    void (*destroy)(void *obj);
+} exec_object;
+
 struct exec_resources {
     pthread_mutex_t mu;
     graph_strmap by_name;
     exec_variable **vars;
     int n, cap;
+    exec_object *objects;   // few: a list
 };
 
 exec_resources *exec_resources_new(void) {
@@ -30,6 +38,13 @@ void exec_resources_free(exec_resources **rmp) {
         free(v);
     }
     free(rm->vars);
+    for (exec_object *o = rm->objects, *next; o; o = next) {
+        next = o->next;
+        if (o->destroy) o->destroy(o->obj);
+        free(o->kind);
+        free(o->name);
+        free(o);
+    }
     graph_strmap_clear(&rm->by_name);
     pthread_mutex_destroy(&rm->mu);
     free(rm);
@@ -115,4 +130,38 @@ void exec_variable_set(exec_variable *v, dg_tensor *t) {
     v->value = t;
     pthread_mutex_unlock(&v->mu);
     dg_tensor_unref(old);
+}
+
+void *exec_resources_object(exec_resources *rm, const char *kind, const char *name,
+                            void *(*create)(void *arg, dg_status *st), void *arg,
+                            void (*destroy)(void *obj), dg_status *st) {
+    pthread_mutex_lock(&rm->mu);
+    for (exec_object *o = rm->objects; o; o = o->next)
+        if (strcmp(o->kind, kind) == 0 && strcmp(o->name, name) == 0) {
+            pthread_mutex_unlock(&rm->mu);
+            return o->obj;
+        }
+    exec_object *o = calloc(1, sizeof *o);
+    if (!o || !(o->kind = strdup(kind)) || !(o->name = strdup(name))) {
+        if (o) free(o->kind);
+        free(o);
+        pthread_mutex_unlock(&rm->mu);
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "%s \"%s\": out of memory", kind, name);
+        return NULL;
+    }
+    // Created under the lock, so two graphs asking at once get the same object.
+    o->obj = create(arg, st);
+    if (!o->obj) {
+        free(o->kind);
+        free(o->name);
+        free(o);
+        pthread_mutex_unlock(&rm->mu);
+        if (dg_status_code(st) == DG_OK) dg_status_setf(st, DG_INTERNAL, "%s \"%s\" could not be made", kind, name);
+        return NULL;
+    }
+    o->destroy = destroy;
+    o->next = rm->objects;
+    rm->objects = o;
+    pthread_mutex_unlock(&rm->mu);
+    return o->obj;
 }

@@ -77,6 +77,9 @@ struct graph_op_def {
 
 // The op definition named type, or NULL.
 const graph_op_def *graph_op_lookup(const char *type);
+// Op tables kept in their own files: set *defs to the table and return its length.
+int graph_collective_op_defs(const graph_op_def **defs);   // op_defs_collective.c
+int graph_sync_op_defs(const graph_op_def **defs);         // op_defs_sync.c
 // How many leading inputs an op takes by reference (variables it reads and writes in place):
 // these must share its device. Other variable inputs (Adam's beta powers) are plain reads.
 int graph_num_ref_inputs(const dg_node *n);

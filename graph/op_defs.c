@@ -723,9 +723,22 @@ static const graph_op_def op_defs[] = {
 static graph_strmap op_index;
 static pthread_once_t op_index_once = PTHREAD_ONCE_INIT;
 
+// The core table above, then the tables kept in their own files.
+typedef int (*table_fn)(const graph_op_def **defs);
+static int core_op_defs(const graph_op_def **defs) {
+    *defs = op_defs;
+    return (int)(sizeof op_defs / sizeof op_defs[0]);
+}
+static const table_fn op_tables[] = {core_op_defs, graph_collective_op_defs, graph_sync_op_defs};
+#define N_TABLES ((int)(sizeof op_tables / sizeof op_tables[0]))
+
 static void build_index(void) {
-    for (size_t i = 0; i < sizeof op_defs / sizeof op_defs[0]; i++)
-        if (!graph_strmap_put(&op_index, op_defs[i].name, (void *)&op_defs[i])) abort();
+    for (int t = 0; t < N_TABLES; t++) {
+        const graph_op_def *defs;
+        int n = op_tables[t](&defs);
+        for (int i = 0; i < n; i++)
+            if (!graph_strmap_put(&op_index, defs[i].name, (void *)&defs[i])) abort();
+    }
 }
 
 int graph_num_ref_inputs(const dg_node *n) {
@@ -741,7 +754,22 @@ const graph_op_def *graph_op_lookup(const char *type) {
     return graph_strmap_get(&op_index, type);
 }
 
-int graph_num_op_defs(void) { return (int)(sizeof op_defs / sizeof op_defs[0]); }
+int graph_num_op_defs(void) {
+    int total = 0;
+    for (int t = 0; t < N_TABLES; t++) {
+        const graph_op_def *defs;
+        total += op_tables[t](&defs);
+    }
+    return total;
+}
+
 const graph_op_def *graph_op_def_at(int i) {
-    return i >= 0 && i < graph_num_op_defs() ? &op_defs[i] : NULL;
+    if (i < 0) return NULL;
+    for (int t = 0; t < N_TABLES; t++) {
+        const graph_op_def *defs;
+        int n = op_tables[t](&defs);
+        if (i < n) return &defs[i];
+        i -= n;
+    }
+    return NULL;
 }

@@ -46,6 +46,9 @@ extern const exec_kernel_def cpu_nn_kernels[];
 extern const int cpu_n_nn_kernels;
 extern const exec_kernel_def cpu_sendrecv_kernels[];
 extern const int cpu_n_sendrecv_kernels;
+// Kernel groups kept in their own files register themselves.
+void cpu_register_collective_kernels(void);   // kernels_collective.c
+void cpu_register_sync_kernels(void);         // kernels_sync.c
 extern const exec_kernel_def cpu_array_kernels[];
 extern const int cpu_n_array_kernels;
 

@@ -11,6 +11,8 @@ void exec_cpu_register(void) {
     exec_register_kernels(cpu_nn_kernels, cpu_n_nn_kernels);
     exec_register_kernels(cpu_array_kernels, cpu_n_array_kernels);
     exec_register_kernels(cpu_sendrecv_kernels, cpu_n_sendrecv_kernels);
+    cpu_register_collective_kernels();   // kernels_collective.c
+    cpu_register_sync_kernels();         // kernels_sync.c
 }
 
 void exec_cpu_set_threads(int n);
