@@ -548,7 +548,7 @@ static bool summary_after_create(void *ctx, dg_monitored_session *ms, dg_session
     SQL_CHECK(h->db, sqlite3_open_v2(h->path, &h->db, SQLITE_OPEN_READWRITE, NULL));
     SQL_CHECK(h->db, sqlite3_busy_timeout(h->db, 10000));
     SQL_CHECK(h->db, sqlite3_exec(h->db, "CREATE TABLE IF NOT EXISTS summaries(step INTEGER NOT NULL, "
-                                  "tag TEXT NOT NULL, value REAL NOT NULL, wall_time REAL NOT NULL)",
+                                  "tag TEXT NOT NULL, value REAL, wall_time REAL NOT NULL)",
                                   NULL, NULL, NULL));
     return true;
 fail:
@@ -576,7 +576,9 @@ static bool summary_write(summary_hook *h, int64_t step, dg_tensor *const *value
         SQL_CHECK(h->db, sqlite3_reset(ins));
         SQL_CHECK(h->db, sqlite3_bind_int64(ins, 1, step));
         SQL_CHECK(h->db, sqlite3_bind_text(ins, 2, h->tags[i], -1, SQLITE_STATIC));
-        SQL_CHECK(h->db, sqlite3_bind_double(ins, 3, dg_tensor_get_as_double(values[i], 0)));
+        // SQLite has no NaN: a NaN value is stored as NULL (infinities are kept).
+        double v = dg_tensor_get_as_double(values[i], 0);
+        SQL_CHECK(h->db, isnan(v) ? sqlite3_bind_null(ins, 3) : sqlite3_bind_double(ins, 3, v));
         SQL_CHECK(h->db, sqlite3_bind_double(ins, 4, wall));
         SQL_CHECK(h->db, sqlite3_step(ins));
     }

@@ -1,10 +1,19 @@
-/* dg-inspect: looks inside graph files (written by dg_graph_save, e.g. by dg-mlp-graph).
+/* dg-inspect: looks inside graph files (written by dg_graph_save, e.g. by dg-mlp-graph) and
+ * checkpoint files (written by dg_checkpoint_save and the summary saver hook).
  *   dg-inspect graph FILE [--json]                 nodes: inputs, devices, output dtype/shape
  *   dg-inspect place FILE --cluster_spec SPEC      node -> device on SPEC's devices
  *   dg-inspect partition FILE --cluster_spec SPEC  per-device node lists and Send/Recv pairs
  *   dg-inspect svg FILE --cluster_spec SPEC -o OUT.svg
+ *   dg-inspect checkpoints CKPT [--json]           step, time written, variables, bytes
+ *   dg-inspect variables CKPT [--step N] [--values K] [--json]
+ *                                                  name, dtype, shape, step, bytes (, values)
+ *   dg-inspect summaries CKPT [--json]             scalar summary tags: count, step range
+ *   dg-inspect plot CKPT --tag T [--tag U ...] -o OUT.svg|OUT.png
+ *                                                  value against step, as SVG or PNG (800x480)
  * SPEC is "ps|h:1,h:2;worker|h:3"; every task has /device:CPU:0 and --gpus_per_task GPUs.
- * Errors print the status and exit 1; bad usage exits 2. Uses the public API only. */
+ * Errors print the status and exit 1; bad usage exits 2. Graphs and checkpoints go through the
+ * public API; only the tables the API does not cover (summaries, checkpoint creation times)
+ * are read with SQLite directly, read-only. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -12,6 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <sqlite3.h>
+#include <zlib.h>
 
 #include <distgraph/distgraph.h>
 
@@ -19,24 +33,40 @@ typedef struct options {
     const char *cmd, *file, *cluster_spec, *out;
     int gpus_per_task;
     bool json, soft_placement, hide_init;
+    int64_t step;       // variables: --step, -1 the newest
+    int64_t n_values;   // variables: --values, 0 none
+    const char **tags;  // plot: --tag, in order, without repeats (borrowed from argv)
+    int n_tags;
 } options;
 
 static int usage(FILE *f) {
     fprintf(f,
             "usage: dg-inspect COMMAND FILE [options]\n"
-            "commands:\n"
+            "commands on graph files:\n"
             "  graph FILE [--json]             list nodes: op, inputs, devices, outputs\n"
             "  place FILE --cluster_spec SPEC  place the graph on SPEC's devices\n"
             "  partition FILE --cluster_spec SPEC\n"
             "                                  per-device node lists and Send/Recv pairs\n"
             "  svg FILE --cluster_spec SPEC -o OUT.svg\n"
             "                                  draw the placed, partitioned graph\n"
+            "commands on checkpoint files:\n"
+            "  checkpoints FILE [--json]       list checkpoints: step, time written, variables,\n"
+            "                                  bytes; the newest marked\n"
+            "  variables FILE [--step N] [--values K] [--json]\n"
+            "                                  the variables of the newest checkpoint (or of\n"
+            "                                  step N): name, dtype, shape, step, bytes\n"
+            "  summaries FILE [--json]         scalar summary tags: count, steps, last value\n"
+            "  plot FILE --tag TAG [--tag TAG ...] -o OUT.svg|OUT.png\n"
+            "                                  line chart of value against step, 800x480\n"
             "options:\n"
             "  --cluster_spec SPEC   \"ps|host:port,host:port;worker|host:port\"\n"
             "  --gpus_per_task N     GPUs per task besides /device:CPU:0 (default 0)\n"
             "  --no_soft_placement   fail instead of falling back to another device\n"
-            "  --json                JSON instead of a table (graph, place, partition)\n"
-            "  -o, --output FILE     where svg writes\n"
+            "  --json                JSON instead of a table (all but svg and plot)\n"
+            "  -o, --output FILE     where svg and plot write (plot: .svg or .png)\n"
+            "  --step N              variables: the checkpoint of global step N\n"
+            "  --values K            variables: also print each variable's first K values\n"
+            "  --tag TAG             plot: a summary tag to draw (repeat for several)\n"
             "  --show_init           svg: also draw initializers (hidden by default: nodes\n"
             "                        named */Initializer/*, */Assign and init)\n");
     return f == stdout ? 0 : 2;
@@ -137,8 +167,10 @@ static void print_table(char ***rows, int n_rows, int n_cols) {
         for (int c = 0; c < n_cols; c++)
             if (strlen(rows[r][c]) > w[c]) w[c] = strlen(rows[r][c]);
     for (int r = 0; r < n_rows; r++) {
-        for (int c = 0; c < n_cols; c++) {
-            if (c == n_cols - 1) printf("%s", rows[r][c]);
+        int last = n_cols - 1;   // no padding after the last non-empty cell
+        while (last > 0 && !rows[r][last][0]) last--;
+        for (int c = 0; c <= last; c++) {
+            if (c == last) printf("%s", rows[r][c]);
             else printf("%-*s  ", (int)w[c], rows[r][c]);
         }
         printf("\n");
@@ -884,7 +916,7 @@ static void svg_edge_labels(FILE *f, const layout *L) {
     for (int i = 0; i < L->n_e; i++) {
         const vedge *e = &L->e[i];
         if (e->kind < E_XFER) continue;
-        double r[4] = {0, 0, (double)strlen(e->label) * 6.1 + 8, 13}, best[4];
+        double r[4] = {0, 0, (double)strlen(e->label) * 6.1 + 8, 13}, best[4] = {0, 0, 0, 0};
         double x0 = e->pts[3][0], x1 = e->pts[4][0], y = e->pts[4][1];
         bool found = false;
         for (size_t k = 0; k < sizeof ts / sizeof ts[0] && !found; k++) {
@@ -1155,19 +1187,1090 @@ out:
     return rc;
 }
 
+// ---- checkpoints and summaries ----
+// The checkpoint listing and the variables come from the public checkpoint API. The file's
+// other tables are read through a read-only SQLite connection of our own: the summaries
+// table that the summary saver hook writes, and the checkpoints' creation times, which the
+// API does not return (shown only when the table has them).
+
+static dg_checkpoint_store *open_store(const char *file, dg_status *st) {
+    dg_checkpoint_store *s = dg_checkpoint_open(file, false, st);
+    if (!s) die_status("opening", st);
+    return s;
+}
+
+// Percent-encodes path for an SQLite "file:" URI.
+static char *file_uri(const char *path, const char *query) {
+    sbuf b = {0};
+    sb_printf(&b, "file:");
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            strchr("/._-~", *p))
+            sb_printf(&b, "%c", *p);
+        else
+            sb_printf(&b, "%%%02X", *p);
+    }
+    sb_printf(&b, "?%s", query);
+    return b.s;
+}
+
+// A read-only connection to file, opened while a store holds it open (so the WAL's -shm
+// exists). In a directory we may not write, SQLite refuses to read a WAL file even
+// read-only; the store then reads it as immutable, and so do we. NULL (and a message in
+// err) on failure.
+static sqlite3 *open_ro(const char *file, char *err, size_t cap) {
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(file, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+    if (rc == SQLITE_OK) rc = sqlite3_exec(db, "SELECT 1 FROM sqlite_master LIMIT 1", NULL, NULL, NULL);
+    if (rc != SQLITE_OK && strncmp(file, "file:", 5) != 0) {
+        sqlite3_close(db);
+        db = NULL;
+        char *uri = file_uri(file, "immutable=1");
+        rc = sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+        if (rc == SQLITE_OK) rc = sqlite3_exec(db, "SELECT 1 FROM sqlite_master LIMIT 1", NULL, NULL, NULL);
+        free(uri);
+    }
+    if (rc != SQLITE_OK) {
+        snprintf(err, cap, "%s", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        sqlite3_close(db);
+        return NULL;
+    }
+    sqlite3_busy_timeout(db, 10000);
+    return db;
+}
+
+static void human_bytes(int64_t n, char *buf, size_t cap) {
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0) snprintf(buf, cap, "%lld B", (long long)n);
+    else snprintf(buf, cap, "%.1f %s", v, unit[u]);
+}
+
+static int64_t var_bytes(const dg_checkpoint_var *v) {
+    int64_t n = dg_shape_num_elements(&v->shape);
+    return n < 0 ? 0 : n * (int64_t)dg_dtype_size(v->dtype);
+}
+
+static void json_shape(FILE *f, const dg_shape *s) {
+    fputc('[', f);
+    for (int d = 0; d < s->rank; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)s->dims[d]);
+    fputc(']', f);
+}
+
+static int cmd_checkpoints(const options *o) {
+    dg_status *st = dg_status_new();
+    int64_t *steps = NULL, *created_ms = NULL, *n_bytes = NULL;
+    int *n_vars = NULL;
+    bool *gone = NULL;
+    sqlite3 *db = NULL;
+    int rc = 1, n = -1;
+    dg_checkpoint_store *s = open_store(o->file, st);
+    if (!s) goto out;
+    if ((n = dg_checkpoint_list(s, &steps, st)) < 0) {
+        die_status("listing checkpoints", st);
+        goto out;
+    }
+    if (n == 0) {
+        fprintf(stderr, "dg-inspect: \"%s\": holds no checkpoints\n", o->file);
+        goto out;
+    }
+    int64_t newest = dg_checkpoint_latest_step(s, st);
+    if (!dg_status_ok(st)) {
+        die_status("finding the newest checkpoint", st);
+        goto out;
+    }
+    created_ms = xcalloc((size_t)n, sizeof *created_ms);
+    n_bytes = xcalloc((size_t)n, sizeof *n_bytes);
+    n_vars = xcalloc((size_t)n, sizeof *n_vars);
+    gone = xcalloc((size_t)n, sizeof *gone);
+    for (int i = 0; i < n; i++) created_ms[i] = -1;
+    char err[256];
+    sqlite3_stmt *q = NULL;
+    if ((db = open_ro(o->file, err, sizeof err)) &&
+        sqlite3_prepare_v2(db, "SELECT global_step, created_unix_ms FROM checkpoints", -1, &q, NULL) == SQLITE_OK) {
+        while (sqlite3_step(q) == SQLITE_ROW)
+            for (int i = 0; i < n; i++)
+                if (steps[i] == sqlite3_column_int64(q, 0) && sqlite3_column_type(q, 1) == SQLITE_INTEGER)
+                    created_ms[i] = sqlite3_column_int64(q, 1);
+    }
+    sqlite3_finalize(q);
+    int n_shown = 0;
+    for (int i = 0; i < n; i++) {
+        dg_checkpoint_var *vars = NULL;
+        int k = dg_checkpoint_variables(s, steps[i], &vars, st);
+        if (k < 0 && dg_status_code(st) == DG_NOT_FOUND && steps[i] != newest) {
+            gone[i] = true;   // pruned by a writer since the listing
+            dg_status_set(st, DG_OK, "");
+            continue;
+        }
+        if (k < 0) {
+            die_status("reading the variables", st);
+            goto out;
+        }
+        n_vars[i] = k;
+        for (int j = 0; j < k; j++) n_bytes[i] += var_bytes(&vars[j]);
+        free(vars);
+        n_shown++;
+    }
+    if (o->json) {
+        printf("{\"file\": ");
+        json_str(stdout, o->file);
+        printf(", \"newest_step\": %lld, \"checkpoints\": [", (long long)newest);
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            if (gone[i]) continue;
+            printf("%s\n  {\"step\": %lld, \"created_unix_ms\": ", k++ ? "," : "", (long long)steps[i]);
+            if (created_ms[i] >= 0) printf("%lld", (long long)created_ms[i]);
+            else printf("null");
+            printf(", \"n_variables\": %d, \"n_bytes\": %lld, \"newest\": %s}", n_vars[i],
+                   (long long)n_bytes[i], steps[i] == newest ? "true" : "false");
+        }
+        printf("\n]}\n");
+        rc = 0;
+        goto out;
+    }
+    enum { NC = 5 };
+    char ***rows = xcalloc((size_t)n + 1, sizeof *rows);
+    static const char *const head[NC] = {"step", "written (UTC)", "variables", "bytes", ""};
+    rows[0] = xcalloc(NC, sizeof **rows);
+    for (int c = 0; c < NC; c++) rows[0][c] = xstrdup(head[c]);
+    int n_rows = 1;
+    for (int i = 0; i < n; i++) {
+        if (gone[i]) continue;
+        char **r = rows[n_rows++] = xcalloc(NC, sizeof **rows);
+        char buf[96], hb[32];
+        snprintf(buf, sizeof buf, "%lld", (long long)steps[i]);
+        r[0] = xstrdup(buf);
+        strcpy(buf, "-");
+        if (created_ms[i] >= 0) {
+            time_t t = (time_t)(created_ms[i] / 1000);
+            struct tm tmv;
+            if (gmtime_r(&t, &tmv)) strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tmv);
+        }
+        r[1] = xstrdup(buf);
+        snprintf(buf, sizeof buf, "%d", n_vars[i]);
+        r[2] = xstrdup(buf);
+        human_bytes(n_bytes[i], hb, sizeof hb);
+        snprintf(buf, sizeof buf, "%lld (%s)", (long long)n_bytes[i], hb);
+        r[3] = xstrdup(buf);
+        r[4] = xstrdup(steps[i] == newest ? "<- newest" : "");
+    }
+    print_table(rows, n_rows, NC);
+    for (int i = 0; i < n_rows; i++) {
+        for (int c = 0; c < NC; c++) free(rows[i][c]);
+        free(rows[i]);
+    }
+    free(rows);
+    printf("%d checkpoint%s in %s, newest: step %lld\n", n_shown, n_shown == 1 ? "" : "s", o->file,
+           (long long)newest);
+    rc = 0;
+out:
+    sqlite3_close(db);
+    free(gone);
+    free(n_vars);
+    free(n_bytes);
+    free(created_ms);
+    free(steps);
+    dg_checkpoint_close(&s);
+    dg_status_free(&st);
+    return rc;
+}
+
+// Element i of t as text; JSON writes non-finite floats as null.
+static void value_str(const dg_tensor *t, int64_t i, bool json, char *buf, size_t cap) {
+    const void *d = dg_tensor_data(t);
+    double v;
+    switch (dg_tensor_dtype(t)) {
+    case DG_FLOAT32: v = ((const float *)d)[i]; break;
+    case DG_FLOAT64: v = ((const double *)d)[i]; break;
+    case DG_INT32: snprintf(buf, cap, "%d", (int)((const int32_t *)d)[i]); return;
+    case DG_UINT8: snprintf(buf, cap, "%u", (unsigned)((const uint8_t *)d)[i]); return;
+    case DG_INT64: snprintf(buf, cap, "%lld", (long long)((const int64_t *)d)[i]); return;
+    case DG_BOOL: snprintf(buf, cap, "%s", ((const uint8_t *)d)[i] ? "true" : "false"); return;
+    default: v = dg_tensor_get_as_double(t, i); break;
+    }
+    if (json && !isfinite(v)) snprintf(buf, cap, "null");
+    else if (json) snprintf(buf, cap, "%.*g", dg_tensor_dtype(t) == DG_FLOAT32 ? 9 : 17, v);
+    else snprintf(buf, cap, "%g", v);
+}
+
+// The first k values of variable name of step, as a list; false (and a message) on error.
+static bool first_values(dg_checkpoint_store *s, int64_t step, const char *name, int64_t k, bool json,
+                         sbuf *b, dg_status *st) {
+    dg_tensor *t = NULL;
+    if (!dg_checkpoint_restore(s, step, &name, 1, &t, NULL, st)) return false;
+    int64_t n = dg_tensor_num_elements(t), m = n < k ? n : k;
+    sb_printf(b, "%s", json ? "[" : "");
+    for (int64_t i = 0; i < m; i++) {
+        char v[64];
+        value_str(t, i, json, v, sizeof v);
+        sb_printf(b, "%s%s", i ? ", " : "", v);
+    }
+    if (json) sb_printf(b, "]");
+    else if (m < n) sb_printf(b, "%s... (%lld more)", m ? ", " : "", (long long)(n - m));
+    else if (n == 0) sb_printf(b, "(empty)");
+    dg_tensor_unref(t);
+    return true;
+}
+
+static int cmd_variables(const options *o) {
+    dg_status *st = dg_status_new();
+    dg_checkpoint_var *vars = NULL;
+    int64_t *steps = NULL;
+    char ***rows = NULL;
+    int rc = 1, n = 0, n_rows = 0;
+    enum { NC = 6 };
+    dg_checkpoint_store *s = open_store(o->file, st);
+    if (!s) goto out;
+    int n_ckpt = dg_checkpoint_list(s, &steps, st);
+    if (n_ckpt < 0) {
+        die_status("listing checkpoints", st);
+        goto out;
+    }
+    if (n_ckpt == 0) {
+        fprintf(stderr, "dg-inspect: \"%s\": holds no checkpoints\n", o->file);
+        goto out;
+    }
+    int64_t newest = dg_checkpoint_latest_step(s, st);
+    int64_t step = o->step >= 0 ? o->step : newest;
+    if (!dg_status_ok(st) || (n = dg_checkpoint_variables(s, step, &vars, st)) < 0) {
+        n = 0;
+        die_status("reading the variables", st);
+        goto out;
+    }
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += var_bytes(&vars[i]);
+    if (o->json) {
+        printf("{\"file\": ");
+        json_str(stdout, o->file);
+        printf(", \"step\": %lld, \"newest\": %s, \"n_bytes\": %lld, \"variables\": [", (long long)step,
+               step == newest ? "true" : "false", (long long)total);
+        for (int i = 0; i < n; i++) {
+            printf("%s\n  {\"name\": ", i ? "," : "");
+            json_str(stdout, vars[i].name);
+            printf(", \"dtype\": \"%s\", \"shape\": ", dg_dtype_name(vars[i].dtype));
+            json_shape(stdout, &vars[i].shape);
+            printf(", \"step\": %lld, \"n_bytes\": %lld", (long long)step, (long long)var_bytes(&vars[i]));
+            if (o->n_values > 0) {
+                sbuf b = {0};
+                if (!first_values(s, step, vars[i].name, o->n_values, true, &b, st)) {
+                    free(b.s);
+                    printf("}\n");
+                    die_status("reading values", st);
+                    goto out;
+                }
+                printf(", \"values\": %s", sb_str(&b));
+                free(b.s);
+            }
+            printf("}");
+        }
+        printf("%s]}\n", n ? "\n" : "");
+        rc = 0;
+        goto out;
+    }
+    int nc = o->n_values > 0 ? NC : NC - 1;
+    rows = xcalloc((size_t)n + 1, sizeof *rows);
+    static const char *const head[NC] = {"name", "dtype", "shape", "step", "bytes", "values"};
+    rows[n_rows] = xcalloc(NC, sizeof **rows);
+    for (int c = 0; c < NC; c++) rows[n_rows][c] = xstrdup(head[c]);
+    n_rows++;
+    for (int i = 0; i < n; i++) {
+        char **r = rows[n_rows++] = xcalloc(NC, sizeof **rows);
+        char buf[256];
+        r[0] = xstrdup(vars[i].name);
+        r[1] = xstrdup(dg_dtype_name(vars[i].dtype));
+        r[2] = xstrdup(dg_shape_str(&vars[i].shape, buf, sizeof buf));
+        snprintf(buf, sizeof buf, "%lld", (long long)step);
+        r[3] = xstrdup(buf);
+        snprintf(buf, sizeof buf, "%lld", (long long)var_bytes(&vars[i]));
+        r[4] = xstrdup(buf);
+        sbuf b = {0};
+        if (o->n_values > 0 && !first_values(s, step, vars[i].name, o->n_values, false, &b, st)) {
+            free(b.s);
+            die_status("reading values", st);
+            goto out;
+        }
+        r[5] = xstrdup(sb_str(&b));
+        free(b.s);
+    }
+    printf("checkpoint of step %lld%s in %s\n", (long long)step, step == newest ? " (newest)" : "", o->file);
+    print_table(rows, n_rows, nc);
+    char hb[32];
+    human_bytes(total, hb, sizeof hb);
+    printf("%d variable%s, %lld bytes (%s)\n", n, n == 1 ? "" : "s", (long long)total, hb);
+    rc = 0;
+out:
+    for (int i = 0; rows && i < n_rows; i++) {
+        for (int c = 0; c < NC; c++) free(rows[i][c]);
+        free(rows[i]);
+    }
+    free(rows);
+    free(vars);
+    free(steps);
+    dg_checkpoint_close(&s);
+    dg_status_free(&st);
+    return rc;
+}
+
+// Opens file as a checkpoint file (whose errors name the file) and then read-only for the
+// summaries table. NULL, after printing why, when either fails or the table is missing.
+static sqlite3 *open_summaries(const char *file, dg_checkpoint_store **s, dg_status *st) {
+    if (!(*s = open_store(file, st))) return NULL;
+    char err[256];
+    sqlite3 *db = open_ro(file, err, sizeof err);
+    if (!db) {
+        fprintf(stderr, "dg-inspect: \"%s\": cannot read the file: %s\n", file, err);
+        return NULL;
+    }
+    sqlite3_stmt *q = NULL;
+    bool has_table = sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'summaries'",
+                                        -1, &q, NULL) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW;
+    sqlite3_finalize(q);
+    if (!has_table) {
+        fprintf(stderr, "dg-inspect: \"%s\": no summaries table (no summary saver has written to this file)\n", file);
+        sqlite3_close(db);
+        return NULL;
+    }
+    return db;
+}
+
+// A value the summaries table holds that is not a finite number: +-inf (NaN cannot be stored;
+// SQLite turns it into NULL), NULL or text.
+#define SQL_NONFINITE "CASE WHEN typeof(value) IN ('real', 'integer') AND abs(value) < 9e999 THEN 0 ELSE 1 END"
+
+static bool sql_prepare(sqlite3 *db, const char *file, const char *sql, sqlite3_stmt **q) {
+    if (sqlite3_prepare_v2(db, sql, -1, q, NULL) == SQLITE_OK) return true;
+    fprintf(stderr, "dg-inspect: \"%s\": reading the summaries table: %s\n", file, sqlite3_errmsg(db));
+    return false;
+}
+
+static double column_value(sqlite3_stmt *q, int col) {
+    int t = sqlite3_column_type(q, col);
+    return t == SQLITE_FLOAT || t == SQLITE_INTEGER ? sqlite3_column_double(q, col) : NAN;
+}
+
+static int cmd_summaries(const options *o) {
+    dg_status *st = dg_status_new();
+    dg_checkpoint_store *s = NULL;
+    sqlite3_stmt *q = NULL, *last = NULL;
+    char ***rows = NULL;
+    int rc = 1, n_rows = 0, cap_rows = 0, n_tags = 0;
+    enum { NC = 5 };
+    sqlite3 *db = open_summaries(o->file, &s, st);
+    if (!db) goto out;
+    if (!sql_prepare(db, o->file, "SELECT tag, COUNT(*), COUNT(DISTINCT step), MIN(step), MAX(step), SUM(" SQL_NONFINITE
+                     ") FROM summaries GROUP BY tag ORDER BY tag", &q) ||
+        !sql_prepare(db, o->file, "SELECT value FROM summaries WHERE tag = ?1 ORDER BY step DESC, rowid DESC LIMIT 1",
+                     &last))
+        goto out;
+    sqlite3_stmt *any = NULL;
+    if (!sql_prepare(db, o->file, "SELECT 1 FROM summaries LIMIT 1", &any)) goto out;
+    int any_rc = sqlite3_step(any);
+    sqlite3_finalize(any);
+    if (any_rc == SQLITE_DONE) {
+        fprintf(stderr, "dg-inspect: \"%s\": the summaries table is empty\n", o->file);
+        goto out;
+    }
+    if (o->json) {
+        printf("{\"file\": ");
+        json_str(stdout, o->file);
+        printf(", \"tags\": [");
+    } else {
+        cap_rows = 16;
+        rows = xcalloc((size_t)cap_rows, sizeof *rows);
+        static const char *const head[NC] = {"tag", "count", "steps", "last value", "non-finite"};
+        rows[n_rows] = xcalloc(NC, sizeof **rows);
+        for (int c = 0; c < NC; c++) rows[n_rows][c] = xstrdup(head[c]);
+        n_rows++;
+    }
+    int step_rc;
+    while ((step_rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const char *tag = (const char *)sqlite3_column_text(q, 0);
+        if (!tag) tag = "";
+        long long count = sqlite3_column_int64(q, 1), n_steps = sqlite3_column_int64(q, 2);
+        long long first = sqlite3_column_int64(q, 3), end = sqlite3_column_int64(q, 4);
+        long long n_nonfinite = sqlite3_column_int64(q, 5);
+        double v = NAN;
+        sqlite3_reset(last);
+        sqlite3_bind_text(last, 1, tag, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(last) == SQLITE_ROW) v = column_value(last, 0);
+        if (o->json) {
+            printf("%s\n  {\"tag\": ", n_tags ? "," : "");
+            json_str(stdout, tag);
+            printf(", \"count\": %lld, \"n_steps\": %lld, \"first_step\": %lld, \"last_step\": %lld, "
+                   "\"last_value\": ", count, n_steps, first, end);
+            if (isfinite(v)) printf("%.17g", v);
+            else printf("null");
+            printf(", \"n_nonfinite\": %lld}", n_nonfinite);
+        } else {
+            if (n_rows == cap_rows) {
+                cap_rows *= 2;
+                rows = realloc(rows, (size_t)cap_rows * sizeof *rows);
+                if (!rows) {
+                    fprintf(stderr, "dg-inspect: out of memory\n");
+                    exit(1);
+                }
+            }
+            char **r = rows[n_rows++] = xcalloc(NC, sizeof **rows);
+            char buf[96];
+            r[0] = xstrdup(tag);
+            if (count == n_steps) snprintf(buf, sizeof buf, "%lld", count);
+            else snprintf(buf, sizeof buf, "%lld (%lld steps)", count, n_steps);
+            r[1] = xstrdup(buf);
+            snprintf(buf, sizeof buf, "%lld..%lld", first, end);
+            r[2] = xstrdup(buf);
+            snprintf(buf, sizeof buf, "%g", v);
+            r[3] = xstrdup(buf);
+            snprintf(buf, sizeof buf, "%lld", n_nonfinite);
+            r[4] = xstrdup(buf);
+        }
+        n_tags++;
+    }
+    if (step_rc != SQLITE_DONE) {
+        if (o->json) printf("\n]}\n");
+        fprintf(stderr, "dg-inspect: \"%s\": reading the summaries table: %s\n", o->file, sqlite3_errmsg(db));
+        goto out;
+    }
+    if (o->json) {
+        printf("%s]}\n", n_tags ? "\n" : "");
+    } else {
+        print_table(rows, n_rows, NC);
+        printf("%d tag%s in %s\n", n_tags, n_tags == 1 ? "" : "s", o->file);
+    }
+    rc = 0;
+out:
+    for (int i = 0; i < n_rows; i++) {
+        for (int c = 0; c < NC; c++) free(rows[i][c]);
+        free(rows[i]);
+    }
+    free(rows);
+    sqlite3_finalize(last);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    dg_checkpoint_close(&s);
+    dg_status_free(&st);
+    return rc;
+}
+
+// ---- plot ----
+
+typedef struct series {
+    const char *tag;   // borrowed from argv
+    int n;             // finite points, by increasing step
+    double *x, *y;
+    int n_nonfinite;   // points skipped
+} series;
+
+// Reads tag's points: one per step, the row written last where a step repeats (after a
+// restart from an older checkpoint the steps after it are written again). -1: error, else
+// the number of rows (0: unknown tag).
+static int load_series(sqlite3 *db, const char *file, series *sr) {
+    sqlite3_stmt *q = NULL;
+    if (!sql_prepare(db, file, "SELECT step, value, MAX(rowid) FROM summaries WHERE tag = ?1 GROUP BY step ORDER BY step",
+                     &q))
+        return -1;
+    sqlite3_bind_text(q, 1, sr->tag, -1, SQLITE_STATIC);
+    int cap = 0, n_rows = 0, rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        n_rows++;
+        double v = column_value(q, 1);
+        if (!isfinite(v)) {
+            sr->n_nonfinite++;
+            continue;
+        }
+        if (sr->n == cap) {
+            cap = cap ? 2 * cap : 256;
+            sr->x = realloc(sr->x, (size_t)cap * sizeof *sr->x);
+            sr->y = realloc(sr->y, (size_t)cap * sizeof *sr->y);
+            if (!sr->x || !sr->y) {
+                fprintf(stderr, "dg-inspect: out of memory\n");
+                exit(1);
+            }
+        }
+        sr->x[sr->n] = (double)sqlite3_column_int64(q, 0);
+        sr->y[sr->n++] = v;
+    }
+    if (rc != SQLITE_DONE) {
+        fprintf(stderr, "dg-inspect: \"%s\": reading tag \"%s\": %s\n", file, sr->tag, sqlite3_errmsg(db));
+        n_rows = -1;
+    }
+    sqlite3_finalize(q);
+    return n_rows;
+}
+
+// Prints the tags the table holds, for an unknown-tag message.
+static void print_known_tags(sqlite3 *db) {
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT DISTINCT tag FROM summaries ORDER BY tag LIMIT 21", -1, &q, NULL) != SQLITE_OK)
+        return;
+    int k = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(q, 0);
+        fprintf(stderr, "%s%s", k ? ", " : " (known tags: ", k < 20 ? (t ? t : "") : "...");
+        k++;
+    }
+    if (k) fputc(')', stderr);
+    sqlite3_finalize(q);
+}
+
+#define CHART_W 800
+#define CHART_H 480
+#define MAX_TICKS 32
+#define MARKER_MAX_POINTS 60   // series with at most this many points get a marker per point
+
+typedef struct axis {
+    double lo, hi;            // data values at the plot area's edges
+    double tick[MAX_TICKS];
+    int n_ticks;
+    double tick_step;
+} axis;
+
+typedef struct chart {
+    double left, top, right, bottom;   // the plot area, in pixels
+    axis x, y;
+    char title[512], y_label[256], note[512];
+} chart;
+
+static const uint32_t palette[] = {0x1f77b4, 0xff7f0e, 0x2ca02c, 0xd62728, 0x9467bd,
+                                   0x8c564b, 0xe377c2, 0x7f7f7f, 0xbcbd22, 0x17becf};
+#define N_COLORS ((int)(sizeof palette / sizeof palette[0]))
+
+// 1, 2 or 5 times a power of ten, near range / target.
+static double nice_step(double range, int target) {
+    double raw = range / target, mag = pow(10, floor(log10(raw))), f = raw / mag;
+    return (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * mag;
+}
+
+// Extends [lo, hi] to whole ticks. A single value gets room around it; steps (integral) get
+// ticks at whole numbers only.
+static void axis_make(axis *a, double lo, double hi, bool integral) {
+    if (!(hi > lo)) {
+        double d = integral || lo == 0 ? 1 : fabs(lo) * 0.1;
+        lo -= d;
+        hi += d;
+    } else if (!integral) {
+        double pad = (hi - lo) * 0.05;
+        lo -= pad;
+        hi += pad;
+    }
+    double step = nice_step(hi - lo, 6);
+    if (integral && step < 1) step = 1;
+    if (isfinite(step) && step > 0 && isfinite(lo / step) && isfinite(hi / step) && (hi - lo) / step < MAX_TICKS - 1) {
+        a->lo = floor(lo / step) * step;
+        a->hi = ceil(hi / step) * step;
+    } else {   // ranges near the largest doubles: just the ends
+        a->lo = lo;
+        a->hi = hi;
+        step = hi - lo;
+    }
+    a->tick_step = step;
+    a->n_ticks = 0;
+    for (int k = 0; k < MAX_TICKS; k++) {
+        double v = a->lo + k * step;
+        if (v > a->hi + step * 1e-6 || !isfinite(v)) break;
+        a->tick[a->n_ticks++] = fabs(v) < step * 1e-9 ? 0 : v;
+    }
+}
+
+static void tick_label(const axis *a, double v, char *buf, size_t cap) {
+    double big = fmax(fabs(a->lo), fabs(a->hi));
+    if (big >= 1e6 || a->tick_step < 1e-4 || !isfinite(a->tick_step)) {
+        snprintf(buf, cap, "%.4g", v);
+    } else {
+        int dec = a->tick_step >= 1 ? 0 : (int)ceil(-log10(a->tick_step) - 1e-9);
+        snprintf(buf, cap, "%.*f", dec, v);
+    }
+}
+
+static double chart_px(const chart *c, double x) {
+    return c->left + (x - c->x.lo) / (c->x.hi - c->x.lo) * (c->right - c->left);
+}
+
+static double chart_py(const chart *c, double y) {
+    return c->bottom - (y - c->y.lo) / (c->y.hi - c->y.lo) * (c->bottom - c->top);
+}
+
+// ---- plot: SVG ----
+
+static bool write_chart_svg(FILE *f, const chart *c, const series *sr, int n_series) {
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n<title>", CHART_W, CHART_H, CHART_W,
+            CHART_H);
+    xml_str(f, c->title);
+    fprintf(f, "</title>\n<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", CHART_W, CHART_H);
+    fprintf(f, "<g stroke=\"#e6e6e6\" stroke-width=\"1\">\n");
+    for (int i = 0; i < c->x.n_ticks; i++) {
+        double x = chart_px(c, c->x.tick[i]);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", x, c->top, x, c->bottom);
+    }
+    for (int i = 0; i < c->y.n_ticks; i++) {
+        double y = chart_py(c, c->y.tick[i]);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", c->left, y, c->right, y);
+    }
+    fprintf(f, "</g>\n<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#333\"/>\n",
+            c->left, c->top, c->right - c->left, c->bottom - c->top);
+    fprintf(f, "<g font-size=\"12\" fill=\"#333\">\n");
+    for (int i = 0; i < c->x.n_ticks; i++) {
+        char lab[64];
+        double x = chart_px(c, c->x.tick[i]);
+        tick_label(&c->x, c->x.tick[i], lab, sizeof lab);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>"
+                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
+                x, c->bottom, x, c->bottom + 5, x, c->bottom + 19, lab);
+    }
+    for (int i = 0; i < c->y.n_ticks; i++) {
+        char lab[64];
+        double y = chart_py(c, c->y.tick[i]);
+        tick_label(&c->y, c->y.tick[i], lab, sizeof lab);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>"
+                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+                c->left - 5, y, c->left, y, c->left - 8, y + 4, lab);
+    }
+    fprintf(f, "</g>\n<text x=\"%.1f\" y=\"%d\" font-size=\"13\" text-anchor=\"middle\" fill=\"#222\">step</text>\n",
+            (c->left + c->right) / 2, CHART_H - 26);
+    fprintf(f, "<text x=\"18\" y=\"%.1f\" font-size=\"13\" text-anchor=\"middle\" fill=\"#222\" "
+               "transform=\"rotate(-90 18 %.1f)\">", (c->top + c->bottom) / 2, (c->top + c->bottom) / 2);
+    xml_str(f, c->y_label);
+    fprintf(f, "</text>\n<text x=\"%d\" y=\"28\" font-size=\"16\" font-weight=\"bold\" text-anchor=\"middle\" "
+               "fill=\"#111\">", CHART_W / 2);
+    xml_str(f, c->title);
+    fprintf(f, "</text>\n");
+    for (int k = 0; k < n_series; k++) {
+        const series *s = &sr[k];
+        unsigned col = palette[k % N_COLORS];
+        fprintf(f, "<g><title>");
+        xml_str(f, s->tag);
+        fprintf(f, "</title>\n<polyline class=\"series\" data-tag=\"");
+        xml_str(f, s->tag);
+        fprintf(f, "\" fill=\"none\" stroke=\"#%06x\" stroke-width=\"1.8\" stroke-linejoin=\"round\" points=\"", col);
+        for (int i = 0; i < s->n; i++)
+            fprintf(f, "%s%.2f,%.2f", i ? " " : "", chart_px(c, s->x[i]), chart_py(c, s->y[i]));
+        fprintf(f, "\"/>\n");
+        if (s->n <= MARKER_MAX_POINTS)
+            for (int i = 0; i < s->n; i++)
+                fprintf(f, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"%s\" fill=\"#%06x\"/>\n", chart_px(c, s->x[i]),
+                        chart_py(c, s->y[i]), s->n == 1 ? "4" : "2.5", col);
+        fprintf(f, "</g>\n");
+    }
+    if (n_series > 1) {
+        size_t w_max = 0;
+        for (int k = 0; k < n_series; k++) w_max = strlen(sr[k].tag) > w_max ? strlen(sr[k].tag) : w_max;
+        double w = 40 + 7.0 * (double)w_max, x = c->right - 10 - w, y = c->top + 10;
+        fprintf(f, "<g class=\"legend\" font-size=\"12\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" "
+                   "fill=\"#ffffff\" fill-opacity=\"0.85\" stroke=\"#999\"/>\n", x, y, w, 8 + 18 * n_series);
+        for (int k = 0; k < n_series; k++) {
+            double ly = y + 13 + 18 * k;
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#%06x\" stroke-width=\"2.5\"/>"
+                       "<text x=\"%.1f\" y=\"%.1f\" fill=\"#222\">", x + 8, ly, x + 28, ly, palette[k % N_COLORS],
+                    x + 34, ly + 4);
+            xml_str(f, sr[k].tag);
+            fprintf(f, "</text>\n");
+        }
+        fprintf(f, "</g>\n");
+    }
+    if (c->note[0]) {
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" fill=\"#a00\">", c->left, CHART_H - 8);
+        xml_str(f, c->note);
+        fprintf(f, "</text>\n");
+    }
+    fprintf(f, "</svg>\n");
+    return !ferror(f);
+}
+
+// ---- plot: PNG ----
+// A small rasteriser: axis-aligned rectangles, anti-aliased lines after Wu, discs, and text in
+// a 5x7 bitmap font (ASCII; other bytes draw as '?').
+
+typedef struct canvas {
+    int w, h;
+    unsigned char *rgb;   // w * h * 3 bytes, rows top to bottom
+} canvas;
+
+// Printable ASCII 0x20..0x7e, 5 columns each, bit 0 the top row.
+static const unsigned char font5x7[95][5] = {
+    {0x00, 0x00, 0x00, 0x00, 0x00}, {0x00, 0x00, 0x5f, 0x00, 0x00}, {0x00, 0x07, 0x00, 0x07, 0x00},
+    {0x14, 0x7f, 0x14, 0x7f, 0x14}, {0x24, 0x2a, 0x7f, 0x2a, 0x12}, {0x23, 0x13, 0x08, 0x64, 0x62},
+    {0x36, 0x49, 0x55, 0x22, 0x50}, {0x00, 0x05, 0x03, 0x00, 0x00}, {0x00, 0x1c, 0x22, 0x41, 0x00},
+    {0x00, 0x41, 0x22, 0x1c, 0x00}, {0x14, 0x08, 0x3e, 0x08, 0x14}, {0x08, 0x08, 0x3e, 0x08, 0x08},
+    {0x00, 0x50, 0x30, 0x00, 0x00}, {0x08, 0x08, 0x08, 0x08, 0x08}, {0x00, 0x60, 0x60, 0x00, 0x00},
+    {0x20, 0x10, 0x08, 0x04, 0x02}, {0x3e, 0x51, 0x49, 0x45, 0x3e}, {0x00, 0x42, 0x7f, 0x40, 0x00},
+    {0x42, 0x61, 0x51, 0x49, 0x46}, {0x21, 0x41, 0x45, 0x4b, 0x31}, {0x18, 0x14, 0x12, 0x7f, 0x10},
+    {0x27, 0x45, 0x45, 0x45, 0x39}, {0x3c, 0x4a, 0x49, 0x49, 0x30}, {0x01, 0x71, 0x09, 0x05, 0x03},
+    {0x36, 0x49, 0x49, 0x49, 0x36}, {0x06, 0x49, 0x49, 0x29, 0x1e}, {0x00, 0x36, 0x36, 0x00, 0x00},
+    {0x00, 0x56, 0x36, 0x00, 0x00}, {0x08, 0x14, 0x22, 0x41, 0x00}, {0x14, 0x14, 0x14, 0x14, 0x14},
+    {0x00, 0x41, 0x22, 0x14, 0x08}, {0x02, 0x01, 0x51, 0x09, 0x06}, {0x32, 0x49, 0x79, 0x41, 0x3e},
+    {0x7e, 0x11, 0x11, 0x11, 0x7e}, {0x7f, 0x49, 0x49, 0x49, 0x36}, {0x3e, 0x41, 0x41, 0x41, 0x22},
+    {0x7f, 0x41, 0x41, 0x22, 0x1c}, {0x7f, 0x49, 0x49, 0x49, 0x41}, {0x7f, 0x09, 0x09, 0x09, 0x01},
+    {0x3e, 0x41, 0x49, 0x49, 0x7a}, {0x7f, 0x08, 0x08, 0x08, 0x7f}, {0x00, 0x41, 0x7f, 0x41, 0x00},
+    {0x20, 0x40, 0x41, 0x3f, 0x01}, {0x7f, 0x08, 0x14, 0x22, 0x41}, {0x7f, 0x40, 0x40, 0x40, 0x40},
+    {0x7f, 0x02, 0x0c, 0x02, 0x7f}, {0x7f, 0x04, 0x08, 0x10, 0x7f}, {0x3e, 0x41, 0x41, 0x41, 0x3e},
+    {0x7f, 0x09, 0x09, 0x09, 0x06}, {0x3e, 0x41, 0x51, 0x21, 0x5e}, {0x7f, 0x09, 0x19, 0x29, 0x46},
+    {0x46, 0x49, 0x49, 0x49, 0x31}, {0x01, 0x01, 0x7f, 0x01, 0x01}, {0x3f, 0x40, 0x40, 0x40, 0x3f},
+    {0x1f, 0x20, 0x40, 0x20, 0x1f}, {0x3f, 0x40, 0x38, 0x40, 0x3f}, {0x63, 0x14, 0x08, 0x14, 0x63},
+    {0x07, 0x08, 0x70, 0x08, 0x07}, {0x61, 0x51, 0x49, 0x45, 0x43}, {0x00, 0x7f, 0x41, 0x41, 0x00},
+    {0x02, 0x04, 0x08, 0x10, 0x20}, {0x00, 0x41, 0x41, 0x7f, 0x00}, {0x04, 0x02, 0x01, 0x02, 0x04},
+    {0x40, 0x40, 0x40, 0x40, 0x40}, {0x00, 0x01, 0x02, 0x04, 0x00}, {0x20, 0x54, 0x54, 0x54, 0x78},
+    {0x7f, 0x48, 0x44, 0x44, 0x38}, {0x38, 0x44, 0x44, 0x44, 0x20}, {0x38, 0x44, 0x44, 0x48, 0x7f},
+    {0x38, 0x54, 0x54, 0x54, 0x18}, {0x08, 0x7e, 0x09, 0x01, 0x02}, {0x0c, 0x52, 0x52, 0x52, 0x3e},
+    {0x7f, 0x08, 0x04, 0x04, 0x78}, {0x00, 0x44, 0x7d, 0x40, 0x00}, {0x20, 0x40, 0x44, 0x3d, 0x00},
+    {0x7f, 0x10, 0x28, 0x44, 0x00}, {0x00, 0x41, 0x7f, 0x40, 0x00}, {0x7c, 0x04, 0x18, 0x04, 0x78},
+    {0x7c, 0x08, 0x04, 0x04, 0x78}, {0x38, 0x44, 0x44, 0x44, 0x38}, {0x7c, 0x14, 0x14, 0x14, 0x08},
+    {0x08, 0x14, 0x14, 0x18, 0x7c}, {0x7c, 0x08, 0x04, 0x04, 0x08}, {0x48, 0x54, 0x54, 0x54, 0x20},
+    {0x04, 0x3f, 0x44, 0x40, 0x20}, {0x3c, 0x40, 0x40, 0x20, 0x7c}, {0x1c, 0x20, 0x40, 0x20, 0x1c},
+    {0x3c, 0x40, 0x30, 0x40, 0x3c}, {0x44, 0x28, 0x10, 0x28, 0x44}, {0x0c, 0x50, 0x50, 0x50, 0x3c},
+    {0x44, 0x64, 0x54, 0x4c, 0x44}, {0x00, 0x08, 0x36, 0x41, 0x00}, {0x00, 0x00, 0x7f, 0x00, 0x00},
+    {0x00, 0x41, 0x36, 0x08, 0x00}, {0x08, 0x04, 0x08, 0x10, 0x08},
+};
+#define GLYPH_ADVANCE 6   // 5 columns and a gap, at scale 1
+
+// Blends colour rgb over pixel (x, y) with coverage a in [0, 1]; outside the canvas: nothing.
+static void cv_blend(canvas *c, int x, int y, uint32_t rgb, double a) {
+    if (x < 0 || y < 0 || x >= c->w || y >= c->h || !(a > 0)) return;
+    if (a > 1) a = 1;
+    unsigned char *p = c->rgb + ((size_t)y * (size_t)c->w + (size_t)x) * 3;
+    for (int k = 0; k < 3; k++) {
+        double v = (double)((rgb >> (16 - 8 * k)) & 0xff);
+        p[k] = (unsigned char)lround(p[k] * (1 - a) + v * a);
+    }
+}
+
+static void cv_rect(canvas *c, int x0, int y0, int x1, int y1, uint32_t rgb) {   // inclusive
+    for (int y = y0; y <= y1; y++)
+        for (int x = x0; x <= x1; x++) cv_blend(c, x, y, rgb, 1);
+}
+
+// Wu's anti-aliased line, two pixels wide: along the major axis every pixel gets its two
+// neighbours across the line weighted by the distance to it, plus the full pixel between.
+static void cv_line(canvas *c, double x0, double y0, double x1, double y1, uint32_t rgb) {
+    bool steep = fabs(y1 - y0) > fabs(x1 - x0);
+    double t;
+    if (steep) {
+        t = x0, x0 = y0, y0 = t;
+        t = x1, x1 = y1, y1 = t;
+    }
+    if (x0 > x1) {
+        t = x0, x0 = x1, x1 = t;
+        t = y0, y0 = y1, y1 = t;
+    }
+    double g = x1 - x0 < 1e-9 ? 0 : (y1 - y0) / (x1 - x0);
+    for (long x = lround(x0); x <= lround(x1); x++) {
+        double y = y0 + g * ((double)x - x0) - 0.5, ip = floor(y), fr = y - ip;
+        int ix = (int)x, iy = (int)ip;
+        if (steep) {
+            cv_blend(c, iy, ix, rgb, 1 - fr);
+            cv_blend(c, iy + 1, ix, rgb, 1);
+            cv_blend(c, iy + 2, ix, rgb, fr);
+        } else {
+            cv_blend(c, ix, iy, rgb, 1 - fr);
+            cv_blend(c, ix, iy + 1, rgb, 1);
+            cv_blend(c, ix, iy + 2, rgb, fr);
+        }
+    }
+}
+
+static void cv_disc(canvas *c, double cx, double cy, double r, uint32_t rgb) {
+    for (int y = (int)floor(cy - r - 1); y <= (int)ceil(cy + r + 1); y++)
+        for (int x = (int)floor(cx - r - 1); x <= (int)ceil(cx + r + 1); x++) {
+            double d = hypot(x + 0.5 - cx, y + 0.5 - cy);
+            cv_blend(c, x, y, rgb, r + 0.5 - d);
+        }
+}
+
+static int text_width(const char *s, int scale) { return (int)strlen(s) * GLYPH_ADVANCE * scale - scale; }
+
+// Draws s with its top at y; align: 0 left of x, 1 centred on x, 2 right of x. vertical:
+// rotated a quarter turn anticlockwise (reading upwards), centred on (x, y).
+static void cv_text(canvas *c, int x, int y, const char *s, uint32_t rgb, int scale, int align, bool vertical) {
+    int w = text_width(s, scale);
+    if (!vertical) x -= align == 1 ? w / 2 : align == 2 ? w : 0;
+    else y += w / 2;
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        const unsigned char *gl = font5x7[(ch >= 0x20 && ch < 0x7f ? ch : '?') - 0x20];
+        for (int col = 0; col < 5; col++)
+            for (int row = 0; row < 7; row++) {
+                if (!((gl[col] >> row) & 1)) continue;
+                if (vertical) cv_rect(c, x + row * scale, y - (col + 1) * scale + 1, x + (row + 1) * scale - 1,
+                                      y - col * scale, rgb);
+                else cv_rect(c, x + col * scale, y + row * scale, x + (col + 1) * scale - 1,
+                             y + (row + 1) * scale - 1, rgb);
+            }
+        if (vertical) y -= GLYPH_ADVANCE * scale;
+        else x += GLYPH_ADVANCE * scale;
+    }
+}
+
+static void put_be32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static bool png_chunk(FILE *f, const char *type, const unsigned char *data, size_t n) {
+    unsigned char len[4], crc[4];
+    put_be32(len, (uint32_t)n);
+    uLong sum = crc32(0L, (const Bytef *)type, 4);
+    if (n) sum = crc32(sum, data, (uInt)n);
+    put_be32(crc, (uint32_t)sum);
+    return fwrite(len, 1, 4, f) == 4 && fwrite(type, 1, 4, f) == 4 && (n == 0 || fwrite(data, 1, n, f) == n) &&
+           fwrite(crc, 1, 4, f) == 4;
+}
+
+// An 8-bit RGB PNG, one IDAT with every row unfiltered (filter type 0).
+static bool write_png(FILE *f, const canvas *c) {
+    size_t row = 1 + (size_t)c->w * 3, n_raw = row * (size_t)c->h;
+    unsigned char *raw = xcalloc(n_raw, 1);
+    for (int y = 0; y < c->h; y++) memcpy(raw + (size_t)y * row + 1, c->rgb + (size_t)y * (size_t)c->w * 3, row - 1);
+    uLongf n_z = compressBound((uLong)n_raw);
+    unsigned char *z = xcalloc(n_z, 1);
+    bool ok = compress2(z, &n_z, raw, (uLong)n_raw, 9) == Z_OK;
+    unsigned char ihdr[13] = {0};
+    put_be32(ihdr, (uint32_t)c->w);
+    put_be32(ihdr + 4, (uint32_t)c->h);
+    ihdr[8] = 8;   // bits per sample
+    ihdr[9] = 2;   // colour type: RGB
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    ok = ok && fwrite(sig, 1, 8, f) == 8 && png_chunk(f, "IHDR", ihdr, sizeof ihdr) && png_chunk(f, "IDAT", z, n_z) &&
+         png_chunk(f, "IEND", NULL, 0);
+    free(z);
+    free(raw);
+    return ok && !ferror(f);
+}
+
+static bool write_chart_png(FILE *f, const chart *c, const series *sr, int n_series) {
+    canvas cv = {CHART_W, CHART_H, xcalloc((size_t)CHART_W * CHART_H * 3, 1)};
+    memset(cv.rgb, 0xff, (size_t)CHART_W * CHART_H * 3);
+    int l = (int)c->left, r = (int)c->right, t = (int)c->top, b = (int)c->bottom;
+    char lab[64];
+    for (int i = 0; i < c->x.n_ticks; i++) {
+        int x = (int)lround(chart_px(c, c->x.tick[i]));
+        cv_rect(&cv, x, t, x, b, 0xe6e6e6);
+        cv_rect(&cv, x, b, x, b + 4, 0x333333);
+        tick_label(&c->x, c->x.tick[i], lab, sizeof lab);
+        cv_text(&cv, x, b + 9, lab, 0x333333, 1, 1, false);
+    }
+    for (int i = 0; i < c->y.n_ticks; i++) {
+        int y = (int)lround(chart_py(c, c->y.tick[i]));
+        cv_rect(&cv, l, y, r, y, 0xe6e6e6);
+        cv_rect(&cv, l - 4, y, l, y, 0x333333);
+        tick_label(&c->y, c->y.tick[i], lab, sizeof lab);
+        cv_text(&cv, l - 8, y - 3, lab, 0x333333, 1, 2, false);
+    }
+    cv_rect(&cv, l, t, r, t, 0x333333);
+    cv_rect(&cv, l, b, r, b, 0x333333);
+    cv_rect(&cv, l, t, l, b, 0x333333);
+    cv_rect(&cv, r, t, r, b, 0x333333);
+    cv_text(&cv, (l + r) / 2, CHART_H - 34, "step", 0x222222, 1, 1, false);
+    cv_text(&cv, 14, (t + b) / 2, c->y_label, 0x222222, 1, 1, true);
+    cv_text(&cv, CHART_W / 2, 14, c->title, 0x111111, 2, 1, false);
+    for (int k = 0; k < n_series; k++) {
+        const series *s = &sr[k];
+        uint32_t col = palette[k % N_COLORS];
+        for (int i = 1; i < s->n; i++)
+            cv_line(&cv, chart_px(c, s->x[i - 1]), chart_py(c, s->y[i - 1]), chart_px(c, s->x[i]), chart_py(c, s->y[i]),
+                    col);
+        if (s->n <= MARKER_MAX_POINTS)
+            for (int i = 0; i < s->n; i++) cv_disc(&cv, chart_px(c, s->x[i]), chart_py(c, s->y[i]), s->n == 1 ? 3.5 : 2.2, col);
+    }
+    if (n_series > 1) {
+        int w_max = 0;
+        for (int k = 0; k < n_series; k++) w_max = text_width(sr[k].tag, 1) > w_max ? text_width(sr[k].tag, 1) : w_max;
+        int w = 40 + w_max, x = r - 10 - w, y = t + 10, h = 8 + 16 * n_series;
+        cv_rect(&cv, x, y, x + w, y + h, 0x999999);
+        cv_rect(&cv, x + 1, y + 1, x + w - 1, y + h - 1, 0xffffff);
+        for (int k = 0; k < n_series; k++) {
+            int ly = y + 12 + 16 * k;
+            cv_rect(&cv, x + 8, ly - 1, x + 28, ly + 1, palette[k % N_COLORS]);
+            cv_text(&cv, x + 34, ly - 3, sr[k].tag, 0x222222, 1, 0, false);
+        }
+    }
+    if (c->note[0]) cv_text(&cv, l, CHART_H - 14, c->note, 0xaa0000, 1, 0, false);
+    bool ok = write_png(f, &cv);
+    free(cv.rgb);
+    return ok;
+}
+
+static bool has_ext(const char *path, const char *ext) {
+    size_t n = strlen(path), k = strlen(ext);
+    return n > k && strcasecmp(path + n - k, ext) == 0;
+}
+
+static int cmd_plot(const options *o) {
+    dg_status *st = dg_status_new();
+    dg_checkpoint_store *s = NULL;
+    series *sr = xcalloc((size_t)o->n_tags, sizeof *sr);
+    sbuf note = {0}, title = {0};
+    int rc = 1, n_points = 0;
+    sqlite3 *db = open_summaries(o->file, &s, st);
+    if (!db) goto out;
+    chart c;
+    memset(&c, 0, sizeof c);
+    double x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
+    int n_nonfinite = 0;
+    for (int k = 0; k < o->n_tags; k++) {
+        sr[k].tag = o->tags[k];
+        int n_rows = load_series(db, o->file, &sr[k]);
+        if (n_rows < 0) goto out;
+        if (n_rows == 0) {
+            fprintf(stderr, "dg-inspect: \"%s\": no summaries with tag \"%s\"", o->file, sr[k].tag);
+            print_known_tags(db);
+            fputc('\n', stderr);
+            goto out;
+        }
+        for (int i = 0; i < sr[k].n; i++) {
+            x_lo = fmin(x_lo, sr[k].x[i]);
+            x_hi = fmax(x_hi, sr[k].x[i]);
+            y_lo = fmin(y_lo, sr[k].y[i]);
+            y_hi = fmax(y_hi, sr[k].y[i]);
+        }
+        n_points += sr[k].n;
+        if (sr[k].n_nonfinite)
+            sb_printf(&note, "%s%s: %d", n_nonfinite ? ", " : "", sr[k].tag, sr[k].n_nonfinite);
+        n_nonfinite += sr[k].n_nonfinite;
+    }
+    for (int k = 0; k < o->n_tags; k++) sb_printf(&title, "%s%s", k ? ", " : "", o->tags[k]);
+    if (n_points == 0) {
+        fprintf(stderr, "dg-inspect: \"%s\": nothing to plot: every value of %s is non-finite\n", o->file,
+                sb_str(&title));
+        goto out;
+    }
+    if (n_nonfinite)
+        snprintf(c.note, sizeof c.note, "%d non-finite value%s skipped (%s)", n_nonfinite, n_nonfinite == 1 ? "" : "s",
+                 sb_str(&note));
+    snprintf(c.y_label, sizeof c.y_label, "%s", o->n_tags == 1 ? o->tags[0] : "value");
+    const char *base = strrchr(o->file, '/');
+    sb_printf(&title, " (%s)", base ? base + 1 : o->file);
+    snprintf(c.title, sizeof c.title, "%s", sb_str(&title));
+    c.left = 84;
+    c.right = CHART_W - 24;
+    c.top = 44;
+    c.bottom = CHART_H - 66;
+    axis_make(&c.x, x_lo, x_hi, true);
+    axis_make(&c.y, y_lo, y_hi, false);
+    FILE *f = fopen(o->out, "wb");
+    if (!f) {
+        fprintf(stderr, "dg-inspect: cannot write %s: %s\n", o->out, strerror(errno));
+        goto out;
+    }
+    bool png = has_ext(o->out, ".png");
+    bool ok = png ? write_chart_png(f, &c, sr, o->n_tags) : write_chart_svg(f, &c, sr, o->n_tags);
+    if (fclose(f) != 0) ok = false;
+    if (!ok) {
+        fprintf(stderr, "dg-inspect: writing %s failed\n", o->out);
+        remove(o->out);
+        goto out;
+    }
+    printf("wrote %s: %d tag%s, %d point%s, steps %.0f..%.0f, %dx%d px%s%s\n", o->out, o->n_tags,
+           o->n_tags == 1 ? "" : "s", n_points, n_points == 1 ? "" : "s", x_lo, x_hi, CHART_W, CHART_H,
+           c.note[0] ? "; " : "", c.note);
+    rc = 0;
+out:
+    for (int k = 0; k < o->n_tags; k++) {
+        free(sr[k].x);
+        free(sr[k].y);
+    }
+    free(sr);
+    free(title.s);
+    free(note.s);
+    sqlite3_close(db);
+    dg_checkpoint_close(&s);
+    dg_status_free(&st);
+    return rc;
+}
+
+// Parses a count option's value: an integer in [lo, hi]; false (after a message) otherwise.
+static bool parse_int(const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(val, &end, 10);
+    if (!*val || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "dg-inspect: %s must be an integer in %lld..%lld, got \"%s\"\n", opt, (long long)lo,
+                (long long)hi, val);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool is_cmd(const char *cmd, const char *const *names) {
+    for (; *names; names++)
+        if (strcmp(cmd, *names) == 0) return true;
+    return false;
+}
+
 int main(int argc, char **argv) {
+    static const char *const graph_cmds[] = {"graph", "place", "partition", "svg", NULL};
+    static const char *const ckpt_cmds[] = {"checkpoints", "variables", "summaries", "plot", NULL};
     options o;
     memset(&o, 0, sizeof o);
     o.soft_placement = true;
     o.hide_init = true;
+    o.step = -1;
     if (argc < 2) return usage(stderr);
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) return usage(stdout);
     o.cmd = argv[1];
+    o.tags = xcalloc((size_t)argc, sizeof *o.tags);
+    bool has_step = false, has_values = false;
+    int rc = 2;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
-        const char *val = NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return usage(stdout);
-        if (strcmp(a, "--json") == 0) {
+        const char *opt = a, *val = NULL;
+        static const char *const valued[] = {"--cluster_spec", "--gpus_per_task", "-o", "--output",
+                                             "--step", "--values", "--tag", NULL};
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            rc = usage(stdout);
+            goto done;
+        }
+        // "--opt=value" and "--opt value" alike.
+        const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+        char name[32] = "";
+        if (eq && (size_t)(eq - a) < sizeof name) {
+            memcpy(name, a, (size_t)(eq - a));
+            name[eq - a] = '\0';
+            if (is_cmd(name, valued)) {
+                opt = name;
+                val = eq + 1;
+            }
+        }
+        if (!val && is_cmd(a, valued)) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "dg-inspect: %s needs a value\n", a);
+                goto done;
+            }
+            val = argv[++i];
+        }
+        if (val) {
+            int64_t v = 0;
+            if (strcmp(opt, "-o") == 0 || strcmp(opt, "--output") == 0) {
+                o.out = val;
+            } else if (strcmp(opt, "--cluster_spec") == 0) {
+                o.cluster_spec = val;
+            } else if (strcmp(opt, "--gpus_per_task") == 0) {
+                if (!parse_int(opt, val, 0, 1024, &v)) goto done;
+                o.gpus_per_task = (int)v;
+            } else if (strcmp(opt, "--step") == 0) {
+                if (!parse_int(opt, val, 0, INT64_MAX, &o.step)) goto done;
+                has_step = true;
+            } else if (strcmp(opt, "--values") == 0) {
+                if (!parse_int(opt, val, 0, INT64_MAX, &o.n_values)) goto done;
+                has_values = true;
+            } else {
+                if (!*val) {
+                    fprintf(stderr, "dg-inspect: --tag needs a non-empty tag\n");
+                    goto done;
+                }
+                bool seen = false;
+                for (int k = 0; k < o.n_tags; k++) seen = seen || strcmp(o.tags[k], val) == 0;
+                if (!seen) o.tags[o.n_tags++] = val;
+            }
+        } else if (strcmp(a, "--json") == 0) {
             o.json = true;
         } else if (strcmp(a, "--no_soft_placement") == 0) {
             o.soft_placement = false;
@@ -1176,53 +2279,62 @@ int main(int argc, char **argv) {
         } else if (strcmp(a, "--show_init") == 0 || strcmp(a, "--nohide_init") == 0 ||
                    strcmp(a, "--hide_init=false") == 0) {
             o.hide_init = false;
-        } else if (strncmp(a, "--cluster_spec=", 15) == 0) {
-            o.cluster_spec = a + 15;
-        } else if (strncmp(a, "--gpus_per_task=", 16) == 0) {
-            val = a + 16;
-        } else if (strncmp(a, "--output=", 9) == 0) {
-            o.out = a + 9;
-        } else if (strcmp(a, "--cluster_spec") == 0 || strcmp(a, "--gpus_per_task") == 0 ||
-                   strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "dg-inspect: %s needs a value\n", a);
-                return 2;
-            }
-            if (a[1] == 'o' || strcmp(a, "--output") == 0) o.out = argv[++i];
-            else if (strcmp(a, "--cluster_spec") == 0) o.cluster_spec = argv[++i];
-            else val = argv[++i];
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "dg-inspect: unknown option \"%s\"\n", a);
-            return usage(stderr);
+            rc = usage(stderr);
+            goto done;
         } else if (!o.file) {
             o.file = a;
         } else {
             fprintf(stderr, "dg-inspect: unexpected argument \"%s\"\n", a);
-            return usage(stderr);
-        }
-        if (val) {
-            char *end;
-            long v = strtol(val, &end, 10);
-            if (!*val || *end || v < 0 || v > 1024) {
-                fprintf(stderr, "dg-inspect: --gpus_per_task must be in 0..1024, got \"%s\"\n", val);
-                return 2;
-            }
-            o.gpus_per_task = (int)v;
+            rc = usage(stderr);
+            goto done;
         }
     }
-    bool known = strcmp(o.cmd, "graph") == 0 || strcmp(o.cmd, "place") == 0 ||
-                 strcmp(o.cmd, "partition") == 0 || strcmp(o.cmd, "svg") == 0;
-    if (!known) {
+    bool is_graph = is_cmd(o.cmd, graph_cmds), is_ckpt = is_cmd(o.cmd, ckpt_cmds);
+    if (!is_graph && !is_ckpt) {
         fprintf(stderr, "dg-inspect: unknown command \"%s\"\n", o.cmd);
-        return usage(stderr);
+        rc = usage(stderr);
+        goto done;
     }
     if (!o.file) {
-        fprintf(stderr, "dg-inspect: %s needs a graph FILE\n", o.cmd);
-        return usage(stderr);
+        fprintf(stderr, "dg-inspect: %s needs a %s FILE\n", o.cmd, is_graph ? "graph" : "checkpoint");
+        rc = usage(stderr);
+        goto done;
+    }
+    bool is_variables = strcmp(o.cmd, "variables") == 0, is_plot = strcmp(o.cmd, "plot") == 0;
+    if ((has_step || has_values) && !is_variables) {
+        fprintf(stderr, "dg-inspect: %s applies to variables only\n", has_step ? "--step" : "--values");
+        goto done;
+    }
+    if (o.n_tags && !is_plot) {
+        fprintf(stderr, "dg-inspect: --tag applies to plot only\n");
+        goto done;
+    }
+    if (is_plot) {
+        if (!o.n_tags || !o.out) {
+            fprintf(stderr, "dg-inspect: plot needs --tag TAG and -o OUT.svg|OUT.png\n");
+            goto done;
+        }
+        if (!has_ext(o.out, ".svg") && !has_ext(o.out, ".png")) {
+            fprintf(stderr, "dg-inspect: plot writes SVG or PNG, by the extension of -o: got \"%s\"\n", o.out);
+            goto done;
+        }
+        if (o.json) {
+            fprintf(stderr, "dg-inspect: plot has no --json\n");
+            goto done;
+        }
+    }
+    if (is_ckpt) {
+        if (strcmp(o.cmd, "checkpoints") == 0) rc = cmd_checkpoints(&o);
+        else if (is_variables) rc = cmd_variables(&o);
+        else if (strcmp(o.cmd, "summaries") == 0) rc = cmd_summaries(&o);
+        else rc = cmd_plot(&o);
+        goto done;
     }
     dg_status *st = dg_status_new();
     dg_graph *g = dg_graph_load(o.file, st);
-    int rc = 1;
+    rc = 1;
     if (!g) {
         die_status("loading", st);
     } else if (strcmp(o.cmd, "graph") == 0) {
@@ -1236,5 +2348,7 @@ int main(int argc, char **argv) {
     }
     dg_graph_free(&g);
     dg_status_free(&st);
+done:
+    free(o.tags);
     return rc;
 }

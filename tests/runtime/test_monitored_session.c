@@ -643,6 +643,10 @@ static void test_summary_saver(void **state) {
     // loss = log(w) is computed before the update of its run: at global step k, w = k.
     dg_output s = dg_sum(t.g, "loss_sum", t.loss, NULL, 0, false);
     dg_graph_add_to_collection(t.g, DG_SUMMARIES, s.node);
+    // A NaN summary (log of w - 3 < 0 until w reaches 3) is stored as NULL, not an error.
+    dg_output three = dg_scalar(t.g, "three", DG_FLOAT32, 3.0);
+    dg_output nan_s = dg_sum(t.g, "nan_sum", dg_log(t.g, "nan_log", dg_sub(t.g, "w_minus_3", t.w, three)), NULL, 0, false);
+    dg_graph_add_to_collection(t.g, DG_SUMMARIES, nan_s.node);
     dg_mts_options o = dg_mts_options_default();
     o.checkpoint_path = tp.path;
     o.save_summaries_steps = 2;
@@ -657,8 +661,8 @@ static void test_summary_saver(void **state) {
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open_v2(tp.path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     sqlite3_stmt *q = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db, "SELECT step, tag, value, wall_time FROM summaries ORDER BY step", -1, &q,
-                                        NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT step, tag, value, wall_time FROM summaries WHERE tag = 'loss_sum' "
+                                        "ORDER BY step", -1, &q, NULL), SQLITE_OK);
     int n = 0;
     int64_t want[] = {1, 3, 5};
     while (sqlite3_step(q) == SQLITE_ROW) {
@@ -667,6 +671,20 @@ static void test_summary_saver(void **state) {
         assert_string_equal((const char *)sqlite3_column_text(q, 1), "loss_sum");
         assert_true(fabs(sqlite3_column_double(q, 2) - 2.0 * log((double)want[n])) < 1e-5);
         assert_true(sqlite3_column_double(q, 3) > 1.6e9);
+        n++;
+    }
+    assert_int_equal(n, 3);
+    sqlite3_finalize(q);
+    // nan_sum at step k is 2 log(k - 3): NaN at step 1 (stored as NULL), -inf at step 3 and
+    // log 4 at step 5 (stored as numbers).
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT step, value IS NULL FROM summaries WHERE tag = 'nan_sum' ORDER BY step",
+                                        -1, &q, NULL), SQLITE_OK);
+    int64_t want_nan[][2] = {{1, 1}, {3, 0}, {5, 0}};
+    n = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        assert_true(n < 3);
+        assert_int_equal(sqlite3_column_int64(q, 0), want_nan[n][0]);
+        assert_int_equal(sqlite3_column_int(q, 1), (int)want_nan[n][1]);
         n++;
     }
     assert_int_equal(n, 3);

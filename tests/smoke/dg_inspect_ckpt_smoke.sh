@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# dg-ckpt-writer saves steps 1..5 of 8 variables (every dtype, a scalar, an empty tensor, a 4
+# MiB float32) keeping the newest 3; dg-inspect lists those checkpoints and their variables
+# (table and JSON; shapes, dtypes, bytes and the global_step value checked against what the
+# writer stores). No program in the tree writes scalar summaries yet (nothing adds to the
+# DG_SUMMARIES collection), so the test inserts TEST DATA into the summaries table, with the
+# schema the summary saver hook creates: dg-inspect summarizes it and plots it as well-formed
+# SVG (one polyline point per step, the last row of a rewritten step, NaN/inf skipped and
+# noted) and as a valid 800x480 PNG (chunk CRCs, IDAT inflated, series colours present). Bad
+# input exits 1 naming the file and what is missing; bad usage exits 2.
+set -euo pipefail
+bin="${DG_BIN_DIR:?}"
+inspect="$bin/dg-inspect"
+[ -x "$inspect" ] && [ -x "$bin/dg-ckpt-writer" ] || { echo "no dg-inspect / dg-ckpt-writer in $bin"; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+ckpt="$tmp/ckpt.db"
+
+"$bin/dg-ckpt-writer" "$ckpt" --steps 5 --max_to_keep 3 > /dev/null || fail "dg-ckpt-writer failed"
+
+# checkpoints: steps 3, 4, 5 kept, 8 variables of 4206368 bytes each, 5 the newest.
+out=$("$inspect" checkpoints "$ckpt") || fail "dg-inspect checkpoints"
+echo "$out"
+for s in 3 4; do
+    echo "$out" | grep -Eq "^$s +[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} +8 +4206368 \\(4\\.0 MiB\\)\$" || fail "row of step $s"
+done
+echo "$out" | grep -Eq '^5 +.* +8 +4206368 \(4\.0 MiB\) +<- newest$' || fail "step 5 is not marked newest"
+echo "$out" | grep -Eq '^[12] ' && fail "pruned steps are listed"
+echo "$out" | grep -Fq "3 checkpoints in $ckpt, newest: step 5" || fail "checkpoints summary line"
+"$inspect" checkpoints "$ckpt" --json > "$tmp/ckpts.json" || fail "checkpoints --json"
+python3 - "$tmp/ckpts.json" <<'EOF' || fail "checkpoints --json"
+import json, sys, time
+d = json.load(open(sys.argv[1]))
+assert d["newest_step"] == 5, d
+c = d["checkpoints"]
+assert [x["step"] for x in c] == [3, 4, 5], c
+assert all(x["n_variables"] == 8 and x["n_bytes"] == 4206368 for x in c), c
+assert [x["newest"] for x in c] == [False, False, True], c
+assert all(abs(x["created_unix_ms"] / 1000 - time.time()) < 3600 for x in c), c
+EOF
+
+# variables: the writer's 8 variables, of the newest step or of --step.
+out=$("$inspect" variables "$ckpt" --values 3) || fail "dg-inspect variables"
+echo "$out"
+echo "$out" | grep -Fq "checkpoint of step 5 (newest) in $ckpt" || fail "variables header"
+echo "$out" | grep -Eq '^dense/kernel +float32 +\[1024,1024\] +5 +4194304 +.*\.\.\. \(1048573 more\)$' || fail "dense/kernel row"
+echo "$out" | grep -Eq '^global_step +int64 +\[\] +5 +8 +5$' || fail "global_step row (value 5)"
+echo "$out" | grep -Eq '^counts +int64 +\[0\] +5 +0 +\(empty\)$' || fail "counts row"
+echo "$out" | grep -Fq "8 variables, 4206368 bytes (4.0 MiB)" || fail "variables total"
+for step in 3 5; do
+    "$inspect" variables "$ckpt" --step $step --values 2 --json > "$tmp/vars$step.json" || fail "variables --step $step --json"
+    python3 - "$tmp/vars$step.json" $step <<'EOF' || fail "variables --json, step $step"
+import json, sys
+d, step = json.load(open(sys.argv[1])), int(sys.argv[2])
+assert d["step"] == step and d["newest"] == (step == 5) and d["n_bytes"] == 4206368, d
+want = {  # tools/dg-ckpt-writer.c
+    "global_step": ("int64", []), "dense/kernel": ("float32", [1024, 1024]),
+    "dense/bias": ("float64", [1000]), "embed/ids": ("int32", [7, 11, 13]), "mask": ("bool", [33]),
+    "pixels": ("uint8", [3, 5]), "counts": ("int64", [0]), "lr": ("float32", []),
+}
+got = {v["name"]: (v["dtype"], v["shape"]) for v in d["variables"]}
+assert got == want, got
+v = {x["name"]: x for x in d["variables"]}
+assert all(x["step"] == step for x in d["variables"])
+assert v["dense/kernel"]["n_bytes"] == 4 << 20 and v["mask"]["n_bytes"] == 33
+assert v["global_step"]["values"] == [step], v["global_step"]
+assert v["counts"]["values"] == [] and len(v["dense/bias"]["values"]) == 2
+assert all(b in (True, False) for b in v["mask"]["values"])
+EOF
+done
+
+# Summaries: TEST DATA inserted here, in the summary saver hook's schema (runtime/hooks.c).
+# loss: steps 1..40, then inf at step 41, then steps 38..40 again with 3.0 (as after a
+# restart from an older checkpoint: the later rows win). accuracy: every 5th step. single:
+# one point. bad: -inf only.
+python3 - "$ckpt" <<'EOF' || fail "inserting test summaries"
+import math, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("CREATE TABLE IF NOT EXISTS summaries(step INTEGER NOT NULL, tag TEXT NOT NULL, "
+           "value REAL NOT NULL, wall_time REAL NOT NULL)")
+rows = [(s, "loss", 2 * math.exp(-s / 10), 1e9 + s) for s in range(1, 41)]
+rows += [(41, "loss", float("inf"), 1e9 + 41)]
+rows += [(s, "loss", 3.0, 1e9 + 100 + s) for s in (38, 39, 40)]
+rows += [(s, "accuracy", 1 - math.exp(-s / 15), 1e9 + s) for s in range(5, 41, 5)]
+rows += [(7, "single", 0.5, 1e9), (3, "bad", float("-inf"), 1e9)]
+db.executemany("INSERT INTO summaries VALUES (?, ?, ?, ?)", rows)
+db.commit()
+db.close()
+EOF
+out=$("$inspect" summaries "$ckpt") || fail "dg-inspect summaries"
+echo "$out"
+echo "$out" | grep -Eq '^accuracy +8 +5\.\.40 +0\.9305[0-9]* +0$' || fail "accuracy row"
+echo "$out" | grep -Eq '^loss +44 \(41 steps\) +1\.\.41 +inf +1$' || fail "loss row"
+echo "$out" | grep -Eq '^single +1 +7\.\.7 +0\.5 +0$' || fail "single row"
+echo "$out" | grep -Fq "4 tags in $ckpt" || fail "summaries total"
+"$inspect" summaries "$ckpt" --json > "$tmp/sum.json" || fail "summaries --json"
+python3 - "$tmp/sum.json" <<'EOF' || fail "summaries --json"
+import json, sys
+t = {x["tag"]: x for x in json.load(open(sys.argv[1]))["tags"]}
+assert sorted(t) == ["accuracy", "bad", "loss", "single"], t
+assert t["loss"]["count"] == 44 and t["loss"]["n_steps"] == 41 and t["loss"]["n_nonfinite"] == 1, t["loss"]
+assert (t["loss"]["first_step"], t["loss"]["last_step"], t["loss"]["last_value"]) == (1, 41, None), t["loss"]
+assert t["accuracy"]["count"] == 8 and t["accuracy"]["last_step"] == 40, t["accuracy"]
+assert t["bad"]["n_nonfinite"] == 1 and t["bad"]["last_value"] is None, t["bad"]
+EOF
+
+# plot, SVG: one polyline per tag with one point per finite step, a legend, the note.
+out=$("$inspect" plot "$ckpt" --tag loss --tag accuracy -o "$tmp/plot.svg") || fail "dg-inspect plot (svg)"
+echo "$out"
+echo "$out" | grep -Fq "2 tags, 48 points, steps 1..40, 800x480 px; 1 non-finite value skipped (loss: 1)" || fail "plot summary"
+python3 - "$tmp/plot.svg" <<'EOF' || fail "plot SVG"
+import sys, xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == ns + "svg" and root.get("width") == "800" and root.get("height") == "480"
+lines = {p.get("data-tag"): [tuple(map(float, xy.split(","))) for xy in p.get("points").split()]
+         for p in root.iter(ns + "polyline")}
+assert sorted(lines) == ["accuracy", "loss"], lines.keys()
+loss, acc = lines["loss"], lines["accuracy"]
+assert len(loss) == 40 and len(acc) == 8, (len(loss), len(acc))
+assert all(a[0] < b[0] for a, b in zip(loss, loss[1:])), "loss points not by increasing step"
+# The rewritten steps 38..40 (3.0) are the highest values: the smallest y in pixels.
+assert min(range(40), key=lambda i: loss[i][1]) >= 37, loss[-5:]
+texts = ["".join(t.itertext()) for t in root.iter(ns + "text")]
+assert "step" in texts and "value" in texts, texts
+assert "loss, accuracy (ckpt.db)" in texts, texts
+assert "1 non-finite value skipped (loss: 1)" in texts, texts
+assert "0" in texts and "40" in texts, texts          # x ticks
+assert any(g.get("class") == "legend" for g in root.iter(ns + "g")), "no legend"
+assert sum(1 for _ in root.iter(ns + "circle")) == 48, "one marker per point"
+EOF
+# One point: a marker, and axes around it.
+"$inspect" plot "$ckpt" --tag single -o "$tmp/single.svg" > /dev/null || fail "plot one point"
+python3 - "$tmp/single.svg" <<'EOF' || fail "one-point SVG"
+import sys, xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+root = ET.parse(sys.argv[1]).getroot()
+(p,) = root.iter(ns + "polyline")
+assert len(p.get("points").split()) == 1
+(c,) = root.iter(ns + "circle")
+x, y = float(c.get("cx")), float(c.get("cy"))
+assert 100 < x < 780 and 44 < y < 414, (x, y)
+texts = ["".join(t.itertext()) for t in root.iter(ns + "text")]
+assert "7" in texts and "single" in texts, texts
+assert not any(g.get("class") == "legend" for g in root.iter(ns + "g")), "legend for one tag"
+EOF
+
+# plot, PNG: signature, chunk CRCs, IHDR, inflated IDAT rows; both series colours drawn.
+out=$("$inspect" plot "$ckpt" --tag loss --tag accuracy -o "$tmp/plot.png") || fail "dg-inspect plot (png)"
+echo "$out"
+"$inspect" plot "$ckpt" --tag single -o "$tmp/SINGLE.PNG" > /dev/null || fail "plot to .PNG"
+for png in "$tmp/plot.png" "$tmp/SINGLE.PNG"; do
+python3 - "$png" <<'EOF' || fail "PNG $png"
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"\x89PNG\r\n\x1a\n", "signature"
+pos, chunks = 8, []
+while pos < len(data):
+    n, = struct.unpack(">I", data[pos:pos + 4])
+    kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
+    crc, = struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])
+    assert zlib.crc32(kind + body) == crc, "CRC of %r" % kind
+    chunks.append((kind, body))
+    pos += 12 + n
+assert [k for k, _ in chunks] == [b"IHDR", b"IDAT", b"IEND"], [k for k, _ in chunks]
+w, h, depth, ctype, comp, filt, lace = struct.unpack(">IIBBBBB", chunks[0][1])
+assert (w, h, depth, ctype, comp, filt, lace) == (800, 480, 8, 2, 0, 0, 0), (w, h, depth, ctype)
+raw = zlib.decompress(chunks[1][1])
+stride = 1 + 3 * w
+assert len(raw) == h * stride and all(raw[y * stride] == 0 for y in range(h))
+px = [raw[y * stride + 1 + 3 * x:y * stride + 4 + 3 * x] for y in range(h) for x in range(w)]
+white = px.count(b"\xff\xff\xff")
+blue, orange = px.count(bytes.fromhex("1f77b4")), px.count(bytes.fromhex("ff7f0e"))
+assert white > 0.8 * w * h, white
+assert blue > 20, blue
+if "plot" in sys.argv[1]:
+    assert orange > 20, orange
+print(sys.argv[1].rsplit("/", 1)[1], "valid PNG", w, "x", h, "white", white, "blue", blue, "orange", orange)
+EOF
+done
+
+# Inspecting changes nothing: every checkpoint still verifies, no -wal/-shm is left behind.
+"$bin/dg-ckpt-writer" --verify "$ckpt" || fail "checkpoint changed by dg-inspect"
+[ ! -e "$ckpt-wal" ] && [ ! -e "$ckpt-shm" ] || fail "WAL files left behind"
+
+# expect_fail RC PATTERN ARGS...: exit RC and a message matching PATTERN on stderr.
+expect_fail() {
+    local want=$1 pattern=$2
+    shift 2
+    set +e
+    err=$("$inspect" "$@" 2>&1 >/dev/null)
+    rc=$?
+    set -e
+    echo "$err" | head -1
+    [ "$rc" -eq "$want" ] || fail "dg-inspect $* exited $rc, expected $want"
+    echo "$err" | grep -Eq -- "$pattern" || fail "dg-inspect $*: message does not match $pattern"
+}
+"$bin/dg-ckpt-writer" "$tmp/empty.db" --steps 0 > /dev/null
+"$bin/dg-ckpt-writer" "$tmp/nosum.db" --steps 1 > /dev/null
+printf 'not a checkpoint\n' > "$tmp/text.db"
+head -c 8192 /dev/urandom > "$tmp/garbage.db"
+python3 -c 'import sqlite3,sys; d=sqlite3.connect(sys.argv[1]); d.execute("CREATE TABLE t(a)"); d.commit()' "$tmp/other.db"
+expect_fail 1 "NOT_FOUND: checkpoint \"$tmp/missing.db\"" checkpoints "$tmp/missing.db"
+expect_fail 1 "NOT_FOUND: checkpoint \"$tmp/missing.db\"" plot "$tmp/missing.db" --tag loss -o "$tmp/x.svg"
+expect_fail 1 "DATA_LOSS: checkpoint \"$tmp/text.db\".*not an SQLite database" variables "$tmp/text.db"
+expect_fail 1 "DATA_LOSS: checkpoint \"$tmp/garbage.db\"" summaries "$tmp/garbage.db"
+expect_fail 1 "FAILED_PRECONDITION: checkpoint \"$tmp/other.db\": an SQLite database of another schema" checkpoints "$tmp/other.db"
+expect_fail 1 "\"$tmp/empty.db\": holds no checkpoints" checkpoints "$tmp/empty.db"
+expect_fail 1 "\"$tmp/empty.db\": holds no checkpoints" variables "$tmp/empty.db"
+expect_fail 1 "NOT_FOUND: checkpoint \"$ckpt\": no checkpoint of step 2" variables "$ckpt" --step 2
+expect_fail 1 "\"$tmp/nosum.db\": no summaries table" summaries "$tmp/nosum.db"
+expect_fail 1 "\"$tmp/nosum.db\": no summaries table" plot "$tmp/nosum.db" --tag loss -o "$tmp/x.png"
+cp "$tmp/nosum.db" "$tmp/emptysum.db"
+python3 -c 'import sqlite3,sys; d=sqlite3.connect(sys.argv[1]); d.execute("CREATE TABLE summaries(step INTEGER NOT NULL, tag TEXT NOT NULL, value REAL NOT NULL, wall_time REAL NOT NULL)"); d.commit()' "$tmp/emptysum.db"
+expect_fail 1 "\"$tmp/emptysum.db\": the summaries table is empty" summaries "$tmp/emptysum.db" --json
+expect_fail 1 "\"$ckpt\": no summaries with tag \"nope\" \\(known tags: accuracy, bad, loss, single\\)" \
+    plot "$ckpt" --tag loss --tag nope -o "$tmp/x.svg"
+expect_fail 1 "\"$ckpt\": nothing to plot: every value of bad is non-finite" plot "$ckpt" --tag bad -o "$tmp/x.svg"
+expect_fail 1 "cannot write $tmp/no/dir.svg" plot "$ckpt" --tag loss -o "$tmp/no/dir.svg"
+[ ! -e "$tmp/x.svg" ] && [ ! -e "$tmp/x.png" ] || fail "a failed plot wrote a file"
+expect_fail 2 "plot needs --tag TAG and -o" plot "$ckpt" -o "$tmp/x.svg"
+expect_fail 2 "plot needs --tag TAG and -o" plot "$ckpt" --tag loss
+expect_fail 2 "by the extension of -o: got \"$tmp/x.jpg\"" plot "$ckpt" --tag loss -o "$tmp/x.jpg"
+expect_fail 2 "--step must be an integer" variables "$ckpt" --step -1
+expect_fail 2 "--values must be an integer" variables "$ckpt" --values many
+expect_fail 2 "--step applies to variables only" checkpoints "$ckpt" --step 3
+expect_fail 2 "--tag applies to plot only" summaries "$ckpt" --tag loss
+expect_fail 2 "checkpoints needs a checkpoint FILE" checkpoints
+expect_fail 2 "unknown command \"checkpoint\"" checkpoint "$ckpt"
+echo "dg-inspect checkpoint smoke: ok"
