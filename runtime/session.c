@@ -152,8 +152,9 @@ void dg_session_free(dg_session **sp) {
     free(s->cache);
     for (int i = 0; i < s->n_devices; i++) free(s->devices[i]);
     free(s->devices);
-    exec_rendezvous_free(&s->rendezvous);
+    // The pool first: a pool task may still flush the rendezvous after its step has finished.
     exec_pool_free(&s->pool);
+    exec_rendezvous_free(&s->rendezvous);
     exec_resources_free(&s->rm);
     pthread_mutex_destroy(&s->mu);
     free(s);
