@@ -1,7 +1,77 @@
-/* Op definitions of the collectives (all-reduce across workers). */
+/* Op definitions of the collectives (all-reduce and broadcast across the tasks of a job, as
+ * TensorFlow's CollectiveReduce/CollectiveBcast). Both are variadic: n float32/float64 inputs
+ * give n outputs of the same dtypes and shapes. Attributes are checked here, when the node
+ * is built, so a bad group is an error naming the node rather than a hang at run time. */
+#include <stdio.h>
+#include <string.h>
+
 #include "graph_impl.h"
 
+static bool attr_int(const dg_node *n, const char *name, int64_t lo, int64_t hi, bool required,
+                     int64_t *out, dg_status *st) {
+    if (!dg_node_attr_int(n, name, out)) {
+        if (!required) return true;
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s needs an int attribute \"%s\"", n->op->name, name);
+        return false;
+    }
+    if (*out < lo || *out > hi) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: attribute \"%s\" is %lld, must be in [%lld, %lld]",
+                       n->op->name, name, (long long)*out, (long long)lo, (long long)hi);
+        return false;
+    }
+    return true;
+}
+
+// Checks the group attributes shared by both ops and sets the outputs like the inputs.
+static bool infer_collective(dg_node *n, dg_status *st) {
+    const char *job = dg_node_attr_string(n, "group_job");
+    if (!job || !*job || strchr(job, '/') || strchr(job, ';')) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s needs a job name in \"group_job\", got \"%s\"",
+                       n->op->name, job ? job : "");
+        return false;
+    }
+    int64_t v;
+    if (!attr_int(n, "group_size", 1, 1 << 20, true, &v, st)) return false;
+    if (!attr_int(n, "instance_key", 0, INT32_MAX, true, &v, st)) return false;
+    if (!attr_int(n, "timeout_ms", 1, INT32_MAX, false, &v, st)) return false;
+    const char *final_op = dg_node_attr_string(n, "final_op");
+    if (final_op && strcmp(final_op, "Id") != 0 && strcmp(final_op, "Div") != 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: \"final_op\" must be \"Id\" or \"Div\", got \"%s\"",
+                       n->op->name, final_op);
+        return false;
+    }
+    const char *hint = dg_node_attr_string(n, "communication_hint");
+    if (hint && strcmp(hint, "auto") != 0 && strcmp(hint, "ring") != 0 && strcmp(hint, "direct") != 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT,
+                       "%s: \"communication_hint\" must be \"auto\", \"ring\" or \"direct\", got \"%s\"",
+                       n->op->name, hint);
+        return false;
+    }
+    if (!graph_set_num_outputs(n, n->n_inputs, st)) return false;
+    for (int i = 0; i < n->n_inputs; i++) {
+        dg_output in = n->inputs[i];
+        dg_dtype t = dg_output_dtype(in);
+        if (t != DG_FLOAT32 && t != DG_FLOAT64) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "input %d (\"%s\") must be float32 or float64, got %s",
+                           i, in.node->name, dg_dtype_name(t));
+            return false;
+        }
+        graph_set_output(n, i, t, dg_output_shape(in));
+    }
+    return true;
+}
+
+#define N_(name_, lo, hi, stateful, ref0, nograd, infer_, grad_) \
+    {name_, lo, hi, stateful, ref0, nograd, infer_, grad_}
+
+// Stateful: a collective is never pruned as constant or merged with another node, since
+// every rank must run each instance exactly once per step.
+static const graph_op_def collective_op_defs[] = {
+    N_("CollectiveAllReduce", 1, -1, true, false, true, infer_collective, NULL),
+    N_("CollectiveBroadcast", 1, -1, true, false, true, infer_collective, NULL),
+};
+
 int graph_collective_op_defs(const graph_op_def **defs) {
-    *defs = NULL;
-    return 0;
+    *defs = collective_op_defs;
+    return (int)(sizeof collective_op_defs / sizeof collective_op_defs[0]);
 }

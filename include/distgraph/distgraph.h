@@ -20,5 +20,6 @@
 #include "distgraph/server.h"
 #include "distgraph/checkpoint.h"
 #include "distgraph/monitored_session.h"
+#include "distgraph/collective.h"
 
 #endif

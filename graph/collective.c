@@ -1,0 +1,132 @@
+/* Collective builders and data-parallel training on them: the public functions of
+ * distgraph/collective.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distgraph/collective.h"
+#include "graph_impl.h"
+
+dg_collective_group dg_collective_group_make(const char *job, int size) {
+    dg_collective_group grp = {job, size, 0};
+    return grp;
+}
+
+static dg_node *build(dg_graph *g, const char *type, const char *name, const dg_output *xs, int n,
+                      const dg_collective_group *group, int64_t instance_key) {
+    if (!dg_graph_ok(g)) return NULL;
+    if (!group || !group->job || n < 1 || !xs) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "%s \"%s\": needs a group and at least one input", type,
+                           name ? name : type);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        if (!xs[i].node) {
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "%s \"%s\": input %d is the null output", type,
+                               name ? name : type, i);
+            return NULL;
+        }
+    dg_node *nd = graph_begin(g, type, name);
+    for (int i = 0; i < n && nd; i++) graph_add_input(nd, xs[i]);
+    graph_set_attr_string(nd, "group_job", group->job);
+    graph_set_attr_int(nd, "group_size", group->size);
+    graph_set_attr_int(nd, "instance_key", instance_key);
+    if (group->timeout_ms) graph_set_attr_int(nd, "timeout_ms", group->timeout_ms);
+    return nd;
+}
+
+static bool finish(dg_node *nd, int n, dg_output *out) {
+    nd = graph_finish(nd);
+    for (int i = 0; i < n; i++) {
+        out[i].node = nd;
+        out[i].index = nd ? i : 0;
+    }
+    return nd != NULL;
+}
+
+bool dg_collective_all_reduce(dg_graph *g, const char *name, const dg_output *xs, int n,
+                              const dg_collective_group *group, int64_t instance_key,
+                              dg_reduce_op op, const char *hint, dg_output *out) {
+    dg_node *nd = build(g, "CollectiveAllReduce", name, xs, n, group, instance_key);
+    if (!nd) {
+        for (int i = 0; i < n; i++) out[i] = (dg_output){NULL, 0};
+        return false;
+    }
+    graph_set_attr_string(nd, "final_op", op == DG_REDUCE_MEAN ? "Div" : "Id");
+    if (hint) graph_set_attr_string(nd, "communication_hint", hint);
+    return finish(nd, n, out);
+}
+
+bool dg_collective_broadcast(dg_graph *g, const char *name, const dg_output *xs, int n,
+                             const dg_collective_group *group, int64_t instance_key,
+                             dg_output *out) {
+    dg_node *nd = build(g, "CollectiveBroadcast", name, xs, n, group, instance_key);
+    if (!nd) {
+        for (int i = 0; i < n; i++) out[i] = (dg_output){NULL, 0};
+        return false;
+    }
+    return finish(nd, n, out);
+}
+
+dg_node *dg_all_reduce_minimize(const dg_optimizer *opt, dg_output loss, const dg_output *vars,
+                                int n_vars, dg_output global_step, const dg_collective_group *group,
+                                int64_t instance_key) {
+    dg_graph *g = opt->graph;
+    if (!dg_graph_ok(g)) return NULL;
+    int cap = vars ? n_vars : dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES);
+    dg_output *grads = calloc((size_t)(cap > 0 ? cap : 1), sizeof *grads);
+    dg_output *used = calloc((size_t)(cap > 0 ? cap : 1), sizeof *used);
+    dg_output *mean = calloc((size_t)(cap > 0 ? cap : 1), sizeof *mean);
+    if (!grads || !used || !mean) abort();
+    dg_node *train = NULL;
+    int n = dg_optimizer_compute_gradients(opt, loss, vars, n_vars, grads, used, cap);
+    if (n == 0)
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "all_reduce_minimize: no gradients (does the loss "
+                           "depend on any of the variables?)");
+    if (n > 0 && dg_collective_all_reduce(g, "allreduce_gradients", grads, n, group, instance_key,
+                                          DG_REDUCE_MEAN, NULL, mean))
+        train = dg_optimizer_apply_gradients(opt, mean, used, n, global_step, NULL);
+    free(grads);
+    free(used);
+    free(mean);
+    return train;
+}
+
+dg_node *dg_collective_broadcast_variables(dg_graph *g, const dg_output *vars, int n_vars,
+                                           const dg_collective_group *group, int64_t instance_key) {
+    if (!dg_graph_ok(g)) return NULL;
+    int cap = vars ? n_vars : dg_graph_collection_size(g, DG_GLOBAL_VARIABLES);
+    dg_output *vs = calloc((size_t)(cap > 0 ? cap : 1), sizeof *vs);
+    dg_output *out = calloc((size_t)(cap > 0 ? cap : 1), sizeof *out);
+    dg_node **assigns = calloc((size_t)(cap > 0 ? cap : 1), sizeof *assigns);
+    if (!vs || !out || !assigns) abort();
+    int n = 0;
+    for (int i = 0; i < cap; i++) {
+        dg_output v = vars ? vars[i] : (dg_output){dg_graph_collection_get(g, DG_GLOBAL_VARIABLES, i), 0};
+        if (!v.node || strcmp(dg_node_op_type(v.node), "VariableV2") != 0) {
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "broadcast_variables: entry %d is not a variable", i);
+            n = -1;
+            break;
+        }
+        if (dg_dtype_is_float(dg_output_dtype(v))) vs[n++] = v;
+    }
+    dg_node *done = NULL;
+    if (n > 0) {
+        dg_graph_push_name_scope(g, "broadcast_variables");
+        bool ok = dg_collective_broadcast(g, "broadcast", vs, n, group, instance_key, out);
+        for (int i = 0; i < n && ok; i++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "assign_%d", i);
+            assigns[i] = dg_assign(g, nm, vs[i], out[i]).node;
+            ok = assigns[i] != NULL;
+        }
+        if (ok) done = dg_group(g, "done", assigns, n);
+        dg_graph_pop_name_scope(g);
+    } else if (n == 0) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "broadcast_variables: no float variables to broadcast");
+    }
+    free(vs);
+    free(out);
+    free(assigns);
+    return dg_graph_ok(g) ? done : NULL;
+}

@@ -1,0 +1,70 @@
+/* Collectives across the tasks of a job: all-reduce and broadcast (TensorFlow's
+ * CollectiveAllReduce / CollectiveBcast), and data-parallel training on them
+ * (MultiWorkerMirroredStrategy). A group is the tasks 0..size-1 of one job; a collective's
+ * rank is the task index of the device it runs on. Every task of the group builds the same
+ * collectives with the same instance keys and runs each once per step, in the same order
+ * (independent collectives in one step need a control dependency between them). Each task
+ * runs its graph in a session whose target is its own server (dg_server_target); values
+ * travel between the tasks' servers (docs/COLLECTIVES.md). */
+#ifndef DISTGRAPH_COLLECTIVE_H
+#define DISTGRAPH_COLLECTIVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "distgraph/graph.h"
+#include "distgraph/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// The tasks taking part, and how long a collective waits for a peer's data before it fails
+// with DEADLINE_EXCEEDED naming the peer.
+typedef struct dg_collective_group {
+    const char *job;        // e.g. "worker"; borrowed for the builder call
+    int size;               // tasks 0..size-1 of job, >= 1
+    int64_t timeout_ms;     // 0: 60000
+} dg_collective_group;
+
+// {job, size, 0}.
+dg_collective_group dg_collective_group_make(const char *job, int size);
+
+typedef enum dg_reduce_op {
+    DG_REDUCE_SUM = 0,
+    DG_REDUCE_MEAN = 1,
+} dg_reduce_op;
+
+// One CollectiveAllReduce node: out[i] = the sum (or mean) over the group of xs[i], the same
+// bits on every rank. xs are float32/float64 tensors of any shapes (all ranks must give the
+// same shapes); they are packed into one exchange. instance_key (0..2^31-1) names the
+// collective across the group. hint: "auto" (NULL), "ring" or "direct". Returns false (the
+// graph's sticky status says why) on error; out receives n outputs.
+bool dg_collective_all_reduce(dg_graph *g, const char *name, const dg_output *xs, int n,
+                              const dg_collective_group *group, int64_t instance_key,
+                              dg_reduce_op op, const char *hint, dg_output *out);
+// One CollectiveBroadcast node: out[i] = rank 0's xs[i] on every rank.
+bool dg_collective_broadcast(dg_graph *g, const char *name, const dg_output *xs, int n,
+                             const dg_collective_group *group, int64_t instance_key,
+                             dg_output *out);
+
+// ---- data-parallel training (MultiWorkerMirrored) ----
+// Gradients of loss with respect to vars (NULL: the trainable variables), averaged over the
+// group by one CollectiveAllReduce, then one update of this task's copy of the variables
+// (with a non-null global_step also incremented). Every task holds its own variables.
+// Returns: the train op, borrowed, valid until dg_graph_free(); NULL on error.
+dg_node *dg_all_reduce_minimize(const dg_optimizer *opt, dg_output loss, const dg_output *vars,
+                                int n_vars, dg_output global_step, const dg_collective_group *group,
+                                int64_t instance_key);
+// Assigns rank 0's values to vars (NULL: every float32/float64 global variable at the time of
+// the call, optimizer slots included when built after the optimizer) with one
+// CollectiveBroadcast. Run it on every rank once the variables are initialized, in a run of
+// its own (a variable is read when its node runs, which no control dependency delays).
+// Returns: the op to run, borrowed, valid until dg_graph_free(); NULL on error.
+dg_node *dg_collective_broadcast_variables(dg_graph *g, const dg_output *vars, int n_vars,
+                                           const dg_collective_group *group, int64_t instance_key);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

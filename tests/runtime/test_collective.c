@@ -1,0 +1,480 @@
+/* Collectives between in-process servers over tcp://127.0.0.1 (real ZeroMQ sockets): the
+ * all-reduce against a float64 reference for group sizes 1..4, both algorithms, many sizes
+ * and both float dtypes, bit-identical on every rank; data-parallel training that matches a
+ * single-process step on the whole batch; broadcast; a missing peer; bad attributes. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "testutil.h"
+
+#define MAX_RANKS 4
+
+// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick).
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+// Four worker servers, shared by the tests of this file; a group of n uses tasks 0..n-1.
+static dg_cluster *cluster;
+static dg_server *servers[MAX_RANKS];
+
+static int setup(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    char spec[512];
+    snprintf(spec, sizeof spec, "worker|127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", free_port(),
+             free_port(), free_port(), free_port());
+    cluster = dg_cluster_from_spec_string(spec, st);
+    dg_server_options so = dg_server_options_default();
+    so.quiet = true;
+    so.rpc_timeout_ms = 10000;
+    for (int r = 0; r < MAX_RANKS && cluster; r++) servers[r] = dg_server_new(cluster, "worker", r, &so, st);
+    bool ok = dg_status_ok(st);
+    if (!ok) fprintf(stderr, "setup: %s\n", dg_status_message(st));
+    dg_status_free(&st);
+    return ok ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    for (int r = 0; r < MAX_RANKS; r++) dg_server_free(&servers[r]);
+    dg_cluster_free(&cluster);
+    return 0;
+}
+
+// ---- running one graph per rank, each on its own thread ----
+typedef struct rank_job {
+    dg_graph *g;
+    dg_session *s;
+    dg_node *init[2];           // run first when not NULL
+    dg_node *target;            // run n_steps times when not NULL
+    int n_steps;
+    dg_output fetch[16];
+    int n_fetch;
+    dg_tensor *got[16];
+    dg_status *st;
+} rank_job;
+
+static void *run_rank(void *arg) {
+    rank_job *j = arg;
+    bool ok = true;
+    for (int i = 0; i < 2 && ok; i++) ok = !j->init[i] || dg_session_run_target(j->s, j->init[i], j->st);
+    for (int i = 0; ok && j->target && i < j->n_steps; i++) ok = dg_session_run_target(j->s, j->target, j->st);
+    if (ok && j->n_fetch) dg_session_run(j->s, NULL, NULL, 0, j->fetch, j->got, j->n_fetch, NULL, 0, j->st);
+    return NULL;
+}
+
+// Opens a session per rank on its server and runs the jobs at once.
+static void run_group(rank_job *jobs, int n) {
+    pthread_t th[MAX_RANKS];
+    for (int r = 0; r < n; r++) {
+        jobs[r].st = dg_status_new();
+        jobs[r].s = dg_session_new(jobs[r].g, dg_server_target(servers[r]), NULL, jobs[r].st);
+        assert_ok(jobs[r].st);
+    }
+    for (int r = 0; r < n; r++) pthread_create(&th[r], NULL, run_rank, &jobs[r]);
+    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+}
+
+static void free_group(rank_job *jobs, int n) {
+    for (int r = 0; r < n; r++) {
+        for (int i = 0; i < jobs[r].n_fetch; i++) dg_tensor_unref(jobs[r].got[i]);
+        dg_session_free(&jobs[r].s);
+        dg_graph_free(&jobs[r].g);
+        dg_status_free(&jobs[r].st);
+    }
+}
+
+// ---- all-reduce against a float64 reference ----
+typedef struct ar_case {
+    int n_inputs;
+    dg_dtype dtype[4];
+    int64_t len[4];
+} ar_case;
+
+static const ar_case cases[] = {
+    {1, {DG_FLOAT32}, {0}},                                            // empty
+    {1, {DG_FLOAT64}, {1}},                                            // tiny
+    {1, {DG_FLOAT32}, {7}},                                            // fewer than 2 per rank
+    {1, {DG_FLOAT64}, {1001}},                                         // not divisible
+    {4, {DG_FLOAT32, DG_FLOAT64, DG_FLOAT32, DG_FLOAT64}, {3, 5, 0, 999}},   // packed, mixed
+    {2, {DG_FLOAT32, DG_FLOAT32}, {2, 70001}},                         // over the direct limit
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+#define BIG_ELEMS ((int64_t)1200 * 1000)   // 4.8 MB of float32: several 1 MiB chunks a segment
+
+static double input_value(int rank, int c, int i, int64_t e) {
+    uint64_t s = (uint64_t)(rank * 7919 + c * 104729 + i * 1299709) * 2654435761u + (uint64_t)e * 40503u + 1;
+    for (int k = 0; k < 2; k++) (void)dg_test_uniform(&s, 0, 1);
+    return dg_test_uniform(&s, -3, 3);
+}
+
+static dg_tensor *make_input(int rank, int c, int i, dg_dtype t, int64_t len) {
+    dg_tensor *x = dg_tensor_new(t, dg_shape1(len), NULL);
+    for (int64_t e = 0; e < len; e++) {
+        double v = input_value(rank, c, i, e);
+        if (t == DG_FLOAT32) dg_tensor_f32(x)[e] = (float)v;
+        else dg_tensor_f64(x)[e] = v;
+    }
+    return x;
+}
+
+static double stored(const dg_tensor *x, int64_t e) { return dg_tensor_get_as_double(x, e); }
+
+// Builds on every rank of a group of n the given cases, chained by control dependencies (so
+// every rank runs them in one order), runs them once, and checks each output against the
+// float64 sum (or mean) of what the ranks gave, and that all ranks got the same bits.
+static void check_all_reduce(int n, const char *hint, dg_reduce_op op, const ar_case *cs, int n_cs,
+                             int64_t key_base) {
+    rank_job jobs[MAX_RANKS];
+    memset(jobs, 0, sizeof jobs);
+    dg_tensor *inputs[MAX_RANKS][8][4];
+    dg_collective_group grp = dg_collective_group_make("worker", n);
+    grp.timeout_ms = 20000;
+    for (int r = 0; r < n; r++) {
+        dg_graph *g = jobs[r].g = dg_graph_new();
+        dg_node *prev = NULL;
+        for (int c = 0; c < n_cs; c++) {
+            dg_output xs[4], out[4];
+            for (int i = 0; i < cs[c].n_inputs; i++) {
+                inputs[r][c][i] = make_input(r, c, i, cs[c].dtype[i], cs[c].len[i]);
+                xs[i] = dg_const(g, NULL, inputs[r][c][i]);
+            }
+            if (prev) dg_graph_push_control_deps(g, &prev, 1);
+            assert_true(dg_collective_all_reduce(g, NULL, xs, cs[c].n_inputs, &grp, key_base + c, op, hint, out));
+            if (prev) dg_graph_pop_control_deps(g);
+            prev = out[0].node;
+            for (int i = 0; i < cs[c].n_inputs; i++) jobs[r].fetch[jobs[r].n_fetch++] = out[i];
+        }
+        assert_ok(dg_graph_status(g));
+    }
+    run_group(jobs, n);
+    for (int r = 0; r < n; r++) assert_ok(jobs[r].st);
+    int f = 0;
+    for (int c = 0; c < n_cs; c++)
+        for (int i = 0; i < cs[c].n_inputs; i++, f++) {
+            const dg_tensor *y = jobs[0].got[f];
+            dg_dtype t = cs[c].dtype[i];
+            assert_int_equal(dg_tensor_dtype(y), t);
+            assert_int_equal(dg_tensor_num_elements(y), cs[c].len[i]);
+            double eps = t == DG_FLOAT32 ? 6e-8 : 1.2e-16;
+            for (int64_t e = 0; e < cs[c].len[i]; e++) {
+                double ref = 0, mag = 0;
+                for (int r = 0; r < n; r++) {
+                    ref += stored(inputs[r][c][i], e);
+                    mag += fabs(stored(inputs[r][c][i], e));
+                }
+                if (op == DG_REDUCE_MEAN) {
+                    ref /= n;
+                    mag /= n;
+                }
+                double got = stored(y, e), tol = 2.0 * (n + 1) * eps * mag + 1e-300;
+                if (fabs(got - ref) > tol)
+                    fail_msg("n=%d hint=%s op=%d case %d input %d element %lld: got %.17g, want %.17g", n,
+                             hint ? hint : "auto", (int)op, c, i, (long long)e, got, ref);
+            }
+            for (int r = 1; r < n; r++)
+                assert_memory_equal(dg_tensor_data(jobs[r].got[f]), dg_tensor_data(y), dg_tensor_nbytes(y));
+        }
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < n_cs; c++)
+            for (int i = 0; i < cs[c].n_inputs; i++) dg_tensor_unref(inputs[r][c][i]);
+    free_group(jobs, n);
+}
+
+static void test_all_reduce_sizes(void **state) {
+    (void)state;
+    int64_t key = 100;
+    const char *hints[] = {"ring", "direct", NULL};
+    for (int n = 1; n <= MAX_RANKS; n++)
+        for (int h = 0; h < 3; h++)
+            for (int op = 0; op < 2; op++) {
+                check_all_reduce(n, hints[h], (dg_reduce_op)op, cases, N_CASES, key);
+                key += N_CASES;
+            }
+}
+
+// Over 4 MiB: several chunks a segment, pipelined through the ring.
+static void test_all_reduce_big(void **state) {
+    (void)state;
+    ar_case big[2] = {{1, {DG_FLOAT32}, {BIG_ELEMS}}, {1, {DG_FLOAT64}, {BIG_ELEMS / 2 + 3}}};
+    check_all_reduce(2, NULL, DG_REDUCE_SUM, big, 2, 1000);
+    check_all_reduce(3, "ring", DG_REDUCE_MEAN, big, 1, 1010);
+    check_all_reduce(4, NULL, DG_REDUCE_MEAN, big, 2, 1020);
+}
+
+// The same instance run again: the execution counter keeps the runs apart, also in a graph
+// compiled later.
+static void test_all_reduce_repeats(void **state) {
+    (void)state;
+    for (int k = 0; k < 3; k++) check_all_reduce(3, NULL, DG_REDUCE_SUM, cases + 3, 2, 2000);
+}
+
+// ---- data parallel training equals one big batch ----
+#define IN_DIM 3
+#define HIDDEN 8
+
+typedef struct mlp {
+    dg_output x, y, w1, b1, w2, b2, loss;
+    dg_node *init, *train;
+} mlp;
+
+// Builds y ~ tanh(x w1 + b1) w2 + b2 under mean squared error over the rows of x (fed as
+// constants). Variables come first, so a given graph seed gives the same initial values.
+static void build_mlp(dg_graph *g, mlp *m, const double *x, const double *y, int rows) {
+    m->w1 = dg_variable(g, "w1", DG_FLOAT64, dg_shape2(IN_DIM, HIDDEN), dg_init_random_normal(0, 0.7, 0));
+    m->b1 = dg_variable(g, "b1", DG_FLOAT64, dg_shape1(HIDDEN), dg_init_random_uniform(-0.1, 0.1, 0));
+    m->w2 = dg_variable(g, "w2", DG_FLOAT64, dg_shape2(HIDDEN, 1), dg_init_random_normal(0, 0.7, 0));
+    m->b2 = dg_variable(g, "b2", DG_FLOAT64, dg_shape1(1), dg_init_zeros());
+    dg_tensor *xt = dg_tensor_from_data(DG_FLOAT64, dg_shape2(rows, IN_DIM), x, NULL);
+    dg_tensor *yt = dg_tensor_from_data(DG_FLOAT64, dg_shape2(rows, 1), y, NULL);
+    m->x = dg_const(g, "x", xt);
+    m->y = dg_const(g, "y", yt);
+    dg_tensor_unref(xt);
+    dg_tensor_unref(yt);
+    dg_output h = dg_tanh(g, NULL, dg_bias_add(g, NULL, dg_matmul(g, NULL, m->x, m->w1, false, false), m->b1));
+    dg_output p = dg_bias_add(g, NULL, dg_matmul(g, NULL, h, m->w2, false, false), m->b2);
+    m->loss = dg_mean(g, "loss", dg_square(g, NULL, dg_sub(g, NULL, p, m->y)), NULL, 0, false);
+}
+
+static void make_data(double *x, double *y, int rows) {
+    uint64_t s = 12345;
+    for (int i = 0; i < rows; i++) {
+        double acc = 0;
+        for (int k = 0; k < IN_DIM; k++) {
+            x[i * IN_DIM + k] = dg_test_uniform(&s, -1, 1);
+            acc += (k + 1) * x[i * IN_DIM + k];
+        }
+        y[i] = sin(acc);
+    }
+}
+
+static dg_optimizer make_opt(dg_graph *g, bool adam) { return adam ? dg_adam(g, 0.05) : dg_gradient_descent(g, 0.3); }
+
+static void check_exactness(int n, int batch, bool adam, int steps, int64_t key) {
+    int rows = n * batch;
+    double *x = malloc(sizeof(double) * (size_t)rows * IN_DIM), *y = malloc(sizeof(double) * (size_t)rows);
+    make_data(x, y, rows);
+    dg_status *st = dg_status_new();
+    // The single-process reference on the whole batch.
+    dg_graph *g1 = dg_graph_new();
+    dg_graph_set_random_seed(g1, 77);
+    mlp ref;
+    build_mlp(g1, &ref, x, y, rows);
+    dg_optimizer o1 = make_opt(g1, adam);
+    ref.train = dg_optimizer_minimize(&o1, ref.loss, (dg_output){NULL, 0});
+    ref.init = dg_global_variables_initializer(g1);
+    assert_ok(dg_graph_status(g1));
+    dg_session *s1 = dg_session_new(g1, "local", NULL, st);
+    assert_true(dg_session_run_target(s1, ref.init, st));
+    for (int i = 0; i < steps; i++) assert_true(dg_session_run_target(s1, ref.train, st));
+    dg_output ref_vars[4] = {ref.w1, ref.b1, ref.w2, ref.b2};
+    dg_tensor *want[4];
+    assert_true(dg_session_run(s1, NULL, NULL, 0, ref_vars, want, 4, NULL, 0, st));
+    assert_ok(st);
+    // n workers, batch rows each; each starts from its own random values (another graph
+    // seed) until the broadcast gives every worker those of rank 0 (seed 77, as above).
+    rank_job jobs[MAX_RANKS];
+    memset(jobs, 0, sizeof jobs);
+    dg_collective_group grp = dg_collective_group_make("worker", n);
+    grp.timeout_ms = 20000;
+    for (int r = 0; r < n; r++) {
+        dg_graph *g = jobs[r].g = dg_graph_new();
+        dg_graph_set_random_seed(g, r == 0 ? 77 : 1000 + r);
+        char scope[32];
+        snprintf(scope, sizeof scope, "run%lld", (long long)key);
+        dg_graph_push_name_scope(g, scope);
+        mlp m;
+        build_mlp(g, &m, x + (size_t)r * batch * IN_DIM, y + (size_t)r * batch, batch);
+        dg_optimizer o = make_opt(g, adam);
+        jobs[r].target = dg_all_reduce_minimize(&o, m.loss, NULL, 0, (dg_output){NULL, 0}, &grp, key);
+        jobs[r].init[0] = dg_global_variables_initializer(g);
+        jobs[r].init[1] = dg_collective_broadcast_variables(g, NULL, 0, &grp, key + 1);
+        dg_graph_pop_name_scope(g);
+        jobs[r].n_steps = steps;
+        jobs[r].fetch[0] = m.w1;
+        jobs[r].fetch[1] = m.b1;
+        jobs[r].fetch[2] = m.w2;
+        jobs[r].fetch[3] = m.b2;
+        jobs[r].n_fetch = 4;
+        assert_ok(dg_graph_status(g));
+    }
+    run_group(jobs, n);
+    double max_diff = 0;
+    for (int r = 0; r < n; r++) {
+        assert_ok(jobs[r].st);
+        for (int v = 0; v < 4; v++) {
+            assert_int_equal(dg_tensor_num_elements(jobs[r].got[v]), dg_tensor_num_elements(want[v]));
+            for (int64_t e = 0; e < dg_tensor_num_elements(want[v]); e++) {
+                double d = fabs(dg_tensor_f64(jobs[r].got[v])[e] - dg_tensor_f64(want[v])[e]);
+                if (d > max_diff) max_diff = d;
+            }
+            assert_memory_equal(dg_tensor_data(jobs[r].got[v]), dg_tensor_data(jobs[0].got[v]),
+                                dg_tensor_nbytes(want[v]));
+        }
+    }
+    print_message("n=%d batch=%d %s, %d steps: max parameter difference %g\n", n, batch, adam ? "adam" : "sgd",
+                  steps, max_diff);
+    if (max_diff > 1e-10) fail_msg("n=%d %s: max parameter difference %g", n, adam ? "adam" : "sgd", max_diff);
+    // The step moved the parameters: a broken all-reduce could not pass by doing nothing.
+    double moved = 0;
+    dg_tensor *w1_0 = NULL;
+    dg_session *s0 = dg_session_new(g1, "local", NULL, st);
+    assert_true(dg_session_run_target(s0, ref.init, st));
+    assert_true(dg_session_run(s0, NULL, NULL, 0, &ref.w1, &w1_0, 1, NULL, 0, st));
+    for (int64_t e = 0; e < dg_tensor_num_elements(w1_0); e++)
+        moved += fabs(dg_tensor_f64(w1_0)[e] - dg_tensor_f64(want[0])[e]);
+    assert_true(moved > 1e-3);
+    dg_tensor_unref(w1_0);
+    dg_session_free(&s0);
+    free_group(jobs, n);
+    for (int v = 0; v < 4; v++) dg_tensor_unref(want[v]);
+    dg_session_free(&s1);
+    dg_graph_free(&g1);
+    dg_status_free(&st);
+    free(x);
+    free(y);
+}
+
+static void test_exactness_sgd(void **state) {
+    (void)state;
+    check_exactness(2, 5, false, 3, 3000);
+    check_exactness(4, 3, false, 3, 3010);
+}
+
+static void test_exactness_adam(void **state) {
+    (void)state;
+    check_exactness(2, 5, true, 3, 3020);
+    check_exactness(4, 3, true, 3, 3030);
+}
+
+// ---- failures ----
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Rank 1 never runs its part: rank 0 fails in time, naming task 1.
+static void test_missing_peer_deadline(void **state) {
+    (void)state;
+    const char *hints[] = {"ring", "direct"};
+    for (int h = 0; h < 2; h++) {
+        rank_job jobs[1];
+        memset(jobs, 0, sizeof jobs);
+        dg_collective_group grp = dg_collective_group_make("worker", 2);
+        grp.timeout_ms = 300;
+        dg_graph *g = jobs[0].g = dg_graph_new();
+        dg_output x = dg_scalar(g, "x", DG_FLOAT32, 1), out;
+        assert_true(dg_collective_all_reduce(g, NULL, &x, 1, &grp, 4000 + h, DG_REDUCE_SUM, hints[h], &out));
+        jobs[0].fetch[0] = out;
+        jobs[0].n_fetch = 1;
+        double t0 = now_s();
+        run_group(jobs, 1);
+        double took = now_s() - t0;
+        assert_status(jobs[0].st, DG_DEADLINE_EXCEEDED, "no data from /job:worker/replica:0/task:1 within 300 ms");
+        assert_non_null(strstr(dg_status_message(jobs[0].st), "all-reduce instance"));
+        assert_true(took < 5.0);
+        jobs[0].n_fetch = 0;
+        free_group(jobs, 1);
+    }
+    // A broadcast waits for rank 0.
+    rank_job jobs[MAX_RANKS];
+    memset(jobs, 0, sizeof jobs);
+    dg_collective_group grp = dg_collective_group_make("worker", 2);
+    grp.timeout_ms = 200;
+    dg_graph *g = jobs[1].g = dg_graph_new();
+    dg_output x = dg_scalar(g, "x", DG_FLOAT64, 1), out;
+    assert_true(dg_collective_broadcast(g, NULL, &x, 1, &grp, 4100, &out));
+    jobs[1].fetch[0] = out;
+    jobs[1].n_fetch = 1;
+    jobs[1].st = dg_status_new();
+    jobs[1].s = dg_session_new(g, dg_server_target(servers[1]), NULL, jobs[1].st);
+    run_rank(&jobs[1]);
+    assert_status(jobs[1].st, DG_DEADLINE_EXCEEDED, "broadcast instance 4100 (execution 0): no data from "
+                  "/job:worker/replica:0/task:0 within 200 ms");
+    jobs[1].n_fetch = 0;
+    dg_session_free(&jobs[1].s);
+    dg_graph_free(&jobs[1].g);
+    dg_status_free(&jobs[1].st);
+}
+
+static void test_bad_attributes(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_collective_group grp = dg_collective_group_make("worker", 0);
+    dg_output x = dg_scalar(g, "x", DG_FLOAT32, 1), out;
+    assert_false(dg_collective_all_reduce(g, "ar", &x, 1, &grp, 1, DG_REDUCE_SUM, NULL, &out));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "\"group_size\" is 0");
+    dg_graph_free(&g);
+
+    g = dg_graph_new();
+    grp = dg_collective_group_make("worker", 2);
+    x = dg_scalar(g, "x", DG_FLOAT32, 1);
+    assert_false(dg_collective_all_reduce(g, "ar", &x, 1, &grp, 1, DG_REDUCE_SUM, "nccl", &out));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "\"communication_hint\" must be");
+    dg_graph_free(&g);
+
+    g = dg_graph_new();
+    dg_output i = dg_scalar(g, "i", DG_INT32, 1);
+    assert_false(dg_collective_all_reduce(g, "ar", &i, 1, &grp, 1, DG_REDUCE_SUM, NULL, &out));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "must be float32 or float64, got int32");
+    dg_graph_free(&g);
+
+    // Placed on a task outside the group: an error when the session compiles it.
+    dg_status *st = dg_status_new();
+    g = dg_graph_new();
+    grp = dg_collective_group_make("ps", 2);
+    x = dg_scalar(g, "x", DG_FLOAT32, 1);
+    assert_true(dg_collective_all_reduce(g, "ar", &x, 1, &grp, 1, DG_REDUCE_SUM, NULL, &out));
+    dg_session *s = dg_session_new(g, dg_server_target(servers[0]), NULL, st);
+    dg_tensor *t = NULL;
+    assert_false(dg_session_run(s, NULL, NULL, 0, &out, &t, 1, NULL, 0, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "not one of the group's tasks /job:ps/task:0..1");
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    // In a local session a group of one is the identity, a larger group has no peers.
+    g = dg_graph_new();
+    grp = dg_collective_group_make("worker", 1);
+    x = dg_scalar(g, "x", DG_FLOAT64, 2.5);
+    assert_true(dg_collective_all_reduce(g, "ar", &x, 1, &grp, 1, DG_REDUCE_MEAN, NULL, &out));
+    s = dg_session_new(g, "local", NULL, st);
+    assert_true(dg_session_run(s, NULL, NULL, 0, &out, &t, 1, NULL, 0, st));
+    assert_true(dg_tensor_f64(t)[0] == 2.5);
+    dg_tensor_free(&t);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_all_reduce_sizes),
+        cmocka_unit_test(test_all_reduce_big),
+        cmocka_unit_test(test_all_reduce_repeats),
+        cmocka_unit_test(test_exactness_sgd),
+        cmocka_unit_test(test_exactness_adam),
+        cmocka_unit_test(test_missing_peer_deadline),
+        cmocka_unit_test(test_bad_attributes),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
