@@ -6,7 +6,14 @@
  * with --checkpoint_path the chief saves checkpoints (every --save_checkpoint_steps and at the
  * end) and restores the newest one when started again, and every worker recreates its session
  * when a ps or worker restarts (the chief then restores the newest checkpoint).
- *   build/bin/dg-launch --ps 1 --workers 2 -- build/bin/mnist_replica --train_steps 2000 */
+ * With --sync_replicas the workers train synchronously (TensorFlow's SyncReplicasOptimizer):
+ * each step averages --replicas_to_aggregate gradients (default: every worker's; fewer makes
+ * the slowest workers backups), the chief applies them, and training ends at --train_steps
+ * exactly; a step missing gradients for --sync_timeout_ms fails naming the missing workers.
+ * --num_gpus N pins worker i's compute to its GPU i % N (soft placement falls back to the CPU).
+ *   build/bin/dg-launch --ps 1 --workers 2 -- build/bin/mnist_replica --train_steps 2000
+ *   build/bin/dg-launch --ps 1 --workers 2 -- build/bin/mnist_replica --sync_replicas */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +52,32 @@ static bool report_after_create(void *ctx, dg_monitored_session *ms, dg_session 
     return true;
 }
 
+// The MNIST-replica model of mlp_model.c with the sync replicas optimizer wrapping its Adam.
+static bool build_sync_model(dg_graph *g, int64_t pixels, int64_t hidden, double lr, int64_t seed,
+                             const dg_sync_replicas_options *so, mlp_model *m, dg_sync_replicas **sr,
+                             dg_status *st) {
+    memset(m, 0, sizeof *m);
+    m->x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(-1, pixels));
+    m->y_ = dg_placeholder(g, "y_", DG_INT64, dg_shape1(-1));
+    dg_output hid_w = dg_variable(g, "hid_w", DG_FLOAT32, dg_shape2(pixels, hidden),
+                                  dg_init_truncated_normal(0, 1.0 / sqrt((double)pixels), seed));
+    dg_output hid_b = dg_variable(g, "hid_b", DG_FLOAT32, dg_shape1(hidden), dg_init_zeros());
+    dg_output sm_w = dg_variable(g, "sm_w", DG_FLOAT32, dg_shape2(hidden, 10),
+                                 dg_init_truncated_normal(0, 1.0 / sqrt((double)hidden), seed + 1));
+    dg_output sm_b = dg_variable(g, "sm_b", DG_FLOAT32, dg_shape1(10), dg_init_zeros());
+    dg_output hid = dg_relu(g, "hid", dg_bias_add(g, "hid_lin", dg_matmul(g, NULL, m->x, hid_w, false, false), hid_b));
+    m->logits = dg_bias_add(g, "logits", dg_matmul(g, NULL, hid, sm_w, false, false), sm_b);
+    m->loss = dg_sparse_softmax_cross_entropy(g, "cross_entropy", m->logits, m->y_);
+    m->global_step = dg_global_step(g);
+    dg_optimizer opt = dg_adam(g, lr);
+    if (!(*sr = dg_sync_replicas_new(&opt, so, st))) return false;
+    if (!(m->train = dg_sync_replicas_minimize(*sr, m->loss, m->global_step, st))) return false;
+    dg_output correct = dg_equal(g, "correct", dg_argmax(g, NULL, m->logits, 1), m->y_);
+    m->accuracy = dg_mean(g, "accuracy", dg_cast(g, NULL, correct, DG_FLOAT32), NULL, 0, false);
+    m->init = dg_global_variables_initializer(g);
+    return dg_graph_check(g, st);
+}
+
 static int fail(dg_status *st, const char *what) {
     fprintf(stderr, "mnist_replica: %s: %s: %s\n", what, dg_code_name(dg_status_code(st)),
             dg_status_message(st));
@@ -56,8 +89,9 @@ int main(int argc, char **argv) {
     int64_t task_index = -1, train_steps = 2000, batch_size = 100, hidden = 100, seed = 1, log_every = 100;
     int64_t wait_ms = 60000, rpc_timeout_ms = 30000, save_checkpoint_steps = 100, recovery_attempts = 3;
     const char *checkpoint_path = "";
+    int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000;
     double lr = 0.01;
-    bool quiet = false, print_placement = false;
+    bool quiet = false, print_placement = false, sync_replicas = false;
     flag_def defs[] = {
         {"job_name", FLAG_STRING, &job_name, "ps or worker (default: from TF_CONFIG)"},
         {"task_index", FLAG_INT, &task_index, "index of this task in its job"},
@@ -80,15 +114,23 @@ int main(int argc, char **argv) {
         {"save_checkpoint_steps", FLAG_INT, &save_checkpoint_steps, "chief: checkpoint every N global steps (default 100)"},
         {"recovery_attempts", FLAG_INT, &recovery_attempts,
          "session creations tried after a ps or worker failure before giving up (default 3)"},
+        {"sync_replicas", FLAG_BOOL, &sync_replicas, "train synchronously: average the workers' gradients each step"},
+        {"replicas_to_aggregate", FLAG_INT, &replicas_to_aggregate,
+         "sync: gradients averaged per step (default: the number of workers; fewer: backup workers)"},
+        {"sync_timeout_ms", FLAG_INT, &sync_timeout_ms,
+         "sync: how long the chief waits for one step's gradients before failing (default 60000)"},
+        {"num_gpus", FLAG_INT, &num_gpus, "GPUs per worker machine: worker i computes on GPU i % num_gpus (default 0)"},
     };
     bool help;
     if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], "usage: mnist_replica [flags]", &help))
         return 2;
     if (help) return 0;
     if (train_steps < 0 || batch_size < 1 || batch_size > 60000 || hidden < 1 || log_every < 1 ||
-        save_checkpoint_steps < 0 || recovery_attempts < 1 || recovery_attempts > 1000000 || wait_ms < 0) {
+        save_checkpoint_steps < 0 || recovery_attempts < 1 || recovery_attempts > 1000000 || wait_ms < 0 ||
+        replicas_to_aggregate < 0 || num_gpus < 0 || sync_timeout_ms < 1) {
         fprintf(stderr, "mnist_replica: bad --train_steps, --batch_size, --hidden_units, --log_every, "
-                        "--save_checkpoint_steps, --recovery_attempts or --wait_for_chief_ms\n");
+                        "--save_checkpoint_steps, --recovery_attempts, --wait_for_chief_ms, "
+                        "--replicas_to_aggregate, --num_gpus or --sync_timeout_ms\n");
         return 2;
     }
     dg_status *st = dg_status_new();
@@ -117,9 +159,22 @@ int main(int argc, char **argv) {
                 (long long)task_index, job, dg_cluster_num_tasks(cluster, job));
         return 2;
     }
+    int n_workers = dg_cluster_num_tasks(cluster, "worker");
+    if (sync_replicas && replicas_to_aggregate == 0) replicas_to_aggregate = n_workers;
+    if (sync_replicas && replicas_to_aggregate > n_workers) {
+        fprintf(stderr, "mnist_replica: --replicas_to_aggregate %lld is more than the %d workers\n",
+                (long long)replicas_to_aggregate, n_workers);
+        return 2;
+    }
     dg_server_options so = dg_server_options_default();
     so.quiet = quiet;
     so.rpc_timeout_ms = rpc_timeout_ms;
+    if (sync_replicas) {
+        // A worker's step waits on the ps for its token (up to twice the take's deadline) inside
+        // a remote call, and holds one of the ps's service threads meanwhile.
+        if (so.rpc_timeout_ms < 2 * sync_timeout_ms + 10000) so.rpc_timeout_ms = 2 * sync_timeout_ms + 10000;
+        if (so.service_threads < n_workers + 4) so.service_threads = n_workers + 4;
+    }
     dg_server *server = dg_server_new(cluster, job, (int)task_index, &so, st);
     if (!server) return fail(st, "starting the server");
     if (strcmp(job, "ps") == 0) {
@@ -134,7 +189,8 @@ int main(int argc, char **argv) {
     mnist_dataset data;
     dg_graph *g = NULL;
     dg_monitored_session *ms = NULL;
-    dg_session_hook *stop = NULL;
+    dg_session_hook *stop = NULL, *sync_hook = NULL;
+    dg_sync_replicas *sr = NULL;
     dg_device_fn *setter = NULL;
     float *xb = NULL;
     int64_t *yb = NULL;
@@ -146,7 +202,11 @@ int main(int argc, char **argv) {
     }
     g = dg_graph_new();
     char worker_device[128];
-    snprintf(worker_device, sizeof worker_device, "/job:worker/task:%lld", (long long)task_index);
+    if (num_gpus > 0)
+        snprintf(worker_device, sizeof worker_device, "/job:worker/task:%lld/device:GPU:%lld", (long long)task_index,
+                 (long long)(task_index % num_gpus));
+    else
+        snprintf(worker_device, sizeof worker_device, "/job:worker/task:%lld", (long long)task_index);
     dg_replica_device_setter_options ro = dg_replica_device_setter_options_default();
     ro.cluster = cluster;
     ro.worker_device = worker_device;
@@ -157,7 +217,13 @@ int main(int argc, char **argv) {
     }
     dg_graph_push_device_fn(g, setter);
     mlp_model m;
-    if (!mlp_build(g, data.train.dim, hidden, lr, seed, &m, st)) {
+    dg_sync_replicas_options sro = dg_sync_replicas_options_default();
+    sro.replicas_to_aggregate = (int)replicas_to_aggregate;
+    sro.total_num_replicas = n_workers;
+    sro.task_index = (int)task_index;
+    sro.timeout_ms = sync_timeout_ms;
+    if (sync_replicas ? !build_sync_model(g, data.train.dim, hidden, lr, seed, &sro, &m, &sr, st)
+                      : !mlp_build(g, data.train.dim, hidden, lr, seed, &m, st)) {
         fail(st, "building the model");
         goto out;
     }
@@ -170,7 +236,11 @@ int main(int argc, char **argv) {
     }
     report_hook report = {(long long)task_index, 0};
     dg_session_hook report_h = {"report", &report, NULL, report_after_create, NULL, NULL, NULL, NULL};
-    dg_session_hook *hooks[2] = {&report_h, stop};
+    if (sync_replicas && !(sync_hook = dg_sync_replicas_hook_new(sr, is_chief, dg_server_target(server), train_steps, st))) {
+        fail(st, "sync replicas hook");
+        goto out;
+    }
+    dg_session_hook *hooks[3] = {&report_h, stop, sync_hook};
     // One thread per step: this model has little to run in parallel, and the cores are
     // better left to the other tasks and the transport.
     dg_session_options sopt = dg_session_options_default();
@@ -184,7 +254,7 @@ int main(int argc, char **argv) {
     mo.wait_for_chief_ms = wait_ms;
     mo.max_recovery_attempts = (int)recovery_attempts;
     mo.hooks = hooks;
-    mo.n_hooks = 2;
+    mo.n_hooks = sync_replicas ? 3 : 2;
     if (!is_chief) {
         printf("Worker %lld: waiting for the chief to initialize the variables\n", (long long)task_index);
         fflush(stdout);
@@ -230,6 +300,11 @@ int main(int argc, char **argv) {
         mnist_next_batch(&data.train, batch_size, xb, yb);
         dg_tensor *gs = NULL;
         if (!dg_monitored_session_run(ms, feeds, vals, 2, &m.global_step, &gs, 1, &m.train, 1, st)) {
+            // Sync: the chief closed the token queue at the last step.
+            if (sync_replicas && dg_status_code(st) == DG_OUT_OF_RANGE) {
+                dg_status_reset(st);
+                break;
+            }
             fail(st, "training step");
             goto out;
         }
@@ -275,6 +350,8 @@ out:
     free(yb);
     dg_monitored_session_free(&ms);
     dg_session_hook_free(&stop);
+    dg_session_hook_free(&sync_hook);   // before the graph: its apply loop's session uses it
+    dg_sync_replicas_free(&sr);
     dg_graph_free(&g);
     dg_device_fn_free(&setter);
     mnist_free(&data);

@@ -200,4 +200,19 @@ int exec_graph_num_fetches(const exec_graph *eg);
 // Options the step was run with (kernels such as _Send/_Recv read it).
 const exec_step_options *exec_step_opts(const exec_step *s);
 
+// ---- cancellation of waiting kernels (by step, through the rendezvous) ----
+// Kernels that wait for something other than a rendezvous value (a sync-replicas take or
+// dequeue) register here so that an aborted step (ABORT_STEP, a failed node, a missed deadline)
+// or a closed rendezvous (server shutdown) ends their wait. fn is called at most once, on the
+// aborting thread, with the cause; it must not block.
+typedef void (*exec_cancel_fn)(void *arg, const dg_status *why);
+// Registers fn for step_id. Returns a token (> 0) for exec_rendezvous_forget_cancel; 0 when the
+// step is already aborted or the rendezvous closed (then fn is not registered and why, which
+// may be NULL, receives the cause) or on out of memory (why gets RESOURCE_EXHAUSTED).
+int64_t exec_rendezvous_on_cancel(exec_rendezvous *r, int64_t step_id, exec_cancel_fn fn, void *arg,
+                                  dg_status *why);
+// Unregisters token. Returns true when fn will not be called; false when it has been or is
+// being called (or token is 0 or unknown). Never waits.
+bool exec_rendezvous_forget_cancel(exec_rendezvous *r, int64_t token);
+
 #endif

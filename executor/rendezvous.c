@@ -19,6 +19,15 @@ typedef struct entry {
     int cb_node;
 } entry;
 
+// A waiting kernel's cancel callback (exec_rendezvous_on_cancel).
+typedef struct canceller {
+    struct canceller *next;
+    int64_t step_id;
+    int64_t token;
+    exec_cancel_fn fn;
+    void *arg;
+} canceller;
+
 typedef struct aborted {
     struct aborted *next;
     int64_t step_id;
@@ -36,6 +45,8 @@ struct exec_rendezvous {
     aborted *aborted;
     bool closed;             // every step fails from now on
     dg_status close_status;
+    canceller *cancellers;   // few: one per waiting kernel
+    int64_t next_token;
 };
 
 exec_rendezvous *exec_rendezvous_new(void) {
@@ -62,6 +73,10 @@ void exec_rendezvous_free(exec_rendezvous **rp) {
         next = a->next;
         status_impl_clear(&a->status);
         free(a);
+    }
+    for (canceller *c = r->cancellers, *next; c; c = next) {
+        next = c->next;
+        free(c);
     }
     status_impl_clear(&r->close_status);
     pthread_mutex_destroy(&r->mu);
@@ -229,6 +244,17 @@ void exec_rendezvous_abort(exec_rendezvous *r, int64_t step_id, const dg_status 
                 pp = &e->next;
             }
         }
+    canceller *cancel = NULL;
+    for (canceller **pp = &r->cancellers; *pp;) {
+        canceller *c = *pp;
+        if (c->step_id == step_id) {
+            *pp = c->next;
+            c->next = cancel;
+            cancel = c;
+        } else {
+            pp = &c->next;
+        }
+    }
     pthread_mutex_unlock(&r->mu);
     dg_status err = DG_STATUS_INIT;
     dg_status_setf(&err, DG_ABORTED, "step %lld was aborted: %s", (long long)step_id,
@@ -237,6 +263,11 @@ void exec_rendezvous_abort(exec_rendezvous *r, int64_t step_id, const dg_status 
         next = e->next;
         e->cb(e->cb_arg, e->cb_node, NULL, &err);
         free_entry(e);
+    }
+    for (canceller *c = cancel, *next; c; c = next) {
+        next = c->next;
+        c->fn(c->arg, &err);
+        free(c);
     }
     status_impl_clear(&err);
 }
@@ -288,10 +319,59 @@ void exec_rendezvous_close(exec_rendezvous *r, const dg_status *why) {
                 pp = &e->next;
             }
         }
+    canceller *cancel = r->cancellers;
+    r->cancellers = NULL;
     pthread_mutex_unlock(&r->mu);
     for (entry *e = waiting, *next; e; e = next) {
         next = e->next;
         e->cb(e->cb_arg, e->cb_node, NULL, why);
         free_entry(e);
     }
+    for (canceller *c = cancel, *next; c; c = next) {
+        next = c->next;
+        c->fn(c->arg, why);
+        free(c);
+    }
+}
+
+int64_t exec_rendezvous_on_cancel(exec_rendezvous *r, int64_t step_id, exec_cancel_fn fn, void *arg,
+                                  dg_status *why) {
+    canceller *c = calloc(1, sizeof *c);
+    if (!c) {
+        if (why) dg_status_set(why, DG_RESOURCE_EXHAUSTED, "rendezvous: out of memory");
+        return 0;
+    }
+    pthread_mutex_lock(&r->mu);
+    const dg_status *ab = abort_status(r, step_id);
+    if (ab) {
+        if (why) dg_status_setf(why, r->closed ? dg_status_code(ab) : DG_ABORTED, "%s%s",
+                                r->closed ? "" : "step was aborted: ", dg_status_message(ab));
+        pthread_mutex_unlock(&r->mu);
+        free(c);
+        return 0;
+    }
+    c->step_id = step_id;
+    c->token = ++r->next_token;
+    c->fn = fn;
+    c->arg = arg;
+    c->next = r->cancellers;
+    r->cancellers = c;
+    int64_t token = c->token;
+    pthread_mutex_unlock(&r->mu);
+    return token;
+}
+
+bool exec_rendezvous_forget_cancel(exec_rendezvous *r, int64_t token) {
+    if (token <= 0) return false;
+    canceller *found = NULL;
+    pthread_mutex_lock(&r->mu);
+    for (canceller **pp = &r->cancellers; *pp; pp = &(*pp)->next)
+        if ((*pp)->token == token) {
+            found = *pp;
+            *pp = found->next;
+            break;
+        }
+    pthread_mutex_unlock(&r->mu);
+    free(found);
+    return found != NULL;
 }

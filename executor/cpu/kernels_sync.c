@@ -1,4 +1,734 @@
-/* CPU kernels of synchronous replicas: conditional accumulators and the token queue. */
-#include "cpu_impl.h"
+/* CPU kernels of synchronous replicas: conditional accumulators and the token queue
+ * (TensorFlow's conditional_accumulator_base.cc and FIFOQueue, for int64 tokens).
+ *
+ * Resources live in the task's resource manager under (kind, shared_name) and are reference
+ * counted: the manager holds one reference, each kernel instance one, each waiting kernel one,
+ * so a wait that ends after its graph is gone still finds its lock.
+ *
+ * TakeGradient and Dequeue are asynchronous: when they cannot finish at once they park a
+ * *waiter* on their resource and return, so no thread blocks. A waiter ends exactly once, by
+ * whichever comes first: the resource (enough gradients, a token, a close), its deadline (the
+ * process-wide timer), or the abort of its step (a canceller registered with the step's
+ * rendezvous). The one that ends it sets `done` under the resource's lock; registrations are
+ * complete (`registered`) before anyone but the starter may finish it, so every finisher
+ * removes the timer and the canceller before calling exec_async_done, after which nothing
+ * touches the step or its rendezvous. References on the waiter: the starter's, the wait
+ * list's, the timer's and the canceller's, each dropped by its holder. */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 
-void cpu_register_sync_kernels(void) {}
+#include "cpu_impl.h"
+#include "status_impl.h"
+#include "timer_impl.h"
+
+// ---- resources and waiters ----
+typedef struct waiter waiter;
+
+typedef struct resource {
+    atomic_int refs;
+    pthread_mutex_t mu;
+    char *name;                // shared_name, owned
+    waiter *waiters;           // FIFO, under mu
+    void (*free_fn)(struct resource *r);
+} resource;
+
+struct waiter {
+    atomic_int refs;
+    waiter *next;              // in res->waiters, under res->mu
+    resource *res;             // one reference held
+    exec_async_handle h;
+    exec_rendezvous *rv;       // NULL: the step cannot be aborted from outside (local run)
+    int64_t step_id;
+    int64_t timeout_ms;        // 0: no deadline
+    bool done;                 // under res->mu: ended, by whoever set it
+    bool registered;           // under res->mu: timer and canceller fields final
+    uint64_t timer;            // under res->mu
+    int64_t cancel_token;      // under res->mu
+    dg_status err;             // an end that came before `registered` (the starter reports it)
+    int num_required;          // TakeGradient
+    int total_replicas;        // TakeGradient: replica ids 0..total-1 expected
+    // Writes the deadline error into st (called under res->mu).
+    void (*deadline_error)(waiter *w, dg_status *st);
+};
+
+static void res_ref(resource *r) { atomic_fetch_add(&r->refs, 1); }
+
+static void res_unref(resource *r) {
+    if (r && atomic_fetch_sub(&r->refs, 1) == 1) {
+        pthread_mutex_destroy(&r->mu);
+        free(r->name);
+        r->free_fn(r);
+    }
+}
+
+static void res_destroy(void *obj) { res_unref(obj); }
+
+static bool res_init(resource *r, const char *name, void (*free_fn)(resource *)) {
+    atomic_init(&r->refs, 1);
+    pthread_mutex_init(&r->mu, NULL);
+    r->free_fn = free_fn;
+    r->name = strdup(name);
+    return r->name != NULL;
+}
+
+static void waiter_unref(waiter *w) {
+    if (atomic_fetch_sub(&w->refs, 1) == 1) {
+        res_unref(w->res);
+        status_impl_clear(&w->err);
+        free(w);
+    }
+}
+
+// Called under res->mu.
+static void unlink_waiter(resource *r, waiter *w) {
+    for (waiter **pp = &r->waiters; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            w->next = NULL;
+            return;
+        }
+}
+
+static void append_waiter(resource *r, waiter *w) {
+    waiter **pp = &r->waiters;
+    while (*pp) pp = &(*pp)->next;
+    w->next = NULL;
+    *pp = w;
+}
+
+// Ends a waiter this thread has marked done (with `registered` set): drops its timer and
+// canceller (and their references), then completes the kernel with out (consumed) or st.
+static void finish(waiter *w, uint64_t timer, int64_t token, dg_tensor *out, const dg_status *st) {
+    if (timer && exec_timer_cancel(timer)) waiter_unref(w);
+    if (token && exec_rendezvous_forget_cancel(w->rv, token)) waiter_unref(w);
+    exec_async_done(w->h, out, st);
+}
+
+// The end of a wait by its deadline or by its step's abort: whoever wins finishes.
+static void end_by(waiter *w, const dg_status *why, bool is_deadline) {
+    resource *r = w->res;
+    dg_status err = DG_STATUS_INIT;
+    pthread_mutex_lock(&r->mu);
+    bool win = !w->done, in_list = false, registered = w->registered;
+    uint64_t timer = w->timer;
+    int64_t token = w->cancel_token;
+    if (win) {
+        w->done = true;
+        for (waiter *x = r->waiters; x; x = x->next) in_list = in_list || x == w;
+        unlink_waiter(r, w);
+        if (is_deadline) w->deadline_error(w, &err);
+        else dg_status_copy(&err, why);
+        // Before registration is complete the starter reports the end.
+        if (!registered) dg_status_copy(&w->err, &err);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (win && registered) {
+        finish(w, timer, token, NULL, &err);
+        if (in_list) waiter_unref(w);
+    }
+    status_impl_clear(&err);
+}
+
+static void on_deadline(void *arg) {
+    waiter *w = arg;
+    end_by(w, NULL, true);
+    waiter_unref(w);   // the timer's reference
+}
+
+static void on_cancel(void *arg, const dg_status *why) {
+    waiter *w = arg;
+    end_by(w, why, false);
+    waiter_unref(w);   // the canceller's reference
+}
+
+// A kernel cannot finish now: make a waiter (two references: the starter's and the one the
+// list will hold). Returns NULL after completing the kernel with RESOURCE_EXHAUSTED.
+static waiter *waiter_new(resource *r, exec_ctx *ctx, exec_async_handle h, int64_t timeout_ms) {
+    waiter *w = calloc(1, sizeof *w);
+    if (!w) {
+        // Not ctx->st: the executor does not release it after an async start.
+        dg_status err = DG_STATUS_INIT;
+        dg_status_set(&err, DG_RESOURCE_EXHAUSTED, "out of memory for a waiting kernel");
+        exec_async_done(h, NULL, &err);
+        status_impl_clear(&err);
+        return NULL;
+    }
+    atomic_init(&w->refs, 2);
+    res_ref(r);
+    w->res = r;
+    w->h = h;
+    const exec_step_options *o = exec_step_opts(ctx->step);
+    w->rv = o->rendezvous;
+    w->step_id = o->step_id;
+    w->timeout_ms = timeout_ms;
+    return w;
+}
+
+// Tries to finish w now; called under res->mu. Returns true when it did: *out or *st set.
+typedef bool (*try_fn)(resource *r, waiter *w, dg_tensor **out, dg_status *st);
+
+// Registers w's deadline and canceller, then (under the lock) either finishes it at once
+// (ended meanwhile, aborted, or try succeeds) or parks it in the wait list.
+static void park(waiter *w, try_fn try_now) {
+    resource *r = w->res;
+    uint64_t timer = 0;
+    int64_t token = 0;
+    dg_status aborted = DG_STATUS_INIT;
+    if (w->timeout_ms > 0) {
+        atomic_fetch_add(&w->refs, 1);
+        if (!(timer = exec_timer_add(w->timeout_ms, on_deadline, w))) {
+            atomic_fetch_sub(&w->refs, 1);
+            dg_status_set(&aborted, DG_RESOURCE_EXHAUSTED, "cannot start the deadline timer");
+        }
+    }
+    if (w->rv && dg_status_ok(&aborted)) {
+        atomic_fetch_add(&w->refs, 1);
+        if (!(token = exec_rendezvous_on_cancel(w->rv, w->step_id, on_cancel, w, &aborted)))
+            atomic_fetch_sub(&w->refs, 1);
+    }
+    dg_tensor *out = NULL;
+    dg_status st = DG_STATUS_INIT;
+    pthread_mutex_lock(&r->mu);
+    w->timer = timer;
+    w->cancel_token = token;
+    w->registered = true;
+    bool finish_now = true;
+    if (w->done) dg_status_copy(&st, &w->err);             // deadline or abort came first
+    else if (!dg_status_ok(&aborted)) dg_status_copy(&st, &aborted);
+    else if (!try_now(r, w, &out, &st)) finish_now = false;   // still nothing: wait
+    if (finish_now) w->done = true;
+    else append_waiter(r, w);
+    pthread_mutex_unlock(&r->mu);
+    if (finish_now) {
+        finish(w, timer, token, out, dg_status_ok(&st) ? NULL : &st);
+        waiter_unref(w);   // the list's reference: never used
+    }
+    status_impl_clear(&st);
+    status_impl_clear(&aborted);
+    waiter_unref(w);   // the starter's
+}
+
+// Finishes waiters the resource has ended (done set and unlinked under the lock by the
+// caller, which then released it). outs[i] consumed; sts[i] NULL for success.
+static void finish_taken(waiter **ws, dg_tensor **outs, const dg_status *st, int n) {
+    for (int i = 0; i < n; i++) {
+        finish(ws[i], ws[i]->timer, ws[i]->cancel_token, outs ? outs[i] : NULL, st);
+        waiter_unref(ws[i]);   // the list's reference
+    }
+}
+
+static bool attr_int(const dg_node *n, const char *name, int64_t dflt, int64_t *out) {
+    if (!dg_node_attr_int(n, name, out)) *out = dflt;
+    return true;
+}
+
+// ---- the conditional accumulator ----
+typedef struct accum {
+    resource base;             // first: resource* and accum* convert
+    dg_dtype dtype;
+    dg_shape shape;
+    int64_t n;                 // elements
+    double *sum;               // running sum of the accepted gradients (in double)
+    int count;                 // gradients in sum
+    int64_t global_step;       // gradients of older local steps are stale
+    int64_t *last_step;        // per replica id: the last local step it contributed; -1 never
+    int n_replicas;
+} accum;
+
+static void accum_free(resource *r) {
+    accum *a = (accum *)r;
+    free(a->sum);
+    free(a->last_step);
+    free(a);
+}
+
+typedef struct accum_arg {
+    const char *name;
+    dg_dtype dtype;
+    dg_shape shape;
+} accum_arg;
+
+static void *accum_create(void *arg, dg_status *st) {
+    accum_arg *aa = arg;
+    accum *a = calloc(1, sizeof *a);
+    int64_t n = dg_shape_num_elements(&aa->shape);
+    if (!a || !(a->sum = calloc((size_t)(n > 0 ? n : 1), sizeof *a->sum)) ||
+        !res_init(&a->base, aa->name, accum_free)) {
+        if (a) {
+            free(a->sum);
+            free(a->base.name);
+        }
+        free(a);
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "accumulator \"%s\": out of memory", aa->name);
+        return NULL;
+    }
+    a->dtype = aa->dtype;
+    a->shape = aa->shape;
+    a->n = n;
+    return a;
+}
+
+typedef struct accum_kernel {
+    accum *a;                  // one reference held
+    int64_t replica;           // ApplyGradient: the worker's task index (-1 unknown)
+    int64_t timeout_ms;        // TakeGradient
+    int64_t total_replicas;    // TakeGradient
+} accum_kernel;
+
+static void accum_kernel_free(void *state) {
+    accum_kernel *k = state;
+    res_unref(&k->a->base);
+    free(k);
+}
+
+static void *accum_kernel_create(const dg_node *n, const exec_env *env, dg_status *st) {
+    accum_arg aa = {dg_node_attr_string(n, "shared_name"), DG_INVALID_DTYPE, dg_shape_unknown()};
+    if (!aa.name || !dg_node_attr_type(n, "dtype", &aa.dtype) || !dg_node_attr_shape(n, "shape", &aa.shape)) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "accumulator op needs shared_name, dtype and shape");
+        return NULL;
+    }
+    accum *a = exec_resources_object(env->rm, "sync_accumulator", aa.name, accum_create, &aa, res_destroy, st);
+    if (!a) return NULL;
+    if (a->dtype != aa.dtype || !dg_shape_equal(&a->shape, &aa.shape)) {
+        char x[128], y[128];
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "accumulator \"%s\" on %s holds %s %s gradients; this op "
+                       "declares %s %s", aa.name, env->device ? env->device : "this task", dg_dtype_name(a->dtype),
+                       dg_shape_str(&a->shape, x, sizeof x), dg_dtype_name(aa.dtype),
+                       dg_shape_str(&aa.shape, y, sizeof y));
+        return NULL;
+    }
+    accum_kernel *k = calloc(1, sizeof *k);
+    if (!k) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "accumulator kernel: out of memory");
+        return NULL;
+    }
+    res_ref(&a->base);
+    k->a = a;
+    attr_int(n, "replica", -1, &k->replica);
+    attr_int(n, "timeout_ms", 0, &k->timeout_ms);
+    attr_int(n, "total_replicas", 0, &k->total_replicas);
+    return k;
+}
+
+// Takes the average if enough gradients are in; called under the lock.
+static bool accum_try_take(resource *r, waiter *w, dg_tensor **out, dg_status *st) {
+    accum *a = (accum *)r;
+    if (a->count < w->num_required) return false;
+    dg_tensor *t = dg_tensor_new(a->dtype, a->shape, st);
+    if (!t) {
+        dg_status_prepend(st, "accumulator \"%s\"", r->name);
+        return true;
+    }
+    double inv = 1.0 / a->count;
+    if (a->dtype == DG_FLOAT64)
+        for (int64_t i = 0; i < a->n; i++) ((double *)t->data)[i] = a->sum[i] * inv;
+    else
+        for (int64_t i = 0; i < a->n; i++) ((float *)t->data)[i] = (float)(a->sum[i] * inv);
+    memset(a->sum, 0, (size_t)a->n * sizeof *a->sum);
+    a->count = 0;
+    a->global_step++;
+    *out = t;
+    return true;
+}
+
+static void take_deadline_error(waiter *w, dg_status *st) {
+    accum *a = (accum *)w->res;
+    size_t cap = 256 + 64 * (size_t)(w->total_replicas > 0 ? w->total_replicas : 0);
+    char *missing = malloc(cap);
+    if (!missing) {
+        dg_status_setf(st, DG_DEADLINE_EXCEEDED, "sync replicas: global step %lld: got %d of %d gradients within %lld ms",
+                       (long long)a->global_step, a->count, w->num_required, (long long)w->timeout_ms);
+        return;
+    }
+    size_t len = 0;
+    int n_missing = 0;
+    missing[0] = 0;
+    for (int r = 0; r < w->total_replicas; r++) {
+        int64_t last = r < a->n_replicas ? a->last_step[r] : -1;
+        if (last >= a->global_step) continue;
+        char when[64];
+        if (last < 0) snprintf(when, sizeof when, "never contributed");
+        else snprintf(when, sizeof when, "last contributed at step %lld", (long long)last);
+        len += (size_t)snprintf(missing + len, cap - len, "%sworker task %d (%s)", n_missing ? ", " : "", r, when);
+        n_missing++;
+    }
+    dg_status_setf(st, DG_DEADLINE_EXCEEDED,
+                   "sync replicas: global step %lld: got %d of %d gradients within %lld ms%s%s (accumulator \"%s\")",
+                   (long long)a->global_step, a->count, w->num_required, (long long)w->timeout_ms,
+                   n_missing ? "; no gradient from " : "", missing, a->base.name);
+    free(missing);
+}
+
+static void take_start(void *state, exec_ctx *ctx, exec_async_handle h) {
+    accum_kernel *k = state;
+    accum *a = k->a;
+    int64_t want = IN(0)->dtype == DG_INT32 ? dg_tensor_i32(IN(0))[0] : -1;
+    if (want < 1 || IN(0)->n_elements != 1) {
+        dg_status err = DG_STATUS_INIT;
+        dg_status_setf(&err, DG_INVALID_ARGUMENT, "accumulator \"%s\": num_required must be >= 1, got %lld",
+                       a->base.name, (long long)want);
+        exec_async_done(h, NULL, &err);
+        status_impl_clear(&err);
+        return;
+    }
+    waiter *w = waiter_new(&a->base, ctx, h, k->timeout_ms);
+    if (!w) return;
+    w->num_required = (int)want;
+    w->total_replicas = (int)k->total_replicas;
+    w->deadline_error = take_deadline_error;
+    park(w, accum_try_take);
+}
+
+static bool apply_gradient_compute(void *state, exec_ctx *ctx) {
+    accum_kernel *k = state;
+    accum *a = k->a;
+    dg_tensor *g = IN(1);
+    if (IN(0)->dtype != DG_INT64 || IN(0)->n_elements != 1)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "accumulator \"%s\": local_step must be an int64 scalar",
+                         a->base.name);
+    if (g->dtype != a->dtype || !dg_shape_equal(&g->shape, &a->shape)) {
+        char x[128], y[128];
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "accumulator \"%s\" holds %s %s gradients, got %s %s",
+                         a->base.name, dg_dtype_name(a->dtype), dg_shape_str(&a->shape, x, sizeof x),
+                         dg_dtype_name(g->dtype), dg_shape_str(&g->shape, y, sizeof y));
+    }
+    int64_t local_step = dg_tensor_i64(IN(0))[0];
+    waiter *taken = NULL;
+    dg_tensor *out = NULL;
+    dg_status st = DG_STATUS_INIT;
+    pthread_mutex_lock(&a->base.mu);
+    if (k->replica >= 0 && k->replica >= a->n_replicas) {
+        int n = (int)k->replica + 1;
+        int64_t *ls = realloc(a->last_step, (size_t)n * sizeof *ls);
+        if (!ls) {
+            pthread_mutex_unlock(&a->base.mu);
+            return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "accumulator \"%s\": out of memory", a->base.name);
+        }
+        for (int i = a->n_replicas; i < n; i++) ls[i] = -1;
+        a->last_step = ls;
+        a->n_replicas = n;
+    }
+    // A gradient computed from parameters older than the accumulator's step is stale: dropped.
+    if (local_step >= a->global_step) {
+        if (a->dtype == DG_FLOAT64)
+            for (int64_t i = 0; i < a->n; i++) a->sum[i] += ((const double *)g->data)[i];
+        else
+            for (int64_t i = 0; i < a->n; i++) a->sum[i] += ((const float *)g->data)[i];
+        a->count++;
+        if (k->replica >= 0) a->last_step[k->replica] = local_step;
+        waiter *w = a->base.waiters;
+        if (w && accum_try_take(&a->base, w, &out, &st)) {
+            w->done = true;
+            unlink_waiter(&a->base, w);
+            taken = w;
+        }
+    }
+    pthread_mutex_unlock(&a->base.mu);
+    if (taken) finish_taken(&taken, &out, dg_status_ok(&st) ? NULL : &st, 1);
+    status_impl_clear(&st);
+    return true;
+}
+
+static bool set_global_step_compute(void *state, exec_ctx *ctx) {
+    accum_kernel *k = state;
+    accum *a = k->a;
+    if (IN(0)->dtype != DG_INT64 || IN(0)->n_elements != 1)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "accumulator \"%s\": the new global step must be an int64 "
+                         "scalar", a->base.name);
+    int64_t step = dg_tensor_i64(IN(0))[0];
+    pthread_mutex_lock(&a->base.mu);
+    // Gradients accumulated for another step are stale once the step moves.
+    if (step != a->global_step) {
+        memset(a->sum, 0, (size_t)a->n * sizeof *a->sum);
+        a->count = 0;
+        a->global_step = step;
+    }
+    pthread_mutex_unlock(&a->base.mu);
+    return true;
+}
+
+static bool num_accumulated_compute(void *state, exec_ctx *ctx) {
+    accum_kernel *k = state;
+    dg_tensor *o = exec_alloc_output(ctx, 0, DG_INT32, dg_shape_scalar());
+    if (!o) return false;
+    pthread_mutex_lock(&k->a->base.mu);
+    dg_tensor_i32(o)[0] = k->a->count;
+    pthread_mutex_unlock(&k->a->base.mu);
+    return true;
+}
+
+// Ends every waiting take of a resource with st.
+static void cancel_all(resource *r, const dg_status *st) {
+    int n = 0, cap = 0;
+    waiter **ws = NULL;
+    pthread_mutex_lock(&r->mu);
+    for (waiter *w = r->waiters; w; w = w->next) cap++;
+    ws = calloc((size_t)cap + 1, sizeof *ws);
+    if (ws)
+        while (r->waiters) {
+            waiter *w = r->waiters;
+            r->waiters = w->next;
+            w->next = NULL;
+            w->done = true;
+            ws[n++] = w;
+        }
+    pthread_mutex_unlock(&r->mu);
+    finish_taken(ws, NULL, st, n);
+    free(ws);
+}
+
+static bool cancel_take_compute(void *state, exec_ctx *ctx) {
+    accum_kernel *k = state;
+    dg_status st = DG_STATUS_INIT;
+    dg_status_setf(&st, DG_CANCELLED, "accumulator \"%s\": the take was cancelled (the sync replicas apply loop "
+                   "is stopping)", k->a->base.name);
+    cancel_all(&k->a->base, &st);
+    status_impl_clear(&st);
+    return true;
+}
+
+// ---- the token queue: a FIFO of int64 ----
+typedef struct tqueue {
+    resource base;
+    int64_t *items;            // ring buffer
+    size_t head, count, cap;
+    bool closed;
+    dg_code close_code;        // OK: closed normally (an empty queue then fails OUT_OF_RANGE)
+    char *close_msg;           // the reason given, owned; NULL: none
+} tqueue;
+
+static void queue_free(resource *r) {
+    tqueue *q = (tqueue *)r;
+    free(q->items);
+    free(q->close_msg);
+    free(q);
+}
+
+static void *queue_create(void *arg, dg_status *st) {
+    const char *name = arg;
+    tqueue *q = calloc(1, sizeof *q);
+    if (!q || !res_init(&q->base, name, queue_free)) {
+        free(q);
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "queue \"%s\": out of memory", name);
+        return NULL;
+    }
+    return q;
+}
+
+typedef struct queue_kernel {
+    tqueue *q;                 // one reference held
+    int64_t timeout_ms;        // Dequeue
+} queue_kernel;
+
+static void queue_kernel_free(void *state) {
+    queue_kernel *k = state;
+    res_unref(&k->q->base);
+    free(k);
+}
+
+static void *queue_kernel_create(const dg_node *n, const exec_env *env, dg_status *st) {
+    const char *name = dg_node_attr_string(n, "shared_name");
+    if (!name || !*name) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "queue op needs a shared_name");
+        return NULL;
+    }
+    tqueue *q = exec_resources_object(env->rm, "sync_token_queue", name, queue_create, (void *)name, res_destroy, st);
+    queue_kernel *k = q ? calloc(1, sizeof *k) : NULL;
+    if (!k) {
+        if (q) dg_status_set(st, DG_RESOURCE_EXHAUSTED, "queue kernel: out of memory");
+        return NULL;
+    }
+    res_ref(&q->base);
+    k->q = q;
+    attr_int(n, "timeout_ms", 0, &k->timeout_ms);
+    return k;
+}
+
+// The error of a dequeue from a closed queue; called under the lock.
+static void closed_error(tqueue *q, dg_status *st) {
+    if (q->close_code != DG_OK)
+        dg_status_setf(st, q->close_code, "queue \"%s\" was closed: %s", q->base.name,
+                       q->close_msg ? q->close_msg : "(no reason given)");
+    else
+        dg_status_setf(st, DG_OUT_OF_RANGE, "queue \"%s\" is closed and empty%s%s", q->base.name,
+                       q->close_msg ? ": " : "", q->close_msg ? q->close_msg : "");
+}
+
+static bool queue_try_dequeue(resource *r, waiter *w, dg_tensor **out, dg_status *st) {
+    tqueue *q = (tqueue *)r;
+    // Closed with an error: the cause wins over tokens still queued.
+    if (q->closed && (q->close_code != DG_OK || q->count == 0)) {
+        closed_error(q, st);
+        return true;
+    }
+    if (q->count == 0) return false;
+    int64_t v = q->items[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->count--;
+    if (!(*out = dg_tensor_scalar_i64(v))) dg_status_set(st, DG_RESOURCE_EXHAUSTED, "queue: out of memory");
+    return true;
+}
+
+static void dequeue_deadline_error(waiter *w, dg_status *st) {
+    dg_status_setf(st, DG_DEADLINE_EXCEEDED, "queue \"%s\": nothing to dequeue within %lld ms (sync replicas: "
+                   "the chief enqueues tokens after each step; is it alive?)", w->res->name,
+                   (long long)w->timeout_ms);
+}
+
+static void dequeue_start(void *state, exec_ctx *ctx, exec_async_handle h) {
+    queue_kernel *k = state;
+    waiter *w = waiter_new(&k->q->base, ctx, h, k->timeout_ms);
+    if (!w) return;
+    w->deadline_error = dequeue_deadline_error;
+    // Fast path: a token is there (or the queue is closed), no timer or canceller needed.
+    dg_tensor *out = NULL;
+    dg_status st = DG_STATUS_INIT;
+    pthread_mutex_lock(&k->q->base.mu);
+    bool now = !k->q->base.waiters && queue_try_dequeue(&k->q->base, w, &out, &st);
+    if (now) {
+        w->done = true;
+        w->registered = true;
+    }
+    pthread_mutex_unlock(&k->q->base.mu);
+    if (now) {
+        exec_async_done(h, out, dg_status_ok(&st) ? NULL : &st);
+        status_impl_clear(&st);
+        waiter_unref(w);
+        waiter_unref(w);
+        return;
+    }
+    status_impl_clear(&st);
+    park(w, queue_try_dequeue);
+}
+
+static bool enqueue_many_compute(void *state, exec_ctx *ctx) {
+    queue_kernel *k = state;
+    tqueue *q = k->q;
+    dg_tensor *v = IN(0);
+    if (v->dtype != DG_INT64 || dg_tensor_rank(v) != 1)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "queue \"%s\": values must be an int64 vector", q->base.name);
+    int64_t n = v->n_elements;
+    waiter **ws = NULL;
+    dg_tensor **outs = NULL;
+    int n_taken = 0;
+    pthread_mutex_lock(&q->base.mu);
+    if (q->closed) {
+        pthread_mutex_unlock(&q->base.mu);
+        return exec_fail(ctx, DG_CANCELLED, "queue \"%s\" is closed", q->base.name);
+    }
+    if (q->count + (size_t)n > q->cap) {
+        size_t cap = q->cap ? q->cap : 16;
+        while (cap < q->count + (size_t)n) cap *= 2;
+        int64_t *items = malloc(cap * sizeof *items);
+        if (!items) {
+            pthread_mutex_unlock(&q->base.mu);
+            return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "queue \"%s\": %zu bytes", q->base.name, cap * sizeof *items);
+        }
+        for (size_t i = 0; i < q->count; i++) items[i] = q->items[(q->head + i) % q->cap];
+        free(q->items);
+        q->items = items;
+        q->head = 0;
+        q->cap = cap;
+    }
+    for (int64_t i = 0; i < n; i++) q->items[(q->head + q->count++) % q->cap] = dg_tensor_i64(v)[i];
+    int n_waiting = 0;
+    for (waiter *w = q->base.waiters; w; w = w->next) n_waiting++;
+    if (n_waiting > 0 && q->count > 0) {
+        ws = calloc((size_t)n_waiting, sizeof *ws);
+        outs = calloc((size_t)n_waiting, sizeof *outs);
+    }
+    dg_status st = DG_STATUS_INIT;
+    while (ws && outs && q->base.waiters && q->count > 0) {
+        waiter *w = q->base.waiters;
+        queue_try_dequeue(&q->base, w, &outs[n_taken], &st);
+        if (!outs[n_taken]) break;   // out of memory: the token stays for a later dequeue
+        q->base.waiters = w->next;
+        w->next = NULL;
+        w->done = true;
+        ws[n_taken++] = w;
+    }
+    pthread_mutex_unlock(&q->base.mu);
+    finish_taken(ws, outs, NULL, n_taken);
+    free(ws);
+    free(outs);
+    status_impl_clear(&st);
+    return true;
+}
+
+static bool queue_size_compute(void *state, exec_ctx *ctx) {
+    queue_kernel *k = state;
+    dg_tensor *o = exec_alloc_output(ctx, 0, DG_INT32, dg_shape_scalar());
+    if (!o) return false;
+    pthread_mutex_lock(&k->q->base.mu);
+    dg_tensor_i32(o)[0] = (int32_t)k->q->count;
+    pthread_mutex_unlock(&k->q->base.mu);
+    return true;
+}
+
+// code < 0: reopen (empty, not closed); 0: close normally; > 0: close with that error code.
+// The first close wins; waiting dequeues fail with the close's status.
+static bool queue_close_compute(void *state, exec_ctx *ctx) {
+    queue_kernel *k = state;
+    tqueue *q = k->q;
+    if (IN(0)->dtype != DG_INT32 || IN(0)->n_elements != 1 || IN(1)->dtype != DG_UINT8)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "queue \"%s\": close takes an int32 code and a uint8 reason",
+                         q->base.name);
+    int32_t code = dg_tensor_i32(IN(0))[0];
+    if (code > DG_DATA_LOSS)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "queue \"%s\": close code %d is not a status code",
+                         q->base.name, code);
+    char *reason = NULL;
+    if (IN(1)->n_elements > 0) {
+        reason = malloc((size_t)IN(1)->n_elements + 1);
+        if (!reason) return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "queue close: out of memory");
+        memcpy(reason, IN(1)->data, (size_t)IN(1)->n_elements);
+        reason[IN(1)->n_elements] = 0;
+    }
+    pthread_mutex_lock(&q->base.mu);
+    if (code < 0) {
+        q->closed = false;
+        q->count = 0;
+        q->head = 0;
+        q->close_code = DG_OK;
+        free(q->close_msg);
+        q->close_msg = NULL;
+        pthread_mutex_unlock(&q->base.mu);
+        free(reason);
+        return true;
+    }
+    bool was_closed = q->closed;
+    if (!was_closed) {
+        q->closed = true;
+        q->close_code = (dg_code)code;
+        q->close_msg = reason;
+        reason = NULL;
+    }
+    dg_status st = DG_STATUS_INIT;
+    closed_error(q, &st);
+    pthread_mutex_unlock(&q->base.mu);
+    free(reason);
+    // A queue with waiting dequeues is empty, so every one of them fails.
+    cancel_all(&q->base, &st);
+    status_impl_clear(&st);
+    return true;
+}
+
+#define SK(op, mask, create, compute, destroy, start) {op, "CPU", mask, create, compute, destroy, false, false, false, start}
+
+static const exec_kernel_def sync_kernels[] = {
+    SK("AccumulatorApplyGradient", DT_ALL, accum_kernel_create, apply_gradient_compute, accum_kernel_free, NULL),
+    SK("AccumulatorTakeGradient", DT_ALL, accum_kernel_create, NULL, accum_kernel_free, take_start),
+    SK("AccumulatorSetGlobalStep", DT_ALL, accum_kernel_create, set_global_step_compute, accum_kernel_free, NULL),
+    SK("AccumulatorNumAccumulated", DT_ALL, accum_kernel_create, num_accumulated_compute, accum_kernel_free, NULL),
+    SK("AccumulatorCancelTake", DT_ALL, accum_kernel_create, cancel_take_compute, accum_kernel_free, NULL),
+    SK("QueueEnqueueMany", DT_ALL, queue_kernel_create, enqueue_many_compute, queue_kernel_free, NULL),
+    SK("QueueDequeue", DT_ALL, queue_kernel_create, NULL, queue_kernel_free, dequeue_start),
+    SK("QueueSize", DT_ALL, queue_kernel_create, queue_size_compute, queue_kernel_free, NULL),
+    SK("QueueClose", DT_ALL, queue_kernel_create, queue_close_compute, queue_kernel_free, NULL),
+};
+
+void cpu_register_sync_kernels(void) {
+    exec_register_kernels(sync_kernels, (int)(sizeof sync_kernels / sizeof sync_kernels[0]));
+}

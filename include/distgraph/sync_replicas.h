@@ -1,0 +1,102 @@
+/* Synchronous replicas (TensorFlow's SyncReplicasOptimizer), as graph construction plus a
+ * monitored-session hook. Each worker wraps its optimizer: its train op pushes the gradients to
+ * one conditional accumulator per variable (on the variable's ps, colocated with it), then
+ * waits for a token from the token queue (on the global step's ps) that carries the global step
+ * its next gradients will be computed at. The chief (worker 0) also runs an apply loop on its
+ * own thread: it takes replicas_to_aggregate gradients from every accumulator, applies their
+ * average with the wrapped optimizer (incrementing the global step) and enqueues
+ * total_num_replicas tokens. Gradients older than the accumulator's step are dropped, so with
+ * total_num_replicas > replicas_to_aggregate the slowest workers are backups.
+ * Main objects: dg_sync_replicas (the ops of one worker's graph), the hook. Ps tasks need
+ * service_threads >= total_num_replicas + 3: each worker's step waits there for its token.
+ * Thread-safety: build from one thread; the ops run concurrently like any other. */
+#ifndef DISTGRAPH_SYNC_REPLICAS_H
+#define DISTGRAPH_SYNC_REPLICAS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "distgraph/graph.h"
+#include "distgraph/monitored_session.h"
+#include "distgraph/status.h"
+#include "distgraph/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dg_sync_replicas dg_sync_replicas;
+
+typedef struct dg_sync_replicas_options {
+    int replicas_to_aggregate;   // gradients averaged per step (>= 1)
+    int total_num_replicas;      // workers (>= replicas_to_aggregate); 0: replicas_to_aggregate
+    int task_index;              // this worker's index in its job (its replica id)
+    int64_t timeout_ms;          // the chief's take of one step's gradients (0: no deadline)
+    int64_t token_timeout_ms;    // a worker's wait for its token; 0: 2 * timeout_ms (none when
+                                 // timeout_ms is 0)
+} dg_sync_replicas_options;
+
+// replicas_to_aggregate 1, total_num_replicas 0, task_index 0, timeout_ms 0, token_timeout_ms 0.
+dg_sync_replicas_options dg_sync_replicas_options_default(void);
+
+// Wraps opt (copied; its graph is where the ops go). Nothing is added to the graph yet.
+// INVALID_ARGUMENT for bad options. Returns: new, caller frees with dg_sync_replicas_free().
+dg_sync_replicas *dg_sync_replicas_new(const dg_optimizer *opt, const dg_sync_replicas_options *o,
+                                       dg_status *st);
+void dg_sync_replicas_free(dg_sync_replicas **sr);
+
+// Builds every op for (grads[i], vars[i]) and the global step, under the current scopes (the
+// worker's device; accumulators and queue ops are colocated with their variables), and returns
+// the worker's train op: ApplyGradient to every accumulator with this worker's local step, then
+// a dequeued token becomes the local step. Also builds the chief's apply op with the wrapped
+// optimizer (its slots are ordinary global variables) and the init ops. Call once. Returns:
+// borrowed, valid until the graph is freed; NULL on error (the graph's sticky error or st).
+dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output *grads, const dg_output *vars,
+                                          int n, dg_output global_step, dg_status *st);
+// compute_gradients over the trainable variables, then apply_gradients.
+dg_node *dg_sync_replicas_minimize(dg_sync_replicas *sr, dg_output loss, dg_output global_step, dg_status *st);
+
+// The ops, NULL (or the null output) before apply_gradients. Returns: borrowed, valid until
+// the graph is freed.
+dg_node *dg_sync_replicas_train_op(const dg_sync_replicas *sr);
+// Chief: takes the gradients (feed num_required), applies them, enqueues the tokens. Fetch
+// dg_sync_replicas_new_global_step in the same run for the step it made.
+dg_node *dg_sync_replicas_chief_apply_op(const dg_sync_replicas *sr);
+dg_output dg_sync_replicas_num_required(const dg_sync_replicas *sr);     // int32 placeholder
+dg_output dg_sync_replicas_new_global_step(const dg_sync_replicas *sr);  // after the apply
+// Chief init: every accumulator's step and the local step := the global step.
+dg_node *dg_sync_replicas_chief_init_op(const dg_sync_replicas *sr);
+// Non-chief init: the local step := the global step.
+dg_node *dg_sync_replicas_local_step_init_op(const dg_sync_replicas *sr);
+dg_output dg_sync_replicas_local_step(const dg_sync_replicas *sr);
+// Closes the token queue: feed the code (int32 scalar; -1 reopens and empties the queue, 0
+// closes it so that an empty queue fails dequeues with OUT_OF_RANGE, > 0 fails them with that
+// code) and the reason (uint8 vector of message bytes).
+dg_node *dg_sync_replicas_close_queue_op(const dg_sync_replicas *sr, dg_output *code, dg_output *reason);
+// Fails the takes waiting on the accumulators with CANCELLED (stops a blocked apply loop).
+dg_node *dg_sync_replicas_cancel_take_op(const dg_sync_replicas *sr);
+// The queue's size (int32 scalar) and the number of gradients in accumulator i.
+dg_output dg_sync_replicas_queue_size(const dg_sync_replicas *sr);
+dg_output dg_sync_replicas_num_accumulated(const dg_sync_replicas *sr, int i);
+int dg_sync_replicas_num_variables(const dg_sync_replicas *sr);
+const dg_sync_replicas_options *dg_sync_replicas_options_of(const dg_sync_replicas *sr);
+
+// The hook (TensorFlow's SyncReplicasOptimizerHook). after_create_session: a worker sets its
+// local step from the global step; the chief runs the chief init, reopens the token queue and
+// starts the apply loop on its own thread and its own session on `master` (copied; NULL:
+// local) until the global step reaches last_step (-1: no limit), when it closes the queue, so
+// waiting workers end (OUT_OF_RANGE: treat it as the normal end of training). A failed step
+// of the loop (a take past its deadline names the missing workers) closes the queue with that
+// error, so the workers fail with the same cause. end and freeing the hook stop the loop.
+// Borrows sr until the hook is freed (free the hook before the graph). Returns: new, caller
+// frees with dg_session_hook_free().
+dg_session_hook *dg_sync_replicas_hook_new(dg_sync_replicas *sr, bool is_chief, const char *master,
+                                           int64_t last_step, dg_status *st);
+// The apply loop's error, if it stopped on one (copied into st; returns false). True while it
+// runs or after a clean stop.
+bool dg_sync_replicas_hook_status(const dg_session_hook *h, dg_status *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
