@@ -723,12 +723,17 @@ static void test_hook_stops_at_last_step(void **state) {
     }
     for (int i = 0; i < 3; i++) assert_int_equal(pthread_create(&th[i], NULL, mts_thread, &jobs[i]), 0);
     for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    // Each of the 7 applies took 2 gradients, and a worker's gradients all come from
+    // successful runs but its last (which may end with the closed queue), so the successful
+    // runs number at least 14 - 3. Under load a backup worker may get none of them.
+    int runs = 0;
     for (int i = 0; i < 3; i++) {
         if (!dg_status_ok(jobs[i].st)) fail_msg("worker %d: %s", i, dg_status_message(jobs[i].st));
         assert_int_equal(jobs[i].final_step, 7);
-        assert_true(jobs[i].runs >= 1);
+        runs += jobs[i].runs;
         dg_status_free(&jobs[i].st);
     }
+    assert_true(runs >= 2 * 7 - 3);
     for (int i = 0; i < 3; i++) free_replica(&reps[i]);
     cluster_stop(&cl);
 }
