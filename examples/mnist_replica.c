@@ -10,6 +10,9 @@
  * each step averages --replicas_to_aggregate gradients (default: every worker's; fewer makes
  * the slowest workers backups), the chief applies them, and training ends at --train_steps
  * exactly; a step missing gradients for --sync_timeout_ms fails naming the missing workers.
+ * With --all_reduce there is no ps (TensorFlow's MultiWorkerMirroredStrategy): every worker
+ * holds the variables, one all-reduce averages the gradients each step, and all apply the same
+ * update; worker 0 checkpoints, and broadcasts its values after every session creation.
  * --num_gpus N pins worker i's compute to its GPU i % N (soft placement falls back to the CPU).
  *   build/bin/dg-launch --ps 1 --workers 2 -- build/bin/mnist_replica --train_steps 2000
  *   build/bin/dg-launch --ps 1 --workers 2 -- build/bin/mnist_replica --sync_replicas */
@@ -56,26 +59,30 @@ static bool report_after_create(void *ctx, dg_monitored_session *ms, dg_session 
 static bool build_sync_model(dg_graph *g, int64_t pixels, int64_t hidden, double lr, int64_t seed,
                              const dg_sync_replicas_options *so, mlp_model *m, dg_sync_replicas **sr,
                              dg_status *st) {
-    memset(m, 0, sizeof *m);
-    m->x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(-1, pixels));
-    m->y_ = dg_placeholder(g, "y_", DG_INT64, dg_shape1(-1));
-    dg_output hid_w = dg_variable(g, "hid_w", DG_FLOAT32, dg_shape2(pixels, hidden),
-                                  dg_init_truncated_normal(0, 1.0 / sqrt((double)pixels), seed));
-    dg_output hid_b = dg_variable(g, "hid_b", DG_FLOAT32, dg_shape1(hidden), dg_init_zeros());
-    dg_output sm_w = dg_variable(g, "sm_w", DG_FLOAT32, dg_shape2(hidden, 10),
-                                 dg_init_truncated_normal(0, 1.0 / sqrt((double)hidden), seed + 1));
-    dg_output sm_b = dg_variable(g, "sm_b", DG_FLOAT32, dg_shape1(10), dg_init_zeros());
-    dg_output hid = dg_relu(g, "hid", dg_bias_add(g, "hid_lin", dg_matmul(g, NULL, m->x, hid_w, false, false), hid_b));
-    m->logits = dg_bias_add(g, "logits", dg_matmul(g, NULL, hid, sm_w, false, false), sm_b);
-    m->loss = dg_sparse_softmax_cross_entropy(g, "cross_entropy", m->logits, m->y_);
-    m->global_step = dg_global_step(g);
+    mlp_build_net(g, pixels, hidden, seed, m);
     dg_optimizer opt = dg_adam(g, lr);
     if (!(*sr = dg_sync_replicas_new(&opt, so, st))) return false;
     if (!(m->train = dg_sync_replicas_minimize(*sr, m->loss, m->global_step, st))) return false;
-    dg_output correct = dg_equal(g, "correct", dg_argmax(g, NULL, m->logits, 1), m->y_);
-    m->accuracy = dg_mean(g, "accuracy", dg_cast(g, NULL, correct, DG_FLOAT32), NULL, 0, false);
     m->init = dg_global_variables_initializer(g);
     return dg_graph_check(g, st);
+}
+
+// All-reduce (MultiWorkerMirrored): every worker holds the whole model on its own task; one
+// packed all-reduce averages the gradients, every worker applies the same Adam update.
+// *bcast copies worker 0's values (restored from a checkpoint, say) to every worker.
+static bool build_all_reduce_model(dg_graph *g, int64_t pixels, int64_t hidden, double lr, int64_t seed,
+                                   const dg_collective_group *grp, mlp_model *m, dg_node **bcast, dg_status *st) {
+    mlp_build_net(g, pixels, hidden, seed, m);
+    dg_optimizer opt = dg_adam(g, lr);
+    m->train = dg_all_reduce_minimize(&opt, m->loss, NULL, 0, m->global_step, grp, 1);
+    m->init = dg_global_variables_initializer(g);
+    *bcast = dg_collective_broadcast_variables(g, NULL, 0, grp, 2);
+    return dg_graph_check(g, st);
+}
+
+// All-reduce: after each session creation (and restore) every worker takes worker 0's values.
+static bool bcast_after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
+    return dg_session_run_target(sess, ctx, st);
 }
 
 static int fail(dg_status *st, const char *what) {
@@ -91,7 +98,7 @@ int main(int argc, char **argv) {
     const char *checkpoint_path = "";
     int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000;
     double lr = 0.01;
-    bool quiet = false, print_placement = false, sync_replicas = false;
+    bool quiet = false, print_placement = false, sync_replicas = false, all_reduce = false;
     flag_def defs[] = {
         {"job_name", FLAG_STRING, &job_name, "ps or worker (default: from TF_CONFIG)"},
         {"task_index", FLAG_INT, &task_index, "index of this task in its job"},
@@ -119,6 +126,9 @@ int main(int argc, char **argv) {
          "sync: gradients averaged per step (default: the number of workers; fewer: backup workers)"},
         {"sync_timeout_ms", FLAG_INT, &sync_timeout_ms,
          "sync: how long the chief waits for one step's gradients before failing (default 60000)"},
+        {"all_reduce", FLAG_BOOL, &all_reduce,
+         "train synchronously without ps: every worker holds the variables, gradients are averaged by "
+         "all-reduce (MultiWorkerMirrored)"},
         {"num_gpus", FLAG_INT, &num_gpus, "GPUs per worker machine: worker i computes on GPU i % num_gpus (default 0)"},
     };
     bool help;
@@ -160,6 +170,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     int n_workers = dg_cluster_num_tasks(cluster, "worker");
+    if (sync_replicas && all_reduce) {
+        fprintf(stderr, "mnist_replica: --sync_replicas and --all_reduce exclude each other\n");
+        return 2;
+    }
     if (sync_replicas && replicas_to_aggregate == 0) replicas_to_aggregate = n_workers;
     if (sync_replicas && replicas_to_aggregate > n_workers) {
         fprintf(stderr, "mnist_replica: --replicas_to_aggregate %lld is more than the %d workers\n",
@@ -191,6 +205,7 @@ int main(int argc, char **argv) {
     dg_monitored_session *ms = NULL;
     dg_session_hook *stop = NULL, *sync_hook = NULL;
     dg_sync_replicas *sr = NULL;
+    dg_node *bcast = NULL;
     dg_device_fn *setter = NULL;
     float *xb = NULL;
     int64_t *yb = NULL;
@@ -210,24 +225,37 @@ int main(int argc, char **argv) {
     dg_replica_device_setter_options ro = dg_replica_device_setter_options_default();
     ro.cluster = cluster;
     ro.worker_device = worker_device;
-    setter = dg_replica_device_setter(&ro, st);
-    if (!setter) {
+    // All-reduce keeps everything on this worker; otherwise variables go to the ps tasks.
+    if (all_reduce) {
+        dg_graph_push_device(g, worker_device);
+    } else if ((setter = dg_replica_device_setter(&ro, st))) {
+        dg_graph_push_device_fn(g, setter);
+    } else {
         fail(st, "replica device setter");
         goto out;
     }
-    dg_graph_push_device_fn(g, setter);
     mlp_model m;
     dg_sync_replicas_options sro = dg_sync_replicas_options_default();
     sro.replicas_to_aggregate = (int)replicas_to_aggregate;
     sro.total_num_replicas = n_workers;
     sro.task_index = (int)task_index;
     sro.timeout_ms = sync_timeout_ms;
-    if (sync_replicas ? !build_sync_model(g, data.train.dim, hidden, lr, seed, &sro, &m, &sr, st)
-                      : !mlp_build(g, data.train.dim, hidden, lr, seed, &m, st)) {
+    dg_collective_group grp = dg_collective_group_make("worker", n_workers);
+    grp.timeout_ms = sync_timeout_ms;
+    bool built = sync_replicas ? build_sync_model(g, data.train.dim, hidden, lr, seed, &sro, &m, &sr, st)
+                 : all_reduce  ? build_all_reduce_model(g, data.train.dim, hidden, lr, seed, &grp, &m, &bcast, st)
+                               : mlp_build(g, data.train.dim, hidden, lr, seed, &m, st);
+    if (!built) {
         fail(st, "building the model");
         goto out;
     }
-    dg_graph_pop_device_fn(g);
+    if (all_reduce)
+        dg_graph_pop_device(g);
+    else
+        dg_graph_pop_device_fn(g);
+    // The loss as a scalar summary: with --checkpoint_path the chief writes it beside the
+    // checkpoints every 100 steps (dg-inspect plot FILE --tag cross_entropy).
+    dg_graph_add_to_collection(g, DG_SUMMARIES, m.loss.node);
     // Worker 0 is the chief: it restores the newest checkpoint or initializes the variables;
     // the others wait for it (IsVariableInitialized polls inside the monitored session).
     if (!(stop = dg_stop_at_step_hook_new(-1, train_steps, st))) {
@@ -240,7 +268,8 @@ int main(int argc, char **argv) {
         fail(st, "sync replicas hook");
         goto out;
     }
-    dg_session_hook *hooks[3] = {&report_h, stop, sync_hook};
+    dg_session_hook bcast_h = {"broadcast", bcast, NULL, bcast_after_create, NULL, NULL, NULL, NULL};
+    dg_session_hook *hooks[3] = {&report_h, stop, sync_replicas ? sync_hook : &bcast_h};
     // One thread per step: this model has little to run in parallel, and the cores are
     // better left to the other tasks and the transport.
     dg_session_options sopt = dg_session_options_default();
@@ -248,13 +277,15 @@ int main(int argc, char **argv) {
     dg_mts_options mo = dg_mts_options_default();
     mo.session_options = &sopt;
     mo.master = dg_server_target(server);
-    mo.is_chief = is_chief;
-    mo.checkpoint_path = *checkpoint_path ? checkpoint_path : NULL;
+    // All-reduce: every worker initializes its own copy (worker 0 restores, then broadcasts);
+    // only worker 0 checkpoints.
+    mo.is_chief = is_chief || all_reduce;
+    mo.checkpoint_path = *checkpoint_path && (is_chief || !all_reduce) ? checkpoint_path : NULL;
     mo.save_checkpoint_steps = save_checkpoint_steps;
     mo.wait_for_chief_ms = wait_ms;
     mo.max_recovery_attempts = (int)recovery_attempts;
     mo.hooks = hooks;
-    mo.n_hooks = sync_replicas ? 3 : 2;
+    mo.n_hooks = sync_replicas || all_reduce ? 3 : 2;
     if (!is_chief) {
         printf("Worker %lld: waiting for the chief to initialize the variables\n", (long long)task_index);
         fflush(stdout);

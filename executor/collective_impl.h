@@ -21,10 +21,10 @@ static inline int64_t coll_step_id(int64_t instance_key, int64_t execution) {
 // 1 MiB TENSOR_CHUNKs reassembled before delivery, which would stop the pipeline).
 // DG_COLLECTIVE_CHUNK_BYTES overrides it (rounded down to a multiple of 8, at least 4096).
 #define COLL_CHUNK_BYTES_DEFAULT ((size_t)1 << 20)
-// "auto" all-reduces of at most this many bytes use the direct exchange (every rank sends
-// its whole buffer to every other one): one round trip instead of 2(n-1).
-// DG_COLLECTIVE_DIRECT_BYTES overrides it.
-#define COLL_DIRECT_BYTES_DEFAULT ((size_t)64 << 10)
+// "auto" all-reduces use the direct exchange (every rank sends its whole buffer to every
+// other one: one round trip instead of 2(n-1)) when a rank sends at most this many bytes,
+// i.e. buffer bytes * (n - 1) <= this. DG_COLLECTIVE_DIRECT_BYTES overrides it.
+#define COLL_DIRECT_BYTES_DEFAULT ((size_t)1 << 20)
 #define COLL_DEFAULT_TIMEOUT_MS 60000
 
 #endif

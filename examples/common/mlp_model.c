@@ -3,8 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-bool mlp_build(dg_graph *g, int64_t pixels, int64_t hidden, double lr, int64_t seed, mlp_model *m,
-               dg_status *st) {
+bool mlp_build_net(dg_graph *g, int64_t pixels, int64_t hidden, int64_t seed, mlp_model *m) {
     memset(m, 0, sizeof *m);
     m->x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(-1, pixels));
     m->y_ = dg_placeholder(g, "y_", DG_INT64, dg_shape1(-1));
@@ -18,10 +17,16 @@ bool mlp_build(dg_graph *g, int64_t pixels, int64_t hidden, double lr, int64_t s
     m->logits = dg_bias_add(g, "logits", dg_matmul(g, NULL, hid, sm_w, false, false), sm_b);
     m->loss = dg_sparse_softmax_cross_entropy(g, "cross_entropy", m->logits, m->y_);
     m->global_step = dg_global_step(g);
-    dg_optimizer opt = dg_adam(g, lr);
-    m->train = dg_optimizer_minimize(&opt, m->loss, m->global_step);
     dg_output correct = dg_equal(g, "correct", dg_argmax(g, NULL, m->logits, 1), m->y_);
     m->accuracy = dg_mean(g, "accuracy", dg_cast(g, NULL, correct, DG_FLOAT32), NULL, 0, false);
+    return dg_graph_ok(g);
+}
+
+bool mlp_build(dg_graph *g, int64_t pixels, int64_t hidden, double lr, int64_t seed, mlp_model *m,
+               dg_status *st) {
+    mlp_build_net(g, pixels, hidden, seed, m);
+    dg_optimizer opt = dg_adam(g, lr);
+    m->train = dg_optimizer_minimize(&opt, m->loss, m->global_step);
     m->init = dg_global_variables_initializer(g);
     return dg_graph_check(g, st);
 }

@@ -16,6 +16,10 @@ typedef struct mlp_model {
     dg_node *init;        // runs every initializer
 } mlp_model;
 
+// Builds the network without its training: placeholders, variables, logits, loss, accuracy
+// and the global step (train and init stay NULL). Returns dg_graph_ok(g).
+bool mlp_build_net(dg_graph *g, int64_t pixels, int64_t hidden, int64_t seed, mlp_model *m);
+
 // Builds the model into g under whatever device scopes or functions are pushed.
 // Returns false with st set (the graph's sticky error) on failure.
 bool mlp_build(dg_graph *g, int64_t pixels, int64_t hidden, double learning_rate, int64_t seed,

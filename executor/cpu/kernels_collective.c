@@ -575,7 +575,10 @@ static bool coll_compute(void *state, exec_ctx *ctx) {
     } else if (k->size == 1 || total == 0) {
         if (out_base->data != in_base->data) memcpy(out_base->data, in_base->data, total);
     } else {
-        bool use_direct = k->algorithm == ALG_DIRECT || (k->algorithm == ALG_AUTO && total <= k->direct_bytes);
+        // Direct when what each rank sends (its buffer to each peer) is small: one round trip
+        // beats 2(n-1) of the ring's.
+        bool use_direct = k->algorithm == ALG_DIRECT ||
+                          (k->algorithm == ALG_AUTO && total * (size_t)(k->size - 1) <= k->direct_bytes);
         ok = use_direct ? direct(&run, in_base, in_base->data, out_base->data, total, f64_end)
                         : ring(&run, in_base, in_base->data, out_base, out_base->data, total, f64_end);
     }

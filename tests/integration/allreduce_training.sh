@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Synchronous all-reduce training (mnist_replica --all_reduce, no ps): 2 real worker processes
+# train 2000 global steps; both end at global step 2000 with the same parameters (the same
+# validation loss to the last digit) and test accuracy >= 0.84. Then a second run in which
+# worker 1 is killed with SIGKILL: worker 0 fails within the all-reduce timeout plus slack with
+# DEADLINE_EXCEEDED naming worker task 1, instead of hanging.
+source "$(dirname "$0")/common.bash"
+read -r P0 P1 <<< "$(free_ports 2)"
+H="--worker_hosts 127.0.0.1:$P0,127.0.0.1:$P1"
+"$BIN/mnist_replica" --job_name worker --task_index 0 $H --all_reduce --quiet --log_every 1000 > "$TMP/w0" 2>&1 & W0=$!; PIDS+=($W0)
+"$BIN/mnist_replica" --job_name worker --task_index 1 $H --all_reduce --quiet --log_every 1000 > "$TMP/w1" 2>&1 & W1=$!; PIDS+=($W1)
+wait "$W0" || { cat "$TMP/w0"; fail "worker 0 failed"; }
+wait "$W1" || { cat "$TMP/w1"; fail "worker 1 failed"; }
+for w in w0 w1; do tail -n 3 "$TMP/$w"; done
+for w in w0 w1; do
+    grep -q "After 2000 training step(s)" "$TMP/$w" || fail "$w did not stop at global step 2000"
+    acc=$(sed -n 's/.*validation accuracy = \([0-9.]*\).*/\1/p' "$TMP/$w")
+    awk -v a="$acc" 'BEGIN { exit !(a >= 0.84) }' || fail "$w: test accuracy $acc < 0.84"
+done
+l0=$(grep "validation cross entropy" "$TMP/w0" | sed 's/.*= //')
+l1=$(grep "validation cross entropy" "$TMP/w1" | sed 's/.*= //')
+[ "$l0" = "$l1" ] || fail "the workers disagree: validation cross entropy $l0 vs $l1"
+
+# A missing worker.
+read -r P0 P1 <<< "$(free_ports 2)"
+H="--worker_hosts 127.0.0.1:$P0,127.0.0.1:$P1"
+S="--all_reduce --sync_timeout_ms 3000 --train_steps 1000000 --quiet --log_every 100"
+"$BIN/mnist_replica" --job_name worker --task_index 0 $H $S > "$TMP/k0" 2>&1 & W0=$!; PIDS+=($W0)
+"$BIN/mnist_replica" --job_name worker --task_index 1 $H $S > "$TMP/k1" 2>&1 & W1=$!; PIDS+=($W1)
+for _ in $(seq 300); do grep -q "training step" "$TMP/k1" && break; sleep 0.1; done
+grep -q "training step" "$TMP/k1" || { cat "$TMP/k1"; fail "worker 1 never trained"; }
+kill -9 "$W1"
+start=$(date +%s%N)
+rc=0
+wait "$W0" || rc=$?
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+tail -n 2 "$TMP/k0"
+echo "worker 0 exited with $rc after $ms ms"
+[ "$rc" -ne 0 ] || fail "worker 0 exited 0 without worker 1"
+[ "$ms" -le 13000 ] || fail "worker 0 took $ms ms to fail (timeout 3000 ms + 10 s slack)"
+grep -q "DEADLINE_EXCEEDED" "$TMP/k0" || fail "the error is not DEADLINE_EXCEEDED"
+grep -q "/job:worker/replica:0/task:1" "$TMP/k0" || fail "the error does not name worker task 1"
+echo "PASS allreduce_training"
