@@ -4,10 +4,11 @@
 # for each process count the ratio ours/gloo at 64 MiB (the bar: >= 1).
 #   bench/allreduce_compare.sh                    # 2 and 4 processes, 4 KiB .. 256 MiB
 #   NPROCS=2 MAX_BYTES=67108864 bench/allreduce_compare.sh
-# Both run under the same GLIBC_TUNABLES (ALLOC_TUNABLES; set it empty for glibc's defaults):
-# received pieces are fresh malloc'd buffers, and with the default trim threshold glibc gives
-# them back to the kernel after each use, so every piece page-faults in again (see
-# docs/COLLECTIVES.md). Needs build/bin/allreduce_bench (BUILD_DIR) and /usr/bin/python3 with torch.
+# distgraph runs as shipped: its server raises glibc's mmap and trim thresholds itself
+# (dg_server_options.keep_malloc_settings), since received pieces are fresh buffers that
+# glibc would otherwise hand back to the kernel and fault in again. gloo gets the same
+# setting through GLIBC_TUNABLES (ALLOC_TUNABLES; set it empty for glibc's defaults), which
+# helps it too (see docs/COLLECTIVES.md). Needs build/bin/allreduce_bench (BUILD_DIR) and /usr/bin/python3 with torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -19,7 +20,7 @@ ALLOC_TUNABLES=${ALLOC_TUNABLES-glibc.malloc.trim_threshold=1073741824:glibc.mal
 PY=${PYTHON:-/usr/bin/python3}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-env ${ALLOC_TUNABLES:+GLIBC_TUNABLES=$ALLOC_TUNABLES} "$BUILD_DIR/bin/allreduce_bench" --nprocs "$NPROCS" \
+"$BUILD_DIR/bin/allreduce_bench" --nprocs "$NPROCS" \
     --min_bytes "$MIN_BYTES" --max_bytes "$MAX_BYTES" --scale "$SCALE" | tee -a "$out"
 env ${ALLOC_TUNABLES:+GLIBC_TUNABLES=$ALLOC_TUNABLES} "$PY" bench/peers/torch_allreduce.py --nprocs "$NPROCS" \
     --min_bytes "$MIN_BYTES" --max_bytes "$MAX_BYTES" --scale "$SCALE" | tee -a "$out"

@@ -1,5 +1,6 @@
 /* The server of one task: transport, worker service (registered partitions run for a step
  * id, variables shared by name, the task's rendezvous) and the hooks the master uses. */
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -513,6 +514,11 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
 
 // ---- lifecycle ----
 
+static void tune_malloc(void) {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+}
+
 dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const dg_server_options *opts,
                          dg_status *st) {
     if (!c || !job) {
@@ -530,6 +536,8 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
         return NULL;
     }
     s->opts = opts ? *opts : dg_server_options_default();
+    static pthread_once_t malloc_once = PTHREAD_ONCE_INIT;
+    if (!s->opts.keep_malloc_settings) pthread_once(&malloc_once, tune_malloc);
     if (s->opts.rpc_timeout_ms <= 0) s->opts.rpc_timeout_ms = 30000;
     if (s->opts.service_threads <= 0) s->opts.service_threads = 4;
     pthread_mutex_init(&s->mu, NULL);

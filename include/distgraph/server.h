@@ -25,6 +25,11 @@ typedef struct dg_server_options {
     const char *curve_secret_key;
     bool quiet;                    // no log lines
     int service_threads;           // threads running registered graphs (default 4)
+    // By default the first server of a process keeps glibc from handing freed tensor buffers
+    // straight back to the kernel (mallopt: mmap threshold 32 MiB, trim threshold 512 MiB):
+    // received pieces are fresh buffers, and with glibc's defaults each one page-faults in
+    // again, which costs about half of the all-reduce bandwidth. true leaves malloc alone.
+    bool keep_malloc_settings;
 } dg_server_options;
 
 dg_server_options dg_server_options_default(void);
