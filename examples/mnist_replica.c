@@ -254,8 +254,10 @@ int main(int argc, char **argv) {
     else
         dg_graph_pop_device_fn(g);
     // The loss as a scalar summary: with --checkpoint_path the chief writes it beside the
-    // checkpoints every 100 steps (dg-inspect plot FILE --tag cross_entropy).
-    dg_graph_add_to_collection(g, DG_SUMMARIES, m.loss.node);
+    // checkpoints every 100 steps (dg-inspect plot FILE --tag loss).
+    dg_graph_push_device(g, worker_device);
+    dg_graph_add_to_collection(g, DG_SUMMARIES, dg_identity(g, "loss", m.loss).node);
+    dg_graph_pop_device(g);
     // Worker 0 is the chief: it restores the newest checkpoint or initializes the variables;
     // the others wait for it (IsVariableInitialized polls inside the monitored session).
     if (!(stop = dg_stop_at_step_hook_new(-1, train_steps, st))) {
@@ -269,7 +271,12 @@ int main(int argc, char **argv) {
         goto out;
     }
     dg_session_hook bcast_h = {"broadcast", bcast, NULL, bcast_after_create, NULL, NULL, NULL, NULL};
-    dg_session_hook *hooks[3] = {&report_h, stop, sync_replicas ? sync_hook : &bcast_h};
+    // The broadcast comes before the stop hook, which reads the global step it brings.
+    dg_session_hook *hooks[3] = {&report_h, stop, sync_hook};
+    if (all_reduce) {
+        hooks[1] = &bcast_h;
+        hooks[2] = stop;
+    }
     // One thread per step: this model has little to run in parallel, and the cores are
     // better left to the other tasks and the transport.
     dg_session_options sopt = dg_session_options_default();

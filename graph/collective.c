@@ -108,7 +108,8 @@ dg_node *dg_collective_broadcast_variables(dg_graph *g, const dg_output *vars, i
             n = -1;
             break;
         }
-        if (dg_dtype_is_float(dg_output_dtype(v))) vs[n++] = v;
+        dg_dtype t = dg_output_dtype(v);
+        if (dg_dtype_is_float(t) || t == DG_INT32 || t == DG_INT64) vs[n++] = v;   // the global step too
     }
     dg_node *done = NULL;
     if (n > 0) {

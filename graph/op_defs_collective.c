@@ -1,6 +1,6 @@
 /* Op definitions of the collectives (all-reduce and broadcast across the tasks of a job, as
  * TensorFlow's CollectiveReduce/CollectiveBcast). Both are variadic: n float32/float64 inputs
- * give n outputs of the same dtypes and shapes. Attributes are checked here, when the node
+ * (a broadcast also takes int32/int64) give n outputs of the same dtypes and shapes. Attributes are checked here, when the node
  * is built, so a bad group is an error naming the node rather than a hang at run time. */
 #include <stdio.h>
 #include <string.h>
@@ -51,9 +51,11 @@ static bool infer_collective(dg_node *n, dg_status *st) {
     for (int i = 0; i < n->n_inputs; i++) {
         dg_output in = n->inputs[i];
         dg_dtype t = dg_output_dtype(in);
-        if (t != DG_FLOAT32 && t != DG_FLOAT64) {
-            dg_status_setf(st, DG_INVALID_ARGUMENT, "input %d (\"%s\") must be float32 or float64, got %s",
-                           i, in.node->name, dg_dtype_name(t));
+        // A broadcast only moves bytes: integers too (a global step).
+        bool bcast = strcmp(n->op->name, "CollectiveBroadcast") == 0;
+        if (t != DG_FLOAT32 && t != DG_FLOAT64 && !(bcast && (t == DG_INT32 || t == DG_INT64))) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "input %d (\"%s\") must be float32 or float64%s, got %s",
+                           i, in.node->name, bcast ? " (or int32, int64)" : "", dg_dtype_name(t));
             return false;
         }
         graph_set_output(n, i, t, dg_output_shape(in));

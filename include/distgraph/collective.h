@@ -43,7 +43,8 @@ typedef enum dg_reduce_op {
 bool dg_collective_all_reduce(dg_graph *g, const char *name, const dg_output *xs, int n,
                               const dg_collective_group *group, int64_t instance_key,
                               dg_reduce_op op, const char *hint, dg_output *out);
-// One CollectiveBroadcast node: out[i] = rank 0's xs[i] on every rank.
+// One CollectiveBroadcast node: out[i] = rank 0's xs[i] on every rank (float32, float64,
+// int32 or int64).
 bool dg_collective_broadcast(dg_graph *g, const char *name, const dg_output *xs, int n,
                              const dg_collective_group *group, int64_t instance_key,
                              dg_output *out);
@@ -56,8 +57,8 @@ bool dg_collective_broadcast(dg_graph *g, const char *name, const dg_output *xs,
 dg_node *dg_all_reduce_minimize(const dg_optimizer *opt, dg_output loss, const dg_output *vars,
                                 int n_vars, dg_output global_step, const dg_collective_group *group,
                                 int64_t instance_key);
-// Assigns rank 0's values to vars (NULL: every float32/float64 global variable at the time of
-// the call, optimizer slots included when built after the optimizer) with one
+// Assigns rank 0's values to vars (NULL: every float32/float64/int32/int64 global variable at
+// the time of the call, the global step and optimizer slots included when built after them) with one
 // CollectiveBroadcast. Run it on every rank once the variables are initialized, in a run of
 // its own (a variable is read when its node runs, which no control dependency delays).
 // Returns: the op to run, borrowed, valid until dg_graph_free(); NULL on error.

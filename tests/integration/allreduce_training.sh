@@ -21,6 +21,25 @@ l0=$(grep "validation cross entropy" "$TMP/w0" | sed 's/.*= //')
 l1=$(grep "validation cross entropy" "$TMP/w1" | sed 's/.*= //')
 [ "$l0" = "$l1" ] || fail "the workers disagree: validation cross entropy $l0 vs $l1"
 
+# Checkpoints: worker 0 saves; rerunning resumes (worker 0 restores, the others take its
+# values and global step by broadcast), and a rerun at the stop step stops at once.
+read -r P0 P1 <<< "$(free_ports 2)"
+H="--worker_hosts 127.0.0.1:$P0,127.0.0.1:$P1"
+C="--all_reduce --checkpoint_path $TMP/ckpt.db --save_checkpoint_steps 100 --quiet --log_every 1000 --sync_timeout_ms 10000"
+for steps in 200 300 300; do
+    "$BIN/mnist_replica" --job_name worker --task_index 0 $H $C --train_steps $steps > "$TMP/c0" 2>&1 & W0=$!; PIDS+=($W0)
+    "$BIN/mnist_replica" --job_name worker --task_index 1 $H $C --train_steps $steps > "$TMP/c1" 2>&1 & W1=$!; PIDS+=($W1)
+    wait "$W0" || { cat "$TMP/c0"; fail "checkpointed run to $steps: worker 0 failed"; }
+    wait "$W1" || { cat "$TMP/c1"; fail "checkpointed run to $steps: worker 1 failed"; }
+    for w in c0 c1; do grep -q "After $steps training step(s)" "$TMP/$w" || { cat "$TMP/$w"; fail "$w did not stop at $steps"; }; done
+    l0=$(grep "validation cross entropy" "$TMP/c0" | sed 's/.*= //')
+    l1=$(grep "validation cross entropy" "$TMP/c1" | sed 's/.*= //')
+    [ "$l0" = "$l1" ] || fail "run to $steps: the workers disagree ($l0 vs $l1)"
+done
+grep -q "restored checkpoint of global step 300" "$TMP/c0" || fail "worker 0 did not restore step 300"
+grep -q "Training elapsed time: .* (0 local steps" "$TMP/c1" || fail "worker 1 trained past the stop step"
+"$BIN/dg-inspect" summaries "$TMP/ckpt.db" | grep -Eq '^loss ' || fail "no loss summaries in the checkpoint file"
+
 # A missing worker.
 read -r P0 P1 <<< "$(free_ports 2)"
 H="--worker_hosts 127.0.0.1:$P0,127.0.0.1:$P1"

@@ -375,6 +375,39 @@ static double now_s(void) {
 }
 
 // Rank 1 never runs its part: rank 0 fails in time, naming task 1.
+// broadcast_variables takes integer variables too (a global step a restored chief has and a
+// fresh worker does not), beside floats, with one packed broadcast.
+static void test_broadcast_variables_integers(void **state) {
+    int n = 3;
+    rank_job jobs[MAX_RANKS];
+    memset(jobs, 0, sizeof jobs);
+    dg_collective_group grp = dg_collective_group_make("worker", n);
+    grp.timeout_ms = 20000;
+    for (int r = 0; r < n; r++) {
+        dg_graph *g = jobs[r].g = dg_graph_new();
+        dg_graph_push_name_scope(g, "bcast_int");
+        dg_output gs = dg_variable(g, "step", DG_INT64, dg_shape_scalar(), dg_init_constant(100 * (r + 1)));
+        dg_output iv = dg_variable(g, "counts", DG_INT32, dg_shape1(3), dg_init_constant(7 + r));
+        dg_output fv = dg_variable(g, "w", DG_FLOAT32, dg_shape1(5), dg_init_constant(0.5 * (r + 1)));
+        jobs[r].init[0] = dg_global_variables_initializer(g);
+        jobs[r].init[1] = dg_collective_broadcast_variables(g, NULL, 0, &grp, 4300);
+        dg_graph_pop_name_scope(g);
+        jobs[r].fetch[0] = gs;
+        jobs[r].fetch[1] = iv;
+        jobs[r].fetch[2] = fv;
+        jobs[r].n_fetch = 3;
+        assert_ok(dg_graph_status(g));
+    }
+    run_group(jobs, n);
+    for (int r = 0; r < n; r++) {
+        assert_ok(jobs[r].st);
+        assert_int_equal(dg_tensor_i64(jobs[r].got[0])[0], 100);
+        for (int e = 0; e < 3; e++) assert_int_equal(((const int32_t *)dg_tensor_data(jobs[r].got[1]))[e], 7);
+        for (int e = 0; e < 5; e++) assert_true(dg_tensor_f32(jobs[r].got[2])[e] == 0.5f);
+    }
+    free_group(jobs, n);
+}
+
 static void test_missing_peer_deadline(void **state) {
     (void)state;
     const char *hints[] = {"ring", "direct"};
@@ -440,6 +473,13 @@ static void test_bad_attributes(void **state) {
     assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "must be float32 or float64, got int32");
     dg_graph_free(&g);
 
+    g = dg_graph_new();   // a broadcast moves integers, but not bools
+    dg_output one = dg_scalar(g, "one", DG_INT32, 1);
+    dg_output bv = dg_equal(g, "eq", one, one);
+    assert_false(dg_collective_broadcast(g, "bc", &bv, 1, &grp, 1, &out));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "must be float32 or float64 (or int32, int64), got bool");
+    dg_graph_free(&g);
+
     // Placed on a task outside the group: an error when the session compiles it.
     dg_status *st = dg_status_new();
     g = dg_graph_new();
@@ -473,6 +513,7 @@ int main(void) {
         cmocka_unit_test(test_all_reduce_repeats),
         cmocka_unit_test(test_exactness_sgd),
         cmocka_unit_test(test_exactness_adam),
+        cmocka_unit_test(test_broadcast_variables_integers),
         cmocka_unit_test(test_missing_peer_deadline),
         cmocka_unit_test(test_bad_attributes),
     };
