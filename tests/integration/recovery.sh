@@ -77,9 +77,12 @@ final=$(sed -n 's/^After \([0-9]*\) training step(s).*/\1/p' "$TMP/w0")
 
 # The same command again: the chief restores the final checkpoint and does not train.
 "$BIN/mnist_replica" --job_name worker --task_index 0 $W > "$TMP/w0b" 2>&1 || { cat "$TMP/w0b"; fail "the rerun failed"; }
+# Training is asynchronous: the other worker may finish a step or two between the chief's last
+# step and its final save, so the final checkpoint holds $final or a little more.
 again=$(sed -n 's/.*restored checkpoint of global step \([0-9]*\).*/\1/p' "$TMP/w0b")
-[ "$again" = "$final" ] || { cat "$TMP/w0b"; fail "the rerun restored step '$again', expected $final"; }
-grep -q "After $final training step(s)" "$TMP/w0b" || fail "the rerun trained on"
+[ -n "$again" ] && [ "$again" -ge "$final" ] && [ "$again" -lt $((STEPS + 100)) ] ||
+    { cat "$TMP/w0b"; fail "the rerun restored step '$again', expected $final..$((STEPS + 99))"; }
+grep -q "After $again training step(s)" "$TMP/w0b" || fail "the rerun trained on"
 grep -q "training step [0-9]* done" "$TMP/w0b" && fail "the rerun trained on"
 acc=$(sed -n "s/.*validation accuracy = \([0-9.]*\).*/\1/p" "$TMP/w0b")
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.82) }' || fail "the rerun's accuracy $acc < 0.82"
