@@ -6,7 +6,9 @@
  *   - one-way bandwidth of 64 MiB tensors pushed as rendezvous values (dg_server_push_bench,
  *     the path Send/Recv takes: 1 MiB chunks), and of the 64 MiB echo (bytes both ways / time);
  *   - iperf3 over the same loopback in the same run, for scale: as it comes (128 KiB writes)
- *     and with 1 MiB writes like our chunks (skipped with a note when iperf3 is missing).
+ *     and with 1 MiB writes like our chunks (skipped with a note when iperf3 is missing);
+ *   - for the 4 B round trip, the floor under it: plain ZeroMQ REQ/REP between two processes
+ *     (no headers, no threads of ours), and the ratio of ours to it.
  * On a loaded machine the figures move a lot; compare runs taken side by side.
  * Prints JSON lines: {"bench": "transport_bench", "metric": ..., "value": ..., "unit": ...} */
 #include <fcntl.h>
@@ -18,6 +20,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <zmq.h>
 
 #include "distgraph/distgraph.h"
 #include "flags.h"
@@ -63,6 +67,51 @@ static int child_main(const dg_cluster *c) {
     return 0;
 }
 
+// Plain ZeroMQ: a forked REP process echoes 4 bytes, this one times REQ round trips. Returns
+// the median in microseconds, or -1.
+static double raw_zmq_rtt_us(int port, long iters, long warmup) {
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    long total = iters + warmup;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        void *ctx = zmq_ctx_new();
+        void *rep = zmq_socket(ctx, ZMQ_REP);
+        char b[8];
+        if (zmq_bind(rep, ep) != 0) _exit(1);
+        for (long i = 0; i < total; i++)
+            if (zmq_recv(rep, b, sizeof b, 0) < 0 || zmq_send(rep, b, 4, 0) < 0) _exit(1);
+        zmq_close(rep);
+        zmq_ctx_term(ctx);
+        _exit(0);
+    }
+    void *ctx = zmq_ctx_new();
+    void *req = zmq_socket(ctx, ZMQ_REQ);
+    int timeout = 5000, zero = 0;
+    zmq_setsockopt(req, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    zmq_setsockopt(req, ZMQ_LINGER, &zero, sizeof zero);
+    double *d = malloc((size_t)iters * sizeof *d), med = -1;
+    char b[8];
+    long i = 0;
+    if (d && zmq_connect(req, ep) == 0)
+        for (; i < total; i++) {
+            double t0 = now_s();
+            if (zmq_send(req, "ping", 4, 0) < 0 || zmq_recv(req, b, sizeof b, 0) < 0) break;
+            if (i >= warmup) d[i - warmup] = (now_s() - t0) * 1e6;
+        }
+    if (i == total) {
+        qsort(d, (size_t)iters, sizeof *d, cmp);
+        med = d[iters / 2];
+    }
+    free(d);
+    zmq_close(req);
+    zmq_ctx_term(ctx);
+    if (i < total) kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return med;
+}
+
 static dg_tensor *payload(size_t n_bytes) {
     dg_tensor *t = dg_tensor_new(DG_UINT8, dg_shape1((int64_t)n_bytes), NULL);
     if (t) memset(dg_tensor_data(t), 0x5a, n_bytes);
@@ -71,7 +120,7 @@ static dg_tensor *payload(size_t n_bytes) {
 
 // Round trips of one payload size: median and p90 in microseconds.
 static bool rtt(dg_server *me, const char *peer, size_t n_bytes, const char *label, long iters, long warmup,
-                double max_seconds, dg_status *st) {
+                double max_seconds, double *median, dg_status *st) {
     dg_tensor *t = payload(n_bytes);
     if (!t) {
         dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "payload of %zu bytes", n_bytes);
@@ -103,6 +152,7 @@ static bool rtt(dg_server *me, const char *peer, size_t n_bytes, const char *lab
         char m[64];
         snprintf(m, sizeof m, "rtt_median_%s", label);
         emit_n(m, us[n / 2], "us", n);
+        *median = us[n / 2];
         snprintf(m, sizeof m, "rtt_p90_%s", label);
         emit_n(m, us[(n * 9) / 10], "us", n);
         if (n_bytes >= (64u << 20)) {
@@ -200,7 +250,7 @@ int main(int argc, char **argv) {
         {"max_seconds", FLAG_DOUBLE, &max_seconds, "stop a size's round trips after this long (default 30)"},
         {"rounds", FLAG_INT, &rounds, "bandwidth rounds (default 5)"},
         {"pushes", FLAG_INT, &pushes, "64 MiB pushes per bandwidth round (default 16)"},
-        {"port", FLAG_INT, &port, "first of four ports (default: from the process id)"},
+        {"port", FLAG_INT, &port, "first of five ports (default: from the process id)"},
         {"iperf_seconds", FLAG_INT, &iperf_seconds, "iperf3 -t (default 3)"},
         {"skip_iperf", FLAG_BOOL, &skip_iperf, "do not run iperf3"},
         {"max_bytes", FLAG_INT, &max_bytes, "largest round-trip payload; under 64 MiB also skips bandwidth"},
@@ -225,6 +275,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     fflush(stdout);
+    // The floor under the 4 B round trip on this machine now, measured before any thread of
+    // ours exists (it forks).
+    double raw = raw_zmq_rtt_us((int)port + 4, iters, warmup);
     pid_t child = fork();   // before any thread exists here
     if (child < 0) {
         perror("transport_bench: fork");
@@ -251,9 +304,16 @@ int main(int argc, char **argv) {
         size_t n;
         const char *label;
     } sizes[] = {{4, "4B"}, {4096, "4KiB"}, {256u << 10, "256KiB"}, {4u << 20, "4MiB"}, {64u << 20, "64MiB"}};
+    double rtt_median_4b = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes && sizes[i].n <= (size_t)max_bytes; i++) {
         long w = sizes[i].n >= (64u << 20) ? (warmup < 10 ? warmup : 10) : warmup;
-        if (!rtt(me, peer, sizes[i].n, sizes[i].label, iters, w, max_seconds, st)) goto out;
+        double med = 0;
+        if (!rtt(me, peer, sizes[i].n, sizes[i].label, iters, w, max_seconds, &med, st)) goto out;
+        if (sizes[i].n == 4) rtt_median_4b = med;
+    }
+    if (raw > 0) {
+        emit_n("raw_zmq_rtt_median_4B", raw, "us", iters);
+        if (rtt_median_4b > 0) emit("rtt_median_4B_vs_raw_zmq", rtt_median_4b / raw, "ratio");
     }
     double ours = 0;
     if (max_bytes >= (64 << 20) && (ours = push_bandwidth(me, peer, 64u << 20, (int)pushes, (int)rounds, st)) < 0)
