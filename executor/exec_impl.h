@@ -82,7 +82,8 @@ typedef struct exec_kernel_def {
     // Computes one step. Returns false after setting ctx->st.
     bool (*compute)(void *state, exec_ctx *ctx);
     void (*destroy)(void *state);
-    bool expensive;       // worth handing to another thread
+    bool expensive;       // worth handing to another thread; also set for kernels that block
+                          // their thread (collectives): never run on an I/O thread
     bool output_is_ref;   // outputs alias a variable's buffer: copy on fetch
     bool takes_uninit;    // input 0 may be an uninitialised variable (NULL tensor)
     // Async kernels (compute NULL): start the work and return; whoever finishes it calls
@@ -195,6 +196,17 @@ void exec_graph_free(exec_graph **eg);
 // unrefs). On failure no fetched tensor is set.
 bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **fetched,
                     const exec_step_options *opts, dg_status *st);
+// Starts a step and returns without waiting: done(arg, st) runs exactly once, when every node
+// has finished, on whichever thread finishes the last one (st NULL on success; borrowed for
+// the call). The step's nodes run on the calling thread until they wait for an asynchronous
+// kernel; its completion runs what it made ready on the completing thread when the graph is
+// light (exec_graph_is_light), else on the pool. For graphs without feeds and fetches (a
+// task's registered partitions); returns false (st set, done not called) otherwise.
+typedef void (*exec_done_fn)(void *arg, const dg_status *st);
+bool exec_graph_start(exec_graph *eg, const exec_step_options *opts, exec_done_fn done, void *arg,
+                      dg_status *st);
+// No expensive kernel: cheap enough to run on an I/O thread.
+bool exec_graph_is_light(const exec_graph *eg);
 int exec_graph_num_nodes(const exec_graph *eg);
 int exec_graph_num_fetches(const exec_graph *eg);
 // Options the step was run with (kernels such as _Send/_Recv read it).

@@ -36,6 +36,7 @@ struct exec_graph {
     int *roots;
     int n_roots;
     exec_pool *pool;    // borrowed, may be NULL
+    bool light;         // no expensive (or blocking) kernel
     exec_env env;
     char *device;       // owned copy of env.device
     _Atomic(exec_step *) idle;   // one cached step state
@@ -57,10 +58,16 @@ struct exec_step {
     bool done;
     dg_status status;       // first error, under mu
     exec_step_options opts;
+    // Started with exec_graph_start: nobody waits; the thread finishing the last node (or
+    // releasing the last runner token, see async_run) calls done_fn.
+    bool async;
+    exec_done_fn done_fn;
+    void *done_arg;
 };
 
 const exec_step_options *exec_step_opts(const exec_step *s) { return &s->opts; }
 int exec_graph_num_nodes(const exec_graph *eg) { return eg->n; }
+bool exec_graph_is_light(const exec_graph *eg) { return eg->light; }
 int exec_graph_num_fetches(const exec_graph *eg) { return eg->n_fetches; }
 
 bool exec_fail(exec_ctx *ctx, dg_code code, const char *fmt, ...) {
@@ -368,6 +375,9 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
             goto fail;
         }
     }
+    eg->light = true;
+    for (int i = 0; i < n_nodes; i++)
+        if (eg->nodes[i].def->expensive) eg->light = false;
     for (int i = 0; i < n_fetches; i++) {
         dg_output o = fetches[i];
         int f = feed_index(feeds, n_feeds, o);
@@ -521,8 +531,14 @@ static int run_node(exec_step *s, int i, int *out) {
     return n_ready;
 }
 
+static void finish_async(exec_step *s);
+
 static void finish_one(exec_step *s, int count) {
     if (atomic_fetch_sub_explicit(&s->remaining, count, memory_order_acq_rel) == count) {
+        if (s->async) {
+            finish_async(s);
+            return;
+        }
         pthread_mutex_lock(&s->mu);
         s->done = true;
         pthread_cond_broadcast(&s->cv);
@@ -533,6 +549,13 @@ static void finish_one(exec_step *s, int count) {
 #define WORKER_STACK 64
 
 static void pool_task(void *arg, int i);
+
+// Hands node d to the pool. A started (async) step counts the task as a runner token, so the
+// step cannot end while the task still has work to look at (see async_run).
+static void submit(exec_step *s, int d) {
+    if (s->async) atomic_fetch_add_explicit(&s->remaining, 1, memory_order_relaxed);
+    exec_pool_submit(s->eg->pool, pool_task, s, d);
+}
 
 // Drains a stack of ready nodes. Newly ready expensive nodes beyond the first go to the pool.
 static void drain(exec_step *s, int *stack, int top, int cap) {
@@ -559,7 +582,7 @@ static void drain(exec_step *s, int *stack, int top, int cap) {
                 if (top < cap)
                     stack[top++] = tmp[k];
                 else
-                    exec_pool_submit(eg->pool, pool_task, s, tmp[k]);
+                    submit(s, tmp[k]);
             }
             free(tmp);
             finish_one(s, 1);
@@ -570,7 +593,7 @@ static void drain(exec_step *s, int *stack, int top, int cap) {
             int d = out[k];
             if (eg->pool && kept > 0 && eg->nodes[d].def->expensive &&
                 !atomic_load_explicit(&s->aborted, memory_order_relaxed))
-                exec_pool_submit(eg->pool, pool_task, s, d);
+                submit(s, d);
             else
                 stack[top + kept++] = d;
         }
@@ -578,6 +601,9 @@ static void drain(exec_step *s, int *stack, int top, int cap) {
         finish_one(s, 1);
     }
 }
+
+static void async_completed(exec_step *s, int node);
+static void async_run(exec_step *s, const int *nodes, int n);
 
 void exec_async_done(exec_async_handle h, dg_tensor *out, const dg_status *st) {
     exec_step *s = h.step;
@@ -600,6 +626,10 @@ void exec_async_done(exec_async_handle h, dg_tensor *out, const dg_status *st) {
     } else {
         dg_tensor_unref(out);
     }
+    if (s->async) {
+        async_completed(s, h.node);
+        return;
+    }
     pthread_mutex_lock(&s->mu);
     for (int k = 0; k < en->n_succ; k++) {
         int d = eg->succ[en->succ_off + k];
@@ -612,14 +642,126 @@ void exec_async_done(exec_async_handle h, dg_tensor *out, const dg_status *st) {
 }
 
 static void pool_task(void *arg, int i) {
+    exec_step *s = arg;
+    if (s->async) {
+        async_run(s, &i, 1);   // releases the token submit() took
+        return;
+    }
     int stack[WORKER_STACK];
     stack[0] = i;
-    exec_step *s = arg;
     exec_rendezvous *rv = s->opts.rendezvous;
     int64_t step_id = s->opts.step_id;
     drain(s, stack, 1, WORKER_STACK);
     // s may be finished and reused once drain returns: only the copies are used here.
     if (rv) exec_rendezvous_flush(rv, step_id);
+}
+
+// ---- started steps (exec_graph_start): nobody waits ----
+//
+// Whoever runs nodes of a started step holds a *runner token*, one unit of `remaining`: the
+// starter, each pool task (taken by submit), and each async completion (its node's own unit,
+// released last). A step therefore ends only when no thread can still touch it, and the one
+// releasing the last unit calls finish_async. A completion that happens inside this thread's
+// own drain of the same step (a kernel finishing inside start_async) only queues what it made
+// ready in the inbox: the runner below takes it from there, so the stack never nests.
+
+static _Thread_local exec_step *tls_running;
+
+// Runs nodes[0..n) and everything they make ready, then releases one token.
+static void async_run(exec_step *s, const int *nodes, int n) {
+    exec_graph *eg = s->eg;
+    exec_rendezvous *rv = s->opts.rendezvous;
+    int64_t step_id = s->opts.step_id;
+    int *stack = malloc(((size_t)eg->n + 1) * sizeof *stack);
+    if (!stack) abort();
+    exec_step *outer = tls_running;
+    tls_running = s;
+    memcpy(stack, nodes, (size_t)n * sizeof *stack);
+    for (int k = n; k > 0;) {
+        drain(s, stack, k, eg->n);
+        pthread_mutex_lock(&s->mu);
+        k = s->n_inbox;
+        memcpy(stack, s->inbox, (size_t)k * sizeof *stack);
+        s->n_inbox = 0;
+        pthread_mutex_unlock(&s->mu);
+    }
+    tls_running = outer;
+    free(stack);
+    if (rv) exec_rendezvous_flush(rv, step_id);
+    finish_one(s, 1);
+}
+
+// An async kernel of a started step finished (its output is recorded): run its successors.
+static void async_completed(exec_step *s, int node) {
+    exec_graph *eg = s->eg;
+    exec_node *en = &eg->nodes[node];
+    int small[16];
+    int *ready = en->n_succ <= 16 ? small : malloc((size_t)en->n_succ * sizeof *ready);
+    if (!ready) abort();
+    int n = 0;
+    for (int k = 0; k < en->n_succ; k++) {
+        int d = eg->succ[en->succ_off + k];
+        if (atomic_fetch_sub_explicit(&s->pending[d], 1, memory_order_acq_rel) == 1) ready[n++] = d;
+    }
+    if (tls_running == s) {
+        // Inside this thread's drain: the runner takes them from the inbox.
+        pthread_mutex_lock(&s->mu);
+        memcpy(s->inbox + s->n_inbox, ready, (size_t)n * sizeof *ready);
+        s->n_inbox += n;
+        pthread_mutex_unlock(&s->mu);
+        finish_one(s, 1);   // never the last unit: the runner holds one
+    } else if (!eg->light && eg->pool) {
+        // Expensive or blocking work stays off the completing thread (an I/O thread, say).
+        for (int k = 0; k < n; k++) submit(s, ready[k]);
+        finish_one(s, 1);
+    } else {
+        async_run(s, ready, n);   // releases the node's own unit
+    }
+    if (ready != small) free(ready);
+}
+
+static void finish_async(exec_step *s) {
+    exec_graph *eg = s->eg;
+    exec_done_fn done = s->done_fn;
+    void *arg = s->done_arg;
+    dg_status st = DG_STATUS_INIT;
+    if (s->status.code != DG_OK) dg_status_set(&st, s->status.code, s->status.msg);
+    step_release_values(s);
+    s->async = false;
+    exec_step *expected = NULL;
+    if (!atomic_compare_exchange_strong(&eg->idle, &expected, s)) step_free(s);
+    // Last: done may free the graph.
+    done(arg, st.code == DG_OK ? NULL : &st);
+    status_impl_clear(&st);
+}
+
+bool exec_graph_start(exec_graph *eg, const exec_step_options *opts, exec_done_fn done, void *arg,
+                      dg_status *st) {
+    if (eg->n_feeds > 0 || eg->n_fetches > 0) {
+        dg_status_set(st, DG_INTERNAL, "exec_graph_start: a graph with feeds or fetches");
+        return false;
+    }
+    exec_step *s = atomic_exchange(&eg->idle, NULL);
+    if (!s && !(s = step_new(eg))) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "executor: out of memory for a step");
+        return false;
+    }
+    if (opts)
+        s->opts = *opts;
+    else
+        memset(&s->opts, 0, sizeof s->opts);
+    for (int i = 0; i < eg->n; i++)
+        atomic_store_explicit(&s->pending[i], eg->nodes[i].pending0, memory_order_relaxed);
+    s->async = true;
+    s->done_fn = done;
+    s->done_arg = arg;
+    atomic_store(&s->remaining, eg->n + 1);   // + the starter's token
+    atomic_store(&s->aborted, false);
+    s->done = false;
+    s->n_inbox = 0;
+    status_impl_clear(&s->status);
+    async_run(s, eg->roots, eg->n_roots);
+    return true;
 }
 
 bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **fetched,

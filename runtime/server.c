@@ -51,6 +51,8 @@ struct dg_server {
     int n_graphs, cap_graphs;
     int64_t next_handle;
     bool stopping;
+    bool closing;           // dg_server_free has begun: no new steps, under mu
+    int n_started;          // started RUN_GRAPH steps not yet done, under mu
     pthread_mutex_t out_mu;
     held *outbox;
     bool send_at_once;      // DG_SEND_AT_ONCE=1: no holding back (for measurements)
@@ -263,15 +265,27 @@ static void job_free(job *j) {
     free(j);
 }
 
+// Replies go out unless the transport is already gone (a job left in the pool at shutdown).
 static void reply_ok(job *j, rt_header *r, dg_tensor *const *ts, int n) {
     r->id = j->h->id;
-    rt_reply(j->s->tp, j->peer, r, ts, n);
-    j->peer = NULL;
+    pthread_mutex_lock(&j->s->mu);
+    if (j->s->tp) {
+        rt_reply(j->s->tp, j->peer, r, ts, n);
+        j->peer = NULL;
+    } else {
+        rt_header_clear(r);
+        free(r);
+    }
+    pthread_mutex_unlock(&j->s->mu);
 }
 
 static void reply_err(job *j, const dg_status *st) {
-    rt_reply_error(j->s->tp, j->peer, j->h->id, st);
-    j->peer = NULL;
+    pthread_mutex_lock(&j->s->mu);
+    if (j->s->tp) {
+        rt_reply_error(j->s->tp, j->peer, j->h->id, st);
+        j->peer = NULL;
+    }
+    pthread_mutex_unlock(&j->s->mu);
 }
 
 static rt_header *new_header(void) {
@@ -382,22 +396,68 @@ static void do_deregister(job *j) {
     }
 }
 
-static void do_run(job *j) {
+// RUN_GRAPH: the step is started, not waited for, so no thread is held while it waits for
+// values from other tasks (or, with sync replicas, for a token); run_done answers when the
+// last node has finished, on whichever thread that is. A light partition (a ps's reads and
+// updates) starts right on the I/O thread and its receives continue there; one with expensive
+// kernels starts on the service pool and continues there.
+typedef struct run_ctx {
+    job *j;
+    registered *r;
+} run_ctx;
+
+
+static void run_finished(dg_server *s) {
+    pthread_mutex_lock(&s->mu);
+    if (--s->n_started == 0) pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void run_done(void *arg, const dg_status *st) {
+    run_ctx *c = arg;
+    job *j = c->j;
+    dg_server *s = j->s;
+    exec_rendezvous_end_step(s->rv, j->h->step_id);
+    release_graph(s, c->r);
+    if (!st) reply_ok(j, new_header(), NULL, 0);
+    else reply_err(j, st);
+    job_free(j);
+    free(c);
+    run_finished(s);
+}
+
+// Returns true when the job now belongs to the step (run_done frees it).
+static bool start_run(job *j) {
     dg_server *s = j->s;
     dg_status st = DG_STATUS_INIT;
-    registered *r = acquire_graph(s, j->h->handle);
+    pthread_mutex_lock(&s->mu);
+    bool closing = s->closing;
+    if (!closing) s->n_started++;
+    pthread_mutex_unlock(&s->mu);
+    registered *r = closing ? NULL : acquire_graph(s, j->h->handle);
     if (!r) {
-        dg_status_setf(&st, DG_ABORTED, "no graph with handle %lld on %s (did the task restart?)",
-                       (long long)j->h->handle, s->task_name);
-    } else {
-        exec_step_options o = {j->h->step_id, s->rv, 0};
-        exec_graph_run(r->eg, NULL, NULL, &o, &st);
-        exec_rendezvous_end_step(s->rv, j->h->step_id);
-        release_graph(s, r);
+        if (closing)
+            dg_status_setf(&st, DG_UNAVAILABLE, "%s is shutting down", s->task_name);
+        else
+            dg_status_setf(&st, DG_ABORTED, "no graph with handle %lld on %s (did the task restart?)",
+                           (long long)j->h->handle, s->task_name);
+        reply_err(j, &st);
+        status_impl_clear(&st);
+        if (!closing) run_finished(s);
+        return false;
     }
-    if (dg_status_ok(&st)) reply_ok(j, new_header(), NULL, 0);
-    else reply_err(j, &st);
+    run_ctx *c = malloc(sizeof *c);
+    if (!c) abort();
+    *c = (run_ctx){j, r};
+    exec_step_options o = {j->h->step_id, s->rv, 0};
+    if (exec_graph_start(r->eg, &o, run_done, c, &st)) return true;
+    run_finished(s);
+    free(c);
+    exec_rendezvous_end_step(s->rv, j->h->step_id);
+    release_graph(s, r);
+    reply_err(j, &st);
     status_impl_clear(&st);
+    return false;
 }
 
 static void do_get_variables(job *j) {
@@ -439,11 +499,23 @@ static void run_job(void *arg, int unused) {
     switch (j->h->type) {
     case RT_REGISTER_GRAPH: do_register(j); break;
     case RT_DEREGISTER_GRAPH: do_deregister(j); break;
-    case RT_RUN_GRAPH: do_run(j); break;
+    case RT_RUN_GRAPH:
+        if (start_run(j)) return;
+        break;
     case RT_GET_VARIABLES: do_get_variables(j); break;
     default: break;
     }
     job_free(j);
+}
+
+// A RUN_GRAPH whose partition is light starts here, on the I/O thread.
+static bool start_run_inline(dg_server *s, job *j) {
+    registered *r = acquire_graph(s, j->h->handle);
+    bool light = r && exec_graph_is_light(r->eg);
+    if (r) release_graph(s, r);
+    if (!light) return false;
+    if (!start_run(j)) job_free(j);
+    return true;
 }
 
 // Runs on the transport's I/O thread: quick requests here, the rest on the service pool.
@@ -496,9 +568,16 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
         break;
     }
     case RT_END_STEP: exec_rendezvous_end_step(s->rv, h->step_id); break;
+    case RT_RUN_GRAPH:
+        if (start_run_inline(s, j)) {
+            j = NULL;
+            break;
+        }
+        exec_pool_submit(s->pool, run_job, j, 0);
+        j = NULL;
+        break;
     case RT_REGISTER_GRAPH:
     case RT_DEREGISTER_GRAPH:
-    case RT_RUN_GRAPH:
     case RT_GET_VARIABLES:
         exec_pool_submit(s->pool, run_job, j, 0);
         j = NULL;
@@ -637,13 +716,25 @@ void dg_server_free(dg_server **sp) {
             break;
         }
     pthread_mutex_unlock(&registry_mu);
-    rt_transport_free(&s->tp);   // no more requests after this
+    // Started steps end first, answered through the live transport: no new ones, then the
+    // rendezvous fails every wait, then wait for the last one to finish.
+    pthread_mutex_lock(&s->mu);
+    s->closing = true;
+    pthread_mutex_unlock(&s->mu);
     if (s->rv) {
         dg_status why = DG_STATUS_INIT;
         dg_status_setf(&why, DG_CANCELLED, "server %s is shutting down", s->task_name);
         exec_rendezvous_close(s->rv, &why);   // running steps stop waiting
         status_impl_clear(&why);
     }
+    pthread_mutex_lock(&s->mu);
+    while (s->n_started > 0) pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->mu);
+    rt_transport *tp = s->tp;
+    s->tp = NULL;   // replies from jobs still queued are dropped
+    pthread_mutex_unlock(&s->mu);
+    rt_transport_free(&tp);      // no more requests after this
     exec_pool_free(&s->pool);    // waits for running jobs
     for (int i = 0; i < s->n_graphs; i++) free_registered(s->graphs[i]);
     free(s->graphs);
