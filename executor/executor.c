@@ -735,53 +735,47 @@ static void finish_async(exec_step *s) {
     status_impl_clear(&st);
 }
 
+// The cached step state (or a new one), reset for a run with `remaining` units to finish.
+static exec_step *step_begin(exec_graph *eg, const exec_step_options *opts, int remaining, dg_status *st) {
+    exec_step *s = atomic_exchange(&eg->idle, NULL);
+    if (!s && !(s = step_new(eg))) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "executor: out of memory for a step");
+        return NULL;
+    }
+    if (opts)
+        s->opts = *opts;
+    else
+        memset(&s->opts, 0, sizeof s->opts);
+    for (int i = 0; i < eg->n; i++)
+        atomic_store_explicit(&s->pending[i], eg->nodes[i].pending0, memory_order_relaxed);
+    atomic_store(&s->remaining, remaining);
+    atomic_store(&s->aborted, false);
+    s->done = false;
+    s->n_inbox = 0;
+    status_impl_clear(&s->status);
+    return s;
+}
+
 bool exec_graph_start(exec_graph *eg, const exec_step_options *opts, exec_done_fn done, void *arg,
                       dg_status *st) {
     if (eg->n_feeds > 0 || eg->n_fetches > 0) {
         dg_status_set(st, DG_INTERNAL, "exec_graph_start: a graph with feeds or fetches");
         return false;
     }
-    exec_step *s = atomic_exchange(&eg->idle, NULL);
-    if (!s && !(s = step_new(eg))) {
-        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "executor: out of memory for a step");
-        return false;
-    }
-    if (opts)
-        s->opts = *opts;
-    else
-        memset(&s->opts, 0, sizeof s->opts);
-    for (int i = 0; i < eg->n; i++)
-        atomic_store_explicit(&s->pending[i], eg->nodes[i].pending0, memory_order_relaxed);
+    exec_step *s = step_begin(eg, opts, eg->n + 1, st);   // + the starter's token
+    if (!s) return false;
     s->async = true;
     s->done_fn = done;
     s->done_arg = arg;
-    atomic_store(&s->remaining, eg->n + 1);   // + the starter's token
-    atomic_store(&s->aborted, false);
-    s->done = false;
-    s->n_inbox = 0;
-    status_impl_clear(&s->status);
     async_run(s, eg->roots, eg->n_roots);
     return true;
 }
 
 bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **fetched,
                     const exec_step_options *opts, dg_status *st) {
-    exec_step *s = atomic_exchange(&eg->idle, NULL);
-    if (!s && !(s = step_new(eg))) {
-        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "executor: out of memory for a step");
-        return false;
-    }
-    if (opts)
-        s->opts = *opts;
-    else
-        memset(&s->opts, 0, sizeof s->opts);
-    for (int i = 0; i < eg->n; i++)
-        atomic_store_explicit(&s->pending[i], eg->nodes[i].pending0, memory_order_relaxed);
-    atomic_store(&s->remaining, eg->n);
-    atomic_store(&s->aborted, false);
+    exec_step *s = step_begin(eg, opts, eg->n, st);
+    if (!s) return false;
     s->done = eg->n == 0;
-    s->n_inbox = 0;
-    status_impl_clear(&s->status);
     for (int f = 0; f < eg->n_feeds; f++) {
         dg_tensor_unref(s->values[eg->feed_base + f]);
         s->values[eg->feed_base + f] = dg_tensor_ref(feed_values[f]);

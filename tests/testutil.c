@@ -1,7 +1,11 @@
 #include "testutil.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 void dg_test_assert_ok(const dg_status *st, const char *file, int line) {
     if (dg_status_ok(st)) return;
@@ -27,4 +31,18 @@ double dg_test_uniform(uint64_t *state, double lo, double hi) {
     x ^= x << 17;
     *state = x;
     return lo + (hi - lo) * ((double)(x >> 11) / 9007199254740992.0);
+}
+
+int dg_test_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
 }

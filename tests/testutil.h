@@ -19,6 +19,9 @@
 void dg_test_assert_ok(const dg_status *st, const char *file, int line);
 void dg_test_assert_status(const dg_status *st, dg_code code, const char *needle,
                            const char *file, int line);
+// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick, handed back): free
+// to bind, and nobody listens on it. Fails the test if the kernel gives none.
+int dg_test_free_port(void);
 // A deterministic uniform double in [lo, hi) from *state (xorshift).
 double dg_test_uniform(uint64_t *state, double lo, double hi);
 

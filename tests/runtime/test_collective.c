@@ -17,21 +17,6 @@
 
 #define MAX_RANKS 4
 
-// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick).
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
 
 // Four worker servers, shared by the tests of this file; a group of n uses tasks 0..n-1.
 static dg_cluster *cluster;
@@ -41,8 +26,8 @@ static int setup(void **state) {
     (void)state;
     dg_status *st = dg_status_new();
     char spec[512];
-    snprintf(spec, sizeof spec, "worker|127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", free_port(),
-             free_port(), free_port(), free_port());
+    snprintf(spec, sizeof spec, "worker|127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", dg_test_free_port(),
+             dg_test_free_port(), dg_test_free_port(), dg_test_free_port());
     cluster = dg_cluster_from_spec_string(spec, st);
     dg_server_options so = dg_server_options_default();
     so.quiet = true;

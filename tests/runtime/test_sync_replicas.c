@@ -22,18 +22,6 @@ static int64_t now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 // ---- kernels in a local session ----
 static dg_node *accum_node(dg_graph *g, const char *type, const char *shared, dg_dtype dt, dg_shape sh) {
@@ -381,9 +369,9 @@ typedef struct cluster {
 static void cluster_start(cluster *cl, int n_workers, int64_t rpc_timeout_ms) {
     dg_status *st = dg_status_new();
     char spec[512];
-    int len = snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|", free_port());
+    int len = snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|", dg_test_free_port());
     for (int i = 0; i < n_workers; i++)
-        len += snprintf(spec + len, sizeof spec - (size_t)len, "%s127.0.0.1:%d", i ? "," : "", free_port());
+        len += snprintf(spec + len, sizeof spec - (size_t)len, "%s127.0.0.1:%d", i ? "," : "", dg_test_free_port());
     cl->n = n_workers;
     cl->c = dg_cluster_from_spec_string(spec, st);
     assert_ok(st);

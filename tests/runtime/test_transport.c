@@ -114,20 +114,6 @@ static int teardown_capture(void **state) {
 // costs a retry on the next port).
 static int port_base(void) { return 41000 + (int)(getpid() % 1000) * 16; }
 
-// A loopback port nobody listens on: one the kernel just handed out and took back.
-static int dead_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t len = sizeof a;
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 // A one-task cluster "worker|127.0.0.1:<port>" and its server, on the first free port.
 static dg_server *start_server(const dg_server_options *opts, int *port, dg_cluster **cluster) {
@@ -1202,7 +1188,7 @@ static void test_ping_hooks(void **state) {
     dg_tensor **echo = (dg_tensor **)st;
     int n_echo = 5;
     char dead[64];
-    snprintf(dead, sizeof dead, "127.0.0.1:%d", dead_port());
+    snprintf(dead, sizeof dead, "127.0.0.1:%d", dg_test_free_port());
     assert_false(dg_server_ping(me, dead, ts, 1, 300, &echo, &n_echo, st));
     assert_status(st, DG_UNAVAILABLE, "did not answer within the deadline");
     assert_null(echo);
