@@ -14,7 +14,6 @@
 #include "testutil.h"
 #include "distgraph/monitored_session.h"
 
-static int base_port(void) { return 41000 + (int)(getpid() % 9000); }
 
 static int64_t now_ms(void) {
     struct timespec ts;
@@ -822,9 +821,12 @@ static void test_close_grace(void **state) {
 }
 
 // ---- in-process clusters ----
-static dg_cluster *cluster3(int port) {
+// 1 ps + 2 workers on ports the kernel just handed out (fixed ranges can meet the ephemeral
+// ports of other tests' connections).
+static dg_cluster *cluster3(void) {
     char spec[256];
-    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d,127.0.0.1:%d", port, port + 1, port + 2);
+    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d,127.0.0.1:%d", dg_test_free_port(),
+             dg_test_free_port(), dg_test_free_port());
     dg_status *st = dg_status_new();
     dg_cluster *c = dg_cluster_from_spec_string(spec, st);
     assert_ok(st);
@@ -846,7 +848,7 @@ static dg_server *start(dg_cluster *c, const char *job, int task, int64_t rpc_ti
 // A non-chief whose chief never comes fails after wait_for_chief_ms, naming the variables.
 static void test_nonchief_times_out(void **state) {
     dg_status *st = dg_status_new();
-    dg_cluster *c = cluster3(base_port());
+    dg_cluster *c = cluster3();
     dg_server *ps = start(c, "ps", 0, 2000), *w1 = start(c, "worker", 1, 2000);
     toy t;
     build_toy(&t, 1, "/job:ps/task:0", "/job:worker/task:1");
@@ -892,7 +894,7 @@ static void *chief_thread(void *arg) {
 // A non-chief started before the chief waits for it, then trains.
 static void test_nonchief_waits_for_chief(void **state) {
     dg_status *st = dg_status_new();
-    dg_cluster *c = cluster3(base_port() + 10);
+    dg_cluster *c = cluster3();
     dg_server *ps = start(c, "ps", 0, 5000), *w0 = start(c, "worker", 0, 5000), *w1 = start(c, "worker", 1, 5000);
     late_chief lc = {w0, 400, false};
     pthread_t th;
@@ -928,7 +930,7 @@ static void test_recovery_after_ps_restart(void **state) {
     tmpfile_path tp;
     tmp_make(&tp);
     dg_status *st = dg_status_new();
-    dg_cluster *c = cluster3(base_port() + 20);
+    dg_cluster *c = cluster3();
     dg_server *ps = start(c, "ps", 0, 1500), *w0 = start(c, "worker", 0, 1500);
     toy t;
     build_toy(&t, 0.5f, "/job:ps/task:0", "/job:worker/task:0");

@@ -7,7 +7,6 @@
 
 #include "testutil.h"
 
-static int base_port(void) { return 20000 + (int)(getpid() % 20000); }
 
 typedef struct model {
     dg_graph *g;
@@ -56,8 +55,7 @@ static void train(dg_session *s, model *m, double *w_out, double *loss_out) {
 static void test_ps_worker_matches_local(void **state) {
     dg_status *st = dg_status_new();
     char spec[256];
-    int p = base_port();
-    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", p, p + 1);
+    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", dg_test_free_port(), dg_test_free_port());
     dg_cluster *c = dg_cluster_from_spec_string(spec, st);
     assert_ok(st);
     dg_server_options so = dg_server_options_default();
@@ -94,8 +92,7 @@ static void test_ps_worker_matches_local(void **state) {
 static void test_dead_ps_is_unavailable(void **state) {
     dg_status *st = dg_status_new();
     char spec[256];
-    int p = base_port() + 10;
-    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", p, p + 1);
+    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", dg_test_free_port(), dg_test_free_port());
     dg_cluster *c = dg_cluster_from_spec_string(spec, st);
     dg_server_options so = dg_server_options_default();
     so.quiet = true;
