@@ -213,15 +213,21 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
     }
     dg_node *train = NULL;
     if (dg_graph_ok(g)) {
+        // With a global step, the finishing NoOp, the increment (and its constant) and the
+        // train op live with the global step. On a ps the end of the updates then travels once
+        // (to the worker, or from the other ps tasks) instead of bouncing through the worker,
+        // where a device function would put them: one round trip less per step.
+        if (global_step.node) dg_graph_push_colocate_with(g, global_step.node);
         dg_node *finish = dg_group(g, "update", updates, n_up);
         if (global_step.node && finish) {
+            dg_output one = dg_scalar(g, NULL, dg_output_dtype(global_step), 1);
             dg_graph_push_control_deps(g, &finish, 1);
-            dg_output inc = dg_assign_add(g, "global_step_inc", global_step,
-                                          dg_scalar(g, NULL, dg_output_dtype(global_step), 1));
+            dg_output inc = dg_assign_add(g, "global_step_inc", global_step, one);
             dg_graph_pop_control_deps(g);
             finish = inc.node;
         }
         if (finish) train = dg_group(g, "train", &finish, 1);
+        if (global_step.node) dg_graph_pop_colocate_with(g);
     }
     dg_graph_pop_name_scope(g);
     free(slot1);
