@@ -185,9 +185,8 @@ int main(int argc, char **argv) {
     so.rpc_timeout_ms = rpc_timeout_ms;
     if (sync_replicas) {
         // A worker's step waits on the ps for its token (up to twice the take's deadline) inside
-        // a remote call, and holds one of the ps's service threads meanwhile.
+        // a remote call (the wait holds no thread of the ps).
         if (so.rpc_timeout_ms < 2 * sync_timeout_ms + 10000) so.rpc_timeout_ms = 2 * sync_timeout_ms + 10000;
-        if (so.service_threads < n_workers + 4) so.service_threads = n_workers + 4;
     }
     dg_server *server = dg_server_new(cluster, job, (int)task_index, &so, st);
     if (!server) return fail(st, "starting the server");

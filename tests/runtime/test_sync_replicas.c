@@ -378,7 +378,6 @@ static void cluster_start(cluster *cl, int n_workers, int64_t rpc_timeout_ms) {
     dg_server_options so = dg_server_options_default();
     so.quiet = true;
     so.rpc_timeout_ms = rpc_timeout_ms;
-    so.service_threads = n_workers + 4;   // each worker's step waits on the ps for its token
     cl->ps = dg_server_new(cl->c, "ps", 0, &so, st);
     assert_ok(st);
     for (int i = 0; i < n_workers; i++) {
