@@ -13,6 +13,7 @@
  * results are bit-identical on every rank. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -505,6 +506,25 @@ static dg_tensor *scratch(dg_tensor **slot, size_t bytes, dg_status *st) {
     return *slot;
 }
 
+// When the step running a collective is aborted (a peer's partition failed, the master gave
+// up), the collective's own step id is aborted too, so its wait ends at once with the cause
+// instead of running out its timeout. Shared by the registration and the kernel.
+typedef struct coll_cancel {
+    atomic_int refs;
+    exec_rendezvous *rv;
+    int64_t coll_step_id;
+} coll_cancel;
+
+static void coll_cancel_unref(coll_cancel *c) {
+    if (atomic_fetch_sub(&c->refs, 1) == 1) free(c);
+}
+
+static void on_step_abort(void *arg, const dg_status *why) {
+    coll_cancel *c = arg;
+    exec_rendezvous_abort(c->rv, c->coll_step_id, why);
+    coll_cancel_unref(c);
+}
+
 static bool coll_compute(void *state, exec_ctx *ctx) {
     coll_kernel *k = state;
     int n_in = ctx->n_inputs;
@@ -570,7 +590,26 @@ static bool coll_compute(void *state, exec_ctx *ctx) {
     pthread_mutex_init(&run.views->mu, NULL);
     pthread_cond_init(&run.views->cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (k->is_broadcast) {
+    coll_cancel *cancel = NULL;
+    int64_t cancel_token = 0;
+    if (run.rv && k->size > 1 && total > 0) {
+        cancel = malloc(sizeof *cancel);
+        if (!cancel) abort();
+        atomic_init(&cancel->refs, 2);
+        cancel->rv = run.rv;
+        cancel->coll_step_id = run.step_id;
+        dg_status why = DG_STATUS_INIT;
+        cancel_token = exec_rendezvous_on_cancel(run.rv, o->step_id, on_step_abort, cancel, &why);
+        if (!cancel_token) {
+            atomic_fetch_sub(&cancel->refs, 1);   // not registered
+            ok = exec_fail(ctx, dg_status_code(&why) != DG_OK ? dg_status_code(&why) : DG_ABORTED, "%s: %s",
+                           op_word(k), dg_status_message(&why));
+        }
+        status_impl_clear(&why);
+    }
+    if (!ok) {
+        // The step was aborted before the collective began.
+    } else if (k->is_broadcast) {
         if (k->size > 1 && total > 0) ok = broadcast(&run, in_base, in_base->data, total);
     } else if (k->size == 1 || total == 0) {
         if (out_base->data != in_base->data) memcpy(out_base->data, in_base->data, total);
@@ -584,6 +623,10 @@ static bool coll_compute(void *state, exec_ctx *ctx) {
     }
     if (ok) wait_for_views(&run);
     tracker_unref(run.views);
+    if (cancel) {
+        if (cancel_token && exec_rendezvous_forget_cancel(run.rv, cancel_token)) coll_cancel_unref(cancel);
+        coll_cancel_unref(cancel);
+    }
     if (!ok && run.rv) {
         // Drop what peers sent for this execution, and whatever they send for it later.
         exec_rendezvous_end_step(run.rv, run.step_id);

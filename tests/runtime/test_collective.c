@@ -436,6 +436,34 @@ static void test_missing_peer_deadline(void **state) {
     dg_status_free(&jobs[1].st);
 }
 
+// A failure elsewhere in the step (here task 3 reads an uninitialized variable) ends a
+// collective waiting for a peer at once, with that cause, not after its 20 s timeout.
+static void test_step_abort_ends_wait(void **state) {
+    (void)state;
+    rank_job jobs[1];
+    memset(jobs, 0, sizeof jobs);
+    dg_collective_group grp = dg_collective_group_make("worker", 2);
+    grp.timeout_ms = 20000;
+    dg_graph *g = jobs[0].g = dg_graph_new();
+    dg_output x = dg_scalar(g, "x", DG_FLOAT32, 1), out;
+    assert_true(dg_collective_all_reduce(g, NULL, &x, 1, &grp, 4400, DG_REDUCE_SUM, NULL, &out));
+    dg_graph_push_device(g, "/job:worker/task:3");
+    dg_output v = dg_variable(g, "never_initialized", DG_FLOAT32, dg_shape_scalar(), dg_init_zeros());
+    dg_output bad = dg_identity(g, "read_it", v);
+    dg_graph_pop_device(g);
+    jobs[0].fetch[0] = out;
+    jobs[0].fetch[1] = bad;
+    jobs[0].n_fetch = 2;
+    double t0 = now_s();
+    run_group(jobs, 1);
+    double took = now_s() - t0;
+    assert_status(jobs[0].st, DG_FAILED_PRECONDITION, "never_initialized");
+    print_message("aborted after %.3f s: %s\n", took, dg_status_message(jobs[0].st));
+    assert_true(took < 10.0);
+    jobs[0].n_fetch = 0;
+    free_group(jobs, 1);
+}
+
 static void test_bad_attributes(void **state) {
     (void)state;
     dg_graph *g = dg_graph_new();
@@ -500,6 +528,7 @@ int main(void) {
         cmocka_unit_test(test_exactness_adam),
         cmocka_unit_test(test_broadcast_variables_integers),
         cmocka_unit_test(test_missing_peer_deadline),
+        cmocka_unit_test(test_step_abort_ends_wait),
         cmocka_unit_test(test_bad_attributes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
