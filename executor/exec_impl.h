@@ -205,7 +205,8 @@ bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **f
 typedef void (*exec_done_fn)(void *arg, const dg_status *st);
 bool exec_graph_start(exec_graph *eg, const exec_step_options *opts, exec_done_fn done, void *arg,
                       dg_status *st);
-// No expensive kernel: cheap enough to run on an I/O thread.
+// No expensive kernel and at most about a million output elements (by static shapes): cheap
+// enough to run on an I/O thread.
 bool exec_graph_is_light(const exec_graph *eg);
 int exec_graph_num_nodes(const exec_graph *eg);
 int exec_graph_num_fetches(const exec_graph *eg);

@@ -13,6 +13,9 @@
 #include "exec_impl.h"
 #include "status_impl.h"
 
+// A graph whose outputs hold more elements than this is not light (exec_graph_is_light).
+#define EXEC_LIGHT_MAX_ELEMENTS ((int64_t)1 << 20)
+
 typedef struct exec_node {
     dg_node *node;
     const exec_kernel_def *def;
@@ -375,9 +378,22 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
             goto fail;
         }
     }
+    // Light: no expensive kernel and little data (by the static shapes; unknown dims count
+    // as 1), so that running it on an I/O thread holds that thread for microseconds, not for
+    // an update of a big variable.
     eg->light = true;
-    for (int i = 0; i < n_nodes; i++)
+    int64_t elements = 0;
+    for (int i = 0; i < n_nodes; i++) {
+        const dg_node *nd = eg->nodes[i].node;
         if (eg->nodes[i].def->expensive) eg->light = false;
+        for (int o = 0; o < nd->n_outputs; o++) {
+            const dg_shape *sh = &nd->out_shapes[o];
+            int64_t e = 1;
+            for (int d = 0; d < sh->rank; d++) e *= sh->dims[d] > 0 ? sh->dims[d] : 1;
+            elements += e;
+        }
+    }
+    if (elements > EXEC_LIGHT_MAX_ELEMENTS) eg->light = false;
     for (int i = 0; i < n_fetches; i++) {
         dg_output o = fetches[i];
         int f = feed_index(feeds, n_feeds, o);
