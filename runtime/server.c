@@ -656,6 +656,7 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
     to.curve_public_key = s->opts.curve_public_key;
     to.curve_secret_key = s->opts.curve_secret_key;
     to.quiet = s->opts.quiet;
+    to.liveness_timeout_ms = s->opts.liveness_timeout_ms;
     s->tp = rt_transport_new(&to, handle, s, st);
     if (!s->tp) {
         dg_status_prepend(st, "server %s", s->task_name);

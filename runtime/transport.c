@@ -52,6 +52,8 @@ typedef struct pending {
     struct pending *next;
     uint64_t id;
     int64_t deadline;        // ms, monotonic
+    int64_t sent_at;         // ms, monotonic
+    bool probe;              // a liveness PING of the transport's own (no callback)
     char *endpoint;
     int type;
     rt_response_cb cb;
@@ -61,6 +63,8 @@ typedef struct pending {
 typedef struct dealer {
     char *endpoint;
     void *sock;
+    uint64_t probe_id;       // the liveness PING in flight, 0: none
+    int64_t next_probe_at;   // ms, monotonic: no new probe before
 } dealer;
 
 typedef struct assembly {
@@ -260,8 +264,7 @@ static void *dealer_for(rt_transport *t, const char *endpoint) {
     dealer *nd = realloc(t->dealers, (size_t)(t->n_dealers + 1) * sizeof *nd);
     if (!nd) abort();
     t->dealers = nd;
-    t->dealers[t->n_dealers].endpoint = strdup(endpoint);
-    t->dealers[t->n_dealers].sock = s;
+    t->dealers[t->n_dealers] = (dealer){strdup(endpoint), s, 0, 0};
     t->n_dealers++;
     return s;
 }
@@ -303,7 +306,8 @@ static void run_cmd(rt_transport *t, cmd *c) {
             pending *p = calloc(1, sizeof *p);
             if (!p) abort();
             p->id = c->id;
-            p->deadline = c->timeout_ms > 0 ? now_ms() + c->timeout_ms : INT64_MAX;
+            p->sent_at = now_ms();
+            p->deadline = c->timeout_ms > 0 ? p->sent_at + c->timeout_ms : INT64_MAX;
             p->endpoint = strdup(c->endpoint);
             p->cb = c->cb;
             p->arg = c->arg;
@@ -562,6 +566,8 @@ static void on_router(rt_transport *t) {
     status_impl_clear(&st);
 }
 
+static void probe_answered(rt_transport *t, pending *p);
+
 static void on_dealer(rt_transport *t, void *sock) {
     zmq_msg_t **frames = t->frames;
     int n = recv_multipart(sock, frames);
@@ -589,7 +595,8 @@ static void on_dealer(rt_transport *t, void *sock) {
             *pp = p->next;
             break;
         }
-    if (!p) {   // late or unknown (e.g. after its deadline): drop
+    if (!p || p->probe) {   // late or unknown (e.g. after its deadline): drop
+        if (p) probe_answered(t, p);
         close_frames(frames, 1, n);
         rt_header_clear(h);
         free(h);
@@ -613,12 +620,90 @@ out:
     status_impl_clear(&st);
 }
 
+// ---- liveness probes ----
+#define PROBE_AFTER_MS 1000      // a call unanswered this long makes its endpoint probed
+#define PROBE_EVERY_MS 1000      // at most one probe per endpoint this often
+
+static dealer *find_dealer(rt_transport *t, const char *endpoint) {
+    for (int i = 0; i < t->n_dealers; i++)
+        if (strcmp(t->dealers[i].endpoint, endpoint) == 0) return &t->dealers[i];
+    return NULL;
+}
+
+static int64_t liveness_ms(const rt_transport *t) {
+    return t->opts.liveness_timeout_ms == 0 ? 5000 : t->opts.liveness_timeout_ms;
+}
+
+// A probe's answer: the endpoint is alive; the next probe waits a while.
+static void probe_answered(rt_transport *t, pending *p) {
+    dealer *d = find_dealer(t, p->endpoint);
+    if (d && d->probe_id == p->id) {
+        d->probe_id = 0;
+        d->next_probe_at = now_ms() + PROBE_EVERY_MS;
+    }
+    free(p->endpoint);
+    free(p);
+}
+
+// Sends a PING to d on its own socket and waits for it like a call.
+static void send_probe(rt_transport *t, dealer *d, int64_t now) {
+    rt_header h;
+    rt_header_init(&h, RT_PING);
+    pthread_mutex_lock(&t->mu);
+    uint64_t id = h.id = ++t->next_id;
+    pthread_mutex_unlock(&t->mu);
+    size_t len;
+    char *buf = rt_header_encode(&h, &len);
+    rt_header_clear(&h);
+    pending *p = calloc(1, sizeof *p);
+    if (!p || !buf) abort();
+    p->id = id;
+    p->probe = true;
+    p->sent_at = now;
+    p->deadline = now + liveness_ms(t);
+    p->endpoint = strdup(d->endpoint);
+    p->next = t->pending;
+    t->pending = p;
+    d->probe_id = p->id;
+    send_frames(d->sock, NULL, buf, len, NULL, 0, 0, 0);
+    free(buf);
+}
+
+// Fails every call waiting on endpoint: its probe went unanswered.
+static void fail_endpoint(rt_transport *t, const char *endpoint) {
+    for (pending **pp = &t->pending; *pp;) {
+        pending *p = *pp;
+        if (!p->probe && strcmp(p->endpoint, endpoint) == 0) {
+            *pp = p->next;
+            fail_call(p->cb, p->arg, DG_UNAVAILABLE,
+                      "%s stopped answering: no reply to a liveness probe within %lld ms", p->endpoint,
+                      (long long)liveness_ms(t));
+            free(p->endpoint);
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+}
+
 static void expire(rt_transport *t) {
     int64_t now = now_ms();
     for (pending **pp = &t->pending; *pp;) {
         pending *p = *pp;
         if (p->deadline <= now) {
             *pp = p->next;
+            if (p->probe) {
+                dealer *d = find_dealer(t, p->endpoint);
+                if (d && d->probe_id == p->id) d->probe_id = 0;
+                tlog(t, "%s did not answer a liveness probe within %lld ms: failing the calls waiting on it",
+                     p->endpoint, (long long)liveness_ms(t));
+                char *ep = p->endpoint;
+                free(p);
+                fail_endpoint(t, ep);
+                free(ep);
+                pp = &t->pending;   // the list changed
+                continue;
+            }
             fail_call(p->cb, p->arg, DG_UNAVAILABLE, "%s did not answer within the deadline", p->endpoint);
             free(p->endpoint);
             free(p);
@@ -626,6 +711,31 @@ static void expire(rt_transport *t) {
             pp = &p->next;
         }
     }
+    if (t->opts.liveness_timeout_ms < 0) return;
+    // Probe the endpoints of calls that have waited long.
+    for (pending *p = t->pending; p; p = p->next) {
+        if (p->probe || now - p->sent_at < PROBE_AFTER_MS) continue;
+        dealer *d = find_dealer(t, p->endpoint);
+        if (d && !d->probe_id && now >= d->next_probe_at) send_probe(t, d, now);
+    }
+}
+
+// When the I/O thread must next look at its pending calls (deadlines and probes): ms from now,
+// -1 for never.
+static long next_wakeup(rt_transport *t) {
+    if (!t->pending) return -1;
+    int64_t soonest = INT64_MAX, now = now_ms();
+    for (pending *p = t->pending; p; p = p->next) {
+        if (p->deadline < soonest) soonest = p->deadline;
+        if (!p->probe && t->opts.liveness_timeout_ms >= 0) {
+            int64_t at = p->sent_at + PROBE_AFTER_MS;
+            dealer *d = find_dealer(t, p->endpoint);
+            if (d && d->probe_id) continue;   // its probe's deadline is in the list
+            if (d && d->next_probe_at > at) at = d->next_probe_at;
+            if (at < soonest) soonest = at;
+        }
+    }
+    return soonest == INT64_MAX ? -1 : (long)(soonest > now ? soonest - now : 0);
 }
 
 static void on_monitor(rt_transport *t) {
@@ -665,14 +775,7 @@ static void *io_main(void *arg) {
         items[2] = (zmq_pollitem_t){t->monitor, 0, t->monitor ? ZMQ_POLLIN : 0, 0};
         for (int i = 0; i < t->n_dealers; i++)
             items[3 + i] = (zmq_pollitem_t){t->dealers[i].sock, 0, ZMQ_POLLIN, 0};
-        long timeout = -1;
-        if (t->pending) {
-            int64_t soonest = INT64_MAX, now = now_ms();
-            for (pending *p = t->pending; p; p = p->next)
-                if (p->deadline < soonest) soonest = p->deadline;
-            timeout = soonest == INT64_MAX ? -1 : (long)(soonest > now ? soonest - now : 0);
-        }
-        int rc = zmq_poll(items, n, timeout);
+        int rc = zmq_poll(items, n, next_wakeup(t));
         if (rc < 0 && zmq_errno() == ETERM) break;
         if (items[0].revents & ZMQ_POLLIN) {
             uint64_t v;
@@ -715,7 +818,7 @@ static void *io_main(void *arg) {
     while (t->pending) {
         pending *p = t->pending;
         t->pending = p->next;
-        fail_call(p->cb, p->arg, DG_CANCELLED, "the transport was shut down");
+        if (!p->probe) fail_call(p->cb, p->arg, DG_CANCELLED, "the transport was shut down");
         free(p->endpoint);
         free(p);
     }

@@ -22,6 +22,11 @@ typedef struct rt_transport_options {
     const char *curve_public_key;
     const char *curve_secret_key;
     bool quiet;                    // no log lines on stderr
+    // Liveness: a call unanswered for a second makes the transport PING that endpoint (once
+    // a second); when a PING gets no answer within liveness_timeout_ms, every call waiting on
+    // that endpoint fails UNAVAILABLE at once, however long its own deadline. 0: 5000; < 0:
+    // no probes (calls wait for their deadlines).
+    int64_t liveness_timeout_ms;
 } rt_transport_options;
 
 // A request arrived. h and tensors are handed over (free h with rt_header_clear + free,

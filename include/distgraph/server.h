@@ -21,6 +21,11 @@ typedef struct dg_server dg_server;
 
 typedef struct dg_server_options {
     int64_t rpc_timeout_ms;        // deadline of each remote call (default 30000)
+    // A remote call unanswered for a second makes the server PING that task; when a PING
+    // gets no answer within this many ms, every call waiting on the task fails UNAVAILABLE
+    // at once, however long its own deadline (a dead ps ends waiting steps in seconds).
+    // 0: 5000; negative: no probes.
+    int64_t liveness_timeout_ms;
     const char *curve_public_key;  // CurveZMQ cluster key pair (Z85); both or neither
     const char *curve_secret_key;
     bool quiet;                    // no log lines

@@ -1034,6 +1034,122 @@ static void test_untrusted_responses(void **state) {
     zmq_ctx_term(zctx);
 }
 
+// ---- liveness probes ----
+
+// Serves the fake peer for up to ms: answers liveness PINGs when `answer_pings`, remembers the
+// LIST_DEVICES request (identity and id) and answers it once `reply_after_ms` have passed since
+// it came (never when < 0). Returns when the request was answered or ms ran out.
+static void fake_peer(void *router, int64_t ms, bool answer_pings, int64_t reply_after_ms, int *n_pings) {
+    int64_t start = now_ms(), got_at = -1;
+    zmq_msg_t rid;
+    zmq_msg_init(&rid);
+    uint64_t req_id = 0;
+    dg_status *st = dg_status_new();
+    while (now_ms() - start < ms) {
+        if (got_at >= 0 && reply_after_ms >= 0 && now_ms() - got_at >= reply_after_ms) {
+            rt_header a;
+            rt_header_init(&a, RT_RESPONSE);
+            a.id = req_id;
+            size_t len;
+            char *b = encode(&a, &len);
+            assert_true(zmq_send(router, zmq_msg_data(&rid), zmq_msg_size(&rid), ZMQ_SNDMORE) >= 0);
+            assert_true(zmq_send(router, b, len, 0) >= 0);
+            free(b);
+            rt_header_clear(&a);
+            break;
+        }
+        zmq_pollitem_t it = {router, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 20) < 1) continue;
+        zmq_msg_t id, hdr;
+        zmq_msg_init(&id);
+        zmq_msg_init(&hdr);
+        assert_true(zmq_msg_recv(&id, router, 0) >= 0);
+        assert_true(zmq_msg_recv(&hdr, router, 0) >= 0);
+        rt_header req;
+        assert_true(rt_header_decode(zmq_msg_data(&hdr), zmq_msg_size(&hdr), &req, st));
+        if (req.type == RT_PING) {
+            (*n_pings)++;
+            if (answer_pings) {
+                rt_header a;
+                rt_header_init(&a, RT_RESPONSE);
+                a.id = req.id;
+                size_t len;
+                char *b = encode(&a, &len);
+                assert_true(zmq_send(router, zmq_msg_data(&id), zmq_msg_size(&id), ZMQ_SNDMORE) >= 0);
+                assert_true(zmq_send(router, b, len, 0) >= 0);
+                free(b);
+                rt_header_clear(&a);
+            }
+        } else if (req.type == RT_LIST_DEVICES) {
+            req_id = req.id;
+            zmq_msg_copy(&rid, &id);
+            got_at = now_ms();
+        }
+        rt_header_clear(&req);
+        zmq_msg_close(&id);
+        zmq_msg_close(&hdr);
+    }
+    zmq_msg_close(&rid);
+    dg_status_free(&st);
+}
+
+// A call with a 20 s deadline to a peer that stops answering fails UNAVAILABLE within about a
+// second plus the liveness timeout; to a peer that is slow but answers its PINGs, it waits and
+// succeeds.
+static void test_liveness_probes(void **state) {
+    void *zctx = zmq_ctx_new();
+    void *router = zmq_socket(zctx, ZMQ_ROUTER);
+    int zero = 0;
+    zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero);
+    assert_int_equal(zmq_bind(router, "tcp://127.0.0.1:*"), 0);
+    char ep[128];
+    size_t epl = sizeof ep;
+    zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, ep, &epl);
+    rt_transport_options o;
+    memset(&o, 0, sizeof o);
+    o.name = "/job:client/replica:0/task:0";
+    o.quiet = true;
+    o.liveness_timeout_ms = 400;
+    dg_status *st = dg_status_new();
+    rt_transport *c = rt_transport_new(&o, NULL, NULL, st);
+    assert_ok(st);
+
+    // Silent: the request and the probes go unanswered.
+    call_result r = {PTHREAD_MUTEX_INITIALIZER, false, dg_status_new(), 0};
+    rt_header *h = malloc(sizeof *h);
+    rt_header_init(h, RT_LIST_DEVICES);
+    int64_t t0 = now_ms();
+    rt_call(c, ep, h, NULL, 0, 20000, on_result, &r);
+    int pings = 0;
+    fake_peer(router, 3000, false, -1, &pings);
+    assert_true(result_wait(&r, 5000));
+    int64_t took = now_ms() - t0;
+    assert_status(r.st, DG_UNAVAILABLE, "stopped answering: no reply to a liveness probe within 400 ms");
+    assert_true(took < 4000);
+    assert_true(pings >= 1 && pings <= 3);
+    dg_status_free(&r.st);
+
+    // Slow but alive: PINGs answered, the request after 2.5 s.
+    call_result r2 = {PTHREAD_MUTEX_INITIALIZER, false, dg_status_new(), 0};
+    h = malloc(sizeof *h);
+    rt_header_init(h, RT_LIST_DEVICES);
+    pings = 0;
+    rt_call(c, ep, h, NULL, 0, 20000, on_result, &r2);
+    int64_t t1 = now_ms();
+    fake_peer(router, 6000, true, 2500, &pings);
+    assert_true(result_wait(&r2, 5000));
+    if (!dg_status_ok(r2.st)) print_message("slow peer: failed after %lld ms, %d pings\n", (long long)(now_ms() - t1), pings);
+    assert_ok(r2.st);
+    // About one probe a second while the call waits, not one per loop.
+    assert_true(pings >= 1 && pings <= 4);
+    dg_status_free(&r2.st);
+
+    dg_status_free(&st);
+    rt_transport_free(&c);
+    zmq_close(router);
+    zmq_ctx_term(zctx);
+}
+
 // ---- CurveZMQ ----
 
 // Waits until refused_peers exceeds `above`.
@@ -1210,6 +1326,7 @@ int main(void) {
         cmocka_unit_test(test_small_pushes),
         cmocka_unit_test(test_max_message_bytes),
         cmocka_unit_test(test_untrusted_responses),
+        cmocka_unit_test(test_liveness_probes),
         cmocka_unit_test_teardown(test_curve, teardown_capture),
         cmocka_unit_test(test_ping_hooks),
     };
