@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -54,6 +55,7 @@ typedef struct pending {
     int64_t deadline;        // ms, monotonic
     int64_t sent_at;         // ms, monotonic
     bool probe;              // a liveness PING of the transport's own (no callback)
+    uint64_t peer_inc;       // the endpoint's incarnation known when sent, 0: none yet
     char *endpoint;
     int type;
     rt_response_cb cb;
@@ -65,6 +67,7 @@ typedef struct dealer {
     void *sock;
     uint64_t probe_id;       // the liveness PING in flight, 0: none
     int64_t next_probe_at;   // ms, monotonic: no new probe before
+    uint64_t peer_inc;       // incarnation of the process answering there, 0: not seen yet
 } dealer;
 
 typedef struct assembly {
@@ -94,6 +97,7 @@ struct rt_transport {
     bool stop;
     pending *pending;
     uint64_t next_id;        // under mu
+    uint64_t incarnation;    // random, set once: answers carry it, so callers see a restart
     uint64_t next_xfer;
     assembly *assemblies;
     rt_handler handler;
@@ -264,7 +268,7 @@ static void *dealer_for(rt_transport *t, const char *endpoint) {
     dealer *nd = realloc(t->dealers, (size_t)(t->n_dealers + 1) * sizeof *nd);
     if (!nd) abort();
     t->dealers = nd;
-    t->dealers[t->n_dealers] = (dealer){strdup(endpoint), s, 0, 0};
+    t->dealers[t->n_dealers] = (dealer){strdup(endpoint), s, 0, 0, 0};
     t->n_dealers++;
     return s;
 }
@@ -294,6 +298,8 @@ static void free_cmd(cmd *c) {
     free(c);
 }
 
+static dealer *find_dealer(rt_transport *t, const char *endpoint);
+
 static void run_cmd(rt_transport *t, cmd *c) {
     if (c->kind == CMD_REPLY) {
         send_frames(t->router, c->peer, c->header, c->header_len, c->tensors, c->n, 0, 0);
@@ -309,6 +315,8 @@ static void run_cmd(rt_transport *t, cmd *c) {
             p->sent_at = now_ms();
             p->deadline = c->timeout_ms > 0 ? p->sent_at + c->timeout_ms : INT64_MAX;
             p->endpoint = strdup(c->endpoint);
+            dealer *dd = find_dealer(t, c->endpoint);
+            p->peer_inc = dd ? dd->peer_inc : 0;
             p->cb = c->cb;
             p->arg = c->arg;
             p->next = t->pending;
@@ -567,6 +575,7 @@ static void on_router(rt_transport *t) {
 }
 
 static void probe_answered(rt_transport *t, pending *p);
+static void peer_incarnation(rt_transport *t, void *sock, uint64_t inc);
 
 static void on_dealer(rt_transport *t, void *sock) {
     zmq_msg_t **frames = t->frames;
@@ -588,6 +597,7 @@ static void on_dealer(rt_transport *t, void *sock) {
         goto out;
     }
     close_frames(frames, 0, 1);
+    if (h->incarnation) peer_incarnation(t, sock, h->incarnation);
     pending *p = NULL;
     for (pending **pp = &t->pending; *pp; pp = &(*pp)->next)
         if ((*pp)->id == h->id) {
@@ -678,6 +688,32 @@ static void fail_endpoint(rt_transport *t, const char *endpoint) {
             fail_call(p->cb, p->arg, DG_UNAVAILABLE,
                       "%s stopped answering: no reply to a liveness probe within %lld ms", p->endpoint,
                       (long long)liveness_ms(t));
+            free(p->endpoint);
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+}
+
+// A response from the process at sock's endpoint carried incarnation inc. A new one means the
+// task restarted: calls sent to the old process will never be answered, fail them now.
+static void peer_incarnation(rt_transport *t, void *sock, uint64_t inc) {
+    dealer *d = NULL;
+    for (int i = 0; i < t->n_dealers && !d; i++)
+        if (t->dealers[i].sock == sock) d = &t->dealers[i];
+    if (!d || d->peer_inc == inc) return;
+    uint64_t old = d->peer_inc;
+    d->peer_inc = inc;
+    if (!old) return;
+    tlog(t, "%s restarted (a new process answers there): failing the calls sent to the old one", d->endpoint);
+    for (pending **pp = &t->pending; *pp;) {
+        pending *p = *pp;
+        if (!p->probe && p->peer_inc == old && strcmp(p->endpoint, d->endpoint) == 0) {
+            *pp = p->next;
+            fail_call(p->cb, p->arg, DG_UNAVAILABLE,
+                      "%s restarted: the process this call went to is gone (a new one answers there)",
+                      p->endpoint);
             free(p->endpoint);
             free(p);
         } else {
@@ -884,6 +920,9 @@ rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler hand
     }
     t->opts = *opts;
     if (!t->opts.max_message_bytes) t->opts.max_message_bytes = (size_t)2 << 30;
+    if (getrandom(&t->incarnation, sizeof t->incarnation, 0) != (ssize_t)sizeof t->incarnation)
+        t->incarnation = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
+    if (!t->incarnation) t->incarnation = 1;
     snprintf(t->name, sizeof t->name, "%s", opts->name ? opts->name : "client");
     t->opts.name = t->name;
     t->handler = handler;
@@ -1091,6 +1130,7 @@ void rt_push(rt_transport *t, const char *endpoint, rt_header *h, dg_tensor *con
 
 void rt_reply(rt_transport *t, rt_peer *peer, rt_header *h, dg_tensor *const *tensors, int n) {
     h->type = RT_RESPONSE;
+    h->incarnation = t->incarnation;
     cmd *c = new_cmd(CMD_REPLY, h, tensors, n);
     c->peer = peer;
     rt_header_clear(h);

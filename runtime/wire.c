@@ -78,7 +78,7 @@ char *rt_header_encode(const rt_header *h, size_t *len) {
     int n = 2 + (h->id != 0) + (h->code != 0) + (h->message != NULL) + (h->step_id != 0) +
             (h->handle != 0) + (h->key != NULL) + (h->from != NULL) + (h->n_names > 0) +
             (h->n_feeds != 0) + (h->n_tensors > 0) + (h->blob != NULL) + (h->type == RT_TENSOR_CHUNK ? 3 : 0) +
-            (h->deadline_ms != 0);
+            (h->deadline_ms != 0) + (h->incarnation != 0);
     msgpack_pack_map(&pk, (size_t)n);
     pack_key(&pk, "v");
     msgpack_pack_int64(&pk, h->version);
@@ -123,6 +123,7 @@ char *rt_header_encode(const rt_header *h, size_t *len) {
         msgpack_pack_uint64(&pk, h->total);
     }
     if (h->deadline_ms) { pack_key(&pk, "dl"); msgpack_pack_int64(&pk, h->deadline_ms); }
+    if (h->incarnation) { pack_key(&pk, "inc"); msgpack_pack_uint64(&pk, h->incarnation); }
     *len = sb.size;
     return sb.data;   // sbuffer memory is malloc'd; the caller frees it
 }
@@ -365,6 +366,8 @@ bool rt_header_decode(const void *buf, size_t len, rt_header *h, dg_status *st) 
             if (!get_u64(v, &h->total) || h->total > ((uint64_t)1 << 40)) bad = "total";
         } else if (key_is(k, "dl")) {
             if (!get_int(v, &h->deadline_ms) || h->deadline_ms < 0) bad = "dl";
+        } else if (key_is(k, "inc")) {
+            if (!get_u64(v, &h->incarnation)) bad = "inc";
         } else {
             // Unknown keys are ignored, so newer peers may add fields.
         }

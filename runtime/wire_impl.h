@@ -57,6 +57,7 @@ typedef struct rt_header {
     size_t blob_len;
     uint64_t xfer, offset, total;   // TENSOR_CHUNK: transfer id, byte offset, total bytes
     int64_t deadline_ms;    // time the sender allows, 0: none
+    uint64_t incarnation;   // RESPONSE: the responder's incarnation (random per transport), 0: none
 } rt_header;
 
 void rt_header_init(rt_header *h, int type);

@@ -1039,7 +1039,8 @@ static void test_untrusted_responses(void **state) {
 // Serves the fake peer for up to ms: answers liveness PINGs when `answer_pings`, remembers the
 // LIST_DEVICES request (identity and id) and answers it once `reply_after_ms` have passed since
 // it came (never when < 0). Returns when the request was answered or ms ran out.
-static void fake_peer(void *router, int64_t ms, bool answer_pings, int64_t reply_after_ms, int *n_pings) {
+static void fake_peer_inc(void *router, int64_t ms, bool answer_pings, int64_t reply_after_ms, int *n_pings,
+                          uint64_t inc) {
     int64_t start = now_ms(), got_at = -1;
     zmq_msg_t rid;
     zmq_msg_init(&rid);
@@ -1050,6 +1051,7 @@ static void fake_peer(void *router, int64_t ms, bool answer_pings, int64_t reply
             rt_header a;
             rt_header_init(&a, RT_RESPONSE);
             a.id = req_id;
+            a.incarnation = inc;
             size_t len;
             char *b = encode(&a, &len);
             assert_true(zmq_send(router, zmq_msg_data(&rid), zmq_msg_size(&rid), ZMQ_SNDMORE) >= 0);
@@ -1073,6 +1075,7 @@ static void fake_peer(void *router, int64_t ms, bool answer_pings, int64_t reply
                 rt_header a;
                 rt_header_init(&a, RT_RESPONSE);
                 a.id = req.id;
+                a.incarnation = inc;
                 size_t len;
                 char *b = encode(&a, &len);
                 assert_true(zmq_send(router, zmq_msg_data(&id), zmq_msg_size(&id), ZMQ_SNDMORE) >= 0);
@@ -1093,9 +1096,13 @@ static void fake_peer(void *router, int64_t ms, bool answer_pings, int64_t reply
     dg_status_free(&st);
 }
 
+static void fake_peer(void *router, int64_t ms, bool answer_pings, int64_t reply_after_ms, int *n_pings) {
+    fake_peer_inc(router, ms, answer_pings, reply_after_ms, n_pings, 0);
+}
+
 // A call with a 20 s deadline to a peer that stops answering fails UNAVAILABLE within about a
 // second plus the liveness timeout; to a peer that is slow but answers its PINGs, it waits and
-// succeeds.
+// succeeds; to a peer whose process was replaced (a new incarnation answers), it fails at once.
 static void test_liveness_probes(void **state) {
     void *zctx = zmq_ctx_new();
     void *router = zmq_socket(zctx, ZMQ_ROUTER);
@@ -1143,6 +1150,29 @@ static void test_liveness_probes(void **state) {
     // About one probe a second while the call waits, not one per loop.
     assert_true(pings >= 1 && pings <= 4);
     dg_status_free(&r2.st);
+
+    // Restarted: a PING answered by incarnation 7, then a call the peer never answers while
+    // its probes come back from incarnation 8 (a new process on the port): the call fails at
+    // the first probe, about a second in, naming the restart.
+    call_result r3 = {PTHREAD_MUTEX_INITIALIZER, false, dg_status_new(), 0};
+    h = malloc(sizeof *h);
+    rt_header_init(h, RT_PING);
+    rt_call(c, ep, h, NULL, 0, 5000, on_result, &r3);
+    pings = 0;
+    fake_peer_inc(router, 300, true, -1, &pings, 7);
+    assert_true(result_wait(&r3, 2000));
+    assert_ok(r3.st);
+    dg_status_free(&r3.st);
+    call_result r4 = {PTHREAD_MUTEX_INITIALIZER, false, dg_status_new(), 0};
+    h = malloc(sizeof *h);
+    rt_header_init(h, RT_LIST_DEVICES);
+    t0 = now_ms();
+    rt_call(c, ep, h, NULL, 0, 20000, on_result, &r4);
+    fake_peer_inc(router, 2500, true, -1, &pings, 8);
+    assert_true(result_wait(&r4, 3000));
+    assert_status(r4.st, DG_UNAVAILABLE, "restarted: the process this call went to is gone");
+    assert_true(now_ms() - t0 < 4000);
+    dg_status_free(&r4.st);
 
     dg_status_free(&st);
     rt_transport_free(&c);
