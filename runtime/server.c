@@ -252,9 +252,13 @@ typedef struct job {
     rt_header *h;
     dg_tensor **ts;
     int n;
+    registered *r;   // RUN_GRAPH: its graph, acquired when the request came; NULL: none
 } job;
 
+static void release_graph(dg_server *s, registered *r);
+
 static void job_free(job *j) {
+    if (j->r) release_graph(j->s, j->r);
     if (j->h) {
         rt_header_clear(j->h);
         free(j->h);
@@ -401,11 +405,6 @@ static void do_deregister(job *j) {
 // last node has finished, on whichever thread that is. A light partition (a ps's reads and
 // updates) starts right on the I/O thread and its receives continue there; one with expensive
 // kernels starts on the service pool and continues there.
-typedef struct run_ctx {
-    job *j;
-    registered *r;
-} run_ctx;
-
 
 static void run_finished(dg_server *s) {
     pthread_mutex_lock(&s->mu);
@@ -414,28 +413,25 @@ static void run_finished(dg_server *s) {
 }
 
 static void run_done(void *arg, const dg_status *st) {
-    run_ctx *c = arg;
-    job *j = c->j;
+    job *j = arg;
     dg_server *s = j->s;
     exec_rendezvous_end_step(s->rv, j->h->step_id);
-    release_graph(s, c->r);
     if (!st) reply_ok(j, new_header(), NULL, 0);
     else reply_err(j, st);
-    job_free(j);
-    free(c);
+    job_free(j);   // releases the graph
     run_finished(s);
 }
 
-// Returns true when the job now belongs to the step (run_done frees it).
+// Starts j's step (j->r is its graph, or NULL when the handle is unknown). Returns true when
+// the job now belongs to the step (run_done frees it); false after answering with an error.
 static bool start_run(job *j) {
     dg_server *s = j->s;
     dg_status st = DG_STATUS_INIT;
     pthread_mutex_lock(&s->mu);
     bool closing = s->closing;
-    if (!closing) s->n_started++;
+    if (!closing && j->r) s->n_started++;
     pthread_mutex_unlock(&s->mu);
-    registered *r = closing ? NULL : acquire_graph(s, j->h->handle);
-    if (!r) {
+    if (closing || !j->r) {
         if (closing)
             dg_status_setf(&st, DG_UNAVAILABLE, "%s is shutting down", s->task_name);
         else
@@ -443,18 +439,12 @@ static bool start_run(job *j) {
                            (long long)j->h->handle, s->task_name);
         reply_err(j, &st);
         status_impl_clear(&st);
-        if (!closing) run_finished(s);
         return false;
     }
-    run_ctx *c = malloc(sizeof *c);
-    if (!c) abort();
-    *c = (run_ctx){j, r};
     exec_step_options o = {j->h->step_id, s->rv, 0};
-    if (exec_graph_start(r->eg, &o, run_done, c, &st)) return true;
+    if (exec_graph_start(j->r->eg, &o, run_done, j, &st)) return true;
     run_finished(s);
-    free(c);
     exec_rendezvous_end_step(s->rv, j->h->step_id);
-    release_graph(s, r);
     reply_err(j, &st);
     status_impl_clear(&st);
     return false;
@@ -508,22 +498,14 @@ static void run_job(void *arg, int unused) {
     job_free(j);
 }
 
-// A RUN_GRAPH whose partition is light starts here, on the I/O thread.
-static bool start_run_inline(dg_server *s, job *j) {
-    registered *r = acquire_graph(s, j->h->handle);
-    bool light = r && exec_graph_is_light(r->eg);
-    if (r) release_graph(s, r);
-    if (!light) return false;
-    if (!start_run(j)) job_free(j);
-    return true;
-}
+
 
 // Runs on the transport's I/O thread: quick requests here, the rest on the service pool.
 static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n) {
     dg_server *s = ctx;
     job *j = calloc(1, sizeof *j);
     if (!j) abort();
-    *j = (job){s, peer, h, ts, n};
+    *j = (job){s, peer, h, ts, n, NULL};
     dg_status st = DG_STATUS_INIT;
     switch (h->type) {
     case RT_PING: {
@@ -569,11 +551,14 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
     }
     case RT_END_STEP: exec_rendezvous_end_step(s->rv, h->step_id); break;
     case RT_RUN_GRAPH:
-        if (start_run_inline(s, j)) {
-            j = NULL;
-            break;
+        // A light partition (or an unknown handle, answered at once) starts here, on the I/O
+        // thread; the others on the service pool.
+        j->r = acquire_graph(s, h->handle);
+        if (!j->r || exec_graph_is_light(j->r->eg)) {
+            if (!start_run(j)) job_free(j);
+        } else {
+            exec_pool_submit(s->pool, run_job, j, 0);
         }
-        exec_pool_submit(s->pool, run_job, j, 0);
         j = NULL;
         break;
     case RT_REGISTER_GRAPH:
