@@ -56,6 +56,7 @@ typedef struct pending {
     int64_t sent_at;         // ms, monotonic
     bool probe;              // a liveness PING of the transport's own (no callback)
     uint64_t peer_inc;       // the endpoint's incarnation known when sent, 0: none yet
+    int dealer;              // index in t->dealers of the socket it went out on
     char *endpoint;
     int type;
     rt_response_cb cb;
@@ -242,11 +243,13 @@ static void send_frames(void *sock, const rt_peer *peer, const char *hdr, size_t
     }
 }
 
-static void *dealer_for(rt_transport *t, const char *endpoint) {
+// The index of endpoint's DEALER in t->dealers (connected on first use; dealers are never
+// removed, so indices stay valid), or -1.
+static int dealer_index(rt_transport *t, const char *endpoint) {
     for (int i = 0; i < t->n_dealers; i++)
-        if (strcmp(t->dealers[i].endpoint, endpoint) == 0) return t->dealers[i].sock;
+        if (strcmp(t->dealers[i].endpoint, endpoint) == 0) return i;
     void *s = zmq_socket(t->zctx, ZMQ_DEALER);
-    if (!s) return NULL;
+    if (!s) return -1;
     int zero = 0, one = 1;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
@@ -263,14 +266,18 @@ static void *dealer_for(rt_transport *t, const char *endpoint) {
     if (zmq_connect(s, endpoint) != 0) {
         tlog(t, "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
         zmq_close(s);
-        return NULL;
+        return -1;
     }
     dealer *nd = realloc(t->dealers, (size_t)(t->n_dealers + 1) * sizeof *nd);
     if (!nd) abort();
     t->dealers = nd;
     t->dealers[t->n_dealers] = (dealer){strdup(endpoint), s, 0, 0, 0};
-    t->n_dealers++;
-    return s;
+    return t->n_dealers++;
+}
+
+static void *dealer_for(rt_transport *t, const char *endpoint) {
+    int i = dealer_index(t, endpoint);
+    return i >= 0 ? t->dealers[i].sock : NULL;
 }
 
 static void fail_call(rt_response_cb cb, void *arg, dg_code code, const char *fmt, ...)
@@ -298,13 +305,12 @@ static void free_cmd(cmd *c) {
     free(c);
 }
 
-static dealer *find_dealer(rt_transport *t, const char *endpoint);
-
 static void run_cmd(rt_transport *t, cmd *c) {
     if (c->kind == CMD_REPLY) {
         send_frames(t->router, c->peer, c->header, c->header_len, c->tensors, c->n, 0, 0);
     } else {
-        void *s = dealer_for(t, c->endpoint);
+        int di = dealer_index(t, c->endpoint);
+        void *s = di >= 0 ? t->dealers[di].sock : NULL;
         if (!s) {
             if (c->kind == CMD_CALL)
                 fail_call(c->cb, c->arg, DG_UNAVAILABLE, "cannot connect to %s", c->endpoint);
@@ -315,8 +321,8 @@ static void run_cmd(rt_transport *t, cmd *c) {
             p->sent_at = now_ms();
             p->deadline = c->timeout_ms > 0 ? p->sent_at + c->timeout_ms : INT64_MAX;
             p->endpoint = strdup(c->endpoint);
-            dealer *dd = find_dealer(t, c->endpoint);
-            p->peer_inc = dd ? dd->peer_inc : 0;
+            p->dealer = di;
+            p->peer_inc = t->dealers[di].peer_inc;
             p->cb = c->cb;
             p->arg = c->arg;
             p->next = t->pending;
@@ -634,11 +640,6 @@ out:
 #define PROBE_AFTER_MS 1000      // a call unanswered this long makes its endpoint probed
 #define PROBE_EVERY_MS 1000      // at most one probe per endpoint this often
 
-static dealer *find_dealer(rt_transport *t, const char *endpoint) {
-    for (int i = 0; i < t->n_dealers; i++)
-        if (strcmp(t->dealers[i].endpoint, endpoint) == 0) return &t->dealers[i];
-    return NULL;
-}
 
 static int64_t liveness_ms(const rt_transport *t) {
     return t->opts.liveness_timeout_ms == 0 ? 5000 : t->opts.liveness_timeout_ms;
@@ -646,8 +647,8 @@ static int64_t liveness_ms(const rt_transport *t) {
 
 // A probe's answer: the endpoint is alive; the next probe waits a while.
 static void probe_answered(rt_transport *t, pending *p) {
-    dealer *d = find_dealer(t, p->endpoint);
-    if (d && d->probe_id == p->id) {
+    dealer *d = &t->dealers[p->dealer];
+    if (d->probe_id == p->id) {
         d->probe_id = 0;
         d->next_probe_at = now_ms() + PROBE_EVERY_MS;
     }
@@ -672,6 +673,7 @@ static void send_probe(rt_transport *t, dealer *d, int64_t now) {
     p->sent_at = now;
     p->deadline = now + liveness_ms(t);
     p->endpoint = strdup(d->endpoint);
+    p->dealer = (int)(d - t->dealers);
     p->next = t->pending;
     t->pending = p;
     d->probe_id = p->id;
@@ -679,11 +681,11 @@ static void send_probe(rt_transport *t, dealer *d, int64_t now) {
     free(buf);
 }
 
-// Fails every call waiting on endpoint: its probe went unanswered.
-static void fail_endpoint(rt_transport *t, const char *endpoint) {
+// Fails every call waiting on dealer di: its probe went unanswered.
+static void fail_endpoint(rt_transport *t, int di) {
     for (pending **pp = &t->pending; *pp;) {
         pending *p = *pp;
-        if (!p->probe && strcmp(p->endpoint, endpoint) == 0) {
+        if (!p->probe && p->dealer == di) {
             *pp = p->next;
             fail_call(p->cb, p->arg, DG_UNAVAILABLE,
                       "%s stopped answering: no reply to a liveness probe within %lld ms", p->endpoint,
@@ -699,17 +701,18 @@ static void fail_endpoint(rt_transport *t, const char *endpoint) {
 // A response from the process at sock's endpoint carried incarnation inc. A new one means the
 // task restarted: calls sent to the old process will never be answered, fail them now.
 static void peer_incarnation(rt_transport *t, void *sock, uint64_t inc) {
-    dealer *d = NULL;
-    for (int i = 0; i < t->n_dealers && !d; i++)
-        if (t->dealers[i].sock == sock) d = &t->dealers[i];
-    if (!d || d->peer_inc == inc) return;
+    int di = -1;
+    for (int i = 0; i < t->n_dealers && di < 0; i++)
+        if (t->dealers[i].sock == sock) di = i;
+    if (di < 0 || t->dealers[di].peer_inc == inc) return;
+    dealer *d = &t->dealers[di];
     uint64_t old = d->peer_inc;
     d->peer_inc = inc;
     if (!old) return;
     tlog(t, "%s restarted (a new process answers there): failing the calls sent to the old one", d->endpoint);
     for (pending **pp = &t->pending; *pp;) {
         pending *p = *pp;
-        if (!p->probe && p->peer_inc == old && strcmp(p->endpoint, d->endpoint) == 0) {
+        if (!p->probe && p->peer_inc == old && p->dealer == di) {
             *pp = p->next;
             fail_call(p->cb, p->arg, DG_UNAVAILABLE,
                       "%s restarted: the process this call went to is gone (a new one answers there)",
@@ -729,14 +732,14 @@ static void expire(rt_transport *t) {
         if (p->deadline <= now) {
             *pp = p->next;
             if (p->probe) {
-                dealer *d = find_dealer(t, p->endpoint);
-                if (d && d->probe_id == p->id) d->probe_id = 0;
+                dealer *d = &t->dealers[p->dealer];
+                if (d->probe_id == p->id) d->probe_id = 0;
                 tlog(t, "%s did not answer a liveness probe within %lld ms: failing the calls waiting on it",
                      p->endpoint, (long long)liveness_ms(t));
-                char *ep = p->endpoint;
+                int di = p->dealer;
+                free(p->endpoint);
                 free(p);
-                fail_endpoint(t, ep);
-                free(ep);
+                fail_endpoint(t, di);
                 pp = &t->pending;   // the list changed
                 continue;
             }
@@ -751,8 +754,8 @@ static void expire(rt_transport *t) {
     // Probe the endpoints of calls that have waited long.
     for (pending *p = t->pending; p; p = p->next) {
         if (p->probe || now - p->sent_at < PROBE_AFTER_MS) continue;
-        dealer *d = find_dealer(t, p->endpoint);
-        if (d && !d->probe_id && now >= d->next_probe_at) send_probe(t, d, now);
+        dealer *d = &t->dealers[p->dealer];
+        if (!d->probe_id && now >= d->next_probe_at) send_probe(t, d, now);
     }
 }
 
@@ -765,9 +768,9 @@ static long next_wakeup(rt_transport *t) {
         if (p->deadline < soonest) soonest = p->deadline;
         if (!p->probe && t->opts.liveness_timeout_ms >= 0) {
             int64_t at = p->sent_at + PROBE_AFTER_MS;
-            dealer *d = find_dealer(t, p->endpoint);
-            if (d && d->probe_id) continue;   // its probe's deadline is in the list
-            if (d && d->next_probe_at > at) at = d->next_probe_at;
+            const dealer *d = &t->dealers[p->dealer];
+            if (d->probe_id) continue;   // its probe's deadline is in the list
+            if (d->next_probe_at > at) at = d->next_probe_at;
             if (at < soonest) soonest = at;
         }
     }
