@@ -59,8 +59,9 @@ echo "$out" | grep -Eq "nodes placed on 3 devices" || fail "placement summary"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["sm_b"].endswith("task:1/device:CPU:0"), d' \
     "$tmp/place.json" || fail "place --json"
 # With GPUs, compute ops prefer GPU:0 of their task.
-out=$("$inspect" place "$tmp/mlp.graph" --cluster_spec "$spec" --gpus_per_task 2 2>&1) ||
-    { echo "$out" | tail -5; fail "dg-inspect place --gpus_per_task 2 exited $?"; }
+rc=0
+out=$("$inspect" place "$tmp/mlp.graph" --cluster_spec "$spec" --gpus_per_task 2 2>&1) || rc=$?
+[ "$rc" = 0 ] || { echo "$out" | tail -5; fail "dg-inspect place --gpus_per_task 2 exited $rc"; }
 echo "$out" | grep -E "^MatMul " || { echo "$out" | tail -5; fail "no MatMul row with --gpus_per_task 2"; }
 check_place MatMul /job:worker/replica:0/task:0/device:GPU:0
 
