@@ -89,6 +89,10 @@ typedef struct exec_kernel_def {
     // Async kernels (compute NULL): start the work and return; whoever finishes it calls
     // exec_async_done exactly once. ctx is valid only during the call.
     void (*start_async)(void *state, exec_ctx *ctx, exec_async_handle h);
+    // GPU kernels: the node may run on a GPU although some output is not a float (its
+    // non-float outputs are host memory, see executor/cuda/kernels/gpu_impl.h). Without it a GPU
+    // kernel is offered to the placer only for nodes whose outputs are all floats.
+    bool host_outputs;
 } exec_kernel_def;
 
 // Completes an async kernel: out (consumed; NULL on error) becomes output 0; st (NULL: OK)
@@ -141,6 +145,11 @@ void exec_cpu_register(void);
 void exec_register_kernels(const exec_kernel_def *defs, int n);
 // Number of usable GPUs in this process (0 without CUDA or without a GPU).
 int exec_gpu_count(void);
+// Lets GPU MatMul use TF32 (dg_session_options.gpu_allow_tf32); nothing without CUDA.
+void exec_gpu_set_allow_tf32(bool allow);
+// t itself (a new reference) when it is in host memory, else a host copy of it (a tensor a
+// GPU kernel left in device memory). Returns: new; NULL with st set.
+dg_tensor *exec_tensor_to_host(dg_tensor *t, dg_status *st);
 // A placer callback: is there a kernel for n on device_type?
 bool exec_kernel_supports(void *ctx, const dg_node *n, const char *device_type);
 

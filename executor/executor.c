@@ -385,7 +385,9 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
     int64_t elements = 0;
     for (int i = 0; i < n_nodes; i++) {
         const dg_node *nd = eg->nodes[i].node;
-        if (eg->nodes[i].def->expensive) eg->light = false;
+        // GPU kernels wait for the device in _Send: never on an I/O thread.
+        if (eg->nodes[i].def->expensive || strcmp(eg->nodes[i].def->device_type, "CPU") != 0)
+            eg->light = false;
         for (int o = 0; o < nd->n_outputs; o++) {
             const dg_shape *sh = &nd->out_shapes[o];
             int64_t e = 1;

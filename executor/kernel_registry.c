@@ -5,7 +5,7 @@
 
 #include "exec_impl.h"
 #ifdef DG_WITH_CUDA
-#include "cuda_device.h"
+#include "gpu_impl.h"
 #endif
 
 #define MAX_KERNELS 512
@@ -35,7 +35,31 @@ int exec_gpu_count(void) {
 
 bool exec_kernel_supports(void *ctx, const dg_node *n, const char *device_type) {
     (void)ctx;
-    return exec_kernel_find(n->op->name, device_type, exec_kernel_dtype(n)) != NULL;
+    const exec_kernel_def *k = exec_kernel_find(n->op->name, device_type, exec_kernel_dtype(n));
+    if (!k) return false;
+    // On a GPU only floats live in device memory (executor/cuda/kernels/gpu_impl.h): a node
+    // with another output dtype runs there only when its kernel keeps such outputs on the host.
+    if (strcmp(device_type, "GPU") == 0 && !k->host_outputs)
+        for (int i = 0; i < n->n_outputs; i++)
+            if (n->out_dtypes[i] != DG_FLOAT32 && n->out_dtypes[i] != DG_FLOAT64) return false;
+    return true;
+}
+
+void exec_gpu_set_allow_tf32(bool allow) {
+#ifdef DG_WITH_CUDA
+    exec_cuda_set_allow_tf32(allow);
+#else
+    (void)allow;
+#endif
+}
+
+dg_tensor *exec_tensor_to_host(dg_tensor *t, dg_status *st) {
+#ifdef DG_WITH_CUDA
+    return gpu_any_to_host(t, st);
+#else
+    (void)st;
+    return dg_tensor_ref(t);
+#endif
 }
 
 dg_dtype exec_kernel_dtype(const dg_node *n) {

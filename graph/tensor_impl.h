@@ -17,6 +17,9 @@ struct dg_tensor {
     void *dealloc_arg;
     dg_tensor *base;          // a view holds one reference to the tensor it aliases
     bool owns_data;           // data came from our aligned allocator
+    int gpu;                  // 0: data is host memory; 1 + id: memory of GPU id (set by the
+                              // GPU device, executor/cuda/kernels/gpu_common.c; host code
+                              // must not read it: dg_tensor_copy and the wire refuse)
 };
 
 // A tensor sharing t's buffer with another shape (same element count).

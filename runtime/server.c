@@ -465,8 +465,10 @@ static void do_get_variables(job *j) {
                            j->h->names[i], v ? "is not initialized" : "does not exist", s->task_name);
             break;
         }
-        vals[i] = dg_tensor_copy(cur, &st);
+        dg_tensor *host = exec_tensor_to_host(cur, &st);   // a GPU variable's value
         dg_tensor_unref(cur);
+        vals[i] = host ? dg_tensor_copy(host, &st) : NULL;
+        dg_tensor_unref(host);
         if (!vals[i]) break;
         rt_header_add_name(r, j->h->names[i]);
         rt_header_add_tensor(r, vals[i]);

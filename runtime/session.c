@@ -41,6 +41,7 @@ struct dg_session {
     exec_rendezvous *rendezvous;
     int64_t next_step_id;
     dg_server *server;       // cluster sessions: the master's own task; NULL for local
+    bool devices_listed;     // cluster sessions: devices as the tasks reported them
     char client_device[200];
 };
 
@@ -94,6 +95,7 @@ dg_session *dg_session_new(dg_graph *g, const char *target, const dg_session_opt
         return NULL;
     }
     exec_cpu_set_threads(s->opts.intra_op_threads > 0 ? s->opts.intra_op_threads : 1);
+    exec_gpu_set_allow_tf32(s->opts.gpu_allow_tf32);
     s->rendezvous = exec_rendezvous_new();
     if (s->opts.n_virtual_cpus < 0 || s->opts.n_virtual_cpus > 64) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "session: n_virtual_cpus must be in 0..64, got %d",
@@ -308,16 +310,30 @@ static bool compile(dg_session *s, dg_node **run, int n_run, const dg_output *fe
     if (s->opts.log_device_placement)
         for (int i = 0; i < n_run; i++)
             fprintf(stderr, "%s: (%s): %s\n", run[i]->name, run[i]->op->name, run[i]->assigned_device);
-    bool multi = false;
+    bool multi = false, gpu = false;
     for (int i = 1; i < n_run && !multi; i++)
         multi = strcmp(run[i]->assigned_device, run[0]->assigned_device) != 0;
+    for (int i = 0; i < n_run && !gpu; i++) gpu = strstr(run[i]->assigned_device, "/device:GPU:") != NULL;
     exec_env env = {s->rm, s->devices[0], s->opts.intra_op_threads};
-    if (!multi) {
+    if (!multi && !gpu) {
         out->eg = exec_graph_new(run, n_run, feeds, n_feeds, fetches, n_fetches, &env, s->pool, st);
         return out->eg != NULL;
     }
-    out->parts = dg_partition(run, n_run, feeds, n_feeds, 1, st);
-    if (!out->parts) return false;
+    // With GPUs the CPU is the client: feeds enter and fetches leave through its partition,
+    // so values cross to and from device memory only in _Send/_Recv.
+    dg_output *fetch_at = NULL;
+    if (gpu) {
+        fetch_at = malloc(((size_t)n_fetches + 1) * sizeof *fetch_at);
+        if (!fetch_at) abort();
+        out->parts = dg_partition_ex(run, n_run, feeds, n_feeds, fetches, n_fetches, s->devices[0], 1,
+                                     fetch_at, st);
+    } else {
+        out->parts = dg_partition(run, n_run, feeds, n_feeds, 1, st);
+    }
+    if (!out->parts) {
+        free(fetch_at);
+        return false;
+    }
     int total = 0;
     for (int p = 0; p < dg_partitions_count(out->parts); p++)
         total += dg_graph_num_nodes(dg_partitions_graph(out->parts, p));
@@ -331,14 +347,84 @@ static bool compile(dg_session *s, dg_node **run, int n_run, const dg_output *fe
     }
     for (int i = 0; i < n_fetches; i++) {
         pf[i] = fetches[i];
+        if (fetch_at) {
+            pf[i] = fetch_at[i];
+            continue;
+        }
         dg_node *c = is_fed(feeds, n_feeds, fetches[i].node, fetches[i].index)
                          ? NULL : dg_partitions_find(out->parts, fetches[i].node);
         if (c) pf[i].node = c;
     }
+    free(fetch_at);
     out->eg = exec_graph_new(all, k, feeds, n_feeds, pf, n_fetches, &env, s->pool, st);
     free(all);
     free(pf);
     return out->eg != NULL;
+}
+
+// The devices of every task as the tasks report them (LIST_DEVICES): a task's GPUs count only
+// where it has them. Asked once, on the first compile that needs a GPU; until then (and for
+// graphs that request no GPU) the cluster's CPUs are the devices, which needs no peer.
+static bool list_cluster_devices(dg_session *s, dg_status *st) {
+    char **list = NULL;
+    int n = 0, cap = 0;
+    bool ok = true;
+    for (int i = 0; i < s->n_devices && ok; i++) {
+        char task[200];
+        // The CPU-only list has one device per task, its CPU:0.
+        if (!rt_task_of_device(s->devices[i], task, sizeof task)) continue;
+        rt_header *resp = NULL;
+        if (strcmp(task, dg_server_task_name(s->server)) == 0) {
+            resp = calloc(1, sizeof *resp);
+            if (!resp) abort();
+            rt_header_init(resp, RT_LIST_DEVICES);
+            char dev[240];
+            snprintf(dev, sizeof dev, "%s/device:CPU:0", task);
+            rt_header_add_name(resp, dev);
+            for (int g = 0; g < exec_gpu_count(); g++) {
+                snprintf(dev, sizeof dev, "%s/device:GPU:%d", task, g);
+                rt_header_add_name(resp, dev);
+            }
+        } else {
+            char *ep = rt_server_task_endpoint(s->server, s->devices[i], st);
+            rt_header *h = ep ? malloc(sizeof *h) : NULL;
+            if (h) rt_header_init(h, RT_LIST_DEVICES);
+            ok = h && rt_call_sync(rt_server_transport(s->server), ep, h, NULL, 0,
+                                   rt_server_timeout_ms(s->server), &resp, NULL, NULL, st);
+            if (!ok) dg_status_prepend(st, "listing the devices of %s (%s)", task, ep ? ep : "?");
+            free(ep);
+        }
+        for (int k = 0; ok && k < resp->n_names; k++) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                list = realloc(list, (size_t)cap * sizeof *list);
+                if (!list) abort();
+            }
+            if (!(list[n++] = strdup(resp->names[k]))) abort();
+        }
+        if (resp) {
+            rt_header_clear(resp);
+            free(resp);
+        }
+    }
+    if (!ok) {
+        dg_device_list_free(list, n);
+        return false;
+    }
+    dg_device_list_free(s->devices, s->n_devices);
+    s->devices = list;
+    s->n_devices = n;
+    s->devices_listed = true;
+    return true;
+}
+
+// True when some node asks for a GPU.
+static bool wants_gpu(dg_node *const *run, int n_run) {
+    for (int i = 0; i < n_run; i++) {
+        const char *r = run[i]->requested_device;
+        if (r && (strstr(r, "GPU") || strstr(r, "gpu"))) return true;
+    }
+    return false;
 }
 
 // Cluster sessions: place over every task, partition with this task as the client, run this
@@ -349,6 +435,7 @@ static bool compile_cluster(dg_session *s, dg_node **run, int n_run, const dg_ou
     po.allow_soft_placement = s->opts.allow_soft_placement;
     po.supports = exec_kernel_supports;
     po.default_device = dg_server_task_name(s->server);
+    if (!s->devices_listed && wants_gpu(run, n_run) && !list_cluster_devices(s, st)) return false;
     if (!dg_place(run, n_run, (const char *const *)s->devices, s->n_devices, &po, st)) return false;
     if (s->opts.log_device_placement)
         for (int i = 0; i < n_run; i++)

@@ -263,7 +263,7 @@ static bool slice_grad_compute(void *state, exec_ctx *ctx) {
 }
 
 #define K(op, mask, create, compute, destroy) \
-    {op, "CPU", mask, create, compute, destroy, false, false, false, NULL}
+    {op, "CPU", mask, create, compute, destroy, false, false, false, NULL, false}
 
 const exec_kernel_def cpu_array_kernels[] = {
     K("Reshape", DT_ALL, cpu_no_state, reshape_compute, NULL),

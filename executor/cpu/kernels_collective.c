@@ -649,8 +649,8 @@ out:
 }
 
 static const exec_kernel_def collective_kernels[] = {
-    {"CollectiveAllReduce", "CPU", DT_FLOATS, coll_create, coll_compute, coll_destroy, true, false, false, NULL},
-    {"CollectiveBroadcast", "CPU", DT_NUMERIC, coll_create, coll_compute, coll_destroy, true, false, false, NULL},
+    {"CollectiveAllReduce", "CPU", DT_FLOATS, coll_create, coll_compute, coll_destroy, true, false, false, NULL, false},
+    {"CollectiveBroadcast", "CPU", DT_NUMERIC, coll_create, coll_compute, coll_destroy, true, false, false, NULL, false},
 };
 
 void cpu_register_collective_kernels(void) {

@@ -441,7 +441,7 @@ static bool cast_compute(void *state, exec_ctx *ctx) {
 }
 
 #define K(op, mask, create, compute, destroy, expensive) \
-    {op, "CPU", mask, create, compute, destroy, expensive, false, false, NULL}
+    {op, "CPU", mask, create, compute, destroy, expensive, false, false, NULL, false}
 
 const exec_kernel_def cpu_math_kernels[] = {
     K("MatMul", DT_FLOATS, matmul_create, matmul_compute, free, true),

@@ -440,7 +440,7 @@ static bool broadcast_to_compute(void *state, exec_ctx *ctx) {
 }
 
 #define K(op, mask, create, compute, destroy) \
-    {op, "CPU", mask, create, compute, destroy, false, false, false, NULL}
+    {op, "CPU", mask, create, compute, destroy, false, false, false, NULL, false}
 
 const exec_kernel_def cpu_nn_kernels[] = {
     K("Softmax", DT_FLOATS, cpu_no_state, softmax_compute, NULL),

@@ -263,7 +263,7 @@ static bool apply_adam_compute(void *state, exec_ctx *ctx) {
 }
 
 #define K(op, mask, create, compute, destroy, expensive, is_ref, uninit) \
-    {op, "CPU", mask, create, compute, destroy, expensive, is_ref, uninit, NULL}
+    {op, "CPU", mask, create, compute, destroy, expensive, is_ref, uninit, NULL, false}
 
 const exec_kernel_def cpu_state_kernels[] = {
     K("Const", DT_ALL, const_create, const_compute, NULL, false, false, false),

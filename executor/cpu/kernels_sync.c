@@ -715,7 +715,7 @@ static bool queue_close_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
-#define SK(op, mask, create, compute, destroy, start) {op, "CPU", mask, create, compute, destroy, false, false, false, start}
+#define SK(op, mask, create, compute, destroy, start) {op, "CPU", mask, create, compute, destroy, false, false, false, start, false}
 
 static const exec_kernel_def sync_kernels[] = {
     SK("AccumulatorApplyGradient", DT_ALL, accum_kernel_create, apply_gradient_compute, accum_kernel_free, NULL),

@@ -1,6 +1,7 @@
 /* cuBLAS on a CUDA device: one handle per device, created on first use and bound to the
  * device's stream. */
 #include <limits.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include <cublas_v2.h>
@@ -53,15 +54,24 @@ void cuda_blas_release(exec_cuda_device *dev) {
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
-bool exec_cuda_sgemm(exec_cuda_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                     int64_t k, float alpha, const float *a, int64_t lda, const float *b,
-                     int64_t ldb, float beta, float *c, int64_t ldc, dg_status *st) {
+// Whether sgemm may use TF32 tensor cores; read at every call.
+static atomic_bool allow_tf32;
+
+void exec_cuda_set_allow_tf32(bool allow) { atomic_store(&allow_tf32, allow); }
+
+// Row-major C = alpha * op(A) * op(B) + beta * C in float32 (is_f64 false) or float64; alpha
+// and beta point to a float or a double accordingly.
+static bool gemm(exec_cuda_device *dev, bool is_f64, bool trans_a, bool trans_b, int64_t m,
+                 int64_t n, int64_t k, const void *alpha, const void *a, int64_t lda,
+                 const void *b, int64_t ldb, const void *beta, void *c, int64_t ldc,
+                 dg_status *st) {
+    const char *name = is_f64 ? "dgemm" : "sgemm";
     if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(lda) || !fits_int(ldb) ||
         !fits_int(ldc)) {
         dg_status_setf(st, DG_INVALID_ARGUMENT,
-                       "GPU:%d: sgemm m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld: each "
+                       "GPU:%d: %s m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld: each "
                        "must be in [0, %d]",
-                       dev->id, (long long)m, (long long)n, (long long)k, (long long)lda,
+                       dev->id, name, (long long)m, (long long)n, (long long)k, (long long)lda,
                        (long long)ldb, (long long)ldc, INT_MAX);
         return false;
     }
@@ -70,15 +80,37 @@ bool exec_cuda_sgemm(exec_cuda_device *dev, bool trans_a, bool trans_b, int64_t 
     cublasHandle_t h = blas_handle(dev, st);
     if (!h) goto fail;
     CUDA_CHECK(cudaSetDevice(dev->id));
+    // The math mode is set on every call: the handle is shared by all kernels of the device,
+    // and CUBLAS_DEFAULT_MATH never uses TF32.
+    CUBLAS_CHECK(cublasSetMathMode(h, !is_f64 && atomic_load(&allow_tf32)
+                                          ? CUBLAS_TF32_TENSOR_OP_MATH
+                                          : CUBLAS_DEFAULT_MATH));
     // Row-major C (m x n) is column-major C^T, and C^T = op(B)^T op(A)^T: swap the operands.
-    CUBLAS_CHECK(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                             trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k,
-                             &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc));
+    if (is_f64)
+        CUBLAS_CHECK(cublasDgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k,
+                                 alpha, b, (int)ldb, a, (int)lda, beta, c, (int)ldc));
+    else
+        CUBLAS_CHECK(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k,
+                                 alpha, b, (int)ldb, a, (int)lda, beta, c, (int)ldc));
     pthread_mutex_unlock(&dev->mu);
     return true;
 fail:
     pthread_mutex_unlock(&dev->mu);
-    dg_status_prepend(st, "GPU:%d: sgemm %lldx%lldx%lld", dev->id, (long long)m, (long long)n,
+    dg_status_prepend(st, "GPU:%d: %s %lldx%lldx%lld", dev->id, name, (long long)m, (long long)n,
                       (long long)k);
     return false;
+}
+
+bool exec_cuda_sgemm(exec_cuda_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                     int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                     int64_t ldb, float beta, float *c, int64_t ldc, dg_status *st) {
+    return gemm(dev, false, trans_a, trans_b, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc, st);
+}
+
+bool exec_cuda_dgemm(exec_cuda_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                     int64_t k, double alpha, const double *a, int64_t lda, const double *b,
+                     int64_t ldb, double beta, double *c, int64_t ldc, dg_status *st) {
+    return gemm(dev, true, trans_a, trans_b, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc, st);
 }

@@ -18,8 +18,7 @@ extern "C" {
 #endif
 
 // Registers the GPU kernels with the kernel registry; called once, from
-// executor/kernel_registry.c. Tensors live in host memory at this stage, so no
-// GPU kernel is registered yet and the placer falls back to CPU for every op.
+// executor/kernel_registry.c (defined in executor/cuda/kernels/gpu_register.c).
 void exec_cuda_register(void);
 
 // ---- discovery ----
@@ -91,6 +90,14 @@ bool exec_cuda_fill_f32(exec_cuda_device *dev, float *dst, int64_t n, float valu
 bool exec_cuda_sgemm(exec_cuda_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                      int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                      int64_t ldb, float beta, float *c, int64_t ldc, dg_status *st);
+// The same in float64 (cublasDgemm).
+bool exec_cuda_dgemm(exec_cuda_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                     int64_t k, double alpha, const double *a, int64_t lda, const double *b,
+                     int64_t ldb, double beta, double *c, int64_t ldc, dg_status *st);
+
+// Lets later sgemm calls use TF32 tensor cores (CUBLAS_TF32_TENSOR_OP_MATH); off by default
+// (CUBLAS_DEFAULT_MATH, which never uses TF32). Process-wide. (cuda_blas.c)
+void exec_cuda_set_allow_tf32(bool allow);
 
 // NCCL's version (e.g. 22804 for 2.28.4). UNIMPLEMENTED when built without NCCL.
 bool exec_cuda_nccl_version(int *version, dg_status *st);

@@ -24,6 +24,10 @@ typedef struct dg_session_options {
     bool allow_soft_placement;   // default true
     int n_virtual_cpus;      // extra CPU devices (/device:CPU:1 ...) for multi-device tests
     bool log_device_placement;
+    // GPU MatMul may use TF32 tensor cores (10-bit mantissa inputs, about 1e-3 relative
+    // error; several times faster on A100/H100). Off by default: float32 results then match
+    // the CPU to float32 rounding. The setting is process-wide: the last session created wins.
+    bool gpu_allow_tf32;
 } dg_session_options;
 
 dg_session_options dg_session_options_default(void);

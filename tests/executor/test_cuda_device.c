@@ -1,5 +1,6 @@
-/* Tests for executor/cuda/: discovery, the GPU device table, the fill kernel, cuBLAS sgemm
- * and NCCL. Without a GPU only the no-device behaviour is checked (zero GPUs, statuses
+/* Tests for executor/cuda/: discovery, the GPU device table, the fill kernel, cuBLAS sgemm,
+ * NCCL, and GPU memory (cuda_alloc.h: the caching allocator, poisoning, pinned host buffers,
+ * staged copies). Without a GPU only the no-device behaviour is checked (zero GPUs, statuses
  * instead of aborts), then the test exits 77 so that CTest reports it skipped. */
 #include "testutil.h"
 
@@ -11,6 +12,7 @@
 #include <limits.h>
 #include <math.h>
 
+#include "cuda_alloc.h"
 #include "cuda_device.h"
 
 // ---- without a GPU (also run with one, where they apply) ----
@@ -37,7 +39,6 @@ static void test_free_null(void **state) {
     exec_cuda_device_free(NULL);
     exec_cuda_device_free(&dev);
     assert_null(dev);
-    exec_cuda_register();   // registers no GPU kernel yet; must be callable anywhere
 }
 
 static void test_nccl_version(void **state) {
@@ -73,6 +74,26 @@ static void test_no_device(void **state) {
     dg_status_reset(st);
     assert_null(exec_cuda_device_new(-1, st));
     assert_status(st, DG_UNAVAILABLE, "GPU:-1");
+    dg_status_free(&st);
+}
+
+
+// Pinned host memory without a GPU: a status, no crash; the lookups answer false.
+static void test_no_device_memory(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    assert_null(exec_cuda_host_alloc(0, st));
+    assert_ok(st);
+    assert_null(exec_cuda_host_alloc(100, st));
+    assert_false(dg_status_ok(st));
+    if (!strstr(dg_status_message(st), "pinned host memory: allocating 100 bytes: cudaHostAlloc"))
+        fail_msg("message: %s", dg_status_message(st));
+    char local[8];
+    assert_false(exec_cuda_host_is_pinned(local));
+    assert_false(exec_cuda_host_is_pinned(NULL));
+    exec_cuda_host_free(NULL);
+    exec_cuda_host_free(local);   // not ours: ignored
+    exec_cuda_mem_free(NULL, local);
     dg_status_free(&st);
 }
 
@@ -317,6 +338,221 @@ static void test_all_reduce(void **state) {
     dg_status_free(&st);
 }
 
+
+// ---- GPU memory (cuda_alloc.h); main sets DG_GPU_POISON=1 before the first allocation ----
+
+#define MiB ((size_t)1 << 20)
+
+static void test_mem_steady_state(void **state) {
+    exec_cuda_device *dev = *state;
+    dg_status *st = dg_status_new();
+    const size_t sizes[] = {4, 1000, 4096, 100000, MiB, 3 * MiB + 1, 10 * MiB, 10 * MiB};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    void *ptrs[N];
+    exec_cuda_mem_stats before, first, s;
+    exec_cuda_mem_stats_get(dev, &before);
+    for (int round = 0; round < 10; round++) {
+        for (int i = 0; i < N; i++) {
+            ptrs[i] = exec_cuda_mem_alloc(dev, sizes[i], st);
+            assert_ok(st);
+            assert_non_null(ptrs[i]);
+            assert_int_equal((uintptr_t)ptrs[i] % 256, 0);
+        }
+        exec_cuda_mem_stats_get(dev, &s);
+        assert_true(s.bytes_in_use >= before.bytes_in_use + 24 * (int64_t)MiB);
+        for (int i = 0; i < N; i++) exec_cuda_mem_free(dev, ptrs[(i * 3) % N]);
+        if (round == 0) exec_cuda_mem_stats_get(dev, &first);
+    }
+    exec_cuda_mem_stats_get(dev, &s);
+    assert_int_equal(s.device_mallocs, first.device_mallocs);   // no cudaMalloc after round 0
+    assert_int_equal(s.allocs, before.allocs + 10 * N);
+    assert_int_equal(s.bytes_in_use, before.bytes_in_use);
+    assert_true(s.bytes_cached >= 24 * (int64_t)MiB);
+    print_message("GPU:0 cache: %lld cudaMalloc calls for %lld allocs, %lld bytes cached\n",
+                  (long long)s.device_mallocs, (long long)s.allocs, (long long)s.bytes_cached);
+
+    assert_null(exec_cuda_mem_alloc(dev, 0, st));   // zero bytes: NULL and OK
+    assert_ok(st);
+    exec_cuda_mem_free(dev, NULL);
+    int foreign;
+    exec_cuda_mem_free(dev, &foreign);   // not from the cache: ignored
+    exec_cuda_mem_trim(dev);
+    exec_cuda_mem_stats_get(dev, &s);
+    assert_int_equal(s.bytes_cached, 0);
+    assert_true(exec_cuda_device_ops()->synchronize(dev, st));
+    dg_status_free(&st);
+}
+
+static void test_mem_out_of_memory(void **state) {
+    exec_cuda_device *dev = *state;
+    dg_status *st = dg_status_new();
+    void *cached = exec_cuda_mem_alloc(dev, 8 * MiB, st);
+    assert_ok(st);
+    exec_cuda_mem_free(dev, cached);
+    assert_null(exec_cuda_mem_alloc(dev, (size_t)1 << 50, st));   // 1 PiB
+    assert_status(st, DG_RESOURCE_EXHAUSTED, "GPU:0: allocating 1125899906842624 bytes: ");
+    assert_status(st, DG_RESOURCE_EXHAUSTED, "cudaMalloc at cuda_alloc.c:");
+    assert_status(st, DG_RESOURCE_EXHAUSTED, "cudaErrorMemoryAllocation");
+    exec_cuda_mem_stats s;
+    exec_cuda_mem_stats_get(dev, &s);
+    assert_int_equal(s.bytes_cached, 0);   // the failure gave the cache back before retrying
+    dg_status_reset(st);
+    void *p = exec_cuda_mem_alloc(dev, 1024, st);   // the error does not stick
+    assert_ok(st);
+    assert_non_null(p);
+    assert_true(exec_cuda_device_ops()->synchronize(dev, st));
+    exec_cuda_mem_free(dev, p);
+    dg_status_free(&st);
+}
+
+static void test_mem_poison(void **state) {
+    exec_cuda_device *dev = *state;
+    dg_status *st = dg_status_new();
+    const int64_t n = 300000;
+    const size_t n_bytes = (size_t)n * sizeof(float);
+    unsigned char *back = malloc(n_bytes);
+    assert_non_null(back);
+    for (int round = 0; round < 2; round++) {
+        // Round 1 gets round 0's block back from the cache, after it was filled with 1.0.
+        float *d = exec_cuda_mem_alloc(dev, n_bytes, st);
+        assert_ok(st);
+        memset(back, 0, n_bytes);
+        assert_true(exec_cuda_memcpy_to_host(dev, back, d, n_bytes, st));
+        assert_ok(st);
+        for (size_t i = 0; i < n_bytes; i++)
+            if (back[i] != 0xff) fail_msg("round %d: byte %zu is 0x%02x, want 0xff", round, i, back[i]);
+        assert_true(exec_cuda_fill_f32(dev, d, n, 1.0f, st));
+        exec_cuda_mem_free(dev, d);
+    }
+    free(back);
+    dg_status_free(&st);
+}
+
+static void test_pinned(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    char *p = exec_cuda_host_alloc(1000, st);
+    assert_ok(st);
+    assert_non_null(p);
+    assert_int_equal((uintptr_t)p % 64, 0);
+    memset(p, 7, 1000);
+    assert_true(exec_cuda_host_is_pinned(p));
+    assert_true(exec_cuda_host_is_pinned(p + 999));
+    char *q = malloc(1000);
+    assert_non_null(q);
+    assert_false(exec_cuda_host_is_pinned(q));
+    exec_cuda_host_free(q);   // not pinned: ignored
+    exec_cuda_host_free(p);
+    assert_false(exec_cuda_host_is_pinned(p));   // back in the cache: no longer the caller's
+    char *again = exec_cuda_host_alloc(600, st);   // the same size class: the same buffer
+    assert_ptr_equal(again, p);
+    exec_cuda_host_free(again);
+    exec_cuda_host_free(NULL);
+    free(q);
+    dg_status_free(&st);
+}
+
+static void fill_bytes(unsigned char *p, size_t n, uint64_t seed) {
+    for (size_t i = 0; i < n; i++) {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        p[i] = (unsigned char)(seed >> 24);
+    }
+}
+
+// host -> device -> (device -> device) -> host for one size and one kind of host buffers.
+static void round_trip(exec_cuda_device *dev, size_t n, bool is_src_pinned, bool is_dst_pinned,
+                       size_t dst_offset) {
+    dg_status *st = dg_status_new();
+    size_t cap = n + dst_offset + 1;
+    unsigned char *want = malloc(cap);
+    unsigned char *src = is_src_pinned ? exec_cuda_host_alloc(cap, st) : malloc(cap);
+    unsigned char *dst0 = is_dst_pinned ? exec_cuda_host_alloc(cap, st) : malloc(cap);
+    assert_ok(st);
+    assert_true(want && src && dst0);
+    unsigned char *dst = dst0 + dst_offset;
+    fill_bytes(want, cap, 0x1234567 + n);
+    memcpy(src, want, cap);
+    memset(dst0, 0, cap);
+
+    void *d = exec_cuda_mem_alloc(dev, n, st);
+    void *d2 = exec_cuda_mem_alloc(dev, n, st);
+    assert_ok(st);
+    assert_true(exec_cuda_memcpy_to_device(dev, d, src, n, st));
+    assert_ok(st);
+    memset(src, 0xab, cap);   // the source may be reused as soon as the copy call returns
+    assert_true(exec_cuda_memcpy_device(dev, d2, d, n, st));
+    assert_true(exec_cuda_memcpy_to_host(dev, dst, d2, n, st));
+    assert_ok(st);
+    if (n > 0 && memcmp(dst, want, n) != 0) {
+        size_t i = 0;
+        while (dst[i] == want[i]) i++;
+        fail_msg("%zu bytes, source %s, destination %s+%zu: byte %zu is 0x%02x, want 0x%02x", n,
+                 is_src_pinned ? "pinned" : "pageable", is_dst_pinned ? "pinned" : "pageable",
+                 dst_offset, i, dst[i], want[i]);
+    }
+    // Nothing written past the end.
+    assert_int_equal(dst[n], 0);
+    exec_cuda_mem_free(dev, d2);
+    exec_cuda_mem_free(dev, d);
+    if (is_dst_pinned) exec_cuda_host_free(dst0);
+    else free(dst0);
+    if (is_src_pinned) exec_cuda_host_free(src);
+    else free(src);
+    free(want);
+    dg_status_free(&st);
+}
+
+static void test_mem_round_trips(void **state) {
+    exec_cuda_device *dev = *state;
+    // Around the small-copy limit (64 KiB) and the staging chunk (4 MiB); 22 MiB + 5 uses
+    // more chunks than a copy to the device has staging slots.
+    const size_t sizes[] = {0, 1, 1000, 65535, 65536, 4 * MiB, 4 * MiB + 1, 10 * MiB + 3,
+                            22 * MiB + 5};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (int kind = 0; kind < 4; kind++) {
+            round_trip(dev, sizes[i], kind & 1, kind & 2, 0);
+            if (kind & 2) round_trip(dev, sizes[i], kind & 1, true, 3);   // inside a pinned block
+        }
+    // Many copies to the device in a row without waiting: staging buffers come back to the
+    // cache from the stream, and the results are still right.
+    dg_status *st = dg_status_new();
+    const size_t n = 5 * MiB + 11;
+    unsigned char *src = malloc(n), *back = malloc(n), *want = malloc(n);
+    void *d = exec_cuda_mem_alloc(dev, 8 * n, st);
+    assert_ok(st);
+    assert_true(src && back && want);
+    for (int k = 0; k < 8; k++) {
+        fill_bytes(src, n, (uint64_t)k + 99);
+        assert_true(exec_cuda_memcpy_to_device(dev, (char *)d + (size_t)k * n, src, n, st));
+    }
+    for (int k = 0; k < 8; k++) {
+        fill_bytes(want, n, (uint64_t)k + 99);
+        assert_true(exec_cuda_memcpy_to_host(dev, back, (char *)d + (size_t)k * n, n, st));
+        assert_memory_equal(back, want, n);
+    }
+    // NULL buffers with bytes to copy are INVALID_ARGUMENT; zero bytes are no-ops.
+    assert_false(exec_cuda_memcpy_to_host(dev, NULL, d, 16, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "GPU:0: copying 16 bytes device to host: NULL");
+    dg_status_reset(st);
+    assert_false(exec_cuda_memcpy_to_device(dev, d, NULL, 16, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "GPU:0: copying 16 bytes host to device: NULL source");
+    dg_status_reset(st);
+    assert_false(exec_cuda_memcpy_device(dev, NULL, d, 16, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "device to device: NULL destination");
+    dg_status_reset(st);
+    assert_true(exec_cuda_memcpy_to_device(dev, d, NULL, 0, st));
+    assert_true(exec_cuda_memcpy_to_host(dev, NULL, d, 0, st));
+    assert_true(exec_cuda_memcpy_device(dev, NULL, NULL, 0, st));
+    assert_ok(st);
+    exec_cuda_mem_free(dev, d);
+    free(want);
+    free(back);
+    free(src);
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest common[] = {
         cmocka_unit_test(test_table),
@@ -326,6 +562,7 @@ int main(void) {
     if (exec_cuda_device_count() == 0) {
         const struct CMUnitTest no_device[] = {
             cmocka_unit_test(test_no_device),
+            cmocka_unit_test(test_no_device_memory),
         };
         int failed = cmocka_run_group_tests_name("common", common, NULL, NULL);
         failed += cmocka_run_group_tests_name("no_device", no_device, NULL, NULL);
@@ -340,13 +577,236 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_fill, open_gpu, close_gpu),
         cmocka_unit_test_setup_teardown(test_sgemm, open_gpu, close_gpu),
         cmocka_unit_test(test_all_reduce),
+        cmocka_unit_test_setup_teardown(test_mem_steady_state, open_gpu, close_gpu),
+        cmocka_unit_test_setup_teardown(test_mem_out_of_memory, open_gpu, close_gpu),
+        cmocka_unit_test_setup_teardown(test_mem_poison, open_gpu, close_gpu),
+        cmocka_unit_test(test_pinned),
+        cmocka_unit_test_setup_teardown(test_mem_round_trips, open_gpu, close_gpu),
     };
+    // Poisoned fresh blocks (read once, at the first allocation); the other tests overwrite
+    // every byte they read.
+    setenv("DG_GPU_POISON", "1", 1);
     int failed = cmocka_run_group_tests_name("common", common, NULL, NULL);
     failed += cmocka_run_group_tests_name("gpu", gpu, NULL, NULL);
     return failed ? 1 : 0;
 }
 
 #else
+
+
+// ---- GPU memory (cuda_alloc.h); main sets DG_GPU_POISON=1 before the first allocation ----
+
+#define MiB ((size_t)1 << 20)
+
+static void test_mem_steady_state(void **state) {
+    exec_cuda_device *dev = *state;
+    dg_status *st = dg_status_new();
+    const size_t sizes[] = {4, 1000, 4096, 100000, MiB, 3 * MiB + 1, 10 * MiB, 10 * MiB};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    void *ptrs[N];
+    exec_cuda_mem_stats before, first, s;
+    exec_cuda_mem_stats_get(dev, &before);
+    for (int round = 0; round < 10; round++) {
+        for (int i = 0; i < N; i++) {
+            ptrs[i] = exec_cuda_mem_alloc(dev, sizes[i], st);
+            assert_ok(st);
+            assert_non_null(ptrs[i]);
+            assert_int_equal((uintptr_t)ptrs[i] % 256, 0);
+        }
+        exec_cuda_mem_stats_get(dev, &s);
+        assert_true(s.bytes_in_use >= before.bytes_in_use + 24 * (int64_t)MiB);
+        for (int i = 0; i < N; i++) exec_cuda_mem_free(dev, ptrs[(i * 3) % N]);
+        if (round == 0) exec_cuda_mem_stats_get(dev, &first);
+    }
+    exec_cuda_mem_stats_get(dev, &s);
+    assert_int_equal(s.device_mallocs, first.device_mallocs);   // no cudaMalloc after round 0
+    assert_int_equal(s.allocs, before.allocs + 10 * N);
+    assert_int_equal(s.bytes_in_use, before.bytes_in_use);
+    assert_true(s.bytes_cached >= 24 * (int64_t)MiB);
+    print_message("GPU:0 cache: %lld cudaMalloc calls for %lld allocs, %lld bytes cached\n",
+                  (long long)s.device_mallocs, (long long)s.allocs, (long long)s.bytes_cached);
+
+    assert_null(exec_cuda_mem_alloc(dev, 0, st));   // zero bytes: NULL and OK
+    assert_ok(st);
+    exec_cuda_mem_free(dev, NULL);
+    int foreign;
+    exec_cuda_mem_free(dev, &foreign);   // not from the cache: ignored
+    exec_cuda_mem_trim(dev);
+    exec_cuda_mem_stats_get(dev, &s);
+    assert_int_equal(s.bytes_cached, 0);
+    assert_true(exec_cuda_device_ops()->synchronize(dev, st));
+    dg_status_free(&st);
+}
+
+static void test_mem_out_of_memory(void **state) {
+    exec_cuda_device *dev = *state;
+    dg_status *st = dg_status_new();
+    void *cached = exec_cuda_mem_alloc(dev, 8 * MiB, st);
+    assert_ok(st);
+    exec_cuda_mem_free(dev, cached);
+    assert_null(exec_cuda_mem_alloc(dev, (size_t)1 << 50, st));   // 1 PiB
+    assert_status(st, DG_RESOURCE_EXHAUSTED, "GPU:0: allocating 1125899906842624 bytes: ");
+    assert_status(st, DG_RESOURCE_EXHAUSTED, "cudaMalloc at cuda_alloc.c:");
+    assert_status(st, DG_RESOURCE_EXHAUSTED, "cudaErrorMemoryAllocation");
+    exec_cuda_mem_stats s;
+    exec_cuda_mem_stats_get(dev, &s);
+    assert_int_equal(s.bytes_cached, 0);   // the failure gave the cache back before retrying
+    dg_status_reset(st);
+    void *p = exec_cuda_mem_alloc(dev, 1024, st);   // the error does not stick
+    assert_ok(st);
+    assert_non_null(p);
+    assert_true(exec_cuda_device_ops()->synchronize(dev, st));
+    exec_cuda_mem_free(dev, p);
+    dg_status_free(&st);
+}
+
+static void test_mem_poison(void **state) {
+    exec_cuda_device *dev = *state;
+    dg_status *st = dg_status_new();
+    const int64_t n = 300000;
+    const size_t n_bytes = (size_t)n * sizeof(float);
+    unsigned char *back = malloc(n_bytes);
+    assert_non_null(back);
+    for (int round = 0; round < 2; round++) {
+        // Round 1 gets round 0's block back from the cache, after it was filled with 1.0.
+        float *d = exec_cuda_mem_alloc(dev, n_bytes, st);
+        assert_ok(st);
+        memset(back, 0, n_bytes);
+        assert_true(exec_cuda_memcpy_to_host(dev, back, d, n_bytes, st));
+        assert_ok(st);
+        for (size_t i = 0; i < n_bytes; i++)
+            if (back[i] != 0xff) fail_msg("round %d: byte %zu is 0x%02x, want 0xff", round, i, back[i]);
+        assert_true(exec_cuda_fill_f32(dev, d, n, 1.0f, st));
+        exec_cuda_mem_free(dev, d);
+    }
+    free(back);
+    dg_status_free(&st);
+}
+
+static void test_pinned(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    char *p = exec_cuda_host_alloc(1000, st);
+    assert_ok(st);
+    assert_non_null(p);
+    assert_int_equal((uintptr_t)p % 64, 0);
+    memset(p, 7, 1000);
+    assert_true(exec_cuda_host_is_pinned(p));
+    assert_true(exec_cuda_host_is_pinned(p + 999));
+    char *q = malloc(1000);
+    assert_non_null(q);
+    assert_false(exec_cuda_host_is_pinned(q));
+    exec_cuda_host_free(q);   // not pinned: ignored
+    exec_cuda_host_free(p);
+    assert_false(exec_cuda_host_is_pinned(p));   // back in the cache: no longer the caller's
+    char *again = exec_cuda_host_alloc(600, st);   // the same size class: the same buffer
+    assert_ptr_equal(again, p);
+    exec_cuda_host_free(again);
+    exec_cuda_host_free(NULL);
+    free(q);
+    dg_status_free(&st);
+}
+
+static void fill_bytes(unsigned char *p, size_t n, uint64_t seed) {
+    for (size_t i = 0; i < n; i++) {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        p[i] = (unsigned char)(seed >> 24);
+    }
+}
+
+// host -> device -> (device -> device) -> host for one size and one kind of host buffers.
+static void round_trip(exec_cuda_device *dev, size_t n, bool is_src_pinned, bool is_dst_pinned,
+                       size_t dst_offset) {
+    dg_status *st = dg_status_new();
+    size_t cap = n + dst_offset + 1;
+    unsigned char *want = malloc(cap);
+    unsigned char *src = is_src_pinned ? exec_cuda_host_alloc(cap, st) : malloc(cap);
+    unsigned char *dst0 = is_dst_pinned ? exec_cuda_host_alloc(cap, st) : malloc(cap);
+    assert_ok(st);
+    assert_true(want && src && dst0);
+    unsigned char *dst = dst0 + dst_offset;
+    fill_bytes(want, cap, 0x1234567 + n);
+    memcpy(src, want, cap);
+    memset(dst0, 0, cap);
+
+    void *d = exec_cuda_mem_alloc(dev, n, st);
+    void *d2 = exec_cuda_mem_alloc(dev, n, st);
+    assert_ok(st);
+    assert_true(exec_cuda_memcpy_to_device(dev, d, src, n, st));
+    assert_ok(st);
+    memset(src, 0xab, cap);   // the source may be reused as soon as the copy call returns
+    assert_true(exec_cuda_memcpy_device(dev, d2, d, n, st));
+    assert_true(exec_cuda_memcpy_to_host(dev, dst, d2, n, st));
+    assert_ok(st);
+    if (n > 0 && memcmp(dst, want, n) != 0) {
+        size_t i = 0;
+        while (dst[i] == want[i]) i++;
+        fail_msg("%zu bytes, source %s, destination %s+%zu: byte %zu is 0x%02x, want 0x%02x", n,
+                 is_src_pinned ? "pinned" : "pageable", is_dst_pinned ? "pinned" : "pageable",
+                 dst_offset, i, dst[i], want[i]);
+    }
+    // Nothing written past the end.
+    assert_int_equal(dst[n], 0);
+    exec_cuda_mem_free(dev, d2);
+    exec_cuda_mem_free(dev, d);
+    if (is_dst_pinned) exec_cuda_host_free(dst0);
+    else free(dst0);
+    if (is_src_pinned) exec_cuda_host_free(src);
+    else free(src);
+    free(want);
+    dg_status_free(&st);
+}
+
+static void test_mem_round_trips(void **state) {
+    exec_cuda_device *dev = *state;
+    // Around the small-copy limit (64 KiB) and the staging chunk (4 MiB); 22 MiB + 5 uses
+    // more chunks than a copy to the device has staging slots.
+    const size_t sizes[] = {0, 1, 1000, 65535, 65536, 4 * MiB, 4 * MiB + 1, 10 * MiB + 3,
+                            22 * MiB + 5};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (int kind = 0; kind < 4; kind++) {
+            round_trip(dev, sizes[i], kind & 1, kind & 2, 0);
+            if (kind & 2) round_trip(dev, sizes[i], kind & 1, true, 3);   // inside a pinned block
+        }
+    // Many copies to the device in a row without waiting: staging buffers come back to the
+    // cache from the stream, and the results are still right.
+    dg_status *st = dg_status_new();
+    const size_t n = 5 * MiB + 11;
+    unsigned char *src = malloc(n), *back = malloc(n), *want = malloc(n);
+    void *d = exec_cuda_mem_alloc(dev, 8 * n, st);
+    assert_ok(st);
+    assert_true(src && back && want);
+    for (int k = 0; k < 8; k++) {
+        fill_bytes(src, n, (uint64_t)k + 99);
+        assert_true(exec_cuda_memcpy_to_device(dev, (char *)d + (size_t)k * n, src, n, st));
+    }
+    for (int k = 0; k < 8; k++) {
+        fill_bytes(want, n, (uint64_t)k + 99);
+        assert_true(exec_cuda_memcpy_to_host(dev, back, (char *)d + (size_t)k * n, n, st));
+        assert_memory_equal(back, want, n);
+    }
+    // NULL buffers with bytes to copy are INVALID_ARGUMENT; zero bytes are no-ops.
+    assert_false(exec_cuda_memcpy_to_host(dev, NULL, d, 16, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "GPU:0: copying 16 bytes device to host: NULL");
+    dg_status_reset(st);
+    assert_false(exec_cuda_memcpy_to_device(dev, d, NULL, 16, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "GPU:0: copying 16 bytes host to device: NULL source");
+    dg_status_reset(st);
+    assert_false(exec_cuda_memcpy_device(dev, NULL, d, 16, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "device to device: NULL destination");
+    dg_status_reset(st);
+    assert_true(exec_cuda_memcpy_to_device(dev, d, NULL, 0, st));
+    assert_true(exec_cuda_memcpy_to_host(dev, NULL, d, 0, st));
+    assert_true(exec_cuda_memcpy_device(dev, NULL, NULL, 0, st));
+    assert_ok(st);
+    exec_cuda_mem_free(dev, d);
+    free(want);
+    free(back);
+    free(src);
+    dg_status_free(&st);
+}
 
 int main(void) {
     printf("no CUDA device: built without CUDA (DG_WITH_CUDA is off or no toolkit was found)\n");

@@ -1,0 +1,187 @@
+/* What every GPU kernel shares: the process's GPU devices, tensors in device memory, outputs
+ * that reuse their buffers between steps, copies on and off the device. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distgraph/device_name.h"
+#include "gpu_impl.h"
+#include "status_impl.h"
+
+// ---- devices: opened on first use, kept for the life of the process ----
+
+#define GPU_MAX_DEVICES 64
+
+static pthread_mutex_t devices_mu = PTHREAD_MUTEX_INITIALIZER;
+static exec_cuda_device *devices[GPU_MAX_DEVICES];
+
+exec_cuda_device *gpu_device(int id, dg_status *st) {
+    if (id < 0 || id >= GPU_MAX_DEVICES) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "GPU:%d: ids run from 0 to %d", id,
+                       GPU_MAX_DEVICES - 1);
+        return NULL;
+    }
+    pthread_mutex_lock(&devices_mu);
+    exec_cuda_device *dev = devices[id];
+    if (!dev) dev = devices[id] = exec_cuda_device_new(id, st);
+    pthread_mutex_unlock(&devices_mu);
+    return dev;
+}
+
+exec_cuda_device *gpu_node_device(const dg_node *n, dg_status *st) {
+    const char *name = n->assigned_device && *n->assigned_device ? n->assigned_device
+                                                                  : n->requested_device;
+    dg_device_name dn;
+    if (!name || !dg_device_name_parse(name, &dn, st)) {
+        dg_status_prepend(st, "node \"%s\" (%s)", n->name, n->op->name);
+        return NULL;
+    }
+    if (!dn.has_type || strcmp(dn.type, "GPU") != 0) {
+        dg_status_setf(st, DG_INTERNAL, "node \"%s\" (%s): a GPU kernel for a node on \"%s\"",
+                       n->name, n->op->name, name);
+        return NULL;
+    }
+    exec_cuda_device *dev = gpu_device(dn.has_id ? dn.id : 0, st);
+    if (!dev) dg_status_prepend(st, "node \"%s\" (%s) on %s", n->name, n->op->name, name);
+    return dev;
+}
+
+void *gpu_dev_create(const dg_node *n, const exec_env *env, dg_status *st) {
+    (void)env;
+    return gpu_node_device(n, st);
+}
+
+// ---- tensors in device memory ----
+
+bool gpu_tensor_on_device(const dg_tensor *t) { return t && t->gpu != 0; }
+
+static void release_block(void *data, size_t n_bytes, void *arg) {
+    (void)n_bytes;
+    exec_cuda_mem_free(arg, data);
+}
+
+dg_tensor *gpu_tensor_new(exec_cuda_device *dev, dg_dtype dtype, dg_shape shape, dg_status *st) {
+    int64_t n = tensor_shape_elements(&shape);
+    if (n < 0 || !dg_dtype_is_valid(dtype)) {
+        char b[128];
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "GPU:%d: no tensor of %s %s", dev->id,
+                       dg_dtype_name(dtype), dg_shape_str(&shape, b, sizeof b));
+        return NULL;
+    }
+    size_t nbytes = (size_t)n * dg_dtype_size(dtype);
+    void *p = NULL;
+    if (nbytes > 0 && !(p = exec_cuda_mem_alloc(dev, nbytes, st))) return NULL;
+    dg_tensor *t = dg_tensor_wrap(dtype, shape, p, nbytes, nbytes ? release_block : NULL, dev, st);
+    if (!t) {
+        exec_cuda_mem_free(dev, p);
+        return NULL;
+    }
+    t->gpu = 1 + dev->id;
+    return t;
+}
+
+// DG_GPU_POISON=1: reused output buffers are filled with 0xff bytes too (see cuda_alloc.h).
+static bool gpu_poison(void) {
+    static int poison = -1;
+    if (poison < 0) {
+        const char *e = getenv("DG_GPU_POISON");
+        poison = e && strcmp(e, "1") == 0;
+    }
+    return poison == 1;
+}
+
+dg_tensor *gpu_alloc_output(exec_cuda_device *dev, exec_ctx *ctx, int i, dg_dtype dtype,
+                            dg_shape shape) {
+    if (!gpu_dtype_on_device(dtype)) return exec_alloc_output(ctx, i, dtype, shape);
+    dg_tensor *t = ctx->outputs[i];
+    // The slot's buffer is reused when nothing else holds it: same GPU, same byte count.
+    if (t && ctx->owned[i] && t->gpu == 1 + dev->id && t->dtype == dtype && !t->base &&
+        atomic_load_explicit(&t->refs, memory_order_acquire) == 1) {
+        int64_t n = tensor_shape_elements(&shape);
+        if (n >= 0 && (size_t)n * dg_dtype_size(dtype) == t->nbytes) {
+            t->shape = shape;
+            t->n_elements = n;
+            if (gpu_poison() && t->nbytes &&
+                cudaMemsetAsync(t->data, 0xff, t->nbytes, dev->stream) != cudaSuccess) {
+                cuda_set_status(ctx->st, cudaGetLastError(), "cudaMemsetAsync", __FILE__, __LINE__);
+                return NULL;
+            }
+            return t;
+        }
+    }
+    dg_tensor_unref(t);
+    ctx->outputs[i] = NULL;
+    ctx->owned[i] = false;
+    t = gpu_tensor_new(dev, dtype, shape, ctx->st);
+    if (!t) {
+        dg_status_prepend(ctx->st, "output %d", i);
+        return NULL;
+    }
+    ctx->outputs[i] = t;
+    ctx->owned[i] = true;
+    return t;
+}
+
+// ---- copies on and off the device ----
+
+
+
+static void release_pinned(void *data, size_t n_bytes, void *arg) {
+    (void)n_bytes;
+    (void)arg;
+    exec_cuda_host_free(data);
+}
+
+dg_tensor *gpu_to_host(exec_cuda_device *dev, dg_tensor *t, dg_status *st) {
+    if (!t || !t->gpu) return dg_tensor_ref(t);
+    if (t->gpu != 1 + dev->id) {
+        dg_status_setf(st, DG_INTERNAL, "GPU:%d: a tensor of GPU:%d to copy to the host", dev->id,
+                       t->gpu - 1);
+        return NULL;
+    }
+    void *p = NULL;
+    if (t->nbytes && !(p = exec_cuda_host_alloc(t->nbytes, st))) return NULL;
+    dg_tensor *h = dg_tensor_wrap(t->dtype, t->shape, p, t->nbytes, p ? release_pinned : NULL,
+                                  NULL, st);
+    if (!h) {
+        exec_cuda_host_free(p);
+        return NULL;
+    }
+    if (t->nbytes && !exec_cuda_memcpy_to_host(dev, p, t->data, t->nbytes, st)) {
+        dg_tensor_unref(h);
+        return NULL;
+    }
+    return h;
+}
+
+dg_tensor *gpu_to_device(exec_cuda_device *dev, dg_tensor *t, dg_status *st) {
+    if (!t || t->gpu == 1 + dev->id || !gpu_dtype_on_device(t->dtype)) return dg_tensor_ref(t);
+    if (t->gpu) {
+        dg_status_setf(st, DG_UNIMPLEMENTED, "GPU:%d: a tensor of GPU:%d: copies between GPUs go "
+                       "through the host", dev->id, t->gpu - 1);
+        return NULL;
+    }
+    dg_tensor *d = gpu_tensor_new(dev, t->dtype, t->shape, st);
+    if (!d) return NULL;
+    if (t->nbytes && !exec_cuda_memcpy_to_device(dev, d->data, t->data, t->nbytes, st)) {
+        dg_tensor_unref(d);
+        return NULL;
+    }
+    return d;
+}
+
+bool gpu_check_launch_at(exec_ctx *ctx, exec_cuda_device *dev, cudaError_t err,
+                        const char *what, const char *file, int line) {
+    if (err == cudaSuccess) return true;
+    cuda_set_status(ctx->st, err, what, file, line);
+    dg_status_prepend(ctx->st, "GPU:%d", dev->id);
+    return false;
+}
+
+// ---- host copies for code outside the kernels (exec_tensor_to_host) ----
+
+dg_tensor *gpu_any_to_host(dg_tensor *t, dg_status *st) {
+    if (!t || !t->gpu) return dg_tensor_ref(t);
+    exec_cuda_device *dev = gpu_device(t->gpu - 1, st);
+    return dev ? gpu_to_host(dev, t, st) : NULL;
+}

@@ -1,0 +1,9 @@
+/* Registers the GPU kernels (called once, from executor/kernel_registry.c). */
+#include "gpu_impl.h"
+
+void exec_cuda_register(void) {
+    exec_register_kernels(gpu_state_kernels, gpu_n_state_kernels);
+    exec_register_kernels(gpu_sendrecv_kernels, gpu_n_sendrecv_kernels);
+    exec_register_kernels(gpu_math_kernels, gpu_n_math_kernels);
+    exec_register_kernels(gpu_nn_kernels, gpu_n_nn_kernels);
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Bundles what the GPU checks need into .devcarry/ (ignored by git), for a machine that has an
+# NVIDIA GPU with its driver and the CUDA libraries (cudart, cuBLAS, NCCL: the system's or
+# those of the nvidia-* Python wheels) but none of our other dependencies: a Release build
+# without OpenBLAS (the CPU reference kernels then use their own GEMM, and the bundle stays
+# small), the stripped GPU test and bench binaries, their non-CUDA shared libraries, and the
+# Fashion-MNIST files. On the GPU machine, from the repository root: scripts/gpu_check.sh OUT.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$root/build-gpu-pack
+out=$root/.devcarry
+data=${DG_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+bins=(test_cuda_device test_gpu_placement test_gpu_kernels test_block_cache gpu_bench mlp_local)
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDG_WITH_BLAS=OFF >"$root/.gpu_pack_configure.log"
+grep -q "distgraph: CUDA device ON" "$root/.gpu_pack_configure.log" ||
+    { echo "gpu_pack: the CUDA toolkit was not found: the bundle would hold no GPU code" >&2; exit 1; }
+rm -f "$root/.gpu_pack_configure.log"
+cmake --build "$build" -j"$(nproc)" --target "${bins[@]}"
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/data"
+for b in "${bins[@]}"; do
+    f=$(find "$build" -type f -name "$b" -perm -u+x | head -1)
+    [ -n "$f" ] || { echo "gpu_pack: $b was not built" >&2; exit 1; }
+    cp "$f" "$out/bin/"
+    strip "$out/bin/$b"
+done
+# Shared libraries other than the C runtime and CUDA's own (found on the GPU machine).
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libnccl|libnvidia)'
+for b in "${bins[@]}"; do ldd "$out/bin/$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' |
+    sort -u | while read -r name path; do
+        echo "$name" | grep -Eq "$skip" || cp -L "$path" "$out/lib/$name"
+    done
+cp "$data"/*-ubyte.gz "$out/data/"
+cp "$root/bench/peers/torch_mlp_cuda.py" "$out/"
+du -sh "$out"

@@ -1,0 +1,199 @@
+/* Placement with GPU kernels registered: what the memory rule lets the placer put on a GPU
+ * (executor/cuda/kernels/gpu_impl.h), and how a training graph is cut between CPU:0 and
+ * GPU:0. Placement needs no GPU, so this runs wherever CUDA is built; without CUDA the test
+ * exits 77 (skipped). */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef DG_WITH_CUDA
+#include "exec_impl.h"
+
+static const char *const devices[] = {"/job:localhost/replica:0/task:0/device:CPU:0",
+                                      "/job:localhost/replica:0/task:0/device:GPU:0"};
+
+static bool on_gpu(const dg_node *n) {
+    const char *d = dg_node_assigned_device(n);
+    return d && strstr(d, "/device:GPU:0") != NULL;
+}
+
+static void place_all(dg_graph *g, bool soft, dg_status *st) {
+    int n = dg_graph_num_nodes(g);
+    dg_node **nodes = malloc((size_t)n * sizeof *nodes);
+    assert_non_null(nodes);
+    for (int i = 0; i < n; i++) nodes[i] = dg_graph_node(g, i);
+    dg_placement_options po = dg_placement_options_default();
+    po.allow_soft_placement = soft;
+    po.supports = exec_kernel_supports;
+    dg_place(nodes, n, devices, 2, &po, st);
+    free(nodes);
+}
+
+// Every op of the foundation with float inputs and float outputs has a GPU kernel for both
+// float dtypes; ops with other outputs have none (they stay on the CPU).
+static void test_kernel_coverage(void **state) {
+    (void)state;
+    static const char *const float_ops[] = {
+        "MatMul", "Add", "Sub", "Mul", "Div", "Maximum", "Minimum", "ReluGrad", "SigmoidGrad",
+        "TanhGrad", "SqrtGrad", "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Square", "Sqrt", "Neg",
+        "BiasAdd", "BiasAddGrad", "AddN", "ClipByValue", "ClipByValueGrad", "Cast", "Softmax",
+        "LogSoftmax", "SoftmaxGrad", "LogSoftmaxGrad", "SoftmaxCrossEntropyWithLogits",
+        "SparseSoftmaxCrossEntropyWithLogits", "Sum", "Mean", "Max", "SumGrad", "MaxGrad",
+        "SumToShape", "BroadcastTo", "Reshape", "Shape", "ZerosLike", "OnesLike", "Concat",
+        "Split", "Slice", "SliceGrad", "Const", "Identity", "VariableV2", "Assign", "AssignAdd",
+        "AssignSub", "IsVariableInitialized", "RandomUniform", "RandomStandardNormal",
+        "TruncatedNormal", "ApplyGradientDescent", "ApplyMomentum", "ApplyAdam", "_Send", "_Recv"};
+    int missing = 0;
+    for (size_t i = 0; i < sizeof float_ops / sizeof float_ops[0]; i++)
+        for (dg_dtype t = DG_FLOAT32; t <= DG_FLOAT64; t++)
+            if (!exec_kernel_find(float_ops[i], "GPU", t)) {
+                fprintf(stderr, "no GPU kernel for %s (%s)\n", float_ops[i], dg_dtype_name(t));
+                missing++;
+            }
+    assert_int_equal(missing, 0);
+    // Fill's kernel is chosen by its dims' dtype.
+    assert_non_null(exec_kernel_find("Fill", "GPU", DG_INT32));
+    assert_null(exec_kernel_find("ArgMax", "GPU", DG_FLOAT32));
+    assert_null(exec_kernel_find("Equal", "GPU", DG_FLOAT32));
+    assert_null(exec_kernel_find("CollectiveAllReduce", "GPU", DG_FLOAT32));
+}
+
+// The memory rule decides placement: float ops go to the GPU, ops with integer or bool
+// outputs stay on the CPU under soft placement and fail without it, Shape and an int32 Const
+// feeding a Reshape stay with the GPU (their outputs are host memory there).
+static void test_memory_rule(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, "/gpu:0");
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(4, 3));
+    dg_output y = dg_relu(g, "y", x);
+    dg_output sh = dg_shape_of(g, "sh", y);
+    int64_t dims[] = {12};
+    dg_output r = dg_reshape(g, "r", y, dims, 1);
+    dg_output am = dg_argmax(g, "am", y, 1);
+    dg_output c = dg_cast(g, "c", y, DG_INT32);
+    dg_output e = dg_equal(g, "e", y, x);
+    dg_graph_pop_device(g);
+    assert_ok(dg_graph_status(g));
+    place_all(g, true, st);
+    assert_ok(st);
+    assert_true(on_gpu(x.node));
+    assert_true(on_gpu(y.node));
+    assert_true(on_gpu(sh.node));
+    assert_true(on_gpu(r.node));
+    // Reshape's shape input (an int32 Const) is placed with it: host memory on the GPU.
+    assert_true(on_gpu(dg_node_input(r.node, 1).node));
+    assert_false(on_gpu(am.node));
+    assert_false(on_gpu(c.node));
+    assert_false(on_gpu(e.node));
+    dg_graph_free(&g);
+
+    // Without soft placement an integer op requested on the GPU is an error naming it.
+    g = dg_graph_new();
+    dg_graph_push_device(g, "/gpu:0");
+    x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(4, 3));
+    dg_argmax(g, "am", x, 1);
+    dg_graph_pop_device(g);
+    place_all(g, false, st);
+    assert_false(dg_status_ok(st));
+    assert_non_null(strstr(dg_status_message(st), "am"));
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+// An MLP trained with Adam under /gpu:0: the model, its gradients and its updates are on the
+// GPU; the global step (int64) and the accuracy (ArgMax, Equal, Cast) are on the CPU. Cut with
+// CPU:0 as the client (as a local session does with a GPU), feeds and fetches stay on the CPU
+// and every cross edge is a Send/Recv pair.
+static void test_training_graph(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    dg_output gs = dg_global_step(g);
+    dg_graph_push_device(g, "/gpu:0");
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(8, 4));
+    dg_output labels = dg_placeholder(g, "labels", DG_INT32, dg_shape1(8));
+    dg_output w = dg_variable(g, "w", DG_FLOAT32, dg_shape2(4, 3), dg_init_truncated_normal(0, 0.1, 1));
+    dg_output b = dg_variable(g, "b", DG_FLOAT32, dg_shape1(3), dg_init_zeros());
+    dg_output logits = dg_bias_add(g, "logits", dg_matmul(g, "mm", x, w, false, false), b);
+    dg_output loss = dg_sparse_softmax_cross_entropy(g, "loss", logits, labels);
+    dg_optimizer opt = dg_adam(g, 0.01);
+    dg_node *train = dg_optimizer_minimize(&opt, loss, gs);
+    dg_output pred = dg_argmax(g, "pred", logits, 1);
+    dg_graph_pop_device(g);
+    assert_non_null(train);
+    dg_node *init = dg_global_variables_initializer(g);
+    assert_non_null(init);
+    assert_ok(dg_graph_status(g));
+    place_all(g, true, st);
+    assert_ok(st);
+    int n = dg_graph_num_nodes(g), n_gpu = 0;
+    for (int i = 0; i < n; i++) {
+        dg_node *nd = dg_graph_node(g, i);
+        const char *op = dg_node_op_type(nd);
+        if (strcmp(op, "MatMul") == 0 || strcmp(op, "ApplyAdam") == 0 ||
+            strcmp(op, "BiasAddGrad") == 0 || strcmp(op, "SparseSoftmaxCrossEntropyWithLogits") == 0) {
+            if (!on_gpu(nd)) fprintf(stderr, "%s (%s) is on %s\n", dg_node_name(nd), op, dg_node_assigned_device(nd));
+            assert_true(on_gpu(nd));
+        }
+        n_gpu += on_gpu(nd);
+    }
+    assert_true(on_gpu(w.node));
+    assert_true(on_gpu(b.node));
+    assert_false(on_gpu(gs.node));
+    assert_false(on_gpu(pred.node));
+    assert_true(n_gpu > n / 2);
+
+    // As a session does: the run is pruned at the fed outputs, so the Placeholders stay out.
+    dg_node **nodes = malloc((size_t)n * sizeof *nodes);
+    assert_non_null(nodes);
+    int n_run = 0;
+    for (int i = 0; i < n; i++)
+        if (dg_graph_node(g, i) != x.node && dg_graph_node(g, i) != labels.node)
+            nodes[n_run++] = dg_graph_node(g, i);
+    dg_output feeds[] = {x, labels};
+    dg_output fetches[] = {loss, pred};
+    dg_output fetch_at[2];
+    dg_partitions *parts = dg_partition_ex(nodes, n_run, feeds, 2, fetches, 2, devices[0], 1, fetch_at, st);
+    assert_ok(st);
+    assert_non_null(parts);
+    assert_int_equal(dg_partitions_count(parts), 2);
+    int sends = 0, recvs = 0;
+    for (int p = 0; p < 2; p++) {
+        dg_graph *pg = dg_partitions_graph(parts, p);
+        bool gpu_part = strstr(dg_partitions_device(parts, p), "GPU") != NULL;
+        for (int i = 0; i < dg_graph_num_nodes(pg); i++) {
+            const char *op = dg_node_op_type(dg_graph_node(pg, i));
+            if (strcmp(op, "_Send") == 0) sends++;
+            if (strcmp(op, "_Recv") == 0) recvs++;
+            // Feeds are read on the CPU: no Placeholder is left in the GPU's partition.
+            if (gpu_part) assert_string_not_equal(op, "Placeholder");
+        }
+    }
+    assert_true(sends > 0);
+    assert_int_equal(sends, recvs);
+    // Fetches are read in the client's (CPU) partition.
+    for (int i = 0; i < 2; i++) assert_null(strstr(dg_node_assigned_device(fetch_at[i].node), "GPU"));
+    dg_partitions_free(&parts);
+    free(nodes);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernel_coverage),
+        cmocka_unit_test(test_memory_rule),
+        cmocka_unit_test(test_training_graph),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+#else
+int main(void) {
+    printf("skipped: built without CUDA (no GPU kernels registered)\n");
+    return 77;
+}
+#endif
