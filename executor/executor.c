@@ -522,6 +522,7 @@ static int run_node(exec_step *s, int i, int *out) {
                             en->n_out, en->node, s, &kst};
             exec_async_handle h = {s, i};
             en->def->start_async(en->state, &ctx, h);
+            status_impl_clear(&kst);   // an error went to exec_async_done, which copied it
             return -1;   // exec_async_done finishes the node
         }
         if (ok) {

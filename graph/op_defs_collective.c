@@ -63,6 +63,35 @@ static bool infer_collective(dg_node *n, dg_status *st) {
     return true;
 }
 
+// LocalAllReduce(x): one node per device of a task, sharing "shared_name"; each outputs the
+// sum ("reduction" "sum") or mean ("mean") of the group's inputs, on its own device.
+static bool infer_local_all_reduce(dg_node *n, dg_status *st) {
+    int64_t size, rank;
+    if (!attr_int(n, "num_devices", 1, 4096, true, &size, st)) return false;
+    if (!attr_int(n, "rank", 0, size - 1, true, &rank, st)) return false;
+    const char *shared = dg_node_attr_string(n, "shared_name");
+    if (!shared || !*shared) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s needs a group name in \"shared_name\"", n->op->name);
+        return false;
+    }
+    const char *red = dg_node_attr_string(n, "reduction");
+    if (!red || (strcmp(red, "sum") != 0 && strcmp(red, "mean") != 0)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: \"reduction\" must be \"sum\" or \"mean\", got \"%s\"",
+                       n->op->name, red ? red : "");
+        return false;
+    }
+    dg_output in = n->inputs[0];
+    dg_dtype t = dg_output_dtype(in);
+    if (t != DG_FLOAT32 && t != DG_FLOAT64) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "input (\"%s\") must be float32 or float64, got %s",
+                       in.node->name, dg_dtype_name(t));
+        return false;
+    }
+    if (!graph_set_num_outputs(n, 1, st)) return false;
+    graph_set_output(n, 0, t, dg_output_shape(in));
+    return true;
+}
+
 #define N_(name_, lo, hi, stateful, ref0, nograd, infer_, grad_) \
     {name_, lo, hi, stateful, ref0, nograd, infer_, grad_}
 
@@ -71,6 +100,7 @@ static bool infer_collective(dg_node *n, dg_status *st) {
 static const graph_op_def collective_op_defs[] = {
     N_("CollectiveAllReduce", 1, -1, true, false, true, infer_collective, NULL),
     N_("CollectiveBroadcast", 1, -1, true, false, true, infer_collective, NULL),
+    N_("LocalAllReduce", 1, 1, true, false, true, infer_local_all_reduce, NULL),
 };
 
 int graph_collective_op_defs(const graph_op_def **defs) {

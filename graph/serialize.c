@@ -1223,7 +1223,7 @@ static dg_graph *load(const void *buf, size_t len, const char *label, dg_status 
                 goto done;
             }
             const msgpack_object *v = unpack_at(&L, &off, "\"version\"");
-            int64_t version;
+            int64_t version = 0;
             if (!v || !get_i64(&L, v, "\"version\"", &version)) goto done;
             if (version != DG_GRAPH_FILE_VERSION) {
                 fail(&L, DG_INVALID_ARGUMENT, "version %lld is not supported (this build reads "

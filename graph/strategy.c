@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "distgraph/collective.h"
 #include "distgraph/device_name.h"
 #include "distgraph/strategy.h"
 #include "graph_impl.h"
@@ -414,9 +415,11 @@ bool dg_strategy_minimize(dg_strategy *s, const dg_optimizer *opt, dg_tower_fn t
     dg_output *losses = calloc((size_t)n, sizeof *losses);
     dg_output *present = calloc((size_t)n, sizeof *present);
     dg_output *mean_grads = calloc((size_t)nv, sizeof *mean_grads);
+    dg_output *replica_grads = calloc((size_t)n * (size_t)nv, sizeof *replica_grads);
     dg_output *vars = calloc((size_t)nv, sizeof *vars);
     dg_node **trains = calloc((size_t)n, sizeof *trains);
-    if (!slices || !grads || !losses || !present || !mean_grads || !vars || !trains) abort();
+    if (!slices || !grads || !losses || !present || !mean_grads || !replica_grads || !vars || !trains)
+        abort();
     bool ok = true;
 
     // The split runs on the host, where the batch arrives; each slice then travels to its tower.
@@ -441,14 +444,17 @@ bool dg_strategy_minimize(dg_strategy *s, const dg_optimizer *opt, dg_tower_fn t
     for (int r = 0; r < n && ok; r++)
         ok = build_tower(s, tower_fn, ctx, slices + r * n_inputs, r, &losses[r], grads + r * nv);
 
-    // Reduction on the host: the sum of the towers' mean gradients over the number of towers is
-    // the gradient of the mean loss over the whole (evenly split) batch.
+    // The sum of the towers' mean gradients over the number of towers is the gradient of the
+    // mean loss over the whole (evenly split) batch. Mirrored: an all-reduce across the
+    // replicas' devices (LocalAllReduce: NCCL between GPUs, the host in device order between
+    // CPUs), each copy updated with the result on its own device. Central storage, or a
+    // variable some tower has no gradient for: reduced on the host.
     int n_trained = 0;
     dg_output loss = NUL;
     if (ok) {
         dg_graph_push_device(g, s->host);
         dg_graph_push_name_scope(g, "reduce");
-        for (int v = 0; v < nv; v++) {
+        for (int v = 0; v < nv && ok; v++) {
             int k = 0;
             for (int r = 0; r < n; r++)
                 if (grads[r * nv + v].node) present[k++] = grads[r * nv + v];
@@ -457,7 +463,14 @@ bool dg_strategy_minimize(dg_strategy *s, const dg_optimizer *opt, dg_tower_fn t
             snprintf(name, sizeof name, "%s", s->vars[v].copies[0]->name);
             for (char *c = name; *c; c++)
                 if (*c == '/') *c = '_';
-            mean_grads[n_trained] = mean_of(g, name, present, k, n);
+            if (s->kind == DG_STRATEGY_MIRRORED && k == n && n > 1) {
+                ok = dg_local_all_reduce(g, name, present, (const char *const *)s->devices, n,
+                                         DG_REDUCE_MEAN, replica_grads + (size_t)n_trained * n);
+                mean_grads[n_trained] = replica_grads[(size_t)n_trained * n];
+            } else {
+                mean_grads[n_trained] = mean_of(g, name, present, k, n);
+                for (int r = 0; r < n; r++) replica_grads[(size_t)n_trained * n + r] = mean_grads[n_trained];
+            }
             vars[n_trained++] = (dg_output){s->vars[v].copies[0], 0};
         }
         loss = mean_of(g, "loss", losses, n, n);
@@ -480,10 +493,16 @@ bool dg_strategy_minimize(dg_strategy *s, const dg_optimizer *opt, dg_tower_fn t
         else snprintf(scope, sizeof scope, "update");
         dg_output *cv = calloc((size_t)n_trained, sizeof *cv);
         if (!cv) abort();
-        for (int i = 0; i < n_trained; i++) cv[i] = dg_strategy_read_variable(s, vars[i], c);
+        dg_output *cg = calloc((size_t)n_trained + 1, sizeof *cg);
+        if (!cg) abort();
+        for (int i = 0; i < n_trained; i++) {
+            cv[i] = dg_strategy_read_variable(s, vars[i], c);
+            cg[i] = replica_grads[(size_t)i * n + (s->kind == DG_STRATEGY_MIRRORED ? c : 0)];
+        }
         dg_graph_push_device(g, s->kind == DG_STRATEGY_MIRRORED ? s->devices[c] : s->host);
         dg_graph_push_name_scope(g, scope);
-        trains[n_trains] = dg_optimizer_apply_gradients(&o, mean_grads, cv, n_trained, NUL, NULL);
+        trains[n_trains] = dg_optimizer_apply_gradients(&o, cg, cv, n_trained, NUL, NULL);
+        free(cg);
         ok = trains[n_trains++] != NULL;
         dg_graph_pop_name_scope(g);
         dg_graph_pop_device(g);
@@ -509,6 +528,7 @@ bool dg_strategy_minimize(dg_strategy *s, const dg_optimizer *opt, dg_tower_fn t
     free(losses);
     free(present);
     free(mean_grads);
+    free(replica_grads);
     free(vars);
     free(trains);
     if (!ok) {

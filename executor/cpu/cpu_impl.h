@@ -49,6 +49,7 @@ extern const int cpu_n_sendrecv_kernels;
 // Kernel groups kept in their own files register themselves.
 void cpu_register_collective_kernels(void);   // kernels_collective.c
 void cpu_register_sync_kernels(void);         // kernels_sync.c
+void cpu_register_local_reduce_kernels(void); // kernels_local_reduce.c
 extern const exec_kernel_def cpu_array_kernels[];
 extern const int cpu_n_array_kernels;
 

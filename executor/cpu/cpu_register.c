@@ -13,6 +13,7 @@ void exec_cpu_register(void) {
     exec_register_kernels(cpu_sendrecv_kernels, cpu_n_sendrecv_kernels);
     cpu_register_collective_kernels();   // kernels_collective.c
     cpu_register_sync_kernels();         // kernels_sync.c
+    cpu_register_local_reduce_kernels(); // kernels_local_reduce.c
 }
 
 void exec_cpu_set_threads(int n);

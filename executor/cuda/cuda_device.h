@@ -107,6 +107,12 @@ bool exec_cuda_nccl_version(int *version, dg_status *st);
 bool exec_cuda_all_reduce_sum_f32(exec_cuda_device *const *devs, float *const *bufs,
                                   int n_devs, int64_t n, dg_status *st);
 
+// Queues an all-reduce of count elements (float32, or float64 with f64) in place across
+// devs[0..n_devs) on their streams (no wait), summing or averaging (mean). Communicators are
+// created on the first call for a device list and kept. UNIMPLEMENTED without NCCL.
+bool exec_cuda_nccl_all_reduce(exec_cuda_device *const *devs, void *const *bufs, int n_devs,
+                               int64_t count, bool f64, bool mean, dg_status *st);
+
 #ifdef __cplusplus
 }
 #endif

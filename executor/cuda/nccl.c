@@ -88,3 +88,72 @@ fail:
     dg_status_prepend(st, "all-reduce of %lld floats over %d GPUs", (long long)n, n_devs);
     return false;
 }
+
+// ---- cached communicators for repeated all-reduces over the same GPUs ----
+
+typedef struct comm_set {
+    int n;
+    int *ids;
+    ncclComm_t *comms;
+    struct comm_set *next;
+} comm_set;
+
+static pthread_mutex_t comms_mu = PTHREAD_MUTEX_INITIALIZER;   // also serialises the launches
+static comm_set *comm_sets;
+
+// The communicators of devs (in order), created on first use. Called with comms_mu held.
+static comm_set *comms_for(exec_cuda_device *const *devs, int n, dg_status *st) {
+    for (comm_set *c = comm_sets; c; c = c->next) {
+        bool same = c->n == n;
+        for (int i = 0; same && i < n; i++) same = c->ids[i] == devs[i]->id;
+        if (same) return c;
+    }
+    comm_set *c = calloc(1, sizeof *c);
+    if (c) c->ids = calloc((size_t)n, sizeof *c->ids);
+    if (c) c->comms = calloc((size_t)n, sizeof *c->comms);
+    if (!c || !c->ids || !c->comms) {
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "NCCL: %d communicators", n);
+        goto fail;
+    }
+    c->n = n;
+    for (int i = 0; i < n; i++) c->ids[i] = devs[i]->id;
+    NCCL_CHECK(ncclCommInitAll(c->comms, n, c->ids));
+    c->next = comm_sets;
+    comm_sets = c;
+    return c;
+fail:
+    if (c) {
+        free(c->ids);
+        free(c->comms);
+        free(c);
+    }
+    return NULL;
+}
+
+bool exec_cuda_nccl_all_reduce(exec_cuda_device *const *devs, void *const *bufs, int n_devs,
+                               int64_t count, bool f64, bool mean, dg_status *st) {
+    bool in_group = false;
+    if (n_devs <= 0 || count < 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "all-reduce of %lld elements over %d devices",
+                       (long long)count, n_devs);
+        return false;
+    }
+    pthread_mutex_lock(&comms_mu);
+    comm_set *c = comms_for(devs, n_devs, st);
+    if (!c) goto fail;
+    NCCL_CHECK(ncclGroupStart());
+    in_group = true;
+    for (int i = 0; i < n_devs; i++)
+        NCCL_CHECK(ncclAllReduce(bufs[i], bufs[i], (size_t)count, f64 ? ncclDouble : ncclFloat,
+                                 mean ? ncclAvg : ncclSum, c->comms[i], devs[i]->stream));
+    in_group = false;
+    NCCL_CHECK(ncclGroupEnd());
+    pthread_mutex_unlock(&comms_mu);
+    return true;
+fail:
+    if (in_group) (void)ncclGroupEnd();
+    pthread_mutex_unlock(&comms_mu);
+    dg_status_prepend(st, "NCCL all-reduce of %lld %s over %d GPUs", (long long)count,
+                      f64 ? "doubles" : "floats", n_devs);
+    return false;
+}

@@ -14,3 +14,15 @@ bool exec_cuda_all_reduce_sum_f32(exec_cuda_device *const *devs, float *const *b
                    (long long)n, n_devs);
     return false;
 }
+
+bool exec_cuda_nccl_all_reduce(exec_cuda_device *const *devs, void *const *bufs, int n_devs,
+                               int64_t count, bool f64, bool mean, dg_status *st) {
+    (void)devs;
+    (void)bufs;
+    (void)f64;
+    (void)mean;
+    dg_status_setf(st, DG_UNIMPLEMENTED,
+                   "all-reduce of %lld elements over %d GPUs: distgraph was built without NCCL",
+                   (long long)count, n_devs);
+    return false;
+}

@@ -43,6 +43,13 @@ typedef enum dg_reduce_op {
 bool dg_collective_all_reduce(dg_graph *g, const char *name, const dg_output *xs, int n,
                               const dg_collective_group *group, int64_t instance_key,
                               dg_reduce_op op, const char *hint, dg_output *out);
+// An all-reduce across devices of one task: one LocalAllReduce node per device, node r built
+// on devices[r] with input xs[r]; out[r] is the sum (or mean) of all xs, on devices[r]. All xs
+// must have one dtype (float32/float64) and shape. GPUs reduce with NCCL when every device is
+// a GPU and NCCL is built in; otherwise the host sums in device order, so CPU devices get
+// bit-identical results. Nodes are named "<name>_<r>". false with the graph's error set.
+bool dg_local_all_reduce(dg_graph *g, const char *name, const dg_output *xs,
+                         const char *const *devices, int n, dg_reduce_op op, dg_output *out);
 // One CollectiveBroadcast node: out[i] = rank 0's xs[i] on every rank (float32, float64,
 // int32 or int64).
 bool dg_collective_broadcast(dg_graph *g, const char *name, const dg_output *xs, int n,

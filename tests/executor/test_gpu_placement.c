@@ -44,7 +44,8 @@ static void test_kernel_coverage(void **state) {
         "SumToShape", "BroadcastTo", "Reshape", "Shape", "ZerosLike", "OnesLike", "Concat",
         "Split", "Slice", "SliceGrad", "Const", "Identity", "VariableV2", "Assign", "AssignAdd",
         "AssignSub", "IsVariableInitialized", "RandomUniform", "RandomStandardNormal",
-        "TruncatedNormal", "ApplyGradientDescent", "ApplyMomentum", "ApplyAdam", "_Send", "_Recv"};
+        "TruncatedNormal", "ApplyGradientDescent", "ApplyMomentum", "ApplyAdam", "_Send", "_Recv",
+        "LocalAllReduce"};
     int missing = 0;
     for (size_t i = 0; i < sizeof float_ops / sizeof float_ops[0]; i++)
         for (dg_dtype t = DG_FLOAT32; t <= DG_FLOAT64; t++)

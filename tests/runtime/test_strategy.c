@@ -300,11 +300,17 @@ static void check_placement(dg_strategy_kind kind) {
             char slot[160];
             snprintf(slot, sizeof slot, "%s/Adam", name);
             assert_string_equal(assigned(r.g, slot), dev);
+            // The gradients are all-reduced across the replicas' devices, one node on each.
+            snprintf(name, sizeof name, "reduce/w1_%d", k);
+            dg_node *ar = dg_graph_find(r.g, name);
+            assert_non_null(ar);
+            assert_string_equal(dg_node_op_type(ar), "LocalAllReduce");
+            assert_string_equal(dg_node_assigned_device(ar), dev);
         }
     }
     assert_string_equal(dg_strategy_host_device(r.strategy), "/device:CPU:0");
     assert_string_equal(assigned(r.g, "split/input_0"), LOCAL "0");
-    assert_string_equal(assigned(r.g, "reduce/w1"), LOCAL "0");
+    if (kind == DG_STRATEGY_CENTRAL_STORAGE) assert_string_equal(assigned(r.g, "reduce/w1"), LOCAL "0");
     assert_string_equal(assigned(r.g, "reduce/loss"), LOCAL "0");
     if (kind == DG_STRATEGY_CENTRAL_STORAGE) {
         assert_string_equal(assigned(r.g, "w1"), LOCAL "0");
