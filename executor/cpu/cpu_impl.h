@@ -50,6 +50,15 @@ extern const int cpu_n_sendrecv_kernels;
 void cpu_register_collective_kernels(void);   // kernels_collective.c
 void cpu_register_sync_kernels(void);         // kernels_sync.c
 void cpu_register_local_reduce_kernels(void); // kernels_local_reduce.c
+// Reshape (a view of input 0) and Shape (int64 host output): they touch no element, so the GPU
+// kernels of these ops use them too (kernels_array.c).
+bool cpu_reshape_compute(void *state, exec_ctx *ctx);
+bool cpu_shape_compute(void *state, exec_ctx *ctx);
+// The same for kernels that touch no element (kernels_state.c).
+bool cpu_placeholder_compute(void *state, exec_ctx *ctx);
+bool cpu_identity_compute(void *state, exec_ctx *ctx);
+bool cpu_noop_compute(void *state, exec_ctx *ctx);
+bool cpu_is_init_compute(void *state, exec_ctx *ctx);
 extern const exec_kernel_def cpu_array_kernels[];
 extern const int cpu_n_array_kernels;
 

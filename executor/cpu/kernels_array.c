@@ -5,7 +5,7 @@
 
 #include "cpu_impl.h"
 
-static bool reshape_compute(void *state, exec_ctx *ctx) {
+bool cpu_reshape_compute(void *state, exec_ctx *ctx) {
     dg_tensor *x = IN(0);
     int64_t dims[DG_MAX_RANK];
     int rank;
@@ -43,7 +43,7 @@ static bool reshape_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
-static bool shape_compute(void *state, exec_ctx *ctx) {
+bool cpu_shape_compute(void *state, exec_ctx *ctx) {
     dg_tensor *x = IN(0);
     dg_tensor *o = exec_alloc_output(ctx, 0, DG_INT64, dg_shape1(x->shape.rank));
     if (!o) return false;
@@ -266,8 +266,8 @@ static bool slice_grad_compute(void *state, exec_ctx *ctx) {
     {op, "CPU", mask, create, compute, destroy, false, false, false, NULL, false}
 
 const exec_kernel_def cpu_array_kernels[] = {
-    K("Reshape", DT_ALL, cpu_no_state, reshape_compute, NULL),
-    K("Shape", DT_ALL, cpu_no_state, shape_compute, NULL),
+    K("Reshape", DT_ALL, cpu_no_state, cpu_reshape_compute, NULL),
+    K("Shape", DT_ALL, cpu_no_state, cpu_shape_compute, NULL),
     K("Fill", DT_BIT(DG_INT32) | DT_BIT(DG_INT64), cpu_no_state, fill_compute, NULL),
     K("ZerosLike", DT_ALL, cpu_no_state, like_compute, NULL),
     K("OnesLike", DT_ALL, ones_create, like_compute, NULL),

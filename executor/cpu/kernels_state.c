@@ -15,7 +15,7 @@ static bool const_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
-static bool placeholder_compute(void *state, exec_ctx *ctx) {
+bool cpu_placeholder_compute(void *state, exec_ctx *ctx) {
     char b[128];
     return exec_fail(ctx, DG_INVALID_ARGUMENT,
                      "you must feed a value for placeholder \"%s\" (%s %s)", ctx->node->name,
@@ -23,12 +23,12 @@ static bool placeholder_compute(void *state, exec_ctx *ctx) {
                      dg_shape_str(&ctx->node->out_shapes[0], b, sizeof b));
 }
 
-static bool identity_compute(void *state, exec_ctx *ctx) {
+bool cpu_identity_compute(void *state, exec_ctx *ctx) {
     exec_set_output(ctx, 0, IN(0));
     return true;
 }
 
-static bool noop_compute(void *state, exec_ctx *ctx) { return true; }
+bool cpu_noop_compute(void *state, exec_ctx *ctx) { return true; }
 
 // ---- variables ----
 // The variable behind input k of n (a VariableV2 node), or n itself.
@@ -102,7 +102,7 @@ static bool assign_compute(void *state, exec_ctx *ctx) {
 ASSIGN_OP(assign_add_compute, +=)
 ASSIGN_OP(assign_sub_compute, -=)
 
-static bool is_init_compute(void *state, exec_ctx *ctx) {
+bool cpu_is_init_compute(void *state, exec_ctx *ctx) {
     dg_tensor *o = exec_alloc_output(ctx, 0, DG_BOOL, dg_shape_scalar());
     if (!o) return false;
     *(uint8_t *)o->data = IN(0) != NULL;
@@ -267,14 +267,14 @@ static bool apply_adam_compute(void *state, exec_ctx *ctx) {
 
 const exec_kernel_def cpu_state_kernels[] = {
     K("Const", DT_ALL, const_create, const_compute, NULL, false, false, false),
-    K("Placeholder", DT_ALL, cpu_no_state, placeholder_compute, NULL, false, false, false),
-    K("Identity", DT_ALL, cpu_no_state, identity_compute, NULL, false, false, false),
-    K("NoOp", DT_ALL | DT_BIT(DG_INVALID_DTYPE), cpu_no_state, noop_compute, NULL, false, false, false),
+    K("Placeholder", DT_ALL, cpu_no_state, cpu_placeholder_compute, NULL, false, false, false),
+    K("Identity", DT_ALL, cpu_no_state, cpu_identity_compute, NULL, false, false, false),
+    K("NoOp", DT_ALL | DT_BIT(DG_INVALID_DTYPE), cpu_no_state, cpu_noop_compute, NULL, false, false, false),
     K("VariableV2", DT_ALL, variable_create, variable_compute, NULL, false, true, true),
     K("Assign", DT_ALL, assign_create, assign_compute, NULL, false, true, true),
     K("AssignAdd", DT_NUMERIC, cpu_no_state, assign_add_compute, NULL, false, true, false),
     K("AssignSub", DT_NUMERIC, cpu_no_state, assign_sub_compute, NULL, false, true, false),
-    K("IsVariableInitialized", DT_ALL, cpu_no_state, is_init_compute, NULL, false, false, true),
+    K("IsVariableInitialized", DT_ALL, cpu_no_state, cpu_is_init_compute, NULL, false, false, true),
     K("RandomUniform", DT_FLOATS, rand_create, rand_compute, rand_destroy, false, false, false),
     K("RandomStandardNormal", DT_FLOATS, rand_create, rand_compute, rand_destroy, false, false, false),
     K("TruncatedNormal", DT_FLOATS, rand_create, rand_compute, rand_destroy, false, false, false),

@@ -178,6 +178,24 @@ bool gpu_check_launch_at(exec_ctx *ctx, exec_cuda_device *dev, cudaError_t err,
     return false;
 }
 
+bool gpu_prepare_inputs(exec_ctx *ctx, exec_cuda_device *dev, int n) {
+    const dg_tensor *x0 = ctx->inputs[0];
+    for (int i = 0; i < n; i++) {
+        const dg_tensor *x = ctx->inputs[i];
+        if (!x) return exec_fail(ctx, DG_FAILED_PRECONDITION, "input %d has no value", i);
+        if (!gpu_dtype_on_device(x->dtype) || x->dtype != x0->dtype)
+            return exec_fail(ctx, DG_INVALID_ARGUMENT, "input %d is %s, the GPU kernel takes %s",
+                             i, dg_dtype_name(x->dtype),
+                             gpu_dtype_on_device(x0->dtype) ? dg_dtype_name(x0->dtype)
+                                                            : "float32 or float64");
+        if (x->n_elements > 0 && x->gpu != 1 + dev->id)
+            return exec_fail(ctx, DG_INTERNAL, "input %d (%s, %lld elements) is not in the "
+                             "memory of GPU:%d", i, dg_dtype_name(x->dtype),
+                             (long long)x->n_elements, dev->id);
+    }
+    return gpu_check_launch(ctx, dev, cudaSetDevice(dev->id), "cudaSetDevice");
+}
+
 // ---- host copies for code outside the kernels (exec_tensor_to_host) ----
 
 dg_tensor *gpu_any_to_host(dg_tensor *t, dg_status *st) {

@@ -55,6 +55,10 @@ dg_tensor *gpu_to_device(exec_cuda_device *dev, dg_tensor *t, dg_status *st);
     gpu_check_launch_at((ctx), (dev), (err), (what), __FILE__, __LINE__)
 bool gpu_check_launch_at(exec_ctx *ctx, exec_cuda_device *dev, cudaError_t err,
                          const char *what, const char *file, int line);
+// Checks that inputs [0, n) are float tensors of input 0's dtype in dev's memory (an empty
+// tensor may be anywhere) and makes dev the thread's current GPU for the launches. false with
+// ctx->st set naming the input.
+bool gpu_prepare_inputs(exec_ctx *ctx, exec_cuda_device *dev, int n);
 // A host copy of t whichever GPU holds it (a new reference to t when it is host memory).
 dg_tensor *gpu_any_to_host(dg_tensor *t, dg_status *st);
 

@@ -20,25 +20,11 @@ _Static_assert(DG_MAX_RANK <= CUDA_MATH_MAX_RANK, "cuda_bcast holds DG_MAX_RANK 
 
 static cuda_math_dtype cdt(dg_dtype t) { return t == DG_FLOAT64 ? CUDA_MATH_F64 : CUDA_MATH_F32; }
 
-// Checks that inputs [0, n) have values of input 0's dtype, a float one, in dev's memory (an
-// empty tensor may be anywhere), and makes dev the thread's current GPU for the launches.
+// Inputs [0, n) are float tensors of one dtype in dev's memory (gpu_prepare_inputs).
 static bool prepare(exec_ctx *ctx, exec_cuda_device *dev, int n) {
     if (ctx->n_inputs < n)
         return exec_fail(ctx, DG_INTERNAL, "%d inputs, the kernel reads %d", ctx->n_inputs, n);
-    for (int i = 0; i < n; i++) {
-        const dg_tensor *x = IN(i);
-        if (!x) return exec_fail(ctx, DG_FAILED_PRECONDITION, "input %d has no value", i);
-        if (!gpu_dtype_on_device(x->dtype) || x->dtype != IN(0)->dtype)
-            return exec_fail(ctx, DG_INVALID_ARGUMENT, "input %d is %s, the GPU kernel takes %s",
-                             i, dg_dtype_name(x->dtype),
-                             gpu_dtype_on_device(IN(0)->dtype) ? dg_dtype_name(IN(0)->dtype)
-                                                               : "float32 or float64");
-        if (x->n_elements > 0 && x->gpu != 1 + dev->id)
-            return exec_fail(ctx, DG_INTERNAL, "input %d (%s, %lld elements) is not in the "
-                             "memory of GPU:%d", i, dg_dtype_name(x->dtype),
-                             (long long)x->n_elements, dev->id);
-    }
-    return gpu_check_launch(ctx, dev, cudaSetDevice(dev->id), "cudaSetDevice");
+    return gpu_prepare_inputs(ctx, dev, n);
 }
 
 // A scalar operand (read on the device at element 0) must have an element.

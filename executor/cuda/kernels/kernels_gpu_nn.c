@@ -17,24 +17,8 @@
 
 // ---- shared checks ----
 
-// Checks that inputs [0, n) are float tensors of one dtype in dev's memory (an empty tensor
-// may be anywhere) and makes dev the thread's current GPU for the launches.
-static bool prepare(exec_ctx *ctx, exec_cuda_device *dev, int n) {
-    for (int i = 0; i < n; i++) {
-        const dg_tensor *x = IN(i);
-        if (!x) return exec_fail(ctx, DG_FAILED_PRECONDITION, "input %d has no value", i);
-        if (!gpu_dtype_on_device(x->dtype) || x->dtype != IN(0)->dtype)
-            return exec_fail(ctx, DG_INVALID_ARGUMENT, "input %d is %s, the GPU kernel takes %s",
-                             i, dg_dtype_name(x->dtype),
-                             gpu_dtype_on_device(IN(0)->dtype) ? dg_dtype_name(IN(0)->dtype)
-                                                               : "float32 or float64");
-        if (x->n_elements > 0 && x->gpu != 1 + dev->id)
-            return exec_fail(ctx, DG_INTERNAL, "input %d (%s, %lld elements) is not in the "
-                             "memory of GPU:%d", i, dg_dtype_name(x->dtype),
-                             (long long)x->n_elements, dev->id);
-    }
-    return gpu_check_launch(ctx, dev, cudaSetDevice(dev->id), "cudaSetDevice");
-}
+// Inputs [0, n) are float tensors of one dtype in dev's memory (gpu_prepare_inputs).
+static bool prepare(exec_ctx *ctx, exec_cuda_device *dev, int n) { return gpu_prepare_inputs(ctx, dev, n); }
 
 static bool is_f64(const dg_tensor *t) { return t->dtype == DG_FLOAT64; }
 
@@ -447,58 +431,8 @@ static bool broadcast_to_compute(void *state, exec_ctx *ctx) {
 
 // ---- Reshape, Shape, Fill, ZerosLike, OnesLike ----
 
-// The output is a view of the input's device buffer; nothing is queued.
-static bool reshape_compute(void *state, exec_ctx *ctx) {
-    nn_state *s = state;
-    dg_tensor *x = IN(0);
-    if (!prepare(ctx, s->dev, 1)) return false;
-    int64_t dims[DG_MAX_RANK];
-    int rank;
-    if (!cpu_read_dims(IN(1), dims, &rank, DG_MAX_RANK))
-        return exec_fail(ctx, DG_INVALID_ARGUMENT, "shape must be an int vector of at most %d entries",
-                         DG_MAX_RANK);
-    int unknown = -1;
-    int64_t prod = 1;
-    for (int i = 0; i < rank; i++) {
-        if (dims[i] == -1) {
-            if (unknown >= 0)
-                return exec_fail(ctx, DG_INVALID_ARGUMENT, "only one dimension may be -1");
-            unknown = i;
-        } else if (dims[i] < 0) {
-            return exec_fail(ctx, DG_INVALID_ARGUMENT, "dimension %d is %lld", i, (long long)dims[i]);
-        } else {
-            prod *= dims[i];
-        }
-    }
-    if (unknown >= 0) {
-        if (prod == 0 || x->n_elements % prod != 0)
-            return exec_fail(ctx, DG_INVALID_ARGUMENT, "cannot reshape %lld elements with a -1 "
-                             "dimension and the others multiplying to %lld",
-                             (long long)x->n_elements, (long long)prod);
-        dims[unknown] = x->n_elements / prod;
-    } else if (prod != x->n_elements) {
-        char a[128];
-        dg_shape sh = dg_shape_make(rank, dims);
-        return exec_fail(ctx, DG_INVALID_ARGUMENT, "cannot reshape %lld elements to %s (%lld)",
-                         (long long)x->n_elements, dg_shape_str(&sh, a, sizeof a), (long long)prod);
-    }
-    dg_tensor *v = tensor_view(x, dg_shape_make(rank, dims), ctx->st);
-    if (!v) return false;
-    exec_set_output(ctx, 0, v);
-    dg_tensor_unref(v);
-    return true;
-}
-
-// Reads only the input's shape: the output is host memory and nothing touches the device.
-static bool shape_compute(void *state, exec_ctx *ctx) {
-    nn_state *s = state;
-    dg_tensor *x = IN(0);
-    dg_tensor *o = gpu_alloc_output(s->dev, ctx, 0, DG_INT64, dg_shape1(x->shape.rank));
-    if (!o) return false;
-    for (int i = 0; i < x->shape.rank; i++) ((int64_t *)o->data)[i] = x->shape.dims[i];
-    return true;
-}
-
+// Reshape and Shape touch no element: the CPU kernels' compute serves (a Reshape is a view of
+// its input, which keeps the input's GPU; Shape's int64 output is host memory).
 // Fill(dims, value): dims is host memory; a float value is device memory and read there.
 static bool fill_compute(void *state, exec_ctx *ctx) {
     nn_state *s = state;
@@ -699,8 +633,8 @@ const exec_kernel_def gpu_nn_kernels[] = {
     NN_KERNEL("MaxGrad", DT_FLOATS, reduce_create, max_grad_compute, false),
     NN_KERNEL("SumToShape", DT_FLOATS, nn_create, sum_to_shape_compute, false),
     NN_KERNEL("BroadcastTo", DT_FLOATS, nn_create, broadcast_to_compute, false),
-    NN_KERNEL("Reshape", DT_FLOATS, nn_create, reshape_compute, false),
-    NN_KERNEL("Shape", DT_ALL, nn_create, shape_compute, true),
+    NN_KERNEL("Reshape", DT_FLOATS, nn_create, cpu_reshape_compute, false),
+    NN_KERNEL("Shape", DT_ALL, nn_create, cpu_shape_compute, true),
     NN_KERNEL("Fill", DT_BIT(DG_INT32) | DT_BIT(DG_INT64), nn_create, fill_compute, false),
     NN_KERNEL("ZerosLike", DT_FLOATS, nn_create, like_compute, false),
     NN_KERNEL("OnesLike", DT_FLOATS, nn_create, like_compute, false),

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cpu_impl.h"
 #include "gpu_impl.h"
 
 #define IN(i) (ctx->inputs[i])
@@ -51,28 +52,8 @@ static bool const_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
-// ---- Placeholder (never runs when fed: the run is pruned at fed outputs), Identity, NoOp ----
-
-static bool placeholder_compute(void *state, exec_ctx *ctx) {
-    (void)state;
-    char b[128];
-    return exec_fail(ctx, DG_INVALID_ARGUMENT,
-                     "you must feed a value for placeholder \"%s\" (%s %s)", ctx->node->name,
-                     dg_dtype_name(ctx->node->out_dtypes[0]),
-                     dg_shape_str(&ctx->node->out_shapes[0], b, sizeof b));
-}
-
-static bool identity_compute(void *state, exec_ctx *ctx) {
-    (void)state;
-    exec_set_output(ctx, 0, IN(0));
-    return true;
-}
-
-static bool noop_compute(void *state, exec_ctx *ctx) {
-    (void)state;
-    (void)ctx;
-    return true;
-}
+// Placeholder, Identity, NoOp and IsVariableInitialized touch no element: the CPU kernels'
+// compute serves (kernels_state.c).
 
 // ---- variables ----
 
@@ -159,14 +140,6 @@ static bool assign_compute(void *state, exec_ctx *ctx) {
     }
     exec_set_output(ctx, 0, cur);
     dg_tensor_unref(cur);
-    return true;
-}
-
-static bool is_init_compute(void *state, exec_ctx *ctx) {
-    (void)state;
-    dg_tensor *o = exec_alloc_output(ctx, 0, DG_BOOL, dg_shape_scalar());
-    if (!o) return false;
-    *(uint8_t *)o->data = IN(0) != NULL;
     return true;
 }
 
@@ -313,12 +286,12 @@ static void recv_start(void *state, exec_ctx *ctx, exec_async_handle h) {
 //  start_async, host_outputs}
 const exec_kernel_def gpu_state_kernels[] = {
     {"Const", "GPU", DT_ALL, const_create, const_compute, const_destroy, false, false, false, NULL, true},
-    {"Placeholder", "GPU", DT_ALL, gpu_dev_create, placeholder_compute, NULL, false, false, false, NULL, true},
-    {"Identity", "GPU", DT_ALL, gpu_dev_create, identity_compute, NULL, false, false, false, NULL, true},
-    {"NoOp", "GPU", DT_ALL | DT_BIT(DG_INVALID_DTYPE), gpu_dev_create, noop_compute, NULL, false, false, false, NULL, true},
+    {"Placeholder", "GPU", DT_ALL, gpu_dev_create, cpu_placeholder_compute, NULL, false, false, false, NULL, true},
+    {"Identity", "GPU", DT_ALL, gpu_dev_create, cpu_identity_compute, NULL, false, false, false, NULL, true},
+    {"NoOp", "GPU", DT_ALL | DT_BIT(DG_INVALID_DTYPE), gpu_dev_create, cpu_noop_compute, NULL, false, false, false, NULL, true},
     {"VariableV2", "GPU", DT_FLOATS, variable_create, variable_compute, free, false, true, true, NULL, false},
     {"Assign", "GPU", DT_FLOATS, assign_create, assign_compute, free, false, true, true, NULL, false},
-    {"IsVariableInitialized", "GPU", DT_FLOATS, gpu_dev_create, is_init_compute, NULL, false, false, true, NULL, true},
+    {"IsVariableInitialized", "GPU", DT_FLOATS, gpu_dev_create, cpu_is_init_compute, NULL, false, false, true, NULL, true},
     {"RandomUniform", "GPU", DT_FLOATS, rand_create, rand_compute, rand_destroy, false, false, false, NULL, false},
     {"RandomStandardNormal", "GPU", DT_FLOATS, rand_create, rand_compute, rand_destroy, false, false, false, NULL, false},
     {"TruncatedNormal", "GPU", DT_FLOATS, rand_create, rand_compute, rand_destroy, false, false, false, NULL, false},
