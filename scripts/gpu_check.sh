@@ -3,9 +3,10 @@
 # with an NVIDIA GPU, and writes at most 8 files into the folder given (default gpu-results):
 #   gpu.txt              the GPU, its driver, the date
 #   tests.log            test_cuda_device, test_gpu_placement, test_gpu_kernels (poisoned
-#                        outputs, every kernel against the CPU), test_block_cache
+#                        outputs, every kernel against the CPU)
 #   sanitizer.log        the same GPU tests under compute-sanitizer memcheck
-#   mlp.log              mlp_local --device /gpu:0 against /cpu:0 (default flags, 2000 steps)
+#   mlp.log              mlp_local --device /gpu:0 against /cpu:0 (default flags, 2000 steps),
+#                        then the mirrored example on the GPU
 #   gpu_bench.jsonl      MatMul through the executor vs raw cuBLAS; the MLP step at batch
 #                        100, 1,000, 10,000
 #   torch_mlp.jsonl      the same MLP steps in PyTorch CUDA (bench/peers/torch_mlp_cuda.py)
@@ -41,7 +42,7 @@ step() {   # step NAME LOG CMD...: runs CMD appending to LOG, records its exit s
 }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; date -u; } >"$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
-for t in test_block_cache test_cuda_device test_gpu_placement test_gpu_kernels; do
+for t in test_cuda_device test_gpu_placement test_gpu_kernels; do
     step "$t" "$out/tests.log" "$c/bin/$t"
 done
 if command -v compute-sanitizer >/dev/null; then
@@ -55,5 +56,6 @@ fi
 step "mlp_local /gpu:0" "$out/mlp.log" "$c/bin/mlp_local" --data_dir "$c/data" --device /gpu:0
 step "mlp_local /cpu:0" "$out/mlp.log" "$c/bin/mlp_local" --data_dir "$c/data" --device /cpu:0
 grep -h "^test accuracy" "$out/mlp.log" | tee -a "$summary"
+step "mirrored GPU" "$out/mlp.log" "$c/bin/mirrored" --data_dir "$c/data" --device_type GPU --num_devices 1
 step "gpu_bench" "$out/gpu_bench.jsonl" "$c/bin/gpu_bench"
 step "torch_mlp_cuda" "$out/torch_mlp.jsonl" python3 "$c/torch_mlp_cuda.py"

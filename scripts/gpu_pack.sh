@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build-gpu-pack
 out=$root/.devcarry
 data=${DG_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
-bins=(test_cuda_device test_gpu_placement test_gpu_kernels test_block_cache gpu_bench mlp_local)
+bins=(test_cuda_device test_gpu_placement test_gpu_kernels gpu_bench mlp_local mirrored)
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDG_WITH_BLAS=OFF >"$root/.gpu_pack_configure.log"
 grep -q "distgraph: CUDA device ON" "$root/.gpu_pack_configure.log" ||

@@ -7,6 +7,8 @@
 
 #include "testutil.h"
 
+#include "exec_impl.h"
+
 
 typedef struct model {
     dg_graph *g;
@@ -117,10 +119,75 @@ static void test_dead_ps_is_unavailable(void **state) {
     dg_status_free(&st);
 }
 
+// A graph that asks for GPUs makes the master ask every task for its devices (LIST_DEVICES):
+// the variable lands on the ps's GPU when the ps has one, else (soft placement) on its CPU,
+// and the step computes the same as on CPUs. Without soft placement and without GPUs the
+// error lists the devices the tasks reported. A ps that is gone fails the listing, naming it.
+static void test_gpu_request_in_cluster(void **state) {
+    dg_status *st = dg_status_new();
+    char spec[256];
+    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", dg_test_free_port(), dg_test_free_port());
+    dg_cluster *c = dg_cluster_from_spec_string(spec, st);
+    dg_server_options so = dg_server_options_default();
+    so.quiet = true;
+    so.rpc_timeout_ms = 2000;
+    dg_server *ps = dg_server_new(c, "ps", 0, &so, st);
+    dg_server *wk = dg_server_new(c, "worker", 0, &so, st);
+    assert_ok(st);
+    for (int soft = 1; soft >= 0; soft--) {
+        dg_graph *g = dg_graph_new();
+        dg_graph_push_device(g, "/job:ps/task:0/device:GPU:0");
+        dg_output w = dg_variable(g, "w", DG_FLOAT64, dg_shape1(3), dg_init_constant(2));
+        dg_graph_pop_device(g);
+        dg_graph_push_device(g, "/job:worker/task:0/device:GPU:0");
+        dg_output y = dg_sum(g, "y", dg_square(g, NULL, w), NULL, 0, false);
+        dg_graph_pop_device(g);
+        dg_node *init = dg_global_variables_initializer(g);
+        dg_session_options o = dg_session_options_default();
+        o.allow_soft_placement = soft;
+        dg_session *s = dg_session_new(g, dg_server_target(wk), &o, st);
+        assert_ok(st);
+        bool gpus = exec_gpu_count() > 0;
+        bool ok = dg_session_run_target(s, init, st);
+        if (soft || gpus) {
+            assert_true(ok);
+            assert_ok(st);
+            dg_tensor *yv = NULL;
+            assert_true(dg_session_run(s, NULL, NULL, 0, &y, &yv, 1, NULL, 0, st));
+            assert_true(dg_tensor_f64(yv)[0] == 12.0);
+            dg_tensor_unref(yv);
+            assert_string_equal(dg_node_assigned_device(w.node),
+                                gpus ? "/job:ps/replica:0/task:0/device:GPU:0"
+                                     : "/job:ps/replica:0/task:0/device:CPU:0");
+        } else {
+            assert_false(ok);
+            assert_status(st, DG_INVALID_ARGUMENT, "/job:ps/replica:0/task:0/device:CPU:0");
+            dg_status_reset(st);
+        }
+        dg_session_free(&s);
+        dg_graph_free(&g);
+    }
+    // The ps is gone: asking for its devices fails, naming it, within the deadline.
+    dg_server_free(&ps);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, "/job:ps/task:0/device:GPU:0");
+    dg_output w = dg_variable(g, "w", DG_FLOAT64, dg_shape1(3), dg_init_constant(2));
+    dg_graph_pop_device(g);
+    dg_session *s = dg_session_new(g, dg_server_target(wk), NULL, st);
+    assert_false(dg_session_run(s, NULL, NULL, 0, &w, NULL, 0, &w.node, 1, st));
+    assert_non_null(strstr(dg_status_message(st), "/job:ps/replica:0/task:0"));
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    dg_server_free(&wk);
+    dg_cluster_free(&c);
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ps_worker_matches_local),
         cmocka_unit_test(test_dead_ps_is_unavailable),
+        cmocka_unit_test(test_gpu_request_in_cluster),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
