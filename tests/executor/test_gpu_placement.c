@@ -170,8 +170,17 @@ static void test_training_graph(void **state) {
             const char *op = dg_node_op_type(dg_graph_node(pg, i));
             if (strcmp(op, "_Send") == 0) sends++;
             if (strcmp(op, "_Recv") == 0) recvs++;
-            // Feeds are read on the CPU: no Placeholder is left in the GPU's partition.
-            if (gpu_part) assert_string_not_equal(op, "Placeholder");
+            // Feeds are read on the CPU: no Placeholder is left in the GPU's partition, and no
+            // GPU node reads a fed (host) value directly: it arrives through a _Recv.
+            if (gpu_part) {
+                dg_node *nd = dg_graph_node(pg, i);
+                assert_string_not_equal(op, "Placeholder");
+                for (int k = 0; k < dg_node_num_inputs(nd); k++) {
+                    dg_node *src = dg_node_input(nd, k).node;
+                    assert_ptr_not_equal(src, x.node);
+                    assert_ptr_not_equal(src, labels.node);
+                }
+            }
         }
     }
     assert_true(sends > 0);

@@ -14,6 +14,24 @@ typedef struct gpu_lar {
 
 static bool nccl_reduce(dg_tensor *const *ins, void *const *devices, int n, bool mean,
                         dg_tensor **outs, dg_status *st) {
+    // NCCL needs one distinct GPU per participant (ncclCommInitAll rejects a repeated device)
+    // and each input in its participant's memory (the copies below are on that GPU's stream).
+    // Otherwise the host reduces: UNIMPLEMENTED sends reduce_round down that path.
+    if (n < 1) {
+        dg_status_setf(st, DG_INTERNAL, "LocalAllReduce: %d participants", n);
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        const exec_cuda_device *di = devices[i];
+        bool usable = ins[i]->n_elements == 0 || ins[i]->gpu == 1 + di->id;
+        for (int j = 0; j < i && usable; j++)
+            usable = ((const exec_cuda_device *)devices[j])->id != di->id;
+        if (!usable) {
+            dg_status_set(st, DG_UNIMPLEMENTED,
+                          "LocalAllReduce: NCCL needs one GPU per participant");
+            return false;
+        }
+    }
     exec_cuda_device **devs = calloc((size_t)n, sizeof *devs);
     void **bufs = calloc((size_t)n, sizeof *bufs);
     bool ok = devs && bufs;

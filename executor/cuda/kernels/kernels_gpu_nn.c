@@ -445,6 +445,8 @@ static bool fill_compute(void *state, exec_ctx *ctx) {
         if (dims[i] < 0) return exec_fail(ctx, DG_INVALID_ARGUMENT, "dimension %d is negative", i);
     dg_tensor *v = IN(1);
     if (v->n_elements != 1) return exec_fail(ctx, DG_INVALID_ARGUMENT, "value must be a scalar");
+    // This GPU current before gpu_alloc_output, which may queue a poison fill on its stream.
+    if (!launched(ctx, s->dev, cudaSetDevice(s->dev->id))) return false;
     dg_tensor *o = gpu_alloc_output(s->dev, ctx, 0, v->dtype, dg_shape_make(rank, dims));
     if (!o) return false;
     if (!gpu_dtype_on_device(v->dtype)) {   // a host value fills a host output, as on the CPU
@@ -456,7 +458,6 @@ static bool fill_compute(void *state, exec_ctx *ctx) {
     if (v->gpu != 1 + s->dev->id)
         return exec_fail(ctx, DG_INTERNAL, "value (%s) is not in the memory of GPU:%d",
                          dg_dtype_name(v->dtype), s->dev->id);
-    if (!launched(ctx, s->dev, cudaSetDevice(s->dev->id))) return false;
     return launched(ctx, s->dev, cuda_launch_fill_from(is_f64(v), o->data, o->n_elements, v->data,
                                                        s->dev->stream));
 }

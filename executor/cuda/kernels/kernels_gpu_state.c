@@ -124,7 +124,8 @@ static bool assign_compute(void *state, exec_ctx *ctx) {
                          dg_shape_str(&val->shape, a, sizeof a), v->name,
                          dg_shape_str(&v->shape, b, sizeof b));
     }
-    if (val->gpu != 1 + s->dev->id)
+    // An empty value may be anywhere (gpu_prepare_inputs): nothing of it is copied.
+    if (val->n_elements > 0 && val->gpu != 1 + s->dev->id)
         return exec_fail(ctx, DG_INTERNAL, "assigning a value that is not in the memory of GPU:%d",
                          s->dev->id);
     dg_tensor *cur = exec_variable_get(v);
