@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "shm_impl.h"
 #include "status_impl.h"
 #include "tensor_impl.h"
 #include "transport_impl.h"
@@ -69,6 +70,7 @@ typedef struct dealer {
     uint64_t probe_id;       // the liveness PING in flight, 0: none
     int64_t next_probe_at;   // ms, monotonic: no new probe before
     uint64_t peer_inc;       // incarnation of the process answering there, 0: not seen yet
+    bool local;              // on this host (loopback): big frames may go by shared memory
 } dealer;
 
 typedef struct assembly {
@@ -109,6 +111,8 @@ struct rt_transport {
     char curve_pub[41], curve_sec[41];
     bool curve;
     rt_transport_stats stats;
+    rt_shm_pool *shm;        // the slots big frames to local peers go through (I/O thread)
+    bool shm_off;            // CurveZMQ on, DG_SHM=0, or the pool could not be made
     zmq_msg_t **frames;      // MAX_FRAMES slots for the message being read (I/O thread only)
 };
 
@@ -184,8 +188,16 @@ static void free_msg(void *data, size_t n, void *arg) {
 }
 
 // Frame -> tensor of description d without copying when the buffer is aligned. Consumes m.
-static dg_tensor *frame_tensor(zmq_msg_t *m, const rt_tensor_desc *d, dg_status *st) {
+static dg_tensor *frame_tensor(rt_transport *t, zmq_msg_t *m, const rt_tensor_desc *d, dg_status *st) {
     size_t size = zmq_msg_size(m);
+    if (!t->curve && rt_shm_is_desc(zmq_msg_data(m), size, d->nbytes)) {
+        // The bytes are in the sender's shared memory: read in place, the slot freed with the tensor.
+        dg_tensor *t_shm = rt_shm_tensor(zmq_msg_data(m), d->dtype, d->shape, d->nbytes, st);
+        zmq_msg_close(m);
+        free(m);
+        if (t_shm) __atomic_add_fetch(&t->stats.shm_frames_received, 1, __ATOMIC_RELAXED);
+        return t_shm;
+    }
     if (size != d->nbytes) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "a tensor frame has %zu bytes, its header says %llu",
                        size, (unsigned long long)d->nbytes);
@@ -196,21 +208,24 @@ static dg_tensor *frame_tensor(zmq_msg_t *m, const rt_tensor_desc *d, dg_status 
     void *data = zmq_msg_data(m);
     // ZeroMQ's large messages start 8 bytes into their allocation: fine for every dtype.
     if (((uintptr_t)data & 7) != 0 || size < 64) {
-        dg_tensor *t = dg_tensor_from_data(d->dtype, d->shape, data, st);
+        dg_tensor *copy = dg_tensor_from_data(d->dtype, d->shape, data, st);
         zmq_msg_close(m);
         free(m);
-        return t;
+        return copy;
     }
-    dg_tensor *t = dg_tensor_wrap(d->dtype, d->shape, data, size, free_msg, m, st);
-    if (!t) {
+    dg_tensor *wrapped = dg_tensor_wrap(d->dtype, d->shape, data, size, free_msg, m, st);
+    if (!wrapped) {
         zmq_msg_close(m);
         free(m);
     }
-    return t;
+    return wrapped;
 }
 
-static void send_frames(void *sock, const rt_peer *peer, const char *hdr, size_t hdr_len,
-                        dg_tensor *const *tensors, int n, size_t slice_off, size_t slice_len) {
+// shm (NULL: none) carries tensor frames of RT_SHM_MIN_BYTES..RT_SHM_SLOT_BYTES to a peer on
+// this host: the bytes go into a slot and a descriptor frame goes in their place.
+static void send_frames(rt_transport *t, void *sock, const rt_peer *peer, const char *hdr,
+                        size_t hdr_len, dg_tensor *const *tensors, int n, size_t slice_off,
+                        size_t slice_len, rt_shm_pool *shm) {
     // A reply to a peer that has gone fails here (ROUTER_MANDATORY); sending the other frames
     // anyway would make each of them a routing id of its own, and leak it.
     if (peer && zmq_send(sock, peer->id, peer->len, ZMQ_SNDMORE) < 0) return;
@@ -222,19 +237,24 @@ static void send_frames(void *sock, const rt_peer *peer, const char *hdr, size_t
         return;
     }
     for (int i = 0; i < n; i++) {
-        dg_tensor *t = tensors[i];
-        char *data = t->data;
-        size_t len = t->nbytes;
+        dg_tensor *ten = tensors[i];
+        char *data = ten->data;
+        size_t len = ten->nbytes;
         if (slice_len) {
             data += slice_off;
             len = slice_len;
         }
         zmq_msg_t f;
+        unsigned char desc[RT_SHM_DESC_BYTES];
         if (len == 0) {
             zmq_msg_init(&f);
+        } else if (shm && !t->curve && rt_shm_put(shm, data, len, desc)) {
+            zmq_msg_init_size(&f, sizeof desc);
+            memcpy(zmq_msg_data(&f), desc, sizeof desc);
+            __atomic_add_fetch(&t->stats.shm_frames_sent, 1, __ATOMIC_RELAXED);
         } else {
-            dg_tensor_ref(t);
-            zmq_msg_init_data(&f, data, len, free_tensor_hint, t);
+            dg_tensor_ref(ten);
+            zmq_msg_init_data(&f, data, len, free_tensor_hint, ten);
         }
         if (zmq_msg_send(&f, sock, i + 1 < n ? ZMQ_SNDMORE : 0) < 0) {
             zmq_msg_close(&f);   // drops the tensor reference taken above
@@ -271,8 +291,25 @@ static int dealer_index(rt_transport *t, const char *endpoint) {
     dealer *nd = realloc(t->dealers, (size_t)(t->n_dealers + 1) * sizeof *nd);
     if (!nd) abort();
     t->dealers = nd;
-    t->dealers[t->n_dealers] = (dealer){strdup(endpoint), s, 0, 0, 0};
+    bool local = strncmp(endpoint, "tcp://127.", 10) == 0 || strncmp(endpoint, "tcp://localhost:", 16) == 0 ||
+                 strncmp(endpoint, "tcp://[::1]:", 12) == 0 || strncmp(endpoint, "ipc://", 6) == 0;
+    t->dealers[t->n_dealers] = (dealer){strdup(endpoint), s, 0, 0, 0, local};
     return t->n_dealers++;
+}
+
+// The shared-memory pool for frames to dealer di: made on first use, NULL when the peer is
+// not on this host or shared memory is off.
+static rt_shm_pool *shm_for(rt_transport *t, int di) {
+    if (di < 0 || !t->dealers[di].local || t->shm_off) return NULL;
+    if (!t->shm) {
+        dg_status st = DG_STATUS_INIT;
+        if (!(t->shm = rt_shm_pool_new(&st))) {
+            t->shm_off = true;
+            tlog(t, "no shared memory for local peers (frames go over TCP): %s", dg_status_message(&st));
+        }
+        status_impl_clear(&st);
+    }
+    return t->shm;
 }
 
 static void *dealer_for(rt_transport *t, const char *endpoint) {
@@ -307,7 +344,7 @@ static void free_cmd(cmd *c) {
 
 static void run_cmd(rt_transport *t, cmd *c) {
     if (c->kind == CMD_REPLY) {
-        send_frames(t->router, c->peer, c->header, c->header_len, c->tensors, c->n, 0, 0);
+        send_frames(t, t->router, c->peer, c->header, c->header_len, c->tensors, c->n, 0, 0, NULL);
     } else {
         int di = dealer_index(t, c->endpoint);
         void *s = di >= 0 ? t->dealers[di].sock : NULL;
@@ -327,7 +364,7 @@ static void run_cmd(rt_transport *t, cmd *c) {
             p->arg = c->arg;
             p->next = t->pending;
             t->pending = p;
-            send_frames(s, NULL, c->header, c->header_len, c->tensors, c->n, 0, 0);
+            send_frames(t, s, NULL, c->header, c->header_len, c->tensors, c->n, 0, 0, shm_for(t, di));
         } else if (c->chunked) {
             // One large tensor in RT_CHUNK_BYTES pieces, each a message of its own, so the
             // receiver assembles while the rest is still on the wire.
@@ -341,11 +378,11 @@ static void run_cmd(rt_transport *t, cmd *c) {
                 h->offset = off;
                 size_t hl;
                 char *hb = rt_header_encode(h, &hl);
-                send_frames(s, NULL, hb, hl, c->tensors, 1, off, len);
+                send_frames(t, s, NULL, hb, hl, c->tensors, 1, off, len, shm_for(t, di));
                 free(hb);
             }
         } else {
-            send_frames(s, NULL, c->header, c->header_len, c->tensors, c->n, 0, 0);
+            send_frames(t, s, NULL, c->header, c->header_len, c->tensors, c->n, 0, 0, shm_for(t, di));
         }
     }
     free_cmd(c);
@@ -380,7 +417,7 @@ static cmd *coalesce(rt_transport *t, cmd *first) {
     if (s) {
         size_t len;
         char *buf = rt_header_encode(&h, &len);
-        send_frames(s, NULL, buf, len, ts, count, 0, 0);
+        send_frames(t, s, NULL, buf, len, ts, count, 0, 0, shm_for(t, dealer_index(t, first->endpoint)));
         free(buf);
     }
     h.from = NULL;   // borrowed from the first command
@@ -401,7 +438,8 @@ static void bad_message(rt_transport *t, const char *from, const dg_status *st) 
 }
 
 // Validates frames against the header's tensor descriptions and turns them into tensors.
-static dg_tensor **frames_to_tensors(rt_header *h, zmq_msg_t **frames, int n_frames, dg_status *st) {
+static dg_tensor **frames_to_tensors(rt_transport *t, rt_header *h, zmq_msg_t **frames, int n_frames,
+                                     dg_status *st) {
     if (n_frames != h->n_tensors) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "%s message: header describes %d tensors, %d frames follow",
                        rt_type_name(h->type), h->n_tensors, n_frames);
@@ -411,7 +449,7 @@ static dg_tensor **frames_to_tensors(rt_header *h, zmq_msg_t **frames, int n_fra
     dg_tensor **ts = calloc((size_t)n_frames + 1, sizeof *ts);
     if (!ts) abort();
     for (int i = 0; i < n_frames; i++) {
-        ts[i] = frame_tensor(frames[i], &h->tensors[i], st);
+        ts[i] = frame_tensor(t, frames[i], &h->tensors[i], st);
         frames[i] = NULL;   // consumed: owned by the tensor, or copied and closed
         if (!ts[i]) {
             dg_status_prepend(st, "%s message: tensor %d", rt_type_name(h->type), i);
@@ -454,8 +492,32 @@ static dg_tensor *assembly_tensor(const rt_tensor_desc *d, dg_status *st) {
 static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_msg_t **frames,
                        int n_frames) {
     dg_status st = DG_STATUS_INIT;
+    // A chunk's bytes come in the frame, or (from a peer on this host) in a shared-memory slot
+    // the frame describes: the sender cut the tensor into RT_CHUNK_BYTES pieces.
+    const void *bytes = n_frames == 1 ? zmq_msg_data(frames[0]) : NULL;
+    size_t len = n_frames == 1 ? zmq_msg_size(frames[0]) : 0;
+    void *slot = NULL;
+    if (n_frames == 1 && h->offset < h->total && !t->curve) {
+        size_t want = h->total - h->offset < RT_CHUNK_BYTES ? h->total - h->offset : RT_CHUNK_BYTES;
+        if (rt_shm_is_desc(bytes, len, want)) {
+            void *data = NULL;
+            if (!rt_shm_get(bytes, want, &data, &slot, &st)) {
+                dg_status_prepend(&st, "TENSOR_CHUNK");
+                bad_message(t, h->from, &st);
+                status_impl_clear(&st);
+                close_frames(frames, 0, n_frames);
+                rt_header_clear(h);
+                free(h);
+                return;
+            }
+            bytes = data;
+            len = want;
+            __atomic_add_fetch(&t->stats.shm_frames_received, 1, __ATOMIC_RELAXED);
+        }
+    }
     if (n_frames != 1 || h->n_tensors != 1 || h->tensors[0].nbytes != h->total ||
-        h->offset + zmq_msg_size(frames[0]) > h->total) {
+        h->offset + len > h->total) {
+        rt_shm_release(slot);
         dg_status_set(&st, DG_INVALID_ARGUMENT, "TENSOR_CHUNK: frame and header disagree");
         bad_message(t, h->from, &st);
         status_impl_clear(&st);
@@ -473,6 +535,7 @@ static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_m
         dg_status_setf(&st, DG_INVALID_ARGUMENT, "TENSOR_CHUNK: transfer %llu changed its tensor "
                        "from %zu to %llu bytes", (unsigned long long)h->xfer, a->t->nbytes,
                        (unsigned long long)h->total);
+        rt_shm_release(slot);
         bad_message(t, h->from, &st);
         status_impl_clear(&st);
         close_frames(frames, 0, n_frames);
@@ -488,6 +551,7 @@ static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_m
         a->xfer = h->xfer;
         a->t = assembly_tensor(&h->tensors[0], &st);
         if (!a->t) {
+            rt_shm_release(slot);
             bad_message(t, h->from, &st);
             status_impl_clear(&st);
             free(a);
@@ -500,8 +564,8 @@ static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_m
         t->assemblies = a;
         pp = &t->assemblies;
     }
-    size_t len = zmq_msg_size(frames[0]);
-    memcpy((char *)a->t->data + h->offset, zmq_msg_data(frames[0]), len);
+    memcpy((char *)a->t->data + h->offset, bytes, len);
+    rt_shm_release(slot);
     a->received += len;
     close_frames(frames, 0, n_frames);
     if (a->received < h->total) {
@@ -558,7 +622,7 @@ static void on_router(rt_transport *t) {
             take_chunk(t, &peer, h, frames + 2, n - 2);
         } else {
             close_frames(frames, 0, 2);
-            dg_tensor **ts = frames_to_tensors(h, frames + 2, n - 2, &st);
+            dg_tensor **ts = frames_to_tensors(t, h, frames + 2, n - 2, &st);
             if (!ts) {
                 bad_message(t, h->from, &st);
                 rt_peer *p = malloc(sizeof *p);
@@ -618,7 +682,7 @@ static void on_dealer(rt_transport *t, void *sock) {
         free(h);
         goto out;
     }
-    dg_tensor **ts = h->type == RT_RESPONSE ? frames_to_tensors(h, frames + 1, n - 1, &st) : NULL;
+    dg_tensor **ts = h->type == RT_RESPONSE ? frames_to_tensors(t, h, frames + 1, n - 1, &st) : NULL;
     if (h->type != RT_RESPONSE && dg_status_ok(&st))
         dg_status_setf(&st, DG_INVALID_ARGUMENT, "expected a RESPONSE, got %s", rt_type_name(h->type));
     if (!ts) {
@@ -677,7 +741,7 @@ static void send_probe(rt_transport *t, dealer *d, int64_t now) {
     p->next = t->pending;
     t->pending = p;
     d->probe_id = p->id;
-    send_frames(d->sock, NULL, buf, len, NULL, 0, 0, 0);
+    send_frames(t, d->sock, NULL, buf, len, NULL, 0, 0, 0, NULL);
     free(buf);
 }
 
@@ -948,6 +1012,8 @@ rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler hand
         memcpy(t->curve_pub, opts->curve_public_key, 41);
         memcpy(t->curve_sec, opts->curve_secret_key, 41);
     }
+    const char *shm_env = getenv("DG_SHM");
+    t->shm_off = t->curve || opts->no_shm || (shm_env && strcmp(shm_env, "0") == 0);
     t->zctx = zmq_ctx_new();
     t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!t->zctx || t->efd < 0) {
@@ -1054,6 +1120,7 @@ void rt_transport_free(rt_transport **tp) {
     if (t->zctx) zmq_ctx_term(t->zctx);
     if (t->efd >= 0) close(t->efd);
     free(t->frames);
+    rt_shm_pool_free(&t->shm);
     pthread_mutex_destroy(&t->mu);
     free(t);
     *tp = NULL;
@@ -1065,6 +1132,8 @@ rt_transport_stats rt_transport_get_stats(rt_transport *t) {
     rt_transport_stats s;
     s.bad_messages = __atomic_load_n(&t->stats.bad_messages, __ATOMIC_RELAXED);
     s.refused_peers = __atomic_load_n(&t->stats.refused_peers, __ATOMIC_RELAXED);
+    s.shm_frames_sent = __atomic_load_n(&t->stats.shm_frames_sent, __ATOMIC_RELAXED);
+    s.shm_frames_received = __atomic_load_n(&t->stats.shm_frames_received, __ATOMIC_RELAXED);
     return s;
 }
 

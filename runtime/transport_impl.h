@@ -27,6 +27,10 @@ typedef struct rt_transport_options {
     // that endpoint fails UNAVAILABLE at once, however long its own deadline. 0: 5000; < 0:
     // no probes (calls wait for their deadlines).
     int64_t liveness_timeout_ms;
+    // Tensor frames of 64 KiB to 1 MiB sent to a peer on this host (a loopback or ipc
+    // endpoint) travel through shared memory (runtime/shm_impl.h) unless this is set, the
+    // environment has DG_SHM=0, or CurveZMQ is on (shared memory is not encrypted).
+    bool no_shm;
 } rt_transport_options;
 
 // A request arrived. h and tensors are handed over (free h with rt_header_clear + free,
@@ -63,6 +67,8 @@ void rt_reply_error(rt_transport *t, rt_peer *peer, uint64_t id, const dg_status
 typedef struct rt_transport_stats {
     uint64_t bad_messages;    // dropped or answered with an error
     uint64_t refused_peers;   // failed CurveZMQ handshakes
+    uint64_t shm_frames_sent;       // tensor frames sent through shared memory
+    uint64_t shm_frames_received;   // ... and received
 } rt_transport_stats;
 rt_transport_stats rt_transport_get_stats(rt_transport *t);
 

@@ -19,6 +19,7 @@
 
 #include "testutil.h"
 #include "server_impl.h"
+#include "shm_impl.h"
 #include "transport_impl.h"
 #include "wire_impl.h"
 
@@ -414,6 +415,35 @@ static void build_bad_chunk(void *s) {
     dg_tensor_unref(t);
 }
 
+// A PING describing a 128 KiB tensor whose frame is a shared-memory descriptor naming a region
+// that does not exist (pid 1, region 77) or a slot out of range: refused, never followed.
+static void forged_shm(void *s, uint64_t id, uint32_t slot) {
+    rt_header h;
+    rt_header_init(&h, RT_PING);
+    h.id = id;
+    dg_tensor *t = dg_tensor_new_zeros(DG_FLOAT64, dg_shape1(16384), NULL);
+    rt_header_add_tensor(&h, t);
+    size_t len;
+    char *b = encode(&h, &len);
+    unsigned char d[RT_SHM_DESC_BYTES] = {0};
+    memcpy(d, RT_SHM_MAGIC, sizeof RT_SHM_MAGIC);
+    uint32_t pid = 1, region = 77;
+    uint64_t off = 4096 + (uint64_t)slot * RT_SHM_SLOT_BYTES, n = 16384 * 8;
+    memcpy(d + 8, &pid, 4);
+    memcpy(d + 12, &region, 4);
+    memcpy(d + 16, &off, 8);
+    memcpy(d + 24, &n, 8);
+    memcpy(d + 32, &slot, 4);
+    const void *parts[] = {b, d};
+    const size_t lens[] = {len, sizeof d};
+    send_parts(s, parts, lens, 2);
+    free(b);
+    rt_header_clear(&h);
+    dg_tensor_unref(t);
+}
+static void build_shm_no_region(void *s) { forged_shm(s, 14, 3); }
+static void build_shm_bad_slot(void *s) { forged_shm(s, 15, 1000); }
+
 // A chunk header for transfer xfer of a uint8 tensor of `total` bytes, offset off.
 static char *chunk_header(uint64_t xfer, uint64_t total, uint64_t off, size_t *len) {
     rt_header h;
@@ -517,6 +547,10 @@ static void test_hostile_messages(void **state) {
         {{"too many frames", DROP, DG_OK, NULL, 0, true}, build_too_many_frames},
         {{"RESPONSE sent to a server", REPLY, DG_UNIMPLEMENTED, "RESPONSE is not a request", 13, false},
          build_response_to_server},
+        {{"shared memory of no region", REPLY, DG_INVALID_ARGUMENT, "shared memory /dg-shm-1-77", 14, true},
+         build_shm_no_region},
+        {{"shared memory slot out of range", REPLY, DG_INVALID_ARGUMENT, "slot 1000", 15, true},
+         build_shm_bad_slot},
     };
     int n_counted = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -820,6 +854,83 @@ static void test_chunked_push_reassembles(void **state) {
     }
     rt_transport_free(&a);
     rt_transport_free(&b);
+    recorder_stop(&r, &rx);
+}
+
+// Frames of 64 KiB to 1 MiB to a peer on this host travel through shared memory (the chunks
+// of a big push too); smaller and bigger ones over TCP; all arrive with their bytes. With
+// DG_SHM=0 nothing goes through shared memory.
+static void shm_pushes(bool off) {
+    if (off) setenv("DG_SHM", "0", 1);
+    recorder r;
+    rt_transport *rx = recorder_start(&r, 0);
+    const char *ep = rt_transport_endpoint(rx);
+    rt_transport *a = client("/job:a/replica:0/task:0", NULL, NULL, 0);
+    if (off) unsetenv("DG_SHM");
+    // TCP, shm, shm, shm, TCP (one frame over a slot), 9 chunks by shm.
+    const size_t sizes[] = {(64u << 10) - 8, 64u << 10, 300000, 1u << 20, (1u << 20) + 8, 9u << 20};
+    const int n_sizes = (int)(sizeof sizes / sizeof *sizes);
+    dg_tensor *ts[8];
+    for (int i = 0; i < n_sizes; i++) {
+        ts[i] = pattern_tensor(sizes[i], 300u + (unsigned)i);
+        char key[32];
+        snprintf(key, sizeof key, "s%d", i);
+        push_tensor(a, ep, key, 10 + i, ts[i]);
+    }
+    assert_true(recorder_wait(&r, n_sizes, 20000));
+    for (int i = 0; i < n_sizes; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "s%d", i);
+        const value *v = recorded(&r, key);
+        assert_non_null(v);
+        assert_same_tensor(ts[i], v->t);
+    }
+    rt_transport_stats sa = rt_transport_get_stats(a), sr = rt_transport_get_stats(rx);
+    assert_int_equal(sa.shm_frames_sent, off ? 0 : 3 + 9);
+    assert_int_equal(sr.shm_frames_received, sa.shm_frames_sent);
+    assert_int_equal(sr.bad_messages, 0);
+    for (int i = 0; i < n_sizes; i++) dg_tensor_unref(ts[i]);
+    rt_transport_free(&a);
+    recorder_stop(&r, &rx);
+}
+static void test_shm_pushes(void **state) { shm_pushes(false); }
+static void test_shm_off(void **state) { shm_pushes(true); }
+
+// A receiver that holds every value keeps its slots: once all are held, frames go over TCP,
+// and every value still arrives intact. Dropping the values frees the slots for reuse.
+static void test_shm_slots_run_out(void **state) {
+    recorder r;
+    rt_transport *rx = recorder_start(&r, 0);
+    const char *ep = rt_transport_endpoint(rx);
+    rt_transport *a = client("/job:a/replica:0/task:0", NULL, NULL, 0);
+    enum { N = 64 + 6 };   // the recorder keeps 64 values (and their slots)
+    dg_tensor *t = pattern_tensor(128u << 10, 5);
+    for (int i = 0; i < N; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "k%d", i);
+        push_tensor(a, ep, key, 1, t);
+    }
+    assert_true(recorder_wait(&r, 64, 20000));
+    // The first 64 frames took every slot and the recorded values hold them: the last 6 went
+    // over TCP.
+    for (int i = 0; i < 64; i++) assert_same_tensor(t, r.v[i].t);
+    assert_int_equal(rt_transport_get_stats(a).shm_frames_sent, RT_SHM_SLOTS);
+    // Let the values go: their slots come back, and the next frames use them again.
+    pthread_mutex_lock(&r.mu);
+    for (int i = 0; i < r.n; i++) {
+        free(r.v[i].key);
+        free(r.v[i].from);
+        dg_tensor_unref(r.v[i].t);
+    }
+    r.n = 0;
+    pthread_mutex_unlock(&r.mu);
+    uint64_t before = rt_transport_get_stats(a).shm_frames_sent;
+    for (int i = 0; i < 8; i++) push_tensor(a, ep, "again", 2, t);
+    assert_true(recorder_wait(&r, 8, 20000));
+    assert_int_equal(rt_transport_get_stats(a).shm_frames_sent, before + 8);
+    for (int i = 0; i < 8; i++) assert_same_tensor(t, r.v[i].t);
+    dg_tensor_unref(t);
+    rt_transport_free(&a);
     recorder_stop(&r, &rx);
 }
 
@@ -1354,6 +1465,9 @@ int main(void) {
         cmocka_unit_test(test_ping_round_trips),
         cmocka_unit_test(test_chunked_push_reassembles),
         cmocka_unit_test(test_small_pushes),
+        cmocka_unit_test(test_shm_pushes),
+        cmocka_unit_test(test_shm_off),
+        cmocka_unit_test(test_shm_slots_run_out),
         cmocka_unit_test(test_max_message_bytes),
         cmocka_unit_test(test_untrusted_responses),
         cmocka_unit_test(test_liveness_probes),

@@ -1,0 +1,269 @@
+/* Shared-memory slots for tensor frames between processes of one host (shm_impl.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shm_impl.h"
+
+#define HEADER_BYTES ((size_t)4096)
+#define REGION_BYTES (HEADER_BYTES + (size_t)RT_SHM_SLOTS * RT_SHM_SLOT_BYTES)
+#define REGION_MAGIC 0x0031304D48534744ull   // "DGSHM01" and a 0 byte, little-endian
+#define REGION_VERSION 1u
+
+typedef struct region_header {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t n_slots;
+    uint64_t slot_bytes;
+    uint64_t region_bytes;
+    uint32_t creator_pid;
+    uint32_t pad;
+    atomic_uint state[RT_SHM_SLOTS];   // 0 free, 1 held (the bytes are in flight or read)
+} region_header;
+
+_Static_assert(sizeof(region_header) <= HEADER_BYTES, "the slot states fit the header page");
+
+typedef struct desc {
+    char magic[8];
+    uint32_t pid;
+    uint32_t region;
+    uint64_t offset;
+    uint64_t len;
+    uint32_t slot;
+    uint32_t pad;
+} desc;
+
+_Static_assert(sizeof(desc) == RT_SHM_DESC_BYTES, "descriptor layout");
+
+struct rt_shm_pool {
+    char name[64];
+    uint32_t pid, region;
+    unsigned char *base;
+    region_header *hdr;
+    int hint;
+};
+
+static atomic_uint next_region;
+
+static void region_name(char *buf, size_t cap, uint32_t pid, uint32_t region) {
+    snprintf(buf, cap, "/dg-shm-%u-%u", pid, region);
+}
+
+// Removes the regions of processes that are gone (a crash leaves them behind).
+static void remove_stale(void) {
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        unsigned pid, region;
+        char tail;
+        if (sscanf(e->d_name, "dg-shm-%u-%u%c", &pid, &region, &tail) != 2) continue;
+        if (pid == 0 || (kill((pid_t)pid, 0) == 0 || errno != ESRCH)) continue;
+        char name[300];
+        snprintf(name, sizeof name, "/%s", e->d_name);
+        shm_unlink(name);
+    }
+    closedir(d);
+}
+
+rt_shm_pool *rt_shm_pool_new(dg_status *st) {
+    remove_stale();
+    rt_shm_pool *p = calloc(1, sizeof *p);
+    if (!p) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "shared memory pool: out of memory");
+        return NULL;
+    }
+    p->pid = (uint32_t)getpid();
+    p->region = atomic_fetch_add(&next_region, 1);
+    region_name(p->name, sizeof p->name, p->pid, p->region);
+    int fd = shm_open(p->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+        dg_status_setf(st, DG_UNAVAILABLE, "shm_open %s: %s", p->name, strerror(errno));
+        free(p);
+        return NULL;
+    }
+    if (ftruncate(fd, (off_t)REGION_BYTES) != 0) {
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "ftruncate %s to %zu bytes: %s", p->name,
+                       REGION_BYTES, strerror(errno));
+        close(fd);
+        shm_unlink(p->name);
+        free(p);
+        return NULL;
+    }
+    void *m = mmap(NULL, REGION_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "mmap %s (%zu bytes): %s", p->name, REGION_BYTES,
+                       strerror(errno));
+        shm_unlink(p->name);
+        free(p);
+        return NULL;
+    }
+    p->base = m;
+    p->hdr = m;
+    p->hdr->version = REGION_VERSION;
+    p->hdr->n_slots = RT_SHM_SLOTS;
+    p->hdr->slot_bytes = RT_SHM_SLOT_BYTES;
+    p->hdr->region_bytes = REGION_BYTES;
+    p->hdr->creator_pid = p->pid;
+    for (int i = 0; i < RT_SHM_SLOTS; i++) atomic_init(&p->hdr->state[i], 0);
+    atomic_thread_fence(memory_order_release);
+    p->hdr->magic = REGION_MAGIC;   // last: a reader that sees it sees the rest
+    return p;
+}
+
+void rt_shm_pool_free(rt_shm_pool **pp) {
+    if (!pp || !*pp) return;
+    rt_shm_pool *p = *pp;
+    // Receivers that mapped the region keep it (and their slots) until they let go.
+    shm_unlink(p->name);
+    munmap(p->base, REGION_BYTES);
+    free(p);
+    *pp = NULL;
+}
+
+bool rt_shm_put(rt_shm_pool *p, const void *data, size_t len, unsigned char out[RT_SHM_DESC_BYTES]) {
+    if (!p || len < RT_SHM_MIN_BYTES || len > RT_SHM_SLOT_BYTES) return false;
+    for (int i = 0; i < RT_SHM_SLOTS; i++) {
+        int s = (p->hint + i) % RT_SHM_SLOTS;
+        unsigned free_state = 0;
+        if (!atomic_compare_exchange_strong_explicit(&p->hdr->state[s], &free_state, 1,
+                                                     memory_order_acquire, memory_order_relaxed))
+            continue;
+        size_t off = HEADER_BYTES + (size_t)s * RT_SHM_SLOT_BYTES;
+        memcpy(p->base + off, data, len);
+        desc d;
+        memset(&d, 0, sizeof d);
+        memcpy(d.magic, RT_SHM_MAGIC, sizeof d.magic);
+        d.pid = p->pid;
+        d.region = p->region;
+        d.offset = off;
+        d.len = len;
+        d.slot = (uint32_t)s;
+        memcpy(out, &d, sizeof d);
+        p->hint = (s + 1) % RT_SHM_SLOTS;
+        return true;
+    }
+    return false;
+}
+
+int rt_shm_pool_in_use(rt_shm_pool *p) {
+    int n = 0;
+    for (int i = 0; p && i < RT_SHM_SLOTS; i++) n += atomic_load(&p->hdr->state[i]) != 0;
+    return n;
+}
+
+// ---- the receiving side: regions of other processes, mapped once and kept ----
+
+typedef struct mapping {
+    uint32_t pid, region;
+    unsigned char *base;
+    struct mapping *next;
+} mapping;
+
+static pthread_mutex_t maps_mu = PTHREAD_MUTEX_INITIALIZER;
+static mapping *maps;
+
+bool rt_shm_is_desc(const void *frame, size_t frame_len, size_t expected_len) {
+    return frame_len == RT_SHM_DESC_BYTES && expected_len >= RT_SHM_MIN_BYTES &&
+           memcmp(frame, RT_SHM_MAGIC, sizeof RT_SHM_MAGIC) == 0;
+}
+
+static unsigned char *map_region(uint32_t pid, uint32_t region, dg_status *st) {
+    pthread_mutex_lock(&maps_mu);
+    for (mapping *m = maps; m; m = m->next)
+        if (m->pid == pid && m->region == region) {
+            pthread_mutex_unlock(&maps_mu);
+            return m->base;
+        }
+    char name[64];
+    region_name(name, sizeof name, pid, region);
+    unsigned char *base = NULL;
+    int fd = shm_open(name, O_RDWR, 0);
+    struct stat sb;
+    if (fd < 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory %s: %s", name, strerror(errno));
+    } else if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != REGION_BYTES) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory %s: %lld bytes, expected %zu", name,
+                       (long long)sb.st_size, REGION_BYTES);
+    } else {
+        void *m = mmap(NULL, REGION_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+            dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "mmap %s: %s", name, strerror(errno));
+        } else {
+            const region_header *h = m;
+            if (h->magic != REGION_MAGIC || h->version != REGION_VERSION || h->n_slots != RT_SHM_SLOTS ||
+                h->slot_bytes != RT_SHM_SLOT_BYTES || h->region_bytes != REGION_BYTES ||
+                h->creator_pid != pid) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory %s: not a region of this "
+                               "version (magic, version, slots or size differ)", name);
+                munmap(m, REGION_BYTES);
+            } else {
+                base = m;
+            }
+        }
+    }
+    if (fd >= 0) close(fd);
+    if (base) {
+        mapping *mp = malloc(sizeof *mp);
+        if (!mp) abort();
+        *mp = (mapping){pid, region, base, maps};
+        maps = mp;
+    }
+    pthread_mutex_unlock(&maps_mu);
+    return base;
+}
+
+bool rt_shm_get(const void *dp, size_t expected_len, void **data, void **slot_state, dg_status *st) {
+    desc d;
+    memcpy(&d, dp, sizeof d);
+    if (memcmp(d.magic, RT_SHM_MAGIC, sizeof d.magic) != 0) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "shared memory descriptor: bad magic");
+        return false;
+    }
+    if (d.len != expected_len || d.len < RT_SHM_MIN_BYTES || d.len > RT_SHM_SLOT_BYTES ||
+        d.slot >= RT_SHM_SLOTS || d.offset != HEADER_BYTES + (uint64_t)d.slot * RT_SHM_SLOT_BYTES) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory descriptor: slot %u, offset %llu, "
+                       "%llu bytes for a tensor of %zu bytes", d.slot, (unsigned long long)d.offset,
+                       (unsigned long long)d.len, expected_len);
+        return false;
+    }
+    unsigned char *base = map_region(d.pid, d.region, st);
+    if (!base) return false;
+    region_header *h = (region_header *)base;
+    if (atomic_load_explicit(&h->state[d.slot], memory_order_acquire) != 1) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory descriptor: slot %u of region %u-%u "
+                       "is not held", d.slot, d.pid, d.region);
+        return false;
+    }
+    *data = base + d.offset;
+    *slot_state = &h->state[d.slot];
+    return true;
+}
+
+void rt_shm_release(void *slot_state) {
+    if (slot_state) atomic_store_explicit((atomic_uint *)slot_state, 0, memory_order_release);
+}
+
+static void release_tensor(void *data, size_t n, void *arg) {
+    (void)data;
+    (void)n;
+    rt_shm_release(arg);
+}
+
+dg_tensor *rt_shm_tensor(const void *dp, dg_dtype dtype, dg_shape shape, size_t nbytes, dg_status *st) {
+    void *data = NULL, *state = NULL;
+    if (!rt_shm_get(dp, nbytes, &data, &state, st)) return NULL;
+    dg_tensor *t = dg_tensor_wrap(dtype, shape, data, nbytes, release_tensor, state, st);
+    if (!t) rt_shm_release(state);
+    return t;
+}
