@@ -91,9 +91,12 @@ rt_shm_pool *rt_shm_pool_new(dg_status *st) {
         free(p);
         return NULL;
     }
-    if (ftruncate(fd, (off_t)REGION_BYTES) != 0) {
-        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "ftruncate %s to %zu bytes: %s", p->name,
-                       REGION_BYTES, strerror(errno));
+    // Reserved now, not on first touch: a full /dev/shm (a container's is often 64 MB) must
+    // turn shared memory off here, not kill the process with SIGBUS in a later memcpy.
+    int rc = posix_fallocate(fd, 0, (off_t)REGION_BYTES);
+    if (rc != 0) {
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "reserving %zu bytes for %s: %s", REGION_BYTES,
+                       p->name, strerror(rc));
         close(fd);
         shm_unlink(p->name);
         free(p);
