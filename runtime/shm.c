@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,7 +28,8 @@ typedef struct region_header {
     uint64_t slot_bytes;
     uint64_t region_bytes;
     uint32_t creator_pid;
-    uint32_t pad;
+    uint32_t nonce;                    // random: tells this region from an earlier one of the
+                                       // same name (a dead process whose pid came back)
     atomic_uint state[RT_SHM_SLOTS];   // 0 free, 1 held (the bytes are in flight or read)
 } region_header;
 
@@ -39,14 +42,14 @@ typedef struct desc {
     uint64_t offset;
     uint64_t len;
     uint32_t slot;
-    uint32_t pad;
+    uint32_t nonce;   // the region's
 } desc;
 
 _Static_assert(sizeof(desc) == RT_SHM_DESC_BYTES, "descriptor layout");
 
 struct rt_shm_pool {
     char name[64];
-    uint32_t pid, region;
+    uint32_t pid, region, nonce;
     unsigned char *base;
     region_header *hdr;
     int hint;
@@ -85,7 +88,15 @@ rt_shm_pool *rt_shm_pool_new(dg_status *st) {
     p->pid = (uint32_t)getpid();
     p->region = atomic_fetch_add(&next_region, 1);
     region_name(p->name, sizeof p->name, p->pid, p->region);
+    if (getrandom(&p->nonce, sizeof p->nonce, 0) != (ssize_t)sizeof p->nonce)
+        p->nonce = (uint32_t)time(NULL) ^ (p->pid << 8) ^ p->region;
     int fd = shm_open(p->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        // This process has not made this (pid, number) yet: the name is left from a dead
+        // process that had our pid.
+        shm_unlink(p->name);
+        fd = shm_open(p->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    }
     if (fd < 0) {
         dg_status_setf(st, DG_UNAVAILABLE, "shm_open %s: %s", p->name, strerror(errno));
         free(p);
@@ -118,6 +129,7 @@ rt_shm_pool *rt_shm_pool_new(dg_status *st) {
     p->hdr->slot_bytes = RT_SHM_SLOT_BYTES;
     p->hdr->region_bytes = REGION_BYTES;
     p->hdr->creator_pid = p->pid;
+    p->hdr->nonce = p->nonce;
     for (int i = 0; i < RT_SHM_SLOTS; i++) atomic_init(&p->hdr->state[i], 0);
     atomic_thread_fence(memory_order_release);
     p->hdr->magic = REGION_MAGIC;   // last: a reader that sees it sees the rest
@@ -152,6 +164,7 @@ bool rt_shm_put(rt_shm_pool *p, const void *data, size_t len, unsigned char out[
         d.offset = off;
         d.len = len;
         d.slot = (uint32_t)s;
+        d.nonce = p->nonce;
         memcpy(out, &d, sizeof d);
         p->hint = (s + 1) % RT_SHM_SLOTS;
         return true;
@@ -168,7 +181,7 @@ int rt_shm_pool_in_use(rt_shm_pool *p) {
 // ---- the receiving side: regions of other processes, mapped once and kept ----
 
 typedef struct mapping {
-    uint32_t pid, region;
+    uint32_t pid, region, nonce;
     unsigned char *base;
     struct mapping *next;
 } mapping;
@@ -181,10 +194,10 @@ bool rt_shm_is_desc(const void *frame, size_t frame_len, size_t expected_len) {
            memcmp(frame, RT_SHM_MAGIC, sizeof RT_SHM_MAGIC) == 0;
 }
 
-static unsigned char *map_region(uint32_t pid, uint32_t region, dg_status *st) {
+static unsigned char *map_region(uint32_t pid, uint32_t region, uint32_t nonce, dg_status *st) {
     pthread_mutex_lock(&maps_mu);
     for (mapping *m = maps; m; m = m->next)
-        if (m->pid == pid && m->region == region) {
+        if (m->pid == pid && m->region == region && m->nonce == nonce) {
             pthread_mutex_unlock(&maps_mu);
             return m->base;
         }
@@ -206,9 +219,9 @@ static unsigned char *map_region(uint32_t pid, uint32_t region, dg_status *st) {
             const region_header *h = m;
             if (h->magic != REGION_MAGIC || h->version != REGION_VERSION || h->n_slots != RT_SHM_SLOTS ||
                 h->slot_bytes != RT_SHM_SLOT_BYTES || h->region_bytes != REGION_BYTES ||
-                h->creator_pid != pid) {
-                dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory %s: not a region of this "
-                               "version (magic, version, slots or size differ)", name);
+                h->creator_pid != pid || h->nonce != nonce) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory %s: not the region the "
+                               "descriptor names (magic, version, slots, size or nonce differ)", name);
                 munmap(m, REGION_BYTES);
             } else {
                 base = m;
@@ -219,7 +232,7 @@ static unsigned char *map_region(uint32_t pid, uint32_t region, dg_status *st) {
     if (base) {
         mapping *mp = malloc(sizeof *mp);
         if (!mp) abort();
-        *mp = (mapping){pid, region, base, maps};
+        *mp = (mapping){pid, region, nonce, base, maps};
         maps = mp;
     }
     pthread_mutex_unlock(&maps_mu);
@@ -240,7 +253,7 @@ bool rt_shm_get(const void *dp, size_t expected_len, void **data, void **slot_st
                        (unsigned long long)d.len, expected_len);
         return false;
     }
-    unsigned char *base = map_region(d.pid, d.region, st);
+    unsigned char *base = map_region(d.pid, d.region, d.nonce, st);
     if (!base) return false;
     region_header *h = (region_header *)base;
     if (atomic_load_explicit(&h->state[d.slot], memory_order_acquire) != 1) {

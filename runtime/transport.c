@@ -489,6 +489,17 @@ static dg_tensor *assembly_tensor(const rt_tensor_desc *d, dg_status *st) {
     return t;
 }
 
+// Drops a bad chunk: frees its shared-memory slot (if any), counts and logs st, frees the rest.
+static void drop_chunk(rt_transport *t, rt_header *h, zmq_msg_t **frames, int n_frames, void *slot,
+                       dg_status *st) {
+    rt_shm_release(slot);
+    bad_message(t, h->from, st);
+    status_impl_clear(st);
+    close_frames(frames, 0, n_frames);
+    rt_header_clear(h);
+    free(h);
+}
+
 static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_msg_t **frames,
                        int n_frames) {
     dg_status st = DG_STATUS_INIT;
@@ -503,11 +514,7 @@ static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_m
             void *data = NULL;
             if (!rt_shm_get(bytes, want, &data, &slot, &st)) {
                 dg_status_prepend(&st, "TENSOR_CHUNK");
-                bad_message(t, h->from, &st);
-                status_impl_clear(&st);
-                close_frames(frames, 0, n_frames);
-                rt_header_clear(h);
-                free(h);
+                drop_chunk(t, h, frames, n_frames, NULL, &st);
                 return;
             }
             bytes = data;
@@ -517,13 +524,8 @@ static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_m
     }
     if (n_frames != 1 || h->n_tensors != 1 || h->tensors[0].nbytes != h->total ||
         h->offset + len > h->total) {
-        rt_shm_release(slot);
         dg_status_set(&st, DG_INVALID_ARGUMENT, "TENSOR_CHUNK: frame and header disagree");
-        bad_message(t, h->from, &st);
-        status_impl_clear(&st);
-        close_frames(frames, 0, n_frames);
-        rt_header_clear(h);
-        free(h);
+        drop_chunk(t, h, frames, n_frames, slot, &st);
         return;
     }
     assembly *a = t->assemblies, **pp = &t->assemblies;
@@ -535,12 +537,7 @@ static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_m
         dg_status_setf(&st, DG_INVALID_ARGUMENT, "TENSOR_CHUNK: transfer %llu changed its tensor "
                        "from %zu to %llu bytes", (unsigned long long)h->xfer, a->t->nbytes,
                        (unsigned long long)h->total);
-        rt_shm_release(slot);
-        bad_message(t, h->from, &st);
-        status_impl_clear(&st);
-        close_frames(frames, 0, n_frames);
-        rt_header_clear(h);
-        free(h);
+        drop_chunk(t, h, frames, n_frames, slot, &st);
         return;
     }
     if (!a) {
@@ -551,13 +548,8 @@ static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_m
         a->xfer = h->xfer;
         a->t = assembly_tensor(&h->tensors[0], &st);
         if (!a->t) {
-            rt_shm_release(slot);
-            bad_message(t, h->from, &st);
-            status_impl_clear(&st);
             free(a);
-            close_frames(frames, 0, n_frames);
-            rt_header_clear(h);
-            free(h);
+            drop_chunk(t, h, frames, n_frames, slot, &st);
             return;
         }
         a->next = t->assemblies;

@@ -112,6 +112,11 @@ static void test_bad_descriptors(void **state) {
     assert_status(st, DG_INVALID_ARGUMENT, "offset 12345");
     dg_status_reset(st);
     memcpy(bad, d, sizeof bad);
+    bad[36] ^= 1;   // the nonce of another region of this name
+    assert_false(rt_shm_get(bad, 1 << 17, &data, &slot, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "not the region the descriptor names");
+    dg_status_reset(st);
+    memcpy(bad, d, sizeof bad);
     uint32_t region = 999999;
     memcpy(bad + 12, &region, 4);
     assert_false(rt_shm_get(bad, 1 << 17, &data, &slot, st));
