@@ -10,6 +10,7 @@
 #include "distgraph/session.h"
 #include "distgraph/serialize.h"
 #include "exec_impl.h"
+#include "timer_impl.h"
 #include "graph_impl.h"
 #include "server_impl.h"
 #include "status_impl.h"
@@ -551,6 +552,8 @@ static compiled *lookup_or_compile_locked(dg_session *s, const dg_output *feeds,
 
 // One step across the cluster: RUN_GRAPH to every remote partition, this task's partitions
 // here, everyone sharing one step id. The first failure aborts the step everywhere.
+typedef struct step_grace step_grace;
+
 typedef struct step_wait {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -559,12 +562,51 @@ typedef struct step_wait {
     exec_rendezvous *rv;
     int64_t step_id;
     const remote *remotes;
+    step_grace *grace;
 } step_wait;
 
 typedef struct step_call {
     step_wait *w;
     int index;
 } step_call;
+
+// Once every remote partition of a step has answered OK, every value they send this task has
+// been sent; it arrives within moments. But a task can die after its answer left and before its
+// pushes (another socket) did: then the values never come, and without a bound this task's
+// partitions would wait forever. The grace timer bounds that wait.
+struct step_grace {
+    pthread_mutex_t mu;
+    int refs;               // the step's and the timer's, under mu
+    bool ended;             // the step is over: the timer does nothing
+    exec_rendezvous *rv;
+    int64_t step_id;
+    int64_t ms;
+    uint64_t timer;         // under the step_wait's mu
+};
+
+static void grace_unref(step_grace *g) {
+    pthread_mutex_lock(&g->mu);
+    bool last = --g->refs == 0;
+    pthread_mutex_unlock(&g->mu);
+    if (!last) return;
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+static void grace_fire(void *arg) {
+    step_grace *g = arg;
+    pthread_mutex_lock(&g->mu);
+    if (!g->ended) {
+        dg_status why = DG_STATUS_INIT;
+        dg_status_setf(&why, DG_UNAVAILABLE, "every remote partition of the step finished, but values "
+                       "they sent did not arrive within %lld ms (did a task die after answering?)",
+                       (long long)g->ms);
+        exec_rendezvous_abort(g->rv, g->step_id, &why);
+        status_impl_clear(&why);
+    }
+    pthread_mutex_unlock(&g->mu);
+    grace_unref(g);
+}
 
 static void step_done(void *arg, const dg_status *st, rt_header *h, dg_tensor **ts, int n) {
     step_call *sc = arg;
@@ -581,6 +623,13 @@ static void step_done(void *arg, const dg_status *st, rt_header *h, dg_tensor **
     pthread_mutex_lock(&w->mu);
     if (err.code != DG_OK && w->err.code == DG_OK) dg_status_copy(&w->err, &err);
     w->remaining--;
+    if (w->remaining == 0 && w->err.code == DG_OK) {
+        step_grace *g = w->grace;
+        pthread_mutex_lock(&g->mu);
+        g->refs++;
+        pthread_mutex_unlock(&g->mu);
+        if (!(g->timer = exec_timer_add(g->ms, grace_fire, g))) grace_unref(g);
+    }
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
     status_impl_clear(&err);
@@ -603,7 +652,13 @@ static bool run_cluster_step(dg_session *s, exec_graph *eg, const remote *remote
     w.step_id = rt_new_step_id();
     w.remotes = remotes;
     step_call *calls = calloc((size_t)n_remotes + 1, sizeof *calls);
-    if (!calls) abort();
+    w.grace = calloc(1, sizeof *w.grace);
+    if (!calls || !w.grace) abort();
+    pthread_mutex_init(&w.grace->mu, NULL);
+    w.grace->refs = 1;
+    w.grace->rv = w.rv;
+    w.grace->step_id = w.step_id;
+    w.grace->ms = rt_server_timeout_ms(s->server);
     rt_transport *tp = rt_server_transport(s->server);
     for (int r = 0; r < n_remotes; r++) {
         calls[r] = (step_call){&w, r};
@@ -621,7 +676,14 @@ static bool run_cluster_step(dg_session *s, exec_graph *eg, const remote *remote
         for (int r = 0; r < n_remotes; r++) rt_server_abort_remote(s->server, remotes[r].endpoint, w.step_id, &local);
     pthread_mutex_lock(&w.mu);
     while (w.remaining > 0) pthread_cond_wait(&w.cv, &w.mu);
+    uint64_t timer = w.grace->timer;
     pthread_mutex_unlock(&w.mu);
+    // The step is over: the grace timer must not abort it (nor a later one) any more.
+    pthread_mutex_lock(&w.grace->mu);
+    w.grace->ended = true;
+    pthread_mutex_unlock(&w.grace->mu);
+    if (timer && exec_timer_cancel(timer)) grace_unref(w.grace);
+    grace_unref(w.grace);
     exec_rendezvous_end_step(w.rv, w.step_id);
     if (w.err.code != DG_OK) {
         // The remote failure is the cause; the local one (if any) its consequence.

@@ -7,7 +7,13 @@
 
 #include "testutil.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <zmq.h>
+
 #include "exec_impl.h"
+#include "timer_impl.h"
+#include "wire_impl.h"
 
 
 typedef struct model {
@@ -183,11 +189,108 @@ static void test_gpu_request_in_cluster(void **state) {
     dg_status_free(&st);
 }
 
+// ---- a ps that answers every call OK and never sends a value (as one that died after its
+// answers left and before its pushes did) ----
+
+typedef struct fake_ps {
+    void *zctx, *router;
+    pthread_t thread;
+    atomic_bool stop;
+    atomic_int run_graphs;
+} fake_ps;
+
+static void *fake_ps_main(void *arg) {
+    fake_ps *f = arg;
+    while (!atomic_load(&f->stop)) {
+        zmq_pollitem_t it = {f->router, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 50) <= 0) continue;
+        zmq_msg_t parts[8];
+        int n = 0;
+        for (;;) {
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, f->router, 0) < 0) break;
+            bool more = zmq_msg_more(&m);
+            if (n < 8) parts[n++] = m;
+            else zmq_msg_close(&m);
+            if (!more) break;
+        }
+        rt_header req;
+        dg_status *st = dg_status_new();
+        bool ok = n >= 2 && rt_header_decode(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &req, st);
+        if (ok && req.id != 0 && req.type != RT_RESPONSE) {
+            if (req.type == RT_RUN_GRAPH) atomic_fetch_add(&f->run_graphs, 1);
+            rt_header a;
+            rt_header_init(&a, RT_RESPONSE);
+            a.id = req.id;
+            if (req.type == RT_REGISTER_GRAPH) a.handle = 42;
+            size_t len;
+            char *b = rt_header_encode(&a, &len);
+            zmq_send(f->router, zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]), ZMQ_SNDMORE);
+            zmq_send(f->router, b, len, 0);
+            free(b);
+            rt_header_clear(&a);
+        }
+        if (ok) rt_header_clear(&req);
+        dg_status_free(&st);
+        for (int i = 0; i < n; i++) zmq_msg_close(&parts[i]);
+    }
+    return NULL;
+}
+
+// The worker's partition waits for a value the ps will never send, though the ps answered
+// RUN_GRAPH OK: the step fails UNAVAILABLE within the RPC deadline instead of waiting forever.
+static void test_values_lost_after_answer(void **state) {
+    dg_status *st = dg_status_new();
+    int pp = dg_test_free_port(), wp = dg_test_free_port();
+    fake_ps f = {0};
+    f.zctx = zmq_ctx_new();
+    f.router = zmq_socket(f.zctx, ZMQ_ROUTER);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", pp);
+    assert_int_equal(zmq_bind(f.router, ep), 0);
+    assert_int_equal(pthread_create(&f.thread, NULL, fake_ps_main, &f), 0);
+    char spec[256];
+    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", pp, wp);
+    dg_cluster *c = dg_cluster_from_spec_string(spec, st);
+    dg_server_options so = dg_server_options_default();
+    so.quiet = true;
+    so.rpc_timeout_ms = 1000;
+    dg_server *wk = dg_server_new(c, "worker", 0, &so, st);
+    assert_ok(st);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, "/job:ps/task:0");
+    dg_output a = dg_scalar(g, "a", DG_FLOAT64, 3);
+    dg_graph_pop_device(g);
+    dg_graph_push_device(g, "/job:worker/task:0");
+    dg_output y = dg_mul(g, "y", a, a);
+    dg_graph_pop_device(g);
+    dg_session *s = dg_session_new(g, dg_server_target(wk), NULL, st);
+    assert_ok(st);
+    dg_tensor *yv = NULL;
+    int64_t t0 = exec_timer_now_ms();
+    assert_false(dg_session_run(s, NULL, NULL, 0, &y, &yv, 1, NULL, 0, st));
+    int64_t took = exec_timer_now_ms() - t0;
+    assert_status(st, DG_ABORTED, "did not arrive within 1000 ms (did a task die after answering?)");
+    assert_true(atomic_load(&f.run_graphs) >= 1);
+    assert_true(took >= 900 && took < 10000);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    dg_server_free(&wk);
+    dg_cluster_free(&c);
+    atomic_store(&f.stop, true);
+    pthread_join(f.thread, NULL);
+    zmq_close(f.router);
+    zmq_ctx_term(f.zctx);
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ps_worker_matches_local),
         cmocka_unit_test(test_dead_ps_is_unavailable),
         cmocka_unit_test(test_gpu_request_in_cluster),
+        cmocka_unit_test(test_values_lost_after_answer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
