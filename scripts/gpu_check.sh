@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the GPU checks from the bundle that scripts/gpu_pack.sh made (.devcarry/), on a machine
+# Runs the GPU checks from the bundle that scripts/gpu_pack.sh made (.gpu-bundle/), on a machine
 # with an NVIDIA GPU, and writes at most 8 files into the folder given (default gpu-results):
 #   gpu.txt              the GPU, its driver, the date
 #   tests.log            test_cuda_device, test_gpu_placement, test_gpu_kernels (poisoned
@@ -15,7 +15,7 @@
 # the python3 on the PATH.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-c=$root/.devcarry
+c=$root/.gpu-bundle
 out=${1:-$root/gpu-results}
 mkdir -p "$out"
 [ -x "$c/bin/test_gpu_kernels" ] || { echo "gpu_check: no bundle in $c (run scripts/gpu_pack.sh first)" >&2; exit 2; }

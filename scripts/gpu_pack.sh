@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bundles what the GPU checks need into .devcarry/ (ignored by git), for a machine that has an
+# Bundles what the GPU checks need into .gpu-bundle/ (ignored by git), for a machine that has an
 # NVIDIA GPU with its driver and the CUDA libraries (cudart, cuBLAS, NCCL: the system's or
 # those of the nvidia-* Python wheels) but none of our other dependencies: a Release build
 # without OpenBLAS (the CPU reference kernels then use their own GEMM, and the bundle stays
@@ -8,7 +8,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build-gpu-pack
-out=$root/.devcarry
+out=$root/.gpu-bundle
 data=${DG_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 bins=(test_cuda_device test_gpu_placement test_gpu_kernels gpu_bench mlp_local mirrored)
 
