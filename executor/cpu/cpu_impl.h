@@ -50,6 +50,17 @@ extern const int cpu_n_sendrecv_kernels;
 void cpu_register_collective_kernels(void);   // kernels_collective.c
 void cpu_register_sync_kernels(void);         // kernels_sync.c
 void cpu_register_local_reduce_kernels(void); // kernels_local_reduce.c
+// Checks and shapes shared by the CPU and GPU kernels of an op (cpu_register.c).
+// The reduced-axis mask: every axis when all, else axes[0..n_axes) (negative ones count from
+// the end) against rank. false with ctx->st naming the axis.
+bool cpu_axes_mask(exec_ctx *ctx, bool all, const int64_t *axes, int n_axes, int rank, uint32_t *mask);
+// The shape x reduces to over mask: kept dims, with 1s where reduced if keep.
+dg_shape cpu_reduced_shape(const dg_shape *x, uint32_t mask, bool keep);
+// MatMul of a and b (transposed as ta, tb): M x K times K x N. false with ctx->st set.
+bool cpu_matmul_dims(exec_ctx *ctx, const dg_tensor *a, const dg_tensor *b, bool ta, bool tb,
+                     int64_t *M, int64_t *N, int64_t *K);
+// Slice's "begin" and "size" attributes (size -1 where absent). false with st set.
+bool cpu_slice_attrs(const dg_node *n, int64_t *begin, int64_t *size, int *count, dg_status *st);
 // Reshape (a view of input 0) and Shape (int64 host output): they touch no element, so the GPU
 // kernels of these ops use them too (kernels_array.c).
 bool cpu_reshape_compute(void *state, exec_ctx *ctx);

@@ -131,3 +131,61 @@ bool cpu_sum_into(const dg_tensor *src, dg_tensor *dst, dg_status *st) {
     }
     return true;
 }
+
+bool cpu_axes_mask(exec_ctx *ctx, bool all, const int64_t *axes, int n_axes, int rank, uint32_t *mask) {
+    *mask = 0;
+    if (all) {
+        *mask = rank ? (uint32_t)((1u << rank) - 1) : 0;
+        return true;
+    }
+    for (int i = 0; i < n_axes; i++) {
+        int64_t a = axes[i];
+        if (a < -rank || a >= rank)
+            return exec_fail(ctx, DG_INVALID_ARGUMENT, "axis %lld out of range for rank %d", (long long)a, rank);
+        *mask |= 1u << (a < 0 ? a + rank : a);
+    }
+    return true;
+}
+
+dg_shape cpu_reduced_shape(const dg_shape *x, uint32_t mask, bool keep) {
+    dg_shape o = dg_shape_scalar();
+    for (int i = 0; i < x->rank; i++) {
+        if (mask & (1u << i)) {
+            if (keep) o.dims[o.rank++] = 1;
+        } else {
+            o.dims[o.rank++] = x->dims[i];
+        }
+    }
+    return o;
+}
+
+bool cpu_matmul_dims(exec_ctx *ctx, const dg_tensor *a, const dg_tensor *b, bool ta, bool tb,
+                     int64_t *M, int64_t *N, int64_t *K) {
+    if (a->shape.rank != 2 || b->shape.rank != 2)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "MatMul needs matrices, got ranks %d and %d",
+                         a->shape.rank, b->shape.rank);
+    *M = ta ? a->shape.dims[1] : a->shape.dims[0];
+    *K = ta ? a->shape.dims[0] : a->shape.dims[1];
+    int64_t Kb = tb ? b->shape.dims[1] : b->shape.dims[0];
+    *N = tb ? b->shape.dims[0] : b->shape.dims[1];
+    if (*K != Kb)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "inner dimensions differ, %lld vs %lld",
+                         (long long)*K, (long long)Kb);
+    return true;
+}
+
+bool cpu_slice_attrs(const dg_node *n, int64_t *begin, int64_t *size, int *count, dg_status *st) {
+    int nb, ns;
+    const int64_t *b = graph_node_attr_ints(n, "begin", &nb);
+    const int64_t *z = graph_node_attr_ints(n, "size", &ns);
+    if (nb > DG_MAX_RANK || (z && ns != nb)) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "slice: begin and size disagree or are too long");
+        return false;
+    }
+    *count = nb;
+    for (int i = 0; i < nb; i++) {
+        begin[i] = b[i];
+        size[i] = z ? z[i] : -1;
+    }
+    return true;
+}

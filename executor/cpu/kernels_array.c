@@ -176,18 +176,9 @@ static void *slice_create(const dg_node *n, const exec_env *env, dg_status *st) 
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "out of memory");
         return NULL;
     }
-    int nb, ns;
-    const int64_t *b = graph_node_attr_ints(n, "begin", &nb);
-    const int64_t *z = graph_node_attr_ints(n, "size", &ns);
-    if (nb > DG_MAX_RANK || (z && ns != nb)) {
+    if (!cpu_slice_attrs(n, s->begin, s->size, &s->n, st)) {
         free(s);
-        dg_status_set(st, DG_INVALID_ARGUMENT, "slice: begin and size disagree or are too long");
         return NULL;
-    }
-    s->n = nb;
-    for (int i = 0; i < nb; i++) {
-        s->begin[i] = b[i];
-        s->size[i] = z ? z[i] : -1;
     }
     return s;
 }

@@ -43,16 +43,8 @@ static void *matmul_create(const dg_node *n, const exec_env *env, dg_status *st)
 static bool matmul_compute(void *state, exec_ctx *ctx) {
     matmul_state *m = state;
     dg_tensor *a = IN(0), *b = IN(1);
-    if (a->shape.rank != 2 || b->shape.rank != 2)
-        return exec_fail(ctx, DG_INVALID_ARGUMENT, "MatMul needs matrices, got ranks %d and %d",
-                         a->shape.rank, b->shape.rank);
-    int64_t M = m->ta ? a->shape.dims[1] : a->shape.dims[0];
-    int64_t K = m->ta ? a->shape.dims[0] : a->shape.dims[1];
-    int64_t Kb = m->tb ? b->shape.dims[1] : b->shape.dims[0];
-    int64_t N = m->tb ? b->shape.dims[0] : b->shape.dims[1];
-    if (K != Kb)
-        return exec_fail(ctx, DG_INVALID_ARGUMENT, "inner dimensions differ, %lld vs %lld",
-                         (long long)K, (long long)Kb);
+    int64_t M, N, K;
+    if (!cpu_matmul_dims(ctx, a, b, m->ta, m->tb, &M, &N, &K)) return false;
     dg_tensor *o = exec_alloc_output(ctx, 0, a->dtype, dg_shape2(M, N));
     if (!o) return false;
     if (M == 0 || N == 0) return true;

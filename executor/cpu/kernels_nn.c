@@ -192,33 +192,12 @@ static void *reduce_create(const dg_node *n, const exec_env *env, dg_status *st)
     return r;
 }
 
-// Reduced-axis mask of r against rank.
 static bool mask_of(exec_ctx *ctx, const reduce_state *r, int rank, uint32_t *mask) {
-    *mask = 0;
-    if (r->all) {
-        *mask = rank ? (uint32_t)((1u << rank) - 1) : 0;
-        return true;
-    }
-    for (int i = 0; i < r->n_axes; i++) {
-        int64_t a = r->axes[i];
-        if (a < -rank || a >= rank)
-            return exec_fail(ctx, DG_INVALID_ARGUMENT, "axis %lld out of range for rank %d", (long long)a, rank);
-        *mask |= 1u << (a < 0 ? a + rank : a);
-    }
-    return true;
+    return cpu_axes_mask(ctx, r->all, r->axes, r->n_axes, rank, mask);
 }
 
-// The shape x reduces to: kept dims, with 1s where reduced if keep.
 static dg_shape reduced_shape(const dg_shape *x, uint32_t mask, bool keep) {
-    dg_shape o = dg_shape_scalar();
-    for (int i = 0; i < x->rank; i++) {
-        if (mask & (1u << i)) {
-            if (keep) o.dims[o.rank++] = 1;
-        } else {
-            o.dims[o.rank++] = x->dims[i];
-        }
-    }
-    return o;
+    return cpu_reduced_shape(x, mask, keep);
 }
 
 static dg_shape keep_shape(const dg_shape *x, uint32_t mask) { return reduced_shape(x, mask, true); }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_impl.h"
 #include "gpu_impl.h"
 #include "launch_math.h"
 
@@ -80,16 +81,8 @@ static bool matmul_compute(void *state, exec_ctx *ctx) {
     exec_cuda_device *dev = s->dev;
     if (!prepare(ctx, dev, 2)) return false;
     dg_tensor *a = IN(0), *b = IN(1);
-    if (a->shape.rank != 2 || b->shape.rank != 2)
-        return exec_fail(ctx, DG_INVALID_ARGUMENT, "MatMul needs matrices, got ranks %d and %d",
-                         a->shape.rank, b->shape.rank);
-    int64_t M = s->ta ? a->shape.dims[1] : a->shape.dims[0];
-    int64_t K = s->ta ? a->shape.dims[0] : a->shape.dims[1];
-    int64_t Kb = s->tb ? b->shape.dims[1] : b->shape.dims[0];
-    int64_t N = s->tb ? b->shape.dims[0] : b->shape.dims[1];
-    if (K != Kb)
-        return exec_fail(ctx, DG_INVALID_ARGUMENT, "inner dimensions differ, %lld vs %lld",
-                         (long long)K, (long long)Kb);
+    int64_t M, N, K;
+    if (!cpu_matmul_dims(ctx, a, b, s->ta, s->tb, &M, &N, &K)) return false;
     dg_tensor *o = gpu_alloc_output(dev, ctx, 0, a->dtype, dg_shape2(M, N));
     if (!o) return false;
     if (M == 0 || N == 0) return true;

@@ -102,19 +102,9 @@ static void *axis_create(const dg_node *n, const exec_env *env, dg_status *st) {
 
 static void *slice_create(const dg_node *n, const exec_env *env, dg_status *st) {
     nn_state *s = nn_create(n, env, st);
-    if (!s) return NULL;
-    int nb, ns;
-    const int64_t *b = graph_node_attr_ints(n, "begin", &nb);
-    const int64_t *z = graph_node_attr_ints(n, "size", &ns);
-    if (nb > DG_MAX_RANK || (z && ns != nb)) {
+    if (s && !cpu_slice_attrs(n, s->begin, s->size, &s->n_begin, st)) {
         free(s);
-        dg_status_set(st, DG_INVALID_ARGUMENT, "slice: begin and size disagree or are too long");
         return NULL;
-    }
-    s->n_begin = nb;
-    for (int i = 0; i < nb; i++) {
-        s->begin[i] = b[i];
-        s->size[i] = z ? z[i] : -1;
     }
     return s;
 }
@@ -231,34 +221,12 @@ static bool xent_compute(void *state, exec_ctx *ctx) {
 
 // ---- reductions ----
 
-// Reduced-axis mask of s against rank.
 static bool mask_of(exec_ctx *ctx, const nn_state *s, int rank, uint32_t *mask) {
-    *mask = 0;
-    if (s->all) {
-        *mask = rank ? (uint32_t)((1u << rank) - 1) : 0;
-        return true;
-    }
-    for (int i = 0; i < s->n_axes; i++) {
-        int64_t a = s->axes[i];
-        if (a < -rank || a >= rank)
-            return exec_fail(ctx, DG_INVALID_ARGUMENT, "axis %lld out of range for rank %d",
-                             (long long)a, rank);
-        *mask |= 1u << (a < 0 ? a + rank : a);
-    }
-    return true;
+    return cpu_axes_mask(ctx, s->all, s->axes, s->n_axes, rank, mask);
 }
 
-// The shape x reduces to: kept dims, with 1s where reduced if keep.
 static dg_shape reduced_shape(const dg_shape *x, uint32_t mask, bool keep) {
-    dg_shape o = dg_shape_scalar();
-    for (int i = 0; i < x->rank; i++) {
-        if (mask & (1u << i)) {
-            if (keep) o.dims[o.rank++] = 1;
-        } else {
-            o.dims[o.rank++] = x->dims[i];
-        }
-    }
-    return o;
+    return cpu_reduced_shape(x, mask, keep);
 }
 
 // Queues o = reduce(x over mask) with a scratch buffer when the launcher wants one.
