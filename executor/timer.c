@@ -3,6 +3,7 @@
  * an insertion walk is cheaper than a heap's bookkeeping. The thread starts on the first
  * exec_timer_add and is joined at exit (atexit), so leak checkers see no live thread. */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -23,6 +24,11 @@ static int n_pending;
 static uint64_t next_id;
 static bool started, stopping;
 static pthread_t thread;
+// What the thread waits for: INT64_MAX when it sleeps until signalled, a deadline when it
+// sleeps until then, INT64_MIN while it is awake (it looks at the list before sleeping again).
+// A new timer wakes it only when due before that: a timer added and cancelled per step (the
+// sessions' grace timers) then costs no thread wake-up.
+static int64_t wake_at = INT64_MIN;
 
 int64_t exec_timer_now_ms(void) {
     struct timespec ts;
@@ -35,7 +41,9 @@ static void *run(void *unused) {
     pthread_mutex_lock(&mu);
     while (!stopping) {
         if (!pending) {
+            wake_at = INT64_MAX;
             pthread_cond_wait(&cv, &mu);
+            wake_at = INT64_MIN;
             continue;
         }
         int64_t now = exec_timer_now_ms();
@@ -43,7 +51,9 @@ static void *run(void *unused) {
             struct timespec ts;
             ts.tv_sec = (time_t)(pending->deadline_ms / 1000);
             ts.tv_nsec = (long)(pending->deadline_ms % 1000) * 1000000L;
+            wake_at = pending->deadline_ms;
             pthread_cond_timedwait(&cv, &mu, &ts);
+            wake_at = INT64_MIN;
             continue;
         }
         timer *t = pending;
@@ -114,8 +124,8 @@ uint64_t exec_timer_add(int64_t delay_ms, exec_timer_fn fn, void *arg) {
     t->next = *pp;
     *pp = t;
     n_pending++;
-    // Only a new earliest deadline changes how long the thread sleeps.
-    if (pending == t) pthread_cond_signal(&cv);
+    // Only a deadline before the one the thread sleeps until changes how long it sleeps.
+    if (t->deadline_ms < wake_at) pthread_cond_signal(&cv);
     uint64_t id = t->id;
     pthread_mutex_unlock(&mu);
     return id;

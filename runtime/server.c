@@ -450,6 +450,16 @@ static bool start_run(job *j) {
     return false;
 }
 
+void rt_server_add_devices(dg_server *s, rt_header *h) {
+    char dev[240];
+    snprintf(dev, sizeof dev, "%s/device:CPU:0", s->task_name);
+    rt_header_add_name(h, dev);
+    for (int g = 0; g < exec_gpu_count(); g++) {
+        snprintf(dev, sizeof dev, "%s/device:GPU:%d", s->task_name, g);
+        rt_header_add_name(h, dev);
+    }
+}
+
 static void do_get_variables(job *j) {
     dg_server *s = j->s;
     dg_status st = DG_STATUS_INIT;
@@ -518,13 +528,7 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
     }
     case RT_LIST_DEVICES: {
         rt_header *r = new_header();
-        char dev[200];
-        snprintf(dev, sizeof dev, "%s/device:CPU:0", s->task_name);
-        rt_header_add_name(r, dev);
-        for (int g = 0; g < exec_gpu_count(); g++) {
-            snprintf(dev, sizeof dev, "%s/device:GPU:%d", s->task_name, g);
-            rt_header_add_name(r, dev);
-        }
+        rt_server_add_devices(s, r);
         reply_ok(j, r, NULL, 0);
         break;
     }

@@ -17,6 +17,8 @@ int64_t rt_server_timeout_ms(dg_server *s);
 // "tcp://host:port" of a task named by a device or task name, or NULL (st set).
 char *rt_server_task_endpoint(dg_server *s, const char *device, dg_status *st);
 // The task part of a device name ("/job:ps/replica:0/task:0"), into buf.
+// Adds this task's devices to h's names, as LIST_DEVICES answers: CPU:0, then each GPU.
+void rt_server_add_devices(dg_server *s, rt_header *h);
 bool rt_task_of_device(const char *device, char *buf, size_t cap);
 // Sends ABORT_STEP for step to endpoint (one-way).
 void rt_server_abort_remote(dg_server *s, const char *endpoint, int64_t step_id, const dg_status *why);

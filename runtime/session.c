@@ -347,11 +347,8 @@ static bool compile(dg_session *s, dg_node **run, int n_run, const dg_output *fe
         for (int i = 0; i < dg_graph_num_nodes(pg); i++) all[k++] = dg_graph_node(pg, i);
     }
     for (int i = 0; i < n_fetches; i++) {
-        pf[i] = fetches[i];
-        if (fetch_at) {
-            pf[i] = fetch_at[i];
-            continue;
-        }
+        pf[i] = fetch_at ? fetch_at[i] : fetches[i];
+        if (fetch_at) continue;
         dg_node *c = is_fed(feeds, n_feeds, fetches[i].node, fetches[i].index)
                          ? NULL : dg_partitions_find(out->parts, fetches[i].node);
         if (c) pf[i].node = c;
@@ -378,14 +375,8 @@ static bool list_cluster_devices(dg_session *s, dg_status *st) {
         if (strcmp(task, dg_server_task_name(s->server)) == 0) {
             resp = calloc(1, sizeof *resp);
             if (!resp) abort();
-            rt_header_init(resp, RT_LIST_DEVICES);
-            char dev[240];
-            snprintf(dev, sizeof dev, "%s/device:CPU:0", task);
-            rt_header_add_name(resp, dev);
-            for (int g = 0; g < exec_gpu_count(); g++) {
-                snprintf(dev, sizeof dev, "%s/device:GPU:%d", task, g);
-                rt_header_add_name(resp, dev);
-            }
+            rt_header_init(resp, RT_RESPONSE);
+            rt_server_add_devices(s->server, resp);
         } else {
             char *ep = rt_server_task_endpoint(s->server, s->devices[i], st);
             rt_header *h = ep ? malloc(sizeof *h) : NULL;

@@ -46,3 +46,12 @@ int dg_test_free_port(void) {
     close(fd);
     return ntohs(a.sin_port);
 }
+
+dg_session *dg_test_local_session(dg_graph *g, int n_devices, int inter_op_threads, dg_status *st) {
+    dg_session_options o = dg_session_options_default();
+    o.n_virtual_cpus = n_devices - 1;
+    o.inter_op_threads = inter_op_threads;
+    dg_session *s = dg_session_new(g, "local", &o, st);
+    assert_ok(st);
+    return s;
+}

@@ -26,6 +26,10 @@ extern "C" {
 // Returns: new, release with exec_cuda_mem_free(); NULL with st set (RESOURCE_EXHAUSTED
 // naming the size and the GPU).
 void *exec_cuda_mem_alloc(exec_cuda_device *dev, size_t n_bytes, dg_status *st);
+// With DG_GPU_POISON=1 (read once), queues a fill of p[0..n_bytes) with 0xff bytes on dev's
+// stream (the allocator does this for every block it hands out; kernels that reuse an output
+// buffer call it too). Does nothing otherwise. false with st set when the fill fails.
+bool exec_cuda_poison(exec_cuda_device *dev, void *p, size_t n_bytes, dg_status *st);
 // Returns a block to dev's cache. NULL does nothing. Safe while queued work still uses it.
 void exec_cuda_mem_free(exec_cuda_device *dev, void *p);
 // Gives every cached, unused block of dev back to the driver.

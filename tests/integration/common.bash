@@ -19,3 +19,12 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 }
 fail() { echo "FAIL: $*"; exit 1; }
+# The newest global step a worker's log reports ("... (global step: 241)"), or nothing.
+last_step() { sed -n 's/.*(global step: \([0-9]*\)).*/\1/p' "$1" | tail -1; }
+# Waits up to $3 twentieths of a second until log $1 reports global step $2 or more; prints
+# the newest step seen (empty when none).
+wait_step() {
+    local s=""
+    for _ in $(seq "$3"); do s=$(last_step "$1"); [ -n "$s" ] && [ "$s" -ge "$2" ] && break; sleep 0.05; done
+    last_step "$1"
+}

@@ -12,8 +12,6 @@ H="--ps_hosts 127.0.0.1:$P0 --worker_hosts 127.0.0.1:$P1,127.0.0.1:$P2"
 W="$H --train_steps $STEPS --quiet --log_every 100 --rpc_timeout_ms 2000 --recovery_attempts 30 \
    --checkpoint_path $TMP/ckpt.db --save_checkpoint_steps 100"
 start_ps() { "$BIN/mnist_replica" --job_name ps --task_index 0 $H --quiet >> "$TMP/ps" 2>&1 & PS=$!; PIDS+=($PS); }
-# The newest global step a worker's log reports.
-last_step() { sed -n 's/.*(global step: \([0-9]*\)).*/\1/p' "$1" | tail -1; }
 # Waits up to $2 tenths of a second for a line matching $3 in log $1.
 wait_for() {
     for _ in $(seq "$2"); do grep -q "$3" "$1" && return 0; sleep 0.1; done
@@ -26,8 +24,7 @@ start_ps
 wait_for "$TMP/w0" 300 "initialized variables" || { cat "$TMP/w0"; fail "the chief did not initialize"; }
 
 # Kill the ps once a few checkpoints exist.
-for _ in $(seq 600); do s=$(last_step "$TMP/w0"); [ -n "$s" ] && [ "$s" -ge 800 ] && break; sleep 0.05; done
-killed_at=$(last_step "$TMP/w0")
+killed_at=$(wait_step "$TMP/w0" 800 600)
 [ -n "$killed_at" ] && [ "$killed_at" -ge 800 ] || { cat "$TMP/w0"; fail "the chief never reached step 800"; }
 [ "$killed_at" -lt "$STEPS" ] || fail "training ended before the ps could be killed"
 kill -9 "$PS"

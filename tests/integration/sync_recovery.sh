@@ -11,13 +11,11 @@ H="--ps_hosts 127.0.0.1:$P0 --worker_hosts 127.0.0.1:$P1,127.0.0.1:$P2"
 W="$H --train_steps $STEPS --quiet --log_every 100 --rpc_timeout_ms 2000 --recovery_attempts 30 \
    --checkpoint_path $TMP/ckpt.db --save_checkpoint_steps 100 --sync_replicas --sync_timeout_ms 5000"
 start_ps() { "$BIN/mnist_replica" --job_name ps --task_index 0 $H --quiet >> "$TMP/ps" 2>&1 & PS=$!; PIDS+=($PS); }
-last_step() { sed -n 's/.*(global step: \([0-9]*\)).*/\1/p' "$1" | tail -1; }
 
 start_ps
 "$BIN/mnist_replica" --job_name worker --task_index 0 $W > "$TMP/w0" 2>&1 & W0=$!; PIDS+=($W0)
 "$BIN/mnist_replica" --job_name worker --task_index 1 $W > "$TMP/w1" 2>&1 & W1=$!; PIDS+=($W1)
-for _ in $(seq 900); do s=$(last_step "$TMP/w0"); [ -n "$s" ] && [ "$s" -ge 500 ] && break; sleep 0.05; done
-killed_at=$(last_step "$TMP/w0")
+killed_at=$(wait_step "$TMP/w0" 500 900)
 [ -n "$killed_at" ] && [ "$killed_at" -ge 500 ] || { cat "$TMP/w0"; fail "the chief never reached global step 500"; }
 [ "$killed_at" -lt "$STEPS" ] || fail "training ended before the ps could be killed"
 kill -9 "$PS"

@@ -10,15 +10,6 @@
 
 #define LOCAL "/job:localhost/replica:0/task:0/device:CPU:"
 
-static dg_session *new_session(dg_graph *g, int n_devices, int threads, dg_status *st) {
-    dg_session_options o = dg_session_options_default();
-    o.n_virtual_cpus = n_devices - 1;
-    o.inter_op_threads = threads;
-    dg_session *s = dg_session_new(g, "local", &o, st);
-    assert_ok(st);
-    return s;
-}
-
 // n devices each feed a [rows, cols] tensor; every output must equal the float64 sum (or
 // mean) of the inputs, bit for bit the same on every device.
 static void check_reduce(int n, dg_dtype dtype, dg_reduce_op op, int threads) {
@@ -37,7 +28,7 @@ static void check_reduce(int n, dg_dtype dtype, dg_reduce_op op, int threads) {
     }
     assert_true(dg_local_all_reduce(g, "ar", xs, (const char *const *)devs, n, op, outs));
     assert_ok(dg_graph_status(g));
-    dg_session *s = new_session(g, n, threads, st);
+    dg_session *s = dg_test_local_session(g, n, threads, st);
     uint64_t rng = 99 + (uint64_t)n;
     dg_tensor *vals[8];
     double want[ROWS * COLS] = {0};
@@ -93,7 +84,7 @@ static void test_mismatch(void **state) {
     xs[1] = dg_placeholder(g, "b", DG_FLOAT32, dg_shape1(-1));
     dg_graph_pop_device(g);
     assert_true(dg_local_all_reduce(g, "ar", xs, devs, 2, DG_REDUCE_SUM, outs));
-    dg_session *s = new_session(g, 2, 2, st);
+    dg_session *s = dg_test_local_session(g, 2, 2, st);
     dg_tensor *vals[2] = {dg_tensor_new_zeros(DG_FLOAT32, dg_shape1(3), st),
                           dg_tensor_new_zeros(DG_FLOAT32, dg_shape1(4), st)};
     dg_tensor *got[2] = {0};
@@ -132,7 +123,7 @@ static void test_failed_participant(void **state) {
     }
     assert_true(dg_local_all_reduce(g, "ar", xs, devs, 3, DG_REDUCE_SUM, outs));
     assert_ok(dg_graph_status(g));
-    dg_session *s = new_session(g, 3, 3, st);
+    dg_session *s = dg_test_local_session(g, 3, 3, st);
     dg_output feeds[] = {x, shape};
     dg_tensor *xv = dg_tensor_new_zeros(DG_FLOAT32, dg_shape1(6), st);
     dg_tensor *bad = dg_tensor_new(DG_INT64, dg_shape1(1), st);

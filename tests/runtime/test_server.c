@@ -60,24 +60,46 @@ static void train(dg_session *s, model *m, double *w_out, double *loss_out) {
     dg_status_free(&st);
 }
 
-static void test_ps_worker_matches_local(void **state) {
+// A ps and a worker task on free ports of 127.0.0.1, each served in this process (ps NULL:
+// the ps is left to the caller, who binds spec's first port).
+typedef struct two_tasks {
+    dg_cluster *c;
+    dg_server *ps, *wk;
+    int ps_port;
+} two_tasks;
+
+static void two_tasks_start(two_tasks *tt, bool serve_ps, int64_t rpc_timeout_ms) {
     dg_status *st = dg_status_new();
     char spec[256];
-    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", dg_test_free_port(), dg_test_free_port());
-    dg_cluster *c = dg_cluster_from_spec_string(spec, st);
+    tt->ps_port = dg_test_free_port();
+    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", tt->ps_port, dg_test_free_port());
+    tt->c = dg_cluster_from_spec_string(spec, st);
     assert_ok(st);
     dg_server_options so = dg_server_options_default();
     so.quiet = true;
-    so.rpc_timeout_ms = 5000;
-    dg_server *ps = dg_server_new(c, "ps", 0, &so, st);
+    so.rpc_timeout_ms = rpc_timeout_ms;
+    tt->ps = serve_ps ? dg_server_new(tt->c, "ps", 0, &so, st) : NULL;
     assert_ok(st);
-    dg_server *wk = dg_server_new(c, "worker", 0, &so, st);
+    tt->wk = dg_server_new(tt->c, "worker", 0, &so, st);
     assert_ok(st);
+    dg_status_free(&st);
+}
+
+static void two_tasks_stop(two_tasks *tt) {
+    dg_server_free(&tt->wk);
+    dg_server_free(&tt->ps);
+    dg_cluster_free(&tt->c);
+}
+
+static void test_ps_worker_matches_local(void **state) {
+    dg_status *st = dg_status_new();
+    two_tasks tt;
+    two_tasks_start(&tt, true, 5000);
     model a, b;
     build(&a, true);
     build(&b, false);
     assert_ok(dg_graph_status(a.g));
-    dg_session *sa = dg_session_new(a.g, dg_server_target(wk), NULL, st);
+    dg_session *sa = dg_session_new(a.g, dg_server_target(tt.wk), NULL, st);
     assert_ok(st);
     dg_session *sb = dg_session_new(b.g, "local", NULL, st);
     double wa[6], wb[6], la[5], lb[5];
@@ -90,29 +112,20 @@ static void test_ps_worker_matches_local(void **state) {
     dg_session_free(&sb);
     dg_graph_free(&a.g);
     dg_graph_free(&b.g);
-    dg_server_free(&wk);
-    dg_server_free(&ps);
-    dg_cluster_free(&c);
+    two_tasks_stop(&tt);
     dg_status_free(&st);
 }
 
 // The ps goes away: the worker's step fails with UNAVAILABLE naming the ps task, in time.
 static void test_dead_ps_is_unavailable(void **state) {
     dg_status *st = dg_status_new();
-    char spec[256];
-    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", dg_test_free_port(), dg_test_free_port());
-    dg_cluster *c = dg_cluster_from_spec_string(spec, st);
-    dg_server_options so = dg_server_options_default();
-    so.quiet = true;
-    so.rpc_timeout_ms = 1000;
-    dg_server *ps = dg_server_new(c, "ps", 0, &so, st);
-    dg_server *wk = dg_server_new(c, "worker", 0, &so, st);
-    assert_ok(st);
+    two_tasks tt;
+    two_tasks_start(&tt, true, 1000);
     model a;
     build(&a, true);
-    dg_session *sa = dg_session_new(a.g, dg_server_target(wk), NULL, st);
+    dg_session *sa = dg_session_new(a.g, dg_server_target(tt.wk), NULL, st);
     assert_true(dg_session_run_target(sa, a.init, st));
-    dg_server_free(&ps);
+    dg_server_free(&tt.ps);
     assert_false(dg_session_run_target(sa, a.train, st));
     // Either the run fails fast or at the deadline, naming the ps task.
     assert_true(dg_status_code(st) == DG_UNAVAILABLE || dg_status_code(st) == DG_CANCELLED ||
@@ -120,8 +133,7 @@ static void test_dead_ps_is_unavailable(void **state) {
     assert_non_null(strstr(dg_status_message(st), "/job:ps/replica:0/task:0"));
     dg_session_free(&sa);
     dg_graph_free(&a.g);
-    dg_server_free(&wk);
-    dg_cluster_free(&c);
+    two_tasks_stop(&tt);
     dg_status_free(&st);
 }
 
@@ -131,15 +143,8 @@ static void test_dead_ps_is_unavailable(void **state) {
 // error lists the devices the tasks reported. A ps that is gone fails the listing, naming it.
 static void test_gpu_request_in_cluster(void **state) {
     dg_status *st = dg_status_new();
-    char spec[256];
-    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", dg_test_free_port(), dg_test_free_port());
-    dg_cluster *c = dg_cluster_from_spec_string(spec, st);
-    dg_server_options so = dg_server_options_default();
-    so.quiet = true;
-    so.rpc_timeout_ms = 2000;
-    dg_server *ps = dg_server_new(c, "ps", 0, &so, st);
-    dg_server *wk = dg_server_new(c, "worker", 0, &so, st);
-    assert_ok(st);
+    two_tasks tt;
+    two_tasks_start(&tt, true, 2000);
     for (int soft = 1; soft >= 0; soft--) {
         dg_graph *g = dg_graph_new();
         dg_graph_push_device(g, "/job:ps/task:0/device:GPU:0");
@@ -151,7 +156,7 @@ static void test_gpu_request_in_cluster(void **state) {
         dg_node *init = dg_global_variables_initializer(g);
         dg_session_options o = dg_session_options_default();
         o.allow_soft_placement = soft;
-        dg_session *s = dg_session_new(g, dg_server_target(wk), &o, st);
+        dg_session *s = dg_session_new(g, dg_server_target(tt.wk), &o, st);
         assert_ok(st);
         bool gpus = exec_gpu_count() > 0;
         bool ok = dg_session_run_target(s, init, st);
@@ -174,18 +179,17 @@ static void test_gpu_request_in_cluster(void **state) {
         dg_graph_free(&g);
     }
     // The ps is gone: asking for its devices fails, naming it, within the deadline.
-    dg_server_free(&ps);
+    dg_server_free(&tt.ps);
     dg_graph *g = dg_graph_new();
     dg_graph_push_device(g, "/job:ps/task:0/device:GPU:0");
     dg_output w = dg_variable(g, "w", DG_FLOAT64, dg_shape1(3), dg_init_constant(2));
     dg_graph_pop_device(g);
-    dg_session *s = dg_session_new(g, dg_server_target(wk), NULL, st);
+    dg_session *s = dg_session_new(g, dg_server_target(tt.wk), NULL, st);
     assert_false(dg_session_run(s, NULL, NULL, 0, &w, NULL, 0, &w.node, 1, st));
     assert_non_null(strstr(dg_status_message(st), "/job:ps/replica:0/task:0"));
     dg_session_free(&s);
     dg_graph_free(&g);
-    dg_server_free(&wk);
-    dg_cluster_free(&c);
+    two_tasks_stop(&tt);
     dg_status_free(&st);
 }
 
@@ -242,22 +246,15 @@ static void *fake_ps_main(void *arg) {
 // RUN_GRAPH OK: the step fails UNAVAILABLE within the RPC deadline instead of waiting forever.
 static void test_values_lost_after_answer(void **state) {
     dg_status *st = dg_status_new();
-    int pp = dg_test_free_port(), wp = dg_test_free_port();
+    two_tasks tt;
+    two_tasks_start(&tt, false, 1000);
     fake_ps f = {0};
     f.zctx = zmq_ctx_new();
     f.router = zmq_socket(f.zctx, ZMQ_ROUTER);
     char ep[64];
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", pp);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", tt.ps_port);
     assert_int_equal(zmq_bind(f.router, ep), 0);
     assert_int_equal(pthread_create(&f.thread, NULL, fake_ps_main, &f), 0);
-    char spec[256];
-    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", pp, wp);
-    dg_cluster *c = dg_cluster_from_spec_string(spec, st);
-    dg_server_options so = dg_server_options_default();
-    so.quiet = true;
-    so.rpc_timeout_ms = 1000;
-    dg_server *wk = dg_server_new(c, "worker", 0, &so, st);
-    assert_ok(st);
     dg_graph *g = dg_graph_new();
     dg_graph_push_device(g, "/job:ps/task:0");
     dg_output a = dg_scalar(g, "a", DG_FLOAT64, 3);
@@ -265,7 +262,7 @@ static void test_values_lost_after_answer(void **state) {
     dg_graph_push_device(g, "/job:worker/task:0");
     dg_output y = dg_mul(g, "y", a, a);
     dg_graph_pop_device(g);
-    dg_session *s = dg_session_new(g, dg_server_target(wk), NULL, st);
+    dg_session *s = dg_session_new(g, dg_server_target(tt.wk), NULL, st);
     assert_ok(st);
     dg_tensor *yv = NULL;
     int64_t t0 = exec_timer_now_ms();
@@ -276,8 +273,7 @@ static void test_values_lost_after_answer(void **state) {
     assert_true(took >= 900 && took < 10000);
     dg_session_free(&s);
     dg_graph_free(&g);
-    dg_server_free(&wk);
-    dg_cluster_free(&c);
+    two_tasks_stop(&tt);
     atomic_store(&f.stop, true);
     pthread_join(f.thread, NULL);
     zmq_close(f.router);

@@ -60,15 +60,6 @@ static dg_optimizer make_opt(dg_graph *g, bool adam) {
     return adam ? dg_adam(g, 0.05) : dg_gradient_descent(g, 0.5);
 }
 
-static dg_session *new_session(dg_graph *g, int n_devices, int threads, dg_status *st) {
-    dg_session_options o = dg_session_options_default();
-    o.n_virtual_cpus = n_devices - 1;
-    o.inter_op_threads = threads;
-    dg_session *s = dg_session_new(g, "local", &o, st);
-    assert_ok(st);
-    return s;
-}
-
 static void fetch_f64(dg_session *s, dg_output o, double *out, int n, dg_status *st) {
     dg_tensor *t = NULL;
     assert_true(dg_session_run(s, NULL, NULL, 0, &o, &t, 1, NULL, 0, st));
@@ -96,7 +87,7 @@ static void train_reference(const mlp_init *init, bool adam, int n_ex, int steps
     dg_node *train = dg_optimizer_minimize(&opt, loss, dg_global_step(g));
     dg_node *init_op = dg_global_variables_initializer(g);
     assert_ok(dg_graph_status(g));
-    dg_session *s = new_session(g, 1, 1, st);
+    dg_session *s = dg_test_local_session(g, 1, 1, st);
     assert_true(dg_session_run_target(s, init_op, st));
     for (int k = 0; k < steps; k++) {
         dg_tensor *xt, *yt;
@@ -161,7 +152,7 @@ static void build_strategy(strat_run *r, dg_strategy_kind kind, int n, const mlp
     assert_ok(st);
     r->init = dg_global_variables_initializer(r->g);
     assert_ok(dg_graph_status(r->g));
-    r->session = new_session(r->g, n, threads, st);
+    r->session = dg_test_local_session(r->g, n, threads, st);
     assert_true(dg_session_run_target(r->session, r->init, st));
 }
 
@@ -333,7 +324,7 @@ static void test_mirrored_random_init_identical(void **state) {
     dg_output v = dg_strategy_variable(s, "v", DG_FLOAT64, dg_shape2(4, 4), dg_init_random_normal(0, 1, 0), st);
     assert_ok(st);
     dg_node *init = dg_global_variables_initializer(g);
-    dg_session *sess = new_session(g, 3, 1, st);
+    dg_session *sess = dg_test_local_session(g, 3, 1, st);
     assert_true(dg_session_run_target(sess, init, st));
     double a[16], b[16];
     fetch_f64(sess, v, a, 16, st);
@@ -450,7 +441,7 @@ static void test_uneven_batch(void **state) {
     dg_strategy_step step;
     assert_true(dg_strategy_minimize(b.s, &opt, bad_tower, &b, &x, 1, (dg_output){NULL, 0}, &step, st));
     dg_node *init = dg_global_variables_initializer(g);
-    dg_session *sess = new_session(g, 2, 1, st);
+    dg_session *sess = dg_test_local_session(g, 2, 1, st);
     assert_true(dg_session_run_target(sess, init, st));
     double xv[7 * D] = {0};
     dg_tensor *xt = dg_tensor_from_data(DG_FLOAT64, dg_shape2(7, D), xv, st);

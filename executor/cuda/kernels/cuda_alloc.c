@@ -112,16 +112,23 @@ void *exec_cuda_mem_alloc(exec_cuda_device *dev, size_t n_bytes, dg_status *st) 
         dg_status_prepend(st, "GPU:%d: allocating %zu bytes", dev->id, n_bytes);
         return NULL;
     }
-    pthread_once(&poison_once, read_poison);
-    if (is_poison_on) {
-        CUDA_CHECK(cudaSetDevice(dev->id));
-        CUDA_CHECK(cudaMemsetAsync(p, 0xff, n_bytes, dev->stream));
+    if (!exec_cuda_poison(dev, p, n_bytes, st)) {
+        exec_block_cache_free_block(c, p);
+        dg_status_prepend(st, "GPU:%d: allocating %zu bytes", dev->id, n_bytes);
+        return NULL;
     }
     return p;
+}
+
+bool exec_cuda_poison(exec_cuda_device *dev, void *p, size_t n_bytes, dg_status *st) {
+    pthread_once(&poison_once, read_poison);
+    if (!is_poison_on || n_bytes == 0) return true;
+    CUDA_CHECK(cudaSetDevice(dev->id));
+    CUDA_CHECK(cudaMemsetAsync(p, 0xff, n_bytes, dev->stream));
+    return true;
 fail:
-    exec_block_cache_free_block(c, p);
-    dg_status_prepend(st, "GPU:%d: allocating %zu bytes", dev->id, n_bytes);
-    return NULL;
+    dg_status_prepend(st, "GPU:%d: poisoning %zu bytes", dev->id, n_bytes);
+    return false;
 }
 
 void exec_cuda_mem_free(exec_cuda_device *dev, void *p) {

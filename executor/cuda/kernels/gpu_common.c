@@ -80,16 +80,6 @@ dg_tensor *gpu_tensor_new(exec_cuda_device *dev, dg_dtype dtype, dg_shape shape,
     return t;
 }
 
-// DG_GPU_POISON=1: reused output buffers are filled with 0xff bytes too (see cuda_alloc.h).
-static bool gpu_poison(void) {
-    static int poison = -1;
-    if (poison < 0) {
-        const char *e = getenv("DG_GPU_POISON");
-        poison = e && strcmp(e, "1") == 0;
-    }
-    return poison == 1;
-}
-
 dg_tensor *gpu_alloc_output(exec_cuda_device *dev, exec_ctx *ctx, int i, dg_dtype dtype,
                             dg_shape shape) {
     if (!gpu_dtype_on_device(dtype)) return exec_alloc_output(ctx, i, dtype, shape);
@@ -101,12 +91,8 @@ dg_tensor *gpu_alloc_output(exec_cuda_device *dev, exec_ctx *ctx, int i, dg_dtyp
         if (n >= 0 && (size_t)n * dg_dtype_size(dtype) == t->nbytes) {
             t->shape = shape;
             t->n_elements = n;
-            if (gpu_poison() && t->nbytes &&
-                cudaMemsetAsync(t->data, 0xff, t->nbytes, dev->stream) != cudaSuccess) {
-                cuda_set_status(ctx->st, cudaGetLastError(), "cudaMemsetAsync", __FILE__, __LINE__);
-                return NULL;
-            }
-            return t;
+            // Under DG_GPU_POISON=1 a reused buffer is poisoned like a fresh one.
+            return exec_cuda_poison(dev, t->data, t->nbytes, ctx->st) ? t : NULL;
         }
     }
     dg_tensor_unref(t);

@@ -27,10 +27,10 @@ exec_cuda_device *gpu_node_device(const dg_node *n, dg_status *st);
 exec_cuda_device *gpu_device(int id, dg_status *st);
 
 // A kernel create() for kernels whose only state is their device: returns the
-// exec_cuda_device (borrowed; destroy must be NULL). Kernels with more state keep a struct
-// whose first member is `exec_cuda_device *dev` and free it in destroy.
+// exec_cuda_device (borrowed; destroy must be NULL), which GPU_DEV(state) gives back in
+// compute. Kernels with more state keep a struct holding the device and free it in destroy.
 void *gpu_dev_create(const dg_node *n, const exec_env *env, dg_status *st);
-#define GPU_DEV(state) (*(exec_cuda_device **)&(state))
+#define GPU_DEV(state) ((exec_cuda_device *)(state))
 
 // True when t's buffer is GPU memory.
 bool gpu_tensor_on_device(const dg_tensor *t);

@@ -89,24 +89,17 @@ static void *assign_create(const dg_node *n, const exec_env *env, dg_status *st)
     return var_state_new(n, n->inputs[0].node, env, st);
 }
 
-// The variable's value in this GPU's memory: a value set on the host (restored, or assigned
-// before the variable moved here) is moved to the device once.
-static dg_tensor *device_value(var_state *s, dg_status *st) {
-    dg_tensor *cur = exec_variable_get(s->v);
-    if (!cur || cur->gpu == 1 + s->dev->id) return cur;
-    dg_tensor *d = gpu_to_device(s->dev, cur, st);
-    dg_tensor_unref(cur);
-    if (!d) return NULL;
-    exec_variable_set(s->v, d);
-    return d;
-}
-
+// The output is the variable's value in this GPU's memory: a value set on the host (restored,
+// or assigned before the variable moved here) is moved to the device once.
 static bool variable_compute(void *state, exec_ctx *ctx) {
     var_state *s = state;
     dg_tensor *t = exec_variable_get(s->v);
     if (t && t->gpu != 1 + s->dev->id) {
+        dg_tensor *d = gpu_to_device(s->dev, t, ctx->st);
         dg_tensor_unref(t);
-        if (!(t = device_value(s, ctx->st))) return false;
+        if (!d) return false;
+        exec_variable_set(s->v, d);
+        t = d;
     }
     dg_tensor_unref(ctx->outputs[0]);
     ctx->outputs[0] = t;   // NULL while uninitialised; consumers report it
