@@ -7,8 +7,11 @@
  *     the path Send/Recv takes: 1 MiB chunks), and of the 64 MiB echo (bytes both ways / time);
  *   - iperf3 over the same loopback in the same run, for scale: as it comes (128 KiB writes)
  *     and with 1 MiB writes like our chunks (skipped with a note when iperf3 is missing);
- *   - for the 4 B round trip, the floor under it: plain ZeroMQ REQ/REP between two processes
- *     (no headers, no threads of ours), and the ratio of ours to it.
+ *   - for the 4 B round trip, two floors under it: plain ZeroMQ REQ/REP between two processes
+ *     (no headers, no threads of ours), and a plain TCP socket with blocking reads (no
+ *     ZeroMQ: the cheapest round trip for threads that sleep while they wait), with ratios.
+ *     Our transport busy-polls briefly (dg_server_options.busy_poll_us; DG_BUSY_POLL_US=0
+ *     turns it off to compare).
  * On a loaded machine the figures move a lot; compare runs taken side by side.
  * Prints JSON lines: {"bench": "transport_bench", "metric": ..., "value": ..., "unit": ...} */
 #include <fcntl.h>
@@ -17,6 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -107,6 +114,60 @@ static double raw_zmq_rtt_us(int port, long iters, long warmup) {
     free(d);
     zmq_close(req);
     zmq_ctx_term(ctx);
+    if (i < total) kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return med;
+}
+
+// Plain TCP: a forked process echoes 4 bytes with blocking reads and writes (TCP_NODELAY);
+// this one times round trips. Returns the median in microseconds, or -1.
+static double raw_tcp_rtt_us(int port, long iters, long warmup) {
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int one = 1, ls = socket(AF_INET, SOCK_STREAM, 0);
+    if (ls < 0) return -1;
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(ls, (struct sockaddr *)&a, sizeof a) != 0 || listen(ls, 1) != 0) {
+        close(ls);
+        return -1;
+    }
+    long total = iters + warmup;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(ls);
+        return -1;
+    }
+    if (pid == 0) {
+        int s = accept(ls, NULL, NULL);
+        if (s < 0) _exit(1);
+        setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        char b[4];
+        for (long i = 0; i < total; i++)
+            if (recv(s, b, 4, MSG_WAITALL) != 4 || send(s, b, 4, 0) != 4) _exit(1);
+        _exit(0);
+    }
+    close(ls);
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    double *d = malloc((size_t)iters * sizeof *d), med = -1;
+    long i = 0;
+    if (s >= 0 && d && connect(s, (struct sockaddr *)&a, sizeof a) == 0) {
+        setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        char b[4] = "ping";
+        for (; i < total; i++) {
+            double t0 = now_s();
+            if (send(s, b, 4, 0) != 4 || recv(s, b, 4, MSG_WAITALL) != 4) break;
+            if (i >= warmup) d[i - warmup] = (now_s() - t0) * 1e6;
+        }
+    }
+    if (i == total) {
+        qsort(d, (size_t)iters, sizeof *d, cmp);
+        med = d[iters / 2];
+    }
+    free(d);
+    if (s >= 0) close(s);
     if (i < total) kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     return med;
@@ -278,6 +339,7 @@ int main(int argc, char **argv) {
     // The floor under the 4 B round trip on this machine now, measured before any thread of
     // ours exists (it forks).
     double raw = raw_zmq_rtt_us((int)port + 4, iters, warmup);
+    double raw_tcp = raw_tcp_rtt_us((int)port + 5, iters, warmup);
     pid_t child = fork();   // before any thread exists here
     if (child < 0) {
         perror("transport_bench: fork");
@@ -314,6 +376,10 @@ int main(int argc, char **argv) {
     if (raw > 0) {
         emit_n("raw_zmq_rtt_median_4B", raw, "us", iters);
         if (rtt_median_4b > 0) emit("rtt_median_4B_vs_raw_zmq", rtt_median_4b / raw, "ratio");
+    }
+    if (raw_tcp > 0) {
+        emit_n("raw_tcp_rtt_median_4B", raw_tcp, "us", iters);
+        if (rtt_median_4b > 0) emit("rtt_median_4B_vs_raw_tcp", rtt_median_4b / raw_tcp, "ratio");
     }
     double ours = 0;
     if (max_bytes >= (64 << 20) && (ours = push_bandwidth(me, peer, 64u << 20, (int)pushes, (int)rounds, st)) < 0)

@@ -648,6 +648,7 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
     to.curve_secret_key = s->opts.curve_secret_key;
     to.quiet = s->opts.quiet;
     to.liveness_timeout_ms = s->opts.liveness_timeout_ms;
+    to.busy_poll_us = s->opts.busy_poll_us;
     s->tp = rt_transport_new(&to, handle, s, st);
     if (!s->tp) {
         dg_status_prepend(st, "server %s", s->task_name);

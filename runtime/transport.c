@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,7 +115,15 @@ struct rt_transport {
     rt_shm_pool *shm;        // the slots big frames to local peers go through (I/O thread)
     bool shm_off;            // CurveZMQ on, DG_SHM=0, or the pool could not be made
     zmq_msg_t **frames;      // MAX_FRAMES slots for the message being read (I/O thread only)
+    int64_t busy_poll_ns;    // polling window after activity, 0: none (see busy_poll_us)
+    int64_t last_active_ns;  // when the I/O thread last had something to do (I/O thread)
 };
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static int64_t now_ms(void) {
     struct timespec ts;
@@ -223,18 +232,20 @@ static dg_tensor *frame_tensor(rt_transport *t, zmq_msg_t *m, const rt_tensor_de
 
 // shm (NULL: none) carries tensor frames of RT_SHM_MIN_BYTES..RT_SHM_SLOT_BYTES to a peer on
 // this host: the bytes go into a slot and a descriptor frame goes in their place.
-static void send_frames(rt_transport *t, void *sock, const rt_peer *peer, const char *hdr,
+// Never blocks (the I/O thread must not): returns false when the message could not be taken,
+// which for a DEALER means it has no connection left (see dealer_send).
+static bool send_frames(rt_transport *t, void *sock, const rt_peer *peer, const char *hdr,
                         size_t hdr_len, dg_tensor *const *tensors, int n, size_t slice_off,
                         size_t slice_len, rt_shm_pool *shm) {
     // A reply to a peer that has gone fails here (ROUTER_MANDATORY); sending the other frames
     // anyway would make each of them a routing id of its own, and leak it.
-    if (peer && zmq_send(sock, peer->id, peer->len, ZMQ_SNDMORE) < 0) return;
+    if (peer && zmq_send(sock, peer->id, peer->len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return false;
     zmq_msg_t m;
     zmq_msg_init_size(&m, hdr_len);
     memcpy(zmq_msg_data(&m), hdr, hdr_len);
-    if (zmq_msg_send(&m, sock, n > 0 ? ZMQ_SNDMORE : 0) < 0) {
+    if (zmq_msg_send(&m, sock, (n > 0 ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
         zmq_msg_close(&m);
-        return;
+        return false;
     }
     for (int i = 0; i < n; i++) {
         dg_tensor *ten = tensors[i];
@@ -256,20 +267,19 @@ static void send_frames(rt_transport *t, void *sock, const rt_peer *peer, const 
             dg_tensor_ref(ten);
             zmq_msg_init_data(&f, data, len, free_tensor_hint, ten);
         }
-        if (zmq_msg_send(&f, sock, i + 1 < n ? ZMQ_SNDMORE : 0) < 0) {
+        // Once the first part of a message is taken, ZeroMQ takes the rest.
+        if (zmq_msg_send(&f, sock, (i + 1 < n ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&f);   // drops the tensor reference taken above
-            return;
+            return true;
         }
     }
+    return true;
 }
 
-// The index of endpoint's DEALER in t->dealers (connected on first use; dealers are never
-// removed, so indices stay valid), or -1.
-static int dealer_index(rt_transport *t, const char *endpoint) {
-    for (int i = 0; i < t->n_dealers; i++)
-        if (strcmp(t->dealers[i].endpoint, endpoint) == 0) return i;
+// A DEALER connected to endpoint, or NULL (logged).
+static void *new_dealer_socket(rt_transport *t, const char *endpoint) {
     void *s = zmq_socket(t->zctx, ZMQ_DEALER);
-    if (!s) return -1;
+    if (!s) return NULL;
     int zero = 0, one = 1;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
@@ -286,8 +296,18 @@ static int dealer_index(rt_transport *t, const char *endpoint) {
     if (zmq_connect(s, endpoint) != 0) {
         tlog(t, "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
         zmq_close(s);
-        return -1;
+        return NULL;
     }
+    return s;
+}
+
+// The index of endpoint's DEALER in t->dealers (connected on first use; dealers are never
+// removed, so indices stay valid), or -1.
+static int dealer_index(rt_transport *t, const char *endpoint) {
+    for (int i = 0; i < t->n_dealers; i++)
+        if (strcmp(t->dealers[i].endpoint, endpoint) == 0) return i;
+    void *s = new_dealer_socket(t, endpoint);
+    if (!s) return -1;
     dealer *nd = realloc(t->dealers, (size_t)(t->n_dealers + 1) * sizeof *nd);
     if (!nd) abort();
     t->dealers = nd;
@@ -310,11 +330,6 @@ static rt_shm_pool *shm_for(rt_transport *t, int di) {
         status_impl_clear(&st);
     }
     return t->shm;
-}
-
-static void *dealer_for(rt_transport *t, const char *endpoint) {
-    int i = dealer_index(t, endpoint);
-    return i >= 0 ? t->dealers[i].sock : NULL;
 }
 
 static void fail_call(rt_response_cb cb, void *arg, dg_code code, const char *fmt, ...)
@@ -342,16 +357,66 @@ static void free_cmd(cmd *c) {
     free(c);
 }
 
+// Dealer di lost its connection for good: ZeroMQ does not reconnect after a failed handshake
+// (e.g. a CurveZMQ server refusing our keys) or a protocol error, and a DEALER with no
+// connection refuses to send. Calls waiting on it can get no answer: they fail now. A fresh
+// socket takes its place, so later calls try again. Returns the new socket, or NULL.
+static void *reconnect_dealer(rt_transport *t, int di) {
+    dealer *d = &t->dealers[di];
+    tlog(t, "lost the connection to %s (refused by the peer: a failed handshake?); connecting again", d->endpoint);
+    for (pending **pp = &t->pending; *pp;) {
+        pending *p = *pp;
+        if (p->dealer == di) {
+            *pp = p->next;
+            if (!p->probe)
+                fail_call(p->cb, p->arg, DG_UNAVAILABLE,
+                          "%s refused the connection (handshake failed: does it use other cluster keys?)",
+                          p->endpoint);
+            free(p->endpoint);
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+    d->probe_id = 0;
+    zmq_close(d->sock);
+    d->sock = new_dealer_socket(t, d->endpoint);
+    return d->sock;
+}
+
+// Sends on dealer di without blocking: on a socket that lost its connection, once more on a
+// fresh one. Returns whether the message went.
+static bool dealer_send(rt_transport *t, int di, const char *hdr, size_t hdr_len, dg_tensor *const *tensors,
+                        int n, size_t slice_off, size_t slice_len) {
+    rt_shm_pool *shm = NULL;   // made only for a message with a frame it could carry
+    for (int i = 0; i < n && !shm; i++) {
+        size_t len = slice_len ? slice_len : tensors[i]->nbytes;
+        if (len >= RT_SHM_MIN_BYTES && len <= RT_SHM_SLOT_BYTES) shm = shm_for(t, di);
+        if (!shm && len >= RT_SHM_MIN_BYTES && len <= RT_SHM_SLOT_BYTES) break;   // none to be had
+    }
+    if (t->dealers[di].sock &&
+        send_frames(t, t->dealers[di].sock, NULL, hdr, hdr_len, tensors, n, slice_off, slice_len, shm))
+        return true;
+    return reconnect_dealer(t, di) &&
+           send_frames(t, t->dealers[di].sock, NULL, hdr, hdr_len, tensors, n, slice_off, slice_len, shm);
+}
+
 static void run_cmd(rt_transport *t, cmd *c) {
     if (c->kind == CMD_REPLY) {
         send_frames(t, t->router, c->peer, c->header, c->header_len, c->tensors, c->n, 0, 0, NULL);
     } else {
         int di = dealer_index(t, c->endpoint);
-        void *s = di >= 0 ? t->dealers[di].sock : NULL;
-        if (!s) {
+        if (di < 0) {
             if (c->kind == CMD_CALL)
                 fail_call(c->cb, c->arg, DG_UNAVAILABLE, "cannot connect to %s", c->endpoint);
         } else if (c->kind == CMD_CALL) {
+            // Sent before it is pending: a failed send must not fail it twice. Its answer is
+            // read on this thread, later.
+            if (!dealer_send(t, di, c->header, c->header_len, c->tensors, c->n, 0, 0)) {
+                fail_call(c->cb, c->arg, DG_UNAVAILABLE, "cannot send to %s: no connection", c->endpoint);
+                free_cmd(c);
+                return;
+            }
             pending *p = calloc(1, sizeof *p);
             if (!p) abort();
             p->id = c->id;
@@ -364,7 +429,6 @@ static void run_cmd(rt_transport *t, cmd *c) {
             p->arg = c->arg;
             p->next = t->pending;
             t->pending = p;
-            send_frames(t, s, NULL, c->header, c->header_len, c->tensors, c->n, 0, 0, shm_for(t, di));
         } else if (c->chunked) {
             // One large tensor in RT_CHUNK_BYTES pieces, each a message of its own, so the
             // receiver assembles while the rest is still on the wire.
@@ -378,11 +442,12 @@ static void run_cmd(rt_transport *t, cmd *c) {
                 h->offset = off;
                 size_t hl;
                 char *hb = rt_header_encode(h, &hl);
-                send_frames(t, s, NULL, hb, hl, c->tensors, 1, off, len, shm_for(t, di));
+                bool sent = dealer_send(t, di, hb, hl, c->tensors, 1, off, len);
                 free(hb);
+                if (!sent) break;   // the receiver drops the partial tensor; the step times out
             }
         } else {
-            send_frames(t, s, NULL, c->header, c->header_len, c->tensors, c->n, 0, 0, shm_for(t, di));
+            dealer_send(t, di, c->header, c->header_len, c->tensors, c->n, 0, 0);
         }
     }
     free_cmd(c);
@@ -401,7 +466,7 @@ static cmd *coalesce(rt_transport *t, cmd *first) {
         c = c->next;
     }
     cmd *rest = c;
-    void *s = dealer_for(t, first->endpoint);
+    int di = dealer_index(t, first->endpoint);
     rt_header h;
     rt_header_init(&h, RT_TENSOR);
     h.step_id = first->chunk_hdr->step_id;
@@ -414,10 +479,10 @@ static cmd *coalesce(rt_transport *t, cmd *first) {
         rt_header_add_tensor(&h, c->tensors[0]);
         ts[k++] = c->tensors[0];
     }
-    if (s) {
+    if (di >= 0) {
         size_t len;
         char *buf = rt_header_encode(&h, &len);
-        send_frames(t, s, NULL, buf, len, ts, count, 0, 0, shm_for(t, dealer_index(t, first->endpoint)));
+        dealer_send(t, di, buf, len, ts, count, 0, 0);
         free(buf);
     }
     h.from = NULL;   // borrowed from the first command
@@ -713,7 +778,8 @@ static void probe_answered(rt_transport *t, pending *p) {
 }
 
 // Sends a PING to d on its own socket and waits for it like a call.
-static void send_probe(rt_transport *t, dealer *d, int64_t now) {
+// Returns false when the probe could not go and the pending list changed (reconnect_dealer).
+static bool send_probe(rt_transport *t, dealer *d, int64_t now) {
     rt_header h;
     rt_header_init(&h, RT_PING);
     pthread_mutex_lock(&t->mu);
@@ -722,19 +788,23 @@ static void send_probe(rt_transport *t, dealer *d, int64_t now) {
     size_t len;
     char *buf = rt_header_encode(&h, &len);
     rt_header_clear(&h);
+    if (!buf) abort();
+    int di = (int)(d - t->dealers);
+    bool sent = dealer_send(t, di, buf, len, NULL, 0, 0, 0);
+    free(buf);
+    if (!sent) return false;
     pending *p = calloc(1, sizeof *p);
-    if (!p || !buf) abort();
+    if (!p) abort();
     p->id = id;
     p->probe = true;
     p->sent_at = now;
     p->deadline = now + liveness_ms(t);
     p->endpoint = strdup(d->endpoint);
-    p->dealer = (int)(d - t->dealers);
+    p->dealer = di;
     p->next = t->pending;
     t->pending = p;
     d->probe_id = p->id;
-    send_frames(t, d->sock, NULL, buf, len, NULL, 0, 0, 0, NULL);
-    free(buf);
+    return true;
 }
 
 // Fails every call waiting on dealer di: its probe went unanswered.
@@ -808,10 +878,14 @@ static void expire(rt_transport *t) {
     }
     if (t->opts.liveness_timeout_ms < 0) return;
     // Probe the endpoints of calls that have waited long.
-    for (pending *p = t->pending; p; p = p->next) {
-        if (p->probe || now - p->sent_at < PROBE_AFTER_MS) continue;
+    for (pending *p = t->pending; p;) {
         dealer *d = &t->dealers[p->dealer];
-        if (!d->probe_id && now >= d->next_probe_at) send_probe(t, d, now);
+        if (!p->probe && now - p->sent_at >= PROBE_AFTER_MS && !d->probe_id && now >= d->next_probe_at &&
+            !send_probe(t, d, now)) {
+            p = t->pending;   // the connection was lost and its calls failed: the list changed
+            continue;
+        }
+        p = p->next;
     }
 }
 
@@ -869,9 +943,21 @@ static void *io_main(void *arg) {
         items[1] = (zmq_pollitem_t){t->router, 0, t->router ? ZMQ_POLLIN : 0, 0};
         items[2] = (zmq_pollitem_t){t->monitor, 0, t->monitor ? ZMQ_POLLIN : 0, 0};
         for (int i = 0; i < t->n_dealers; i++)
-            items[3 + i] = (zmq_pollitem_t){t->dealers[i].sock, 0, ZMQ_POLLIN, 0};
-        int rc = zmq_poll(items, n, next_wakeup(t));
+            items[3 + i] = (zmq_pollitem_t){t->dealers[i].sock, 0, t->dealers[i].sock ? ZMQ_POLLIN : 0, 0};
+        // Busy polling: for busy_poll_ns after the last event, look again (giving the CPU to
+        // anyone else runnable in between) instead of sleeping; waking a sleeping thread costs
+        // tens of microseconds on many virtual machines, a round trip pays it several times.
+        int rc = zmq_poll(items, n, 0);
+        if (rc == 0 && t->busy_poll_ns) {
+            int64_t until = t->last_active_ns + t->busy_poll_ns;
+            while (rc == 0 && now_ns() < until) {
+                sched_yield();
+                rc = zmq_poll(items, n, 0);
+            }
+        }
+        if (rc == 0) rc = zmq_poll(items, n, next_wakeup(t));
         if (rc < 0 && zmq_errno() == ETERM) break;
+        if (rc > 0 && t->busy_poll_ns) t->last_active_ns = now_ns();
         if (items[0].revents & ZMQ_POLLIN) {
             uint64_t v;
             if (read(t->efd, &v, sizeof v) < 0) { /* spurious */ }
@@ -899,7 +985,7 @@ static void *io_main(void *arg) {
         if (t->monitor && (items[2].revents & ZMQ_POLLIN)) on_monitor(t);
         int nd = t->n_dealers;
         for (int i = 0; i < nd && i < n - 3; i++)
-            if (items[3 + i].revents & ZMQ_POLLIN)
+            if ((items[3 + i].revents & ZMQ_POLLIN) && t->dealers[i].sock == items[3 + i].socket)
                 for (int k = 0; k < 64; k++) {
                     int ev = 0;
                     size_t sz = sizeof ev;
@@ -979,6 +1065,21 @@ rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler hand
     }
     t->opts = *opts;
     if (!t->opts.max_message_bytes) t->opts.max_message_bytes = (size_t)2 << 30;
+    int64_t busy_us = t->opts.busy_poll_us == 0 ? RT_DEFAULT_BUSY_POLL_US : t->opts.busy_poll_us;
+    const char *busy_env = getenv("DG_BUSY_POLL_US");
+    if (busy_env && *busy_env) {
+        char *end;
+        long long v = strtoll(busy_env, &end, 10);
+        if (*end || v > 1000000 || v < -1000000) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT,
+                           "transport: DG_BUSY_POLL_US=\"%s\" is not a number of microseconds (0 or negative: off)",
+                           busy_env);
+            free(t);
+            return NULL;
+        }
+        busy_us = v;
+    }
+    t->busy_poll_ns = busy_us > 0 ? (busy_us > 1000000 ? 1000000 : busy_us) * 1000 : 0;
     if (getrandom(&t->incarnation, sizeof t->incarnation, 0) != (ssize_t)sizeof t->incarnation)
         t->incarnation = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
     if (!t->incarnation) t->incarnation = 1;
@@ -1095,7 +1196,7 @@ void rt_transport_free(rt_transport **tp) {
         free(a);
     }
     for (int i = 0; i < t->n_dealers; i++) {
-        zmq_close(t->dealers[i].sock);
+        if (t->dealers[i].sock) zmq_close(t->dealers[i].sock);
         free(t->dealers[i].endpoint);
     }
     free(t->dealers);
@@ -1235,7 +1336,7 @@ static void wake_waiter(void *arg, const dg_status *st, rt_header *h, dg_tensor 
     w->h = h;
     w->ts = ts;
     w->n = n;
-    w->done = true;
+    __atomic_store_n(&w->done, true, __ATOMIC_RELEASE);
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
 }
@@ -1248,6 +1349,11 @@ bool rt_call_sync(rt_transport *t, const char *endpoint, rt_header *h, dg_tensor
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
     rt_call(t, endpoint, h, tensors, n, timeout_ms, wake_waiter, &w);
+    // The same busy polling as the I/O thread's: an answer within the window costs no wake-up.
+    if (t->busy_poll_ns) {
+        int64_t until = now_ns() + t->busy_poll_ns;
+        while (!__atomic_load_n(&w.done, __ATOMIC_ACQUIRE) && now_ns() < until) sched_yield();
+    }
     pthread_mutex_lock(&w.mu);
     while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
     pthread_mutex_unlock(&w.mu);

@@ -37,6 +37,8 @@ static void usage(FILE *f) {
         "                          when the job comes from TF_CONFIG, else 0)\n"
         "Options:\n"
         "  --rpc_timeout_ms MS     deadline of each remote call (default 30000)\n"
+        "  --busy_poll_us US       poll this long after each message before sleeping\n"
+        "                          (default 150, or env DG_BUSY_POLL_US; 0: off)\n"
         "  --curve_public_key KEY  CurveZMQ cluster key pair, 40-character Z85 strings; both\n"
         "  --curve_secret_key KEY  or neither (default: env DG_CURVE_PUBLIC_KEY and\n"
         "                          DG_CURVE_SECRET_KEY)\n"
@@ -64,7 +66,7 @@ static int bad_input(const char *fmt, ...) {
 
 typedef struct flags {
     const char *cluster_spec, *ps_hosts, *worker_hosts;
-    const char *job_name, *task_index, *rpc_timeout_ms;
+    const char *job_name, *task_index, *rpc_timeout_ms, *busy_poll_us;
     const char *curve_public_key, *curve_secret_key;
     bool quiet, help, gen_curve_keys;
 } flags;
@@ -82,6 +84,7 @@ static const flag_def flag_defs[] = {
     {"job_name", offsetof(flags, job_name), true},
     {"task_index", offsetof(flags, task_index), true},
     {"rpc_timeout_ms", offsetof(flags, rpc_timeout_ms), true},
+    {"busy_poll_us", offsetof(flags, busy_poll_us), true},
     {"curve_public_key", offsetof(flags, curve_public_key), true},
     {"curve_secret_key", offsetof(flags, curve_secret_key), true},
     {"quiet", offsetof(flags, quiet), false},
@@ -325,6 +328,11 @@ int main(int argc, char **argv) {
         bad_input("--rpc_timeout_ms must be a positive integer, got \"%s\"", f.rpc_timeout_ms);
         goto out;
     }
+    if (f.busy_poll_us && !parse_int64(f.busy_poll_us, 0, 1000000, &opts.busy_poll_us)) {
+        bad_input("--busy_poll_us must be an integer from 0 (off) to 1000000, got \"%s\"", f.busy_poll_us);
+        goto out;
+    }
+    if (f.busy_poll_us && opts.busy_poll_us == 0) opts.busy_poll_us = -1;   // the option's 0 is the default
     const char *pub = f.curve_public_key, *sec = f.curve_secret_key;
     const char *pub_src = "--curve_public_key", *sec_src = "--curve_secret_key";
     if (!pub && !sec) {

@@ -789,6 +789,61 @@ static void test_ping_round_trips(void **state) {
     dg_server_free(&srv);
 }
 
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+// Busy polling answers calls like sleeping does, and stops: once the traffic stops, the I/O
+// threads of both ends sleep again after their window (a poll loop that never ended would
+// burn a core, 300 ms of CPU time in the 300 ms measured here).
+static void test_busy_poll(void **state) {
+    const int64_t settings[] = {-1, 0, 5000};
+    for (int k = 0; k < 3; k++) {
+        dg_server_options o = dg_server_options_default();
+        o.quiet = true;
+        o.busy_poll_us = settings[k];
+        int port;
+        dg_server *srv = start_server(&o, &port, NULL);
+        char ep[64];
+        snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+        rt_transport_options co;
+        memset(&co, 0, sizeof co);
+        co.name = "/job:client/replica:0/task:0";
+        co.quiet = true;
+        co.busy_poll_us = settings[k];
+        dg_status *st = dg_status_new();
+        rt_transport *c = rt_transport_new(&co, NULL, NULL, st);
+        assert_ok(st);
+        for (int round = 0; round < 200; round++) {
+            dg_tensor *t = pattern_tensor(4 + (size_t)(round % 3) * 4, (unsigned)round);
+            ping_echo(c, ep, &t, 1);
+            dg_tensor_unref(t);
+        }
+        sleep_ms(100);   // past any window (5 ms here)
+        double before = cpu_seconds();
+        sleep_ms(300);
+        double used = cpu_seconds() - before;
+        assert_true(used < 0.1);
+        rt_transport_free(&c);
+        dg_server_free(&srv);
+        dg_status_free(&st);
+    }
+    // A malformed DG_BUSY_POLL_US is refused, naming the variable, not read as 0.
+    setenv("DG_BUSY_POLL_US", "150us", 1);
+    dg_status *st = dg_status_new();
+    rt_transport_options co;
+    memset(&co, 0, sizeof co);
+    co.quiet = true;
+    rt_transport *c = rt_transport_new(&co, NULL, NULL, st);
+    assert_null(c);
+    assert_int_equal(dg_status_code(st), DG_INVALID_ARGUMENT);
+    assert_non_null(strstr(dg_status_message(st), "DG_BUSY_POLL_US=\"150us\""));
+    unsetenv("DG_BUSY_POLL_US");
+    dg_status_free(&st);
+}
+
 static void push_tensor(rt_transport *from, const char *ep, const char *key, int64_t step, dg_tensor *t) {
     rt_header *h = malloc(sizeof *h);
     rt_header_init(h, RT_TENSOR);
@@ -1345,6 +1400,21 @@ static void test_curve(void **state) {
     // No keys: the server refuses the plain-text handshake.
     rt_transport *plain = client("/job:plain/replica:0/task:0", NULL, NULL, 0);
     expect_refused_call(stp, plain, ep);
+    // ZeroMQ does not reconnect after a refused handshake: the plain client's socket is left
+    // with no connection, and a DEALER with none blocks a send. Later calls must still end
+    // within their deadlines (a blocking send there once stalled the I/O thread for good),
+    // each going out on a fresh connection that is refused again.
+    for (int i = 0; i < 3; i++) {
+        uint64_t before_i = rt_transport_get_stats(stp).refused_peers;
+        call_result r = {PTHREAD_MUTEX_INITIALIZER, false, dg_status_new(), 0};
+        rt_header *h = malloc(sizeof *h);
+        rt_header_init(h, RT_PING);
+        rt_call(plain, ep, h, NULL, 0, 600, on_result, &r);
+        assert_true(result_wait(&r, 5000));
+        assert_int_equal(dg_status_code(r.st), DG_UNAVAILABLE);
+        assert_true(wait_refused(stp, before_i, 3000) > before_i);
+        dg_status_free(&r.st);
+    }
     // Another key pair: it cannot even address the server's key.
     rt_transport *other = client("/job:other/replica:0/task:0", pub2, sec2, 0);
     expect_refused_call(stp, other, ep);
@@ -1463,6 +1533,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_hostile_messages, teardown_capture),
         cmocka_unit_test(test_ping_round_trips),
+        cmocka_unit_test(test_busy_poll),
         cmocka_unit_test(test_chunked_push_reassembles),
         cmocka_unit_test(test_small_pushes),
         cmocka_unit_test(test_shm_pushes),

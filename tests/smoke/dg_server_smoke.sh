@@ -88,6 +88,7 @@ expect_bad 2 'unknown flag "--bogus"' -- --bogus 1
 expect_bad 2 'unexpected argument "stray"' -- stray
 expect_bad 2 'flag --job_name needs a value' -- --cluster_spec "$spec" --job_name
 expect_bad 2 'rpc_timeout_ms must be a positive integer' -- --cluster_spec "$spec" --job_name ps --rpc_timeout_ms 0
+expect_bad 2 'busy_poll_us must be an integer from 0 .off. to 1000000, got "150us"' -- --cluster_spec "$spec" --job_name ps --busy_poll_us 150us
 expect_bad 2 'no cluster' -- --job_name ps
 expect_bad 2 'TF_CONFIG.*"task.index" must be an integer' \
     'TF_CONFIG={"cluster": {"ps": ["127.0.0.1:1"]}, "task": {"type": "ps", "index": "0"}}' --
