@@ -357,6 +357,23 @@ static void free_cmd(cmd *c) {
     free(c);
 }
 
+// Removes the calls waiting on dealer di (only those sent while its peer's incarnation was inc,
+// unless inc is 0), failing each UNAVAILABLE with "<endpoint> <why>"; its liveness probe goes
+// too when drop_probe.
+static void fail_pending(rt_transport *t, int di, uint64_t inc, bool drop_probe, const char *why) {
+    for (pending **pp = &t->pending; *pp;) {
+        pending *p = *pp;
+        if (p->dealer == di && (p->probe ? drop_probe : !inc || p->peer_inc == inc)) {
+            *pp = p->next;
+            if (!p->probe) fail_call(p->cb, p->arg, DG_UNAVAILABLE, "%s %s", p->endpoint, why);
+            free(p->endpoint);
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+}
+
 // Dealer di lost its connection for good: ZeroMQ does not reconnect after a failed handshake
 // (e.g. a CurveZMQ server refusing our keys) or a protocol error, and a DEALER with no
 // connection refuses to send. Calls waiting on it can get no answer: they fail now. A fresh
@@ -364,20 +381,7 @@ static void free_cmd(cmd *c) {
 static void *reconnect_dealer(rt_transport *t, int di) {
     dealer *d = &t->dealers[di];
     tlog(t, "lost the connection to %s (refused by the peer: a failed handshake?); connecting again", d->endpoint);
-    for (pending **pp = &t->pending; *pp;) {
-        pending *p = *pp;
-        if (p->dealer == di) {
-            *pp = p->next;
-            if (!p->probe)
-                fail_call(p->cb, p->arg, DG_UNAVAILABLE,
-                          "%s refused the connection (handshake failed: does it use other cluster keys?)",
-                          p->endpoint);
-            free(p->endpoint);
-            free(p);
-        } else {
-            pp = &p->next;
-        }
-    }
+    fail_pending(t, di, 0, true, "refused the connection (handshake failed: does it use other cluster keys?)");
     d->probe_id = 0;
     zmq_close(d->sock);
     d->sock = new_dealer_socket(t, d->endpoint);
@@ -809,19 +813,10 @@ static bool send_probe(rt_transport *t, dealer *d, int64_t now) {
 
 // Fails every call waiting on dealer di: its probe went unanswered.
 static void fail_endpoint(rt_transport *t, int di) {
-    for (pending **pp = &t->pending; *pp;) {
-        pending *p = *pp;
-        if (!p->probe && p->dealer == di) {
-            *pp = p->next;
-            fail_call(p->cb, p->arg, DG_UNAVAILABLE,
-                      "%s stopped answering: no reply to a liveness probe within %lld ms", p->endpoint,
-                      (long long)liveness_ms(t));
-            free(p->endpoint);
-            free(p);
-        } else {
-            pp = &p->next;
-        }
-    }
+    char why[128];
+    snprintf(why, sizeof why, "stopped answering: no reply to a liveness probe within %lld ms",
+             (long long)liveness_ms(t));
+    fail_pending(t, di, 0, false, why);
 }
 
 // A response from the process at sock's endpoint carried incarnation inc. A new one means the
@@ -836,19 +831,7 @@ static void peer_incarnation(rt_transport *t, void *sock, uint64_t inc) {
     d->peer_inc = inc;
     if (!old) return;
     tlog(t, "%s restarted (a new process answers there): failing the calls sent to the old one", d->endpoint);
-    for (pending **pp = &t->pending; *pp;) {
-        pending *p = *pp;
-        if (!p->probe && p->peer_inc == old && p->dealer == di) {
-            *pp = p->next;
-            fail_call(p->cb, p->arg, DG_UNAVAILABLE,
-                      "%s restarted: the process this call went to is gone (a new one answers there)",
-                      p->endpoint);
-            free(p->endpoint);
-            free(p);
-        } else {
-            pp = &p->next;
-        }
-    }
+    fail_pending(t, di, old, false, "restarted: the process this call went to is gone (a new one answers there)");
 }
 
 static void expire(rt_transport *t) {
