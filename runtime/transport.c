@@ -393,10 +393,12 @@ static void *reconnect_dealer(rt_transport *t, int di) {
 static bool dealer_send(rt_transport *t, int di, const char *hdr, size_t hdr_len, dg_tensor *const *tensors,
                         int n, size_t slice_off, size_t slice_len) {
     rt_shm_pool *shm = NULL;   // made only for a message with a frame it could carry
-    for (int i = 0; i < n && !shm; i++) {
+    for (int i = 0; i < n; i++) {
         size_t len = slice_len ? slice_len : tensors[i]->nbytes;
-        if (len >= RT_SHM_MIN_BYTES && len <= RT_SHM_SLOT_BYTES) shm = shm_for(t, di);
-        if (!shm && len >= RT_SHM_MIN_BYTES && len <= RT_SHM_SLOT_BYTES) break;   // none to be had
+        if (len >= RT_SHM_MIN_BYTES && len <= RT_SHM_SLOT_BYTES) {
+            shm = shm_for(t, di);
+            break;
+        }
     }
     if (t->dealers[di].sock &&
         send_frames(t, t->dealers[di].sock, NULL, hdr, hdr_len, tensors, n, slice_off, slice_len, shm))
