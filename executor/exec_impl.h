@@ -45,6 +45,8 @@ void exec_resources_reset(exec_resources *rm);
 dg_tensor *exec_variable_get(exec_variable *v);
 // Replaces v's value (takes a new reference to t).
 void exec_variable_set(exec_variable *v, dg_tensor *t);
+// Whether val has v's shape; if not, INVALID_ARGUMENT naming both shapes and the variable.
+bool exec_variable_check_shape(const exec_variable *v, const dg_tensor *val, dg_status *st);
 
 // ---- kernels ----
 typedef struct exec_step exec_step;
@@ -156,6 +158,14 @@ bool exec_kernel_supports(void *ctx, const dg_node *n, const char *device_type);
 // An output tensor of the given dtype and shape, reusing the slot's buffer from the last step
 // when it is free. Returns: borrowed, held by the step; NULL with ctx->st set on failure.
 dg_tensor *exec_alloc_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape);
+// The two halves of it, for devices with memory of their own. exec_reuse_output: the tensor
+// in output slot i when it can take dtype and shape in place (allocated by the slot, held by
+// nobody else, same dtype and byte count, in the memory `gpu` names: 0 host, 1 + id that GPU),
+// reshaped; otherwise the slot is emptied and NULL returned. exec_adopt_output: puts t, newly
+// made for slot i, in it and returns it; NULL t (making it failed) prefixes "output i" to the
+// status.
+dg_tensor *exec_reuse_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape, int gpu);
+dg_tensor *exec_adopt_output(exec_ctx *ctx, int i, dg_tensor *t);
 // Sets output i to t (takes a new reference), e.g. forwarding an input.
 void exec_set_output(exec_ctx *ctx, int i, dg_tensor *t);
 // Sets an error on the kernel context naming the node. Returns false.

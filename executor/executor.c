@@ -81,9 +81,11 @@ bool exec_fail(exec_ctx *ctx, dg_code code, const char *fmt, ...) {
     return false;
 }
 
-dg_tensor *exec_alloc_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape) {
+dg_tensor *exec_reuse_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape, int gpu) {
     dg_tensor *t = ctx->outputs[i];
-    if (t && ctx->owned[i] && t->dtype == dtype && tensor_is_exclusive(t)) {
+    // A GPU buffer is wrapped (it goes back to the device's cache), a host one is the tensor's.
+    if (t && ctx->owned[i] && t->dtype == dtype && t->gpu == gpu &&
+        (gpu ? !t->base && atomic_load_explicit(&t->refs, memory_order_acquire) == 1 : tensor_is_exclusive(t))) {
         int64_t n = tensor_shape_elements(&shape);
         if (n >= 0 && (size_t)n * dg_dtype_size(dtype) == t->nbytes) {
             t->shape = shape;
@@ -94,7 +96,10 @@ dg_tensor *exec_alloc_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shap
     dg_tensor_unref(t);
     ctx->outputs[i] = NULL;
     ctx->owned[i] = false;
-    t = dg_tensor_new(dtype, shape, ctx->st);
+    return NULL;
+}
+
+dg_tensor *exec_adopt_output(exec_ctx *ctx, int i, dg_tensor *t) {
     if (!t) {
         dg_status_prepend(ctx->st, "output %d", i);
         return NULL;
@@ -102,6 +107,11 @@ dg_tensor *exec_alloc_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shap
     ctx->outputs[i] = t;
     ctx->owned[i] = true;
     return t;
+}
+
+dg_tensor *exec_alloc_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape) {
+    dg_tensor *t = exec_reuse_output(ctx, i, dtype, shape, 0);
+    return t ? t : exec_adopt_output(ctx, i, dg_tensor_new(dtype, shape, ctx->st));
 }
 
 void exec_set_output(exec_ctx *ctx, int i, dg_tensor *t) {

@@ -123,6 +123,14 @@ dg_tensor *exec_variable_get(exec_variable *v) {
     return t;
 }
 
+bool exec_variable_check_shape(const exec_variable *v, const dg_tensor *val, dg_status *st) {
+    if (dg_shape_equal(&val->shape, &v->shape)) return true;
+    char a[128], b[128];
+    dg_status_setf(st, DG_INVALID_ARGUMENT, "assigning shape %s to variable \"%s\" of shape %s",
+                   dg_shape_str(&val->shape, a, sizeof a), v->name, dg_shape_str(&v->shape, b, sizeof b));
+    return false;
+}
+
 void exec_variable_set(exec_variable *v, dg_tensor *t) {
     dg_tensor_ref(t);
     pthread_mutex_lock(&v->mu);

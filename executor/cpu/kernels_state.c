@@ -57,12 +57,7 @@ static void *assign_create(const dg_node *n, const exec_env *env, dg_status *st)
 static bool assign_compute(void *state, exec_ctx *ctx) {
     exec_variable *v = state;
     dg_tensor *val = IN(1);
-    if (!dg_shape_equal(&val->shape, &v->shape)) {
-        char a[128], b[128];
-        return exec_fail(ctx, DG_INVALID_ARGUMENT, "assigning shape %s to variable \"%s\" of shape %s",
-                         dg_shape_str(&val->shape, a, sizeof a), v->name,
-                         dg_shape_str(&v->shape, b, sizeof b));
-    }
+    if (!exec_variable_check_shape(v, val, ctx->st)) return false;
     dg_tensor *cur = exec_variable_get(v);
     if (cur && cur->nbytes == val->nbytes) {
         if (cur->data != val->data) memcpy(cur->data, val->data, val->nbytes);

@@ -28,3 +28,16 @@ wait_step() {
     for _ in $(seq "$3"); do s=$(last_step "$1"); [ -n "$s" ] && [ "$s" -ge "$2" ] && break; sleep 0.05; done
     last_step "$1"
 }
+# Once log $1 reports global step $2 or more (waiting up to $3 twentieths of a second, and
+# before $STEPS), SIGKILLs the ps ($PS) and, a second later, starts it again with the test's
+# start_ps. Sets killed_at to the step seen.
+kill_and_restart_ps() {
+    killed_at=$(wait_step "$1" "$2" "$3")
+    [ -n "$killed_at" ] && [ "$killed_at" -ge "$2" ] || { cat "$1"; fail "the chief never reached global step $2"; }
+    [ "$killed_at" -lt "$STEPS" ] || fail "training ended before the ps could be killed"
+    kill -9 "$PS"
+    wait "$PS" 2>/dev/null || true
+    echo "killed the ps at global step $killed_at"
+    sleep 1
+    start_ps
+}

@@ -24,14 +24,7 @@ start_ps
 wait_for "$TMP/w0" 300 "initialized variables" || { cat "$TMP/w0"; fail "the chief did not initialize"; }
 
 # Kill the ps once a few checkpoints exist.
-killed_at=$(wait_step "$TMP/w0" 800 600)
-[ -n "$killed_at" ] && [ "$killed_at" -ge 800 ] || { cat "$TMP/w0"; fail "the chief never reached step 800"; }
-[ "$killed_at" -lt "$STEPS" ] || fail "training ended before the ps could be killed"
-kill -9 "$PS"
-wait "$PS" 2>/dev/null || true
-echo "killed the ps at global step $killed_at"
-sleep 1
-start_ps
+kill_and_restart_ps "$TMP/w0" 800 600
 echo "restarted the ps on port $P0"
 
 wait_for "$TMP/w0" 600 "recreated the session after a failure" || { cat "$TMP/w0"; fail "the chief did not recover"; }

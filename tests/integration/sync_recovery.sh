@@ -15,14 +15,7 @@ start_ps() { "$BIN/mnist_replica" --job_name ps --task_index 0 $H --quiet >> "$T
 start_ps
 "$BIN/mnist_replica" --job_name worker --task_index 0 $W > "$TMP/w0" 2>&1 & W0=$!; PIDS+=($W0)
 "$BIN/mnist_replica" --job_name worker --task_index 1 $W > "$TMP/w1" 2>&1 & W1=$!; PIDS+=($W1)
-killed_at=$(wait_step "$TMP/w0" 500 900)
-[ -n "$killed_at" ] && [ "$killed_at" -ge 500 ] || { cat "$TMP/w0"; fail "the chief never reached global step 500"; }
-[ "$killed_at" -lt "$STEPS" ] || fail "training ended before the ps could be killed"
-kill -9 "$PS"
-wait "$PS" 2>/dev/null || true
-echo "killed the ps at global step $killed_at"
-sleep 1
-start_ps
+kill_and_restart_ps "$TMP/w0" 500 900
 
 # The RPC deadline is raised to 2 * sync_timeout + 10 s for sync training: allow two of them.
 for f in w0 w1; do

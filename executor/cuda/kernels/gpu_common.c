@@ -83,29 +83,11 @@ dg_tensor *gpu_tensor_new(exec_cuda_device *dev, dg_dtype dtype, dg_shape shape,
 dg_tensor *gpu_alloc_output(exec_cuda_device *dev, exec_ctx *ctx, int i, dg_dtype dtype,
                             dg_shape shape) {
     if (!gpu_dtype_on_device(dtype)) return exec_alloc_output(ctx, i, dtype, shape);
-    dg_tensor *t = ctx->outputs[i];
     // The slot's buffer is reused when nothing else holds it: same GPU, same byte count.
-    if (t && ctx->owned[i] && t->gpu == 1 + dev->id && t->dtype == dtype && !t->base &&
-        atomic_load_explicit(&t->refs, memory_order_acquire) == 1) {
-        int64_t n = tensor_shape_elements(&shape);
-        if (n >= 0 && (size_t)n * dg_dtype_size(dtype) == t->nbytes) {
-            t->shape = shape;
-            t->n_elements = n;
-            // Under DG_GPU_POISON=1 a reused buffer is poisoned like a fresh one.
-            return exec_cuda_poison(dev, t->data, t->nbytes, ctx->st) ? t : NULL;
-        }
-    }
-    dg_tensor_unref(t);
-    ctx->outputs[i] = NULL;
-    ctx->owned[i] = false;
-    t = gpu_tensor_new(dev, dtype, shape, ctx->st);
-    if (!t) {
-        dg_status_prepend(ctx->st, "output %d", i);
-        return NULL;
-    }
-    ctx->outputs[i] = t;
-    ctx->owned[i] = true;
-    return t;
+    // Under DG_GPU_POISON=1 a reused buffer is poisoned like a fresh one.
+    dg_tensor *t = exec_reuse_output(ctx, i, dtype, shape, 1 + dev->id);
+    if (t) return exec_cuda_poison(dev, t->data, t->nbytes, ctx->st) ? t : NULL;
+    return exec_adopt_output(ctx, i, gpu_tensor_new(dev, dtype, shape, ctx->st));
 }
 
 // ---- copies on and off the device ----

@@ -111,12 +111,7 @@ static bool assign_compute(void *state, exec_ctx *ctx) {
     var_state *s = state;
     exec_variable *v = s->v;
     dg_tensor *val = IN(1);
-    if (!dg_shape_equal(&val->shape, &v->shape)) {
-        char a[128], b[128];
-        return exec_fail(ctx, DG_INVALID_ARGUMENT, "assigning shape %s to variable \"%s\" of shape %s",
-                         dg_shape_str(&val->shape, a, sizeof a), v->name,
-                         dg_shape_str(&v->shape, b, sizeof b));
-    }
+    if (!exec_variable_check_shape(v, val, ctx->st)) return false;
     // An empty value may be anywhere (gpu_prepare_inputs): nothing of it is copied.
     if (val->n_elements > 0 && val->gpu != 1 + s->dev->id)
         return exec_fail(ctx, DG_INTERNAL, "assigning a value that is not in the memory of GPU:%d",
