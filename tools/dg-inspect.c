@@ -10,6 +10,8 @@
  *   dg-inspect summaries CKPT [--json]             scalar summary tags: count, step range
  *   dg-inspect plot CKPT --tag T [--tag U ...] -o OUT.svg|OUT.png
  *                                                  value against step, as SVG or PNG (800x480)
+ *   dg-inspect server dg://HOST:PORT [--json]     a running task's counters: registered
+ *                                                  partitions, remote sessions, running steps
  * SPEC is "ps|h:1,h:2;worker|h:3"; every task has /device:CPU:0 and --gpus_per_task GPUs.
  * Errors print the status and exit 1; bad usage exits 2. Graphs and checkpoints go through the
  * public API; only the tables the API does not cover (summaries, checkpoint creation times)
@@ -58,6 +60,9 @@ static int usage(FILE *f) {
             "  summaries FILE [--json]         scalar summary tags: count, steps, last value\n"
             "  plot FILE --tag TAG [--tag TAG ...] -o OUT.svg|OUT.png\n"
             "                                  line chart of value against step, 800x480\n"
+            "commands on running servers:\n"
+            "  server dg://HOST:PORT [--json]  registered partitions, remote clients' sessions\n"
+            "                                  and running steps of the task at that address\n"
             "options:\n"
             "  --cluster_spec SPEC   \"ps|host:port,host:port;worker|host:port\"\n"
             "  --gpus_per_task N     GPUs per task besides /device:CPU:0 (default 0)\n"
@@ -2199,6 +2204,27 @@ static bool parse_int(const char *opt, const char *val, int64_t lo, int64_t hi, 
     return true;
 }
 
+// server: a running task's counters, asked over the wire.
+static int cmd_server(const options *o) {
+    dg_status *st = dg_status_new();
+    dg_server_stats s;
+    int rc = 1;
+    if (!dg_server_query_stats(o->file, NULL, NULL, 5000, &s, st)) {
+        die_status("asking the server", st);
+    } else {
+        if (o->json)
+            printf("{\"target\": \"%s\", \"registered_graphs\": %lld, \"master_sessions\": %lld, "
+                   "\"running_steps\": %lld}\n", o->file, (long long)s.registered_graphs,
+                   (long long)s.master_sessions, (long long)s.running_steps);
+        else
+            printf("registered_graphs %lld\nmaster_sessions %lld\nrunning_steps %lld\n",
+                   (long long)s.registered_graphs, (long long)s.master_sessions, (long long)s.running_steps);
+        rc = 0;
+    }
+    dg_status_free(&st);
+    return rc;
+}
+
 static bool is_cmd(const char *cmd, const char *const *names) {
     for (; *names; names++)
         if (strcmp(cmd, *names) == 0) return true;
@@ -2292,6 +2318,14 @@ int main(int argc, char **argv) {
         }
     }
     bool is_graph = is_cmd(o.cmd, graph_cmds), is_ckpt = is_cmd(o.cmd, ckpt_cmds);
+    if (strcmp(o.cmd, "server") == 0) {
+        if (!o.file) {
+            fprintf(stderr, "dg-inspect: server needs a target dg://HOST:PORT\n");
+            goto done;
+        }
+        rc = cmd_server(&o);
+        goto done;
+    }
     if (!is_graph && !is_ckpt) {
         fprintf(stderr, "dg-inspect: unknown command \"%s\"\n", o.cmd);
         rc = usage(stderr);

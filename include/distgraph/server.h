@@ -42,6 +42,13 @@ typedef struct dg_server_options {
     // after each burst of messages. 0: 150; negative: off. DG_BUSY_POLL_US in the
     // environment, when set, overrides it (0 or less: off).
     int64_t busy_poll_us;
+    // Master service: a remote client's session whose client has not been heard from for this
+    // many ms (clients send a keepalive every second) is closed: its running step is aborted on
+    // every task and its partitions are deregistered. 0: 5000.
+    int64_t client_lease_ms;
+    // Master service: threads running remote clients' steps (a step holds one while it runs).
+    // 0: 16.
+    int master_threads;
 } dg_server_options;
 
 dg_server_options dg_server_options_default(void);
@@ -62,6 +69,16 @@ const char *dg_server_task_name(const dg_server *s);
 // SIGTERM also stop it.
 bool dg_server_join(dg_server *s, bool handle_signals, dg_status *st);
 void dg_server_stop(dg_server *s);
+// What a server holds, as dg_server_query_stats reports it.
+typedef struct dg_server_stats {
+    int64_t registered_graphs;   // partitions registered by masters (worker service)
+    int64_t master_sessions;     // remote clients' sessions open on its master service
+    int64_t running_steps;       // RUN_GRAPH steps running now
+} dg_server_stats;
+// Asks the task at target ("dg://host:port" or "host:port") for its counters, from any process,
+// waiting up to timeout_ms. curve keys as for dg_session_options (NULL: none).
+bool dg_server_query_stats(const char *target, const char *curve_public_key, const char *curve_secret_key,
+                           int64_t timeout_ms, dg_server_stats *out, dg_status *st);
 // Generates a CurveZMQ key pair for a cluster (Z85 strings, 41 bytes each with the NUL).
 bool dg_curve_keypair(char public_key[41], char secret_key[41], dg_status *st);
 

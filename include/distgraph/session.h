@@ -1,5 +1,10 @@
 /* Sessions run a graph: feeds in, fetches out, targets run for their effects.
- * dg_session_new(graph, "local", ...) runs in this process on its devices. A session caches
+ * dg_session_new(graph, "local", ...) runs in this process on its devices; with
+ * "dg://host:port" it runs on that task's cluster: through the master of a server in this
+ * process when one has that address, otherwise through the master service of the task at that
+ * address, from any process (the graph travels to it; feeds and fetches travel with each
+ * step; the master frees what the session registered when it closes or its client dies).
+ * A session caches
  * the pruned, compiled graph per (feeds, fetches, targets) signature, so the first run of a
  * signature compiles and later runs do no set-up work. dg_session_run may be called from
  * several threads at once. The graph must outlive the session and not change while a run is
@@ -28,6 +33,15 @@ typedef struct dg_session_options {
     // error; several times faster on A100/H100). Off by default: float32 results then match
     // the CPU to float32 rounding. The setting is process-wide: the last session created wins.
     bool gpu_allow_tf32;
+    // Cluster sessions: before a task's first partition is registered, wait until the task
+    // answers (servers start in any order), logging every 5 s which task at which address is
+    // still awaited. 0: no limit (as TensorFlow); > 0: at most this many ms, then UNAVAILABLE
+    // naming the task; < 0: do not wait (the first call fails if the task is not up).
+    int64_t wait_for_tasks_ms;
+    // Remote sessions (a master in another process) when the cluster uses CurveZMQ: the
+    // cluster's key pair (Z85, 40 characters each), both or neither.
+    const char *curve_public_key;
+    const char *curve_secret_key;
 } dg_session_options;
 
 dg_session_options dg_session_options_default(void);
@@ -47,6 +61,12 @@ bool dg_session_run(dg_session *s, const dg_output *feeds, dg_tensor *const *fee
 
 // Convenience: runs a single target node.
 bool dg_session_run_target(dg_session *s, dg_node *target, dg_status *st);
+
+// TensorFlow's Session.reset: the master at target ("dg://host:port") closes its sessions and
+// every task of its cluster drops its variables' values and shared objects (queues,
+// accumulators), so the next client starts afresh. opts may be NULL (it gives the CurveZMQ
+// keys). Sessions of other clients on that cluster fail afterwards.
+bool dg_session_reset(const char *target, const dg_session_options *opts, dg_status *st);
 
 #ifdef __cplusplus
 }

@@ -19,14 +19,14 @@ mkdir -p "$out/corpus_$name" "$out/crashes_$name"
 # Sources per target: the code under test and what it links against, nothing from the rest.
 graph_srcs=$(ls "$root"/graph/*.c)
 case $name in
-  wire) srcs="$root/runtime/wire.c $graph_srcs" ;;
+  wire) srcs="$root/runtime/transport/wire.c $graph_srcs" ;;
   graph_load) srcs="$graph_srcs" ;;
   *) echo "run_fuzz.sh: unknown target $name (add its sources here)" >&2; exit 2 ;;
 esac
 
 # shellcheck disable=SC2086
 "$cc" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE \
-  -I"$root/include" -I"$root/graph" -I"$root/runtime" $srcs "$src" -lmsgpackc -lm -lpthread \
+  -I"$root/include" -I"$root/graph" -I"$root/runtime/transport" $srcs "$src" -lmsgpackc -lm -lpthread \
   -o "$out/fuzz_$name"
 
 # Seeds: a few valid headers written by the encoder itself are a better start than nothing.

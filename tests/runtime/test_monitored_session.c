@@ -998,9 +998,13 @@ static void test_bad_options(void **state) {
     assert_status(st, DG_INVALID_ARGUMENT, "max_recovery_attempts 0");
     dg_status_reset(st);
     o = dg_mts_options_default();
-    o.master = "dg://127.0.0.1:1";
+    o.master = "dg://127.0.0.1:1";   // a remote master nobody serves
+    dg_session_options wo = dg_session_options_default();
+    wo.wait_for_tasks_ms = 200;
+    o.session_options = &wo;
+    o.max_recovery_attempts = 2;
     assert_null(dg_monitored_training_session_new(t.g, &o, st));
-    assert_status(st, DG_UNIMPLEMENTED, "no server with that address");
+    assert_status(st, DG_UNAVAILABLE, "the master at tcp://127.0.0.1:1 did not answer within 200 ms");
     dg_status_reset(st);
     assert_null(dg_monitored_training_session_new(NULL, NULL, st));
     assert_status(st, DG_INVALID_ARGUMENT, "graph is NULL");

@@ -126,10 +126,15 @@ static void test_session_new_errors(void **state) {
     dg_status_reset(st);
     assert_null(dg_session_new(g, "grpc://localhost:2222", NULL, st));
     assert_status(st, DG_INVALID_ARGUMENT, "\"grpc://localhost:2222\"");
-    // A dg:// target needs a server of this process at that address.
+    // A dg:// target with no server of this process is a remote master; nobody answers there.
     dg_status_reset(st);
-    assert_null(dg_session_new(g, "dg://127.0.0.1:1", NULL, st));
-    assert_status(st, DG_UNIMPLEMENTED, "no server with that address");
+    dg_session_options wo = dg_session_options_default();
+    wo.wait_for_tasks_ms = 300;
+    assert_null(dg_session_new(g, "dg://127.0.0.1:1", &wo, st));
+    assert_status(st, DG_UNAVAILABLE, "the master at tcp://127.0.0.1:1 did not answer within 300 ms");
+    dg_status_reset(st);
+    assert_null(dg_session_new(g, "dg://127.0.0.1", &wo, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "expected \"dg://host:port\"");
     // "" and NULL mean local.
     dg_status_reset(st);
     dg_session *s = dg_session_new(g, "", NULL, st);

@@ -358,7 +358,7 @@ static void test_unknown_type(void **state) {
 
 typedef enum kind {
     K_STR, K_STR_NUL, K_STR_LONG, K_NEG, K_ZERO, K_U64_MAX, K_FLOAT, K_NIL, K_BOOL, K_ARRAY_INT,
-    K_ARRAY_NUL_STR, K_MAP, K_BIN, K_17, K_2POW40_PLUS1, K_EXT,
+    K_ARRAY_NUL_STR, K_MAP, K_BIN, K_17, K_TYPE_PAST_MAX, K_2POW40_PLUS1, K_EXT,
 } kind;
 
 static void pack_kind(mp *m, kind k) {
@@ -391,6 +391,7 @@ static void pack_kind(mp *m, kind k) {
         msgpack_pack_bin_body(&m->pk, "x", 1);
         break;
     case K_17: msgpack_pack_int(&m->pk, 17); break;
+    case K_TYPE_PAST_MAX: msgpack_pack_int(&m->pk, RT_TYPE_MAX + 1); break;
     case K_2POW40_PLUS1: msgpack_pack_uint64(&m->pk, ((uint64_t)1 << 40) + 1); break;
     case K_EXT:
         msgpack_pack_ext(&m->pk, 1, 5);
@@ -406,7 +407,7 @@ static void test_wrong_types_for_every_field(void **state) {
         int n;
     } cases[] = {
         {"v", {K_STR, K_FLOAT, K_NIL, K_U64_MAX, K_ARRAY_INT}, 5},
-        {"t", {K_STR, K_FLOAT, K_NIL, K_U64_MAX, K_NEG, K_ZERO, K_17}, 7},
+        {"t", {K_STR, K_FLOAT, K_NIL, K_U64_MAX, K_NEG, K_ZERO, K_TYPE_PAST_MAX}, 7},
         {"id", {K_STR, K_NEG, K_FLOAT, K_NIL, K_BOOL}, 5},
         {"code", {K_STR, K_NEG, K_17, K_FLOAT}, 4},
         {"msg", {K_ZERO, K_NIL, K_BIN, K_STR_NUL, K_STR_LONG, K_EXT}, 6},

@@ -29,7 +29,15 @@ typedef enum rt_type {
     RT_ABORT_STEP = 9,
     RT_END_STEP = 10,
     RT_GET_VARIABLES = 11,  // fetch variables by name from the task's resources
-    RT_TYPE_MAX = 11,
+    // The master service (a client process talks to the master of a task):
+    RT_CREATE_SESSION = 12, // blob: the graph; names: "option=value"; answer: handle
+    RT_EXTEND_SESSION = 13, // handle; blob: the whole graph again, grown since
+    RT_RUN_STEP = 14,       // handle; names: feeds, fetches ("node:index"), targets ("^node"); frames: feeds
+    RT_CLOSE_SESSION = 15,  // handle
+    RT_KEEPALIVE = 16,      // handle: the client is alive (NOT_FOUND once the session is gone)
+    RT_RESET = 17,          // clears the task's variables and shared objects, closes its master sessions
+    RT_SERVER_STATUS = 18,  // answer: names "key=value" (registered graphs, master sessions, ...)
+    RT_TYPE_MAX = 18,
 } rt_type;
 
 typedef struct rt_tensor_desc {

@@ -11,6 +11,7 @@
 
 #include "distgraph/device_name.h"
 #include "distgraph/serialize.h"
+#include "master_service_impl.h"
 #include "server_impl.h"
 #include "strmap_impl.h"
 #include "status_impl.h"
@@ -59,6 +60,7 @@ struct dg_server {
     graph_strmap routes;    // receiving device -> endpoint ("" for this task), under out_mu
     char **route_strs;      // keys and values of routes, owned
     int n_route_strs;
+    master_service *master;  // sessions of clients in other processes
 };
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -91,6 +93,7 @@ const dg_cluster *rt_server_cluster(dg_server *s) { return s->cluster; }
 int64_t rt_server_timeout_ms(dg_server *s) { return s->opts.rpc_timeout_ms; }
 const char *dg_server_target(const dg_server *s) { return s->target; }
 const char *dg_server_task_name(const dg_server *s) { return s->task_name; }
+bool rt_server_quiet(dg_server *s) { return s->opts.quiet; }
 
 bool rt_task_of_device(const char *device, char *buf, size_t cap) {
     dg_device_name dn;
@@ -271,25 +274,37 @@ static void job_free(job *j) {
 
 // Replies go out unless the transport is already gone (a job left in the pool at shutdown).
 static void reply_ok(job *j, rt_header *r, dg_tensor *const *ts, int n) {
-    r->id = j->h->id;
-    pthread_mutex_lock(&j->s->mu);
-    if (j->s->tp) {
-        rt_reply(j->s->tp, j->peer, r, ts, n);
-        j->peer = NULL;
+    rt_server_reply(j->s, j->peer, j->h->id, r, ts, n);
+    j->peer = NULL;
+}
+
+static void reply_err(job *j, const dg_status *st) {
+    rt_server_reply_error(j->s, j->peer, j->h->id, st);
+    j->peer = NULL;
+}
+
+void rt_server_reply(dg_server *s, rt_peer *peer, uint64_t id, rt_header *r, dg_tensor *const *ts, int n) {
+    r->id = id;
+    pthread_mutex_lock(&s->mu);
+    if (s->tp) {
+        rt_reply(s->tp, peer, r, ts, n);
+        peer = NULL;
     } else {
         rt_header_clear(r);
         free(r);
     }
-    pthread_mutex_unlock(&j->s->mu);
+    pthread_mutex_unlock(&s->mu);
+    rt_peer_free(peer);
 }
 
-static void reply_err(job *j, const dg_status *st) {
-    pthread_mutex_lock(&j->s->mu);
-    if (j->s->tp) {
-        rt_reply_error(j->s->tp, j->peer, j->h->id, st);
-        j->peer = NULL;
+void rt_server_reply_error(dg_server *s, rt_peer *peer, uint64_t id, const dg_status *st) {
+    pthread_mutex_lock(&s->mu);
+    if (s->tp) {
+        rt_reply_error(s->tp, peer, id, st);
+        peer = NULL;
     }
-    pthread_mutex_unlock(&j->s->mu);
+    pthread_mutex_unlock(&s->mu);
+    rt_peer_free(peer);
 }
 
 static rt_header *new_header(void) {
@@ -460,6 +475,17 @@ void rt_server_add_devices(dg_server *s, rt_header *h) {
     }
 }
 
+char **rt_server_device_list(dg_server *s, int *n) {
+    int n_gpus = exec_gpu_count();
+    char **list = calloc((size_t)n_gpus + 2, sizeof *list);
+    if (!list) abort();
+    if (asprintf(&list[0], "%s/device:CPU:0", s->task_name) < 0) abort();
+    for (int g = 0; g < n_gpus; g++)
+        if (asprintf(&list[g + 1], "%s/device:GPU:%d", s->task_name, g) < 0) abort();
+    *n = n_gpus + 1;
+    return list;
+}
+
 static void do_get_variables(job *j) {
     dg_server *s = j->s;
     dg_status st = DG_STATUS_INIT;
@@ -573,6 +599,33 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
         exec_pool_submit(s->pool, run_job, j, 0);
         j = NULL;
         break;
+    case RT_CREATE_SESSION:
+    case RT_EXTEND_SESSION:
+    case RT_RUN_STEP:
+    case RT_CLOSE_SESSION:
+    case RT_KEEPALIVE:
+    case RT_RESET:
+        master_service_handle(s->master, peer, h, ts, n);
+        j->peer = NULL;
+        j->h = NULL;
+        j->ts = NULL;
+        j->n = 0;
+        break;
+    case RT_SERVER_STATUS: {
+        rt_header *r = new_header();
+        char line[64];
+        pthread_mutex_lock(&s->mu);
+        int64_t graphs = s->n_graphs, steps = s->n_started;
+        pthread_mutex_unlock(&s->mu);
+        snprintf(line, sizeof line, "registered_graphs=%lld", (long long)graphs);
+        rt_header_add_name(r, line);
+        snprintf(line, sizeof line, "master_sessions=%lld", (long long)master_service_num_sessions(s->master));
+        rt_header_add_name(r, line);
+        snprintf(line, sizeof line, "running_steps=%lld", (long long)steps);
+        rt_header_add_name(r, line);
+        reply_ok(j, r, NULL, 0);
+        break;
+    }
     default:
         dg_status_setf(&st, DG_UNIMPLEMENTED, "%s is not a request", rt_type_name(h->type));
         reply_err(j, &st);
@@ -627,6 +680,10 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
         return NULL;
     }
     exec_rendezvous_set_router(s->rv, route, flush, s);
+    if (!(s->master = master_service_new(s, s->opts.client_lease_ms, s->opts.master_threads, st))) {
+        dg_server_free(&s);
+        return NULL;
+    }
     // Handles start at a random point, so a restarted task never takes a handle its earlier
     // incarnation gave out (masters still holding those get ABORTED, not another graph).
     uint64_t rnd = 0;
@@ -720,6 +777,8 @@ void dg_server_free(dg_server **sp) {
         exec_rendezvous_close(s->rv, &why);   // running steps stop waiting
         status_impl_clear(&why);
     }
+    // Remote clients' sessions end while the transport can still deregister their partitions.
+    master_service_free(&s->master);
     pthread_mutex_lock(&s->mu);
     while (s->n_started > 0) pthread_cond_wait(&s->cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
@@ -749,16 +808,6 @@ void dg_server_free(dg_server **sp) {
     pthread_mutex_destroy(&s->mu);
     free(s);
     *sp = NULL;
-}
-
-void rt_server_abort_remote(dg_server *s, const char *endpoint, int64_t step_id, const dg_status *why) {
-    rt_header *h = malloc(sizeof *h);
-    if (!h) abort();
-    rt_header_init(h, RT_ABORT_STEP);
-    h->step_id = step_id;
-    h->code = dg_status_code(why);
-    rt_header_set_message(h, dg_status_message(why));
-    rt_push(s->tp, endpoint, h, NULL, 0);
 }
 
 bool dg_curve_keypair(char public_key[41], char secret_key[41], dg_status *st) {

@@ -300,6 +300,7 @@ struct dg_monitored_session {
     _Atomic int64_t restored_step;  // written by the creating thread, read by anyone
     atomic_int n_recoveries;
     atomic_bool stop_requested, last_run_failed, closed;
+    atomic_bool in_recovery;        // sessions are being made after a failure
 };
 
 dg_mts_options dg_mts_options_default(void) {
@@ -341,10 +342,21 @@ static void list_names(strbuf *b, const dg_saver *sv, dg_tensor *const *flags) {
     if (n > 20) sb_addf(b, " and %d more", n - 20);
 }
 
+// A fresh underlying session. The first one waits for tasks not up yet as the session options
+// say (by default without limit); one made to recover from a failure waits at most
+// RECOVERY_WAIT_MS per attempt, so a task gone for good ends training after the attempts.
+#define RECOVERY_WAIT_MS 5000
+static dg_session *new_session(dg_monitored_session *ms, dg_status *st) {
+    dg_session_options o = ms->sopts;
+    if (atomic_load(&ms->in_recovery) && (o.wait_for_tasks_ms == 0 || o.wait_for_tasks_ms > RECOVERY_WAIT_MS))
+        o.wait_for_tasks_ms = RECOVERY_WAIT_MS;
+    return dg_session_new(ms->g, ms->master, &o, st);
+}
+
 // The chief: a new session whose variables are restored from the newest checkpoint, or
 // initialized when there is none.
 static dg_session *create_chief(dg_monitored_session *ms, dg_status *st) {
-    dg_session *sess = dg_session_new(ms->g, ms->master, &ms->sopts, st);
+    dg_session *sess = new_session(ms, st);
     if (!sess) return NULL;
     int64_t latest = -1;
     if (ms->store) {
@@ -385,7 +397,7 @@ static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
     strbuf pending = {0};
     bool have_flags = false;
     for (;;) {
-        if (!sess && !(sess = dg_session_new(ms->g, ms->master, &ms->sopts, st))) break;
+        if (!sess && !(sess = new_session(ms, st))) break;
         status_impl_clear(&check);
         if (dg_session_run(sess, NULL, NULL, 0, ms->ready, flags, ms->saver->n, NULL, 0, &check)) {
             bool all = true;
@@ -618,7 +630,9 @@ static bool recover(dg_monitored_session *ms, uint64_t gen, dg_status *st) {
     ms->sess = NULL;
     pthread_mutex_unlock(&ms->mu);
     dg_session_free(&old);
+    atomic_store(&ms->in_recovery, true);
     bool ok = create_session(ms, st);
+    atomic_store(&ms->in_recovery, false);
     pthread_mutex_lock(&ms->mu);
     ms->recovering = false;
     if (ok) {

@@ -176,6 +176,7 @@ static bool after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, 
     dg_graph *g = dg_monitored_session_graph(ms);
     dg_session_options so = dg_session_options_default();
     so.inter_op_threads = 1;
+    so.wait_for_tasks_ms = 30000;   // the tasks answered the monitored session moments ago
     if (!(h->sess = dg_session_new(g, h->master, &so, st))) {
         dg_status_prepend(st, "sync replicas: the apply loop's session");
         return false;

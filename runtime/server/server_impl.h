@@ -16,12 +16,17 @@ const dg_cluster *rt_server_cluster(dg_server *s);
 int64_t rt_server_timeout_ms(dg_server *s);
 // "tcp://host:port" of a task named by a device or task name, or NULL (st set).
 char *rt_server_task_endpoint(dg_server *s, const char *device, dg_status *st);
-// The task part of a device name ("/job:ps/replica:0/task:0"), into buf.
 // Adds this task's devices to h's names, as LIST_DEVICES answers: CPU:0, then each GPU.
 void rt_server_add_devices(dg_server *s, rt_header *h);
+// The task part of a device name ("/job:ps/replica:0/task:0"), into buf.
 bool rt_task_of_device(const char *device, char *buf, size_t cap);
-// Sends ABORT_STEP for step to endpoint (one-way).
-void rt_server_abort_remote(dg_server *s, const char *endpoint, int64_t step_id, const dg_status *why);
+// This task's devices, as LIST_DEVICES answers. Returns: new array of new strings (*n),
+// free with dg_device_list_free().
+char **rt_server_device_list(dg_server *s, int *n);
+// Replies to a request unless the server's transport is already gone. Consume peer and r.
+void rt_server_reply(dg_server *s, rt_peer *peer, uint64_t id, rt_header *r, dg_tensor *const *ts, int n);
+void rt_server_reply_error(dg_server *s, rt_peer *peer, uint64_t id, const dg_status *st);
+bool rt_server_quiet(dg_server *s);
 // A step id no other master uses: random high bits, a counter below.
 int64_t rt_new_step_id(void);
 

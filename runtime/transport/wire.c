@@ -11,7 +11,9 @@
 const char *rt_type_name(int type) {
     static const char *names[] = {"?", "RESPONSE", "PING", "LIST_DEVICES", "REGISTER_GRAPH",
                                   "DEREGISTER_GRAPH", "RUN_GRAPH", "TENSOR", "TENSOR_CHUNK",
-                                  "ABORT_STEP", "END_STEP", "GET_VARIABLES"};
+                                  "ABORT_STEP", "END_STEP", "GET_VARIABLES", "CREATE_SESSION",
+                                  "EXTEND_SESSION", "RUN_STEP", "CLOSE_SESSION", "KEEPALIVE", "RESET",
+                                  "SERVER_STATUS"};
     return type > 0 && type <= RT_TYPE_MAX ? names[type] : "UNKNOWN";
 }
 

@@ -1,0 +1,707 @@
+/* The master (master_impl.h): one compile pipeline and one step runner for local sessions
+ * and for sessions over a cluster. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "distgraph/device_name.h"
+#include "distgraph/placer.h"
+#include "exec_impl.h"
+#include "graph_impl.h"
+#include "master_impl.h"
+#include "server_impl.h"
+#include "status_impl.h"
+#include "timer_impl.h"
+#include "worker_client_impl.h"
+
+#define LOCAL_TASK "/job:localhost/replica:0/task:0"
+
+typedef struct remote {
+    char *task;       // "/job:ps/replica:0/task:0"
+    char *endpoint;   // "tcp://host:port"
+    int64_t handle;   // of the registered partition
+} remote;
+
+typedef struct compiled {
+    char *key;
+    exec_graph *eg;         // what runs in this process
+    dg_partitions *parts;   // NULL when everything runs on one device
+    remote *remotes;        // partitions registered with other tasks
+    int n_remotes;
+} compiled;
+
+struct master_session {
+    dg_graph *graph;
+    dg_session_options opts;
+    exec_resources *rm;      // local masters: the session's variables; NULL in a cluster
+    exec_pool *pool;
+    pthread_mutex_t mu;
+    compiled *cache;
+    int n_cache, cap_cache;
+    char **devices;          // canonical names of the devices placement may use
+    int n_devices;
+    exec_rendezvous *rendezvous;   // local masters' own; the server's in a cluster
+    int64_t next_step_id;
+    dg_server *server;       // the cluster's task this master runs in; NULL for local
+    bool devices_listed;     // cluster: devices as the tasks reported them
+    char own_task[160];
+    char client_device[200];
+    char **answered;         // cluster: tasks known to answer (waited for once), under mu
+    int n_answered;
+    struct running_step {    // steps running now, under mu
+        int64_t step_id;
+        const remote *remotes;
+        int n_remotes;
+    } *running;
+    int n_running, cap_running;
+};
+
+void exec_cpu_set_threads(int n);
+
+master_session *master_session_new(dg_graph *g, dg_server *server, const dg_session_options *opts, dg_status *st) {
+    master_session *m = calloc(1, sizeof *m);
+    if (!m) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "session: out of memory");
+        return NULL;
+    }
+    m->graph = g;
+    m->server = server;
+    m->opts = opts ? *opts : dg_session_options_default();
+    pthread_mutex_init(&m->mu, NULL);
+    if (m->opts.n_virtual_cpus < 0 || m->opts.n_virtual_cpus > 64) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "session: n_virtual_cpus must be in 0..64, got %d",
+                       m->opts.n_virtual_cpus);
+        master_session_free(&m);
+        return NULL;
+    }
+    int inter = m->opts.inter_op_threads;
+    if (inter <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        inter = n > 0 ? (int)n : 1;
+    }
+    if (inter > 1 && !(m->pool = exec_pool_new(inter - 1, st))) {
+        master_session_free(&m);
+        return NULL;
+    }
+    exec_cpu_set_threads(m->opts.intra_op_threads > 0 ? m->opts.intra_op_threads : 1);
+    exec_gpu_set_allow_tf32(m->opts.gpu_allow_tf32);
+    if (server) {
+        int n = dg_cluster_devices(rt_server_cluster(server), 0, &m->devices, st);
+        if (n < 0) {
+            master_session_free(&m);
+            return NULL;
+        }
+        m->n_devices = n;
+        m->rendezvous = rt_server_rendezvous(server);
+        snprintf(m->own_task, sizeof m->own_task, "%s", dg_server_task_name(server));
+        snprintf(m->client_device, sizeof m->client_device, "%s/device:CPU:0", m->own_task);
+        return m;
+    }
+    snprintf(m->own_task, sizeof m->own_task, "%s", LOCAL_TASK);
+    snprintf(m->client_device, sizeof m->client_device, "%s/device:CPU:0", LOCAL_TASK);
+    m->rm = exec_resources_new();
+    m->rendezvous = exec_rendezvous_new();
+    int n_gpus = exec_gpu_count();
+    m->devices = calloc((size_t)(1 + m->opts.n_virtual_cpus + n_gpus), sizeof *m->devices);
+    for (int i = 0; m->devices && i < 1 + m->opts.n_virtual_cpus + n_gpus; i++) {
+        bool gpu = i > m->opts.n_virtual_cpus;
+        if (asprintf(&m->devices[i], "%s/device:%s:%d", LOCAL_TASK, gpu ? "GPU" : "CPU",
+                     gpu ? i - 1 - m->opts.n_virtual_cpus : i) < 0)
+            abort();
+        m->n_devices++;
+    }
+    if (!m->rm || !m->rendezvous || !m->devices) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "session: out of memory");
+        master_session_free(&m);
+        return NULL;
+    }
+    return m;
+}
+
+static void free_remotes(remote *rs, int n, rt_transport *tp) {
+    for (int r = 0; r < n; r++) {
+        if (tp) wc_deregister_graph(tp, rs[r].endpoint, rs[r].handle);
+        free(rs[r].task);
+        free(rs[r].endpoint);
+    }
+    free(rs);
+}
+
+static void free_compiled(compiled *c, rt_transport *tp) {
+    free_remotes(c->remotes, c->n_remotes, tp);
+    free(c->key);
+    exec_graph_free(&c->eg);
+    dg_partitions_free(&c->parts);
+}
+
+void master_session_free(master_session **mp) {
+    if (!mp || !*mp) return;
+    master_session *m = *mp;
+    rt_transport *tp = m->server ? rt_server_transport(m->server) : NULL;
+    for (int i = 0; i < m->n_cache; i++) free_compiled(&m->cache[i], tp);
+    free(m->cache);
+    dg_device_list_free(m->devices, m->n_devices);
+    dg_device_list_free(m->answered, m->n_answered);
+    free(m->running);
+    // The pool first: a pool task may still flush the rendezvous after its step has finished.
+    exec_pool_free(&m->pool);
+    if (!m->server) exec_rendezvous_free(&m->rendezvous);
+    exec_resources_free(&m->rm);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+    *mp = NULL;
+}
+
+int master_session_num_registered(master_session *m) {
+    pthread_mutex_lock(&m->mu);
+    int n = 0;
+    for (int i = 0; i < m->n_cache; i++) n += m->cache[i].n_remotes;
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
+static char *signature(const dg_output *feeds, int n_feeds, const dg_output *fetches, int n_fetches,
+                       dg_node *const *targets, int n_targets) {
+    size_t cap = 64, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    buf[0] = 0;
+    for (int part = 0; part < 3; part++) {
+        int n = part == 0 ? n_feeds : part == 1 ? n_fetches : n_targets;
+        for (int i = 0; i < n; i++) {
+            const char *name;
+            int idx = 0;
+            if (part == 2) {
+                name = targets[i]->name;
+            } else {
+                dg_output o = part == 0 ? feeds[i] : fetches[i];
+                name = o.node->name;
+                idx = o.index;
+            }
+            size_t need = strlen(name) + 24;
+            if (len + need >= cap) {
+                cap = (len + need) * 2;
+                char *nb = realloc(buf, cap);
+                if (!nb) {
+                    free(buf);
+                    return NULL;
+                }
+                buf = nb;
+            }
+            len += (size_t)snprintf(buf + len, cap - len, "%c%s:%d,", "FOT"[part], name, idx);
+        }
+    }
+    return buf;
+}
+
+static bool is_fed(const dg_output *feeds, int n_feeds, dg_node *n, int index) {
+    for (int f = 0; f < n_feeds; f++)
+        if (feeds[f].node == n && feeds[f].index == index) return true;
+    return false;
+}
+
+// Nodes needed for the fetches and targets, stopping at fed outputs.
+static dg_node **prune(dg_graph *g, const dg_output *feeds, int n_feeds, const dg_output *fetches,
+                       int n_fetches, dg_node *const *targets, int n_targets, int *n_out) {
+    int n_nodes = dg_graph_num_nodes(g);
+    unsigned char *seen = calloc((size_t)n_nodes + 1, 1);
+    dg_node **stack = malloc(((size_t)n_nodes + 1) * sizeof *stack);
+    if (!seen || !stack) abort();
+    int top = 0;
+    for (int i = 0; i < n_fetches; i++) {
+        dg_output o = fetches[i];
+        if (is_fed(feeds, n_feeds, o.node, o.index) || seen[o.node->id]) continue;
+        seen[o.node->id] = 1;
+        stack[top++] = o.node;
+    }
+    for (int i = 0; i < n_targets; i++)
+        if (!seen[targets[i]->id]) {
+            seen[targets[i]->id] = 1;
+            stack[top++] = targets[i];
+        }
+    while (top > 0) {
+        dg_node *n = stack[--top];
+        for (int k = 0; k < n->n_inputs; k++) {
+            dg_output in = n->inputs[k];
+            if (is_fed(feeds, n_feeds, in.node, in.index) || seen[in.node->id]) continue;
+            seen[in.node->id] = 1;
+            stack[top++] = in.node;
+        }
+        for (int k = 0; k < n->n_ctrl; k++)
+            if (!seen[n->ctrl_inputs[k]->id]) {
+                seen[n->ctrl_inputs[k]->id] = 1;
+                stack[top++] = n->ctrl_inputs[k];
+            }
+    }
+    int k = 0;
+    for (int i = 0; i < n_nodes; i++)
+        if (seen[i]) stack[k++] = dg_graph_node(g, i);
+    free(seen);
+    *n_out = k;
+    return stack;
+}
+
+bool master_check_args(const dg_graph *g, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
+                       const dg_output *fetches, int n_fetches, dg_node *const *targets, int n_targets,
+                       dg_status *st) {
+    if (!dg_graph_check(g, st)) {
+        dg_status_prepend(st, "the graph has an error from building it");
+        return false;
+    }
+    char a[128], b[128];
+    for (int i = 0; i < n_feeds; i++) {
+        dg_output o = feeds[i];
+        if (!o.node || o.node->graph != g || o.index < 0 || o.index >= o.node->n_outputs) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "feed %d is not an output of this session's graph", i);
+            return false;
+        }
+        const dg_tensor *t = feed_values[i];
+        if (!t) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "feed %d (\"%s\"): value is NULL", i, o.node->name);
+            return false;
+        }
+        dg_dtype want = o.node->out_dtypes[o.index];
+        dg_shape ws = o.node->out_shapes[o.index];
+        if (t->dtype != want) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "feed for \"%s:%d\": expected %s, got %s",
+                           o.node->name, o.index, dg_dtype_name(want), dg_dtype_name(t->dtype));
+            return false;
+        }
+        if (!dg_shape_compatible(&ws, &t->shape)) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "feed for \"%s:%d\": expected shape %s, got %s",
+                           o.node->name, o.index, dg_shape_str(&ws, a, sizeof a),
+                           dg_shape_str(&t->shape, b, sizeof b));
+            return false;
+        }
+        for (int j = 0; j < i; j++)
+            if (feeds[j].node == o.node && feeds[j].index == o.index) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT, "\"%s:%d\" is fed twice", o.node->name, o.index);
+                return false;
+            }
+    }
+    for (int i = 0; i < n_fetches; i++) {
+        dg_output o = fetches[i];
+        if (!o.node || o.node->graph != g || o.index < 0 || o.index >= o.node->n_outputs) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "fetch %d is not an output of this session's graph "
+                           "(a null output from a failed builder call?)", i);
+            return false;
+        }
+    }
+    for (int i = 0; i < n_targets; i++)
+        if (!targets[i] || targets[i]->graph != g) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "target %d is not a node of this session's graph", i);
+            return false;
+        }
+    return true;
+}
+
+// ---- the compile pipeline ----
+
+// The devices of every task as the tasks report them (LIST_DEVICES): a task's GPUs count only
+// where it has them. Asked once, on the first compile that needs a GPU; until then (and for
+// graphs that request no GPU) the cluster's CPUs are the devices, which needs no peer.
+static bool list_cluster_devices(master_session *m, dg_status *st) {
+    char **list = NULL;
+    int n = 0, cap = 0;
+    bool ok = true;
+    for (int i = 0; i < m->n_devices && ok; i++) {
+        char task[200];
+        // The CPU-only list has one device per task, its CPU:0.
+        if (!rt_task_of_device(m->devices[i], task, sizeof task)) continue;
+        char **got = NULL;
+        int n_got = 0;
+        if (strcmp(task, m->own_task) == 0) {
+            got = rt_server_device_list(m->server, &n_got);
+        } else {
+            char *ep = rt_server_task_endpoint(m->server, m->devices[i], st);
+            got = ep ? wc_list_devices(rt_server_transport(m->server), ep, rt_server_timeout_ms(m->server), &n_got, st)
+                     : NULL;
+            if (!got) dg_status_prepend(st, "listing the devices of %s (%s)", task, ep ? ep : "?");
+            free(ep);
+        }
+        ok = got != NULL;
+        for (int k = 0; k < n_got; k++) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                list = realloc(list, (size_t)cap * sizeof *list);
+                if (!list) abort();
+            }
+            list[n++] = got[k];
+        }
+        free(got);
+    }
+    if (!ok) {
+        dg_device_list_free(list, n);
+        return false;
+    }
+    dg_device_list_free(m->devices, m->n_devices);
+    m->devices = list;
+    m->n_devices = n;
+    m->devices_listed = true;
+    return true;
+}
+
+// True when some node asks for a GPU.
+static bool wants_gpu(dg_node *const *run, int n_run) {
+    for (int i = 0; i < n_run; i++) {
+        const char *r = run[i]->requested_device;
+        if (r && (strstr(r, "GPU") || strstr(r, "gpu"))) return true;
+    }
+    return false;
+}
+
+// A task's first partition waits until the task answers (standing servers start in any
+// order); later ones go straight to it. Called with m->mu held.
+static bool wait_for_task_locked(master_session *m, const char *task, const char *ep, dg_status *st) {
+    for (int i = 0; i < m->n_answered; i++)
+        if (strcmp(m->answered[i], task) == 0) return true;
+    if (m->opts.wait_for_tasks_ms >= 0 &&
+        !wc_wait_for_task(rt_server_transport(m->server), ep, task, m->opts.wait_for_tasks_ms, 5000, m->own_task, st))
+        return false;
+    char **na = realloc(m->answered, (size_t)(m->n_answered + 1) * sizeof *na);
+    if (!na || !(na[m->n_answered] = strdup(task))) abort();
+    m->answered = na;
+    m->n_answered++;
+    return true;
+}
+
+// Registers partition pg (placed on dev, a device of task) with its task.
+static bool register_remote(master_session *m, dg_graph *pg, const char *dev, const char *task, compiled *out,
+                            dg_status *st) {
+    char *ep = rt_server_task_endpoint(m->server, dev, st);
+    int64_t handle = 0;
+    bool ok = ep && wait_for_task_locked(m, task, ep, st) &&
+              wc_register_graph(rt_server_transport(m->server), ep, pg, rt_server_timeout_ms(m->server), &handle, st);
+    if (!ok) {
+        dg_status_prepend(st, "registering the partition of %s with task %s (%s)", dev, task, ep ? ep : "?");
+        free(ep);
+        return false;
+    }
+    remote *r = &out->remotes[out->n_remotes++];
+    if (!(r->task = strdup(task))) abort();
+    r->endpoint = ep;
+    r->handle = handle;
+    return true;
+}
+
+// Prune, place, partition, register, compile. Local masters place over this process's
+// devices; cluster masters over every task's (default device: their own task), with their
+// own CPU as the client. Partitions of this process's task become one local executable; the
+// others are registered with their tasks. Called with m->mu held.
+static bool compile(master_session *m, const dg_output *feeds, int n_feeds, const dg_output *fetches, int n_fetches,
+                    dg_node *const *targets, int n_targets, compiled *out, dg_status *st) {
+    int n_run;
+    dg_node **run = prune(m->graph, feeds, n_feeds, fetches, n_fetches, targets, n_targets, &n_run);
+    dg_placement_options po = dg_placement_options_default();
+    po.allow_soft_placement = m->opts.allow_soft_placement;
+    po.supports = exec_kernel_supports;
+    if (m->server) po.default_device = m->own_task;
+    bool ok = (!m->server || m->devices_listed || !wants_gpu(run, n_run) || list_cluster_devices(m, st)) &&
+              dg_place(run, n_run, (const char *const *)m->devices, m->n_devices, &po, st);
+    if (ok && m->opts.log_device_placement)
+        for (int i = 0; i < n_run; i++)
+            fprintf(stderr, "%s: (%s): %s\n", run[i]->name, run[i]->op->name, run[i]->assigned_device);
+    bool multi = false, gpu = false;
+    for (int i = 1; ok && i < n_run && !multi; i++)
+        multi = strcmp(run[i]->assigned_device, run[0]->assigned_device) != 0;
+    for (int i = 0; ok && i < n_run && !gpu; i++) gpu = strstr(run[i]->assigned_device, "/device:GPU:") != NULL;
+    exec_env env = {m->server ? rt_server_resources(m->server) : m->rm, m->client_device, m->opts.intra_op_threads};
+    if (ok && !m->server && !multi && !gpu) {   // one device: nothing to cut
+        out->eg = exec_graph_new(run, n_run, feeds, n_feeds, fetches, n_fetches, &env, m->pool, st);
+        free(run);
+        return out->eg != NULL;
+    }
+    // A cluster master, or a local one with a GPU, is the client: feeds enter and fetches leave
+    // through its CPU's partition, so values cross to other tasks and to device memory only in
+    // _Send/_Recv. Several local CPUs cut without a client; fetches are read where computed.
+    bool client = m->server || gpu;
+    dg_output *fetch_at = malloc(((size_t)n_fetches + 1) * sizeof *fetch_at);
+    if (!fetch_at) abort();
+    if (ok) {
+        out->parts = client ? dg_partition_ex(run, n_run, feeds, n_feeds, fetches, n_fetches, m->client_device,
+                                              m->server ? rt_new_step_id() : 1, fetch_at, st)
+                            : dg_partition(run, n_run, feeds, n_feeds, 1, st);
+        ok = out->parts != NULL;
+    }
+    free(run);
+    int total = 0, n_parts = ok ? dg_partitions_count(out->parts) : 0;
+    for (int p = 0; p < n_parts; p++) total += dg_graph_num_nodes(dg_partitions_graph(out->parts, p));
+    dg_node **local = malloc(((size_t)total + 1) * sizeof *local);
+    out->remotes = calloc((size_t)n_parts + 1, sizeof *out->remotes);
+    if (!local || !out->remotes) abort();
+    int k = 0;
+    for (int p = 0; p < n_parts && ok; p++) {
+        dg_graph *pg = dg_partitions_graph(out->parts, p);
+        const char *dev = dg_partitions_device(out->parts, p);
+        char task[200];
+        if (!rt_task_of_device(dev, task, sizeof task)) {
+            dg_status_setf(st, DG_INTERNAL, "partition device \"%s\" names no task", dev);
+            ok = false;
+        } else if (strcmp(task, m->own_task) == 0) {
+            for (int i = 0; i < dg_graph_num_nodes(pg); i++) local[k++] = dg_graph_node(pg, i);
+        } else {
+            ok = register_remote(m, pg, dev, task, out, st);
+        }
+    }
+    if (ok && !client)
+        for (int i = 0; i < n_fetches; i++) {
+            fetch_at[i] = fetches[i];
+            dg_node *c = is_fed(feeds, n_feeds, fetches[i].node, fetches[i].index)
+                             ? NULL : dg_partitions_find(out->parts, fetches[i].node);
+            if (c) fetch_at[i].node = c;
+        }
+    if (ok) {
+        out->eg = exec_graph_new(local, k, feeds, n_feeds, fetch_at, n_fetches, &env, m->pool, st);
+        ok = out->eg != NULL;
+    }
+    free(local);
+    free(fetch_at);
+    return ok;
+}
+
+// Called with m->mu held; the returned entry is valid while it stays held.
+static compiled *lookup_or_compile_locked(master_session *m, const dg_output *feeds, int n_feeds,
+                                          const dg_output *fetches, int n_fetches, dg_node *const *targets,
+                                          int n_targets, dg_status *st) {
+    char *key = signature(feeds, n_feeds, fetches, n_fetches, targets, n_targets);
+    if (!key) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "session: out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < m->n_cache; i++)
+        if (strcmp(m->cache[i].key, key) == 0) {
+            free(key);
+            return &m->cache[i];
+        }
+    compiled c = {key, NULL, NULL, NULL, 0};
+    if (!compile(m, feeds, n_feeds, fetches, n_fetches, targets, n_targets, &c, st)) {
+        free_compiled(&c, m->server ? rt_server_transport(m->server) : NULL);
+        return NULL;
+    }
+    if (m->n_cache == m->cap_cache) {
+        m->cap_cache = m->cap_cache ? m->cap_cache * 2 : 8;
+        compiled *nc = realloc(m->cache, (size_t)m->cap_cache * sizeof *nc);
+        if (!nc) abort();
+        m->cache = nc;
+    }
+    m->cache[m->n_cache] = c;
+    return &m->cache[m->n_cache++];
+}
+
+// ---- steps across a cluster ----
+
+// One step across the cluster: RUN_GRAPH to every remote partition, this task's partitions
+// here, everyone sharing one step id. The first failure aborts the step everywhere.
+typedef struct step_grace step_grace;
+
+typedef struct step_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int remaining;
+    dg_status err;          // first remote error
+    exec_rendezvous *rv;
+    int64_t step_id;
+    const remote *remotes;
+    step_grace *grace;
+} step_wait;
+
+typedef struct step_call {
+    step_wait *w;
+    int index;
+} step_call;
+
+// Once every remote partition of a step has answered OK, every value they send this task has
+// been sent; it arrives within moments. But a task can die after its answer left and before its
+// pushes (another socket) did: then the values never come, and without a bound this task's
+// partitions would wait forever. The grace timer bounds that wait.
+struct step_grace {
+    pthread_mutex_t mu;
+    int refs;               // the step's and the timer's, under mu
+    bool ended;             // the step is over: the timer does nothing
+    exec_rendezvous *rv;
+    int64_t step_id;
+    int64_t ms;
+    uint64_t timer;         // under the step_wait's mu
+};
+
+static void grace_unref(step_grace *g) {
+    pthread_mutex_lock(&g->mu);
+    bool last = --g->refs == 0;
+    pthread_mutex_unlock(&g->mu);
+    if (!last) return;
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+static void grace_fire(void *arg) {
+    step_grace *g = arg;
+    pthread_mutex_lock(&g->mu);
+    if (!g->ended) {
+        dg_status why = DG_STATUS_INIT;
+        dg_status_setf(&why, DG_UNAVAILABLE, "every remote partition of the step finished, but values "
+                       "they sent did not arrive within %lld ms (did a task die after answering?)",
+                       (long long)g->ms);
+        exec_rendezvous_abort(g->rv, g->step_id, &why);
+        status_impl_clear(&why);
+    }
+    pthread_mutex_unlock(&g->mu);
+    grace_unref(g);
+}
+
+static void step_done(void *arg, const dg_status *st, rt_header *h, dg_tensor **ts, int n) {
+    step_call *sc = arg;
+    step_wait *w = sc->w;
+    dg_status err = DG_STATUS_INIT;
+    if (st && dg_status_code(st) != DG_OK) dg_status_copy(&err, st);
+    else if (h && h->code != DG_OK) dg_status_set(&err, (dg_code)h->code, h->message ? h->message : "error");
+    if (err.code != DG_OK) {
+        const remote *r = &w->remotes[sc->index];
+        dg_status_prepend(&err, "task %s (%s)", r->task, r->endpoint);
+        // Stop this task's partitions from waiting for values that will not come.
+        exec_rendezvous_abort(w->rv, w->step_id, &err);
+    }
+    pthread_mutex_lock(&w->mu);
+    if (err.code != DG_OK && w->err.code == DG_OK) dg_status_copy(&w->err, &err);
+    w->remaining--;
+    if (w->remaining == 0 && w->err.code == DG_OK) {
+        step_grace *g = w->grace;
+        pthread_mutex_lock(&g->mu);
+        g->refs++;
+        pthread_mutex_unlock(&g->mu);
+        if (!(g->timer = exec_timer_add(g->ms, grace_fire, g))) grace_unref(g);
+    }
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    status_impl_clear(&err);
+    if (h) {
+        rt_header_clear(h);
+        free(h);
+    }
+    for (int i = 0; i < n; i++) dg_tensor_unref(ts[i]);
+    free(ts);
+}
+
+static void abort_remotes(rt_transport *tp, const remote *remotes, int n_remotes, int64_t step_id,
+                          const dg_status *why) {
+    for (int r = 0; r < n_remotes; r++) wc_abort_step(tp, remotes[r].endpoint, step_id, why);
+}
+
+static void running_add(master_session *m, int64_t step_id, const remote *remotes, int n_remotes) {
+    pthread_mutex_lock(&m->mu);
+    if (m->n_running == m->cap_running) {
+        m->cap_running = m->cap_running ? 2 * m->cap_running : 4;
+        struct running_step *nr = realloc(m->running, (size_t)m->cap_running * sizeof *nr);
+        if (!nr) abort();
+        m->running = nr;
+    }
+    m->running[m->n_running++] = (struct running_step){step_id, remotes, n_remotes};
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void running_remove(master_session *m, int64_t step_id) {
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < m->n_running; i++)
+        if (m->running[i].step_id == step_id) {
+            m->running[i] = m->running[--m->n_running];
+            break;
+        }
+    pthread_mutex_unlock(&m->mu);
+}
+
+void master_session_abort(master_session *m, const dg_status *why) {
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < m->n_running; i++) {
+        struct running_step *r = &m->running[i];
+        exec_rendezvous_abort(m->rendezvous, r->step_id, why);
+        abort_remotes(rt_server_transport(m->server), r->remotes, r->n_remotes, r->step_id, why);
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+static bool run_cluster_step(master_session *m, exec_graph *eg, const remote *remotes, int n_remotes,
+                             dg_tensor *const *feed_values, dg_tensor **fetched, dg_status *st) {
+    step_wait w;
+    memset(&w, 0, sizeof w);
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    w.remaining = n_remotes;
+    w.rv = m->rendezvous;
+    w.step_id = rt_new_step_id();
+    w.remotes = remotes;
+    step_call *calls = calloc((size_t)n_remotes + 1, sizeof *calls);
+    w.grace = calloc(1, sizeof *w.grace);
+    if (!calls || !w.grace) abort();
+    pthread_mutex_init(&w.grace->mu, NULL);
+    w.grace->refs = 1;
+    w.grace->rv = w.rv;
+    w.grace->step_id = w.step_id;
+    w.grace->ms = rt_server_timeout_ms(m->server);
+    rt_transport *tp = rt_server_transport(m->server);
+    running_add(m, w.step_id, remotes, n_remotes);
+    for (int r = 0; r < n_remotes; r++) {
+        calls[r] = (step_call){&w, r};
+        wc_run_graph(tp, remotes[r].endpoint, remotes[r].handle, w.step_id, rt_server_timeout_ms(m->server),
+                     step_done, &calls[r]);
+    }
+    exec_step_options o = {w.step_id, w.rv, 0};
+    dg_status local = DG_STATUS_INIT;
+    bool ok = exec_graph_run(eg, feed_values, fetched, &o, &local);
+    if (!ok) abort_remotes(tp, remotes, n_remotes, w.step_id, &local);
+    pthread_mutex_lock(&w.mu);
+    while (w.remaining > 0) pthread_cond_wait(&w.cv, &w.mu);
+    uint64_t timer = w.grace->timer;
+    pthread_mutex_unlock(&w.mu);
+    running_remove(m, w.step_id);
+    // The step is over: the grace timer must not abort it (nor a later one) any more.
+    pthread_mutex_lock(&w.grace->mu);
+    w.grace->ended = true;
+    pthread_mutex_unlock(&w.grace->mu);
+    if (timer && exec_timer_cancel(timer)) grace_unref(w.grace);
+    grace_unref(w.grace);
+    exec_rendezvous_end_step(w.rv, w.step_id);
+    if (w.err.code != DG_OK) {
+        // The remote failure is the cause; the local one (if any) its consequence.
+        if (ok)
+            for (int i = 0; i < exec_graph_num_fetches(eg); i++) dg_tensor_free(&fetched[i]);
+        abort_remotes(tp, remotes, n_remotes, w.step_id, &w.err);
+        dg_status_copy(st, &w.err);
+        ok = false;
+    } else if (!ok) {
+        dg_status_copy(st, &local);
+    }
+    status_impl_clear(&local);
+    status_impl_clear(&w.err);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    free(calls);
+    return ok;
+}
+
+bool master_session_run(master_session *m, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
+                        const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_node *const *targets,
+                        int n_targets, dg_status *st) {
+    pthread_mutex_lock(&m->mu);
+    compiled *c = lookup_or_compile_locked(m, feeds, n_feeds, fetches, n_fetches, targets, n_targets, st);
+    exec_graph *eg = c ? c->eg : NULL;
+    bool partitioned = c && c->parts;
+    remote *remotes = NULL;
+    int n_remotes = c ? c->n_remotes : 0;
+    if (n_remotes) {   // copied: the cache may move once the lock is released
+        remotes = malloc((size_t)n_remotes * sizeof *remotes);
+        if (!remotes) abort();
+        memcpy(remotes, c->remotes, (size_t)n_remotes * sizeof *remotes);
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (!eg) return false;
+    if (m->server) {
+        bool ok = run_cluster_step(m, eg, remotes, n_remotes, feed_values, fetched, st);
+        free(remotes);
+        return ok;
+    }
+    exec_step_options o = {__atomic_add_fetch(&m->next_step_id, 1, __ATOMIC_RELAXED),
+                           partitioned ? m->rendezvous : NULL, 0};
+    bool ok = exec_graph_run(eg, feed_values, fetched, &o, st);
+    if (partitioned) exec_rendezvous_end_step(m->rendezvous, o.step_id);
+    return ok;
+}

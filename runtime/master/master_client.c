@@ -1,0 +1,280 @@
+/* The master client (master_client_impl.h). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "distgraph/serialize.h"
+#include "graph_impl.h"
+#include "master_client_impl.h"
+#include "status_impl.h"
+#include "transport_impl.h"
+#include "worker_client_impl.h"
+
+// A step may wait long (a sync replica for its token); a dead master is noticed by the
+// transport's liveness probes within seconds, so the deadline itself is only a backstop.
+#define STEP_TIMEOUT_MS (7LL * 24 * 3600 * 1000)
+#define CONTROL_TIMEOUT_MS 30000
+#define KEEPALIVE_MS 1000
+
+struct master_client {
+    dg_graph *graph;
+    dg_session_options opts;
+    rt_transport *tp;
+    char *endpoint;          // "tcp://host:port" of the master
+    int64_t handle;          // of the session on the master
+    pthread_mutex_t mu;      // guards sent_nodes and the graph's (de)serialization
+    int sent_nodes;          // nodes the master has
+    pthread_t beat;
+    bool has_beat, stopping; // stopping under beat_mu
+    pthread_mutex_t beat_mu;
+    pthread_cond_t beat_cv;
+};
+
+static rt_header *request(int type) {
+    rt_header *h = malloc(sizeof *h);
+    if (!h) abort();
+    rt_header_init(h, type);
+    return h;
+}
+
+static void drop(rt_header *h, dg_tensor **ts, int n) {
+    if (h) {
+        rt_header_clear(h);
+        free(h);
+    }
+    for (int i = 0; i < n; i++) dg_tensor_unref(ts[i]);
+    free(ts);
+}
+
+// "tcp://host:port" for "dg://host:port" (or "host:port").
+static char *endpoint_of(const char *target, dg_status *st) {
+    const char *a = target && strncmp(target, "dg://", 5) == 0 ? target + 5 : target;
+    const char *colon = a ? strrchr(a, ':') : NULL;
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (!a || !colon || colon == a || end == colon + 1 || *end || port < 1 || port > 65535) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "target \"%s\": expected \"dg://host:port\"", target ? target : "");
+        return NULL;
+    }
+    char *ep = NULL;
+    if (asprintf(&ep, "tcp://%s", a) < 0) abort();
+    return ep;
+}
+
+static rt_transport *client_transport(const char *curve_public_key, const char *curve_secret_key, dg_status *st) {
+    rt_transport_options to;
+    memset(&to, 0, sizeof to);
+    char name[96];
+    char host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    snprintf(name, sizeof name, "client %d@%s", (int)getpid(), host);
+    to.name = name;
+    to.quiet = true;
+    to.curve_public_key = curve_public_key;
+    to.curve_secret_key = curve_secret_key;
+    return rt_transport_new(&to, NULL, NULL, st);
+}
+
+static void *beat_main(void *arg);
+
+static void beat_done(void *arg, const dg_status *st, rt_header *h, dg_tensor **ts, int n) {
+    (void)arg;
+    (void)st;
+    drop(h, ts, n);
+}
+
+static void *beat_main(void *arg) {
+    master_client *c = arg;
+    pthread_mutex_lock(&c->beat_mu);
+    while (!c->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += KEEPALIVE_MS / 1000;
+        pthread_cond_timedwait(&c->beat_cv, &c->beat_mu, &ts);
+        if (c->stopping) break;
+        rt_header *h = request(RT_KEEPALIVE);
+        h->handle = c->handle;
+        rt_call(c->tp, c->endpoint, h, NULL, 0, 5 * KEEPALIVE_MS, beat_done, NULL);
+    }
+    pthread_mutex_unlock(&c->beat_mu);
+    return NULL;
+}
+
+static void option(rt_header *h, const char *name, long long v) {
+    char buf[96];
+    snprintf(buf, sizeof buf, "%s=%lld", name, v);
+    rt_header_add_name(h, buf);
+}
+
+// Sends the graph (CREATE_SESSION, or EXTEND_SESSION when it has grown). Called with mu held.
+static bool send_graph_locked(master_client *c, int type, dg_status *st) {
+    int n_nodes = dg_graph_num_nodes(c->graph);
+    char *buf = NULL;
+    size_t len = 0;
+    if (!dg_graph_to_msgpack(c->graph, &buf, &len, st)) return false;
+    rt_header *h = request(type), *resp = NULL;
+    rt_header_set_blob(h, buf, len);
+    free(buf);
+    h->handle = c->handle;
+    if (type == RT_CREATE_SESSION) {
+        option(h, "inter_op_threads", c->opts.inter_op_threads > 0 ? c->opts.inter_op_threads : 1);
+        option(h, "intra_op_threads", c->opts.intra_op_threads);
+        option(h, "allow_soft_placement", c->opts.allow_soft_placement);
+        option(h, "log_device_placement", c->opts.log_device_placement);
+        option(h, "gpu_allow_tf32", c->opts.gpu_allow_tf32);
+        option(h, "wait_for_tasks_ms", (long long)c->opts.wait_for_tasks_ms);
+    }
+    if (!rt_call_sync(c->tp, c->endpoint, h, NULL, 0, STEP_TIMEOUT_MS, &resp, NULL, NULL, st)) {
+        dg_status_prepend(st, "%s at the master %s", type == RT_CREATE_SESSION ? "creating the session"
+                                                   : "sending the grown graph", c->endpoint);
+        return false;
+    }
+    if (type == RT_CREATE_SESSION) c->handle = resp->handle;
+    drop(resp, NULL, 0);
+    c->sent_nodes = n_nodes;
+    return true;
+}
+
+master_client *master_client_new(dg_graph *g, const char *target, const dg_session_options *opts, dg_status *st) {
+    char *ep = endpoint_of(target, st);
+    if (!ep) return NULL;
+    master_client *c = calloc(1, sizeof *c);
+    if (!c) abort();
+    c->graph = g;
+    c->endpoint = ep;
+    c->opts = opts ? *opts : dg_session_options_default();
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->beat_mu, NULL);
+    pthread_cond_init(&c->beat_cv, NULL);
+    bool ok = (c->tp = client_transport(c->opts.curve_public_key, c->opts.curve_secret_key, st)) != NULL;
+    if (ok && c->opts.wait_for_tasks_ms >= 0)
+        ok = wc_wait_for_task(c->tp, ep, "the master", c->opts.wait_for_tasks_ms, 5000, "client", st);
+    if (ok) {
+        pthread_mutex_lock(&c->mu);
+        ok = send_graph_locked(c, RT_CREATE_SESSION, st);
+        pthread_mutex_unlock(&c->mu);
+    }
+    if (ok && pthread_create(&c->beat, NULL, beat_main, c) != 0) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "session: cannot start the keepalive thread");
+        ok = false;
+    }
+    c->has_beat = ok;
+    if (!ok) master_client_free(&c);
+    return c;
+}
+
+void master_client_free(master_client **cp) {
+    if (!cp || !*cp) return;
+    master_client *c = *cp;
+    if (c->has_beat) {
+        pthread_mutex_lock(&c->beat_mu);
+        c->stopping = true;
+        pthread_cond_signal(&c->beat_cv);
+        pthread_mutex_unlock(&c->beat_mu);
+        pthread_join(c->beat, NULL);
+    }
+    if (c->handle && c->tp) {   // closed on the master; a master that is gone must not delay us long
+        rt_header *h = request(RT_CLOSE_SESSION), *resp = NULL;
+        h->handle = c->handle;
+        dg_status ignored = DG_STATUS_INIT;
+        if (rt_call_sync(c->tp, c->endpoint, h, NULL, 0, 5000, &resp, NULL, NULL, &ignored)) drop(resp, NULL, 0);
+        status_impl_clear(&ignored);
+    }
+    rt_transport_free(&c->tp);   // fails the keepalives still waiting, before c goes
+    free(c->endpoint);
+    pthread_cond_destroy(&c->beat_cv);
+    pthread_mutex_destroy(&c->beat_mu);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    *cp = NULL;
+}
+
+static void add_output_name(rt_header *h, dg_output o) {
+    char buf[RT_MAX_STRING];
+    snprintf(buf, sizeof buf, "%s:%d", o.node->name, o.index);
+    rt_header_add_name(h, buf);
+}
+
+bool master_client_run(master_client *c, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
+                       const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_node *const *targets,
+                       int n_targets, dg_status *st) {
+    pthread_mutex_lock(&c->mu);
+    bool ok = dg_graph_num_nodes(c->graph) == c->sent_nodes || send_graph_locked(c, RT_EXTEND_SESSION, st);
+    pthread_mutex_unlock(&c->mu);
+    if (!ok) return false;
+    rt_header *h = request(RT_RUN_STEP), *resp = NULL;
+    h->handle = c->handle;
+    h->n_feeds = n_feeds;
+    for (int i = 0; i < n_feeds; i++) {
+        add_output_name(h, feeds[i]);
+        rt_header_add_tensor(h, feed_values[i]);
+    }
+    for (int i = 0; i < n_fetches; i++) add_output_name(h, fetches[i]);
+    for (int i = 0; i < n_targets; i++) {
+        char buf[RT_MAX_STRING];
+        snprintf(buf, sizeof buf, "^%s", targets[i]->name);
+        rt_header_add_name(h, buf);
+    }
+    dg_tensor **out = NULL;
+    int n_out = 0;
+    if (!rt_call_sync(c->tp, c->endpoint, h, feed_values, n_feeds, STEP_TIMEOUT_MS, &resp, &out, &n_out, st)) {
+        if (dg_status_code(st) != DG_OK && !strstr(dg_status_message(st), c->endpoint))
+            dg_status_prepend(st, "master %s", c->endpoint);
+        return false;
+    }
+    if (n_out != n_fetches) {
+        dg_status_setf(st, DG_INTERNAL, "the master %s answered with %d values for %d fetches", c->endpoint, n_out,
+                       n_fetches);
+        drop(resp, out, n_out);
+        return false;
+    }
+    for (int i = 0; i < n_fetches; i++) fetched[i] = out[i];
+    drop(resp, out, 0);
+    return true;
+}
+
+// One control call to target on a transport of its own.
+static bool control_call(const char *target, const char *pub, const char *sec, rt_header *h, int64_t timeout_ms,
+                         rt_header **resp, dg_status *st) {
+    char *ep = endpoint_of(target, st);
+    rt_transport *tp = ep ? client_transport(pub, sec, st) : NULL;
+    bool ok = tp && rt_call_sync(tp, ep, h, NULL, 0, timeout_ms, resp, NULL, NULL, st);
+    if (!tp) drop(h, NULL, 0);
+    rt_transport_free(&tp);
+    free(ep);
+    return ok;
+}
+
+bool master_client_reset(const char *target, const dg_session_options *opts, dg_status *st) {
+    dg_session_options o = opts ? *opts : dg_session_options_default();
+    rt_header *resp = NULL;
+    if (!control_call(target, o.curve_public_key, o.curve_secret_key, request(RT_RESET), CONTROL_TIMEOUT_MS, &resp,
+                      st)) {
+        dg_status_prepend(st, "resetting the cluster of %s", target ? target : "");
+        return false;
+    }
+    drop(resp, NULL, 0);
+    return true;
+}
+
+bool master_client_query_stats(const char *target, const char *curve_public_key, const char *curve_secret_key,
+                               int64_t timeout_ms, dg_server_stats *out, dg_status *st) {
+    memset(out, 0, sizeof *out);
+    rt_header *resp = NULL;
+    if (!control_call(target, curve_public_key, curve_secret_key, request(RT_SERVER_STATUS),
+                      timeout_ms > 0 ? timeout_ms : CONTROL_TIMEOUT_MS, &resp, st)) {
+        dg_status_prepend(st, "asking %s for its counters", target ? target : "");
+        return false;
+    }
+    for (int i = 0; i < resp->n_names; i++) {
+        long long v = 0;
+        if (sscanf(resp->names[i], "registered_graphs=%lld", &v) == 1) out->registered_graphs = v;
+        else if (sscanf(resp->names[i], "master_sessions=%lld", &v) == 1) out->master_sessions = v;
+        else if (sscanf(resp->names[i], "running_steps=%lld", &v) == 1) out->running_steps = v;
+    }
+    drop(resp, NULL, 0);
+    return true;
+}

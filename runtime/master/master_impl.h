@@ -1,0 +1,35 @@
+/* The master: compiles a graph's steps and runs them (docs/ARCHITECTURE.md, "The master").
+ * One pipeline serves every session: prune to what the step needs, place over the devices
+ * (this process's, or every task's of a cluster), partition with a client device (feeds enter
+ * and fetches leave there), register the partitions of other tasks with them through the
+ * worker client, compile this process's partitions into one executable; a step runs them all
+ * under one step id and aborts everywhere on the first failure. Closing deregisters every
+ * partition the master registered. A master session may be run from several threads. */
+#ifndef DG_MASTER_IMPL_H
+#define DG_MASTER_IMPL_H
+
+#include "distgraph/server.h"
+#include "distgraph/session.h"
+
+typedef struct master_session master_session;
+
+// server NULL: a local master over this process's devices. Otherwise the master of server's
+// cluster, server's task being the client. Borrows g (and server) until master_session_free.
+// Returns: new, caller frees with master_session_free(); NULL with st set.
+master_session *master_session_new(dg_graph *g, dg_server *server, const dg_session_options *opts, dg_status *st);
+// Deregisters every partition it registered (without waiting) and frees.
+void master_session_free(master_session **m);
+// Checks feeds, fetches and targets against the graph (the session's argument checks).
+bool master_check_args(const dg_graph *g, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
+                       const dg_output *fetches, int n_fetches, dg_node *const *targets, int n_targets,
+                       dg_status *st);
+// One step; arguments already checked. As dg_session_run.
+bool master_session_run(master_session *m, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
+                        const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_node *const *targets,
+                        int n_targets, dg_status *st);
+// Aborts the steps running now: they fail with why, on every task.
+void master_session_abort(master_session *m, const dg_status *why);
+// Partitions registered with other tasks (for tests and the master service's counters).
+int master_session_num_registered(master_session *m);
+
+#endif

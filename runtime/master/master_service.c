@@ -1,0 +1,518 @@
+/* The master service (master_service_impl.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "distgraph/placer.h"
+#include "distgraph/serialize.h"
+#include "master_impl.h"
+#include "master_service_impl.h"
+#include "status_impl.h"
+#include "worker_client_impl.h"
+
+// One version of a remote session's graph and the master session compiled from it. A grown
+// graph gets a new version; older ones stay until the session closes (steps may still run on
+// them, and their partitions reference the old graph's nodes).
+typedef struct version {
+    struct version *older;
+    dg_graph *graph;
+    master_session *m;
+} version;
+
+typedef struct rsession {
+    int64_t handle;
+    version *cur;            // under the service's mu
+    dg_session_options opts;
+    int64_t last_heard_ms;   // under mu
+    int refs;                // the table's and each job's, under mu
+    bool closed;             // out of the table: no new steps
+    char client[160];        // for logs
+} rsession;
+
+struct master_service {
+    dg_server *server;
+    int64_t lease_ms;
+    exec_pool *pool;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rsession **sessions;
+    int n_sessions, cap_sessions;
+    int64_t next_handle;
+    bool stopping;
+    pthread_t reaper;
+    bool has_reaper;
+};
+
+typedef struct mjob {
+    master_service *ms;
+    rt_peer *peer;
+    rt_header *h;
+    dg_tensor **ts;
+    int n;
+    rsession *rs;            // with a reference, or NULL
+} mjob;
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void free_session(rsession *rs) {
+    for (version *v = rs->cur, *older; v; v = older) {
+        older = v->older;
+        master_session_free(&v->m);   // deregisters its partitions
+        dg_graph_free(&v->graph);
+        free(v);
+    }
+    free(rs);
+}
+
+static void session_unref(master_service *ms, rsession *rs) {
+    pthread_mutex_lock(&ms->mu);
+    bool last = --rs->refs == 0;
+    pthread_mutex_unlock(&ms->mu);
+    if (last) free_session(rs);
+}
+
+// Takes rs out of the table (under mu) and aborts what runs; the last reference frees it.
+static void close_locked(master_service *ms, int index, const dg_status *why) {
+    rsession *rs = ms->sessions[index];
+    ms->sessions[index] = ms->sessions[--ms->n_sessions];
+    rs->closed = true;
+    for (version *v = rs->cur; v; v = v->older) master_session_abort(v->m, why);
+}
+
+static void mjob_free(mjob *j) {
+    if (j->rs) session_unref(j->ms, j->rs);
+    if (j->h) {
+        rt_header_clear(j->h);
+        free(j->h);
+    }
+    for (int i = 0; i < j->n; i++) dg_tensor_unref(j->ts[i]);
+    free(j->ts);
+    rt_peer_free(j->peer);
+    free(j);
+}
+
+static void reply_err(mjob *j, const dg_status *st) {
+    rt_server_reply_error(j->ms->server, j->peer, j->h->id, st);
+    j->peer = NULL;
+}
+
+static void reply_ok(mjob *j, rt_header *r, dg_tensor *const *ts, int n) {
+    rt_server_reply(j->ms->server, j->peer, j->h->id, r, ts, n);
+    j->peer = NULL;
+}
+
+static rt_header *response(void) {
+    rt_header *r = malloc(sizeof *r);
+    if (!r) abort();
+    rt_header_init(r, RT_RESPONSE);
+    return r;
+}
+
+// "name=value" session options from a client, checked: a client may not ask for what would
+// harm the server (thousands of threads).
+static bool parse_options(const rt_header *h, dg_session_options *o, dg_status *st) {
+    *o = dg_session_options_default();
+    o->inter_op_threads = 1;
+    for (int i = 0; i < h->n_names; i++) {
+        const char *eq = strchr(h->names[i], '=');
+        char *end = NULL;
+        long long v = eq ? strtoll(eq + 1, &end, 10) : 0;
+        if (!eq || end == eq + 1 || *end) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "session option \"%s\": expected name=integer", h->names[i]);
+            return false;
+        }
+        size_t len = (size_t)(eq - h->names[i]);
+#define IS(name) (len == strlen(name) && strncmp(h->names[i], name, len) == 0)
+        if (IS("inter_op_threads") && v >= 0 && v <= 64) o->inter_op_threads = (int)v;
+        else if (IS("intra_op_threads") && v >= 0 && v <= 64) o->intra_op_threads = (int)v;
+        else if (IS("allow_soft_placement") && (v == 0 || v == 1)) o->allow_soft_placement = v;
+        else if (IS("log_device_placement") && (v == 0 || v == 1)) o->log_device_placement = v;
+        else if (IS("gpu_allow_tf32") && (v == 0 || v == 1)) o->gpu_allow_tf32 = v;
+        else if (IS("wait_for_tasks_ms")) o->wait_for_tasks_ms = v;
+        else {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "session option \"%s\" is unknown or out of range", h->names[i]);
+            return false;
+        }
+#undef IS
+    }
+    return true;
+}
+
+static version *new_version(master_service *ms, const rt_header *h, const dg_session_options *o, dg_status *st) {
+    if (!h->blob) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s without a graph", rt_type_name(h->type));
+        return NULL;
+    }
+    dg_graph *g = dg_graph_from_msgpack(h->blob, h->blob_len, st);
+    if (!g) {
+        dg_status_prepend(st, "the client's graph");
+        return NULL;
+    }
+    if (!dg_graph_check(g, st)) {
+        dg_status_prepend(st, "the client's graph");
+        dg_graph_free(&g);
+        return NULL;
+    }
+    version *v = calloc(1, sizeof *v);
+    if (!v) abort();
+    v->graph = g;
+    if (!(v->m = master_session_new(g, ms->server, o, st))) {
+        dg_graph_free(&g);
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+static void do_create(mjob *j) {
+    master_service *ms = j->ms;
+    dg_status st = DG_STATUS_INIT;
+    dg_session_options o;
+    version *v = parse_options(j->h, &o, &st) ? new_version(ms, j->h, &o, &st) : NULL;
+    if (!v) {
+        dg_status_prepend(&st, "creating a session on the master of %s", dg_server_task_name(ms->server));
+        reply_err(j, &st);
+        status_impl_clear(&st);
+        return;
+    }
+    rsession *rs = calloc(1, sizeof *rs);
+    if (!rs) abort();
+    rs->cur = v;
+    rs->opts = o;
+    rs->refs = 1;
+    rs->last_heard_ms = now_ms();
+    snprintf(rs->client, sizeof rs->client, "%s", j->h->from ? j->h->from : "a client");
+    pthread_mutex_lock(&ms->mu);
+    bool stopping = ms->stopping;
+    if (!stopping) {
+        if (ms->n_sessions == ms->cap_sessions) {
+            ms->cap_sessions = ms->cap_sessions ? 2 * ms->cap_sessions : 8;
+            rsession **ns = realloc(ms->sessions, (size_t)ms->cap_sessions * sizeof *ns);
+            if (!ns) abort();
+            ms->sessions = ns;
+        }
+        rs->handle = ++ms->next_handle;
+        ms->sessions[ms->n_sessions++] = rs;
+    }
+    pthread_mutex_unlock(&ms->mu);
+    if (stopping) {
+        dg_status_setf(&st, DG_UNAVAILABLE, "%s is shutting down", dg_server_task_name(ms->server));
+        reply_err(j, &st);
+        free_session(rs);
+    } else {
+        rt_header *r = response();
+        r->handle = rs->handle;
+        reply_ok(j, r, NULL, 0);
+    }
+    status_impl_clear(&st);
+}
+
+static void do_extend(mjob *j) {
+    master_service *ms = j->ms;
+    dg_status st = DG_STATUS_INIT;
+    version *v = new_version(ms, j->h, &j->rs->opts, &st);
+    if (!v) {
+        dg_status_prepend(&st, "extending session %lld on the master of %s", (long long)j->rs->handle,
+                          dg_server_task_name(ms->server));
+        reply_err(j, &st);
+    } else {
+        pthread_mutex_lock(&ms->mu);
+        v->older = j->rs->cur;
+        j->rs->cur = v;
+        pthread_mutex_unlock(&ms->mu);
+        reply_ok(j, response(), NULL, 0);
+    }
+    status_impl_clear(&st);
+}
+
+// "node:index" (or "^node" for a target) in g.
+static bool resolve(dg_graph *g, const char *name, bool target, dg_output *out, dg_status *st) {
+    char buf[RT_MAX_STRING + 1];
+    snprintf(buf, sizeof buf, "%s", name + (target ? 1 : 0));
+    long idx = 0;
+    if (!target) {
+        char *colon = strrchr(buf, ':'), *end = NULL;
+        idx = colon ? strtol(colon + 1, &end, 10) : -1;
+        if (!colon || end == colon + 1 || *end || idx < 0 || idx > 1000000) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "\"%s\" is not \"node:index\"", name);
+            return false;
+        }
+        *colon = 0;
+    }
+    dg_node *n = dg_graph_find(g, buf);
+    if (!n) {
+        dg_status_setf(st, DG_NOT_FOUND, "no node \"%s\" in the session's graph", buf);
+        return false;
+    }
+    *out = (dg_output){n, (int)idx};
+    return true;
+}
+
+static void do_run(mjob *j) {
+    master_service *ms = j->ms;
+    const rt_header *h = j->h;
+    dg_status st = DG_STATUS_INIT;
+    pthread_mutex_lock(&ms->mu);
+    version *v = j->rs->cur;
+    bool closed = j->rs->closed;
+    pthread_mutex_unlock(&ms->mu);
+    if (closed) {
+        dg_status_setf(&st, DG_ABORTED, "session %lld was closed", (long long)j->rs->handle);
+        reply_err(j, &st);
+        status_impl_clear(&st);
+        return;
+    }
+    int n_names = h->n_names;
+    int n_feeds = (int)h->n_feeds, n_fetches = 0, n_targets = 0;
+    dg_output *feeds = calloc((size_t)n_names + 1, sizeof *feeds);
+    dg_output *fetches = calloc((size_t)n_names + 1, sizeof *fetches);
+    dg_node **targets = calloc((size_t)n_names + 1, sizeof *targets);
+    dg_tensor **fetched = NULL;
+    if (!feeds || !fetches || !targets) abort();
+    bool ok = true;
+    if (h->n_feeds < 0 || h->n_feeds > n_names || n_feeds != j->n) {
+        dg_status_setf(&st, DG_INVALID_ARGUMENT, "RUN_STEP: %lld feeds named, %d values sent", (long long)h->n_feeds, j->n);
+        ok = false;
+    }
+    for (int i = 0; ok && i < n_names; i++) {
+        bool target = h->names[i][0] == '^';
+        dg_output o;
+        if (i < n_feeds && target) {
+            dg_status_setf(&st, DG_INVALID_ARGUMENT, "RUN_STEP: feed %d names a target", i);
+            ok = false;
+        } else if ((ok = resolve(v->graph, h->names[i], target, &o, &st))) {
+            if (i < n_feeds) feeds[i] = o;
+            else if (target) targets[n_targets++] = o.node;
+            else fetches[n_fetches++] = o;
+        }
+    }
+    ok = ok && master_check_args(v->graph, feeds, j->ts, n_feeds, fetches, n_fetches, targets, n_targets, &st);
+    if (ok) {
+        fetched = calloc((size_t)n_fetches + 1, sizeof *fetched);
+        if (!fetched) abort();
+        ok = master_session_run(v->m, feeds, j->ts, n_feeds, fetches, fetched, n_fetches, targets, n_targets, &st);
+    }
+    pthread_mutex_lock(&ms->mu);
+    j->rs->last_heard_ms = now_ms();   // a long step is not silence
+    pthread_mutex_unlock(&ms->mu);
+    if (ok) {
+        rt_header *r = response();
+        for (int i = 0; i < n_fetches; i++) rt_header_add_tensor(r, fetched[i]);
+        reply_ok(j, r, fetched, n_fetches);
+        for (int i = 0; i < n_fetches; i++) dg_tensor_unref(fetched[i]);
+    } else {
+        reply_err(j, &st);
+    }
+    free(fetched);
+    free(feeds);
+    free(fetches);
+    free(targets);
+    status_impl_clear(&st);
+}
+
+static void do_close(mjob *j) {
+    master_service *ms = j->ms;
+    dg_status why = DG_STATUS_INIT;
+    dg_status_set(&why, DG_CANCELLED, "the client closed the session");
+    pthread_mutex_lock(&ms->mu);
+    for (int i = 0; i < ms->n_sessions; i++)
+        if (ms->sessions[i] == j->rs) {
+            close_locked(ms, i, &why);
+            j->rs->refs--;   // the table's
+            break;
+        }
+    pthread_mutex_unlock(&ms->mu);
+    status_impl_clear(&why);
+    reply_ok(j, response(), NULL, 0);
+}
+
+// RESET with handle 1: this task only; otherwise (from a client): this master's sessions, then
+// every task of the cluster.
+static void do_reset(mjob *j) {
+    master_service *ms = j->ms;
+    dg_status st = DG_STATUS_INIT;
+    if (j->h->handle != 1) {
+        dg_status why = DG_STATUS_INIT;
+        dg_status_set(&why, DG_CANCELLED, "the cluster was reset");
+        pthread_mutex_lock(&ms->mu);
+        while (ms->n_sessions > 0) {
+            rsession *rs = ms->sessions[0];
+            close_locked(ms, 0, &why);
+            if (--rs->refs == 0) {
+                pthread_mutex_unlock(&ms->mu);
+                free_session(rs);
+                pthread_mutex_lock(&ms->mu);
+            }
+        }
+        pthread_mutex_unlock(&ms->mu);
+        status_impl_clear(&why);
+        char **tasks = NULL;
+        int n = dg_cluster_devices(rt_server_cluster(ms->server), 0, &tasks, &st);
+        for (int i = 0; i < n && dg_status_ok(&st); i++) {
+            char task[160];
+            if (!rt_task_of_device(tasks[i], task, sizeof task) || strcmp(task, dg_server_task_name(ms->server)) == 0)
+                continue;
+            char *ep = rt_server_task_endpoint(ms->server, tasks[i], &st);
+            rt_header *h = malloc(sizeof *h), *resp = NULL;
+            if (!h) abort();
+            rt_header_init(h, RT_RESET);
+            h->handle = 1;
+            if (ep && rt_call_sync(rt_server_transport(ms->server), ep, h, NULL, 0, rt_server_timeout_ms(ms->server),
+                                   &resp, NULL, NULL, &st)) {
+                rt_header_clear(resp);
+                free(resp);
+            } else if (ep) {
+                dg_status_prepend(&st, "resetting %s (%s)", task, ep);
+            }
+            free(ep);
+        }
+        dg_device_list_free(tasks, n);
+    }
+    exec_resources_reset(rt_server_resources(ms->server));
+    if (dg_status_ok(&st)) reply_ok(j, response(), NULL, 0);
+    else reply_err(j, &st);
+    status_impl_clear(&st);
+}
+
+static void run_mjob(void *arg, int unused) {
+    (void)unused;
+    mjob *j = arg;
+    switch (j->h->type) {
+    case RT_CREATE_SESSION: do_create(j); break;
+    case RT_EXTEND_SESSION: do_extend(j); break;
+    case RT_RUN_STEP: do_run(j); break;
+    case RT_CLOSE_SESSION: do_close(j); break;
+    case RT_RESET: do_reset(j); break;
+    default: break;
+    }
+    mjob_free(j);
+}
+
+void master_service_handle(master_service *ms, rt_peer *peer, rt_header *h, dg_tensor **ts, int n) {
+    mjob *j = calloc(1, sizeof *j);
+    if (!j) abort();
+    *j = (mjob){ms, peer, h, ts, n, NULL};
+    bool needs_session = h->type == RT_EXTEND_SESSION || h->type == RT_RUN_STEP || h->type == RT_CLOSE_SESSION ||
+                         h->type == RT_KEEPALIVE;
+    if (needs_session) {
+        pthread_mutex_lock(&ms->mu);
+        for (int i = 0; i < ms->n_sessions && !j->rs; i++)
+            if (ms->sessions[i]->handle == h->handle) j->rs = ms->sessions[i];
+        if (j->rs) {
+            j->rs->refs++;
+            j->rs->last_heard_ms = now_ms();
+        }
+        pthread_mutex_unlock(&ms->mu);
+        if (!j->rs) {
+            dg_status st = DG_STATUS_INIT;
+            dg_status_setf(&st, DG_NOT_FOUND, "no session %lld on the master of %s (closed, or its client was "
+                           "silent for over %lld ms, or the server restarted)", (long long)h->handle,
+                           dg_server_task_name(ms->server), (long long)ms->lease_ms);
+            reply_err(j, &st);
+            status_impl_clear(&st);
+            mjob_free(j);
+            return;
+        }
+    }
+    if (h->type == RT_KEEPALIVE) {   // answered here: nothing to run
+        reply_ok(j, response(), NULL, 0);
+        mjob_free(j);
+        return;
+    }
+    exec_pool_submit(ms->pool, run_mjob, j, 0);
+}
+
+int64_t master_service_num_sessions(master_service *ms) {
+    pthread_mutex_lock(&ms->mu);
+    int64_t n = ms->n_sessions;
+    pthread_mutex_unlock(&ms->mu);
+    return n;
+}
+
+// Closes sessions whose client fell silent. The closing (deregistering, freeing graphs) runs
+// outside the lock.
+static void *reaper_main(void *arg) {
+    master_service *ms = arg;
+    pthread_mutex_lock(&ms->mu);
+    while (!ms->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 250 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&ms->cv, &ms->mu, &ts);
+        int64_t now = now_ms();
+        for (int i = 0; i < ms->n_sessions;) {
+            rsession *rs = ms->sessions[i];
+            if (now - rs->last_heard_ms <= ms->lease_ms) {
+                i++;
+                continue;
+            }
+            dg_status why = DG_STATUS_INIT;
+            dg_status_setf(&why, DG_ABORTED, "the client of session %lld (%s) was silent for %lld ms",
+                           (long long)rs->handle, rs->client, (long long)(now - rs->last_heard_ms));
+            if (!rt_server_quiet(ms->server))
+                fprintf(stderr, "distgraph %s: closing a session: %s\n", dg_server_task_name(ms->server),
+                        dg_status_message(&why));
+            close_locked(ms, i, &why);
+            status_impl_clear(&why);
+            if (--rs->refs == 0) {
+                pthread_mutex_unlock(&ms->mu);
+                free_session(rs);
+                pthread_mutex_lock(&ms->mu);
+            }
+        }
+    }
+    pthread_mutex_unlock(&ms->mu);
+    return NULL;
+}
+
+master_service *master_service_new(dg_server *server, int64_t lease_ms, int n_threads, dg_status *st) {
+    master_service *ms = calloc(1, sizeof *ms);
+    if (!ms) abort();
+    ms->server = server;
+    ms->lease_ms = lease_ms > 0 ? lease_ms : 5000;
+    pthread_mutex_init(&ms->mu, NULL);
+    pthread_cond_init(&ms->cv, NULL);
+    uint64_t rnd = 0;   // handles from a random start: a restarted master never reuses one
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) rnd = (uint64_t)time(NULL) * 2654435761u;
+    ms->next_handle = (int64_t)(rnd >> 2);
+    if (!(ms->pool = exec_pool_new(n_threads > 0 ? n_threads : 16, st)) ||
+        pthread_create(&ms->reaper, NULL, reaper_main, ms) != 0) {
+        if (dg_status_ok(st)) dg_status_set(st, DG_RESOURCE_EXHAUSTED, "master service: cannot start a thread");
+        master_service_free(&ms);
+        return NULL;
+    }
+    ms->has_reaper = true;
+    return ms;
+}
+
+void master_service_free(master_service **msp) {
+    if (!msp || !*msp) return;
+    master_service *ms = *msp;
+    dg_status why = DG_STATUS_INIT;
+    dg_status_setf(&why, DG_UNAVAILABLE, "%s is shutting down", dg_server_task_name(ms->server));
+    pthread_mutex_lock(&ms->mu);
+    ms->stopping = true;
+    pthread_cond_broadcast(&ms->cv);
+    for (int i = 0; i < ms->n_sessions; i++)
+        for (version *v = ms->sessions[i]->cur; v; v = v->older) master_session_abort(v->m, &why);
+    pthread_mutex_unlock(&ms->mu);
+    status_impl_clear(&why);
+    if (ms->has_reaper) pthread_join(ms->reaper, NULL);
+    exec_pool_free(&ms->pool);   // waits for the jobs (their steps were aborted)
+    for (int i = 0; i < ms->n_sessions; i++) free_session(ms->sessions[i]);
+    free(ms->sessions);
+    pthread_cond_destroy(&ms->cv);
+    pthread_mutex_destroy(&ms->mu);
+    free(ms);
+    *msp = NULL;
+}
