@@ -14,6 +14,9 @@
  * holds the variables, one all-reduce averages the gradients each step, and all apply the same
  * update; worker 0 checkpoints, and broadcasts its values after every session creation.
  * --num_gpus N pins worker i's compute to its GPU i % N (soft placement falls back to the CPU).
+ * With --existing_servers the program starts no server: the cluster's tasks are standing
+ * dg-server processes, and each worker program trains through the master service of its own
+ * worker task (dg://its worker host), as TensorFlow's mnist_replica.py --existing_servers.
  *   build/bin/dg-launch --ps 1 --workers 2 -- build/bin/mnist_replica --train_steps 2000
  *   build/bin/dg-launch --ps 1 --workers 2 -- build/bin/mnist_replica --sync_replicas */
 #include <math.h>
@@ -98,7 +101,7 @@ int main(int argc, char **argv) {
     const char *checkpoint_path = "";
     int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000;
     double lr = 0.01;
-    bool quiet = false, print_placement = false, sync_replicas = false, all_reduce = false;
+    bool quiet = false, print_placement = false, sync_replicas = false, all_reduce = false, existing_servers = false;
     flag_def defs[] = {
         {"job_name", FLAG_STRING, &job_name, "ps or worker (default: from TF_CONFIG)"},
         {"task_index", FLAG_INT, &task_index, "index of this task in its job"},
@@ -130,6 +133,8 @@ int main(int argc, char **argv) {
          "train synchronously without ps: every worker holds the variables, gradients are averaged by "
          "all-reduce (MultiWorkerMirrored)"},
         {"num_gpus", FLAG_INT, &num_gpus, "GPUs per worker machine: worker i computes on GPU i % num_gpus (default 0)"},
+        {"existing_servers", FLAG_BOOL, &existing_servers,
+         "start no server: train through the standing dg-server of this worker's task (dg://worker host)"},
     };
     bool help;
     if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], "usage: mnist_replica [flags]", &help))
@@ -188,8 +193,21 @@ int main(int argc, char **argv) {
         // a remote call (the wait holds no thread of the ps).
         if (so.rpc_timeout_ms < 2 * sync_timeout_ms + 10000) so.rpc_timeout_ms = 2 * sync_timeout_ms + 10000;
     }
-    dg_server *server = dg_server_new(cluster, job, (int)task_index, &so, st);
-    if (!server) return fail(st, "starting the server");
+    dg_server *server = NULL;
+    char master[300];
+    if (existing_servers) {
+        if (strcmp(job, "ps") == 0) {
+            fprintf(stderr, "mnist_replica: with --existing_servers the ps tasks are standing dg-server processes; "
+                            "start only the worker programs\n");
+            return 2;
+        }
+        const char *addr = dg_cluster_task_address(cluster, "worker", (int)task_index, st);
+        if (!addr) return fail(st, "the worker's address");
+        snprintf(master, sizeof master, "dg://%s", addr);
+    } else {
+        if (!(server = dg_server_new(cluster, job, (int)task_index, &so, st))) return fail(st, "starting the server");
+        snprintf(master, sizeof master, "%s", dg_server_target(server));
+    }
     if (strcmp(job, "ps") == 0) {
         dg_server_join(server, true, st);
         dg_server_free(&server);
@@ -265,7 +283,7 @@ int main(int argc, char **argv) {
     }
     report_hook report = {(long long)task_index, 0};
     dg_session_hook report_h = {"report", &report, NULL, report_after_create, NULL, NULL, NULL, NULL};
-    if (sync_replicas && !(sync_hook = dg_sync_replicas_hook_new(sr, is_chief, dg_server_target(server), train_steps, st))) {
+    if (sync_replicas && !(sync_hook = dg_sync_replicas_hook_new(sr, is_chief, master, train_steps, st))) {
         fail(st, "sync replicas hook");
         goto out;
     }
@@ -282,7 +300,7 @@ int main(int argc, char **argv) {
     sopt.inter_op_threads = 1;
     dg_mts_options mo = dg_mts_options_default();
     mo.session_options = &sopt;
-    mo.master = dg_server_target(server);
+    mo.master = master;
     // All-reduce: every worker initializes its own copy (worker 0 restores, then broadcasts);
     // only worker 0 checkpoints.
     mo.is_chief = is_chief || all_reduce;

@@ -39,6 +39,8 @@ static void usage(FILE *f) {
         "  --rpc_timeout_ms MS     deadline of each remote call (default 30000)\n"
         "  --busy_poll_us US       poll this long after each message before sleeping\n"
         "                          (default 150, or env DG_BUSY_POLL_US; 0: off)\n"
+        "  --client_lease_ms MS    a remote client's session silent this long is closed and\n"
+        "                          what it registered freed (default 5000)\n"
         "  --curve_public_key KEY  CurveZMQ cluster key pair, 40-character Z85 strings; both\n"
         "  --curve_secret_key KEY  or neither (default: env DG_CURVE_PUBLIC_KEY and\n"
         "                          DG_CURVE_SECRET_KEY)\n"
@@ -66,7 +68,7 @@ static int bad_input(const char *fmt, ...) {
 
 typedef struct flags {
     const char *cluster_spec, *ps_hosts, *worker_hosts;
-    const char *job_name, *task_index, *rpc_timeout_ms, *busy_poll_us;
+    const char *job_name, *task_index, *rpc_timeout_ms, *busy_poll_us, *client_lease_ms;
     const char *curve_public_key, *curve_secret_key;
     bool quiet, help, gen_curve_keys;
 } flags;
@@ -85,6 +87,7 @@ static const flag_def flag_defs[] = {
     {"task_index", offsetof(flags, task_index), true},
     {"rpc_timeout_ms", offsetof(flags, rpc_timeout_ms), true},
     {"busy_poll_us", offsetof(flags, busy_poll_us), true},
+    {"client_lease_ms", offsetof(flags, client_lease_ms), true},
     {"curve_public_key", offsetof(flags, curve_public_key), true},
     {"curve_secret_key", offsetof(flags, curve_secret_key), true},
     {"quiet", offsetof(flags, quiet), false},
@@ -333,6 +336,10 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (f.busy_poll_us && opts.busy_poll_us == 0) opts.busy_poll_us = -1;   // the option's 0 is the default
+    if (f.client_lease_ms && !parse_int64(f.client_lease_ms, 100, 86400000, &opts.client_lease_ms)) {
+        bad_input("--client_lease_ms must be an integer from 100 to 86400000, got \"%s\"", f.client_lease_ms);
+        goto out;
+    }
     const char *pub = f.curve_public_key, *sec = f.curve_secret_key;
     const char *pub_src = "--curve_public_key", *sec_src = "--curve_secret_key";
     if (!pub && !sec) {

@@ -39,7 +39,8 @@ typedef struct dg_session_options {
     // naming the task; < 0: do not wait (the first call fails if the task is not up).
     int64_t wait_for_tasks_ms;
     // Remote sessions (a master in another process) when the cluster uses CurveZMQ: the
-    // cluster's key pair (Z85, 40 characters each), both or neither.
+    // cluster's key pair (Z85, 40 characters each), both or neither. Neither: the
+    // environment's DG_CURVE_PUBLIC_KEY and DG_CURVE_SECRET_KEY when set, as dg-server.
     const char *curve_public_key;
     const char *curve_secret_key;
 } dg_session_options;

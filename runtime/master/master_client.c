@@ -149,6 +149,10 @@ master_client *master_client_new(dg_graph *g, const char *target, const dg_sessi
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->beat_mu, NULL);
     pthread_cond_init(&c->beat_cv, NULL);
+    if (!c->opts.curve_public_key && !c->opts.curve_secret_key) {   // as dg-server takes them
+        c->opts.curve_public_key = getenv("DG_CURVE_PUBLIC_KEY");
+        c->opts.curve_secret_key = getenv("DG_CURVE_SECRET_KEY");
+    }
     bool ok = (c->tp = client_transport(c->opts.curve_public_key, c->opts.curve_secret_key, st)) != NULL;
     if (ok && c->opts.wait_for_tasks_ms >= 0)
         ok = wc_wait_for_task(c->tp, ep, "the master", c->opts.wait_for_tasks_ms, 5000, "client", st);

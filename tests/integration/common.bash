@@ -41,3 +41,37 @@ kill_and_restart_ps() {
     sleep 1
     start_ps
 }
+# start_servers SPEC JOB:TASK...: starts a standing dg-server per JOB:TASK of cluster SPEC
+# (extra dg-server flags in $SERVER_FLAGS); each one's pid lands in SERVER_PID[JOB:TASK], its
+# log in $TMP/server_JOB_TASK.
+declare -A SERVER_PID
+start_servers() {
+    local spec=$1 t
+    shift
+    for t in "$@"; do
+        # shellcheck disable=SC2086
+        "$BIN/dg-server" --cluster_spec "$spec" --job_name "${t%%:*}" --task_index "${t##*:}" ${SERVER_FLAGS:-} \
+            > "$TMP/server_${t%%:*}_${t##*:}" 2>&1 &
+        SERVER_PID[$t]=$!
+        PIDS+=($!)
+    done
+}
+# task_stat TARGET KEY: one counter of a running task (dg-inspect server).
+task_stat() { "$BIN/dg-inspect" server "$1" | awk -v k="$2" '$1 == k { print $2 }'; }
+# Checks an in_graph_replication log: the client's own verdict, and independently that every
+# loss in the table is a finite number and that the last one is below the first.
+check_curves() {
+    grep -q "^curves match: yes" "$1" || { cat "$1"; fail "$2: the curves do not match"; }
+    awk -v what="$2" '
+        $1 ~ /^[0-9]+$/ && NF == 3 {
+            for (i = 2; i <= 3; i++)
+                if ($i !~ /^-?[0-9]+\.[0-9]+$/) { print "FAIL: " what ": loss \"" $i "\" at step " $1 " is not finite"; bad = 1 }
+            if (n == 0) first = $2; last = $2; n++
+        }
+        END {
+            if (bad) exit 1
+            if (n < 2) { print "FAIL: " what ": no loss table"; exit 1 }
+            if (!(last + 0 < first + 0)) { print "FAIL: " what ": the loss did not fall (" first " -> " last ")"; exit 1 }
+            printf "%s: loss %s -> %s over %d rows\n", what, first, last, n
+        }' "$1"
+}

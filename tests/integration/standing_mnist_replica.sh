@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# MNIST-replica with --existing_servers: 1 ps + 2 standing worker tasks (dg-server); the two
+# worker programs start no server and train through the master service of their own task.
+source "$(dirname "$0")/common.bash"
+read -r P0 P1 P2 <<< "$(free_ports 3)"
+SPEC="ps|127.0.0.1:$P0;worker|127.0.0.1:$P1,127.0.0.1:$P2"
+H="--ps_hosts 127.0.0.1:$P0 --worker_hosts 127.0.0.1:$P1,127.0.0.1:$P2"
+start_servers "$SPEC" ps:0 worker:0 worker:1
+for i in 0 1; do
+    "$BIN/mnist_replica" --job_name worker --task_index $i $H --existing_servers --train_steps 2000 \
+        --log_every 500 > "$TMP/w$i" 2>&1 &
+    W[$i]=$!
+    PIDS+=(${W[$i]})
+done
+for i in 0 1; do wait "${W[$i]}" || { cat "$TMP/w$i"; fail "worker program $i failed"; }; done
+grep "validation accuracy" "$TMP/w0" "$TMP/w1"
+acc=$(sed -n 's/.*validation accuracy = \([0-9.]*\).*/\1/p' "$TMP/w0")
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.82) }' || fail "accuracy $acc < 0.82"
+for p in $P0 $P1 $P2; do
+    g=$(task_stat "dg://127.0.0.1:$p" registered_graphs)
+    [ "$g" = 0 ] || fail "task at port $p still holds $g partitions after the worker programs ended"
+done
+echo "PASS standing_mnist_replica"
