@@ -151,6 +151,11 @@ static version *new_version(master_service *ms, const rt_header *h, const dg_ses
     }
     dg_graph *g = dg_graph_from_msgpack(h->blob, h->blob_len, st);
     if (!g) {
+        // A bad graph from a client is a bad argument, not lost data.
+        dg_status tmp = DG_STATUS_INIT;
+        dg_status_set(&tmp, DG_INVALID_ARGUMENT, dg_status_message(st));
+        dg_status_copy(st, &tmp);
+        status_impl_clear(&tmp);
         dg_status_prepend(st, "the client's graph");
         return NULL;
     }
@@ -176,7 +181,7 @@ static void do_create(mjob *j) {
     dg_session_options o;
     version *v = parse_options(j->h, &o, &st) ? new_version(ms, j->h, &o, &st) : NULL;
     if (!v) {
-        dg_status_prepend(&st, "creating a session on the master of %s", dg_server_task_name(ms->server));
+        dg_status_prepend(&st, "creating a session");
         reply_err(j, &st);
         status_impl_clear(&st);
         return;
@@ -218,8 +223,7 @@ static void do_extend(mjob *j) {
     dg_status st = DG_STATUS_INIT;
     version *v = new_version(ms, j->h, &j->rs->opts, &st);
     if (!v) {
-        dg_status_prepend(&st, "extending session %lld on the master of %s", (long long)j->rs->handle,
-                          dg_server_task_name(ms->server));
+        dg_status_prepend(&st, "extending session %lld", (long long)j->rs->handle);
         reply_err(j, &st);
     } else {
         pthread_mutex_lock(&ms->mu);

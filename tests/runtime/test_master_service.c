@@ -1,0 +1,386 @@
+/* The master service over real ZeroMQ in one process: a remote session (a target that is not
+ * a server of this process, so the master client and the master service talk over TCP) trains
+ * exactly as a local session; graphs that grow are sent again; closing frees every partition;
+ * a silent client loses its session after the lease; reset drops the variables; and hostile or
+ * malformed requests get a status naming what is wrong while the master keeps serving. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#include "transport_impl.h"
+
+typedef struct cluster2 {
+    dg_cluster *c;
+    dg_server *ps, *worker;
+    int ps_port, worker_port;
+    char remote[64];   // the worker's master, by a name no server of this process answers to
+} cluster2;
+
+static void start(cluster2 *t, int64_t lease_ms) {
+    dg_status *st = dg_status_new();
+    t->ps_port = dg_test_free_port();
+    t->worker_port = dg_test_free_port();
+    char spec[128];
+    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", t->ps_port, t->worker_port);
+    t->c = dg_cluster_from_spec_string(spec, st);
+    assert_ok(st);
+    dg_server_options so = dg_server_options_default();
+    so.quiet = true;
+    so.client_lease_ms = lease_ms;
+    t->ps = dg_server_new(t->c, "ps", 0, &so, st);
+    assert_ok(st);
+    t->worker = dg_server_new(t->c, "worker", 0, &so, st);
+    assert_ok(st);
+    snprintf(t->remote, sizeof t->remote, "dg://localhost:%d", t->worker_port);
+    dg_status_free(&st);
+}
+
+static void stop(cluster2 *t) {
+    dg_server_free(&t->worker);
+    dg_server_free(&t->ps);
+    dg_cluster_free(&t->c);
+}
+
+static dg_server_stats stats(int port) {
+    dg_status *st = dg_status_new();
+    dg_server_stats s;
+    char target[64];
+    snprintf(target, sizeof target, "dg://127.0.0.1:%d", port);
+    assert_true(dg_server_query_stats(target, NULL, NULL, 5000, &s, st));
+    assert_ok(st);
+    dg_status_free(&st);
+    return s;
+}
+
+typedef struct model {
+    dg_graph *g;
+    dg_output x, w, loss;
+    dg_node *train, *init;
+} model;
+
+static void build(model *m, bool distributed) {
+    m->g = dg_graph_new();
+    if (distributed) dg_graph_push_device(m->g, "/job:ps/task:0");
+    m->w = dg_variable(m->g, "w", DG_FLOAT64, dg_shape2(3, 2), dg_init_random_normal(0, 1, 3));
+    if (distributed) {
+        dg_graph_pop_device(m->g);
+        dg_graph_push_device(m->g, "/job:worker/task:0");
+    }
+    m->x = dg_placeholder(m->g, "x", DG_FLOAT64, dg_shape2(-1, 3));
+    dg_output y = dg_matmul(m->g, NULL, m->x, m->w, false, false);
+    m->loss = dg_sum(m->g, NULL, dg_square(m->g, NULL, y), NULL, 0, false);
+    dg_optimizer opt = dg_adam(m->g, 0.1);
+    m->train = dg_optimizer_minimize(&opt, m->loss, dg_global_step(m->g));
+    if (distributed) dg_graph_pop_device(m->g);
+    m->init = dg_global_variables_initializer(m->g);
+}
+
+static void train(dg_session *s, model *m, double *w_out, double *loss_out) {
+    dg_status *st = dg_status_new();
+    assert_true(dg_session_run_target(s, m->init, st));
+    assert_ok(st);
+    double xv[6] = {1, 2, 3, -1, 0.5, 2};
+    dg_tensor *xt = dg_tensor_from_data(DG_FLOAT64, dg_shape2(2, 3), xv, st);
+    for (int i = 0; i < 5; i++) {
+        dg_tensor *loss = NULL;
+        assert_true(dg_session_run(s, &m->x, &xt, 1, &m->loss, &loss, 1, &m->train, 1, st));
+        assert_ok(st);
+        loss_out[i] = dg_tensor_f64(loss)[0];
+        dg_tensor_unref(loss);
+    }
+    dg_tensor *wv = NULL;
+    assert_true(dg_session_run(s, NULL, NULL, 0, &m->w, &wv, 1, NULL, 0, st));
+    assert_ok(st);
+    memcpy(w_out, dg_tensor_data(wv), 6 * sizeof(double));
+    dg_tensor_unref(wv);
+    dg_tensor_unref(xt);
+    dg_status_free(&st);
+}
+
+static void test_remote_matches_local(void **state) {
+    (void)state;
+    cluster2 t;
+    start(&t, 0);
+    dg_status *st = dg_status_new();
+    model local, remote;
+    build(&local, false);
+    build(&remote, true);
+    dg_session *ls = dg_session_new(local.g, "local", NULL, st);
+    dg_session *rs = dg_session_new(remote.g, t.remote, NULL, st);
+    assert_ok(st);
+    double wl[6], wr[6], ll[5], lr[5];
+    train(ls, &local, wl, ll);
+    train(rs, &remote, wr, lr);
+    for (int i = 0; i < 5; i++) assert_true(fabs(ll[i] - lr[i]) <= 1e-12 * fabs(ll[i]));
+    for (int i = 0; i < 6; i++) assert_true(fabs(wl[i] - wr[i]) <= 1e-12);
+    assert_true(lr[4] < lr[0]);
+    // The session lives on the worker's master; its partition of the ps lives on the ps.
+    assert_int_equal(stats(t.worker_port).master_sessions, 1);
+    assert_true(stats(t.ps_port).registered_graphs >= 1);
+    // A graph grown after the first run reaches the master with the next run.
+    dg_output twice = dg_mul(remote.g, "twice", remote.w, dg_scalar(remote.g, NULL, DG_FLOAT64, 2));
+    dg_tensor *tw = NULL;
+    assert_true(dg_session_run(rs, NULL, NULL, 0, &twice, &tw, 1, NULL, 0, st));
+    assert_ok(st);
+    for (int i = 0; i < 6; i++) assert_true(fabs(dg_tensor_f64(tw)[i] - 2 * wr[i]) <= 1e-12);
+    dg_tensor_unref(tw);
+    // Feeds are checked by the client first, by name and dtype.
+    dg_tensor *bad = dg_tensor_new(DG_FLOAT32, dg_shape2(2, 3), st);
+    assert_false(dg_session_run(rs, &remote.x, &bad, 1, &remote.loss, &tw, 1, NULL, 0, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "expected float64, got float32");
+    dg_status_reset(st);
+    dg_tensor_unref(bad);
+    // A second client sees the variables the first one trained (they live on the tasks).
+    model again;
+    build(&again, true);
+    dg_session *rs2 = dg_session_new(again.g, t.remote, NULL, st);
+    assert_ok(st);
+    dg_tensor *w2 = NULL;
+    assert_true(dg_session_run(rs2, NULL, NULL, 0, &again.w, &w2, 1, NULL, 0, st));
+    assert_ok(st);
+    assert_memory_equal(dg_tensor_data(w2), wr, sizeof wr);
+    dg_tensor_unref(w2);
+    dg_session_free(&rs2);
+    dg_graph_free(&again.g);
+    // Closing frees what the sessions registered, on every task.
+    dg_session_free(&rs);
+    for (int i = 0; i < 100 && stats(t.ps_port).registered_graphs > 0; i++) usleep(10000);
+    assert_int_equal(stats(t.ps_port).registered_graphs, 0);
+    assert_int_equal(stats(t.worker_port).master_sessions, 0);
+    // Reset: every task of the cluster drops its variables.
+    assert_true(dg_session_reset(t.remote, NULL, st));
+    assert_ok(st);
+    model fresh;
+    build(&fresh, true);
+    rs = dg_session_new(fresh.g, t.remote, NULL, st);
+    assert_ok(st);
+    assert_false(dg_session_run(rs, NULL, NULL, 0, &fresh.w, &w2, 1, NULL, 0, st));
+    assert_status(st, DG_FAILED_PRECONDITION, "");
+    dg_status_reset(st);
+    dg_session_free(&rs);
+    dg_session_free(&ls);
+    dg_graph_free(&fresh.g);
+    dg_graph_free(&local.g);
+    dg_graph_free(&remote.g);
+    dg_status_free(&st);
+    stop(&t);
+}
+
+// A raw client: one request, its answer's status.
+typedef struct raw {
+    rt_transport *tp;
+    char ep[64];
+} raw;
+
+static void raw_open(raw *r, int port) {
+    dg_status *st = dg_status_new();
+    rt_transport_options to;
+    memset(&to, 0, sizeof to);
+    to.name = "raw";
+    to.quiet = true;
+    r->tp = rt_transport_new(&to, NULL, NULL, st);
+    assert_ok(st);
+    snprintf(r->ep, sizeof r->ep, "tcp://127.0.0.1:%d", port);
+    dg_status_free(&st);
+}
+
+// Sends h (consumed) with tensors; returns the answer's handle (0 on failure) and sets st.
+static int64_t raw_call(raw *r, rt_header *h, dg_tensor *const *ts, int n, dg_status *st) {
+    rt_header *resp = NULL;
+    dg_tensor **out = NULL;
+    int n_out = 0;
+    int64_t handle = 0;
+    if (rt_call_sync(r->tp, r->ep, h, ts, n, 5000, &resp, &out, &n_out, st)) {
+        handle = resp->handle;
+        rt_header_clear(resp);
+        free(resp);
+        for (int i = 0; i < n_out; i++) dg_tensor_unref(out[i]);
+        free(out);
+    }
+    return handle;
+}
+
+static rt_header *req(int type, int64_t handle) {
+    rt_header *h = malloc(sizeof *h);
+    rt_header_init(h, type);
+    h->handle = handle;
+    return h;
+}
+
+static void test_hostile_requests(void **state) {
+    (void)state;
+    cluster2 t;
+    start(&t, 0);
+    dg_status *st = dg_status_new();
+    raw r;
+    raw_open(&r, t.worker_port);
+    // Not a graph.
+    rt_header *h = req(RT_CREATE_SESSION, 0);
+    rt_header_set_blob(h, "\x93\x01\x02garbage", 10);
+    assert_int_equal(raw_call(&r, h, NULL, 0, st), 0);
+    assert_status(st, DG_INVALID_ARGUMENT, "the client's graph");
+    dg_status_reset(st);
+    // No graph at all; an unknown option; an option out of range.
+    assert_int_equal(raw_call(&r, req(RT_CREATE_SESSION, 0), NULL, 0, st), 0);
+    assert_status(st, DG_INVALID_ARGUMENT, "without a graph");
+    dg_status_reset(st);
+    model m;
+    build(&m, true);
+    char *buf = NULL;
+    size_t len = 0;
+    assert_true(dg_graph_to_msgpack(m.g, &buf, &len, st));
+    const char *bad_opts[] = {"inter_op_threads=100000", "rm_rf=1", "inter_op_threads", "log_device_placement=x"};
+    for (size_t i = 0; i < sizeof bad_opts / sizeof *bad_opts; i++) {
+        h = req(RT_CREATE_SESSION, 0);
+        rt_header_set_blob(h, buf, len);
+        rt_header_add_name(h, bad_opts[i]);
+        assert_int_equal(raw_call(&r, h, NULL, 0, st), 0);
+        assert_status(st, DG_INVALID_ARGUMENT, bad_opts[i]);
+        dg_status_reset(st);
+    }
+    // A graph placed on a task the cluster does not have fails at its first step, named.
+    dg_graph *odd = dg_graph_new();
+    dg_graph_push_device(odd, "/job:nowhere/task:7");
+    dg_output c = dg_scalar(odd, "c", DG_FLOAT32, 1);
+    dg_graph_pop_device(odd);
+    char *obuf = NULL;
+    size_t olen = 0;
+    assert_true(dg_graph_to_msgpack(odd, &obuf, &olen, st));
+    h = req(RT_CREATE_SESSION, 0);
+    rt_header_set_blob(h, obuf, olen);
+    int64_t oh = raw_call(&r, h, NULL, 0, st);
+    assert_ok(st);
+    h = req(RT_RUN_STEP, oh);
+    rt_header_add_name(h, "c:0");
+    raw_call(&r, h, NULL, 0, st);
+    assert_status(st, DG_INVALID_ARGUMENT, "nowhere");
+    dg_status_reset(st);
+    (void)c;
+    // A real session, then malformed steps on it.
+    h = req(RT_CREATE_SESSION, 0);
+    rt_header_set_blob(h, buf, len);
+    int64_t handle = raw_call(&r, h, NULL, 0, st);
+    assert_ok(st);
+    assert_true(handle != 0);
+    struct {
+        const char *names[3];
+        int n_names, n_feeds, n_values;
+        dg_code code;
+        const char *needle;
+    } cases[] = {
+        {{"no_such_node:0"}, 1, 0, 0, DG_NOT_FOUND, "no node \"no_such_node\""},
+        {{"w"}, 1, 0, 0, DG_INVALID_ARGUMENT, "is not \"node:index\""},
+        {{"w:99"}, 1, 0, 0, DG_INVALID_ARGUMENT, "fetch 0"},
+        {{"w:-1"}, 1, 0, 0, DG_INVALID_ARGUMENT, "is not \"node:index\""},
+        {{"x:0", "w:0"}, 2, 1, 0, DG_INVALID_ARGUMENT, "1 feeds named, 0 values sent"},
+        {{"^w"}, 1, 1, 1, DG_INVALID_ARGUMENT, "feed 0 names a target"},
+        {{"x:0", "w:0"}, 2, 1, 1, DG_INVALID_ARGUMENT, "expected float64, got float32"},
+    };
+    dg_tensor *f32[2] = {dg_tensor_new(DG_FLOAT32, dg_shape2(2, 3), st), dg_tensor_new(DG_FLOAT32, dg_shape2(2, 3), st)};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        h = req(RT_RUN_STEP, handle);
+        for (int k = 0; k < cases[i].n_names; k++) rt_header_add_name(h, cases[i].names[k]);
+        h->n_feeds = cases[i].n_feeds;
+        for (int k = 0; k < cases[i].n_values; k++) rt_header_add_tensor(h, f32[k]);
+        raw_call(&r, h, f32, cases[i].n_values, st);
+        assert_status(st, cases[i].code, cases[i].needle);
+        dg_status_reset(st);
+    }
+    dg_tensor_unref(f32[0]);
+    dg_tensor_unref(f32[1]);
+    dg_tensor *f64 = dg_tensor_new(DG_FLOAT64, dg_shape2(2, 3), st), *twice[2] = {f64, f64};
+    h = req(RT_RUN_STEP, handle);
+    rt_header_add_name(h, "x:0");
+    rt_header_add_name(h, "x:0");
+    rt_header_add_name(h, "w:0");
+    h->n_feeds = 2;
+    rt_header_add_tensor(h, f64);
+    rt_header_add_tensor(h, f64);
+    raw_call(&r, h, twice, 2, st);
+    assert_status(st, DG_INVALID_ARGUMENT, "fed twice");
+    dg_status_reset(st);
+    dg_tensor_unref(f64);
+    // Unknown sessions.
+    int types[] = {RT_RUN_STEP, RT_EXTEND_SESSION, RT_CLOSE_SESSION, RT_KEEPALIVE};
+    for (size_t i = 0; i < 4; i++) {
+        raw_call(&r, req(types[i], handle + 12345), NULL, 0, st);
+        assert_status(st, DG_NOT_FOUND, "no session");
+        dg_status_reset(st);
+    }
+    // Still serving: the real session runs a step.
+    h = req(RT_RUN_STEP, handle);
+    rt_header_add_name(h, "^init");
+    raw_call(&r, h, NULL, 0, st);
+    assert_ok(st);
+    raw_call(&r, req(RT_CLOSE_SESSION, handle), NULL, 0, st);
+    raw_call(&r, req(RT_CLOSE_SESSION, oh), NULL, 0, st);
+    assert_ok(st);
+    assert_int_equal(stats(t.worker_port).master_sessions, 0);
+    free(buf);
+    free(obuf);
+    dg_graph_free(&odd);
+    dg_graph_free(&m.g);
+    rt_transport_free(&r.tp);
+    dg_status_free(&st);
+    stop(&t);
+}
+
+static void test_silent_client_loses_its_session(void **state) {
+    (void)state;
+    cluster2 t;
+    start(&t, 1500);
+    dg_status *st = dg_status_new();
+    raw r;
+    raw_open(&r, t.worker_port);
+    model m;
+    build(&m, true);
+    char *buf = NULL;
+    size_t len = 0;
+    assert_true(dg_graph_to_msgpack(m.g, &buf, &len, st));
+    rt_header *h = req(RT_CREATE_SESSION, 0);
+    rt_header_set_blob(h, buf, len);
+    int64_t handle = raw_call(&r, h, NULL, 0, st);
+    assert_ok(st);
+    h = req(RT_RUN_STEP, handle);
+    rt_header_add_name(h, "^init");
+    raw_call(&r, h, NULL, 0, st);
+    assert_ok(st);
+    assert_true(stats(t.ps_port).registered_graphs >= 1);
+    // No keepalives: after the lease the session and its partitions are gone.
+    for (int i = 0; i < 400 && (stats(t.worker_port).master_sessions > 0 || stats(t.ps_port).registered_graphs > 0); i++)
+        usleep(10000);
+    assert_int_equal(stats(t.worker_port).master_sessions, 0);
+    assert_int_equal(stats(t.ps_port).registered_graphs, 0);
+    h = req(RT_RUN_STEP, handle);
+    rt_header_add_name(h, "^init");
+    raw_call(&r, h, NULL, 0, st);
+    assert_status(st, DG_NOT_FOUND, "silent");
+    dg_status_reset(st);
+    // A client that keeps its session alive keeps it past the lease.
+    dg_session *s = dg_session_new(m.g, t.remote, NULL, st);
+    assert_ok(st);
+    struct timespec pause = {2, 500 * 1000000};   // past the lease
+    nanosleep(&pause, NULL);
+    assert_true(dg_session_run_target(s, m.init, st));
+    assert_ok(st);
+    dg_session_free(&s);
+    free(buf);
+    dg_graph_free(&m.g);
+    rt_transport_free(&r.tp);
+    dg_status_free(&st);
+    stop(&t);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_remote_matches_local),
+        cmocka_unit_test(test_hostile_requests),
+        cmocka_unit_test(test_silent_client_loses_its_session),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
