@@ -10,6 +10,9 @@
  *   build/bin/dg-server --cluster_spec 'master|localhost:2222;worker|localhost:2223;worker_|localhost:2224' \
  *       --job_name master --task_index 0 &   (and worker, worker_)
  *   build/bin/in_graph_replication --master dg://localhost:2222
+ * With --ps_hosts/--worker_hosts (as dg-launch --mode standing passes them) the variables go
+ * to /job:ps/task:0 (or the first worker without ps) and a replica to each worker task:
+ *   build/bin/dg-launch --ps 1 --workers 2 --mode standing -- build/bin/in_graph_replication
  * --scope keeps a client's variables apart from another client's on the same cluster;
  * --read_variables only reads the variables a previous client trained (nothing is initialized)
  * and prints their checksum. */
@@ -86,6 +89,7 @@ int main(int argc, char **argv) {
     int64_t train_steps = 200, batch_size = 64, hidden = 16, seed = 1, log_every = 20, wait_ms = 0;
     double lr = 0.02, tolerance = 1e-9;
     bool read_variables = false;
+    const char *ps_hosts = "", *worker_hosts = "";
     flag_def defs[] = {
         {"master", FLAG_STRING, &master, "the master's target (default dg://localhost:2222)"},
         {"ps_device", FLAG_STRING, &ps_device, "where the variables live (default /job:master/task:0)"},
@@ -101,6 +105,8 @@ int main(int argc, char **argv) {
         {"log_every", FLAG_INT, &log_every, "print every N steps (default 20)"},
         {"tolerance", FLAG_DOUBLE, &tolerance, "largest relative loss difference called a match (default 1e-9)"},
         {"wait_for_tasks_ms", FLAG_INT, &wait_ms, "how long to wait for servers not up yet (default 0: no limit)"},
+        {"ps_hosts", FLAG_STRING, &ps_hosts, "comma list of ps addresses: variables on /job:ps/task:0"},
+        {"worker_hosts", FLAG_STRING, &worker_hosts, "comma list of worker addresses: a replica on each worker task"},
         {"read_variables", FLAG_BOOL, &read_variables,
          "only read the variables (trained by an earlier client) and print their checksum"},
     };
@@ -108,6 +114,17 @@ int main(int argc, char **argv) {
     if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], "usage: in_graph_replication [flags]", &help))
         return 2;
     if (help) return 0;
+    char derived[1024] = "";
+    if (*worker_hosts) {   // devices from the cluster flags
+        int n_w = 1;
+        for (const char *p = worker_hosts; *p; p++) n_w += *p == ',';
+        for (int i = 0; i < n_w && i < MAX_REPLICAS; i++) {
+            size_t len = strlen(derived);
+            snprintf(derived + len, sizeof derived - len, "%s/job:worker/task:%d", i ? "," : "", i);
+        }
+        worker_devices = derived;
+        ps_device = *ps_hosts ? "/job:ps/task:0" : "/job:worker/task:0";
+    }
     char dev_buf[1024], *devs[MAX_REPLICAS];
     int n_rep = split(worker_devices, dev_buf, sizeof dev_buf, devs, MAX_REPLICAS);
     if (n_rep < 1 || train_steps < 1 || batch_size < n_rep || batch_size % n_rep != 0 || hidden < 1 || log_every < 1 ||

@@ -10,7 +10,8 @@
  *   build/bin/dg-server --cluster_spec 'ps|127.0.0.1:2222;worker|127.0.0.1:2223,127.0.0.1:2224,127.0.0.1:2225' \
  *       --job_name ps --task_index 0 &        (and each worker task)
  *   build/bin/ps_coordinator --ps_hosts 127.0.0.1:2222 \
- *       --worker_hosts 127.0.0.1:2223,127.0.0.1:2224,127.0.0.1:2225 --train_steps 3000 */
+ *       --worker_hosts 127.0.0.1:2223,127.0.0.1:2224,127.0.0.1:2225 --train_steps 3000
+ * or all at once: build/bin/dg-launch --ps 1 --workers 3 --mode standing -- build/bin/ps_coordinator */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,12 +143,13 @@ static int fail(dg_status *st, const char *what) {
 }
 
 int main(int argc, char **argv) {
-    const char *ps_hosts = "", *worker_hosts = "", *data_dir = MNIST_DEFAULT_DIR;
+    const char *ps_hosts = "", *worker_hosts = "", *data_dir = MNIST_DEFAULT_DIR, *master = "";
     int64_t train_steps = 3000, batch_size = 100, hidden = 100, seed = 1, log_every = 500;
     double lr = 0.01;
     flag_def defs[] = {
         {"ps_hosts", FLAG_STRING, &ps_hosts, "comma list of host:port of the standing ps tasks"},
         {"worker_hosts", FLAG_STRING, &worker_hosts, "comma list of host:port of the standing worker tasks"},
+        {"master", FLAG_STRING, &master, "accepted for dg-launch --mode standing; unused (each worker's own master is used)"},
         {"train_steps", FLAG_INT, &train_steps, "training steps to schedule (default 3000)"},
         {"batch_size", FLAG_INT, &batch_size, "examples per step (default 100)"},
         {"hidden_units", FLAG_INT, &hidden, "hidden layer width (default 100)"},
@@ -160,6 +162,7 @@ int main(int argc, char **argv) {
     if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], "usage: ps_coordinator [flags]", &help))
         return 2;
     if (help) return 0;
+    (void)master;
     if (train_steps < 1 || batch_size < 1 || batch_size > 60000 || hidden < 1 || log_every < 1) {
         fprintf(stderr, "ps_coordinator: --train_steps, --batch_size, --hidden_units and --log_every must be "
                         "positive (batch at most 60000)\n");

@@ -51,6 +51,11 @@ static void usage(FILE *f) {
         "                       tf_config  sets TF_CONFIG to {\"cluster\": {\"ps\": [...],\n"
         "                                  \"worker\": [...]}, \"task\": {\"type\": \"worker\",\n"
         "                                  \"index\": I}} and appends nothing\n"
+        "                       standing   every ps and worker task is a standing dg-server\n"
+        "                                  (the one beside dg-launch), and PROGRAM runs once\n"
+        "                                  as a client, with --master dg://<worker 0>\n"
+        "                                  --ps_hosts h:p,... --worker_hosts h:p,...\n"
+        "                                  appended; the servers stop when it is done\n"
         "  --timeout S        stop everything after S seconds (decimals allowed), exit 124\n"
         "  --keep_ps          do not stop the ps tasks when the workers are done; wait for\n"
         "                     them to exit by themselves (or for Ctrl-C, or --timeout)\n"
@@ -104,6 +109,7 @@ typedef struct options {
     long n_ps, n_workers;
     long base_port;           // 0: kernel-picked ports
     bool tf_config_mode;
+    bool standing;            // --mode standing: dg-server tasks and one client
     double timeout_s;         // 0: none
     bool keep_ps, quiet;
     char **program;           // PROGRAM ARGS..., NULL-terminated (points into argv)
@@ -164,9 +170,10 @@ static int parse_options(int argc, char **argv, options *o) {
             if (!parse_long(v, 1, 65535, &o->base_port))
                 return usage_error("--base_port must be a port in 1..65535, got \"%s\"", v);
         } else if (strcmp(flag, "mode") == 0) {
-            if (strcmp(v, "flags") == 0) o->tf_config_mode = false;
-            else if (strcmp(v, "tf_config") == 0) o->tf_config_mode = true;
-            else return usage_error("--mode must be \"flags\" or \"tf_config\", got \"%s\"", v);
+            o->tf_config_mode = strcmp(v, "tf_config") == 0;
+            o->standing = strcmp(v, "standing") == 0;
+            if (!o->tf_config_mode && !o->standing && strcmp(v, "flags") != 0)
+                return usage_error("--mode must be \"flags\", \"tf_config\" or \"standing\", got \"%s\"", v);
         } else {
             char *end;
             errno = 0;
@@ -243,7 +250,8 @@ static bool pick_ports(int n, long base_port, int *ports) {
 // ---- tasks ----
 
 typedef struct task {
-    const char *job;     // "ps" or "worker"
+    const char *job;     // "ps" or "worker"; "client" in standing mode
+    bool waited;         // the workers (standing mode: the client): when they are done, all stop
     int index;
     char name[32];       // "ps0", for the prefix
     pid_t pid;           // also the process group id; 0 before the start
@@ -360,6 +368,9 @@ static bool exited_ok(const task *t) {
     return WIFEXITED(t->status) && WEXITSTATUS(t->status) == 0;
 }
 
+// Standing mode: the dg-server beside dg-launch, the cluster spec, the client's --master.
+static char standing_server_path[4200], standing_spec[MAX_TASKS * 24 + 32], standing_master[64];
+
 // Builds the argv and environment of one task (before fork, so the child only calls
 // async-signal-safe functions: the launcher may have library threads).
 static bool prepare_task(task *t, const options *o, const char *ps_hosts, const char *worker_hosts,
@@ -369,10 +380,29 @@ static bool prepare_task(task *t, const options *o, const char *ps_hosts, const 
     t->argv = calloc((size_t)n_prog + 9, sizeof *t->argv);
     if (!t->argv) return false;
     int k = 0;
-    for (int i = 0; i < n_prog; i++) t->argv[k++] = o->program[i];
     char index[16];
     snprintf(index, sizeof index, "%d", t->index);
-    if (!o->tf_config_mode) {
+    if (o->standing && strcmp(t->job, "client") != 0) {   // a standing server
+        t->argv[k++] = standing_server_path;
+        t->argv[k++] = "--cluster_spec";
+        t->argv[k++] = standing_spec;
+        t->argv[k++] = "--job_name";
+        t->argv[k++] = (char *)t->job;
+        t->argv[k++] = "--task_index";
+        if (!(t->argv[k++] = strdup(index))) return false;
+    } else if (o->standing) {   // the client
+        for (int i = 0; i < n_prog; i++) t->argv[k++] = o->program[i];
+        t->argv[k++] = "--master";
+        t->argv[k++] = standing_master;
+        if (o->n_ps > 0) {
+            t->argv[k++] = "--ps_hosts";
+            t->argv[k++] = (char *)ps_hosts;
+        }
+        t->argv[k++] = "--worker_hosts";
+        t->argv[k++] = (char *)worker_hosts;
+    }
+    for (int i = 0; i < n_prog && !o->standing; i++) t->argv[k++] = o->program[i];
+    if (!o->tf_config_mode && !o->standing) {
         t->argv[k++] = "--job_name";
         t->argv[k++] = (char *)t->job;
         t->argv[k++] = "--task_index";
@@ -406,7 +436,9 @@ static bool prepare_task(task *t, const options *o, const char *ps_hosts, const 
 }
 
 static void free_task(task *t, const options *o) {
-    if (t->argv && !o->tf_config_mode) {
+    if (t->argv && o->standing && strcmp(t->job, "client") != 0) {
+        free(t->argv[6]);
+    } else if (t->argv && !o->tf_config_mode && !o->standing) {
         int n_prog = 0;
         while (o->program[n_prog]) n_prog++;
         free(t->argv[n_prog + 3]);
@@ -516,7 +548,7 @@ int main(int argc, char **argv) {
     if (rc == -1) return 0;
     if (rc) return rc;
 
-    int n = (int)(o.n_ps + o.n_workers);
+    int n = (int)(o.n_ps + o.n_workers) + (o.standing ? 1 : 0);
     task *tasks = calloc((size_t)n, sizeof *tasks);
     int *ports = calloc((size_t)n, sizeof *ports);
     char *ps_hosts = NULL, *worker_hosts = NULL, *cluster_json = NULL;
@@ -528,7 +560,7 @@ int main(int argc, char **argv) {
         goto out;
     }
     for (int i = 0; i < n; i++) tasks[i].fd = -1;
-    if (!pick_ports(n, o.base_port, ports)) goto out;
+    if (!pick_ports((int)(o.n_ps + o.n_workers), o.base_port, ports)) goto out;
 
     size_t hosts_cap = (size_t)n * 24 + 1;
     ps_hosts = calloc(1, hosts_cap);
@@ -539,13 +571,14 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < n; i++) {
         task *t = &tasks[i];
-        bool is_ps = i < o.n_ps;
-        t->job = is_ps ? "ps" : "worker";
-        t->index = is_ps ? i : i - (int)o.n_ps;
+        bool is_ps = i < o.n_ps, is_client = i == o.n_ps + o.n_workers;
+        t->job = is_client ? "client" : is_ps ? "ps" : "worker";
+        t->index = is_ps || is_client ? (is_ps ? i : 0) : i - (int)o.n_ps;
+        t->waited = o.standing ? is_client : !is_ps;
         snprintf(t->name, sizeof t->name, "%s%d", t->job, t->index);
         char *list = is_ps ? ps_hosts : worker_hosts;
         size_t len = strlen(list);
-        snprintf(list + len, hosts_cap - len, "%s127.0.0.1:%d", len ? "," : "", ports[i]);
+        if (!is_client) snprintf(list + len, hosts_cap - len, "%s127.0.0.1:%d", len ? "," : "", ports[i]);
         t->line = malloc(MAX_LINE_BYTES);
         if (!t->line) {
             fprintf(stderr, "dg-launch: out of memory\n");
@@ -557,6 +590,24 @@ int main(int argc, char **argv) {
     if (!cluster || !(cluster_json = dg_cluster_to_json(cluster))) {
         fprintf(stderr, "dg-launch: building the cluster: %s\n", dg_status_message(st));
         goto out;
+    }
+    if (o.standing) {
+        char self[4096];
+        ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+        char *slash = len > 0 ? (self[len] = 0, strrchr(self, '/')) : NULL;
+        if (!slash) {
+            fprintf(stderr, "dg-launch: cannot find its own directory to run dg-server from\n");
+            goto out;
+        }
+        *slash = 0;
+        snprintf(standing_server_path, sizeof standing_server_path, "%s/dg-server", self);
+        if (access(standing_server_path, X_OK) != 0) {
+            fprintf(stderr, "dg-launch: --mode standing needs %s: %s\n", standing_server_path, strerror(errno));
+            goto out;
+        }
+        snprintf(standing_spec, sizeof standing_spec, "%s%s%sworker|%s", o.n_ps ? "ps|" : "", o.n_ps ? ps_hosts : "",
+                 o.n_ps ? ";" : "", worker_hosts);
+        snprintf(standing_master, sizeof standing_master, "dg://127.0.0.1:%d", ports[o.n_ps]);
     }
     for (int i = 0; i < n; i++)
         if (!prepare_task(&tasks[i], &o, ps_hosts, worker_hosts, cluster_json)) {
@@ -590,7 +641,7 @@ int main(int argc, char **argv) {
         free(pfd_task);
         goto out;
     }
-    note(o.quiet, "cluster %s; %s mode", cluster_json, o.tf_config_mode ? "tf_config" : "flags");
+    note(o.quiet, "cluster %s; %s mode", cluster_json, o.standing ? "standing" : o.tf_config_mode ? "tf_config" : "flags");
     int64_t start = now_ms();
     int64_t deadline = o.timeout_s > 0 ? start + (int64_t)(o.timeout_s * 1000.0 + 0.5) : -1;
     phase ph = RUNNING;
@@ -627,8 +678,8 @@ int main(int argc, char **argv) {
                     ph = STOPPING;
                     kill_at = now_ms() + STOP_GRACE_MS;
                     for (int k = 0; k < n; k++) signal_group(&tasks[k], SIGTERM);
-                } else if (ph == RUNNING && strcmp(t->job, "ps") == 0) {
-                    note(o.quiet, "ps %d exited with status 0", t->index);
+                } else if (ph == RUNNING && !t->waited) {
+                    note(o.quiet, "%s %d exited with status 0", t->job, t->index);
                 }
                 break;
             }
@@ -637,10 +688,11 @@ int main(int argc, char **argv) {
             bool workers_done = true, all_done = true;
             for (int i = 0; i < n; i++) {
                 if (tasks[i].running) all_done = false;
-                if (tasks[i].running && strcmp(tasks[i].job, "worker") == 0) workers_done = false;
+                if (tasks[i].running && tasks[i].waited) workers_done = false;
             }
             if (all_done || (workers_done && !o.keep_ps)) {
-                if (!all_done) note(o.quiet, "all %ld workers exited with status 0, stopping the ps tasks", o.n_workers);
+                if (!all_done && o.standing) note(o.quiet, "the client exited with status 0, stopping the servers");
+                else if (!all_done) note(o.quiet, "all %ld workers exited with status 0, stopping the ps tasks", o.n_workers);
                 ph = STOPPING;
                 kill_at = now_ms() + STOP_GRACE_MS;
                 // Every group, also of tasks that are done, so nothing they started stays.

@@ -282,6 +282,8 @@ static void test_hostile_requests(void **state) {
         {{"x:0", "w:0"}, 2, 1, 1, DG_INVALID_ARGUMENT, "expected float64, got float32"},
     };
     dg_tensor *f32[2] = {dg_tensor_new(DG_FLOAT32, dg_shape2(2, 3), st), dg_tensor_new(DG_FLOAT32, dg_shape2(2, 3), st)};
+    memset(dg_tensor_data(f32[0]), 0, 6 * sizeof(float));
+    memset(dg_tensor_data(f32[1]), 0, 6 * sizeof(float));
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         h = req(RT_RUN_STEP, handle);
         for (int k = 0; k < cases[i].n_names; k++) rt_header_add_name(h, cases[i].names[k]);
@@ -294,6 +296,7 @@ static void test_hostile_requests(void **state) {
     dg_tensor_unref(f32[0]);
     dg_tensor_unref(f32[1]);
     dg_tensor *f64 = dg_tensor_new(DG_FLOAT64, dg_shape2(2, 3), st), *twice[2] = {f64, f64};
+    memset(dg_tensor_data(f64), 0, 6 * sizeof(double));
     h = req(RT_RUN_STEP, handle);
     rt_header_add_name(h, "x:0");
     rt_header_add_name(h, "x:0");

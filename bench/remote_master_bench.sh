@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# remote_master_bench: what the client/master split costs, beside TensorFlow, back to back.
+#   trivial: one standing dg-server; remote_step_bench times a trivial step (a scalar fed,
+#            x + 1 fetched) through its master service from another process, and in a local
+#            session; peer: bench/peers/tf_remote_master.py --mode trivial (tf.compat.v1.Session
+#            on grpc:// against a tf.distribute.Server).
+#   mnist:   MNIST-replica, 1 ps + 2 workers, STEPS global steps: with the in-process master
+#            (dg-launch, each worker program runs its own server) and with --existing_servers
+#            (standing dg-server tasks, the worker programs start none); peer: TensorFlow's
+#            existing-servers equivalent (tf_remote_master.py --mode mnist).
+# JSON lines; the ratios last. TF_PYTHON: a python with tensorflow-cpu (peers skipped if
+# absent). MODES=trivial,mnist picks (default both). Needs build/bin (scripts/build.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS=${STEPS:-3000}
+MODES=${MODES:-trivial,mnist}
+TFPY=${TF_PYTHON:-}
+BIN=build/bin
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+ports() { python3 -c 'import socket,sys
+s=[socket.socket() for _ in range(int(sys.argv[1]))]
+[x.bind(("127.0.0.1",0)) for x in s]
+print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"; }
+have_tf() { [ -n "$TFPY" ] && "$TFPY" -c "import tensorflow" 2>/dev/null; }
+json_value() { sed -n "s/.*\"metric\": \"$1\".*\"value\": \([0-9.]*\).*/\1/p" "$2" | head -1; }
+ratio() {   # ratio NAME A B: A / B
+    [ -n "$2" ] && [ -n "$3" ] && awk -v n="$1" -v a="$2" -v b="$3" \
+        'BEGIN { printf "{\"bench\": \"remote_master_bench\", \"metric\": \"%s\", \"value\": %.2f, \"unit\": \"x\"}\n", n, a / b }'
+    return 0
+}
+# rate LOGS...: STEPS over first "Training begins @" to last "Training ends @".
+rate() {
+    cat "$@" | awk -v steps="$STEPS" '
+        /Training begins @/ { b = $NF; if (!first || b < first) first = b }
+        /Training ends @/ { e = $NF; if (e > last) last = e }
+        END { printf "%.1f", steps / (last - first) }'
+}
+mnist_line() {   # NAME RATE ACC
+    echo "{\"bench\": \"remote_master_bench\", \"impl\": \"distgraph\", \"mode\": \"$1\", \"metric\": \"global_steps_per_s\", \"value\": $2, \"unit\": \"steps/s\", \"ps\": 1, \"workers\": 2, \"steps\": $STEPS, \"test_accuracy\": ${3:-null}}"
+}
+
+if [[ ",$MODES," == *,trivial,* ]]; then
+    read -r P <<< "$(ports 1)"
+    $BIN/dg-server --cluster_spec "worker|127.0.0.1:$P" --job_name worker --task_index 0 --quiet & PIDS+=($!)
+    $BIN/remote_step_bench --target "dg://127.0.0.1:$P" | tee "$TMP/ours_trivial"
+    if have_tf; then
+        "$TFPY" bench/peers/tf_remote_master.py --mode trivial 2>"$TMP/tf_trivial.err" | tee "$TMP/tf_trivial" ||
+            { echo "remote_master_bench: the TensorFlow peer failed:" >&2; tail -5 "$TMP/tf_trivial.err" >&2; }
+        ratio tf_over_ours_trivial_step "$(json_value trivial_step_us "$TMP/tf_trivial")" \
+            "$(json_value trivial_step_us "$TMP/ours_trivial")"
+    else
+        echo "remote_master_bench: no TF_PYTHON with tensorflow; skipped the TensorFlow peer" >&2
+    fi
+fi
+
+if [[ ",$MODES," == *,mnist,* ]]; then
+    $BIN/dg-launch --ps 1 --workers 2 --timeout 600 -- $BIN/mnist_replica --train_steps "$STEPS" --quiet \
+        --log_every 1000000 > "$TMP/inproc" 2>&1 || { cat "$TMP/inproc"; exit 1; }
+    inproc=$(rate "$TMP/inproc")
+    mnist_line in_process_master "$inproc" "$(sed -n 's/.*validation accuracy = \([0-9.]*\).*/\1/p' "$TMP/inproc" | head -1)"
+    read -r P0 P1 P2 <<< "$(ports 3)"
+    SPEC="ps|127.0.0.1:$P0;worker|127.0.0.1:$P1,127.0.0.1:$P2"
+    for t in ps:0 worker:0 worker:1; do
+        $BIN/dg-server --cluster_spec "$SPEC" --job_name "${t%%:*}" --task_index "${t##*:}" --quiet & PIDS+=($!)
+    done
+    W=()
+    for i in 0 1; do
+        $BIN/mnist_replica --job_name worker --task_index $i --ps_hosts "127.0.0.1:$P0" \
+            --worker_hosts "127.0.0.1:$P1,127.0.0.1:$P2" --existing_servers --train_steps "$STEPS" \
+            --log_every 1000000 > "$TMP/existing$i" 2>&1 & W+=($!)
+    done
+    for w in "${W[@]}"; do wait "$w" || { cat "$TMP"/existing*; exit 1; }; done
+    existing=$(rate "$TMP/existing0" "$TMP/existing1")
+    mnist_line existing_servers "$existing" "$(sed -n 's/.*validation accuracy = \([0-9.]*\).*/\1/p' "$TMP/existing0")"
+    ratio existing_servers_over_in_process "$existing" "$inproc"
+    if have_tf; then
+        "$TFPY" bench/peers/tf_remote_master.py --mode mnist --train_steps "$STEPS" 2>"$TMP/tf_mnist.err" |
+            tee "$TMP/tf_mnist" || { echo "remote_master_bench: the TensorFlow peer failed:" >&2; tail -5 "$TMP/tf_mnist.err" >&2; }
+        ratio existing_servers_over_tensorflow "$existing" "$(json_value existing_servers_global_steps_per_s "$TMP/tf_mnist")"
+    fi
+fi
