@@ -346,17 +346,20 @@ static void list_names(strbuf *b, const dg_saver *sv, dg_tensor *const *flags) {
 // say (by default without limit); one made to recover from a failure waits at most
 // RECOVERY_WAIT_MS per attempt, so a task gone for good ends training after the attempts.
 #define RECOVERY_WAIT_MS 5000
-static dg_session *new_session(dg_monitored_session *ms, dg_status *st) {
+// max_wait_ms > 0 bounds the wait further (a non-chief's time left to wait for its chief).
+static dg_session *new_session(dg_monitored_session *ms, int64_t max_wait_ms, dg_status *st) {
     dg_session_options o = ms->sopts;
     if (atomic_load(&ms->in_recovery) && (o.wait_for_tasks_ms == 0 || o.wait_for_tasks_ms > RECOVERY_WAIT_MS))
         o.wait_for_tasks_ms = RECOVERY_WAIT_MS;
+    if (max_wait_ms > 0 && o.wait_for_tasks_ms >= 0 && (o.wait_for_tasks_ms == 0 || o.wait_for_tasks_ms > max_wait_ms))
+        o.wait_for_tasks_ms = max_wait_ms;
     return dg_session_new(ms->g, ms->master, &o, st);
 }
 
 // The chief: a new session whose variables are restored from the newest checkpoint, or
 // initialized when there is none.
 static dg_session *create_chief(dg_monitored_session *ms, dg_status *st) {
-    dg_session *sess = new_session(ms, st);
+    dg_session *sess = new_session(ms, 0, st);
     if (!sess) return NULL;
     int64_t latest = -1;
     if (ms->store) {
@@ -397,7 +400,8 @@ static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
     strbuf pending = {0};
     bool have_flags = false;
     for (;;) {
-        if (!sess && !(sess = new_session(ms, st))) break;
+        int64_t left = deadline - now_ms();
+        if (!sess && !(sess = new_session(ms, left > 1 ? left : 1, st))) break;
         status_impl_clear(&check);
         if (dg_session_run(sess, NULL, NULL, 0, ms->ready, flags, ms->saver->n, NULL, 0, &check)) {
             bool all = true;
