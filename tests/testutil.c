@@ -55,3 +55,42 @@ dg_session *dg_test_local_session(dg_graph *g, int n_devices, int inter_op_threa
     assert_ok(st);
     return s;
 }
+
+void dg_test_model_build(dg_test_model *m, bool distributed) {
+    m->g = dg_graph_new();
+    if (distributed) dg_graph_push_device(m->g, "/job:ps/task:0");
+    m->w = dg_variable(m->g, "w", DG_FLOAT64, dg_shape2(3, 2), dg_init_random_normal(0, 1, 3));
+    if (distributed) {
+        dg_graph_pop_device(m->g);
+        dg_graph_push_device(m->g, "/job:worker/task:0");
+    }
+    m->x = dg_placeholder(m->g, "x", DG_FLOAT64, dg_shape2(-1, 3));
+    dg_output y = dg_matmul(m->g, NULL, m->x, m->w, false, false);
+    m->loss = dg_sum(m->g, NULL, dg_square(m->g, NULL, y), NULL, 0, false);
+    dg_optimizer opt = dg_adam(m->g, 0.1);
+    m->train = dg_optimizer_minimize(&opt, m->loss, dg_global_step(m->g));
+    if (distributed) dg_graph_pop_device(m->g);
+    m->init = dg_global_variables_initializer(m->g);
+}
+
+void dg_test_model_train(dg_session *s, dg_test_model *m, double *w_out, double *loss_out) {
+    dg_status *st = dg_status_new();
+    assert_true(dg_session_run_target(s, m->init, st));
+    assert_ok(st);
+    double xv[6] = {1, 2, 3, -1, 0.5, 2};
+    dg_tensor *xt = dg_tensor_from_data(DG_FLOAT64, dg_shape2(2, 3), xv, st);
+    for (int i = 0; i < 5; i++) {
+        dg_tensor *loss = NULL;
+        assert_true(dg_session_run(s, &m->x, &xt, 1, &m->loss, &loss, 1, &m->train, 1, st));
+        assert_ok(st);
+        loss_out[i] = dg_tensor_f64(loss)[0];
+        dg_tensor_unref(loss);
+    }
+    dg_tensor *wv = NULL;
+    assert_true(dg_session_run(s, NULL, NULL, 0, &m->w, &wv, 1, NULL, 0, st));
+    assert_ok(st);
+    memcpy(w_out, dg_tensor_data(wv), 6 * sizeof(double));
+    dg_tensor_unref(wv);
+    dg_tensor_unref(xt);
+    dg_status_free(&st);
+}

@@ -28,4 +28,16 @@ dg_session *dg_test_local_session(dg_graph *g, int n_devices, int inter_op_threa
 // A deterministic uniform double in [lo, hi) from *state (xorshift).
 double dg_test_uniform(uint64_t *state, double lo, double hi);
 
+// A toy model: w (3x2, float64) on /job:ps/task:0 when distributed, x @ w summed and squared
+// on /job:worker/task:0, Adam 0.1 with a global step.
+typedef struct dg_test_model {
+    dg_graph *g;
+    dg_output x, w, loss;
+    dg_node *train, *init;
+} dg_test_model;
+void dg_test_model_build(dg_test_model *m, bool distributed);
+// Initializes, runs 5 steps on a fixed batch (loss_out[5]) and fetches w (w_out[6]); fails the
+// test on any error.
+void dg_test_model_train(dg_session *s, dg_test_model *m, double *w_out, double *loss_out);
+
 #endif

@@ -49,21 +49,6 @@ static void drop(rt_header *h, dg_tensor **ts, int n) {
     free(ts);
 }
 
-// "tcp://host:port" for "dg://host:port" (or "host:port").
-static char *endpoint_of(const char *target, dg_status *st) {
-    const char *a = target && strncmp(target, "dg://", 5) == 0 ? target + 5 : target;
-    const char *colon = a ? strrchr(a, ':') : NULL;
-    char *end = NULL;
-    long port = colon ? strtol(colon + 1, &end, 10) : 0;
-    if (!a || !colon || colon == a || end == colon + 1 || *end || port < 1 || port > 65535) {
-        dg_status_setf(st, DG_INVALID_ARGUMENT, "target \"%s\": expected \"dg://host:port\"", target ? target : "");
-        return NULL;
-    }
-    char *ep = NULL;
-    if (asprintf(&ep, "tcp://%s", a) < 0) abort();
-    return ep;
-}
-
 static rt_transport *client_transport(const char *curve_public_key, const char *curve_secret_key, dg_status *st) {
     rt_transport_options to;
     memset(&to, 0, sizeof to);
@@ -139,7 +124,7 @@ static bool send_graph_locked(master_client *c, int type, dg_status *st) {
 }
 
 master_client *master_client_new(dg_graph *g, const char *target, const dg_session_options *opts, dg_status *st) {
-    char *ep = endpoint_of(target, st);
+    char *ep = rt_endpoint_of(target, st);
     if (!ep) return NULL;
     master_client *c = calloc(1, sizeof *c);
     if (!c) abort();
@@ -243,7 +228,7 @@ bool master_client_run(master_client *c, const dg_output *feeds, dg_tensor *cons
 // One control call to target on a transport of its own.
 static bool control_call(const char *target, const char *pub, const char *sec, rt_header *h, int64_t timeout_ms,
                          rt_header **resp, dg_status *st) {
-    char *ep = endpoint_of(target, st);
+    char *ep = rt_endpoint_of(target, st);
     rt_transport *tp = ep ? client_transport(pub, sec, st) : NULL;
     bool ok = tp && rt_call_sync(tp, ep, h, NULL, 0, timeout_ms, resp, NULL, NULL, st);
     if (!tp) drop(h, NULL, 0);

@@ -7,26 +7,6 @@
 #include "server_impl.h"
 #include "status_impl.h"
 
-// "tcp://host:port" for "host:port", "dg://host:port" or "tcp://host:port".
-static char *endpoint_of(const char *address, dg_status *st) {
-    if (!address || !*address) {
-        dg_status_set(st, DG_INVALID_ARGUMENT, "ping: no task address");
-        return NULL;
-    }
-    if (strncmp(address, "dg://", 5) == 0) address += 5;
-    else if (strncmp(address, "tcp://", 6) == 0) address += 6;
-    if (!strchr(address, ':')) {
-        dg_status_setf(st, DG_INVALID_ARGUMENT, "ping: task address \"%s\" has no port", address);
-        return NULL;
-    }
-    char *ep = NULL;
-    if (asprintf(&ep, "tcp://%s", address) < 0) {
-        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "ping: out of memory");
-        return NULL;
-    }
-    return ep;
-}
-
 static rt_header *new_header(int type) {
     rt_header *h = malloc(sizeof *h);
     if (!h) abort();
@@ -47,7 +27,7 @@ bool dg_server_ping(dg_server *client, const char *target_task_address, dg_tenso
                        RT_MAX_TENSORS);
         return false;
     }
-    char *ep = endpoint_of(target_task_address, st);
+    char *ep = rt_endpoint_of(target_task_address, st);
     if (!ep) return false;
     rt_header *h = new_header(RT_PING);
     for (int i = 0; i < n; i++) rt_header_add_tensor(h, tensors[i]);
@@ -78,7 +58,7 @@ bool dg_server_push_bench(dg_server *client, const char *target_task_address, dg
         dg_status_set(st, DG_INVALID_ARGUMENT, "push bench: a client server, a tensor and n_pushes >= 0 are required");
         return false;
     }
-    char *ep = endpoint_of(target_task_address, st);
+    char *ep = rt_endpoint_of(target_task_address, st);
     if (!ep) return false;
     rt_transport *tp = rt_server_transport(client);
     // One DEALER carries everything to ep, and the task handles its messages in order: the

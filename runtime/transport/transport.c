@@ -1206,6 +1206,23 @@ void rt_transport_free(rt_transport **tp) {
 
 const char *rt_transport_endpoint(const rt_transport *t) { return t->endpoint; }
 
+char *rt_endpoint_of(const char *address, dg_status *st) {
+    const char *a = address;
+    if (a && strncmp(a, "dg://", 5) == 0) a += 5;
+    else if (a && strncmp(a, "tcp://", 6) == 0) a += 6;
+    const char *colon = a ? strrchr(a, ':') : NULL;
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (!a || !colon || colon == a || end == colon + 1 || *end || port < 1 || port > 65535) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "address \"%s\": expected \"host:port\" or \"dg://host:port\"",
+                       address ? address : "");
+        return NULL;
+    }
+    char *ep = NULL;
+    if (asprintf(&ep, "tcp://%s", a) < 0) abort();
+    return ep;
+}
+
 rt_transport_stats rt_transport_get_stats(rt_transport *t) {
     rt_transport_stats s;
     s.bad_messages = __atomic_load_n(&t->stats.bad_messages, __ATOMIC_RELAXED);

@@ -81,6 +81,11 @@ typedef struct rt_transport_stats {
 } rt_transport_stats;
 rt_transport_stats rt_transport_get_stats(rt_transport *t);
 
+// "tcp://host:port" for a task address "host:port", "dg://host:port" or "tcp://host:port"
+// (the port a number in 1..65535). Returns: new, caller frees with free(); NULL with st set
+// (INVALID_ARGUMENT quoting the address).
+char *rt_endpoint_of(const char *address, dg_status *st);
+
 // A fresh CurveZMQ key pair (Z85, 41 bytes each with the NUL).
 bool rt_curve_keypair(char *public_key, char *secret_key, dg_status *st);
 

@@ -57,50 +57,7 @@ static dg_server_stats stats(int port) {
     return s;
 }
 
-typedef struct model {
-    dg_graph *g;
-    dg_output x, w, loss;
-    dg_node *train, *init;
-} model;
-
-static void build(model *m, bool distributed) {
-    m->g = dg_graph_new();
-    if (distributed) dg_graph_push_device(m->g, "/job:ps/task:0");
-    m->w = dg_variable(m->g, "w", DG_FLOAT64, dg_shape2(3, 2), dg_init_random_normal(0, 1, 3));
-    if (distributed) {
-        dg_graph_pop_device(m->g);
-        dg_graph_push_device(m->g, "/job:worker/task:0");
-    }
-    m->x = dg_placeholder(m->g, "x", DG_FLOAT64, dg_shape2(-1, 3));
-    dg_output y = dg_matmul(m->g, NULL, m->x, m->w, false, false);
-    m->loss = dg_sum(m->g, NULL, dg_square(m->g, NULL, y), NULL, 0, false);
-    dg_optimizer opt = dg_adam(m->g, 0.1);
-    m->train = dg_optimizer_minimize(&opt, m->loss, dg_global_step(m->g));
-    if (distributed) dg_graph_pop_device(m->g);
-    m->init = dg_global_variables_initializer(m->g);
-}
-
-static void train(dg_session *s, model *m, double *w_out, double *loss_out) {
-    dg_status *st = dg_status_new();
-    assert_true(dg_session_run_target(s, m->init, st));
-    assert_ok(st);
-    double xv[6] = {1, 2, 3, -1, 0.5, 2};
-    dg_tensor *xt = dg_tensor_from_data(DG_FLOAT64, dg_shape2(2, 3), xv, st);
-    for (int i = 0; i < 5; i++) {
-        dg_tensor *loss = NULL;
-        assert_true(dg_session_run(s, &m->x, &xt, 1, &m->loss, &loss, 1, &m->train, 1, st));
-        assert_ok(st);
-        loss_out[i] = dg_tensor_f64(loss)[0];
-        dg_tensor_unref(loss);
-    }
-    dg_tensor *wv = NULL;
-    assert_true(dg_session_run(s, NULL, NULL, 0, &m->w, &wv, 1, NULL, 0, st));
-    assert_ok(st);
-    memcpy(w_out, dg_tensor_data(wv), 6 * sizeof(double));
-    dg_tensor_unref(wv);
-    dg_tensor_unref(xt);
-    dg_status_free(&st);
-}
+typedef dg_test_model model;
 
 static void test_remote_matches_local(void **state) {
     (void)state;
@@ -108,14 +65,14 @@ static void test_remote_matches_local(void **state) {
     start(&t, 0);
     dg_status *st = dg_status_new();
     model local, remote;
-    build(&local, false);
-    build(&remote, true);
+    dg_test_model_build(&local, false);
+    dg_test_model_build(&remote, true);
     dg_session *ls = dg_session_new(local.g, "local", NULL, st);
     dg_session *rs = dg_session_new(remote.g, t.remote, NULL, st);
     assert_ok(st);
     double wl[6], wr[6], ll[5], lr[5];
-    train(ls, &local, wl, ll);
-    train(rs, &remote, wr, lr);
+    dg_test_model_train(ls, &local, wl, ll);
+    dg_test_model_train(rs, &remote, wr, lr);
     for (int i = 0; i < 5; i++) assert_true(fabs(ll[i] - lr[i]) <= 1e-12 * fabs(ll[i]));
     for (int i = 0; i < 6; i++) assert_true(fabs(wl[i] - wr[i]) <= 1e-12);
     assert_true(lr[4] < lr[0]);
@@ -137,7 +94,7 @@ static void test_remote_matches_local(void **state) {
     dg_tensor_unref(bad);
     // A second client sees the variables the first one trained (they live on the tasks).
     model again;
-    build(&again, true);
+    dg_test_model_build(&again, true);
     dg_session *rs2 = dg_session_new(again.g, t.remote, NULL, st);
     assert_ok(st);
     dg_tensor *w2 = NULL;
@@ -156,7 +113,7 @@ static void test_remote_matches_local(void **state) {
     assert_true(dg_session_reset(t.remote, NULL, st));
     assert_ok(st);
     model fresh;
-    build(&fresh, true);
+    dg_test_model_build(&fresh, true);
     rs = dg_session_new(fresh.g, t.remote, NULL, st);
     assert_ok(st);
     assert_false(dg_session_run(rs, NULL, NULL, 0, &fresh.w, &w2, 1, NULL, 0, st));
@@ -230,7 +187,7 @@ static void test_hostile_requests(void **state) {
     assert_status(st, DG_INVALID_ARGUMENT, "without a graph");
     dg_status_reset(st);
     model m;
-    build(&m, true);
+    dg_test_model_build(&m, true);
     char *buf = NULL;
     size_t len = 0;
     assert_true(dg_graph_to_msgpack(m.g, &buf, &len, st));
@@ -341,7 +298,7 @@ static void test_silent_client_loses_its_session(void **state) {
     raw r;
     raw_open(&r, t.worker_port);
     model m;
-    build(&m, true);
+    dg_test_model_build(&m, true);
     char *buf = NULL;
     size_t len = 0;
     assert_true(dg_graph_to_msgpack(m.g, &buf, &len, st));

@@ -16,49 +16,7 @@
 #include "wire_impl.h"
 
 
-typedef struct model {
-    dg_graph *g;
-    dg_output x, w, loss;
-    dg_node *train, *init;
-} model;
-
-static void build(model *m, bool distributed) {
-    m->g = dg_graph_new();
-    if (distributed) dg_graph_push_device(m->g, "/job:ps/task:0");
-    m->w = dg_variable(m->g, "w", DG_FLOAT64, dg_shape2(3, 2), dg_init_random_normal(0, 1, 3));
-    if (distributed) {
-        dg_graph_pop_device(m->g);
-        dg_graph_push_device(m->g, "/job:worker/task:0");
-    }
-    m->x = dg_placeholder(m->g, "x", DG_FLOAT64, dg_shape2(-1, 3));
-    dg_output y = dg_matmul(m->g, NULL, m->x, m->w, false, false);
-    m->loss = dg_sum(m->g, NULL, dg_square(m->g, NULL, y), NULL, 0, false);
-    dg_optimizer opt = dg_adam(m->g, 0.1);
-    m->train = dg_optimizer_minimize(&opt, m->loss, dg_global_step(m->g));
-    if (distributed) dg_graph_pop_device(m->g);
-    m->init = dg_global_variables_initializer(m->g);
-}
-
-static void train(dg_session *s, model *m, double *w_out, double *loss_out) {
-    dg_status *st = dg_status_new();
-    assert_true(dg_session_run_target(s, m->init, st));
-    assert_ok(st);
-    double xv[6] = {1, 2, 3, -1, 0.5, 2};
-    dg_tensor *xt = dg_tensor_from_data(DG_FLOAT64, dg_shape2(2, 3), xv, st);
-    for (int i = 0; i < 5; i++) {
-        dg_tensor *loss = NULL;
-        assert_true(dg_session_run(s, &m->x, &xt, 1, &m->loss, &loss, 1, &m->train, 1, st));
-        assert_ok(st);
-        loss_out[i] = dg_tensor_f64(loss)[0];
-        dg_tensor_unref(loss);
-    }
-    dg_tensor *wv = NULL;
-    assert_true(dg_session_run(s, NULL, NULL, 0, &m->w, &wv, 1, NULL, 0, st));
-    memcpy(w_out, dg_tensor_data(wv), 6 * sizeof(double));
-    dg_tensor_unref(wv);
-    dg_tensor_unref(xt);
-    dg_status_free(&st);
-}
+typedef dg_test_model model;
 
 // A ps and a worker task on free ports of 127.0.0.1, each served in this process (ps NULL:
 // the ps is left to the caller, who binds spec's first port).
@@ -96,15 +54,15 @@ static void test_ps_worker_matches_local(void **state) {
     two_tasks tt;
     two_tasks_start(&tt, true, 5000);
     model a, b;
-    build(&a, true);
-    build(&b, false);
+    dg_test_model_build(&a, true);
+    dg_test_model_build(&b, false);
     assert_ok(dg_graph_status(a.g));
     dg_session *sa = dg_session_new(a.g, dg_server_target(tt.wk), NULL, st);
     assert_ok(st);
     dg_session *sb = dg_session_new(b.g, "local", NULL, st);
     double wa[6], wb[6], la[5], lb[5];
-    train(sa, &a, wa, la);
-    train(sb, &b, wb, lb);
+    dg_test_model_train(sa, &a, wa, la);
+    dg_test_model_train(sb, &b, wb, lb);
     assert_memory_equal(wa, wb, sizeof wa);
     assert_memory_equal(la, lb, sizeof la);
     assert_string_equal(dg_node_assigned_device(a.w.node), "/job:ps/replica:0/task:0/device:CPU:0");
@@ -122,7 +80,7 @@ static void test_dead_ps_is_unavailable(void **state) {
     two_tasks tt;
     two_tasks_start(&tt, true, 1000);
     model a;
-    build(&a, true);
+    dg_test_model_build(&a, true);
     dg_session *sa = dg_session_new(a.g, dg_server_target(tt.wk), NULL, st);
     assert_true(dg_session_run_target(sa, a.init, st));
     dg_server_free(&tt.ps);

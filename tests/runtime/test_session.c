@@ -134,7 +134,7 @@ static void test_session_new_errors(void **state) {
     assert_status(st, DG_UNAVAILABLE, "the master at tcp://127.0.0.1:1 did not answer within 300 ms");
     dg_status_reset(st);
     assert_null(dg_session_new(g, "dg://127.0.0.1", &wo, st));
-    assert_status(st, DG_INVALID_ARGUMENT, "expected \"dg://host:port\"");
+    assert_status(st, DG_INVALID_ARGUMENT, "address \"dg://127.0.0.1\": expected \"host:port\" or \"dg://host:port\"");
     // "" and NULL mean local.
     dg_status_reset(st);
     dg_session *s = dg_session_new(g, "", NULL, st);

@@ -1508,10 +1508,13 @@ static void test_ping_hooks(void **state) {
     assert_int_equal(rt_transport_get_stats(rt_server_transport(target)).bad_messages, 0);
 
     assert_false(dg_server_ping(me, "127.0.0.1", NULL, 0, 1000, NULL, NULL, st));
-    assert_status(st, DG_INVALID_ARGUMENT, "has no port");
+    assert_status(st, DG_INVALID_ARGUMENT, "address \"127.0.0.1\": expected \"host:port\"");
+    dg_status_reset(st);
+    assert_false(dg_server_ping(me, "dg://h:99999", NULL, 0, 1000, NULL, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "address \"dg://h:99999\"");
     dg_status_reset(st);
     assert_false(dg_server_ping(me, NULL, NULL, 0, 1000, NULL, NULL, st));
-    assert_status(st, DG_INVALID_ARGUMENT, "no task address");
+    assert_status(st, DG_INVALID_ARGUMENT, "address \"\"");
     dg_status_reset(st);
     dg_tensor **echo = (dg_tensor **)st;
     int n_echo = 5;
