@@ -82,6 +82,7 @@ static int64_t now_ms(void) {
 bool wc_wait_for_task(rt_transport *tp, const char *endpoint, const char *task, int64_t max_wait_ms,
                       int64_t log_every_ms, const char *who, dg_status *st) {
     int64_t start = now_ms(), next_log = start + log_every_ms;
+    dg_status refused = DG_STATUS_INIT;   // a refused handshake says more than a silence
     for (;;) {
         dg_status ping = DG_STATUS_INIT;
         rt_header *resp = NULL;
@@ -90,7 +91,9 @@ bool wc_wait_for_task(rt_transport *tp, const char *endpoint, const char *task, 
         bool ok = left > 0 && rt_call_sync(tp, endpoint, request(RT_PING), NULL, 0, left < 1000 ? left : 1000,
                                            &resp, NULL, NULL, &ping);
         drop_response(resp);
+        if (!ok && strstr(dg_status_message(&ping), "refused")) dg_status_copy(&refused, &ping);
         if (ok) {
+            status_impl_clear(&refused);
             if (log_every_ms > 0 && now_ms() >= start + log_every_ms)
                 fprintf(stderr, "distgraph %s: %s at %s answers after %.1f s\n", who, task, endpoint,
                         (double)(now_ms() - start) / 1000.0);
@@ -99,10 +102,12 @@ bool wc_wait_for_task(rt_transport *tp, const char *endpoint, const char *task, 
         }
         int64_t waited = now_ms() - start;
         if (max_wait_ms > 0 && waited >= max_wait_ms) {
+            const dg_status *why = !dg_status_ok(&refused) ? &refused : &ping;
             dg_status_setf(st, DG_UNAVAILABLE, "%s at %s did not answer within %lld ms%s%s", task, endpoint,
-                           (long long)max_wait_ms, dg_status_ok(&ping) ? "" : ": ",
-                           dg_status_ok(&ping) ? "" : dg_status_message(&ping));
+                           (long long)max_wait_ms, dg_status_ok(why) ? "" : ": ",
+                           dg_status_ok(why) ? "" : dg_status_message(why));
             status_impl_clear(&ping);
+            status_impl_clear(&refused);
             return false;
         }
         if (log_every_ms > 0 && now_ms() >= next_log) {
