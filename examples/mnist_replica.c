@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
     int64_t task_index = -1, train_steps = 2000, batch_size = 100, hidden = 100, seed = 1, log_every = 100;
     int64_t wait_ms = 60000, rpc_timeout_ms = 30000, save_checkpoint_steps = 100, recovery_attempts = 3;
     const char *checkpoint_path = "";
-    int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000;
+    int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000, wait_for_tasks_ms = 0;
     double lr = 0.01;
     bool quiet = false, print_placement = false, sync_replicas = false, all_reduce = false, existing_servers = false;
     flag_def defs[] = {
@@ -133,6 +133,8 @@ int main(int argc, char **argv) {
          "train synchronously without ps: every worker holds the variables, gradients are averaged by "
          "all-reduce (MultiWorkerMirrored)"},
         {"num_gpus", FLAG_INT, &num_gpus, "GPUs per worker machine: worker i computes on GPU i % num_gpus (default 0)"},
+        {"wait_for_tasks_ms", FLAG_INT, &wait_for_tasks_ms,
+         "how long to wait for tasks (ps, workers) not up yet, logging every 5 s (default 0: no limit)"},
         {"existing_servers", FLAG_BOOL, &existing_servers,
          "start no server: train through the standing dg-server of this worker's task (dg://worker host)"},
     };
@@ -298,6 +300,7 @@ int main(int argc, char **argv) {
     // better left to the other tasks and the transport.
     dg_session_options sopt = dg_session_options_default();
     sopt.inter_op_threads = 1;
+    sopt.wait_for_tasks_ms = wait_for_tasks_ms;
     dg_mts_options mo = dg_mts_options_default();
     mo.session_options = &sopt;
     mo.master = master;
