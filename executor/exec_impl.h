@@ -132,6 +132,8 @@ void exec_rendezvous_abort(exec_rendezvous *r, int64_t step_id, const dg_status 
 void exec_rendezvous_close(exec_rendezvous *r, const dg_status *why);
 // Drops whatever the step left behind.
 void exec_rendezvous_end_step(exec_rendezvous *r, int64_t step_id);
+// Abort marks held (a hash set by step id; past 100000 the oldest are dropped).
+int exec_rendezvous_num_abort_marks(exec_rendezvous *r);
 
 #define DT_BIT(t) (1u << (t))
 #define DT_FLOATS (DT_BIT(DG_FLOAT32) | DT_BIT(DG_FLOAT64))

@@ -28,13 +28,18 @@ typedef struct canceller {
     void *arg;
 } canceller;
 
+// Abort marks: a hash set by step id (a server may hold many: ABORT_STEP from masters whose
+// steps never end here), also kept in arrival order so that past MAX_ABORTED the oldest go.
 typedef struct aborted {
-    struct aborted *next;
+    struct aborted *next;              // in its bucket
+    struct aborted *older, *newer;     // arrival order
     int64_t step_id;
     dg_status status;
 } aborted;
 
 #define N_BUCKETS 1024
+#define N_ABORT_BUCKETS 4096
+#define MAX_ABORTED 100000
 
 struct exec_rendezvous {
     exec_route_fn route;     // sends values bound for other tasks; NULL: all local
@@ -42,7 +47,9 @@ struct exec_rendezvous {
     void *route_ctx;
     pthread_mutex_t mu;
     entry *buckets[N_BUCKETS];
-    aborted *aborted;
+    aborted *abort_buckets[N_ABORT_BUCKETS];
+    aborted *oldest, *newest;
+    int n_aborted;
     bool closed;             // every step fails from now on
     dg_status close_status;
     canceller *cancellers;   // few: one per waiting kernel
@@ -69,8 +76,8 @@ void exec_rendezvous_free(exec_rendezvous **rp) {
             next = e->next;
             free_entry(e);
         }
-    for (aborted *a = r->aborted, *next; a; a = next) {
-        next = a->next;
+    for (aborted *a = r->oldest, *next; a; a = next) {
+        next = a->newer;
         status_impl_clear(&a->status);
         free(a);
     }
@@ -107,11 +114,38 @@ static bool put(exec_rendezvous *r, entry *e) {
     return true;
 }
 
+static unsigned abort_bucket(int64_t step_id) {
+    return (unsigned)(((uint64_t)step_id * 0x9E3779B97F4A7C15ull) >> 52) % N_ABORT_BUCKETS;
+}
+
 static const dg_status *abort_status(exec_rendezvous *r, int64_t step_id) {
     if (r->closed) return &r->close_status;
-    for (aborted *a = r->aborted; a; a = a->next)
+    for (aborted *a = r->abort_buckets[abort_bucket(step_id)]; a; a = a->next)
         if (a->step_id == step_id) return &a->status;
     return NULL;
+}
+
+// Takes a out of its bucket and the arrival order and frees it. Called with mu held.
+static void drop_abort_mark(exec_rendezvous *r, aborted *a) {
+    for (aborted **pp = &r->abort_buckets[abort_bucket(a->step_id)]; *pp; pp = &(*pp)->next)
+        if (*pp == a) {
+            *pp = a->next;
+            break;
+        }
+    if (a->older) a->older->newer = a->newer;
+    else r->oldest = a->newer;
+    if (a->newer) a->newer->older = a->older;
+    else r->newest = a->older;
+    r->n_aborted--;
+    status_impl_clear(&a->status);
+    free(a);
+}
+
+int exec_rendezvous_num_abort_marks(exec_rendezvous *r) {
+    pthread_mutex_lock(&r->mu);
+    int n = r->n_aborted;
+    pthread_mutex_unlock(&r->mu);
+    return n;
 }
 
 void exec_rendezvous_set_router(exec_rendezvous *r, exec_route_fn fn, exec_flush_fn flush, void *ctx) {
@@ -229,8 +263,14 @@ void exec_rendezvous_abort(exec_rendezvous *r, int64_t step_id, const dg_status 
         if (a) {
             a->step_id = step_id;
             dg_status_set(&a->status, dg_status_code(why), dg_status_message(why));
-            a->next = r->aborted;
-            r->aborted = a;
+            unsigned b = abort_bucket(step_id);
+            a->next = r->abort_buckets[b];
+            r->abort_buckets[b] = a;
+            a->older = r->newest;
+            if (r->newest) r->newest->newer = a;
+            else r->oldest = a;
+            r->newest = a;
+            if (++r->n_aborted > MAX_ABORTED) drop_abort_mark(r, r->oldest);
         }
     }
     for (int b = 0; b < N_BUCKETS; b++)
@@ -286,16 +326,11 @@ void exec_rendezvous_end_step(exec_rendezvous *r, int64_t step_id) {
                 pp = &e->next;
             }
         }
-    for (aborted **pp = &r->aborted; *pp;) {
-        aborted *a = *pp;
+    for (aborted *a = r->abort_buckets[abort_bucket(step_id)]; a; a = a->next)
         if (a->step_id == step_id) {
-            *pp = a->next;
-            status_impl_clear(&a->status);
-            free(a);
-        } else {
-            pp = &a->next;
+            drop_abort_mark(r, a);
+            break;
         }
-    }
     pthread_mutex_unlock(&r->mu);
     for (entry *e = dead, *next; e; e = next) {
         next = e->next;

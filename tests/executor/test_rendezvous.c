@@ -1,0 +1,86 @@
+/* The rendezvous's abort marks: a hash set by step id that ends with its step and is capped
+ * (the oldest go first), so a server told to abort many steps that never end here neither
+ * slows down nor grows without bound. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "exec_impl.h"
+
+typedef struct got {
+    int calls;
+    dg_code code;
+    dg_tensor *t;
+} got;
+
+static void on_recv(void *arg, int node, dg_tensor *t, const dg_status *st) {
+    (void)node;
+    got *g = arg;
+    g->calls++;
+    g->code = st ? dg_status_code(st) : DG_OK;
+    g->t = t;
+}
+
+// Sends then receives one value in step; returns the receive's code.
+static dg_code round_trip(exec_rendezvous *r, int64_t step, dg_tensor *t) {
+    dg_status *st = dg_status_new();
+    bool sent = exec_rendezvous_send(r, step, "a;1;b;x;0:0", t, st);
+    dg_code code = dg_status_code(st);
+    dg_status_free(&st);
+    if (!sent) return code;
+    got g = {0, DG_OK, NULL};
+    exec_rendezvous_recv_async(r, step, "a;1;b;x;0:0", on_recv, &g, 0);
+    assert_int_equal(g.calls, 1);
+    dg_tensor_unref(g.t);
+    return g.code;
+}
+
+static void test_abort_marks(void **state) {
+    (void)state;
+    exec_rendezvous *r = exec_rendezvous_new();
+    dg_status *st = dg_status_new();
+    dg_tensor *t = dg_tensor_new(DG_FLOAT32, dg_shape1(4), st);
+    memset(dg_tensor_data(t), 0, 4 * sizeof(float));
+    dg_status *why = dg_status_new();
+    dg_status_set(why, DG_ABORTED, "test");
+    for (int64_t s = 1; s <= 60000; s++) exec_rendezvous_abort(r, s, why);
+    assert_int_equal(exec_rendezvous_num_abort_marks(r), 60000);
+    exec_rendezvous_abort(r, 17, why);   // once per step
+    assert_int_equal(exec_rendezvous_num_abort_marks(r), 60000);
+    // An aborted step fails; another step goes through.
+    assert_int_equal(round_trip(r, 30000, t), DG_ABORTED);
+    assert_int_equal(round_trip(r, 70000, t), DG_OK);
+    exec_rendezvous_end_step(r, 70000);
+    // Ending a step drops its mark; the others stay.
+    exec_rendezvous_end_step(r, 30000);
+    assert_int_equal(exec_rendezvous_num_abort_marks(r), 59999);
+    assert_int_equal(round_trip(r, 30000, t), DG_OK);
+    exec_rendezvous_end_step(r, 30000);
+    assert_int_equal(round_trip(r, 29999, t), DG_ABORTED);
+    // Past 100000 marks the oldest go: step 1 runs again, the newest are still aborted.
+    for (int64_t s = 100001; s <= 160000; s++) exec_rendezvous_abort(r, s, why);
+    assert_int_equal(exec_rendezvous_num_abort_marks(r), 100000);
+    assert_int_equal(round_trip(r, 1, t), DG_OK);
+    exec_rendezvous_end_step(r, 1);
+    assert_int_equal(round_trip(r, 160000, t), DG_ABORTED);
+    assert_int_equal(round_trip(r, 59000, t), DG_ABORTED);
+    assert_int_equal(round_trip(r, 19999, t), DG_OK);   // the 19999 oldest went
+    exec_rendezvous_end_step(r, 19999);
+    assert_int_equal(round_trip(r, 20000, t), DG_ABORTED);
+    for (int64_t s = 20000; s <= 60000; s++) exec_rendezvous_end_step(r, s);
+    for (int64_t s = 100001; s <= 160000; s++) exec_rendezvous_end_step(r, s);
+    assert_int_equal(exec_rendezvous_num_abort_marks(r), 0);
+    dg_tensor_unref(t);
+    dg_status_free(&why);
+    dg_status_free(&st);
+    exec_rendezvous_free(&r);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_abort_marks),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
