@@ -58,20 +58,25 @@ start_servers() {
 }
 # task_stat TARGET KEY: one counter of a running task (dg-inspect server).
 task_stat() { "$BIN/dg-inspect" server "$1" | awk -v k="$2" '$1 == k { print $2 }'; }
-# Checks an in_graph_replication log: the client's own verdict, and independently that every
-# loss in the table is a finite number and that the last one is below the first.
-check_curves() {
-    grep -q "^curves match: yes" "$1" || { cat "$1"; fail "$2: the curves do not match"; }
-    awk -v what="$2" '
-        $1 ~ /^[0-9]+$/ && NF == 3 {
-            for (i = 2; i <= 3; i++)
-                if ($i !~ /^-?[0-9]+\.[0-9]+$/) { print "FAIL: " what ": loss \"" $i "\" at step " $1 " is not finite"; bad = 1 }
-            if (n == 0) first = $2; last = $2; n++
+# check_loss_table LOG WHAT COL NF: in LOG's rows of NF fields whose field COL-1 is a step
+# number, the two losses in fields COL and COL+1 (distributed, single-process) are finite
+# numbers, and the distributed loss of the last row is below that of the first.
+check_loss_table() {
+    awk -v what="$2" -v col="$3" -v nf="$4" '
+        NF == nf && $(col - 1) ~ /^[0-9]+$/ {
+            for (i = col; i <= col + 1; i++)
+                if ($i !~ /^-?[0-9]+\.[0-9]+$/) { print "FAIL: " what ": loss \"" $i "\" at step " $(col - 1) " is not finite"; bad = 1 }
+            if (n == 0) first = $col; last = $col; n++
         }
         END {
             if (bad) exit 1
             if (n < 2) { print "FAIL: " what ": no loss table"; exit 1 }
             if (!(last + 0 < first + 0)) { print "FAIL: " what ": the loss did not fall (" first " -> " last ")"; exit 1 }
-            printf "%s: loss %s -> %s over %d rows\n", what, first, last, n
+            printf "%s: loss %s -> %s over %d rows, all finite\n", what, first, last, n
         }' "$1"
+}
+# Checks an in_graph_replication log: the client's own verdict, and independently the losses.
+check_curves() {
+    grep -q "^curves match: yes" "$1" || { cat "$1"; fail "$2: the curves do not match"; }
+    check_loss_table "$1" "$2" 2 3
 }
