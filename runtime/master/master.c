@@ -49,7 +49,9 @@ struct master_session {
     char client_device[200];
     char **answered;         // cluster: tasks known to answer (waited for once), under mu
     int n_answered;
-    struct running_step {    // steps running now, under mu
+    pthread_mutex_t run_mu;  // guards running and cancel (never held while waiting)
+    dg_status cancel;        // set by master_session_abort: the session is going away
+    struct running_step {    // steps running now, under run_mu
         int64_t step_id;
         const remote *remotes;
         int n_remotes;
@@ -69,6 +71,7 @@ master_session *master_session_new(dg_graph *g, dg_server *server, const dg_sess
     m->server = server;
     m->opts = opts ? *opts : dg_session_options_default();
     pthread_mutex_init(&m->mu, NULL);
+    pthread_mutex_init(&m->run_mu, NULL);
     if (m->opts.n_virtual_cpus < 0 || m->opts.n_virtual_cpus > 64) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "session: n_virtual_cpus must be in 0..64, got %d",
                        m->opts.n_virtual_cpus);
@@ -149,6 +152,8 @@ void master_session_free(master_session **mp) {
     if (!m->server) exec_rendezvous_free(&m->rendezvous);
     exec_resources_free(&m->rm);
     pthread_mutex_destroy(&m->mu);
+    pthread_mutex_destroy(&m->run_mu);
+    status_impl_clear(&m->cancel);
     free(m);
     *mp = NULL;
 }
@@ -351,13 +356,24 @@ static bool wants_gpu(dg_node *const *run, int n_run) {
     return false;
 }
 
+// Ends a wait for a task once the session is cancelled (why set).
+static bool wait_cancelled(void *arg, dg_status *why) {
+    master_session *m = arg;
+    pthread_mutex_lock(&m->run_mu);
+    bool stop = !dg_status_ok(&m->cancel);
+    if (stop) dg_status_copy(why, &m->cancel);
+    pthread_mutex_unlock(&m->run_mu);
+    return stop;
+}
+
 // A task's first partition waits until the task answers (standing servers start in any
 // order); later ones go straight to it. Called with m->mu held.
 static bool wait_for_task_locked(master_session *m, const char *task, const char *ep, dg_status *st) {
     for (int i = 0; i < m->n_answered; i++)
         if (strcmp(m->answered[i], task) == 0) return true;
     if (m->opts.wait_for_tasks_ms >= 0 &&
-        !wc_wait_for_task(rt_server_transport(m->server), ep, task, m->opts.wait_for_tasks_ms, 5000, m->own_task, st))
+        !wc_wait_for_task(rt_server_transport(m->server), ep, task, m->opts.wait_for_tasks_ms, 5000, m->own_task,
+                          wait_cancelled, m, st))
         return false;
     char **na = realloc(m->answered, (size_t)(m->n_answered + 1) * sizeof *na);
     if (!na || !(na[m->n_answered] = strdup(task))) abort();
@@ -587,8 +603,14 @@ static void abort_remotes(rt_transport *tp, const remote *remotes, int n_remotes
     for (int r = 0; r < n_remotes; r++) wc_abort_step(tp, remotes[r].endpoint, step_id, why);
 }
 
-static void running_add(master_session *m, int64_t step_id, const remote *remotes, int n_remotes) {
-    pthread_mutex_lock(&m->mu);
+// Returns false (st set) when the session was cancelled: the step must not start.
+static bool running_add(master_session *m, int64_t step_id, const remote *remotes, int n_remotes, dg_status *st) {
+    pthread_mutex_lock(&m->run_mu);
+    if (!dg_status_ok(&m->cancel)) {
+        dg_status_copy(st, &m->cancel);
+        pthread_mutex_unlock(&m->run_mu);
+        return false;
+    }
     if (m->n_running == m->cap_running) {
         m->cap_running = m->cap_running ? 2 * m->cap_running : 4;
         struct running_step *nr = realloc(m->running, (size_t)m->cap_running * sizeof *nr);
@@ -596,27 +618,29 @@ static void running_add(master_session *m, int64_t step_id, const remote *remote
         m->running = nr;
     }
     m->running[m->n_running++] = (struct running_step){step_id, remotes, n_remotes};
-    pthread_mutex_unlock(&m->mu);
+    pthread_mutex_unlock(&m->run_mu);
+    return true;
 }
 
 static void running_remove(master_session *m, int64_t step_id) {
-    pthread_mutex_lock(&m->mu);
+    pthread_mutex_lock(&m->run_mu);
     for (int i = 0; i < m->n_running; i++)
         if (m->running[i].step_id == step_id) {
             m->running[i] = m->running[--m->n_running];
             break;
         }
-    pthread_mutex_unlock(&m->mu);
+    pthread_mutex_unlock(&m->run_mu);
 }
 
 void master_session_abort(master_session *m, const dg_status *why) {
-    pthread_mutex_lock(&m->mu);
+    pthread_mutex_lock(&m->run_mu);
+    if (dg_status_ok(&m->cancel)) dg_status_set(&m->cancel, dg_status_code(why), dg_status_message(why));
     for (int i = 0; i < m->n_running; i++) {
         struct running_step *r = &m->running[i];
         exec_rendezvous_abort(m->rendezvous, r->step_id, why);
         abort_remotes(rt_server_transport(m->server), r->remotes, r->n_remotes, r->step_id, why);
     }
-    pthread_mutex_unlock(&m->mu);
+    pthread_mutex_unlock(&m->run_mu);
 }
 
 static bool run_cluster_step(master_session *m, exec_graph *eg, const remote *remotes, int n_remotes,
@@ -638,7 +662,14 @@ static bool run_cluster_step(master_session *m, exec_graph *eg, const remote *re
     w.grace->step_id = w.step_id;
     w.grace->ms = rt_server_timeout_ms(m->server);
     rt_transport *tp = rt_server_transport(m->server);
-    running_add(m, w.step_id, remotes, n_remotes);
+    if (!running_add(m, w.step_id, remotes, n_remotes, st)) {
+        pthread_mutex_destroy(&w.mu);
+        pthread_cond_destroy(&w.cv);
+        pthread_mutex_destroy(&w.grace->mu);
+        free(w.grace);
+        free(calls);
+        return false;
+    }
     for (int r = 0; r < n_remotes; r++) {
         calls[r] = (step_call){&w, r};
         wc_run_graph(tp, remotes[r].endpoint, remotes[r].handle, w.step_id, rt_server_timeout_ms(m->server),

@@ -140,7 +140,7 @@ master_client *master_client_new(dg_graph *g, const char *target, const dg_sessi
     }
     bool ok = (c->tp = client_transport(c->opts.curve_public_key, c->opts.curve_secret_key, st)) != NULL;
     if (ok && c->opts.wait_for_tasks_ms >= 0)
-        ok = wc_wait_for_task(c->tp, ep, "the master", c->opts.wait_for_tasks_ms, 5000, "client", st);
+        ok = wc_wait_for_task(c->tp, ep, "the master", c->opts.wait_for_tasks_ms, 5000, "client", NULL, NULL, st);
     if (ok) {
         pthread_mutex_lock(&c->mu);
         ok = send_graph_locked(c, RT_CREATE_SESSION, st);

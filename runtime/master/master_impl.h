@@ -27,7 +27,8 @@ bool master_check_args(const dg_graph *g, const dg_output *feeds, dg_tensor *con
 bool master_session_run(master_session *m, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
                         const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_node *const *targets,
                         int n_targets, dg_status *st);
-// Aborts the steps running now: they fail with why, on every task.
+// The session is going away: the steps running now fail with why on every task, later steps
+// fail at once, and a wait for a task not up yet ends. Never blocks on a running step or wait.
 void master_session_abort(master_session *m, const dg_status *why);
 // Partitions registered with other tasks (for tests and the master service's counters).
 int master_session_num_registered(master_session *m);

@@ -80,10 +80,16 @@ static int64_t now_ms(void) {
 }
 
 bool wc_wait_for_task(rt_transport *tp, const char *endpoint, const char *task, int64_t max_wait_ms,
-                      int64_t log_every_ms, const char *who, dg_status *st) {
+                      int64_t log_every_ms, const char *who, bool (*stopped)(void *arg, dg_status *why),
+                      void *stop_arg, dg_status *st) {
     int64_t start = now_ms(), next_log = start + log_every_ms;
     dg_status refused = DG_STATUS_INIT;   // a refused handshake says more than a silence
     for (;;) {
+        if (stopped && stopped(stop_arg, st)) {
+            dg_status_prepend(st, "while waiting for %s at %s", task, endpoint);
+            status_impl_clear(&refused);
+            return false;
+        }
         dg_status ping = DG_STATUS_INIT;
         rt_header *resp = NULL;
         int64_t attempt = now_ms();

@@ -26,8 +26,11 @@ void wc_abort_step(rt_transport *tp, const char *endpoint, int64_t step_id, cons
 char **wc_list_devices(rt_transport *tp, const char *endpoint, int64_t timeout_ms, int *n, dg_status *st);
 // Waits until the task answers a PING. Logs on stderr every log_every_ms (0: never) which task
 // at which address it still waits for, as TensorFlow's master does. max_wait_ms <= 0: no
-// limit. Fails UNAVAILABLE naming the task and address when the limit passes.
+// limit. Fails UNAVAILABLE naming the task and address when the limit passes. stopped (may be
+// NULL) is asked between attempts (at most 1.2 s apart); when it returns true the wait fails
+// with the status it set.
 bool wc_wait_for_task(rt_transport *tp, const char *endpoint, const char *task, int64_t max_wait_ms,
-                      int64_t log_every_ms, const char *who, dg_status *st);
+                      int64_t log_every_ms, const char *who, bool (*stopped)(void *arg, dg_status *why),
+                      void *stop_arg, dg_status *st);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -21,7 +22,7 @@ typedef struct cluster2 {
     char remote[64];   // the worker's master, by a name no server of this process answers to
 } cluster2;
 
-static void start(cluster2 *t, int64_t lease_ms) {
+static void start_tasks(cluster2 *t, int64_t lease_ms, bool with_ps) {
     dg_status *st = dg_status_new();
     t->ps_port = dg_test_free_port();
     t->worker_port = dg_test_free_port();
@@ -32,13 +33,15 @@ static void start(cluster2 *t, int64_t lease_ms) {
     dg_server_options so = dg_server_options_default();
     so.quiet = true;
     so.client_lease_ms = lease_ms;
-    t->ps = dg_server_new(t->c, "ps", 0, &so, st);
+    t->ps = with_ps ? dg_server_new(t->c, "ps", 0, &so, st) : NULL;
     assert_ok(st);
     t->worker = dg_server_new(t->c, "worker", 0, &so, st);
     assert_ok(st);
     snprintf(t->remote, sizeof t->remote, "dg://localhost:%d", t->worker_port);
     dg_status_free(&st);
 }
+
+static void start(cluster2 *t, int64_t lease_ms) { start_tasks(t, lease_ms, true); }
 
 static void stop(cluster2 *t) {
     dg_server_free(&t->worker);
@@ -336,11 +339,84 @@ static void test_silent_client_loses_its_session(void **state) {
     stop(&t);
 }
 
+typedef struct pending_answer {
+    pthread_mutex_t mu;
+    bool done;
+    dg_code code;
+    char msg[512];
+} pending_answer;
+
+static void on_answer(void *arg, const dg_status *st, rt_header *h, dg_tensor **ts, int n) {
+    pending_answer *a = arg;
+    pthread_mutex_lock(&a->mu);
+    a->done = true;
+    a->code = st && !dg_status_ok(st) ? dg_status_code(st) : h ? (dg_code)h->code : DG_OK;
+    snprintf(a->msg, sizeof a->msg, "%s", st && !dg_status_ok(st) ? dg_status_message(st) : h && h->message ? h->message : "");
+    pthread_mutex_unlock(&a->mu);
+    if (h) {
+        rt_header_clear(h);
+        free(h);
+    }
+    for (int i = 0; i < n; i++) dg_tensor_unref(ts[i]);
+    free(ts);
+}
+
+// A step whose master waits for a task that never comes up, from a client that then falls
+// silent: the master keeps answering others meanwhile, and the lease ends the wait and the
+// session.
+static void test_wait_for_a_missing_task_ends_with_the_session(void **state) {
+    (void)state;
+    cluster2 t;
+    start_tasks(&t, 1500, false);   // no ps
+    dg_status *st = dg_status_new();
+    raw r;
+    raw_open(&r, t.worker_port);
+    model m;
+    dg_test_model_build(&m, true);
+    char *buf = NULL;
+    size_t len = 0;
+    assert_true(dg_graph_to_msgpack(m.g, &buf, &len, st));
+    rt_header *h = req(RT_CREATE_SESSION, 0);
+    rt_header_set_blob(h, buf, len);
+    int64_t handle = raw_call(&r, h, NULL, 0, st);
+    assert_ok(st);
+    pending_answer a;
+    memset(&a, 0, sizeof a);
+    pthread_mutex_init(&a.mu, NULL);
+    h = req(RT_RUN_STEP, handle);
+    rt_header_add_name(h, "^init");
+    rt_call(r.tp, r.ep, h, NULL, 0, 60000, on_answer, &a);
+    // The master waits for the ps; it still answers, and the session is there.
+    struct timespec pause = {0, 500 * 1000000};
+    nanosleep(&pause, NULL);
+    assert_int_equal(stats(t.worker_port).master_sessions, 1);
+    // Silent past the lease: the session goes, and the waiting step ends with why.
+    bool done = false;
+    for (int i = 0; i < 100 && !done; i++) {
+        nanosleep(&pause, NULL);
+        pthread_mutex_lock(&a.mu);
+        done = a.done;
+        pthread_mutex_unlock(&a.mu);
+    }
+    assert_true(done);
+    assert_int_equal(a.code, DG_ABORTED);
+    assert_non_null(strstr(a.msg, "silent"));
+    assert_non_null(strstr(a.msg, "/job:ps/replica:0/task:0"));
+    assert_int_equal(stats(t.worker_port).master_sessions, 0);
+    pthread_mutex_destroy(&a.mu);
+    free(buf);
+    dg_graph_free(&m.g);
+    rt_transport_free(&r.tp);
+    dg_status_free(&st);
+    stop(&t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remote_matches_local),
         cmocka_unit_test(test_hostile_requests),
         cmocka_unit_test(test_silent_client_loses_its_session),
+        cmocka_unit_test(test_wait_for_a_missing_task_ends_with_the_session),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
