@@ -573,7 +573,7 @@ int main(int argc, char **argv) {
         task *t = &tasks[i];
         bool is_ps = i < o.n_ps, is_client = i == o.n_ps + o.n_workers;
         t->job = is_client ? "client" : is_ps ? "ps" : "worker";
-        t->index = is_ps || is_client ? (is_ps ? i : 0) : i - (int)o.n_ps;
+        t->index = is_client ? 0 : is_ps ? i : i - (int)o.n_ps;
         t->waited = o.standing ? is_client : !is_ps;
         snprintf(t->name, sizeof t->name, "%s%d", t->job, t->index);
         char *list = is_ps ? ps_hosts : worker_hosts;

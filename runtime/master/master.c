@@ -158,14 +158,6 @@ void master_session_free(master_session **mp) {
     *mp = NULL;
 }
 
-int master_session_num_registered(master_session *m) {
-    pthread_mutex_lock(&m->mu);
-    int n = 0;
-    for (int i = 0; i < m->n_cache; i++) n += m->cache[i].n_remotes;
-    pthread_mutex_unlock(&m->mu);
-    return n;
-}
-
 static char *signature(const dg_output *feeds, int n_feeds, const dg_output *fetches, int n_fetches,
                        dg_node *const *targets, int n_targets) {
     size_t cap = 64, len = 0;

@@ -249,8 +249,12 @@ bool master_client_reset(const char *target, const dg_session_options *opts, dg_
     return true;
 }
 
-bool master_client_query_stats(const char *target, const char *curve_public_key, const char *curve_secret_key,
-                               int64_t timeout_ms, dg_server_stats *out, dg_status *st) {
+bool dg_server_query_stats(const char *target, const char *curve_public_key, const char *curve_secret_key,
+                           int64_t timeout_ms, dg_server_stats *out, dg_status *st) {
+    if (!out) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "query_stats: out is NULL");
+        return false;
+    }
     memset(out, 0, sizeof *out);
     rt_header *resp = NULL;
     if (!control_call(target, curve_public_key, curve_secret_key, request(RT_SERVER_STATUS),

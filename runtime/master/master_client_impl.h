@@ -23,8 +23,6 @@ bool master_client_run(master_client *c, const dg_output *feeds, dg_tensor *cons
                        int n_targets, dg_status *st);
 // RESET through the master at target.
 bool master_client_reset(const char *target, const dg_session_options *opts, dg_status *st);
-// SERVER_STATUS of the task at target.
-bool master_client_query_stats(const char *target, const char *curve_public_key, const char *curve_secret_key,
-                               int64_t timeout_ms, dg_server_stats *out, dg_status *st);
+// (dg_server_query_stats, the SERVER_STATUS of a task, is implemented here too.)
 
 #endif

@@ -30,7 +30,5 @@ bool master_session_run(master_session *m, const dg_output *feeds, dg_tensor *co
 // The session is going away: the steps running now fail with why on every task, later steps
 // fail at once, and a wait for a task not up yet ends. Never blocks on a running step or wait.
 void master_session_abort(master_session *m, const dg_status *why);
-// Partitions registered with other tasks (for tests and the master service's counters).
-int master_session_num_registered(master_session *m);
 
 #endif

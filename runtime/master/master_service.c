@@ -10,7 +10,6 @@
 #include "master_impl.h"
 #include "master_service_impl.h"
 #include "status_impl.h"
-#include "worker_client_impl.h"
 
 // One version of a remote session's graph and the master session compiled from it. A grown
 // graph gets a new version; older ones stay until the session closes (steps may still run on

@@ -4,7 +4,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "distgraph/device_name.h"
 #include "distgraph/serialize.h"
 #include "status_impl.h"
 #include "worker_client_impl.h"

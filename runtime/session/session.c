@@ -88,12 +88,3 @@ bool dg_session_run_target(dg_session *s, dg_node *target, dg_status *st) {
 bool dg_session_reset(const char *target, const dg_session_options *opts, dg_status *st) {
     return master_client_reset(target, opts, st);
 }
-
-bool dg_server_query_stats(const char *target, const char *curve_public_key, const char *curve_secret_key,
-                           int64_t timeout_ms, dg_server_stats *out, dg_status *st) {
-    if (!out) {
-        dg_status_set(st, DG_INVALID_ARGUMENT, "query_stats: out is NULL");
-        return false;
-    }
-    return master_client_query_stats(target, curve_public_key, curve_secret_key, timeout_ms, out, st);
-}

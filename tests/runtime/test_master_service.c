@@ -172,6 +172,22 @@ static rt_header *req(int type, int64_t handle) {
     return h;
 }
 
+// A session with graph g through a raw CREATE_SESSION; fails the test unless it is made.
+static int64_t raw_create(raw *r, const dg_graph *g) {
+    dg_status *st = dg_status_new();
+    char *buf = NULL;
+    size_t len = 0;
+    assert_true(dg_graph_to_msgpack(g, &buf, &len, st));
+    rt_header *h = req(RT_CREATE_SESSION, 0);
+    rt_header_set_blob(h, buf, len);
+    free(buf);
+    int64_t handle = raw_call(r, h, NULL, 0, st);
+    assert_ok(st);
+    assert_true(handle != 0);
+    dg_status_free(&st);
+    return handle;
+}
+
 static void test_hostile_requests(void **state) {
     (void)state;
     cluster2 t;
@@ -302,13 +318,8 @@ static void test_silent_client_loses_its_session(void **state) {
     raw_open(&r, t.worker_port);
     model m;
     dg_test_model_build(&m, true);
-    char *buf = NULL;
-    size_t len = 0;
-    assert_true(dg_graph_to_msgpack(m.g, &buf, &len, st));
-    rt_header *h = req(RT_CREATE_SESSION, 0);
-    rt_header_set_blob(h, buf, len);
-    int64_t handle = raw_call(&r, h, NULL, 0, st);
-    assert_ok(st);
+    int64_t handle = raw_create(&r, m.g);
+    rt_header *h;
     h = req(RT_RUN_STEP, handle);
     rt_header_add_name(h, "^init");
     raw_call(&r, h, NULL, 0, st);
@@ -332,7 +343,6 @@ static void test_silent_client_loses_its_session(void **state) {
     assert_true(dg_session_run_target(s, m.init, st));
     assert_ok(st);
     dg_session_free(&s);
-    free(buf);
     dg_graph_free(&m.g);
     rt_transport_free(&r.tp);
     dg_status_free(&st);
@@ -373,13 +383,8 @@ static void test_wait_for_a_missing_task_ends_with_the_session(void **state) {
     raw_open(&r, t.worker_port);
     model m;
     dg_test_model_build(&m, true);
-    char *buf = NULL;
-    size_t len = 0;
-    assert_true(dg_graph_to_msgpack(m.g, &buf, &len, st));
-    rt_header *h = req(RT_CREATE_SESSION, 0);
-    rt_header_set_blob(h, buf, len);
-    int64_t handle = raw_call(&r, h, NULL, 0, st);
-    assert_ok(st);
+    int64_t handle = raw_create(&r, m.g);
+    rt_header *h;
     pending_answer a;
     memset(&a, 0, sizeof a);
     pthread_mutex_init(&a.mu, NULL);
@@ -404,7 +409,6 @@ static void test_wait_for_a_missing_task_ends_with_the_session(void **state) {
     assert_non_null(strstr(a.msg, "/job:ps/replica:0/task:0"));
     assert_int_equal(stats(t.worker_port).master_sessions, 0);
     pthread_mutex_destroy(&a.mu);
-    free(buf);
     dg_graph_free(&m.g);
     rt_transport_free(&r.tp);
     dg_status_free(&st);
