@@ -63,6 +63,7 @@ static int child_main(const dg_cluster *c) {
     dg_status *st = dg_status_new();
     dg_server_options o = dg_server_options_default();
     o.quiet = true;
+    o.max_ping_echo_bytes = -1;   // the round trips echo up to 64 MiB
     dg_server *s = dg_server_new(c, "bench", 0, &o, st);
     if (!s) {
         fprintf(stderr, "transport_bench (task 0): %s\n", dg_status_message(st));

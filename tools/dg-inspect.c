@@ -2212,13 +2212,21 @@ static int cmd_server(const options *o) {
     if (!dg_server_query_stats(o->file, NULL, NULL, 5000, &s, st)) {
         die_status("asking the server", st);
     } else {
-        if (o->json)
-            printf("{\"target\": \"%s\", \"registered_graphs\": %lld, \"master_sessions\": %lld, "
-                   "\"running_steps\": %lld}\n", o->file, (long long)s.registered_graphs,
-                   (long long)s.master_sessions, (long long)s.running_steps);
-        else
-            printf("registered_graphs %lld\nmaster_sessions %lld\nrunning_steps %lld\n",
-                   (long long)s.registered_graphs, (long long)s.master_sessions, (long long)s.running_steps);
+        const struct { const char *name; int64_t v; } f[] = {
+            {"registered_graphs", s.registered_graphs}, {"master_sessions", s.master_sessions},
+            {"running_steps", s.running_steps}, {"connections", s.connections},
+            {"max_connections", s.max_connections}, {"connections_closed", s.connections_closed},
+            {"accept_failures", s.accept_failures}, {"inflight_bytes", s.inflight_bytes},
+            {"transfers_refused", s.transfers_refused}, {"transfers_expired", s.transfers_expired},
+            {"transfers_abandoned", s.transfers_abandoned}, {"replies_dropped", s.replies_dropped},
+            {"requests_refused", s.requests_refused},
+            {"bad_messages", s.bad_messages},
+        };
+        size_t n = sizeof f / sizeof f[0];
+        if (o->json) printf("{\"target\": \"%s\"", o->file);
+        for (size_t i = 0; i < n; i++)
+            printf(o->json ? ", \"%s\": %lld" : "%s %lld\n", f[i].name, (long long)f[i].v);
+        if (o->json) printf("}\n");
         rc = 0;
     }
     dg_status_free(&st);

@@ -49,6 +49,22 @@ typedef struct dg_server_options {
     // Master service: threads running remote clients' steps (a step holds one while it runs).
     // 0: 16.
     int master_threads;
+    // Limits against peers that misbehave (docs/PROTOCOL.md, "Limits"; docs/SECURITY.md).
+    // Each hit is logged (at most once a second per kind) and counted (dg_server_stats).
+    // Connections accepted at once; beyond it the connection idle longest is closed. The
+    // server raises its soft descriptor limit to the hard one, and the cap is kept below what
+    // that limit leaves. 0: 4096.
+    int max_connections;
+    // Bytes of chunked transfers (tensors over 4 MiB) being received, all peers together;
+    // memory is committed only as chunks arrive. 0: 4 GiB.
+    int64_t max_inflight_bytes;
+    // A chunked transfer with no new chunk for this many ms is dropped. 0: 30000.
+    int64_t transfer_timeout_ms;
+    // Replies queued for one peer that does not read them; beyond it they are dropped. 0: 64.
+    int reply_queue_messages;
+    // Largest PING payload echoed (a test and benchmark hook: dg_server_ping); a larger one
+    // is answered RESOURCE_EXHAUSTED. 0: 64 KiB; negative: no limit.
+    int64_t max_ping_echo_bytes;
 } dg_server_options;
 
 dg_server_options dg_server_options_default(void);
@@ -74,6 +90,18 @@ typedef struct dg_server_stats {
     int64_t registered_graphs;   // partitions registered by masters (worker service)
     int64_t master_sessions;     // remote clients' sessions open on its master service
     int64_t running_steps;       // RUN_GRAPH steps running now
+    // Connections and limits (dg_server_options):
+    int64_t connections;         // accepted connections open now
+    int64_t max_connections;     // the cap in force
+    int64_t connections_closed;  // closed to stay under the cap
+    int64_t accept_failures;     // accepts that failed (out of descriptors)
+    int64_t inflight_bytes;      // committed to chunked transfers being received
+    int64_t transfers_refused;   // chunks refused (malformed, out of order, over the byte limit)
+    int64_t transfers_expired;   // chunked transfers dropped after transfer_timeout_ms
+    int64_t transfers_abandoned; // ... dropped because their sender left or began another
+    int64_t replies_dropped;     // replies to peers that did not read them
+    int64_t requests_refused;    // requests refused for a limit (max_ping_echo_bytes)
+    int64_t bad_messages;        // messages dropped or answered with an error
 } dg_server_stats;
 // Asks the task at target ("dg://host:port" or "host:port") for its counters, from any process,
 // waiting up to timeout_ms. curve keys as for dg_session_options (NULL: none).

@@ -262,11 +262,23 @@ bool dg_server_query_stats(const char *target, const char *curve_public_key, con
         dg_status_prepend(st, "asking %s for its counters", target ? target : "");
         return false;
     }
-    for (int i = 0; i < resp->n_names; i++) {
-        long long v = 0;
-        if (sscanf(resp->names[i], "registered_graphs=%lld", &v) == 1) out->registered_graphs = v;
-        else if (sscanf(resp->names[i], "master_sessions=%lld", &v) == 1) out->master_sessions = v;
-        else if (sscanf(resp->names[i], "running_steps=%lld", &v) == 1) out->running_steps = v;
+    const struct { const char *name; int64_t *v; } fields[] = {
+        {"registered_graphs", &out->registered_graphs}, {"master_sessions", &out->master_sessions},
+        {"running_steps", &out->running_steps}, {"connections", &out->connections},
+        {"max_connections", &out->max_connections}, {"connections_closed", &out->connections_closed},
+        {"accept_failures", &out->accept_failures}, {"inflight_bytes", &out->inflight_bytes},
+        {"transfers_refused", &out->transfers_refused}, {"transfers_expired", &out->transfers_expired},
+        {"transfers_abandoned", &out->transfers_abandoned}, {"replies_dropped", &out->replies_dropped},
+        {"requests_refused", &out->requests_refused},
+        {"bad_messages", &out->bad_messages},
+    };
+    for (int i = 0; i < resp->n_names; i++) {   // "name=value"; names this build does not know are skipped
+        const char *eq = strchr(resp->names[i], '=');
+        if (!eq) continue;
+        for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++)
+            if (strlen(fields[k].name) == (size_t)(eq - resp->names[i]) &&
+                strncmp(resp->names[i], fields[k].name, (size_t)(eq - resp->names[i])) == 0)
+                *fields[k].v = strtoll(eq + 1, NULL, 10);
     }
     drop(resp, NULL, 0);
     return true;

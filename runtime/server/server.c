@@ -16,6 +16,8 @@
 #include "strmap_impl.h"
 #include "status_impl.h"
 
+#define DEFAULT_MAX_PING_ECHO_BYTES ((int64_t)64 << 10)
+
 // A value held back for a task until the step's executor runs out of work (see flush).
 typedef struct held {
     struct held *next;
@@ -547,6 +549,18 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
     dg_status st = DG_STATUS_INIT;
     switch (h->type) {
     case RT_PING: {
+        int64_t limit = s->opts.max_ping_echo_bytes ? s->opts.max_ping_echo_bytes : DEFAULT_MAX_PING_ECHO_BYTES;
+        uint64_t bytes = 0;
+        for (int i = 0; i < n; i++) bytes += dg_tensor_nbytes(ts[i]);
+        if (limit > 0 && bytes > (uint64_t)limit) {
+            dg_status_setf(&st, DG_RESOURCE_EXHAUSTED, "PING: an echo of %llu bytes is over this server's limit "
+                           "of %lld (dg_server_options.max_ping_echo_bytes)", (unsigned long long)bytes,
+                           (long long)limit);
+            rt_transport_refused(s->tp, "%s%s%s", dg_status_message(&st), h->from ? " from " : "",
+                                 h->from ? h->from : "");
+            reply_err(j, &st);
+            break;
+        }
         rt_header *r = new_header();
         for (int i = 0; i < n; i++) rt_header_add_tensor(r, ts[i]);
         reply_ok(j, r, ts, n);
@@ -623,6 +637,24 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
         rt_header_add_name(r, line);
         snprintf(line, sizeof line, "running_steps=%lld", (long long)steps);
         rt_header_add_name(r, line);
+        rt_transport_stats tps = rt_transport_get_stats(s->tp);
+        const struct { const char *name; long long v; } counters[] = {
+            {"connections", (long long)tps.connections},
+            {"max_connections", (long long)tps.max_connections},
+            {"connections_closed", (long long)tps.connections_closed},
+            {"accept_failures", (long long)tps.accept_failures},
+            {"inflight_bytes", (long long)tps.inflight_bytes},
+            {"transfers_refused", (long long)tps.transfers_refused},
+            {"transfers_expired", (long long)tps.transfers_expired},
+            {"transfers_abandoned", (long long)tps.transfers_abandoned},
+            {"replies_dropped", (long long)tps.replies_dropped},
+            {"requests_refused", (long long)tps.requests_refused},
+            {"bad_messages", (long long)tps.bad_messages},
+        };
+        for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
+            snprintf(line, sizeof line, "%s=%lld", counters[i].name, counters[i].v);
+            rt_header_add_name(r, line);
+        }
         reply_ok(j, r, NULL, 0);
         break;
     }
@@ -706,6 +738,10 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
     to.quiet = s->opts.quiet;
     to.liveness_timeout_ms = s->opts.liveness_timeout_ms;
     to.busy_poll_us = s->opts.busy_poll_us;
+    to.max_connections = s->opts.max_connections;
+    to.max_inflight_bytes = s->opts.max_inflight_bytes;
+    to.transfer_timeout_ms = s->opts.transfer_timeout_ms;
+    to.reply_queue_messages = s->opts.reply_queue_messages;
     s->tp = rt_transport_new(&to, handle, s, st);
     if (!s->tp) {
         dg_status_prepend(st, "server %s", s->task_name);

@@ -2,7 +2,10 @@
  * Tensors leave without copies (zmq_msg_init_data holds a tensor reference until ZeroMQ is
  * done) and arrive without copies (the frame becomes the tensor's buffer), except chunked
  * pushes, which are assembled into one buffer as the chunks arrive. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -13,6 +16,8 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -74,15 +79,30 @@ typedef struct dealer {
     bool local;              // on this host (loopback): big frames may go by shared memory
 } dealer;
 
+// A chunked transfer being put together. A sender's chunks come in order on one connection
+// (rt_push sends them in one go), so a peer has at most one, and each chunk must be the next.
 typedef struct assembly {
     struct assembly *next;
-    unsigned char id[256];
+    unsigned char id[256];   // the peer's routing id
     size_t id_len;
     uint64_t xfer;
-    rt_header hdr;           // from the first chunk
     dg_tensor *t;
-    uint64_t received;
+    uint64_t received;       // bytes in, all before this offset
+    int64_t charged;         // bytes counted against max_inflight_bytes (pages touched)
+    int64_t last_ms;         // when its last chunk came (monotonic)
 } assembly;
+
+// An accepted connection of the ROUTER, known from the monitor's events.
+typedef struct conn {
+    bool open;
+    int64_t last_ms;         // accepted, or last message received on it (monotonic)
+    bool closing;            // shut down by us, its DISCONNECTED event not seen yet
+    size_t id_len;           // the routing id of its messages (0: none yet)
+    unsigned char id[256];
+} conn;
+
+// Kinds of limit hits, for logs at most once a second each.
+enum { LIM_CONN, LIM_ACCEPT, LIM_EXPIRED, LIM_ABANDONED, LIM_REPLY, LIM_REQUEST, LIM_KINDS };
 
 struct rt_transport {
     void *zctx;
@@ -117,6 +137,16 @@ struct rt_transport {
     zmq_msg_t **frames;      // MAX_FRAMES slots for the message being read (I/O thread only)
     int64_t busy_poll_ns;    // polling window after activity, 0: none (see busy_poll_us)
     int64_t last_active_ns;  // when the I/O thread last had something to do (I/O thread)
+    // Limits (I/O thread; the counters in stats are atomics read by others).
+    conn *conns;             // accepted connections by descriptor (bound transports)
+    int cap_conns;           // entries in conns
+    int n_conns, n_closing;  // open, and of those shut down by us
+    int max_conns;
+    int bound_port;
+    int64_t inflight;        // sum of the assemblies' charged bytes
+    int64_t limit_logged_ms[LIM_KINDS];
+    uint64_t limit_unlogged[LIM_KINDS];
+    int64_t trim_at_ms;      // when to malloc_trim (a second after a peer left), 0: not due
 };
 
 static int64_t now_ns(void) {
@@ -141,6 +171,9 @@ static void tlog(rt_transport *t, const char *fmt, ...) {
     va_end(ap);
     fprintf(stderr, "distgraph %s: %s\n", t->name, buf);
 }
+
+static void limit_hit(rt_transport *t, int kind, uint64_t *counter, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 static void free_tensor_hint(void *data, void *hint) {
     (void)data;
@@ -239,7 +272,13 @@ static bool send_frames(rt_transport *t, void *sock, const rt_peer *peer, const 
                         size_t slice_len, rt_shm_pool *shm) {
     // A reply to a peer that has gone fails here (ROUTER_MANDATORY); sending the other frames
     // anyway would make each of them a routing id of its own, and leak it.
-    if (peer && zmq_send(sock, peer->id, peer->len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return false;
+    if (peer && zmq_send(sock, peer->id, peer->len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        if (zmq_errno() == EAGAIN)   // its queue is full: a peer that does not read its answers
+            limit_hit(t, LIM_REPLY, &t->stats.replies_dropped,
+                      "dropped a reply: the peer has %d unread replies queued (reply_queue_messages)",
+                      t->opts.reply_queue_messages);
+        return false;
+    }
     zmq_msg_t m;
     zmq_msg_init_size(&m, hdr_len);
     memcpy(zmq_msg_data(&m), hdr, hdr_len);
@@ -560,55 +599,163 @@ static dg_tensor *assembly_tensor(const rt_tensor_desc *d, dg_status *st) {
     return t;
 }
 
-// Drops a bad chunk: frees its shared-memory slot (if any), counts and logs st, frees the rest.
-static void drop_chunk(rt_transport *t, rt_header *h, zmq_msg_t **frames, int n_frames, void *slot,
-                       dg_status *st) {
+// Counts a limit hit in *counter and logs it, at most once a second per kind (saying how
+// many more there were since the last line). I/O thread.
+static void limit_hit(rt_transport *t, int kind, uint64_t *counter, const char *fmt, ...) {
+    __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
+    int64_t now = now_ms();
+    if (t->limit_logged_ms[kind] && now - t->limit_logged_ms[kind] < 1000) {
+        t->limit_unlogged[kind]++;
+        return;
+    }
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (t->limit_unlogged[kind])
+        tlog(t, "%s (and %llu more like it since the last such line)", buf, (unsigned long long)t->limit_unlogged[kind]);
+    else
+        tlog(t, "%s", buf);
+    t->limit_logged_ms[kind] = now;
+    t->limit_unlogged[kind] = 0;
+}
+
+void rt_transport_refused(rt_transport *t, const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    limit_hit(t, LIM_REQUEST, &t->stats.requests_refused, "refused a request: %s", buf);
+}
+
+static void set_inflight(rt_transport *t, int64_t delta) {
+    t->inflight += delta;
+    __atomic_store_n(&t->stats.inflight_bytes, t->inflight, __ATOMIC_RELAXED);
+}
+
+// Unlinks *pp and frees it with its buffer.
+static void free_assembly(rt_transport *t, assembly **pp) {
+    assembly *a = *pp;
+    *pp = a->next;
+    set_inflight(t, -a->charged);
+    dg_tensor_unref(a->t);
+    free(a);
+}
+
+// The link pointing at the transfer of the peer with routing id (id, len), or NULL.
+static assembly **find_assembly(rt_transport *t, const unsigned char *id, size_t len) {
+    for (assembly **pp = &t->assemblies; *pp; pp = &(*pp)->next)
+        if ((*pp)->id_len == len && memcmp((*pp)->id, id, len) == 0) return pp;
+    return NULL;
+}
+
+static int64_t max_inflight(const rt_transport *t) {
+    return t->opts.max_inflight_bytes > 0 ? t->opts.max_inflight_bytes : RT_DEFAULT_MAX_INFLIGHT_BYTES;
+}
+
+static int64_t transfer_timeout_ms(const rt_transport *t) {
+    return t->opts.transfer_timeout_ms > 0 ? t->opts.transfer_timeout_ms : RT_DEFAULT_TRANSFER_TIMEOUT_MS;
+}
+
+// A chunk that breaks the rules: dropped with the peer's transfer, counted and logged.
+static void refuse_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_msg_t **frames, int n_frames,
+                         void *slot, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static void refuse_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_msg_t **frames, int n_frames,
+                         void *slot, const char *fmt, ...) {
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    assembly **pp = find_assembly(t, peer->id, peer->len);
+    if (pp) free_assembly(t, pp);
+    __atomic_add_fetch(&t->stats.transfers_refused, 1, __ATOMIC_RELAXED);
+    dg_status st = DG_STATUS_INIT;
+    dg_status_setf(&st, DG_INVALID_ARGUMENT, "TENSOR_CHUNK: %s", why);
+    bad_message(t, h->from, &st);
+    status_impl_clear(&st);
     rt_shm_release(slot);
-    bad_message(t, h->from, st);
-    status_impl_clear(st);
     close_frames(frames, 0, n_frames);
     rt_header_clear(h);
     free(h);
 }
 
+// Takes one chunk of a chunked transfer. The rules (docs/PROTOCOL.md): a transfer is one
+// tensor of more than 4 chunks; its chunks come in order, each RT_CHUNK_BYTES but the last, on
+// one connection; a peer has one transfer at a time (a chunk of a new one ends the old one).
+// Memory is committed only as bytes arrive (the buffer is mapped, not touched), and counted
+// against max_inflight_bytes in the pages the bytes touch.
 static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_msg_t **frames,
                        int n_frames) {
     dg_status st = DG_STATUS_INIT;
-    // A chunk's bytes come in the frame, or (from a peer on this host) in a shared-memory slot
-    // the frame describes: the sender cut the tensor into RT_CHUNK_BYTES pieces.
-    const void *bytes = n_frames == 1 ? zmq_msg_data(frames[0]) : NULL;
-    size_t len = n_frames == 1 ? zmq_msg_size(frames[0]) : 0;
-    void *slot = NULL;
-    if (n_frames == 1 && h->offset < h->total && !t->curve) {
-        size_t want = h->total - h->offset < RT_CHUNK_BYTES ? h->total - h->offset : RT_CHUNK_BYTES;
-        if (rt_shm_is_desc(bytes, len, want)) {
-            void *data = NULL;
-            if (!rt_shm_get(bytes, want, &data, &slot, &st)) {
-                dg_status_prepend(&st, "TENSOR_CHUNK");
-                drop_chunk(t, h, frames, n_frames, NULL, &st);
-                return;
-            }
-            bytes = data;
-            len = want;
-            __atomic_add_fetch(&t->stats.shm_frames_received, 1, __ATOMIC_RELAXED);
-        }
-    }
-    if (n_frames != 1 || h->n_tensors != 1 || h->tensors[0].nbytes != h->total ||
-        h->offset + len > h->total) {
-        dg_status_set(&st, DG_INVALID_ARGUMENT, "TENSOR_CHUNK: frame and header disagree");
-        drop_chunk(t, h, frames, n_frames, slot, &st);
+    uint64_t total = h->total, off = h->offset;
+    if (n_frames != 1 || h->n_tensors != 1 || h->tensors[0].nbytes != total) {
+        refuse_chunk(t, peer, h, frames, n_frames, NULL, "frame and header disagree");
         return;
     }
-    assembly *a = t->assemblies, **pp = &t->assemblies;
-    for (; a; pp = &a->next, a = a->next)
-        if (a->xfer == h->xfer && a->id_len == peer->len && memcmp(a->id, peer->id, peer->len) == 0) break;
-    if (a && (a->t->nbytes != h->total || a->t->dtype != h->tensors[0].dtype ||
+    if (total <= 4 * RT_CHUNK_BYTES || total > t->opts.max_message_bytes || off >= total ||
+        off % RT_CHUNK_BYTES != 0) {
+        refuse_chunk(t, peer, h, frames, n_frames, NULL,
+                     "offset %llu of %llu bytes (a transfer is %zu to %zu bytes in chunks of %zu)",
+                     (unsigned long long)off, (unsigned long long)total, 4 * RT_CHUNK_BYTES + 1,
+                     t->opts.max_message_bytes, RT_CHUNK_BYTES);
+        return;
+    }
+    size_t want = total - off < RT_CHUNK_BYTES ? total - off : RT_CHUNK_BYTES;
+    // A chunk's bytes come in the frame, or (from a peer on this host) in a shared-memory slot
+    // the frame describes.
+    const void *bytes = zmq_msg_data(frames[0]);
+    size_t len = zmq_msg_size(frames[0]);
+    void *slot = NULL;
+    if (!t->curve && rt_shm_is_desc(bytes, len, want)) {
+        void *data = NULL;
+        if (!rt_shm_get(bytes, want, &data, &slot, &st)) {
+            refuse_chunk(t, peer, h, frames, n_frames, NULL, "%s", dg_status_message(&st));
+            status_impl_clear(&st);
+            return;
+        }
+        bytes = data;
+        len = want;
+        __atomic_add_fetch(&t->stats.shm_frames_received, 1, __ATOMIC_RELAXED);
+    }
+    if (len != want) {
+        refuse_chunk(t, peer, h, frames, n_frames, slot, "%zu bytes at offset %llu, expected %zu", len,
+                     (unsigned long long)off, want);
+        return;
+    }
+    assembly **pp = find_assembly(t, peer->id, peer->len);
+    if (pp && (*pp)->xfer != h->xfer) {
+        limit_hit(t, LIM_ABANDONED, &t->stats.transfers_abandoned,
+                  "dropped transfer %llu%s%s at %llu of %zu bytes: the peer began another",
+                  (unsigned long long)(*pp)->xfer, h->from ? " from " : "", h->from ? h->from : "",
+                  (unsigned long long)(*pp)->received, (*pp)->t->nbytes);
+        free_assembly(t, pp);
+        pp = NULL;
+    }
+    assembly *a = pp ? *pp : NULL;
+    if (a && (a->t->nbytes != total || a->t->dtype != h->tensors[0].dtype ||
               !dg_shape_equal(&a->t->shape, &h->tensors[0].shape))) {
-        // The buffer was sized by the first chunk; a later one must describe the same tensor.
-        dg_status_setf(&st, DG_INVALID_ARGUMENT, "TENSOR_CHUNK: transfer %llu changed its tensor "
-                       "from %zu to %llu bytes", (unsigned long long)h->xfer, a->t->nbytes,
-                       (unsigned long long)h->total);
-        drop_chunk(t, h, frames, n_frames, slot, &st);
+        refuse_chunk(t, peer, h, frames, n_frames, slot, "transfer %llu changed its tensor from %zu to %llu bytes",
+                     (unsigned long long)h->xfer, a->t->nbytes, (unsigned long long)total);
+        return;
+    }
+    uint64_t expect = a ? a->received : 0;
+    if (off != expect) {
+        refuse_chunk(t, peer, h, frames, n_frames, slot, "transfer %llu: chunk at offset %llu, expected %llu%s",
+                     (unsigned long long)h->xfer, (unsigned long long)off, (unsigned long long)expect,
+                     a ? "" : " (no such transfer: it ended or expired)");
+        return;
+    }
+    // Pages touched once these bytes are in (huge pages: see assembly_tensor).
+    int64_t charge = (int64_t)mapped_bytes(off + len);
+    if (charge > (int64_t)mapped_bytes(total)) charge = (int64_t)mapped_bytes(total);
+    int64_t more = charge - (a ? a->charged : 0);
+    if (t->inflight + more > max_inflight(t)) {
+        refuse_chunk(t, peer, h, frames, n_frames, slot,
+                     "transfers in flight would hold %lld bytes, over the limit of %lld (max_inflight_bytes)",
+                     (long long)(t->inflight + more), (long long)max_inflight(t));
         return;
     }
     if (!a) {
@@ -620,38 +767,204 @@ static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_m
         a->t = assembly_tensor(&h->tensors[0], &st);
         if (!a->t) {
             free(a);
-            drop_chunk(t, h, frames, n_frames, slot, &st);
+            refuse_chunk(t, peer, h, frames, n_frames, slot, "%s", dg_status_message(&st));
+            status_impl_clear(&st);
             return;
         }
         a->next = t->assemblies;
         t->assemblies = a;
         pp = &t->assemblies;
     }
-    memcpy((char *)a->t->data + h->offset, bytes, len);
+    memcpy((char *)a->t->data + off, bytes, len);
     rt_shm_release(slot);
-    a->received += len;
     close_frames(frames, 0, n_frames);
-    if (a->received < h->total) {
+    a->received += len;
+    a->last_ms = now_ms();
+    set_inflight(t, more);
+    a->charged = charge;
+    if (a->received < total) {
         rt_header_clear(h);
         free(h);
         return;
     }
-    // Complete: unlink and deliver as one TENSOR message.
-    for (assembly **q = &t->assemblies; *q; q = &(*q)->next)
-        if (*q == a) {
-            *q = a->next;
-            break;
-        }
-    (void)pp;
+    // Complete: delivered as one TENSOR message.
     h->type = RT_TENSOR;
     dg_tensor **ts = malloc(sizeof *ts);
     if (!ts) abort();
-    ts[0] = a->t;
+    ts[0] = dg_tensor_ref(a->t);
+    free_assembly(t, pp);
     rt_peer *pc = malloc(sizeof *pc);
     if (!pc) abort();
     *pc = *peer;
-    free(a);
     t->handler(t->ctx, pc, h, ts, 1);
+}
+
+// Drops transfers that have waited too long for their next chunk. I/O thread.
+static void expire_transfers(rt_transport *t, int64_t now) {
+    for (assembly **pp = &t->assemblies; *pp;) {
+        assembly *a = *pp;
+        if (now - a->last_ms < transfer_timeout_ms(t)) {
+            pp = &a->next;
+            continue;
+        }
+        limit_hit(t, LIM_EXPIRED, &t->stats.transfers_expired,
+                  "dropped transfer %llu at %llu of %zu bytes: no chunk for %lld ms (transfer_timeout_ms)",
+                  (unsigned long long)a->xfer, (unsigned long long)a->received, a->t->nbytes,
+                  (long long)(now - a->last_ms));
+        free_assembly(t, pp);
+    }
+}
+
+// ---- connections (bound transports) ----
+// The ROUTER's connections are known from its monitor's events (accepted, disconnected, by
+// descriptor) and from the descriptor each message arrives on (ZMQ_SRCFD), which also tells
+// the routing id of the peer on it.
+
+static conn *conn_of(rt_transport *t, int fd) {
+    return fd >= 0 && fd < t->cap_conns && t->conns[fd].open ? &t->conns[fd] : NULL;
+}
+
+static void count_conns(rt_transport *t) {
+    __atomic_store_n(&t->stats.connections, (int64_t)t->n_conns, __ATOMIC_RELAXED);
+}
+
+static void conn_opened(rt_transport *t, int fd) {
+    if (fd < 0) return;
+    if (fd >= t->cap_conns) {
+        int cap = t->cap_conns ? t->cap_conns : 64;
+        while (cap <= fd) cap *= 2;
+        conn *nc = realloc(t->conns, (size_t)cap * sizeof *nc);
+        if (!nc) abort();
+        memset(nc + t->cap_conns, 0, (size_t)(cap - t->cap_conns) * sizeof *nc);
+        t->conns = nc;
+        t->cap_conns = cap;
+    }
+    conn *c = &t->conns[fd];
+    if (!c->open) t->n_conns++;
+    else if (c->closing) t->n_closing--;   // its close went unseen: the number was reused
+    *c = (conn){.open = true, .last_ms = now_ms()};
+    count_conns(t);
+}
+
+// The connection on fd is gone: so is the transfer its peer was sending.
+static void conn_closed(rt_transport *t, int fd) {
+    conn *c = conn_of(t, fd);
+    if (!c) return;
+    if (c->id_len) {
+        assembly **pp = find_assembly(t, c->id, c->id_len);
+        if (pp) {
+            limit_hit(t, LIM_ABANDONED, &t->stats.transfers_abandoned,
+                      "dropped transfer %llu at %llu of %zu bytes: the peer sending it left",
+                      (unsigned long long)(*pp)->xfer, (unsigned long long)(*pp)->received, (*pp)->t->nbytes);
+            free_assembly(t, pp);
+        }
+    }
+    if (c->closing) t->n_closing--;
+    c->open = false;
+    t->n_conns--;
+    count_conns(t);
+    t->trim_at_ms = now_ms() + 1000;
+}
+
+// What a peer that left made this process allocate (its messages, queued and taken) is free
+// but may stay in malloc's arenas: give it back to the system a second after the last peer
+// left (ZeroMQ frees a connection's buffers on its own thread, after the event).
+static void trim_if_due(rt_transport *t, int64_t now) {
+    if (!t->trim_at_ms || now < t->trim_at_ms) return;
+    malloc_trim(0);
+    t->trim_at_ms = 0;
+}
+
+// Whether fd is a TCP socket on the port we listen on (an accepted connection, not a socket
+// of our own to another task that has taken over a number whose close we have not seen yet).
+static bool accepted_here(const rt_transport *t, int fd) {
+    struct sockaddr_storage a;
+    socklen_t len = sizeof a;
+    if (getsockname(fd, (struct sockaddr *)&a, &len) != 0) return false;
+    int port = a.ss_family == AF_INET    ? ntohs(((struct sockaddr_in *)&a)->sin_port)
+               : a.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&a)->sin6_port)
+                                         : -1;
+    return port == t->bound_port;
+}
+
+// Closes the connection idle longest (ZeroMQ sees the shutdown and cleans up after it).
+// Returns false when there is none to close.
+static bool close_idlest(rt_transport *t, const char *why) {
+    for (;;) {
+        int best = -1;
+        for (int fd = 0; fd < t->cap_conns; fd++) {
+            const conn *c = &t->conns[fd];
+            if (c->open && !c->closing && (best < 0 || c->last_ms < t->conns[best].last_ms)) best = fd;
+        }
+        if (best < 0) return false;
+        conn *c = &t->conns[best];
+        if (!accepted_here(t, best) || shutdown(best, SHUT_RDWR) != 0) {
+            conn_closed(t, best);   // not ours any more: its close went unseen
+            continue;
+        }
+        c->closing = true;
+        t->n_closing++;
+        limit_hit(t, LIM_CONN, &t->stats.connections_closed,
+                  "closed a connection idle for %lld ms%s: %s", (long long)(now_ms() - c->last_ms),
+                  c->id_len ? "" : " (it never sent a message)", why);
+        return true;
+    }
+}
+
+static void on_monitor(rt_transport *t) {
+    char why[128];
+    for (int k = 0; k < 4096; k++) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        zmq_msg_init(&addr);
+        if (zmq_msg_recv(&ev, t->monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            zmq_msg_close(&addr);
+            break;
+        }
+        if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, t->monitor, 0);
+        if (zmq_msg_size(&ev) >= 6) {
+            uint16_t event;
+            uint32_t value;
+            memcpy(&event, zmq_msg_data(&ev), sizeof event);
+            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, sizeof value);
+            switch (event) {
+            case ZMQ_EVENT_ACCEPTED: conn_opened(t, (int)value); break;
+            case ZMQ_EVENT_DISCONNECTED:
+            case ZMQ_EVENT_CLOSED: conn_closed(t, (int)value); break;
+            case ZMQ_EVENT_ACCEPT_FAILED:
+                limit_hit(t, LIM_ACCEPT, &t->stats.accept_failures, "accepting a connection failed: %s",
+                          strerror((int)value));
+                // Out of descriptors: ZeroMQ tries again at once, and will until one is free.
+                if ((value == EMFILE || value == ENFILE) && t->n_closing == 0)
+                    close_idlest(t, "out of file descriptors");
+                break;
+            case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                __atomic_add_fetch(&t->stats.refused_peers, 1, __ATOMIC_RELAXED);
+                // The event names our own endpoint, not the peer's address.
+                tlog(t, "refused a peer connecting to %.*s: handshake failed (it does not hold the cluster key)",
+                     (int)zmq_msg_size(&addr), (const char *)zmq_msg_data(&addr));
+                break;
+            default: break;
+            }
+        }
+        zmq_msg_close(&ev);
+        zmq_msg_close(&addr);
+    }
+    snprintf(why, sizeof why, "over %d connections (max_connections)", t->max_conns);
+    while (t->n_conns - t->n_closing > t->max_conns && close_idlest(t, why)) {}
+}
+
+// A message came on descriptor fd from the peer with routing id (id, len).
+static void conn_heard(rt_transport *t, int fd, const rt_peer *peer) {
+    conn *c = conn_of(t, fd);
+    if (!c) return;
+    c->last_ms = now_ms();
+    if (c->id_len != peer->len || memcmp(c->id, peer->id, peer->len) != 0) {
+        memcpy(c->id, peer->id, peer->len);
+        c->id_len = peer->len;
+    }
 }
 
 static void on_router(rt_transport *t) {
@@ -669,6 +982,7 @@ static void on_router(rt_transport *t) {
         rt_peer peer;
         peer.len = zmq_msg_size(frames[0]);
         memcpy(peer.id, zmq_msg_data(frames[0]), peer.len);
+        if (t->conns) conn_heard(t, zmq_msg_get(frames[1], ZMQ_SRCFD), &peer);
         rt_header *h = malloc(sizeof *h);
         if (!h) abort();
         if (!rt_header_decode(zmq_msg_data(frames[1]), zmq_msg_size(frames[1]), h, &st)) {
@@ -838,6 +1152,8 @@ static void peer_incarnation(rt_transport *t, void *sock, uint64_t inc) {
 
 static void expire(rt_transport *t) {
     int64_t now = now_ms();
+    if (t->assemblies) expire_transfers(t, now);
+    trim_if_due(t, now);
     for (pending **pp = &t->pending; *pp;) {
         pending *p = *pp;
         if (p->deadline <= now) {
@@ -877,8 +1193,10 @@ static void expire(rt_transport *t) {
 // When the I/O thread must next look at its pending calls (deadlines and probes): ms from now,
 // -1 for never.
 static long next_wakeup(rt_transport *t) {
-    if (!t->pending) return -1;
-    int64_t soonest = INT64_MAX, now = now_ms();
+    if (!t->pending && !t->assemblies && !t->trim_at_ms) return -1;
+    int64_t soonest = t->trim_at_ms ? t->trim_at_ms : INT64_MAX, now = now_ms();
+    for (const assembly *a = t->assemblies; a; a = a->next)
+        if (a->last_ms + transfer_timeout_ms(t) < soonest) soonest = a->last_ms + transfer_timeout_ms(t);
     for (pending *p = t->pending; p; p = p->next) {
         if (p->deadline < soonest) soonest = p->deadline;
         if (!p->probe && t->opts.liveness_timeout_ms >= 0) {
@@ -890,27 +1208,6 @@ static long next_wakeup(rt_transport *t) {
         }
     }
     return soonest == INT64_MAX ? -1 : (long)(soonest > now ? soonest - now : 0);
-}
-
-static void on_monitor(rt_transport *t) {
-    zmq_msg_t ev, addr;
-    zmq_msg_init(&ev);
-    zmq_msg_init(&addr);
-    if (zmq_msg_recv(&ev, t->monitor, ZMQ_DONTWAIT) < 0) goto out;
-    if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, t->monitor, 0);
-    if (zmq_msg_size(&ev) >= 6) {
-        uint16_t event;
-        memcpy(&event, zmq_msg_data(&ev), sizeof event);
-        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
-            __atomic_add_fetch(&t->stats.refused_peers, 1, __ATOMIC_RELAXED);
-            // The event names our own endpoint, not the peer's address.
-            tlog(t, "refused a peer connecting to %.*s: handshake failed (it does not hold the cluster key)",
-                 (int)zmq_msg_size(&addr), (const char *)zmq_msg_data(&addr));
-        }
-    }
-out:
-    zmq_msg_close(&ev);
-    zmq_msg_close(&addr);
 }
 
 static void *io_main(void *arg) {
@@ -1041,6 +1338,25 @@ static void *zap_main(void *arg) {
     }
 }
 
+// The connection cap: asked (or the default), within what the descriptor limit leaves after
+// the process's other descriptors (sockets to other tasks, files; a reserve of 64 and an
+// eighth). A bound transport first raises the soft descriptor limit to the hard one (at most
+// 1 << 20): a server with many clients needs them, and the soft limit is often 1024.
+static int connection_cap(int asked) {
+    int cap = asked > 0 ? asked : RT_DEFAULT_MAX_CONNECTIONS;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return cap;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > ((rlim_t)1 << 20) ? (rlim_t)1 << 20 : rl.rlim_max;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        struct rlimit raised = {want, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl.rlim_cur = want;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY) return cap;
+    long fit = (long)rl.rlim_cur - 64 - (long)(rl.rlim_cur / 8);
+    if (fit < 16) fit = 16;
+    return cap < fit ? cap : (int)fit;
+}
+
 rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler handler, void *ctx,
                                dg_status *st) {
     rt_transport *t = calloc(1, sizeof *t);
@@ -1050,6 +1366,9 @@ rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler hand
     }
     t->opts = *opts;
     if (!t->opts.max_message_bytes) t->opts.max_message_bytes = (size_t)2 << 30;
+    if (t->opts.max_inflight_bytes <= 0) t->opts.max_inflight_bytes = RT_DEFAULT_MAX_INFLIGHT_BYTES;
+    if (t->opts.transfer_timeout_ms <= 0) t->opts.transfer_timeout_ms = RT_DEFAULT_TRANSFER_TIMEOUT_MS;
+    if (t->opts.reply_queue_messages <= 0) t->opts.reply_queue_messages = RT_DEFAULT_REPLY_QUEUE;
     int64_t busy_us = t->opts.busy_poll_us == 0 ? RT_DEFAULT_BUSY_POLL_US : t->opts.busy_poll_us;
     const char *busy_env = getenv("DG_BUSY_POLL_US");
     if (busy_env && *busy_env) {
@@ -1111,8 +1430,10 @@ rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler hand
         t->router = zmq_socket(t->zctx, ZMQ_ROUTER);
         int zero = 0, one = 1;
         zmq_setsockopt(t->router, ZMQ_LINGER, &zero, sizeof zero);
-        zmq_setsockopt(t->router, ZMQ_SNDHWM, &zero, sizeof zero);
-        zmq_setsockopt(t->router, ZMQ_RCVHWM, &zero, sizeof zero);
+        // Replies queue per peer up to reply_queue_messages, then are dropped (send_frames);
+        // requests queue per peer up to ZeroMQ's default (1000), then that peer's connection
+        // is read no further until the I/O thread catches up (TCP holds the sender back).
+        zmq_setsockopt(t->router, ZMQ_SNDHWM, &t->opts.reply_queue_messages, sizeof(int));
         zmq_setsockopt(t->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
         int64_t max = (int64_t)t->opts.max_message_bytes;
         zmq_setsockopt(t->router, ZMQ_MAXMSGSIZE, &max, sizeof max);
@@ -1128,20 +1449,33 @@ rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler hand
         }
         size_t len = sizeof t->endpoint;
         zmq_getsockopt(t->router, ZMQ_LAST_ENDPOINT, t->endpoint, &len);
+        const char *port = strrchr(t->endpoint, ':');
+        t->bound_port = port ? atoi(port + 1) : -1;
         char mon[128];
         snprintf(mon, sizeof mon, "inproc://monitor-%p", (void *)t);
-        // Only CURVE refusals count. A peer without the key or with another server key fails
+        // Connections come and go in the monitor's events (see on_monitor). Only CURVE
+        // refusals count as refused: a peer without the key or with another server key fails
         // the handshake with a protocol error here, or, when it notices the mismatch first and
         // hangs up, as a handshake without detail; a ZAP refusal is counted by zap_main.
         // Without CURVE nobody is refused: a handshake cut short there is a peer leaving early.
-        if (t->curve && zmq_socket_monitor(t->router, mon, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                           ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) == 0) {
-            t->monitor = zmq_socket(t->zctx, ZMQ_PAIR);
-            if (t->monitor && zmq_connect(t->monitor, mon) != 0) {
-                zmq_close(t->monitor);
-                t->monitor = NULL;
-            }
+        int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_ACCEPT_FAILED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED;
+        if (t->curve) events |= ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+        t->monitor = zmq_socket_monitor(t->router, mon, events) == 0 ? zmq_socket(t->zctx, ZMQ_PAIR) : NULL;
+        // No high-water mark: a dropped event would leave a connection uncounted.
+        if (t->monitor && (zmq_setsockopt(t->monitor, ZMQ_RCVHWM, &zero, sizeof zero) != 0 ||
+                           zmq_connect(t->monitor, mon) != 0)) {
+            zmq_close(t->monitor);
+            t->monitor = NULL;
         }
+        if (!t->monitor) {
+            dg_status_set(st, DG_INTERNAL, "transport: cannot watch the connections of the bound socket");
+            goto fail;
+        }
+        t->max_conns = connection_cap(t->opts.max_connections);
+        __atomic_store_n(&t->stats.max_connections, t->max_conns, __ATOMIC_RELAXED);
+        t->conns = calloc(64, sizeof *t->conns);
+        if (!t->conns) abort();
+        t->cap_conns = 64;
     }
     if (pthread_create(&t->thread, NULL, io_main, t) != 0) {
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "transport: cannot start the I/O thread");
@@ -1175,11 +1509,8 @@ void rt_transport_free(rt_transport **tp) {
         if (c->kind == CMD_CALL) fail_call(c->cb, c->arg, DG_CANCELLED, "the transport was shut down");
         free_cmd(c);
     }
-    for (assembly *a = t->assemblies, *next; a; a = next) {
-        next = a->next;
-        dg_tensor_unref(a->t);
-        free(a);
-    }
+    while (t->assemblies) free_assembly(t, &t->assemblies);
+    free(t->conns);
     for (int i = 0; i < t->n_dealers; i++) {
         if (t->dealers[i].sock) zmq_close(t->dealers[i].sock);
         free(t->dealers[i].endpoint);
@@ -1229,6 +1560,16 @@ rt_transport_stats rt_transport_get_stats(rt_transport *t) {
     s.refused_peers = __atomic_load_n(&t->stats.refused_peers, __ATOMIC_RELAXED);
     s.shm_frames_sent = __atomic_load_n(&t->stats.shm_frames_sent, __ATOMIC_RELAXED);
     s.shm_frames_received = __atomic_load_n(&t->stats.shm_frames_received, __ATOMIC_RELAXED);
+    s.connections = __atomic_load_n(&t->stats.connections, __ATOMIC_RELAXED);
+    s.max_connections = __atomic_load_n(&t->stats.max_connections, __ATOMIC_RELAXED);
+    s.connections_closed = __atomic_load_n(&t->stats.connections_closed, __ATOMIC_RELAXED);
+    s.accept_failures = __atomic_load_n(&t->stats.accept_failures, __ATOMIC_RELAXED);
+    s.inflight_bytes = __atomic_load_n(&t->stats.inflight_bytes, __ATOMIC_RELAXED);
+    s.transfers_refused = __atomic_load_n(&t->stats.transfers_refused, __ATOMIC_RELAXED);
+    s.transfers_expired = __atomic_load_n(&t->stats.transfers_expired, __ATOMIC_RELAXED);
+    s.transfers_abandoned = __atomic_load_n(&t->stats.transfers_abandoned, __ATOMIC_RELAXED);
+    s.replies_dropped = __atomic_load_n(&t->stats.replies_dropped, __ATOMIC_RELAXED);
+    s.requests_refused = __atomic_load_n(&t->stats.requests_refused, __ATOMIC_RELAXED);
     return s;
 }
 

@@ -38,9 +38,28 @@ typedef struct rt_transport_options {
     // most this much CPU time after each burst of traffic. 0: RT_DEFAULT_BUSY_POLL_US;
     // negative: off. The environment's DG_BUSY_POLL_US, when set, overrides (0 or less: off).
     int64_t busy_poll_us;
+    // Limits of a bound transport (docs/PROTOCOL.md, "Limits"); each hit is counted in
+    // rt_transport_stats and logged (at most once a second per kind).
+    // Connections accepted at once: beyond it, the connection idle longest is closed to make
+    // room (a client that connects and sends nothing cannot hold the server's descriptors).
+    // 0: RT_DEFAULT_MAX_CONNECTIONS, lowered to fit the process's descriptor limit.
+    int max_connections;
+    // Bytes committed to chunked transfers being assembled, all peers together; a chunk that
+    // would go beyond it ends its transfer. 0: RT_DEFAULT_MAX_INFLIGHT_BYTES.
+    int64_t max_inflight_bytes;
+    // A chunked transfer with no new chunk for this long is dropped. 0: RT_DEFAULT_TRANSFER_TIMEOUT_MS.
+    int64_t transfer_timeout_ms;
+    // Replies waiting to be taken by one peer that does not read them (ZeroMQ's high-water
+    // mark of a peer's outgoing queue, in messages); beyond it replies to that peer are
+    // dropped. 0: RT_DEFAULT_REPLY_QUEUE.
+    int reply_queue_messages;
 } rt_transport_options;
 
 #define RT_DEFAULT_BUSY_POLL_US 150
+#define RT_DEFAULT_MAX_CONNECTIONS 4096
+#define RT_DEFAULT_MAX_INFLIGHT_BYTES ((int64_t)4 << 30)
+#define RT_DEFAULT_TRANSFER_TIMEOUT_MS 30000
+#define RT_DEFAULT_REPLY_QUEUE 64
 
 // A request arrived. h and tensors are handed over (free h with rt_header_clear + free,
 // unref the tensors, free the array, rt_peer_free the peer, or pass them on).
@@ -78,8 +97,22 @@ typedef struct rt_transport_stats {
     uint64_t refused_peers;   // failed CurveZMQ handshakes
     uint64_t shm_frames_sent;       // tensor frames sent through shared memory
     uint64_t shm_frames_received;   // ... and received
+    // Limits (bound transports):
+    int64_t connections;            // accepted connections open now
+    int max_connections;            // the cap in force (after the descriptor limit)
+    uint64_t connections_closed;    // closed by the server to stay under the cap
+    uint64_t accept_failures;       // accepts that failed (descriptor limit reached)
+    int64_t inflight_bytes;         // committed to chunked transfers now
+    uint64_t transfers_refused;     // chunks refused: out of order, malformed, over the byte limit
+    uint64_t transfers_expired;     // chunked transfers dropped: no chunk within the time-out
+    uint64_t transfers_abandoned;   // ... dropped: the peer left, or began another one first
+    uint64_t replies_dropped;       // replies to peers whose queue was full
+    uint64_t requests_refused;      // requests a handler refused for a limit (rt_transport_refused)
 } rt_transport_stats;
 rt_transport_stats rt_transport_get_stats(rt_transport *t);
+// A handler refused a request for one of its limits: counted in requests_refused and logged
+// (at most once a second). On the I/O thread only (where handlers run).
+void rt_transport_refused(rt_transport *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 // "tcp://host:port" for a task address "host:port", "dg://host:port" or "tcp://host:port"
 // (the port a number in 1..65535). Returns: new, caller frees with free(); NULL with st set

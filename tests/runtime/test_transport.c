@@ -5,6 +5,7 @@
  * client cannot trust fail its call; CurveZMQ admits only holders of the cluster key pair.
  * Also covers the public hooks of runtime/ping.c. */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -760,6 +761,7 @@ static void ping_echo(rt_transport *tp, const char *ep, dg_tensor **ts, int n) {
 static void test_ping_round_trips(void **state) {
     dg_server_options o = dg_server_options_default();
     o.quiet = true;
+    o.max_ping_echo_bytes = -1;   // echoes up to 9 MiB
     int port;
     dg_server *srv = start_server(&o, &port, NULL);
     char ep[64];
@@ -1386,6 +1388,7 @@ static void test_curve(void **state) {
     o.curve_public_key = pub;
     o.curve_secret_key = sec;
     int port;
+    o.max_ping_echo_bytes = -1;   // the wire test echoes large tensors
     dg_server *srv = start_server(&o, &port, NULL);
     rt_transport *stp = rt_server_transport(srv);
     char ep[64];
@@ -1476,10 +1479,11 @@ static void test_ping_hooks(void **state) {
     dg_status *st = dg_status_new();
     dg_server_options o = dg_server_options_default();
     o.quiet = true;
-    int port;
-    dg_server *target = start_server(&o, &port, NULL);
     int cport;
     dg_server *me = start_server(&o, &cport, NULL);
+    int port;
+    o.max_ping_echo_bytes = -1;   // echoes 6 MiB below
+    dg_server *target = start_server(&o, &port, NULL);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
 
@@ -1533,6 +1537,199 @@ static void test_ping_hooks(void **state) {
     dg_status_free(&st);
 }
 
+// ---- limits (docs/PROTOCOL.md, "Limits") ----
+
+static rt_transport_stats server_stats(dg_server *srv) { return rt_transport_get_stats(rt_server_transport(srv)); }
+
+// Waits up to 3 s for cond (an expression over `st`, the server's counters) to hold.
+#define WAIT_STATS(srv, cond)                                                          \
+    do {                                                                               \
+        int64_t end_ = now_ms() + 3000;                                                \
+        rt_transport_stats st_;                                                        \
+        for (;;) {                                                                     \
+            st_ = server_stats(srv);                                                   \
+            const rt_transport_stats *sp = &st_;                                       \
+            (void)sp;                                                                  \
+            if (cond) break;                                                           \
+            if (now_ms() > end_) fail_msg("timed out waiting for %s", #cond);          \
+            sleep_ms(5);                                                               \
+        }                                                                              \
+    } while (0)
+
+// Sends chunk `off` of transfer xfer (total bytes) on s: RT_CHUNK_BYTES of 0xff, or fewer
+// for the last.
+static void send_chunk(void *s, uint64_t xfer, uint64_t total, uint64_t off) {
+    size_t len;
+    char *b = chunk_header(xfer, total, off, &len);
+    size_t n = total - off < RT_CHUNK_BYTES ? total - off : RT_CHUNK_BYTES;
+    const void *parts[] = {b, mib_of_ff};
+    const size_t lens[] = {len, n};
+    send_parts(s, parts, lens, 2);
+    free(b);
+}
+
+// Chunked transfers are accounted exactly: in order, one per peer, within the byte limit,
+// dropped on a time-out and when their sender leaves; what they held is given back.
+static void test_chunk_limits(void **state) {
+    (void)state;
+    if (!mib_of_ff) {
+        mib_of_ff = malloc(1u << 20);
+        memset(mib_of_ff, 0xff, 1u << 20);
+    }
+    dg_server_options o = dg_server_options_default();
+    o.quiet = true;
+    o.max_inflight_bytes = 6 << 20;
+    o.transfer_timeout_ms = 300;
+    int port;
+    dg_server *srv = start_server(&o, &port, NULL);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    void *zctx = zmq_ctx_new();
+    void *a = raw_dealer(zctx, ep);
+    const uint64_t MiB = 1u << 20, total = 10 * MiB;
+    uint64_t refused = 0;
+
+    send_chunk(a, 1, 3 * MiB, 0);   // 4 chunks or fewer are not chunked
+    WAIT_STATS(srv, sp->transfers_refused == refused + 1);
+    refused++;
+    send_chunk(a, 2, total, MiB);   // a transfer must begin at 0
+    WAIT_STATS(srv, sp->transfers_refused == refused + 1);
+    refused++;
+    // A chunk commits the huge page it touches, and no more.
+    send_chunk(a, 3, total, 0);
+    WAIT_STATS(srv, sp->inflight_bytes == (int64_t)(2 * MiB));
+    send_chunk(a, 3, total, 0);   // a duplicate: refused, and the transfer goes with it
+    WAIT_STATS(srv, sp->transfers_refused == refused + 1 && sp->inflight_bytes == 0);
+    refused++;
+    // Within max_inflight_bytes (6 MiB) up to chunk 5; chunk 6 would touch a fourth huge page.
+    for (uint64_t k = 0; k < 6; k++) send_chunk(a, 4, total, k * MiB);
+    WAIT_STATS(srv, sp->inflight_bytes == (int64_t)(6 * MiB));
+    assert_int_equal(server_stats(srv).transfers_refused, refused);
+    send_chunk(a, 4, total, 6 * MiB);
+    WAIT_STATS(srv, sp->transfers_refused == refused + 1 && sp->inflight_bytes == 0);
+    refused++;
+    // A peer beginning another transfer abandons its first.
+    send_chunk(a, 5, total, 0);
+    send_chunk(a, 6, total, 0);
+    WAIT_STATS(srv, sp->transfers_abandoned == 1 && sp->inflight_bytes == (int64_t)(2 * MiB));
+    // The peer leaves: its transfer goes.
+    zmq_close(a);
+    WAIT_STATS(srv, sp->transfers_abandoned == 2 && sp->inflight_bytes == 0);
+    // A transfer that stops: dropped after transfer_timeout_ms.
+    void *b = raw_dealer(zctx, ep);
+    send_chunk(b, 7, total, 0);
+    WAIT_STATS(srv, sp->inflight_bytes == (int64_t)(2 * MiB));
+    WAIT_STATS(srv, sp->transfers_expired == 1 && sp->inflight_bytes == 0);
+    // A whole transfer still arrives (the server drops the value of a step it does not know).
+    for (uint64_t off = 0; off < 6 * MiB; off += MiB) send_chunk(b, 8, 6 * MiB, off);
+    assert_serves(ep);
+    rt_transport_stats fin = server_stats(srv);
+    assert_int_equal(fin.transfers_refused, refused);
+    assert_int_equal(fin.inflight_bytes, 0);
+    zmq_close(b);
+    zmq_ctx_term(zctx);
+    dg_server_free(&srv);
+}
+
+// Raw TCP connections that never speak, beyond max_connections: the server closes the ones
+// idle longest and keeps answering new clients.
+static void test_connection_cap(void **state) {
+    (void)state;
+    dg_server_options o = dg_server_options_default();
+    o.quiet = true;
+    o.max_connections = 8;
+    int port;
+    dg_server *srv = start_server(&o, &port, NULL);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    assert_int_equal(server_stats(srv).max_connections, 8);
+    enum { N = 20 };
+    int fds[N];
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof sa), 0);
+    }
+    WAIT_STATS(srv, sp->connections_closed >= N - 8 && sp->connections <= 8);
+    assert_serves(ep);   // a new client is let in (an idle one makes room) and answered
+    // The closed ones see the end of their stream; the oldest went first.
+    int closed = 0;
+    for (int i = 0; i < N; i++) {
+        struct pollfd p = {fds[i], POLLIN, 0};
+        char buf[64];
+        if (poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP))) {
+            ssize_t r;
+            while ((r = recv(fds[i], buf, sizeof buf, MSG_DONTWAIT)) > 0) {}   // a ZMTP greeting
+            if (r == 0) closed++;
+        }
+    }
+    assert_true(closed >= N - 8);
+    for (int i = 0; i < N; i++) close(fds[i]);
+    WAIT_STATS(srv, sp->connections == 0);
+    dg_server_free(&srv);
+}
+
+// A peer that sends PINGs and never reads the answers: at most reply_queue_messages wait for
+// it (and what the kernel buffers), the rest are dropped and counted; a PING over the echo
+// limit is refused.
+static void test_reply_queue(void **state) {
+    (void)state;
+    dg_server_options o = dg_server_options_default();
+    o.quiet = true;
+    o.reply_queue_messages = 4;
+    int port;
+    dg_server *srv = start_server(&o, &port, NULL);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    void *zctx = zmq_ctx_new();
+    void *s = raw_dealer(zctx, ep);
+    int small = 1 << 20;   // our own receive queue must not be what fills
+    zmq_setsockopt(s, ZMQ_RCVHWM, &(int){1}, sizeof(int));
+    zmq_setsockopt(s, ZMQ_RCVBUF, &small, sizeof small);
+    dg_tensor *t = pattern_tensor(60u << 10, 3);   // under the 64 KiB echo limit
+    rt_header h;
+    rt_header_init(&h, RT_PING);
+    rt_header_add_tensor(&h, t);
+    size_t len;
+    char *b = encode(&h, &len);
+    for (int i = 0; i < 400; i++) {
+        const void *parts[] = {b, dg_tensor_data(t)};
+        const size_t lens[] = {len, dg_tensor_nbytes(t)};
+        send_parts(s, parts, lens, 2);
+    }
+    WAIT_STATS(srv, sp->replies_dropped > 0);
+    assert_serves(ep);
+    free(b);
+    rt_header_clear(&h);
+    dg_tensor_unref(t);
+    zmq_close(s);
+
+    // The echo limit (64 KiB by default).
+    s = raw_dealer(zctx, ep);
+    t = pattern_tensor(65u << 10, 4);
+    rt_header_init(&h, RT_PING);
+    h.id = 99;
+    rt_header_add_tensor(&h, t);
+    b = encode(&h, &len);
+    const void *parts[] = {b, dg_tensor_data(t)};
+    const size_t lens[] = {len, dg_tensor_nbytes(t)};
+    send_parts(s, parts, lens, 2);
+    rt_header r;
+    assert_int_equal(recv_response(s, 5000, &r, NULL), 0);
+    assert_int_equal(r.code, DG_RESOURCE_EXHAUSTED);
+    assert_true(r.id == 99);
+    assert_non_null(strstr(r.message, "max_ping_echo_bytes"));
+    rt_header_clear(&r);
+    free(b);
+    rt_header_clear(&h);
+    dg_tensor_unref(t);
+    zmq_close(s);
+    zmq_ctx_term(zctx);
+    dg_server_free(&srv);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_hostile_messages, teardown_capture),
@@ -1548,6 +1745,9 @@ int main(void) {
         cmocka_unit_test(test_liveness_probes),
         cmocka_unit_test_teardown(test_curve, teardown_capture),
         cmocka_unit_test(test_ping_hooks),
+        cmocka_unit_test(test_chunk_limits),
+        cmocka_unit_test(test_connection_cap),
+        cmocka_unit_test(test_reply_queue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

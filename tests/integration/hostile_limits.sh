@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# A task started as the README starts one (dg-server, default options) against peers that
+# misbehave (tests/tools/hostile_peer.c): its memory stays bounded and comes back, and it keeps
+# answering. docs/PROTOCOL.md, "Limits", says what bounds each case.
+#   chunks:      20 connections x 200 66-byte chunks far into fresh 1 GiB transfers (before the
+#                limits: 400 MiB kept for 13.9 KB of chunks), then 200 real first chunks (1 MiB
+#                each) of fresh transfers from one connection;
+#   pings:       8 PINGs of 100 MiB and 3000 of 60 KiB whose replies are never read (before the
+#                limits: 500 MiB held); each 100 MiB one takes its size while it is received;
+#   connections: under a limit of 256 descriptors, 300 raw TCP connections held while a new
+#                client PINGs every 100 ms: every PING is answered, and the task does not spin.
+# Each scenario prints its JSON line (growth in KiB), so the figures are in the test's log.
+source "$(dirname "$0")/common.bash"
+LIMIT_KB=$((64 * 1024))   # memory the misbehaving peer may make the task hold
+ROUNDS=4                  # each abuse is repeated: what stays after must not pile up
+# After the peer left, what stays is measured from before the first round and held to the same
+# bound: freed memory may stay in malloc's arenas for reuse (dg-server keeps freed buffers up
+# to its trim threshold, see dg_server_options.keep_malloc_settings), but it must not grow
+# round after round.
+MSG_KB=$((128 * 1024))    # peak while one 100 MiB message is being received
+start() {   # start PORT [ulimit]
+    ( [ -n "${2:-}" ] && ulimit -n "$2"; exec "$BIN/dg-server" --cluster_spec "worker|127.0.0.1:$1" --job_name worker \
+        --task_index 0 ) > "$TMP/server_$1" 2>&1 &
+    SRV=$!
+    PIDS+=($SRV)
+    for _ in $(seq 100); do task_stat "dg://127.0.0.1:$1" connections >/dev/null 2>&1 && return 0; sleep 0.05; done
+    cat "$TMP/server_$1"
+    fail "dg-server on port $1 did not come up"
+}
+# json JSON_LINE KEY: one value of a line.
+json() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+# check JSON_LINE KEY MAX: the line's KEY is at most MAX.
+check_at_most() {
+    local v
+    v=$(json "$1" "$2")
+    [ "$v" -le "$3" ] || fail "$2 = $v, over $3: $1"
+}
+read -r P1 P2 P3 <<< "$(free_ports 3)"
+
+start "$P1"
+first=""
+for _ in $(seq $ROUNDS); do
+    out=$("$BIN/hostile_peer" --target "127.0.0.1:$P1" --pid "$SRV" --scenario chunks --connections 20) ||
+        { echo "$out"; tail -20 "$TMP/server_$P1"; fail "the task stopped answering after the chunk flood"; }
+    echo "$out"
+    first=${first:-$(json "$out" rss_before_kb)}
+    check_at_most "$out" growth_peak_kb "$LIMIT_KB"
+    [ $(($(json "$out" rss_after_kb) - first)) -le "$LIMIT_KB" ] || fail "the chunk floods left memory behind: $out"
+done
+[ "$(task_stat "dg://127.0.0.1:$P1" inflight_bytes)" = 0 ] || fail "chunked transfers still held after the peers left"
+refused=$(task_stat "dg://127.0.0.1:$P1" transfers_refused)
+abandoned=$(task_stat "dg://127.0.0.1:$P1" transfers_abandoned)
+echo "transfers refused $refused, abandoned $abandoned"
+[ "$refused" -ge $((ROUNDS * 4000)) ] || fail "expected the 4000 chunks a round that begin nowhere refused, got $refused"
+[ "$abandoned" -ge $((ROUNDS * 199)) ] || fail "expected each first chunk to end the transfer before it, got $abandoned abandoned"
+grep -q "the peer began another" "$TMP/server_$P1" || fail "no log line for the abandoned transfers"
+
+start "$P2"
+first=""
+for _ in $(seq $ROUNDS); do
+    out=$("$BIN/hostile_peer" --target "127.0.0.1:$P2" --pid "$SRV" --scenario pings) ||
+        { echo "$out"; tail -20 "$TMP/server_$P2"; fail "the task stopped answering after the PING flood"; }
+    echo "$out"
+    first=${first:-$(json "$out" rss_before_kb)}
+    check_at_most "$out" growth_peak_kb "$MSG_KB"
+    check_at_most "$out" growth_held_kb "$LIMIT_KB"
+    [ $(($(json "$out" rss_after_kb) - first)) -le "$LIMIT_KB" ] || fail "the PING floods left memory behind: $out"
+done
+[ "$(task_stat "dg://127.0.0.1:$P2" replies_dropped)" -gt 0 ] || fail "no reply was dropped"
+[ "$(task_stat "dg://127.0.0.1:$P2" requests_refused)" -ge $((ROUNDS * 8)) ] || fail "the 100 MiB PINGs were not all refused"
+grep -q "max_ping_echo_bytes" "$TMP/server_$P2" || fail "no log line for the refused PINGs"
+
+start "$P3" 256
+max=$(task_stat "dg://127.0.0.1:$P3" max_connections)
+echo "max_connections under ulimit -n 256: $max"
+[ "$max" -lt 256 ] || fail "the connection cap ($max) does not fit 256 descriptors"
+out=$("$BIN/hostile_peer" --target "127.0.0.1:$P3" --pid "$SRV" --scenario connections --connections 300 \
+    --hold_ms 3000) || { echo "$out"; tail -20 "$TMP/server_$P3"; fail "PINGs went unanswered while 300 connections were held"; }
+echo "$out"
+python3 -c 'import json,sys
+d = json.loads(sys.argv[1])
+assert d["task_cpu_fraction"] < 0.5, "the task spins: %.0f%% CPU while connections are held" % (100 * d["task_cpu_fraction"])
+assert d["closed_by_task"] >= 300 - int(sys.argv[2]), d' "$out" "$max" || fail "connections: $out"
+[ "$(task_stat "dg://127.0.0.1:$P3" connections_closed)" -gt 0 ] || fail "no connection was closed"
+echo "PASS"
