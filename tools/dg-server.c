@@ -44,6 +44,14 @@ static void usage(FILE *f) {
         "  --curve_public_key KEY  CurveZMQ cluster key pair, 40-character Z85 strings; both\n"
         "  --curve_secret_key KEY  or neither (default: env DG_CURVE_PUBLIC_KEY and\n"
         "                          DG_CURVE_SECRET_KEY)\n"
+        "  --allow_unauthenticated serve an address other than loopback without CurveZMQ keys\n"
+        "                          (refused otherwise: anyone reaching the port could run graphs)\n"
+        "Limits (docs/PROTOCOL.md; each hit is logged and counted, dg-inspect server shows them):\n"
+        "  --max_connections N     connections at once; the one idle longest makes room\n"
+        "                          (default 4096, kept within the descriptor limit)\n"
+        "  --max_inflight_mb MB    chunked transfers being received, all peers (default 4096)\n"
+        "  --transfer_timeout_ms MS  a chunked transfer silent this long is dropped (30000)\n"
+        "  --max_ping_echo_bytes B largest PING echoed (default 65536; -1: no limit)\n"
         "  --quiet                 no log lines\n"
         "  --gen_curve_keys        print a fresh key pair as two lines\n"
         "                          DG_CURVE_PUBLIC_KEY=... and DG_CURVE_SECRET_KEY=..., exit\n"
@@ -70,7 +78,8 @@ typedef struct flags {
     const char *cluster_spec, *ps_hosts, *worker_hosts;
     const char *job_name, *task_index, *rpc_timeout_ms, *busy_poll_us, *client_lease_ms;
     const char *curve_public_key, *curve_secret_key;
-    bool quiet, help, gen_curve_keys;
+    const char *max_connections, *max_inflight_mb, *transfer_timeout_ms, *max_ping_echo_bytes;
+    bool quiet, help, gen_curve_keys, allow_unauthenticated;
 } flags;
 
 typedef struct flag_def {
@@ -90,6 +99,11 @@ static const flag_def flag_defs[] = {
     {"client_lease_ms", offsetof(flags, client_lease_ms), true},
     {"curve_public_key", offsetof(flags, curve_public_key), true},
     {"curve_secret_key", offsetof(flags, curve_secret_key), true},
+    {"max_connections", offsetof(flags, max_connections), true},
+    {"max_inflight_mb", offsetof(flags, max_inflight_mb), true},
+    {"transfer_timeout_ms", offsetof(flags, transfer_timeout_ms), true},
+    {"max_ping_echo_bytes", offsetof(flags, max_ping_echo_bytes), true},
+    {"allow_unauthenticated", offsetof(flags, allow_unauthenticated), false},
     {"quiet", offsetof(flags, quiet), false},
     {"help", offsetof(flags, help), false},
     {"gen_curve_keys", offsetof(flags, gen_curve_keys), false},
@@ -340,6 +354,28 @@ int main(int argc, char **argv) {
         bad_input("--client_lease_ms must be an integer from 100 to 86400000, got \"%s\"", f.client_lease_ms);
         goto out;
     }
+    int64_t v = 0;
+    if (f.max_connections && !parse_int64(f.max_connections, 16, 1 << 20, &v)) {
+        bad_input("--max_connections must be an integer from 16 to 1048576, got \"%s\"", f.max_connections);
+        goto out;
+    }
+    opts.max_connections = (int)v;
+    if (f.max_inflight_mb && !parse_int64(f.max_inflight_mb, 8, (int64_t)1 << 30, &opts.max_inflight_bytes)) {
+        bad_input("--max_inflight_mb must be an integer from 8 to 1073741824, got \"%s\"", f.max_inflight_mb);
+        goto out;
+    }
+    opts.max_inflight_bytes <<= 20;
+    if (f.transfer_timeout_ms && !parse_int64(f.transfer_timeout_ms, 100, 86400000, &opts.transfer_timeout_ms)) {
+        bad_input("--transfer_timeout_ms must be an integer from 100 to 86400000, got \"%s\"", f.transfer_timeout_ms);
+        goto out;
+    }
+    if (f.max_ping_echo_bytes && !parse_int64(f.max_ping_echo_bytes, -1, INT64_MAX, &opts.max_ping_echo_bytes)) {
+        bad_input("--max_ping_echo_bytes must be -1 (no limit) or a number of bytes, got \"%s\"",
+                  f.max_ping_echo_bytes);
+        goto out;
+    }
+    if (f.max_ping_echo_bytes && opts.max_ping_echo_bytes == 0) opts.max_ping_echo_bytes = 1;   // 0 is the default
+    opts.allow_unauthenticated = f.allow_unauthenticated;
     const char *pub = f.curve_public_key, *sec = f.curve_secret_key;
     const char *pub_src = "--curve_public_key", *sec_src = "--curve_secret_key";
     if (!pub && !sec) {

@@ -62,6 +62,11 @@ typedef struct dg_server_options {
     int64_t transfer_timeout_ms;
     // Replies queued for one peer that does not read them; beyond it they are dropped. 0: 64.
     int reply_queue_messages;
+    // Protected mode: a server whose address is not a loopback one (127.0.0.0/8, ::1,
+    // localhost) refuses to start without CurveZMQ keys, since anyone who reaches the port
+    // could run graphs and rewrite variables (docs/SECURITY.md). true serves such an address
+    // without authentication anyway: for a network only trusted machines reach.
+    bool allow_unauthenticated;
     // Largest PING payload echoed (a test and benchmark hook: dg_server_ping); a larger one
     // is answered RESOURCE_EXHAUSTED. 0: 64 KiB; negative: no limit.
     int64_t max_ping_echo_bytes;

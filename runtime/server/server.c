@@ -1,6 +1,9 @@
 /* The server of one task: transport, worker service (registered partitions run for a step
  * id, variables shared by name, the task's rendezvous) and the hooks the master uses. */
+#include <arpa/inet.h>
 #include <malloc.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -669,6 +672,33 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
 
 // ---- lifecycle ----
 
+// Whether the host of address "host:port" (colon points at the port's ':') is a loopback one:
+// every address it resolves to is in 127.0.0.0/8 or ::1. A name that does not resolve is not.
+static bool host_is_loopback(const char *addr, const char *colon) {
+    char host[256];
+    size_t n = (size_t)(colon - addr);
+    if (n == 0 || n >= sizeof host) return false;
+    memcpy(host, addr, n);
+    host[n] = 0;
+    if (host[0] == '[' && n > 2 && host[n - 1] == ']') {   // [::1]
+        memmove(host, host + 1, n - 2);
+        host[n - 2] = 0;
+    }
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0) return false;
+    bool all = res != NULL;
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        if (a->ai_family == AF_INET)
+            all &= (ntohl(((struct sockaddr_in *)a->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+        else if (a->ai_family == AF_INET6)
+            all &= IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr);
+        else
+            all = false;
+    }
+    freeaddrinfo(res);
+    return all;
+}
+
 static void tune_malloc(void) {
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
@@ -729,6 +759,19 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
     const char *colon = strrchr(addr, ':');
     snprintf(bind, sizeof bind, "tcp://%.*s:%s", (int)(colon - addr), addr, colon + 1);
     if (strncmp(addr, "localhost:", 10) == 0) snprintf(bind, sizeof bind, "tcp://127.0.0.1:%s", colon + 1);
+    bool keys = s->opts.curve_public_key && *s->opts.curve_public_key;
+    if (!keys && !s->opts.allow_unauthenticated && !host_is_loopback(addr, colon)) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION,
+                       "server %s: refusing to serve %s without authentication: anyone who reaches the port "
+                       "could run graphs and rewrite variables. Give the cluster's CurveZMQ keys (dg-server "
+                       "--curve_public_key/--curve_secret_key or DG_CURVE_PUBLIC_KEY/DG_CURVE_SECRET_KEY; "
+                       "dg_server_options.curve_*), serve a loopback address, or, on a network only trusted "
+                       "machines reach, allow it (dg-server --allow_unauthenticated; "
+                       "dg_server_options.allow_unauthenticated). See docs/SECURITY.md",
+                       s->task_name, bind);
+        dg_server_free(&s);
+        return NULL;
+    }
     rt_transport_options to;
     memset(&to, 0, sizeof to);
     to.bind = bind;

@@ -178,13 +178,25 @@ int rt_shm_pool_in_use(rt_shm_pool *p) {
     return n;
 }
 
-// ---- the receiving side: regions of other processes, mapped once and kept ----
+// ---- the receiving side: regions of other processes ----
+// A region is mapped on its first descriptor and kept while the sender lives: its header page
+// writable (to free slots), its slots read-only (a receiver never writes the sender's bytes).
+// Every slot handed out holds a reference; a region nobody holds whose creator has exited is
+// unmapped by rt_shm_sweep (a restarted peer's old region must not stay mapped for good).
 
 typedef struct mapping {
     uint32_t pid, region, nonce;
-    unsigned char *base;
+    unsigned char *hdr;      // HEADER_BYTES, read-write
+    unsigned char *slots;    // the slots, read-only
+    atomic_int refs;         // slots handed out and not yet released
     struct mapping *next;
 } mapping;
+
+// A slot handed out: rt_shm_release frees it and drops the reference.
+typedef struct hold {
+    mapping *m;
+    atomic_uint *state;
+} hold;
 
 static pthread_mutex_t maps_mu = PTHREAD_MUTEX_INITIALIZER;
 static mapping *maps;
@@ -194,49 +206,103 @@ bool rt_shm_is_desc(const void *frame, size_t frame_len, size_t expected_len) {
            memcmp(frame, RT_SHM_MAGIC, sizeof RT_SHM_MAGIC) == 0;
 }
 
-static unsigned char *map_region(uint32_t pid, uint32_t region, uint32_t nonce, dg_status *st) {
+static bool process_gone(uint32_t pid) { return kill((pid_t)pid, 0) != 0 && errno == ESRCH; }
+
+static void unmap(mapping *m) {
+    munmap(m->hdr, HEADER_BYTES);
+    munmap(m->slots, REGION_BYTES - HEADER_BYTES);
+    free(m);
+}
+
+static int sweep_locked(void) {
+    int n = 0;
+    for (mapping **pp = &maps; *pp;) {
+        mapping *m = *pp;
+        if (atomic_load(&m->refs) == 0 && process_gone(m->pid)) {
+            *pp = m->next;
+            unmap(m);
+            n++;
+        } else {
+            pp = &m->next;
+        }
+    }
+    return n;
+}
+
+int rt_shm_sweep(void) {
+    pthread_mutex_lock(&maps_mu);
+    int n = sweep_locked();
+    pthread_mutex_unlock(&maps_mu);
+    return n;
+}
+
+int rt_shm_num_mappings(void) {
+    pthread_mutex_lock(&maps_mu);
+    int n = 0;
+    for (mapping *m = maps; m; m = m->next) n++;
+    pthread_mutex_unlock(&maps_mu);
+    return n;
+}
+
+// Maps (or finds) the region and takes a reference on it.
+static mapping *map_region(uint32_t pid, uint32_t region, uint32_t nonce, dg_status *st) {
     pthread_mutex_lock(&maps_mu);
     for (mapping *m = maps; m; m = m->next)
         if (m->pid == pid && m->region == region && m->nonce == nonce) {
+            atomic_fetch_add(&m->refs, 1);
             pthread_mutex_unlock(&maps_mu);
-            return m->base;
+            return m;
         }
+    sweep_locked();   // a new region: often a peer that restarted, whose old one can go
     char name[64];
     region_name(name, sizeof name, pid, region);
-    unsigned char *base = NULL;
-    int fd = shm_open(name, O_RDWR, 0);
+    mapping *mp = NULL;
+    int fd = shm_open(name, O_RDWR | O_NOFOLLOW, 0);
     struct stat sb;
     if (fd < 0) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory %s: %s", name, strerror(errno));
     } else if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != REGION_BYTES) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory %s: %lld bytes, expected %zu", name,
                        (long long)sb.st_size, REGION_BYTES);
+    } else if (sb.st_uid != geteuid() || (sb.st_mode & 077) != 0) {
+        // Only a region of our own user that nobody else may open: another user's file (or one
+        // others could write) would let them feed us bytes.
+        dg_status_setf(st, DG_PERMISSION_DENIED, "shared memory %s: owned by uid %u with mode %03o; only "
+                       "regions of this user (uid %u) with mode 0600 are read", name, (unsigned)sb.st_uid,
+                       (unsigned)(sb.st_mode & 0777), (unsigned)geteuid());
     } else {
-        void *m = mmap(NULL, REGION_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (m == MAP_FAILED) {
+        void *h = mmap(NULL, HEADER_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        void *sl = h == MAP_FAILED ? MAP_FAILED
+                                   : mmap(NULL, REGION_BYTES - HEADER_BYTES, PROT_READ, MAP_SHARED, fd, HEADER_BYTES);
+        if (h == MAP_FAILED || sl == MAP_FAILED) {
             dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "mmap %s: %s", name, strerror(errno));
+            if (h != MAP_FAILED) munmap(h, HEADER_BYTES);
         } else {
-            const region_header *h = m;
-            if (h->magic != REGION_MAGIC || h->version != REGION_VERSION || h->n_slots != RT_SHM_SLOTS ||
-                h->slot_bytes != RT_SHM_SLOT_BYTES || h->region_bytes != REGION_BYTES ||
-                h->creator_pid != pid || h->nonce != nonce) {
+            const region_header *rh = h;
+            if (rh->magic != REGION_MAGIC || rh->version != REGION_VERSION || rh->n_slots != RT_SHM_SLOTS ||
+                rh->slot_bytes != RT_SHM_SLOT_BYTES || rh->region_bytes != REGION_BYTES ||
+                rh->creator_pid != pid || rh->nonce != nonce) {
                 dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory %s: not the region the "
                                "descriptor names (magic, version, slots, size or nonce differ)", name);
-                munmap(m, REGION_BYTES);
+                munmap(h, HEADER_BYTES);
+                munmap(sl, REGION_BYTES - HEADER_BYTES);
             } else {
-                base = m;
+                mp = calloc(1, sizeof *mp);
+                if (!mp) abort();
+                mp->pid = pid;
+                mp->region = region;
+                mp->nonce = nonce;
+                mp->hdr = h;
+                mp->slots = sl;
+                atomic_init(&mp->refs, 1);
+                mp->next = maps;
+                maps = mp;
             }
         }
     }
     if (fd >= 0) close(fd);
-    if (base) {
-        mapping *mp = malloc(sizeof *mp);
-        if (!mp) abort();
-        *mp = (mapping){pid, region, nonce, base, maps};
-        maps = mp;
-    }
     pthread_mutex_unlock(&maps_mu);
-    return base;
+    return mp;
 }
 
 bool rt_shm_get(const void *dp, size_t expected_len, void **data, void **slot_state, dg_status *st) {
@@ -253,21 +319,30 @@ bool rt_shm_get(const void *dp, size_t expected_len, void **data, void **slot_st
                        (unsigned long long)d.len, expected_len);
         return false;
     }
-    unsigned char *base = map_region(d.pid, d.region, d.nonce, st);
-    if (!base) return false;
-    region_header *h = (region_header *)base;
+    mapping *m = map_region(d.pid, d.region, d.nonce, st);
+    if (!m) return false;
+    region_header *h = (region_header *)m->hdr;
     if (atomic_load_explicit(&h->state[d.slot], memory_order_acquire) != 1) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory descriptor: slot %u of region %u-%u "
                        "is not held", d.slot, d.pid, d.region);
+        atomic_fetch_sub(&m->refs, 1);
         return false;
     }
-    *data = base + d.offset;
-    *slot_state = &h->state[d.slot];
+    hold *hd = malloc(sizeof *hd);
+    if (!hd) abort();
+    hd->m = m;
+    hd->state = &h->state[d.slot];
+    *data = m->slots + (d.offset - HEADER_BYTES);
+    *slot_state = hd;
     return true;
 }
 
 void rt_shm_release(void *slot_state) {
-    if (slot_state) atomic_store_explicit((atomic_uint *)slot_state, 0, memory_order_release);
+    hold *hd = slot_state;
+    if (!hd) return;
+    atomic_store_explicit(hd->state, 0, memory_order_release);
+    atomic_fetch_sub(&hd->m->refs, 1);
+    free(hd);
 }
 
 static void release_tensor(void *data, size_t n, void *arg) {

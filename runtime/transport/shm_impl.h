@@ -41,11 +41,17 @@ int rt_shm_pool_in_use(rt_shm_pool *p);
 // True when a frame of frame_len bytes standing for expected_len tensor bytes is a descriptor.
 bool rt_shm_is_desc(const void *frame, size_t frame_len, size_t expected_len);
 // Resolves a descriptor of expected_len bytes: *data points at the bytes in the sender's
-// region (mapped once per process and kept), *slot_state at the word rt_shm_release frees.
-// Checks the magic, the region's header, the slot index and the lengths. false with st set.
+// region (mapped read-only, once per process, while used or while the sender lives),
+// *slot_state is what rt_shm_release frees. Checks the magic, the region file (this user's,
+// mode 0600), its header, the slot index and the lengths. false with st set. A descriptor is
+// only taken from a peer on this host (the transport checks).
 bool rt_shm_get(const void *desc, size_t expected_len, void **data, void **slot_state, dg_status *st);
-// Frees the slot (after the bytes are no longer read).
+// Frees the slot (after the bytes are no longer read) and the reference it held on the region.
 void rt_shm_release(void *slot_state);
+// Unmaps the regions no slot is held in whose creator has exited. Returns how many went.
+int rt_shm_sweep(void);
+// Regions of other processes mapped now (for tests).
+int rt_shm_num_mappings(void);
 // A tensor over the bytes of a descriptor: its deallocator frees the slot. Returns: new; NULL
 // with st set.
 dg_tensor *rt_shm_tensor(const void *desc, dg_dtype dtype, dg_shape shape, size_t nbytes, dg_status *st);

@@ -95,6 +95,7 @@ typedef struct assembly {
 // An accepted connection of the ROUTER, known from the monitor's events.
 typedef struct conn {
     bool open;
+    signed char local;       // the peer is on this host: 1 yes, 0 no, -1 not known yet
     int64_t last_ms;         // accepted, or last message received on it (monotonic)
     bool closing;            // shut down by us, its DISCONNECTED event not seen yet
     size_t id_len;           // the routing id of its messages (0: none yet)
@@ -230,9 +231,10 @@ static void free_msg(void *data, size_t n, void *arg) {
 }
 
 // Frame -> tensor of description d without copying when the buffer is aligned. Consumes m.
-static dg_tensor *frame_tensor(rt_transport *t, zmq_msg_t *m, const rt_tensor_desc *d, dg_status *st) {
+// local: the frame came from a peer on this host, whose shared-memory descriptors are read.
+static dg_tensor *frame_tensor(rt_transport *t, zmq_msg_t *m, const rt_tensor_desc *d, bool local, dg_status *st) {
     size_t size = zmq_msg_size(m);
-    if (!t->curve && rt_shm_is_desc(zmq_msg_data(m), size, d->nbytes)) {
+    if (local && rt_shm_is_desc(zmq_msg_data(m), size, d->nbytes)) {
         // The bytes are in the sender's shared memory: read in place, the slot freed with the tensor.
         dg_tensor *t_shm = rt_shm_tensor(zmq_msg_data(m), d->dtype, d->shape, d->nbytes, st);
         zmq_msg_close(m);
@@ -298,7 +300,7 @@ static bool send_frames(rt_transport *t, void *sock, const rt_peer *peer, const 
         unsigned char desc[RT_SHM_DESC_BYTES];
         if (len == 0) {
             zmq_msg_init(&f);
-        } else if (shm && !t->curve && rt_shm_put(shm, data, len, desc)) {
+        } else if (shm && rt_shm_put(shm, data, len, desc)) {
             zmq_msg_init_size(&f, sizeof desc);
             memcpy(zmq_msg_data(&f), desc, sizeof desc);
             __atomic_add_fetch(&t->stats.shm_frames_sent, 1, __ATOMIC_RELAXED);
@@ -549,7 +551,7 @@ static void bad_message(rt_transport *t, const char *from, const dg_status *st) 
 
 // Validates frames against the header's tensor descriptions and turns them into tensors.
 static dg_tensor **frames_to_tensors(rt_transport *t, rt_header *h, zmq_msg_t **frames, int n_frames,
-                                     dg_status *st) {
+                                     bool local, dg_status *st) {
     if (n_frames != h->n_tensors) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "%s message: header describes %d tensors, %d frames follow",
                        rt_type_name(h->type), h->n_tensors, n_frames);
@@ -559,7 +561,7 @@ static dg_tensor **frames_to_tensors(rt_transport *t, rt_header *h, zmq_msg_t **
     dg_tensor **ts = calloc((size_t)n_frames + 1, sizeof *ts);
     if (!ts) abort();
     for (int i = 0; i < n_frames; i++) {
-        ts[i] = frame_tensor(t, frames[i], &h->tensors[i], st);
+        ts[i] = frame_tensor(t, frames[i], &h->tensors[i], local, st);
         frames[i] = NULL;   // consumed: owned by the tensor, or copied and closed
         if (!ts[i]) {
             dg_status_prepend(st, "%s message: tensor %d", rt_type_name(h->type), i);
@@ -688,7 +690,7 @@ static void refuse_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq
 // Memory is committed only as bytes arrive (the buffer is mapped, not touched), and counted
 // against max_inflight_bytes in the pages the bytes touch.
 static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_msg_t **frames,
-                       int n_frames) {
+                       int n_frames, bool local) {
     dg_status st = DG_STATUS_INIT;
     uint64_t total = h->total, off = h->offset;
     if (n_frames != 1 || h->n_tensors != 1 || h->tensors[0].nbytes != total) {
@@ -709,7 +711,7 @@ static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_m
     const void *bytes = zmq_msg_data(frames[0]);
     size_t len = zmq_msg_size(frames[0]);
     void *slot = NULL;
-    if (!t->curve && rt_shm_is_desc(bytes, len, want)) {
+    if (local && rt_shm_is_desc(bytes, len, want)) {
         void *data = NULL;
         if (!rt_shm_get(bytes, want, &data, &slot, &st)) {
             refuse_chunk(t, peer, h, frames, n_frames, NULL, "%s", dg_status_message(&st));
@@ -842,7 +844,7 @@ static void conn_opened(rt_transport *t, int fd) {
     conn *c = &t->conns[fd];
     if (!c->open) t->n_conns++;
     else if (c->closing) t->n_closing--;   // its close went unseen: the number was reused
-    *c = (conn){.open = true, .last_ms = now_ms()};
+    *c = (conn){.open = true, .local = -1, .last_ms = now_ms()};
     count_conns(t);
 }
 
@@ -864,6 +866,7 @@ static void conn_closed(rt_transport *t, int fd) {
     t->n_conns--;
     count_conns(t);
     t->trim_at_ms = now_ms() + 1000;
+    rt_shm_sweep();   // the regions of a peer that has exited, if nothing holds them
 }
 
 // What a peer that left made this process allocate (its messages, queued and taken) is free
@@ -956,15 +959,32 @@ static void on_monitor(rt_transport *t) {
     while (t->n_conns - t->n_closing > t->max_conns && close_idlest(t, why)) {}
 }
 
-// A message came on descriptor fd from the peer with routing id (id, len).
-static void conn_heard(rt_transport *t, int fd, const rt_peer *peer) {
+// Whether the peer on fd is on this host (a loopback address, or a Unix socket).
+static bool peer_on_this_host(int fd) {
+    struct sockaddr_storage a;
+    socklen_t len = sizeof a;
+    if (fd < 0 || getpeername(fd, (struct sockaddr *)&a, &len) != 0) return false;
+    if (a.ss_family == AF_UNIX) return true;
+    if (a.ss_family == AF_INET) return (ntohl(((struct sockaddr_in *)&a)->sin_addr.s_addr) >> 24) == 127;
+    if (a.ss_family == AF_INET6) {
+        const struct in6_addr *v6 = &((struct sockaddr_in6 *)&a)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(v6) || (IN6_IS_ADDR_V4MAPPED(v6) && v6->s6_addr[12] == 127);
+    }
+    return false;
+}
+
+// A message came on descriptor fd from the peer with routing id (id, len). Returns whether
+// that peer is on this host (its shared-memory descriptors are read; nobody else's are).
+static bool conn_heard(rt_transport *t, int fd, const rt_peer *peer) {
     conn *c = conn_of(t, fd);
-    if (!c) return;
+    if (!c) return peer_on_this_host(fd);   // its accept event is still on its way
     c->last_ms = now_ms();
     if (c->id_len != peer->len || memcmp(c->id, peer->id, peer->len) != 0) {
         memcpy(c->id, peer->id, peer->len);
         c->id_len = peer->len;
     }
+    if (c->local < 0) c->local = peer_on_this_host(fd);
+    return c->local;
 }
 
 static void on_router(rt_transport *t) {
@@ -982,7 +1002,7 @@ static void on_router(rt_transport *t) {
         rt_peer peer;
         peer.len = zmq_msg_size(frames[0]);
         memcpy(peer.id, zmq_msg_data(frames[0]), peer.len);
-        if (t->conns) conn_heard(t, zmq_msg_get(frames[1], ZMQ_SRCFD), &peer);
+        bool local = conn_heard(t, zmq_msg_get(frames[1], ZMQ_SRCFD), &peer);
         rt_header *h = malloc(sizeof *h);
         if (!h) abort();
         if (!rt_header_decode(zmq_msg_data(frames[1]), zmq_msg_size(frames[1]), h, &st)) {
@@ -996,10 +1016,10 @@ static void on_router(rt_transport *t) {
             rt_reply_error(t, p, 0, &st);
         } else if (h->type == RT_TENSOR_CHUNK) {
             close_frames(frames, 0, 2);
-            take_chunk(t, &peer, h, frames + 2, n - 2);
+            take_chunk(t, &peer, h, frames + 2, n - 2, local);
         } else {
             close_frames(frames, 0, 2);
-            dg_tensor **ts = frames_to_tensors(t, h, frames + 2, n - 2, &st);
+            dg_tensor **ts = frames_to_tensors(t, h, frames + 2, n - 2, local, &st);
             if (!ts) {
                 bad_message(t, h->from, &st);
                 rt_peer *p = malloc(sizeof *p);
@@ -1059,7 +1079,9 @@ static void on_dealer(rt_transport *t, void *sock) {
         free(h);
         goto out;
     }
-    dg_tensor **ts = h->type == RT_RESPONSE ? frames_to_tensors(t, h, frames + 1, n - 1, &st) : NULL;
+    dg_tensor **ts = h->type == RT_RESPONSE
+                         ? frames_to_tensors(t, h, frames + 1, n - 1, t->dealers[p->dealer].local, &st)
+                         : NULL;
     if (h->type != RT_RESPONSE && dg_status_ok(&st))
         dg_status_setf(&st, DG_INVALID_ARGUMENT, "expected a RESPONSE, got %s", rt_type_name(h->type));
     if (!ts) {
@@ -1410,7 +1432,7 @@ rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler hand
         memcpy(t->curve_sec, opts->curve_secret_key, 41);
     }
     const char *shm_env = getenv("DG_SHM");
-    t->shm_off = t->curve || opts->no_shm || (shm_env && strcmp(shm_env, "0") == 0);
+    t->shm_off = opts->no_shm || (shm_env && strcmp(shm_env, "0") == 0);
     t->zctx = zmq_ctx_new();
     t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!t->zctx || t->efd < 0) {

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -126,10 +128,93 @@ static void test_bad_descriptors(void **state) {
     dg_status_free(&st);
 }
 
+// A region of a child that exits: read while the child lives, released by its reader, then
+// unmapped by the sweep once the child is gone (a restarted peer's old region does not stay).
+// The bytes are mapped read-only: a write into them faults.
+static void test_dead_sender_unmapped(void **state) {
+    (void)state;
+    int fds[2], done[2];
+    assert_int_equal(pipe(fds), 0);
+    assert_int_equal(pipe(done), 0);
+    size_t n = 100000;
+    pid_t child = fork();
+    if (child == 0) {
+        dg_status *st = dg_status_new();
+        rt_shm_pool *p = rt_shm_pool_new(st);
+        unsigned char *src = malloc(n);
+        fill(src, n, 5);
+        unsigned char desc[RT_SHM_DESC_BYTES];
+        if (!p || !rt_shm_put(p, src, n, desc) || write(fds[1], desc, sizeof desc) != (ssize_t)sizeof desc) _exit(1);
+        char c;
+        if (read(done[0], &c, 1) != 1) _exit(2);   // the parent has read the bytes
+        _exit(0);   // without freeing the pool: a crash leaves its region as this does
+    }
+    unsigned char desc[RT_SHM_DESC_BYTES];
+    assert_int_equal(read(fds[0], desc, sizeof desc), (ssize_t)sizeof desc);
+    int before = rt_shm_num_mappings();
+    dg_status *st = dg_status_new();
+    dg_tensor *t = rt_shm_tensor(desc, DG_UINT8, dg_shape1((int64_t)n), n, st);
+    assert_ok(st);
+    assert_non_null(t);
+    unsigned char *want = malloc(n);
+    fill(want, n, 5);
+    assert_memory_equal(dg_tensor_data(t), want, n);
+    assert_int_equal(rt_shm_num_mappings(), before + 1);
+    pid_t writer = fork();   // writing into the sender's bytes must fault
+    if (writer == 0) {
+        signal(SIGSEGV, SIG_DFL);   // cmocka catches it in the test process
+        ((volatile unsigned char *)dg_tensor_data(t))[0] = 1;
+        _exit(0);
+    }
+    int ws;
+    assert_int_equal(waitpid(writer, &ws, 0), writer);
+    assert_true(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGSEGV);
+    assert_int_equal(write(done[1], "x", 1), 1);
+    assert_int_equal(waitpid(child, &ws, 0), child);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    assert_int_equal(rt_shm_sweep(), 0);   // still held by the tensor
+    assert_int_equal(rt_shm_num_mappings(), before + 1);
+    dg_tensor_unref(t);
+    assert_int_equal(rt_shm_sweep(), 1);
+    assert_int_equal(rt_shm_num_mappings(), before);
+    free(want);
+    dg_status_free(&st);
+    close(fds[0]);
+    close(fds[1]);
+    close(done[0]);
+    close(done[1]);
+}
+
+// A region file others may write (mode 0644 here) is refused, whatever it holds.
+static void test_region_permissions(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    rt_shm_pool *p = rt_shm_pool_new(st);
+    assert_ok(st);
+    size_t n = 100000;
+    unsigned char *src = calloc(1, n);
+    unsigned char desc[RT_SHM_DESC_BYTES];
+    assert_true(rt_shm_put(p, src, n, desc));
+    uint32_t pid, region;
+    memcpy(&pid, desc + 8, 4);
+    memcpy(&region, desc + 12, 4);
+    char name[64];
+    snprintf(name, sizeof name, "/dev/shm/dg-shm-%u-%u", pid, region);
+    assert_int_equal(chmod(name, 0644), 0);
+    dg_tensor *t = rt_shm_tensor(desc, DG_UINT8, dg_shape1((int64_t)n), n, st);
+    assert_null(t);
+    assert_status(st, DG_PERMISSION_DENIED, "mode 644");
+    rt_shm_pool_free(&p);
+    free(src);
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_other_process_reads),
         cmocka_unit_test(test_limits_and_reuse),
+        cmocka_unit_test(test_dead_sender_unmapped),
+        cmocka_unit_test(test_region_permissions),
         cmocka_unit_test(test_bad_descriptors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

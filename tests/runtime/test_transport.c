@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -1730,6 +1731,93 @@ static void test_reply_queue(void **state) {
     dg_server_free(&srv);
 }
 
+// An IPv4 address of this host other than loopback ("" when it has none).
+static void non_loopback_ipv4(char *out, size_t cap) {
+    out[0] = 0;
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0) return;
+    for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+            (ntohl(((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr) >> 24) != 127) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out, (socklen_t)cap);
+            break;
+        }
+    freeifaddrs(ifs);
+}
+
+// Protected mode: no server on an address others can reach without keys, unless allowed; and
+// shared-memory descriptors are read only from peers on a loopback address.
+static void test_protected_mode(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    int port = port_base() + 15;
+    char spec[96];
+    snprintf(spec, sizeof spec, "worker|0.0.0.0:%d", port);
+    dg_cluster *c = dg_cluster_from_spec_string(spec, st);
+    assert_ok(st);
+    dg_server_options o = dg_server_options_default();
+    o.quiet = true;
+    dg_server *s = dg_server_new(c, "worker", 0, &o, st);
+    assert_null(s);
+    assert_status(st, DG_FAILED_PRECONDITION, "without authentication");
+    dg_status_reset(st);
+    char pub[41], sec[41];
+    assert_true(dg_curve_keypair(pub, sec, st));
+    o.curve_public_key = pub;
+    o.curve_secret_key = sec;
+    s = dg_server_new(c, "worker", 0, &o, st);   // with keys: served
+    assert_ok(st);
+    assert_non_null(s);
+    dg_server_free(&s);
+    o.curve_public_key = o.curve_secret_key = NULL;
+    o.allow_unauthenticated = true;
+    s = dg_server_new(c, "worker", 0, &o, st);   // told so: served without
+    assert_ok(st);
+    assert_non_null(s);
+
+    // A real descriptor of a region of ours, sent from another address of this host: its
+    // 40 bytes are taken for what they are, not followed.
+    char ip[64];
+    non_loopback_ipv4(ip, sizeof ip);
+    if (ip[0]) {
+        rt_shm_pool *pool = rt_shm_pool_new(st);
+        assert_ok(st);
+        dg_tensor *t = pattern_tensor(128u << 10, 9);
+        unsigned char desc[RT_SHM_DESC_BYTES];
+        assert_true(rt_shm_put(pool, dg_tensor_data(t), dg_tensor_nbytes(t), desc));
+        char ep[96];
+        snprintf(ep, sizeof ep, "tcp://%s:%d", ip, port);
+        void *zctx = zmq_ctx_new();
+        void *d = raw_dealer(zctx, ep);
+        rt_header h;
+        rt_header_init(&h, RT_PING);
+        h.id = 31;
+        rt_header_add_tensor(&h, t);
+        size_t len;
+        char *b = encode(&h, &len);
+        const void *parts[] = {b, desc};
+        const size_t lens[] = {len, sizeof desc};
+        send_parts(d, parts, lens, 2);
+        rt_header r;
+        assert_int_equal(recv_response(d, 5000, &r, NULL), 0);
+        assert_int_equal(r.code, DG_INVALID_ARGUMENT);
+        assert_non_null(strstr(r.message, "a tensor frame has 40 bytes"));
+        rt_header_clear(&r);
+        free(b);
+        rt_header_clear(&h);
+        zmq_close(d);
+        zmq_ctx_term(zctx);
+        assert_int_equal(rt_shm_pool_in_use(pool), 1);   // never read, so never freed
+        dg_tensor_unref(t);
+        rt_shm_pool_free(&pool);
+    } else {
+        fprintf(stderr, "test_protected_mode: no address but loopback here; the remote descriptor case is skipped\n");
+    }
+    dg_server_free(&s);
+    dg_cluster_free(&c);
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_hostile_messages, teardown_capture),
@@ -1748,6 +1836,7 @@ int main(void) {
         cmocka_unit_test(test_chunk_limits),
         cmocka_unit_test(test_connection_cap),
         cmocka_unit_test(test_reply_queue),
+        cmocka_unit_test(test_protected_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
