@@ -134,6 +134,12 @@ void exec_rendezvous_close(exec_rendezvous *r, const dg_status *why);
 void exec_rendezvous_end_step(exec_rendezvous *r, int64_t step_id);
 // Abort marks held (a hash set by step id; past 100000 the oldest are dropped).
 int exec_rendezvous_num_abort_marks(exec_rendezvous *r);
+// Drops the values that have waited older_than_ms or more for their receiver, of the steps
+// running (may be NULL) says are not running here: a step whose master died before starting
+// it never takes them. Those steps are marked aborted (a late start fails at once). running is
+// called without the rendezvous's lock held. Returns the number of values dropped.
+int exec_rendezvous_drop_stale(exec_rendezvous *r, int64_t older_than_ms, bool (*running)(void *ctx, int64_t step_id),
+                               void *ctx);
 
 #define DT_BIT(t) (1u << (t))
 #define DT_FLOATS (DT_BIT(DG_FLOAT32) | DT_BIT(DG_FLOAT64))

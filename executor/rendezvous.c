@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "exec_impl.h"
 #include "status_impl.h"
@@ -17,6 +18,7 @@ typedef struct entry {
     exec_recv_cb cb;         // a receiver waiting
     void *cb_arg;
     int cb_node;
+    int64_t since_ms;        // when the value came (monotonic)
 } entry;
 
 // A waiting kernel's cancel callback (exec_rendezvous_on_cancel).
@@ -60,6 +62,12 @@ exec_rendezvous *exec_rendezvous_new(void) {
     exec_rendezvous *r = calloc(1, sizeof *r);
     if (r) pthread_mutex_init(&r->mu, NULL);
     return r;
+}
+
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void free_entry(entry *e) {
@@ -200,6 +208,7 @@ bool exec_rendezvous_deliver(exec_rendezvous *r, int64_t step_id, const char *ke
     }
     e->step_id = step_id;
     e->value = dg_tensor_ref(t);
+    e->since_ms = mono_ms();
     put(r, e);
     pthread_mutex_unlock(&r->mu);
     return true;
@@ -409,4 +418,57 @@ bool exec_rendezvous_forget_cancel(exec_rendezvous *r, int64_t token) {
     pthread_mutex_unlock(&r->mu);
     free(found);
     return found != NULL;
+}
+
+int exec_rendezvous_drop_stale(exec_rendezvous *r, int64_t older_than_ms, bool (*running)(void *ctx, int64_t step_id),
+                               void *ctx) {
+    int64_t now = mono_ms();
+    int64_t *steps = NULL;
+    int n = 0, cap = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int b = 0; b < N_BUCKETS; b++)
+        for (entry *e = r->buckets[b]; e; e = e->next) {
+            if (!e->value || e->cb || now - e->since_ms < older_than_ms) continue;
+            bool seen = false;
+            for (int i = 0; i < n && !seen; i++) seen = steps[i] == e->step_id;
+            if (seen) continue;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                int64_t *ns = realloc(steps, (size_t)cap * sizeof *ns);
+                if (!ns) break;
+                steps = ns;
+            }
+            steps[n++] = e->step_id;
+        }
+    pthread_mutex_unlock(&r->mu);
+    int dropped = 0;
+    for (int i = 0; i < n; i++) {
+        if (running && running(ctx, steps[i])) continue;
+        dg_status why = DG_STATUS_INIT;
+        dg_status_setf(&why, DG_ABORTED, "its values waited %lld ms or more for a step that never ran here",
+                       (long long)older_than_ms);
+        exec_rendezvous_abort(r, steps[i], &why);   // a late start fails at once
+        status_impl_clear(&why);
+        entry *gone = NULL;
+        pthread_mutex_lock(&r->mu);
+        for (int b = 0; b < N_BUCKETS; b++)
+            for (entry **pp = &r->buckets[b]; *pp;) {
+                entry *e = *pp;
+                if (e->step_id == steps[i] && e->value && !e->cb) {
+                    *pp = e->next;
+                    e->next = gone;
+                    gone = e;
+                } else {
+                    pp = &e->next;
+                }
+            }
+        pthread_mutex_unlock(&r->mu);
+        for (entry *e = gone, *next; e; e = next) {
+            next = e->next;
+            free_entry(e);
+            dropped++;
+        }
+    }
+    free(steps);
+    return dropped;
 }

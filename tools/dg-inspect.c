@@ -2214,7 +2214,8 @@ static int cmd_server(const options *o) {
     } else {
         const struct { const char *name; int64_t v; } f[] = {
             {"registered_graphs", s.registered_graphs}, {"master_sessions", s.master_sessions},
-            {"running_steps", s.running_steps}, {"connections", s.connections},
+            {"running_steps", s.running_steps}, {"graphs_orphaned", s.graphs_orphaned},
+            {"values_expired", s.values_expired}, {"connections", s.connections},
             {"max_connections", s.max_connections}, {"connections_closed", s.connections_closed},
             {"accept_failures", s.accept_failures}, {"inflight_bytes", s.inflight_bytes},
             {"transfers_refused", s.transfers_refused}, {"transfers_expired", s.transfers_expired},

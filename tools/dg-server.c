@@ -52,6 +52,8 @@ static void usage(FILE *f) {
         "  --max_inflight_mb MB    chunked transfers being received, all peers (default 4096)\n"
         "  --transfer_timeout_ms MS  a chunked transfer silent this long is dropped (30000)\n"
         "  --max_ping_echo_bytes B largest PING echoed (default 65536; -1: no limit)\n"
+        "  --orphan_timeout_ms MS  graphs of a master whose connection closed are freed after\n"
+        "                          this long unless it runs them again (default 60000)\n"
         "  --quiet                 no log lines\n"
         "  --gen_curve_keys        print a fresh key pair as two lines\n"
         "                          DG_CURVE_PUBLIC_KEY=... and DG_CURVE_SECRET_KEY=..., exit\n"
@@ -78,7 +80,7 @@ typedef struct flags {
     const char *cluster_spec, *ps_hosts, *worker_hosts;
     const char *job_name, *task_index, *rpc_timeout_ms, *busy_poll_us, *client_lease_ms;
     const char *curve_public_key, *curve_secret_key;
-    const char *max_connections, *max_inflight_mb, *transfer_timeout_ms, *max_ping_echo_bytes;
+    const char *max_connections, *max_inflight_mb, *transfer_timeout_ms, *max_ping_echo_bytes, *orphan_timeout_ms;
     bool quiet, help, gen_curve_keys, allow_unauthenticated;
 } flags;
 
@@ -103,6 +105,7 @@ static const flag_def flag_defs[] = {
     {"max_inflight_mb", offsetof(flags, max_inflight_mb), true},
     {"transfer_timeout_ms", offsetof(flags, transfer_timeout_ms), true},
     {"max_ping_echo_bytes", offsetof(flags, max_ping_echo_bytes), true},
+    {"orphan_timeout_ms", offsetof(flags, orphan_timeout_ms), true},
     {"allow_unauthenticated", offsetof(flags, allow_unauthenticated), false},
     {"quiet", offsetof(flags, quiet), false},
     {"help", offsetof(flags, help), false},
@@ -375,6 +378,10 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (f.max_ping_echo_bytes && opts.max_ping_echo_bytes == 0) opts.max_ping_echo_bytes = 1;   // 0 is the default
+    if (f.orphan_timeout_ms && !parse_int64(f.orphan_timeout_ms, 100, 86400000, &opts.orphan_timeout_ms)) {
+        bad_input("--orphan_timeout_ms must be an integer from 100 to 86400000, got \"%s\"", f.orphan_timeout_ms);
+        goto out;
+    }
     opts.allow_unauthenticated = f.allow_unauthenticated;
     const char *pub = f.curve_public_key, *sec = f.curve_secret_key;
     const char *pub_src = "--curve_public_key", *sec_src = "--curve_secret_key";

@@ -67,6 +67,12 @@ typedef struct dg_server_options {
     // could run graphs and rewrite variables (docs/SECURITY.md). true serves such an address
     // without authentication anyway: for a network only trusted machines reach.
     bool allow_unauthenticated;
+    // A graph registered by a master whose connection has closed (a worker program killed
+    // without deregistering) is freed after this many ms unless that master runs it again
+    // first (its connection came back). Steps it had running here are aborted at once, and
+    // values that have waited this long for a step that never started here are dropped.
+    // Checked when a peer leaves and when the counters are asked for. 0: 60000.
+    int64_t orphan_timeout_ms;
     // Largest PING payload echoed (a test and benchmark hook: dg_server_ping); a larger one
     // is answered RESOURCE_EXHAUSTED. 0: 64 KiB; negative: no limit.
     int64_t max_ping_echo_bytes;
@@ -95,6 +101,8 @@ typedef struct dg_server_stats {
     int64_t registered_graphs;   // partitions registered by masters (worker service)
     int64_t master_sessions;     // remote clients' sessions open on its master service
     int64_t running_steps;       // RUN_GRAPH steps running now
+    int64_t graphs_orphaned;     // graphs freed because the master that registered them left
+    int64_t values_expired;      // values dropped after waiting orphan_timeout_ms for a step never run
     // Connections and limits (dg_server_options):
     int64_t connections;         // accepted connections open now
     int64_t max_connections;     // the cap in force

@@ -264,7 +264,8 @@ bool dg_server_query_stats(const char *target, const char *curve_public_key, con
     }
     const struct { const char *name; int64_t *v; } fields[] = {
         {"registered_graphs", &out->registered_graphs}, {"master_sessions", &out->master_sessions},
-        {"running_steps", &out->running_steps}, {"connections", &out->connections},
+        {"running_steps", &out->running_steps}, {"graphs_orphaned", &out->graphs_orphaned},
+        {"values_expired", &out->values_expired}, {"connections", &out->connections},
         {"max_connections", &out->max_connections}, {"connections_closed", &out->connections_closed},
         {"accept_failures", &out->accept_failures}, {"inflight_bytes", &out->inflight_bytes},
         {"transfers_refused", &out->transfers_refused}, {"transfers_expired", &out->transfers_expired},

@@ -20,6 +20,7 @@
 #include "status_impl.h"
 
 #define DEFAULT_MAX_PING_ECHO_BYTES ((int64_t)64 << 10)
+#define DEFAULT_ORPHAN_TIMEOUT_MS 60000
 
 // A value held back for a task until the step's executor runs out of work (see flush).
 typedef struct held {
@@ -37,7 +38,9 @@ typedef struct registered {
     dg_graph *graph;
     exec_graph *eg;
     int running;
-    bool dead;   // deregistered while running
+    bool dead;            // deregistered while running
+    rt_peer *owner;       // the connection of the master that registered it (or last ran it)
+    int64_t orphaned_ms;  // when that connection closed (monotonic), 0: owned
 } registered;
 
 struct dg_server {
@@ -66,6 +69,9 @@ struct dg_server {
     char **route_strs;      // keys and values of routes, owned
     int n_route_strs;
     master_service *master;  // sessions of clients in other processes
+    struct job *running;     // RUN_GRAPH steps started and not done, under mu
+    int64_t graphs_orphaned; // graphs freed because their master left, under mu
+    int64_t values_expired;  // rendezvous values dropped by sweep_orphans, under mu
 };
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -261,11 +267,14 @@ typedef struct job {
     dg_tensor **ts;
     int n;
     registered *r;   // RUN_GRAPH: its graph, acquired when the request came; NULL: none
+    rt_peer *owner;  // a started RUN_GRAPH: who asked (kept after peer goes to the reply)
+    struct job *prev_run, *next_run;   // in s->running, under mu
 } job;
 
 static void release_graph(dg_server *s, registered *r);
 
 static void job_free(job *j) {
+    rt_peer_free(j->owner);
     if (j->r) release_graph(j->s, j->r);
     if (j->h) {
         rt_header_clear(j->h);
@@ -360,7 +369,7 @@ static void do_register(job *j) {
         int64_t handle = ++s->next_handle;
         registered *reg = calloc(1, sizeof *reg);
         if (!reg) abort();
-        *reg = (registered){handle, g, eg, 0, false};
+        *reg = (registered){handle, g, eg, 0, false, j->peer ? rt_peer_copy(j->peer) : NULL, 0};
         s->graphs[s->n_graphs++] = reg;
         pthread_mutex_unlock(&s->mu);
         rt_header *r = new_header();
@@ -371,20 +380,116 @@ static void do_register(job *j) {
 }
 
 static void free_registered(registered *r) {
+    rt_peer_free(r->owner);
     exec_graph_free(&r->eg);
     dg_graph_free(&r->graph);
     free(r);
 }
 
-// The partition with this handle, with a run reference taken; NULL if unknown.
-static registered *acquire_graph(dg_server *s, int64_t handle) {
+// The partition with this handle, with a run reference taken; NULL if unknown. A graph
+// orphaned by its master's connection is claimed by the peer that runs it (a master whose
+// connection broke and came back).
+static registered *acquire_graph(dg_server *s, int64_t handle, const rt_peer *peer) {
     pthread_mutex_lock(&s->mu);
     registered *found = NULL;
     for (int i = 0; i < s->n_graphs && !found; i++)
         if (s->graphs[i]->handle == handle) found = s->graphs[i];
-    if (found) found->running++;
+    if (found) {
+        found->running++;
+        if (found->orphaned_ms && peer) {
+            rt_peer_free(found->owner);
+            found->owner = rt_peer_copy(peer);
+            found->orphaned_ms = 0;
+        }
+    }
     pthread_mutex_unlock(&s->mu);
     return found;
+}
+
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t orphan_timeout_ms(const dg_server *s) {
+    return s->opts.orphan_timeout_ms > 0 ? s->opts.orphan_timeout_ms : DEFAULT_ORPHAN_TIMEOUT_MS;
+}
+
+static bool step_running(void *ctx, int64_t step_id) {
+    dg_server *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    bool found = false;
+    for (job *j = s->running; j && !found; j = j->next_run) found = j->h->step_id == step_id;
+    pthread_mutex_unlock(&s->mu);
+    return found;
+}
+
+// Frees what masters that are gone left here: graphs whose master's connection closed
+// orphan_timeout_ms ago or more and that nobody has run since (a master killed without
+// deregistering), and values that have waited as long for a step that never started here.
+static void sweep_orphans(dg_server *s) {
+    int dropped = exec_rendezvous_drop_stale(s->rv, orphan_timeout_ms(s), step_running, s);
+    if (dropped) {
+        pthread_mutex_lock(&s->mu);
+        s->values_expired += dropped;
+        pthread_mutex_unlock(&s->mu);
+        if (!s->opts.quiet)
+            fprintf(stderr, "distgraph %s: dropped %d values that waited %lld ms or more for steps that never ran here\n",
+                    s->task_name, dropped, (long long)orphan_timeout_ms(s));
+    }
+    int64_t now = mono_ms();
+    registered *gone[64];
+    int n_gone = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_graphs && n_gone < 64;) {
+        registered *r = s->graphs[i];
+        if (r->orphaned_ms && now - r->orphaned_ms >= orphan_timeout_ms(s)) {
+            s->graphs[i] = s->graphs[--s->n_graphs];
+            s->graphs_orphaned++;
+            if (r->running) r->dead = true;   // the last run frees it
+            else gone[n_gone++] = r;
+            if (!s->opts.quiet)
+                fprintf(stderr, "distgraph %s: freed graph %lld: the master that registered it left %lld ms ago\n",
+                        s->task_name, (long long)r->handle, (long long)(now - r->orphaned_ms));
+        } else {
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n_gone; i++) free_registered(gone[i]);
+}
+
+// The transport's on_peer_gone (I/O thread): the steps that peer started here can never be
+// answered, so they are aborted (their waits end, their values go); the graphs it registered
+// are orphaned, and freed unless claimed within orphan_timeout_ms.
+static void peer_gone(void *ctx, const rt_peer *peer) {
+    dg_server *s = ctx;
+    int64_t *steps = NULL;
+    int n_steps = 0, cap = 0;
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&s->mu);
+    for (job *j = s->running; j; j = j->next_run)
+        if (rt_peer_equal(j->owner, peer)) {
+            if (n_steps == cap) {
+                cap = cap ? 2 * cap : 8;
+                steps = realloc(steps, (size_t)cap * sizeof *steps);
+                if (!steps) abort();
+            }
+            steps[n_steps++] = j->h->step_id;
+        }
+    for (int i = 0; i < s->n_graphs; i++)
+        if (!s->graphs[i]->orphaned_ms && rt_peer_equal(s->graphs[i]->owner, peer)) s->graphs[i]->orphaned_ms = now;
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n_steps; i++) {
+        dg_status st = DG_STATUS_INIT;
+        dg_status_setf(&st, DG_ABORTED, "%s: the master that ran step %lld here left (its connection closed)",
+                       s->task_name, (long long)steps[i]);
+        exec_rendezvous_abort(s->rv, steps[i], &st);
+        status_impl_clear(&st);
+    }
+    free(steps);
+    sweep_orphans(s);
 }
 
 static void release_graph(dg_server *s, registered *r) {
@@ -432,9 +537,19 @@ static void run_finished(dg_server *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
+static void unlink_run(dg_server *s, job *j) {
+    pthread_mutex_lock(&s->mu);
+    if (j->prev_run) j->prev_run->next_run = j->next_run;
+    else if (s->running == j) s->running = j->next_run;
+    if (j->next_run) j->next_run->prev_run = j->prev_run;
+    j->prev_run = j->next_run = NULL;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void run_done(void *arg, const dg_status *st) {
     job *j = arg;
     dg_server *s = j->s;
+    unlink_run(s, j);
     exec_rendezvous_end_step(s->rv, j->h->step_id);
     if (!st) reply_ok(j, new_header(), NULL, 0);
     else reply_err(j, st);
@@ -449,7 +564,13 @@ static bool start_run(job *j) {
     dg_status st = DG_STATUS_INIT;
     pthread_mutex_lock(&s->mu);
     bool closing = s->closing;
-    if (!closing && j->r) s->n_started++;
+    if (!closing && j->r) {
+        s->n_started++;
+        j->owner = j->peer ? rt_peer_copy(j->peer) : NULL;
+        j->next_run = s->running;
+        if (s->running) s->running->prev_run = j;
+        s->running = j;
+    }
     pthread_mutex_unlock(&s->mu);
     if (closing || !j->r) {
         if (closing)
@@ -463,6 +584,7 @@ static bool start_run(job *j) {
     }
     exec_step_options o = {j->h->step_id, s->rv, 0};
     if (exec_graph_start(j->r->eg, &o, run_done, j, &st)) return true;
+    unlink_run(s, j);
     run_finished(s);
     exec_rendezvous_end_step(s->rv, j->h->step_id);
     reply_err(j, &st);
@@ -548,7 +670,7 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
     dg_server *s = ctx;
     job *j = calloc(1, sizeof *j);
     if (!j) abort();
-    *j = (job){s, peer, h, ts, n, NULL};
+    *j = (job){.s = s, .peer = peer, .h = h, .ts = ts, .n = n};
     dg_status st = DG_STATUS_INIT;
     switch (h->type) {
     case RT_PING: {
@@ -602,7 +724,7 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
     case RT_RUN_GRAPH:
         // A light partition (or an unknown handle, answered at once) starts here, on the I/O
         // thread; the others on the service pool.
-        j->r = acquire_graph(s, h->handle);
+        j->r = acquire_graph(s, h->handle, peer);
         if (!j->r || exec_graph_is_light(j->r->eg)) {
             if (!start_run(j)) job_free(j);
         } else {
@@ -631,14 +753,20 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
     case RT_SERVER_STATUS: {
         rt_header *r = new_header();
         char line[64];
+        sweep_orphans(s);
         pthread_mutex_lock(&s->mu);
-        int64_t graphs = s->n_graphs, steps = s->n_started;
+        int64_t graphs = s->n_graphs, steps = s->n_started, orphaned = s->graphs_orphaned;
+        int64_t expired = s->values_expired;
         pthread_mutex_unlock(&s->mu);
         snprintf(line, sizeof line, "registered_graphs=%lld", (long long)graphs);
         rt_header_add_name(r, line);
         snprintf(line, sizeof line, "master_sessions=%lld", (long long)master_service_num_sessions(s->master));
         rt_header_add_name(r, line);
         snprintf(line, sizeof line, "running_steps=%lld", (long long)steps);
+        rt_header_add_name(r, line);
+        snprintf(line, sizeof line, "graphs_orphaned=%lld", (long long)orphaned);
+        rt_header_add_name(r, line);
+        snprintf(line, sizeof line, "values_expired=%lld", (long long)expired);
         rt_header_add_name(r, line);
         rt_transport_stats tps = rt_transport_get_stats(s->tp);
         const struct { const char *name; long long v; } counters[] = {
@@ -785,6 +913,7 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
     to.max_inflight_bytes = s->opts.max_inflight_bytes;
     to.transfer_timeout_ms = s->opts.transfer_timeout_ms;
     to.reply_queue_messages = s->opts.reply_queue_messages;
+    to.on_peer_gone = peer_gone;
     s->tp = rt_transport_new(&to, handle, s, st);
     if (!s->tp) {
         dg_status_prepend(st, "server %s", s->task_name);

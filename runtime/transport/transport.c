@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "keys_impl.h"
 #include "shm_impl.h"
 #include "status_impl.h"
 #include "tensor_impl.h"
@@ -35,6 +36,17 @@ struct rt_peer {
 };
 
 void rt_peer_free(rt_peer *p) { free(p); }
+
+rt_peer *rt_peer_copy(const rt_peer *p) {
+    rt_peer *c = malloc(sizeof *c);
+    if (!c) abort();
+    *c = *p;
+    return c;
+}
+
+bool rt_peer_equal(const rt_peer *a, const rt_peer *b) {
+    return a && b && a->len == b->len && memcmp(a->id, b->id, a->len) == 0;
+}
 
 typedef enum cmd_kind { CMD_CALL, CMD_PUSH, CMD_REPLY } cmd_kind;
 
@@ -131,6 +143,7 @@ struct rt_transport {
     char name[128];
     char endpoint[256];
     char curve_pub[41], curve_sec[41];
+    char dealer_error[512];  // why the last DEALER could not be made (I/O thread)
     bool curve;
     rt_transport_stats stats;
     rt_shm_pool *shm;        // the slots big frames to local peers go through (I/O thread)
@@ -330,12 +343,23 @@ static void *new_dealer_socket(rt_transport *t, const char *endpoint) {
     int64_t max = (int64_t)t->opts.max_message_bytes;
     zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof max);
     if (t->curve) {
-        zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, t->curve_pub, 40);
+        char server_key[RT_KEY_Z85];
+        memcpy(server_key, t->curve_pub, sizeof server_key);   // one key pair for the cluster
+        dg_status st = DG_STATUS_INIT;
+        if (t->opts.keys && !rt_keyring_server_key(t->opts.keys, endpoint, server_key, &st)) {
+            snprintf(t->dealer_error, sizeof t->dealer_error, "%s", dg_status_message(&st));
+            tlog(t, "cannot connect to %s: %s", endpoint, t->dealer_error);
+            status_impl_clear(&st);
+            zmq_close(s);
+            return NULL;
+        }
+        zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_key, 40);
         zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, t->curve_pub, 40);
         zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, t->curve_sec, 40);
     }
     if (zmq_connect(s, endpoint) != 0) {
-        tlog(t, "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
+        snprintf(t->dealer_error, sizeof t->dealer_error, "%s", zmq_strerror(zmq_errno()));
+        tlog(t, "cannot connect to %s: %s", endpoint, t->dealer_error);
         zmq_close(s);
         return NULL;
     }
@@ -455,7 +479,7 @@ static void run_cmd(rt_transport *t, cmd *c) {
         int di = dealer_index(t, c->endpoint);
         if (di < 0) {
             if (c->kind == CMD_CALL)
-                fail_call(c->cb, c->arg, DG_UNAVAILABLE, "cannot connect to %s", c->endpoint);
+                fail_call(c->cb, c->arg, DG_UNAVAILABLE, "cannot connect to %s: %s", c->endpoint, t->dealer_error);
         } else if (c->kind == CMD_CALL) {
             // Sent before it is pending: a failed send must not fail it twice. Its answer is
             // read on this thread, later.
@@ -861,6 +885,12 @@ static void conn_closed(rt_transport *t, int fd) {
             free_assembly(t, pp);
         }
     }
+    if (c->id_len && t->opts.on_peer_gone) {
+        rt_peer gone;
+        gone.len = c->id_len;
+        memcpy(gone.id, c->id, c->id_len);
+        t->opts.on_peer_gone(t->ctx, &gone);
+    }
     if (c->closing) t->n_closing--;
     c->open = false;
     t->n_conns--;
@@ -946,8 +976,9 @@ static void on_monitor(rt_transport *t) {
             case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
                 __atomic_add_fetch(&t->stats.refused_peers, 1, __ATOMIC_RELAXED);
                 // The event names our own endpoint, not the peer's address.
-                tlog(t, "refused a peer connecting to %.*s: handshake failed (it does not hold the cluster key)",
-                     (int)zmq_msg_size(&addr), (const char *)zmq_msg_data(&addr));
+                tlog(t, "refused a peer connecting to %.*s: handshake failed (%s)", (int)zmq_msg_size(&addr),
+                     (const char *)zmq_msg_data(&addr),
+                     t->opts.keys ? "it does not know this task's key" : "it does not hold the cluster key");
                 break;
             default: break;
             }
@@ -1341,12 +1372,14 @@ static void *zap_main(void *arg) {
         if (n == 7 && zmq_msg_size(&parts[5]) == 5 && memcmp(zmq_msg_data(&parts[5]), "CURVE", 5) == 0 &&
             zmq_msg_size(&parts[6]) == 32) {
             uint8_t want[32];
-            if (zmq_z85_decode(want, t->curve_pub)) ok = memcmp(want, zmq_msg_data(&parts[6]), 32) == 0;
+            if (t->opts.keys) ok = rt_keyring_allows(t->opts.keys, zmq_msg_data(&parts[6]));
+            else if (zmq_z85_decode(want, t->curve_pub)) ok = memcmp(want, zmq_msg_data(&parts[6]), 32) == 0;
         }
         if (!ok) {
             __atomic_add_fetch(&t->stats.refused_peers, 1, __ATOMIC_RELAXED);
-            tlog(t, "refused a peer at %.*s: it does not hold the cluster key",
-                 n > 3 ? (int)zmq_msg_size(&parts[3]) : 0, n > 3 ? (const char *)zmq_msg_data(&parts[3]) : "");
+            tlog(t, "refused a peer at %.*s: %s", n > 3 ? (int)zmq_msg_size(&parts[3]) : 0,
+                 n > 3 ? (const char *)zmq_msg_data(&parts[3]) : "",
+                 t->opts.keys ? "its key is not in the key directory" : "it does not hold the cluster key");
         }
         const char *version = "1.0";
         zmq_send(t->zap, version, 3, ZMQ_SNDMORE);

@@ -12,15 +12,21 @@ typedef struct rt_transport rt_transport;
 // Who sent a request, for the reply. Owned by whoever holds it; free with rt_peer_free.
 typedef struct rt_peer rt_peer;
 void rt_peer_free(rt_peer *p);
+// A copy (new; free with rt_peer_free), and whether two name the same peer connection.
+rt_peer *rt_peer_copy(const rt_peer *p);
+bool rt_peer_equal(const rt_peer *a, const rt_peer *b);
 
 typedef struct rt_transport_options {
     const char *bind;              // "tcp://host:port" to serve on, NULL for a client only
     const char *name;              // for logs, e.g. "/job:ps/task:0"
     size_t max_message_bytes;      // default 2 GiB
-    // CurveZMQ: with both keys set (Z85, 40 characters), every socket encrypts and the
-    // server accepts only peers that hold the same key pair.
+    // CurveZMQ: with both keys set (Z85, 40 characters), every socket encrypts. Without
+    // keys: the key pair is this member's own; the ROUTER admits only the keyring's members
+    // and a DEALER takes the key of the task it connects to from the keyring (by address).
+    // Without a keyring: one key pair for the whole cluster, which every peer must hold.
     const char *curve_public_key;
     const char *curve_secret_key;
+    const struct rt_keyring *keys;   // borrowed; outlives the transport
     bool quiet;                    // no log lines on stderr
     // Liveness: a call unanswered for a second makes the transport PING that endpoint (once
     // a second); when a PING gets no answer within liveness_timeout_ms, every call waiting on
@@ -53,6 +59,9 @@ typedef struct rt_transport_options {
     // mark of a peer's outgoing queue, in messages); beyond it replies to that peer are
     // dropped. 0: RT_DEFAULT_REPLY_QUEUE.
     int reply_queue_messages;
+    // Called on the I/O thread when the connection of a peer that has sent requests closes
+    // (the peer exited, or its connection broke: a new one gets a new rt_peer). Borrowed peer.
+    void (*on_peer_gone)(void *ctx, const rt_peer *peer);
 } rt_transport_options;
 
 #define RT_DEFAULT_BUSY_POLL_US 150

@@ -78,9 +78,43 @@ static void test_abort_marks(void **state) {
     exec_rendezvous_free(&r);
 }
 
+static bool step_7_runs(void *ctx, int64_t step) {
+    (void)ctx;
+    return step == 7;
+}
+
+// Values no step ever takes (their master died before starting it here) are dropped once
+// stale, unless their step runs here; a late start of a dropped step fails at once.
+static void test_drop_stale(void **state) {
+    (void)state;
+    exec_rendezvous *r = exec_rendezvous_new();
+    dg_status *st = dg_status_new();
+    dg_tensor *t = dg_tensor_scalar_f32(1.5f);
+    assert_true(exec_rendezvous_deliver(r, 5, "k;0", t, st));
+    assert_true(exec_rendezvous_deliver(r, 5, "k;1", t, st));
+    assert_true(exec_rendezvous_deliver(r, 7, "k;0", t, st));
+    assert_ok(st);
+    assert_int_equal(exec_rendezvous_drop_stale(r, 60000, NULL, NULL), 0);   // not stale yet
+    assert_int_equal(exec_rendezvous_drop_stale(r, 0, step_7_runs, NULL), 2);
+    got g = {0};
+    exec_rendezvous_recv_async(r, 5, "k;0", on_recv, &g, 0);
+    assert_int_equal(g.calls, 1);
+    assert_int_equal(g.code, DG_ABORTED);
+    got h = {0};
+    exec_rendezvous_recv_async(r, 7, "k;0", on_recv, &h, 0);   // kept: its step runs
+    assert_int_equal(h.calls, 1);
+    assert_int_equal(h.code, DG_OK);
+    assert_true(dg_tensor_data(h.t) && *(float *)dg_tensor_data(h.t) == 1.5f);
+    dg_tensor_unref(h.t);
+    dg_tensor_unref(t);
+    dg_status_free(&st);
+    exec_rendezvous_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_abort_marks),
+        cmocka_unit_test(test_drop_stale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

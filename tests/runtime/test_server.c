@@ -26,10 +26,11 @@ typedef struct two_tasks {
     int ps_port;
 } two_tasks;
 
-static void two_tasks_start(two_tasks *tt, bool serve_ps, int64_t rpc_timeout_ms) {
+// ps_port: the ps's port when the caller has bound it already (0: pick a free one).
+static void two_tasks_start_on(two_tasks *tt, bool serve_ps, int64_t rpc_timeout_ms, int ps_port) {
     dg_status *st = dg_status_new();
     char spec[256];
-    tt->ps_port = dg_test_free_port();
+    tt->ps_port = ps_port ? ps_port : dg_test_free_port();
     snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", tt->ps_port, dg_test_free_port());
     tt->c = dg_cluster_from_spec_string(spec, st);
     assert_ok(st);
@@ -41,6 +42,10 @@ static void two_tasks_start(two_tasks *tt, bool serve_ps, int64_t rpc_timeout_ms
     tt->wk = dg_server_new(tt->c, "worker", 0, &so, st);
     assert_ok(st);
     dg_status_free(&st);
+}
+
+static void two_tasks_start(two_tasks *tt, bool serve_ps, int64_t rpc_timeout_ms) {
+    two_tasks_start_on(tt, serve_ps, rpc_timeout_ms, 0);
 }
 
 static void two_tasks_stop(two_tasks *tt) {
@@ -204,14 +209,17 @@ static void *fake_ps_main(void *arg) {
 // RUN_GRAPH OK: the step fails UNAVAILABLE within the RPC deadline instead of waiting forever.
 static void test_values_lost_after_answer(void **state) {
     dg_status *st = dg_status_new();
-    two_tasks tt;
-    two_tasks_start(&tt, false, 1000);
+    // The fake ps binds first (a port picked free and bound later may be taken meanwhile by
+    // another test's outgoing connection).
     fake_ps f = {0};
     f.zctx = zmq_ctx_new();
     f.router = zmq_socket(f.zctx, ZMQ_ROUTER);
+    assert_int_equal(zmq_bind(f.router, "tcp://127.0.0.1:*"), 0);
     char ep[64];
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", tt.ps_port);
-    assert_int_equal(zmq_bind(f.router, ep), 0);
+    size_t ep_len = sizeof ep;
+    assert_int_equal(zmq_getsockopt(f.router, ZMQ_LAST_ENDPOINT, ep, &ep_len), 0);
+    two_tasks tt;
+    two_tasks_start_on(&tt, false, 1000, atoi(strrchr(ep, ':') + 1));
     assert_int_equal(pthread_create(&f.thread, NULL, fake_ps_main, &f), 0);
     dg_graph *g = dg_graph_new();
     dg_graph_push_device(g, "/job:ps/task:0");
