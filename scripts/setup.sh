@@ -3,8 +3,12 @@
 # Run as root (or with sudo available) on Debian/Ubuntu.
 set -euo pipefail
 
+# clang, its sanitizer and libFuzzer runtimes (libclang-rt-dev: only recommended by clang, so
+# not installed without it here) and llvm (llvm-symbolizer, for readable reports) build and
+# run the fuzz targets of tests/fuzz.
 PKGS=(build-essential cmake pkg-config libzmq3-dev libmsgpack-dev libsqlite3-dev
-      libopenblas-dev zlib1g-dev libcmocka-dev dataset-fashion-mnist valgrind python3 iperf3)
+      libopenblas-dev zlib1g-dev libcmocka-dev dataset-fashion-mnist valgrind python3 iperf3
+      clang libclang-rt-dev llvm)
 
 missing=()
 for p in "${PKGS[@]}"; do

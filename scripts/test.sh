@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: unit, integration and smoke tests through CTest, then
-# the unit tests again under valgrind memcheck (set DG_SKIP_VALGRIND=1 to skip that pass).
+# the unit tests again under valgrind memcheck (set DG_SKIP_VALGRIND=1 to skip that pass), then
+# every fuzz target of tests/fuzz for DG_FUZZ_SECONDS each (default 60; DG_SKIP_FUZZ=1 skips
+# them), built with clang in build-fuzz/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -28,4 +30,8 @@ if [ "${DG_SKIP_VALGRIND:-0}" != 1 ]; then
     done
     echo "valgrind: $pass passed, $fail failed, $skip skipped"
     [ "$fail" -eq 0 ]
+fi
+if [ "${DG_SKIP_FUZZ:-0}" != 1 ]; then
+    echo "== fuzz targets, ${DG_FUZZ_SECONDS:-60} s each (tests/fuzz/README.md)"
+    ../tests/fuzz/run_fuzz.sh all "${DG_FUZZ_SECONDS:-60}"
 fi

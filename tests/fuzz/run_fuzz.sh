@@ -1,47 +1,145 @@
 #!/usr/bin/env bash
-# Builds and runs one libFuzzer target of tests/fuzz with clang (address sanitizer).
-#   tests/fuzz/run_fuzz.sh NAME SECONDS [extra libFuzzer flags]
-# NAME is the part after fuzz_ (wire, graph_load). The binary, corpus and any crash files go
-# to $DG_FUZZ_DIR (default build-fuzz/ under the repository root); the corpus is kept between
-# runs. Exits non-zero when the fuzzer finds a crash, a leak or an out-of-memory input.
+# Builds and runs the libFuzzer targets of tests/fuzz with clang (address and undefined-behaviour
+# sanitizers).
+#   tests/fuzz/run_fuzz.sh NAME SECONDS [extra libFuzzer flags]   one target, its output shown
+#   tests/fuzz/run_fuzz.sh all SECONDS                              every target in turn, then one
+#                                                                   summary line (what CI runs)
+#   tests/fuzz/run_fuzz.sh build [NAME...]                          build only
+# NAME is the part after fuzz_ (wire, graph_load, shm_desc, chunks, server). Objects, binaries,
+# the working corpus (corpus_NAME, kept between runs), logs and crash files (crashes_NAME/) go to
+# $DG_FUZZ_DIR (default build-fuzz/ under the repository root); tests/fuzz/corpus/NAME holds the
+# committed seeds, read but never written. CC_FUZZ picks the compiler (default clang).
+# Exits non-zero when a fuzzer finds a crash, a leak, a timeout or an out-of-memory input.
 set -euo pipefail
-name=${1:?usage: run_fuzz.sh NAME SECONDS [libFuzzer flags]}
-seconds=${2:?usage: run_fuzz.sh NAME SECONDS [libFuzzer flags]}
-shift 2
+usage="usage: run_fuzz.sh NAME|all SECONDS [libFuzzer flags] | run_fuzz.sh build [NAME...]"
+mode=${1:?$usage}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${DG_FUZZ_DIR:-$root/build-fuzz}
 cc=${CC_FUZZ:-clang}
-src=$root/tests/fuzz/fuzz_$name.c
-[ -f "$src" ] || { echo "run_fuzz.sh: no $src" >&2; exit 2; }
-command -v "$cc" >/dev/null || { echo "run_fuzz.sh: $cc not found (apt-get install clang)" >&2; exit 2; }
-mkdir -p "$out/corpus_$name" "$out/crashes_$name"
+targets=(wire graph_load shm_desc chunks server)
+command -v "$cc" >/dev/null || { echo "run_fuzz.sh: $cc not found (apt-get install clang libclang-rt-dev)" >&2; exit 2; }
+mkdir -p "$out/obj"
 
 # Sources per target: the code under test and what it links against, nothing from the rest.
-graph_srcs=$(ls "$root"/graph/*.c)
-case $name in
-  wire) srcs="$root/runtime/transport/wire.c $graph_srcs" ;;
-  graph_load) srcs="$graph_srcs" ;;
-  *) echo "run_fuzz.sh: unknown target $name (add its sources here)" >&2; exit 2 ;;
+# CUDA stays out: without DG_WITH_CUDA the kernel registry registers CPU kernels only, and
+# executor/cuda/ is not compiled; without DG_WITH_BLAS the CPU kernels use their own GEMM.
+srcs_of() {
+  local graph transport all
+  graph=$(ls "$root"/graph/*.c)
+  # The transport room without ping.c (hooks over a server).
+  transport=$(ls "$root"/runtime/transport/*.c | grep -v '/ping\.c$')
+  all="$graph $(ls "$root"/placer/*.c "$root"/executor/*.c "$root"/executor/cpu/*.c "$root"/runtime/*/*.c)"
+  case $1 in
+    wire) echo "$root/runtime/transport/wire.c $graph" ;;
+    graph_load) echo "$graph" ;;
+    shm_desc) echo "$root/runtime/transport/shm.c $graph" ;;
+    chunks) echo "$transport $graph" ;;
+    server) echo "$all" ;;
+    *) echo "run_fuzz.sh: unknown target $1 (add its sources here)" >&2; return 2 ;;
+  esac
+}
+libs_of() {
+  case $1 in
+    wire|graph_load|shm_desc) echo "-lmsgpackc -lm -lpthread" ;;
+    chunks) echo "-lzmq -lmsgpackc -lm -lpthread" ;;
+    server) echo "-lzmq -lmsgpackc -lsqlite3 -lz -lm -lpthread" ;;
+  esac
+}
+# libFuzzer limits per target. Headers are small: any single allocation over 512 MB while
+# decoding one is a "declared size" bug. The server gets a timeout per input (a hang is a
+# finding) and room for its threads and registered graphs.
+flags_of() {
+  case $1 in
+    wire) echo "-rss_limit_mb=2048 -malloc_limit_mb=512" ;;
+    graph_load) echo "-rss_limit_mb=2048 -max_len=65536" ;;
+    shm_desc) echo "-rss_limit_mb=2048" ;;
+    chunks) echo "-rss_limit_mb=2048 -max_len=8192 -timeout=30" ;;
+    server) echo "-rss_limit_mb=4096 -max_len=16384 -timeout=60" ;;
+  esac
+}
+
+includes="-I$root/include -I$root/graph -I$root/placer -I$root/executor -I$root/executor/cpu"
+for room in transport server master session training; do includes="$includes -I$root/runtime/$room"; done
+cflags="-g -O1 -std=c11 -D_GNU_SOURCE -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter"
+sanitize="address,undefined -fno-sanitize-recover=undefined"
+# Any header changed since an object was made rebuilds it (simple, and the headers rarely move).
+newest_header=$(find "$root/include" "$root/graph" "$root/placer" "$root/executor" "$root/runtime" \
+  -name '*.h' -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2-)
+stamp="$out/obj/flags"
+echo "$cc $cflags $sanitize $includes" | cmp -s - "$stamp" 2>/dev/null || {
+  rm -f "$out"/obj/*.o
+  echo "$cc $cflags $sanitize $includes" > "$stamp"
+}
+
+# Compiles what changed (one file at a time: this runs beside other builds) and links. The
+# library's warnings are the CMake build's business (gcc, -Werror); the targets' are shown.
+build() {
+  local name=$1 objs="" src obj
+  for src in $(srcs_of "$name"); do
+    obj="$out/obj/$(echo "${src#"$root"/}" | tr / _ | sed 's/\.c$/.o/')"
+    if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ "$newest_header" -nt "$obj" ]; then
+      # shellcheck disable=SC2086
+      "$cc" $cflags -w -fsanitize=fuzzer-no-link,$sanitize $includes -c "$src" -o "$obj"
+    fi
+    objs="$objs $obj"
+  done
+  # shellcheck disable=SC2086
+  "$cc" $cflags -fsanitize=fuzzer,$sanitize $includes "$root/tests/fuzz/fuzz_$name.c" $objs \
+    $(libs_of "$name") -o "$out/fuzz_$name"
+}
+
+# Runs a built target for $2 seconds; the working corpus first (new inputs go there), the
+# committed seeds second.
+run() {
+  local name=$1 seconds=$2
+  shift 2
+  mkdir -p "$out/corpus_$name" "$out/crashes_$name"
+  local seeds="$root/tests/fuzz/corpus/$name"
+  [ -d "$seeds" ] || seeds=""
+  # shellcheck disable=SC2046,SC2086
+  (cd "$out" && exec "$out/fuzz_$name" -max_total_time="$seconds" $(flags_of "$name") \
+    -artifact_prefix="$out/crashes_$name/" -print_final_stats=1 "$@" "$out/corpus_$name" $seeds)
+}
+
+case $mode in
+  build)
+    shift
+    [ $# -gt 0 ] || set -- "${targets[@]}"
+    for name in "$@"; do build "$name"; done
+    ;;
+  all)
+    seconds=${2:?$usage}
+    start=$(date +%s)
+    for name in "${targets[@]}"; do build "$name"; done
+    echo "fuzz: built ${#targets[@]} targets in $(( $(date +%s) - start )) s"
+    failed=()
+    for name in "${targets[@]}"; do
+      log="$out/log_$name.txt"
+      t0=$(date +%s)
+      set +e
+      run "$name" "$seconds" >"$log" 2>&1
+      rc=$?
+      set -e
+      runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1 || true)
+      cov=$( (grep -o 'cov: [0-9]*' "$log" || true) | tail -1 | cut -d' ' -f2)
+      line="$name: ${runs:-?} runs, cov ${cov:-?}, $(( $(date +%s) - t0 )) s"
+      if [ $rc -ne 0 ]; then
+        failed+=("$name")
+        line="$line, FAILED (exit $rc)"
+        echo "== fuzz_$name failed (exit $rc); the end of $log:"
+        tail -60 "$log"
+        ls "$out/crashes_$name" 2>/dev/null | sed "s|^|   $out/crashes_$name/|"
+      fi
+      echo "fuzz: $line"
+    done
+    echo "fuzz summary: ${#targets[@]} targets, ${seconds} s each, $(( ${#targets[@]} - ${#failed[@]} )) clean, ${#failed[@]} failed${failed[*]:+ (${failed[*]})}, $(( $(date +%s) - start )) s in all"
+    [ ${#failed[@]} -eq 0 ]
+    ;;
+  *)
+    seconds=${2:?$usage}
+    shift 2
+    [ -f "$root/tests/fuzz/fuzz_$mode.c" ] || { echo "run_fuzz.sh: no tests/fuzz/fuzz_$mode.c" >&2; exit 2; }
+    build "$mode"
+    run "$mode" "$seconds" "$@"
+    ;;
 esac
-
-# shellcheck disable=SC2086
-"$cc" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE \
-  -I"$root/include" -I"$root/graph" -I"$root/runtime/transport" $srcs "$src" -lmsgpackc -lm -lpthread \
-  -o "$out/fuzz_$name"
-
-# Seeds: a few valid headers written by the encoder itself are a better start than nothing.
-if [ "$name" = wire ] && [ -z "$(ls -A "$out/corpus_$name")" ]; then
-  printf '\x82\xa1v\x01\xa1t\x02' > "$out/corpus_$name/ping"
-  printf '\x84\xa1v\x01\xa1t\x01\xa2id\x07\xa7tensors\x91\x93\x01\x92\x02\x03\x18\x18' \
-    > "$out/corpus_$name/response_tensor"
-  printf '\x86\xa1v\x01\xa1t\x08\xa4xfer\x01\xa3off\x00\xa5total\xce\x00\x50\x00\x00\xa3key\xa1k' \
-    > "$out/corpus_$name/chunk"
-fi
-
-# Headers are small: any single allocation over 512 MB is a "declared size" bug there.
-limits="-rss_limit_mb=2048"
-[ "$name" = wire ] && limits="$limits -malloc_limit_mb=512"
-
-# shellcheck disable=SC2086
-exec "$out/fuzz_$name" -max_total_time="$seconds" $limits \
-  -artifact_prefix="$out/crashes_$name/" -print_final_stats=1 "$@" "$out/corpus_$name"
