@@ -261,7 +261,9 @@ static mapping *map_region(uint32_t pid, uint32_t region, uint32_t nonce, dg_sta
     struct stat sb;
     if (fd < 0) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory %s: %s", name, strerror(errno));
-    } else if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != REGION_BYTES) {
+    } else if (fstat(fd, &sb) != 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory %s: %s", name, strerror(errno));
+    } else if ((size_t)sb.st_size != REGION_BYTES) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory %s: %lld bytes, expected %zu", name,
                        (long long)sb.st_size, REGION_BYTES);
     } else if (sb.st_uid != geteuid() || (sb.st_mode & 077) != 0) {
