@@ -35,14 +35,17 @@ rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$PS/status"; }
 fds() { find "/proc/$PS/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 # Shared-memory regions of other processes the ps has mapped.
 maps() { grep -o '/dev/shm/dg-shm-[0-9-]*' "/proc/$PS/maps" | sort -u | grep -vc "dg-shm-$PS-" || true; }
-# The shared-memory files of this job's processes (the ps and the workers), in KiB.
+# The shared-memory files of this job's processes (the ps and the workers), in KiB, but for
+# those of the worker killed last: a dead process's file goes when the next process of the
+# host makes its own region (the restarted worker does), so one is always waiting.
 shm_kb() {
     local total=0 f pid
     for f in /dev/shm/dg-shm-*; do
         [ -e "$f" ] || continue
         pid=${f#/dev/shm/dg-shm-}
         pid=${pid%%-*}
-        case " $PS $CHIEF ${WORKER:-} ${GONE[*]:-} " in *" $pid "*) total=$((total + $(du -k "$f" | cut -f1))) ;; esac
+        [ "$pid" = "${WORKER:-}" ] && continue
+        case " $PS $CHIEF ${GONE[*]:-} " in *" $pid "*) total=$((total + $(du -k "$f" | cut -f1))) ;; esac
     done
     echo "$total"
 }

@@ -305,7 +305,7 @@ static double iperf3_gbps(int port, int seconds, const char *write_len) {
 int main(int argc, char **argv) {
     int64_t iters = 2000, warmup = 200, port = 0, rounds = 5, pushes = 16, iperf_seconds = 3, max_bytes = 64 << 20;
     double max_seconds = 30;
-    bool skip_iperf = false;
+    bool skip_iperf = false, auth = false;
     flag_def defs[] = {
         {"iters", FLAG_INT, &iters, "timed round trips per payload size (default 2000)"},
         {"warmup", FLAG_INT, &warmup, "untimed round trips first (default 200; 10 for 64 MiB)"},
@@ -316,6 +316,7 @@ int main(int argc, char **argv) {
         {"iperf_seconds", FLAG_INT, &iperf_seconds, "iperf3 -t (default 3)"},
         {"skip_iperf", FLAG_BOOL, &skip_iperf, "do not run iperf3"},
         {"max_bytes", FLAG_INT, &max_bytes, "largest round-trip payload; under 64 MiB also skips bandwidth"},
+        {"auth", FLAG_BOOL, &auth, "CurveZMQ between the two tasks (a fresh key directory, DG_KEY_DIR)"},
     };
     bool help;
     if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], "usage: transport_bench [flags]", &help))
@@ -335,6 +336,22 @@ int main(int argc, char **argv) {
     if (!c) {
         fprintf(stderr, "transport_bench: %s\n", dg_status_message(st));
         return 1;
+    }
+    char key_dir[64] = "";
+    if (auth) {   // a key pair per task, named by address; both tasks read DG_KEY_DIR
+        snprintf(key_dir, sizeof key_dir, "/tmp/dg-bench-keys-XXXXXX");
+        bool ok = mkdtemp(key_dir) != NULL;
+        for (int i = 0; ok && i < 2; i++) {
+            char addr[32], name[64];
+            snprintf(addr, sizeof addr, "127.0.0.1:%d", (int)port + i);
+            dg_key_name(addr, name, sizeof name);
+            ok = dg_key_generate(key_dir, name, st);
+        }
+        if (!ok || setenv("DG_KEY_DIR", key_dir, 1) != 0) {
+            fprintf(stderr, "transport_bench: keys: %s\n", dg_status_message(st));
+            return 1;
+        }
+        printf("{\"bench\": \"transport_bench\", \"metric\": \"auth\", \"value\": 1, \"unit\": \"CurveZMQ on\"}\n");
     }
     fflush(stdout);
     // The floor under the 4 B round trip on this machine now, measured before any thread of
@@ -404,6 +421,18 @@ out:
     dg_server_free(&me);
     kill(child, SIGTERM);
     waitpid(child, NULL, 0);
+    if (key_dir[0]) {   // the two pairs written above
+        for (int i = 0; i < 2; i++) {
+            char addr[32], name[64], path[160];
+            snprintf(addr, sizeof addr, "127.0.0.1:%d", (int)port + i);
+            dg_key_name(addr, name, sizeof name);
+            snprintf(path, sizeof path, "%s/%s.key", key_dir, name);
+            unlink(path);
+            snprintf(path, sizeof path, "%s/%s.pub", key_dir, name);
+            unlink(path);
+        }
+        rmdir(key_dir);
+    }
     dg_cluster_free(&c);
     dg_status_free(&st);
     return rc;

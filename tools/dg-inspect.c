@@ -2215,7 +2215,7 @@ static int cmd_server(const options *o) {
         const struct { const char *name; int64_t v; } f[] = {
             {"registered_graphs", s.registered_graphs}, {"master_sessions", s.master_sessions},
             {"running_steps", s.running_steps}, {"graphs_orphaned", s.graphs_orphaned},
-            {"values_expired", s.values_expired}, {"connections", s.connections},
+            {"values_expired", s.values_expired}, {"abort_marks", s.abort_marks}, {"connections", s.connections},
             {"max_connections", s.max_connections}, {"connections_closed", s.connections_closed},
             {"accept_failures", s.accept_failures}, {"inflight_bytes", s.inflight_bytes},
             {"transfers_refused", s.transfers_refused}, {"transfers_expired", s.transfers_expired},

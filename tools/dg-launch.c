@@ -3,6 +3,7 @@
  * line by line, and stops the ps tasks once every worker is done. Any failing task stops the
  * whole cluster. Each child is the leader of its own process group, and every stop signal
  * goes to the group, so nothing a task started is left behind. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -59,6 +60,11 @@ static void usage(FILE *f) {
         "  --timeout S        stop everything after S seconds (decimals allowed), exit 124\n"
         "  --keep_ps          do not stop the ps tasks when the workers are done; wait for\n"
         "                     them to exit by themselves (or for Ctrl-C, or --timeout)\n"
+        "  --no_auth          no keys: any process that reaches a port may run graphs\n"
+        "                     (default: a fresh key pair per task and one for clients in a\n"
+        "                     private directory, DG_KEY_DIR in every task's environment, so\n"
+        "                     each task admits only this job's members; removed at the end.\n"
+        "                     DG_KEY_DIR or DG_CURVE_* already set are used as they are)\n"
         "  --quiet            no dg-launch lines except errors\n"
         "  -h, --help         this text\n"
         "Flags take their value as the next argument or after '=' (--ps=2). Options end at\n"
@@ -111,7 +117,7 @@ typedef struct options {
     bool tf_config_mode;
     bool standing;            // --mode standing: dg-server tasks and one client
     double timeout_s;         // 0: none
-    bool keep_ps, quiet;
+    bool keep_ps, quiet, no_auth;
     char **program;           // PROGRAM ARGS..., NULL-terminated (points into argv)
 } options;
 
@@ -147,10 +153,11 @@ static int parse_options(int argc, char **argv, options *o) {
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         char flag[64];
         snprintf(flag, sizeof flag, "%.*s", (int)(len < 63 ? len : 63), name);
-        if (strcmp(flag, "keep_ps") == 0 || strcmp(flag, "quiet") == 0) {
+        if (strcmp(flag, "keep_ps") == 0 || strcmp(flag, "quiet") == 0 || strcmp(flag, "no_auth") == 0) {
             if (eq) return usage_error("flag --%s takes no value, got \"%s\"", flag, eq + 1);
             if (flag[0] == 'k') o->keep_ps = true;
-            else o->quiet = true;
+            else if (flag[0] == 'q') o->quiet = true;
+            else o->no_auth = true;
             continue;
         }
         bool known = strcmp(flag, "ps") == 0 || strcmp(flag, "workers") == 0 || strcmp(flag, "base_port") == 0 ||
@@ -370,6 +377,49 @@ static bool exited_ok(const task *t) {
 
 // Standing mode: the dg-server beside dg-launch, the cluster spec, the client's --master.
 static char standing_server_path[4200], standing_spec[MAX_TASKS * 24 + 32], standing_master[64];
+// The job's key directory ("DG_KEY_DIR=<dir>" for the tasks' environment; "" for none).
+static char key_dir_env[4200];
+static char key_dir[4096];
+
+// Makes a private key directory for the job: a key pair per task (named by its address) and
+// one for clients. Returns false after printing why.
+static bool make_job_keys(const int *ports, int n_tasks) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(key_dir, sizeof key_dir, "%s/dg-launch-keys-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(key_dir)) {
+        fprintf(stderr, "dg-launch: cannot make a key directory %s: %s\n", key_dir, strerror(errno));
+        key_dir[0] = 0;
+        return false;
+    }
+    dg_status *st = dg_status_new();
+    bool ok = dg_key_generate(key_dir, "client", st);
+    for (int i = 0; ok && i < n_tasks; i++) {
+        char addr[32], name[64];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", ports[i]);
+        dg_key_name(addr, name, sizeof name);
+        ok = dg_key_generate(key_dir, name, st);
+    }
+    if (!ok) fprintf(stderr, "dg-launch: making the job's keys: %s\n", dg_status_message(st));
+    dg_status_free(&st);
+    snprintf(key_dir_env, sizeof key_dir_env, "DG_KEY_DIR=%s", key_dir);
+    return ok;
+}
+
+// Removes the key directory made by make_job_keys (its files, then itself).
+static void remove_job_keys(void) {
+    if (!key_dir[0]) return;
+    DIR *d = opendir(key_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", key_dir, e->d_name);
+        unlink(path);
+    }
+    if (d) closedir(d);
+    rmdir(key_dir);
+    key_dir[0] = 0;
+}
 
 // Builds the argv and environment of one task (before fork, so the child only calls
 // async-signal-safe functions: the launcher may have library threads).
@@ -418,11 +468,13 @@ static bool prepare_task(task *t, const options *o, const char *ps_hosts, const 
 
     int n_env = 0;
     while (environ[n_env]) n_env++;
-    t->envp = calloc((size_t)n_env + 2, sizeof *t->envp);
+    t->envp = calloc((size_t)n_env + 3, sizeof *t->envp);
     if (!t->envp) return false;
     k = 0;
     for (int i = 0; i < n_env; i++)
-        if (strncmp(environ[i], "TF_CONFIG=", 10) != 0) t->envp[k++] = environ[i];
+        if (strncmp(environ[i], "TF_CONFIG=", 10) != 0 && (!key_dir_env[0] || strncmp(environ[i], "DG_KEY_DIR=", 11) != 0))
+            t->envp[k++] = environ[i];
+    if (key_dir_env[0]) t->envp[k++] = key_dir_env;
     if (o->tf_config_mode) {
         size_t n = strlen(cluster_json) + strlen(t->job) + 80;
         char *e = malloc(n);
@@ -584,6 +636,16 @@ int main(int argc, char **argv) {
             fprintf(stderr, "dg-launch: out of memory\n");
             goto out;
         }
+    }
+    // Keys: each task admits only this job's members, unless told otherwise or the
+    // environment has keys of its own.
+    bool env_keys = (getenv("DG_KEY_DIR") && *getenv("DG_KEY_DIR")) ||
+                    (getenv("DG_CURVE_PUBLIC_KEY") && *getenv("DG_CURVE_PUBLIC_KEY"));
+    if (!o.no_auth && !env_keys) {
+        if (!make_job_keys(ports, (int)(o.n_ps + o.n_workers))) goto out;
+        note(o.quiet, "keys for this job in %s (each task admits only its members; --no_auth runs without)", key_dir);
+    } else if (o.no_auth) {
+        note(o.quiet, "no authentication (--no_auth): any process that reaches these ports may run graphs");
     }
     // The library checks the addresses and writes the cluster JSON that TF_CONFIG carries.
     cluster = dg_cluster_from_flags(ps_hosts, worker_hosts, st);
@@ -781,6 +843,7 @@ int main(int argc, char **argv) {
     free(pfd_task);
     rc = exit_code;
 out:
+    remove_job_keys();
     if (tasks)
         for (int i = 0; i < n; i++) free_task(&tasks[i], &o);
     free(tasks);

@@ -23,6 +23,7 @@
 static void usage(FILE *f) {
     fprintf(f,
         "usage: dg-server [FLAGS]\n"
+        "       dg-server --gen_keys DIR [cluster flags | --key_name NAME]\n"
         "       dg-server --gen_curve_keys\n"
         "Runs one task of a distgraph cluster and serves until SIGINT or SIGTERM.\n"
         "\n"
@@ -44,6 +45,9 @@ static void usage(FILE *f) {
         "  --curve_public_key KEY  CurveZMQ cluster key pair, 40-character Z85 strings; both\n"
         "  --curve_secret_key KEY  or neither (default: env DG_CURVE_PUBLIC_KEY and\n"
         "                          DG_CURVE_SECRET_KEY)\n"
+        "  --key_dir DIR           CurveZMQ with a key pair per member (docs/SECURITY.md):\n"
+        "                          this task's pair is DIR/<host>_<port>.key, it admits the\n"
+        "                          public keys in DIR (default: env DG_KEY_DIR)\n"
         "  --allow_unauthenticated serve an address other than loopback without CurveZMQ keys\n"
         "                          (refused otherwise: anyone reaching the port could run graphs)\n"
         "Limits (docs/PROTOCOL.md; each hit is logged and counted, dg-inspect server shows them):\n"
@@ -55,6 +59,9 @@ static void usage(FILE *f) {
         "  --orphan_timeout_ms MS  graphs of a master whose connection closed are freed after\n"
         "                          this long unless it runs them again (default 60000)\n"
         "  --quiet                 no log lines\n"
+        "  --gen_keys DIR          write a key pair for every task of the cluster and one\n"
+        "                          for clients (client.key) into DIR (made mode 0700), exit;\n"
+        "                          with --key_name NAME only DIR/NAME.key and .pub\n"
         "  --gen_curve_keys        print a fresh key pair as two lines\n"
         "                          DG_CURVE_PUBLIC_KEY=... and DG_CURVE_SECRET_KEY=..., exit\n"
         "  -h, --help              this text\n"
@@ -81,6 +88,7 @@ typedef struct flags {
     const char *job_name, *task_index, *rpc_timeout_ms, *busy_poll_us, *client_lease_ms;
     const char *curve_public_key, *curve_secret_key;
     const char *max_connections, *max_inflight_mb, *transfer_timeout_ms, *max_ping_echo_bytes, *orphan_timeout_ms;
+    const char *key_dir, *gen_keys, *key_name;
     bool quiet, help, gen_curve_keys, allow_unauthenticated;
 } flags;
 
@@ -106,6 +114,9 @@ static const flag_def flag_defs[] = {
     {"transfer_timeout_ms", offsetof(flags, transfer_timeout_ms), true},
     {"max_ping_echo_bytes", offsetof(flags, max_ping_echo_bytes), true},
     {"orphan_timeout_ms", offsetof(flags, orphan_timeout_ms), true},
+    {"key_dir", offsetof(flags, key_dir), true},
+    {"gen_keys", offsetof(flags, gen_keys), true},
+    {"key_name", offsetof(flags, key_name), true},
     {"allow_unauthenticated", offsetof(flags, allow_unauthenticated), false},
     {"quiet", offsetof(flags, quiet), false},
     {"help", offsetof(flags, help), false},
@@ -249,6 +260,35 @@ static int gen_curve_keys(void) {
     return fflush(stdout) == 0 ? 0 : 1;
 }
 
+// Writes DIR/name.key and .pub; says so, or why not.
+static bool gen_key(const char *dir, const char *name) {
+    dg_status *st = dg_status_new();
+    bool ok = dg_key_generate(dir, name, st);
+    if (ok) printf("%s/%s.key\n", dir, name);
+    else fprintf(stderr, "dg-server: %s: %s\n", dg_code_name(dg_status_code(st)), dg_status_message(st));
+    dg_status_free(&st);
+    return ok;
+}
+
+// --gen_keys DIR: a key pair for every task of c, named by its address, and client.key.
+static int gen_cluster_keys(const char *dir, const dg_cluster *c) {
+    bool ok = gen_key(dir, "client");
+    dg_status *st = dg_status_new();
+    for (int j = 0; ok && j < dg_cluster_num_jobs(c); j++) {
+        const char *job = dg_cluster_job(c, j);
+        for (int i = 0; ok && i < dg_cluster_num_tasks(c, job); i++) {
+            const char *addr = dg_cluster_task_address(c, job, dg_cluster_task_index(c, job, i), st);
+            char name[300];
+            dg_key_name(addr ? addr : "", name, sizeof name);
+            ok = addr && gen_key(dir, name);
+        }
+    }
+    dg_status_free(&st);
+    if (ok) fprintf(stderr, "dg-server: copy %s/*.pub and each machine's own .key files to the machines; "
+                    "never a .key file to a machine that does not run it\n", dir);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     flags f;
     int rc = parse_flags(argc, argv, &f);
@@ -258,6 +298,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (f.gen_curve_keys) return gen_curve_keys();
+    if (f.gen_keys && f.key_name) return gen_key(f.gen_keys, f.key_name) ? 0 : 1;
 
     dg_status *st = dg_status_new();
     dg_tf_config tf;
@@ -308,6 +349,10 @@ int main(int argc, char **argv) {
     }
     if (dg_cluster_total_tasks(cluster) == 0) {
         bad_input("%s: the cluster has no tasks", cluster_source);
+        goto out;
+    }
+    if (f.gen_keys) {
+        rc = gen_cluster_keys(f.gen_keys, cluster);
         goto out;
     }
 
@@ -383,6 +428,7 @@ int main(int argc, char **argv) {
         goto out;
     }
     opts.allow_unauthenticated = f.allow_unauthenticated;
+    opts.key_dir = f.key_dir;
     const char *pub = f.curve_public_key, *sec = f.curve_secret_key;
     const char *pub_src = "--curve_public_key", *sec_src = "--curve_secret_key";
     if (!pub && !sec) {

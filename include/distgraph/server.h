@@ -28,6 +28,11 @@ typedef struct dg_server_options {
     int64_t liveness_timeout_ms;
     const char *curve_public_key;  // CurveZMQ cluster key pair (Z85); both or neither
     const char *curve_secret_key;
+    // CurveZMQ with a key pair per member, from a key directory (docs/SECURITY.md, "Keys"):
+    // this task's pair is DIR/<host>_<port>.key (its cluster address), it admits exactly the
+    // public keys in DIR, and finds each task it calls by address there. NULL: the
+    // environment's DG_KEY_DIR when set. Not together with curve_*_key.
+    const char *key_dir;
     bool quiet;                    // no log lines
     int service_threads;           // threads running registered graphs (default 4)
     // By default the first server of a process keeps glibc from handing freed tensor buffers
@@ -103,6 +108,7 @@ typedef struct dg_server_stats {
     int64_t running_steps;       // RUN_GRAPH steps running now
     int64_t graphs_orphaned;     // graphs freed because the master that registered them left
     int64_t values_expired;      // values dropped after waiting orphan_timeout_ms for a step never run
+    int64_t abort_marks;         // steps marked aborted (ABORT_STEP) and not yet ended, at most 100000
     // Connections and limits (dg_server_options):
     int64_t connections;         // accepted connections open now
     int64_t max_connections;     // the cap in force
@@ -120,6 +126,12 @@ typedef struct dg_server_stats {
 // waiting up to timeout_ms. curve keys as for dg_session_options (NULL: none).
 bool dg_server_query_stats(const char *target, const char *curve_public_key, const char *curve_secret_key,
                            int64_t timeout_ms, dg_server_stats *out, dg_status *st);
+// Key directories (docs/SECURITY.md, "Keys"). Writes a fresh CurveZMQ key pair as
+// DIR/<name>.key (mode 0600) and DIR/<name>.pub, creating DIR (mode 0700) when missing; refuses
+// to overwrite (ALREADY_EXISTS). name: letters, digits, '_', '-', '.'.
+bool dg_key_generate(const char *dir, const char *name, dg_status *st);
+// The key name of the task serving address ("host:port", "dg://host:port"): "host_port".
+void dg_key_name(const char *address, char *out, size_t cap);
 // Generates a CurveZMQ key pair for a cluster (Z85 strings, 41 bytes each with the NUL).
 bool dg_curve_keypair(char public_key[41], char secret_key[41], dg_status *st);
 

@@ -43,6 +43,12 @@ typedef struct dg_session_options {
     // environment's DG_CURVE_PUBLIC_KEY and DG_CURVE_SECRET_KEY when set, as dg-server.
     const char *curve_public_key;
     const char *curve_secret_key;
+    // Remote sessions when the cluster has a key directory (docs/SECURITY.md, "Keys"): the
+    // client's key pair is DIR/<key_name>.key and each task's public key is found there by
+    // its address. key_dir NULL: the environment's DG_KEY_DIR when set (and no DG_CURVE_*
+    // pair is); key_name NULL: "client".
+    const char *key_dir;
+    const char *key_name;
 } dg_session_options;
 
 dg_session_options dg_session_options_default(void);

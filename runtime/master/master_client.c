@@ -8,6 +8,7 @@
 
 #include "distgraph/serialize.h"
 #include "graph_impl.h"
+#include "keys_impl.h"
 #include "master_client_impl.h"
 #include "status_impl.h"
 #include "transport_impl.h"
@@ -23,6 +24,7 @@ struct master_client {
     dg_graph *graph;
     dg_session_options opts;
     rt_transport *tp;
+    rt_keyring *keys;        // the key directory's members, or NULL
     char *endpoint;          // "tcp://host:port" of the master
     int64_t handle;          // of the session on the master
     pthread_mutex_t mu;      // guards sent_nodes and the graph's (de)serialization
@@ -49,7 +51,10 @@ static void drop(rt_header *h, dg_tensor **ts, int n) {
     free(ts);
 }
 
-static rt_transport *client_transport(const char *curve_public_key, const char *curve_secret_key, dg_status *st) {
+// A transport for a client in this process, with the credentials of o (see
+// dg_session_options): a cluster key pair, or a key directory (*ring gets the keyring, which
+// must outlive the transport), or none.
+static rt_transport *client_transport(const dg_session_options *o, rt_keyring **ring, dg_status *st) {
     rt_transport_options to;
     memset(&to, 0, sizeof to);
     char name[96];
@@ -58,9 +63,29 @@ static rt_transport *client_transport(const char *curve_public_key, const char *
     snprintf(name, sizeof name, "client %d@%s", (int)getpid(), host);
     to.name = name;
     to.quiet = true;
-    to.curve_public_key = curve_public_key;
-    to.curve_secret_key = curve_secret_key;
-    return rt_transport_new(&to, NULL, NULL, st);
+    to.curve_public_key = o->curve_public_key;
+    to.curve_secret_key = o->curve_secret_key;
+    if (!to.curve_public_key && !to.curve_secret_key) {   // as dg-server takes them
+        to.curve_public_key = getenv("DG_CURVE_PUBLIC_KEY");
+        to.curve_secret_key = getenv("DG_CURVE_SECRET_KEY");
+    }
+    char pub[RT_KEY_Z85], sec[RT_KEY_Z85];
+    const char *dir = o->key_dir ? o->key_dir : getenv("DG_KEY_DIR");
+    if (!to.curve_public_key && !to.curve_secret_key && dir && *dir) {
+        const char *key_name = o->key_name ? o->key_name : "client";
+        if (!(*ring = rt_keyring_load(dir, st)) || !rt_keyring_pair(*ring, key_name, pub, sec, st)) {
+            dg_status_prepend(st, "client keys");
+            rt_keyring_free(ring);
+            return NULL;
+        }
+        to.curve_public_key = pub;
+        to.curve_secret_key = sec;
+        to.keys = *ring;
+    }
+    rt_transport *tp = rt_transport_new(&to, NULL, NULL, st);
+    explicit_bzero(sec, sizeof sec);
+    if (!tp) rt_keyring_free(ring);
+    return tp;
 }
 
 static void *beat_main(void *arg);
@@ -134,11 +159,7 @@ master_client *master_client_new(dg_graph *g, const char *target, const dg_sessi
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->beat_mu, NULL);
     pthread_cond_init(&c->beat_cv, NULL);
-    if (!c->opts.curve_public_key && !c->opts.curve_secret_key) {   // as dg-server takes them
-        c->opts.curve_public_key = getenv("DG_CURVE_PUBLIC_KEY");
-        c->opts.curve_secret_key = getenv("DG_CURVE_SECRET_KEY");
-    }
-    bool ok = (c->tp = client_transport(c->opts.curve_public_key, c->opts.curve_secret_key, st)) != NULL;
+    bool ok = (c->tp = client_transport(&c->opts, &c->keys, st)) != NULL;
     if (ok && c->opts.wait_for_tasks_ms >= 0)
         ok = wc_wait_for_task(c->tp, ep, "the master", c->opts.wait_for_tasks_ms, 5000, "client", NULL, NULL, st);
     if (ok) {
@@ -173,6 +194,7 @@ void master_client_free(master_client **cp) {
         status_impl_clear(&ignored);
     }
     rt_transport_free(&c->tp);   // fails the keepalives still waiting, before c goes
+    rt_keyring_free(&c->keys);
     free(c->endpoint);
     pthread_cond_destroy(&c->beat_cv);
     pthread_mutex_destroy(&c->beat_mu);
@@ -225,14 +247,16 @@ bool master_client_run(master_client *c, const dg_output *feeds, dg_tensor *cons
     return true;
 }
 
-// One control call to target on a transport of its own.
-static bool control_call(const char *target, const char *pub, const char *sec, rt_header *h, int64_t timeout_ms,
+// One control call to target on a transport of its own, with o's credentials.
+static bool control_call(const char *target, const dg_session_options *o, rt_header *h, int64_t timeout_ms,
                          rt_header **resp, dg_status *st) {
     char *ep = rt_endpoint_of(target, st);
-    rt_transport *tp = ep ? client_transport(pub, sec, st) : NULL;
+    rt_keyring *ring = NULL;
+    rt_transport *tp = ep ? client_transport(o, &ring, st) : NULL;
     bool ok = tp && rt_call_sync(tp, ep, h, NULL, 0, timeout_ms, resp, NULL, NULL, st);
     if (!tp) drop(h, NULL, 0);
     rt_transport_free(&tp);
+    rt_keyring_free(&ring);
     free(ep);
     return ok;
 }
@@ -240,8 +264,7 @@ static bool control_call(const char *target, const char *pub, const char *sec, r
 bool master_client_reset(const char *target, const dg_session_options *opts, dg_status *st) {
     dg_session_options o = opts ? *opts : dg_session_options_default();
     rt_header *resp = NULL;
-    if (!control_call(target, o.curve_public_key, o.curve_secret_key, request(RT_RESET), CONTROL_TIMEOUT_MS, &resp,
-                      st)) {
+    if (!control_call(target, &o, request(RT_RESET), CONTROL_TIMEOUT_MS, &resp, st)) {
         dg_status_prepend(st, "resetting the cluster of %s", target ? target : "");
         return false;
     }
@@ -257,15 +280,18 @@ bool dg_server_query_stats(const char *target, const char *curve_public_key, con
     }
     memset(out, 0, sizeof *out);
     rt_header *resp = NULL;
-    if (!control_call(target, curve_public_key, curve_secret_key, request(RT_SERVER_STATUS),
-                      timeout_ms > 0 ? timeout_ms : CONTROL_TIMEOUT_MS, &resp, st)) {
+    dg_session_options o = dg_session_options_default();
+    o.curve_public_key = curve_public_key;
+    o.curve_secret_key = curve_secret_key;
+    if (!control_call(target, &o, request(RT_SERVER_STATUS), timeout_ms > 0 ? timeout_ms : CONTROL_TIMEOUT_MS,
+                      &resp, st)) {
         dg_status_prepend(st, "asking %s for its counters", target ? target : "");
         return false;
     }
     const struct { const char *name; int64_t *v; } fields[] = {
         {"registered_graphs", &out->registered_graphs}, {"master_sessions", &out->master_sessions},
         {"running_steps", &out->running_steps}, {"graphs_orphaned", &out->graphs_orphaned},
-        {"values_expired", &out->values_expired}, {"connections", &out->connections},
+        {"values_expired", &out->values_expired}, {"abort_marks", &out->abort_marks}, {"connections", &out->connections},
         {"max_connections", &out->max_connections}, {"connections_closed", &out->connections_closed},
         {"accept_failures", &out->accept_failures}, {"inflight_bytes", &out->inflight_bytes},
         {"transfers_refused", &out->transfers_refused}, {"transfers_expired", &out->transfers_expired},

@@ -14,6 +14,7 @@
 
 #include "distgraph/device_name.h"
 #include "distgraph/serialize.h"
+#include "keys_impl.h"
 #include "master_service_impl.h"
 #include "server_impl.h"
 #include "strmap_impl.h"
@@ -69,6 +70,7 @@ struct dg_server {
     char **route_strs;      // keys and values of routes, owned
     int n_route_strs;
     master_service *master;  // sessions of clients in other processes
+    rt_keyring *keys;        // the key directory's members (key_dir), or NULL
     struct job *running;     // RUN_GRAPH steps started and not done, under mu
     int64_t graphs_orphaned; // graphs freed because their master left, under mu
     int64_t values_expired;  // rendezvous values dropped by sweep_orphans, under mu
@@ -768,6 +770,8 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
         rt_header_add_name(r, line);
         snprintf(line, sizeof line, "values_expired=%lld", (long long)expired);
         rt_header_add_name(r, line);
+        snprintf(line, sizeof line, "abort_marks=%d", exec_rendezvous_num_abort_marks(s->rv));
+        rt_header_add_name(r, line);
         rt_transport_stats tps = rt_transport_get_stats(s->tp);
         const struct { const char *name; long long v; } counters[] = {
             {"connections", (long long)tps.connections},
@@ -887,8 +891,27 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
     const char *colon = strrchr(addr, ':');
     snprintf(bind, sizeof bind, "tcp://%.*s:%s", (int)(colon - addr), addr, colon + 1);
     if (strncmp(addr, "localhost:", 10) == 0) snprintf(bind, sizeof bind, "tcp://127.0.0.1:%s", colon + 1);
-    bool keys = s->opts.curve_public_key && *s->opts.curve_public_key;
-    if (!keys && !s->opts.allow_unauthenticated && !host_is_loopback(addr, colon)) {
+    const char *key_dir = s->opts.key_dir ? s->opts.key_dir : getenv("DG_KEY_DIR");
+    bool pair = s->opts.curve_public_key && *s->opts.curve_public_key;
+    char own_pub[RT_KEY_Z85], own_sec[RT_KEY_Z85];
+    if (key_dir && *key_dir) {
+        char name[256];
+        rt_key_name_of(addr, name, sizeof name);
+        if (pair) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "server %s: both a key directory (%s) and a cluster key pair "
+                           "given; use one", s->task_name, key_dir);
+        } else if ((s->keys = rt_keyring_load(key_dir, st)) && rt_keyring_pair(s->keys, name, own_pub, own_sec, st)) {
+            s->opts.curve_public_key = own_pub;   // only for the transport below
+            s->opts.curve_secret_key = own_sec;
+            pair = true;
+        }
+        if (!pair) {
+            dg_status_prepend(st, "server %s", s->task_name);
+            dg_server_free(&s);
+            return NULL;
+        }
+    }
+    if (!pair && !s->opts.allow_unauthenticated && !host_is_loopback(addr, colon)) {
         dg_status_setf(st, DG_FAILED_PRECONDITION,
                        "server %s: refusing to serve %s without authentication: anyone who reaches the port "
                        "could run graphs and rewrite variables. Give the cluster's CurveZMQ keys (dg-server "
@@ -914,7 +937,10 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
     to.transfer_timeout_ms = s->opts.transfer_timeout_ms;
     to.reply_queue_messages = s->opts.reply_queue_messages;
     to.on_peer_gone = peer_gone;
+    to.keys = s->keys;
     s->tp = rt_transport_new(&to, handle, s, st);
+    explicit_bzero(own_sec, sizeof own_sec);
+    if (s->keys) s->opts.curve_public_key = s->opts.curve_secret_key = NULL;   // pointed at the stack
     if (!s->tp) {
         dg_status_prepend(st, "server %s", s->task_name);
         dg_server_free(&s);
@@ -1011,6 +1037,7 @@ void dg_server_free(dg_server **sp) {
     free(s->route_strs);
     pthread_mutex_destroy(&s->out_mu);
     exec_resources_free(&s->rm);
+    rt_keyring_free(&s->keys);
     dg_cluster_free(&s->cluster);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
@@ -1020,4 +1047,17 @@ void dg_server_free(dg_server **sp) {
 
 bool dg_curve_keypair(char public_key[41], char secret_key[41], dg_status *st) {
     return rt_curve_keypair(public_key, secret_key, st);
+}
+
+bool dg_key_generate(const char *dir, const char *name, dg_status *st) {
+    if (!dir || !*dir) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "key directory: no path given");
+        return false;
+    }
+    return rt_keyring_generate(dir, name, st);
+}
+
+void dg_key_name(const char *address, char *out, size_t cap) {
+    if (!out || cap == 0) return;
+    rt_key_name_of(address ? address : "", out, cap);
 }

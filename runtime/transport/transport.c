@@ -89,6 +89,7 @@ typedef struct dealer {
     int64_t next_probe_at;   // ms, monotonic: no new probe before
     uint64_t peer_inc;       // incarnation of the process answering there, 0: not seen yet
     bool local;              // on this host (loopback): big frames may go by shared memory
+    unsigned reconnects;     // sockets replaced (reconnect_dealer): its calls were failed
 } dealer;
 
 // A chunked transfer being put together. A sender's chunks come in order on one connection
@@ -378,7 +379,7 @@ static int dealer_index(rt_transport *t, const char *endpoint) {
     t->dealers = nd;
     bool local = strncmp(endpoint, "tcp://127.", 10) == 0 || strncmp(endpoint, "tcp://localhost:", 16) == 0 ||
                  strncmp(endpoint, "tcp://[::1]:", 12) == 0 || strncmp(endpoint, "ipc://", 6) == 0;
-    t->dealers[t->n_dealers] = (dealer){strdup(endpoint), s, 0, 0, 0, local};
+    t->dealers[t->n_dealers] = (dealer){.endpoint = strdup(endpoint), .sock = s, .local = local};
     return t->n_dealers++;
 }
 
@@ -448,6 +449,7 @@ static void *reconnect_dealer(rt_transport *t, int di) {
     tlog(t, "lost the connection to %s (refused by the peer: a failed handshake?); connecting again", d->endpoint);
     fail_pending(t, di, 0, true, "refused the connection (handshake failed: does it use other cluster keys?)");
     d->probe_id = 0;
+    d->reconnects++;
     zmq_close(d->sock);
     d->sock = new_dealer_socket(t, d->endpoint);
     return d->sock;
@@ -1234,10 +1236,14 @@ static void expire(rt_transport *t) {
     // Probe the endpoints of calls that have waited long.
     for (pending *p = t->pending; p;) {
         dealer *d = &t->dealers[p->dealer];
-        if (!p->probe && now - p->sent_at >= PROBE_AFTER_MS && !d->probe_id && now >= d->next_probe_at &&
-            !send_probe(t, d, now)) {
-            p = t->pending;   // the connection was lost and its calls failed: the list changed
-            continue;
+        if (!p->probe && now - p->sent_at >= PROBE_AFTER_MS && !d->probe_id && now >= d->next_probe_at) {
+            unsigned reconnects = d->reconnects;
+            // A probe that found the connection lost (a refused handshake) made a new socket
+            // and failed the calls of the old one, p among them: the list changed.
+            if (!send_probe(t, d, now) || d->reconnects != reconnects) {
+                p = t->pending;
+                continue;
+            }
         }
         p = p->next;
     }

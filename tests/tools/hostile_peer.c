@@ -10,6 +10,7 @@
  *                (1 MiB each) of fresh transfers; then all disconnect.
  *   pings        one connection sends 8 PINGs of 100 MiB and 3000 PINGs of 60 KiB and never
  *                reads a reply; then it disconnects.
+ *   abort_marks  N ABORT_STEP messages (--connections N) for steps that never run there.
  *   connections  N raw TCP connections that never speak, held for hold_ms, while one ZeroMQ
  *                client PINGs the task every 100 ms; the line gives how many of those PINGs
  *                were answered and the task's CPU time.
@@ -215,6 +216,45 @@ static int pings(void *zctx, const char *ep) {
     return ok ? 0 : 1;
 }
 
+// ABORT_STEP for n step ids that never run on the task (pushes: no answers), then a PING
+// to know the task has taken them all in.
+static int abort_marks(void *zctx, const char *ep, int n) {
+    long before = rss_kb();
+    rss_peak = before;
+    void *s = dealer(zctx, ep);
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        rt_header h;
+        rt_header_init(&h, RT_ABORT_STEP);
+        h.step_id = (int64_t)(x >> 2) + 1;
+        h.code = DG_CANCELLED;
+        size_t len;
+        char *b = rt_header_encode(&h, &len);
+        rt_header_clear(&h);
+        send2(s, b, len, NULL, 0);
+        free(b);
+    }
+    bool ok = false;
+    rt_header h;
+    rt_header_init(&h, RT_PING);
+    h.id = 9;
+    size_t len;
+    char *b = rt_header_encode(&h, &len);
+    rt_header_clear(&h);
+    send2(s, b, len, NULL, 0);
+    free(b);
+    zmq_pollitem_t it = {s, 0, ZMQ_POLLIN, 0};
+    ok = zmq_poll(&it, 1, 30000) == 1;
+    zmq_close(s);
+    char extra[64];
+    snprintf(extra, sizeof extra, ", \"aborts_sent\": %d", n);
+    line("abort_marks", before, rss_kb(), rss_kb(), extra);
+    return ok ? 0 : 1;
+}
+
 static int connections(void *zctx, const char *ep, const char *host, int port, int n, int hold_ms) {
     long before = rss_kb();
     rss_peak = before;
@@ -280,7 +320,7 @@ int main(int argc, char **argv) {
     char host[64];
     int port = 0;
     if (!target || pid <= 0 || !scenario || sscanf(target, "%63[^:]:%d", host, &port) != 2 || n_conns < 1) {
-        fprintf(stderr, "usage: hostile_peer --target HOST:PORT --pid PID --scenario chunks|pings|connections "
+        fprintf(stderr, "usage: hostile_peer --target HOST:PORT --pid PID --scenario chunks|pings|connections|abort_marks "
                         "[--connections N] [--hold_ms T]\n");
         return 2;
     }
@@ -293,6 +333,7 @@ int main(int argc, char **argv) {
     if (strcmp(scenario, "chunks") == 0) rc = chunks(zctx, ep, n_conns);
     else if (strcmp(scenario, "pings") == 0) rc = pings(zctx, ep);
     else if (strcmp(scenario, "connections") == 0) rc = connections(zctx, ep, host, port, n_conns, hold_ms);
+    else if (strcmp(scenario, "abort_marks") == 0) rc = abort_marks(zctx, ep, n_conns);
     else fprintf(stderr, "hostile_peer: unknown scenario %s\n", scenario);
     zmq_ctx_term(zctx);
     return rc;

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The README's demo configuration (dg-launch, no flags about keys) authenticates by default:
+# a process without the job's keys can neither write (a training client through a worker's
+# master service) nor read a counter, nor can one whose key is not the job's; the job's own
+# client key gets in. Each refusal is logged by the task.
+source "$(dirname "$0")/common.bash"
+"$BIN/dg-launch" --ps 1 --workers 1 --timeout 120 -- "$BIN/mnist_replica" --train_steps 100000000 --log_every 100 \
+    > "$TMP/launch" 2>&1 &
+LAUNCH=$!
+PIDS+=($LAUNCH)
+for _ in $(seq 200); do grep -q "global step" "$TMP/launch" && break; sleep 0.05; done
+grep -q "global step" "$TMP/launch" || { cat "$TMP/launch"; fail "the job did not train"; }
+KEYS=$(sed -n 's/^dg-launch: keys for this job in \([^ ]*\) .*/\1/p' "$TMP/launch")
+PS=$(sed -n 's/.*"ps": \["127.0.0.1:\([0-9]*\)"\].*/\1/p' "$TMP/launch")
+WK=$(sed -n 's/.*"worker": \["127.0.0.1:\([0-9]*\)"\].*/\1/p' "$TMP/launch")
+[ -n "$KEYS" ] && [ -d "$KEYS" ] && [ -n "$PS" ] && [ -n "$WK" ] || { cat "$TMP/launch"; fail "no key directory or ports in dg-launch's lines"; }
+[ "$(stat -c %a "$KEYS")" = 700 ] || fail "the key directory is not private: $(stat -c %a "$KEYS")"
+for f in "$KEYS"/*.key; do [ "$(stat -c %a "$f")" = 600 ] || fail "$f is not private"; done
+
+# No keys: a client that would train (write the model) through worker 0's master service.
+if env -u DG_KEY_DIR "$BIN/mnist_replica" --existing_servers --job_name worker --task_index 0 \
+        --ps_hosts "127.0.0.1:$PS" --worker_hosts "127.0.0.1:$WK" --train_steps 10 --wait_for_tasks_ms 3000 \
+        > "$TMP/nokey" 2>&1; then
+    cat "$TMP/nokey"
+    fail "a client without keys trained on the job"
+fi
+echo "client without keys: $(tail -1 "$TMP/nokey")"
+env -u DG_KEY_DIR "$BIN/dg-inspect" server "dg://127.0.0.1:$PS" > "$TMP/nokey_stat" 2>&1 &&
+    fail "a client without keys read the ps's counters"
+# Someone else's key, with the tasks' public keys (what a stranger could copy).
+mkdir -m 700 "$TMP/stranger"
+"$BIN/dg-server" --gen_keys "$TMP/stranger" --key_name client > /dev/null || fail "dg-server --gen_key"
+cp "$KEYS"/127.0.0.1_*.pub "$TMP/stranger/"
+DG_KEY_DIR="$TMP/stranger" "$BIN/dg-inspect" server "dg://127.0.0.1:$PS" > "$TMP/stranger_stat" 2>&1 &&
+    fail "a client whose key is not the job's read the ps's counters"
+# The job's client key.
+DG_KEY_DIR="$KEYS" "$BIN/dg-inspect" server "dg://127.0.0.1:$PS" > "$TMP/stat" 2>&1 || { cat "$TMP/stat"; fail "the job's client key was refused"; }
+grep -q "^connections [1-9]" "$TMP/stat" || { cat "$TMP/stat"; fail "no connections counted"; }
+sleep 0.5
+grep -q "\[ps0\].*refused a peer" "$TMP/launch" || { grep refused "$TMP/launch"; fail "the ps logged no refusal"; }
+kill -TERM "$LAUNCH"
+wait "$LAUNCH" || true
+[ ! -e "$KEYS" ] || fail "dg-launch left its key directory behind"
+echo "PASS"
