@@ -30,7 +30,7 @@ typedef struct region_header {
     uint32_t creator_pid;
     uint32_t nonce;                    // random: tells this region from an earlier one of the
                                        // same name (a dead process whose pid came back)
-    atomic_uint state[RT_SHM_SLOTS];   // 0 free, 1 held (the bytes are in flight or read)
+    atomic_uint state[RT_SHM_SLOTS];   // 0 free, 1 in flight (sent), 2 being read
 } region_header;
 
 _Static_assert(sizeof(region_header) <= HEADER_BYTES, "the slot states fit the header page");
@@ -324,9 +324,13 @@ bool rt_shm_get(const void *dp, size_t expected_len, void **data, void **slot_st
     mapping *m = map_region(d.pid, d.region, d.nonce, st);
     if (!m) return false;
     region_header *h = (region_header *)m->hdr;
-    if (atomic_load_explicit(&h->state[d.slot], memory_order_acquire) != 1) {
+    // Taken once: in flight (1) -> read (2). A descriptor sent twice is refused the second
+    // time, so the first reader's release cannot hand the sender a slot someone still reads.
+    unsigned in_flight = 1;
+    if (!atomic_compare_exchange_strong_explicit(&h->state[d.slot], &in_flight, 2, memory_order_acquire,
+                                                 memory_order_relaxed)) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "shared memory descriptor: slot %u of region %u-%u "
-                       "is not held", d.slot, d.pid, d.region);
+                       "is not held, or was read already", d.slot, d.pid, d.region);
         atomic_fetch_sub(&m->refs, 1);
         return false;
     }

@@ -6,7 +6,7 @@
  * A frame that finds no free slot goes over the socket as before, so nothing depends on it.
  *
  * Region layout: a 4 KiB header (magic, version, slot count and size, one atomic state word
- * per slot: 0 free, 1 held), then the slots. The sender's I/O thread takes slots; any thread of
+ * per slot: 0 free, 1 in flight, 2 being read), then the slots. The sender's I/O thread takes slots; any thread of
  * the receiver frees them (an atomic store), also after the sender is gone. */
 #ifndef DG_SHM_IMPL_H
 #define DG_SHM_IMPL_H

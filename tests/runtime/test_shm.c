@@ -80,6 +80,14 @@ static void test_limits_and_reuse(void **state) {
     rt_shm_release(slot);
     assert_false(rt_shm_get(desc[6], RT_SHM_SLOT_BYTES, &data, &slot, st));
     assert_status(st, DG_INVALID_ARGUMENT, "is not held");
+    dg_status_reset(st);
+    // A descriptor sent twice is read once: the second reader must not see a slot the first
+    // reader's release may hand back to the sender.
+    assert_true(rt_shm_get(desc[7], RT_SHM_SLOT_BYTES, &data, &slot, st));
+    void *data2, *slot2;
+    assert_false(rt_shm_get(desc[7], RT_SHM_SLOT_BYTES, &data2, &slot2, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "was read already");
+    rt_shm_release(slot);
     free(buf);
     rt_shm_pool_free(&p);
     dg_status_free(&st);
