@@ -2,10 +2,10 @@
 # abort_marks_bench: does a ps that holds many abort marks train slower? (A ps is told to abort
 # steps that never run there by masters that die; these marks were once a linear list, and
 # 60,000 of them cut training speed by 41% for good.) MNIST-replica, 1 ps (a standing
-# dg-server) + 2 workers, STEPS global steps, three times on the same ps: before, after a peer
-# sent it MARKS ABORT_STEP messages for steps that never run there (tests/tools/hostile_peer),
-# and before again on a fresh ps, to see the noise. JSON lines; the ratio last.
-#   MARKS=60000 STEPS=3000 bench/abort_marks_bench.sh
+# dg-server) + 2 workers, STEPS global steps, ROUNDS times on a fresh ps each way, alternating:
+# one with no marks, one after a peer sent it MARKS ABORT_STEP messages for steps that never
+# run there (tests/tools/hostile_peer). JSON lines; the ratio of the medians last.
+#   MARKS=60000 STEPS=3000 ROUNDS=3 bench/abort_marks_bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-3000}
@@ -49,18 +49,27 @@ train() {   # train PSPORT NAME: the two workers, STEPS global steps; prints the
     rate "$TMP/$2_0" "$TMP/$2_1"
 }
 line() { echo "{\"bench\": \"abort_marks_bench\", \"run\": \"$1\", \"metric\": \"global_steps_per_s\", \"value\": $2, \"abort_marks\": $3, \"steps\": $STEPS}"; }
-read -r P0 P1 W0 W1 <<< "$(ports 4)"
-start_ps "$P0"
-before=$(train "$P0" before)
-line before "$before" "$("$BIN/dg-inspect" server "dg://127.0.0.1:$P0" | awk '$1 == "abort_marks" { print $2 }')"
-"$BIN/hostile_peer" --target "127.0.0.1:$P0" --pid "$PS" --scenario abort_marks --connections "$MARKS" > /dev/null
-marks=$("$BIN/dg-inspect" server "dg://127.0.0.1:$P0" | awk '$1 == "abort_marks" { print $2 }')
-[ "$marks" -ge "$MARKS" ] || { echo "abort_marks_bench: the ps holds $marks marks, not $MARKS" >&2; exit 1; }
-after=$(train "$P0" after)
-line with_marks "$after" "$marks"
-kill -9 "$PS"
-start_ps "$P1"
-again=$(train "$P1" again)
-line fresh_ps "$again" 0
-awk -v a="$after" -v b="$before" -v c="$again" 'BEGIN {
-    printf "{\"bench\": \"abort_marks_bench\", \"metric\": \"with_marks_over_without\", \"value\": %.3f, \"unit\": \"x\", \"noise_fresh_over_before\": %.3f}\n", a / ((b + c) / 2), c / b }'
+ROUNDS=${ROUNDS:-3}
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+: > "$TMP/without"
+: > "$TMP/with"
+for r in $(seq "$ROUNDS"); do
+    read -r P0 P1 W0 W1 <<< "$(ports 4)"
+    start_ps "$P0"   # a fresh ps, no marks
+    v=$(train "$P0" "plain$r")
+    echo "$v" >> "$TMP/without"
+    line "without_marks" "$v" 0
+    kill -9 "$PS"
+    start_ps "$P1"   # a fresh ps, told to abort MARKS steps that never run there
+    "$BIN/hostile_peer" --target "127.0.0.1:$P1" --pid "$PS" --scenario abort_marks --connections "$MARKS" > /dev/null
+    marks=$("$BIN/dg-inspect" server "dg://127.0.0.1:$P1" | awk '$1 == "abort_marks" { print $2 }')
+    [ "$marks" -ge "$MARKS" ] || { echo "abort_marks_bench: the ps holds $marks marks, not $MARKS" >&2; exit 1; }
+    v=$(train "$P1" "marks$r")
+    echo "$v" >> "$TMP/with"
+    line "with_marks" "$v" "$marks"
+    kill -9 "$PS"
+done
+a=$(median < "$TMP/with")
+b=$(median < "$TMP/without")
+awk -v a="$a" -v b="$b" -v r="$ROUNDS" 'BEGIN {
+    printf "{\"bench\": \"abort_marks_bench\", \"metric\": \"with_marks_over_without_median\", \"value\": %.3f, \"with\": %s, \"without\": %s, \"unit\": \"x\", \"rounds\": %d}\n", a / b, a, b, r }'
