@@ -42,9 +42,9 @@ static void usage(FILE *f) {
         "                          (default 150, or env DG_BUSY_POLL_US; 0: off)\n"
         "  --client_lease_ms MS    a remote client's session silent this long is closed and\n"
         "                          what it registered freed (default 5000)\n"
-        "  --curve_public_key KEY  CurveZMQ cluster key pair, 40-character Z85 strings; both\n"
-        "  --curve_secret_key KEY  or neither (default: env DG_CURVE_PUBLIC_KEY and\n"
-        "                          DG_CURVE_SECRET_KEY)\n"
+        "  (env) DG_CURVE_PUBLIC_KEY and DG_CURVE_SECRET_KEY: one CurveZMQ key pair for the\n"
+        "                          whole cluster, 40-character Z85 strings, both or neither\n"
+        "                          (never on the command line, where other users see it)\n"
         "  --key_dir DIR           CurveZMQ with a key pair per member (docs/SECURITY.md):\n"
         "                          this task's pair is DIR/<host>_<port>.key, it admits the\n"
         "                          public keys in DIR (default: env DG_KEY_DIR)\n"
@@ -429,16 +429,16 @@ int main(int argc, char **argv) {
     }
     opts.allow_unauthenticated = f.allow_unauthenticated;
     opts.key_dir = f.key_dir;
-    const char *pub = f.curve_public_key, *sec = f.curve_secret_key;
-    const char *pub_src = "--curve_public_key", *sec_src = "--curve_secret_key";
-    if (!pub && !sec) {
-        pub = getenv("DG_CURVE_PUBLIC_KEY");
-        sec = getenv("DG_CURVE_SECRET_KEY");
-        pub_src = "DG_CURVE_PUBLIC_KEY";
-        sec_src = "DG_CURVE_SECRET_KEY";
-        if (pub && !*pub) pub = NULL;
-        if (sec && !*sec) sec = NULL;
+    if (f.curve_public_key || f.curve_secret_key) {
+        bad_input("--curve_public_key/--curve_secret_key: keys are not taken from the command line (every user "
+                  "of the host sees it in /proc/*/cmdline); set DG_CURVE_PUBLIC_KEY and DG_CURVE_SECRET_KEY in "
+                  "the environment, or use a key directory (--key_dir; docs/SECURITY.md)");
+        goto out;
     }
+    const char *pub = getenv("DG_CURVE_PUBLIC_KEY"), *sec = getenv("DG_CURVE_SECRET_KEY");
+    const char *pub_src = "DG_CURVE_PUBLIC_KEY", *sec_src = "DG_CURVE_SECRET_KEY";
+    if (pub && !*pub) pub = NULL;
+    if (sec && !*sec) sec = NULL;
     if (!pub != !sec) {
         bad_input("%s is given without %s; CurveZMQ needs both keys or neither", pub ? pub_src : sec_src,
                   pub ? sec_src : pub_src);

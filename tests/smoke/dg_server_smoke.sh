@@ -94,8 +94,10 @@ expect_bad 2 'TF_CONFIG.*"task.index" must be an integer' \
     'TF_CONFIG={"cluster": {"ps": ["127.0.0.1:1"]}, "task": {"type": "ps", "index": "0"}}' --
 expect_bad 2 'TF_CONFIG' 'TF_CONFIG={"cluster": ["127.0.0.1:1"]}' -- --job_name ps
 expect_bad 2 'TF_CONFIG has no "task"' 'TF_CONFIG={"cluster": {"ps": ["127.0.0.1:1"]}}' --
-expect_bad 2 'curve_public_key is given without --curve_secret_key' -- --cluster_spec "$spec" --job_name ps \
-    --curve_public_key 0123456789012345678901234567890123456789
+expect_bad 2 'keys are not taken from the command line' -- --cluster_spec "$spec" --job_name ps \
+    --curve_secret_key 0123456789012345678901234567890123456789
+expect_bad 2 'DG_CURVE_PUBLIC_KEY is given without DG_CURVE_SECRET_KEY' \
+    DG_CURVE_PUBLIC_KEY=0123456789012345678901234567890123456789 -- --cluster_spec "$spec" --job_name ps
 expect_bad 2 'DG_CURVE_SECRET_KEY must be a 40-character Z85 key' \
     DG_CURVE_PUBLIC_KEY=0123456789012345678901234567890123456789 DG_CURVE_SECRET_KEY=short -- --cluster_spec "$spec" --job_name ps
 
