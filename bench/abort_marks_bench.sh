@@ -11,23 +11,7 @@ cd "$(dirname "$0")/.."
 STEPS=${STEPS:-3000}
 MARKS=${MARKS:-60000}
 BIN=${DG_BIN_DIR:-build/bin}
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-ports() { python3 -c 'import socket,sys
-s=[socket.socket() for _ in range(int(sys.argv[1]))]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"; }
-rate() {
-    cat "$@" | awk -v steps="$STEPS" '
-        /Training begins @/ { b = $NF; if (!first || b < first) first = b }
-        /Training ends @/ { e = $NF; if (e > last) last = e }
-        END { printf "%.1f", steps / (last - first) }'
-}
+source bench/lib.bash
 start_ps() {   # start_ps PORT: a fresh standing ps on PORT
     "$BIN/dg-server" --cluster_spec "ps|127.0.0.1:$1;worker|127.0.0.1:$W0,127.0.0.1:$W1" --job_name ps \
         --task_index 0 --quiet > "$TMP/ps_$1.log" 2>&1 &
@@ -50,7 +34,6 @@ train() {   # train PSPORT NAME: the two workers, STEPS global steps; prints the
 }
 line() { echo "{\"bench\": \"abort_marks_bench\", \"run\": \"$1\", \"metric\": \"global_steps_per_s\", \"value\": $2, \"abort_marks\": $3, \"steps\": $STEPS}"; }
 ROUNDS=${ROUNDS:-3}
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 : > "$TMP/without"
 : > "$TMP/with"
 for r in $(seq "$ROUNDS"); do

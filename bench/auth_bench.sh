@@ -14,16 +14,7 @@ STEPS=${STEPS:-3000}
 ROUNDS=${ROUNDS:-3}
 MODES=${MODES:-training,transfer}
 BIN=build/bin
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-# rate LOG: STEPS over the first "Training begins @" to the last "Training ends @".
-rate() {
-    awk -v steps="$STEPS" '
-        /Training begins @/ { b = $NF; if (!first || b < first) first = b }
-        /Training ends @/ { e = $NF; if (e > last) last = e }
-        END { printf "%.1f", steps / (last - first) }' "$1"
-}
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+source bench/lib.bash
 
 if [[ ",$MODES," == *,training,* ]]; then
     : > "$TMP/keys"

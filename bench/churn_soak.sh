@@ -14,17 +14,8 @@ CYCLES=${CYCLES:-50}
 BOUND_PCT=${BOUND_PCT:-5}
 ORPHAN_MS=1000
 BIN=${DG_BIN_DIR:-build/bin}
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-read -r P0 P1 P2 <<< "$(python3 -c 'import socket
-s=[socket.socket() for _ in range(3)]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(" ".join(str(x.getsockname()[1]) for x in s))')"
+source bench/lib.bash
+read -r P0 P1 P2 <<< "$(ports 3)"
 HOSTS=(--ps_hosts "127.0.0.1:$P0" --worker_hosts "127.0.0.1:$P1,127.0.0.1:$P2")
 "$BIN/dg-server" --cluster_spec "ps|127.0.0.1:$P0;worker|127.0.0.1:$P1,127.0.0.1:$P2" --job_name ps --task_index 0 \
     --orphan_timeout_ms "$ORPHAN_MS" > "$TMP/ps.log" 2>&1 &

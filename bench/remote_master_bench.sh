@@ -16,30 +16,13 @@ STEPS=${STEPS:-3000}
 MODES=${MODES:-trivial,mnist}
 TFPY=${TF_PYTHON:-}
 BIN=build/bin
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-ports() { python3 -c 'import socket,sys
-s=[socket.socket() for _ in range(int(sys.argv[1]))]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"; }
+source bench/lib.bash
 have_tf() { [ -n "$TFPY" ] && "$TFPY" -c "import tensorflow" 2>/dev/null; }
 json_value() { sed -n "s/.*\"metric\": \"$1\".*\"value\": \([0-9.]*\).*/\1/p" "$2" | head -1; }
 ratio() {   # ratio NAME A B: A / B
     [ -n "$2" ] && [ -n "$3" ] && awk -v n="$1" -v a="$2" -v b="$3" \
         'BEGIN { printf "{\"bench\": \"remote_master_bench\", \"metric\": \"%s\", \"value\": %.2f, \"unit\": \"x\"}\n", n, a / b }'
     return 0
-}
-# rate LOGS...: STEPS over first "Training begins @" to last "Training ends @".
-rate() {
-    cat "$@" | awk -v steps="$STEPS" '
-        /Training begins @/ { b = $NF; if (!first || b < first) first = b }
-        /Training ends @/ { e = $NF; if (e > last) last = e }
-        END { printf "%.1f", steps / (last - first) }'
 }
 mnist_line() {   # NAME RATE ACC
     echo "{\"bench\": \"remote_master_bench\", \"impl\": \"distgraph\", \"mode\": \"$1\", \"metric\": \"global_steps_per_s\", \"value\": $2, \"unit\": \"steps/s\", \"ps\": 1, \"workers\": 2, \"steps\": $STEPS, \"test_accuracy\": ${3:-null}}"
