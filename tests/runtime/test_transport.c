@@ -584,6 +584,7 @@ static void test_hostile_messages(void **state) {
 
     zmq_ctx_term(zctx);
     free(mib_of_ff);
+    mib_of_ff = NULL;
     dg_server_free(&srv);
     capture_end();
 }
@@ -1630,6 +1631,8 @@ static void test_chunk_limits(void **state) {
     zmq_close(b);
     zmq_ctx_term(zctx);
     dg_server_free(&srv);
+    free(mib_of_ff);
+    mib_of_ff = NULL;
 }
 
 // Raw TCP connections that never speak, beyond max_connections: the server closes the ones
