@@ -63,7 +63,8 @@ static int child_main(const dg_cluster *c) {
     dg_status *st = dg_status_new();
     dg_server_options o = dg_server_options_default();
     o.quiet = true;
-    o.max_ping_echo_bytes = -1;   // the round trips echo up to 64 MiB
+    o.max_ping_echo_bytes = -1;   // the round trips echo up to 64 MiB,
+    o.max_message_bytes = (int64_t)1 << 30;   // in one frame each way
     dg_server *s = dg_server_new(c, "bench", 0, &o, st);
     if (!s) {
         fprintf(stderr, "transport_bench (task 0): %s\n", dg_status_message(st));
@@ -368,6 +369,7 @@ int main(int argc, char **argv) {
     int rc = 1;
     dg_server_options o = dg_server_options_default();
     o.quiet = true;
+    o.max_message_bytes = (int64_t)1 << 30;   // its 64 MiB echoes go in one frame
     dg_server *me = dg_server_new(c, "bench", 1, &o, st);
     if (!me) goto out;
     // Wait for task 0.

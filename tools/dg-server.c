@@ -54,6 +54,8 @@ static void usage(FILE *f) {
         "  --max_connections N     connections at once; the one idle longest makes room\n"
         "                          (default 4096, kept within the descriptor limit)\n"
         "  --max_inflight_mb MB    chunked transfers being received, all peers (default 4096)\n"
+        "  --max_message_mb MB     largest frame taken in one message: a graph, a feed, a\n"
+        "                          tensor up to 4 MiB (default 32); larger tensors go in chunks\n"
         "  --transfer_timeout_ms MS  a chunked transfer silent this long is dropped (30000)\n"
         "  --max_ping_echo_bytes B largest PING echoed (default 65536; -1: no limit)\n"
         "  --orphan_timeout_ms MS  graphs of a master whose connection closed are freed after\n"
@@ -87,7 +89,7 @@ typedef struct flags {
     const char *cluster_spec, *ps_hosts, *worker_hosts;
     const char *job_name, *task_index, *rpc_timeout_ms, *busy_poll_us, *client_lease_ms;
     const char *curve_public_key, *curve_secret_key;
-    const char *max_connections, *max_inflight_mb, *transfer_timeout_ms, *max_ping_echo_bytes, *orphan_timeout_ms;
+    const char *max_connections, *max_inflight_mb, *max_message_mb, *transfer_timeout_ms, *max_ping_echo_bytes, *orphan_timeout_ms;
     const char *key_dir, *gen_keys, *key_name;
     bool quiet, help, gen_curve_keys, allow_unauthenticated;
 } flags;
@@ -111,6 +113,7 @@ static const flag_def flag_defs[] = {
     {"curve_secret_key", offsetof(flags, curve_secret_key), true},
     {"max_connections", offsetof(flags, max_connections), true},
     {"max_inflight_mb", offsetof(flags, max_inflight_mb), true},
+    {"max_message_mb", offsetof(flags, max_message_mb), true},
     {"transfer_timeout_ms", offsetof(flags, transfer_timeout_ms), true},
     {"max_ping_echo_bytes", offsetof(flags, max_ping_echo_bytes), true},
     {"orphan_timeout_ms", offsetof(flags, orphan_timeout_ms), true},
@@ -413,6 +416,11 @@ int main(int argc, char **argv) {
         goto out;
     }
     opts.max_inflight_bytes <<= 20;
+    if (f.max_message_mb && !parse_int64(f.max_message_mb, 1, 2047, &opts.max_message_bytes)) {
+        bad_input("--max_message_mb must be an integer from 1 to 2047, got \"%s\"", f.max_message_mb);
+        goto out;
+    }
+    opts.max_message_bytes <<= 20;
     if (f.transfer_timeout_ms && !parse_int64(f.transfer_timeout_ms, 100, 86400000, &opts.transfer_timeout_ms)) {
         bad_input("--transfer_timeout_ms must be an integer from 100 to 86400000, got \"%s\"", f.transfer_timeout_ms);
         goto out;

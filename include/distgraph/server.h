@@ -63,6 +63,13 @@ typedef struct dg_server_options {
     // Bytes of chunked transfers (tensors over 4 MiB) being received, all peers together;
     // memory is committed only as chunks arrive. 0: 4 GiB.
     int64_t max_inflight_bytes;
+    // Largest frame (a graph, a feed, a tensor of 4 MiB or less) taken from a peer in one
+    // message: ZeroMQ closes the connection of a peer that sends a larger one before it holds
+    // it. Tensors over 4 MiB travel in chunks and are bounded by max_inflight_bytes instead.
+    // Calls from this process with a larger frame fail INVALID_ARGUMENT before they are sent,
+    // so a master feeding more than this to a remote master needs the limit raised on both.
+    // 0: 32 MiB.
+    int64_t max_message_bytes;
     // A chunked transfer with no new chunk for this many ms is dropped. 0: 30000.
     int64_t transfer_timeout_ms;
     // Replies queued for one peer that does not read them; beyond it they are dropped. 0: 64.

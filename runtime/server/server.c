@@ -234,11 +234,13 @@ static void flush(void *ctx, int64_t step_id) {
         h->step_id = step_id;
         dg_tensor *ts[256];
         int n = 0;
+        size_t bytes = 0;   // one message holds at most RT_GROUP_BYTES (but always one value)
         held *rest = NULL, **tail = &rest;
         for (held *e = mine, *next; e; e = next) {
             next = e->next;
             e->next = NULL;
-            if (strcmp(e->endpoint, ep) == 0 && n < 256) {
+            if (strcmp(e->endpoint, ep) == 0 && n < 256 && (n == 0 || bytes + e->t->nbytes <= RT_GROUP_BYTES)) {
+                bytes += e->t->nbytes;
                 rt_header_add_name(h, e->key);
                 rt_header_add_tensor(h, e->t);
                 ts[n++] = e->t;
@@ -831,9 +833,10 @@ static bool host_is_loopback(const char *addr, const char *colon) {
     return all;
 }
 
+#define TUNED_TRIM_THRESHOLD ((size_t)512 << 20)
 static void tune_malloc(void) {
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    mallopt(M_TRIM_THRESHOLD, (int)TUNED_TRIM_THRESHOLD);
 }
 
 dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const dg_server_options *opts,
@@ -934,9 +937,11 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
     to.busy_poll_us = s->opts.busy_poll_us;
     to.max_connections = s->opts.max_connections;
     to.max_inflight_bytes = s->opts.max_inflight_bytes;
+    to.max_frame_bytes = s->opts.max_message_bytes > 0 ? (size_t)s->opts.max_message_bytes : 0;
     to.transfer_timeout_ms = s->opts.transfer_timeout_ms;
     to.reply_queue_messages = s->opts.reply_queue_messages;
     to.on_peer_gone = peer_gone;
+    if (!s->opts.keep_malloc_settings) to.trim_threshold = TUNED_TRIM_THRESHOLD;
     to.keys = s->keys;
     s->tp = rt_transport_new(&to, handle, s, st);
     explicit_bzero(own_sec, sizeof own_sec);

@@ -66,6 +66,7 @@ typedef struct cmd {
     bool chunked;            // PUSH of one large tensor
     bool small_push;         // PUSH of one tensor: may share a message with its neighbours
     rt_header *chunk_hdr;    // PUSH: the header to repeat per chunk, or to merge
+    char *refused;           // CALL: why it is not sent (a frame over max_frame_bytes)
 } cmd;
 
 typedef struct pending {
@@ -116,7 +117,7 @@ typedef struct conn {
 } conn;
 
 // Kinds of limit hits, for logs at most once a second each.
-enum { LIM_CONN, LIM_ACCEPT, LIM_EXPIRED, LIM_ABANDONED, LIM_REPLY, LIM_REQUEST, LIM_KINDS };
+enum { LIM_CONN, LIM_ACCEPT, LIM_EXPIRED, LIM_ABANDONED, LIM_REPLY, LIM_REQUEST, LIM_BAD, LIM_KINDS };
 
 struct rt_transport {
     void *zctx;
@@ -161,7 +162,9 @@ struct rt_transport {
     int64_t inflight;        // sum of the assemblies' charged bytes
     int64_t limit_logged_ms[LIM_KINDS];
     uint64_t limit_unlogged[LIM_KINDS];
+    int limit_lines[LIM_KINDS];   // lines logged in the window that began at limit_logged_ms
     int64_t trim_at_ms;      // when to malloc_trim (a second after a peer left), 0: not due
+    zmq_msg_t *arena_token;  // a large received frame kept for trim_if_due (see there)
 };
 
 static int64_t now_ns(void) {
@@ -415,6 +418,7 @@ static void free_cmd(cmd *c) {
     free(c->tensors);
     free(c->header);
     free(c->endpoint);
+    free(c->refused);
     rt_peer_free(c->peer);
     if (c->chunk_hdr) {
         rt_header_clear(c->chunk_hdr);
@@ -478,8 +482,10 @@ static void run_cmd(rt_transport *t, cmd *c) {
     if (c->kind == CMD_REPLY) {
         send_frames(t, t->router, c->peer, c->header, c->header_len, c->tensors, c->n, 0, 0, NULL);
     } else {
-        int di = dealer_index(t, c->endpoint);
-        if (di < 0) {
+        int di = c->refused ? -1 : dealer_index(t, c->endpoint);
+        if (c->refused) {
+            fail_call(c->cb, c->arg, DG_INVALID_ARGUMENT, "%s", c->refused);
+        } else if (di < 0) {
             if (c->kind == CMD_CALL)
                 fail_call(c->cb, c->arg, DG_UNAVAILABLE, "cannot connect to %s: %s", c->endpoint, t->dealer_error);
         } else if (c->kind == CMD_CALL) {
@@ -532,9 +538,12 @@ static void run_cmd(rt_transport *t, cmd *c) {
 // Returns the first command after the run.
 static cmd *coalesce(rt_transport *t, cmd *first) {
     int count = 0;
+    size_t bytes = 0;
     cmd *c = first;
     while (c && c->small_push && strcmp(c->endpoint, first->endpoint) == 0 &&
-           c->chunk_hdr->step_id == first->chunk_hdr->step_id && count < 256) {
+           c->chunk_hdr->step_id == first->chunk_hdr->step_id && count < 256 &&
+           (count == 0 || bytes + c->tensors[0]->nbytes <= RT_GROUP_BYTES)) {
+        bytes += c->tensors[0]->nbytes;
         count++;
         c = c->next;
     }
@@ -569,10 +578,11 @@ static cmd *coalesce(rt_transport *t, cmd *first) {
     return rest;
 }
 
+// I/O thread. Logged as a limit hit is (a line a second at most): a peer sending garbage
+// must not fill the log.
 static void bad_message(rt_transport *t, const char *from, const dg_status *st) {
-    __atomic_add_fetch(&t->stats.bad_messages, 1, __ATOMIC_RELAXED);
-    tlog(t, "dropped a bad message%s%s: %s", from ? " from " : "", from ? from : "",
-         dg_status_message(st));
+    limit_hit(t, LIM_BAD, &t->stats.bad_messages, "dropped a bad message%s%s: %s", from ? " from " : "",
+              from ? from : "", dg_status_message(st));
 }
 
 // Validates frames against the header's tensor descriptions and turns them into tensors.
@@ -632,10 +642,18 @@ static dg_tensor *assembly_tensor(const rt_tensor_desc *d, dg_status *st) {
 static void limit_hit(rt_transport *t, int kind, uint64_t *counter, const char *fmt, ...) {
     __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
     int64_t now = now_ms();
+    // A limit's line once a second; bad messages, each of which has its own reason, up to 50.
+    int burst = kind == LIM_BAD ? 50 : 1;
     if (t->limit_logged_ms[kind] && now - t->limit_logged_ms[kind] < 1000) {
-        t->limit_unlogged[kind]++;
-        return;
+        if (t->limit_lines[kind] >= burst) {
+            t->limit_unlogged[kind]++;
+            return;
+        }
+    } else {
+        t->limit_logged_ms[kind] = now;   // a new window
+        t->limit_lines[kind] = 0;
     }
+    t->limit_lines[kind]++;
     char buf[512];
     va_list ap;
     va_start(ap, fmt);
@@ -645,7 +663,6 @@ static void limit_hit(rt_transport *t, int kind, uint64_t *counter, const char *
         tlog(t, "%s (and %llu more like it since the last such line)", buf, (unsigned long long)t->limit_unlogged[kind]);
     else
         tlog(t, "%s", buf);
-    t->limit_logged_ms[kind] = now;
     t->limit_unlogged[kind] = 0;
 }
 
@@ -904,9 +921,39 @@ static void conn_closed(rt_transport *t, int fd) {
 // What a peer that left made this process allocate (its messages, queued and taken) is free
 // but may stay in malloc's arenas: give it back to the system a second after the last peer
 // left (ZeroMQ frees a connection's buffers on its own thread, after the event).
+//
+// malloc_trim returns the free memory inside every arena but not the free top of an arena
+// other than the main one, and ZeroMQ's I/O thread, which allocates every received frame,
+// has an arena of its own. Such a top shrinks only when a large block of that arena is freed
+// while the top is over M_TRIM_THRESHOLD, which a server raises (dg_server_options
+// keep_malloc_settings) so that steps do not give pages back and fault them in again. So the
+// transport keeps one large received frame (a block of that arena) and frees it here, with
+// the threshold lowered for the moment (a received frame of 32 KiB to 2 MiB: ZeroMQ allocates
+// such a frame on its own, and freeing it merges with the free space around it). This
+// thread's own arena (headers, copied frames) is trimmed the same way with a block of its own.
+static void keep_arena_token(rt_transport *t, zmq_msg_t *m) {
+    size_t len = zmq_msg_size(m);
+    if (t->arena_token || len < (32u << 10) || len > (2u << 20)) return;
+    t->arena_token = malloc(sizeof *t->arena_token);
+    if (!t->arena_token) abort();
+    zmq_msg_init(t->arena_token);
+    zmq_msg_copy(t->arena_token, m);   // a reference: the bytes stay until the token goes
+}
+
 static void trim_if_due(rt_transport *t, int64_t now) {
     if (!t->trim_at_ms || now < t->trim_at_ms) return;
+    if (t->opts.trim_threshold) {
+        mallopt(M_TRIM_THRESHOLD, 128 << 10);
+        if (t->arena_token) {
+            zmq_msg_close(t->arena_token);
+            free(t->arena_token);
+            t->arena_token = NULL;
+        }
+        void *volatile block = malloc(256 << 10);   // the same for this thread's own arena
+        free(block);
+    }
     malloc_trim(0);
+    if (t->opts.trim_threshold) mallopt(M_TRIM_THRESHOLD, (int)t->opts.trim_threshold);
     t->trim_at_ms = 0;
 }
 
@@ -1023,6 +1070,8 @@ static bool conn_heard(rt_transport *t, int fd, const rt_peer *peer) {
 static void on_router(rt_transport *t) {
     zmq_msg_t **frames = t->frames;
     int n = recv_multipart(t->router, frames);
+    if (t->opts.trim_threshold && !t->arena_token)
+        for (int i = 1; i < n; i++) keep_arena_token(t, frames[i]);
     dg_status st = DG_STATUS_INIT;
     if (n < 0) {
         dg_status_set(&st, DG_INVALID_ARGUMENT, "too many frames");
@@ -1427,6 +1476,7 @@ rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler hand
     }
     t->opts = *opts;
     if (!t->opts.max_message_bytes) t->opts.max_message_bytes = (size_t)2 << 30;
+    if (!t->opts.max_frame_bytes) t->opts.max_frame_bytes = RT_DEFAULT_MAX_FRAME_BYTES;
     if (t->opts.max_inflight_bytes <= 0) t->opts.max_inflight_bytes = RT_DEFAULT_MAX_INFLIGHT_BYTES;
     if (t->opts.transfer_timeout_ms <= 0) t->opts.transfer_timeout_ms = RT_DEFAULT_TRANSFER_TIMEOUT_MS;
     if (t->opts.reply_queue_messages <= 0) t->opts.reply_queue_messages = RT_DEFAULT_REPLY_QUEUE;
@@ -1496,7 +1546,7 @@ rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler hand
         // is read no further until the I/O thread catches up (TCP holds the sender back).
         zmq_setsockopt(t->router, ZMQ_SNDHWM, &t->opts.reply_queue_messages, sizeof(int));
         zmq_setsockopt(t->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-        int64_t max = (int64_t)t->opts.max_message_bytes;
+        int64_t max = (int64_t)t->opts.max_frame_bytes;
         zmq_setsockopt(t->router, ZMQ_MAXMSGSIZE, &max, sizeof max);
         if (t->curve) {
             zmq_setsockopt(t->router, ZMQ_CURVE_SERVER, &one, sizeof one);
@@ -1571,6 +1621,10 @@ void rt_transport_free(rt_transport **tp) {
         free_cmd(c);
     }
     while (t->assemblies) free_assembly(t, &t->assemblies);
+    if (t->arena_token) {
+        zmq_msg_close(t->arena_token);
+        free(t->arena_token);
+    }
     free(t->conns);
     for (int i = 0; i < t->n_dealers; i++) {
         if (t->dealers[i].sock) zmq_close(t->dealers[i].sock);
@@ -1667,6 +1721,19 @@ void rt_call(rt_transport *t, const char *endpoint, rt_header *h, dg_tensor *con
     if (!h->from) h->from = strdup(t->name);
     h->deadline_ms = timeout_ms;
     cmd *c = new_cmd(CMD_CALL, h, tensors, n);
+    // A frame over the limit would make the receiver drop the connection unanswered (ZeroMQ's
+    // ZMQ_MAXMSGSIZE): refused here instead, with the reason, on the I/O thread as any failure.
+    size_t limit = t->opts.max_frame_bytes, big = c->header_len;
+    int which = -1;
+    for (int i = 0; i < n; i++)
+        if (tensors[i]->nbytes > big) big = tensors[i]->nbytes, which = i;
+    if (big > limit &&
+        asprintf(&c->refused,
+                 "%s to %s: %s of %zu bytes is over the %zu bytes a task takes in one frame "
+                 "(dg_server_options.max_message_bytes, dg-server --max_message_mb; the same on "
+                 "both sides)",
+                 rt_type_name(h->type), endpoint, which < 0 ? "the header (graph)" : "a tensor", big, limit) < 0)
+        abort();
     c->endpoint = strdup(endpoint);
     c->id = h->id;
     c->timeout_ms = timeout_ms;

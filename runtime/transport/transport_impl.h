@@ -19,7 +19,14 @@ bool rt_peer_equal(const rt_peer *a, const rt_peer *b);
 typedef struct rt_transport_options {
     const char *bind;              // "tcp://host:port" to serve on, NULL for a client only
     const char *name;              // for logs, e.g. "/job:ps/task:0"
-    size_t max_message_bytes;      // default 2 GiB
+    // Largest tensor a chunked transfer may announce, and largest frame a DEALER takes in a
+    // reply. 0: 2 GiB.
+    size_t max_message_bytes;
+    // Largest frame (header or tensor) the bound ROUTER takes from a peer: ZeroMQ drops the
+    // connection of a peer that sends more, before holding it. Tensors over 4 MiB travel in
+    // chunks, so only a call's own frames (a graph, a feed) come near it; rt_call refuses a
+    // call with a frame over its own limit. 0: RT_DEFAULT_MAX_FRAME_BYTES.
+    size_t max_frame_bytes;
     // CurveZMQ: with both keys set (Z85, 40 characters), every socket encrypts. Without
     // keys: the key pair is this member's own; the ROUTER admits only the keyring's members
     // and a DEALER takes the key of the task it connects to from the keyring (by address).
@@ -59,6 +66,10 @@ typedef struct rt_transport_options {
     // mark of a peer's outgoing queue, in messages); beyond it replies to that peer are
     // dropped. 0: RT_DEFAULT_REPLY_QUEUE.
     int reply_queue_messages;
+    // The process's M_TRIM_THRESHOLD (mallopt), when it has raised it: a second after a peer
+    // leaves, the transport lowers it for a moment to give back the memory that peer's
+    // messages left free in ZeroMQ's arena (trim_if_due). 0: the transport only malloc_trims.
+    size_t trim_threshold;
     // Called on the I/O thread when the connection of a peer that has sent requests closes
     // (the peer exited, or its connection broke: a new one gets a new rt_peer). Borrowed peer.
     void (*on_peer_gone)(void *ctx, const rt_peer *peer);
@@ -69,6 +80,9 @@ typedef struct rt_transport_options {
 #define RT_DEFAULT_MAX_INFLIGHT_BYTES ((int64_t)4 << 30)
 #define RT_DEFAULT_TRANSFER_TIMEOUT_MS 30000
 #define RT_DEFAULT_REPLY_QUEUE 64
+#define RT_DEFAULT_MAX_FRAME_BYTES ((size_t)32 << 20)
+// Values sent together to one task go in one message up to this many bytes.
+#define RT_GROUP_BYTES ((size_t)16 << 20)
 
 // A request arrived. h and tensors are handed over (free h with rt_header_clear + free,
 // unref the tensors, free the array, rt_peer_free the peer, or pass them on).

@@ -6,18 +6,19 @@
 #                limits: 400 MiB kept for 13.9 KB of chunks), then 200 real first chunks (1 MiB
 #                each) of fresh transfers from one connection;
 #   pings:       8 PINGs of 100 MiB and 3000 of 60 KiB whose replies are never read (before the
-#                limits: 500 MiB held); each 100 MiB one takes its size while it is received;
+#                limits: 500 MiB held); a 100 MiB frame is over max_message_bytes (32 MiB), so
+#                ZeroMQ closes that connection before holding it (the peer's socket reconnects);
 #   connections: under a limit of 256 descriptors, 300 raw TCP connections held while a new
 #                client PINGs every 100 ms: every PING is answered, and the task does not spin.
 # Each scenario prints its JSON line (growth in KiB), so the figures are in the test's log.
 source "$(dirname "$0")/common.bash"
 LIMIT_KB=$((64 * 1024))   # memory the misbehaving peer may make the task hold
 ROUNDS=4                  # each abuse is repeated: what stays after must not pile up
-# After the peer left, what stays is measured from before the first round and held to the same
-# bound: freed memory may stay in malloc's arenas for reuse (dg-server keeps freed buffers up
-# to its trim threshold, see dg_server_options.keep_malloc_settings), but it must not grow
-# round after round.
-MSG_KB=$((128 * 1024))    # peak while one 100 MiB message is being received
+AFTER_KB=$((16 * 1024))
+# After the peer left, what stays is measured from before the first round: a second after a
+# peer leaves the task gives its freed memory back (the transport's trim_if_due). Measured:
+# chunk floods leave under 1 MiB; the first PING flood up to 9 MiB free in a malloc arena whose
+# top is not trimmed, reused by the next rounds (all rounds together stay under AFTER_KB).
 start() {   # start PORT [ulimit]
     ( [ -n "${2:-}" ] && ulimit -n "$2"; exec "$BIN/dg-server" --cluster_spec "worker|127.0.0.1:$1" --job_name worker \
         --task_index 0 ) > "$TMP/server_$1" 2>&1 &
@@ -45,7 +46,7 @@ for _ in $(seq $ROUNDS); do
     echo "$out"
     first=${first:-$(json "$out" rss_before_kb)}
     check_at_most "$out" growth_peak_kb "$LIMIT_KB"
-    [ $(($(json "$out" rss_after_kb) - first)) -le "$LIMIT_KB" ] || fail "the chunk floods left memory behind: $out"
+    [ $(($(json "$out" rss_after_kb) - first)) -le "$AFTER_KB" ] || fail "the chunk floods left memory behind: $out"
 done
 [ "$(task_stat "dg://127.0.0.1:$P1" inflight_bytes)" = 0 ] || fail "chunked transfers still held after the peers left"
 refused=$(task_stat "dg://127.0.0.1:$P1" transfers_refused)
@@ -62,13 +63,11 @@ for _ in $(seq $ROUNDS); do
         { echo "$out"; tail -20 "$TMP/server_$P2"; fail "the task stopped answering after the PING flood"; }
     echo "$out"
     first=${first:-$(json "$out" rss_before_kb)}
-    check_at_most "$out" growth_peak_kb "$MSG_KB"
+    check_at_most "$out" growth_peak_kb "$LIMIT_KB"
     check_at_most "$out" growth_held_kb "$LIMIT_KB"
-    [ $(($(json "$out" rss_after_kb) - first)) -le "$LIMIT_KB" ] || fail "the PING floods left memory behind: $out"
+    [ $(($(json "$out" rss_after_kb) - first)) -le "$AFTER_KB" ] || fail "the PING floods left memory behind: $out"
 done
 [ "$(task_stat "dg://127.0.0.1:$P2" replies_dropped)" -gt 0 ] || fail "no reply was dropped"
-[ "$(task_stat "dg://127.0.0.1:$P2" requests_refused)" -ge $((ROUNDS * 8)) ] || fail "the 100 MiB PINGs were not all refused"
-grep -q "max_ping_echo_bytes" "$TMP/server_$P2" || fail "no log line for the refused PINGs"
 
 start "$P3" 256
 max=$(task_stat "dg://127.0.0.1:$P3" max_connections)
