@@ -148,6 +148,7 @@ static bool parse_field(const char *s, const char *p, size_t n, dg_device_name *
 }
 
 bool dg_device_name_parse(const char *s, dg_device_name *out, dg_status *st) {
+    dg_status_reset(st);
     dg_device_name d;
     memset(&d, 0, sizeof d);
     if (!s) s = "";
@@ -220,6 +221,7 @@ char *dg_device_name_str(const dg_device_name *n, char *buf, size_t cap) {
 }
 
 bool dg_device_name_canonicalize(const char *s, char *buf, size_t cap, dg_status *st) {
+    dg_status_reset(st);
     dg_device_name d;
     if (!dg_device_name_parse(s, &d, st)) return false;
     if (write_name(&d, buf, cap) < 0) {
@@ -244,6 +246,7 @@ static void merge_error(dg_status *st, const char *what, const dg_device_name *a
 
 bool dg_device_name_merge(dg_device_name *target, const dg_device_name *other,
                           bool allow_soft_placement, dg_status *st) {
+    dg_status_reset(st);
     // Work on a copy so that a failed merge leaves target as it was (TensorFlow may leave
     // it half merged).
     dg_device_name t = *target;

@@ -153,6 +153,7 @@ const char *graph_intern(dg_graph *g, const char *str) {
 const dg_status *dg_graph_status(const dg_graph *g) { return g->status; }
 bool dg_graph_ok(const dg_graph *g) { return dg_status_ok(g->status); }
 bool dg_graph_check(const dg_graph *g, dg_status *st) {
+    dg_status_reset(st);
     if (dg_status_ok(g->status)) return true;
     dg_status_copy(st, g->status);
     return false;
@@ -187,6 +188,7 @@ dg_node *dg_graph_find(const dg_graph *g, const char *name) {
 }
 
 dg_output dg_graph_output(const dg_graph *g, const char *name, dg_status *st) {
+    dg_status_reset(st);
     dg_output o = {NULL, 0};
     if (!name) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "output name is NULL");

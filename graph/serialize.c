@@ -255,6 +255,7 @@ fail:
 }
 
 bool dg_graph_to_msgpack(const dg_graph *g, char **buf, size_t *len, dg_status *st) {
+    dg_status_reset(st);
     if (!g || !buf || !len) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "graph file: graph, buf and len must not be NULL");
         return false;
@@ -1304,12 +1305,14 @@ done:
 }
 
 dg_graph *dg_graph_from_msgpack(const void *buf, size_t len, dg_status *st) {
+    dg_status_reset(st);
     return load(buf, len, "graph file", st);
 }
 
 // ==== files ====
 
 bool dg_graph_save(const dg_graph *g, const char *path, dg_status *st) {
+    dg_status_reset(st);
     if (!path || !*path) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "graph file: empty path");
         return false;
@@ -1362,6 +1365,7 @@ done:
 }
 
 dg_graph *dg_graph_load(const char *path, dg_status *st) {
+    dg_status_reset(st);
     if (!path || !*path) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "graph file: empty path");
         return NULL;

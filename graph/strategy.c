@@ -50,6 +50,7 @@ static bool same_task_fields(const dg_device_name *a, const dg_device_name *b) {
 
 dg_strategy *dg_strategy_new(dg_graph *g, dg_strategy_kind kind, const char *const *devices,
                              int n_devices, dg_status *st) {
+    dg_status_reset(st);
     if (!g) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "strategy: graph is NULL");
         return NULL;
@@ -122,6 +123,7 @@ fail:
 
 dg_strategy *dg_strategy_new_local(dg_graph *g, dg_strategy_kind kind, const char *device_type,
                                    int n, dg_status *st) {
+    dg_status_reset(st);
     if (n < 1 || n > 4096) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "strategy: needs 1..4096 devices, got %d", n);
         return NULL;
@@ -183,6 +185,7 @@ static dg_node *make_copy(dg_graph *g, dg_node *v0, int r) {
 
 dg_output dg_strategy_variable(dg_strategy *s, const char *name, dg_dtype dtype, dg_shape shape,
                                dg_initializer init, dg_status *st) {
+    dg_status_reset(st);
     if (!s) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "strategy variable: strategy is NULL");
         return NUL;
@@ -366,6 +369,7 @@ static dg_output mean_of(dg_graph *g, const char *name, const dg_output *xs, int
 bool dg_strategy_minimize(dg_strategy *s, const dg_optimizer *opt, dg_tower_fn tower_fn, void *ctx,
                           const dg_output *batch_inputs, int n_inputs, dg_output global_step,
                           dg_strategy_step *out, dg_status *st) {
+    dg_status_reset(st);
     if (!s || !opt || !tower_fn || !out || n_inputs < 0 || (n_inputs > 0 && !batch_inputs)) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "strategy minimize: the strategy, optimizer, tower "
                       "function or result is NULL, or the batch inputs are a NULL array or a negative count");

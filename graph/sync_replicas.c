@@ -33,6 +33,7 @@ dg_sync_replicas_options dg_sync_replicas_options_default(void) {
 
 dg_sync_replicas *dg_sync_replicas_new(const dg_optimizer *opt, const dg_sync_replicas_options *o,
                                        dg_status *st) {
+    dg_status_reset(st);
     dg_sync_replicas_options d = o ? *o : dg_sync_replicas_options_default();
     if (d.total_num_replicas == 0) d.total_num_replicas = d.replicas_to_aggregate;
     if (!opt || !opt->graph || d.replicas_to_aggregate < 1 || d.total_num_replicas < d.replicas_to_aggregate ||
@@ -86,6 +87,7 @@ static dg_output out0(dg_node *n) {
 
 dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output *grads, const dg_output *vars,
                                           int n, dg_output gs, dg_status *st) {
+    dg_status_reset(st);
     dg_graph *g = sr->g;
     if (sr->built) {
         dg_status_set(st, DG_FAILED_PRECONDITION, "sync replicas: apply_gradients was already called");
@@ -222,6 +224,7 @@ dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output 
 }
 
 dg_node *dg_sync_replicas_minimize(dg_sync_replicas *sr, dg_output loss, dg_output gs, dg_status *st) {
+    dg_status_reset(st);
     dg_graph *g = sr->g;
     int cap = dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES);
     dg_output *grads = calloc((size_t)(cap ? cap : 1), sizeof *grads);

@@ -144,6 +144,7 @@ static dg_tensor *tensor_alloc_header(dg_dtype dtype, dg_shape shape, dg_status 
 }
 
 dg_tensor *dg_tensor_new(dg_dtype dtype, dg_shape shape, dg_status *st) {
+    dg_status_reset(st);
     dg_tensor *t = tensor_alloc_header(dtype, shape, st);
     if (!t) return NULL;
     size_t alloc = (t->nbytes + 63) & ~(size_t)63;
@@ -161,6 +162,7 @@ dg_tensor *dg_tensor_new(dg_dtype dtype, dg_shape shape, dg_status *st) {
 }
 
 dg_tensor *dg_tensor_new_zeros(dg_dtype dtype, dg_shape shape, dg_status *st) {
+    dg_status_reset(st);
     dg_tensor *t = dg_tensor_new(dtype, shape, st);
     if (t) memset(t->data, 0, t->nbytes);
     return t;
@@ -168,6 +170,7 @@ dg_tensor *dg_tensor_new_zeros(dg_dtype dtype, dg_shape shape, dg_status *st) {
 
 dg_tensor *dg_tensor_wrap(dg_dtype dtype, dg_shape shape, void *data, size_t n_bytes,
                           dg_deallocator dealloc, void *dealloc_arg, dg_status *st) {
+    dg_status_reset(st);
     dg_tensor *t = tensor_alloc_header(dtype, shape, st);
     if (!t) return NULL;
     if (t->nbytes != n_bytes) {
@@ -185,6 +188,7 @@ dg_tensor *dg_tensor_wrap(dg_dtype dtype, dg_shape shape, void *data, size_t n_b
 }
 
 dg_tensor *dg_tensor_from_data(dg_dtype dtype, dg_shape shape, const void *data, dg_status *st) {
+    dg_status_reset(st);
     dg_tensor *t = dg_tensor_new(dtype, shape, st);
     if (t && t->nbytes) memcpy(t->data, data, t->nbytes);
     return t;
@@ -198,6 +202,7 @@ dg_tensor *dg_tensor_scalar_f64(double v) { return scalar(DG_FLOAT64, &v); }
 dg_tensor *dg_tensor_scalar_i64(int64_t v) { return scalar(DG_INT64, &v); }
 
 dg_tensor *dg_tensor_copy(const dg_tensor *t, dg_status *st) {
+    dg_status_reset(st);
     if (t->gpu) {
         dg_status_setf(st, DG_INTERNAL, "tensor: a %s tensor in the memory of GPU:%d cannot be "
                        "copied on the host (it should have been copied off the device first)",

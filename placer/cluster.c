@@ -230,6 +230,7 @@ static bool add_task(dg_cluster *c, const char *job, int task, const char *addr,
 
 bool dg_cluster_add_task(dg_cluster *c, const char *job, int task, const char *addr,
                          dg_status *st) {
+    dg_status_reset(st);
     if (!c) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "cluster: NULL cluster");
         return false;
@@ -288,6 +289,7 @@ int dg_cluster_task_index(const dg_cluster *c, const char *job, int i) {
 
 const char *dg_cluster_task_address(const dg_cluster *c, const char *job, int task,
                                     dg_status *st) {
+    dg_status_reset(st);
     const cl_job *j = lookup_job(c, job);
     if (!j) {
         dg_status_setf(st, DG_NOT_FOUND, "cluster: no job \"%s\"", job ? job : "(null)");
@@ -473,6 +475,7 @@ static bool cluster_from_dom(dg_cluster *c, const char *src, const placer_json *
 }
 
 dg_cluster *dg_cluster_from_json(const char *json, dg_status *st) {
+    dg_status_reset(st);
     if (!json) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "cluster JSON: NULL string");
         return NULL;
@@ -525,6 +528,7 @@ static bool add_host_list(dg_cluster *c, const char *job, const char *s, size_t 
 }
 
 dg_cluster *dg_cluster_from_spec_string(const char *spec, dg_status *st) {
+    dg_status_reset(st);
     if (!spec) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "cluster spec: NULL string");
         return NULL;
@@ -594,6 +598,7 @@ fail:
 
 dg_cluster *dg_cluster_from_flags(const char *ps_hosts, const char *worker_hosts,
                                   dg_status *st) {
+    dg_status_reset(st);
     dg_cluster *c = dg_cluster_new();
     if (!c) {
         oom(st, sizeof *c);
@@ -690,6 +695,7 @@ static void tf_config_reset(dg_tf_config *cfg) {
 }
 
 bool dg_tf_config_parse(const char *json, dg_tf_config *out, dg_status *st) {
+    dg_status_reset(st);
     char r[48];
     if (!out) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "TF_CONFIG: NULL output");
@@ -746,6 +752,7 @@ fail:
 }
 
 bool dg_tf_config_from_env(dg_tf_config *out, dg_status *st) {
+    dg_status_reset(st);
     const char *env = getenv("TF_CONFIG");
     if (!env || !*env) {
         if (out) tf_config_reset(out);

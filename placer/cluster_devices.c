@@ -6,6 +6,7 @@
 #include "distgraph/placer.h"
 
 int dg_cluster_devices(const dg_cluster *c, int gpus_per_task, char ***out, dg_status *st) {
+    dg_status_reset(st);
     *out = NULL;
     if (!c || gpus_per_task < 0 || gpus_per_task > 1024) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "cluster devices: %s",

@@ -187,6 +187,7 @@ static bool is_fed(const dg_output *feeds, int n_feeds, dg_output o) {
 
 dg_partitions *dg_partition(dg_node *const *nodes_in, int n_nodes, const dg_output *feeds, int n_feeds,
                             int64_t incarnation, dg_status *st) {
+    dg_status_reset(st);
     return dg_partition_ex(nodes_in, n_nodes, feeds, n_feeds, NULL, 0, NULL, incarnation, NULL, st);
 }
 
@@ -194,6 +195,7 @@ dg_partitions *dg_partition_ex(dg_node *const *nodes_in, int n_nodes, const dg_o
                                int n_feeds, const dg_output *fetches, int n_fetches,
                                const char *client_device, int64_t incarnation, dg_output *fetch_out,
                                dg_status *st) {
+    dg_status_reset(st);
     dg_partitions *p = calloc(1, sizeof *p);
     dg_node **nodes = malloc(((size_t)n_nodes + 1) * sizeof *nodes);
     int *part = malloc(((size_t)n_nodes + 1) * sizeof *part);

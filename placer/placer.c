@@ -57,6 +57,7 @@ static void list_devices(char *buf, size_t cap, const char *const *devices, cons
 
 bool dg_place(dg_node *const *nodes, int n_nodes, const char *const *devices, int n_devices,
               const dg_placement_options *opts_in, dg_status *st) {
+    dg_status_reset(st);
     dg_placement_options opts = opts_in ? *opts_in : dg_placement_options_default();
     bool ok = false;
     dg_device_name *devs = calloc((size_t)n_devices + 1, sizeof *devs);

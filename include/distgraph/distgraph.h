@@ -5,6 +5,7 @@
 #ifndef DISTGRAPH_DISTGRAPH_H
 #define DISTGRAPH_DISTGRAPH_H
 
+#include "distgraph/version.h"
 #include "distgraph/status.h"
 #include "distgraph/tensor.h"
 #include "distgraph/graph.h"

@@ -274,6 +274,7 @@ bool master_client_reset(const char *target, const dg_session_options *opts, dg_
 
 bool dg_server_query_stats(const char *target, const char *curve_public_key, const char *curve_secret_key,
                            int64_t timeout_ms, dg_server_stats *out, dg_status *st) {
+    dg_status_reset(st);
     if (!out) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "query_stats: out is NULL");
         return false;

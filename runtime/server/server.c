@@ -841,6 +841,7 @@ static void tune_malloc(void) {
 
 dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const dg_server_options *opts,
                          dg_status *st) {
+    dg_status_reset(st);
     if (!c || !job) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "server: cluster and job are required");
         return NULL;
@@ -971,6 +972,7 @@ static void on_signal(int sig) {
 }
 
 bool dg_server_join(dg_server *s, bool handle_signals, dg_status *st) {
+    dg_status_reset(st);
     if (handle_signals) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
@@ -1051,10 +1053,12 @@ void dg_server_free(dg_server **sp) {
 }
 
 bool dg_curve_keypair(char public_key[41], char secret_key[41], dg_status *st) {
+    dg_status_reset(st);
     return rt_curve_keypair(public_key, secret_key, st);
 }
 
 bool dg_key_generate(const char *dir, const char *name, dg_status *st) {
+    dg_status_reset(st);
     if (!dir || !*dir) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "key directory: no path given");
         return false;

@@ -23,6 +23,7 @@ dg_session_options dg_session_options_default(void) {
 }
 
 dg_session *dg_session_new(dg_graph *g, const char *target, const dg_session_options *opts, dg_status *st) {
+    dg_status_reset(st);
     if (!g) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "session: graph is NULL");
         return NULL;
@@ -60,6 +61,7 @@ void dg_session_free(dg_session **sp) {
 bool dg_session_run(dg_session *s, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
                     const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_node *const *targets,
                     int n_targets, dg_status *st) {
+    dg_status_reset(st);
     if (!s) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "session is NULL");
         return false;
@@ -78,6 +80,7 @@ bool dg_session_run(dg_session *s, const dg_output *feeds, dg_tensor *const *fee
 }
 
 bool dg_session_run_target(dg_session *s, dg_node *target, dg_status *st) {
+    dg_status_reset(st);
     if (!target) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "run_target: target is NULL (did building it fail?)");
         return false;
@@ -86,5 +89,6 @@ bool dg_session_run_target(dg_session *s, dg_node *target, dg_status *st) {
 }
 
 bool dg_session_reset(const char *target, const dg_session_options *opts, dg_status *st) {
+    dg_status_reset(st);
     return master_client_reset(target, opts, st);
 }

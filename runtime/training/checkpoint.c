@@ -512,6 +512,7 @@ static bool open_db(dg_checkpoint_store *s, const char *name, int flags, dg_stat
 }
 
 dg_checkpoint_store *dg_checkpoint_open(const char *path, bool create, dg_status *st) {
+    dg_status_reset(st);
     if (!path || !*path) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: empty path");
         return NULL;
@@ -720,6 +721,7 @@ fail:
 
 bool dg_checkpoint_save(dg_checkpoint_store *s, int64_t global_step, const char *const *names,
                         dg_tensor *const *values, int n, int max_to_keep, dg_status *st) {
+    dg_status_reset(st);
     if (!s) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: save on a NULL store");
         return false;
@@ -829,6 +831,7 @@ fail:
 }
 
 int64_t dg_checkpoint_latest_step(dg_checkpoint_store *s, dg_status *st) {
+    dg_status_reset(st);
     if (!s) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: latest_step on a NULL store");
         return -1;
@@ -847,6 +850,7 @@ fail:
 }
 
 int dg_checkpoint_list(dg_checkpoint_store *s, int64_t **steps, dg_status *st) {
+    dg_status_reset(st);
     if (!s || !steps) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: list with a NULL argument");
         return -1;
@@ -881,6 +885,7 @@ fail:
 
 int dg_checkpoint_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_var **vars,
                             dg_status *st) {
+    dg_status_reset(st);
     if (!s || !vars) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: variables with a NULL argument");
         return -1;
@@ -1044,6 +1049,7 @@ fail:
 
 bool dg_checkpoint_restore(dg_checkpoint_store *s, int64_t step, const char *const *names, int n,
                            dg_tensor **out, int64_t *restored_step, dg_status *st) {
+    dg_status_reset(st);
     if (!s || n < 0 || (n > 0 && (!names || !out))) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: restore with bad arguments");
         return false;

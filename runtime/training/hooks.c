@@ -107,6 +107,7 @@ static bool stop_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const
 }
 
 dg_session_hook *dg_stop_at_step_hook_new(int64_t num_steps, int64_t last_step, dg_status *st) {
+    dg_status_reset(st);
     if ((num_steps < 0) == (last_step < 0) || num_steps < -1 || last_step < -1) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "stop-at-step hook: give exactly one of num_steps (%lld) and "
                        "last_step (%lld), the other -1", (long long)num_steps, (long long)last_step);
@@ -216,6 +217,7 @@ static bool ckpt_end(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_s
 
 dg_session_hook *dg_checkpoint_saver_hook_new(const char *path, int64_t save_steps, int64_t save_secs,
                                               int max_to_keep, dg_status *st) {
+    dg_status_reset(st);
     if (!path || !*path || save_steps < 0 || save_secs < 0 || max_to_keep < 0) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "checkpoint saver hook: need a path and save_steps (%lld), "
                        "save_secs (%lld), max_to_keep (%d) >= 0", (long long)save_steps, (long long)save_secs,
@@ -287,6 +289,7 @@ static bool counter_after_run(void *ctx, const dg_run_context *rc, dg_tensor *co
 }
 
 dg_session_hook *dg_step_counter_hook_new(int64_t every_n_steps, FILE *out, dg_status *st) {
+    dg_status_reset(st);
     if (every_n_steps < 1) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "step counter hook: every_n_steps must be >= 1, got %lld",
                        (long long)every_n_steps);
@@ -362,6 +365,7 @@ static bool log_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const 
 
 dg_session_hook *dg_logging_tensor_hook_new(const dg_output *tensors, int n, int64_t every_n_iter, FILE *out,
                                             dg_status *st) {
+    dg_status_reset(st);
     if (n < 1 || !tensors || every_n_iter < 1) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "logging hook: need at least one tensor (got %d) and every_n_iter "
                        ">= 1 (got %lld)", n, (long long)every_n_iter);
@@ -424,6 +428,7 @@ static bool nan_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const 
 }
 
 dg_session_hook *dg_nan_guard_hook_new(dg_output loss, bool fail_on_nan, dg_status *st) {
+    dg_status_reset(st);
     if (!loss.node || !dg_dtype_is_float(dg_output_dtype(loss))) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "NaN guard hook: the loss must be a floating-point output");
         return NULL;
@@ -604,6 +609,7 @@ static bool summary_after_run(void *ctx, const dg_run_context *rc, dg_tensor *co
 
 dg_session_hook *dg_summary_saver_hook_new(const char *path, int64_t save_steps, const char *const *tags,
                                            const dg_output *scalars, int n, dg_status *st) {
+    dg_status_reset(st);
     if (!path || !*path || save_steps < 1 || n < 0 || (n > 0 && !scalars)) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "summary saver hook: need a path, save_steps >= 1 (got %lld) and "
                        "n >= 0 scalars (got %d)", (long long)save_steps, n);
@@ -667,6 +673,7 @@ static bool final_end(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_
 
 dg_session_hook *dg_final_ops_hook_new(const dg_output *fetches, int n_fetches, dg_node *const *targets,
                                        int n_targets, dg_status *st) {
+    dg_status_reset(st);
     if (n_fetches < 0 || n_targets < 0 || (n_fetches && !fetches) || (n_targets && !targets) ||
         n_fetches + n_targets == 0) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "final ops hook: need at least one fetch or target");

@@ -81,6 +81,7 @@ struct dg_saver {
 };
 
 dg_saver *dg_saver_new(dg_graph *g, dg_status *st) {
+    dg_status_reset(st);
     if (!g) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "saver: graph is NULL");
         return NULL;
@@ -164,6 +165,7 @@ static const char **saver_names(const dg_saver *sv) {
 
 bool dg_saver_save(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, int64_t step,
                    int max_to_keep, int64_t *saved_step, dg_status *st) {
+    dg_status_reset(st);
     if (!sv || !sess || !store) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "saver save: saver, session or store is NULL");
         return false;
@@ -236,6 +238,7 @@ static bool check_checkpoint_matches(const dg_saver *sv, const dg_checkpoint_var
 
 bool dg_saver_restore(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, int64_t step,
                       int64_t *restored_step, dg_status *st) {
+    dg_status_reset(st);
     if (!sv || !sess || !store) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "saver restore: saver, session or store is NULL");
         return false;
@@ -540,6 +543,7 @@ static bool build_ops(dg_monitored_session *ms, dg_status *st) {
 
 dg_monitored_session *dg_monitored_training_session_new(dg_graph *g, const dg_mts_options *opts,
                                                         dg_status *st) {
+    dg_status_reset(st);
     if (!g) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "monitored session: graph is NULL");
         return NULL;
@@ -788,6 +792,7 @@ bool dg_monitored_session_run(dg_monitored_session *s, const dg_output *feeds,
                               dg_tensor *const *feed_values, int n_feeds, const dg_output *fetches,
                               dg_tensor **fetched, int n_fetches, dg_node *const *targets,
                               int n_targets, dg_status *st) {
+    dg_status_reset(st);
     if (!s) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "monitored session is NULL");
         return false;
@@ -834,6 +839,7 @@ bool dg_monitored_session_run(dg_monitored_session *s, const dg_output *feeds,
 }
 
 bool dg_monitored_session_close(dg_monitored_session *s, dg_status *st) {
+    dg_status_reset(st);
     if (!s || atomic_load(&s->closed)) return true;
     atomic_store(&s->stop_requested, true);
     pthread_mutex_lock(&s->mu);
@@ -903,6 +909,7 @@ void dg_monitored_session_free(dg_monitored_session **sp) {
 }
 
 int64_t dg_monitored_session_global_step(dg_monitored_session *s, dg_status *st) {
+    dg_status_reset(st);
     if (!s || !s->global_step.node) {
         dg_status_set(st, DG_FAILED_PRECONDITION, "the graph has no global step (create it with dg_global_step)");
         return -1;

@@ -249,6 +249,7 @@ static void hook_free(void *ctx) {
 
 dg_session_hook *dg_sync_replicas_hook_new(dg_sync_replicas *sr, bool is_chief, const char *master,
                                            int64_t last_step, dg_status *st) {
+    dg_status_reset(st);
     if (!sr || last_step < -1) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "sync replicas hook: %s", !sr ? "no optimizer given"
                        : "last_step must be >= 0, or -1 for none");
@@ -278,6 +279,7 @@ dg_session_hook *dg_sync_replicas_hook_new(dg_sync_replicas *sr, bool is_chief, 
 }
 
 bool dg_sync_replicas_hook_status(const dg_session_hook *h, dg_status *st) {
+    dg_status_reset(st);
     if (!h || h->free_ctx != hook_free) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "not a sync replicas hook");
         return false;

@@ -16,6 +16,7 @@ static rt_header *new_header(int type) {
 
 bool dg_server_ping(dg_server *client, const char *target_task_address, dg_tensor *const *tensors, int n,
                     int64_t timeout_ms, dg_tensor ***echo, int *n_echo, dg_status *st) {
+    dg_status_reset(st);
     if (echo) *echo = NULL;
     if (n_echo) *n_echo = 0;
     if (!client || n < 0 || (n > 0 && !tensors)) {
@@ -54,6 +55,7 @@ bool dg_server_ping(dg_server *client, const char *target_task_address, dg_tenso
 
 bool dg_server_push_bench(dg_server *client, const char *target_task_address, dg_tensor *t, int n_pushes,
                           int64_t timeout_ms, dg_status *st) {
+    dg_status_reset(st);
     if (!client || !t || n_pushes < 0) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "push bench: a client server, a tensor and n_pushes >= 0 are required");
         return false;

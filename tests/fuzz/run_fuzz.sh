@@ -2,7 +2,7 @@
 # Builds and runs the libFuzzer targets of tests/fuzz with clang (address and undefined-behaviour
 # sanitizers).
 #   tests/fuzz/run_fuzz.sh NAME SECONDS [extra libFuzzer flags]   one target, its output shown
-#   tests/fuzz/run_fuzz.sh all SECONDS                              every target in turn, then one
+#   tests/fuzz/run_fuzz.sh all SECONDS                              every target, side by side, then one
 #                                                                   summary line (what CI runs)
 #   tests/fuzz/run_fuzz.sh build [NAME...]                          build only
 # NAME is the part after fuzz_ (wire, graph_load, shm_desc, chunks, server). Objects, binaries,
@@ -112,17 +112,26 @@ case $mode in
     start=$(date +%s)
     for name in "${targets[@]}"; do build "$name"; done
     echo "fuzz: built ${#targets[@]} targets in $(( $(date +%s) - start )) s"
+    # The targets run side by side, as many at once as there are cores (DG_FUZZ_JOBS): each
+    # fuzzer is one thread, and its time limit is wall-clock time.
+    jobs=${DG_FUZZ_JOBS:-$(nproc)}
+    declare -A pid_of t0_of
+    for name in "${targets[@]}"; do
+      while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+      t0_of[$name]=$(date +%s)
+      run "$name" "$seconds" >"$out/log_$name.txt" 2>&1 &
+      pid_of[$name]=$!
+    done
     failed=()
     for name in "${targets[@]}"; do
       log="$out/log_$name.txt"
-      t0=$(date +%s)
       set +e
-      run "$name" "$seconds" >"$log" 2>&1
+      wait "${pid_of[$name]}"
       rc=$?
       set -e
       runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1 || true)
       cov=$( (grep -o 'cov: [0-9]*' "$log" || true) | tail -1 | cut -d' ' -f2)
-      line="$name: ${runs:-?} runs, cov ${cov:-?}, $(( $(date +%s) - t0 )) s"
+      line="$name: ${runs:-?} runs, cov ${cov:-?}, ran $(( $(stat -c %Y "$log") - ${t0_of[$name]} )) s"
       if [ $rc -ne 0 ]; then
         failed+=("$name")
         line="$line, FAILED (exit $rc)"

@@ -1,0 +1,3 @@
+#include "distgraph/version.h"
+
+const char *dg_version(void) { return DG_VERSION_STRING; }

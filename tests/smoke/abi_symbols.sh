@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The shared library exports exactly the public interface: every dynamic symbol it defines is
+# a dg_* function declared in include/distgraph/, each such declaration is exported, and the
+# list is abi/distgraph.symbols (so an export added or lost by accident fails here, and a
+# deliberate one shows in review as a change to that file). Also: the SONAME carries the
+# interface version of version.h, and dg_version() is the header's version.
+set -euo pipefail
+src="${DG_SOURCE_DIR:?}"
+lib="${DG_BIN_DIR:?}/../lib/libdistgraph.so"
+fail() { echo "FAIL: $*"; exit 1; }
+[ -f "$lib" ] || fail "no $lib (the distgraph_shared target)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+nm -D --defined-only "$lib" | awk '$3 != "" {print $2, $3}' | sed 's/@.*//' > "$tmp/all"
+# Text symbols only: version nodes (DISTGRAPH_0, type A) are not functions.
+awk '$1 != "A" {print $2}' "$tmp/all" | sort -u > "$tmp/exported"
+grep -v '^dg_' "$tmp/exported" && fail "symbols outside the dg_ namespace are exported (above)"
+grep -v '^#' "$src/abi/distgraph.symbols" | sort -u > "$tmp/expected"
+if ! diff -u "$tmp/expected" "$tmp/exported" > "$tmp/diff"; then
+    cat "$tmp/diff"
+    fail "the exported symbols differ from abi/distgraph.symbols (- expected, + exported)"
+fi
+# Declarations in the public headers: function names followed by '(' outside comments,
+# preprocessor lines, typedefs and static inline definitions.
+python3 - "$src/include/distgraph" "$tmp/exported" <<'PY'
+import glob, re, sys
+decl = set()
+for f in glob.glob(sys.argv[1] + "/*.h"):
+    t = open(f).read()
+    t = re.sub(r"/\*.*?\*/", " ", t, flags=re.S)
+    t = re.sub(r"//[^\n]*", " ", t)
+    t = re.sub(r'#ifdef __cplusplus\s*extern "C" \{\s*#endif', " ", t)
+    t = re.sub(r"#ifdef __cplusplus\s*\}\s*#endif", " ", t)
+    t = "\n".join(l for l in t.split("\n") if not l.lstrip().startswith("#"))
+    t = re.sub(r"\{[^{}]*\}", ";", t)          # struct bodies and inline function bodies
+    t = re.sub(r"\{[^{}]*\}", ";", t)
+    for stmt in t.split(";"):
+        s = " ".join(stmt.split())
+        if not s or "typedef" in s or s.startswith("static"):
+            continue
+        m = re.match(r"^(?:extern\s+)?[A-Za-z_][\w\s\*]*?\b(dg_\w+)\s*\(", s)
+        if m:
+            decl.add(m.group(1))
+exp = set(open(sys.argv[2]).read().split())
+missing, extra = sorted(decl - exp), sorted(exp - decl)
+print(f"{len(decl)} functions declared in the public headers, {len(exp)} exported")
+if missing:
+    sys.exit("FAIL: declared but not exported: " + " ".join(missing))
+if extra:
+    sys.exit("FAIL: exported but declared in no public header: " + " ".join(extra))
+PY
+soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+so=$(sed -n 's/^#define DG_SOVERSION \([0-9]*\)/\1/p' "$src/include/distgraph/version.h")
+[ "$soname" = "libdistgraph.so.$so" ] || fail "SONAME $soname, version.h says libdistgraph.so.$so"
+echo "exported: $(wc -l < "$tmp/exported") dg_ functions, SONAME $soname"
