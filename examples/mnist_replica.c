@@ -98,7 +98,8 @@ int main(int argc, char **argv) {
     const char *job_name = "", *ps_hosts = "", *worker_hosts = "", *data_dir = MNIST_DEFAULT_DIR;
     int64_t task_index = -1, train_steps = 2000, batch_size = 100, hidden = 100, seed = 1, log_every = 100;
     int64_t wait_ms = 60000, rpc_timeout_ms = 30000, save_checkpoint_steps = 100, recovery_attempts = 3;
-    const char *checkpoint_path = "";
+    const char *checkpoint_path = "", *slurm_jobs = "";
+    int64_t slurm_port_base = DG_SLURM_DEFAULT_PORT_BASE;
     int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000, wait_for_tasks_ms = 0;
     double lr = 0.01;
     bool quiet = false, print_placement = false, sync_replicas = false, all_reduce = false, existing_servers = false;
@@ -107,6 +108,9 @@ int main(int argc, char **argv) {
         {"task_index", FLAG_INT, &task_index, "index of this task in its job"},
         {"ps_hosts", FLAG_STRING, &ps_hosts, "comma list of host:port"},
         {"worker_hosts", FLAG_STRING, &worker_hosts, "comma list of host:port"},
+        {"slurm_jobs", FLAG_STRING, &slurm_jobs,
+         "cluster and task from the Slurm job step (srun), e.g. ps:1,worker:2 (examples/slurm/)"},
+        {"slurm_port_base", FLAG_INT, &slurm_port_base, "with --slurm_jobs: first port on each node (default 8888)"},
         {"train_steps", FLAG_INT, &train_steps, "global steps to train (default 2000)"},
         {"batch_size", FLAG_INT, &batch_size, "examples per step (default 100)"},
         {"hidden_units", FLAG_INT, &hidden, "hidden layer width (default 100)"},
@@ -156,6 +160,20 @@ int main(int argc, char **argv) {
     snprintf(job, sizeof job, "%s", job_name);
     if (*ps_hosts || *worker_hosts) {
         cluster = dg_cluster_from_flags(ps_hosts, worker_hosts, st);
+    } else if (*slurm_jobs) {
+        dg_slurm_options so = {.jobs = slurm_jobs, .port_base = (int)slurm_port_base};
+        dg_tf_config cfg;
+        if (slurm_port_base < 1 || slurm_port_base > 65535) {
+            fprintf(stderr, "mnist_replica: --slurm_port_base must be a port (1..65535)\n");
+            return 2;
+        }
+        if (dg_slurm_from_env(&so, &cfg, st)) {
+            cluster = cfg.cluster;
+            cfg.cluster = NULL;
+            if (!*job) snprintf(job, sizeof job, "%s", cfg.task_type);
+            if (task_index < 0) task_index = cfg.task_index;
+            dg_tf_config_clear(&cfg);
+        }
     } else {
         dg_tf_config cfg;
         if (dg_tf_config_from_env(&cfg, st)) {
@@ -166,7 +184,7 @@ int main(int argc, char **argv) {
             dg_tf_config_clear(&cfg);
         }
     }
-    if (!cluster) return fail(st, "cluster (give --ps_hosts/--worker_hosts or TF_CONFIG)");
+    if (!cluster) return fail(st, "cluster (give --ps_hosts/--worker_hosts, --slurm_jobs or TF_CONFIG)");
     if (strcmp(job, "ps") != 0 && strcmp(job, "worker") != 0) {
         fprintf(stderr, "mnist_replica: --job_name must be ps or worker, got \"%s\"\n", job);
         return 2;

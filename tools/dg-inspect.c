@@ -2221,7 +2221,8 @@ static int cmd_server(const options *o) {
             {"transfers_refused", s.transfers_refused}, {"transfers_expired", s.transfers_expired},
             {"transfers_abandoned", s.transfers_abandoned}, {"replies_dropped", s.replies_dropped},
             {"requests_refused", s.requests_refused},
-            {"bad_messages", s.bad_messages},
+            {"bad_messages", s.bad_messages}, {"shm_frames_sent", s.shm_frames_sent},
+            {"shm_frames_received", s.shm_frames_received},
         };
         size_t n = sizeof f / sizeof f[0];
         if (o->json) printf("{\"target\": \"%s\"", o->file);

@@ -32,6 +32,11 @@ static void usage(FILE *f) {
         "  --ps_hosts LIST         comma list of ps addresses, with --worker_hosts\n"
         "  --worker_hosts LIST     comma list of worker addresses\n"
         "  TF_CONFIG (env)         {\"cluster\": {...}, \"task\": {\"type\": J, \"index\": I}}\n"
+        "  --slurm_jobs JOBS       from the Slurm job step this runs in (srun): JOBS as\n"
+        "                          'ps:1,worker:3'; jobs take the allocation's slots in name\n"
+        "                          order, this task is the slot of SLURM_PROCID (job and index)\n"
+        "  --slurm_port_base P     first port on each node (default 8888)\n"
+        "  --slurm_tasks_per_node N  slots per node (default: SLURM_TASKS_PER_NODE)\n"
         "Task:\n"
         "  --job_name JOB          this task's job (default: TF_CONFIG's task.type)\n"
         "  --task_index I          this task's index in JOB (default: TF_CONFIG's task.index\n"
@@ -48,6 +53,9 @@ static void usage(FILE *f) {
         "  --key_dir DIR           CurveZMQ with a key pair per member (docs/SECURITY.md):\n"
         "                          this task's pair is DIR/<host>_<port>.key, it admits the\n"
         "                          public keys in DIR (default: env DG_KEY_DIR)\n"
+        "  --bind_address ADDR     listen on ADDR (an IP address; 0.0.0.0: every interface) at\n"
+        "                          the port of the task's address (default: a loopback address\n"
+        "                          as it is, any other on every interface, as TensorFlow does)\n"
         "  --allow_unauthenticated serve an address other than loopback without CurveZMQ keys\n"
         "                          (refused otherwise: anyone reaching the port could run graphs)\n"
         "Limits (docs/PROTOCOL.md; each hit is logged and counted, dg-inspect server shows them):\n"
@@ -90,7 +98,7 @@ typedef struct flags {
     const char *job_name, *task_index, *rpc_timeout_ms, *busy_poll_us, *client_lease_ms;
     const char *curve_public_key, *curve_secret_key;
     const char *max_connections, *max_inflight_mb, *max_message_mb, *transfer_timeout_ms, *max_ping_echo_bytes, *orphan_timeout_ms;
-    const char *key_dir, *gen_keys, *key_name;
+    const char *key_dir, *gen_keys, *key_name, *bind_address, *slurm_jobs, *slurm_port_base, *slurm_tasks_per_node;
     bool quiet, help, gen_curve_keys, allow_unauthenticated;
 } flags;
 
@@ -118,6 +126,10 @@ static const flag_def flag_defs[] = {
     {"max_ping_echo_bytes", offsetof(flags, max_ping_echo_bytes), true},
     {"orphan_timeout_ms", offsetof(flags, orphan_timeout_ms), true},
     {"key_dir", offsetof(flags, key_dir), true},
+    {"bind_address", offsetof(flags, bind_address), true},
+    {"slurm_jobs", offsetof(flags, slurm_jobs), true},
+    {"slurm_port_base", offsetof(flags, slurm_port_base), true},
+    {"slurm_tasks_per_node", offsetof(flags, slurm_tasks_per_node), true},
     {"gen_keys", offsetof(flags, gen_keys), true},
     {"key_name", offsetof(flags, key_name), true},
     {"allow_unauthenticated", offsetof(flags, allow_unauthenticated), false},
@@ -317,7 +329,29 @@ int main(int argc, char **argv) {
     // broken TF_CONFIG in the environment does not stop a fully flagged start.
     bool need_tf = !f.cluster_spec && !f.ps_hosts && !f.worker_hosts;
     if (!f.job_name) need_tf = true;
-    if (need_tf) {
+    const char *tf_source = "TF_CONFIG";
+    if (f.slurm_jobs) {
+        // A Slurm job step: the cluster and this task from its environment (srun).
+        dg_slurm_options so = {.jobs = f.slurm_jobs};
+        int64_t v = 0;
+        if (f.slurm_port_base && !parse_int64(f.slurm_port_base, 1, 65535, &v)) {
+            bad_input("--slurm_port_base must be a port (1..65535), got \"%s\"", f.slurm_port_base);
+            goto out;
+        }
+        so.port_base = (int)v;
+        v = 0;
+        if (f.slurm_tasks_per_node && !parse_int64(f.slurm_tasks_per_node, 1, 65535, &v)) {
+            bad_input("--slurm_tasks_per_node must be 1 or more, got \"%s\"", f.slurm_tasks_per_node);
+            goto out;
+        }
+        so.tasks_per_node = (int)v;
+        if (!dg_slurm_from_env(&so, &tf, st)) {
+            bad_input("--slurm_jobs %s: %s", f.slurm_jobs, dg_status_message(st));
+            goto out;
+        }
+        have_tf = true;
+        tf_source = "Slurm";
+    } else if (need_tf) {
         if (dg_tf_config_from_env(&tf, st)) {
             have_tf = true;
         } else if (dg_status_code(st) != DG_NOT_FOUND) {
@@ -338,7 +372,7 @@ int main(int argc, char **argv) {
         }
         cluster = dg_cluster_from_flags(f.ps_hosts, f.worker_hosts, st);
     } else if (have_tf && tf.cluster) {
-        cluster_source = "TF_CONFIG";
+        cluster_source = tf_source;
         cluster = dg_cluster_copy(tf.cluster);
         if (!cluster) dg_status_set(st, DG_RESOURCE_EXHAUSTED, "out of memory copying the cluster");
     } else {
@@ -436,6 +470,7 @@ int main(int argc, char **argv) {
         goto out;
     }
     opts.allow_unauthenticated = f.allow_unauthenticated;
+    opts.bind_address = f.bind_address;
     opts.key_dir = f.key_dir;
     if (f.curve_public_key || f.curve_secret_key) {
         bad_input("--curve_public_key/--curve_secret_key: keys are not taken from the command line (every user "

@@ -74,11 +74,17 @@ typedef struct dg_server_options {
     int64_t transfer_timeout_ms;
     // Replies queued for one peer that does not read them; beyond it they are dropped. 0: 64.
     int reply_queue_messages;
-    // Protected mode: a server whose address is not a loopback one (127.0.0.0/8, ::1,
-    // localhost) refuses to start without CurveZMQ keys, since anyone who reaches the port
-    // could run graphs and rewrite variables (docs/SECURITY.md). true serves such an address
-    // without authentication anyway: for a network only trusted machines reach.
+    // Protected mode: a server that would listen beyond loopback (127.0.0.0/8, ::1, localhost;
+    // see bind_address) refuses to start without CurveZMQ keys, since anyone who reaches the
+    // port could run graphs and rewrite variables (docs/SECURITY.md). true serves such an
+    // address without authentication anyway: for a network only trusted machines reach.
     bool allow_unauthenticated;
+    // The address to listen on (an IP address or interface; "0.0.0.0" or "*": every
+    // interface), on the port of the task's cluster address. NULL: a loopback cluster address
+    // as it is, any other on every interface, as TensorFlow's servers do (the cluster may name
+    // this host by a name that resolves elsewhere: a Kubernetes service, NAT). Borrowed for
+    // dg_server_new.
+    const char *bind_address;
     // A graph registered by a master whose connection has closed (a worker program killed
     // without deregistering) is freed after this many ms unless that master runs it again
     // first (its connection came back). Steps it had running here are aborted at once, and
@@ -128,6 +134,9 @@ typedef struct dg_server_stats {
     int64_t replies_dropped;     // replies to peers that did not read them
     int64_t requests_refused;    // requests refused for a limit (max_ping_echo_bytes)
     int64_t bad_messages;        // messages dropped or answered with an error
+    // Tensor frames that went through shared memory (peers on this host) instead of TCP:
+    int64_t shm_frames_sent;
+    int64_t shm_frames_received;
 } dg_server_stats;
 // Asks the task at target ("dg://host:port" or "host:port") for its counters, from any process,
 // waiting up to timeout_ms. curve keys as for dg_session_options (NULL: none).

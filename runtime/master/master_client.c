@@ -299,6 +299,8 @@ bool dg_server_query_stats(const char *target, const char *curve_public_key, con
         {"transfers_abandoned", &out->transfers_abandoned}, {"replies_dropped", &out->replies_dropped},
         {"requests_refused", &out->requests_refused},
         {"bad_messages", &out->bad_messages},
+        {"shm_frames_sent", &out->shm_frames_sent},
+        {"shm_frames_received", &out->shm_frames_received},
     };
     for (int i = 0; i < resp->n_names; i++) {   // "name=value"; names this build does not know are skipped
         const char *eq = strchr(resp->names[i], '=');

@@ -787,6 +787,8 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
             {"replies_dropped", (long long)tps.replies_dropped},
             {"requests_refused", (long long)tps.requests_refused},
             {"bad_messages", (long long)tps.bad_messages},
+            {"shm_frames_sent", (long long)tps.shm_frames_sent},
+            {"shm_frames_received", (long long)tps.shm_frames_received},
         };
         for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
             snprintf(line, sizeof line, "%s=%lld", counters[i].name, counters[i].v);
@@ -890,11 +892,24 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
     s->next_handle = (int64_t)(rnd >> 2);
     const char *sao = getenv("DG_SEND_AT_ONCE");
     s->send_at_once = sao && strcmp(sao, "1") == 0;
-    // Bind on the port of the cluster address, on every interface of that host name.
+    // Where to listen, on the port of the cluster address: bind_address when given; a loopback
+    // cluster address as it is (only this host can use it anyway); else every interface, as
+    // TensorFlow's servers do, since the cluster may name this host by a name that resolves
+    // elsewhere (a Kubernetes service, a load balancer, NAT).
     char bind[300];
     const char *colon = strrchr(addr, ':');
-    snprintf(bind, sizeof bind, "tcp://%.*s:%s", (int)(colon - addr), addr, colon + 1);
-    if (strncmp(addr, "localhost:", 10) == 0) snprintf(bind, sizeof bind, "tcp://127.0.0.1:%s", colon + 1);
+    bool loopback = host_is_loopback(addr, colon);
+    const char *ba = s->opts.bind_address;
+    if (ba && *ba) {
+        bool v6 = strchr(ba, ':') && ba[0] != '[';
+        snprintf(bind, sizeof bind, "tcp://%s%s%s:%s", v6 ? "[" : "", strcmp(ba, "0.0.0.0") == 0 ? "*" : ba,
+                 v6 ? "]" : "", colon + 1);
+    } else if (loopback) {
+        snprintf(bind, sizeof bind, "tcp://%.*s:%s", (int)(colon - addr), addr, colon + 1);
+        if (strncmp(addr, "localhost:", 10) == 0) snprintf(bind, sizeof bind, "tcp://127.0.0.1:%s", colon + 1);
+    } else {
+        snprintf(bind, sizeof bind, "tcp://*:%s", colon + 1);
+    }
     const char *key_dir = s->opts.key_dir ? s->opts.key_dir : getenv("DG_KEY_DIR");
     bool pair = s->opts.curve_public_key && *s->opts.curve_public_key;
     char own_pub[RT_KEY_Z85], own_sec[RT_KEY_Z85];
@@ -915,15 +930,21 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
             return NULL;
         }
     }
-    if (!pair && !s->opts.allow_unauthenticated && !host_is_loopback(addr, colon)) {
+    bool bind_loopback = loopback;
+    if (ba && *ba) {
+        char b[300];
+        snprintf(b, sizeof b, "%s:0", ba);
+        bind_loopback = host_is_loopback(b, strrchr(b, ':'));
+    }
+    if (!pair && !s->opts.allow_unauthenticated && !bind_loopback) {
         dg_status_setf(st, DG_FAILED_PRECONDITION,
-                       "server %s: refusing to serve %s without authentication: anyone who reaches the port "
-                       "could run graphs and rewrite variables. Give the cluster's CurveZMQ keys (dg-server "
-                       "--curve_public_key/--curve_secret_key or DG_CURVE_PUBLIC_KEY/DG_CURVE_SECRET_KEY; "
-                       "dg_server_options.curve_*), serve a loopback address, or, on a network only trusted "
+                       "server %s: refusing to serve %s (cluster address %s) without authentication: anyone who "
+                       "reaches the port could run graphs and rewrite variables. Give the cluster's CurveZMQ keys "
+                       "(a key directory: dg-server --gen_keys DIR ..., then --key_dir DIR or DG_KEY_DIR=DIR; "
+                       "dg_server_options.key_dir), serve a loopback address, or, on a network only trusted "
                        "machines reach, allow it (dg-server --allow_unauthenticated; "
                        "dg_server_options.allow_unauthenticated). See docs/SECURITY.md",
-                       s->task_name, bind);
+                       s->task_name, bind, addr);
         dg_server_free(&s);
         return NULL;
     }
