@@ -36,6 +36,13 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+// Wall-clock time in seconds since the Unix epoch, as TensorFlow's time.time() prints it.
+static double unix_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 // Reports each creation of the monitored session's underlying session: the first, and those
 // after a failure (a restarted ps or worker).
 typedef struct report_hook {
@@ -158,6 +165,7 @@ int main(int argc, char **argv) {
     dg_cluster *cluster = NULL;
     char job[64];
     snprintf(job, sizeof job, "%s", job_name);
+    const char *job_from = "--job_name", *task_from = "--task_index";   // for messages
     if (*ps_hosts || *worker_hosts) {
         cluster = dg_cluster_from_flags(ps_hosts, worker_hosts, st);
     } else if (*slurm_jobs) {
@@ -170,8 +178,8 @@ int main(int argc, char **argv) {
         if (dg_slurm_from_env(&so, &cfg, st)) {
             cluster = cfg.cluster;
             cfg.cluster = NULL;
-            if (!*job) snprintf(job, sizeof job, "%s", cfg.task_type);
-            if (task_index < 0) task_index = cfg.task_index;
+            if (!*job) snprintf(job, sizeof job, "%s", cfg.task_type), job_from = "Slurm's task";
+            if (task_index < 0) task_index = cfg.task_index, task_from = "Slurm's task";
             dg_tf_config_clear(&cfg);
         }
     } else {
@@ -179,19 +187,30 @@ int main(int argc, char **argv) {
         if (dg_tf_config_from_env(&cfg, st)) {
             cluster = cfg.cluster;
             cfg.cluster = NULL;
-            if (!*job) snprintf(job, sizeof job, "%s", cfg.task_type);
-            if (task_index < 0) task_index = cfg.task_index;
+            if (!*job) snprintf(job, sizeof job, "%s", cfg.task_type), job_from = "TF_CONFIG's task.type";
+            if (task_index < 0) task_index = cfg.task_index, task_from = "TF_CONFIG's task.index";
             dg_tf_config_clear(&cfg);
         }
     }
     if (!cluster) return fail(st, "cluster (give --ps_hosts/--worker_hosts, --slurm_jobs or TF_CONFIG)");
-    if (strcmp(job, "ps") != 0 && strcmp(job, "worker") != 0) {
-        fprintf(stderr, "mnist_replica: --job_name must be ps or worker, got \"%s\"\n", job);
+    if (!*job) {
+        fprintf(stderr, "mnist_replica: no job for this task: give --job_name ps or worker (or TF_CONFIG's task)\n");
         return 2;
     }
-    if (task_index < 0 || task_index >= dg_cluster_num_tasks(cluster, job)) {
-        fprintf(stderr, "mnist_replica: --task_index %lld is out of range for job %s with %d tasks\n",
-                (long long)task_index, job, dg_cluster_num_tasks(cluster, job));
+    if (strcmp(job, "ps") != 0 && strcmp(job, "worker") != 0) {
+        fprintf(stderr, "mnist_replica: %s is \"%s\", but MNIST-replica runs only ps and worker tasks%s\n", job_from,
+                job, strcmp(job, "chief") == 0 ? " (its chief is worker 0: list that task as worker 0)" : "");
+        return 2;
+    }
+    int n_tasks = dg_cluster_num_tasks(cluster, job);
+    if (task_index < 0) {
+        fprintf(stderr, "mnist_replica: missing --task_index: which of the %d %s task%s this is (0 to %d)\n", n_tasks, job,
+                n_tasks == 1 ? "" : "s", n_tasks - 1);
+        return 2;
+    }
+    if (task_index >= n_tasks) {
+        fprintf(stderr, "mnist_replica: %s %lld is out of range: job %s has %d task%s (0 to %d)\n", task_from,
+                (long long)task_index, job, n_tasks, n_tasks == 1 ? "" : "s", n_tasks - 1);
         return 2;
     }
     int n_workers = dg_cluster_num_tasks(cluster, "worker");
@@ -371,7 +390,7 @@ int main(int argc, char **argv) {
     dg_tensor *vals[2] = {xt, yt};
     double t_start = now_s();
     int64_t local_step = 0, global_step = 0;
-    printf("Training begins @ %f\n", t_start);
+    printf("Training begins @ %f\n", unix_s());
     while (!dg_monitored_session_should_stop(ms)) {
         mnist_next_batch(&data.train, batch_size, xb, yb);
         dg_tensor *gs = NULL;
@@ -388,13 +407,13 @@ int main(int argc, char **argv) {
         dg_tensor_unref(gs);
         local_step++;
         if (local_step % log_every == 0) {
-            printf("Worker %lld: training step %lld done (global step: %lld)\n", (long long)task_index,
+            printf("%f: Worker %lld: training step %lld done (global step: %lld)\n", unix_s(), (long long)task_index,
                    (long long)local_step, (long long)global_step);
             fflush(stdout);
         }
     }
     double elapsed = now_s() - t_start;
-    printf("Training ends @ %f\n", now_s());
+    printf("Training ends @ %f\n", unix_s());
     printf("Training elapsed time: %f s (%lld local steps, %.1f local steps/s)\n", elapsed,
            (long long)local_step, (double)local_step / elapsed);
     // The step this worker stops at (a restored chief may not have trained at all).

@@ -686,6 +686,26 @@ static bool parse_task(dg_tf_config *out, const char *json, const placer_json *t
     return true;
 }
 
+// Whether a and b are within two edits (insertions, deletions, substitutions, adjacent swaps)
+// of each other: "clsuter" and "cluster", "taks" and "task".
+static bool edit_distance_at_most2(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 32 || lb > 32 || (la > lb ? la - lb : lb - la) > 2) return false;
+    int d[34][34];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < c)
+                c = d[i - 2][j - 2] + 1;
+            d[i][j] = c;
+        }
+    return d[la][lb] <= 2 && !(lb <= 4 && d[la][lb] == 2 && la < 3);
+}
+
 static void tf_config_reset(dg_tf_config *cfg) {
     cfg->cluster = NULL;
     cfg->task_type[0] = '\0';
@@ -709,7 +729,19 @@ bool dg_tf_config_parse(const char *json, dg_tf_config *out, dg_status *st) {
         tf_err(st, "must be a JSON object, got %s", raw(json, root, r, sizeof r));
         goto fail;
     }
-    // Other keys ("environment", "session_master", ...) are TensorFlow's business, not ours.
+    // Other keys ("environment", "session_master", ...) are TensorFlow's business, not ours,
+    // but one a letter or two away from a key we read is a typo that would silently drop it.
+    for (size_t i = 0; i < root->n; i++) {
+        const char *k = root->members[i].key;
+        static const char *const ours[] = {"cluster", "task", "rpc_layer"};
+        for (size_t j = 0; j < sizeof ours / sizeof *ours; j++) {
+            if (strcmp(k, ours[j]) != 0 && !placer_json_get(root, ours[j]) && edit_distance_at_most2(k, ours[j])) {
+                tf_err(st, "unknown key \"%s\" at byte %zu (did you mean \"%s\"?)", k, root->members[i].key_offset,
+                       ours[j]);
+                goto fail;
+            }
+        }
+    }
     const placer_json *cluster = placer_json_get(root, "cluster");
     if (cluster) {
         out->cluster = dg_cluster_new();

@@ -73,7 +73,10 @@ static int usage(FILE *f) {
             "  --values K            variables: also print each variable's first K values\n"
             "  --tag TAG             plot: a summary tag to draw (repeat for several)\n"
             "  --show_init           svg: also draw initializers (hidden by default: nodes\n"
-            "                        named */Initializer/*, */Assign and init)\n");
+            "                        named */Initializer/*, */Assign and init)\n"
+            "  -h, --help, --version\n"
+            "Exit status: 0 on success, 1 when a file or server cannot be read (the message\n"
+            "says why), 2 for bad usage.\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -1443,6 +1446,19 @@ static int cmd_variables(const options *o) {
     }
     int64_t newest = dg_checkpoint_latest_step(s, st);
     int64_t step = o->step >= 0 ? o->step : newest;
+    bool have = false;
+    for (int i = 0; i < n_ckpt; i++) have |= steps[i] == step;
+    if (dg_status_ok(st) && !have) {
+        // Name what is there, as the fix is to pick one of them.
+        char list[256] = "";
+        size_t used = 0;
+        for (int i = 0; i < n_ckpt && used < sizeof list - 24; i++)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%lld", i ? ", " : "", (long long)steps[i]);
+        if (used >= sizeof list - 24 && n_ckpt > 0) snprintf(list + used, sizeof list - used, ", ...");
+        fprintf(stderr, "dg-inspect: \"%s\" has no checkpoint of global step %lld; it holds step%s %s (--step N picks "
+                        "one; without --step, the newest)\n", o->file, (long long)step, n_ckpt == 1 ? "" : "s", list);
+        goto out;
+    }
     if (!dg_status_ok(st) || (n = dg_checkpoint_variables(s, step, &vars, st)) < 0) {
         n = 0;
         die_status("reading the variables", st);
@@ -2251,6 +2267,10 @@ int main(int argc, char **argv) {
     o.step = -1;
     if (argc < 2) return usage(stderr);
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) return usage(stdout);
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("dg-inspect (distgraph) %s\n", dg_version());
+        return 0;
+    }
     o.cmd = argv[1];
     o.tags = xcalloc((size_t)argc, sizeof *o.tags);
     bool has_step = false, has_values = false;

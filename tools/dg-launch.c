@@ -67,6 +67,7 @@ static void usage(FILE *f) {
         "                     DG_KEY_DIR or DG_CURVE_* already set are used as they are)\n"
         "  --quiet            no dg-launch lines except errors\n"
         "  -h, --help         this text\n"
+        "  --version          the distgraph version\n"
         "Flags take their value as the next argument or after '=' (--ps=2). Options end at\n"
         "'--' or at the first argument that does not start with '-'.\n"
         "\n"
@@ -145,6 +146,10 @@ static int parse_options(int argc, char **argv, options *o) {
         if (a[0] != '-') break;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
+            return -1;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("dg-launch (distgraph) %s\n", dg_version());
             return -1;
         }
         if (strncmp(a, "--", 2) != 0) return usage_error("unknown flag \"%s\"", a);

@@ -16,7 +16,11 @@
 static int usage(FILE *f) {
     fprintf(f, "usage: dg-mlp-graph FILE [--cluster_spec SPEC] [--hidden_units N]\n"
                "  writes the MNIST-replica MLP (Adam, global step) placed by a replica device\n"
-               "  setter over SPEC's ps tasks (default \"%s\")\n", DEFAULT_CLUSTER);
+               "  setter over SPEC's ps tasks (default \"%s\")\n"
+               "  --hidden_units N   hidden layer width (default 100)\n"
+               "  --help, --version\n"
+               "Exit status: 0 when the file is written, 1 when it cannot be, 2 for bad arguments.\n",
+               DEFAULT_CLUSTER);
     return f == stdout ? 0 : 2;
 }
 
@@ -49,6 +53,15 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return usage(stdout);
+        if (strcmp(a, "--version") == 0) {
+            printf("dg-mlp-graph (distgraph) %s\n", dg_version());
+            return 0;
+        }
+        // "dg-mlp-graph help" asks for help; it must not write a graph file named "help".
+        if (strcmp(a, "help") == 0 || strcmp(a, "version") == 0) {
+            fprintf(stderr, "dg-mlp-graph: \"%s\" is not a file to write (did you mean --%s?)\n", a, a);
+            return 2;
+        }
         if (strcmp(a, "--cluster_spec") == 0 && i + 1 < argc) {
             spec = argv[++i];
         } else if (strncmp(a, "--cluster_spec=", 15) == 0) {

@@ -75,6 +75,7 @@ static void usage(FILE *f) {
         "  --gen_curve_keys        print a fresh key pair as two lines\n"
         "                          DG_CURVE_PUBLIC_KEY=... and DG_CURVE_SECRET_KEY=..., exit\n"
         "  -h, --help              this text\n"
+        "  --version               the distgraph version\n"
         "Flags take their value as the next argument or after '=' (--task_index=1).\n"
         "\n"
         "Exit status: 0 after a clean stop (SIGINT/SIGTERM), 1 when the server cannot start\n"
@@ -99,7 +100,7 @@ typedef struct flags {
     const char *curve_public_key, *curve_secret_key;
     const char *max_connections, *max_inflight_mb, *max_message_mb, *transfer_timeout_ms, *max_ping_echo_bytes, *orphan_timeout_ms;
     const char *key_dir, *gen_keys, *key_name, *bind_address, *slurm_jobs, *slurm_port_base, *slurm_tasks_per_node;
-    bool quiet, help, gen_curve_keys, allow_unauthenticated;
+    bool quiet, help, version, gen_curve_keys, allow_unauthenticated;
 } flags;
 
 typedef struct flag_def {
@@ -145,6 +146,10 @@ static int parse_flags(int argc, char **argv, flags *f) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0) {
             f->help = true;
+            continue;
+        }
+        if (strcmp(a, "--version") == 0) {
+            f->version = true;
             continue;
         }
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
@@ -310,6 +315,10 @@ int main(int argc, char **argv) {
     if (rc) return rc;
     if (f.help) {
         usage(stdout);
+        return 0;
+    }
+    if (f.version) {
+        printf("dg-server (distgraph) %s\n", dg_version());
         return 0;
     }
     if (f.gen_curve_keys) return gen_curve_keys();

@@ -14,8 +14,10 @@ typedef struct flag_def {
     const char *help;
 } flag_def;
 
-// Parses argv. On an unknown flag or a bad value prints the problem and the usage to stderr
-// and returns false. --help prints the usage and sets *help.
+// Parses argv. On an unknown flag or a bad value prints the problem to stderr (one line,
+// naming the program) and returns false: exit 2. --help prints the usage with every flag's
+// default (its value before parsing) to stdout, --version the distgraph version; both set
+// *help: exit 0.
 bool flags_parse(int argc, char **argv, const flag_def *defs, int n_defs, const char *usage, bool *help);
 
 #endif

@@ -117,9 +117,10 @@ dg_session_hook *dg_stop_at_step_hook_new(int64_t num_steps, int64_t last_step, 
 // monitored session built) right after a creation that did not restore, every save_steps
 // global steps and/or every save_secs seconds (whichever comes first; both 0: only those and
 // the end), and at the end. Keeps max_to_keep checkpoints (0: all). Needs the global step.
-// Returns: new, caller frees with dg_session_hook_free(). Borrows path for the call.
+// Each save prints "<unix time>: saved the checkpoint of global step N to PATH" to out (NULL:
+// stdout). Returns: new, caller frees with dg_session_hook_free(). Borrows path for the call.
 dg_session_hook *dg_checkpoint_saver_hook_new(const char *path, int64_t save_steps, int64_t save_secs,
-                                              int max_to_keep, dg_status *st);
+                                              int max_to_keep, FILE *out, dg_status *st);
 // Prints "global_step/sec: X" to out (NULL: stdout) every every_n_steps global steps.
 // Returns: new, caller frees with dg_session_hook_free().
 dg_session_hook *dg_step_counter_hook_new(int64_t every_n_steps, FILE *out, dg_status *st);
@@ -164,6 +165,8 @@ typedef struct dg_mts_options {
     int64_t save_summaries_steps;           // chief with a checkpoint path: DG_SUMMARIES
                                             // scalars every N steps (default 100; 0: off)
     int64_t log_step_count_steps;           // global_step/sec every N steps (default 0: off)
+    FILE *log;                              // where the built-in hooks print (a line per checkpoint
+                                            // saved, global_step/sec); NULL: stdout
     dg_session_hook *const *hooks;          // borrowed until dg_monitored_session_free()
     int n_hooks;
     dg_session_hook *const *chief_only_hooks;   // used only when is_chief; borrowed likewise

@@ -167,9 +167,13 @@ static void sq_fail(dg_checkpoint_store *s, int rc, const char *call, int line, 
         hint = " (not an SQLite database: a wrong file, or its header is damaged)";
     else if ((rc & 0xff) == SQLITE_CORRUPT)
         hint = " (the file is damaged)";
-    dg_status_setf(st, code_for(rc, sys_errno),
-                   "checkpoint \"%s\": %s: %s%s [SQLite %d%s] in %s at runtime/checkpoint.c:%d",
-                   s->path, s->doing[0] ? s->doing : "opening", msg, hint, rc, sys, call, line);
+    // Where in the code and which SQLite call: for developers, behind DG_DEBUG_ERRORS=1.
+    char where[256] = "";
+    const char *dbg = getenv("DG_DEBUG_ERRORS");
+    if (dbg && strcmp(dbg, "1") == 0)
+        snprintf(where, sizeof where, " [SQLite %d in %s at runtime/training/checkpoint.c:%d]", rc, call, line);
+    dg_status_setf(st, code_for(rc, sys_errno), "checkpoint \"%s\": %s: %s%s%s%s", s->path,
+                   s->doing[0] ? s->doing : "opening", msg, hint, sys, where);
 }
 
 // Third-party check for SQLite calls that return SQLITE_OK on success.
@@ -494,6 +498,50 @@ static bool check_format(dg_checkpoint_store *s, bool create, dg_status *st) {
     return check_size(s, st);
 }
 
+// Creating path: its directory is made when missing (as TensorFlow's savers make theirs), and
+// one this user cannot write to is named as such, before SQLite reports it as a missing file.
+static bool make_parent(const char *path, dg_status *st) {
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "checkpoint \"%s\": the path is too long", path);
+        return false;
+    }
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    struct stat sb;
+    if (stat(dir, &sb) != 0) {
+        // mkdir -p, each missing level in turn.
+        for (char *p = dir + 1;; p++) {
+            if (*p != '/' && *p != '\0') continue;
+            char c = *p;
+            *p = '\0';
+            if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+                int e = errno;
+                dg_status_setf(st, e == EACCES || e == EROFS ? DG_PERMISSION_DENIED : DG_FAILED_PRECONDITION,
+                               "checkpoint \"%s\": cannot make its directory \"%s\": %s", path, dir, strerror(e));
+                return false;
+            }
+            *p = c;
+            if (!c) break;
+        }
+        return true;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "checkpoint \"%s\": \"%s\" is not a directory", path, dir);
+        return false;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        int e = errno;
+        dg_status_setf(st, e == EACCES || e == EROFS ? DG_PERMISSION_DENIED : DG_FAILED_PRECONDITION,
+                       "checkpoint \"%s\": cannot create it: the directory \"%s\" is not writable (%s); pick "
+                       "a directory this user can write to", path, dir, strerror(e));
+        return false;
+    }
+    return true;
+}
+
 static bool open_db(dg_checkpoint_store *s, const char *name, int flags, dg_status *st) {
     if (s->db) {
         sqlite3_close_v2(s->db);
@@ -528,6 +576,7 @@ dg_checkpoint_store *dg_checkpoint_open(const char *path, bool create, dg_status
     char *uri = NULL;
     if (!is_uri) {
         struct stat sb;
+        if (stat(path, &sb) != 0 && errno == ENOENT && create && !make_parent(path, st)) goto fail;
         if (stat(path, &sb) != 0) {
             if (errno != ENOENT || !create) {
                 dg_status_setf(st, errno == ENOENT ? DG_NOT_FOUND : DG_FAILED_PRECONDITION,

@@ -139,6 +139,7 @@ typedef struct ckpt_hook {
     int64_t last_trigger_step;    // step seen at the last save (or creation)
     int64_t last_trigger_ms;
     int64_t last_saved_step;      // -1 before the first save
+    FILE *out;                    // where each save is reported
 } ckpt_hook;
 
 static void ckpt_free(void *ctx) {
@@ -162,6 +163,12 @@ static bool ckpt_save(ckpt_hook *h, dg_saver *sv, dg_session *sess, dg_status *s
     h->last_saved_step = step;
     h->last_trigger_step = step;
     h->last_trigger_ms = now_ms();
+    // One line a save, with the Unix time, as TensorFlow's saver logs "Saving checkpoints for N".
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    fprintf(h->out ? h->out : stdout, "%.6f: saved the checkpoint of global step %lld to %s\n",
+            (double)ts.tv_sec + ts.tv_nsec * 1e-9, (long long)step, h->path);
+    fflush(h->out ? h->out : stdout);
     return true;
 }
 
@@ -216,7 +223,7 @@ static bool ckpt_end(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_s
 }
 
 dg_session_hook *dg_checkpoint_saver_hook_new(const char *path, int64_t save_steps, int64_t save_secs,
-                                              int max_to_keep, dg_status *st) {
+                                              int max_to_keep, FILE *out, dg_status *st) {
     dg_status_reset(st);
     if (!path || !*path || save_steps < 0 || save_secs < 0 || max_to_keep < 0) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "checkpoint saver hook: need a path and save_steps (%lld), "
@@ -234,6 +241,7 @@ dg_session_hook *dg_checkpoint_saver_hook_new(const char *path, int64_t save_ste
     c->save_secs = save_secs;
     c->max_to_keep = max_to_keep;
     c->last_saved_step = -1;
+    c->out = out;
     dg_session_hook *h = new_hook("checkpoint_saver", c, ckpt_free, st);
     if (!h) return NULL;
     h->begin = ckpt_begin;

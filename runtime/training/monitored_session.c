@@ -505,7 +505,7 @@ static bool add_builtin_hooks(dg_monitored_session *ms, const dg_mts_options *o,
     if (!ms->is_chief) return true;
     dg_session_hook *h;
     if (o->log_step_count_steps > 0) {
-        if (!(h = dg_step_counter_hook_new(o->log_step_count_steps, NULL, st))) return false;
+        if (!(h = dg_step_counter_hook_new(o->log_step_count_steps, o->log, st))) return false;
         add_hook(ms, h, true, st);
     }
     if (!o->checkpoint_path) return true;
@@ -515,7 +515,7 @@ static bool add_builtin_hooks(dg_monitored_session *ms, const dg_mts_options *o,
         add_hook(ms, h, true, st);
     }
     if (!(h = dg_checkpoint_saver_hook_new(o->checkpoint_path, o->save_checkpoint_steps, o->save_checkpoint_secs,
-                                           o->max_to_keep, st)))
+                                           o->max_to_keep, o->log, st)))
         return false;
     add_hook(ms, h, true, st);
     return true;

@@ -208,7 +208,7 @@ expect_fail 1 "DATA_LOSS: checkpoint \"$tmp/garbage.db\"" summaries "$tmp/garbag
 expect_fail 1 "FAILED_PRECONDITION: checkpoint \"$tmp/other.db\": an SQLite database of another schema" checkpoints "$tmp/other.db"
 expect_fail 1 "\"$tmp/empty.db\": holds no checkpoints" checkpoints "$tmp/empty.db"
 expect_fail 1 "\"$tmp/empty.db\": holds no checkpoints" variables "$tmp/empty.db"
-expect_fail 1 "NOT_FOUND: checkpoint \"$ckpt\": no checkpoint of step 2" variables "$ckpt" --step 2
+expect_fail 1 "\"$ckpt\" has no checkpoint of global step 2; it holds steps 3, 4, 5" variables "$ckpt" --step 2
 expect_fail 1 "\"$tmp/nosum.db\": no summaries table" summaries "$tmp/nosum.db"
 expect_fail 1 "\"$tmp/nosum.db\": no summaries table" plot "$tmp/nosum.db" --tag loss -o "$tmp/x.png"
 cp "$tmp/nosum.db" "$tmp/emptysum.db"
