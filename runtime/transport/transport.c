@@ -164,7 +164,8 @@ struct rt_transport {
     uint64_t limit_unlogged[LIM_KINDS];
     int limit_lines[LIM_KINDS];   // lines logged in the window that began at limit_logged_ms
     int64_t trim_at_ms;      // when to malloc_trim (a second after a peer left), 0: not due
-    zmq_msg_t *arena_token;  // a large received frame kept for trim_if_due (see there)
+    void *self_rx, *self_tx; // a socket pair of this context, for trim_if_due (see there)
+    bool self_failed;        // ... which could not be made
 };
 
 static int64_t now_ns(void) {
@@ -926,31 +927,62 @@ static void conn_closed(rt_transport *t, int fd) {
 // other than the main one, and ZeroMQ's I/O thread, which allocates every received frame,
 // has an arena of its own. Such a top shrinks only when a large block of that arena is freed
 // while the top is over M_TRIM_THRESHOLD, which a server raises (dg_server_options
-// keep_malloc_settings) so that steps do not give pages back and fault them in again. So the
-// transport keeps one large received frame (a block of that arena) and frees it here, with
-// the threshold lowered for the moment (a received frame of 32 KiB to 2 MiB: ZeroMQ allocates
-// such a frame on its own, and freeing it merges with the free space around it). This
-// thread's own arena (headers, copied frames) is trimmed the same way with a block of its own.
-static void keep_arena_token(rt_transport *t, zmq_msg_t *m) {
-    size_t len = zmq_msg_size(m);
-    if (t->arena_token || len < (32u << 10) || len > (2u << 20)) return;
-    t->arena_token = malloc(sizeof *t->arena_token);
-    if (!t->arena_token) abort();
-    zmq_msg_init(t->arena_token);
-    zmq_msg_copy(t->arena_token, m);   // a reference: the bytes stay until the token goes
+// keep_malloc_settings) so that steps do not give pages back and fault them in again. So,
+// with the threshold lowered for the moment, the transport frees a block of that arena: a
+// 64 KiB frame it sends itself over a pair of sockets of its own context (an abstract-namespace
+// IPC endpoint), which ZeroMQ's I/O thread receives into its arena. This thread's own arena
+// (headers, copied frames) is trimmed the same way with a block of its own.
+static zmq_msg_t *arena_block(rt_transport *t) {
+    if (!t->self_rx && !t->self_failed) {
+        char ep[96];
+        snprintf(ep, sizeof ep, "ipc://@distgraph-arena-%d-%p", (int)getpid(), (void *)t);
+        t->self_rx = zmq_socket(t->zctx, ZMQ_PAIR);
+        t->self_tx = zmq_socket(t->zctx, ZMQ_PAIR);
+        int zero = 0;
+        int64_t max = 128 << 10;
+        bool ok = t->self_rx && t->self_tx;
+        if (ok) {
+            zmq_setsockopt(t->self_rx, ZMQ_LINGER, &zero, sizeof zero);
+            zmq_setsockopt(t->self_tx, ZMQ_LINGER, &zero, sizeof zero);
+            zmq_setsockopt(t->self_rx, ZMQ_MAXMSGSIZE, &max, sizeof max);
+            ok = zmq_bind(t->self_rx, ep) == 0 && zmq_connect(t->self_tx, ep) == 0;
+        }
+        if (!ok) {
+            if (t->self_rx) zmq_close(t->self_rx);
+            if (t->self_tx) zmq_close(t->self_tx);
+            t->self_rx = t->self_tx = NULL;
+            t->self_failed = true;   // trims still run, without this arena
+        }
+    }
+    if (!t->self_rx) return NULL;
+    zmq_msg_t m;
+    if (zmq_msg_init_size(&m, 64 << 10) != 0) return NULL;
+    memset(zmq_msg_data(&m), 0, 64 << 10);
+    if (zmq_msg_send(&m, t->self_tx, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&m);
+        return NULL;
+    }
+    zmq_pollitem_t pi = {t->self_rx, 0, ZMQ_POLLIN, 0};
+    zmq_msg_t *r = malloc(sizeof *r);
+    if (!r) abort();
+    zmq_msg_init(r);
+    if (zmq_poll(&pi, 1, 200) == 1 && zmq_msg_recv(r, t->self_rx, ZMQ_DONTWAIT) >= 0) return r;
+    zmq_msg_close(r);
+    free(r);
+    return NULL;
 }
 
 static void trim_if_due(rt_transport *t, int64_t now) {
     if (!t->trim_at_ms || now < t->trim_at_ms) return;
     if (t->opts.trim_threshold) {
+        zmq_msg_t *block = arena_block(t);
         mallopt(M_TRIM_THRESHOLD, 128 << 10);
-        if (t->arena_token) {
-            zmq_msg_close(t->arena_token);
-            free(t->arena_token);
-            t->arena_token = NULL;
+        if (block) {
+            zmq_msg_close(block);
+            free(block);
         }
-        void *volatile block = malloc(256 << 10);   // the same for this thread's own arena
-        free(block);
+        void *volatile own = malloc(256 << 10);   // the same for this thread's own arena
+        free(own);
     }
     malloc_trim(0);
     if (t->opts.trim_threshold) mallopt(M_TRIM_THRESHOLD, (int)t->opts.trim_threshold);
@@ -1070,8 +1102,6 @@ static bool conn_heard(rt_transport *t, int fd, const rt_peer *peer) {
 static void on_router(rt_transport *t) {
     zmq_msg_t **frames = t->frames;
     int n = recv_multipart(t->router, frames);
-    if (t->opts.trim_threshold && !t->arena_token)
-        for (int i = 1; i < n; i++) keep_arena_token(t, frames[i]);
     dg_status st = DG_STATUS_INIT;
     if (n < 0) {
         dg_status_set(&st, DG_INVALID_ARGUMENT, "too many frames");
@@ -1621,10 +1651,8 @@ void rt_transport_free(rt_transport **tp) {
         free_cmd(c);
     }
     while (t->assemblies) free_assembly(t, &t->assemblies);
-    if (t->arena_token) {
-        zmq_msg_close(t->arena_token);
-        free(t->arena_token);
-    }
+    if (t->self_rx) zmq_close(t->self_rx);
+    if (t->self_tx) zmq_close(t->self_tx);
     free(t->conns);
     for (int i = 0; i < t->n_dealers; i++) {
         if (t->dealers[i].sock) zmq_close(t->dealers[i].sock);
