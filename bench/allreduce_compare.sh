@@ -5,7 +5,7 @@
 #   bench/allreduce_compare.sh                    # 2 and 4 processes, 4 KiB .. 256 MiB
 #   NPROCS=2 MAX_BYTES=67108864 bench/allreduce_compare.sh
 # distgraph runs as shipped: its server raises glibc's mmap and trim thresholds itself
-# (dg_server_options.keep_malloc_settings), since received pieces are fresh buffers that
+# (dg_set_malloc_tuning), since received pieces are fresh buffers that
 # glibc would otherwise hand back to the kernel and fault in again. gloo gets the same
 # setting through GLIBC_TUNABLES (ALLOC_TUNABLES; set it empty for glibc's defaults), which
 # helps it too (see docs/COLLECTIVES.md). Needs build/bin/allreduce_bench (BUILD_DIR) and /usr/bin/python3 with torch.

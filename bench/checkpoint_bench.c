@@ -158,7 +158,7 @@ static bool run_size(const char *dir, int64_t mib, int reps, bool cold, bool war
     bool ok = false;
     if (!t_pw || !t_pr || !t_cs || !t_cr || !t_pw2) goto done;
     if (!set_make(&s, mib, st)) goto done;
-    if (!(store = dg_checkpoint_open(db, true, st))) goto done;
+    if (!(store = dg_checkpoint_store_new(db, true, st))) goto done;
     for (int r = -1; r < reps; r++) {   // round -1 is the untimed warm-up
         // Odd rounds run the checkpoint first, so neither side always inherits the page
         // cache and free memory the other left behind.
@@ -236,7 +236,7 @@ static bool run_size(const char *dir, int64_t mib, int reps, bool cold, bool war
     ok = true;
 done:
     if (prev[0]) unlink(prev);
-    dg_checkpoint_close(&store);
+    dg_checkpoint_store_free(&store);
     unlink(db);
     unlink(wal);
     snprintf(plain, sizeof plain, "%s-shm", db);

@@ -24,7 +24,7 @@ static dg_graph *build(int64_t n, dg_status *st) {
     dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
     o.ps_tasks = 2;
     o.worker_device = "";
-    dg_device_fn *setter = dg_replica_device_setter(&o, st);
+    dg_device_fn *setter = dg_replica_device_setter_new(&o, st);
     if (!setter) return g;
     dg_graph_push_device_fn(g, setter);
     dg_output *outs = malloc((size_t)n * sizeof *outs);

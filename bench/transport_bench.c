@@ -1,9 +1,9 @@
 /* transport_bench: the ZeroMQ transport between two processes over tcp://127.0.0.1, through
- * the public API only. A 2-task cluster "bench|127.0.0.1:A,127.0.0.1:B": task 0 is served by a
- * forked child, task 1 by this process, which measures
- *   - PING round trips (dg_server_ping; the payload goes out and is echoed back) for payloads
+ * the public API and the transport's benchmark hooks (runtime/transport/ping_impl.h). A
+ * 2-task cluster "bench|127.0.0.1:A,127.0.0.1:B": task 0 is served by a forked child, task 1 by this process, which measures
+ *   - PING round trips (rt_server_ping; the payload goes out and is echoed back) for payloads
  *     of 4 B, 4 KiB, 256 KiB, 4 MiB and 64 MiB: median and p90 after warm-up;
- *   - one-way bandwidth of 64 MiB tensors pushed as rendezvous values (dg_server_push_bench,
+ *   - one-way bandwidth of 64 MiB tensors pushed as rendezvous values (rt_server_push_bench,
  *     the path Send/Recv takes: 1 MiB chunks), and of the 64 MiB echo (bytes both ways / time);
  *   - iperf3 over the same loopback in the same run, for scale: as it comes (128 KiB writes)
  *     and with 1 MiB writes like our chunks (skipped with a note when iperf3 is missing);
@@ -32,6 +32,7 @@
 
 #include "distgraph/distgraph.h"
 #include "flags.h"
+#include "ping_impl.h"   // the transport's own test and benchmark hooks
 
 extern char **environ;
 
@@ -192,13 +193,13 @@ static bool rtt(dg_server *me, const char *peer, size_t n_bytes, const char *lab
     double *us = malloc((size_t)iters * sizeof *us);
     long n = 0;
     bool ok = true;
-    for (long i = 0; i < warmup && ok; i++) ok = dg_server_ping(me, peer, &t, 1, 30000, NULL, NULL, st);
+    for (long i = 0; i < warmup && ok; i++) ok = rt_server_ping(me, peer, &t, 1, 30000, NULL, NULL, st);
     double start = now_s();
     while (ok && n < iters && (n < 20 || now_s() - start < max_seconds)) {
         dg_tensor **echo = NULL;
         int n_echo = 0;
         double t0 = now_s();
-        ok = dg_server_ping(me, peer, &t, 1, 30000, &echo, &n_echo, st);
+        ok = rt_server_ping(me, peer, &t, 1, 30000, &echo, &n_echo, st);
         double t1 = now_s();
         if (ok) {
             us[n++] = (t1 - t0) * 1e6;
@@ -234,10 +235,10 @@ static double push_bandwidth(dg_server *me, const char *peer, size_t n_bytes, in
     dg_tensor *t = payload(n_bytes);
     if (!t) return -1;
     double *gbps = malloc((size_t)rounds * sizeof *gbps);
-    bool ok = dg_server_push_bench(me, peer, t, 2, 60000, st);   // warm-up
+    bool ok = rt_server_push_bench(me, peer, t, 2, 60000, st);   // warm-up
     for (int r = 0; r < rounds && ok; r++) {
         double t0 = now_s();
-        ok = dg_server_push_bench(me, peer, t, n_pushes, 120000, st);
+        ok = rt_server_push_bench(me, peer, t, n_pushes, 120000, st);
         double dt = now_s() - t0;
         gbps[r] = (double)n_bytes * n_pushes * 8 / dt / 1e9;
     }
@@ -375,7 +376,7 @@ int main(int argc, char **argv) {
     // Wait for task 0.
     bool up = false;
     for (int i = 0; i < 100 && !up; i++) {
-        up = dg_server_ping(me, peer, NULL, 0, 200, NULL, NULL, st);
+        up = rt_server_ping(me, peer, NULL, 0, 200, NULL, NULL, st);
         if (!up) dg_status_reset(st);
     }
     if (!up) {

@@ -284,7 +284,7 @@ int main(int argc, char **argv) {
     // All-reduce keeps everything on this worker; otherwise variables go to the ps tasks.
     if (all_reduce) {
         dg_graph_push_device(g, worker_device);
-    } else if ((setter = dg_replica_device_setter(&ro, st))) {
+    } else if ((setter = dg_replica_device_setter_new(&ro, st))) {
         dg_graph_push_device_fn(g, setter);
     } else {
         fail(st, "replica device setter");
@@ -354,7 +354,7 @@ int main(int argc, char **argv) {
         printf("Worker %lld: waiting for the chief to initialize the variables\n", (long long)task_index);
         fflush(stdout);
     }
-    ms = dg_monitored_training_session_new(g, &mo, st);
+    ms = dg_monitored_session_new(g, &mo, st);
     if (!ms) {
         fail(st, "creating the monitored session");
         goto out;

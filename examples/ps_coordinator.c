@@ -210,7 +210,7 @@ int main(int argc, char **argv) {
         ro.cluster = cluster;
         ro.worker_device = dev;
         w->g = dg_graph_new();
-        if (!(w->setter = dg_replica_device_setter(&ro, st))) {
+        if (!(w->setter = dg_replica_device_setter_new(&ro, st))) {
             fail(st, "replica device setter");
             goto out;
         }

@@ -173,7 +173,7 @@ static dg_device_fn *oom(dg_status *st, size_t n_bytes) {
     return NULL;
 }
 
-dg_device_fn *dg_replica_device_setter(const dg_replica_device_setter_options *opts,
+dg_device_fn *dg_replica_device_setter_new(const dg_replica_device_setter_options *opts,
                                        dg_status *st) {
     dg_status_reset(st);
     dg_replica_device_setter_options defaults = dg_replica_device_setter_options_default();

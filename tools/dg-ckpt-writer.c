@@ -73,7 +73,7 @@ static int run_writer(const char *path, int64_t n_steps, int max_to_keep) {
     dg_tensor *t[N_VARS] = {0};
     const char *names[N_VARS];
     int rc = 1;
-    dg_checkpoint_store *s = dg_checkpoint_open(path, true, st);
+    dg_checkpoint_store *s = dg_checkpoint_store_new(path, true, st);
     if (!s) goto done;
     int64_t step = dg_checkpoint_latest_step(s, st);
     if (!dg_status_ok(st)) goto done;
@@ -93,7 +93,7 @@ static int run_writer(const char *path, int64_t n_steps, int max_to_keep) {
 done:
     if (rc) fprintf(stderr, "dg-ckpt-writer: %s\n", dg_status_message(st));
     for (int i = 0; i < N_VARS; i++) dg_tensor_unref(t[i]);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     dg_status_free(&st);
     return rc;
 }
@@ -145,7 +145,7 @@ static int run_verify(const char *path) {
     dg_status *st = dg_status_new();
     int64_t *steps = NULL;
     int rc = 1;
-    dg_checkpoint_store *s = dg_checkpoint_open(path, false, st);
+    dg_checkpoint_store *s = dg_checkpoint_store_new(path, false, st);
     if (!s) goto done;
     int n = dg_checkpoint_list(s, &steps, st);
     if (n < 0) goto done;
@@ -167,7 +167,7 @@ static int run_verify(const char *path) {
 done:
     if (rc == 1) fprintf(stderr, "dg-ckpt-writer --verify: %s\n", dg_status_message(st));
     free(steps);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     dg_status_free(&st);
     return rc;
 }

@@ -1202,7 +1202,7 @@ out:
 // API does not return (shown only when the table has them).
 
 static dg_checkpoint_store *open_store(const char *file, dg_status *st) {
-    dg_checkpoint_store *s = dg_checkpoint_open(file, false, st);
+    dg_checkpoint_store *s = dg_checkpoint_store_new(file, false, st);
     if (!s) die_status("opening", st);
     return s;
 }
@@ -1384,7 +1384,7 @@ out:
     free(n_bytes);
     free(created_ms);
     free(steps);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     dg_status_free(&st);
     return rc;
 }
@@ -1533,7 +1533,7 @@ out:
     free(rows);
     free(vars);
     free(steps);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     dg_status_free(&st);
     return rc;
 }
@@ -1673,7 +1673,7 @@ out:
     sqlite3_finalize(last);
     sqlite3_finalize(q);
     sqlite3_close(db);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     dg_status_free(&st);
     return rc;
 }
@@ -2201,7 +2201,7 @@ out:
     free(title.s);
     free(note.s);
     sqlite3_close(db);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     dg_status_free(&st);
     return rc;
 }

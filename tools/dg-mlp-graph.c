@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
     dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
     o.cluster = c;
     o.worker_device = "/job:worker/task:0";
-    fn = dg_replica_device_setter(&o, st);
+    fn = dg_replica_device_setter_new(&o, st);
     if (!fn) goto out;
     g = dg_graph_new();
     dg_graph_push_device_fn(g, fn);

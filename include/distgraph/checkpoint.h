@@ -26,9 +26,9 @@ typedef struct dg_checkpoint_store dg_checkpoint_store;
 // damaged or truncated is DATA_LOSS; an SQLite database of another schema, an empty one
 // (without create) or a newer format version is FAILED_PRECONDITION; all name the file.
 // A file or directory we may not write opens read-only (saves then fail). Returns: new,
-// caller frees with dg_checkpoint_close(); NULL on error.
-dg_checkpoint_store *dg_checkpoint_open(const char *path, bool create, dg_status *st);
-void dg_checkpoint_close(dg_checkpoint_store **s);
+// caller frees with dg_checkpoint_store_free(); NULL on error.
+dg_checkpoint_store *dg_checkpoint_store_new(const char *path, bool create, dg_status *st);
+void dg_checkpoint_store_free(dg_checkpoint_store **s);
 
 // Saves n named tensors (names unique, 1 to 255 bytes) as the checkpoint of global_step
 // (>= 0), in one transaction; in the same transaction keeps only the newest max_to_keep

@@ -45,7 +45,7 @@ dg_replica_device_setter_options dg_replica_device_setter_options_default(void);
 // defined shape (or a fully defined "shape" attr); otherwise choose fails with
 // INVALID_ARGUMENT and the graph records it. The function keeps strategy state: use one per
 // graph.
-dg_device_fn *dg_replica_device_setter(const dg_replica_device_setter_options *opts,
+dg_device_fn *dg_replica_device_setter_new(const dg_replica_device_setter_options *opts,
                                        dg_status *st);
 
 #ifdef __cplusplus

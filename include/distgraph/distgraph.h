@@ -1,7 +1,28 @@
 /* distgraph: distributed dataflow graphs in C. The one header users include.
- * Conventions: objects are opaque and made with dg_<type>_new, released with
- * dg_<type>_free(&p) (NULL-safe); fallible calls take a dg_status * last; header comments
- * state who owns a returned pointer ("Returns: new ..." / "Returns: borrowed ..."). */
+ *
+ * The C contract (every public header keeps it; tests/runtime/test_contract.c and
+ * tests/smoke/abi_symbols.sh hold parts of it):
+ * - Objects are opaque, made by dg_<type>_new (or a named maker: _from_json, _copy, _load) and
+ *   released by dg_<type>_free(&p), which is NULL-safe and sets p to NULL. Tensors are
+ *   reference counted: dg_tensor_ref/dg_tensor_unref (dg_tensor_free(&t) drops one).
+ * - Ownership: each function returning a pointer says "Returns: new ..." (the caller frees it
+ *   as said) or "Returns: borrowed ..." (and until when it stays valid). Arguments are
+ *   borrowed for the call unless the comment says otherwise.
+ * - Errors, one channel per family: calls that can fail for a reason other than building a
+ *   graph take `dg_status *st` last and return a testable value (NULL, false, -1); a call that
+ *   succeeds leaves st OK whatever it held before (TensorFlow's convention). Graph builders
+ *   (ops.h, train.h, the builders of graph.h and collective.h) take no status: their first
+ *   failure is recorded in the graph, later builders do nothing, and dg_graph_check /
+ *   dg_graph_status read it. Strategy and sync-replica builders, which also fail on their
+ *   arguments, report through their status like every other fallible call; a failure met
+ *   while building is in the graph as well.
+ * - Process-wide settings are functions (dg_set_malloc_tuning), never options of one object.
+ * - Headers follow the layers: graph (status, tensor, graph, ops, train, strategy,
+ *   sync_replicas, collective, device_name, serialize, version) <- placer (cluster,
+ *   device_setter, placer) <- runtime (session, server, checkpoint, monitored_session); a
+ *   header declares functions of its own layer and includes none to its right.
+ * - The shared library exports exactly the functions of these headers (abi/distgraph.symbols);
+ *   version.h gives the version, and the SONAME changes when the interface breaks. */
 #ifndef DISTGRAPH_DISTGRAPH_H
 #define DISTGRAPH_DISTGRAPH_H
 

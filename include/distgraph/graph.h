@@ -50,10 +50,13 @@ dg_output dg_graph_output(const dg_graph *g, const char *name, dg_status *st);
 
 // ---- node accessors (borrowed strings, valid until dg_graph_free) ----
 const char *dg_node_name(const dg_node *n);
+// Returns: borrowed, valid until dg_graph_free().
 const char *dg_node_op_type(const dg_node *n);
 // The device the builder asked for (scopes and device functions merged); "" if none.
+// Returns: borrowed, valid until dg_graph_free().
 const char *dg_node_requested_device(const dg_node *n);
-// The device the placer chose; "" before placement.
+// The device the placer chose; "" before placement. Returns: borrowed, valid until
+// dg_graph_free().
 const char *dg_node_assigned_device(const dg_node *n);
 int dg_node_num_inputs(const dg_node *n);
 dg_output dg_node_input(const dg_node *n, int i);
@@ -61,9 +64,11 @@ int dg_node_num_outputs(const dg_node *n);
 dg_dtype dg_node_output_dtype(const dg_node *n, int i);
 dg_shape dg_node_output_shape(const dg_node *n, int i);
 int dg_node_num_control_inputs(const dg_node *n);
+// Control input i. Returns: borrowed, valid until dg_graph_free().
 dg_node *dg_node_control_input(const dg_node *n, int i);
 // Colocation: names of the nodes this node must share a device with (via "loc:@name").
 int dg_node_num_colocations(const dg_node *n);
+// Returns: borrowed, valid until dg_graph_free().
 const char *dg_node_colocation(const dg_node *n, int i);
 // Attribute lookups; false if absent or of another kind.
 bool dg_node_attr_int(const dg_node *n, const char *name, int64_t *out);
@@ -86,7 +91,7 @@ static inline dg_shape dg_output_shape(dg_output o) {
     return s;
 }
 static inline bool dg_output_ok(dg_output o) { return o.node != NULL; }
-// Writes "name" or "name:i" into buf and returns buf.
+// Writes "name" or "name:i" into buf. Returns: buf (the caller's).
 char *dg_output_str(dg_output o, char *buf, size_t cap);
 
 // ---- name scopes ----

@@ -15,6 +15,7 @@
 #include "distgraph/checkpoint.h"
 #include "distgraph/graph.h"
 #include "distgraph/session.h"
+#include "distgraph/sync_replicas.h"
 #include "distgraph/status.h"
 #include "distgraph/tensor.h"
 
@@ -153,6 +154,22 @@ dg_session_hook *dg_final_ops_hook_new(const dg_output *fetches, int n_fetches,
 // The values fetched at the end, NULL before. Returns: borrowed, valid until the hook is freed.
 dg_tensor *dg_final_ops_hook_value(const dg_session_hook *h, int i);
 
+// ---- the hook of synchronous replicas (distgraph/sync_replicas.h) ----
+// The hook (TensorFlow's SyncReplicasOptimizerHook). after_create_session: a worker sets its
+// local step from the global step; the chief runs the chief init, reopens the token queue and
+// starts the apply loop on its own thread and its own session on `master` (copied; NULL:
+// local) until the global step reaches last_step (-1: no limit), when it closes the queue, so
+// waiting workers end (OUT_OF_RANGE: treat it as the normal end of training). A failed step
+// of the loop (a take past its deadline names the missing workers) closes the queue with that
+// error, so the workers fail with the same cause. end and freeing the hook stop the loop.
+// Borrows sr until the hook is freed (free the hook before the graph). Returns: new, caller
+// frees with dg_session_hook_free().
+dg_session_hook *dg_sync_replicas_hook_new(dg_sync_replicas *sr, bool is_chief, const char *master,
+                                           int64_t last_step, dg_status *st);
+// The apply loop's error, if it stopped on one (copied into st; returns false). True while it
+// runs or after a clean stop.
+bool dg_sync_replicas_hook_status(const dg_session_hook *h, dg_status *st);
+
 // ---- the monitored session ----
 typedef struct dg_mts_options {
     const char *master;                     // NULL/"local", or dg_server_target(server)
@@ -191,7 +208,7 @@ dg_mts_options dg_mts_options_default(void);
 // chief-only ones, then the built-in step counter, summary saver and checkpoint saver.
 // Borrows g until dg_monitored_session_free() (and adds nodes to it); o may be NULL.
 // Returns: new, caller frees with dg_monitored_session_free(); NULL on error.
-dg_monitored_session *dg_monitored_training_session_new(dg_graph *g, const dg_mts_options *o,
+dg_monitored_session *dg_monitored_session_new(dg_graph *g, const dg_mts_options *o,
                                                         dg_status *st);
 
 // True once a stop was requested (hook or dg_monitored_session_request_stop), the last run
@@ -237,6 +254,7 @@ int dg_monitored_session_num_recoveries(const dg_monitored_session *s);
 bool dg_monitored_session_is_chief(const dg_monitored_session *s);
 // Returns: borrowed, valid until dg_monitored_session_free().
 dg_graph *dg_monitored_session_graph(const dg_monitored_session *s);
+// Returns: borrowed, valid until dg_monitored_session_free().
 dg_saver *dg_monitored_session_saver(const dg_monitored_session *s);
 
 #ifdef __cplusplus

@@ -64,14 +64,16 @@ dg_output dg_variable(dg_graph *g, const char *name, dg_dtype dtype, dg_shape sh
 // (error if missing, or if it exists and reuse is off, or on a shape/dtype mismatch).
 dg_output dg_get_variable(dg_graph *g, const char *name, dg_dtype dtype, dg_shape shape,
                           dg_initializer init);
-// The initializer (Assign node) of a variable; NULL if v is not a variable.
+// The initializer (Assign node) of a variable; NULL if v is not a variable. Returns:
+// borrowed, valid until dg_graph_free().
 dg_node *dg_variable_initializer(dg_output v);
 dg_output dg_assign(dg_graph *g, const char *name, dg_output var, dg_output value);
 dg_output dg_assign_add(dg_graph *g, const char *name, dg_output var, dg_output value);
 dg_output dg_assign_sub(dg_graph *g, const char *name, dg_output var, dg_output value);
 // A bool scalar: has var been assigned a value?
 dg_output dg_is_variable_initialized(dg_graph *g, const char *name, dg_output var);
-// A NoOp depending on the initializers of every variable in DG_GLOBAL_VARIABLES.
+// A NoOp depending on the initializers of every variable in DG_GLOBAL_VARIABLES. Returns:
+// borrowed, valid until dg_graph_free(); NULL once the graph has an error.
 dg_node *dg_global_variables_initializer(dg_graph *g);
 // Sets the graph-level seed used when an op's seed is 0.
 void dg_graph_set_random_seed(dg_graph *g, int64_t seed);
@@ -158,8 +160,10 @@ dg_output dg_slice(dg_graph *g, const char *name, dg_output x, const int64_t *be
 dg_output dg_identity(dg_graph *g, const char *name, dg_output x);
 
 // ---- control ----
+// Returns: borrowed, valid until dg_graph_free(); NULL once the graph has an error.
 dg_node *dg_no_op(dg_graph *g, const char *name);
-// A NoOp that runs after every node in deps.
+// A NoOp that runs after every node in deps. Returns: borrowed, valid until dg_graph_free();
+// NULL once the graph has an error.
 dg_node *dg_group(dg_graph *g, const char *name, dg_node *const *deps, int n);
 
 #ifdef __cplusplus

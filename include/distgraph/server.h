@@ -35,11 +35,6 @@ typedef struct dg_server_options {
     const char *key_dir;
     bool quiet;                    // no log lines
     int service_threads;           // threads running registered graphs (default 4)
-    // By default the first server of a process keeps glibc from handing freed tensor buffers
-    // straight back to the kernel (mallopt: mmap threshold 32 MiB, trim threshold 512 MiB):
-    // received pieces are fresh buffers, and with glibc's defaults each one page-faults in
-    // again, which costs about half of the all-reduce bandwidth. true leaves malloc alone.
-    bool keep_malloc_settings;
     // After each message the server's I/O thread, and a thread waiting for an answer to a
     // synchronous call, poll for this many microseconds more (yielding the CPU in between)
     // before they sleep. Where waking a sleeping thread is slow (virtual machines) this halves
@@ -91,12 +86,21 @@ typedef struct dg_server_options {
     // values that have waited this long for a step that never started here are dropped.
     // Checked when a peer leaves and when the counters are asked for. 0: 60000.
     int64_t orphan_timeout_ms;
-    // Largest PING payload echoed (a test and benchmark hook: dg_server_ping); a larger one
+    // Largest PING payload echoed (PINGs are liveness probes; larger echoes are for
+    // benchmarks, runtime/transport/ping_impl.h); a larger one
     // is answered RESOURCE_EXHAUSTED. 0: 64 KiB; negative: no limit.
     int64_t max_ping_echo_bytes;
 } dg_server_options;
 
 dg_server_options dg_server_options_default(void);
+
+// A process-wide setting, so not a server option: whether the first server of the process
+// keeps glibc from handing freed tensor buffers straight back to the kernel (mallopt: mmap
+// threshold 32 MiB, trim threshold 512 MiB; a second after a peer leaves, its memory is
+// still given back). Received pieces are fresh buffers, and with glibc's defaults each one
+// page-faults in again, which costs about half of the all-reduce bandwidth. Default true;
+// false (before the first dg_server_new) leaves malloc alone.
+void dg_set_malloc_tuning(bool enabled);
 
 // Starts the task `job`/`task` of cluster c: binds its address (from c) and starts serving.
 // Borrows c for the call (copies it). opts may be NULL. Returns: new, caller frees with
@@ -150,20 +154,6 @@ bool dg_key_generate(const char *dir, const char *name, dg_status *st);
 void dg_key_name(const char *address, char *out, size_t cap);
 // Generates a CurveZMQ key pair for a cluster (Z85 strings, 41 bytes each with the NUL).
 bool dg_curve_keypair(char public_key[41], char secret_key[41], dg_status *st);
-
-// Test and benchmark hooks (runtime/ping.c). The task address is "host:port" as in a cluster
-// spec ("tcp://" and "dg://" prefixes are accepted).
-// Sends a PING carrying tensors from client's transport to the task and waits up to timeout_ms
-// for the echo. Borrows tensors for the duration of the call. On success *echo (may be NULL
-// to discard) is a new array of n_echo new tensors: the caller unrefs each and frees the array.
-// An unreachable task is UNAVAILABLE once the deadline passes.
-bool dg_server_ping(dg_server *client, const char *target_task_address, dg_tensor *const *tensors, int n,
-                    int64_t timeout_ms, dg_tensor ***echo, int *n_echo, dg_status *st);
-// Pushes t n_pushes times one way to the task as rendezvous values of a step that is aborted
-// first (the task drops them as they arrive; tensors over 4 MiB travel in 1 MiB chunks), then
-// waits for a PING, which the task answers after it has taken in every push. Borrows t.
-bool dg_server_push_bench(dg_server *client, const char *target_task_address, dg_tensor *t, int n_pushes,
-                          int64_t timeout_ms, dg_status *st);
 
 #ifdef __cplusplus
 }

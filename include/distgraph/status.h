@@ -44,7 +44,7 @@ dg_code dg_status_code(const dg_status *st);
 bool dg_status_ok(const dg_status *st);
 // Returns: borrowed, valid until the next change to st. "" when OK.
 const char *dg_status_message(const dg_status *st);
-// Name of a code, e.g. "INVALID_ARGUMENT".
+// Name of a code, e.g. "INVALID_ARGUMENT". Returns: a static string.
 const char *dg_code_name(dg_code code);
 
 // Sets code and message (printf-style). st may be NULL, then nothing happens.

@@ -7,7 +7,8 @@
  * average with the wrapped optimizer (incrementing the global step) and enqueues
  * total_num_replicas tokens. Gradients older than the accumulator's step are dropped, so with
  * total_num_replicas > replicas_to_aggregate the slowest workers are backups.
- * Main objects: dg_sync_replicas (the ops of one worker's graph), the hook. Ps tasks need
+ * Main objects: dg_sync_replicas (the ops of one worker's graph); its hook, which runs them, is
+ * dg_sync_replicas_hook_new in distgraph/monitored_session.h (the runtime). Ps tasks need
  * service_threads >= total_num_replicas + 3: each worker's step waits there for its token.
  * Thread-safety: build from one thread; the ops run concurrently like any other. */
 #ifndef DISTGRAPH_SYNC_REPLICAS_H
@@ -17,7 +18,6 @@
 #include <stdint.h>
 
 #include "distgraph/graph.h"
-#include "distgraph/monitored_session.h"
 #include "distgraph/status.h"
 #include "distgraph/train.h"
 
@@ -53,7 +53,8 @@ void dg_sync_replicas_free(dg_sync_replicas **sr);
 // borrowed, valid until the graph is freed; NULL on error (the graph's sticky error or st).
 dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output *grads, const dg_output *vars,
                                           int n, dg_output global_step, dg_status *st);
-// compute_gradients over the trainable variables, then apply_gradients.
+// compute_gradients over the trainable variables, then apply_gradients. Returns: the train op,
+// borrowed, valid until the graph is freed; NULL with st set on error.
 dg_node *dg_sync_replicas_minimize(dg_sync_replicas *sr, dg_output loss, dg_output global_step, dg_status *st);
 
 // The ops, NULL (or the null output) before apply_gradients. Returns: borrowed, valid until
@@ -64,7 +65,8 @@ dg_node *dg_sync_replicas_train_op(const dg_sync_replicas *sr);
 dg_node *dg_sync_replicas_chief_apply_op(const dg_sync_replicas *sr);
 dg_output dg_sync_replicas_num_required(const dg_sync_replicas *sr);     // int32 placeholder
 dg_output dg_sync_replicas_new_global_step(const dg_sync_replicas *sr);  // after the apply
-// Chief init: every accumulator's step and the local step := the global step.
+// Chief init: every accumulator's step and the local step := the global step. Returns (this
+// and the ops below): borrowed, valid until the graph is freed; NULL before apply_gradients.
 dg_node *dg_sync_replicas_chief_init_op(const dg_sync_replicas *sr);
 // Non-chief init: the local step := the global step.
 dg_node *dg_sync_replicas_local_step_init_op(const dg_sync_replicas *sr);
@@ -79,22 +81,9 @@ dg_node *dg_sync_replicas_cancel_take_op(const dg_sync_replicas *sr);
 dg_output dg_sync_replicas_queue_size(const dg_sync_replicas *sr);
 dg_output dg_sync_replicas_num_accumulated(const dg_sync_replicas *sr, int i);
 int dg_sync_replicas_num_variables(const dg_sync_replicas *sr);
+// Returns: borrowed, valid until dg_sync_replicas_free().
 const dg_sync_replicas_options *dg_sync_replicas_options_of(const dg_sync_replicas *sr);
 
-// The hook (TensorFlow's SyncReplicasOptimizerHook). after_create_session: a worker sets its
-// local step from the global step; the chief runs the chief init, reopens the token queue and
-// starts the apply loop on its own thread and its own session on `master` (copied; NULL:
-// local) until the global step reaches last_step (-1: no limit), when it closes the queue, so
-// waiting workers end (OUT_OF_RANGE: treat it as the normal end of training). A failed step
-// of the loop (a take past its deadline names the missing workers) closes the queue with that
-// error, so the workers fail with the same cause. end and freeing the hook stop the loop.
-// Borrows sr until the hook is freed (free the hook before the graph). Returns: new, caller
-// frees with dg_session_hook_free().
-dg_session_hook *dg_sync_replicas_hook_new(dg_sync_replicas *sr, bool is_chief, const char *master,
-                                           int64_t last_step, dg_status *st);
-// The apply loop's error, if it stopped on one (copied into st; returns false). True while it
-// runs or after a clean stop.
-bool dg_sync_replicas_hook_status(const dg_session_hook *h, dg_status *st);
 
 #ifdef __cplusplus
 }

@@ -30,7 +30,7 @@ typedef enum dg_dtype {
 
 // Bytes per element, 0 for an unknown dtype.
 size_t dg_dtype_size(dg_dtype t);
-// "float32", "float64", ...; "invalid" for anything else.
+// "float32", "float64", ...; "invalid" for anything else. Returns: a static string.
 const char *dg_dtype_name(dg_dtype t);
 bool dg_dtype_is_valid(dg_dtype t);
 bool dg_dtype_is_float(dg_dtype t);
@@ -56,7 +56,7 @@ int64_t dg_shape_num_elements(const dg_shape *s);
 bool dg_shape_equal(const dg_shape *a, const dg_shape *b);
 // True when a and b could describe the same concrete shape (unknowns match anything).
 bool dg_shape_compatible(const dg_shape *a, const dg_shape *b);
-// Writes "[100,784]", "[?,10]" or "<unknown>" into buf; returns buf.
+// Writes "[100,784]", "[?,10]" or "<unknown>" into buf. Returns: buf (the caller's).
 char *dg_shape_str(const dg_shape *s, char *buf, size_t cap);
 
 typedef struct dg_tensor dg_tensor;
@@ -67,7 +67,8 @@ typedef void (*dg_deallocator)(void *data, size_t n_bytes, void *arg);
 // A tensor with a fresh, 64-byte aligned, uninitialised host buffer. The shape must be
 // fully defined. Returns: new (one reference), caller releases with dg_tensor_unref().
 dg_tensor *dg_tensor_new(dg_dtype dtype, dg_shape shape, dg_status *st);
-// Same, buffer filled with zeros.
+// Same, buffer filled with zeros. Returns: new (one reference), caller releases with
+// dg_tensor_unref().
 dg_tensor *dg_tensor_new_zeros(dg_dtype dtype, dg_shape shape, dg_status *st);
 // A tensor over caller memory; dealloc (may be NULL) runs when the last reference goes.
 // n_bytes must equal the shape's element count times the dtype size.
@@ -84,7 +85,7 @@ dg_tensor *dg_tensor_scalar_i64(int64_t v);
 // A deep copy. Returns: new, caller releases with dg_tensor_unref().
 dg_tensor *dg_tensor_copy(const dg_tensor *t, dg_status *st);
 
-// Adds a reference and returns t.
+// Adds a reference. Returns: t, now with one more reference for the caller to release.
 dg_tensor *dg_tensor_ref(dg_tensor *t);
 // Drops one reference; the last frees the tensor. NULL does nothing.
 void dg_tensor_unref(dg_tensor *t);
@@ -100,6 +101,7 @@ int64_t dg_tensor_num_elements(const dg_tensor *t);
 size_t dg_tensor_nbytes(const dg_tensor *t);
 // Returns: borrowed host pointer, valid while the tensor lives.
 void *dg_tensor_data(const dg_tensor *t);
+// Typed views of the host buffer. Returns: borrowed, valid while the tensor lives.
 float *dg_tensor_f32(const dg_tensor *t);
 double *dg_tensor_f64(const dg_tensor *t);
 int32_t *dg_tensor_i32(const dg_tensor *t);

@@ -57,7 +57,8 @@ int dg_optimizer_compute_gradients(const dg_optimizer *opt, dg_output loss, cons
 dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *grads,
                                       const dg_output *vars, int n, dg_output global_step,
                                       const char *name);
-// compute_gradients then apply_gradients over the trainable variables.
+// compute_gradients then apply_gradients over the trainable variables. Returns: the train op,
+// borrowed, valid until dg_graph_free(); NULL once the graph has an error.
 dg_node *dg_optimizer_minimize(const dg_optimizer *opt, dg_output loss, dg_output global_step);
 
 #ifdef __cplusplus

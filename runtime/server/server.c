@@ -836,7 +836,14 @@ static bool host_is_loopback(const char *addr, const char *colon) {
 }
 
 #define TUNED_TRIM_THRESHOLD ((size_t)512 << 20)
+static bool malloc_tuning = true;   // dg_set_malloc_tuning; read once, by the first server
+static bool malloc_tuned;
+
+void dg_set_malloc_tuning(bool enabled) { __atomic_store_n(&malloc_tuning, enabled, __ATOMIC_RELAXED); }
+
 static void tune_malloc(void) {
+    if (!__atomic_load_n(&malloc_tuning, __ATOMIC_RELAXED)) return;
+    malloc_tuned = true;
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, (int)TUNED_TRIM_THRESHOLD);
 }
@@ -860,7 +867,7 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
     }
     s->opts = opts ? *opts : dg_server_options_default();
     static pthread_once_t malloc_once = PTHREAD_ONCE_INIT;
-    if (!s->opts.keep_malloc_settings) pthread_once(&malloc_once, tune_malloc);
+    pthread_once(&malloc_once, tune_malloc);
     if (s->opts.rpc_timeout_ms <= 0) s->opts.rpc_timeout_ms = 30000;
     if (s->opts.service_threads <= 0) s->opts.service_threads = 4;
     pthread_mutex_init(&s->mu, NULL);
@@ -963,7 +970,7 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
     to.transfer_timeout_ms = s->opts.transfer_timeout_ms;
     to.reply_queue_messages = s->opts.reply_queue_messages;
     to.on_peer_gone = peer_gone;
-    if (!s->opts.keep_malloc_settings) to.trim_threshold = TUNED_TRIM_THRESHOLD;
+    if (malloc_tuned) to.trim_threshold = TUNED_TRIM_THRESHOLD;
     to.keys = s->keys;
     s->tp = rt_transport_new(&to, handle, s, st);
     explicit_bzero(own_sec, sizeof own_sec);

@@ -559,7 +559,7 @@ static bool open_db(dg_checkpoint_store *s, const char *name, int flags, dg_stat
     return true;
 }
 
-dg_checkpoint_store *dg_checkpoint_open(const char *path, bool create, dg_status *st) {
+dg_checkpoint_store *dg_checkpoint_store_new(const char *path, bool create, dg_status *st) {
     dg_status_reset(st);
     if (!path || !*path) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: empty path");
@@ -638,11 +638,11 @@ dg_checkpoint_store *dg_checkpoint_open(const char *path, bool create, dg_status
 fail:
     free(uri);
     dg_status_free(&probe);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     return NULL;
 }
 
-void dg_checkpoint_close(dg_checkpoint_store **sp) {
+void dg_checkpoint_store_free(dg_checkpoint_store **sp) {
     if (!sp || !*sp) return;
     dg_checkpoint_store *s = *sp;
     if (s->blob) sqlite3_blob_close(s->blob);

@@ -144,7 +144,7 @@ typedef struct ckpt_hook {
 
 static void ckpt_free(void *ctx) {
     ckpt_hook *h = ctx;
-    dg_checkpoint_close(&h->store);
+    dg_checkpoint_store_free(&h->store);
     free(h->path);
     free(h);
 }
@@ -179,7 +179,7 @@ static bool ckpt_after_create(void *ctx, dg_monitored_session *ms, dg_session *s
         dg_status_set(st, DG_FAILED_PRECONDITION, "the checkpoint saver hook needs a monitored session's saver");
         return false;
     }
-    if (!h->store && !(h->store = dg_checkpoint_open(h->path, true, st))) return false;
+    if (!h->store && !(h->store = dg_checkpoint_store_new(h->path, true, st))) return false;
     int64_t step;
     if (!read_step(sess, h->gs, &step, st)) return false;
     h->last_trigger_step = step;
@@ -555,9 +555,9 @@ static bool summary_after_create(void *ctx, dg_monitored_session *ms, dg_session
     h->next_step = -1;
     if (h->db) return true;
     // The checkpoint store creates its schema first, so the file is a checkpoint file.
-    dg_checkpoint_store *store = dg_checkpoint_open(h->path, true, st);
+    dg_checkpoint_store *store = dg_checkpoint_store_new(h->path, true, st);
     if (!store) return false;
-    dg_checkpoint_close(&store);
+    dg_checkpoint_store_free(&store);
     SQL_CHECK(h->db, sqlite3_open_v2(h->path, &h->db, SQLITE_OPEN_READWRITE, NULL));
     SQL_CHECK(h->db, sqlite3_busy_timeout(h->db, 10000));
     SQL_CHECK(h->db, sqlite3_exec(h->db, "CREATE TABLE IF NOT EXISTS summaries(step INTEGER NOT NULL, "

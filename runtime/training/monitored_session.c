@@ -541,7 +541,7 @@ static bool build_ops(dg_monitored_session *ms, dg_status *st) {
     return true;
 }
 
-dg_monitored_session *dg_monitored_training_session_new(dg_graph *g, const dg_mts_options *opts,
+dg_monitored_session *dg_monitored_session_new(dg_graph *g, const dg_mts_options *opts,
                                                         dg_status *st) {
     dg_status_reset(st);
     if (!g) {
@@ -595,7 +595,7 @@ dg_monitored_session *dg_monitored_training_session_new(dg_graph *g, const dg_mt
     }
     ok = ok && build_ops(ms, st);
     if (ok && ms->is_chief && ms->checkpoint_path) {
-        ms->store = dg_checkpoint_open(ms->checkpoint_path, true, st);
+        ms->store = dg_checkpoint_store_new(ms->checkpoint_path, true, st);
         ok = ms->store != NULL;
     }
     ok = ok && create_session(ms, st);
@@ -896,7 +896,7 @@ void dg_monitored_session_free(dg_monitored_session **sp) {
     for (int i = 0; i < s->n_owned; i++) dg_session_hook_free(&s->owned[i]);
     free(s->owned);
     free(s->hooks);
-    dg_checkpoint_close(&s->store);
+    dg_checkpoint_store_free(&s->store);
     dg_saver_free(&s->saver);
     free(s->ready);
     free(s->master);

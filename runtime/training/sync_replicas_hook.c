@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "distgraph/ops.h"
+#include "distgraph/monitored_session.h"
 #include "distgraph/sync_replicas.h"
 
 typedef struct sync_hook {

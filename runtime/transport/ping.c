@@ -1,9 +1,10 @@
-/* Test and benchmark hooks over a server's transport: a PING echo and one-way pushes, so
- * programs built against the public API alone can measure the wire (bench/transport_bench.c). */
+/* Test and benchmark hooks over a server's transport (ping_impl.h): a PING echo and one-way
+ * pushes, for the transport's tests and bench/transport_bench.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ping_impl.h"
 #include "server_impl.h"
 #include "status_impl.h"
 
@@ -14,7 +15,7 @@ static rt_header *new_header(int type) {
     return h;
 }
 
-bool dg_server_ping(dg_server *client, const char *target_task_address, dg_tensor *const *tensors, int n,
+bool rt_server_ping(dg_server *client, const char *target_task_address, dg_tensor *const *tensors, int n,
                     int64_t timeout_ms, dg_tensor ***echo, int *n_echo, dg_status *st) {
     dg_status_reset(st);
     if (echo) *echo = NULL;
@@ -53,7 +54,7 @@ bool dg_server_ping(dg_server *client, const char *target_task_address, dg_tenso
     return ok;
 }
 
-bool dg_server_push_bench(dg_server *client, const char *target_task_address, dg_tensor *t, int n_pushes,
+bool rt_server_push_bench(dg_server *client, const char *target_task_address, dg_tensor *t, int n_pushes,
                           int64_t timeout_ms, dg_status *st) {
     dg_status_reset(st);
     if (!client || !t || n_pushes < 0) {

@@ -926,8 +926,8 @@ static void conn_closed(rt_transport *t, int fd) {
 // malloc_trim returns the free memory inside every arena but not the free top of an arena
 // other than the main one, and ZeroMQ's I/O thread, which allocates every received frame,
 // has an arena of its own. Such a top shrinks only when a large block of that arena is freed
-// while the top is over M_TRIM_THRESHOLD, which a server raises (dg_server_options
-// keep_malloc_settings) so that steps do not give pages back and fault them in again. So,
+// while the top is over M_TRIM_THRESHOLD, which a server raises (dg_set_malloc_tuning) so that
+// steps do not give pages back and fault them in again. So,
 // with the threshold lowered for the moment, the transport frees a block of that arena: a
 // 64 KiB frame it sends itself over a pair of sockets of its own context (an abstract-namespace
 // IPC endpoint), which ZeroMQ's I/O thread receives into its arena. This thread's own arena

@@ -643,7 +643,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     o.client_lease_ms = 2000;
     o.rpc_timeout_ms = 5000;
     o.busy_poll_us = -1;
-    o.keep_malloc_settings = true;
+    dg_set_malloc_tuning(false);
     for (int attempt = 0; !server && attempt < 20; attempt++) {
         char addr[64];
         snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());

@@ -15,7 +15,7 @@ static dg_cluster *cluster_of(const char *spec) {
 
 static dg_device_fn *setter(const dg_replica_device_setter_options *o) {
     dg_status *st = dg_status_new();
-    dg_device_fn *fn = dg_replica_device_setter(o, st);
+    dg_device_fn *fn = dg_replica_device_setter_new(o, st);
     assert_ok(st);
     assert_non_null(fn);
     dg_status_free(&st);
@@ -525,34 +525,34 @@ static void test_option_errors(void **state) {
     dg_status *st = dg_status_new();
     dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
     o.ps_tasks = -1;
-    assert_null(dg_replica_device_setter(&o, st));
+    assert_null(dg_replica_device_setter_new(&o, st));
     assert_status(st, DG_INVALID_ARGUMENT, "replica_device_setter: ps_tasks must be >= 0, got -1");
 
     o = dg_replica_device_setter_options_default();
     o.ps_device = "/job:ps/task:x";
-    assert_null(dg_replica_device_setter(&o, st));
+    assert_null(dg_replica_device_setter_new(&o, st));
     assert_status(st, DG_INVALID_ARGUMENT,
                   "replica_device_setter: ps_device: device \"/job:ps/task:x\": bad task index \"x\"");
 
     o = dg_replica_device_setter_options_default();
     o.worker_device = "job:worker";
-    assert_null(dg_replica_device_setter(&o, st));
+    assert_null(dg_replica_device_setter_new(&o, st));
     assert_status(st, DG_INVALID_ARGUMENT,
                   "replica_device_setter: worker_device: device \"job:worker\": must start with '/'");
 
     o = dg_replica_device_setter_options_default();
     o.strategy = (dg_ps_strategy)7;
-    assert_null(dg_replica_device_setter(&o, st));
+    assert_null(dg_replica_device_setter_new(&o, st));
     assert_status(st, DG_INVALID_ARGUMENT, "replica_device_setter: unknown strategy 7");
 
     const char *ops[] = {"VariableV2", NULL};
     o = dg_replica_device_setter_options_default();
     o.ps_ops = ops;
     o.n_ps_ops = 2;
-    assert_null(dg_replica_device_setter(&o, st));
+    assert_null(dg_replica_device_setter_new(&o, st));
     assert_status(st, DG_INVALID_ARGUMENT, "replica_device_setter: ps_ops[1] is NULL");
     o.n_ps_ops = -1;
-    assert_null(dg_replica_device_setter(&o, st));
+    assert_null(dg_replica_device_setter_new(&o, st));
     assert_status(st, DG_INVALID_ARGUMENT, "replica_device_setter: n_ps_ops must be >= 0, got -1");
     dg_status_free(&st);
 }

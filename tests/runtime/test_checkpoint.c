@@ -81,7 +81,7 @@ static void assert_same(const dg_tensor *a, const dg_tensor *b) {
 
 static dg_checkpoint_store *open_ok(const char *path, bool create) {
     dg_status *st = dg_status_new();
-    dg_checkpoint_store *s = dg_checkpoint_open(path, create, st);
+    dg_checkpoint_store *s = dg_checkpoint_store_new(path, create, st);
     assert_ok(st);
     assert_non_null(s);
     dg_status_free(&st);
@@ -118,7 +118,7 @@ static void assert_file_restores(const char *path, int64_t step, const char *con
                                  dg_tensor *const *want, int n) {
     dg_checkpoint_store *s = open_ok(path, false);
     assert_restores(s, step, names, want, n);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
 }
 
 static void assert_msg_has(const dg_status *st, const char *needle) {
@@ -182,7 +182,7 @@ static void base_free(base *b) {
 static void save_base(const char *path, int64_t step, base *b) {
     dg_checkpoint_store *s = open_ok(path, true);
     save_ok(s, step, base_names, b->t, 3, 0);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
 }
 
 // Opening path (create or not) fails with code and a message naming path; the file's bytes
@@ -191,7 +191,7 @@ static void assert_open_fails(const char *path, bool create, dg_code code, const
     size_t n0 = 0, n1 = 0;
     unsigned char *before = read_file(path, &n0);
     dg_status *st = dg_status_new();
-    dg_checkpoint_store *s = dg_checkpoint_open(path, create, st);
+    dg_checkpoint_store *s = dg_checkpoint_store_new(path, create, st);
     assert_null(s);
     assert_status(st, code, needle);
     assert_msg_has(st, path);
@@ -229,7 +229,7 @@ static void test_round_trip_every_dtype_and_shape(void **state) {
     dg_checkpoint_store *s = open_ok(f->path, true);
     save_ok(s, 42, names, t, n, 0);
     assert_restores(s, 42, names, t, n);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
 
     // From a fresh open, newest step, in another order.
     const char *rev_names[16];
@@ -253,7 +253,7 @@ static void test_round_trip_every_dtype_and_shape(void **state) {
     free(vars);
     assert_int_equal(dg_checkpoint_variables(s, -1, &vars, st), n);
     free(vars);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     for (int i = 0; i < n; i++) dg_tensor_unref(t[i]);
     dg_status_free(&st);
 }
@@ -275,7 +275,7 @@ static void test_restore_subset_and_zero_variables(void **state) {
     assert_int_equal(dg_checkpoint_variables(s, 6, &vars, st), 0);
     free(vars);
     assert_ok(st);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     base_free(&b);
     dg_status_free(&st);
 }
@@ -307,10 +307,10 @@ static void test_list_and_latest(void **state) {
     // from there, as TensorFlow's latest_checkpoint does.
     save_ok(s, 5, base_names, b.t, 3, 0);
     assert_steps(s, (const int64_t[]){10, 20, 5}, 3);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     s = open_ok(f->path, false);
     assert_steps(s, (const int64_t[]){10, 20, 5}, 3);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     base_free(&b);
 }
 
@@ -341,7 +341,7 @@ static void test_max_to_keep(void **state) {
     assert_true(file_size(f->path) < size0 + ((size_t)4 << 20));
     assert_restores(s, 139, nm, &big, 1);
     dg_tensor_unref(big);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     for (int i = 0; i < 7; i++) base_free(&b[i]);
     dg_status_free(&st);
 }
@@ -361,7 +361,7 @@ static void test_replacing_a_step(void **state) {
     dg_tensor *out[3] = {0};
     assert_false(dg_checkpoint_restore(s, 7, base_names, 3, out, NULL, st));
     assert_status(st, DG_NOT_FOUND, "\"step\"");
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     base_free(&a);
     base_free(&c);
     dg_status_free(&st);
@@ -373,7 +373,7 @@ static void test_replacing_a_step(void **state) {
 static void test_missing_file_step_and_variable(void **state) {
     fixture *f = *state;
     dg_status *st = dg_status_new();
-    assert_null(dg_checkpoint_open(f->path, false, st));
+    assert_null(dg_checkpoint_store_new(f->path, false, st));
     assert_status(st, DG_NOT_FOUND, f->path);
     assert_int_equal(access(f->path, F_OK), -1);   // not created
 
@@ -399,7 +399,7 @@ static void test_missing_file_step_and_variable(void **state) {
     assert_status(st, DG_NOT_FOUND, "variable \"dense/kernel\"");
     assert_msg_has(st, f->path);
     for (int i = 0; i < 3; i++) assert_null(out[i]);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     assert_file_restores(f->path, 1, base_names, b.t, 3);
     base_free(&b);
     dg_status_free(&st);
@@ -437,10 +437,10 @@ static void test_bad_arguments_save_nothing(void **state) {
     assert_status(st, DG_INVALID_ARGUMENT, "restore");
     assert_steps(s, (const int64_t[]){1}, 1);
     assert_restores(s, 1, base_names, b.t, 3);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     // NULL and pointer-to-NULL closes do nothing.
-    dg_checkpoint_close(&s);
-    dg_checkpoint_close(NULL);
+    dg_checkpoint_store_free(&s);
+    dg_checkpoint_store_free(NULL);
     dg_tensor_unref(big);
     base_free(&b);
     dg_status_free(&st);
@@ -525,7 +525,7 @@ static void test_flipped_data_byte_is_data_loss(void **state) {
     dg_tensor *t[] = {make(DG_FLOAT32, dg_shape2(512, 300), 8), old.t[0]};   // 600 KiB
     dg_checkpoint_store *s = open_ok(f->path, false);
     save_ok(s, 2, names, t, 2, 0);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     // Flip one bit in the middle of emb's bytes, found by its contents.
     const unsigned char *emb = dg_tensor_data(t[0]);
     long at = find_in_file(f->path, emb + 300000, 64);
@@ -543,7 +543,7 @@ static void test_flipped_data_byte_is_data_loss(void **state) {
     assert_null(out[0]);
     assert_null(out[1]);
     assert_restores(s, 2, &names[1], &t[1], 1);   // the other variable is intact
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     assert_file_restores(f->path, 1, base_names, old.t, 3);
     dg_tensor_unref(t[0]);
     base_free(&old);
@@ -585,7 +585,7 @@ static void test_damaged_metadata_is_data_loss(void **state) {
         }
         free(vars);
         assert_restores(s, 1, base_names, b.t, 3);
-        dg_checkpoint_close(&s);
+        dg_checkpoint_store_free(&s);
     }
     // The checkpoint row's count of variables disagrees with its tensor rows.
     run_sql(f->path, "UPDATE checkpoints SET n_tensors = 4 WHERE global_step = 1");
@@ -595,7 +595,7 @@ static void test_damaged_metadata_is_data_loss(void **state) {
     assert_status(st, DG_DATA_LOSS, "step 1 holds 3 variables");
     assert_msg_has(st, f->path);
     assert_null(vars);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     base_free(&b);
     dg_status_free(&st);
 }
@@ -616,7 +616,7 @@ static void test_truncated_file(void **state) {
     dg_tensor *t[] = {b.t[0], b.t[1], b.t[2], big};
     dg_checkpoint_store *s = open_ok(f->path, true);
     save_ok(s, 3, names, t, 4, 0);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     size_t size = file_size(f->path);
     char cut[160];
     snprintf(cut, sizeof cut, "%s/cut.db", f->dir);
@@ -624,11 +624,11 @@ static void test_truncated_file(void **state) {
     dg_status *st = dg_status_new();
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
         copy_file(f->path, cut, lengths[i]);
-        s = dg_checkpoint_open(cut, false, st);
+        s = dg_checkpoint_store_new(cut, false, st);
         if (s) {
             dg_tensor *out[4] = {0};
             assert_false(dg_checkpoint_restore(s, -1, names, 4, out, NULL, st));
-            dg_checkpoint_close(&s);
+            dg_checkpoint_store_free(&s);
         }
         if (dg_status_code(st) != DG_DATA_LOSS) {
             print_error("truncated to %zu of %zu bytes\n", lengths[i], size);
@@ -660,7 +660,7 @@ static void test_random_damage_never_restores_wrong_bytes(void **state) {
     dg_tensor *t[] = {b.t[0], b.t[1], b.t[2], big};
     dg_checkpoint_store *s = open_ok(f->path, true);
     save_ok(s, 1, names, t, 4, 0);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     size_t size = 0;
     unsigned char *orig = read_file(f->path, &size);
     char dmg[160];
@@ -677,7 +677,7 @@ static void test_random_damage_never_restores_wrong_bytes(void **state) {
             copy[at + i] = (unsigned char)dg_test_uniform(&rng, 0, 256);
         write_file(dmg, copy, size);
         free(copy);
-        s = dg_checkpoint_open(dmg, false, st);
+        s = dg_checkpoint_store_new(dmg, false, st);
         bool ok = false;
         if (s) {
             dg_tensor *out[4] = {0};
@@ -686,7 +686,7 @@ static void test_random_damage_never_restores_wrong_bytes(void **state) {
                 for (int i = 0; i < 4; i++) assert_same(t[i], out[i]);
                 for (int i = 0; i < 4; i++) dg_tensor_unref(out[i]);
             }
-            dg_checkpoint_close(&s);
+            dg_checkpoint_store_free(&s);
         }
         if (!ok) {
             n_failed++;
@@ -723,7 +723,7 @@ static void test_read_only_uri(void **state) {
     assert_msg_has(st, uri);
     assert_msg_has(st, "step 2");
     assert_steps(s, (const int64_t[]){1}, 1);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     assert_file_restores(f->path, 1, base_names, b.t, 3);
     base_free(&b);
     base_free(&c);
@@ -759,7 +759,7 @@ static int run_as_other_user(void (*fn)(const fixture *), const fixture *f) {
 // naming the file.
 static void child_save_refused(const fixture *f) {
     dg_status *st = dg_status_new();
-    dg_checkpoint_store *s = dg_checkpoint_open(f->path, true, st);
+    dg_checkpoint_store *s = dg_checkpoint_store_new(f->path, true, st);
     CHILD_CHECK(s != NULL, 10);
     dg_tensor *out[3] = {0};
     CHILD_CHECK(dg_checkpoint_restore(s, 1, base_names, 3, out, NULL, st), 11);
@@ -774,7 +774,7 @@ static void child_save_refused(const fixture *f) {
     CHILD_CHECK(strstr(dg_status_message(st), f->path) != NULL, 15);
     CHILD_CHECK(strstr(dg_status_message(st), "read-only") != NULL ||
                 strstr(dg_status_message(st), "not writable") != NULL, 16);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     _exit(0);
 }
 
@@ -810,7 +810,7 @@ static void child_disk_full(const fixture *f) {
     signal(SIGXFSZ, SIG_IGN);
     struct rlimit r = {(rlim_t)2 << 20, (rlim_t)2 << 20};
     CHILD_CHECK(setrlimit(RLIMIT_FSIZE, &r) == 0, 20);
-    dg_checkpoint_store *s = dg_checkpoint_open(f->path, false, st);
+    dg_checkpoint_store *s = dg_checkpoint_store_new(f->path, false, st);
     CHILD_CHECK(s != NULL, 21);
     dg_tensor *big = make(DG_FLOAT32, dg_shape2(2048, 1024), 17);
     const char *nm[] = {"big"};
@@ -822,7 +822,7 @@ static void child_disk_full(const fixture *f) {
     dg_tensor *out[3] = {0};
     CHILD_CHECK(dg_checkpoint_restore(s, -1, base_names, 3, out, NULL, st), 26);
     CHILD_CHECK(dg_checkpoint_latest_step(s, st) == 1, 27);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     _exit(0);
 }
 
@@ -847,7 +847,7 @@ static void test_full_disk(void **state) {
     save_ok(s, 2, nm, &big, 1, 1);
     assert_steps(s, (const int64_t[]){2}, 1);
     assert_restores(s, 2, nm, &big, 1);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     dg_tensor_unref(big);
     base_free(&b);
 }

@@ -160,8 +160,8 @@ static int run_saves(fixture *f, int64_t *ops_after, char *err, size_t err_cap) 
     int n_ok = 0;
     for (int i = 0; i < N_SAVES; i++) {
         if (i == 0 || i == REOPEN_BEFORE) {
-            dg_checkpoint_close(&s);
-            if (!(s = dg_checkpoint_open(f->run_path, i == 0, st))) break;
+            dg_checkpoint_store_free(&s);
+            if (!(s = dg_checkpoint_store_new(f->run_path, i == 0, st))) break;
         }
         if (!dg_checkpoint_save(s, save_steps[i], var_names, f->values[i], N_VARS, MAX_TO_KEEP,
                                 st))
@@ -169,7 +169,7 @@ static int run_saves(fixture *f, int64_t *ops_after, char *err, size_t err_cap) 
         n_ok++;
         if (ops_after) ops_after[i] = plvfs_n_ops();
     }
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     if (err) snprintf(err, err_cap, "%s", dg_status_message(st));
     dg_status_free(&st);
     return n_ok;
@@ -230,7 +230,7 @@ static verdict check_crash_state(fixture *f, int n_ok) {
     dg_status *st = dg_status_new();
     // Before the first save returned, the file may hold a half-made schema or nothing: it must
     // still open as a store (create), as the program would do when it restarts.
-    dg_checkpoint_store *s = dg_checkpoint_open(f->crash_path, n_ok == 0, st);
+    dg_checkpoint_store *s = dg_checkpoint_store_new(f->crash_path, n_ok == 0, st);
     CHECK(s, "the file does not open: %s", dg_status_message(st));
 
     int64_t *steps = NULL;
@@ -295,7 +295,7 @@ static verdict check_crash_state(fixture *f, int n_ok) {
     CHECK(memcmp(dg_tensor_data(back[0]), f->want[0][0], f->want_bytes[0]) == 0,
           "the save after recovery restores other bytes");
     dg_tensor_unref(back[0]);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     dg_status_free(&st);
     return vd;
 }

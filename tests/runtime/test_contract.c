@@ -90,13 +90,13 @@ static void test_status_cleared_on_success(void **state) {
 
     // Checkpoints: a file that is not there (no create), then one made.
     snprintf(path, sizeof path, "%s/ckpt.db", dir);
-    assert_null(dg_checkpoint_open(path, false, st));
+    assert_null(dg_checkpoint_store_new(path, false, st));
     assert_int_not_equal(dg_status_code(st), DG_OK);
-    dg_checkpoint_store *ck = dg_checkpoint_open(path, true, st);
+    dg_checkpoint_store *ck = dg_checkpoint_store_new(path, true, st);
     assert_non_null(ck);
     assert_ok(st);
     dirty(st);
-    dg_checkpoint_close(&ck);
+    dg_checkpoint_store_free(&ck);
     unlink(path);
     snprintf(path, sizeof path, "%s/g.dgraph", dir);
     unlink(path);

@@ -96,14 +96,14 @@ static int train_until_stop(dg_monitored_session *ms, toy *t, dg_status *st) {
 
 static int list_steps(const char *path, int64_t *steps, int cap) {
     dg_status *st = dg_status_new();
-    dg_checkpoint_store *s = dg_checkpoint_open(path, false, st);
+    dg_checkpoint_store *s = dg_checkpoint_store_new(path, false, st);
     assert_ok(st);
     int64_t *all = NULL;
     int n = dg_checkpoint_list(s, &all, st);
     assert_ok(st);
     for (int i = 0; i < n && i < cap; i++) steps[i] = all[i];
     free(all);
-    dg_checkpoint_close(&s);
+    dg_checkpoint_store_free(&s);
     dg_status_free(&st);
     return n;
 }
@@ -121,7 +121,7 @@ static void test_init_then_restore(void **state) {
     o.checkpoint_path = tp.path;
     o.hooks = &stop;
     o.n_hooks = 1;
-    dg_monitored_session *ms = dg_monitored_training_session_new(a.g, &o, st);
+    dg_monitored_session *ms = dg_monitored_session_new(a.g, &o, st);
     assert_ok(st);
     assert_int_equal(dg_monitored_session_restored_step(ms), -1);
     assert_true(dg_monitored_session_is_chief(ms));
@@ -144,7 +144,7 @@ static void test_init_then_restore(void **state) {
     // A new graph of the same model restores step 5; the stop hook stops it at once.
     toy b;
     build_toy(&b, 0.5f, NULL, NULL);
-    dg_monitored_session *mb = dg_monitored_training_session_new(b.g, &o, st);
+    dg_monitored_session *mb = dg_monitored_session_new(b.g, &o, st);
     assert_ok(st);
     assert_int_equal(dg_monitored_session_restored_step(mb), 5);
     assert_int_equal(dg_monitored_session_global_step(mb, st), 5);
@@ -158,7 +158,7 @@ static void test_init_then_restore(void **state) {
     build_toy(&c, 0.5f, NULL, NULL);
     o.hooks = NULL;
     o.n_hooks = 0;
-    dg_monitored_session *mc = dg_monitored_training_session_new(c.g, &o, st);
+    dg_monitored_session *mc = dg_monitored_session_new(c.g, &o, st);
     assert_ok(st);
     assert_false(dg_monitored_session_should_stop(mc));
     assert_true(dg_monitored_session_run(mc, NULL, NULL, 0, NULL, NULL, 0, &c.train, 1, st));
@@ -182,7 +182,7 @@ static void test_stop_at_step(void **state) {
     dg_mts_options o = dg_mts_options_default();
     o.hooks = &h;
     o.n_hooks = 1;
-    dg_monitored_session *ms = dg_monitored_training_session_new(t.g, &o, st);
+    dg_monitored_session *ms = dg_monitored_session_new(t.g, &o, st);
     assert_ok(st);
     assert_int_equal(train_until_stop(ms, &t, st), 3);
     assert_int_equal(dg_monitored_session_global_step(ms, st), 3);
@@ -192,7 +192,7 @@ static void test_stop_at_step(void **state) {
 
     build_toy(&t, 1, NULL, NULL);
     h = dg_stop_at_step_hook_new(-1, 7, st);
-    ms = dg_monitored_training_session_new(t.g, &o, st);
+    ms = dg_monitored_session_new(t.g, &o, st);
     assert_ok(st);
     assert_int_equal(train_until_stop(ms, &t, st), 7);
     dg_monitored_session_free(&ms);
@@ -210,7 +210,7 @@ static void test_stop_at_step(void **state) {
     dg_graph *g = dg_graph_new();
     dg_variable(g, "v", DG_FLOAT32, dg_shape_scalar(), dg_init_zeros());
     h = dg_stop_at_step_hook_new(3, -1, st);
-    ms = dg_monitored_training_session_new(g, &o, st);
+    ms = dg_monitored_session_new(g, &o, st);
     assert_null(ms);
     assert_status(st, DG_FAILED_PRECONDITION, "global step");
     assert_non_null(strstr(dg_status_message(st), "stop_at_step"));
@@ -231,7 +231,7 @@ static void run_saving(const char *path, int64_t save_steps, int max_to_keep, in
     o.max_to_keep = max_to_keep;
     o.hooks = &h;
     o.n_hooks = 1;
-    dg_monitored_session *ms = dg_monitored_training_session_new(t.g, &o, st);
+    dg_monitored_session *ms = dg_monitored_session_new(t.g, &o, st);
     assert_ok(st);
     assert_int_equal(train_until_stop(ms, &t, st), (int)last_step);
     assert_true(dg_monitored_session_close(ms, st));
@@ -280,7 +280,7 @@ static void test_saver_api(void **state) {
     assert_non_null(dg_graph_find(t.g, "save/restore_all"));
     assert_string_equal(dg_node_op_type(dg_graph_find(t.g, "save/restore_global_step")), "Assign");
     dg_session *s = dg_session_new(t.g, "local", NULL, st);
-    dg_checkpoint_store *store = dg_checkpoint_open(tp.path, true, st);
+    dg_checkpoint_store *store = dg_checkpoint_store_new(tp.path, true, st);
     assert_ok(st);
     assert_false(dg_saver_restore(sv, s, store, -1, NULL, st));
     assert_status(st, DG_NOT_FOUND, "no checkpoint");
@@ -300,7 +300,7 @@ static void test_saver_api(void **state) {
     assert_true(dg_session_run(s, NULL, NULL, 0, &t.gs, &v, 1, NULL, 0, st));
     assert_int_equal(dg_tensor_i64(v)[0], 0);
     dg_tensor_unref(v);
-    dg_checkpoint_close(&store);
+    dg_checkpoint_store_free(&store);
     dg_session_free(&s);
     dg_saver_free(&sv);
     dg_saver_free(&sv);
@@ -333,7 +333,7 @@ static void test_restore_errors(void **state) {
     dg_graph *g1 = vars_graph(n1, t1, d1, 3);
     dg_mts_options o = dg_mts_options_default();
     o.checkpoint_path = tp.path;
-    dg_monitored_session *ms = dg_monitored_training_session_new(g1, &o, st);   // saves step 0
+    dg_monitored_session *ms = dg_monitored_session_new(g1, &o, st);   // saves step 0
     assert_ok(st);
     dg_monitored_session_free(&ms);
 
@@ -342,7 +342,7 @@ static void test_restore_errors(void **state) {
     dg_dtype t2[] = {DG_FLOAT32, DG_FLOAT64, DG_FLOAT32};
     int64_t d2[] = {3, 2, 1};
     dg_graph *g2 = vars_graph(n2, t2, d2, 3);
-    ms = dg_monitored_training_session_new(g2, &o, st);
+    ms = dg_monitored_session_new(g2, &o, st);
     assert_null(ms);
     assert_status(st, DG_INVALID_ARGUMENT, "missing from the checkpoint: d");
     const char *msg = dg_status_message(st);
@@ -358,7 +358,7 @@ static void test_restore_errors(void **state) {
     dg_dtype t3[] = {DG_FLOAT32, DG_FLOAT32, DG_FLOAT32, DG_INT32};
     int64_t d3[] = {2, 3, 2, 4};
     dg_graph *g3 = vars_graph(n3, t3, d3, 4);
-    ms = dg_monitored_training_session_new(g3, &o, st);
+    ms = dg_monitored_session_new(g3, &o, st);
     assert_null(ms);
     assert_status(st, DG_INVALID_ARGUMENT, "missing from the checkpoint: e");
     assert_null(strstr(dg_status_message(st), "not in the graph"));
@@ -374,7 +374,7 @@ static void test_restore_errors(void **state) {
     FILE *f = fopen(tp.path, "w");
     fputs("not a database, just text that is long enough to be read as a header ............", f);
     fclose(f);
-    ms = dg_monitored_training_session_new(g1, &o, st);
+    ms = dg_monitored_session_new(g1, &o, st);
     assert_null(ms);
     assert_true(dg_status_code(st) == DG_DATA_LOSS || dg_status_code(st) == DG_FAILED_PRECONDITION);
     assert_non_null(strstr(dg_status_message(st), tp.path));
@@ -396,7 +396,7 @@ static void test_nan_guard(void **state) {
         dg_mts_options o = dg_mts_options_default();
         o.hooks = &h;
         o.n_hooks = 1;
-        dg_monitored_session *ms = dg_monitored_training_session_new(t.g, &o, st);
+        dg_monitored_session *ms = dg_monitored_session_new(t.g, &o, st);
         assert_ok(st);
         for (int i = 0; i < 3; i++) assert_true(dg_monitored_session_run(ms, NULL, NULL, 0, NULL, NULL, 0, &t.train, 1, st));
         assert_false(dg_monitored_session_should_stop(ms));
@@ -495,7 +495,7 @@ static void test_hooks_order_and_extra_fetches(void **state) {
     dg_mts_options o = dg_mts_options_default();
     o.hooks = hooks;
     o.n_hooks = 2;
-    dg_monitored_session *ms = dg_monitored_training_session_new(t.g, &o, st);
+    dg_monitored_session *ms = dg_monitored_session_new(t.g, &o, st);
     assert_ok(st);
     assert_string_equal(r.log, "A.begin B.begin A.create B.create");
     r.log[0] = 0;
@@ -551,7 +551,7 @@ static void test_hooks_order_and_extra_fetches(void **state) {
     build_toy(&t, 1, NULL, NULL);
     a.fetches[0] = t.w;
     a.fetches[1] = t.gs;
-    ms = dg_monitored_training_session_new(t.g, &o, st);
+    ms = dg_monitored_session_new(t.g, &o, st);
     assert_ok(st);
     assert_false(dg_monitored_session_run(ms, &t.p, &bad, 1, NULL, NULL, 0, &t.train, 1, st));
     dg_status_reset(st);
@@ -591,7 +591,7 @@ static void test_hook_lists(void **state) {
     o.n_chief_only_hooks = 1;
     o.checkpoint_path = tp.path;
     o.log_step_count_steps = 2;
-    dg_monitored_session *ms = dg_monitored_training_session_new(t.g, &o, st);
+    dg_monitored_session *ms = dg_monitored_session_new(t.g, &o, st);
     assert_ok(st);
     assert_string_equal(r.log, "user.begin chief.begin user.create chief.create");
     for (int i = 0; i < 5; i++) assert_true(dg_monitored_session_run(ms, NULL, NULL, 0, NULL, NULL, 0, &t.train, 1, st));
@@ -621,7 +621,7 @@ static void test_hook_lists(void **state) {
     o.checkpoint_path = NULL;
     o.n_hooks = 1;
     o.wait_for_chief_ms = 0;
-    ms = dg_monitored_training_session_new(t.g, &o, st);
+    ms = dg_monitored_session_new(t.g, &o, st);
     assert_null(ms);
     assert_status(st, DG_DEADLINE_EXCEEDED, "waited 0 ms for the chief to initialize variables: w, global_step");
     assert_string_equal(r.log, "user.begin");
@@ -649,7 +649,7 @@ static void test_summary_saver(void **state) {
     dg_mts_options o = dg_mts_options_default();
     o.checkpoint_path = tp.path;
     o.save_summaries_steps = 2;
-    dg_monitored_session *ms = dg_monitored_training_session_new(t.g, &o, st);
+    dg_monitored_session *ms = dg_monitored_session_new(t.g, &o, st);
     assert_ok(st);
     for (int i = 0; i < 5; i++) assert_true(dg_monitored_session_run(ms, NULL, NULL, 0, NULL, NULL, 0, &t.train, 1, st));
     assert_true(dg_monitored_session_close(ms, st));
@@ -726,7 +726,7 @@ static void test_concurrent_runs(void **state) {
     dg_mts_options o = dg_mts_options_default();
     o.hooks = &h;
     o.n_hooks = 1;
-    dg_monitored_session *ms = dg_monitored_training_session_new(t.g, &o, st);
+    dg_monitored_session *ms = dg_monitored_session_new(t.g, &o, st);
     assert_ok(st);
     runner r[4];
     pthread_t th[4];
@@ -789,7 +789,7 @@ static void test_close_grace(void **state) {
     o.hooks = hooks;
     o.n_hooks = 2;
     o.stop_grace_ms = 100;
-    dg_monitored_session *ms = dg_monitored_training_session_new(t.g, &o, st);
+    dg_monitored_session *ms = dg_monitored_session_new(t.g, &o, st);
     assert_ok(st);
     runner r = {ms, &t, 0, false};
     pthread_t th;
@@ -857,7 +857,7 @@ static void test_nonchief_times_out(void **state) {
     o.is_chief = false;
     o.wait_for_chief_ms = 300;
     int64_t t0 = now_ms();
-    dg_monitored_session *ms = dg_monitored_training_session_new(t.g, &o, st);
+    dg_monitored_session *ms = dg_monitored_session_new(t.g, &o, st);
     int64_t waited = now_ms() - t0;
     assert_null(ms);
     assert_status(st, DG_DEADLINE_EXCEEDED, "waited 300 ms for the chief to initialize variables: w, global_step");
@@ -883,7 +883,7 @@ static void *chief_thread(void *arg) {
     build_toy(&t, 1, "/job:ps/task:0", "/job:worker/task:0");
     dg_mts_options o = dg_mts_options_default();
     o.master = dg_server_target(lc->server);
-    dg_monitored_session *ms = dg_monitored_training_session_new(t.g, &o, st);
+    dg_monitored_session *ms = dg_monitored_session_new(t.g, &o, st);
     lc->ok = ms && dg_monitored_session_run(ms, NULL, NULL, 0, NULL, NULL, 0, &t.train, 1, st);
     dg_monitored_session_free(&ms);
     dg_graph_free(&t.g);
@@ -906,7 +906,7 @@ static void test_nonchief_waits_for_chief(void **state) {
     o.master = dg_server_target(w1);
     o.is_chief = false;
     o.wait_for_chief_ms = 20000;
-    dg_monitored_session *ms = dg_monitored_training_session_new(t.g, &o, st);
+    dg_monitored_session *ms = dg_monitored_session_new(t.g, &o, st);
     assert_ok(st);
     assert_true(now_ms() - t0 >= 400);
     pthread_join(th, NULL);
@@ -943,7 +943,7 @@ static void test_recovery_after_ps_restart(void **state) {
     o.n_hooks = 1;
     o.max_recovery_attempts = 10;
     o.recovery_backoff_ms = 50;
-    dg_monitored_session *ms = dg_monitored_training_session_new(t.g, &o, st);
+    dg_monitored_session *ms = dg_monitored_session_new(t.g, &o, st);
     assert_ok(st);
     for (int i = 0; i < 12; i++) assert_true(dg_monitored_session_run(ms, NULL, NULL, 0, NULL, NULL, 0, &t.train, 1, st));
     assert_int_equal(dg_monitored_session_global_step(ms, st), 12);
@@ -969,7 +969,7 @@ static void test_recovery_after_ps_restart(void **state) {
     build_toy(&t, 0.5f, "/job:ps/task:0", "/job:worker/task:0");
     o.hooks = NULL;
     o.n_hooks = 0;
-    ms = dg_monitored_training_session_new(t.g, &o, st);
+    ms = dg_monitored_session_new(t.g, &o, st);
     assert_ok(st);
     assert_int_equal(dg_monitored_session_restored_step(ms), 30);
     dg_server_free(&ps);
@@ -994,7 +994,7 @@ static void test_bad_options(void **state) {
     build_toy(&t, 1, NULL, NULL);
     dg_mts_options o = dg_mts_options_default();
     o.max_recovery_attempts = 0;
-    assert_null(dg_monitored_training_session_new(t.g, &o, st));
+    assert_null(dg_monitored_session_new(t.g, &o, st));
     assert_status(st, DG_INVALID_ARGUMENT, "max_recovery_attempts 0");
     dg_status_reset(st);
     o = dg_mts_options_default();
@@ -1003,10 +1003,10 @@ static void test_bad_options(void **state) {
     wo.wait_for_tasks_ms = 200;
     o.session_options = &wo;
     o.max_recovery_attempts = 2;
-    assert_null(dg_monitored_training_session_new(t.g, &o, st));
+    assert_null(dg_monitored_session_new(t.g, &o, st));
     assert_status(st, DG_UNAVAILABLE, "the master at tcp://127.0.0.1:1 did not answer within 200 ms");
     dg_status_reset(st);
-    assert_null(dg_monitored_training_session_new(NULL, NULL, st));
+    assert_null(dg_monitored_session_new(NULL, NULL, st));
     assert_status(st, DG_INVALID_ARGUMENT, "graph is NULL");
     dg_monitored_session_free(NULL);
     dg_session_hook_free(NULL);

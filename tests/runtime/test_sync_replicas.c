@@ -664,7 +664,7 @@ static void *mts_thread(void *arg) {
     mo.hooks = hooks;
     mo.n_hooks = 2;
     mo.wait_for_chief_ms = 20000;
-    dg_monitored_session *ms = dg_monitored_training_session_new(j->r->g, &mo, st);
+    dg_monitored_session *ms = dg_monitored_session_new(j->r->g, &mo, st);
     if (!ms) goto out;
     dg_tensor *xt = dg_tensor_from_data(DG_FLOAT64, dg_shape2(B, 3), j->x, st);
     dg_tensor *tt = dg_tensor_from_data(DG_FLOAT64, dg_shape2(B, 2), j->t, st);

@@ -20,6 +20,7 @@
 #include <zmq.h>
 
 #include "testutil.h"
+#include "ping_impl.h"
 #include "server_impl.h"
 #include "shm_impl.h"
 #include "transport_impl.h"
@@ -1512,7 +1513,7 @@ static void test_ping_hooks(void **state) {
         snprintf(a, sizeof a, "%s%s", forms[f], addr);
         dg_tensor **echo = NULL;
         int n_echo = -1;
-        assert_true(dg_server_ping(me, a, ts, 2, 10000, &echo, &n_echo, st));
+        assert_true(rt_server_ping(me, a, ts, 2, 10000, &echo, &n_echo, st));
         assert_ok(st);
         assert_int_equal(n_echo, 2);
         for (int i = 0; i < 2; i++) {
@@ -1521,28 +1522,28 @@ static void test_ping_hooks(void **state) {
         }
         free(echo);
     }
-    assert_true(dg_server_ping(me, addr, NULL, 0, 5000, NULL, NULL, st));
+    assert_true(rt_server_ping(me, addr, NULL, 0, 5000, NULL, NULL, st));
 
     // One-way pushes (chunked for the 6 MiB tensor), then the PING that follows them.
-    assert_true(dg_server_push_bench(me, addr, ts[1], 3, 10000, st));
-    assert_true(dg_server_push_bench(me, addr, ts[0], 10, 10000, st));
+    assert_true(rt_server_push_bench(me, addr, ts[1], 3, 10000, st));
+    assert_true(rt_server_push_bench(me, addr, ts[0], 10, 10000, st));
     assert_ok(st);
     assert_int_equal(rt_transport_get_stats(rt_server_transport(target)).bad_messages, 0);
 
-    assert_false(dg_server_ping(me, "127.0.0.1", NULL, 0, 1000, NULL, NULL, st));
+    assert_false(rt_server_ping(me, "127.0.0.1", NULL, 0, 1000, NULL, NULL, st));
     assert_status(st, DG_INVALID_ARGUMENT, "address \"127.0.0.1\": expected \"host:port\"");
     dg_status_reset(st);
-    assert_false(dg_server_ping(me, "dg://h:99999", NULL, 0, 1000, NULL, NULL, st));
+    assert_false(rt_server_ping(me, "dg://h:99999", NULL, 0, 1000, NULL, NULL, st));
     assert_status(st, DG_INVALID_ARGUMENT, "address \"dg://h:99999\"");
     dg_status_reset(st);
-    assert_false(dg_server_ping(me, NULL, NULL, 0, 1000, NULL, NULL, st));
+    assert_false(rt_server_ping(me, NULL, NULL, 0, 1000, NULL, NULL, st));
     assert_status(st, DG_INVALID_ARGUMENT, "address \"\"");
     dg_status_reset(st);
     dg_tensor **echo = (dg_tensor **)st;
     int n_echo = 5;
     char dead[64];
     snprintf(dead, sizeof dead, "127.0.0.1:%d", dg_test_free_port());
-    assert_false(dg_server_ping(me, dead, ts, 1, 300, &echo, &n_echo, st));
+    assert_false(rt_server_ping(me, dead, ts, 1, 300, &echo, &n_echo, st));
     assert_status(st, DG_UNAVAILABLE, "did not answer within the deadline");
     assert_null(echo);
     assert_int_equal(n_echo, 0);

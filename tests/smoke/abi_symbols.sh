@@ -49,6 +49,39 @@ if missing:
 if extra:
     sys.exit("FAIL: exported but declared in no public header: " + " ".join(extra))
 PY
+# Headers respect the layers: every function a public header declares is defined in one layer
+# (graph <- placer <- executor <- runtime), and a header includes only headers of its layer or
+# of layers to its left.
+for l in graph placer executor runtime; do
+    nm --defined-only "${DG_BIN_DIR}/../libdg_$l.a" 2> /dev/null | awk -v l="$l" '$2 == "T" && $3 ~ /^dg_/ {print $3, l}'
+done > "$tmp/layer_of"
+python3 - "$src/include/distgraph" "$tmp/layer_of" <<'PY'
+import glob, os, re, sys
+rank = {"graph": 0, "placer": 1, "executor": 2, "runtime": 3}
+layer_of = dict(line.split() for line in open(sys.argv[2]))
+header_layer, bad = {}, []
+for f in sorted(glob.glob(sys.argv[1] + "/*.h")):
+    t = re.sub(r"/\*.*?\*/", " ", open(f).read(), flags=re.S)
+    t = re.sub(r"//[^\n]*", " ", t)
+    names = {n for n in re.findall(r"\b(dg_\w+)\s*\(", t) if n in layer_of}
+    layers = {layer_of[n] for n in names}
+    h = os.path.basename(f)
+    if len(layers) > 1:
+        bad.append(f"{h} declares functions of several layers: " +
+                   ", ".join(sorted(f"{n} ({layer_of[n]})" for n in names)))
+    header_layer[h] = max(layers, key=rank.get) if layers else None
+for f in sorted(glob.glob(sys.argv[1] + "/*.h")):
+    h = os.path.basename(f)
+    if not header_layer[h] or h == "distgraph.h":
+        continue
+    for inc in re.findall(r'#include "distgraph/([\w.]+)"', open(f).read()):
+        il = header_layer.get(inc)
+        if il and rank[il] > rank[header_layer[h]]:
+            bad.append(f"{h} ({header_layer[h]}) includes {inc} ({il}), a layer to its right")
+print(f"layers: {sum(1 for v in header_layer.values() if v)} headers, each of one layer")
+if bad:
+    sys.exit("FAIL: " + "; ".join(bad))
+PY
 soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 so=$(sed -n 's/^#define DG_SOVERSION \([0-9]*\)/\1/p' "$src/include/distgraph/version.h")
 [ "$soname" = "libdistgraph.so.$so" ] || fail "SONAME $soname, version.h says libdistgraph.so.$so"
