@@ -1837,6 +1837,59 @@ static void test_protected_mode(void **state) {
     dg_status_free(&st);
 }
 
+// Whether a TCP connection to ip:port is accepted.
+static bool tcp_reaches(const char *ip, int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+// Where a server listens: a loopback cluster address on itself; any other address on every
+// interface (so a name that resolves elsewhere, e.g. a Kubernetes service, still reaches it);
+// bind_address on that one address, judged by protected mode for what it is.
+static void test_bind_address(void **state) {
+    (void)state;
+    char ip[64];
+    non_loopback_ipv4(ip, sizeof ip);
+    if (!ip[0]) {
+        fprintf(stderr, "test_bind_address: no address but loopback here; skipped\n");
+        return;
+    }
+    dg_status *st = dg_status_new();
+    int port = dg_test_free_port();
+    char spec[128];
+    snprintf(spec, sizeof spec, "worker|%s:%d", ip, port);
+    dg_cluster *c = dg_cluster_from_spec_string(spec, st);
+    assert_ok(st);
+    dg_server_options o = dg_server_options_default();
+    o.quiet = true;
+    // Default: every interface (with authentication waived for the test).
+    o.allow_unauthenticated = true;
+    dg_server *s = dg_server_new(c, "worker", 0, &o, st);
+    assert_non_null(s);
+    assert_true(tcp_reaches(ip, port));
+    assert_true(tcp_reaches("127.0.0.1", port));   // not only the cluster address
+    dg_server_free(&s);
+    // bind_address on loopback: protected mode lets it serve without keys, and only there.
+    o.allow_unauthenticated = false;
+    o.bind_address = "127.0.0.1";
+    s = dg_server_new(c, "worker", 0, &o, st);
+    assert_non_null(s);
+    assert_ok(st);
+    assert_true(tcp_reaches("127.0.0.1", port));
+    assert_false(tcp_reaches(ip, port));
+    dg_server_free(&s);
+    // bind_address beyond loopback needs keys as any such server does.
+    o.bind_address = "0.0.0.0";
+    assert_null(dg_server_new(c, "worker", 0, &o, st));
+    assert_status(st, DG_FAILED_PRECONDITION, "without authentication");
+    dg_cluster_free(&c);
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_hostile_messages, teardown_capture),
@@ -1856,6 +1909,7 @@ int main(void) {
         cmocka_unit_test(test_connection_cap),
         cmocka_unit_test(test_reply_queue),
         cmocka_unit_test(test_protected_mode),
+        cmocka_unit_test(test_bind_address),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
