@@ -61,8 +61,9 @@ typedef struct dg_server_options {
     // Largest frame (a graph, a feed, a tensor of 4 MiB or less) taken from a peer in one
     // message: ZeroMQ closes the connection of a peer that sends a larger one before it holds
     // it. Tensors over 4 MiB travel in chunks and are bounded by max_inflight_bytes instead.
-    // Calls from this process with a larger frame fail INVALID_ARGUMENT before they are sent,
-    // so a master feeding more than this to a remote master needs the limit raised on both.
+    // Calls from this process with a larger frame fail INVALID_ARGUMENT before they are sent.
+    // A remote session's feeds over 4 MiB go ahead in chunks, so they are not bounded by it;
+    // a graph sent to a remote master is.
     // 0: 32 MiB.
     int64_t max_message_bytes;
     // A chunked transfer with no new chunk for this many ms is dropped. 0: 30000.

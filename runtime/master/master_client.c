@@ -10,6 +10,7 @@
 #include "graph_impl.h"
 #include "keys_impl.h"
 #include "master_client_impl.h"
+#include "server_impl.h"
 #include "status_impl.h"
 #include "transport_impl.h"
 #include "worker_client_impl.h"
@@ -219,10 +220,43 @@ bool master_client_run(master_client *c, const dg_output *feeds, dg_tensor *cons
     rt_header *h = request(RT_RUN_STEP), *resp = NULL;
     h->handle = c->handle;
     h->n_feeds = n_feeds;
+    // A feed over 4 MiB goes ahead of the call as a chunked push to the master's task, under
+    // (step, "feed:<i>"): a task takes frames of at most its max_message_bytes, while chunks
+    // are bounded by its transfer limits instead. The call carries an empty tensor in its
+    // place and names the pushed feeds in its key ("pushed:1,3"); the push and the call leave
+    // on one connection, in order (docs/PROTOCOL.md, RUN_STEP).
+    dg_tensor **sent = calloc((size_t)n_feeds + 1, sizeof *sent);
+    if (!sent) abort();
+    char pushed[512] = "pushed:";
+    size_t used = strlen(pushed);
+    bool any_pushed = false;
     for (int i = 0; i < n_feeds; i++) {
         add_output_name(h, feeds[i]);
-        rt_header_add_tensor(h, feed_values[i]);
+        dg_tensor *t = feed_values[i];
+        if (t && dg_tensor_nbytes(t) > 4 * RT_CHUNK_BYTES && used + 12 < sizeof pushed) {
+            if (!h->step_id) h->step_id = rt_new_step_id();
+            rt_header *ph = request(RT_TENSOR);
+            ph->step_id = h->step_id;
+            char key[32];
+            snprintf(key, sizeof key, "feed:%d", i);
+            ph->key = strdup(key);
+            rt_header_add_tensor(ph, t);
+            rt_push(c->tp, c->endpoint, ph, &t, 1);
+            used += (size_t)snprintf(pushed + used, sizeof pushed - used, "%s%d", any_pushed ? "," : "", i);
+            any_pushed = true;
+            sent[i] = dg_tensor_new(dg_tensor_dtype(t), dg_shape1(0), st);
+            if (!sent[i]) {
+                for (int k = 0; k < i; k++) dg_tensor_unref(sent[k]);
+                free(sent);
+                drop(h, NULL, 0);
+                return false;
+            }
+        } else {
+            sent[i] = t ? dg_tensor_ref(t) : NULL;
+        }
+        rt_header_add_tensor(h, sent[i]);
     }
+    if (any_pushed) h->key = strdup(pushed);
     for (int i = 0; i < n_fetches; i++) add_output_name(h, fetches[i]);
     for (int i = 0; i < n_targets; i++) {
         char buf[RT_MAX_STRING];
@@ -231,7 +265,10 @@ bool master_client_run(master_client *c, const dg_output *feeds, dg_tensor *cons
     }
     dg_tensor **out = NULL;
     int n_out = 0;
-    if (!rt_call_sync(c->tp, c->endpoint, h, feed_values, n_feeds, STEP_TIMEOUT_MS, &resp, &out, &n_out, st)) {
+    bool called = rt_call_sync(c->tp, c->endpoint, h, sent, n_feeds, STEP_TIMEOUT_MS, &resp, &out, &n_out, st);
+    for (int i = 0; i < n_feeds; i++) dg_tensor_unref(sent[i]);
+    free(sent);
+    if (!called) {
         if (dg_status_code(st) != DG_OK && !strstr(dg_status_message(st), c->endpoint))
             dg_status_prepend(st, "master %s", c->endpoint);
         return false;

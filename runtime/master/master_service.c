@@ -257,6 +257,92 @@ static bool resolve(dg_graph *g, const char *name, bool target, dg_output *out, 
     return true;
 }
 
+// A feed the client pushed ahead in chunks (master_client_run): its value, taken from this
+// task's rendezvous under (step, "feed:<i>"), where the push, sent before the call on the same
+// connection, has normally arrived already.
+typedef struct feed_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    dg_tensor *t;
+    dg_status st;
+} feed_wait;
+
+static void feed_arrived(void *arg, int node, dg_tensor *t, const dg_status *st) {
+    (void)node;
+    feed_wait *w = arg;
+    pthread_mutex_lock(&w->mu);
+    w->t = t;
+    if (st && dg_status_code(st) != DG_OK) dg_status_copy(&w->st, st);
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+// Replaces the placeholders of the feeds key names ("pushed:1,3") with their pushed values.
+static bool take_pushed_feeds(master_service *ms, const rt_header *h, dg_tensor **ts, int n_feeds, dg_status *st) {
+    if (h->step_id <= 0) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "RUN_STEP: pushed feeds need a step id");
+        return false;
+    }
+    exec_rendezvous *rv = rt_server_rendezvous(ms->server);
+    int64_t timeout_ms = rt_server_timeout_ms(ms->server);
+    const char *p = h->key + 7;
+    while (*p) {
+        char *end;
+        long i = strtol(p, &end, 10);
+        if (end == p || i < 0 || i >= n_feeds || (*end && *end != ',')) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "RUN_STEP: pushed feeds \"%s\" do not name feeds 0 to %d", h->key,
+                           n_feeds - 1);
+            return false;
+        }
+        p = *end ? end + 1 : end;
+        char key[32];
+        snprintf(key, sizeof key, "feed:%ld", i);
+        feed_wait w;
+        memset(&w, 0, sizeof w);
+        pthread_mutex_init(&w.mu, NULL);
+        pthread_cond_init(&w.cv, NULL);
+        exec_rendezvous_recv_async(rv, h->step_id, key, feed_arrived, &w, 0);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (timeout_ms % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+        pthread_mutex_lock(&w.mu);
+        while (!w.done && pthread_cond_timedwait(&w.cv, &w.mu, &until) == 0) {
+        }
+        bool done = w.done;
+        pthread_mutex_unlock(&w.mu);
+        if (!done) {
+            // The receive stays registered until the step ends: end it (the callback then
+            // runs with ABORTED, into w, before we leave).
+            dg_status why = DG_STATUS_INIT;
+            dg_status_setf(&why, DG_DEADLINE_EXCEEDED, "feed %ld was not pushed within %lld ms", i, (long long)timeout_ms);
+            exec_rendezvous_abort(rv, h->step_id, &why);
+            status_impl_clear(&why);
+            pthread_mutex_lock(&w.mu);
+            while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
+            pthread_mutex_unlock(&w.mu);
+        }
+        bool ok = done && w.t && dg_status_code(&w.st) == DG_OK;
+        if (ok) {
+            dg_tensor_unref(ts[i]);
+            ts[i] = w.t;
+        } else {
+            dg_tensor_unref(w.t);
+            dg_status_setf(st, done ? (dg_status_code(&w.st) ? dg_status_code(&w.st) : DG_INTERNAL) : DG_DEADLINE_EXCEEDED,
+                           "RUN_STEP: feed %ld, pushed ahead in chunks, %s", i,
+                           done ? dg_status_message(&w.st) : "did not arrive in time (max_inflight_bytes, transfer_timeout_ms)");
+        }
+        status_impl_clear(&w.st);
+        pthread_mutex_destroy(&w.mu);
+        pthread_cond_destroy(&w.cv);
+        if (!ok) return false;
+    }
+    return true;
+}
+
 static void do_run(mjob *j) {
     master_service *ms = j->ms;
     const rt_header *h = j->h;
@@ -295,12 +381,15 @@ static void do_run(mjob *j) {
             else fetches[n_fetches++] = o;
         }
     }
+    bool pushed = h->key && strncmp(h->key, "pushed:", 7) == 0;
+    if (ok && pushed) ok = take_pushed_feeds(ms, h, j->ts, n_feeds, &st);
     ok = ok && master_check_args(v->graph, feeds, j->ts, n_feeds, fetches, n_fetches, targets, n_targets, &st);
     if (ok) {
         fetched = calloc((size_t)n_fetches + 1, sizeof *fetched);
         if (!fetched) abort();
         ok = master_session_run(v->m, feeds, j->ts, n_feeds, fetches, fetched, n_fetches, targets, n_targets, &st);
     }
+    if (pushed && h->step_id > 0) exec_rendezvous_end_step(rt_server_rendezvous(ms->server), h->step_id);
     pthread_mutex_lock(&ms->mu);
     j->rs->last_heard_ms = now_ms();   // a long step is not silence
     pthread_mutex_unlock(&ms->mu);

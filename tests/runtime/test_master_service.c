@@ -415,8 +415,59 @@ static void test_wait_for_a_missing_task_ends_with_the_session(void **state) {
     stop(&t);
 }
 
+// Feeds over the frame limit of a task (32 MiB) reach a remote master: the client pushes
+// them ahead in chunks. The sums are checked against float64 sums computed here; feeds of
+// every size class go together (small inline, 6 MiB and 40 MiB pushed).
+static void test_large_feeds(void **state) {
+    (void)state;
+    cluster2 t;
+    start(&t, 5000);
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, "/job:worker/task:0");
+    const int64_t sizes[3] = {1000, (6 << 20) / 4, (40 << 20) / 4};   // float32 elements
+    dg_output x[3], sum[3];
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "x%d", i);
+        x[i] = dg_placeholder(g, name, DG_FLOAT32, dg_shape1(-1));
+        sum[i] = dg_sum(g, NULL, dg_cast(g, NULL, x[i], DG_FLOAT64), NULL, 0, false);
+    }
+    dg_graph_pop_device(g);
+    assert_true(dg_graph_check(g, st));
+    dg_session *s = dg_session_new(g, t.remote, NULL, st);
+    assert_non_null(s);
+    dg_tensor *vals[3];
+    double want[3];
+    for (int i = 0; i < 3; i++) {
+        vals[i] = dg_tensor_new(DG_FLOAT32, dg_shape1(sizes[i]), st);
+        assert_non_null(vals[i]);
+        float *f = dg_tensor_f32(vals[i]);
+        want[i] = 0;
+        for (int64_t k = 0; k < sizes[i]; k++) {
+            f[k] = (float)((k * 7 + i) % 13) - 6.0f;
+            want[i] += f[k];
+        }
+    }
+    for (int round = 0; round < 2; round++) {   // twice: the pushed values of a step are cleared
+        dg_tensor *got[3] = {NULL, NULL, NULL};
+        assert_true(dg_session_run(s, x, vals, 3, sum, got, 3, NULL, 0, st));
+        assert_ok(st);
+        for (int i = 0; i < 3; i++) {
+            assert_true(dg_tensor_f64(got[i])[0] == want[i]);
+            dg_tensor_unref(got[i]);
+        }
+    }
+    for (int i = 0; i < 3; i++) dg_tensor_unref(vals[i]);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+    stop(&t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_large_feeds),
         cmocka_unit_test(test_remote_matches_local),
         cmocka_unit_test(test_hostile_requests),
         cmocka_unit_test(test_silent_client_loses_its_session),
