@@ -3,7 +3,10 @@
 # own (a "host"), the three joined by virtual Ethernet links to a bridge in a fourth namespace;
 # their addresses (10.x.y.1-3/24) exist inside those namespaces only. The tasks listen on every
 # interface (their addresses are not loopback ones), so protected mode demands keys: the
-# cluster authenticates with a key directory (CurveZMQ). Checks:
+# cluster authenticates with a key directory (CurveZMQ). The cluster names hosts, not
+# addresses: each namespace has its own /etc/hosts (ip netns exec mounts /etc/netns/NS/hosts),
+# and on the ps's host its own name resolves to an address on none of its interfaces, as a
+# Kubernetes service name does. Checks:
 #   - training reaches test accuracy >= 0.82;
 #   - the ps received its values over TCP: no frame through shared memory (the same-host path
 #     turns itself off between hosts, though the namespaces share /dev/shm);
@@ -24,6 +27,7 @@ cleanup_netns() {
         [ -n "$ns" ] || continue
         ip netns pids "$ns" 2> /dev/null | xargs -r kill -9 2> /dev/null || true
         ip netns del "$ns" 2> /dev/null || true
+        rm -rf "/etc/netns/$ns"
     done
 }
 trap cleanup_netns EXIT
@@ -45,6 +49,12 @@ for i in 0 1 2; do
     ip -n "$ns" link set eth0 up
     ip -n "$ns" link set lo up
     ip -n "$sw" link set "${tag}b$i" master br0 up
+    # Names: ps0 is host 0 (but, on host 0 itself, a "service" address that no interface has).
+    mkdir -p "/etc/netns/$ns"
+    ps_addr="$net.1"
+    [ "$i" -eq 0 ] && ps_addr="$net.100"
+    printf '127.0.0.1 localhost\n%s ps0.%s.test\n%s w0.%s.test\n%s w1.%s.test\n' "$ps_addr" "$tag" "$net.2" "$tag" \
+        "$net.3" "$tag" > "/etc/netns/$ns/hosts"
 done
 # The links carry TCP (a listener on host 0, a connection from host 1; no ping needed).
 ip netns exec "${tag}h0" python3 -c 'import socket,sys; s=socket.socket(); s.bind((sys.argv[1], 9)); s.listen(1); s.settimeout(10); s.accept()' "$net.1" &
@@ -54,7 +64,8 @@ ip netns exec "${tag}h1" python3 -c 'import socket,sys; socket.create_connection
     fail "host 1 cannot reach host 0 over the links"
 wait "$lsn" || fail "host 0 saw no connection from host 1"
 PORT=2222
-H="--ps_hosts $net.1:$PORT --worker_hosts $net.2:$PORT,$net.3:$PORT"
+PS_HOST="ps0.$tag.test"
+H="--ps_hosts $PS_HOST:$PORT --worker_hosts w0.$tag.test:$PORT,w1.$tag.test:$PORT"
 # shellcheck disable=SC2086
 "$BIN/dg-server" --gen_keys "$TMP/keys" $H > /dev/null || fail "dg-server --gen_keys"
 export DG_KEY_DIR="$TMP/keys"
@@ -79,7 +90,7 @@ for w in w0 w1; do
     python3 -c "import sys; sys.exit(0 if float('$acc') >= 0.82 else 1)" || fail "$w: accuracy $acc < 0.82"
 done
 # The ps's counters, asked from another host with the client key.
-stats=$(on 1 "$BIN/dg-inspect" server "dg://$net.1:$PORT" --json) || fail "dg-inspect server from host 1"
+stats=$(on 1 "$BIN/dg-inspect" server "dg://$PS_HOST:$PORT" --json) || fail "dg-inspect server from host 1"
 echo "ps counters: $stats"
 python3 - "$stats" <<'PY' || fail "the ps's counters"
 import json, sys
@@ -105,5 +116,5 @@ wait "$W0" || rc=$?
 tail -2 "$TMP/w2"
 [ "$rc" -ne 0 ] || fail "the worker exited 0 although its ps is gone"
 grep -q "/job:ps/replica:0/task:0" "$TMP/w2" || fail "the error does not name the ps task"
-grep -q "$net.1:$PORT" "$TMP/w2" || fail "the error does not name the ps host's address"
+grep -q "$PS_HOST:$PORT" "$TMP/w2" || fail "the error does not name the ps host's address"
 echo "PASS multihost_netns"
