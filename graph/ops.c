@@ -1,4 +1,5 @@
 /* Op builders: the public functions of distgraph/ops.h. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,25 @@ dg_initializer dg_init_random_normal(double mean, double stddev, int64_t seed) {
 dg_initializer dg_init_truncated_normal(double mean, double stddev, int64_t seed) {
     return init_of(DG_INIT_TRUNCATED_NORMAL, mean, stddev, seed);
 }
+dg_initializer dg_init_glorot_uniform(int64_t seed) { return init_of(DG_INIT_GLOROT_UNIFORM, 0, 0, seed); }
+dg_initializer dg_init_glorot_normal(int64_t seed) { return init_of(DG_INIT_GLOROT_NORMAL, 0, 0, seed); }
+dg_initializer dg_init_he_uniform(int64_t seed) { return init_of(DG_INIT_HE_UNIFORM, 0, 0, seed); }
+dg_initializer dg_init_he_normal(int64_t seed) { return init_of(DG_INIT_HE_NORMAL, 0, 0, seed); }
+
+// The fans of a variable of this shape, as TensorFlow's _compute_fans.
+static void fans_of(dg_shape s, double *fan_in, double *fan_out) {
+    if (s.rank < 1) {
+        *fan_in = *fan_out = 1;
+    } else if (s.rank == 1) {
+        *fan_in = *fan_out = (double)s.dims[0];
+    } else {
+        double receptive = 1;
+        for (int i = 0; i < s.rank - 2; i++) receptive *= (double)s.dims[i];
+        *fan_in = (double)s.dims[s.rank - 2] * receptive;
+        *fan_out = (double)s.dims[s.rank - 1] * receptive;
+    }
+}
+
 dg_initializer dg_init_tensor(dg_tensor *value) {
     dg_initializer i = init_of(DG_INIT_TENSOR, 0, 0, 0);
     i.value = value;
@@ -185,6 +205,22 @@ static dg_output initial_value(dg_graph *g, dg_dtype dtype, dg_shape shape, dg_i
         return dg_truncated_normal(g, NULL, dtype, shape, init.a, init.b, init.seed);
     case DG_INIT_TENSOR:
         return dg_const(g, "Const", init.value);
+    case DG_INIT_GLOROT_UNIFORM:
+    case DG_INIT_GLOROT_NORMAL:
+    case DG_INIT_HE_UNIFORM:
+    case DG_INIT_HE_NORMAL: {
+        double fan_in, fan_out;
+        fans_of(shape, &fan_in, &fan_out);
+        bool he = init.kind == DG_INIT_HE_UNIFORM || init.kind == DG_INIT_HE_NORMAL;
+        double scale = he ? 2.0 : 1.0, n = he ? fan_in : (fan_in + fan_out) / 2;
+        if (n < 1) n = 1;
+        if (init.kind == DG_INIT_GLOROT_UNIFORM || init.kind == DG_INIT_HE_UNIFORM) {
+            double limit = sqrt(3.0 * scale / n);
+            return dg_random_uniform(g, NULL, dtype, shape, -limit, limit, init.seed);
+        }
+        // A normal truncated at 2 standard deviations has 0.8796... of the untruncated one's.
+        return dg_truncated_normal(g, NULL, dtype, shape, 0, sqrt(scale / n) / 0.87962566103423978, init.seed);
+    }
     }
     dg_graph_set_error(g, DG_INVALID_ARGUMENT, "unknown initializer kind %d", (int)init.kind);
     return NULL_OUT;
@@ -348,6 +384,50 @@ dg_output dg_relu(dg_graph *g, const char *name, dg_output x) { return unary(g, 
 dg_output dg_sigmoid(dg_graph *g, const char *name, dg_output x) { return unary(g, "Sigmoid", name, x); }
 dg_output dg_tanh(dg_graph *g, const char *name, dg_output x) { return unary(g, "Tanh", name, x); }
 dg_output dg_exp(dg_graph *g, const char *name, dg_output x) { return unary(g, "Exp", name, x); }
+
+dg_output dg_dense(dg_graph *g, const char *name, dg_output x, int64_t units, dg_activation activation,
+                   dg_initializer kernel_init) {
+    if (!g || !dg_graph_ok(g)) return NULL_OUT;
+    dg_shape xs = dg_output_shape(x);
+    if (!x.node || xs.rank < 1 || xs.dims[xs.rank - 1] < 0 || units < 1) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT,
+                           "dense \"%s\": needs an input whose last dimension is known and units >= 1 (got rank %d, "
+                           "units %lld)", name ? name : "dense", xs.rank, (long long)units);
+        return NULL_OUT;
+    }
+    if (activation < DG_ACT_NONE || activation > DG_ACT_TANH) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "dense \"%s\": unknown activation %d", name ? name : "dense",
+                           (int)activation);
+        return NULL_OUT;
+    }
+    dg_graph_push_name_scope(g, name ? name : "dense");
+    dg_dtype t = dg_output_dtype(x);
+    dg_output kernel = dg_variable(g, "kernel", t, dg_shape2(xs.dims[xs.rank - 1], units), kernel_init);
+    dg_output bias = dg_variable(g, "bias", t, dg_shape1(units), dg_init_zeros());
+    dg_output in = x;
+    int64_t flat[2] = {-1, xs.dims[xs.rank - 1]};
+    if (xs.rank != 2) in = dg_reshape(g, NULL, x, flat, 2);
+    dg_output y = dg_bias_add(g, "BiasAdd", dg_matmul(g, "MatMul", in, kernel, false, false), bias);
+    switch (activation) {
+    case DG_ACT_RELU: y = dg_relu(g, "Relu", y); break;
+    case DG_ACT_SIGMOID: y = dg_sigmoid(g, "Sigmoid", y); break;
+    case DG_ACT_TANH: y = dg_tanh(g, "Tanh", y); break;
+    default: break;
+    }
+    if (xs.rank != 2) {   // back to [..., units]; at most one leading dimension unknown
+        int64_t dims[DG_MAX_RANK];
+        int unknown = 0;
+        for (int i = 0; i < xs.rank - 1; i++) unknown += (dims[i] = xs.dims[i]) < 0;
+        dims[xs.rank - 1] = units;
+        if (unknown > 1)
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "dense \"%s\": an input of rank %d with %d unknown leading "
+                               "dimensions (at most one)", name ? name : "dense", xs.rank, unknown);
+        else
+            y = dg_reshape(g, NULL, y, dims, xs.rank);
+    }
+    dg_graph_pop_name_scope(g);
+    return y;
+}
 dg_output dg_log(dg_graph *g, const char *name, dg_output x) { return unary(g, "Log", name, x); }
 dg_output dg_square(dg_graph *g, const char *name, dg_output x) { return unary(g, "Square", name, x); }
 dg_output dg_sqrt(dg_graph *g, const char *name, dg_output x) { return unary(g, "Sqrt", name, x); }

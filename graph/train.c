@@ -1,5 +1,6 @@
 /* Optimizers and the global step, as graph construction (TensorFlow's training/optimizer.py,
  * gradient_descent.py, momentum.py, adam.py). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,32 @@ static dg_output hyper(dg_graph *g, dg_dtype t, const char *name, double v) {
     return dg_scalar(g, name, t, v);
 }
 
+// The learning rate of opt as an input of an update of dtype t.
+static dg_output learning_rate(dg_graph *g, const dg_optimizer *opt, dg_dtype t) {
+    dg_output lr = opt->learning_rate_tensor;
+    if (!lr.node) return hyper(g, t, "learning_rate", opt->learning_rate);
+    return dg_output_dtype(lr) == t ? lr : dg_cast(g, "learning_rate", lr, t);
+}
+
+dg_output dg_exponential_decay(dg_graph *g, double learning_rate, dg_output global_step, double decay_steps,
+                               double decay_rate) {
+    const dg_output none = {NULL, 0};
+    if (!g || !dg_graph_ok(g)) return none;
+    if (!global_step.node || !(decay_steps > 0) || !(decay_rate > 0)) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "exponential_decay: needs a global step, decay_steps > 0 and "
+                           "decay_rate > 0 (got %g and %g)", decay_steps, decay_rate);
+        return none;
+    }
+    dg_graph_push_name_scope(g, "ExponentialDecay");
+    // lr * exp(log(rate) * step / steps), in float64, then float32 as TensorFlow's.
+    dg_output p = dg_div(g, NULL, dg_cast(g, NULL, global_step, DG_FLOAT64), dg_scalar(g, NULL, DG_FLOAT64, decay_steps));
+    dg_output f = dg_exp(g, NULL, dg_mul(g, NULL, p, dg_scalar(g, NULL, DG_FLOAT64, log(decay_rate))));
+    dg_output lr = dg_mul(g, NULL, f, dg_scalar(g, NULL, DG_FLOAT64, learning_rate));
+    dg_output out = dg_cast(g, "learning_rate", lr, DG_FLOAT32);
+    dg_graph_pop_name_scope(g);
+    return out;
+}
+
 dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *grads,
                                       const dg_output *vars, int n, dg_output global_step,
                                       const char *name) {
@@ -168,14 +195,14 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
         case DG_OPT_GRADIENT_DESCENT:
             u = graph_begin(g, "ApplyGradientDescent", NULL);
             graph_add_input(u, v);
-            graph_add_input(u, hyper(g, vt, "learning_rate", opt->learning_rate));
+            graph_add_input(u, learning_rate(g, opt, vt));
             graph_add_input(u, grads[i]);
             break;
         case DG_OPT_MOMENTUM:
             u = graph_begin(g, "ApplyMomentum", NULL);
             graph_add_input(u, v);
             graph_add_input(u, slot1[i]);
-            graph_add_input(u, hyper(g, vt, "learning_rate", opt->learning_rate));
+            graph_add_input(u, learning_rate(g, opt, vt));
             graph_add_input(u, grads[i]);
             graph_add_input(u, hyper(g, vt, "momentum", opt->momentum));
             graph_set_attr_bool(u, "use_nesterov", opt->use_nesterov);
@@ -187,7 +214,7 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
             graph_add_input(u, slot2[i]);
             graph_add_input(u, b1p);
             graph_add_input(u, b2p);
-            graph_add_input(u, hyper(g, vt, "learning_rate", opt->learning_rate));
+            graph_add_input(u, learning_rate(g, opt, vt));
             graph_add_input(u, hyper(g, vt, "beta1", opt->beta1));
             graph_add_input(u, hyper(g, vt, "beta2", opt->beta2));
             graph_add_input(u, hyper(g, vt, "epsilon", opt->epsilon));

@@ -33,6 +33,17 @@ typedef enum dg_init_kind {
     DG_INIT_RANDOM_NORMAL,
     DG_INIT_TRUNCATED_NORMAL,
     DG_INIT_TENSOR,
+    // Variance scaling (TensorFlow's glorot_* and he_* initializers), from the variable's
+    // fans: a matrix [in, out] has fan_in = in, fan_out = out; a higher rank [..., in, out]
+    // multiplies both by the product of the leading dimensions (a convolution's window); a
+    // vector has both equal to its length. Glorot: scale 1 over (fan_in + fan_out) / 2; He:
+    // scale 2 over fan_in. Uniform draws from [-sqrt(3 scale / n), sqrt(3 scale / n)); normal
+    // from a normal truncated at two standard deviations whose spread makes the variance
+    // scale / n (stddev sqrt(scale / n) / 0.87962566103423978).
+    DG_INIT_GLOROT_UNIFORM,
+    DG_INIT_GLOROT_NORMAL,
+    DG_INIT_HE_UNIFORM,
+    DG_INIT_HE_NORMAL,
 } dg_init_kind;
 
 // How a variable gets its first value. Random initializers are reproducible: the same
@@ -52,6 +63,10 @@ dg_initializer dg_init_random_uniform(double lo, double hi, int64_t seed);
 dg_initializer dg_init_random_normal(double mean, double stddev, int64_t seed);
 dg_initializer dg_init_truncated_normal(double mean, double stddev, int64_t seed);
 dg_initializer dg_init_tensor(dg_tensor *value);
+dg_initializer dg_init_glorot_uniform(int64_t seed);
+dg_initializer dg_init_glorot_normal(int64_t seed);
+dg_initializer dg_init_he_uniform(int64_t seed);
+dg_initializer dg_init_he_normal(int64_t seed);
 
 // A variable (op VariableV2) with an initializer (an Assign under "<name>/Assign"), added
 // to the global and (if trainable) trainable collections. The output is the variable
@@ -102,6 +117,14 @@ dg_output dg_bias_add(dg_graph *g, const char *name, dg_output value, dg_output 
 dg_output dg_relu(dg_graph *g, const char *name, dg_output x);
 dg_output dg_sigmoid(dg_graph *g, const char *name, dg_output x);
 dg_output dg_tanh(dg_graph *g, const char *name, dg_output x);
+
+// A dense layer (tf.layers.dense): activation(x @ kernel + bias), x of shape [..., in] with a
+// known in; variables "<name>/kernel" [in, units] (kernel_init) and "<name>/bias" [units]
+// (zeros), trainable, of x's dtype. name NULL: "dense" (made unique). Errors (in unknown,
+// units < 1) are the graph's sticky status.
+typedef enum dg_activation { DG_ACT_NONE = 0, DG_ACT_RELU, DG_ACT_SIGMOID, DG_ACT_TANH } dg_activation;
+dg_output dg_dense(dg_graph *g, const char *name, dg_output x, int64_t units, dg_activation activation,
+                   dg_initializer kernel_init);
 dg_output dg_exp(dg_graph *g, const char *name, dg_output x);
 dg_output dg_log(dg_graph *g, const char *name, dg_output x);
 dg_output dg_square(dg_graph *g, const char *name, dg_output x);

@@ -35,6 +35,9 @@ typedef struct dg_optimizer {
     dg_optimizer_kind kind;
     dg_graph *graph;
     double learning_rate;
+    // A scalar that replaces learning_rate when set (its node not NULL): a schedule such as
+    // dg_exponential_decay, or any float tensor; cast to each variable's dtype.
+    dg_output learning_rate_tensor;
     double momentum;        // momentum
     bool use_nesterov;      // momentum
     double beta1, beta2, epsilon;   // adam
@@ -45,6 +48,14 @@ dg_optimizer dg_gradient_descent(dg_graph *g, double learning_rate);
 dg_optimizer dg_momentum(dg_graph *g, double learning_rate, double momentum, bool use_nesterov);
 // beta1 0.9, beta2 0.999, epsilon 1e-8 as in TensorFlow.
 dg_optimizer dg_adam(dg_graph *g, double learning_rate);
+
+// A learning rate that decays with the global step, as tf.train.exponential_decay without
+// staircase: learning_rate * decay_rate ^ (global_step / decay_steps), a float32 scalar to
+// put in dg_optimizer.learning_rate_tensor. decay_steps > 0 and decay_rate > 0, else the
+// graph's sticky status says which. Returns: the output; the null output once the graph has an
+// error.
+dg_output dg_exponential_decay(dg_graph *g, double learning_rate, dg_output global_step, double decay_steps,
+                               double decay_rate);
 
 // Gradients of loss with respect to vars (NULL: the trainable variables collection).
 // Writes n pairs into grads/vars_out (both at least cap long) and returns n, or -1 on error.

@@ -1,0 +1,164 @@
+/* Training basics built from existing ops (issue "Real models, part 1", the first pieces):
+ * variance-scaling initializers, the dense layer, a learning rate that is a tensor with
+ * exponential decay. Each is checked against its formula computed here in float64. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+// Runs the initializers and fetches v into a new array of doubles.
+static double *init_and_fetch(dg_graph *g, dg_output v, int64_t *n) {
+    dg_status *st = dg_status_new();
+    dg_node *init = dg_global_variables_initializer(g);
+    assert_true(dg_graph_check(g, st));
+    dg_session *s = dg_session_new(g, "local", NULL, st);
+    assert_non_null(s);
+    assert_true(dg_session_run_target(s, init, st));
+    dg_tensor *t = NULL;
+    assert_true(dg_session_run(s, NULL, NULL, 0, &v, &t, 1, NULL, 0, st));
+    *n = dg_tensor_num_elements(t);
+    double *out = malloc((size_t)*n * sizeof *out);
+    for (int64_t i = 0; i < *n; i++) out[i] = dg_tensor_get_as_double(t, i);
+    dg_tensor_unref(t);
+    dg_session_free(&s);
+    dg_status_free(&st);
+    return out;
+}
+
+static void test_variance_scaling(void **state) {
+    (void)state;
+    struct {
+        dg_initializer init;
+        int64_t rows, cols;
+        double want_var;   // scale / n
+        double limit;      // uniform: the bound; normal: 2 standard deviations of the untruncated
+    } cases[] = {
+        {dg_init_glorot_uniform(3), 300, 200, 1.0 / 250, sqrt(3.0 / 250)},
+        {dg_init_glorot_normal(4), 300, 200, 1.0 / 250, 2 * sqrt(1.0 / 250) / 0.87962566103423978},
+        {dg_init_he_uniform(5), 400, 100, 2.0 / 400, sqrt(6.0 / 400)},
+        {dg_init_he_normal(6), 400, 100, 2.0 / 400, 2 * sqrt(2.0 / 400) / 0.87962566103423978},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        dg_graph *g = dg_graph_new();
+        dg_output v = dg_variable(g, "w", DG_FLOAT64, dg_shape2(cases[c].rows, cases[c].cols), cases[c].init);
+        int64_t n;
+        double *x = init_and_fetch(g, v, &n);
+        double mean = 0, var = 0, maxabs = 0;
+        for (int64_t i = 0; i < n; i++) mean += x[i];
+        mean /= (double)n;
+        for (int64_t i = 0; i < n; i++) {
+            var += (x[i] - mean) * (x[i] - mean);
+            if (fabs(x[i]) > maxabs) maxabs = fabs(x[i]);
+        }
+        var /= (double)(n - 1);
+        if (!(fabs(var / cases[c].want_var - 1) < 0.03) || !(fabs(mean) < 4 * sqrt(cases[c].want_var / (double)n)) ||
+            !(maxabs <= cases[c].limit * (1 + 1e-9)))
+            fail_msg("case %zu: mean %g, variance %g (want %g), max |x| %g (limit %g)", c, mean, var,
+                     cases[c].want_var, maxabs, cases[c].limit);
+        free(x);
+        dg_graph_free(&g);
+    }
+    // Fans of a convolution kernel [3, 3, 16, 32]: 3*3*16 in, 3*3*32 out.
+    dg_graph *g = dg_graph_new();
+    int64_t dims[4] = {3, 3, 16, 32};
+    dg_output v = dg_variable(g, "k", DG_FLOAT64, dg_shape_make(4, dims), dg_init_glorot_uniform(9));
+    int64_t n;
+    double *x = init_and_fetch(g, v, &n);
+    double limit = sqrt(3.0 / ((144.0 + 288.0) / 2)), maxabs = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (fabs(x[i]) > maxabs) maxabs = fabs(x[i]);
+    assert_true(maxabs <= limit && maxabs > 0.9 * limit);
+    free(x);
+    dg_graph_free(&g);
+}
+
+static void test_dense(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT64, dg_shape2(-1, 3));
+    dg_output y = dg_dense(g, "hidden", x, 4, DG_ACT_TANH, dg_init_glorot_uniform(1));
+    assert_non_null(dg_graph_find(g, "hidden/kernel"));
+    assert_non_null(dg_graph_find(g, "hidden/bias"));
+    assert_int_equal(dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES), 2);
+    dg_output kernel = {dg_graph_find(g, "hidden/kernel"), 0}, bias = {dg_graph_find(g, "hidden/bias"), 0};
+    dg_node *init = dg_global_variables_initializer(g);
+    // Bad input: units < 1, and an input whose last dimension is unknown.
+    dg_graph *bad = dg_graph_new();
+    dg_output bx = dg_placeholder(bad, "x", DG_FLOAT32, dg_shape2(-1, -1));
+    assert_null(dg_dense(bad, NULL, bx, 4, DG_ACT_NONE, dg_init_zeros()).node);
+    assert_status(dg_graph_status(bad), DG_INVALID_ARGUMENT, "last dimension is known");
+    dg_graph_free(&bad);
+    assert_true(dg_graph_check(g, st));
+    dg_session *s = dg_session_new(g, "local", NULL, st);
+    assert_true(dg_session_run_target(s, init, st));
+    double xv[6] = {0.5, -1, 2, 0.25, 0.75, -0.5};
+    dg_tensor *xt = dg_tensor_from_data(DG_FLOAT64, dg_shape2(2, 3), xv, st);
+    dg_output fetch[3] = {y, kernel, bias};
+    dg_tensor *got[3] = {NULL, NULL, NULL};
+    assert_true(dg_session_run(s, &x, &xt, 1, fetch, got, 3, NULL, 0, st));
+    const double *k = dg_tensor_f64(got[1]), *b = dg_tensor_f64(got[2]), *out = dg_tensor_f64(got[0]);
+    for (int r = 0; r < 2; r++)
+        for (int u = 0; u < 4; u++) {
+            double want = b[u];
+            for (int i = 0; i < 3; i++) want += xv[r * 3 + i] * k[i * 4 + u];
+            want = tanh(want);
+            assert_true(fabs(out[r * 4 + u] - want) < 1e-12);
+        }
+    for (int i = 0; i < 3; i++) dg_tensor_unref(got[i]);
+    dg_tensor_unref(xt);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+// SGD with an exponentially decaying rate on loss = w (gradient 1): each step lowers w by the
+// rate at the step's global step, so w after n steps is -sum of the rates, computed here.
+static void test_exponential_decay(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    dg_output gs = dg_global_step(g);
+    dg_output w = dg_variable(g, "w", DG_FLOAT64, dg_shape_scalar(), dg_init_zeros());
+    dg_output lr = dg_exponential_decay(g, 0.1, gs, 10, 0.5);
+    dg_optimizer opt = dg_gradient_descent(g, 123.0);   // ignored: the tensor wins
+    opt.learning_rate_tensor = lr;
+    dg_node *train = dg_optimizer_minimize(&opt, dg_identity(g, "loss", w), gs);
+    dg_node *init = dg_global_variables_initializer(g);
+    assert_true(dg_graph_check(g, st));
+    dg_session *s = dg_session_new(g, "local", NULL, st);
+    assert_true(dg_session_run_target(s, init, st));
+    double want = 0;
+    for (int step = 0; step < 25; step++) {
+        dg_tensor *rate = NULL;
+        assert_true(dg_session_run(s, NULL, NULL, 0, &lr, &rate, 1, NULL, 0, st));
+        double expect = 0.1 * pow(0.5, step / 10.0);
+        assert_true(fabs(dg_tensor_get_as_double(rate, 0) - expect) < 1e-7 * expect);
+        dg_tensor_unref(rate);
+        assert_true(dg_session_run_target(s, train, st));
+        want -= (double)(float)expect;   // the rate travels as float32, as TensorFlow's
+    }
+    dg_tensor *wv = NULL;
+    assert_true(dg_session_run(s, NULL, NULL, 0, &w, &wv, 1, NULL, 0, st));
+    assert_true(fabs(dg_tensor_f64(wv)[0] - want) < 1e-12);
+    dg_tensor_unref(wv);
+    dg_session_free(&s);
+    // Bad input names what is wrong.
+    dg_graph *bad = dg_graph_new();
+    assert_null(dg_exponential_decay(bad, 0.1, dg_global_step(bad), 0, 0.5).node);
+    assert_status(dg_graph_status(bad), DG_INVALID_ARGUMENT, "decay_steps > 0");
+    dg_graph_free(&bad);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_variance_scaling),
+        cmocka_unit_test(test_dense),
+        cmocka_unit_test(test_exponential_decay),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
