@@ -385,6 +385,109 @@ dg_output dg_sigmoid(dg_graph *g, const char *name, dg_output x) { return unary(
 dg_output dg_tanh(dg_graph *g, const char *name, dg_output x) { return unary(g, "Tanh", name, x); }
 dg_output dg_exp(dg_graph *g, const char *name, dg_output x) { return unary(g, "Exp", name, x); }
 
+dg_output dg_abs(dg_graph *g, const char *name, dg_output x) {
+    return dg_add(g, name, dg_relu(g, NULL, x), dg_relu(g, NULL, dg_neg(g, NULL, x)));
+}
+
+dg_output dg_sigmoid_cross_entropy_with_logits(dg_graph *g, const char *name, dg_output labels, dg_output logits) {
+    if (!g || !dg_graph_ok(g)) return NULL_OUT;
+    dg_graph_push_name_scope(g, name ? name : "logistic_loss");
+    dg_dtype t = dg_output_dtype(logits);
+    dg_output e = dg_exp(g, NULL, dg_neg(g, NULL, dg_abs(g, NULL, logits)));
+    dg_output log1p = dg_log(g, NULL, dg_add(g, NULL, dg_scalar(g, NULL, t, 1), e));
+    dg_output y = dg_add(g, "loss", dg_sub(g, NULL, dg_relu(g, NULL, logits), dg_mul(g, NULL, logits, labels)), log1p);
+    dg_graph_pop_name_scope(g);
+    return y;
+}
+
+dg_output dg_l2_loss(dg_graph *g, const char *name, dg_output t) {
+    if (!g || !dg_graph_ok(g)) return NULL_OUT;
+    dg_graph_push_name_scope(g, name ? name : "L2Loss");
+    dg_output s = dg_sum(g, NULL, dg_square(g, NULL, t), NULL, 0, false);
+    dg_output y = dg_mul(g, "loss", s, dg_scalar(g, NULL, dg_output_dtype(t), 0.5));
+    dg_graph_pop_name_scope(g);
+    return y;
+}
+
+void dg_clip_by_global_norm(dg_graph *g, const dg_output *ts, int n, double clip_norm, dg_output *out,
+                            dg_output *global_norm) {
+    for (int i = 0; out && i < n; i++) out[i] = ts ? ts[i] : NULL_OUT;
+    if (global_norm) *global_norm = NULL_OUT;
+    if (!g || !dg_graph_ok(g)) return;
+    if (!ts || !out || n < 1 || !(clip_norm > 0)) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "clip_by_global_norm: needs tensors and clip_norm > 0 (got %d "
+                           "tensors, clip_norm %g)", n, clip_norm);
+        return;
+    }
+    dg_graph_push_name_scope(g, "clip_by_global_norm");
+    dg_output *sq = malloc((size_t)n * sizeof *sq);
+    if (!sq) abort();
+    for (int i = 0; i < n; i++)
+        sq[i] = dg_sum(g, NULL, dg_square(g, NULL, dg_cast(g, NULL, ts[i], DG_FLOAT64)), NULL, 0, false);
+    dg_output norm = dg_sqrt(g, "global_norm", n == 1 ? sq[0] : dg_add_n(g, NULL, sq, n));
+    free(sq);
+    dg_output c = dg_scalar(g, NULL, DG_FLOAT64, clip_norm);
+    dg_output factor = dg_div(g, NULL, c, dg_maximum(g, NULL, norm, c));
+    for (int i = 0; i < n; i++) {
+        dg_dtype t = dg_output_dtype(ts[i]);
+        dg_output f = t == DG_FLOAT64 ? factor : dg_cast(g, NULL, factor, t);
+        out[i] = dg_mul(g, NULL, ts[i], f);
+    }
+    if (global_norm) *global_norm = norm;
+    dg_graph_pop_name_scope(g);
+}
+
+// x reshaped to dims (n of them; at most one unknown, written -1).
+static dg_output reshape_known(dg_graph *g, const char *name, const char *what, dg_output x, int64_t *dims, int n) {
+    int unknown = 0;
+    for (int i = 0; i < n; i++) unknown += dims[i] < 0;
+    if (unknown > 1) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "%s: %d unknown dimensions (at most one)", what, unknown);
+        return NULL_OUT;
+    }
+    return dg_reshape(g, name, x, dims, n);
+}
+
+dg_output dg_expand_dims(dg_graph *g, const char *name, dg_output x, int axis) {
+    if (!g || !dg_graph_ok(g)) return NULL_OUT;
+    dg_shape s = dg_output_shape(x);
+    if (!x.node || s.rank < 0 || s.rank >= DG_MAX_RANK || axis < -(s.rank + 1) || axis > s.rank) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "expand_dims: axis %d of an input of rank %d (a known rank below "
+                           "%d, axis in [%d, %d])", axis, s.rank, DG_MAX_RANK, -(s.rank + 1), s.rank);
+        return NULL_OUT;
+    }
+    if (axis < 0) axis += s.rank + 1;
+    int64_t dims[DG_MAX_RANK];
+    for (int i = 0, k = 0; i <= s.rank; i++) dims[i] = i == axis ? 1 : s.dims[k++];
+    return reshape_known(g, name, "expand_dims", x, dims, s.rank + 1);
+}
+
+dg_output dg_squeeze(dg_graph *g, const char *name, dg_output x, const int64_t *axes, int n) {
+    if (!g || !dg_graph_ok(g)) return NULL_OUT;
+    dg_shape s = dg_output_shape(x);
+    if (!x.node || s.rank < 0 || n < 0 || (n > 0 && !axes)) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "squeeze: needs an input of known rank");
+        return NULL_OUT;
+    }
+    bool drop[DG_MAX_RANK] = {false};
+    for (int i = 0; i < n; i++) {
+        int64_t a = axes[i] < 0 ? axes[i] + s.rank : axes[i];
+        if (a < 0 || a >= s.rank || s.dims[a] != 1) {
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "squeeze: axis %lld of shape %s is not a dimension of size 1",
+                               (long long)axes[i], dg_shape_str(&s, (char[64]){0}, 64));
+            return NULL_OUT;
+        }
+        drop[a] = true;
+    }
+    if (n == 0)
+        for (int i = 0; i < s.rank; i++) drop[i] = s.dims[i] == 1;
+    int64_t dims[DG_MAX_RANK];
+    int k = 0;
+    for (int i = 0; i < s.rank; i++)
+        if (!drop[i]) dims[k++] = s.dims[i];
+    return reshape_known(g, name, "squeeze", x, dims, k);
+}
+
 dg_output dg_dense(dg_graph *g, const char *name, dg_output x, int64_t units, dg_activation activation,
                    dg_initializer kernel_init) {
     if (!g || !dg_graph_ok(g)) return NULL_OUT;

@@ -118,6 +118,27 @@ dg_output dg_relu(dg_graph *g, const char *name, dg_output x);
 dg_output dg_sigmoid(dg_graph *g, const char *name, dg_output x);
 dg_output dg_tanh(dg_graph *g, const char *name, dg_output x);
 
+// ---- losses and helpers composed of the ops above (their gradients follow) ----
+// |x|, as relu(x) + relu(-x) (gradient 0 at 0, as TensorFlow's sign).
+dg_output dg_abs(dg_graph *g, const char *name, dg_output x);
+// Elementwise max(x, 0) - x * z + log(1 + exp(-|x|)) for logits x and labels z of one shape
+// (tf.nn.sigmoid_cross_entropy_with_logits: labels first), stable for large |x|.
+dg_output dg_sigmoid_cross_entropy_with_logits(dg_graph *g, const char *name, dg_output labels, dg_output logits);
+// sum(t^2) / 2, a scalar (tf.nn.l2_loss); weight decay is scale * dg_l2_loss(w).
+dg_output dg_l2_loss(dg_graph *g, const char *name, dg_output t);
+// tf.clip_by_global_norm: global_norm = sqrt(sum of sum(t_i^2)); each out[i] = t[i] *
+// clip_norm / max(global_norm, clip_norm), in t[i]'s dtype. Writes n outputs (out may alias
+// ts) and, if global_norm is not NULL, the norm (float64). clip_norm > 0, else the graph's
+// sticky status says so.
+void dg_clip_by_global_norm(dg_graph *g, const dg_output *ts, int n, double clip_norm, dg_output *out,
+                            dg_output *global_norm);
+// A dimension of size 1 inserted at axis (0..rank; negative counts from the end, -1 appends),
+// as a Reshape: x may have at most one unknown dimension.
+dg_output dg_expand_dims(dg_graph *g, const char *name, dg_output x, int axis);
+// The dimensions of size 1 at axes (n 0: every dimension known to be 1) removed, as a Reshape;
+// an axis whose size is not 1 is an error naming it.
+dg_output dg_squeeze(dg_graph *g, const char *name, dg_output x, const int64_t *axes, int n);
+
 // A dense layer (tf.layers.dense): activation(x @ kernel + bias), x of shape [..., in] with a
 // known in; variables "<name>/kernel" [in, units] (kernel_init) and "<name>/bias" [units]
 // (zeros), trainable, of x's dtype. name NULL: "dense" (made unique). Errors (in unknown,

@@ -146,6 +146,25 @@ B1(b_xent, dg_softmax_cross_entropy_with_logits(g, NULL, x[0], x[1]))
 B1(b_sparse_xent, dg_sparse_softmax_cross_entropy_with_logits(g, NULL, x[0], x[1]))
 B1(b_sparse_xent_mean, dg_sparse_softmax_cross_entropy(g, NULL, x[0], x[1]))
 B1(b_identity, dg_identity(g, NULL, x[0]))
+B1(b_abs, dg_abs(g, NULL, x[0]))
+B1(b_sigmoid_xent, dg_sigmoid_cross_entropy_with_logits(g, NULL, x[1], x[0]))
+B1(b_l2_loss, dg_l2_loss(g, NULL, x[0]))
+B1(b_expand_dims1, dg_expand_dims(g, NULL, x[0], 1))
+static const int64_t SQ_AX1[] = {1};
+B1(b_squeeze1, dg_squeeze(g, NULL, x[0], SQ_AX1, 1))
+// Two tensors clipped together. Clipping: the first is scaled up past the norm; not clipping:
+// both are scaled down below it (scaling both when clipping would make the output independent
+// of the scale, a zero gradient no relative error can judge).
+static int b_clip_global(dg_graph *g, const dg_output *x, dg_output *o) {
+    dg_output in[2] = {dg_mul(g, NULL, x[0], x[2]), x[1]};
+    dg_clip_by_global_norm(g, in, 2, 1.0, o, NULL);
+    return 2;
+}
+static int b_clip_global_small(dg_graph *g, const dg_output *x, dg_output *o) {
+    dg_output in[2] = {dg_mul(g, NULL, x[0], x[2]), dg_mul(g, NULL, x[1], x[2])};
+    dg_clip_by_global_norm(g, in, 2, 1.0, o, NULL);
+    return 2;
+}
 
 static const int64_t AX0[] = {0}, AX1[] = {1}, AXM1[] = {-1}, AX02[] = {0, 2}, AX12[] = {1, 2};
 #define BRED(fname, op, axes, n, keep) B1(fname, op(g, NULL, x[0], axes, n, keep))
@@ -302,6 +321,14 @@ static const grad_case grad_cases[] = {
     {"Slice", b_slice2, 1, {T2(4, 5, U)}},
     {"Slice rank 3", b_slice3, 1, {T3(3, 2, 5, U)}},
     {"Identity", b_identity, 1, {T2(3, 4, U)}},
+    {"abs (composed)", b_abs, 1, {T2(3, 4, AWAY)}},
+    {"sigmoid_cross_entropy_with_logits (composed)", b_sigmoid_xent, 2,
+     {T2(3, 4, G_AWAY0, 0.1, 3.0), T2(3, 4, G_UNIFORM, 0, 1)}},
+    {"l2_loss (composed)", b_l2_loss, 1, {T2(3, 4, U)}},
+    {"expand_dims axis 1", b_expand_dims1, 1, {T2(3, 4, U)}},
+    {"squeeze axis 1", b_squeeze1, 1, {T3(3, 1, 4, U)}},
+    {"clip_by_global_norm, clipping", b_clip_global, 3, {T2(3, 4, U), T1(4, U), T0(G_UNIFORM, 4, 5)}},
+    {"clip_by_global_norm, not clipping", b_clip_global_small, 3, {T2(3, 4, U), T1(4, U), T0(G_UNIFORM, 0.05, 0.1)}},
     {"Fill value", b_fill, 1, {T0(U)}},
     {"shared input", b_shared, 1, {T2(3, 4, U)}},
     {"several outputs", b_multi_out, 2, {T2(3, 4, U), T2(4, 2, U)}},

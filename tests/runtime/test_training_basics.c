@@ -154,11 +154,91 @@ static void test_exponential_decay(void **state) {
     dg_status_free(&st);
 }
 
+// The composed losses and helpers against their formulas in float64, at values where a naive
+// formula would overflow (|x| = 50, 800) too; and their bad input.
+static void test_losses_and_helpers(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    enum { N = 8 };
+    const double xs[N] = {-800, -50, -2.5, -0.1, 0, 0.3, 4, 800}, zs[N] = {0, 1, 0.25, 1, 0.5, 0, 0.75, 1};
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT64, dg_shape1(N)), z = dg_placeholder(g, "z", DG_FLOAT64, dg_shape1(N));
+    dg_output fetch[6];
+    fetch[0] = dg_sigmoid_cross_entropy_with_logits(g, NULL, z, x);
+    fetch[1] = dg_l2_loss(g, NULL, z);
+    fetch[2] = dg_abs(g, NULL, x);
+    dg_output two[2] = {z, dg_expand_dims(g, NULL, z, 0)}, clipped[2], norm;
+    dg_clip_by_global_norm(g, two, 2, 1.0, clipped, &norm);
+    fetch[3] = clipped[1];
+    fetch[4] = norm;
+    fetch[5] = dg_squeeze(g, NULL, clipped[1], NULL, 0);
+    assert_true(dg_graph_check(g, st));
+    assert_int_equal(dg_output_shape(fetch[3]).rank, 2);
+    assert_int_equal(dg_output_shape(fetch[5]).rank, 1);
+    dg_session *s = dg_session_new(g, "local", NULL, st);
+    dg_tensor *xv = dg_tensor_from_data(DG_FLOAT64, dg_shape1(N), xs, st);
+    dg_tensor *zv = dg_tensor_from_data(DG_FLOAT64, dg_shape1(N), zs, st);
+    dg_output feeds[2] = {x, z};
+    dg_tensor *vals[2] = {xv, zv}, *got[6] = {NULL};
+    assert_true(dg_session_run(s, feeds, vals, 2, fetch, got, 6, NULL, 0, st));
+    double l2 = 0, sq = 0;
+    for (int i = 0; i < N; i++) {
+        // log(1 + exp(x)) - x z, written for large |x| without overflow: for x > 0,
+        // x + log1p(exp(-x)) - x z.
+        double want = xs[i] > 0 ? xs[i] - xs[i] * zs[i] + log1p(exp(-xs[i])) : log1p(exp(xs[i])) - xs[i] * zs[i];
+        double gotv = dg_tensor_f64(got[0])[i];
+        if (!(fabs(gotv - want) <= 1e-12 * fmax(1, fabs(want)))) fail_msg("x %g z %g: %g, want %g", xs[i], zs[i], gotv, want);
+        assert_true(dg_tensor_f64(got[2])[i] == fabs(xs[i]));
+        l2 += zs[i] * zs[i] / 2;
+        sq += 2 * zs[i] * zs[i];   // z appears twice among the clipped tensors
+    }
+    assert_true(fabs(dg_tensor_f64(got[1])[0] - l2) < 1e-12);
+    double gn = sqrt(sq);
+    assert_true(fabs(dg_tensor_f64(got[4])[0] - gn) < 1e-12);
+    for (int i = 0; i < N; i++) {
+        assert_true(fabs(dg_tensor_f64(got[3])[i] - zs[i] / gn) < 1e-12);   // gn > 1: clipped
+        assert_true(dg_tensor_f64(got[5])[i] == dg_tensor_f64(got[3])[i]);
+    }
+    for (int i = 0; i < 6; i++) dg_tensor_unref(got[i]);
+    dg_tensor_unref(xv);
+    dg_tensor_unref(zv);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+
+    // Bad input: each a status naming the fault, never a crash.
+    struct {
+        int which;
+        const char *needle;
+    } bad[] = {
+        {0, "squeeze: axis 0 of shape [3,4] is not a dimension of size 1"},
+        {1, "expand_dims: axis 3 of an input of rank 2"},
+        {2, "clip_norm > 0"},
+        {3, "unknown dimensions (at most one)"},
+    };
+    for (size_t c = 0; c < sizeof bad / sizeof *bad; c++) {
+        dg_graph *b = dg_graph_new();
+        dg_output m = dg_placeholder(b, "m", DG_FLOAT32, dg_shape2(3, 4));
+        dg_output q = dg_placeholder(b, "q", DG_FLOAT32, dg_shape2(-1, -1));
+        const int64_t ax0[] = {0};
+        dg_output o;
+        switch (bad[c].which) {
+        case 0: dg_squeeze(b, NULL, m, ax0, 1); break;
+        case 1: dg_expand_dims(b, NULL, m, 3); break;
+        case 2: dg_clip_by_global_norm(b, &m, 1, 0, &o, NULL); break;
+        case 3: dg_expand_dims(b, NULL, q, 0); break;
+        }
+        assert_status(dg_graph_status(b), DG_INVALID_ARGUMENT, bad[c].needle);
+        dg_graph_free(&b);
+    }
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_variance_scaling),
         cmocka_unit_test(test_dense),
         cmocka_unit_test(test_exponential_decay),
+        cmocka_unit_test(test_losses_and_helpers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
