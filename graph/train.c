@@ -49,6 +49,20 @@ dg_optimizer dg_adam(dg_graph *g, double lr) {
     return o;
 }
 
+dg_optimizer dg_adagrad(dg_graph *g, double lr, double initial_accumulator_value) {
+    dg_optimizer o = base(g, DG_OPT_ADAGRAD, lr, "Adagrad");
+    o.initial_accumulator_value = initial_accumulator_value;
+    return o;
+}
+
+dg_optimizer dg_rmsprop(dg_graph *g, double lr, double rho, double momentum, double epsilon) {
+    dg_optimizer o = base(g, DG_OPT_RMSPROP, lr, "RMSProp");
+    o.rho = rho;
+    o.momentum = momentum;
+    o.epsilon = epsilon;
+    return o;
+}
+
 int dg_optimizer_compute_gradients(const dg_optimizer *opt, dg_output loss, const dg_output *vars,
                                    int n_vars, dg_output *grads, dg_output *vars_out, int cap) {
     dg_graph *g = opt->graph;
@@ -91,15 +105,19 @@ int dg_optimizer_compute_gradients(const dg_optimizer *opt, dg_output loss, cons
 }
 
 // A slot variable "<var>/<name>" initialised to zeros, colocated with var.
+static dg_output make_slot_init(dg_graph *g, dg_output var, const char *name, dg_initializer init);
 static dg_output make_slot(dg_graph *g, dg_output var, const char *name) {
+    return make_slot_init(g, var, name, dg_init_zeros());
+}
+
+static dg_output make_slot_init(dg_graph *g, dg_output var, const char *name, dg_initializer init) {
     char full[600];
     snprintf(full, sizeof full, "%s/%s", dg_node_name(var.node), name);
     dg_graph_push_colocate_with(g, var.node);
     bool reuse;
     (void)graph_variable_scope(g, &reuse);
     graph_push_absolute_scope(g, "");
-    dg_output s = dg_variable_ex(g, full, dg_output_dtype(var), dg_output_shape(var),
-                                 dg_init_zeros(), false);
+    dg_output s = dg_variable_ex(g, full, dg_output_dtype(var), dg_output_shape(var), init, false);
     dg_graph_pop_name_scope(g);
     dg_graph_pop_colocate_with(g);
     return s;
@@ -145,6 +163,13 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
                            "loss depend on any trainable variable?)");
         return NULL;
     }
+    if ((opt->kind == DG_OPT_ADAGRAD && !(opt->initial_accumulator_value > 0)) ||
+        (opt->kind == DG_OPT_RMSPROP && (!(opt->rho >= 0 && opt->rho < 1) || !(opt->momentum >= 0) ||
+                                         !(opt->epsilon > 0)))) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "%s: initial_accumulator_value must be > 0 (Adagrad); rho in "
+                           "[0, 1), momentum >= 0 and epsilon > 0 (RMSProp)", opt->name ? opt->name : "optimizer");
+        return NULL;
+    }
     for (int i = 0; i < n; i++) {
         if (!grads[i].node || !vars[i].node) {
             dg_graph_set_error(g, DG_INVALID_ARGUMENT, "apply_gradients: pair %d has a null output", i);
@@ -166,6 +191,14 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
     // their initializers do not depend on the gradients.
     for (int i = 0; i < n; i++) {
         if (opt->kind == DG_OPT_MOMENTUM) slot1[i] = make_slot(g, vars[i], oname);
+        if (opt->kind == DG_OPT_ADAGRAD)
+            slot1[i] = make_slot_init(g, vars[i], oname, dg_init_constant(opt->initial_accumulator_value));
+        if (opt->kind == DG_OPT_RMSPROP) {
+            char b[128];
+            slot1[i] = make_slot_init(g, vars[i], oname, dg_init_ones());
+            snprintf(b, sizeof b, "%s_1", oname);
+            slot2[i] = make_slot(g, vars[i], b);
+        }
         if (opt->kind == DG_OPT_ADAM) {
             char b[128];
             slot1[i] = make_slot(g, vars[i], oname);
@@ -190,7 +223,7 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
         snprintf(scope, sizeof scope, "update_%s", dg_node_name(v.node));
         dg_graph_push_name_scope(g, scope);
         dg_graph_push_colocate_with(g, v.node);
-        dg_node *u = NULL;
+        dg_node *u = NULL, *composed = NULL;   // composed: an update built of Assign ops
         switch (opt->kind) {
         case DG_OPT_GRADIENT_DESCENT:
             u = graph_begin(g, "ApplyGradientDescent", NULL);
@@ -220,8 +253,27 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
             graph_add_input(u, hyper(g, vt, "epsilon", opt->epsilon));
             graph_add_input(u, grads[i]);
             break;
+        case DG_OPT_ADAGRAD: {
+            // accum += g^2; var -= lr * g / sqrt(accum): the update reads the new accum.
+            dg_output acc = dg_assign_add(g, "accum", slot1[i], dg_square(g, NULL, grads[i]));
+            dg_output step = dg_div(g, NULL, dg_mul(g, NULL, learning_rate(g, opt, vt), grads[i]), dg_sqrt(g, NULL, acc));
+            composed = dg_assign_sub(g, "update", v, step).node;
+            break;
         }
-        updates[i] = graph_finish(u);
+        case DG_OPT_RMSPROP: {
+            dg_output ms = slot1[i], mom = slot2[i];
+            dg_output ms_new = dg_assign(g, "ms", ms, dg_add(g, NULL, dg_mul(g, NULL, hyper(g, vt, "rho", opt->rho), ms),
+                                                              dg_mul(g, NULL, hyper(g, vt, "one_minus_rho", 1 - opt->rho),
+                                                                     dg_square(g, NULL, grads[i]))));
+            dg_output scaled = dg_div(g, NULL, dg_mul(g, NULL, learning_rate(g, opt, vt), grads[i]),
+                                      dg_sqrt(g, NULL, dg_add(g, NULL, ms_new, hyper(g, vt, "epsilon", opt->epsilon))));
+            dg_output mom_new = dg_assign(g, "mom", mom,
+                                          dg_add(g, NULL, dg_mul(g, NULL, hyper(g, vt, "momentum", opt->momentum), mom), scaled));
+            composed = dg_assign_sub(g, "update", v, mom_new).node;
+            break;
+        }
+        }
+        updates[i] = composed ? composed : graph_finish(u);
         dg_graph_pop_colocate_with(g);
         dg_graph_pop_name_scope(g);
     }

@@ -1,9 +1,10 @@
 /* Gradients and optimizers, as graph construction.
  * dg_gradients adds the nodes computing d(sum ys)/d(xs). Optimizers are value structs: make
- * one with dg_gradient_descent / dg_momentum / dg_adam, then compute_gradients and
- * apply_gradients (kept separate so gradients can be averaged between the two, as in
- * TensorFlow), or minimize. Slots (momentum accumulators, Adam's m and v) are variables
- * colocated with their variable and named "<var>/<Optimizer>" and "<var>/<Optimizer>_1". */
+ * one with dg_gradient_descent / dg_momentum / dg_adam / dg_adagrad / dg_rmsprop, then
+ * compute_gradients and apply_gradients (kept separate so gradients can be averaged between
+ * the two, as in TensorFlow), or minimize. Slots (momentum accumulators, Adam's m and v,
+ * Adagrad's and RMSProp's accumulators) are variables colocated with their variable and named
+ * "<var>/<Optimizer>" and "<var>/<Optimizer>_1". */
 #ifndef DISTGRAPH_TRAIN_H
 #define DISTGRAPH_TRAIN_H
 
@@ -29,6 +30,8 @@ typedef enum dg_optimizer_kind {
     DG_OPT_GRADIENT_DESCENT = 0,
     DG_OPT_MOMENTUM = 1,
     DG_OPT_ADAM = 2,
+    DG_OPT_ADAGRAD = 3,
+    DG_OPT_RMSPROP = 4,
 } dg_optimizer_kind;
 
 typedef struct dg_optimizer {
@@ -40,7 +43,9 @@ typedef struct dg_optimizer {
     dg_output learning_rate_tensor;
     double momentum;        // momentum
     bool use_nesterov;      // momentum
-    double beta1, beta2, epsilon;   // adam
+    double beta1, beta2, epsilon;   // adam; epsilon also rmsprop
+    double rho;                     // rmsprop: the decay of the mean square
+    double initial_accumulator_value;   // adagrad
     const char *name;       // "GradientDescent", "Momentum", "Adam" by default
 } dg_optimizer;
 
@@ -48,6 +53,16 @@ dg_optimizer dg_gradient_descent(dg_graph *g, double learning_rate);
 dg_optimizer dg_momentum(dg_graph *g, double learning_rate, double momentum, bool use_nesterov);
 // beta1 0.9, beta2 0.999, epsilon 1e-8 as in TensorFlow.
 dg_optimizer dg_adam(dg_graph *g, double learning_rate);
+// TensorFlow 1's AdagradOptimizer: accum += g^2; var -= lr * g / sqrt(accum), the slot
+// "<var>/Adagrad" starting at initial_accumulator_value (TensorFlow's default 0.1; > 0).
+dg_optimizer dg_adagrad(dg_graph *g, double learning_rate, double initial_accumulator_value);
+// TensorFlow 1's RMSPropOptimizer (not centered): ms = rho ms + (1 - rho) g^2;
+// mom = momentum mom + lr g / sqrt(ms + epsilon); var -= mom; slots "<var>/RMSProp" (ms,
+// starting at 1) and "<var>/RMSProp_1" (mom, 0). TensorFlow's defaults: rho 0.9, momentum 0,
+// epsilon 1e-10.
+dg_optimizer dg_rmsprop(dg_graph *g, double learning_rate, double rho, double momentum, double epsilon);
+// Adagrad and RMSProp are built from Assign ops on the variable's device, so they run wherever
+// the variables live; their arguments are checked when the updates are built.
 
 // A learning rate that decays with the global step, as tf.train.exponential_decay without
 // staircase: learning_rate * decay_rate ^ (global_step / decay_steps), a float32 scalar to

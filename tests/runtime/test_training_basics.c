@@ -233,12 +233,73 @@ static void test_losses_and_helpers(void **state) {
     dg_status_free(&st);
 }
 
+// Adagrad and RMSProp against TensorFlow 1's update rules run here in float64, five steps on
+// loss = sum((w - target)^2) / 2 (gradient w - target).
+static void test_adagrad_rmsprop(void **state) {
+    (void)state;
+    const double w0[3] = {0.5, -1.0, 2.0}, target[3] = {1.5, 0.25, -0.75};
+    for (int kind = 0; kind < 2; kind++) {
+        dg_status *st = dg_status_new();
+        dg_graph *g = dg_graph_new();
+        dg_tensor *init = dg_tensor_from_data(DG_FLOAT64, dg_shape1(3), w0, st);
+        dg_output w = dg_variable(g, "w", DG_FLOAT64, dg_shape1(3), dg_init_tensor(init));
+        dg_tensor_unref(init);
+        dg_tensor *tt = dg_tensor_from_data(DG_FLOAT64, dg_shape1(3), target, st);
+        dg_output diff = dg_sub(g, NULL, w, dg_const(g, "target", tt));
+        dg_tensor_unref(tt);
+        dg_output loss = dg_mul(g, NULL, dg_sum(g, NULL, dg_square(g, NULL, diff), NULL, 0, false),
+                                dg_scalar(g, NULL, DG_FLOAT64, 0.5));
+        const double lr = 0.3, acc0 = 0.1, rho = 0.9, mom = 0.5, eps = 1e-10;
+        dg_optimizer opt = kind == 0 ? dg_adagrad(g, lr, acc0) : dg_rmsprop(g, lr, rho, mom, eps);
+        dg_node *train = dg_optimizer_minimize(&opt, loss, dg_global_step(g));
+        dg_node *vinit = dg_global_variables_initializer(g);
+        assert_true(dg_graph_check(g, st));
+        assert_non_null(dg_graph_find(g, kind == 0 ? "w/Adagrad" : "w/RMSProp_1"));
+        dg_session *s = dg_session_new(g, "local", NULL, st);
+        assert_true(dg_session_run_target(s, vinit, st));
+        double ref[3], a1[3], a2[3];
+        for (int i = 0; i < 3; i++) ref[i] = w0[i], a1[i] = kind == 0 ? acc0 : 1.0, a2[i] = 0;
+        for (int step = 0; step < 5; step++) {
+            assert_true(dg_session_run_target(s, train, st));
+            for (int i = 0; i < 3; i++) {
+                double gr = ref[i] - target[i];
+                if (kind == 0) {
+                    a1[i] += gr * gr;
+                    ref[i] -= lr * gr / sqrt(a1[i]);
+                } else {
+                    a1[i] = rho * a1[i] + (1 - rho) * gr * gr;
+                    a2[i] = mom * a2[i] + lr * gr / sqrt(a1[i] + eps);
+                    ref[i] -= a2[i];
+                }
+            }
+            dg_tensor *wv = NULL;
+            assert_true(dg_session_run(s, NULL, NULL, 0, &w, &wv, 1, NULL, 0, st));
+            for (int i = 0; i < 3; i++)
+                if (!(fabs(dg_tensor_f64(wv)[i] - ref[i]) < 1e-12))
+                    fail_msg("%s step %d w[%d]: %.17g, want %.17g", kind == 0 ? "Adagrad" : "RMSProp", step, i,
+                             dg_tensor_f64(wv)[i], ref[i]);
+            dg_tensor_unref(wv);
+        }
+        dg_session_free(&s);
+        dg_graph_free(&g);
+        // Bad hyperparameters name the rule broken.
+        g = dg_graph_new();
+        dg_output v = dg_variable(g, "v", DG_FLOAT64, dg_shape1(2), dg_init_ones());
+        dg_optimizer badopt = kind == 0 ? dg_adagrad(g, 0.1, 0) : dg_rmsprop(g, 0.1, 1.5, 0, 1e-10);
+        assert_null(dg_optimizer_minimize(&badopt, dg_sum(g, NULL, v, NULL, 0, false), (dg_output){NULL, 0}));
+        assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, kind == 0 ? "initial_accumulator_value" : "rho in");
+        dg_graph_free(&g);
+        dg_status_free(&st);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_variance_scaling),
         cmocka_unit_test(test_dense),
         cmocka_unit_test(test_exponential_decay),
         cmocka_unit_test(test_losses_and_helpers),
+        cmocka_unit_test(test_adagrad_rmsprop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
