@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
     const char *job_name = "", *ps_hosts = "", *worker_hosts = "", *data_dir = MNIST_DEFAULT_DIR;
     int64_t task_index = -1, train_steps = 2000, batch_size = 100, hidden = 100, seed = 1, log_every = 100;
     int64_t wait_ms = 60000, rpc_timeout_ms = 30000, save_checkpoint_steps = 100, recovery_attempts = 3;
-    const char *checkpoint_path = "", *slurm_jobs = "";
+    const char *checkpoint_path = "", *slurm_jobs = "", *save_graph = "";
     int64_t slurm_port_base = DG_SLURM_DEFAULT_PORT_BASE;
     int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000, wait_for_tasks_ms = 0;
     double lr = 0.01;
@@ -130,6 +130,8 @@ int main(int argc, char **argv) {
         {"quiet", FLAG_BOOL, &quiet, "no server log lines"},
         {"print_placement", FLAG_BOOL, &print_placement,
          "print where each trainable variable lives and a checksum of its value fetched from there"},
+        {"save_graph", FLAG_STRING, &save_graph,
+         "chief: write the training graph to this file (examples/inference.c loads it with a checkpoint)"},
         {"checkpoint_path", FLAG_STRING, &checkpoint_path,
          "SQLite checkpoint file the chief saves to and restores from (default: none)"},
         {"save_checkpoint_steps", FLAG_INT, &save_checkpoint_steps, "chief: checkpoint every N global steps (default 100)"},
@@ -314,6 +316,10 @@ int main(int argc, char **argv) {
     dg_graph_push_device(g, worker_device);
     dg_graph_add_to_collection(g, DG_SUMMARIES, dg_identity(g, "loss", m.loss).node);
     dg_graph_pop_device(g);
+    if (*save_graph && task_index == 0 && !dg_graph_save(g, save_graph, st)) {
+        fail(st, "--save_graph");
+        goto out;
+    }
     // Worker 0 is the chief: it restores the newest checkpoint or initializes the variables;
     // the others wait for it (IsVariableInitialized polls inside the monitored session).
     if (!(stop = dg_stop_at_step_hook_new(-1, train_steps, st))) {

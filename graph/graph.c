@@ -234,6 +234,15 @@ char *dg_output_str(dg_output o, char *buf, size_t cap) {
 // ---- accessors ----
 const char *dg_node_name(const dg_node *n) { return n->name; }
 const char *dg_node_op_type(const dg_node *n) { return n->op->name; }
+void dg_graph_clear_devices(dg_graph *g) {
+    if (!g) return;
+    for (int i = 0; i < dg_graph_num_nodes(g); i++) {
+        dg_node *n = dg_graph_node(g, i);
+        n->requested_device = "";
+        n->assigned_device = NULL;
+    }
+}
+
 const char *dg_node_requested_device(const dg_node *n) {
     return n->requested_device ? n->requested_device : "";
 }

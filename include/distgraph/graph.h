@@ -48,6 +48,11 @@ dg_node *dg_graph_find(const dg_graph *g, const char *name);
 // Output by "name" or "name:i"; the null output (and st set) if not found.
 dg_output dg_graph_output(const dg_graph *g, const char *name, dg_status *st);
 
+// Forgets every node's requested and assigned device (TensorFlow's import with
+// clear_devices=True): a graph placed on a cluster (a loaded training graph) can then run in
+// one process. Colocation constraints stay.
+void dg_graph_clear_devices(dg_graph *g);
+
 // ---- node accessors (borrowed strings, valid until dg_graph_free) ----
 const char *dg_node_name(const dg_node *n);
 // Returns: borrowed, valid until dg_graph_free().
