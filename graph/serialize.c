@@ -79,8 +79,8 @@ typedef struct writer {
     do {                                                                                   \
         if ((call) != 0) {                                                                 \
             dg_status_setf((w)->st, DG_RESOURCE_EXHAUSTED,                                 \
-                           "graph file: msgpack-c: %s failed at %s:%d (out of memory at %zu " \
-                           "bytes)", #call, __FILE__, __LINE__, (w)->sbuf.size);          \
+                           "graph file: out of memory while writing (%zu bytes so far)",   \
+                           (w)->sbuf.size);                                               \
             goto fail;                                                                     \
         }                                                                                  \
     } while (0)

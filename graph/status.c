@@ -77,3 +77,14 @@ void dg_status_copy(dg_status *dst, const dg_status *src) {
 }
 
 void dg_status_reset(dg_status *st) { dg_status_set(st, DG_OK, NULL); }
+
+bool status_impl_debug_errors(void) {
+    static int cached = -1;   // -1: not read yet
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("DG_DEBUG_ERRORS");
+        v = e && strcmp(e, "1") == 0;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}

@@ -2,10 +2,12 @@
  * device's stream. */
 #include <limits.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cublas_v2.h>
 
+#include "status_impl.h"
 #include "cuda_impl.h"
 
 static dg_code blas_code(cublasStatus_t s) {
@@ -28,8 +30,9 @@ void cuda_set_blas_status(dg_status *st, int status, const char *call, const cha
                           int line) {
     const char *slash = strrchr(file, '/');
     cublasStatus_t s = (cublasStatus_t)status;
-    dg_status_setf(st, blas_code(s), "%s at %s:%d: %s (%s)", call, slash ? slash + 1 : file,
-                   line, cublasGetStatusString(s), cublasGetStatusName(s));
+    char where[256] = "";
+    if (status_impl_debug_errors()) snprintf(where, sizeof where, " [%s at %s:%d]", call, slash ? slash + 1 : file, line);
+    dg_status_setf(st, blas_code(s), "cuBLAS: %s (%s)%s", cublasGetStatusString(s), cublasGetStatusName(s), where);
 }
 
 // The device's handle, created on first use. Called with dev->mu held.

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "status_impl.h"
 #include "cuda_impl.h"
 
 // ---- errors ----
@@ -42,8 +43,9 @@ static dg_code cuda_code(cudaError_t err) {
 
 void cuda_set_status(dg_status *st, cudaError_t err, const char *call, const char *file,
                      int line) {
-    dg_status_setf(st, cuda_code(err), "%s at %s:%d: %s (%s)", call, base_name(file), line,
-                   cudaGetErrorString(err), cudaGetErrorName(err));
+    char where[256] = "";
+    if (status_impl_debug_errors()) snprintf(where, sizeof where, " [%s at %s:%d]", call, base_name(file), line);
+    dg_status_setf(st, cuda_code(err), "CUDA: %s (%s)%s", cudaGetErrorString(err), cudaGetErrorName(err), where);
     // Clears a non-sticky error so that the next call does not report it again.
     (void)cudaGetLastError();
 }

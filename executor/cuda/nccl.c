@@ -1,10 +1,12 @@
 /* NCCL inside one process: its version and an all-reduce across local GPUs. Built when CMake
  * finds NCCL; nccl_none.c stands in otherwise. */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <nccl.h>
 
+#include "status_impl.h"
 #include "cuda_impl.h"
 
 static dg_code nccl_code(ncclResult_t r) {
@@ -23,8 +25,10 @@ static void nccl_set_status(dg_status *st, ncclResult_t r, const char *call, con
                             int line) {
     const char *slash = strrchr(file, '/');
     const char *last = ncclGetLastError(NULL);
-    dg_status_setf(st, nccl_code(r), "%s at %s:%d: %s%s%s", call, slash ? slash + 1 : file,
-                   line, ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
+    char where[256] = "";
+    if (status_impl_debug_errors()) snprintf(where, sizeof where, " [%s at %s:%d]", call, slash ? slash + 1 : file, line);
+    dg_status_setf(st, nccl_code(r), "NCCL: %s%s%s%s", ncclGetErrorString(r), last && *last ? ": " : "",
+                   last ? last : "", where);
 }
 
 // The NCCL checking macro: records the call and NCCL's error text in st, jumps to fail.

@@ -23,6 +23,7 @@
 #include <zlib.h>
 
 #include "distgraph/checkpoint.h"
+#include "status_impl.h"
 
 #define CKPT_APP_ID 0x64674370            // "dgCp" in the SQLite header (PRAGMA application_id)
 #define CKPT_FORMAT "distgraph-checkpoint"
@@ -169,8 +170,7 @@ static void sq_fail(dg_checkpoint_store *s, int rc, const char *call, int line, 
         hint = " (the file is damaged)";
     // Where in the code and which SQLite call: for developers, behind DG_DEBUG_ERRORS=1.
     char where[256] = "";
-    const char *dbg = getenv("DG_DEBUG_ERRORS");
-    if (dbg && strcmp(dbg, "1") == 0)
+    if (status_impl_debug_errors())
         snprintf(where, sizeof where, " [SQLite %d in %s at runtime/training/checkpoint.c:%d]", rc, call, line);
     dg_status_setf(st, code_for(rc, sys_errno), "checkpoint \"%s\": %s: %s%s%s%s", s->path,
                    s->doing[0] ? s->doing : "opening", msg, hint, sys, where);
