@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build-gpu-pack
 out=$root/.gpu-bundle
 data=${DG_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
-bins=(test_cuda_device test_gpu_placement test_gpu_kernels gpu_bench mlp_local mirrored)
+bins=(test_cuda_device test_gpu_placement test_gpu_kernels gpu_bench mlp_local mirrored mnist_replica dg-launch)
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDG_WITH_BLAS=OFF -DCMAKE_CUDA_ARCHITECTURES=${DG_CUDA_ARCH:-90} >"$root/.gpu_pack_configure.log"
 grep -q "distgraph: CUDA device ON" "$root/.gpu_pack_configure.log" ||
@@ -34,6 +34,8 @@ for b in "${bins[@]}"; do ldd "$out/bin/$b"; done | awk '$2 == "=>" && $3 ~ /^\/
     sort -u | while read -r name path; do
         echo "$name" | grep -Eq "$skip" || cp -L "$path" "$out/lib/$name"
     done
+# Compressed (to about a third): gpu_check.sh unpacks them.
+gzip -9 "$out"/bin/*
 cp "$data"/*-ubyte.gz "$out/data/"
 cp "$root/bench/peers/torch_mlp_cuda.py" "$out/"
 du -sh "$out"

@@ -113,6 +113,13 @@ bool exec_cuda_all_reduce_sum_f32(exec_cuda_device *const *devs, float *const *b
 bool exec_cuda_nccl_all_reduce(exec_cuda_device *const *devs, void *const *bufs, int n_devs,
                                int64_t count, bool f64, bool mean, dg_status *st);
 
+// Gives back what the process holds on its GPUs, for the end of a program or of a test (a
+// leak checker then sees only what was never freed): the NCCL communicators, the executor's
+// devices (streams, cuBLAS handles) and every cached block of device and pinned host memory.
+// Call it only when no session or tensor uses a GPU any more. Returns the bytes still handed
+// out (device and pinned memory freed by nobody: a leak); 0 when there is no GPU.
+int64_t exec_cuda_release_all(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -53,6 +53,11 @@ void cuda_set_blas_status(dg_status *st, int status, const char *call, const cha
 
 // Destroys the device's cuBLAS handle, if any (cuda_blas.c).
 void cuda_blas_release(exec_cuda_device *dev);
+// Destroys every cached NCCL communicator (nccl.c; nothing without NCCL).
+void exec_cuda_nccl_release(void);
+// Gives every cached block of every GPU and of pinned host memory back to the driver and
+// returns the bytes still handed out (kernels/cuda_alloc.c).
+int64_t cuda_mem_release_all(void);
 
 // ---- launchers (fill.cu); they only queue work and return the launch error ----
 cudaError_t cuda_launch_fill_f32(float *dst, int64_t n, float value, cudaStream_t stream);

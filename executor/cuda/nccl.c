@@ -134,6 +134,20 @@ fail:
     return NULL;
 }
 
+void exec_cuda_nccl_release(void) {
+    pthread_mutex_lock(&comms_mu);
+    while (comm_sets) {
+        comm_set *c = comm_sets;
+        comm_sets = c->next;
+        for (int i = 0; i < c->n; i++)
+            if (c->comms[i]) (void)ncclCommDestroy(c->comms[i]);
+        free(c->ids);
+        free(c->comms);
+        free(c);
+    }
+    pthread_mutex_unlock(&comms_mu);
+}
+
 bool exec_cuda_nccl_all_reduce(exec_cuda_device *const *devs, void *const *bufs, int n_devs,
                                int64_t count, bool f64, bool mean, dg_status *st) {
     bool in_group = false;

@@ -26,3 +26,5 @@ bool exec_cuda_nccl_all_reduce(exec_cuda_device *const *devs, void *const *bufs,
                    (long long)count, n_devs);
     return false;
 }
+
+void exec_cuda_nccl_release(void) {}

@@ -592,6 +592,12 @@ int main(void) {
     setenv("DG_GPU_POISON", "1", 1);
     int failed = cmocka_run_group_tests_name("common", common, NULL, NULL);
     failed += cmocka_run_group_tests_name("gpu", gpu, NULL, NULL);
+    int64_t left = exec_cuda_release_all();
+    if (left != 0) {
+        printf("GPU memory: %lld bytes still handed out after every test freed its blocks\n",
+               (long long)left);
+        failed++;
+    }
     return failed ? 1 : 0;
 }
 

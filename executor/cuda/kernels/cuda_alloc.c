@@ -157,6 +157,25 @@ void exec_cuda_mem_stats_get(exec_cuda_device *dev, exec_cuda_mem_stats *out) {
 
 // ---- pinned host memory ----
 
+static exec_block_cache *_Atomic host_cache_ptr;
+
+// Trims c and returns the bytes it still has handed out.
+static int64_t trim_in_use(exec_block_cache *c) {
+    if (!c) return 0;
+    (void)exec_block_cache_trim(c);
+    exec_block_cache_stats s;
+    exec_block_cache_stats_get(c, &s);
+    return s.bytes_in_use;
+}
+
+int64_t cuda_mem_release_all(void) {
+    int64_t in_use = 0;
+    for (int id = 0; id < ALLOC_MAX_GPUS; id++)
+        in_use += trim_in_use(atomic_load_explicit(&device_caches[id], memory_order_acquire));
+    in_use += trim_in_use(atomic_load_explicit(&host_cache_ptr, memory_order_acquire));
+    return in_use;
+}
+
 static void *host_backend_alloc(void *ctx, size_t n_bytes) {
     (void)ctx;
     void *p = NULL;
@@ -175,8 +194,6 @@ static void host_backend_free(void *ctx, void *p) {
     (void)cudaFreeHost(p);
     (void)cudaGetLastError();
 }
-
-static exec_block_cache *_Atomic host_cache_ptr;
 
 static exec_block_cache *host_cache(bool create) {
     exec_block_cache *c = atomic_load_explicit(&host_cache_ptr, memory_order_acquire);

@@ -28,6 +28,15 @@ exec_cuda_device *gpu_device(int id, dg_status *st) {
     return dev;
 }
 
+int64_t exec_cuda_release_all(void) {
+    if (exec_cuda_device_count() == 0) return 0;
+    exec_cuda_nccl_release();
+    pthread_mutex_lock(&devices_mu);
+    for (int id = 0; id < GPU_MAX_DEVICES; id++) exec_cuda_device_free(&devices[id]);
+    pthread_mutex_unlock(&devices_mu);
+    return cuda_mem_release_all();
+}
+
 exec_cuda_device *gpu_node_device(const dg_node *n, dg_status *st) {
     const char *name = n->assigned_device && *n->assigned_device ? n->assigned_device
                                                                   : n->requested_device;
