@@ -80,6 +80,7 @@ const graph_op_def *graph_op_lookup(const char *type);
 // Op tables kept in their own files: set *defs to the table and return its length.
 int graph_collective_op_defs(const graph_op_def **defs);   // op_defs_collective.c
 int graph_sync_op_defs(const graph_op_def **defs);         // op_defs_sync.c
+int graph_nn_op_defs(const graph_op_def **defs);           // op_defs_nn.c
 // How many leading inputs an op takes by reference (variables it reads and writes in place):
 // these must share its device. Other variable inputs (Adam's beta powers) are plain reads.
 int graph_num_ref_inputs(const dg_node *n);
@@ -92,6 +93,9 @@ bool graph_broadcast_shapes(dg_shape a, dg_shape b, dg_shape *out, dg_status *st
 bool graph_reduction_mask(const dg_node *n, int r, uint32_t *mask, dg_status *st);
 // The current variable scope path ("" at top level) and whether it reuses.
 const char *graph_variable_scope(const dg_graph *g, bool *reuse);
+// Sets a random op's "seed" (the graph seed, or TensorFlow's default) and "seed2" (seed, or
+// when 0 one derived from the node's creation order).
+void graph_set_random_seeds(dg_graph *g, dg_node *n, int64_t seed);
 // The graph-level random seed.
 int64_t graph_random_seed(const dg_graph *g, bool *has_seed);
 

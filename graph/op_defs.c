@@ -729,7 +729,8 @@ static int core_op_defs(const graph_op_def **defs) {
     *defs = op_defs;
     return (int)(sizeof op_defs / sizeof op_defs[0]);
 }
-static const table_fn op_tables[] = {core_op_defs, graph_collective_op_defs, graph_sync_op_defs};
+static const table_fn op_tables[] = {core_op_defs, graph_collective_op_defs, graph_sync_op_defs,
+                                     graph_nn_op_defs};
 #define N_TABLES ((int)(sizeof op_tables / sizeof op_tables[0]))
 
 static void build_index(void) {

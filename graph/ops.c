@@ -90,7 +90,7 @@ dg_output dg_placeholder(dg_graph *g, const char *name, dg_dtype dtype, dg_shape
 }
 
 // ---- random ----
-static void set_seeds(dg_graph *g, dg_node *n, int64_t seed) {
+void graph_set_random_seeds(dg_graph *g, dg_node *n, int64_t seed) {
     bool has;
     int64_t gs = graph_random_seed(g, &has);
     if (!has) gs = 87654321;   // TensorFlow's default graph seed
@@ -107,7 +107,7 @@ static dg_output random_op(dg_graph *g, const char *type, const char *name, dg_d
     graph_set_attr_shape(n, "shape", shape);
     graph_set_attr_float(n, "a", a);
     graph_set_attr_float(n, "b", b);
-    set_seeds(g, n, seed);
+    graph_set_random_seeds(g, n, seed);
     return out0(graph_finish(n));
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "exec_impl.h"
+#include "nn_impl.h"
 
 #define IN(i) (ctx->inputs[i])
 #define F32(t) ((float *)(t)->data)
@@ -72,5 +73,31 @@ bool cpu_noop_compute(void *state, exec_ctx *ctx);
 bool cpu_is_init_compute(void *state, exec_ctx *ctx);
 extern const exec_kernel_def cpu_array_kernels[];
 extern const int cpu_n_array_kernels;
+extern const exec_kernel_def cpu_conv_kernels[];
+extern const int cpu_n_conv_kernels;
+
+// ---- convolutional networks (kernels_conv.c), shared with the GPU kernels ----
+// C = alpha op(A) op(B) + beta C, row-major, float32 or float64 (t): OpenBLAS when built with
+// it, else a plain loop.
+void cpu_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+              int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
+// The state of every window op's kernel: its graph_window (free() destroys it).
+void *cpu_window_create(const dg_node *n, const exec_env *env, dg_status *st);
+// The geometry of this run of a window op (Conv2D, its two gradients, the pools and their
+// gradients) from its inputs, every shape checked; false with ctx->st naming the node.
+bool cpu_window_geom(exec_ctx *ctx, const graph_window *w, graph_conv_geom *g);
+// Dropout's state: its rate and random stream (one per node, shared by concurrent steps).
+typedef struct cpu_dropout_state {
+    pthread_mutex_t mu;
+    exec_philox rng;
+    double rate;
+} cpu_dropout_state;
+void *cpu_dropout_create(const dg_node *n, const exec_env *env, dg_status *st);
+void cpu_dropout_destroy(void *state);
+// Reads Dropout's training input (a bool scalar in host memory).
+bool cpu_dropout_training(exec_ctx *ctx, bool *training);
+// The next n mask values of type t: 1 / (1 - rate) where kept, 0 where dropped; all 1 when
+// not training (the stream does not advance then).
+void cpu_dropout_draw(cpu_dropout_state *d, dg_dtype t, bool training, void *mask, int64_t n);
 
 #endif

@@ -4,9 +4,6 @@
 #include <stdlib.h>
 
 #include "cpu_impl.h"
-#ifdef DG_WITH_BLAS
-#include <cblas.h>
-#endif
 
 // ---- MatMul ----
 typedef struct matmul_state {
@@ -24,22 +21,6 @@ static void *matmul_create(const dg_node *n, const exec_env *env, dg_status *st)
     return m;
 }
 
-#ifndef DG_WITH_BLAS
-#define NAIVE_GEMM(T)                                                                    \
-    do {                                                                                 \
-        const T *A = a->data, *B = b->data;                                              \
-        T *C = o->data;                                                                  \
-        for (int64_t i = 0; i < M; i++)                                                  \
-            for (int64_t j = 0; j < N; j++) {                                            \
-                T acc = 0;                                                               \
-                for (int64_t k = 0; k < K; k++)                                          \
-                    acc += (m->ta ? A[k * M + i] : A[i * K + k]) *                       \
-                           (m->tb ? B[j * K + k] : B[k * N + j]);                        \
-                C[i * N + j] = acc;                                                      \
-            }                                                                            \
-    } while (0)
-#endif
-
 static bool matmul_compute(void *state, exec_ctx *ctx) {
     matmul_state *m = state;
     dg_tensor *a = IN(0), *b = IN(1);
@@ -52,20 +33,8 @@ static bool matmul_compute(void *state, exec_ctx *ctx) {
         memset(o->data, 0, o->nbytes);
         return true;
     }
-#ifdef DG_WITH_BLAS
-    int lda = (int)a->shape.dims[1], ldb = (int)b->shape.dims[1];
-    if (a->dtype == DG_FLOAT32)
-        cblas_sgemm(CblasRowMajor, m->ta ? CblasTrans : CblasNoTrans, m->tb ? CblasTrans : CblasNoTrans,
-                    (int)M, (int)N, (int)K, 1.0f, a->data, lda, b->data, ldb, 0.0f, o->data, (int)N);
-    else
-        cblas_dgemm(CblasRowMajor, m->ta ? CblasTrans : CblasNoTrans, m->tb ? CblasTrans : CblasNoTrans,
-                    (int)M, (int)N, (int)K, 1.0, a->data, lda, b->data, ldb, 0.0, o->data, (int)N);
-#else
-    if (a->dtype == DG_FLOAT32)
-        NAIVE_GEMM(float);
-    else
-        NAIVE_GEMM(double);
-#endif
+    cpu_gemm(a->dtype, m->ta, m->tb, M, N, K, 1.0, a->data, a->shape.dims[1], b->data, b->shape.dims[1], 0.0,
+             o->data, N);
     return true;
 }
 

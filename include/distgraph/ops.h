@@ -167,6 +167,37 @@ dg_output dg_sparse_softmax_cross_entropy_with_logits(dg_graph *g, const char *n
 dg_output dg_sparse_softmax_cross_entropy(dg_graph *g, const char *name, dg_output logits,
                                           dg_output labels);
 
+// ---- convolutional networks (NHWC: [batch, height, width, channels]) ----
+// Padding of a window op (TensorFlow's): VALID keeps windows inside the input; SAME pads so
+// that the output has ceil(input / stride) positions along each axis.
+typedef enum dg_padding { DG_PADDING_VALID = 0, DG_PADDING_SAME = 1 } dg_padding;
+// tf.nn.conv2d: x [n, h, w, in] with filter [kh, kw, in, out] gives [n, oh, ow, out]; float32
+// or float64. Strides >= 1. Mismatched channels, a VALID filter larger than the input or a bad
+// stride are errors naming the node (at build time when the shapes are known, else when run).
+dg_output dg_conv2d(dg_graph *g, const char *name, dg_output x, dg_output filter, int stride_h,
+                    int stride_w, dg_padding padding);
+// tf.nn.max_pool2d and tf.nn.avg_pool2d over windows of kh x kw per channel. Average pooling
+// with SAME padding divides by the number of input elements inside each window, as TensorFlow.
+dg_output dg_max_pool(dg_graph *g, const char *name, dg_output x, int kh, int kw, int stride_h,
+                      int stride_w, dg_padding padding);
+dg_output dg_avg_pool(dg_graph *g, const char *name, dg_output x, int kh, int kw, int stride_h,
+                      int stride_w, dg_padding padding);
+// tf.nn.dropout when training (a bool scalar, e.g. a placeholder fed per run) is true: each
+// element is kept with probability 1 - rate and scaled by 1 / (1 - rate), else zeroed, from a
+// Philox stream seeded as the random ops are (seed 0: from the graph seed and the node); a new
+// draw every run. When training is false, x passes unchanged. 0 <= rate < 1.
+dg_output dg_dropout(dg_graph *g, const char *name, dg_output x, double rate, dg_output training,
+                     int64_t seed);
+// A convolution layer (tf.layers.conv2d): activation(conv2d(x, kernel) + bias) with variables
+// "<name>/kernel" [kh, kw, in, filters] (kernel_init) and "<name>/bias" [filters] (zeros), of
+// x's dtype; x's channels must be known. name NULL: "conv2d" (made unique).
+dg_output dg_conv2d_layer(dg_graph *g, const char *name, dg_output x, int64_t filters, int kh,
+                          int kw, int stride, dg_padding padding, dg_activation activation,
+                          dg_initializer kernel_init);
+// [n, d1, d2, ...] reshaped to [n, d1 * d2 * ...] (tf.layers.flatten); the trailing dimensions
+// must be known.
+dg_output dg_flatten(dg_graph *g, const char *name, dg_output x);
+
 // ---- reductions (axes NULL/n_axes 0: all axes; negative axes count from the end) ----
 dg_output dg_sum(dg_graph *g, const char *name, dg_output x, const int64_t *axes, int n_axes,
                  bool keep_dims);

@@ -40,7 +40,9 @@ static const char *const gpu_ops[] = {
     "TruncatedNormal", "Softmax", "LogSoftmax", "SoftmaxGrad", "LogSoftmaxGrad",
     "SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits", "Sum", "Mean",
     "Max", "SumGrad", "MaxGrad", "SumToShape", "BroadcastTo", "Reshape", "Shape", "Fill",
-    "ZerosLike", "OnesLike", "Concat", "Split", "Slice", "SliceGrad",
+    "ZerosLike", "OnesLike", "Concat", "Split", "Slice", "SliceGrad", "Conv2D",
+    "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPool", "MaxPoolGrad", "AvgPool",
+    "AvgPoolGrad", "Dropout",
 };
 #define N_GPU_OPS ((int)(sizeof gpu_ops / sizeof gpu_ops[0]))
 static bool gpu_op_seen[N_GPU_OPS];
@@ -644,6 +646,91 @@ static void build_apply_adam(bctx *c) {
     }
 }
 
+// ---- convolutional networks ----
+
+// A window op node with the given inputs, strides and padding (and ksize for pooling).
+static dg_output window_op(bctx *c, const char *type, const dg_output *ins, int n, const int64_t *ksize,
+                           int64_t sh, int64_t sw, bool same) {
+    dg_node *node = graph_begin(c->g, type, NULL);
+    for (int i = 0; i < n; i++) graph_add_input(node, ins[i]);
+    int64_t strides[4] = {1, sh, sw, 1};
+    graph_set_attr_ints(node, "strides", strides, 4);
+    if (ksize) graph_set_attr_ints(node, "ksize", ksize, 4);
+    graph_set_attr_string(node, "padding", same ? "SAME" : "VALID");
+    node = graph_finish(node);
+    assert_non_null(node);
+    return (dg_output){node, 0};
+}
+
+static void build_conv(bctx *c) {
+    static const struct {
+        int64_t x[4], f[4], sh, sw;
+        bool same;
+    } cfg[] = {
+        {{2, 7, 7, 3}, {3, 3, 3, 4}, 1, 1, true},   {{2, 8, 6, 2}, {5, 5, 2, 3}, 2, 2, true},
+        {{1, 9, 9, 4}, {3, 2, 4, 5}, 2, 3, false},  {{2, 5, 5, 4}, {1, 1, 4, 6}, 1, 1, false},
+        {{20, 28, 28, 1}, {5, 5, 1, 16}, 1, 1, true}, {{3, 14, 14, 16}, {5, 5, 16, 32}, 1, 1, true},
+    };
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        dg_shape xs = dg_shape_make(4, cfg[i].x), fs = dg_shape_make(4, cfg[i].f);
+        dg_output x = ph(c, xs), f = ph(c, fs);
+        dg_output y = dg_conv2d(c->g, NULL, x, f, (int)cfg[i].sh, (int)cfg[i].sw,
+                                cfg[i].same ? DG_PADDING_SAME : DG_PADDING_VALID);
+        int64_t k = cfg[i].f[0] * cfg[i].f[1] * cfg[i].f[2];
+        fetch_tol(c, y, TOL_SCALED, (double)k);
+        dg_shape ys = dg_output_shape(y);
+        dg_output dy = ph(c, ys);
+        dg_output a[3] = {aux_i64(c, cfg[i].x, 4), f, dy};
+        fetch_tol(c, window_op(c, "Conv2DBackpropInput", a, 3, NULL, cfg[i].sh, cfg[i].sw, cfg[i].same),
+                  TOL_SCALED, (double)(cfg[i].f[0] * cfg[i].f[1] * cfg[i].f[3]));
+        dg_output b[3] = {x, aux_i64(c, cfg[i].f, 4), dy};
+        fetch_tol(c, window_op(c, "Conv2DBackpropFilter", b, 3, NULL, cfg[i].sh, cfg[i].sw, cfg[i].same),
+                  TOL_SCALED, (double)(ys.dims[0] * ys.dims[1] * ys.dims[2]));
+    }
+}
+
+static void build_pool(bctx *c) {
+    static const struct {
+        int64_t x[4], k[4], sh, sw;
+        bool same;
+    } cfg[] = {
+        {{2, 8, 8, 3}, {1, 2, 2, 1}, 2, 2, false}, {{1, 7, 9, 2}, {1, 3, 3, 1}, 2, 2, true},
+        {{2, 6, 5, 4}, {1, 3, 2, 1}, 1, 2, true},  {{20, 28, 28, 16}, {1, 2, 2, 1}, 2, 2, false},
+    };
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        dg_output x = ph(c, dg_shape_make(4, cfg[i].x));
+        dg_output mp = window_op(c, "MaxPool", &x, 1, cfg[i].k, cfg[i].sh, cfg[i].sw, cfg[i].same);
+        dg_output ap = window_op(c, "AvgPool", &x, 1, cfg[i].k, cfg[i].sh, cfg[i].sw, cfg[i].same);
+        fetch_exact(c, mp);
+        fetch(c, ap);
+        dg_output dy = ph(c, dg_output_shape(mp));
+        dg_output m[3] = {x, mp, dy};
+        fetch_exact(c, window_op(c, "MaxPoolGrad", m, 3, cfg[i].k, cfg[i].sh, cfg[i].sw, cfg[i].same));
+        dg_output a[2] = {aux_i64(c, cfg[i].x, 4), dy};
+        fetch_tol(c, window_op(c, "AvgPoolGrad", a, 2, cfg[i].k, cfg[i].sh, cfg[i].sw, cfg[i].same), TOL_SCALED,
+                  (double)(cfg[i].k[1] * cfg[i].k[2]));
+    }
+}
+
+// Dropout draws its mask on the host from the CPU kernel's stream: the same elements drop.
+static void build_dropout(bctx *c) {
+    dg_status *st = dg_status_new();
+    for (int training = 0; training < 2; training++) {
+        dg_tensor *b = dg_tensor_new(DG_BOOL, dg_shape_scalar(), st);
+        assert_ok(st);
+        *(uint8_t *)dg_tensor_data(b) = (uint8_t)training;
+        dg_graph_push_device(c->g, "/cpu:0");
+        dg_output flag = dg_const(c->g, NULL, b);
+        dg_graph_pop_device(c->g);
+        dg_tensor_unref(b);
+        dg_output d = dg_dropout(c->g, NULL, ph(c, dg_shape2(37, 129)), 0.3, flag, 7);
+        fetch_exact(c, d);
+        fetch_exact(c, (dg_output){d.node, 1});
+    }
+    dg_status_free(&st);
+    c->fetch_runs = 2;   // the second draw must match too
+}
+
 typedef struct gk_case {
     const char *name;
     void (*build)(bctx *c);
@@ -700,6 +787,9 @@ static const gk_case cases[] = {
     {"ApplyGradientDescent", build_apply_gd},
     {"ApplyMomentum", build_apply_momentum},
     {"ApplyAdam", build_apply_adam},
+    {"Conv2D/Conv2DBackpropInput/Conv2DBackpropFilter", build_conv},
+    {"MaxPool/AvgPool/MaxPoolGrad/AvgPoolGrad", build_pool},
+    {"Dropout", build_dropout},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -111,6 +111,7 @@ typedef struct grad_case {
 #define T2(a, b, ...) {2, {a, b}, __VA_ARGS__, 0, false, false}
 #define T3(a, b, c, ...) {3, {a, b, c}, __VA_ARGS__, 0, false, false}
 #define T2Q(a, b, ...) {2, {a, b}, __VA_ARGS__, 0, false, true}
+#define T4(a, b, c, d, ...) {4, {a, b, c, d}, __VA_ARGS__, 0, false, false}
 #define LABELS(n, classes, dt) {1, {n}, G_LABELS, 0, classes, dt, true, false}
 
 #define B1(fname, expr)                                                          \
@@ -150,6 +151,21 @@ B1(b_abs, dg_abs(g, NULL, x[0]))
 B1(b_sigmoid_xent, dg_sigmoid_cross_entropy_with_logits(g, NULL, x[1], x[0]))
 B1(b_l2_loss, dg_l2_loss(g, NULL, x[0]))
 B1(b_expand_dims1, dg_expand_dims(g, NULL, x[0], 1))
+B1(b_conv_valid, dg_conv2d(g, NULL, x[0], x[1], 1, 1, DG_PADDING_VALID))
+B1(b_conv_same_s2, dg_conv2d(g, NULL, x[0], x[1], 2, 2, DG_PADDING_SAME))
+B1(b_conv_same_s12, dg_conv2d(g, NULL, x[0], x[1], 1, 2, DG_PADDING_SAME))
+B1(b_conv_valid_s3, dg_conv2d(g, NULL, x[0], x[1], 3, 2, DG_PADDING_VALID))
+B1(b_max_pool_valid, dg_max_pool(g, NULL, x[0], 2, 2, 2, 2, DG_PADDING_VALID))
+B1(b_max_pool_same, dg_max_pool(g, NULL, x[0], 3, 3, 2, 2, DG_PADDING_SAME))
+B1(b_avg_pool_valid, dg_avg_pool(g, NULL, x[0], 2, 2, 2, 2, DG_PADDING_VALID))
+B1(b_avg_pool_same, dg_avg_pool(g, NULL, x[0], 3, 2, 2, 1, DG_PADDING_SAME))
+// A small CNN: conv, relu, pool, flatten, dense logits, mean cross-entropy.
+static int b_cnn(dg_graph *g, const dg_output *x, dg_output *o) {
+    dg_output h = dg_relu(g, NULL, dg_conv2d(g, NULL, x[0], x[1], 1, 1, DG_PADDING_SAME));
+    h = dg_flatten(g, NULL, dg_max_pool(g, NULL, h, 2, 2, 2, 2, DG_PADDING_VALID));
+    o[0] = dg_sparse_softmax_cross_entropy(g, NULL, dg_matmul(g, NULL, h, x[2], false, false), x[3]);
+    return 1;
+}
 static const int64_t SQ_AX1[] = {1};
 B1(b_squeeze1, dg_squeeze(g, NULL, x[0], SQ_AX1, 1))
 // Two tensors clipped together. Clipping: the first is scaled up past the norm; not clipping:
@@ -332,6 +348,16 @@ static const grad_case grad_cases[] = {
     {"Fill value", b_fill, 1, {T0(U)}},
     {"shared input", b_shared, 1, {T2(3, 4, U)}},
     {"several outputs", b_multi_out, 2, {T2(3, 4, U), T2(4, 2, U)}},
+    {"Conv2D VALID", b_conv_valid, 2, {T4(2, 5, 5, 3, U), T4(3, 3, 3, 4, U)}},
+    {"Conv2D SAME stride 2", b_conv_same_s2, 2, {T4(2, 6, 5, 2, U), T4(3, 2, 2, 3, U)}},
+    {"Conv2D SAME even window, strides 1x2", b_conv_same_s12, 2, {T4(1, 4, 5, 2, U), T4(2, 2, 2, 2, U)}},
+    {"Conv2D VALID strides 3x2", b_conv_valid_s3, 2, {T4(2, 7, 6, 2, U), T4(2, 3, 2, 3, U)}},
+    {"Conv2D 1x1", b_conv_valid, 2, {T4(2, 3, 3, 4, U), T4(1, 1, 4, 2, U)}},
+    {"MaxPool 2x2 VALID", b_max_pool_valid, 1, {T4(2, 4, 5, 3, U)}},
+    {"MaxPool 3x3 SAME stride 2", b_max_pool_same, 1, {T4(1, 5, 5, 2, U)}},
+    {"AvgPool 2x2 VALID", b_avg_pool_valid, 1, {T4(2, 4, 5, 3, U)}},
+    {"AvgPool 3x2 SAME strides 2x1", b_avg_pool_same, 1, {T4(1, 5, 4, 2, U)}},
+    {"CNN", b_cnn, 4, {T4(2, 4, 4, 1, U), T4(3, 3, 1, 2, U), T2(8, 3, U), LABELS(2, 3, DG_INT64)}},
     {"MLP", b_mlp, 5,
      {T2(4, 3, U), T2(3, 5, U), T1(5, U), T2(5, 3, U), LABELS(4, 3, DG_INT64)}},
 };

@@ -75,6 +75,8 @@ extern const exec_kernel_def gpu_math_kernels[];      // kernels_gpu_math.c
 extern const int gpu_n_math_kernels;
 extern const exec_kernel_def gpu_nn_kernels[];        // kernels_gpu_nn.c
 extern const int gpu_n_nn_kernels;
+extern const exec_kernel_def gpu_conv_kernels[];      // kernels_gpu_conv.c
+extern const int gpu_n_conv_kernels;
 extern const exec_kernel_def gpu_collective_kernels[];  // kernels_gpu_collective.c
 extern const int gpu_n_collective_kernels;
 
