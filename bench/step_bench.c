@@ -1,8 +1,11 @@
 /* step_bench: training steps per second of the MNIST-replica model (batch 100, one thread)
- * on a fixed batch after warm-up. Prints JSON lines:
+ * on a fixed batch after warm-up; --model cnn times cnn_replica's CNN instead (dropout on, the
+ * learning rate decaying), the network of bench/peers/torch_cnn.py and tf_cnn.py. Prints JSON
+ * lines:
  *   {"bench": "step_bench", "metric": ..., "value": ..., "unit": ...} */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "flags.h"
@@ -22,8 +25,9 @@ static int cmp(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     int64_t steps = 2000, warmup = 200, batch = 100, threads = 1;
-    const char *data_dir = MNIST_DEFAULT_DIR;
+    const char *data_dir = MNIST_DEFAULT_DIR, *model = "mlp";
     flag_def defs[] = {
+        {"model", FLAG_STRING, &model, "mlp (default) or cnn"},
         {"steps", FLAG_INT, &steps, "timed steps (default 2000)"},
         {"warmup", FLAG_INT, &warmup, "untimed steps first (default 200)"},
         {"batch_size", FLAG_INT, &batch, "batch (default 100)"},
@@ -34,8 +38,9 @@ int main(int argc, char **argv) {
     if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], "usage: step_bench [flags]", &help))
         return 2;
     if (help) return 0;
-    if (steps < 1 || steps > 10000000 || warmup < 0 || batch < 1 || batch > 60000) {
-        fprintf(stderr, "step_bench: bad --steps, --warmup or --batch_size\n");
+    bool cnn = strcmp(model, "cnn") == 0;
+    if (steps < 1 || steps > 10000000 || warmup < 0 || batch < 1 || batch > 60000 || (!cnn && strcmp(model, "mlp"))) {
+        fprintf(stderr, "step_bench: bad --steps, --warmup, --batch_size or --model\n");
         return 2;
     }
     dg_status *st = dg_status_new();
@@ -49,8 +54,16 @@ int main(int argc, char **argv) {
     dg_session *s = NULL;
     double *times = malloc((size_t)steps * sizeof *times);
     int rc = 1;
-    dg_tensor *xt = NULL, *yt = NULL;
-    if (!mlp_build(g, data.train.dim, 100, 0.01, 1, &m, st)) goto out;
+    dg_tensor *xt = NULL, *yt = NULL, *on = NULL;
+    if (cnn) {
+        cnn_build_net(g, 0.001, 1, &m);
+        dg_optimizer opt = model_adam(g, &m, 0.001);
+        m.train = dg_optimizer_minimize(&opt, m.loss, m.global_step);
+        m.init = dg_global_variables_initializer(g);
+        if (!dg_graph_check(g, st) || !(on = model_training_value(true, st))) goto out;
+    } else if (!mlp_build(g, data.train.dim, 100, 0.01, 1, &m, st)) {
+        goto out;
+    }
     dg_session_options o = dg_session_options_default();
     o.inter_op_threads = (int)threads;
     o.intra_op_threads = 1;
@@ -58,19 +71,19 @@ int main(int argc, char **argv) {
     xt = dg_tensor_from_data(DG_FLOAT32, dg_shape2(batch, data.train.dim), data.train.images, st);
     yt = dg_tensor_from_data(DG_INT64, dg_shape1(batch), data.train.labels, st);
     if (!xt || !yt) goto out;
-    dg_output feeds[2] = {m.x, m.y_};
-    dg_tensor *vals[2] = {xt, yt};
+    dg_output feeds[3] = {m.x, m.y_, m.training};
+    dg_tensor *vals[3] = {xt, yt, on};
     for (int64_t i = 0; i < warmup + steps; i++) {
         double a = now_ms();
-        if (!dg_session_run(s, feeds, vals, 2, NULL, NULL, 0, &m.train, 1, st)) goto out;
+        if (!dg_session_run(s, feeds, vals, on ? 3 : 2, NULL, NULL, 0, &m.train, 1, st)) goto out;
         if (i >= warmup) times[i - warmup] = now_ms() - a;
     }
     double total = 0;
     for (int64_t i = 0; i < steps; i++) total += times[i];
     qsort(times, (size_t)steps, sizeof *times, cmp);
     double median = times[steps / 2];
-    printf("{\"bench\": \"step_bench\", \"metric\": \"median_step\", \"value\": %.4f, \"unit\": \"ms\", \"batch\": %lld, \"threads\": %lld}\n",
-           median, (long long)batch, (long long)threads);
+    printf("{\"bench\": \"step_bench\", \"metric\": \"median_step\", \"value\": %.4f, \"unit\": \"ms\", \"batch\": %lld, \"threads\": %lld, \"model\": \"%s\"}\n",
+           median, (long long)batch, (long long)threads, model);
     printf("{\"bench\": \"step_bench\", \"metric\": \"p90_step\", \"value\": %.4f, \"unit\": \"ms\"}\n",
            times[(steps * 9) / 10]);
     printf("{\"bench\": \"step_bench\", \"metric\": \"steps_per_s\", \"value\": %.1f, \"unit\": \"steps/s\"}\n",
@@ -80,6 +93,7 @@ int main(int argc, char **argv) {
     rc = 0;
 out:
     if (rc) fprintf(stderr, "step_bench: %s\n", dg_status_message(st));
+    dg_tensor_unref(on);
     dg_tensor_unref(xt);
     dg_tensor_unref(yt);
     free(times);

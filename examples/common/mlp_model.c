@@ -22,6 +22,34 @@ bool mlp_build_net(dg_graph *g, int64_t pixels, int64_t hidden, int64_t seed, ml
     return dg_graph_ok(g);
 }
 
+dg_optimizer model_adam(dg_graph *g, const mlp_model *m, double lr) {
+    dg_optimizer opt = dg_adam(g, lr);
+    if (m->learning_rate.node) opt.learning_rate_tensor = m->learning_rate;
+    return opt;
+}
+
+bool cnn_build_net(dg_graph *g, double lr, int64_t seed, mlp_model *m) {
+    memset(m, 0, sizeof *m);
+    m->x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(-1, 784));
+    m->y_ = dg_placeholder(g, "y_", DG_INT64, dg_shape1(-1));
+    m->training = dg_placeholder(g, "training", DG_BOOL, dg_shape_scalar());
+    int64_t img[4] = {-1, 28, 28, 1};
+    dg_output h = dg_reshape(g, "images", m->x, img, 4);
+    h = dg_conv2d_layer(g, "conv1", h, 16, 5, 5, 1, DG_PADDING_SAME, DG_ACT_RELU, dg_init_glorot_uniform(seed));
+    h = dg_max_pool(g, "pool1", h, 2, 2, 2, 2, DG_PADDING_VALID);
+    h = dg_conv2d_layer(g, "conv2", h, 32, 5, 5, 1, DG_PADDING_SAME, DG_ACT_RELU, dg_init_glorot_uniform(seed + 1));
+    h = dg_max_pool(g, "pool2", h, 2, 2, 2, 2, DG_PADDING_VALID);
+    h = dg_dense(g, "dense", dg_flatten(g, NULL, h), 128, DG_ACT_RELU, dg_init_glorot_uniform(seed + 2));
+    h = dg_dropout(g, "dropout", h, 0.25, m->training, seed + 3);
+    m->logits = dg_dense(g, "logits", h, 10, DG_ACT_NONE, dg_init_glorot_uniform(seed + 4));
+    m->loss = dg_sparse_softmax_cross_entropy(g, "cross_entropy", m->logits, m->y_);
+    m->global_step = dg_global_step(g);
+    m->learning_rate = dg_exponential_decay(g, lr, m->global_step, 500, 0.95);
+    dg_output correct = dg_equal(g, "correct", dg_argmax(g, NULL, m->logits, 1), m->y_);
+    m->accuracy = dg_mean(g, "accuracy", dg_cast(g, NULL, correct, DG_FLOAT32), NULL, 0, false);
+    return dg_graph_ok(g);
+}
+
 bool mlp_build(dg_graph *g, int64_t pixels, int64_t hidden, double lr, int64_t seed, mlp_model *m,
                dg_status *st) {
     mlp_build_net(g, pixels, hidden, seed, m);
@@ -29,6 +57,12 @@ bool mlp_build(dg_graph *g, int64_t pixels, int64_t hidden, double lr, int64_t s
     m->train = dg_optimizer_minimize(&opt, m->loss, m->global_step);
     m->init = dg_global_variables_initializer(g);
     return dg_graph_check(g, st);
+}
+
+dg_tensor *model_training_value(bool on, dg_status *st) {
+    dg_tensor *t = dg_tensor_new(DG_BOOL, dg_shape_scalar(), st);
+    if (t) *(uint8_t *)dg_tensor_data(t) = on;
+    return t;
 }
 
 bool mlp_evaluate(dg_session *s, const mlp_model *m, const float *images, const int64_t *labels,
@@ -45,13 +79,15 @@ bool mlp_evaluate(dg_session *s, const mlp_model *m, const float *images, const 
             dg_tensor_unref(yt);
             return false;
         }
-        dg_output feeds[2] = {m->x, m->y_};
-        dg_tensor *vals[2] = {xt, yt};
+        dg_tensor *off_t = m->training.node ? model_training_value(false, st) : NULL;
+        dg_output feeds[3] = {m->x, m->y_, m->training};
+        dg_tensor *vals[3] = {xt, yt, off_t};
         dg_output fetches[2] = {m->loss, m->accuracy};
         dg_tensor *out[2] = {NULL, NULL};
-        bool ok = dg_session_run(s, feeds, vals, 2, fetches, out, 2, NULL, 0, st);
+        bool ok = dg_session_run(s, feeds, vals, off_t ? 3 : 2, fetches, out, 2, NULL, 0, st);
         dg_tensor_unref(xt);
         dg_tensor_unref(yt);
+        dg_tensor_unref(off_t);
         if (!ok) return false;
         sum_loss += dg_tensor_f32(out[0])[0] * (double)b;
         sum_acc += dg_tensor_f32(out[1])[0] * (double)b;

@@ -1,0 +1,460 @@
+/* The training program behind mnist_replica and cnn_replica (examples/mnist_replica.c,
+ * examples/cnn_replica.c): between-graph replication of one model, asynchronous with ps
+ * tasks, synchronous replicas or all-reduce, under the monitored session. See those files. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "distgraph/monitored_session.h"
+#include "flags.h"
+#include "mlp_model.h"
+#include "mnist_data.h"
+#include "replica.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Wall-clock time in seconds since the Unix epoch, as TensorFlow's time.time() prints it.
+static double unix_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Reports each creation of the monitored session's underlying session: the first, and those
+// after a failure (a restarted ps or worker).
+typedef struct report_hook {
+    long long task;
+    int n_created;
+} report_hook;
+
+static bool report_after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
+    report_hook *r = ctx;
+    if (r->n_created++ > 0) printf("Worker %lld: recreated the session after a failure (recovery %d)\n", r->task,
+                                   r->n_created - 1);
+    if (!dg_monitored_session_is_chief(ms))
+        printf("Worker %lld: the chief has initialized the variables\n", r->task);
+    else if (dg_monitored_session_restored_step(ms) >= 0)
+        printf("Worker %lld: restored checkpoint of global step %lld\n", r->task,
+               (long long)dg_monitored_session_restored_step(ms));
+    else
+        printf("Worker %lld: initialized variables\n", r->task);
+    fflush(stdout);
+    return true;
+}
+
+// The network (the MLP, or the CNN when cnn) and its training: Adam (at the model's learning
+// rate schedule, if any) applied as the mode says. Sync: the sync replicas optimizer wraps it.
+// All-reduce (MultiWorkerMirrored): every worker holds the whole model on its own task; one
+// packed all-reduce averages the gradients, every worker applies the same Adam update, and
+// *bcast copies worker 0's values (restored from a checkpoint, say) to every worker.
+static bool build_model(dg_graph *g, bool cnn, int64_t pixels, int64_t hidden, double lr, int64_t seed,
+                        const dg_sync_replicas_options *so, dg_sync_replicas **sr,
+                        const dg_collective_group *grp, dg_node **bcast, mlp_model *m, dg_status *st) {
+    if (cnn)
+        cnn_build_net(g, lr, seed, m);
+    else
+        mlp_build_net(g, pixels, hidden, seed, m);
+    dg_optimizer opt = model_adam(g, m, lr);
+    if (so) {
+        if (!(*sr = dg_sync_replicas_new(&opt, so, st))) return false;
+        if (!(m->train = dg_sync_replicas_minimize(*sr, m->loss, m->global_step, st))) return false;
+    } else if (grp) {
+        m->train = dg_all_reduce_minimize(&opt, m->loss, NULL, 0, m->global_step, grp, 1);
+    } else {
+        m->train = dg_optimizer_minimize(&opt, m->loss, m->global_step);
+    }
+    m->init = dg_global_variables_initializer(g);
+    if (grp) *bcast = dg_collective_broadcast_variables(g, NULL, 0, grp, 2);
+    return dg_graph_check(g, st);
+}
+
+// All-reduce: after each session creation (and restore) every worker takes worker 0's values.
+static bool bcast_after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
+    return dg_session_run_target(sess, ctx, st);
+}
+
+static const char *prog = "mnist_replica";
+
+static int fail(dg_status *st, const char *what) {
+    fprintf(stderr, "%s: %s: %s: %s\n", prog, what, dg_code_name(dg_status_code(st)),
+            dg_status_message(st));
+    return 1;
+}
+
+int replica_main(int argc, char **argv, const replica_program *p) {
+    prog = p->name;
+    const char *job_name = "", *ps_hosts = "", *worker_hosts = "", *data_dir = MNIST_DEFAULT_DIR;
+    int64_t task_index = -1, train_steps = p->train_steps, batch_size = 100, hidden = 100, seed = 1, log_every = 100;
+    int64_t wait_ms = 60000, rpc_timeout_ms = 30000, save_checkpoint_steps = 100, recovery_attempts = 3;
+    const char *checkpoint_path = "", *slurm_jobs = "", *save_graph = "";
+    int64_t slurm_port_base = DG_SLURM_DEFAULT_PORT_BASE;
+    int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000, wait_for_tasks_ms = 0;
+    double lr = p->learning_rate;
+    char steps_help[64], lr_help[128];
+    snprintf(steps_help, sizeof steps_help, "global steps to train (default %lld)", (long long)p->train_steps);
+    snprintf(lr_help, sizeof lr_help, "Adam learning rate (default %g%s)", p->learning_rate,
+             p->cnn ? ", decaying by 0.95 every 500 steps" : "");
+    bool quiet = false, print_placement = false, sync_replicas = false, all_reduce = false, existing_servers = false;
+    flag_def defs[] = {
+        {"job_name", FLAG_STRING, &job_name, "ps or worker (default: from TF_CONFIG)"},
+        {"task_index", FLAG_INT, &task_index, "index of this task in its job"},
+        {"ps_hosts", FLAG_STRING, &ps_hosts, "comma list of host:port"},
+        {"worker_hosts", FLAG_STRING, &worker_hosts, "comma list of host:port"},
+        {"slurm_jobs", FLAG_STRING, &slurm_jobs,
+         "cluster and task from the Slurm job step (srun), e.g. ps:1,worker:2 (examples/slurm/)"},
+        {"slurm_port_base", FLAG_INT, &slurm_port_base, "with --slurm_jobs: first port on each node (default 8888)"},
+        {"train_steps", FLAG_INT, &train_steps, steps_help},
+        {"batch_size", FLAG_INT, &batch_size, "examples per step (default 100)"},
+        {"hidden_units", FLAG_INT, &hidden, "hidden layer width of the MLP (default 100)"},
+        {"learning_rate", FLAG_DOUBLE, &lr, lr_help},
+        {"data_dir", FLAG_STRING, &data_dir, "IDX files (default " MNIST_DEFAULT_DIR ")"},
+        {"seed", FLAG_INT, &seed, "initialisation seed; batches are shuffled by seed + task (default 1)"},
+        {"log_every", FLAG_INT, &log_every, "progress line every N local steps (default 100)"},
+        {"wait_for_chief_ms", FLAG_INT, &wait_ms, "how long a non-chief waits for initialization"},
+        {"rpc_timeout_ms", FLAG_INT, &rpc_timeout_ms, "deadline of each remote call (default 30000)"},
+        {"quiet", FLAG_BOOL, &quiet, "no server log lines"},
+        {"print_placement", FLAG_BOOL, &print_placement,
+         "print where each trainable variable lives and a checksum of its value fetched from there"},
+        {"save_graph", FLAG_STRING, &save_graph,
+         "chief: write the training graph to this file (examples/inference.c loads it with a checkpoint)"},
+        {"checkpoint_path", FLAG_STRING, &checkpoint_path,
+         "SQLite checkpoint file the chief saves to and restores from (default: none)"},
+        {"save_checkpoint_steps", FLAG_INT, &save_checkpoint_steps, "chief: checkpoint every N global steps (default 100)"},
+        {"recovery_attempts", FLAG_INT, &recovery_attempts,
+         "session creations tried after a ps or worker failure before giving up (default 3)"},
+        {"sync_replicas", FLAG_BOOL, &sync_replicas, "train synchronously: average the workers' gradients each step"},
+        {"replicas_to_aggregate", FLAG_INT, &replicas_to_aggregate,
+         "sync: gradients averaged per step (default: the number of workers; fewer: backup workers)"},
+        {"sync_timeout_ms", FLAG_INT, &sync_timeout_ms,
+         "sync: how long the chief waits for one step's gradients before failing (default 60000)"},
+        {"all_reduce", FLAG_BOOL, &all_reduce,
+         "train synchronously without ps: every worker holds the variables, gradients are averaged by "
+         "all-reduce (MultiWorkerMirrored)"},
+        {"num_gpus", FLAG_INT, &num_gpus, "GPUs per worker machine: worker i computes on GPU i % num_gpus (default 0)"},
+        {"wait_for_tasks_ms", FLAG_INT, &wait_for_tasks_ms,
+         "how long to wait for tasks (ps, workers) not up yet, logging every 5 s (default 0: no limit)"},
+        {"existing_servers", FLAG_BOOL, &existing_servers,
+         "start no server: train through the standing dg-server of this worker's task (dg://worker host)"},
+    };
+    bool help;
+    if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], p->usage, &help))
+        return 2;
+    if (help) return 0;
+    if (train_steps < 0 || batch_size < 1 || batch_size > 60000 || hidden < 1 || log_every < 1 ||
+        save_checkpoint_steps < 0 || recovery_attempts < 1 || recovery_attempts > 1000000 || wait_ms < 0 ||
+        replicas_to_aggregate < 0 || num_gpus < 0 || sync_timeout_ms < 1) {
+        fprintf(stderr, "%s: bad --train_steps, --batch_size, --hidden_units, --log_every, "
+                        "--save_checkpoint_steps, --recovery_attempts, --wait_for_chief_ms, "
+                        "--replicas_to_aggregate, --num_gpus or --sync_timeout_ms\n", prog);
+        return 2;
+    }
+    dg_status *st = dg_status_new();
+    dg_cluster *cluster = NULL;
+    char job[64];
+    snprintf(job, sizeof job, "%s", job_name);
+    const char *job_from = "--job_name", *task_from = "--task_index";   // for messages
+    if (*ps_hosts || *worker_hosts) {
+        cluster = dg_cluster_from_flags(ps_hosts, worker_hosts, st);
+    } else if (*slurm_jobs) {
+        dg_slurm_options so = {.jobs = slurm_jobs, .port_base = (int)slurm_port_base};
+        dg_tf_config cfg;
+        if (slurm_port_base < 1 || slurm_port_base > 65535) {
+            fprintf(stderr, "%s: --slurm_port_base must be a port (1..65535)\n", prog);
+            return 2;
+        }
+        if (dg_slurm_from_env(&so, &cfg, st)) {
+            cluster = cfg.cluster;
+            cfg.cluster = NULL;
+            if (!*job) snprintf(job, sizeof job, "%s", cfg.task_type), job_from = "Slurm's task";
+            if (task_index < 0) task_index = cfg.task_index, task_from = "Slurm's task";
+            dg_tf_config_clear(&cfg);
+        }
+    } else {
+        dg_tf_config cfg;
+        if (dg_tf_config_from_env(&cfg, st)) {
+            cluster = cfg.cluster;
+            cfg.cluster = NULL;
+            if (!*job) snprintf(job, sizeof job, "%s", cfg.task_type), job_from = "TF_CONFIG's task.type";
+            if (task_index < 0) task_index = cfg.task_index, task_from = "TF_CONFIG's task.index";
+            dg_tf_config_clear(&cfg);
+        }
+    }
+    if (!cluster) return fail(st, "cluster (give --ps_hosts/--worker_hosts, --slurm_jobs or TF_CONFIG)");
+    if (!*job) {
+        fprintf(stderr, "%s: no job for this task: give --job_name ps or worker (or TF_CONFIG's task)\n", prog);
+        return 2;
+    }
+    if (strcmp(job, "ps") != 0 && strcmp(job, "worker") != 0) {
+        fprintf(stderr, "%s: %s is \"%s\", but MNIST-replica runs only ps and worker tasks%s\n", prog, job_from,
+                job, strcmp(job, "chief") == 0 ? " (its chief is worker 0: list that task as worker 0)" : "");
+        return 2;
+    }
+    int n_tasks = dg_cluster_num_tasks(cluster, job);
+    if (task_index < 0) {
+        fprintf(stderr, "%s: missing --task_index: which of the %d %s task%s this is (0 to %d)\n", prog, n_tasks, job,
+                n_tasks == 1 ? "" : "s", n_tasks - 1);
+        return 2;
+    }
+    if (task_index >= n_tasks) {
+        fprintf(stderr, "%s: %s %lld is out of range: job %s has %d task%s (0 to %d)\n", prog, task_from,
+                (long long)task_index, job, n_tasks, n_tasks == 1 ? "" : "s", n_tasks - 1);
+        return 2;
+    }
+    int n_workers = dg_cluster_num_tasks(cluster, "worker");
+    if (sync_replicas && all_reduce) {
+        fprintf(stderr, "%s: --sync_replicas and --all_reduce exclude each other\n", prog);
+        return 2;
+    }
+    if (sync_replicas && replicas_to_aggregate == 0) replicas_to_aggregate = n_workers;
+    if (sync_replicas && replicas_to_aggregate > n_workers) {
+        fprintf(stderr, "%s: --replicas_to_aggregate %lld is more than the %d workers\n", prog,
+                (long long)replicas_to_aggregate, n_workers);
+        return 2;
+    }
+    dg_server_options so = dg_server_options_default();
+    so.quiet = quiet;
+    so.rpc_timeout_ms = rpc_timeout_ms;
+    if (sync_replicas) {
+        // A worker's step waits on the ps for its token (up to twice the take's deadline) inside
+        // a remote call (the wait holds no thread of the ps).
+        if (so.rpc_timeout_ms < 2 * sync_timeout_ms + 10000) so.rpc_timeout_ms = 2 * sync_timeout_ms + 10000;
+    }
+    dg_server *server = NULL;
+    char master[300];
+    if (existing_servers) {
+        if (strcmp(job, "ps") == 0) {
+            fprintf(stderr, "%s: with --existing_servers the ps tasks are standing dg-server processes; "
+                            "start only the worker programs\n", prog);
+            return 2;
+        }
+        const char *addr = dg_cluster_task_address(cluster, "worker", (int)task_index, st);
+        if (!addr) return fail(st, "the worker's address");
+        snprintf(master, sizeof master, "dg://%s", addr);
+    } else {
+        if (!(server = dg_server_new(cluster, job, (int)task_index, &so, st))) return fail(st, "starting the server");
+        snprintf(master, sizeof master, "%s", dg_server_target(server));
+    }
+    if (strcmp(job, "ps") == 0) {
+        dg_server_join(server, true, st);
+        dg_server_free(&server);
+        dg_cluster_free(&cluster);
+        dg_status_free(&st);
+        return 0;
+    }
+    int rc = 1;
+    bool is_chief = task_index == 0;
+    mnist_dataset data;
+    dg_graph *g = NULL;
+    dg_monitored_session *ms = NULL;
+    dg_session_hook *stop = NULL, *sync_hook = NULL;
+    dg_sync_replicas *sr = NULL;
+    dg_node *bcast = NULL;
+    dg_device_fn *setter = NULL;
+    float *xb = NULL;
+    int64_t *yb = NULL;
+    dg_tensor *xt = NULL, *yt = NULL, *on = NULL;
+    memset(&data, 0, sizeof data);
+    if (!mnist_load(data_dir, (uint64_t)(seed + task_index), &data, st)) {
+        fail(st, "loading data");
+        goto out;
+    }
+    g = dg_graph_new();
+    char worker_device[128];
+    if (num_gpus > 0)
+        snprintf(worker_device, sizeof worker_device, "/job:worker/task:%lld/device:GPU:%lld", (long long)task_index,
+                 (long long)(task_index % num_gpus));
+    else
+        snprintf(worker_device, sizeof worker_device, "/job:worker/task:%lld", (long long)task_index);
+    dg_replica_device_setter_options ro = dg_replica_device_setter_options_default();
+    ro.cluster = cluster;
+    ro.worker_device = worker_device;
+    // All-reduce keeps everything on this worker; otherwise variables go to the ps tasks.
+    if (all_reduce) {
+        dg_graph_push_device(g, worker_device);
+    } else if ((setter = dg_replica_device_setter_new(&ro, st))) {
+        dg_graph_push_device_fn(g, setter);
+    } else {
+        fail(st, "replica device setter");
+        goto out;
+    }
+    mlp_model m;
+    dg_sync_replicas_options sro = dg_sync_replicas_options_default();
+    sro.replicas_to_aggregate = (int)replicas_to_aggregate;
+    sro.total_num_replicas = n_workers;
+    sro.task_index = (int)task_index;
+    sro.timeout_ms = sync_timeout_ms;
+    dg_collective_group grp = dg_collective_group_make("worker", n_workers);
+    grp.timeout_ms = sync_timeout_ms;
+    bool built = build_model(g, p->cnn, data.train.dim, hidden, lr, seed, sync_replicas ? &sro : NULL, &sr,
+                             all_reduce ? &grp : NULL, &bcast, &m, st);
+    if (!built) {
+        fail(st, "building the model");
+        goto out;
+    }
+    if (all_reduce)
+        dg_graph_pop_device(g);
+    else
+        dg_graph_pop_device_fn(g);
+    // The loss as a scalar summary: with --checkpoint_path the chief writes it beside the
+    // checkpoints every 100 steps (dg-inspect plot FILE --tag loss).
+    dg_graph_push_device(g, worker_device);
+    dg_graph_add_to_collection(g, DG_SUMMARIES, dg_identity(g, "loss", m.loss).node);
+    dg_graph_pop_device(g);
+    if (*save_graph && task_index == 0 && !dg_graph_save(g, save_graph, st)) {
+        fail(st, "--save_graph");
+        goto out;
+    }
+    // Worker 0 is the chief: it restores the newest checkpoint or initializes the variables;
+    // the others wait for it (IsVariableInitialized polls inside the monitored session).
+    if (!(stop = dg_stop_at_step_hook_new(-1, train_steps, st))) {
+        fail(st, "stop hook");
+        goto out;
+    }
+    report_hook report = {(long long)task_index, 0};
+    dg_session_hook report_h = {"report", &report, NULL, report_after_create, NULL, NULL, NULL, NULL};
+    if (sync_replicas && !(sync_hook = dg_sync_replicas_hook_new(sr, is_chief, master, train_steps, st))) {
+        fail(st, "sync replicas hook");
+        goto out;
+    }
+    dg_session_hook bcast_h = {"broadcast", bcast, NULL, bcast_after_create, NULL, NULL, NULL, NULL};
+    // The broadcast comes before the stop hook, which reads the global step it brings.
+    dg_session_hook *hooks[3] = {&report_h, stop, sync_hook};
+    if (all_reduce) {
+        hooks[1] = &bcast_h;
+        hooks[2] = stop;
+    }
+    // One thread per step: this model has little to run in parallel, and the cores are
+    // better left to the other tasks and the transport.
+    dg_session_options sopt = dg_session_options_default();
+    sopt.inter_op_threads = 1;
+    sopt.wait_for_tasks_ms = wait_for_tasks_ms;
+    dg_mts_options mo = dg_mts_options_default();
+    mo.session_options = &sopt;
+    mo.master = master;
+    // All-reduce: every worker initializes its own copy (worker 0 restores, then broadcasts);
+    // only worker 0 checkpoints.
+    mo.is_chief = is_chief || all_reduce;
+    mo.checkpoint_path = *checkpoint_path && (is_chief || !all_reduce) ? checkpoint_path : NULL;
+    mo.save_checkpoint_steps = save_checkpoint_steps;
+    mo.wait_for_chief_ms = wait_ms;
+    mo.max_recovery_attempts = (int)recovery_attempts;
+    mo.hooks = hooks;
+    mo.n_hooks = sync_replicas || all_reduce ? 3 : 2;
+    if (!is_chief) {
+        printf("Worker %lld: waiting for the chief to initialize the variables\n", (long long)task_index);
+        fflush(stdout);
+    }
+    ms = dg_monitored_session_new(g, &mo, st);
+    if (!ms) {
+        fail(st, "creating the monitored session");
+        goto out;
+    }
+    dg_session *s = dg_monitored_session_session(ms);
+    if (print_placement) {
+        for (int i = 0; i < dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES); i++) {
+            dg_output v = {dg_graph_collection_get(g, DG_TRAINABLE_VARIABLES, i), 0};
+            dg_tensor *val = NULL;
+            if (!dg_session_run(s, NULL, NULL, 0, &v, &val, 1, NULL, 0, st)) {
+                fail(st, "fetching a variable");
+                goto out;
+            }
+            double sum = 0;
+            for (int64_t k = 0; k < dg_tensor_num_elements(val); k++) sum += dg_tensor_get_as_double(val, k);
+            printf("Worker %lld: variable %s on %s, %lld values summing to %.6f\n", (long long)task_index,
+                   dg_node_name(v.node), dg_node_assigned_device(v.node),
+                   (long long)dg_tensor_num_elements(val), sum);
+            dg_tensor_unref(val);
+        }
+    }
+    fflush(stdout);
+    xb = malloc((size_t)(batch_size * data.train.dim) * sizeof *xb);
+    yb = malloc((size_t)batch_size * sizeof *yb);
+    xt = dg_tensor_wrap(DG_FLOAT32, dg_shape2(batch_size, data.train.dim), xb,
+                        (size_t)(batch_size * data.train.dim) * sizeof *xb, NULL, NULL, st);
+    yt = dg_tensor_wrap(DG_INT64, dg_shape1(batch_size), yb, (size_t)batch_size * sizeof *yb, NULL, NULL, st);
+    if (!xt || !yt) {
+        fail(st, "batch buffers");
+        goto out;
+    }
+    // The CNN's dropout is on while training.
+    if (m.training.node && !(on = model_training_value(true, st))) {
+        fail(st, "the training switch");
+        goto out;
+    }
+    dg_output feeds[3] = {m.x, m.y_, m.training};
+    dg_tensor *vals[3] = {xt, yt, on};
+    int n_feeds = on ? 3 : 2;
+    double t_start = now_s();
+    int64_t local_step = 0, global_step = 0;
+    printf("Training begins @ %f\n", unix_s());
+    while (!dg_monitored_session_should_stop(ms)) {
+        mnist_next_batch(&data.train, batch_size, xb, yb);
+        dg_tensor *gs = NULL;
+        if (!dg_monitored_session_run(ms, feeds, vals, n_feeds, &m.global_step, &gs, 1, &m.train, 1, st)) {
+            // Sync: the chief closed the token queue at the last step.
+            if (sync_replicas && dg_status_code(st) == DG_OUT_OF_RANGE) {
+                dg_status_reset(st);
+                break;
+            }
+            fail(st, "training step");
+            goto out;
+        }
+        global_step = dg_tensor_i64(gs)[0];
+        dg_tensor_unref(gs);
+        local_step++;
+        if (local_step % log_every == 0) {
+            printf("%f: Worker %lld: training step %lld done (global step: %lld)\n", unix_s(), (long long)task_index,
+                   (long long)local_step, (long long)global_step);
+            fflush(stdout);
+        }
+    }
+    double elapsed = now_s() - t_start;
+    printf("Training ends @ %f\n", unix_s());
+    printf("Training elapsed time: %f s (%lld local steps, %.1f local steps/s)\n", elapsed,
+           (long long)local_step, (double)local_step / elapsed);
+    // The step this worker stops at (a restored chief may not have trained at all).
+    if ((global_step = dg_monitored_session_global_step(ms, st)) < 0) {
+        fail(st, "reading the global step");
+        goto out;
+    }
+    // The session may have been recreated during training.
+    s = dg_monitored_session_session(ms);
+    double loss, acc;
+    if (!mlp_evaluate(s, &m, data.test.images, data.test.labels, data.test.n, data.test.dim, 1000, &loss, &acc, st)) {
+        fail(st, "evaluating");
+        goto out;
+    }
+    printf("After %lld training step(s), validation cross entropy = %g\n", (long long)global_step, loss);
+    printf("Worker %lld: validation accuracy = %.4f (on the %lld test images)\n", (long long)task_index, acc,
+           (long long)data.test.n);
+    fflush(stdout);
+    // The chief's final checkpoint is saved here.
+    if (!dg_monitored_session_close(ms, st)) {
+        fail(st, "closing the monitored session");
+        goto out;
+    }
+    rc = 0;
+out:
+    dg_tensor_unref(on);
+    dg_tensor_unref(xt);
+    dg_tensor_unref(yt);
+    free(xb);
+    free(yb);
+    dg_monitored_session_free(&ms);
+    dg_session_hook_free(&stop);
+    dg_session_hook_free(&sync_hook);   // before the graph: its apply loop's session uses it
+    dg_sync_replicas_free(&sr);
+    dg_graph_free(&g);
+    dg_device_fn_free(&setter);
+    mnist_free(&data);
+    dg_server_free(&server);
+    dg_cluster_free(&cluster);
+    dg_status_free(&st);
+    return rc;
+}
