@@ -1,5 +1,5 @@
 /* Inference from a saved graph and a checkpoint: what a program that did not train does.
- * It loads the graph MNIST-replica wrote (--save_graph), restores a checkpoint of its
+ * It loads the graph MNIST-replica or cnn_replica wrote (--save_graph), restores a checkpoint of its
  * variables (--checkpoint_path of the same run), and evaluates the test images, printing the
  * accuracy the training run printed for the same checkpoint.
  *   build/bin/dg-launch --ps 1 --workers 2 -- build/bin/mnist_replica --checkpoint_path ckpt.db \
@@ -24,6 +24,7 @@ static int fail(const char *what, const dg_status *st) {
 int main(int argc, char **argv) {
     const char *graph_path = "", *ckpt_path = "", *data_dir = MNIST_DEFAULT_DIR;
     const char *x_name = "x:0", *y_name = "y_:0", *acc_name = "accuracy:0", *loss_name = "cross_entropy/value:0";
+    const char *training_name = "training:0";
     int64_t step = -1, batch = 1000;
     flag_def defs[] = {
         {"graph", FLAG_STRING, &graph_path, "the saved graph (mnist_replica --save_graph)"},
@@ -35,6 +36,8 @@ int main(int argc, char **argv) {
         {"labels", FLAG_STRING, &y_name, "the labels placeholder"},
         {"accuracy", FLAG_STRING, &acc_name, "the accuracy tensor"},
         {"loss", FLAG_STRING, &loss_name, "the loss tensor"},
+        {"training", FLAG_STRING, &training_name,
+         "a bool placeholder fed false when the graph has it (cnn_replica's dropout switch)"},
     };
     bool help;
     if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], "usage: inference --graph FILE --checkpoint FILE",
@@ -51,6 +54,7 @@ int main(int argc, char **argv) {
     dg_saver *sv = NULL;
     dg_session *s = NULL;
     dg_checkpoint_store *store = NULL;
+    dg_tensor *not_training = NULL;   // the training switch's value, when the graph has one
     mnist_dataset data;
     memset(&data, 0, sizeof data);
     if (!(g = dg_graph_load(graph_path, st))) {
@@ -65,6 +69,18 @@ int main(int argc, char **argv) {
     if (!loss.node) {
         rc = fail("finding the model's tensors", st);
         goto out;
+    }
+    // A model with dropout (cnn_replica) has a training switch: off here.
+    dg_output training = {NULL, 0};
+    if (*training_name) {
+        dg_status *tst = dg_status_new();
+        training = dg_graph_output(g, training_name, tst);
+        dg_status_free(&tst);
+        if (training.node && !(not_training = dg_tensor_new(DG_BOOL, dg_shape_scalar(), st))) {
+            rc = fail("the training switch", st);
+            goto out;
+        }
+        if (not_training) *(uint8_t *)dg_tensor_data(not_training) = 0;
     }
     // Restore ops for every variable of the graph, the training's slots included, since a
     // checkpoint holds exactly the variables of the graph that wrote it.
@@ -95,9 +111,9 @@ int main(int argc, char **argv) {
                                        (size_t)(n * data.test.dim) * sizeof(float), NULL, NULL, st);
         dg_tensor *yt = dg_tensor_wrap(DG_INT64, dg_shape1(n), data.test.labels + off, (size_t)n * sizeof(int64_t), NULL,
                                        NULL, st);
-        dg_output feeds[2] = {x, y}, fetches[2] = {acc, loss};
-        dg_tensor *vals[2] = {xt, yt}, *got[2] = {NULL, NULL};
-        bool ok = xt && yt && dg_session_run(s, feeds, vals, 2, fetches, got, 2, NULL, 0, st);
+        dg_output feeds[3] = {x, y, training}, fetches[2] = {acc, loss};
+        dg_tensor *vals[3] = {xt, yt, not_training}, *got[2] = {NULL, NULL};
+        bool ok = xt && yt && dg_session_run(s, feeds, vals, not_training ? 3 : 2, fetches, got, 2, NULL, 0, st);
         if (ok) {
             sum_acc += dg_tensor_get_as_double(got[0], 0) * (double)n;
             sum_loss += dg_tensor_get_as_double(got[1], 0) * (double)n;
@@ -117,6 +133,7 @@ int main(int argc, char **argv) {
            sum_loss / (double)seen, (long long)seen);
     rc = 0;
 out:
+    dg_tensor_unref(not_training);
     mnist_free(&data);
     dg_session_free(&s);
     dg_saver_free(&sv);

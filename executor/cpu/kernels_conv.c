@@ -159,42 +159,68 @@ bool cpu_window_geom(exec_ctx *ctx, const graph_window *w, graph_conv_geom *g) {
 
 // ---- im2col and col2im ----
 
+// The output position after (n, oy, ox) in row-major order.
+static inline void next_position(const graph_conv_geom *g, int64_t *n, int64_t *oy, int64_t *ox) {
+    if (++*ox < g->ow) return;
+    *ox = 0;
+    if (++*oy < g->oh) return;
+    *oy = 0;
+    ++*n;
+}
+
+// A window row, kw * c elements, is contiguous in the input: one copy when it lies inside,
+// element groups with zeros where it hangs over the padding.
 #define DEFINE_IM2COL(T, SFX)                                                                     \
     /* Rows [r0, r0 + rows) of the window matrix of x into col ([rows][kh][kw][c]). */            \
-    static void im2col_##SFX(const graph_conv_geom *g, const T *x, int64_t r0, int64_t rows, T *col) { \
+    CPU_CLONES static void im2col_##SFX(const graph_conv_geom *g, const T *x, int64_t r0, int64_t rows, \
+                                        T *col) {                                                 \
         const int64_t c = g->c, krow = g->kw * c;                                                 \
-        for (int64_t r = 0; r < rows; r++) {                                                      \
-            int64_t p = r0 + r, ox = p % g->ow, oy = (p / g->ow) % g->oh, n = p / (g->ow * g->oh); \
+        int64_t ox = r0 % g->ow, oy = (r0 / g->ow) % g->oh, n = r0 / (g->ow * g->oh);             \
+        for (int64_t r = 0; r < rows; r++, next_position(g, &n, &oy, &ox)) {                      \
             T *dst = col + r * g->kh * krow;                                                      \
             int64_t iy0 = oy * g->sh - g->pad_top, ix0 = ox * g->sw - g->pad_left;                \
+            bool inside = ix0 >= 0 && ix0 + g->kw <= g->w;                                        \
             for (int64_t ky = 0; ky < g->kh; ky++, dst += krow) {                                 \
                 int64_t iy = iy0 + ky;                                                            \
                 if (iy < 0 || iy >= g->h) {                                                       \
-                    memset(dst, 0, (size_t)krow * sizeof(T));                                     \
+                    for (int64_t k = 0; k < krow; k++) dst[k] = 0;                                \
                     continue;                                                                     \
                 }                                                                                 \
                 const T *src = x + ((n * g->h + iy) * g->w) * c;                                  \
+                if (inside) {                                                                     \
+                    const T *s = src + ix0 * c;                                                   \
+                    for (int64_t k = 0; k < krow; k++) dst[k] = s[k];                             \
+                    continue;                                                                     \
+                }                                                                                 \
                 for (int64_t kx = 0; kx < g->kw; kx++) {                                          \
                     int64_t ix = ix0 + kx;                                                        \
+                    T *d = dst + kx * c;                                                          \
                     if (ix < 0 || ix >= g->w)                                                     \
-                        memset(dst + kx * c, 0, (size_t)c * sizeof(T));                           \
+                        for (int64_t k = 0; k < c; k++) d[k] = 0;                                 \
                     else                                                                          \
-                        memcpy(dst + kx * c, src + ix * c, (size_t)c * sizeof(T));                \
+                        for (int64_t k = 0; k < c; k++) d[k] = src[ix * c + k];                   \
                 }                                                                                 \
             }                                                                                     \
         }                                                                                         \
     }                                                                                             \
     /* Adds rows [r0, r0 + rows) of a window-matrix gradient back into dx. */                     \
-    static void col2im_##SFX(const graph_conv_geom *g, const T *col, int64_t r0, int64_t rows, T *dx) { \
+    CPU_CLONES static void col2im_##SFX(const graph_conv_geom *g, const T *col, int64_t r0, int64_t rows, \
+                                        T *dx) {                                                  \
         const int64_t c = g->c, krow = g->kw * c;                                                 \
-        for (int64_t r = 0; r < rows; r++) {                                                      \
-            int64_t p = r0 + r, ox = p % g->ow, oy = (p / g->ow) % g->oh, n = p / (g->ow * g->oh); \
+        int64_t ox = r0 % g->ow, oy = (r0 / g->ow) % g->oh, n = r0 / (g->ow * g->oh);             \
+        for (int64_t r = 0; r < rows; r++, next_position(g, &n, &oy, &ox)) {                      \
             const T *src = col + r * g->kh * krow;                                                \
             int64_t iy0 = oy * g->sh - g->pad_top, ix0 = ox * g->sw - g->pad_left;                \
+            bool inside = ix0 >= 0 && ix0 + g->kw <= g->w;                                        \
             for (int64_t ky = 0; ky < g->kh; ky++, src += krow) {                                 \
                 int64_t iy = iy0 + ky;                                                            \
                 if (iy < 0 || iy >= g->h) continue;                                               \
                 T *dst = dx + ((n * g->h + iy) * g->w) * c;                                       \
+                if (inside) {                                                                     \
+                    T *d = dst + ix0 * c;                                                         \
+                    for (int64_t k = 0; k < krow; k++) d[k] += src[k];                            \
+                    continue;                                                                     \
+                }                                                                                 \
                 for (int64_t kx = 0; kx < g->kw; kx++) {                                          \
                     int64_t ix = ix0 + kx;                                                        \
                     if (ix < 0 || ix >= g->w) continue;                                           \
@@ -355,26 +381,27 @@ static bool conv2d_bp_filter_compute(void *state, exec_ctx *ctx) {
                 }                                                                                 \
     }                                                                                             \
     /* The gradient goes to the first input of each window (in row-major order) equal to the     \
-     * window's maximum, as TensorFlow's CPU kernel. */                                          \
-    static void max_pool_grad_##SFX(const graph_conv_geom *g, const T *x, const T *y, const T *dy, T *dx) { \
+     * window's maximum, as TensorFlow's CPU kernel; done[k] (0 or 1) marks channels already     \
+     * routed. Branch-free, so the channel loop vectorizes. */                                    \
+    CPU_CLONES static void max_pool_grad_##SFX(const graph_conv_geom *g, const T *x, const T *y, const T *dy, \
+                                               T *dx, T *done) {                                  \
         const int64_t c = g->c;                                                                   \
         for (int64_t n = 0; n < g->n; n++)                                                        \
             for (int64_t oy = 0; oy < g->oh; oy++)                                                \
                 for (int64_t ox = 0; ox < g->ow; ox++) {                                          \
-                    int64_t at = (n * g->oh + oy) * g->ow + ox;                                   \
+                    int64_t at = ((n * g->oh + oy) * g->ow + ox) * c;                             \
+                    const T *m = y + at, *d = dy + at;                                            \
+                    for (int64_t k = 0; k < c; k++) done[k] = 0;                                  \
                     WINDOW_RANGE(g, oy, ox, y0, y1, x0, x1);                                      \
-                    for (int64_t k = 0; k < c; k++) {                                             \
-                        T m = y[at * c + k];                                                      \
-                        for (int64_t iy = y0; iy < y1; iy++)                                      \
-                            for (int64_t ix = x0; ix < x1; ix++) {                                \
-                                int64_t i = ((n * g->h + iy) * g->w + ix) * c + k;                \
-                                if (x[i] == m) {                                                  \
-                                    dx[i] += dy[at * c + k];                                      \
-                                    goto next_##SFX;                                              \
-                                }                                                                 \
+                    for (int64_t iy = y0; iy < y1; iy++)                                          \
+                        for (int64_t ix = x0; ix < x1; ix++) {                                    \
+                            int64_t i = ((n * g->h + iy) * g->w + ix) * c;                        \
+                            for (int64_t k = 0; k < c; k++) {                                     \
+                                bool hit = x[i + k] == m[k] && done[k] == 0;                      \
+                                dx[i + k] += hit ? d[k] : (T)0;                                   \
+                                done[k] = hit ? (T)1 : done[k];                                   \
                             }                                                                     \
-                    next_##SFX:;                                                                  \
-                    }                                                                             \
+                        }                                                                         \
                 }                                                                                 \
     }                                                                                             \
     static void avg_pool_##SFX(const graph_conv_geom *g, const T *x, T *y) {                      \
@@ -433,10 +460,13 @@ static bool max_pool_grad_compute(void *state, exec_ctx *ctx) {
     dg_tensor *dx = exec_alloc_output(ctx, 0, x->dtype, x->shape);
     if (!dx) return false;
     memset(dx->data, 0, dx->nbytes);
+    void *done = malloc((size_t)(g.c + 1) * dg_dtype_size(x->dtype));
+    if (!done) return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "%lld channels of scratch", (long long)g.c + 1);
     if (x->dtype == DG_FLOAT32)
-        max_pool_grad_f32(&g, x->data, IN(1)->data, IN(2)->data, dx->data);
+        max_pool_grad_f32(&g, x->data, IN(1)->data, IN(2)->data, dx->data, done);
     else
-        max_pool_grad_f64(&g, x->data, IN(1)->data, IN(2)->data, dx->data);
+        max_pool_grad_f64(&g, x->data, IN(1)->data, IN(2)->data, dx->data, done);
+    free(done);
     return true;
 }
 
