@@ -1,11 +1,13 @@
 /* Executor internals: kernel registry, resource manager (variables), thread pool, and the
- * executor that runs one device's subgraph for a step. */
+ * executor that runs one device's subgraph for a step. Device types and their registry are in
+ * device.h (included here); the calls kernels make on their context in kernel_context.c. */
 #ifndef DG_EXEC_IMPL_H
 #define DG_EXEC_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "device.h"
 #include "graph_impl.h"
 
 // ---- resources: state that outlives steps and sessions, shared by name ----
@@ -76,7 +78,7 @@ typedef struct exec_env {
 
 typedef struct exec_kernel_def {
     const char *op;
-    const char *device_type;   // "CPU", "GPU"
+    const char *device_type;   // its device type's name (exec_device_type.name)
     uint32_t dtype_mask;       // bit (1u << dtype) of supported dtypes of the op's type dtype
     // Reads attributes once per graph; returns the kernel's state (may be (void*)1 when it
     // needs none) or NULL with st set.
@@ -91,9 +93,10 @@ typedef struct exec_kernel_def {
     // Async kernels (compute NULL): start the work and return; whoever finishes it calls
     // exec_async_done exactly once. ctx is valid only during the call.
     void (*start_async)(void *state, exec_ctx *ctx, exec_async_handle h);
-    // GPU kernels: the node may run on a GPU although some output is not a float (its
-    // non-float outputs are host memory, see executor/cuda/kernels/gpu_impl.h). Without it a GPU
-    // kernel is offered to the placer only for nodes whose outputs are all floats.
+    // Kernels of a device type with floats_only_on_device: the node may run there although
+    // some output is not a float (its non-float outputs are host memory, see
+    // executor/cuda/kernels/gpu_impl.h). Without it such a kernel is offered to the placer only
+    // for nodes whose outputs are all floats.
     bool host_outputs;
 } exec_kernel_def;
 
@@ -150,34 +153,34 @@ int exec_rendezvous_drop_stale(exec_rendezvous *r, int64_t older_than_ms, bool (
 dg_dtype exec_kernel_dtype(const dg_node *n);
 // The kernel for (op, device type, dtype), or NULL.
 const exec_kernel_def *exec_kernel_find(const char *op, const char *device_type, dg_dtype t);
-// Registers the kernels of one device type (called from one place: exec_kernels_init).
-void exec_cpu_register(void);
+// Adds kernels to the registry; a device type's register_kernels calls it (the registry
+// calls those once, on the first lookup). defs is borrowed for the life of the process.
 void exec_register_kernels(const exec_kernel_def *defs, int n);
-// Number of usable GPUs in this process (0 without CUDA or without a GPU).
-int exec_gpu_count(void);
-// Lets GPU MatMul use TF32 (dg_session_options.gpu_allow_tf32); nothing without CUDA.
-void exec_gpu_set_allow_tf32(bool allow);
-// t itself (a new reference) when it is in host memory, else a host copy of it (a tensor a
-// GPU kernel left in device memory). Returns: new; NULL with st set.
-dg_tensor *exec_tensor_to_host(dg_tensor *t, dg_status *st);
-// A placer callback: is there a kernel for n on device_type?
+// The CPU device type's register_kernels (executor/cpu/cpu_register.c).
+void exec_cpu_register(void);
+// A placer callback: is there a kernel for n on device_type (and may n's outputs live there,
+// exec_device_type.floats_only_on_device)?
 bool exec_kernel_supports(void *ctx, const dg_node *n, const char *device_type);
 
-// An output tensor of the given dtype and shape, reusing the slot's buffer from the last step
-// when it is free. Returns: borrowed, held by the step; NULL with ctx->st set on failure.
+// ---- what kernels call on their context (kernel_context.c) ----
+// An output tensor of the given dtype and shape in host memory, reusing the slot's buffer from
+// the last step when it is free. Returns: borrowed, held by the step; NULL with ctx->st set on
+// failure.
 dg_tensor *exec_alloc_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape);
 // The two halves of it, for devices with memory of their own. exec_reuse_output: the tensor
 // in output slot i when it can take dtype and shape in place (allocated by the slot, held by
-// nobody else, same dtype and byte count, in the memory `gpu` names: 0 host, 1 + id that GPU),
-// reshaped; otherwise the slot is emptied and NULL returned. exec_adopt_output: puts t, newly
-// made for slot i, in it and returns it; NULL t (making it failed) prefixes "output i" to the
-// status.
-dg_tensor *exec_reuse_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape, int gpu);
+// nobody else, same dtype and byte count, in the memory device_mem names: 0 host, 1 + id that
+// device, as dg_tensor.device_mem), reshaped; otherwise the slot is emptied and NULL returned.
+// exec_adopt_output: puts t, newly made for slot i, in it and returns it; NULL t (making it
+// failed) prefixes "output i" to the status.
+dg_tensor *exec_reuse_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape, int device_mem);
 dg_tensor *exec_adopt_output(exec_ctx *ctx, int i, dg_tensor *t);
 // Sets output i to t (takes a new reference), e.g. forwarding an input.
 void exec_set_output(exec_ctx *ctx, int i, dg_tensor *t);
 // Sets an error on the kernel context naming the node. Returns false.
 bool exec_fail(exec_ctx *ctx, dg_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+// ---- random streams for kernels (philox.c) ----
 // A seeded random stream for a kernel (Philox 4x32-10).
 typedef struct exec_philox {
     uint32_t key[2];

@@ -4,7 +4,6 @@
  * pool is given, hands extra expensive ready nodes to it (TensorFlow's "inline the last ready
  * node" policy). Step bookkeeping is allocated once and reused; output buffers are kept
  * between steps and reused when nobody else holds them. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,54 +71,6 @@ const exec_step_options *exec_step_opts(const exec_step *s) { return &s->opts; }
 int exec_graph_num_nodes(const exec_graph *eg) { return eg->n; }
 bool exec_graph_is_light(const exec_graph *eg) { return eg->light; }
 int exec_graph_num_fetches(const exec_graph *eg) { return eg->n_fetches; }
-
-bool exec_fail(exec_ctx *ctx, dg_code code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    dg_status_vsetf(ctx->st, code, fmt, ap);
-    va_end(ap);
-    return false;
-}
-
-dg_tensor *exec_reuse_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape, int gpu) {
-    dg_tensor *t = ctx->outputs[i];
-    // A GPU buffer is wrapped (it goes back to the device's cache), a host one is the tensor's.
-    if (t && ctx->owned[i] && t->dtype == dtype && t->gpu == gpu &&
-        (gpu ? !t->base && atomic_load_explicit(&t->refs, memory_order_acquire) == 1 : tensor_is_exclusive(t))) {
-        int64_t n = tensor_shape_elements(&shape);
-        if (n >= 0 && (size_t)n * dg_dtype_size(dtype) == t->nbytes) {
-            t->shape = shape;
-            t->n_elements = n;
-            return t;
-        }
-    }
-    dg_tensor_unref(t);
-    ctx->outputs[i] = NULL;
-    ctx->owned[i] = false;
-    return NULL;
-}
-
-dg_tensor *exec_adopt_output(exec_ctx *ctx, int i, dg_tensor *t) {
-    if (!t) {
-        dg_status_prepend(ctx->st, "output %d", i);
-        return NULL;
-    }
-    ctx->outputs[i] = t;
-    ctx->owned[i] = true;
-    return t;
-}
-
-dg_tensor *exec_alloc_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape) {
-    dg_tensor *t = exec_reuse_output(ctx, i, dtype, shape, 0);
-    return t ? t : exec_adopt_output(ctx, i, dg_tensor_new(dtype, shape, ctx->st));
-}
-
-void exec_set_output(exec_ctx *ctx, int i, dg_tensor *t) {
-    dg_tensor_ref(t);
-    dg_tensor_unref(ctx->outputs[i]);
-    ctx->outputs[i] = t;
-    ctx->owned[i] = false;
-}
 
 // ---- compile ----
 
@@ -214,7 +165,7 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
     eg->n = n_nodes;
     eg->n_feeds = n_feeds;
     eg->n_fetches = n_fetches;
-    char dev_type[DG_DEVICE_TYPE_MAX] = "CPU";
+    char dev_type[DG_DEVICE_TYPE_MAX] = DG_DEVICE_TYPE_CPU;
     {
         dg_device_name dn;
         dg_status tmp = DG_STATUS_INIT;
@@ -395,9 +346,10 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
     int64_t elements = 0;
     for (int i = 0; i < n_nodes; i++) {
         const dg_node *nd = eg->nodes[i].node;
-        // GPU kernels wait for the device in _Send: never on an I/O thread.
-        if (eg->nodes[i].def->expensive || strcmp(eg->nodes[i].def->device_type, "CPU") != 0)
-            eg->light = false;
+        // Kernels of a device with memory of its own wait for it in _Send: never on an I/O
+        // thread.
+        const exec_device_type *type = exec_device_type_find(eg->nodes[i].def->device_type);
+        if (eg->nodes[i].def->expensive || !type || !type->host_memory) eg->light = false;
         for (int o = 0; o < nd->n_outputs; o++) {
             const dg_shape *sh = &nd->out_shapes[o];
             int64_t e = 1;

@@ -1,12 +1,10 @@
 /* Kernel registry keyed by (op, device type, dtype). Registration is explicit and happens
- * once, here: CPU kernels always, CUDA kernels when built with the CUDA device. */
+ * once, on the first lookup: each device type of the registry (device.h) registers its own
+ * kernels, so this file names no device. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "exec_impl.h"
-#ifdef DG_WITH_CUDA
-#include "gpu_impl.h"
-#endif
 
 #define MAX_KERNELS 512
 
@@ -19,47 +17,20 @@ void exec_register_kernels(const exec_kernel_def *defs, int n) {
 }
 
 static void init(void) {
-    exec_cpu_register();
-#ifdef DG_WITH_CUDA
-    exec_cuda_register();
-#endif
-}
-
-int exec_gpu_count(void) {
-#ifdef DG_WITH_CUDA
-    return exec_cuda_device_count();
-#else
-    return 0;
-#endif
+    for (int i = 0; i < exec_num_device_types(); i++) exec_device_type_at(i)->register_kernels();
 }
 
 bool exec_kernel_supports(void *ctx, const dg_node *n, const char *device_type) {
     (void)ctx;
     const exec_kernel_def *k = exec_kernel_find(n->op->name, device_type, exec_kernel_dtype(n));
     if (!k) return false;
-    // On a GPU only floats live in device memory (executor/cuda/kernels/gpu_impl.h): a node
-    // with another output dtype runs there only when its kernel keeps such outputs on the host.
-    if (strcmp(device_type, "GPU") == 0 && !k->host_outputs)
+    // On a device that keeps only floats in its memory (a GPU, executor/cuda/kernels/gpu_impl.h)
+    // a node with another output dtype runs only when its kernel keeps such outputs on the host.
+    const exec_device_type *type = exec_device_type_find(device_type);
+    if (type && type->floats_only_on_device && !k->host_outputs)
         for (int i = 0; i < n->n_outputs; i++)
             if (n->out_dtypes[i] != DG_FLOAT32 && n->out_dtypes[i] != DG_FLOAT64) return false;
     return true;
-}
-
-void exec_gpu_set_allow_tf32(bool allow) {
-#ifdef DG_WITH_CUDA
-    exec_cuda_set_allow_tf32(allow);
-#else
-    (void)allow;
-#endif
-}
-
-dg_tensor *exec_tensor_to_host(dg_tensor *t, dg_status *st) {
-#ifdef DG_WITH_CUDA
-    return gpu_any_to_host(t, st);
-#else
-    (void)st;
-    return dg_tensor_ref(t);
-#endif
 }
 
 dg_dtype exec_kernel_dtype(const dg_node *n) {

@@ -135,15 +135,16 @@ static bool parse_field(const char *s, const char *p, size_t n, dg_device_name *
         }
         return parse_id_part(s, c2 + 1, vlen - tlen - 1, &d->has_id, &d->id, st);
     }
-    // Legacy "/cpu:0" and "/gpu:1" in any case mean "/device:CPU:0" and "/device:GPU:1".
-    if (span_eq_nocase(p, klen, "cpu") || span_eq_nocase(p, klen, "gpu")) {
-        d->type[0] = to_upper(p[0]);
-        d->type[1] = 'P';
-        d->type[2] = 'U';
-        d->type[3] = '\0';
-        d->has_type = true;
-        return parse_id_part(s, v, vlen, &d->has_id, &d->id, st);
-    }
+    // TensorFlow's legacy short forms of the CPU and GPU types, /cpu:0 and /gpu:1 in any case
+    // for /device:CPU:0 and /device:GPU:1. Other types have only the long form, so that a
+    // misspelt key ("/foo:1", "/Job:w") stays an error.
+    static const char *const legacy_types[] = {DG_DEVICE_TYPE_CPU, DG_DEVICE_TYPE_GPU};
+    for (size_t i = 0; i < sizeof legacy_types / sizeof legacy_types[0]; i++)
+        if (span_eq_nocase(p, klen, legacy_types[i])) {
+            memcpy(d->type, legacy_types[i], klen + 1);   // canonical: upper-case
+            d->has_type = true;
+            return parse_id_part(s, v, vlen, &d->has_id, &d->id, st);
+        }
     return bad(st, s, "unknown field", p, n);
 }
 

@@ -10,7 +10,7 @@
     X(BiasAdd) X(Relu) X(Sigmoid) X(Tanh) X(Exp) X(Log) X(Square) X(Sqrt) X(Neg)     \
     X(ClipByValue) X(Softmax) X(LogSoftmax) X(SoftmaxCrossEntropyWithLogits)         \
     X(SparseSoftmaxCrossEntropyWithLogits) X(Sum) X(Mean) X(Max) X(Reshape) X(Cast)  \
-    X(Concat) X(Split) X(Slice) X(Fill) X(BroadcastTo) X(SumToShape)
+    X(Concat) X(Split) X(Slice) X(Fill) X(BroadcastTo) X(SumToShape) X(Pow) X(Select)
 
 #define DECLARE_GRAD(op) bool grad_##op(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx);
 GRAD_FNS(DECLARE_GRAD)

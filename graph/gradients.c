@@ -97,6 +97,27 @@ static bool select_grad(dg_graph *g, dg_node *n, const dg_output *dy, dg_output 
     return dg_graph_ok(g);
 }
 
+// d(x^y)/dx = y x^(y-1); d(x^y)/dy = x^y log(x) where x > 0, else 0 (TensorFlow's choice).
+bool grad_Pow(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dg_output x = in(n, 0), y = in(n, 1), z = out(n, 0);
+    dg_output ym1 = dg_sub(g, NULL, y, scalar_like(g, y, 1.0));
+    dx[0] = sum_to(g, dg_mul(g, NULL, dy[0], dg_mul(g, NULL, y, dg_pow(g, NULL, x, ym1))), x);
+    dg_output pos = dg_greater(g, NULL, x, scalar_like(g, x, 0.0));
+    dg_output safe_x = dg_where(g, NULL, pos, x, dg_ones_like(g, NULL, x));
+    dg_output log_x = dg_where(g, NULL, pos, dg_log(g, NULL, safe_x), dg_zeros_like(g, NULL, x));
+    dx[1] = sum_to(g, dg_mul(g, NULL, dy[0], dg_mul(g, NULL, z, log_x)), y);
+    return dg_graph_ok(g);
+}
+
+// Select(c, t, e): dy goes to t where c holds, to e elsewhere.
+bool grad_Select(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dg_output c = in(n, 0), zeros = dg_zeros_like(g, NULL, dy[0]);
+    dx[0] = NUL;
+    dx[1] = sum_to(g, dg_where(g, NULL, c, dy[0], zeros), in(n, 1));
+    dx[2] = sum_to(g, dg_where(g, NULL, c, zeros, dy[0]), in(n, 2));
+    return dg_graph_ok(g);
+}
+
 bool grad_Maximum(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
     return select_grad(g, n, dy, dx, "GreaterEqual");
 }

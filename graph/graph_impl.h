@@ -81,6 +81,10 @@ const graph_op_def *graph_op_lookup(const char *type);
 int graph_collective_op_defs(const graph_op_def **defs);   // op_defs_collective.c
 int graph_sync_op_defs(const graph_op_def **defs);         // op_defs_sync.c
 int graph_nn_op_defs(const graph_op_def **defs);           // op_defs_nn.c
+int graph_array_op_defs(const graph_op_def **defs);        // op_defs_array.c
+// Whether perm[0..n) is a permutation of 0..n-1 for an input of rank (-1: unknown); false
+// with st naming the bad entry.
+bool graph_check_perm(const int64_t *perm, int n, int rank, dg_status *st);
 // How many leading inputs an op takes by reference (variables it reads and writes in place):
 // these must share its device. Other variable inputs (Adam's beta powers) are plain reads.
 int graph_num_ref_inputs(const dg_node *n);

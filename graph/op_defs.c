@@ -665,6 +665,7 @@ static const graph_op_def op_defs[] = {
     N_("Div", 2, 2, false, false, false, infer_binary, grad_Div),
     N_("Maximum", 2, 2, false, false, false, infer_binary, grad_Maximum),
     N_("Minimum", 2, 2, false, false, false, infer_binary, grad_Minimum),
+    N_("Pow", 2, 2, false, false, false, infer_binary, grad_Pow),
     N_("AddN", 1, -1, false, false, false, infer_addn, grad_AddN),
     N_("BiasAdd", 2, 2, false, false, false, infer_bias_add, grad_BiasAdd),
     N_("BiasAddGrad", 1, 1, false, false, false, infer_bias_add_grad, NULL),
@@ -730,7 +731,7 @@ static int core_op_defs(const graph_op_def **defs) {
     return (int)(sizeof op_defs / sizeof op_defs[0]);
 }
 static const table_fn op_tables[] = {core_op_defs, graph_collective_op_defs, graph_sync_op_defs,
-                                     graph_nn_op_defs};
+                                     graph_nn_op_defs, graph_array_op_defs};
 #define N_TABLES ((int)(sizeof op_tables / sizeof op_tables[0]))
 
 static void build_index(void) {

@@ -367,6 +367,15 @@ dg_output dg_div(dg_graph *g, const char *name, dg_output a, dg_output b) { retu
 dg_output dg_maximum(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Maximum", name, a, b); }
 dg_output dg_minimum(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Minimum", name, a, b); }
 dg_output dg_equal(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Equal", name, a, b); }
+dg_output dg_greater(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Greater", name, a, b); }
+dg_output dg_greater_equal(dg_graph *g, const char *name, dg_output a, dg_output b) {
+    return binary(g, "GreaterEqual", name, a, b);
+}
+dg_output dg_less(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Less", name, a, b); }
+dg_output dg_less_equal(dg_graph *g, const char *name, dg_output a, dg_output b) {
+    return binary(g, "LessEqual", name, a, b);
+}
+dg_output dg_pow(dg_graph *g, const char *name, dg_output x, dg_output y) { return binary(g, "Pow", name, x, y); }
 
 dg_output dg_add_n(dg_graph *g, const char *name, const dg_output *xs, int n) {
     if (n < 1) {

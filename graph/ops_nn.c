@@ -122,3 +122,37 @@ dg_output dg_flatten(dg_graph *g, const char *name, dg_output x) {
     int64_t dims[2] = {-1, inner};
     return dg_reshape(g, name ? name : "flatten", x, dims, 2);
 }
+
+dg_output dg_batch_normalization(dg_graph *g, const char *name, dg_output x, dg_output training, double momentum,
+                                 double epsilon) {
+    if (!g || !dg_graph_ok(g)) return NULL_OUT;
+    const char *what = name ? name : "batch_normalization";
+    dg_shape xs = dg_output_shape(x);
+    if (!x.node || xs.rank < 1 || xs.dims[xs.rank - 1] < 1 || !(momentum >= 0 && momentum < 1) || !(epsilon > 0)) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT,
+                           "batch_normalization \"%s\": needs an input whose last dimension is known, 0 <= momentum < 1 "
+                           "and epsilon > 0 (got rank %d, momentum %g, epsilon %g)", what, xs.rank, momentum, epsilon);
+        return NULL_OUT;
+    }
+    dg_graph_push_name_scope(g, what);
+    dg_dtype t = dg_output_dtype(x);
+    dg_shape cs = dg_shape1(xs.dims[xs.rank - 1]);
+    dg_output gamma = dg_variable(g, "gamma", t, cs, dg_init_ones());
+    dg_output beta = dg_variable(g, "beta", t, cs, dg_init_zeros());
+    dg_output mm = dg_variable_ex(g, "moving_mean", t, cs, dg_init_zeros(), false);
+    dg_output mv = dg_variable_ex(g, "moving_variance", t, cs, dg_init_ones(), false);
+    int64_t axes[DG_MAX_RANK];
+    for (int i = 0; i < xs.rank - 1; i++) axes[i] = i;
+    dg_output mean = dg_mean(g, "mean", x, axes, xs.rank - 1, false);
+    dg_output var = dg_mean(g, "variance", dg_square(g, NULL, dg_sub(g, NULL, x, mean)), axes, xs.rank - 1, false);
+    dg_output m = dg_where(g, NULL, training, mean, mm), v = dg_where(g, NULL, training, var, mv);
+    dg_output inv = dg_div(g, NULL, gamma, dg_sqrt(g, NULL, dg_add(g, NULL, v, dg_scalar(g, NULL, t, epsilon))));
+    dg_output y = dg_add(g, "y", dg_mul(g, NULL, dg_sub(g, NULL, x, m), inv), beta);
+    dg_output decay = dg_scalar(g, NULL, t, 1 - momentum);
+    dg_output um = dg_assign_sub(g, "update_moving_mean", mm, dg_mul(g, NULL, dg_sub(g, NULL, mm, dg_stop_gradient(g, NULL, mean)), decay));
+    dg_output uv = dg_assign_sub(g, "update_moving_variance", mv, dg_mul(g, NULL, dg_sub(g, NULL, mv, dg_stop_gradient(g, NULL, var)), decay));
+    if (um.node) dg_graph_add_to_collection(g, DG_UPDATE_OPS, um.node);
+    if (uv.node) dg_graph_add_to_collection(g, DG_UPDATE_OPS, uv.node);
+    dg_graph_pop_name_scope(g);
+    return y;
+}

@@ -17,9 +17,10 @@ struct dg_tensor {
     void *dealloc_arg;
     dg_tensor *base;          // a view holds one reference to the tensor it aliases
     bool owns_data;           // data came from our aligned allocator
-    int gpu;                  // 0: data is host memory; 1 + id: memory of GPU id (set by the
-                              // GPU device, executor/cuda/kernels/gpu_common.c; host code
-                              // must not read it: dg_tensor_copy and the wire refuse)
+    int device_mem;           // 0: data is host memory; 1 + id: memory of device id of the
+                              // one device type with memory of its own (executor/device.h;
+                              // set by its kernels). Host code must not read such data:
+                              // dg_tensor_copy refuses, exec_tensor_to_host copies it
 };
 
 // A tensor sharing t's buffer with another shape (same element count).

@@ -153,6 +153,41 @@ dg_output dg_exponential_decay(dg_graph *g, double learning_rate, dg_output glob
     return out;
 }
 
+dg_output dg_piecewise_constant(dg_graph *g, const char *name, dg_output global_step, const int64_t *boundaries,
+                                int n_boundaries, const double *values) {
+    const dg_output none = {NULL, 0};
+    const char *what = name ? name : "PiecewiseConstant";
+    if (!g || !dg_graph_ok(g)) return none;
+    if (!global_step.node || n_boundaries < 0 || n_boundaries > 100000 || !values || (n_boundaries > 0 && !boundaries)) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "piecewise_constant \"%s\": needs a global step, 0 to 100000 "
+                           "boundaries and one more value than boundaries (got %d boundaries)", what, n_boundaries);
+        return none;
+    }
+    for (int i = 1; i < n_boundaries; i++)
+        if (boundaries[i] <= boundaries[i - 1]) {
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "piecewise_constant \"%s\": boundaries must increase, but "
+                               "boundary %d is %lld after %lld", what, i, (long long)boundaries[i],
+                               (long long)boundaries[i - 1]);
+            return none;
+        }
+    dg_graph_push_name_scope(g, what);
+    // Exactly one indicator [b(i-1) < step] - [b(i) < step] is 1: the sum is the value itself.
+    dg_output step = dg_cast(g, NULL, global_step, DG_INT64), sum = {NULL, 0};
+    dg_output above_prev = dg_scalar(g, NULL, DG_FLOAT32, 1.0);
+    for (int i = 0; i <= n_boundaries; i++) {
+        dg_output above = i < n_boundaries ? dg_cast(g, NULL, dg_greater(g, NULL, step, dg_scalar(g, NULL, DG_INT64,
+                                                                                                   (double)boundaries[i])),
+                                                     DG_FLOAT32)
+                                           : dg_scalar(g, NULL, DG_FLOAT32, 0.0);
+        dg_output term = dg_mul(g, NULL, dg_sub(g, NULL, above_prev, above), dg_scalar(g, NULL, DG_FLOAT32, values[i]));
+        sum = sum.node ? dg_add(g, NULL, sum, term) : term;
+        above_prev = above;
+    }
+    dg_output out = dg_identity(g, "learning_rate", sum);
+    dg_graph_pop_name_scope(g);
+    return out;
+}
+
 dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *grads,
                                       const dg_output *vars, int n, dg_output global_step,
                                       const char *name) {

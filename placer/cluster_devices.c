@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "distgraph/cluster.h"
+#include "distgraph/device_name.h"
 #include "distgraph/placer.h"
 
 int dg_cluster_devices(const dg_cluster *c, int gpus_per_task, char ***out, dg_status *st) {
@@ -25,7 +26,7 @@ int dg_cluster_devices(const dg_cluster *c, int gpus_per_task, char ***out, dg_s
             int task = dg_cluster_task_index(c, job, t);
             for (int d = -1; d < gpus_per_task; d++) {
                 if (asprintf(&list[n], "/job:%s/replica:0/task:%d/device:%s:%d", job, task,
-                             d < 0 ? "CPU" : "GPU", d < 0 ? 0 : d) < 0) {
+                             d < 0 ? DG_DEVICE_TYPE_CPU : DG_DEVICE_TYPE_GPU, d < 0 ? 0 : d) < 0) {
                     dg_device_list_free(list, n);
                     dg_status_set(st, DG_RESOURCE_EXHAUSTED, "cluster devices: out of memory");
                     return -1;

@@ -1,5 +1,5 @@
 /* The placer: colocation groups by union-find, one merged device request per group, then the
- * first device (GPUs before CPUs, then in the given order) that matches the request, passes
+ * first device (accelerators before CPUs, then in the given order) that matches the request, passes
  * the filters and has a kernel for every member. Linear in nodes + edges, times devices. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,11 +30,8 @@ static void unite(int *parent, int a, int b) {
     if (a != b) parent[a < b ? b : a] = a < b ? a : b;   // the older node is the root
 }
 
-static int type_rank(const char *type) {
-    if (strcmp(type, "GPU") == 0) return 0;
-    if (strcmp(type, "CPU") == 0) return 1;
-    return 2;
-}
+// Devices are tried accelerators (any type but the CPU) first, then CPUs.
+static int type_rank(const char *type) { return strcmp(type, DG_DEVICE_TYPE_CPU) == 0 ? 1 : 0; }
 
 typedef struct group {
     dg_device_name spec;
@@ -82,7 +79,7 @@ bool dg_place(dg_node *const *nodes, int n_nodes, const char *const *devices, in
         dg_status_set(st, DG_INVALID_ARGUMENT, "placer: no devices to place on");
         goto done;
     }
-    // Devices: complete names, filtered, GPUs first (stable).
+    // Devices: complete names, filtered, accelerators first (stable).
     int n_order = 0;
     for (int d = 0; d < n_devices; d++) {
         if (!dg_device_name_parse(devices[d], &devs[d], st)) goto done;

@@ -75,6 +75,11 @@ extern const exec_kernel_def cpu_array_kernels[];
 extern const int cpu_n_array_kernels;
 extern const exec_kernel_def cpu_conv_kernels[];
 extern const int cpu_n_conv_kernels;
+extern const exec_kernel_def cpu_index_kernels[];   // kernels_index.c
+extern const int cpu_n_index_kernels;
+// Transpose's output shape and, per output dimension, the input's stride (elements), from its
+// inputs (x, perm); false with ctx->st naming the node (kernels_index.c; the GPU kernel too).
+bool cpu_transpose_plan(exec_ctx *ctx, dg_shape *out, int64_t *src_strides);
 
 // ---- convolutional networks (kernels_conv.c), shared with the GPU kernels ----
 // C = alpha op(A) op(B) + beta C, row-major, float32 or float64 (t): OpenBLAS when built with

@@ -10,6 +10,7 @@ void exec_cpu_register(void) {
     exec_register_kernels(cpu_math_kernels, cpu_n_math_kernels);
     exec_register_kernels(cpu_nn_kernels, cpu_n_nn_kernels);
     exec_register_kernels(cpu_conv_kernels, cpu_n_conv_kernels);
+    exec_register_kernels(cpu_index_kernels, cpu_n_index_kernels);
     exec_register_kernels(cpu_array_kernels, cpu_n_array_kernels);
     exec_register_kernels(cpu_sendrecv_kernels, cpu_n_sendrecv_kernels);
     cpu_register_collective_kernels();   // kernels_collective.c

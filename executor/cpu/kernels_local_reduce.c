@@ -105,7 +105,7 @@ void lar_kernel_clear(lar_kernel *k) {
 }
 
 // The host path: the inputs summed in rank order (then divided by the count), one tensor that
-// every CPU participant shares and that GPU participants copy to their devices.
+// every CPU participant shares and that device participants copy to their devices.
 static bool host_reduce(lar_round *r, int n, bool mean, dg_tensor **outs, dg_status *st) {
     dg_tensor *sum = NULL;
     bool ok = true;
@@ -153,15 +153,15 @@ static void reduce_round(lar_round *r, int n) {
     dg_tensor **outs = calloc((size_t)n, sizeof *outs);
     void **devices = calloc((size_t)n, sizeof *devices);
     if (!outs || !devices) abort();
-    bool all_gpu = true;
+    bool all_device = true;
     for (int i = 0; i < n; i++) {
         devices[i] = r->ks[i]->device;
-        all_gpu = all_gpu && r->ks[i]->device && r->ks[i]->gpu_reduce;
+        all_device = all_device && r->ks[i]->device && r->ks[i]->device_reduce;
     }
     bool ok = false, done = false;
-    if (all_gpu) {
-        done = r->ks[0]->gpu_reduce(r->ins, devices, n, r->ks[0]->mean, outs, st);
-        // NCCL missing is not an error: the host reduces instead.
+    if (all_device) {
+        done = r->ks[0]->device_reduce(r->ins, devices, n, r->ks[0]->mean, outs, st);
+        // UNIMPLEMENTED (no NCCL, say) is not an error: the host reduces instead.
         if (!done && dg_status_code(st) == DG_UNIMPLEMENTED) dg_status_reset(st);
         ok = done;
         if (!done && !dg_status_ok(st)) done = true;

@@ -1,7 +1,9 @@
-/* The CUDA device: GPU discovery, a device table (STYLE.md section 6) backed by the CUDA
- * runtime, and thin cuBLAS/NCCL wrappers. Built whenever the CUDA toolkit is found, so it
- * must behave on machines without a GPU or driver: discovery then reports zero GPUs and
- * never prints or aborts. No CUDA header is needed to include this file.
+/* The CUDA device: GPU discovery, a device table (exec_device_ops, executor/device.h) backed
+ * by the CUDA runtime, and thin cuBLAS/NCCL wrappers; the executor sees the GPU only as the
+ * device type exec_cuda_device_type (executor/cuda/kernels/cuda_device_type.c). Built
+ * whenever the CUDA toolkit is found, so it must behave on machines without a GPU or driver:
+ * discovery then reports zero GPUs and never prints or aborts. No CUDA header is needed to
+ * include this file.
  * Thread safety: an exec_cuda_device may be used from several threads; its work is ordered
  * on one CUDA stream per device. */
 #ifndef DG_EXEC_CUDA_DEVICE_H
@@ -11,14 +13,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device.h"
 #include "distgraph/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// Registers the GPU kernels with the kernel registry; called once, from
-// executor/kernel_registry.c (defined in executor/cuda/kernels/gpu_register.c).
+// Registers the GPU kernels with the kernel registry: the GPU device type's register_kernels,
+// called once by the registry (defined in executor/cuda/kernels/gpu_register.c).
 void exec_cuda_register(void);
 
 // ---- discovery ----
@@ -36,37 +39,6 @@ bool exec_cuda_device_info(int id, char *name, size_t cap, int64_t *memory_bytes
                            dg_status *st);
 
 // ---- device table ----
-
-#define EXEC_DEVICE_OPS_VERSION 1
-
-// One device type's memory and ordering primitives. A device is the table plus the ctx
-// passed as every entry's first argument. Entries after `synchronize` are optional and may
-// be NULL: the fallback for missing events is synchronize.
-// Copies are asynchronous and ordered on the device's stream: the host buffer of a copy
-// must stay valid and unchanged, and a device->host destination must not be read, until
-// synchronize returns.
-typedef struct exec_device_ops {
-    int version;                 // EXEC_DEVICE_OPS_VERSION when the table was built
-    const char *type;            // device type in device names: "CPU", "GPU"
-    // Returns: new device memory, release with free(); NULL with st set (out of memory is
-    // RESOURCE_EXHAUSTED naming the size and device). n_bytes 0 returns NULL and st OK.
-    void *(*alloc)(void *ctx, size_t n_bytes, dg_status *st);
-    // Releases memory from alloc; NULL does nothing. Waits for work queued on the device.
-    void (*free)(void *ctx, void *ptr);
-    bool (*copy_to_device)(void *ctx, void *dst, const void *src, size_t n_bytes,
-                           dg_status *st);
-    bool (*copy_to_host)(void *ctx, void *dst, const void *src, size_t n_bytes,
-                         dg_status *st);
-    // Waits for everything queued on the device so far; reports errors of queued work.
-    bool (*synchronize)(void *ctx, dg_status *st);
-    // Optional. event_record returns a new event marking the work queued so far (release
-    // with event_free, also while pending); event_wait makes work queued on ctx's device
-    // after it wait for the event, without blocking the host. The event may come from
-    // another device of the same type.
-    void *(*event_record)(void *ctx, dg_status *st);
-    bool (*event_wait)(void *ctx, void *event, dg_status *st);
-    void (*event_free)(void *ctx, void *event);
-} exec_device_ops;
 
 // The GPU table. Its ctx is an exec_cuda_device. Returns: borrowed, static.
 const exec_device_ops *exec_cuda_device_ops(void);

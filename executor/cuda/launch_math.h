@@ -23,6 +23,7 @@ typedef enum cuda_math_dtype { CUDA_MATH_F32, CUDA_MATH_F64 } cuda_math_dtype;
 typedef enum cuda_binop {
     CUDA_BIN_ADD, CUDA_BIN_SUB, CUDA_BIN_MUL, CUDA_BIN_DIV, CUDA_BIN_MAX, CUDA_BIN_MIN,
     CUDA_BIN_RELU_GRAD, CUDA_BIN_SIGMOID_GRAD, CUDA_BIN_TANH_GRAD, CUDA_BIN_SQRT_GRAD,
+    CUDA_BIN_POW,   // in double for float32 too, as the CPU kernel
 } cuda_binop;
 
 typedef enum cuda_unop {

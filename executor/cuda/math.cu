@@ -48,6 +48,7 @@ __device__ __forceinline__ T bin(T x, T y) {
     case CUDA_BIN_SIGMOID_GRAD: return mul(mul(y, x), T(1) - x);         // (y, dy)
     case CUDA_BIN_TANH_GRAD: return mul(y, T(1) - mul(x, x));            // (y, dy)
     case CUDA_BIN_SQRT_GRAD: return mul(y, T(0.5)) / x;                  // (y, dy)
+    case CUDA_BIN_POW: return T(pow(double(x), double(y)));
     }
     return T(0);
 }
@@ -274,7 +275,7 @@ __global__ void assign_update(T *var, const T *val, bool subtract, int64_t n) {
 #define BINOP_CASES(X)                                                                   \
     X(CUDA_BIN_ADD) X(CUDA_BIN_SUB) X(CUDA_BIN_MUL) X(CUDA_BIN_DIV) X(CUDA_BIN_MAX)     \
     X(CUDA_BIN_MIN) X(CUDA_BIN_RELU_GRAD) X(CUDA_BIN_SIGMOID_GRAD) X(CUDA_BIN_TANH_GRAD) \
-    X(CUDA_BIN_SQRT_GRAD)
+    X(CUDA_BIN_SQRT_GRAD) X(CUDA_BIN_POW)
 
 #define UNOP_CASES(X)                                                                    \
     X(CUDA_UN_RELU) X(CUDA_UN_SIGMOID) X(CUDA_UN_TANH) X(CUDA_UN_EXP) X(CUDA_UN_LOG)    \

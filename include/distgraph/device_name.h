@@ -19,6 +19,11 @@ extern "C" {
 #define DG_DEVICE_TYPE_MAX 32
 #define DG_DEVICE_NAME_MAX 192   // bytes, NUL included, of any canonical name
 
+// The device types of this library, as canonical names spell them: the host's processors and
+// the CUDA GPU (/device:GPU:0, also written /gpu:0).
+#define DG_DEVICE_TYPE_CPU "CPU"
+#define DG_DEVICE_TYPE_GPU "GPU"
+
 // A parsed (possibly partial) device name. A field is set when has_<field> is true;
 // a wildcard ("*") type or id leaves it unset.
 typedef struct dg_device_name {

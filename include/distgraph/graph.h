@@ -148,6 +148,9 @@ void dg_graph_pop_colocate_with(dg_graph *g);
 #define DG_TRAINABLE_VARIABLES "trainable_variables"
 #define DG_GLOBAL_STEP "global_step"
 #define DG_SUMMARIES "summaries"
+// Updates to run with each training step (the moving averages of dg_batch_normalization), as
+// TensorFlow's tf.GraphKeys.UPDATE_OPS.
+#define DG_UPDATE_OPS "update_ops"
 // Adds a node to a named collection (a node may be in several; duplicates are kept once).
 void dg_graph_add_to_collection(dg_graph *g, const char *collection, dg_node *n);
 // Number of nodes in a collection (0 if it does not exist).

@@ -147,6 +147,9 @@ typedef enum dg_activation { DG_ACT_NONE = 0, DG_ACT_RELU, DG_ACT_SIGMOID, DG_AC
 dg_output dg_dense(dg_graph *g, const char *name, dg_output x, int64_t units, dg_activation activation,
                    dg_initializer kernel_init);
 dg_output dg_exp(dg_graph *g, const char *name, dg_output x);
+// x ** y elementwise with broadcasting (float32/float64). Gradients as TensorFlow's: y x^(y-1)
+// for x, x^y log(x) for y where x > 0 (0 elsewhere).
+dg_output dg_pow(dg_graph *g, const char *name, dg_output x, dg_output y);
 dg_output dg_log(dg_graph *g, const char *name, dg_output x);
 dg_output dg_square(dg_graph *g, const char *name, dg_output x);
 dg_output dg_sqrt(dg_graph *g, const char *name, dg_output x);
@@ -194,6 +197,15 @@ dg_output dg_dropout(dg_graph *g, const char *name, dg_output x, double rate, dg
 dg_output dg_conv2d_layer(dg_graph *g, const char *name, dg_output x, int64_t filters, int kh,
                           int kw, int stride, dg_padding padding, dg_activation activation,
                           dg_initializer kernel_init);
+// Batch normalization (tf.layers.batch_normalization) over the last axis of x (its size known):
+// y = gamma (x - mean) / sqrt(variance + epsilon) + beta. While training (a bool scalar) is true
+// mean and variance are the batch's (over every axis but the last; the biased variance), else
+// the moving averages. Variables "<name>/gamma" (ones) and "<name>/beta" (zeros), trainable, and
+// "<name>/moving_mean" (zeros) and "<name>/moving_variance" (ones), not trainable; the updates
+// moving = moving - (moving - batch) (1 - momentum) go into the DG_UPDATE_OPS collection, to run
+// with each training step (dg_graph_collection_get). 0 <= momentum < 1, epsilon > 0.
+dg_output dg_batch_normalization(dg_graph *g, const char *name, dg_output x, dg_output training, double momentum,
+                                 double epsilon);
 // [n, d1, d2, ...] reshaped to [n, d1 * d2 * ...] (tf.layers.flatten); the trailing dimensions
 // must be known.
 dg_output dg_flatten(dg_graph *g, const char *name, dg_output x);
@@ -209,10 +221,30 @@ dg_output dg_max(dg_graph *g, const char *name, dg_output x, const int64_t *axes
 dg_output dg_argmax(dg_graph *g, const char *name, dg_output x, int64_t axis);
 
 // ---- comparison and types ----
+// Elementwise comparisons with broadcasting; bool outputs (no gradient).
 dg_output dg_equal(dg_graph *g, const char *name, dg_output a, dg_output b);
+dg_output dg_greater(dg_graph *g, const char *name, dg_output a, dg_output b);
+dg_output dg_greater_equal(dg_graph *g, const char *name, dg_output a, dg_output b);
+dg_output dg_less(dg_graph *g, const char *name, dg_output a, dg_output b);
+dg_output dg_less_equal(dg_graph *g, const char *name, dg_output a, dg_output b);
+// tf.where (SelectV2): t where cond holds, e elsewhere; cond (bool), t and e broadcast together
+// as NumPy. The gradient goes to t where cond holds and to e elsewhere.
+dg_output dg_where(dg_graph *g, const char *name, dg_output cond, dg_output t, dg_output e);
 dg_output dg_cast(dg_graph *g, const char *name, dg_output x, dg_dtype to);
 
 // ---- shapes ----
+// tf.transpose: output dimension k is x's dimension perm[k]; perm a permutation of 0..n-1 with
+// n = x's rank.
+dg_output dg_transpose(dg_graph *g, const char *name, dg_output x, const int64_t *perm, int n);
+// tf.tile: x repeated multiples[k] >= 0 times along each dimension k (n = x's rank).
+dg_output dg_tile(dg_graph *g, const char *name, dg_output x, const int64_t *multiples, int n);
+// tf.stop_gradient: x, through which no gradient flows (dg_gradients treats it as a constant).
+dg_output dg_stop_gradient(dg_graph *g, const char *name, dg_output x);
+// tf.one_hot: indices [...] (int32/int64) -> [..., depth] of dtype (float32/float64) holding
+// on_value at each index and off_value elsewhere; an index outside [0, depth) gives a row of
+// off_value, as TensorFlow.
+dg_output dg_one_hot(dg_graph *g, const char *name, dg_output indices, int64_t depth, double on_value,
+                     double off_value, dg_dtype dtype);
 // New shape (one dim may be -1, inferred from the element count).
 dg_output dg_reshape(dg_graph *g, const char *name, dg_output x, const int64_t *dims, int n);
 // Reshape to a shape given as an int32/int64 vector tensor.

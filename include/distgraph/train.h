@@ -71,6 +71,13 @@ dg_optimizer dg_rmsprop(dg_graph *g, double learning_rate, double rho, double mo
 // error.
 dg_output dg_exponential_decay(dg_graph *g, double learning_rate, dg_output global_step, double decay_steps,
                                double decay_rate);
+// tf.train.piecewise_constant: values[0] while global_step <= boundaries[0], values[i] while
+// boundaries[i-1] < global_step <= boundaries[i], values[n_boundaries] after the last; a float32
+// scalar for dg_optimizer.learning_rate_tensor, exactly the value given (as float32).
+// Boundaries must increase strictly; otherwise, or with n_boundaries < 0, the graph's sticky
+// status names the schedule (name, or "PiecewiseConstant") and the first boundary out of order.
+dg_output dg_piecewise_constant(dg_graph *g, const char *name, dg_output global_step, const int64_t *boundaries,
+                                int n_boundaries, const double *values);
 
 // Gradients of loss with respect to vars (NULL: the trainable variables collection).
 // Writes n pairs into grads/vars_out (both at least cap long) and returns n, or -1 on error.

@@ -88,7 +88,7 @@ master_session *master_session_new(dg_graph *g, dg_server *server, const dg_sess
         return NULL;
     }
     exec_cpu_set_threads(m->opts.intra_op_threads > 0 ? m->opts.intra_op_threads : 1);
-    exec_gpu_set_allow_tf32(m->opts.gpu_allow_tf32);
+    exec_devices_configure(&(exec_device_config){.allow_tf32 = m->opts.gpu_allow_tf32});
     if (server) {
         int n = dg_cluster_devices(rt_server_cluster(server), 0, &m->devices, st);
         if (n < 0) {
@@ -105,15 +105,7 @@ master_session *master_session_new(dg_graph *g, dg_server *server, const dg_sess
     snprintf(m->client_device, sizeof m->client_device, "%s/device:CPU:0", LOCAL_TASK);
     m->rm = exec_resources_new();
     m->rendezvous = exec_rendezvous_new();
-    int n_gpus = exec_gpu_count();
-    m->devices = calloc((size_t)(1 + m->opts.n_virtual_cpus + n_gpus), sizeof *m->devices);
-    for (int i = 0; m->devices && i < 1 + m->opts.n_virtual_cpus + n_gpus; i++) {
-        bool gpu = i > m->opts.n_virtual_cpus;
-        if (asprintf(&m->devices[i], "%s/device:%s:%d", LOCAL_TASK, gpu ? "GPU" : "CPU",
-                     gpu ? i - 1 - m->opts.n_virtual_cpus : i) < 0)
-            abort();
-        m->n_devices++;
-    }
+    m->devices = exec_local_device_names(LOCAL_TASK, m->opts.n_virtual_cpus, &m->n_devices);
     if (!m->rm || !m->rendezvous || !m->devices) {
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "session: out of memory");
         master_session_free(&m);
@@ -295,9 +287,10 @@ bool master_check_args(const dg_graph *g, const dg_output *feeds, dg_tensor *con
 
 // ---- the compile pipeline ----
 
-// The devices of every task as the tasks report them (LIST_DEVICES): a task's GPUs count only
-// where it has them. Asked once, on the first compile that needs a GPU; until then (and for
-// graphs that request no GPU) the cluster's CPUs are the devices, which needs no peer.
+// The devices of every task as the tasks report them (LIST_DEVICES): a task's accelerators
+// (GPUs) count only where it has them. Asked once, on the first compile that needs one; until
+// then (and for graphs that request none) the cluster's CPUs are the devices, which needs no
+// peer.
 static bool list_cluster_devices(master_session *m, dg_status *st) {
     char **list = NULL;
     int n = 0, cap = 0;
@@ -339,12 +332,10 @@ static bool list_cluster_devices(master_session *m, dg_status *st) {
     return true;
 }
 
-// True when some node asks for a GPU.
-static bool wants_gpu(dg_node *const *run, int n_run) {
-    for (int i = 0; i < n_run; i++) {
-        const char *r = run[i]->requested_device;
-        if (r && (strstr(r, "GPU") || strstr(r, "gpu"))) return true;
-    }
+// True when some node asks for an accelerator (the tasks' are listed only then).
+static bool wants_accelerator(dg_node *const *run, int n_run) {
+    for (int i = 0; i < n_run; i++)
+        if (exec_device_name_is_accelerator(run[i]->requested_device)) return true;
     return false;
 }
 
@@ -405,25 +396,26 @@ static bool compile(master_session *m, const dg_output *feeds, int n_feeds, cons
     po.allow_soft_placement = m->opts.allow_soft_placement;
     po.supports = exec_kernel_supports;
     if (m->server) po.default_device = m->own_task;
-    bool ok = (!m->server || m->devices_listed || !wants_gpu(run, n_run) || list_cluster_devices(m, st)) &&
+    bool ok = (!m->server || m->devices_listed || !wants_accelerator(run, n_run) || list_cluster_devices(m, st)) &&
               dg_place(run, n_run, (const char *const *)m->devices, m->n_devices, &po, st);
     if (ok && m->opts.log_device_placement)
         for (int i = 0; i < n_run; i++)
             fprintf(stderr, "%s: (%s): %s\n", run[i]->name, run[i]->op->name, run[i]->assigned_device);
-    bool multi = false, gpu = false;
+    bool multi = false, accelerator = false;
     for (int i = 1; ok && i < n_run && !multi; i++)
         multi = strcmp(run[i]->assigned_device, run[0]->assigned_device) != 0;
-    for (int i = 0; ok && i < n_run && !gpu; i++) gpu = strstr(run[i]->assigned_device, "/device:GPU:") != NULL;
+    for (int i = 0; ok && i < n_run && !accelerator; i++)
+        accelerator = exec_device_name_is_accelerator(run[i]->assigned_device);
     exec_env env = {m->server ? rt_server_resources(m->server) : m->rm, m->client_device, m->opts.intra_op_threads};
-    if (ok && !m->server && !multi && !gpu) {   // one device: nothing to cut
+    if (ok && !m->server && !multi && !accelerator) {   // one device: nothing to cut
         out->eg = exec_graph_new(run, n_run, feeds, n_feeds, fetches, n_fetches, &env, m->pool, st);
         free(run);
         return out->eg != NULL;
     }
-    // A cluster master, or a local one with a GPU, is the client: feeds enter and fetches leave
-    // through its CPU's partition, so values cross to other tasks and to device memory only in
-    // _Send/_Recv. Several local CPUs cut without a client; fetches are read where computed.
-    bool client = m->server || gpu;
+    // A cluster master, or a local one with an accelerator (a GPU), is the client: feeds enter
+    // and fetches leave through its CPU's partition, so values cross to other tasks and to
+    // device memory only in _Send/_Recv. Several local CPUs cut without a client; fetches are read where computed.
+    bool client = m->server || accelerator;
     dg_output *fetch_at = malloc(((size_t)n_fetches + 1) * sizeof *fetch_at);
     if (!fetch_at) abort();
     if (ok) {

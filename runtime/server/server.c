@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "distgraph/device_name.h"
+#include "distgraph/placer.h"
 #include "distgraph/serialize.h"
 #include "keys_impl.h"
 #include "master_service_impl.h"
@@ -597,23 +598,15 @@ static bool start_run(job *j) {
 }
 
 void rt_server_add_devices(dg_server *s, rt_header *h) {
-    char dev[240];
-    snprintf(dev, sizeof dev, "%s/device:CPU:0", s->task_name);
-    rt_header_add_name(h, dev);
-    for (int g = 0; g < exec_gpu_count(); g++) {
-        snprintf(dev, sizeof dev, "%s/device:GPU:%d", s->task_name, g);
-        rt_header_add_name(h, dev);
-    }
+    int n;
+    char **list = rt_server_device_list(s, &n);
+    for (int i = 0; i < n; i++) rt_header_add_name(h, list[i]);
+    dg_device_list_free(list, n);
 }
 
 char **rt_server_device_list(dg_server *s, int *n) {
-    int n_gpus = exec_gpu_count();
-    char **list = calloc((size_t)n_gpus + 2, sizeof *list);
+    char **list = exec_local_device_names(s->task_name, 0, n);
     if (!list) abort();
-    if (asprintf(&list[0], "%s/device:CPU:0", s->task_name) < 0) abort();
-    for (int g = 0; g < n_gpus; g++)
-        if (asprintf(&list[g + 1], "%s/device:GPU:%d", s->task_name, g) < 0) abort();
-    *n = n_gpus + 1;
     return list;
 }
 
@@ -632,7 +625,7 @@ static void do_get_variables(job *j) {
                            j->h->names[i], v ? "is not initialized" : "does not exist", s->task_name);
             break;
         }
-        dg_tensor *host = exec_tensor_to_host(cur, &st);   // a GPU variable's value
+        dg_tensor *host = exec_tensor_to_host(cur, &st);   // a value in device memory
         dg_tensor_unref(cur);
         vals[i] = host ? dg_tensor_copy(host, &st) : NULL;
         dg_tensor_unref(host);

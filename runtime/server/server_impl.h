@@ -16,7 +16,8 @@ const dg_cluster *rt_server_cluster(dg_server *s);
 int64_t rt_server_timeout_ms(dg_server *s);
 // "tcp://host:port" of a task named by a device or task name, or NULL (st set).
 char *rt_server_task_endpoint(dg_server *s, const char *device, dg_status *st);
-// Adds this task's devices to h's names, as LIST_DEVICES answers: CPU:0, then each GPU.
+// Adds this task's devices to h's names, as LIST_DEVICES answers: CPU:0, then each
+// accelerator (exec_local_device_names).
 void rt_server_add_devices(dg_server *s, rt_header *h);
 // The task part of a device name ("/job:ps/replica:0/task:0"), into buf.
 bool rt_task_of_device(const char *device, char *buf, size_t cap);

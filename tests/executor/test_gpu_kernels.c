@@ -42,7 +42,7 @@ static const char *const gpu_ops[] = {
     "Max", "SumGrad", "MaxGrad", "SumToShape", "BroadcastTo", "Reshape", "Shape", "Fill",
     "ZerosLike", "OnesLike", "Concat", "Split", "Slice", "SliceGrad", "Conv2D",
     "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPool", "MaxPoolGrad", "AvgPool",
-    "AvgPoolGrad", "Dropout",
+    "AvgPoolGrad", "Dropout", "Pow", "Transpose", "StopGradient",
 };
 #define N_GPU_OPS ((int)(sizeof gpu_ops / sizeof gpu_ops[0]))
 static bool gpu_op_seen[N_GPU_OPS];
@@ -731,6 +731,21 @@ static void build_dropout(bctx *c) {
     c->fetch_runs = 2;   // the second draw must match too
 }
 
+static void build_pow(bctx *c) {
+    dg_shape s = dg_shape2(37, 29);
+    fetch(c, dg_pow(c->g, NULL, ph_kind(c, IN_POSITIVE, s), ph(c, s)));
+    fetch(c, dg_pow(c->g, NULL, ph_kind(c, IN_POSITIVE, s), ph_value(c, 2.5)));   // broadcast exponent
+}
+
+static void build_transpose(bctx *c) {
+    static const int64_t p2[] = {1, 0}, p3[] = {2, 0, 1}, p4[] = {0, 3, 1, 2};
+    fetch_exact(c, dg_transpose(c->g, NULL, ph(c, dg_shape2(37, 29)), p2, 2));
+    fetch_exact(c, dg_transpose(c->g, NULL, ph(c, dg_shape3(5, 6, 7)), p3, 3));
+    fetch_exact(c, dg_transpose(c->g, NULL, ph(c, dg_shape_make(4, (int64_t[]){2, 8, 8, 3})), p4, 4));
+}
+
+static void build_stop_gradient(bctx *c) { fetch_exact(c, dg_stop_gradient(c->g, NULL, ph(c, dg_shape2(37, 29)))); }
+
 typedef struct gk_case {
     const char *name;
     void (*build)(bctx *c);
@@ -790,6 +805,9 @@ static const gk_case cases[] = {
     {"Conv2D/Conv2DBackpropInput/Conv2DBackpropFilter", build_conv},
     {"MaxPool/AvgPool/MaxPoolGrad/AvgPoolGrad", build_pool},
     {"Dropout", build_dropout},
+    {"Pow", build_pow},
+    {"Transpose", build_transpose},
+    {"StopGradient", build_stop_gradient},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -953,7 +971,8 @@ static void test_soft_placement_matmul(void **state) {
     assert_ok(st);
     const float want[4] = {0, 2, 23, 30};
     for (int i = 0; i < 4; i++) assert_true(dg_tensor_f32(out)[i] == want[i]);
-    const char *dev = exec_gpu_count() > 0 ? "/device:GPU:0" : "/device:CPU:0";
+    const char *dev =
+        exec_device_count(DG_DEVICE_TYPE_GPU) > 0 ? "/device:GPU:0" : "/device:CPU:0";
     assert_non_null(strstr(dg_node_assigned_device(mm.node), dev));
     assert_non_null(strstr(dg_node_assigned_device(r.node), dev));
     dg_tensor_unref(out);
@@ -973,7 +992,7 @@ static void test_hard_placement_fails(void **state) {
     dg_output a = dg_scalar(g, "a", DG_FLOAT32, 2.0);   // on CPU: the only GPU request is "mm"
     dg_output x = dg_reshape(g, "x", a, (const int64_t[]){1, 1}, 2);
     char dev[32], want[32];
-    int n_gpus = exec_gpu_count();
+    int n_gpus = exec_device_count(DG_DEVICE_TYPE_GPU);
     snprintf(dev, sizeof dev, "/gpu:%d", n_gpus);
     snprintf(want, sizeof want, "GPU:%d", n_gpus);
     dg_graph_push_device(g, dev);
@@ -1131,7 +1150,7 @@ int main(void) {
         cmocka_unit_test(test_hard_placement_fails),
     };
     int failed = cmocka_run_group_tests_name("placement", common, NULL, NULL);
-    if (exec_gpu_count() == 0) {
+    if (exec_device_count(DG_DEVICE_TYPE_GPU) == 0) {
         struct CMUnitTest *soft = case_tests(test_case_soft, "soft /gpu:0 -> CPU:", names);
         failed += _cmocka_run_group_tests("soft_placement_cases", soft, N_CASES, NULL, NULL);
         free(soft);

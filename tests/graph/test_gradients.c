@@ -112,6 +112,7 @@ typedef struct grad_case {
 #define T3(a, b, c, ...) {3, {a, b, c}, __VA_ARGS__, 0, false, false}
 #define T2Q(a, b, ...) {2, {a, b}, __VA_ARGS__, 0, false, true}
 #define T4(a, b, c, d, ...) {4, {a, b, c, d}, __VA_ARGS__, 0, false, false}
+#define T2N(a, b, ...) {2, {a, b}, __VA_ARGS__, 0, true, false}
 #define LABELS(n, classes, dt) {1, {n}, G_LABELS, 0, classes, dt, true, false}
 
 #define B1(fname, expr)                                                          \
@@ -159,6 +160,14 @@ B1(b_max_pool_valid, dg_max_pool(g, NULL, x[0], 2, 2, 2, 2, DG_PADDING_VALID))
 B1(b_max_pool_same, dg_max_pool(g, NULL, x[0], 3, 3, 2, 2, DG_PADDING_SAME))
 B1(b_avg_pool_valid, dg_avg_pool(g, NULL, x[0], 2, 2, 2, 2, DG_PADDING_VALID))
 B1(b_avg_pool_same, dg_avg_pool(g, NULL, x[0], 3, 2, 2, 1, DG_PADDING_SAME))
+static const int64_t PERM201[] = {2, 0, 1}, PERM10[] = {1, 0}, TILE23[] = {2, 3}, TILE131[] = {1, 3, 1};
+B1(b_pow, dg_pow(g, NULL, x[0], x[1]))
+B1(b_transpose3, dg_transpose(g, NULL, x[0], PERM201, 3))
+B1(b_transpose2, dg_transpose(g, NULL, x[0], PERM10, 2))
+B1(b_tile2, dg_tile(g, NULL, x[0], TILE23, 2))
+B1(b_tile3, dg_tile(g, NULL, x[0], TILE131, 3))
+// x0 (not differentiated) picks: where(x0 > 0, x1, x2), the values broadcast.
+B1(b_where, dg_where(g, NULL, dg_greater(g, NULL, x[0], dg_scalar(g, NULL, DG_FLOAT64, 0)), x[1], x[2]))
 // A small CNN: conv, relu, pool, flatten, dense logits, mean cross-entropy.
 static int b_cnn(dg_graph *g, const dg_output *x, dg_output *o) {
     dg_output h = dg_relu(g, NULL, dg_conv2d(g, NULL, x[0], x[1], 1, 1, DG_PADDING_SAME));
@@ -348,6 +357,15 @@ static const grad_case grad_cases[] = {
     {"Fill value", b_fill, 1, {T0(U)}},
     {"shared input", b_shared, 1, {T2(3, 4, U)}},
     {"several outputs", b_multi_out, 2, {T2(3, 4, U), T2(4, 2, U)}},
+    {"Pow", b_pow, 2, {T2(3, 4, POS), T2(3, 4, U)}},
+    {"Pow, scalar exponent", b_pow, 2, {T2(3, 4, POS), T0(G_UNIFORM, 0.5, 3)}},
+    {"Pow, broadcast base", b_pow, 2, {T1(4, POS), T2(3, 4, U)}},
+    {"Transpose [2,0,1]", b_transpose3, 1, {T3(2, 3, 4, U)}},
+    {"Transpose [1,0]", b_transpose2, 1, {T2(3, 5, U)}},
+    {"Tile [2,3]", b_tile2, 1, {T2(2, 3, U)}},
+    {"Tile [1,3,1]", b_tile3, 1, {T3(2, 2, 3, U)}},
+    {"where, same shapes", b_where, 3, {T2N(3, 4, NZ), T2(3, 4, U), T2(3, 4, U)}},
+    {"where, broadcast", b_where, 3, {T2N(3, 1, NZ), T1(4, U), T2(3, 4, U)}},
     {"Conv2D VALID", b_conv_valid, 2, {T4(2, 5, 5, 3, U), T4(3, 3, 3, 4, U)}},
     {"Conv2D SAME stride 2", b_conv_same_s2, 2, {T4(2, 6, 5, 2, U), T4(3, 2, 2, 3, U)}},
     {"Conv2D SAME even window, strides 1x2", b_conv_same_s12, 2, {T4(1, 4, 5, 2, U), T4(2, 2, 2, 2, U)}},

@@ -121,7 +121,7 @@ static void test_gpu_request_in_cluster(void **state) {
         o.allow_soft_placement = soft;
         dg_session *s = dg_session_new(g, dg_server_target(tt.wk), &o, st);
         assert_ok(st);
-        bool gpus = exec_gpu_count() > 0;
+        bool gpus = exec_device_count(DG_DEVICE_TYPE_GPU) > 0;
         bool ok = dg_session_run_target(s, init, st);
         if (soft || gpus) {
             assert_true(ok);

@@ -62,7 +62,7 @@ void *gpu_dev_create(const dg_node *n, const exec_env *env, dg_status *st) {
 
 // ---- tensors in device memory ----
 
-bool gpu_tensor_on_device(const dg_tensor *t) { return t && t->gpu != 0; }
+bool gpu_tensor_on_device(const dg_tensor *t) { return t && t->device_mem != 0; }
 
 static void release_block(void *data, size_t n_bytes, void *arg) {
     (void)n_bytes;
@@ -85,7 +85,7 @@ dg_tensor *gpu_tensor_new(exec_cuda_device *dev, dg_dtype dtype, dg_shape shape,
         exec_cuda_mem_free(dev, p);
         return NULL;
     }
-    t->gpu = 1 + dev->id;
+    t->device_mem = 1 + dev->id;
     return t;
 }
 
@@ -110,10 +110,10 @@ static void release_pinned(void *data, size_t n_bytes, void *arg) {
 }
 
 dg_tensor *gpu_to_host(exec_cuda_device *dev, dg_tensor *t, dg_status *st) {
-    if (!t || !t->gpu) return dg_tensor_ref(t);
-    if (t->gpu != 1 + dev->id) {
+    if (!t || !t->device_mem) return dg_tensor_ref(t);
+    if (t->device_mem != 1 + dev->id) {
         dg_status_setf(st, DG_INTERNAL, "GPU:%d: a tensor of GPU:%d to copy to the host", dev->id,
-                       t->gpu - 1);
+                       t->device_mem - 1);
         return NULL;
     }
     void *p = NULL;
@@ -132,10 +132,11 @@ dg_tensor *gpu_to_host(exec_cuda_device *dev, dg_tensor *t, dg_status *st) {
 }
 
 dg_tensor *gpu_to_device(exec_cuda_device *dev, dg_tensor *t, dg_status *st) {
-    if (!t || t->gpu == 1 + dev->id || !gpu_dtype_on_device(t->dtype)) return dg_tensor_ref(t);
-    if (t->gpu) {
+    if (!t || t->device_mem == 1 + dev->id || !gpu_dtype_on_device(t->dtype))
+        return dg_tensor_ref(t);
+    if (t->device_mem) {
         dg_status_setf(st, DG_UNIMPLEMENTED, "GPU:%d: a tensor of GPU:%d: copies between GPUs go "
-                       "through the host", dev->id, t->gpu - 1);
+                       "through the host", dev->id, t->device_mem - 1);
         return NULL;
     }
     dg_tensor *d = gpu_tensor_new(dev, t->dtype, t->shape, st);
@@ -165,7 +166,7 @@ bool gpu_prepare_inputs(exec_ctx *ctx, exec_cuda_device *dev, int n) {
                              i, dg_dtype_name(x->dtype),
                              gpu_dtype_on_device(x0->dtype) ? dg_dtype_name(x0->dtype)
                                                             : "float32 or float64");
-        if (x->n_elements > 0 && x->gpu != 1 + dev->id)
+        if (x->n_elements > 0 && x->device_mem != 1 + dev->id)
             return exec_fail(ctx, DG_INTERNAL, "input %d (%s, %lld elements) is not in the "
                              "memory of GPU:%d", i, dg_dtype_name(x->dtype),
                              (long long)x->n_elements, dev->id);
@@ -176,7 +177,7 @@ bool gpu_prepare_inputs(exec_ctx *ctx, exec_cuda_device *dev, int n) {
 // ---- host copies for code outside the kernels (exec_tensor_to_host) ----
 
 dg_tensor *gpu_any_to_host(dg_tensor *t, dg_status *st) {
-    if (!t || !t->gpu) return dg_tensor_ref(t);
-    exec_cuda_device *dev = gpu_device(t->gpu - 1, st);
+    if (!t || !t->device_mem) return dg_tensor_ref(t);
+    exec_cuda_device *dev = gpu_device(t->device_mem - 1, st);
     return dev ? gpu_to_host(dev, t, st) : NULL;
 }

@@ -23,7 +23,7 @@ static bool nccl_reduce(dg_tensor *const *ins, void *const *devices, int n, bool
     }
     for (int i = 0; i < n; i++) {
         const exec_cuda_device *di = devices[i];
-        bool usable = ins[i]->n_elements == 0 || ins[i]->gpu == 1 + di->id;
+        bool usable = ins[i]->n_elements == 0 || ins[i]->device_mem == 1 + di->id;
         for (int j = 0; j < i && usable; j++)
             usable = ((const exec_cuda_device *)devices[j])->id != di->id;
         if (!usable) {
@@ -71,7 +71,7 @@ static void *lar_gpu_create(const dg_node *n, const exec_env *env, dg_status *st
     }
     g->dev = dev;
     g->k.device = dev;
-    g->k.gpu_reduce = nccl_reduce;
+    g->k.device_reduce = nccl_reduce;
     g->k.to_device = to_device;
     return g;
 }

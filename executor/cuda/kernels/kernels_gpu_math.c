@@ -114,7 +114,8 @@ static void *bin_create(const dg_node *n, const exec_env *env, dg_status *st) {
                {"ReluGrad", CUDA_BIN_RELU_GRAD},
                {"SigmoidGrad", CUDA_BIN_SIGMOID_GRAD},
                {"TanhGrad", CUDA_BIN_TANH_GRAD},
-               {"SqrtGrad", CUDA_BIN_SQRT_GRAD}};
+               {"SqrtGrad", CUDA_BIN_SQRT_GRAD},
+               {"Pow", CUDA_BIN_POW}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(map[i].name, n->op->name) == 0) {
             math_state *s = state_new(n, env, st);
@@ -506,6 +507,7 @@ const exec_kernel_def gpu_math_kernels[] = {
     GPU_KERNEL("Div", DT_FLOATS, bin_create, bin_compute, free),
     GPU_KERNEL("Maximum", DT_FLOATS, bin_create, bin_compute, free),
     GPU_KERNEL("Minimum", DT_FLOATS, bin_create, bin_compute, free),
+    GPU_KERNEL("Pow", DT_FLOATS, bin_create, bin_compute, free),
     GPU_KERNEL("ReluGrad", DT_FLOATS, bin_create, grad2_compute, free),
     GPU_KERNEL("SigmoidGrad", DT_FLOATS, bin_create, grad2_compute, free),
     GPU_KERNEL("TanhGrad", DT_FLOATS, bin_create, grad2_compute, free),

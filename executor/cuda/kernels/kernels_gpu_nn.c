@@ -423,7 +423,7 @@ static bool fill_compute(void *state, exec_ctx *ctx) {
             memcpy((char *)o->data + i * (int64_t)es, v->data, es);
         return true;
     }
-    if (v->gpu != 1 + s->dev->id)
+    if (v->device_mem != 1 + s->dev->id)
         return exec_fail(ctx, DG_INTERNAL, "value (%s) is not in the memory of GPU:%d",
                          dg_dtype_name(v->dtype), s->dev->id);
     return launched(ctx, s->dev, cuda_launch_fill_from(is_f64(v), o->data, o->n_elements, v->data,
@@ -588,7 +588,22 @@ static bool slice_grad_compute(void *state, exec_ctx *ctx) {
 #define NN_KERNEL(op, mask, create, compute, host_outputs) \
     {(op), "GPU", (mask), (create), (compute), free, false, false, false, NULL, (host_outputs)}
 
+// Transpose: a box copy whose source strides are the input's, permuted.
+static bool transpose_compute(void *state, exec_ctx *ctx) {
+    nn_state *s = state;
+    dg_tensor *x = IN(0);
+    dg_shape os;
+    int64_t src_str[DG_MAX_RANK], dst_str[DG_MAX_RANK];
+    if (!prepare(ctx, s->dev, 1) || !cpu_transpose_plan(ctx, &os, src_str)) return false;
+    dg_tensor *o = gpu_alloc_output(s->dev, ctx, 0, x->dtype, os);
+    if (!o || o->n_elements == 0) return o != NULL;
+    strides_of(&os, 0, dst_str);
+    return launched(ctx, s->dev, cuda_launch_copy_box(is_f64(x), o->data, dst_str, x->data, src_str, os.rank,
+                                                      os.dims, 0, s->dev->stream));
+}
+
 const exec_kernel_def gpu_nn_kernels[] = {
+    NN_KERNEL("Transpose", DT_FLOATS, nn_create, transpose_compute, false),
     NN_KERNEL("Softmax", DT_FLOATS, nn_create, softmax_compute, false),
     NN_KERNEL("LogSoftmax", DT_FLOATS, nn_create, softmax_compute, false),
     NN_KERNEL("SoftmaxGrad", DT_FLOATS, nn_create, softmax_grad_compute, false),

@@ -1,0 +1,180 @@
+/* CPU kernels of the array ops of graph/op_defs_array.c: Transpose, Tile, StopGradient,
+ * Select (with NumPy broadcasting) and OneHot. Each walks its output in row-major order with
+ * a counter per dimension and moves whole elements (any dtype). */
+#include <stdlib.h>
+
+#include "cpu_impl.h"
+
+// Strides (elements) of src's shape seen in the rank-r output: 0 where it broadcasts.
+static bool broadcast_strides(const dg_shape *src, const dg_shape *out, int64_t *strides) {
+    int64_t acc = 1;
+    for (int k = out->rank - 1, j = src->rank - 1; k >= 0; k--, j--) {
+        int64_t d = j >= 0 ? src->dims[j] : 1;
+        if (d != 1 && d != out->dims[k]) return false;
+        strides[k] = d == 1 ? 0 : acc;
+        acc *= d;
+    }
+    return src->rank <= out->rank;
+}
+
+// Moves to the next output index; each input offset follows its strides. rank 0: one element.
+static inline void step_index(int rank, const int64_t *dims, int64_t *idx, int n_in, int64_t (*strides)[DG_MAX_RANK],
+                              int64_t *off) {
+    for (int k = rank - 1; k >= 0; k--) {
+        for (int i = 0; i < n_in; i++) off[i] += strides[i][k];
+        if (++idx[k] < dims[k]) return;
+        for (int i = 0; i < n_in; i++) off[i] -= strides[i][k] * dims[k];
+        idx[k] = 0;
+    }
+}
+
+static void copy_elem(void *dst, const void *src, size_t es) {
+    if (es == 4)
+        *(uint32_t *)dst = *(const uint32_t *)src;
+    else if (es == 8)
+        *(uint64_t *)dst = *(const uint64_t *)src;
+    else
+        memcpy(dst, src, es);
+}
+
+// perm or multiples: an int vector of x's rank.
+static bool read_vector(exec_ctx *ctx, const char *what, int rank, int64_t *v) {
+    int n = 0;
+    if (!cpu_read_dims(IN(1), v, &n, DG_MAX_RANK) || n != rank)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "%s must be an int vector of %d entries (the input's rank)", what, rank);
+    return true;
+}
+
+bool cpu_transpose_plan(exec_ctx *ctx, dg_shape *out, int64_t *src_strides) {
+    const dg_tensor *x = IN(0);
+    int64_t perm[DG_MAX_RANK], xs[DG_MAX_RANK];
+    if (!read_vector(ctx, "perm", x->shape.rank, perm)) return false;
+    if (!graph_check_perm(perm, x->shape.rank, x->shape.rank, ctx->st)) {
+        dg_status_prepend(ctx->st, "node \"%s\" (Transpose)", ctx->node->name);
+        return false;
+    }
+    cpu_strides(&x->shape, xs);
+    *out = x->shape;
+    for (int k = 0; k < x->shape.rank; k++) {
+        out->dims[k] = x->shape.dims[perm[k]];
+        src_strides[k] = xs[perm[k]];
+    }
+    return true;
+}
+
+static bool transpose_compute(void *state, exec_ctx *ctx) {
+    (void)state;
+    dg_tensor *x = IN(0);
+    dg_shape os;
+    int64_t strides[1][DG_MAX_RANK];
+    if (!cpu_transpose_plan(ctx, &os, strides[0])) return false;
+    dg_tensor *o = exec_alloc_output(ctx, 0, x->dtype, os);
+    if (!o) return false;
+    size_t es = dg_dtype_size(x->dtype);
+    int64_t idx[DG_MAX_RANK] = {0}, off = 0;
+    for (int64_t i = 0; i < o->n_elements; i++) {
+        copy_elem((char *)o->data + (size_t)i * es, (const char *)x->data + (size_t)off * es, es);
+        step_index(os.rank, os.dims, idx, 1, strides, &off);
+    }
+    return true;
+}
+
+static bool tile_compute(void *state, exec_ctx *ctx) {
+    (void)state;
+    dg_tensor *x = IN(0);
+    int64_t m[DG_MAX_RANK], xs[DG_MAX_RANK];
+    int r = x->shape.rank;
+    if (!read_vector(ctx, "multiples", r, m)) return false;
+    dg_shape os = x->shape;
+    for (int k = 0; k < r; k++) {
+        if (m[k] < 0) return exec_fail(ctx, DG_INVALID_ARGUMENT, "multiples[%d] is %lld (must be >= 0)", k, (long long)m[k]);
+        if (m[k] > 0 && x->shape.dims[k] > INT64_MAX / m[k] / 2)
+            return exec_fail(ctx, DG_INVALID_ARGUMENT, "multiples[%d] = %lld overflows the output", k, (long long)m[k]);
+        os.dims[k] = x->shape.dims[k] * m[k];
+    }
+    dg_tensor *o = exec_alloc_output(ctx, 0, x->dtype, os);
+    if (!o || o->n_elements == 0) return o != NULL;
+    cpu_strides(&x->shape, xs);
+    size_t es = dg_dtype_size(x->dtype);
+    // Output index i_k reads x at i_k mod d_k.
+    int64_t idx[DG_MAX_RANK] = {0};
+    for (int64_t i = 0; i < o->n_elements; i++) {
+        int64_t off = 0;
+        for (int k = 0; k < r; k++) off += (idx[k] % x->shape.dims[k]) * xs[k];
+        copy_elem((char *)o->data + (size_t)i * es, (const char *)x->data + (size_t)off * es, es);
+        for (int k = r - 1; k >= 0; k--) {
+            if (++idx[k] < os.dims[k]) break;
+            idx[k] = 0;
+        }
+    }
+    return true;
+}
+
+static bool select_compute(void *state, exec_ctx *ctx) {
+    (void)state;
+    dg_tensor *c = IN(0), *t = IN(1), *e = IN(2);
+    dg_shape a, os;
+    dg_status *st = ctx->st;
+    if (c->dtype != DG_BOOL || t->dtype != e->dtype)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "the condition must be bool and the two values of one dtype");
+    if (!graph_broadcast_shapes(t->shape, e->shape, &a, st) || !graph_broadcast_shapes(c->shape, a, &os, st)) {
+        dg_status_prepend(st, "node \"%s\" (Select)", ctx->node->name);
+        return false;
+    }
+    int64_t strides[3][DG_MAX_RANK];
+    if (!broadcast_strides(&c->shape, &os, strides[0]) || !broadcast_strides(&t->shape, &os, strides[1]) ||
+        !broadcast_strides(&e->shape, &os, strides[2]))
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "inputs do not broadcast together");
+    dg_tensor *o = exec_alloc_output(ctx, 0, t->dtype, os);
+    if (!o) return false;
+    size_t es = dg_dtype_size(t->dtype);
+    const uint8_t *cond = c->data;
+    int64_t idx[DG_MAX_RANK] = {0}, off[3] = {0, 0, 0};
+    for (int64_t i = 0; i < o->n_elements; i++) {
+        const char *src = cond[off[0]] ? (const char *)t->data + (size_t)off[1] * es : (const char *)e->data + (size_t)off[2] * es;
+        copy_elem((char *)o->data + (size_t)i * es, src, es);
+        step_index(os.rank, os.dims, idx, 3, strides, off);
+    }
+    return true;
+}
+
+static bool one_hot_compute(void *state, exec_ctx *ctx) {
+    (void)state;
+    dg_tensor *ix = IN(0), *on = IN(2), *off = IN(3);
+    if (IN(1)->n_elements != 1 || on->n_elements != 1 || off->n_elements != 1)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "depth, on_value and off_value must be scalars");
+    int64_t depth = (int64_t)dg_tensor_get_as_double(IN(1), 0);
+    if (depth < 0) return exec_fail(ctx, DG_INVALID_ARGUMENT, "depth is %lld (must be >= 0)", (long long)depth);
+    if (ix->shape.rank >= DG_MAX_RANK)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "indices of rank %d: the result would pass rank %d", ix->shape.rank,
+                         DG_MAX_RANK);
+    dg_shape os = ix->shape;
+    os.rank++;
+    os.dims[ix->shape.rank] = depth;
+    dg_tensor *o = exec_alloc_output(ctx, 0, on->dtype, os);
+    if (!o) return false;
+    double v_on = dg_tensor_get_as_double(on, 0), v_off = dg_tensor_get_as_double(off, 0);
+    for (int64_t i = 0; i < ix->n_elements; i++) {
+        int64_t k = ix->dtype == DG_INT32 ? ((const int32_t *)ix->data)[i] : ((const int64_t *)ix->data)[i];
+        for (int64_t j = 0; j < depth; j++) {
+            double v = j == k ? v_on : v_off;
+            if (o->dtype == DG_FLOAT32)
+                F32(o)[i * depth + j] = (float)v;
+            else
+                F64(o)[i * depth + j] = v;
+        }
+    }
+    return true;
+}
+
+#define K(op, mask, compute) {op, "CPU", mask, cpu_no_state, compute, NULL, false, false, false, NULL, false}
+
+const exec_kernel_def cpu_index_kernels[] = {
+    K("Transpose", DT_ALL, transpose_compute),
+    K("Tile", DT_ALL, tile_compute),
+    K("StopGradient", DT_ALL, cpu_identity_compute),
+    // Chosen by input 0's dtype: the condition's, and the indices'.
+    K("Select", DT_BIT(DG_BOOL), select_compute),
+    K("OneHot", DT_BIT(DG_INT32) | DT_BIT(DG_INT64), one_hot_compute),
+};
+const int cpu_n_index_kernels = sizeof cpu_index_kernels / sizeof cpu_index_kernels[0];

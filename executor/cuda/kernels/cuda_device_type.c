@@ -1,0 +1,23 @@
+/* The GPU's device type (executor/device.h): what the executor and the runtime know of the
+ * CUDA device. Float tensors live in the GPU's memory (dg_tensor.device_mem = 1 + GPU id),
+ * every other dtype in host memory (gpu_impl.h). */
+#include "distgraph/device_name.h"
+#include "gpu_impl.h"
+
+static void *open_gpu(int id, dg_status *st) { return gpu_device(id, st); }
+
+static void configure(const exec_device_config *c) { exec_cuda_set_allow_tf32(c->allow_tf32); }
+
+const exec_device_type exec_cuda_device_type = {
+    .name = DG_DEVICE_TYPE_GPU,
+    .host_memory = false,
+    .floats_only_on_device = true,
+    .count = exec_cuda_device_count,
+    .unavailable_reason = exec_cuda_unavailable_reason,
+    .register_kernels = exec_cuda_register,
+    .ops = exec_cuda_device_ops,
+    .open = open_gpu,
+    .to_host = gpu_any_to_host,
+    .configure = configure,
+    .release_all = exec_cuda_release_all,
+};

@@ -1,0 +1,158 @@
+/* executor/device.c and executor/cpu/cpu_device.c: the registry of device types (the CPU
+ * first, every type complete and consistent), the CPU's device table, this process's device
+ * names, which device names are accelerators, and host copies of host tensors. Holds with or
+ * without CUDA and with or without a GPU. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec_impl.h"
+
+static void test_registry(void **state) {
+    (void)state;
+    int n = exec_num_device_types();
+    assert_true(n >= 1);
+    assert_ptr_equal(exec_device_type_at(0), &exec_cpu_device_type);
+    assert_null(exec_device_type_at(-1));
+    assert_null(exec_device_type_at(n));
+    int own_memory = 0;
+    for (int i = 0; i < n; i++) {
+        const exec_device_type *t = exec_device_type_at(i);
+        assert_non_null(t->name);
+        assert_ptr_equal(exec_device_type_find(t->name), t);
+        assert_non_null(t->count);
+        assert_true(t->count() >= 0);
+        assert_non_null(t->register_kernels);
+        assert_non_null(t->open);
+        assert_non_null(t->to_host);
+        const exec_device_ops *ops = t->ops();
+        assert_non_null(ops);
+        assert_int_equal(ops->version, EXEC_DEVICE_OPS_VERSION);
+        assert_string_equal(ops->type, t->name);
+        assert_true(ops->alloc && ops->free && ops->copy_to_device && ops->copy_to_host &&
+                    ops->synchronize);
+        own_memory += !t->host_memory;
+        for (int j = 0; j < i; j++) assert_string_not_equal(exec_device_type_at(j)->name, t->name);
+    }
+    // dg_tensor.device_mem names a device of one type.
+    assert_true(own_memory <= 1);
+    const exec_device_type *cpu = exec_device_type_find(DG_DEVICE_TYPE_CPU);
+    assert_ptr_equal(cpu, &exec_cpu_device_type);
+    assert_true(cpu->host_memory);
+    assert_false(cpu->floats_only_on_device);
+    assert_null(exec_device_type_find("NOPE"));
+    assert_null(exec_device_type_find("cpu"));   // names are canonical: upper-case
+    assert_null(exec_device_type_find(NULL));
+    assert_int_equal(exec_device_count(DG_DEVICE_TYPE_CPU), 1);
+    assert_int_equal(exec_device_count("NOPE"), 0);
+}
+
+static void test_cpu_table(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    const exec_device_ops *ops = exec_cpu_device_type.ops();
+    void *dev = exec_cpu_device_type.open(0, st);
+    assert_non_null(dev);
+    assert_ok(st);
+    assert_null(exec_cpu_device_type.open(-1, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "CPU:-1");
+    dg_status_reset(st);
+    assert_null(ops->alloc(dev, 0, st));
+    assert_ok(st);
+    const char src[8] = "abcdefg";
+    char back[8] = {0};
+    char *p = ops->alloc(dev, sizeof src, st);
+    assert_non_null(p);
+    assert_true(ops->copy_to_device(dev, p, src, sizeof src, st));
+    assert_true(ops->copy_to_host(dev, back, p, sizeof src, st));
+    assert_true(ops->synchronize(dev, st));
+    assert_ok(st);
+    assert_memory_equal(back, src, sizeof src);
+    ops->free(dev, p);
+    ops->free(dev, NULL);
+    assert_null(ops->event_record);
+    dg_status_free(&st);
+}
+
+static void test_local_device_names(void **state) {
+    (void)state;
+    int n = -1;
+    char **names = exec_local_device_names("/job:w/replica:0/task:1", 2, &n);
+    assert_non_null(names);
+    int want = 3;
+    for (int i = 1; i < exec_num_device_types(); i++) want += exec_device_type_at(i)->count();
+    assert_int_equal(n, want);
+    assert_string_equal(names[0], "/job:w/replica:0/task:1/device:CPU:0");
+    assert_string_equal(names[1], "/job:w/replica:0/task:1/device:CPU:1");
+    assert_string_equal(names[2], "/job:w/replica:0/task:1/device:CPU:2");
+    // Then each other type's devices, ids from 0, all accelerators.
+    int k = 3;
+    for (int i = 1; i < exec_num_device_types(); i++) {
+        const exec_device_type *t = exec_device_type_at(i);
+        for (int id = 0; id < t->count(); id++, k++) {
+            char want_name[128];
+            snprintf(want_name, sizeof want_name, "/job:w/replica:0/task:1/device:%s:%d", t->name, id);
+            assert_string_equal(names[k], want_name);
+            assert_true(exec_device_name_is_accelerator(names[k]));
+        }
+    }
+    for (int i = 0; i < 3; i++) assert_false(exec_device_name_is_accelerator(names[i]));
+    dg_device_list_free(names, n);
+    names = exec_local_device_names("/job:localhost/replica:0/task:0", 0, &n);
+    assert_non_null(names);
+    assert_int_equal(n, want - 2);
+    assert_string_equal(names[0], "/job:localhost/replica:0/task:0/device:CPU:0");
+    dg_device_list_free(names, n);
+}
+
+static void test_is_accelerator(void **state) {
+    (void)state;
+    assert_true(exec_device_name_is_accelerator("/gpu:0"));
+    assert_true(exec_device_name_is_accelerator("/GPU:1"));
+    assert_true(exec_device_name_is_accelerator("/job:worker/task:1/device:GPU:0"));
+    assert_true(exec_device_name_is_accelerator("/device:gpu:*"));
+    assert_true(exec_device_name_is_accelerator("/device:TPU:0"));   // any type but the CPU
+    assert_false(exec_device_name_is_accelerator("/cpu:0"));
+    assert_false(exec_device_name_is_accelerator("/job:ps/replica:0/task:0/device:CPU:3"));
+    assert_false(exec_device_name_is_accelerator("/job:gpu/task:0"));   // no type
+    assert_false(exec_device_name_is_accelerator("/device:*:0"));
+    assert_false(exec_device_name_is_accelerator(""));
+    assert_false(exec_device_name_is_accelerator(NULL));
+    assert_false(exec_device_name_is_accelerator("gpu:0"));   // malformed
+}
+
+static void test_host_tensor_to_host(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    dg_tensor *t = dg_tensor_scalar_f32(2.5f);
+    dg_tensor *h = exec_tensor_to_host(t, st);
+    assert_ok(st);
+    assert_ptr_equal(h, t);   // host memory: the same tensor, one more reference
+    dg_tensor_unref(h);
+    assert_true(dg_tensor_f32(t)[0] == 2.5f);
+    dg_tensor_unref(t);
+    assert_null(exec_tensor_to_host(NULL, st));
+    assert_ok(st);
+    dg_status_free(&st);
+}
+
+static void test_configure_and_release(void **state) {
+    (void)state;
+    exec_devices_configure(&(exec_device_config){.allow_tf32 = false});
+    // Nothing of this process uses a device: nothing is handed out.
+    assert_int_equal(exec_devices_release_all(), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_cpu_table),
+        cmocka_unit_test(test_local_device_names),
+        cmocka_unit_test(test_is_accelerator),
+        cmocka_unit_test(test_host_tensor_to_host),
+        cmocka_unit_test(test_configure_and_release),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
