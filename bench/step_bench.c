@@ -25,9 +25,10 @@ static int cmp(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     int64_t steps = 2000, warmup = 200, batch = 100, threads = 1;
-    const char *data_dir = MNIST_DEFAULT_DIR, *model = "mlp";
+    const char *data_dir = MNIST_DEFAULT_DIR, *model = "mlp", *device = "";
     flag_def defs[] = {
         {"model", FLAG_STRING, &model, "mlp (default) or cnn"},
+        {"device", FLAG_STRING, &device, "build the model under this device scope, e.g. /gpu:0 (soft placement)"},
         {"steps", FLAG_INT, &steps, "timed steps (default 2000)"},
         {"warmup", FLAG_INT, &warmup, "untimed steps first (default 200)"},
         {"batch_size", FLAG_INT, &batch, "batch (default 100)"},
@@ -55,6 +56,7 @@ int main(int argc, char **argv) {
     double *times = malloc((size_t)steps * sizeof *times);
     int rc = 1;
     dg_tensor *xt = NULL, *yt = NULL, *on = NULL;
+    if (*device) dg_graph_push_device(g, device);
     if (cnn) {
         cnn_build_net(g, 0.001, 1, &m);
         dg_optimizer opt = model_adam(g, &m, 0.001);
@@ -64,7 +66,9 @@ int main(int argc, char **argv) {
     } else if (!mlp_build(g, data.train.dim, 100, 0.01, 1, &m, st)) {
         goto out;
     }
+    if (*device) dg_graph_pop_device(g);
     dg_session_options o = dg_session_options_default();
+    o.allow_soft_placement = true;
     o.inter_op_threads = (int)threads;
     o.intra_op_threads = 1;
     if (!(s = dg_session_new(g, "local", &o, st)) || !dg_session_run_target(s, m.init, st)) goto out;
@@ -82,8 +86,8 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < steps; i++) total += times[i];
     qsort(times, (size_t)steps, sizeof *times, cmp);
     double median = times[steps / 2];
-    printf("{\"bench\": \"step_bench\", \"metric\": \"median_step\", \"value\": %.4f, \"unit\": \"ms\", \"batch\": %lld, \"threads\": %lld, \"model\": \"%s\"}\n",
-           median, (long long)batch, (long long)threads, model);
+    printf("{\"bench\": \"step_bench\", \"metric\": \"median_step\", \"value\": %.4f, \"unit\": \"ms\", \"batch\": %lld, \"threads\": %lld, \"model\": \"%s\", \"device\": \"%s\"}\n",
+           median, (long long)batch, (long long)threads, model, *device ? device : "/cpu:0");
     printf("{\"bench\": \"step_bench\", \"metric\": \"p90_step\", \"value\": %.4f, \"unit\": \"ms\"}\n",
            times[(steps * 9) / 10]);
     printf("{\"bench\": \"step_bench\", \"metric\": \"steps_per_s\", \"value\": %.1f, \"unit\": \"steps/s\"}\n",

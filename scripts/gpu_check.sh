@@ -78,16 +78,21 @@ replica() {   # replica NAME DG-LAUNCH-ARGS... -- MNIST_REPLICA-ARGS...
         >"$apps" 2>/dev/null &
     local smi=$!
     step "$name" "$out/mlp.log" "$bin/dg-launch" --timeout 200 "$@" --data_dir "$c/data" \
-        --num_gpus 1 --train_steps 2000
+        --num_gpus 1 ${REPLICA_STEPS:+--train_steps $REPLICA_STEPS}
     kill "$smi" 2>/dev/null
     wait "$smi" 2>/dev/null
-    echo "$name: $(grep -c mnist_replica "$apps") samples of mnist_replica on the GPU," \
-        "$(grep mnist_replica "$apps" | cut -d, -f1 | sort -u | wc -l) processes" | tee -a "$summary"
+    echo "$name: $(grep -c _replica "$apps") samples of the program on the GPU," \
+        "$(grep _replica "$apps" | cut -d, -f1 | sort -u | wc -l) processes" | tee -a "$summary"
     rm -f "$apps"
 }
+REPLICA_STEPS=2000
 replica "mnist_replica async ps" --ps 1 --workers 2 -- "$bin/mnist_replica"
 replica "mnist_replica sync" --ps 1 --workers 2 -- "$bin/mnist_replica" --sync_replicas
 replica "mnist_replica all_reduce" --workers 2 -- "$bin/mnist_replica" --all_reduce
+REPLICA_STEPS=
+replica "cnn_replica async ps" --ps 1 --workers 2 -- "$bin/cnn_replica"
 grep -h "validation accuracy" "$out/mlp.log" | tee -a "$summary"
+# The CNN training step (batch 100) on the GPU.
+step "cnn step_bench GPU" "$out/gpu_bench.jsonl" "$bin/step_bench" --model cnn --device /gpu:0 --steps 200 --warmup 20
 step "gpu_bench" "$out/gpu_bench.jsonl" "$bin/gpu_bench"
 step "torch_mlp_cuda" "$out/torch_mlp.jsonl" python3 "$c/torch_mlp_cuda.py"

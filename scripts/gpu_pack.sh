@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build-gpu-pack
 out=$root/.gpu-bundle
 data=${DG_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
-bins=(test_cuda_device test_gpu_placement test_gpu_kernels gpu_bench mlp_local mirrored mnist_replica dg-launch)
+bins=(test_cuda_device test_gpu_placement test_gpu_kernels gpu_bench mlp_local mirrored mnist_replica cnn_replica dg-launch step_bench)
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDG_WITH_BLAS=OFF -DCMAKE_CUDA_ARCHITECTURES=${DG_CUDA_ARCH:-90} >"$root/.gpu_pack_configure.log"
 grep -q "distgraph: CUDA device ON" "$root/.gpu_pack_configure.log" ||
