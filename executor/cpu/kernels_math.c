@@ -59,7 +59,7 @@ static bool is_compare(binop op) { return op >= B_EQ && op <= B_LE; }
 
 // One run of n outputs; a and b advance by sa and sb (0 or 1).
 #define DEFINE_RUN(T, NAME)                                                                 \
-    static void NAME(binop op, const T *a, int64_t sa, const T *b, int64_t sb, void *out,  \
+    CPU_CLONES static void NAME(binop op, const T *a, int64_t sa, const T *b, int64_t sb, void *out,  \
                      int64_t n) {                                                           \
         if (is_compare(op)) {                                                               \
             uint8_t *o = out;                                                               \
@@ -231,7 +231,7 @@ static void *un_create(const dg_node *n, const exec_env *env, dg_status *st) {
     } while (0)
 
 #define ID(x) (x)
-static bool un_compute(void *state, exec_ctx *ctx) {
+CPU_CLONES static bool un_compute(void *state, exec_ctx *ctx) {
     unop op = (unop)((intptr_t)state - 1);
     dg_tensor *in = IN(0);
     dg_tensor *o = exec_alloc_output(ctx, 0, in->dtype, in->shape);
@@ -256,7 +256,7 @@ static bool un_compute(void *state, exec_ctx *ctx) {
             for (int64_t c = 0; c < C; c++) y[r * C + c] = x[r * C + c] + bb[c];         \
     } while (0)
 
-static bool bias_add_compute(void *state, exec_ctx *ctx) {
+CPU_CLONES static bool bias_add_compute(void *state, exec_ctx *ctx) {
     dg_tensor *v = IN(0), *b = IN(1);
     int64_t C = v->shape.rank > 0 ? v->shape.dims[v->shape.rank - 1] : -1;
     if (b->shape.rank != 1 || b->shape.dims[0] != C)
@@ -281,7 +281,7 @@ static bool bias_add_compute(void *state, exec_ctx *ctx) {
             for (int64_t c = 0; c < C; c++) y[c] += x[r * C + c];                        \
     } while (0)
 
-static bool bias_add_grad_compute(void *state, exec_ctx *ctx) {
+CPU_CLONES static bool bias_add_grad_compute(void *state, exec_ctx *ctx) {
     dg_tensor *dy = IN(0);
     if (dy->shape.rank < 1) return exec_fail(ctx, DG_INVALID_ARGUMENT, "BiasAddGrad needs rank >= 1");
     int64_t C = dy->shape.dims[dy->shape.rank - 1];
