@@ -60,6 +60,9 @@ static int usage(FILE *f) {
             "  summaries FILE [--json]         scalar summary tags: count, steps, last value\n"
             "  plot FILE --tag TAG [--tag TAG ...] -o OUT.svg|OUT.png\n"
             "                                  line chart of value against step, 800x480\n"
+            "commands on TensorBoard event files:\n"
+            "  events FILE [--json]            every event: wall time, step, kind, tag, value;\n"
+            "                                  checks each record's checksums\n"
             "commands on running servers:\n"
             "  server dg://HOST:PORT [--json]  registered partitions, remote clients' sessions\n"
             "                                  and running steps of the task at that address\n"
@@ -2251,6 +2254,29 @@ static int cmd_server(const options *o) {
     return rc;
 }
 
+// ---- events ----
+
+static bool print_event(void *ctx, const dg_event *e) {
+    const options *o = ctx;
+    if (o->json)
+        printf("{\"wall_time\": %.6f, \"step\": %lld, \"kind\": \"%s\", \"tag\": \"%s\", \"value\": %.9g}\n",
+               e->wall_time, (long long)e->step, e->kind, e->tag, e->value);
+    else
+        printf("%.6f %8lld %-12s %-32s %.9g\n", e->wall_time, (long long)e->step, e->kind, e->tag, e->value);
+    return true;
+}
+
+static int cmd_events(const options *o) {
+    dg_status *st = dg_status_new();
+    int64_t n = 0;
+    if (!o->json) printf("%-17s %8s %-12s %-32s %s\n", "wall time", "step", "kind", "tag", "value");
+    bool ok = dg_event_file_read(o->file, print_event, (void *)o, &n, st);
+    if (!ok) fprintf(stderr, "dg-inspect: %s: %s (after %lld good events)\n", dg_code_name(dg_status_code(st)),
+                     dg_status_message(st), (long long)n);
+    dg_status_free(&st);
+    return ok ? 0 : 1;
+}
+
 static bool is_cmd(const char *cmd, const char *const *names) {
     for (; *names; names++)
         if (strcmp(cmd, *names) == 0) return true;
@@ -2348,6 +2374,14 @@ int main(int argc, char **argv) {
         }
     }
     bool is_graph = is_cmd(o.cmd, graph_cmds), is_ckpt = is_cmd(o.cmd, ckpt_cmds);
+    if (strcmp(o.cmd, "events") == 0) {
+        if (!o.file) {
+            fprintf(stderr, "dg-inspect: events needs an event FILE\n");
+            goto done;
+        }
+        rc = cmd_events(&o);
+        goto done;
+    }
     if (strcmp(o.cmd, "server") == 0) {
         if (!o.file) {
             fprintf(stderr, "dg-inspect: server needs a target dg://HOST:PORT\n");

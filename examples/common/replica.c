@@ -92,7 +92,7 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     const char *job_name = "", *ps_hosts = "", *worker_hosts = "", *data_dir = MNIST_DEFAULT_DIR;
     int64_t task_index = -1, train_steps = p->train_steps, batch_size = 100, hidden = 100, seed = 1, log_every = 100;
     int64_t wait_ms = 60000, rpc_timeout_ms = 30000, save_checkpoint_steps = 100, recovery_attempts = 3;
-    const char *checkpoint_path = "", *slurm_jobs = "", *save_graph = "";
+    const char *checkpoint_path = "", *slurm_jobs = "", *save_graph = "", *logdir = "";
     int64_t slurm_port_base = DG_SLURM_DEFAULT_PORT_BASE;
     int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000, wait_for_tasks_ms = 0;
     double lr = p->learning_rate;
@@ -125,6 +125,8 @@ int replica_main(int argc, char **argv, const replica_program *p) {
          "chief: write the training graph to this file (examples/inference.c loads it with a checkpoint)"},
         {"checkpoint_path", FLAG_STRING, &checkpoint_path,
          "SQLite checkpoint file the chief saves to and restores from (default: none)"},
+        {"logdir", FLAG_STRING, &logdir,
+         "chief: TensorBoard event files in this directory (the loss every 100 steps, the placed graph)"},
         {"save_checkpoint_steps", FLAG_INT, &save_checkpoint_steps, "chief: checkpoint every N global steps (default 100)"},
         {"recovery_attempts", FLAG_INT, &recovery_attempts,
          "session creations tried after a ps or worker failure before giving up (default 3)"},
@@ -341,6 +343,7 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     // only worker 0 checkpoints.
     mo.is_chief = is_chief || all_reduce;
     mo.checkpoint_path = *checkpoint_path && (is_chief || !all_reduce) ? checkpoint_path : NULL;
+    mo.logdir = *logdir ? logdir : NULL;
     mo.save_checkpoint_steps = save_checkpoint_steps;
     mo.wait_for_chief_ms = wait_ms;
     mo.max_recovery_attempts = (int)recovery_attempts;

@@ -42,6 +42,7 @@
 #include "distgraph/server.h"
 #include "distgraph/checkpoint.h"
 #include "distgraph/monitored_session.h"
+#include "distgraph/summary.h"
 #include "distgraph/sync_replicas.h"
 #include "distgraph/collective.h"
 

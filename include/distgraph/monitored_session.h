@@ -146,6 +146,14 @@ dg_session_hook *dg_nan_guard_hook_new(dg_output loss, bool fail_on_nan, dg_stat
 dg_session_hook *dg_summary_saver_hook_new(const char *path, int64_t save_steps,
                                            const char *const *tags, const dg_output *scalars,
                                            int n, dg_status *st);
+// The same scalars (and schedule) written as TensorBoard events (distgraph/summary.h) into a new
+// event file of logdir (made when missing; one that cannot be written fails the session's
+// creation naming it), and after the first run the graph, its nodes with the devices they were
+// placed on. A write that fails later (a full disk) prints one warning to stderr and stops the
+// hook's writing; training goes on. Borrows its arguments for the call. Returns: new, caller
+// frees with dg_session_hook_free().
+dg_session_hook *dg_tensorboard_hook_new(const char *logdir, int64_t save_steps, const char *const *tags,
+                                         const dg_output *scalars, int n, dg_status *st);
 // Runs targets and fetches once at the end (dg_monitored_session_close) and keeps the fetched
 // values. Borrows the arrays for the call (copies them). Returns: new, caller frees with
 // dg_session_hook_free().
@@ -181,6 +189,9 @@ typedef struct dg_mts_options {
     int max_to_keep;                        // checkpoints kept (default 5; 0: all)
     int64_t save_summaries_steps;           // chief with a checkpoint path: DG_SUMMARIES
                                             // scalars every N steps (default 100; 0: off)
+    const char *logdir;                     // chief: TensorBoard event files there (the
+                                            // DG_SUMMARIES scalars every save_summaries_steps
+                                            // and the placed graph); NULL: none
     int64_t log_step_count_steps;           // global_step/sec every N steps (default 0: off)
     FILE *log;                              // where the built-in hooks print (a line per checkpoint
                                             // saved, global_step/sec); NULL: stdout
@@ -205,7 +216,7 @@ dg_mts_options dg_mts_options_default(void);
 // variable is initialized, and after wait_for_chief_ms fails with DEADLINE_EXCEEDED
 // "waited N ms for the chief to initialize variables: <names>". Creation that fails with
 // UNAVAILABLE or ABORTED is retried (max_recovery_attempts). Hooks: user hooks, then the
-// chief-only ones, then the built-in step counter, summary saver and checkpoint saver.
+// chief-only ones, then the built-in step counter, TensorBoard, summary saver and checkpoint saver.
 // Borrows g until dg_monitored_session_free() (and adds nodes to it); o may be NULL.
 // Returns: new, caller frees with dg_monitored_session_free(); NULL on error.
 dg_monitored_session *dg_monitored_session_new(dg_graph *g, const dg_mts_options *o,

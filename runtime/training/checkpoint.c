@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "training_impl.h"
+
 #include <sqlite3.h>
 #include <zlib.h>
 
@@ -498,6 +500,44 @@ static bool check_format(dg_checkpoint_store *s, bool create, dg_status *st) {
     return check_size(s, st);
 }
 
+bool training_make_dir(const char *dir, const char *what, const char *name, dg_status *st) {
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s \"%s\": the path is too long", what, name);
+        return false;
+    }
+    struct stat sb;
+    if (stat(buf, &sb) != 0) {
+        // mkdir -p, each missing level in turn.
+        for (char *p = buf + 1;; p++) {
+            if (*p != '/' && *p != '\0') continue;
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+                int e = errno;
+                dg_status_setf(st, e == EACCES || e == EROFS ? DG_PERMISSION_DENIED : DG_FAILED_PRECONDITION,
+                               "%s \"%s\": cannot make its directory \"%s\": %s", what, name, buf, strerror(e));
+                return false;
+            }
+            *p = c;
+            if (!c) break;
+        }
+        return true;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "%s \"%s\": \"%s\" is not a directory", what, name, buf);
+        return false;
+    }
+    if (access(buf, W_OK | X_OK) != 0) {
+        int e = errno;
+        dg_status_setf(st, e == EACCES || e == EROFS ? DG_PERMISSION_DENIED : DG_FAILED_PRECONDITION,
+                       "%s \"%s\": cannot create it: the directory \"%s\" is not writable (%s); pick "
+                       "a directory this user can write to", what, name, buf, strerror(e));
+        return false;
+    }
+    return true;
+}
+
 // Creating path: its directory is made when missing (as TensorFlow's savers make theirs), and
 // one this user cannot write to is named as such, before SQLite reports it as a missing file.
 static bool make_parent(const char *path, dg_status *st) {
@@ -510,36 +550,7 @@ static bool make_parent(const char *path, dg_status *st) {
     if (!slash) snprintf(dir, sizeof dir, ".");
     else if (slash == dir) dir[1] = '\0';
     else *slash = '\0';
-    struct stat sb;
-    if (stat(dir, &sb) != 0) {
-        // mkdir -p, each missing level in turn.
-        for (char *p = dir + 1;; p++) {
-            if (*p != '/' && *p != '\0') continue;
-            char c = *p;
-            *p = '\0';
-            if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-                int e = errno;
-                dg_status_setf(st, e == EACCES || e == EROFS ? DG_PERMISSION_DENIED : DG_FAILED_PRECONDITION,
-                               "checkpoint \"%s\": cannot make its directory \"%s\": %s", path, dir, strerror(e));
-                return false;
-            }
-            *p = c;
-            if (!c) break;
-        }
-        return true;
-    }
-    if (!S_ISDIR(sb.st_mode)) {
-        dg_status_setf(st, DG_FAILED_PRECONDITION, "checkpoint \"%s\": \"%s\" is not a directory", path, dir);
-        return false;
-    }
-    if (access(dir, W_OK | X_OK) != 0) {
-        int e = errno;
-        dg_status_setf(st, e == EACCES || e == EROFS ? DG_PERMISSION_DENIED : DG_FAILED_PRECONDITION,
-                       "checkpoint \"%s\": cannot create it: the directory \"%s\" is not writable (%s); pick "
-                       "a directory this user can write to", path, dir, strerror(e));
-        return false;
-    }
-    return true;
+    return training_make_dir(dir, "checkpoint", path, st);
 }
 
 static bool open_db(dg_checkpoint_store *s, const char *name, int flags, dg_status *st) {

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "distgraph/monitored_session.h"
+#include "distgraph/summary.h"
 
 static int64_t now_ms(void) {
     struct timespec ts;
@@ -459,7 +460,11 @@ dg_session_hook *dg_nan_guard_hook_new(dg_output loss, bool fail_on_nan, dg_stat
 // Rows go into the checkpoint file through a second SQLite connection of our own; the table is
 // created if missing and is not part of a checkpoint (checkpoint saves never touch it).
 typedef struct summary_hook {
-    char *path;
+    char *path;              // the checkpoint file (summaries table), or NULL
+    char *logdir;            // TensorBoard's log directory, or NULL
+    dg_event_writer *events; // open while writing; NULL after a write error (warned once)
+    dg_graph *graph;         // written to the event file after the first run (placed)
+    bool graph_written;
     int64_t every;
     int n;
     char **tags;
@@ -501,6 +506,8 @@ static void sql_fail(dg_status *st, sqlite3 *db, int rc, const char *call, const
 static void summary_free(void *ctx) {
     summary_hook *h = ctx;
     if (h->db) sqlite3_close(h->db);
+    dg_event_writer_free(&h->events);
+    free(h->logdir);
     for (int i = 0; i < h->n; i++) free(h->tags[i]);
     free(h->tags);
     free(h->fetch);
@@ -536,7 +543,8 @@ static bool summary_set_scalars(summary_hook *h, const char *const *tags, const 
 
 static bool summary_begin(void *ctx, dg_graph *g, dg_status *st) {
     summary_hook *h = ctx;
-    if (!find_global_step(g, "the summary saver hook", &h->gs, st)) return false;
+    h->graph = g;
+    if (!find_global_step(g, h->logdir ? "the TensorBoard hook" : "the summary saver hook", &h->gs, st)) return false;
     if (!h->fetch) {   // the DG_SUMMARIES collection, as it is now
         int n = dg_graph_collection_size(g, DG_SUMMARIES);
         dg_output *outs = calloc((size_t)n + 1, sizeof *outs);
@@ -553,6 +561,13 @@ static bool summary_begin(void *ctx, dg_graph *g, dg_status *st) {
 static bool summary_after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
     summary_hook *h = ctx;
     h->next_step = -1;
+    if (h->logdir) {   // one file for the hook's life: recoveries keep appending to it
+        if (!h->events && !h->graph_written && !(h->events = dg_event_writer_new(h->logdir, st))) {
+            dg_status_prepend(st, "TensorBoard hook");
+            return false;
+        }
+        return true;
+    }
     if (h->db) return true;
     // The checkpoint store creates its schema first, so the file is a checkpoint file.
     dg_checkpoint_store *store = dg_checkpoint_store_new(h->path, true, st);
@@ -573,7 +588,7 @@ fail:
 
 static bool summary_before_run(void *ctx, const dg_run_context *rc, dg_hook_run_args *args, dg_status *st) {
     summary_hook *h = ctx;
-    bool requested = h->n > 0 && (h->last_step < 0 || h->next_step < 0 || h->next_step >= h->last_step + h->every);
+    bool requested = h->n > 0 && (!h->logdir || h->events) && (h->last_step < 0 || h->next_step < 0 || h->next_step >= h->last_step + h->every);
     args->fetches = requested ? h->fetch : &h->fetch[h->n];
     args->n_fetches = requested ? h->n + 1 : 1;
     return true;
@@ -607,12 +622,49 @@ fail:
     return false;
 }
 
+// An event file that cannot be written (a full disk) costs the run nothing: one warning, and
+// the hook stops writing. Training goes on.
+static void events_failed(summary_hook *h, const dg_status *why) {
+    fprintf(stderr, "distgraph: TensorBoard hook: %s; no more events are written, training goes on\n",
+            dg_status_message(why));
+    dg_event_writer_free(&h->events);
+}
+
+static void events_write(summary_hook *h, int64_t step, dg_tensor *const *values, int n) {
+    dg_status *st = dg_status_new();
+    if (!h->graph_written) {   // after the first run the graph's nodes carry their devices
+        h->graph_written = true;
+        if (!dg_event_writer_add_graph(h->events, h->graph, step, st)) goto fail;
+    }
+    for (int i = 0; n > 1 && i < h->n; i++)
+        if (!dg_event_writer_add_scalar(h->events, h->tags[i], step, dg_tensor_get_as_double(values[i], 0), st))
+            goto fail;
+    if (n > 1) h->last_step = step;
+    dg_status_free(&st);
+    return;
+fail:
+    events_failed(h, st);
+    dg_status_free(&st);
+}
+
 static bool summary_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const *values, int n, dg_status *st) {
     summary_hook *h = ctx;
     int64_t step = dg_tensor_i64(values[n - 1])[0];
     h->next_step = step + 1;
+    if (h->logdir) {
+        if (h->events) events_write(h, step, values, n);
+        return true;
+    }
     if (n == 1) return true;   // only the step was fetched
     return summary_write(h, step, values, st);
+}
+
+static bool summary_end(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
+    summary_hook *h = ctx;
+    dg_status *fst = dg_status_new();
+    if (h->events && !dg_event_writer_flush(h->events, fst)) events_failed(h, fst);
+    dg_status_free(&fst);
+    return true;
 }
 
 dg_session_hook *dg_summary_saver_hook_new(const char *path, int64_t save_steps, const char *const *tags,
@@ -642,6 +694,37 @@ dg_session_hook *dg_summary_saver_hook_new(const char *path, int64_t save_steps,
     h->after_create_session = summary_after_create;
     h->before_run = summary_before_run;
     h->after_run = summary_after_run;
+    return h;
+}
+
+dg_session_hook *dg_tensorboard_hook_new(const char *logdir, int64_t save_steps, const char *const *tags,
+                                         const dg_output *scalars, int n, dg_status *st) {
+    dg_status_reset(st);
+    if (!logdir || !*logdir || save_steps < 1 || n < 0 || (n > 0 && !scalars)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "TensorBoard hook: need a log directory, save_steps >= 1 (got %lld) "
+                       "and n >= 0 scalars (got %d)", (long long)save_steps, n);
+        return NULL;
+    }
+    summary_hook *c = calloc(1, sizeof *c);
+    if (!c || !(c->logdir = strdup(logdir))) {
+        free(c);
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "TensorBoard hook: out of memory");
+        return NULL;
+    }
+    c->every = save_steps;
+    c->last_step = -1;
+    c->next_step = -1;
+    if (n > 0 && !summary_set_scalars(c, tags, scalars, n, st)) {
+        summary_free(c);
+        return NULL;
+    }
+    dg_session_hook *h = new_hook("tensorboard", c, summary_free, st);
+    if (!h) return NULL;
+    h->begin = summary_begin;
+    h->after_create_session = summary_after_create;
+    h->before_run = summary_before_run;
+    h->after_run = summary_after_run;
+    h->end = summary_end;
     return h;
 }
 

@@ -508,6 +508,12 @@ static bool add_builtin_hooks(dg_monitored_session *ms, const dg_mts_options *o,
         if (!(h = dg_step_counter_hook_new(o->log_step_count_steps, o->log, st))) return false;
         add_hook(ms, h, true, st);
     }
+    if (o->logdir && *o->logdir) {
+        if (!(h = dg_tensorboard_hook_new(o->logdir, o->save_summaries_steps > 0 ? o->save_summaries_steps : 100, NULL,
+                                          NULL, 0, st)))
+            return false;
+        add_hook(ms, h, true, st);
+    }
     if (!o->checkpoint_path) return true;
     if (o->save_summaries_steps > 0 && dg_graph_collection_size(ms->g, DG_SUMMARIES) > 0) {
         if (!(h = dg_summary_saver_hook_new(o->checkpoint_path, o->save_summaries_steps, NULL, NULL, 0, st)))
