@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: unit, integration and smoke tests through CTest, then
-# the unit tests again under valgrind memcheck (set DG_SKIP_VALGRIND=1 to skip that pass), then
+# the unit tests again under valgrind memcheck, as many at once as there are cores (set
+# DG_SKIP_VALGRIND=1 to skip that pass), then
 # every fuzz target of tests/fuzz for DG_FUZZ_SECONDS each (default 60; DG_SKIP_FUZZ=1 skips
 # them), built with clang in build-fuzz/.
 set -euo pipefail
@@ -10,18 +11,23 @@ scripts/build.sh
 cd build
 ctest --output-on-failure -j"$(nproc)" --timeout 600
 if [ "${DG_SKIP_VALGRIND:-0}" != 1 ]; then
-    echo "== unit tests under valgrind memcheck"
+    echo "== unit tests under valgrind memcheck, $(nproc) at a time"
+    vg_one() {   # vg_one TEST: runs it under memcheck, its exit status into TEST.valgrind.rc
+        valgrind -q --suppressions=../tests/valgrind.supp --leak-check=full \
+            --errors-for-leak-kinds=definite,indirect \
+            --error-exitcode=99 "$1" >"$1.valgrind.log" 2>&1
+        echo $? >"$1.valgrind.rc"
+    }
+    export -f vg_one
+    for t in tests/test_*; do
+        if [ -x "$t" ] && [ "${t%.*}" = "$t" ]; then echo "$t"; fi
+    done | xargs -P "$(nproc)" -I{} bash -c 'vg_one {}'
     pass=0
     fail=0
     skip=0
     for t in tests/test_*; do
-        [ -x "$t" ] || continue
-        set +e
-        valgrind -q --suppressions=../tests/valgrind.supp --leak-check=full \
-            --errors-for-leak-kinds=definite,indirect \
-            --error-exitcode=99 "$t" >"$t.valgrind.log" 2>&1
-        rc=$?
-        set -e
+        if [ ! -x "$t" ] || [ "${t%.*}" != "$t" ]; then continue; fi
+        rc=$(cat "$t.valgrind.rc" 2>/dev/null || echo 98)
         case $rc in
             0) pass=$((pass + 1)) ;;
             77) skip=$((skip + 1)) ;;

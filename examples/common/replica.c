@@ -307,6 +307,9 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     // checkpoints every 100 steps (dg-inspect plot FILE --tag loss).
     dg_graph_push_device(g, worker_device);
     dg_graph_add_to_collection(g, DG_SUMMARIES, dg_identity(g, "loss", m.loss).node);
+    // The first layer's weights as a TensorBoard histogram (written with --logdir only).
+    if (dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES) > 0)
+        dg_graph_add_to_collection(g, DG_HISTOGRAM_SUMMARIES, dg_graph_collection_get(g, DG_TRAINABLE_VARIABLES, 0));
     dg_graph_pop_device(g);
     if (*save_graph && task_index == 0 && !dg_graph_save(g, save_graph, st)) {
         fail(st, "--save_graph");

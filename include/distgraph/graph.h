@@ -148,6 +148,9 @@ void dg_graph_pop_colocate_with(dg_graph *g);
 #define DG_TRAINABLE_VARIABLES "trainable_variables"
 #define DG_GLOBAL_STEP "global_step"
 #define DG_SUMMARIES "summaries"
+// Float tensors whose values TensorBoard shows as histograms (dg_tensorboard_hook_new, the
+// monitored session's logdir), as tf.summary.histogram.
+#define DG_HISTOGRAM_SUMMARIES "histogram_summaries"
 // Updates to run with each training step (the moving averages of dg_batch_normalization), as
 // TensorFlow's tf.GraphKeys.UPDATE_OPS.
 #define DG_UPDATE_OPS "update_ops"

@@ -146,8 +146,8 @@ dg_session_hook *dg_nan_guard_hook_new(dg_output loss, bool fail_on_nan, dg_stat
 dg_session_hook *dg_summary_saver_hook_new(const char *path, int64_t save_steps,
                                            const char *const *tags, const dg_output *scalars,
                                            int n, dg_status *st);
-// The same scalars (and schedule) written as TensorBoard events (distgraph/summary.h) into a new
-// event file of logdir (made when missing; one that cannot be written fails the session's
+// The same scalars (and schedule) written as TensorBoard events (distgraph/summary.h), with
+// the DG_HISTOGRAM_SUMMARIES tensors as histograms, into a new event file of logdir (made when missing; one that cannot be written fails the session's
 // creation naming it), and after the first run the graph, its nodes with the devices they were
 // placed on. A write that fails later (a full disk) prints one warning to stderr and stops the
 // hook's writing; training goes on. Borrows its arguments for the call. Returns: new, caller

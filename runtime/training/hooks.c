@@ -466,7 +466,8 @@ typedef struct summary_hook {
     dg_graph *graph;         // written to the event file after the first run (placed)
     bool graph_written;
     int64_t every;
-    int n;
+    int n;                   // tensors fetched for summaries: n_scalars scalars, then histograms
+    int n_scalars;
     char **tags;
     dg_output *scalars;      // followed by the global step at index n in `fetch`
     dg_output *fetch;        // n scalars + the global step
@@ -538,6 +539,29 @@ static bool summary_set_scalars(summary_hook *h, const char *const *tags, const 
         if (!(h->tags[i] = strdup(tags ? tags[i] : dg_node_name(scalars[i].node)))) abort();
     }
     h->scalars = h->fetch;
+    h->n_scalars = n;
+    return true;
+}
+
+// TensorBoard: the DG_HISTOGRAM_SUMMARIES tensors (float, any shape) after the scalars.
+static bool summary_add_histograms(summary_hook *h, dg_graph *g, dg_status *st) {
+    int k = dg_graph_collection_size(g, DG_HISTOGRAM_SUMMARIES);
+    if (k == 0) return true;
+    char **tags = realloc(h->tags, ((size_t)h->n + (size_t)k + 1) * sizeof *tags);
+    if (tags) h->tags = tags;
+    dg_output *fetch = realloc(h->fetch, ((size_t)h->n + (size_t)k + 1) * sizeof *fetch);
+    if (!tags || !fetch) abort();
+    h->fetch = h->scalars = fetch;
+    for (int i = 0; i < k; i++) {
+        dg_output o = {dg_graph_collection_get(g, DG_HISTOGRAM_SUMMARIES, i), 0};
+        if (!dg_dtype_is_float(dg_output_dtype(o))) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "TensorBoard hook: histogram \"%s\" is %s, not a float tensor",
+                           dg_node_name(o.node), dg_dtype_name(dg_output_dtype(o)));
+            return false;
+        }
+        h->fetch[h->n] = o;
+        if (!(h->tags[h->n++] = strdup(dg_node_name(o.node)))) abort();
+    }
     return true;
 }
 
@@ -554,6 +578,7 @@ static bool summary_begin(void *ctx, dg_graph *g, dg_status *st) {
         free(outs);
         if (!ok) return false;
     }
+    if (h->logdir && !summary_add_histograms(h, g, st)) return false;
     h->fetch[h->n] = h->gs;
     return true;
 }
@@ -600,7 +625,7 @@ static bool summary_write(summary_hook *h, int64_t step, dg_tensor *const *value
     SQL_CHECK(h->db, sqlite3_exec(h->db, "BEGIN IMMEDIATE", NULL, NULL, NULL));
     SQL_CHECK(h->db, sqlite3_prepare_v2(h->db, "INSERT INTO summaries(step, tag, value, wall_time) VALUES (?, ?, ?, ?)",
                                         -1, &ins, NULL));
-    for (int i = 0; i < h->n; i++) {
+    for (int i = 0; i < h->n_scalars; i++) {
         SQL_CHECK(h->db, sqlite3_reset(ins));
         SQL_CHECK(h->db, sqlite3_bind_int64(ins, 1, step));
         SQL_CHECK(h->db, sqlite3_bind_text(ins, 2, h->tags[i], -1, SQLITE_STATIC));
@@ -636,9 +661,18 @@ static void events_write(summary_hook *h, int64_t step, dg_tensor *const *values
         h->graph_written = true;
         if (!dg_event_writer_add_graph(h->events, h->graph, step, st)) goto fail;
     }
-    for (int i = 0; n > 1 && i < h->n; i++)
+    for (int i = 0; n > 1 && i < h->n_scalars; i++)
         if (!dg_event_writer_add_scalar(h->events, h->tags[i], step, dg_tensor_get_as_double(values[i], 0), st))
             goto fail;
+    for (int i = h->n_scalars; n > 1 && i < h->n; i++) {
+        int64_t k = dg_tensor_num_elements(values[i]);
+        double *v = malloc(((size_t)k + 1) * sizeof *v);
+        if (!v) abort();
+        for (int64_t j = 0; j < k; j++) v[j] = dg_tensor_get_as_double(values[i], j);
+        bool ok = dg_event_writer_add_histogram(h->events, h->tags[i], step, v, k, st);
+        free(v);
+        if (!ok) goto fail;
+    }
     if (n > 1) h->last_step = step;
     dg_status_free(&st);
     return;

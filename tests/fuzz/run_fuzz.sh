@@ -34,7 +34,7 @@ srcs_of() {
     graph_load) echo "$graph" ;;
     shm_desc) echo "$root/runtime/transport/shm.c $graph" ;;
     chunks) echo "$transport $graph" ;;
-    server) echo "$all" ;;
+    server) echo "$all $proto_out/tensorboard.pb-c.c" ;;
     *) echo "run_fuzz.sh: unknown target $1 (add its sources here)" >&2; return 2 ;;
   esac
 }
@@ -42,7 +42,7 @@ libs_of() {
   case $1 in
     wire|graph_load|shm_desc) echo "-lmsgpackc -lm -lpthread" ;;
     chunks) echo "-lzmq -lmsgpackc -lm -lpthread" ;;
-    server) echo "-lzmq -lmsgpackc -lsqlite3 -lz -lm -lpthread" ;;
+    server) echo "-lzmq -lmsgpackc -lsqlite3 -lprotobuf-c -lz -lm -lpthread" ;;
   esac
 }
 # libFuzzer limits per target. Headers are small: any single allocation over 512 MB while
@@ -58,7 +58,13 @@ flags_of() {
   esac
 }
 
-includes="-I$root/include -I$root/graph -I$root/placer -I$root/executor -I$root/executor/cpu"
+# The code protoc-c generates for TensorBoard's event files (runtime/training/event_file.c).
+proto_out="$out/proto"
+mkdir -p "$proto_out"
+if [ ! -f "$proto_out/tensorboard.pb-c.c" ] || [ "$root/proto/tensorboard.proto" -nt "$proto_out/tensorboard.pb-c.c" ]; then
+  protoc-c --c_out="$proto_out" --proto_path="$root/proto" "$root/proto/tensorboard.proto"
+fi
+includes="-I$root/include -I$root/graph -I$root/placer -I$root/executor -I$root/executor/cpu -I$proto_out"
 for room in transport server master session training; do includes="$includes -I$root/runtime/$room"; done
 cflags="-g -O1 -std=c11 -D_GNU_SOURCE -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter"
 sanitize="address,undefined -fno-sanitize-recover=undefined"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # TensorBoard event files from a training run, read back with TensorBoard's own loader:
 # mnist_replica (1 ps + 2 workers) with --logdir; the chief's event file holds the file version,
-# the placed graph (nodes on /job:ps and /job:worker devices) and the loss every 100 steps, as
+# the placed graph (nodes on /job:ps and /job:worker devices), the loss and a histogram of the
+# first layer's weights every 100 steps, as
 # the tensorboard package (PyPI, in a virtual environment of its own, made once and kept in
 # DG_TB_VENV or ~/.cache/distgraph/tb-venv) reads them. Then bad input: a log directory that is
 # a file fails the start naming it; a file size limit standing in for a full disk costs the run
@@ -26,7 +27,7 @@ files=(logs/events.out.tfevents.*)
 import math, sys
 from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.compat.proto import graph_pb2
-version, graphs, loss = None, [], []
+version, graphs, loss, hist = None, [], [], []
 for ev in event_file_loader.LegacyEventFileLoader(sys.argv[1]).Load():
     what = ev.WhichOneof("what")
     if what == "file_version":
@@ -37,6 +38,7 @@ for ev in event_file_loader.LegacyEventFileLoader(sys.argv[1]).Load():
         graphs.append(g)
     elif what == "summary":
         loss += [(ev.step, v.simple_value) for v in ev.summary.value if v.tag == "loss"]
+        hist += [(ev.step, v.histo) for v in ev.summary.value if v.HasField("histo")]
 assert version == "brain.Event:2", version
 assert len(graphs) == 1, "graphs: %d" % len(graphs)
 names = {n.name: n for n in graphs[0].node}
@@ -49,7 +51,12 @@ steps = [s for s, _ in loss]
 assert len(loss) >= 4 and steps == sorted(steps) and steps[0] <= 1, steps
 assert all(math.isfinite(v) for _, v in loss), loss
 assert loss[-1][1] < loss[0][1] / 2, loss   # it learned
-print("tensorboard reads: %s, a graph of %d nodes on %s, loss %s" % (version, len(names), sorted(devices),
+# The first layer's weights, 784 x 100, as histograms: every value counted in a bucket.
+assert len(hist) == len(loss), (len(hist), len(loss))
+for step, h in hist:
+    assert h.num == 78400 and sum(h.bucket) == 78400 and h.min < 0 < h.max, (step, h.num, sum(h.bucket))
+    assert list(h.bucket_limit) == sorted(h.bucket_limit) and len(h.bucket) == len(h.bucket_limit)
+print("tensorboard reads: %s, a graph of %d nodes on %s, %d histograms, loss %s" % (version, len(names), sorted(devices), len(hist),
       ", ".join("%d: %.3f" % sv for sv in loss)))
 PY
 # A damaged record is named by the reader.
