@@ -270,6 +270,14 @@ static bool chunk_scratch(exec_ctx *ctx, const graph_conv_geom *g, size_t elem, 
 
 // ---- Conv2D and its gradients ----
 
+// Rows [r0, r0 + m) of x's window matrix: x itself for a pointwise window (col NULL), else col
+// filled by im2col.
+static const void *window_rows(const dg_tensor *x, const graph_conv_geom *g, void *col, int64_t r0, int64_t m) {
+    if (!col) return (const char *)x->data + (size_t)(r0 * g->kh * g->kw * g->c) * dg_dtype_size(x->dtype);
+    im2col(x->dtype, g, x->data, r0, m, col);
+    return col;
+}
+
 static bool conv2d_compute(void *state, exec_ctx *ctx) {
     graph_conv_geom g;
     if (!cpu_window_geom(ctx, state, &g)) return false;
@@ -287,12 +295,7 @@ static bool conv2d_compute(void *state, exec_ctx *ctx) {
     if (!chunk_scratch(ctx, &g, elem, &rows, &col)) return false;
     for (int64_t r0 = 0; r0 < total; r0 += rows) {
         int64_t m = total - r0 < rows ? total - r0 : rows;
-        const void *a = (const char *)x->data + (size_t)(r0 * k) * elem;
-        if (col) {
-            im2col(x->dtype, &g, x->data, r0, m, col);
-            a = col;
-        }
-        cpu_gemm(x->dtype, false, false, m, g.oc, k, 1.0, a, k, f->data, g.oc, 0.0,
+        cpu_gemm(x->dtype, false, false, m, g.oc, k, 1.0, window_rows(x, &g, col, r0, m), k, f->data, g.oc, 0.0,
                  (char *)o->data + (size_t)(r0 * g.oc) * elem, g.oc);
     }
     free(col);
@@ -341,13 +344,8 @@ static bool conv2d_bp_filter_compute(void *state, exec_ctx *ctx) {
     if (!chunk_scratch(ctx, &g, elem, &rows, &col)) return false;
     for (int64_t r0 = 0; r0 < total; r0 += rows) {
         int64_t m = total - r0 < rows ? total - r0 : rows;
-        const void *a = (const char *)x->data + (size_t)(r0 * k) * elem;
-        if (col) {
-            im2col(x->dtype, &g, x->data, r0, m, col);
-            a = col;
-        }
-        cpu_gemm(x->dtype, true, false, k, g.oc, m, 1.0, a, k, (const char *)dy->data + (size_t)(r0 * g.oc) * elem,
-                 g.oc, r0 == 0 ? 0.0 : 1.0, df->data, g.oc);
+        cpu_gemm(x->dtype, true, false, k, g.oc, m, 1.0, window_rows(x, &g, col, r0, m), k,
+                 (const char *)dy->data + (size_t)(r0 * g.oc) * elem, g.oc, r0 == 0 ? 0.0 : 1.0, df->data, g.oc);
     }
     free(col);
     return true;

@@ -62,12 +62,6 @@ static uint64_t get_u64(const uint8_t *b) {
     return v;
 }
 
-static double wall_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static double mono_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -154,7 +148,7 @@ dg_event_writer *dg_event_writer_new(const char *logdir, dg_status *st) {
     }
     w->last_flush = mono_s();
     Dgtb__Event ev = DGTB__EVENT__INIT;
-    ev.wall_time = wall_s();
+    ev.wall_time = training_wall_s();
     ev.what_case = DGTB__EVENT__WHAT_FILE_VERSION;
     ev.file_version = "brain.Event:2";
     if (!write_event(w, &ev, true, st)) dg_event_writer_free(&w);
@@ -175,7 +169,7 @@ static bool summary_event(dg_event_writer *w, int64_t step, Dgtb__SummaryValue *
     s.n_value = 1;
     s.value = &v;
     Dgtb__Event ev = DGTB__EVENT__INIT;
-    ev.wall_time = wall_s();
+    ev.wall_time = training_wall_s();
     ev.step = step;
     ev.what_case = DGTB__EVENT__WHAT_SUMMARY;
     ev.summary = &s;
@@ -330,7 +324,7 @@ bool dg_event_writer_add_graph(dg_event_writer *w, const dg_graph *g, int64_t st
     } else {
         dgtb__graph_def__pack(&gd, buf);
         Dgtb__Event ev = DGTB__EVENT__INIT;
-        ev.wall_time = wall_s();
+        ev.wall_time = training_wall_s();
         ev.step = step;
         ev.what_case = DGTB__EVENT__WHAT_GRAPH_DEF;
         ev.graph_def.data = buf;

@@ -12,6 +12,7 @@
 
 #include "distgraph/monitored_session.h"
 #include "distgraph/summary.h"
+#include "training_impl.h"
 
 static int64_t now_ms(void) {
     struct timespec ts;
@@ -25,11 +26,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static double wall_time_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static dg_session_hook *new_hook(const char *name, void *ctx, void (*free_ctx)(void *), dg_status *st) {
     dg_session_hook *h = calloc(1, sizeof *h);
@@ -621,7 +617,7 @@ static bool summary_before_run(void *ctx, const dg_run_context *rc, dg_hook_run_
 
 static bool summary_write(summary_hook *h, int64_t step, dg_tensor *const *values, dg_status *st) {
     sqlite3_stmt *ins = NULL;
-    double wall = wall_time_s();
+    double wall = training_wall_s();
     SQL_CHECK(h->db, sqlite3_exec(h->db, "BEGIN IMMEDIATE", NULL, NULL, NULL));
     SQL_CHECK(h->db, sqlite3_prepare_v2(h->db, "INSERT INTO summaries(step, tag, value, wall_time) VALUES (?, ?, ?, ?)",
                                         -1, &ins, NULL));
@@ -701,20 +697,28 @@ static bool summary_end(void *ctx, dg_monitored_session *ms, dg_session *sess, d
     return true;
 }
 
-dg_session_hook *dg_summary_saver_hook_new(const char *path, int64_t save_steps, const char *const *tags,
-                                           const dg_output *scalars, int n, dg_status *st) {
+// Both summary hooks: to the checkpoint file at path (tensorboard false) or to event files in
+// the log directory path (tensorboard true).
+static dg_session_hook *summary_hook_new(bool tensorboard, const char *path, int64_t save_steps,
+                                         const char *const *tags, const dg_output *scalars, int n, dg_status *st) {
+    const char *what = tensorboard ? "TensorBoard hook" : "summary saver hook";
     dg_status_reset(st);
     if (!path || !*path || save_steps < 1 || n < 0 || (n > 0 && !scalars)) {
-        dg_status_setf(st, DG_INVALID_ARGUMENT, "summary saver hook: need a path, save_steps >= 1 (got %lld) and "
-                       "n >= 0 scalars (got %d)", (long long)save_steps, n);
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: need a %s, save_steps >= 1 (got %lld) and n >= 0 scalars (got %d)",
+                       what, tensorboard ? "log directory" : "path", (long long)save_steps, n);
         return NULL;
     }
     summary_hook *c = calloc(1, sizeof *c);
-    if (!c || !(c->path = strdup(path))) {
+    char *copy = c ? strdup(path) : NULL;
+    if (!copy) {
         free(c);
-        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "summary saver hook: out of memory");
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "%s: out of memory", what);
         return NULL;
     }
+    if (tensorboard)
+        c->logdir = copy;
+    else
+        c->path = copy;
     c->every = save_steps;
     c->last_step = -1;
     c->next_step = -1;
@@ -722,44 +726,24 @@ dg_session_hook *dg_summary_saver_hook_new(const char *path, int64_t save_steps,
         summary_free(c);
         return NULL;
     }
-    dg_session_hook *h = new_hook("summary_saver", c, summary_free, st);
+    dg_session_hook *h = new_hook(tensorboard ? "tensorboard" : "summary_saver", c, summary_free, st);
     if (!h) return NULL;
     h->begin = summary_begin;
     h->after_create_session = summary_after_create;
     h->before_run = summary_before_run;
     h->after_run = summary_after_run;
+    if (tensorboard) h->end = summary_end;
     return h;
+}
+
+dg_session_hook *dg_summary_saver_hook_new(const char *path, int64_t save_steps, const char *const *tags,
+                                           const dg_output *scalars, int n, dg_status *st) {
+    return summary_hook_new(false, path, save_steps, tags, scalars, n, st);
 }
 
 dg_session_hook *dg_tensorboard_hook_new(const char *logdir, int64_t save_steps, const char *const *tags,
                                          const dg_output *scalars, int n, dg_status *st) {
-    dg_status_reset(st);
-    if (!logdir || !*logdir || save_steps < 1 || n < 0 || (n > 0 && !scalars)) {
-        dg_status_setf(st, DG_INVALID_ARGUMENT, "TensorBoard hook: need a log directory, save_steps >= 1 (got %lld) "
-                       "and n >= 0 scalars (got %d)", (long long)save_steps, n);
-        return NULL;
-    }
-    summary_hook *c = calloc(1, sizeof *c);
-    if (!c || !(c->logdir = strdup(logdir))) {
-        free(c);
-        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "TensorBoard hook: out of memory");
-        return NULL;
-    }
-    c->every = save_steps;
-    c->last_step = -1;
-    c->next_step = -1;
-    if (n > 0 && !summary_set_scalars(c, tags, scalars, n, st)) {
-        summary_free(c);
-        return NULL;
-    }
-    dg_session_hook *h = new_hook("tensorboard", c, summary_free, st);
-    if (!h) return NULL;
-    h->begin = summary_begin;
-    h->after_create_session = summary_after_create;
-    h->before_run = summary_before_run;
-    h->after_run = summary_after_run;
-    h->end = summary_end;
-    return h;
+    return summary_hook_new(true, logdir, save_steps, tags, scalars, n, st);
 }
 
 // ---- final ops ----

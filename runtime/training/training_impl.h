@@ -3,6 +3,7 @@
 #define DG_TRAINING_IMPL_H
 
 #include <stdbool.h>
+#include <time.h>
 
 #include "distgraph/status.h"
 
@@ -10,5 +11,12 @@
 // user can write to. Errors name "<what> \"<name>\"" and the directory: PERMISSION_DENIED or
 // FAILED_PRECONDITION with the system's reason (checkpoint.c).
 bool training_make_dir(const char *dir, const char *what, const char *name, dg_status *st);
+
+// Seconds since the Unix epoch (what summaries and events record as wall time).
+static inline double training_wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 #endif
