@@ -1,5 +1,5 @@
 /* Builders of the array ops of op_defs_array.c (distgraph/ops.h): transpose, tile,
- * stop_gradient, where and one_hot. */
+ * stop_gradient, where and one_hot; and the summary helpers (Identity nodes in collections). */
 #include <stdio.h>
 
 #include "graph_impl.h"
@@ -51,4 +51,31 @@ dg_output dg_one_hot(dg_graph *g, const char *name, dg_output indices, int64_t d
                         dg_scalar(g, NULL, dtype, off_value)};
     dg_tensor_unref(d);
     return build(g, "OneHot", name, ins, 4);
+}
+
+static dg_output summary(dg_graph *g, const char *what, const char *collection, const char *name, dg_output x,
+                         bool scalar) {
+    if (!g || !dg_graph_ok(g)) return NULL_OUT;
+    dg_shape s = dg_output_shape(x);
+    dg_dtype t = dg_output_dtype(x);
+    bool ok = x.node && name && *name &&
+              (scalar ? dg_shape_num_elements(&s) == 1 && t != DG_BOOL : dg_dtype_is_float(t));
+    if (!ok) {
+        char b[128];
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "%s \"%s\": needs a tag and %s, got %s %s", what,
+                           name ? name : "", scalar ? "a numeric scalar" : "a float tensor",
+                           x.node ? dg_dtype_name(t) : "the null output", x.node ? dg_shape_str(&s, b, sizeof b) : "");
+        return NULL_OUT;
+    }
+    dg_output y = dg_identity(g, name, x);
+    if (y.node) dg_graph_add_to_collection(g, collection, y.node);
+    return y;
+}
+
+dg_output dg_summary_scalar(dg_graph *g, const char *name, dg_output x) {
+    return summary(g, "summary_scalar", DG_SUMMARIES, name, x, true);
+}
+
+dg_output dg_summary_histogram(dg_graph *g, const char *name, dg_output x) {
+    return summary(g, "summary_histogram", DG_HISTOGRAM_SUMMARIES, name, x, false);
 }

@@ -306,10 +306,11 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     // The loss as a scalar summary: with --checkpoint_path the chief writes it beside the
     // checkpoints every 100 steps (dg-inspect plot FILE --tag loss).
     dg_graph_push_device(g, worker_device);
-    dg_graph_add_to_collection(g, DG_SUMMARIES, dg_identity(g, "loss", m.loss).node);
+    dg_summary_scalar(g, "loss", m.loss);
     // The first layer's weights as a TensorBoard histogram (written with --logdir only).
     if (dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES) > 0)
-        dg_graph_add_to_collection(g, DG_HISTOGRAM_SUMMARIES, dg_graph_collection_get(g, DG_TRAINABLE_VARIABLES, 0));
+        dg_summary_histogram(g, "first_layer_weights",
+                             (dg_output){dg_graph_collection_get(g, DG_TRAINABLE_VARIABLES, 0), 0});
     dg_graph_pop_device(g);
     if (*save_graph && task_index == 0 && !dg_graph_save(g, save_graph, st)) {
         fail(st, "--save_graph");

@@ -210,6 +210,14 @@ dg_output dg_batch_normalization(dg_graph *g, const char *name, dg_output x, dg_
 // must be known.
 dg_output dg_flatten(dg_graph *g, const char *name, dg_output x);
 
+// ---- summaries (what the monitored session records: distgraph/monitored_session.h) ----
+// tf.summary.scalar: an Identity of x named name (the summary's tag) added to DG_SUMMARIES, so
+// the summary saver and TensorBoard hooks record it; x must be a numeric scalar.
+dg_output dg_summary_scalar(dg_graph *g, const char *name, dg_output x);
+// tf.summary.histogram: an Identity of x named name added to DG_HISTOGRAM_SUMMARIES, which the
+// TensorBoard hook writes as a histogram of all of x's values; x must be float.
+dg_output dg_summary_histogram(dg_graph *g, const char *name, dg_output x);
+
 // ---- reductions (axes NULL/n_axes 0: all axes; negative axes count from the end) ----
 dg_output dg_sum(dg_graph *g, const char *name, dg_output x, const int64_t *axes, int n_axes,
                  bool keep_dims);

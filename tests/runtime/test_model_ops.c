@@ -1,6 +1,7 @@
 /* The ops of real models (issue "Real models, part 1"), forward values against references
  * computed here in float64 (a direct convolution, pooling loops, index arithmetic), Dropout's
- * statistics, the learning-rate schedules and batch normalization, and bad input: each error a
+ * statistics, the learning-rate schedules, batch normalization and the summary helpers, and bad
+ * input: each error a
  * status naming the node or schedule. Gradients are checked by finite differences in
  * tests/graph/test_gradients.c. */
 #include <math.h>
@@ -447,8 +448,31 @@ static void test_bad_windows(void **state) {
     dg_status_free(&st);
 }
 
+static void test_summary_helpers(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(3, 4));
+    dg_output l = dg_summary_scalar(g, "loss", dg_mean(g, NULL, x, NULL, 0, false));
+    dg_output h = dg_summary_histogram(g, "weights", x);
+    assert_ok(dg_graph_status(g));
+    assert_string_equal(dg_node_name(l.node), "loss");
+    assert_int_equal(dg_graph_collection_size(g, DG_SUMMARIES), 1);
+    assert_ptr_equal(dg_graph_collection_get(g, DG_SUMMARIES, 0), l.node);
+    assert_int_equal(dg_graph_collection_size(g, DG_HISTOGRAM_SUMMARIES), 1);
+    assert_ptr_equal(dg_graph_collection_get(g, DG_HISTOGRAM_SUMMARIES, 0), h.node);
+    dg_summary_scalar(g, "not_scalar", x);
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "summary_scalar \"not_scalar\"");
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "numeric scalar");
+    dg_graph_free(&g);
+    g = dg_graph_new();
+    dg_summary_histogram(g, "ids", dg_placeholder(g, "i", DG_INT64, dg_shape1(3)));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "float tensor");
+    dg_graph_free(&g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_summary_helpers),
         cmocka_unit_test(test_conv2d_forward),    cmocka_unit_test(test_pool_forward),
         cmocka_unit_test(test_dropout),           cmocka_unit_test(test_array_ops),
         cmocka_unit_test(test_piecewise_constant), cmocka_unit_test(test_batch_normalization),
