@@ -189,6 +189,8 @@ typedef struct exec_philox {
     int avail;
 } exec_philox;
 void exec_philox_init(exec_philox *p, uint64_t seed, uint64_t seed2);
+// The stream of a random node: its "seed" and "seed2" attributes (0 when absent).
+void exec_philox_init_node(exec_philox *p, const dg_node *n);
 uint32_t exec_philox_next(exec_philox *p);
 // Uniform in [0, 1) with 24 (float) or 53 (double) bits.
 float exec_philox_uniform_f(exec_philox *p);

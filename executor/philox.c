@@ -58,3 +58,10 @@ double exec_philox_normal(exec_philox *p) {
     double u2 = exec_philox_uniform_d(p);
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
+
+void exec_philox_init_node(exec_philox *p, const dg_node *n) {
+    int64_t s = 0, s2 = 0;
+    dg_node_attr_int(n, "seed", &s);
+    dg_node_attr_int(n, "seed2", &s2);
+    exec_philox_init(p, (uint64_t)s, (uint64_t)s2);
+}

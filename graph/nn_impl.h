@@ -33,6 +33,11 @@ typedef struct graph_conv_geom {
     int64_t pad_top, pad_left;
 } graph_conv_geom;
 
+// Whether the window is a 1x1 with stride 1 and no padding: the input is its own window matrix.
+static inline bool graph_conv_is_pointwise(const graph_conv_geom *g) {
+    return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pad_top == 0 && g->pad_left == 0;
+}
+
 // Fills g for input shape x (rank 4), window w and output channels oc. false with st set.
 bool graph_conv_geom_make(const dg_shape *x, const graph_window *w, int64_t oc,
                           graph_conv_geom *g, dg_status *st);

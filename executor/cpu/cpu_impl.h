@@ -34,6 +34,9 @@ static inline void *cpu_no_state(const dg_node *n, const exec_env *env, dg_statu
 bool cpu_read_dims(const dg_tensor *t, int64_t *dims, int *rank, int max_rank);
 // Row-major strides of shape s into out (elements).
 void cpu_strides(const dg_shape *s, int64_t *out);
+// Strides (elements) of shape src seen in dst's rank: 0 where src broadcasts. False if the
+// shapes do not broadcast.
+bool cpu_broadcast_strides(const dg_shape *src, const dg_shape *dst, int64_t *strides);
 // Broadcasts src (shape aligned to the right of dst's rank, 1s broadcast) into dst.
 bool cpu_broadcast_into(const dg_tensor *src, dg_tensor *dst, dg_status *st);
 // Sums src into dst whose shape src broadcasts from (dst zeroed first).

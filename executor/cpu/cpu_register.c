@@ -44,8 +44,7 @@ void cpu_strides(const dg_shape *s, int64_t *out) {
     }
 }
 
-// Strides of src viewed in dst's rank: 0 where src broadcasts. False if incompatible.
-static bool bcast_strides(const dg_shape *src, const dg_shape *dst, int64_t *st_out) {
+bool cpu_broadcast_strides(const dg_shape *src, const dg_shape *dst, int64_t *st_out) {
     if (src->rank > dst->rank) return false;
     int64_t s[DG_MAX_RANK];
     cpu_strides(src, s);
@@ -87,7 +86,7 @@ static bool bcast_strides(const dg_shape *src, const dg_shape *dst, int64_t *st_
 bool cpu_broadcast_into(const dg_tensor *src, dg_tensor *dst, dg_status *st) {
     int64_t ss[DG_MAX_RANK];
     char a[128], b[128];
-    if (!bcast_strides(&src->shape, &dst->shape, ss)) {
+    if (!cpu_broadcast_strides(&src->shape, &dst->shape, ss)) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "cannot broadcast %s to %s",
                        dg_shape_str(&src->shape, a, sizeof a), dg_shape_str(&dst->shape, b, sizeof b));
         return false;
@@ -104,7 +103,7 @@ bool cpu_broadcast_into(const dg_tensor *src, dg_tensor *dst, dg_status *st) {
 bool cpu_sum_into(const dg_tensor *src, dg_tensor *dst, dg_status *st) {
     int64_t ds[DG_MAX_RANK];
     char a[128], b[128];
-    if (!bcast_strides(&dst->shape, &src->shape, ds)) {
+    if (!cpu_broadcast_strides(&dst->shape, &src->shape, ds)) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "cannot sum %s down to %s",
                        dg_shape_str(&src->shape, a, sizeof a), dg_shape_str(&dst->shape, b, sizeof b));
         return false;

@@ -248,17 +248,12 @@ static void col2im(dg_dtype t, const graph_conv_geom *g, const void *col, int64_
         col2im_f64(g, col, r0, rows, dx);
 }
 
-// A window that is the input itself: 1x1, stride 1, no padding.
-static bool is_pointwise(const graph_conv_geom *g) {
-    return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pad_top == 0 && g->pad_left == 0;
-}
-
 // Output positions per chunk and a scratch window matrix for them (NULL for pointwise).
 static bool chunk_scratch(exec_ctx *ctx, const graph_conv_geom *g, size_t elem, int64_t *rows, void **col) {
     int64_t total = g->n * g->oh * g->ow, k = g->kh * g->kw * g->c;
     *col = NULL;
     *rows = total;
-    if (is_pointwise(g) || total == 0 || k == 0) return true;
+    if (graph_conv_is_pointwise(g) || total == 0 || k == 0) return true;
     int64_t r = (int64_t)(CHUNK_BYTES / ((size_t)k * elem));
     *rows = r < 1 ? 1 : r > total ? total : r;
     *col = malloc((size_t)*rows * (size_t)k * elem);
@@ -310,7 +305,7 @@ static bool conv2d_bp_input_compute(void *state, exec_ctx *ctx) {
     if (!dx) return false;
     size_t elem = dg_dtype_size(f->dtype);
     int64_t total = g.n * g.oh * g.ow, k = g.kh * g.kw * g.c, rows;
-    if (is_pointwise(&g) && total > 0 && k > 0) {   // dx = dy x f^T, written in place
+    if (graph_conv_is_pointwise(&g) && total > 0 && k > 0) {   // dx = dy x f^T, written in place
         cpu_gemm(f->dtype, false, true, total, k, g.oc, 1.0, dy->data, g.oc, f->data, g.oc, 0.0, dx->data, k);
         return true;
     }
@@ -491,11 +486,8 @@ void *cpu_dropout_create(const dg_node *n, const exec_env *env, dg_status *st) {
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "Dropout: out of memory");
         return NULL;
     }
-    int64_t s = 0, s2 = 0;
-    dg_node_attr_int(n, "seed", &s);
-    dg_node_attr_int(n, "seed2", &s2);
     dg_node_attr_float(n, "rate", &d->rate);
-    exec_philox_init(&d->rng, (uint64_t)s, (uint64_t)s2);
+    exec_philox_init_node(&d->rng, n);
     pthread_mutex_init(&d->mu, NULL);
     return d;
 }

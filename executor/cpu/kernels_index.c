@@ -5,18 +5,6 @@
 
 #include "cpu_impl.h"
 
-// Strides (elements) of src's shape seen in the rank-r output: 0 where it broadcasts.
-static bool broadcast_strides(const dg_shape *src, const dg_shape *out, int64_t *strides) {
-    int64_t acc = 1;
-    for (int k = out->rank - 1, j = src->rank - 1; k >= 0; k--, j--) {
-        int64_t d = j >= 0 ? src->dims[j] : 1;
-        if (d != 1 && d != out->dims[k]) return false;
-        strides[k] = d == 1 ? 0 : acc;
-        acc *= d;
-    }
-    return src->rank <= out->rank;
-}
-
 // Moves to the next output index; each input offset follows its strides. rank 0: one element.
 static inline void step_index(int rank, const int64_t *dims, int64_t *idx, int n_in, int64_t (*strides)[DG_MAX_RANK],
                               int64_t *off) {
@@ -122,8 +110,8 @@ static bool select_compute(void *state, exec_ctx *ctx) {
         return false;
     }
     int64_t strides[3][DG_MAX_RANK];
-    if (!broadcast_strides(&c->shape, &os, strides[0]) || !broadcast_strides(&t->shape, &os, strides[1]) ||
-        !broadcast_strides(&e->shape, &os, strides[2]))
+    if (!cpu_broadcast_strides(&c->shape, &os, strides[0]) || !cpu_broadcast_strides(&t->shape, &os, strides[1]) ||
+        !cpu_broadcast_strides(&e->shape, &os, strides[2]))
         return exec_fail(ctx, DG_INVALID_ARGUMENT, "inputs do not broadcast together");
     dg_tensor *o = exec_alloc_output(ctx, 0, t->dtype, os);
     if (!o) return false;

@@ -118,12 +118,9 @@ static void *rand_create(const dg_node *n, const exec_env *env, dg_status *st) {
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "random op: out of memory");
         return NULL;
     }
-    int64_t s = 0, s2 = 0;
-    dg_node_attr_int(n, "seed", &s);
-    dg_node_attr_int(n, "seed2", &s2);
     dg_node_attr_float(n, "a", &r->a);
     dg_node_attr_float(n, "b", &r->b);
-    exec_philox_init(&r->rng, (uint64_t)s, (uint64_t)s2);
+    exec_philox_init_node(&r->rng, n);
     pthread_mutex_init(&r->mu, NULL);
     const char *op = n->op->name;
     r->kind = strcmp(op, "RandomUniform") == 0 ? 0 : strcmp(op, "RandomStandardNormal") == 0 ? 1 : 2;

@@ -36,10 +36,6 @@ static cuda_window to_cuda(const graph_conv_geom *g) {
     return c;
 }
 
-static bool is_pointwise(const graph_conv_geom *g) {
-    return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pad_top == 0 && g->pad_left == 0;
-}
-
 // Checks the float inputs listed (each must be in dev's memory, of one dtype) and the geometry.
 static bool prepare(exec_ctx *ctx, conv_state *s, const int *floats, int n_floats, graph_conv_geom *g) {
     dg_dtype t = ctx->inputs[floats[0]]->dtype;
@@ -65,7 +61,7 @@ static bool gemm(exec_ctx *ctx, exec_cuda_device *dev, dg_dtype t, bool ta, bool
 // The window matrix of x in dev's memory (x itself for a pointwise window: *owned false).
 static void *window_matrix(exec_ctx *ctx, conv_state *s, const graph_conv_geom *g, const dg_tensor *x, bool *owned) {
     *owned = false;
-    if (is_pointwise(g)) return x->data;
+    if (graph_conv_is_pointwise(g)) return x->data;
     size_t bytes = (size_t)(g->n * g->oh * g->ow * g->kh * g->kw * g->c) * dg_dtype_size(x->dtype);
     void *col = exec_cuda_mem_alloc(s->dev, bytes, ctx->st);
     if (!col) {
@@ -119,7 +115,7 @@ static bool conv2d_bp_input_compute(void *state, exec_ctx *ctx) {
     if (!dx) return false;
     int64_t M = g.n * g.oh * g.ow, K = g.kh * g.kw * g.c;
     if (M == 0 || K == 0 || g.oc == 0) return zero(ctx, s->dev, dx);
-    if (is_pointwise(&g)) return gemm(ctx, s->dev, f->dtype, false, true, M, K, g.oc, dy->data, g.oc, f->data, g.oc,
+    if (graph_conv_is_pointwise(&g)) return gemm(ctx, s->dev, f->dtype, false, true, M, K, g.oc, dy->data, g.oc, f->data, g.oc,
                                       dx->data, K);
     void *col = exec_cuda_mem_alloc(s->dev, (size_t)(M * K) * dg_dtype_size(f->dtype), ctx->st);
     if (!col) return false;
