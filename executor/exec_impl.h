@@ -8,7 +8,10 @@
 #include <stdatomic.h>
 
 #include "device.h"
+#include "distgraph/trace.h"
 #include "graph_impl.h"
+
+typedef struct exec_trace exec_trace;   // a task's notes of a traced step (below)
 
 // ---- resources: state that outlives steps and sessions, shared by name ----
 typedef struct exec_variable {
@@ -133,6 +136,13 @@ void exec_rendezvous_recv_async(exec_rendezvous *r, int64_t step_id, const char 
 void exec_rendezvous_abort(exec_rendezvous *r, int64_t step_id, const dg_status *why);
 // Fails every waiting and future receiver (shutdown).
 void exec_rendezvous_close(exec_rendezvous *r, const dg_status *why);
+// Notes the step's transfers in t (t NULL: stops): values this task hands to the router for
+// another task (EXEC_TRACE_SENT) and values arriving from others (exec_rendezvous_note_arrival).
+// t is borrowed until the call with NULL returns. At most 64 steps are traced at once (more are
+// not noted).
+void exec_rendezvous_trace(exec_rendezvous *r, int64_t step_id, exec_trace *t);
+// A value from another task arrived for step_id (the transport calls it before delivering).
+void exec_rendezvous_note_arrival(exec_rendezvous *r, int64_t step_id, const char *key, uint64_t bytes);
 // Drops whatever the step left behind.
 void exec_rendezvous_end_step(exec_rendezvous *r, int64_t step_id);
 // Abort marks held (a hash set by step id; past 100000 the oldest are dropped).
@@ -206,6 +216,23 @@ int exec_pool_size(const exec_pool *p);
 // Queues fn(arg, a). Never blocks.
 void exec_pool_submit(exec_pool *p, exec_task_fn fn, void *arg, int a);
 
+// ---- step traces: what one task notes during a traced step (distgraph/trace.h) ----
+// Events with times on this process's monotonic clock (exec_trace_now_ns). Besides the public
+// kinds, a task notes the two halves of a transfer, paired by the master (step_trace.c).
+#define EXEC_TRACE_SENT 16      // name: rendezvous key; start: handed to the transport
+#define EXEC_TRACE_ARRIVED 17   // name: rendezvous key; start: arrived from another task
+// Returns: new, caller frees with exec_trace_free(); NULL when out of memory.
+exec_trace *exec_trace_new(void);
+void exec_trace_free(exec_trace **t);
+int64_t exec_trace_now_ns(void);
+// This thread's number in the process (1, 2, ... in order of first use).
+int exec_trace_thread(void);
+// Appends e, copying its strings (NULL ones become ""). Thread-safe; out of memory drops it.
+void exec_trace_add(exec_trace *t, const dg_trace_event *e);
+int exec_trace_num_events(const exec_trace *t);
+// Returns: borrowed, valid until the next add or the free.
+const dg_trace_event *exec_trace_events(const exec_trace *t);
+
 // ---- executor ----
 typedef struct exec_graph exec_graph;
 
@@ -213,6 +240,7 @@ typedef struct exec_step_options {
     int64_t step_id;
     exec_rendezvous *rendezvous;   // for _Send/_Recv kernels; borrowed
     int64_t timeout_ms;     // 0: none
+    exec_trace *trace;      // NULL: not traced; else each node's run is noted there (borrowed)
 } exec_step_options;
 
 // Compiles nodes (any order; their inputs outside the set must be fed) into an executable.

@@ -65,6 +65,9 @@ struct exec_step {
     bool async;
     exec_done_fn done_fn;
     void *done_arg;
+    int64_t *trace_t0;      // traced steps: when each async node started, or when a node was
+                            // handed to the pool (allocated when a traced step begins)
+    int64_t inbox_ns;       // traced steps: when the inbox last became non-empty, under mu
 };
 
 const exec_step_options *exec_step_opts(const exec_step *s) { return &s->opts; }
@@ -435,6 +438,7 @@ static void step_free(exec_step *s) {
     free(s->inbuf);
     free(s->ready);
     free(s->inbox);
+    free(s->trace_t0);
     status_impl_clear(&s->status);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -453,6 +457,13 @@ static void record_error(exec_step *s, const exec_node *en, dg_status *kst) {
     pthread_mutex_unlock(&s->mu);
     bool was = atomic_exchange(&s->aborted, true);
     if (!was && s->opts.rendezvous) exec_rendezvous_abort(s->opts.rendezvous, s->opts.step_id, &s->status);
+}
+
+static void trace_node(exec_step *s, const exec_node *en, dg_trace_kind kind, int64_t t0) {
+    const char *dev = en->node->assigned_device ? en->node->assigned_device : s->eg->device;
+    dg_trace_event e = {.kind = kind, .name = en->node->name, .op = en->node->op->name, .device = dev,
+                        .start_ns = t0, .end_ns = exec_trace_now_ns(), .thread = exec_trace_thread()};
+    exec_trace_add(s->opts.trace, &e);
 }
 
 // Runs node i (unless the step is aborted) and returns how many successors became ready;
@@ -479,10 +490,12 @@ static int run_node(exec_step *s, int i, int *out) {
                 break;
             }
         }
+        int64_t t0 = s->opts.trace ? exec_trace_now_ns() : 0;
         if (ok && en->def->start_async) {
             exec_ctx ctx = {in, en->n_in, s->values + en->out_off, s->owned + en->out_off,
                             en->n_out, en->node, s, &kst};
             exec_async_handle h = {s, i};
+            if (s->trace_t0) s->trace_t0[i] = t0;
             en->def->start_async(en->state, &ctx, h);
             status_impl_clear(&kst);   // an error went to exec_async_done, which copied it
             return -1;   // exec_async_done finishes the node
@@ -491,6 +504,7 @@ static int run_node(exec_step *s, int i, int *out) {
             exec_ctx ctx = {in, en->n_in, s->values + en->out_off, s->owned + en->out_off,
                             en->n_out, en->node, s, &kst};
             ok = en->def->compute(en->state, &ctx);
+            if (s->opts.trace) trace_node(s, en, DG_TRACE_OP, t0);
             if (ok) {
                 for (int o = 0; o < en->n_out && ok; o++)
                     if (!ctx.outputs[o] && !en->def->takes_uninit) {
@@ -534,6 +548,7 @@ static void pool_task(void *arg, int i);
 // Hands node d to the pool. A started (async) step counts the task as a runner token, so the
 // step cannot end while the task still has work to look at (see async_run).
 static void submit(exec_step *s, int d) {
+    if (s->trace_t0) s->trace_t0[d] = exec_trace_now_ns();
     if (s->async) atomic_fetch_add_explicit(&s->remaining, 1, memory_order_relaxed);
     exec_pool_submit(s->eg->pool, pool_task, s, d);
 }
@@ -590,6 +605,7 @@ void exec_async_done(exec_async_handle h, dg_tensor *out, const dg_status *st) {
     exec_step *s = h.step;
     exec_graph *eg = s->eg;
     exec_node *en = &eg->nodes[h.node];
+    if (s->trace_t0) trace_node(s, en, DG_TRACE_WAIT, s->trace_t0[h.node]);
     if (st && dg_status_code(st) != DG_OK) {
         record_error(s, en, (dg_status *)st);
         dg_tensor_unref(out);
@@ -614,8 +630,10 @@ void exec_async_done(exec_async_handle h, dg_tensor *out, const dg_status *st) {
     pthread_mutex_lock(&s->mu);
     for (int k = 0; k < en->n_succ; k++) {
         int d = eg->succ[en->succ_off + k];
-        if (atomic_fetch_sub_explicit(&s->pending[d], 1, memory_order_acq_rel) == 1)
+        if (atomic_fetch_sub_explicit(&s->pending[d], 1, memory_order_acq_rel) == 1) {
+            if (s->n_inbox == 0 && s->trace_t0) s->inbox_ns = exec_trace_now_ns();
             s->inbox[s->n_inbox++] = d;
+        }
     }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -624,6 +642,7 @@ void exec_async_done(exec_async_handle h, dg_tensor *out, const dg_status *st) {
 
 static void pool_task(void *arg, int i) {
     exec_step *s = arg;
+    if (s->trace_t0) trace_node(s, &s->eg->nodes[i], DG_TRACE_QUEUED, s->trace_t0[i]);
     if (s->async) {
         async_run(s, &i, 1);   // releases the token submit() took
         return;
@@ -727,6 +746,13 @@ static exec_step *step_begin(exec_graph *eg, const exec_step_options *opts, int 
         s->opts = *opts;
     else
         memset(&s->opts, 0, sizeof s->opts);
+    if (s->opts.trace) {
+        if (!s->trace_t0) s->trace_t0 = calloc((size_t)eg->n + 1, sizeof *s->trace_t0);
+        if (!s->trace_t0) s->opts.trace = NULL;   // out of memory: the step runs untraced
+    } else {
+        free(s->trace_t0);
+        s->trace_t0 = NULL;
+    }
     for (int i = 0; i < eg->n; i++)
         atomic_store_explicit(&s->pending[i], eg->nodes[i].pending0, memory_order_relaxed);
     atomic_store(&s->remaining, remaining);
@@ -775,6 +801,7 @@ bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **f
             memcpy(s->ready, s->inbox, (size_t)k * sizeof *s->ready);
             s->n_inbox = 0;
             pthread_mutex_unlock(&s->mu);
+            if (s->trace_t0) trace_node(s, &eg->nodes[s->ready[0]], DG_TRACE_QUEUED, s->inbox_ns);
             drain(s, s->ready, k, eg->n);
             if (rv) exec_rendezvous_flush(rv, s->opts.step_id);
             pthread_mutex_lock(&s->mu);

@@ -2,6 +2,7 @@
  * keyed by (step id, rendezvous key). Whichever side comes first waits in the table. A step
  * that fails is aborted: its waiting receivers are called with the error and later sends and
  * receives of that step fail at once, so no receiver waits forever on a dead sender. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,7 @@ typedef struct aborted {
 #define N_BUCKETS 1024
 #define N_ABORT_BUCKETS 4096
 #define MAX_ABORTED 100000
+#define MAX_TRACED 64
 
 struct exec_rendezvous {
     exec_route_fn route;     // sends values bound for other tasks; NULL: all local
@@ -56,6 +58,8 @@ struct exec_rendezvous {
     dg_status close_status;
     canceller *cancellers;   // few: one per waiting kernel
     int64_t next_token;
+    atomic_int n_traced;     // steps being traced (exec_rendezvous_trace); 0: nothing to note
+    struct { int64_t step_id; exec_trace *t; } traced[MAX_TRACED];   // under mu
 };
 
 exec_rendezvous *exec_rendezvous_new(void) {
@@ -166,10 +170,47 @@ void exec_rendezvous_flush(exec_rendezvous *r, int64_t step_id) {
     if (r->flush) r->flush(r->route_ctx, step_id);
 }
 
+void exec_rendezvous_trace(exec_rendezvous *r, int64_t step_id, exec_trace *t) {
+    pthread_mutex_lock(&r->mu);
+    int n = atomic_load(&r->n_traced);
+    if (t && n < MAX_TRACED) {
+        r->traced[n].step_id = step_id;
+        r->traced[n].t = t;
+        atomic_store(&r->n_traced, n + 1);
+    } else if (!t) {
+        for (int i = 0; i < n; i++)
+            if (r->traced[i].step_id == step_id) {
+                r->traced[i] = r->traced[n - 1];
+                atomic_store(&r->n_traced, n - 1);
+                break;
+            }
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void note(exec_rendezvous *r, int kind, int64_t step_id, const char *key, uint64_t bytes) {
+    if (atomic_load_explicit(&r->n_traced, memory_order_relaxed) == 0) return;
+    int64_t now = exec_trace_now_ns();
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < atomic_load(&r->n_traced); i++)
+        if (r->traced[i].step_id == step_id) {
+            dg_trace_event e = {.kind = (dg_trace_kind)kind, .name = key, .start_ns = now, .end_ns = now,
+                                .bytes = bytes, .thread = exec_trace_thread()};
+            exec_trace_add(r->traced[i].t, &e);
+            break;
+        }
+    pthread_mutex_unlock(&r->mu);
+}
+
+void exec_rendezvous_note_arrival(exec_rendezvous *r, int64_t step_id, const char *key, uint64_t bytes) {
+    note(r, EXEC_TRACE_ARRIVED, step_id, key, bytes);
+}
+
 bool exec_rendezvous_send(exec_rendezvous *r, int64_t step_id, const char *key, dg_tensor *t,
                           dg_status *st) {
     if (r->route) {
         int rc = r->route(r->route_ctx, step_id, key, t, st);
+        if (rc > 0) note(r, EXEC_TRACE_SENT, step_id, key, dg_tensor_nbytes(t));
         if (rc != 0) return rc > 0;
     }
     return exec_rendezvous_deliver(r, step_id, key, t, st);

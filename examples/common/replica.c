@@ -92,7 +92,8 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     const char *job_name = "", *ps_hosts = "", *worker_hosts = "", *data_dir = MNIST_DEFAULT_DIR;
     int64_t task_index = -1, train_steps = p->train_steps, batch_size = 100, hidden = 100, seed = 1, log_every = 100;
     int64_t wait_ms = 60000, rpc_timeout_ms = 30000, save_checkpoint_steps = 100, recovery_attempts = 3;
-    const char *checkpoint_path = "", *slurm_jobs = "", *save_graph = "", *logdir = "";
+    const char *checkpoint_path = "", *slurm_jobs = "", *save_graph = "", *logdir = "", *trace_file = "";
+    int64_t trace_step = 0;
     int64_t slurm_port_base = DG_SLURM_DEFAULT_PORT_BASE;
     int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000, wait_for_tasks_ms = 0;
     double lr = p->learning_rate;
@@ -127,6 +128,11 @@ int replica_main(int argc, char **argv, const replica_program *p) {
          "SQLite checkpoint file the chief saves to and restores from (default: none)"},
         {"logdir", FLAG_STRING, &logdir,
          "chief: TensorBoard event files in this directory (the loss every 100 steps, the placed graph)"},
+        {"trace_step", FLAG_INT, &trace_step,
+         "worker: record a timeline of this worker's Nth training step across every task it runs on "
+         "(a Chrome trace-event file; Perfetto and chrome://tracing open it)"},
+        {"trace_file", FLAG_STRING, &trace_file,
+         "with --trace_step: where to write it (default: timeline_worker<task>_step<N>.json, in --logdir when given)"},
         {"save_checkpoint_steps", FLAG_INT, &save_checkpoint_steps, "chief: checkpoint every N global steps (default 100)"},
         {"recovery_attempts", FLAG_INT, &recovery_attempts,
          "session creations tried after a ps or worker failure before giving up (default 3)"},
@@ -254,7 +260,7 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     mnist_dataset data;
     dg_graph *g = NULL;
     dg_monitored_session *ms = NULL;
-    dg_session_hook *stop = NULL, *sync_hook = NULL;
+    dg_session_hook *stop = NULL, *sync_hook = NULL, *trace_hook = NULL;
     dg_sync_replicas *sr = NULL;
     dg_node *bcast = NULL;
     dg_device_fn *setter = NULL;
@@ -330,10 +336,21 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     }
     dg_session_hook bcast_h = {"broadcast", bcast, NULL, bcast_after_create, NULL, NULL, NULL, NULL};
     // The broadcast comes before the stop hook, which reads the global step it brings.
-    dg_session_hook *hooks[3] = {&report_h, stop, sync_hook};
+    dg_session_hook *hooks[4] = {&report_h, stop, sync_hook};
     if (all_reduce) {
         hooks[1] = &bcast_h;
         hooks[2] = stop;
+    }
+    int n_hooks = sync_replicas || all_reduce ? 3 : 2;
+    if (trace_step > 0) {
+        char def[512];
+        snprintf(def, sizeof def, "%s%stimeline_worker%lld_step%lld.json", logdir, *logdir ? "/" : "",
+                 (long long)task_index, (long long)trace_step);
+        if (!(trace_hook = dg_trace_hook_new(trace_step, *trace_file ? trace_file : def, NULL, st))) {
+            fail(st, "--trace_step");
+            goto out;
+        }
+        hooks[n_hooks++] = trace_hook;
     }
     // One thread per step: this model has little to run in parallel, and the cores are
     // better left to the other tasks and the transport.
@@ -352,7 +369,7 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     mo.wait_for_chief_ms = wait_ms;
     mo.max_recovery_attempts = (int)recovery_attempts;
     mo.hooks = hooks;
-    mo.n_hooks = sync_replicas || all_reduce ? 3 : 2;
+    mo.n_hooks = n_hooks;
     if (!is_chief) {
         printf("Worker %lld: waiting for the chief to initialize the variables\n", (long long)task_index);
         fflush(stdout);
@@ -456,6 +473,7 @@ out:
     dg_monitored_session_free(&ms);
     dg_session_hook_free(&stop);
     dg_session_hook_free(&sync_hook);   // before the graph: its apply loop's session uses it
+    dg_session_hook_free(&trace_hook);
     dg_sync_replicas_free(&sr);
     dg_graph_free(&g);
     dg_device_fn_free(&setter);

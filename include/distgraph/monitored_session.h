@@ -67,6 +67,7 @@ typedef struct dg_hook_run_args {
     int n_fetches;
     dg_node *const *targets;
     int n_targets;
+    bool trace;   // record a timeline of this run (after_run finds it in dg_run_context.trace)
 } dg_hook_run_args;
 
 // The run a hook sees. All pointers are borrowed for the callback.
@@ -80,6 +81,8 @@ typedef struct dg_run_context {
     int n_feeds;
     dg_node *const *targets;
     int n_targets;
+    // after_run of a run a hook asked to trace (dg_hook_run_args.trace): its timeline; else NULL
+    const dg_step_trace *trace;
 } dg_run_context;
 
 // A hook: callbacks (each optional, NULL skips it) and the user data they get as ctx. A
@@ -139,10 +142,11 @@ dg_session_hook *dg_nan_guard_hook_new(dg_output loss, bool fail_on_nan, dg_stat
 // run and appends one row per tensor to the table
 //   summaries(step INTEGER, tag TEXT, value REAL, wall_time REAL)   -- wall_time: Unix seconds
 // of the checkpoint file at path (created with its checkpoint schema if missing; the hook
-// writes through its own SQLite connection and creates the table if missing; checkpoints never
-// touch it). tags[i] names scalars[i] (tags NULL: the node names). n 0: output 0 of every node of
-// the DG_SUMMARIES collection, taken at begin. Needs the global step. Borrows its arguments for
-// the call. Returns: new, caller frees with dg_session_hook_free().
+// writes through a checkpoint store of its own, dg_checkpoint_store_add_summaries, which
+// creates the table if missing; checkpoints never touch it). tags[i] names scalars[i] (tags
+// NULL: the node names). n 0: output 0 of every node of the DG_SUMMARIES collection, taken at
+// begin. Needs the global step. Borrows its arguments for the call. Returns: new, caller frees
+// with dg_session_hook_free().
 dg_session_hook *dg_summary_saver_hook_new(const char *path, int64_t save_steps,
                                            const char *const *tags, const dg_output *scalars,
                                            int n, dg_status *st);
@@ -154,6 +158,13 @@ dg_session_hook *dg_summary_saver_hook_new(const char *path, int64_t save_steps,
 // frees with dg_session_hook_free().
 dg_session_hook *dg_tensorboard_hook_new(const char *logdir, int64_t save_steps, const char *const *tags,
                                          const dg_output *scalars, int n, dg_status *st);
+// Records a timeline of the at_run-th run of this process (1: the first) and writes it as a
+// Chrome trace-event file to path (distgraph/trace.h, dg_step_trace_write_chrome), then prints
+// "<unix time>: wrote the timeline of run N (step X ms, events account for Y ms) to PATH" to out
+// (NULL: stdout). A file that cannot be written prints a warning to stderr; training goes on.
+// Borrows path for the call. Returns: new, caller frees with dg_session_hook_free().
+dg_session_hook *dg_trace_hook_new(int64_t at_run, const char *path, FILE *out, dg_status *st);
+
 // Runs targets and fetches once at the end (dg_monitored_session_close) and keeps the fetched
 // values. Borrows the arrays for the call (copies them). Returns: new, caller frees with
 // dg_session_hook_free().

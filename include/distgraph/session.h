@@ -16,6 +16,7 @@
 
 #include "distgraph/graph.h"
 #include "distgraph/tensor.h"
+#include "distgraph/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,6 +66,14 @@ void dg_session_free(dg_session **s);
 bool dg_session_run(dg_session *s, const dg_output *feeds, dg_tensor *const *feed_values,
                     int n_feeds, const dg_output *fetches, dg_tensor **fetched, int n_fetches,
                     dg_node *const *targets, int n_targets, dg_status *st);
+
+// dg_session_run with options (NULL: none). With ro->trace, *trace (trace may be NULL to
+// drop it) receives a timeline of the step (distgraph/trace.h; caller frees with
+// dg_step_trace_free), also when the step failed part way; NULL when nothing was recorded.
+bool dg_session_run_with_options(dg_session *s, const dg_run_options *ro, const dg_output *feeds,
+                                 dg_tensor *const *feed_values, int n_feeds, const dg_output *fetches,
+                                 dg_tensor **fetched, int n_fetches, dg_node *const *targets, int n_targets,
+                                 dg_step_trace **trace, dg_status *st);
 
 // Convenience: runs a single target node.
 bool dg_session_run_target(dg_session *s, dg_node *target, dg_status *st);

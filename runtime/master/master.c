@@ -12,6 +12,7 @@
 #include "master_impl.h"
 #include "server_impl.h"
 #include "status_impl.h"
+#include "step_trace_impl.h"
 #include "timer_impl.h"
 #include "worker_client_impl.h"
 
@@ -509,6 +510,10 @@ typedef struct step_wait {
 typedef struct step_call {
     step_wait *w;
     int index;
+    bool traced;            // the step is traced: the answer's notes are kept here
+    int64_t sent_ns, answered_ns;
+    uint8_t *notes;
+    size_t notes_len;
 } step_call;
 
 // Once every remote partition of a step has answered OK, every value they send this task has
@@ -553,6 +558,15 @@ static void step_done(void *arg, const dg_status *st, rt_header *h, dg_tensor **
     step_call *sc = arg;
     step_wait *w = sc->w;
     dg_status err = DG_STATUS_INIT;
+    if (sc->traced) {
+        sc->answered_ns = exec_trace_now_ns();
+        if (h && h->blob) {
+            sc->notes = h->blob;
+            sc->notes_len = h->blob_len;
+            h->blob = NULL;
+            h->blob_len = 0;
+        }
+    }
     if (st && dg_status_code(st) != DG_OK) dg_status_copy(&err, st);
     else if (h && h->code != DG_OK) dg_status_set(&err, (dg_code)h->code, h->message ? h->message : "error");
     if (err.code != DG_OK) {
@@ -627,8 +641,23 @@ void master_session_abort(master_session *m, const dg_status *why) {
     pthread_mutex_unlock(&m->run_mu);
 }
 
+// The notes of the remote partitions of a traced step (their answers') into trace.
+static void add_remote_notes(master_session *m, dg_step_trace *trace, const remote *remotes, step_call *calls,
+                             int n_remotes) {
+    for (int r = 0; r < n_remotes; r++) {
+        dg_status bad = DG_STATUS_INIT;
+        if (calls[r].notes &&
+            !step_trace_add_remote(trace, calls[r].notes, calls[r].notes_len, remotes[r].task, m->own_task,
+                                   "RUN_GRAPH", calls[r].sent_ns, calls[r].answered_ns, &bad))
+            fprintf(stderr, "distgraph: %s\n", dg_status_message(&bad));
+        status_impl_clear(&bad);
+        free(calls[r].notes);
+    }
+}
+
 static bool run_cluster_step(master_session *m, exec_graph *eg, const remote *remotes, int n_remotes,
-                             dg_tensor *const *feed_values, dg_tensor **fetched, dg_status *st) {
+                             dg_tensor *const *feed_values, dg_tensor **fetched, dg_step_trace *trace,
+                             dg_status *st) {
     step_wait w;
     memset(&w, 0, sizeof w);
     pthread_mutex_init(&w.mu, NULL);
@@ -654,17 +683,27 @@ static bool run_cluster_step(master_session *m, exec_graph *eg, const remote *re
         free(calls);
         return false;
     }
+    exec_trace *notes = trace ? exec_trace_new() : NULL;
+    if (notes) exec_rendezvous_trace(w.rv, w.step_id, notes);
+    int64_t t0 = trace ? exec_trace_now_ns() : 0;
     for (int r = 0; r < n_remotes; r++) {
-        calls[r] = (step_call){&w, r};
+        calls[r] = (step_call){.w = &w, .index = r, .traced = notes != NULL};
+        if (notes) calls[r].sent_ns = exec_trace_now_ns();
         wc_run_graph(tp, remotes[r].endpoint, remotes[r].handle, w.step_id, rt_server_timeout_ms(m->server),
-                     step_done, &calls[r]);
+                     notes != NULL, step_done, &calls[r]);
     }
-    exec_step_options o = {w.step_id, w.rv, 0};
+    if (notes) {
+        dg_trace_event e = {.kind = DG_TRACE_MASTER, .name = "dispatch", .start_ns = t0,
+                            .end_ns = exec_trace_now_ns(), .thread = exec_trace_thread()};
+        exec_trace_add(notes, &e);
+    }
+    exec_step_options o = {w.step_id, w.rv, 0, notes};
     dg_status local = DG_STATUS_INIT;
     bool ok = exec_graph_run(eg, feed_values, fetched, &o, &local);
     if (!ok) abort_remotes(tp, remotes, n_remotes, w.step_id, &local);
     pthread_mutex_lock(&w.mu);
     while (w.remaining > 0) pthread_cond_wait(&w.cv, &w.mu);
+    int64_t t_done = notes ? exec_trace_now_ns() : 0;
     uint64_t timer = w.grace->timer;
     pthread_mutex_unlock(&w.mu);
     running_remove(m, w.step_id);
@@ -675,6 +714,17 @@ static bool run_cluster_step(master_session *m, exec_graph *eg, const remote *re
     if (timer && exec_timer_cancel(timer)) grace_unref(w.grace);
     grace_unref(w.grace);
     exec_rendezvous_end_step(w.rv, w.step_id);
+    if (notes) {
+        exec_rendezvous_trace(w.rv, w.step_id, NULL);
+        int64_t t_end = exec_trace_now_ns();
+        dg_trace_event e = {.kind = DG_TRACE_MASTER, .name = "finish", .start_ns = t_done, .end_ns = t_end,
+                            .thread = exec_trace_thread()};
+        exec_trace_add(notes, &e);
+        step_trace_set_end(trace, t_end);
+        step_trace_add_local(trace, notes, m->own_task);
+        exec_trace_free(&notes);
+        add_remote_notes(m, trace, remotes, calls, n_remotes);
+    }
     if (w.err.code != DG_OK) {
         // The remote failure is the cause; the local one (if any) its consequence.
         if (ok)
@@ -695,9 +745,15 @@ static bool run_cluster_step(master_session *m, exec_graph *eg, const remote *re
 
 bool master_session_run(master_session *m, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
                         const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_node *const *targets,
-                        int n_targets, dg_status *st) {
+                        int n_targets, dg_step_trace *trace, dg_status *st) {
+    int64_t t0 = trace ? exec_trace_now_ns() : 0;
     pthread_mutex_lock(&m->mu);
     compiled *c = lookup_or_compile_locked(m, feeds, n_feeds, fetches, n_fetches, targets, n_targets, st);
+    if (trace) {
+        dg_trace_event e = {.kind = DG_TRACE_MASTER, .name = "compile", .task = m->own_task, .start_ns = t0,
+                            .end_ns = exec_trace_now_ns(), .thread = exec_trace_thread()};
+        step_trace_add(trace, &e);
+    }
     exec_graph *eg = c ? c->eg : NULL;
     bool partitioned = c && c->parts;
     remote *remotes = NULL;
@@ -710,13 +766,19 @@ bool master_session_run(master_session *m, const dg_output *feeds, dg_tensor *co
     pthread_mutex_unlock(&m->mu);
     if (!eg) return false;
     if (m->server) {
-        bool ok = run_cluster_step(m, eg, remotes, n_remotes, feed_values, fetched, st);
+        bool ok = run_cluster_step(m, eg, remotes, n_remotes, feed_values, fetched, trace, st);
         free(remotes);
         return ok;
     }
+    exec_trace *notes = trace ? exec_trace_new() : NULL;
     exec_step_options o = {__atomic_add_fetch(&m->next_step_id, 1, __ATOMIC_RELAXED),
-                           partitioned ? m->rendezvous : NULL, 0};
+                           partitioned ? m->rendezvous : NULL, 0, notes};
     bool ok = exec_graph_run(eg, feed_values, fetched, &o, st);
     if (partitioned) exec_rendezvous_end_step(m->rendezvous, o.step_id);
+    if (notes) {
+        step_trace_set_end(trace, exec_trace_now_ns());
+        step_trace_add_local(trace, notes, m->own_task);
+        exec_trace_free(&notes);
+    }
     return ok;
 }

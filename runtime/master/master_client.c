@@ -12,6 +12,7 @@
 #include "master_client_impl.h"
 #include "server_impl.h"
 #include "status_impl.h"
+#include "step_trace_impl.h"
 #include "transport_impl.h"
 #include "worker_client_impl.h"
 
@@ -212,7 +213,7 @@ static void add_output_name(rt_header *h, dg_output o) {
 
 bool master_client_run(master_client *c, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
                        const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_node *const *targets,
-                       int n_targets, dg_status *st) {
+                       int n_targets, dg_step_trace *trace, dg_status *st) {
     pthread_mutex_lock(&c->mu);
     bool ok = dg_graph_num_nodes(c->graph) == c->sent_nodes || send_graph_locked(c, RT_EXTEND_SESSION, st);
     pthread_mutex_unlock(&c->mu);
@@ -220,6 +221,7 @@ bool master_client_run(master_client *c, const dg_output *feeds, dg_tensor *cons
     rt_header *h = request(RT_RUN_STEP), *resp = NULL;
     h->handle = c->handle;
     h->n_feeds = n_feeds;
+    h->trace = trace != NULL;
     // A feed over 4 MiB goes ahead of the call as a chunked push to the master's task, under
     // (step, "feed:<i>"): a task takes frames of at most its max_message_bytes, while chunks
     // are bounded by its transfer limits instead. The call carries an empty tensor in its
@@ -265,7 +267,22 @@ bool master_client_run(master_client *c, const dg_output *feeds, dg_tensor *cons
     }
     dg_tensor **out = NULL;
     int n_out = 0;
+    int64_t sent_ns = exec_trace_now_ns();
     bool called = rt_call_sync(c->tp, c->endpoint, h, sent, n_feeds, STEP_TIMEOUT_MS, &resp, &out, &n_out, st);
+    if (called && trace && resp->blob) {
+        // The master's trace, its clock put on ours (a bad one is reported, the step stands).
+        // The step ended when the answer came; reading the notes is tracing's own cost.
+        int64_t answered_ns = exec_trace_now_ns();
+        step_trace_set_end(trace, answered_ns);
+        char master[300], client[64];
+        snprintf(master, sizeof master, "%s", resp->from ? resp->from : c->endpoint);
+        snprintf(client, sizeof client, "client (pid %d)", (int)getpid());
+        dg_status bad = DG_STATUS_INIT;
+        if (!step_trace_add_remote(trace, resp->blob, resp->blob_len, master, client, "RUN_STEP", sent_ns,
+                                   answered_ns, &bad))
+            fprintf(stderr, "distgraph: %s\n", dg_status_message(&bad));
+        status_impl_clear(&bad);
+    }
     for (int i = 0; i < n_feeds; i++) dg_tensor_unref(sent[i]);
     free(sent);
     if (!called) {

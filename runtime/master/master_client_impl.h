@@ -8,6 +8,7 @@
 
 #include "distgraph/server.h"
 #include "distgraph/session.h"
+#include "distgraph/trace.h"
 
 typedef struct master_client master_client;
 
@@ -17,10 +18,11 @@ typedef struct master_client master_client;
 master_client *master_client_new(dg_graph *g, const char *target, const dg_session_options *opts, dg_status *st);
 // Closes the session on the master (which frees what it registered) and frees.
 void master_client_free(master_client **c);
-// One step; arguments already checked against the graph. As dg_session_run.
+// One step; arguments already checked against the graph. As dg_session_run; trace as
+// master_session_run's (the master's trace comes back with the answer).
 bool master_client_run(master_client *c, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
                        const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_node *const *targets,
-                       int n_targets, dg_status *st);
+                       int n_targets, dg_step_trace *trace, dg_status *st);
 // RESET through the master at target.
 bool master_client_reset(const char *target, const dg_session_options *opts, dg_status *st);
 // (dg_server_query_stats, the SERVER_STATUS of a task, is implemented here too.)

@@ -10,6 +10,7 @@
 
 #include "distgraph/server.h"
 #include "distgraph/session.h"
+#include "distgraph/trace.h"
 
 typedef struct master_session master_session;
 
@@ -23,10 +24,12 @@ void master_session_free(master_session **m);
 bool master_check_args(const dg_graph *g, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
                        const dg_output *fetches, int n_fetches, dg_node *const *targets, int n_targets,
                        dg_status *st);
-// One step; arguments already checked. As dg_session_run.
+// One step; arguments already checked. As dg_session_run. trace (NULL: not traced) receives the
+// notes of every task that ran a part of the step, on this process's clock (step_trace_impl.h;
+// the caller finishes it).
 bool master_session_run(master_session *m, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
                         const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_node *const *targets,
-                        int n_targets, dg_status *st);
+                        int n_targets, dg_step_trace *trace, dg_status *st);
 // The session is going away: the steps running now fail with why on every task, later steps
 // fail at once, and a wait for a task not up yet ends. Never blocks on a running step or wait.
 void master_session_abort(master_session *m, const dg_status *why);

@@ -10,6 +10,7 @@
 #include "master_impl.h"
 #include "master_service_impl.h"
 #include "status_impl.h"
+#include "step_trace_impl.h"
 
 // One version of a remote session's graph and the master session compiled from it. A grown
 // graph gets a new version; older ones stay until the session closes (steps may still run on
@@ -51,6 +52,7 @@ typedef struct mjob {
     dg_tensor **ts;
     int n;
     rsession *rs;            // with a reference, or NULL
+    int64_t recv_ns;         // a traced RUN_STEP: when it came
 } mjob;
 
 static int64_t now_ms(void) {
@@ -363,6 +365,7 @@ static void do_run(mjob *j) {
     dg_output *fetches = calloc((size_t)n_names + 1, sizeof *fetches);
     dg_node **targets = calloc((size_t)n_names + 1, sizeof *targets);
     dg_tensor **fetched = NULL;
+    dg_step_trace *trace = NULL;
     if (!feeds || !fetches || !targets) abort();
     bool ok = true;
     if (h->n_feeds < 0 || h->n_feeds > n_names || n_feeds != j->n) {
@@ -387,7 +390,15 @@ static void do_run(mjob *j) {
     if (ok) {
         fetched = calloc((size_t)n_fetches + 1, sizeof *fetched);
         if (!fetched) abort();
-        ok = master_session_run(v->m, feeds, j->ts, n_feeds, fetches, fetched, n_fetches, targets, n_targets, &st);
+        trace = h->trace ? step_trace_new(j->recv_ns) : NULL;
+        if (trace) {   // from the request's arrival: waiting for a thread, reading its names
+            dg_trace_event e = {.kind = DG_TRACE_MASTER, .name = "RUN_STEP: read the request",
+                                .task = dg_server_task_name(ms->server), .start_ns = j->recv_ns,
+                                .end_ns = exec_trace_now_ns(), .thread = exec_trace_thread()};
+            step_trace_add(trace, &e);
+        }
+        ok = master_session_run(v->m, feeds, j->ts, n_feeds, fetches, fetched, n_fetches, targets, n_targets, trace,
+                                &st);
     }
     if (pushed && h->step_id > 0) exec_rendezvous_end_step(rt_server_rendezvous(ms->server), h->step_id);
     pthread_mutex_lock(&ms->mu);
@@ -396,11 +407,27 @@ static void do_run(mjob *j) {
     if (ok) {
         rt_header *r = response();
         for (int i = 0; i < n_fetches; i++) rt_header_add_tensor(r, fetched[i]);
+        if (trace) {
+            r->from = strdup(dg_server_task_name(ms->server));
+            int64_t now = exec_trace_now_ns();
+            // Merging the tasks' notes is tracing's own cost: shown as such.
+            dg_trace_event e = {.kind = DG_TRACE_MASTER, .name = "tracing: merge the notes",
+                                .task = dg_server_task_name(ms->server), .start_ns = step_trace_end(trace),
+                                .end_ns = now, .thread = exec_trace_thread()};
+            if (e.start_ns > 0 && e.start_ns <= now) step_trace_add(trace, &e);
+            step_trace_set_end(trace, now);
+            step_trace_finish(trace, now);
+            size_t len = 0;
+            char *blob = step_trace_encode(trace, j->recv_ns, now, &len);
+            rt_header_set_blob(r, blob, len);
+            free(blob);
+        }
         reply_ok(j, r, fetched, n_fetches);
         for (int i = 0; i < n_fetches; i++) dg_tensor_unref(fetched[i]);
     } else {
         reply_err(j, &st);
     }
+    dg_step_trace_free(&trace);
     free(fetched);
     free(feeds);
     free(fetches);
@@ -489,7 +516,7 @@ static void run_mjob(void *arg, int unused) {
 void master_service_handle(master_service *ms, rt_peer *peer, rt_header *h, dg_tensor **ts, int n) {
     mjob *j = calloc(1, sizeof *j);
     if (!j) abort();
-    *j = (mjob){ms, peer, h, ts, n, NULL};
+    *j = (mjob){ms, peer, h, ts, n, NULL, h->trace ? exec_trace_now_ns() : 0};
     bool needs_session = h->type == RT_EXTEND_SESSION || h->type == RT_RUN_STEP || h->type == RT_CLOSE_SESSION ||
                          h->type == RT_KEEPALIVE;
     if (needs_session) {

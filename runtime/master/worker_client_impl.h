@@ -16,9 +16,10 @@ bool wc_register_graph(rt_transport *tp, const char *endpoint, const dg_graph *g
 // delay whoever closes.
 void wc_deregister_graph(rt_transport *tp, const char *endpoint, int64_t handle);
 // Runs a registered partition for step_id; done runs once with the answer or the failure
-// (its arguments as rt_response_cb's).
+// (its arguments as rt_response_cb's). trace: the task notes the step and answers with its
+// notes as the blob (step_trace_impl.h).
 void wc_run_graph(rt_transport *tp, const char *endpoint, int64_t handle, int64_t step_id, int64_t timeout_ms,
-                  rt_response_cb done, void *arg);
+                  bool trace, rt_response_cb done, void *arg);
 // Aborts step_id on the task (one-way): its waiting receives fail with why.
 void wc_abort_step(rt_transport *tp, const char *endpoint, int64_t step_id, const dg_status *why);
 // The task's devices, canonical names. Returns: new array of new strings (*n of them), free

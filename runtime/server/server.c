@@ -18,6 +18,7 @@
 #include "keys_impl.h"
 #include "master_service_impl.h"
 #include "server_impl.h"
+#include "step_trace_impl.h"
 #include "strmap_impl.h"
 #include "status_impl.h"
 
@@ -274,11 +275,17 @@ typedef struct job {
     registered *r;   // RUN_GRAPH: its graph, acquired when the request came; NULL: none
     rt_peer *owner;  // a started RUN_GRAPH: who asked (kept after peer goes to the reply)
     struct job *prev_run, *next_run;   // in s->running, under mu
+    exec_trace *trace;   // a traced RUN_GRAPH: this task's notes (step_trace_impl.h)
+    int64_t recv_ns;     // when the traced request came
 } job;
 
 static void release_graph(dg_server *s, registered *r);
 
 static void job_free(job *j) {
+    if (j->trace) {
+        exec_rendezvous_trace(j->s->rv, j->h->step_id, NULL);
+        exec_trace_free(&j->trace);
+    }
     rt_peer_free(j->owner);
     if (j->r) release_graph(j->s, j->r);
     if (j->h) {
@@ -556,8 +563,19 @@ static void run_done(void *arg, const dg_status *st) {
     dg_server *s = j->s;
     unlink_run(s, j);
     exec_rendezvous_end_step(s->rv, j->h->step_id);
-    if (!st) reply_ok(j, new_header(), NULL, 0);
-    else reply_err(j, st);
+    if (!st) {
+        rt_header *r = new_header();
+        if (j->trace) {   // the notes travel with the answer (also of a failed step: below)
+            exec_rendezvous_trace(s->rv, j->h->step_id, NULL);
+            size_t len = 0;
+            char *blob = step_trace_encode_notes(j->trace, j->recv_ns, exec_trace_now_ns(), &len);
+            rt_header_set_blob(r, blob, len);
+            free(blob);
+        }
+        reply_ok(j, r, NULL, 0);
+    } else {
+        reply_err(j, st);
+    }
     job_free(j);   // releases the graph
     run_finished(s);
 }
@@ -587,7 +605,14 @@ static bool start_run(job *j) {
         status_impl_clear(&st);
         return false;
     }
-    exec_step_options o = {j->h->step_id, s->rv, 0};
+    exec_step_options o = {j->h->step_id, s->rv, 0, NULL};
+    if (j->h->trace && (j->trace = exec_trace_new())) {
+        exec_rendezvous_trace(s->rv, j->h->step_id, j->trace);
+        o.trace = j->trace;
+        dg_trace_event e = {.kind = DG_TRACE_QUEUED, .name = "RUN_GRAPH", .start_ns = j->recv_ns,
+                            .end_ns = exec_trace_now_ns(), .thread = exec_trace_thread()};
+        exec_trace_add(j->trace, &e);
+    }
     if (exec_graph_start(j->r->eg, &o, run_done, j, &st)) return true;
     unlink_run(s, j);
     run_finished(s);
@@ -697,11 +722,14 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
     case RT_TENSOR:
         // One tensor under "key", or several under "names" (pushes merged by the sender).
         if (n == 1 && h->key && h->n_names == 0) {
+            exec_rendezvous_note_arrival(s->rv, h->step_id, h->key, dg_tensor_nbytes(ts[0]));
             if (!exec_rendezvous_deliver(s->rv, h->step_id, h->key, ts[0], &st))
                 dg_status_reset(&st);   // the step was aborted or ended: no longer wanted
         } else if (n >= 1 && h->n_names == n && !h->key) {
-            for (int i = 0; i < n; i++)
+            for (int i = 0; i < n; i++) {
+                exec_rendezvous_note_arrival(s->rv, h->step_id, h->names[i], dg_tensor_nbytes(ts[i]));
                 if (!exec_rendezvous_deliver(s->rv, h->step_id, h->names[i], ts[i], &st)) dg_status_reset(&st);
+            }
         } else {
             dg_status_set(&st, DG_INVALID_ARGUMENT, "TENSOR message: needs a key and one tensor, or one name "
                           "per tensor");
@@ -721,6 +749,7 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
     case RT_RUN_GRAPH:
         // A light partition (or an unknown handle, answered at once) starts here, on the I/O
         // thread; the others on the service pool.
+        if (h->trace) j->recv_ns = exec_trace_now_ns();
         j->r = acquire_graph(s, h->handle, peer);
         if (!j->r || exec_graph_is_light(j->r->eg)) {
             if (!start_run(j)) job_free(j);

@@ -8,6 +8,7 @@
 #include "master_client_impl.h"
 #include "master_impl.h"
 #include "server_impl.h"
+#include "step_trace_impl.h"
 
 struct dg_session {
     dg_graph *graph;
@@ -61,7 +62,16 @@ void dg_session_free(dg_session **sp) {
 bool dg_session_run(dg_session *s, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
                     const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_node *const *targets,
                     int n_targets, dg_status *st) {
+    return dg_session_run_with_options(s, NULL, feeds, feed_values, n_feeds, fetches, fetched, n_fetches, targets,
+                                       n_targets, NULL, st);
+}
+
+bool dg_session_run_with_options(dg_session *s, const dg_run_options *ro, const dg_output *feeds,
+                                 dg_tensor *const *feed_values, int n_feeds, const dg_output *fetches,
+                                 dg_tensor **fetched, int n_fetches, dg_node *const *targets, int n_targets,
+                                 dg_step_trace **trace_out, dg_status *st) {
     dg_status_reset(st);
+    if (trace_out) *trace_out = NULL;
     if (!s) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "session is NULL");
         return false;
@@ -73,10 +83,17 @@ bool dg_session_run(dg_session *s, const dg_output *feeds, dg_tensor *const *fee
     }
     if (!master_check_args(s->graph, feeds, feed_values, n_feeds, fetches, n_fetches, targets, n_targets, st))
         return false;
-    return s->master ? master_session_run(s->master, feeds, feed_values, n_feeds, fetches, fetched, n_fetches,
-                                          targets, n_targets, st)
-                     : master_client_run(s->remote, feeds, feed_values, n_feeds, fetches, fetched, n_fetches,
-                                         targets, n_targets, st);
+    dg_step_trace *trace = ro && ro->trace ? step_trace_new(exec_trace_now_ns()) : NULL;
+    bool ok = s->master ? master_session_run(s->master, feeds, feed_values, n_feeds, fetches, fetched, n_fetches,
+                                             targets, n_targets, trace, st)
+                        : master_client_run(s->remote, feeds, feed_values, n_feeds, fetches, fetched, n_fetches,
+                                            targets, n_targets, trace, st);
+    if (trace) {
+        step_trace_finish(trace, exec_trace_now_ns());
+        if (trace_out) *trace_out = trace;
+        else dg_step_trace_free(&trace);
+    }
+    return ok;
 }
 
 bool dg_session_run_target(dg_session *s, dg_node *target, dg_status *st) {

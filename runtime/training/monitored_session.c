@@ -662,7 +662,7 @@ static bool recover(dg_monitored_session *ms, uint64_t gen, dg_status *st) {
 static bool hooked_run(dg_monitored_session *ms, dg_session *sess, const dg_output *feeds,
                        dg_tensor *const *feed_values, int n_feeds, const dg_output *fetches, dg_tensor **fetched,
                        int n_fetches, dg_node *const *targets, int n_targets, dg_status *st) {
-    dg_run_context rc = {ms, sess, fetches, n_fetches, feeds, feed_values, n_feeds, targets, n_targets};
+    dg_run_context rc = {ms, sess, fetches, n_fetches, feeds, feed_values, n_feeds, targets, n_targets, NULL};
     int nh = ms->n_hooks;
     dg_hook_run_args *args = calloc((size_t)nh + 1, sizeof *args);
     if (!args) abort();
@@ -739,7 +739,12 @@ static bool hooked_run(dg_monitored_session *ms, dg_session *sess, const dg_outp
             if (!dup) mtargets[nt++] = args[i].targets[k];
         }
     }
-    ok = ok && dg_session_run(sess, mfeeds, mvals, nf, mfetch, out, ng, mtargets, nt, st);
+    dg_run_options ro = {0};
+    for (int i = 0; i < nh; i++) ro.trace |= args[i].trace;
+    dg_step_trace *trace = NULL;
+    ok = ok && dg_session_run_with_options(sess, &ro, mfeeds, mvals, nf, mfetch, out, ng, mtargets, nt,
+                                           ro.trace ? &trace : NULL, st);
+    rc.trace = trace;
     if (ok) {
         pthread_mutex_lock(&ms->hook_mu);
         for (int i = 0, m = 0; i < nh; m += args[i].n_fetches, i++) {
@@ -759,6 +764,7 @@ static bool hooked_run(dg_monitored_session *ms, dg_session *sess, const dg_outp
             out[i] = NULL;
         }
     for (int i = 0; i < ng; i++) dg_tensor_unref(out[i]);
+    dg_step_trace_free(&trace);
     free(mfeeds);
     free(mvals);
     free(mfetch);

@@ -66,6 +66,7 @@ typedef struct rt_header {
     uint64_t xfer, offset, total;   // TENSOR_CHUNK: transfer id, byte offset, total bytes
     int64_t deadline_ms;    // time the sender allows, 0: none
     uint64_t incarnation;   // RESPONSE: the responder's incarnation (random per transport), 0: none
+    int64_t trace;          // RUN_GRAPH, RUN_STEP: 1 asks for a step trace (the answer's blob)
 } rt_header;
 
 void rt_header_init(rt_header *h, int type);
@@ -82,5 +83,8 @@ char *rt_header_encode(const rt_header *h, size_t *len);
 // Decodes and validates a header. On failure h is cleared and st names the field.
 bool rt_header_decode(const void *buf, size_t len, rt_header *h, dg_status *st);
 const char *rt_type_name(int type);
+// Checks, before msgpack-c unpacks untrusted bytes, that every count they declare fits in the
+// bytes there are (so unpacking allocates a small multiple of len). False with st set if not.
+bool rt_msgpack_prescan(const void *buf, size_t len, dg_status *st);
 
 #endif

@@ -1,0 +1,77 @@
+/* What one task notes during a traced step (exec_impl.h, "step traces"). Only traced steps
+ * come here, so the notes may allocate: one step is traced at a time, not every step. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "exec_impl.h"
+
+struct exec_trace {
+    pthread_mutex_t mu;
+    dg_trace_event *ev;
+    int n, cap;
+};
+
+exec_trace *exec_trace_new(void) {
+    exec_trace *t = calloc(1, sizeof *t);
+    if (t) pthread_mutex_init(&t->mu, NULL);
+    return t;
+}
+
+static void free_strings(dg_trace_event *e) {
+    free((char *)e->name);
+    free((char *)e->op);
+    free((char *)e->task);
+    free((char *)e->device);
+    free((char *)e->peer);
+}
+
+void exec_trace_free(exec_trace **tp) {
+    if (!tp || !*tp) return;
+    exec_trace *t = *tp;
+    for (int i = 0; i < t->n; i++) free_strings(&t->ev[i]);
+    free(t->ev);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+    *tp = NULL;
+}
+
+int64_t exec_trace_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int exec_trace_thread(void) {
+    static atomic_int next;
+    static _Thread_local int mine;
+    if (!mine) mine = atomic_fetch_add(&next, 1) + 1;
+    return mine;
+}
+
+void exec_trace_add(exec_trace *t, const dg_trace_event *e) {
+    dg_trace_event c = *e;
+    c.name = strdup(e->name ? e->name : "");
+    c.op = strdup(e->op ? e->op : "");
+    c.task = strdup(e->task ? e->task : "");
+    c.device = strdup(e->device ? e->device : "");
+    c.peer = strdup(e->peer ? e->peer : "");
+    pthread_mutex_lock(&t->mu);
+    if (c.name && c.op && c.task && c.device && c.peer && t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 64;
+        dg_trace_event *nev = realloc(t->ev, (size_t)cap * sizeof *nev);
+        if (nev) {
+            t->ev = nev;
+            t->cap = cap;
+        }
+    }
+    bool kept = c.name && c.op && c.task && c.device && c.peer && t->n < t->cap;
+    if (kept) t->ev[t->n++] = c;
+    pthread_mutex_unlock(&t->mu);
+    if (!kept) free_strings(&c);
+}
+
+int exec_trace_num_events(const exec_trace *t) { return t->n; }
+
+const dg_trace_event *exec_trace_events(const exec_trace *t) { return t->ev; }

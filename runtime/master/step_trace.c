@@ -1,0 +1,616 @@
+/* Step traces (distgraph/trace.h, step_trace_impl.h): the tasks' notes put on one clock, the
+ * halves of each transfer paired, and the Chrome trace-event file. */
+#include <errno.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "status_impl.h"
+#include "step_trace_impl.h"
+#include "wire_impl.h"
+
+#define MAX_EVENTS 1000000   // in one blob
+
+typedef struct task_clock {
+    char *name;
+    int64_t offset_ns, uncertainty_ns;
+} task_clock;
+
+struct dg_step_trace {
+    exec_trace *ev;        // before finish: times on this clock; after: from the origin
+    int64_t origin_ns, step_ns;
+    int64_t end_ns;        // when the step ended, if the master said (step_trace_set_end); else 0
+    bool finished;
+    task_clock *tasks;
+    int n_tasks, cap_tasks;
+};
+
+dg_step_trace *step_trace_new(int64_t origin_ns) {
+    dg_step_trace *tr = calloc(1, sizeof *tr);
+    if (!tr) return NULL;
+    if (!(tr->ev = exec_trace_new())) {
+        free(tr);
+        return NULL;
+    }
+    tr->origin_ns = origin_ns;
+    return tr;
+}
+
+void dg_step_trace_free(dg_step_trace **tp) {
+    if (!tp || !*tp) return;
+    dg_step_trace *tr = *tp;
+    exec_trace_free(&tr->ev);
+    for (int i = 0; i < tr->n_tasks; i++) free(tr->tasks[i].name);
+    free(tr->tasks);
+    free(tr);
+    *tp = NULL;
+}
+
+static void add_task(dg_step_trace *tr, const char *name, int64_t offset, int64_t unc) {
+    for (int i = 0; i < tr->n_tasks; i++)
+        if (strcmp(tr->tasks[i].name, name) == 0) return;
+    if (tr->n_tasks == tr->cap_tasks) {
+        int cap = tr->cap_tasks ? 2 * tr->cap_tasks : 4;
+        task_clock *nt = realloc(tr->tasks, (size_t)cap * sizeof *nt);
+        if (!nt) return;
+        tr->tasks = nt;
+        tr->cap_tasks = cap;
+    }
+    char *copy = strdup(name);
+    if (!copy) return;
+    tr->tasks[tr->n_tasks++] = (task_clock){copy, offset, unc};
+}
+
+void step_trace_add(dg_step_trace *tr, const dg_trace_event *e) { exec_trace_add(tr->ev, e); }
+
+void step_trace_set_end(dg_step_trace *tr, int64_t end_ns) { tr->end_ns = end_ns; }
+
+int64_t step_trace_end(const dg_step_trace *tr) { return tr->end_ns; }
+
+void step_trace_add_local(dg_step_trace *tr, const exec_trace *t, const char *task) {
+    add_task(tr, task, 0, 0);
+    const dg_trace_event *ev = exec_trace_events(t);
+    for (int i = 0; i < exec_trace_num_events(t); i++) {
+        dg_trace_event e = ev[i];
+        if (!*e.task) e.task = task;
+        exec_trace_add(tr->ev, &e);
+    }
+}
+
+// ---- the blob: {"recv": T2, "reply": T3, "ev": [[kind, name, op, task, device, peer, start,
+// end, bytes, thread], ...], "tasks": [[name, offset, uncertainty], ...]} ----
+
+static void pack_str(msgpack_packer *pk, const char *s) {
+    size_t n = strlen(s);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+static char *encode(const dg_trace_event *ev, int n, int64_t shift, const task_clock *tasks, int n_tasks,
+                    int64_t recv_ns, int64_t reply_ns, size_t *len) {
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 4);
+    pack_str(&pk, "recv");
+    msgpack_pack_int64(&pk, recv_ns);
+    pack_str(&pk, "reply");
+    msgpack_pack_int64(&pk, reply_ns);
+    pack_str(&pk, "ev");
+    msgpack_pack_array(&pk, (size_t)n);
+    for (int i = 0; i < n; i++) {
+        const dg_trace_event *e = &ev[i];
+        msgpack_pack_array(&pk, 10);
+        msgpack_pack_int(&pk, (int)e->kind);
+        pack_str(&pk, e->name);
+        pack_str(&pk, e->op);
+        pack_str(&pk, e->task);
+        pack_str(&pk, e->device);
+        pack_str(&pk, e->peer);
+        msgpack_pack_int64(&pk, e->start_ns + shift);
+        msgpack_pack_int64(&pk, e->end_ns + shift);
+        msgpack_pack_uint64(&pk, e->bytes);
+        msgpack_pack_int(&pk, e->thread);
+    }
+    pack_str(&pk, "tasks");
+    msgpack_pack_array(&pk, (size_t)n_tasks);
+    for (int i = 0; i < n_tasks; i++) {
+        msgpack_pack_array(&pk, 3);
+        pack_str(&pk, tasks[i].name);
+        msgpack_pack_int64(&pk, tasks[i].offset_ns);
+        msgpack_pack_int64(&pk, tasks[i].uncertainty_ns);
+    }
+    *len = sb.size;
+    return sb.data;
+}
+
+char *step_trace_encode_notes(const exec_trace *t, int64_t recv_ns, int64_t reply_ns, size_t *len) {
+    return encode(exec_trace_events(t), exec_trace_num_events(t), 0, NULL, 0, recv_ns, reply_ns, len);
+}
+
+char *step_trace_encode(const dg_step_trace *tr, int64_t recv_ns, int64_t reply_ns, size_t *len) {
+    return encode(exec_trace_events(tr->ev), exec_trace_num_events(tr->ev), tr->finished ? tr->origin_ns : 0,
+                  tr->tasks, tr->n_tasks, recv_ns, reply_ns, len);
+}
+
+static bool get_i64(const msgpack_object *o, int64_t *v) {
+    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= (uint64_t)INT64_MAX) {
+        *v = (int64_t)o->via.u64;
+        return true;
+    }
+    if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+        *v = o->via.i64;
+        return true;
+    }
+    return false;
+}
+
+// A string of at most RT_MAX_STRING bytes without NUL, copied into buf (cap RT_MAX_STRING + 1).
+static bool get_s(const msgpack_object *o, char *buf) {
+    if (o->type != MSGPACK_OBJECT_STR || o->via.str.size > RT_MAX_STRING) return false;
+    if (memchr(o->via.str.ptr, 0, o->via.str.size)) return false;
+    memcpy(buf, o->via.str.ptr, o->via.str.size);
+    buf[o->via.str.size] = 0;
+    return true;
+}
+
+static bool key_is(const msgpack_object *k, const char *name) {
+    size_t n = strlen(name);
+    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n && memcmp(k->via.str.ptr, name, n) == 0;
+}
+
+static bool kind_ok(int64_t k) {
+    return (k >= DG_TRACE_OP && k <= DG_TRACE_QUEUED) || k == EXEC_TRACE_SENT || k == EXEC_TRACE_ARRIVED;
+}
+
+// Adds the events of ev (an array) moved by -offset; false names what is wrong in *bad.
+static bool add_events(dg_step_trace *tr, const msgpack_object *ev, const char *task, int64_t offset,
+                       const char **bad) {
+    if (ev->type != MSGPACK_OBJECT_ARRAY || ev->via.array.size > MAX_EVENTS) {
+        *bad = "\"ev\" is not an array of at most a million events";
+        return false;
+    }
+    char *s[5];
+    for (int k = 0; k < 5; k++)
+        if (!(s[k] = malloc(RT_MAX_STRING + 1))) abort();
+    bool ok = true;
+    for (uint32_t i = 0; i < ev->via.array.size && ok; i++) {
+        const msgpack_object *a = &ev->via.array.ptr[i];
+        int64_t kind, start, end, bytes, thread;
+        ok = a->type == MSGPACK_OBJECT_ARRAY && a->via.array.size == 10;
+        if (ok) {
+            const msgpack_object *f = a->via.array.ptr;
+            ok = get_i64(&f[0], &kind) && kind_ok(kind) && get_s(&f[1], s[0]) && get_s(&f[2], s[1]) &&
+                 get_s(&f[3], s[2]) && get_s(&f[4], s[3]) && get_s(&f[5], s[4]) && get_i64(&f[6], &start) &&
+                 get_i64(&f[7], &end) && end >= start && get_i64(&f[8], &bytes) && bytes >= 0 &&
+                 get_i64(&f[9], &thread) && thread >= 0 && thread <= INT32_MAX;
+        }
+        if (!ok) {
+            *bad = "an event is not [kind, name, op, task, device, peer, start, end, bytes, thread]";
+            break;
+        }
+        dg_trace_event e = {(dg_trace_kind)kind, s[0], s[1], *s[2] ? s[2] : task, s[3], s[4],
+                            start - offset, end - offset, (uint64_t)bytes, (int)thread};
+        exec_trace_add(tr->ev, &e);
+    }
+    for (int k = 0; k < 5; k++) free(s[k]);
+    return ok;
+}
+
+static bool add_tasks(dg_step_trace *tr, const msgpack_object *ts, int64_t offset, int64_t unc, const char **bad) {
+    if (ts->type != MSGPACK_OBJECT_ARRAY || ts->via.array.size > 100000) {
+        *bad = "\"tasks\" is not an array";
+        return false;
+    }
+    char *name = malloc(RT_MAX_STRING + 1);
+    if (!name) abort();
+    bool ok = true;
+    for (uint32_t i = 0; i < ts->via.array.size && ok; i++) {
+        const msgpack_object *a = &ts->via.array.ptr[i];
+        int64_t off, u;
+        ok = a->type == MSGPACK_OBJECT_ARRAY && a->via.array.size == 3 && get_s(&a->via.array.ptr[0], name) &&
+             get_i64(&a->via.array.ptr[1], &off) && get_i64(&a->via.array.ptr[2], &u) && u >= 0;
+        if (ok) add_task(tr, name, off + offset, u + unc);
+        else *bad = "a task is not [name, offset, uncertainty]";
+    }
+    free(name);
+    return ok;
+}
+
+bool step_trace_add_remote(dg_step_trace *tr, const void *blob, size_t len, const char *task,
+                           const char *master_task, const char *request, int64_t sent_ns,
+                           int64_t answered_ns, dg_status *st) {
+    if (!blob || len == 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "step trace from %s: the answer has no notes", task);
+        return false;
+    }
+    if (!rt_msgpack_prescan(blob, len, st)) {
+        dg_status_prepend(st, "step trace from %s", task);
+        return false;
+    }
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    size_t off = 0;
+    const char *bad = NULL;
+    const msgpack_object *ev = NULL, *tasks = NULL;
+    int64_t recv = 0, reply = 0;
+    bool has_recv = false, has_reply = false;
+    if (msgpack_unpack_next(&up, blob, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len ||
+        up.data.type != MSGPACK_OBJECT_MAP) {
+        bad = "not one msgpack map";
+    } else {
+        for (uint32_t i = 0; i < up.data.via.map.size && !bad; i++) {
+            const msgpack_object *k = &up.data.via.map.ptr[i].key, *v = &up.data.via.map.ptr[i].val;
+            if (key_is(k, "recv")) has_recv = get_i64(v, &recv);
+            else if (key_is(k, "reply")) has_reply = get_i64(v, &reply);
+            else if (key_is(k, "ev")) ev = v;
+            else if (key_is(k, "tasks")) tasks = v;
+        }
+        if (!has_recv || !has_reply || reply < recv) bad = "\"recv\" and \"reply\" are not two times in order";
+        else if (!ev) bad = "no \"ev\"";
+    }
+    if (!bad) {
+        // NTP's estimate (trace.h): the task's clock minus ours.
+        int64_t offset = ((recv - sent_ns) + (reply - answered_ns)) / 2;
+        int64_t unc = ((answered_ns - sent_ns) - (reply - recv)) / 2;
+        if (unc < 0) unc = 0;
+        add_task(tr, task, offset, unc);
+        if (add_events(tr, ev, task, offset, &bad) && tasks) add_tasks(tr, tasks, offset, unc, &bad);
+        if (!bad) {
+            char answer[64];
+            snprintf(answer, sizeof answer, "%s answer", request);
+            dg_trace_event to = {.kind = DG_TRACE_MESSAGE, .name = request, .task = task, .peer = master_task,
+                                 .start_ns = sent_ns, .end_ns = recv - offset};
+            dg_trace_event back = {.kind = DG_TRACE_MESSAGE, .name = answer, .task = master_task, .peer = task,
+                                   .start_ns = reply - offset, .end_ns = answered_ns};
+            if (to.end_ns < to.start_ns) to.end_ns = to.start_ns;
+            if (back.start_ns > back.end_ns) back.start_ns = back.end_ns;
+            exec_trace_add(tr->ev, &to);
+            exec_trace_add(tr->ev, &back);
+        }
+    }
+    msgpack_unpacked_destroy(&up);
+    if (bad) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "step trace from %s: %s", task, bad);
+        return false;
+    }
+    return true;
+}
+
+// ---- pairing transfers ----
+
+// The n-th ';'-separated field of a rendezvous key (send_device;incarnation;recv_device;
+// tensor;frame) into buf.
+static void key_field(const char *key, int n, char *buf, size_t cap) {
+    const char *p = key;
+    for (int i = 0; i < n && p; i++) {
+        p = strchr(p, ';');
+        if (p) p++;
+    }
+    if (!p) {
+        snprintf(buf, cap, "%s", n == 3 ? key : "");
+        return;
+    }
+    const char *end = strchr(p, ';');
+    snprintf(buf, cap, "%.*s", end ? (int)(end - p) : (int)strlen(p), p);
+}
+
+static void task_of(const char *device, char *buf, size_t cap) {
+    const char *d = strstr(device, "/device:");
+    snprintf(buf, cap, "%.*s", d ? (int)(d - device) : (int)strlen(device), device);
+}
+
+static int cmp_start(const void *a, const void *b) {
+    const dg_trace_event *x = a, *y = b;
+    return x->start_ns < y->start_ns ? -1 : x->start_ns > y->start_ns ? 1 : 0;
+}
+
+// The two halves of a transfer: the SENT event j for ARRIVED event i, or -1.
+static int sent_half(const dg_trace_event *ev, int n, int i) {
+    for (int j = 0; j < n; j++)
+        if (ev[j].kind == EXEC_TRACE_SENT && strcmp(ev[j].name, ev[i].name) == 0) return j;
+    return -1;
+}
+
+static bool is_reference(const dg_step_trace *tr, const char *task) {
+    for (int i = 0; i < tr->n_tasks; i++)
+        if (strcmp(tr->tasks[i].name, task) == 0) return tr->tasks[i].uncertainty_ns == 0;
+    return false;
+}
+
+// Narrows the estimate of each task's clock offset with its transfers to and from the tasks
+// on this clock: a value arrives after it was sent, so each transfer bounds the offset from
+// one side, as the RUN_GRAPH request and answer do (trace.h). The offset moves to the middle
+// of the narrowed range, and the task's events with it.
+static void refine_offsets(dg_step_trace *tr) {
+    dg_trace_event *ev = (dg_trace_event *)exec_trace_events(tr->ev);
+    int n = exec_trace_num_events(tr->ev);
+    for (int x = 0; x < tr->n_tasks; x++) {
+        task_clock *tc = &tr->tasks[x];
+        if (tc->uncertainty_ns == 0) continue;
+        int64_t lo = -tc->uncertainty_ns, hi = tc->uncertainty_ns;   // the correction d
+        for (int i = 0; i < n; i++) {
+            if (ev[i].kind != EXEC_TRACE_ARRIVED) continue;
+            int j = sent_half(ev, n, i);
+            if (j < 0) continue;
+            // x's times move by -d: sent on x: arrived >= sent - d; arrived on x: arrived - d >= sent.
+            if (strcmp(ev[j].task, tc->name) == 0 && is_reference(tr, ev[i].task)) {
+                int64_t b = ev[j].start_ns - ev[i].start_ns;
+                if (b > lo) lo = b;
+            } else if (strcmp(ev[i].task, tc->name) == 0 && is_reference(tr, ev[j].task)) {
+                int64_t b = ev[i].start_ns - ev[j].start_ns;
+                if (b < hi) hi = b;
+            }
+        }
+        if (lo > hi) continue;   // contradictory (a clock that jumped): keep the estimate
+        int64_t d = lo + (hi - lo) / 2;
+        tc->offset_ns += d;
+        tc->uncertainty_ns = (hi - lo) / 2;
+        for (int i = 0; i < n; i++) {
+            dg_trace_event *e = &ev[i];
+            if (e->kind == DG_TRACE_MESSAGE) {
+                // The request ends, and the answer starts, on x's clock.
+                if (strcmp(e->task, tc->name) == 0) e->end_ns -= d;
+                else if (strcmp(e->peer, tc->name) == 0) e->start_ns -= d;
+                if (e->end_ns < e->start_ns) e->end_ns = e->start_ns;
+            } else if (strcmp(e->task, tc->name) == 0) {
+                e->start_ns -= d;
+                e->end_ns -= d;
+            }
+        }
+    }
+}
+
+void step_trace_finish(dg_step_trace *tr, int64_t end_ns) {
+    refine_offsets(tr);
+    const dg_trace_event *ev = exec_trace_events(tr->ev);
+    int n = exec_trace_num_events(tr->ev);
+    exec_trace *out = exec_trace_new();
+    bool *used = calloc((size_t)n + 1, sizeof *used);
+    if (!out || !used) abort();
+    char tensor[512], sdev[256], rdev[256], stask[256], rtask[256];
+    for (int i = 0; i < n; i++) {
+        const dg_trace_event *a = &ev[i];
+        if (a->kind != EXEC_TRACE_ARRIVED && a->kind != EXEC_TRACE_SENT) {
+            dg_trace_event e = *a;
+            e.start_ns -= tr->origin_ns;
+            e.end_ns -= tr->origin_ns;
+            exec_trace_add(out, &e);
+            continue;
+        }
+        if (a->kind != EXEC_TRACE_ARRIVED) continue;
+        const dg_trace_event *sent = NULL;
+        for (int j = 0; j < n && !sent; j++)
+            if (!used[j] && ev[j].kind == EXEC_TRACE_SENT && strcmp(ev[j].name, a->name) == 0) {
+                used[j] = true;
+                sent = &ev[j];
+            }
+        key_field(a->name, 0, sdev, sizeof sdev);
+        key_field(a->name, 2, rdev, sizeof rdev);
+        key_field(a->name, 3, tensor, sizeof tensor);
+        task_of(sdev, stask, sizeof stask);
+        int64_t start = sent ? sent->start_ns : a->start_ns;
+        dg_trace_event e = {DG_TRACE_TRANSFER, tensor, "", a->task, rdev, stask,
+                            (start < a->start_ns ? start : a->start_ns) - tr->origin_ns, a->start_ns - tr->origin_ns,
+                            a->bytes, 0};
+        exec_trace_add(out, &e);
+    }
+    // Sent values whose arrival nobody noted (the receiver was not traced): no time on the wire.
+    for (int j = 0; j < n; j++) {
+        if (used[j] || ev[j].kind != EXEC_TRACE_SENT) continue;
+        key_field(ev[j].name, 2, rdev, sizeof rdev);
+        key_field(ev[j].name, 3, tensor, sizeof tensor);
+        task_of(rdev, rtask, sizeof rtask);
+        dg_trace_event e = {DG_TRACE_TRANSFER, tensor, "", rtask, rdev, ev[j].task,
+                            ev[j].start_ns - tr->origin_ns, ev[j].start_ns - tr->origin_ns, ev[j].bytes, 0};
+        exec_trace_add(out, &e);
+    }
+    free(used);
+    exec_trace_free(&tr->ev);
+    tr->ev = out;
+    qsort((dg_trace_event *)exec_trace_events(out), (size_t)exec_trace_num_events(out), sizeof(dg_trace_event),
+          cmp_start);
+    tr->step_ns = (tr->end_ns ? tr->end_ns : end_ns) - tr->origin_ns;
+    tr->finished = true;
+}
+
+// ---- the public accessors ----
+
+int64_t dg_step_trace_step_ns(const dg_step_trace *t) { return t ? t->step_ns : 0; }
+int dg_step_trace_num_events(const dg_step_trace *t) { return t ? exec_trace_num_events(t->ev) : 0; }
+
+const dg_trace_event *dg_step_trace_event(const dg_step_trace *t, int i) {
+    if (!t || i < 0 || i >= exec_trace_num_events(t->ev)) return NULL;
+    return &exec_trace_events(t->ev)[i];
+}
+
+int dg_step_trace_num_tasks(const dg_step_trace *t) { return t ? t->n_tasks : 0; }
+
+const char *dg_step_trace_task(const dg_step_trace *t, int i, int64_t *offset_ns, int64_t *uncertainty_ns) {
+    if (!t || i < 0 || i >= t->n_tasks) return NULL;
+    if (offset_ns) *offset_ns = t->tasks[i].offset_ns;
+    if (uncertainty_ns) *uncertainty_ns = t->tasks[i].uncertainty_ns;
+    return t->tasks[i].name;
+}
+
+int64_t dg_step_trace_busy_ns(const dg_step_trace *t) {
+    if (!t) return 0;
+    // Events are sorted by start: sweep, merging overlaps, clipped to the step.
+    const dg_trace_event *ev = exec_trace_events(t->ev);
+    int64_t busy = 0, cur_s = 0, cur_e = -1;
+    for (int i = 0; i < exec_trace_num_events(t->ev); i++) {
+        if (ev[i].kind == DG_TRACE_WAIT) continue;
+        int64_t s = ev[i].start_ns < 0 ? 0 : ev[i].start_ns;
+        int64_t e = ev[i].end_ns > t->step_ns ? t->step_ns : ev[i].end_ns;
+        if (e <= s) continue;
+        if (s > cur_e) {
+            if (cur_e > cur_s) busy += cur_e - cur_s;
+            cur_s = s;
+            cur_e = e;
+        } else if (e > cur_e) {
+            cur_e = e;
+        }
+    }
+    if (cur_e > cur_s) busy += cur_e - cur_s;
+    return busy;
+}
+
+// ---- Chrome trace-event JSON ----
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+// A lane: a thread track of one task. Events of one lane must not overlap (trace viewers
+// draw one stack per thread), so each group of lanes (a device's thread, waits, transfers)
+// takes a new lane when an event would overlap the last one.
+typedef struct lane {
+    int pid, tid;
+    char group[300];
+    int64_t last_end;
+} lane;
+
+typedef struct lanes {
+    lane *l;
+    int n, cap;
+    int next_tid;
+} lanes;
+
+// rank orders the lanes of a task: ops, ready queues, waits, transfers, the master's.
+static int lane_for(lanes *L, int pid, const char *group, int rank, int64_t start, int64_t end, FILE *f) {
+    for (int i = 0; i < L->n; i++)
+        if (L->l[i].pid == pid && strcmp(L->l[i].group, group) == 0 && L->l[i].last_end <= start) {
+            L->l[i].last_end = end;
+            return L->l[i].tid;
+        }
+    if (L->n == L->cap) {
+        L->cap = L->cap ? 2 * L->cap : 32;
+        lane *nl = realloc(L->l, (size_t)L->cap * sizeof *nl);
+        if (!nl) abort();
+        L->l = nl;
+    }
+    lane *x = &L->l[L->n++];
+    x->pid = pid;
+    x->tid = ++L->next_tid;
+    snprintf(x->group, sizeof x->group, "%s", group);
+    x->last_end = end;
+    fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":", pid, x->tid);
+    json_str(f, group);
+    fprintf(f, "}},\n{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+            pid, x->tid, rank * 100000 + x->tid);
+    return x->tid;
+}
+
+static int pid_of(const dg_step_trace *t, const char *task) {
+    for (int i = 0; i < t->n_tasks; i++)
+        if (strcmp(t->tasks[i].name, task) == 0) return i + 1;
+    return t->n_tasks + 1;   // a task that sent no notes (named by a transfer)
+}
+
+static const char *const kind_name[] = {"op", "wait", "transfer", "message", "master", "queued"};
+
+static void short_device(const char *device, char *buf, size_t cap) {
+    const char *d = strstr(device, "/device:");
+    snprintf(buf, cap, "%s", d ? d + 8 : device);
+}
+
+bool dg_step_trace_write_chrome(const dg_step_trace *t, const char *path, dg_status *st) {
+    if (!t || !path) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "step trace: the trace or the path is NULL");
+        return false;
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "step trace: cannot write %s: %s", path, strerror(errno));
+        return false;
+    }
+    fprintf(f, "{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"step_us\":%.3f,\"busy_us\":%.3f,\"clocks\":\"",
+            (double)t->step_ns / 1e3, (double)dg_step_trace_busy_ns(t) / 1e3);
+    for (int i = 0; i < t->n_tasks; i++)
+        fprintf(f, "%s%s offset %+.1f us +- %.1f us", i ? "; " : "", t->tasks[i].name,
+                (double)t->tasks[i].offset_ns / 1e3, (double)t->tasks[i].uncertainty_ns / 1e3);
+    fprintf(f, "\"},\n\"traceEvents\":[\n");
+    fprintf(f, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"(other tasks)\"}}",
+            t->n_tasks + 1);
+    for (int i = 0; i < t->n_tasks; i++) {
+        fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":", i + 1);
+        json_str(f, t->tasks[i].name);
+        fprintf(f, "}},\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,"
+                   "\"args\":{\"sort_index\":%d}}", i + 1, i + 1);
+    }
+    lanes L = {0};
+    int flow = 0;
+    const dg_trace_event *ev = exec_trace_events(t->ev);
+    for (int i = 0; i < exec_trace_num_events(t->ev); i++) {
+        const dg_trace_event *e = &ev[i];
+        if ((int)e->kind < 0 || e->kind > DG_TRACE_QUEUED) continue;
+        char group[300], dev[200];
+        short_device(e->device, dev, sizeof dev);
+        static const int rank[] = {[DG_TRACE_OP] = 0, [DG_TRACE_QUEUED] = 1, [DG_TRACE_WAIT] = 2,
+                                   [DG_TRACE_TRANSFER] = 3, [DG_TRACE_MESSAGE] = 5, [DG_TRACE_MASTER] = 6};
+        switch (e->kind) {
+        case DG_TRACE_OP: snprintf(group, sizeof group, "%s thread %d", dev, e->thread); break;
+        case DG_TRACE_WAIT: snprintf(group, sizeof group, "%s waits", dev); break;
+        case DG_TRACE_TRANSFER: snprintf(group, sizeof group, "transfers in"); break;
+        case DG_TRACE_MESSAGE: snprintf(group, sizeof group, "master messages"); break;
+        case DG_TRACE_QUEUED: snprintf(group, sizeof group, "%s ready, waiting for a thread", dev); break;
+        default: snprintf(group, sizeof group, "master"); break;
+        }
+        int pid = pid_of(t, e->task);
+        int64_t dur = e->end_ns - e->start_ns;
+        int tid = lane_for(&L, pid, group, rank[e->kind], e->start_ns, e->end_ns, f);
+        fprintf(f, ",\n{\"ph\":\"X\",\"cat\":\"%s\",\"name\":", kind_name[e->kind]);
+        json_str(f, e->name);
+        fprintf(f, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{", pid, tid, (double)e->start_ns / 1e3,
+                (double)dur / 1e3);
+        bool comma = false;
+        if (*e->op) {
+            fprintf(f, "\"op\":");
+            json_str(f, e->op);
+            comma = true;
+        }
+        if (*e->device) {
+            fprintf(f, "%s\"device\":", comma ? "," : "");
+            json_str(f, e->device);
+            comma = true;
+        }
+        if (*e->peer) {
+            fprintf(f, "%s\"%s\":", comma ? "," : "", e->kind == DG_TRACE_TRANSFER ? "from" : "peer");
+            json_str(f, e->peer);
+            comma = true;
+        }
+        if (e->kind == DG_TRACE_TRANSFER) fprintf(f, "%s\"bytes\":%llu", comma ? "," : "", (unsigned long long)e->bytes);
+        fprintf(f, "}}");
+        if (e->kind == DG_TRACE_TRANSFER && *e->peer) {
+            // An arrow from the sender: a short slice there to start it from.
+            int spid = pid_of(t, e->peer);
+            int stid = lane_for(&L, spid, "transfers out", 4, e->start_ns, e->start_ns + 1000, f);
+            flow++;
+            fprintf(f, ",\n{\"ph\":\"X\",\"cat\":\"transfer\",\"name\":");
+            json_str(f, e->name);
+            fprintf(f, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":1,\"args\":{\"bytes\":%llu}}", spid, stid,
+                    (double)e->start_ns / 1e3, (unsigned long long)e->bytes);
+            fprintf(f, ",\n{\"ph\":\"s\",\"cat\":\"transfer\",\"name\":\"transfer\",\"id\":%d,\"pid\":%d,\"tid\":%d,"
+                       "\"ts\":%.3f}", flow, spid, stid, (double)e->start_ns / 1e3);
+            fprintf(f, ",\n{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"transfer\",\"name\":\"transfer\",\"id\":%d,\"pid\":%d,"
+                       "\"tid\":%d,\"ts\":%.3f}", flow, pid, tid, (double)e->start_ns / 1e3);
+        }
+    }
+    free(L.l);
+    fprintf(f, "\n]}\n");
+    bool ok = !ferror(f);
+    if (fclose(f) != 0) ok = false;
+    if (!ok) {
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "step trace: writing %s failed: %s", path, strerror(errno));
+        return false;
+    }
+    return true;
+}
