@@ -23,9 +23,44 @@ static int cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+typedef struct op_time {
+    const char *op;
+    int64_t ns;
+} op_time;
+
+static int by_time(const void *a, const void *b) {
+    int64_t x = ((const op_time *)a)->ns, y = ((const op_time *)b)->ns;
+    return x > y ? -1 : x < y;
+}
+
+// One traced step: the file, and each op type's total time on stderr, largest first.
+static bool trace_one_step(dg_session *s, const dg_output *feeds, dg_tensor *const *vals, int n_feeds,
+                           dg_node *const *train, const char *path, dg_status *st) {
+    dg_run_options ro = {.trace = true};
+    dg_step_trace *t = NULL;
+    if (!dg_session_run_with_options(s, &ro, feeds, vals, n_feeds, NULL, NULL, 0, train, 1, &t, st)) return false;
+    bool ok = dg_step_trace_write_chrome(t, path, st);
+    op_time ops[256];
+    int n = 0;
+    for (int i = 0; i < dg_step_trace_num_events(t); i++) {
+        const dg_trace_event *e = dg_step_trace_event(t, i);
+        if (e->kind != DG_TRACE_OP) continue;
+        int k = 0;
+        while (k < n && strcmp(ops[k].op, e->op) != 0) k++;
+        if (k == n && n < 256) ops[n++] = (op_time){e->op, 0};
+        if (k < n) ops[k].ns += e->end_ns - e->start_ns;
+    }
+    qsort(ops, (size_t)n, sizeof *ops, by_time);
+    fprintf(stderr, "traced step: %.3f ms\n", (double)dg_step_trace_step_ns(t) / 1e6);
+    for (int k = 0; k < n && k < 20; k++)
+        fprintf(stderr, "  %-28s %8.3f ms\n", ops[k].op, (double)ops[k].ns / 1e6);
+    dg_step_trace_free(&t);
+    return ok;
+}
+
 int main(int argc, char **argv) {
     int64_t steps = 2000, warmup = 200, batch = 100, threads = 1;
-    const char *data_dir = MNIST_DEFAULT_DIR, *model = "mlp", *device = "";
+    const char *data_dir = MNIST_DEFAULT_DIR, *model = "mlp", *device = "", *trace = "";
     flag_def defs[] = {
         {"model", FLAG_STRING, &model, "mlp (default) or cnn"},
         {"device", FLAG_STRING, &device, "build the model under this device scope, e.g. /gpu:0 (soft placement)"},
@@ -34,6 +69,8 @@ int main(int argc, char **argv) {
         {"batch_size", FLAG_INT, &batch, "batch (default 100)"},
         {"threads", FLAG_INT, &threads, "inter-op threads (default 1)"},
         {"data_dir", FLAG_STRING, &data_dir, "IDX files"},
+        {"trace", FLAG_STRING, &trace, "after the timed steps, one traced step written to this file (Chrome trace-event "
+                                       "JSON) with each op's share of it on stderr"},
     };
     bool help;
     if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], "usage: step_bench [flags]", &help))
@@ -82,6 +119,7 @@ int main(int argc, char **argv) {
         if (!dg_session_run(s, feeds, vals, on ? 3 : 2, NULL, NULL, 0, &m.train, 1, st)) goto out;
         if (i >= warmup) times[i - warmup] = now_ms() - a;
     }
+    if (*trace && !trace_one_step(s, feeds, vals, on ? 3 : 2, &m.train, trace, st)) goto out;
     double total = 0;
     for (int64_t i = 0; i < steps; i++) total += times[i];
     qsort(times, (size_t)steps, sizeof *times, cmp);

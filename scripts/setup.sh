@@ -6,10 +6,12 @@ set -euo pipefail
 # clang, its sanitizer and libFuzzer runtimes (libclang-rt-dev: only recommended by clang, so
 # not installed without it here) and llvm (llvm-symbolizer, for readable reports) build and
 # run the fuzz targets of tests/fuzz. protobuf-c writes TensorBoard's event files;
-# python3-venv holds the tensorboard package the event-file test reads them back with.
+# python3-venv holds the tensorboard package the event-file test reads them back with. cairo
+# draws dg-inspect's PNG charts (with the fonts fontconfig finds: fonts-dejavu-core).
 PKGS=(build-essential cmake pkg-config libzmq3-dev libmsgpack-dev libsqlite3-dev
       libopenblas-dev zlib1g-dev libcmocka-dev dataset-fashion-mnist valgrind python3 iperf3
-      clang libclang-rt-dev llvm protobuf-c-compiler libprotobuf-c-dev python3-venv)
+      clang libclang-rt-dev llvm protobuf-c-compiler libprotobuf-c-dev python3-venv
+      libcairo2-dev fonts-dejavu-core)
 
 missing=()
 for p in "${PKGS[@]}"; do

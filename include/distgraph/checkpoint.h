@@ -2,9 +2,11 @@
  * in one transaction, so a crash at any moment leaves either the new checkpoint or none of
  * it; restore reads the newest complete checkpoint (or a given step). "Newest" means most
  * recently saved (TensorFlow's latest_checkpoint), which is the highest step unless a lower
- * step was saved later. Every tensor carries a CRC-32 checked on restore. The schema and the
- * guarantees are in docs/CHECKPOINT.md. A dg_checkpoint_store is used by one thread at a
- * time; other processes may read the file meanwhile. */
+ * step was saved later. Every tensor carries a CRC-32 checked on restore. The file may also
+ * hold scalar summaries (step, tag, value, wall time), beside the checkpoints and untouched by
+ * saves and pruning. The schema and the guarantees are in docs/CHECKPOINT.md. A
+ * dg_checkpoint_store is used by one thread at a time; other processes may read the file
+ * meanwhile. */
 #ifndef DISTGRAPH_CHECKPOINT_H
 #define DISTGRAPH_CHECKPOINT_H
 
@@ -47,6 +49,15 @@ int64_t dg_checkpoint_latest_step(dg_checkpoint_store *s, dg_status *st);
 // Returns the count, -1 on error.
 int dg_checkpoint_list(dg_checkpoint_store *s, int64_t **steps, dg_status *st);
 
+typedef struct dg_checkpoint_info {
+    int64_t step;              // the global step
+    int64_t created_unix_ms;   // when it was saved: milliseconds since the Unix epoch
+} dg_checkpoint_info;
+
+// Like dg_checkpoint_list, with when each checkpoint was saved. *infos: new array, caller
+// frees with free(). Returns the count, -1 on error.
+int dg_checkpoint_list_info(dg_checkpoint_store *s, dg_checkpoint_info **infos, dg_status *st);
+
 typedef struct dg_checkpoint_var {
     char name[256];   // NUL-terminated
     dg_dtype dtype;
@@ -66,6 +77,47 @@ int dg_checkpoint_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_
 // graph's variables is the caller's job. *restored_step (may be NULL) receives the step read.
 bool dg_checkpoint_restore(dg_checkpoint_store *s, int64_t step, const char *const *names, int n,
                            dg_tensor **out, int64_t *restored_step, dg_status *st);
+
+// ---- Scalar summaries ----
+// What the summary saver hook (monitored_session.h) writes and dg-inspect reads: rows of
+// (global step, tag, value, wall time) in the table `summaries` of the file, made by the first
+// dg_checkpoint_store_add_summaries. A step written again (after a restart from an older
+// checkpoint) adds rows; readers get every row, in write order within a step.
+
+// Appends one row per tag for step (>= 0), all with wall_time (Unix seconds), in one
+// transaction that is on disk when it returns true. NaN is stored as no number and reads back
+// as NaN; infinities are kept. tags[i] (not NULL) names values[i]. INVALID_ARGUMENT for bad
+// arguments (and for NaN in a table made elsewhere with value NOT NULL), FAILED_PRECONDITION
+// for a read-only file or a summaries table of other columns, RESOURCE_EXHAUSTED for a full
+// disk, each naming the file; on failure nothing is written. Borrows tags and values for the
+// call.
+bool dg_checkpoint_store_add_summaries(dg_checkpoint_store *s, int64_t step, const char *const *tags,
+                                       const double *values, int n, double wall_time, dg_status *st);
+
+// One summary row read back. tag: borrowed, valid during the callback.
+typedef struct dg_checkpoint_summary {
+    int64_t step;
+    const char *tag;
+    double value;       // NaN where the file holds no number
+    double wall_time;   // Unix seconds
+} dg_checkpoint_summary;
+
+// Called for each row; returning false stops the reading (which then returns true). It must
+// not call into the store.
+typedef bool (*dg_checkpoint_summary_fn)(void *ctx, const dg_checkpoint_summary *row);
+
+// Calls fn(ctx, row) for each summary row of tag (NULL: every tag), ordered by tag, then
+// step, then write order, all from one snapshot of the file. A file without summaries is
+// NOT_FOUND ("no summaries table"); a table of other columns is FAILED_PRECONDITION, a row
+// whose step, tag, value or wall time is not of its column's type DATA_LOSS naming the row;
+// all name the file. An empty table, or a tag without rows, calls fn never and returns true.
+bool dg_checkpoint_store_read_summaries(dg_checkpoint_store *s, const char *tag, dg_checkpoint_summary_fn fn,
+                                        void *ctx, dg_status *st);
+
+// The distinct tags of the summary rows, sorted (bytewise), followed by NULL. *tags: new,
+// caller frees with free() (one block: the strings live in it); NULL on error. Returns the
+// count (0: an empty table), -1 on error, with the codes of dg_checkpoint_store_read_summaries.
+int dg_checkpoint_store_summary_tags(dg_checkpoint_store *s, char ***tags, dg_status *st);
 
 #ifdef __cplusplus
 }

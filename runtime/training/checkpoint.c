@@ -7,9 +7,12 @@
  * bytes, checked on restore; a mismatch is DATA_LOSS naming the variable and the file.
  * Chunks are bound in place (SQLITE_STATIC) on save and read with incremental blob I/O
  * straight into the new tensor's buffer on restore; the CRC runs on a helper thread
- * meanwhile. Settings that matter for speed are explained where they are set. */
+ * meanwhile. Settings that matter for speed are explained where they are set. The scalar
+ * summaries live in the same file, in a table of their own (the end of this file), so this
+ * file is the one owner of the file's schema. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,6 +51,7 @@ enum {
     Q_INS_CHUNK,
     Q_OLDER,
     Q_LIST,
+    Q_LIST_INFO,
     Q_VARS,
     Q_TENSOR,
     Q_CHUNKS,
@@ -69,6 +73,7 @@ static const char *const query_sql[N_QUERIES] = {
     [Q_INS_CHUNK] = "INSERT INTO chunks(tensor_id, seq, data) VALUES(?1, ?2, ?3)",
     [Q_OLDER] = "SELECT id FROM checkpoints ORDER BY id DESC LIMIT -1 OFFSET ?1",
     [Q_LIST] = "SELECT global_step FROM checkpoints ORDER BY id",
+    [Q_LIST_INFO] = "SELECT global_step, created_unix_ms FROM checkpoints ORDER BY id",
     [Q_VARS] = "SELECT name, dtype, dims FROM tensors WHERE checkpoint_id = ?1 ORDER BY id",
     [Q_TENSOR] = "SELECT id, dtype, dims, n_bytes, n_chunks, crc32 FROM tensors "
                  "WHERE checkpoint_id = ?1 AND name = ?2",
@@ -943,6 +948,42 @@ fail:
     return -1;
 }
 
+int dg_checkpoint_list_info(dg_checkpoint_store *s, dg_checkpoint_info **infos, dg_status *st) {
+    dg_status_reset(st);
+    if (!s || !infos) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: list_info with a NULL argument");
+        return -1;
+    }
+    *infos = NULL;
+    int n = 0, cap = 0, rc;
+    set_doing(s, "listing checkpoints");
+    sqlite3_stmt *q = s->q[Q_LIST_INFO];
+    for (;;) {
+        SQ_STEP(s, q, rc, st);
+        if (rc != SQLITE_ROW) break;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            dg_checkpoint_info *grown = realloc(*infos, (size_t)cap * sizeof **infos);
+            if (!grown) {
+                dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory",
+                               s->path);
+                goto fail;
+            }
+            *infos = grown;
+        }
+        (*infos)[n].step = sqlite3_column_int64(q, 0);
+        (*infos)[n].created_unix_ms = sqlite3_column_int64(q, 1);
+        n++;
+    }
+    end_call(s, false);
+    return n;
+fail:
+    free(*infos);
+    *infos = NULL;
+    end_call(s, false);
+    return -1;
+}
+
 int dg_checkpoint_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_var **vars,
                             dg_status *st) {
     dg_status_reset(st);
@@ -1136,4 +1177,220 @@ fail:
     end_call(s, true);
     for (int i = 0; i < n; i++) dg_tensor_free(&out[i]);
     return false;
+}
+
+// ---- scalar summaries ----
+// The table is made by the first write, not with the checkpoint schema: a file without it
+// tells a reader that no summary saver ever wrote to it. Its statements are prepared per
+// call rather than at open, since the table may appear after the store opened (another
+// connection's first write). Rows are appended only: a step written again after a restart
+// adds rows, and readers take write order (rowid) within a step.
+
+static const char summaries_sql[] =
+    "CREATE TABLE IF NOT EXISTS summaries(\n"
+    "  step INTEGER NOT NULL,               -- global step\n"
+    "  tag TEXT NOT NULL,\n"
+    "  value REAL,                          -- NULL: NaN (SQLite stores no NaN)\n"
+    "  wall_time REAL NOT NULL              -- Unix seconds\n"
+    ")";
+
+// NOT_FOUND (and false) when the file has no summaries table; inside the caller's transaction.
+static bool find_summaries(dg_checkpoint_store *s, dg_status *st) {
+    int64_t n = 0;
+    if (!query_int(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'summaries'", &n, st))
+        return false;
+    if (n == 0) {
+        dg_status_setf(st, DG_NOT_FOUND,
+                       "checkpoint \"%s\": no summaries table (no summary saver has written to this file)",
+                       s->path);
+        return false;
+    }
+    return true;
+}
+
+// Prepares sql over the summaries table; a table without our columns is FAILED_PRECONDITION.
+static bool prepare_summaries(dg_checkpoint_store *s, const char *sql, sqlite3_stmt **q, dg_status *st) {
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, q, NULL);
+    if (rc == SQLITE_OK) return true;
+    if ((rc & 0xff) == SQLITE_ERROR) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION,
+                       "checkpoint \"%s\": %s: the summaries table does not have the columns (step, tag, "
+                       "value, wall_time): %s",
+                       s->path, s->doing, sqlite3_errmsg(s->db));
+        return false;
+    }
+    sq_fail(s, rc, "sqlite3_prepare_v2(summaries)", __LINE__, st);
+    return false;
+}
+
+// The row q stands on (rowid, step, tag, value, wall_time) as *row; DATA_LOSS for a column of
+// the wrong type (a file written by something else, or damaged).
+static bool summary_row(dg_checkpoint_store *s, sqlite3_stmt *q, dg_checkpoint_summary *row, dg_status *st) {
+    int vt = sqlite3_column_type(q, 3), wt = sqlite3_column_type(q, 4);
+    const char *bad = NULL;
+    if (sqlite3_column_type(q, 1) != SQLITE_INTEGER) bad = "step is not an integer";
+    else if (sqlite3_column_type(q, 2) != SQLITE_TEXT) bad = "tag is not text";
+    else if (vt != SQLITE_FLOAT && vt != SQLITE_INTEGER && vt != SQLITE_NULL) bad = "value is not a number";
+    else if (wt != SQLITE_FLOAT && wt != SQLITE_INTEGER) bad = "wall_time is not a number";
+    if (bad) {
+        dg_status_setf(st, DG_DATA_LOSS, "checkpoint \"%s\": %s: the summaries table is damaged: in row %lld, the %s",
+                       s->path, s->doing, (long long)sqlite3_column_int64(q, 0), bad);
+        return false;
+    }
+    row->step = sqlite3_column_int64(q, 1);
+    row->tag = (const char *)sqlite3_column_text(q, 2);
+    row->value = vt == SQLITE_NULL ? NAN : sqlite3_column_double(q, 3);
+    row->wall_time = sqlite3_column_double(q, 4);
+    return true;
+}
+
+bool dg_checkpoint_store_add_summaries(dg_checkpoint_store *s, int64_t step, const char *const *tags,
+                                       const double *values, int n, double wall_time, dg_status *st) {
+    dg_status_reset(st);
+    if (!s) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: add_summaries on a NULL store");
+        return false;
+    }
+    if (step < 0 || n < 0 || (n > 0 && (!tags || !values)) || !isfinite(wall_time)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT,
+                       "checkpoint \"%s\": summaries of step %lld: bad arguments (n %d, wall_time %g; steps "
+                       "are >= 0)",
+                       s->path, (long long)step, n, wall_time);
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+        if (!tags[i]) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "checkpoint \"%s\": summaries of step %lld: tag %d is NULL",
+                           s->path, (long long)step, i);
+            return false;
+        }
+    if (s->readonly_why) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "checkpoint \"%s\": cannot write the summaries of step %lld: %s",
+                       s->path, (long long)step, s->readonly_why);
+        return false;
+    }
+    if (n == 0) return true;
+    sqlite3_stmt *q = NULL;
+    int rc;
+    set_doing(s, "writing the summaries of step %lld", (long long)step);
+    SQ_CHECK(s, sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL), st);
+    SQ_CHECK(s, sqlite3_exec(s->db, summaries_sql, NULL, NULL, NULL), st);
+    if (!prepare_summaries(s, "INSERT INTO summaries(step, tag, value, wall_time) VALUES(?1, ?2, ?3, ?4)", &q, st))
+        goto fail;
+    for (int i = 0; i < n; i++) {
+        SQ_CHECK(s, sqlite3_bind_int64(q, 1, step), st);
+        SQ_CHECK(s, sqlite3_bind_text(q, 2, tags[i], -1, SQLITE_STATIC), st);
+        // SQLite would turn NaN into NULL itself; binding NULL says so here.
+        SQ_CHECK(s, isnan(values[i]) ? sqlite3_bind_null(q, 3) : sqlite3_bind_double(q, 3, values[i]), st);
+        SQ_CHECK(s, sqlite3_bind_double(q, 4, wall_time), st);
+        SQ_STEP(s, q, rc, st);
+        sqlite3_reset(q);
+    }
+    sqlite3_finalize(q);
+    q = NULL;
+    SQ_CHECK(s, sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL), st);
+    // As after a save: the store's connection never checkpoints the WAL by itself
+    // (wal_autocheckpoint 0), so copy it into the file now and keep it from growing.
+    sqlite3_wal_checkpoint_v2(s->db, "main", SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    end_call(s, false);
+    return true;
+fail:
+    sqlite3_finalize(q);
+    end_call(s, true);
+    return false;
+}
+
+bool dg_checkpoint_store_read_summaries(dg_checkpoint_store *s, const char *tag, dg_checkpoint_summary_fn fn,
+                                        void *ctx, dg_status *st) {
+    dg_status_reset(st);
+    if (!s || !fn) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: read_summaries with a NULL argument");
+        return false;
+    }
+    sqlite3_stmt *q = NULL;
+    int rc;
+    if (tag) set_doing(s, "reading the summaries of tag \"%s\"", tag);
+    else set_doing(s, "reading the summaries");
+    // One read transaction: the rows come from one snapshot, however long fn takes.
+    SQ_CHECK(s, sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL), st);
+    if (!find_summaries(s, st)) goto fail;
+    if (!prepare_summaries(s, tag ? "SELECT rowid, step, tag, value, wall_time FROM summaries WHERE tag = ?1 "
+                                    "ORDER BY step, rowid"
+                                  : "SELECT rowid, step, tag, value, wall_time FROM summaries "
+                                    "ORDER BY tag, step, rowid",
+                           &q, st))
+        goto fail;
+    if (tag) SQ_CHECK(s, sqlite3_bind_text(q, 1, tag, -1, SQLITE_STATIC), st);
+    for (;;) {
+        SQ_STEP(s, q, rc, st);
+        if (rc != SQLITE_ROW) break;
+        dg_checkpoint_summary row;
+        if (!summary_row(s, q, &row, st)) goto fail;
+        if (!fn(ctx, &row)) break;
+    }
+    sqlite3_finalize(q);
+    end_call(s, true);
+    return true;
+fail:
+    sqlite3_finalize(q);
+    end_call(s, true);
+    return false;
+}
+
+int dg_checkpoint_store_summary_tags(dg_checkpoint_store *s, char ***tags, dg_status *st) {
+    dg_status_reset(st);
+    if (!s || !tags) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: summary_tags with a NULL argument");
+        return -1;
+    }
+    *tags = NULL;
+    sqlite3_stmt *q = NULL;
+    char *text = NULL;   // the tags one after another, each NUL-terminated
+    size_t n_bytes = 0, cap = 0;
+    int n = 0, rc;
+    set_doing(s, "listing the summary tags");
+    SQ_CHECK(s, sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL), st);
+    if (!find_summaries(s, st)) goto fail;
+    if (!prepare_summaries(s, "SELECT DISTINCT tag FROM summaries ORDER BY tag", &q, st)) goto fail;
+    for (;;) {
+        SQ_STEP(s, q, rc, st);
+        if (rc != SQLITE_ROW) break;
+        if (sqlite3_column_type(q, 0) != SQLITE_TEXT) {
+            dg_status_setf(st, DG_DATA_LOSS, "checkpoint \"%s\": %s: the summaries table is damaged: a tag is not text",
+                           s->path, s->doing);
+            goto fail;
+        }
+        size_t len = (size_t)sqlite3_column_bytes(q, 0) + 1;
+        if (n_bytes + len > cap) {
+            cap = 2 * (n_bytes + len) + 256;
+            char *grown = realloc(text, cap);
+            if (!grown) goto oom;
+            text = grown;
+        }
+        memcpy(text + n_bytes, sqlite3_column_text(q, 0), len);
+        n_bytes += len;
+        n++;
+    }
+    // One block: the pointers, then the strings they point to.
+    char **block = malloc(((size_t)n + 1) * sizeof *block + n_bytes + 1);
+    if (!block) goto oom;
+    char *at = (char *)(block + n + 1);
+    if (n_bytes) memcpy(at, text, n_bytes);
+    for (int i = 0; i < n; i++) {
+        block[i] = at;
+        at += strlen(at) + 1;
+    }
+    block[n] = NULL;
+    *tags = block;
+    free(text);
+    sqlite3_finalize(q);
+    end_call(s, true);
+    return n;
+oom:
+    dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": %s: out of memory", s->path, s->doing);
+fail:
+    free(text);
+    sqlite3_finalize(q);
+    end_call(s, true);
+    return -1;
 }

@@ -4,7 +4,6 @@
  * monitored session. Each keeps its state in its ctx; the monitored session serializes their
  * callbacks. */
 #include <math.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -453,8 +452,9 @@ dg_session_hook *dg_nan_guard_hook_new(dg_output loss, bool fail_on_nan, dg_stat
 }
 
 // ---- summary saver ----
-// Rows go into the checkpoint file through a second SQLite connection of our own; the table is
-// created if missing and is not part of a checkpoint (checkpoint saves never touch it).
+// Rows go into the checkpoint file through a checkpoint store of the hook's own (the file's
+// schema, the summaries table included, belongs to checkpoint.c); checkpoint saves never touch
+// them.
 typedef struct summary_hook {
     char *path;              // the checkpoint file (summaries table), or NULL
     char *logdir;            // TensorBoard's log directory, or NULL
@@ -467,47 +467,22 @@ typedef struct summary_hook {
     char **tags;
     dg_output *scalars;      // followed by the global step at index n in `fetch`
     dg_output *fetch;        // n scalars + the global step
-    sqlite3 *db;
+    double *values;          // n_scalars: the scalars of the step being written
+    dg_checkpoint_store *store;   // open from the first session's creation to the hook's end
     dg_output gs;
     int64_t last_step;       // step of the last write, -1 none
     int64_t next_step;       // guess of the step this run makes, -1 unknown
 } summary_hook;
 
-// One checking macro for SQLite: records the library's message, the call and file:line.
-#define SQL_CHECK(db, call)                                                                    \
-    do {                                                                                       \
-        int rc_ = (call);                                                                      \
-        if (rc_ != SQLITE_OK && rc_ != SQLITE_DONE && rc_ != SQLITE_ROW) {                     \
-            sql_fail(st, db, rc_, #call, __FILE__, __LINE__);                                  \
-            goto fail;                                                                         \
-        }                                                                                      \
-    } while (0)
-
-static void sql_fail(dg_status *st, sqlite3 *db, int rc, const char *call, const char *file, int line) {
-    dg_code code = DG_INTERNAL;
-    switch (rc & 0xff) {
-    case SQLITE_FULL: code = DG_RESOURCE_EXHAUSTED; break;
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB: code = DG_DATA_LOSS; break;
-    case SQLITE_CANTOPEN:
-    case SQLITE_READONLY:
-    case SQLITE_PERM: code = DG_FAILED_PRECONDITION; break;
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED: code = DG_DEADLINE_EXCEEDED; break;
-    default: break;
-    }
-    dg_status_setf(st, code, "sqlite: %s (%s) at %s:%d", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), call, file,
-                   line);
-}
-
 static void summary_free(void *ctx) {
     summary_hook *h = ctx;
-    if (h->db) sqlite3_close(h->db);
+    dg_checkpoint_store_free(&h->store);
     dg_event_writer_free(&h->events);
     free(h->logdir);
     for (int i = 0; i < h->n; i++) free(h->tags[i]);
     free(h->tags);
     free(h->fetch);
+    free(h->values);
     free(h->path);
     free(h);
 }
@@ -516,7 +491,8 @@ static bool summary_set_scalars(summary_hook *h, const char *const *tags, const 
                                 dg_status *st) {
     h->tags = calloc((size_t)n + 1, sizeof *h->tags);
     h->fetch = calloc((size_t)n + 1, sizeof *h->fetch);
-    if (!h->tags || !h->fetch) abort();
+    h->values = calloc((size_t)n + 1, sizeof *h->values);
+    if (!h->tags || !h->fetch || !h->values) abort();
     h->n = n;
     for (int i = 0; i < n; i++) {
         if (!scalars[i].node) {
@@ -589,22 +565,14 @@ static bool summary_after_create(void *ctx, dg_monitored_session *ms, dg_session
         }
         return true;
     }
-    if (h->db) return true;
-    // The checkpoint store creates its schema first, so the file is a checkpoint file.
-    dg_checkpoint_store *store = dg_checkpoint_store_new(h->path, true, st);
-    if (!store) return false;
-    dg_checkpoint_store_free(&store);
-    SQL_CHECK(h->db, sqlite3_open_v2(h->path, &h->db, SQLITE_OPEN_READWRITE, NULL));
-    SQL_CHECK(h->db, sqlite3_busy_timeout(h->db, 10000));
-    SQL_CHECK(h->db, sqlite3_exec(h->db, "CREATE TABLE IF NOT EXISTS summaries(step INTEGER NOT NULL, "
-                                  "tag TEXT NOT NULL, value REAL, wall_time REAL NOT NULL)",
-                                  NULL, NULL, NULL));
+    if (h->store) return true;
+    // Created with its checkpoint schema when missing, so the file is a checkpoint file; the
+    // summaries table comes with the first write.
+    if (!(h->store = dg_checkpoint_store_new(h->path, true, st))) {
+        dg_status_prepend(st, "summary saver hook");
+        return false;
+    }
     return true;
-fail:
-    dg_status_prepend(st, "summary saver hook: \"%s\"", h->path);
-    if (h->db) sqlite3_close(h->db);
-    h->db = NULL;
-    return false;
 }
 
 static bool summary_before_run(void *ctx, const dg_run_context *rc, dg_hook_run_args *args, dg_status *st) {
@@ -616,31 +584,14 @@ static bool summary_before_run(void *ctx, const dg_run_context *rc, dg_hook_run_
 }
 
 static bool summary_write(summary_hook *h, int64_t step, dg_tensor *const *values, dg_status *st) {
-    sqlite3_stmt *ins = NULL;
-    double wall = training_wall_s();
-    SQL_CHECK(h->db, sqlite3_exec(h->db, "BEGIN IMMEDIATE", NULL, NULL, NULL));
-    SQL_CHECK(h->db, sqlite3_prepare_v2(h->db, "INSERT INTO summaries(step, tag, value, wall_time) VALUES (?, ?, ?, ?)",
-                                        -1, &ins, NULL));
-    for (int i = 0; i < h->n_scalars; i++) {
-        SQL_CHECK(h->db, sqlite3_reset(ins));
-        SQL_CHECK(h->db, sqlite3_bind_int64(ins, 1, step));
-        SQL_CHECK(h->db, sqlite3_bind_text(ins, 2, h->tags[i], -1, SQLITE_STATIC));
-        // SQLite has no NaN: a NaN value is stored as NULL (infinities are kept).
-        double v = dg_tensor_get_as_double(values[i], 0);
-        SQL_CHECK(h->db, isnan(v) ? sqlite3_bind_null(ins, 3) : sqlite3_bind_double(ins, 3, v));
-        SQL_CHECK(h->db, sqlite3_bind_double(ins, 4, wall));
-        SQL_CHECK(h->db, sqlite3_step(ins));
+    for (int i = 0; i < h->n_scalars; i++) h->values[i] = dg_tensor_get_as_double(values[i], 0);
+    if (!dg_checkpoint_store_add_summaries(h->store, step, (const char *const *)h->tags, h->values, h->n_scalars,
+                                           training_wall_s(), st)) {
+        dg_status_prepend(st, "summary saver hook");
+        return false;
     }
-    SQL_CHECK(h->db, sqlite3_finalize(ins));
-    ins = NULL;
-    SQL_CHECK(h->db, sqlite3_exec(h->db, "COMMIT", NULL, NULL, NULL));
     h->last_step = step;
     return true;
-fail:
-    sqlite3_finalize(ins);
-    sqlite3_exec(h->db, "ROLLBACK", NULL, NULL, NULL);
-    dg_status_prepend(st, "summary saver hook: writing step %lld to \"%s\"", (long long)step, h->path);
-    return false;
 }
 
 // An event file that cannot be written (a full disk) costs the run nothing: one warning, and

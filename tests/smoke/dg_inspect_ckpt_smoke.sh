@@ -2,12 +2,13 @@
 # dg-ckpt-writer saves steps 1..5 of 8 variables (every dtype, a scalar, an empty tensor, a 4
 # MiB float32) keeping the newest 3; dg-inspect lists those checkpoints and their variables
 # (table and JSON; shapes, dtypes, bytes and the global_step value checked against what the
-# writer stores). No program in the tree writes scalar summaries yet (nothing adds to the
-# DG_SUMMARIES collection), so the test inserts TEST DATA into the summaries table, with the
-# schema the summary saver hook creates: dg-inspect summarizes it and plots it as well-formed
-# SVG (one polyline point per step, the last row of a rewritten step, NaN/inf skipped and
-# noted) and as a valid 800x480 PNG (chunk CRCs, IDAT inflated, series colours present). Bad
-# input exits 1 naming the file and what is missing; bad usage exits 2.
+# writer stores). The test inserts TEST DATA into the summaries table with Python's sqlite3,
+# as a file written by an earlier release holds it (the table's columns are those
+# runtime/training/checkpoint.c creates; value NOT NULL here): dg-inspect summarizes it and
+# plots it as well-formed SVG (one polyline point per step, the last row of a rewritten step,
+# NaN/inf skipped and noted) and as an 800x480 PNG (drawn by cairo: decoded here with every
+# row filter, then the lines' colours inside the plot area, the title's text and the note
+# checked). Bad input exits 1 naming the file and what is missing; bad usage exits 2.
 set -euo pipefail
 bin="${DG_BIN_DIR:?}"
 inspect="$bin/dg-inspect"
@@ -70,7 +71,7 @@ assert all(b in (True, False) for b in v["mask"]["values"])
 EOF
 done
 
-# Summaries: TEST DATA inserted here, in the summary saver hook's schema (runtime/hooks.c).
+# Summaries: TEST DATA inserted here, in the summaries table's columns (runtime/training/checkpoint.c).
 # loss: steps 1..40, then inf at step 41, then steps 38..40 again with 3.0 (as after a
 # restart from an older checkpoint: the later rows win). accuracy: every 5th step. single:
 # one point. bad: -inf only.
@@ -146,9 +147,13 @@ assert "7" in texts and "single" in texts, texts
 assert not any(g.get("class") == "legend" for g in root.iter(ns + "g")), "legend for one tag"
 EOF
 
-# plot, PNG: signature, chunk CRCs, IHDR, inflated IDAT rows; both series colours drawn.
+# plot, PNG (drawn by cairo): signature, chunk CRCs, IHDR; the rows inflated and unfiltered
+# (cairo's libpng picks a filter per row); then what is drawn where: the background, each
+# series' colour inside the plot area (84..776 x 44..414), dark text in the title band and
+# the red note under the chart only when values were skipped.
 out=$("$inspect" plot "$ckpt" --tag loss --tag accuracy -o "$tmp/plot.png") || fail "dg-inspect plot (png)"
 echo "$out"
+echo "$out" | grep -Fq "2 tags, 48 points, steps 1..40, 800x480 px; 1 non-finite value skipped (loss: 1)" || fail "plot (png) summary"
 "$inspect" plot "$ckpt" --tag single -o "$tmp/SINGLE.PNG" > /dev/null || fail "plot to .PNG"
 for png in "$tmp/plot.png" "$tmp/SINGLE.PNG"; do
 python3 - "$png" <<'EOF' || fail "PNG $png"
@@ -163,20 +168,49 @@ while pos < len(data):
     assert zlib.crc32(kind + body) == crc, "CRC of %r" % kind
     chunks.append((kind, body))
     pos += 12 + n
-assert [k for k, _ in chunks] == [b"IHDR", b"IDAT", b"IEND"], [k for k, _ in chunks]
+kinds = [k for k, _ in chunks]
+assert kinds[0] == b"IHDR" and kinds[-1] == b"IEND" and b"IDAT" in kinds, kinds
 w, h, depth, ctype, comp, filt, lace = struct.unpack(">IIBBBBB", chunks[0][1])
-assert (w, h, depth, ctype, comp, filt, lace) == (800, 480, 8, 2, 0, 0, 0), (w, h, depth, ctype)
-raw = zlib.decompress(chunks[1][1])
-stride = 1 + 3 * w
-assert len(raw) == h * stride and all(raw[y * stride] == 0 for y in range(h))
-px = [raw[y * stride + 1 + 3 * x:y * stride + 4 + 3 * x] for y in range(h) for x in range(w)]
-white = px.count(b"\xff\xff\xff")
-blue, orange = px.count(bytes.fromhex("1f77b4")), px.count(bytes.fromhex("ff7f0e"))
-assert white > 0.8 * w * h, white
-assert blue > 20, blue
+assert (w, h, depth, comp, filt, lace) == (800, 480, 8, 0, 0, 0) and ctype in (2, 6), (w, h, depth, ctype, lace)
+bpp = 3 if ctype == 2 else 4
+raw = zlib.decompress(b"".join(b for k, b in chunks if k == b"IDAT"))
+stride = 1 + bpp * w
+assert len(raw) == h * stride, (len(raw), h * stride)
+rows, prev = [], bytearray(stride - 1)
+for y in range(h):
+    f, line = raw[y * stride], bytearray(raw[y * stride + 1:(y + 1) * stride])
+    assert f <= 4, "filter type %d in row %d" % (f, y)
+    for i in range(len(line)):
+        a = line[i - bpp] if i >= bpp else 0
+        b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+        if f == 1: line[i] = (line[i] + a) & 255
+        elif f == 2: line[i] = (line[i] + b) & 255
+        elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
+        elif f == 4:
+            p = a + b - c
+            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    rows.append(line)
+    prev = line
+def px(x, y):
+    return tuple(rows[y][bpp * x:bpp * x + 3])
+def count(x0, x1, y0, y1, near, tol=60):
+    return sum(1 for y in range(y0, y1) for x in range(x0, x1)
+               if sum(abs(p - q) for p, q in zip(px(x, y), near)) <= tol)
+white = count(0, w, 0, h, (255, 255, 255), 0)
+blue = count(86, 775, 46, 413, (0x1f, 0x77, 0xb4))
+orange = count(86, 775, 46, 413, (0xff, 0x7f, 0x0e))
+title = sum(1 for y in range(4, 38) for x in range(200, 600) if max(px(x, y)) < 0x80)
+note = count(84, 500, 450, 480, (0xaa, 0, 0), 90)
+assert white > 0.7 * w * h, white
+assert blue > 40, blue
+assert title > 50, "no title text drawn: %d dark pixels" % title
 if "plot" in sys.argv[1]:
-    assert orange > 20, orange
-print(sys.argv[1].rsplit("/", 1)[1], "valid PNG", w, "x", h, "white", white, "blue", blue, "orange", orange)
+    assert orange > 40 and note > 20, (orange, note)
+else:
+    assert orange == 0 and note == 0, (orange, note)
+print(sys.argv[1].rsplit("/", 1)[1], "PNG", w, "x", h, "white", white, "blue", blue, "orange", orange,
+      "title", title, "note", note)
 EOF
 done
 
