@@ -7,7 +7,9 @@
  * already in NHWC order. Chunks hold at most CHUNK_BYTES of window matrix, so it stays in
  * cache and the scratch stays small. The input gradient is the same product transposed,
  * scattered back (col2im); the filter gradient sums window^T x out_backprop over the chunks. A
- * 1x1 window with stride 1 and no padding skips the copy: the input is its own matrix. */
+ * 1x1 window with stride 1 and no padding skips the copy: the input is its own matrix.
+ * float32 convolutions of stride 1 and output channels in multiples of 16 (the common case)
+ * take the direct kernels of conv_direct.c instead, about twice as fast. */
 #include <float.h>
 #include <stdlib.h>
 
@@ -286,6 +288,8 @@ static bool conv2d_compute(void *state, exec_ctx *ctx) {
         memset(o->data, 0, o->nbytes);
         return true;
     }
+    if (x->dtype == DG_FLOAT32 && !graph_conv_is_pointwise(&g) && cpu_conv_direct_fwd_f32(&g, x->data, f->data, o->data))
+        return true;
     void *col;
     if (!chunk_scratch(ctx, &g, elem, &rows, &col)) return false;
     for (int64_t r0 = 0; r0 < total; r0 += rows) {
@@ -309,6 +313,8 @@ static bool conv2d_bp_input_compute(void *state, exec_ctx *ctx) {
         cpu_gemm(f->dtype, false, true, total, k, g.oc, 1.0, dy->data, g.oc, f->data, g.oc, 0.0, dx->data, k);
         return true;
     }
+    if (total > 0 && k > 0 && f->dtype == DG_FLOAT32 && cpu_conv_direct_bp_input_f32(&g, f->data, dy->data, dx->data))
+        return true;
     memset(dx->data, 0, dx->nbytes);
     if (total == 0 || k == 0) return true;
     void *col;
@@ -335,6 +341,9 @@ static bool conv2d_bp_filter_compute(void *state, exec_ctx *ctx) {
         memset(df->data, 0, df->nbytes);
         return true;
     }
+    if (x->dtype == DG_FLOAT32 && !graph_conv_is_pointwise(&g) &&
+        cpu_conv_direct_bp_filter_f32(&g, x->data, dy->data, df->data))
+        return true;
     void *col;
     if (!chunk_scratch(ctx, &g, elem, &rows, &col)) return false;
     for (int64_t r0 = 0; r0 < total; r0 += rows) {
@@ -439,7 +448,9 @@ static bool pool_compute(void *state, exec_ctx *ctx) {
     dg_tensor *y = exec_alloc_output(ctx, 0, x->dtype, dg_shape_make(4, (int64_t[]){g.n, g.oh, g.ow, g.c}));
     if (!y) return false;
     bool max = strcmp(ctx->node->op->name, "MaxPool") == 0;
-    if (x->dtype == DG_FLOAT32)
+    if (max && x->dtype == DG_FLOAT32 && cpu_max_pool_tiles(&g))
+        cpu_max_pool_tiled_f32(&g, x->data, y->data);
+    else if (x->dtype == DG_FLOAT32)
         (max ? max_pool_f32 : avg_pool_f32)(&g, x->data, y->data);
     else
         (max ? max_pool_f64 : avg_pool_f64)(&g, x->data, y->data);
@@ -452,9 +463,13 @@ static bool max_pool_grad_compute(void *state, exec_ctx *ctx) {
     dg_tensor *x = IN(0);
     dg_tensor *dx = exec_alloc_output(ctx, 0, x->dtype, x->shape);
     if (!dx) return false;
-    memset(dx->data, 0, dx->nbytes);
+    if (x->dtype == DG_FLOAT32 && cpu_max_pool_tiles(&g)) {
+        cpu_max_pool_grad_tiled_f32(&g, x->data, IN(1)->data, IN(2)->data, dx->data);
+        return true;
+    }
     void *done = malloc((size_t)(g.c + 1) * dg_dtype_size(x->dtype));
     if (!done) return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "%lld channels of scratch", (long long)g.c + 1);
+    memset(dx->data, 0, dx->nbytes);
     if (x->dtype == DG_FLOAT32)
         max_pool_grad_f32(&g, x->data, IN(1)->data, IN(2)->data, dx->data, done);
     else

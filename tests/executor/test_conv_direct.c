@@ -1,0 +1,168 @@
+/* The direct float32 convolutions and tiled max pooling (executor/cpu/conv_direct.c) against
+ * float64 references computed here from the definitions, over geometries that reach every
+ * register block and tail: output widths around the 7-pixel block, 16 and 48 output channels
+ * (one and two vector blocks), window rows of 1 to 11 entries, SAME and VALID padding, and
+ * where the kernels must decline (stride 2, channels not in sixteens). */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "cpu/cpu_impl.h"
+
+static float *random_floats(int64_t n, uint64_t *seed) {
+    float *p = malloc((size_t)n * sizeof *p + 1);
+    assert_non_null(p);
+    for (int64_t i = 0; i < n; i++) p[i] = (float)dg_test_uniform(seed, -1, 1);
+    return p;
+}
+
+static graph_conv_geom geom(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int64_t oc, bool same) {
+    graph_conv_geom g = {n, h, w, c, k, k, 1, 1, 0, 0, oc, 0, 0};
+    if (same) {
+        g.oh = h;
+        g.ow = w;
+        g.pad_top = (k - 1) / 2;
+        g.pad_left = (k - 1) / 2;
+    } else {
+        g.oh = h - k + 1;
+        g.ow = w - k + 1;
+    }
+    return g;
+}
+
+static double xat(const graph_conv_geom *g, const float *x, int64_t n, int64_t iy, int64_t ix, int64_t c) {
+    if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) return 0;
+    return x[((n * g->h + iy) * g->w + ix) * g->c + c];
+}
+
+static void check_close(const float *got, const double *want, int64_t n, double scale) {
+    for (int64_t i = 0; i < n; i++)
+        if (fabs(got[i] - want[i]) > 1e-5 * scale + 1e-5 * fabs(want[i])) {
+            print_error("element %lld: got %.9g, want %.9g\n", (long long)i, got[i], want[i]);
+            fail();
+        }
+}
+
+static void test_conv_geometries(void **state) {
+    (void)state;
+    // n, h, w, c, k, oc, same
+    const int64_t cases[][7] = {
+        {2, 14, 14, 16, 5, 32, 1}, {2, 28, 28, 1, 5, 16, 1}, {1, 9, 8, 3, 3, 48, 1},  {3, 6, 13, 16, 3, 16, 0},
+        {1, 5, 5, 32, 1, 16, 1},   {2, 7, 15, 2, 4, 16, 1},  {1, 4, 4, 16, 5, 32, 1}, {1, 12, 3, 5, 2, 32, 0},
+    };
+    uint64_t seed = 11;
+    for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+        const int64_t *cs = cases[t];
+        graph_conv_geom g = geom(cs[0], cs[1], cs[2], cs[3], cs[4], cs[5], cs[6]);
+        int64_t nx = g.n * g.h * g.w * g.c, nf = g.kh * g.kw * g.c * g.oc, ny = g.n * g.oh * g.ow * g.oc;
+        float *x = random_floats(nx, &seed), *f = random_floats(nf, &seed), *dy = random_floats(ny, &seed);
+        float *y = malloc((size_t)ny * sizeof *y), *dx = malloc((size_t)nx * sizeof *dx), *df = malloc((size_t)nf * sizeof *df);
+        double *ry = calloc((size_t)ny, sizeof *ry), *rdx = calloc((size_t)nx, sizeof *rdx),
+               *rdf = calloc((size_t)nf, sizeof *rdf);
+        for (int64_t n = 0; n < g.n; n++)
+            for (int64_t oy = 0; oy < g.oh; oy++)
+                for (int64_t ox = 0; ox < g.ow; ox++)
+                    for (int64_t ky = 0; ky < g.kh; ky++)
+                        for (int64_t kx = 0; kx < g.kw; kx++)
+                            for (int64_t c = 0; c < g.c; c++) {
+                                int64_t iy = oy - g.pad_top + ky, ix = ox - g.pad_left + kx;
+                                double xv = xat(&g, x, n, iy, ix, c);
+                                for (int64_t o = 0; o < g.oc; o++) {
+                                    int64_t fi = ((ky * g.kw + kx) * g.c + c) * g.oc + o;
+                                    int64_t yi = ((n * g.oh + oy) * g.ow + ox) * g.oc + o;
+                                    ry[yi] += xv * f[fi];
+                                    rdf[fi] += xv * dy[yi];
+                                    if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+                                        rdx[((n * g.h + iy) * g.w + ix) * g.c + c] += (double)dy[yi] * f[fi];
+                                }
+                            }
+        double window = (double)(g.kh * g.kw * g.c), positions = (double)(g.n * g.oh * g.ow);
+        assert_true(cpu_conv_direct_fwd_f32(&g, x, f, y));
+        check_close(y, ry, ny, window);
+        assert_true(cpu_conv_direct_bp_filter_f32(&g, x, dy, df));
+        check_close(df, rdf, nf, positions);
+        bool input_applies = g.c % 16 == 0;
+        assert_int_equal(cpu_conv_direct_bp_input_f32(&g, f, dy, dx), input_applies);
+        if (input_applies) check_close(dx, rdx, nx, (double)(g.kh * g.kw * g.oc));
+        free(x);
+        free(f);
+        free(dy);
+        free(y);
+        free(dx);
+        free(df);
+        free(ry);
+        free(rdx);
+        free(rdf);
+    }
+}
+
+static void test_conv_declines(void **state) {
+    (void)state;
+    float x[64] = {0}, f[64] = {0}, y[64];
+    graph_conv_geom g = geom(1, 4, 4, 1, 1, 16, false);
+    g.sh = g.sw = 2;   // stride 2: im2col's
+    g.oh = g.ow = 2;
+    assert_false(cpu_conv_direct_fwd_f32(&g, x, f, y));
+    graph_conv_geom h = geom(1, 2, 2, 1, 1, 8, false);   // 8 output channels
+    assert_false(cpu_conv_direct_fwd_f32(&h, x, f, y));
+    assert_false(cpu_conv_direct_bp_filter_f32(&h, x, y, f));
+}
+
+// Ties go to the first input of the window (row-major), as TensorFlow's CPU kernel; NaN never
+// wins a window.
+static void test_max_pool_tiled(void **state) {
+    (void)state;
+    graph_conv_geom g = {2, 6, 4, 32, 2, 2, 2, 2, 3, 2, 32, 0, 0};
+    assert_true(cpu_max_pool_tiles(&g));
+    enum { nx = 2 * 6 * 4 * 32, ny = 2 * 3 * 2 * 32 };
+    uint64_t seed = 5;
+    float *x = random_floats(nx, &seed), *dy = random_floats(ny, &seed);
+    for (int64_t i = 0; i < nx; i += 7) x[i] = 0.5f;   // ties
+    x[3] = NAN;
+    float *y = malloc((size_t)ny * sizeof *y), *dx = malloc((size_t)nx * sizeof *dx);
+    cpu_max_pool_tiled_f32(&g, x, y);
+    cpu_max_pool_grad_tiled_f32(&g, x, y, dy, dx);
+    double *rdx = calloc((size_t)nx, sizeof *rdx);
+    for (int64_t n = 0; n < g.n; n++)
+        for (int64_t oy = 0; oy < g.oh; oy++)
+            for (int64_t ox = 0; ox < g.ow; ox++)
+                for (int64_t c = 0; c < g.c; c++) {
+                    float m = -FLT_MAX;
+                    int64_t first = -1;
+                    for (int64_t iy = oy * 2; iy < oy * 2 + 2; iy++)
+                        for (int64_t ix = ox * 2; ix < ox * 2 + 2; ix++) {
+                            float v = x[((n * g.h + iy) * g.w + ix) * g.c + c];
+                            if (v > m) m = v;
+                        }
+                    int64_t yi = ((n * g.oh + oy) * g.ow + ox) * g.c + c;
+                    assert_true(y[yi] == m);
+                    for (int64_t iy = oy * 2; iy < oy * 2 + 2 && first < 0; iy++)
+                        for (int64_t ix = ox * 2; ix < ox * 2 + 2 && first < 0; ix++) {
+                            int64_t i = ((n * g.h + iy) * g.w + ix) * g.c + c;
+                            if (x[i] == m) first = i;
+                        }
+                    assert_true(first >= 0);
+                    rdx[first] = dy[yi];
+                }
+    for (int64_t i = 0; i < nx; i++) assert_true(dx[i] == (float)rdx[i]);
+    graph_conv_geom odd = g;
+    odd.h = 7;   // a row no window covers
+    assert_false(cpu_max_pool_tiles(&odd));
+    free(x);
+    free(dy);
+    free(y);
+    free(dx);
+    free(rdx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv_geometries),
+        cmocka_unit_test(test_conv_declines),
+        cmocka_unit_test(test_max_pool_tiled),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
