@@ -135,18 +135,6 @@ char *step_trace_encode(const dg_step_trace *tr, int64_t recv_ns, int64_t reply_
                   tr->tasks, tr->n_tasks, recv_ns, reply_ns, len);
 }
 
-static bool get_i64(const msgpack_object *o, int64_t *v) {
-    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= (uint64_t)INT64_MAX) {
-        *v = (int64_t)o->via.u64;
-        return true;
-    }
-    if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
-        *v = o->via.i64;
-        return true;
-    }
-    return false;
-}
-
 // A string of at most RT_MAX_STRING bytes without NUL, copied into buf (cap RT_MAX_STRING + 1).
 static bool get_s(const msgpack_object *o, char *buf) {
     if (o->type != MSGPACK_OBJECT_STR || o->via.str.size > RT_MAX_STRING) return false;
@@ -154,11 +142,6 @@ static bool get_s(const msgpack_object *o, char *buf) {
     memcpy(buf, o->via.str.ptr, o->via.str.size);
     buf[o->via.str.size] = 0;
     return true;
-}
-
-static bool key_is(const msgpack_object *k, const char *name) {
-    size_t n = strlen(name);
-    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n && memcmp(k->via.str.ptr, name, n) == 0;
 }
 
 static bool kind_ok(int64_t k) {
@@ -182,10 +165,10 @@ static bool add_events(dg_step_trace *tr, const msgpack_object *ev, const char *
         ok = a->type == MSGPACK_OBJECT_ARRAY && a->via.array.size == 10;
         if (ok) {
             const msgpack_object *f = a->via.array.ptr;
-            ok = get_i64(&f[0], &kind) && kind_ok(kind) && get_s(&f[1], s[0]) && get_s(&f[2], s[1]) &&
-                 get_s(&f[3], s[2]) && get_s(&f[4], s[3]) && get_s(&f[5], s[4]) && get_i64(&f[6], &start) &&
-                 get_i64(&f[7], &end) && end >= start && get_i64(&f[8], &bytes) && bytes >= 0 &&
-                 get_i64(&f[9], &thread) && thread >= 0 && thread <= INT32_MAX;
+            ok = rt_msgpack_int(&f[0], &kind) && kind_ok(kind) && get_s(&f[1], s[0]) && get_s(&f[2], s[1]) &&
+                 get_s(&f[3], s[2]) && get_s(&f[4], s[3]) && get_s(&f[5], s[4]) && rt_msgpack_int(&f[6], &start) &&
+                 rt_msgpack_int(&f[7], &end) && end >= start && rt_msgpack_int(&f[8], &bytes) && bytes >= 0 &&
+                 rt_msgpack_int(&f[9], &thread) && thread >= 0 && thread <= INT32_MAX;
         }
         if (!ok) {
             *bad = "an event is not [kind, name, op, task, device, peer, start, end, bytes, thread]";
@@ -211,7 +194,7 @@ static bool add_tasks(dg_step_trace *tr, const msgpack_object *ts, int64_t offse
         const msgpack_object *a = &ts->via.array.ptr[i];
         int64_t off, u;
         ok = a->type == MSGPACK_OBJECT_ARRAY && a->via.array.size == 3 && get_s(&a->via.array.ptr[0], name) &&
-             get_i64(&a->via.array.ptr[1], &off) && get_i64(&a->via.array.ptr[2], &u) && u >= 0;
+             rt_msgpack_int(&a->via.array.ptr[1], &off) && rt_msgpack_int(&a->via.array.ptr[2], &u) && u >= 0;
         if (ok) add_task(tr, name, off + offset, u + unc);
         else *bad = "a task is not [name, offset, uncertainty]";
     }
@@ -243,10 +226,10 @@ bool step_trace_add_remote(dg_step_trace *tr, const void *blob, size_t len, cons
     } else {
         for (uint32_t i = 0; i < up.data.via.map.size && !bad; i++) {
             const msgpack_object *k = &up.data.via.map.ptr[i].key, *v = &up.data.via.map.ptr[i].val;
-            if (key_is(k, "recv")) has_recv = get_i64(v, &recv);
-            else if (key_is(k, "reply")) has_reply = get_i64(v, &reply);
-            else if (key_is(k, "ev")) ev = v;
-            else if (key_is(k, "tasks")) tasks = v;
+            if (rt_msgpack_key_is(k, "recv")) has_recv = rt_msgpack_int(v, &recv);
+            else if (rt_msgpack_key_is(k, "reply")) has_reply = rt_msgpack_int(v, &reply);
+            else if (rt_msgpack_key_is(k, "ev")) ev = v;
+            else if (rt_msgpack_key_is(k, "tasks")) tasks = v;
         }
         if (!has_recv || !has_reply || reply < recv) bad = "\"recv\" and \"reply\" are not two times in order";
         else if (!ev) bad = "no \"ev\"";

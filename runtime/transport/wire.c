@@ -133,7 +133,7 @@ char *rt_header_encode(const rt_header *h, size_t *len) {
 
 // ---- decoding ----
 
-static bool get_int(const msgpack_object *o, int64_t *v) {
+bool rt_msgpack_int(const msgpack_object *o, int64_t *v) {
     if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
         if (o->via.u64 > (uint64_t)INT64_MAX) return false;
         *v = (int64_t)o->via.u64;
@@ -162,7 +162,7 @@ static char *get_str(const msgpack_object *o) {
     return s;
 }
 
-static bool key_is(const msgpack_object *k, const char *name) {
+bool rt_msgpack_key_is(const msgpack_object *k, const char *name) {
     size_t n = strlen(name);
     return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n && memcmp(k->via.str.ptr, name, n) == 0;
 }
@@ -174,7 +174,7 @@ static bool decode_tensor(const msgpack_object *o, rt_tensor_desc *d, int i, dg_
     }
     const msgpack_object *a = o->via.array.ptr;
     int64_t dt;
-    if (!get_int(&a[0], &dt) || dt < 0 || dt > 64 || !dg_dtype_is_valid((dg_dtype)dt)) {
+    if (!rt_msgpack_int(&a[0], &dt) || dt < 0 || dt > 64 || !dg_dtype_is_valid((dg_dtype)dt)) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "header: tensors[%d] has an unknown dtype", i);
         return false;
     }
@@ -188,7 +188,7 @@ static bool decode_tensor(const msgpack_object *o, rt_tensor_desc *d, int i, dg_
     d->shape.rank = (int)a[1].via.array.size;
     for (int k = 0; k < d->shape.rank; k++) {
         int64_t v;
-        if (!get_int(&a[1].via.array.ptr[k], &v) || v < 0 || v > ((int64_t)1 << 40)) {
+        if (!rt_msgpack_int(&a[1].via.array.ptr[k], &v) || v < 0 || v > ((int64_t)1 << 40)) {
             dg_status_setf(st, DG_INVALID_ARGUMENT, "header: tensors[%d] dimension %d is not a size", i, k);
             return false;
         }
@@ -314,31 +314,31 @@ bool rt_header_decode(const void *buf, size_t len, rt_header *h, dg_status *st) 
         const msgpack_object *k = &root->via.map.ptr[i].key, *v = &root->via.map.ptr[i].val;
         int64_t iv;
         const char *bad = NULL;
-        if (key_is(k, "v")) {
-            if (!get_int(v, &h->version)) bad = "v";
+        if (rt_msgpack_key_is(k, "v")) {
+            if (!rt_msgpack_int(v, &h->version)) bad = "v";
             has_v = true;
-        } else if (key_is(k, "t")) {
-            if (!get_int(v, &iv) || iv < 1 || iv > RT_TYPE_MAX) bad = "t";
+        } else if (rt_msgpack_key_is(k, "t")) {
+            if (!rt_msgpack_int(v, &iv) || iv < 1 || iv > RT_TYPE_MAX) bad = "t";
             else h->type = (int)iv;
             has_t = true;
-        } else if (key_is(k, "id")) {
+        } else if (rt_msgpack_key_is(k, "id")) {
             if (!get_u64(v, &h->id)) bad = "id";
-        } else if (key_is(k, "code")) {
-            if (!get_int(v, &iv) || iv < 0 || iv > 16) bad = "code";
+        } else if (rt_msgpack_key_is(k, "code")) {
+            if (!rt_msgpack_int(v, &iv) || iv < 0 || iv > 16) bad = "code";
             else h->code = (int)iv;
-        } else if (key_is(k, "msg")) {
+        } else if (rt_msgpack_key_is(k, "msg")) {
             if (h->message || !(h->message = get_str(v))) bad = "msg";
-        } else if (key_is(k, "step")) {
-            if (!get_int(v, &h->step_id)) bad = "step";
-        } else if (key_is(k, "h")) {
-            if (!get_int(v, &h->handle)) bad = "h";
-        } else if (key_is(k, "key")) {
+        } else if (rt_msgpack_key_is(k, "step")) {
+            if (!rt_msgpack_int(v, &h->step_id)) bad = "step";
+        } else if (rt_msgpack_key_is(k, "h")) {
+            if (!rt_msgpack_int(v, &h->handle)) bad = "h";
+        } else if (rt_msgpack_key_is(k, "key")) {
             if (h->key || !(h->key = get_str(v))) bad = "key";
-        } else if (key_is(k, "from")) {
+        } else if (rt_msgpack_key_is(k, "from")) {
             if (h->from || !(h->from = get_str(v))) bad = "from";
-        } else if (key_is(k, "nf")) {
-            if (!get_int(v, &h->n_feeds) || h->n_feeds < 0) bad = "nf";
-        } else if (key_is(k, "names")) {
+        } else if (rt_msgpack_key_is(k, "nf")) {
+            if (!rt_msgpack_int(v, &h->n_feeds) || h->n_feeds < 0) bad = "nf";
+        } else if (rt_msgpack_key_is(k, "names")) {
             if (h->names || v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > RT_MAX_NAMES) {
                 bad = "names";
             } else {
@@ -349,7 +349,7 @@ bool rt_header_decode(const void *buf, size_t len, rt_header *h, dg_status *st) 
                     else h->n_names++;
                 }
             }
-        } else if (key_is(k, "tensors")) {
+        } else if (rt_msgpack_key_is(k, "tensors")) {
             if (h->tensors || v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > RT_MAX_TENSORS) {
                 bad = "tensors";
             } else {
@@ -360,21 +360,21 @@ bool rt_header_decode(const void *buf, size_t len, rt_header *h, dg_status *st) 
                     h->n_tensors++;
                 }
             }
-        } else if (key_is(k, "blob")) {
+        } else if (rt_msgpack_key_is(k, "blob")) {
             if (h->blob || v->type != MSGPACK_OBJECT_BIN) bad = "blob";
             else rt_header_set_blob(h, v->via.bin.ptr, v->via.bin.size);
-        } else if (key_is(k, "xfer")) {
+        } else if (rt_msgpack_key_is(k, "xfer")) {
             if (!get_u64(v, &h->xfer)) bad = "xfer";
-        } else if (key_is(k, "off")) {
+        } else if (rt_msgpack_key_is(k, "off")) {
             if (!get_u64(v, &h->offset)) bad = "off";
-        } else if (key_is(k, "total")) {
+        } else if (rt_msgpack_key_is(k, "total")) {
             if (!get_u64(v, &h->total) || h->total > ((uint64_t)1 << 40)) bad = "total";
-        } else if (key_is(k, "dl")) {
-            if (!get_int(v, &h->deadline_ms) || h->deadline_ms < 0) bad = "dl";
-        } else if (key_is(k, "inc")) {
+        } else if (rt_msgpack_key_is(k, "dl")) {
+            if (!rt_msgpack_int(v, &h->deadline_ms) || h->deadline_ms < 0) bad = "dl";
+        } else if (rt_msgpack_key_is(k, "inc")) {
             if (!get_u64(v, &h->incarnation)) bad = "inc";
-        } else if (key_is(k, "tr")) {
-            if (!get_int(v, &h->trace) || h->trace < 0 || h->trace > 1) bad = "tr";
+        } else if (rt_msgpack_key_is(k, "tr")) {
+            if (!rt_msgpack_int(v, &h->trace) || h->trace < 0 || h->trace > 1) bad = "tr";
         } else {
             // Unknown keys are ignored, so newer peers may add fields.
         }

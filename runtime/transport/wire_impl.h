@@ -86,5 +86,10 @@ const char *rt_type_name(int type);
 // Checks, before msgpack-c unpacks untrusted bytes, that every count they declare fits in the
 // bytes there are (so unpacking allocates a small multiple of len). False with st set if not.
 bool rt_msgpack_prescan(const void *buf, size_t len, dg_status *st);
+// A msgpack integer that fits int64 into *v; false for anything else.
+struct msgpack_object;
+bool rt_msgpack_int(const struct msgpack_object *o, int64_t *v);
+// Whether k is the string name.
+bool rt_msgpack_key_is(const struct msgpack_object *k, const char *name);
 
 #endif

@@ -236,30 +236,25 @@ static void key(msgpack_packer *pk, const char *k) {
     msgpack_pack_str_body(pk, k, strlen(k));
 }
 
-static void fill_no_events(msgpack_packer *pk) {
-    msgpack_pack_map(pk, 2);
+// A map of n_keys keys, the first two "recv" and "reply".
+static void times(msgpack_packer *pk, uint32_t n_keys, int64_t recv, int64_t reply) {
+    msgpack_pack_map(pk, n_keys);
     key(pk, "recv");
-    msgpack_pack_int64(pk, 1);
+    msgpack_pack_int64(pk, recv);
     key(pk, "reply");
-    msgpack_pack_int64(pk, 2);
+    msgpack_pack_int64(pk, reply);
 }
 
+static void fill_no_events(msgpack_packer *pk) { times(pk, 2, 1, 2); }
+
 static void fill_times_reversed(msgpack_packer *pk) {
-    msgpack_pack_map(pk, 3);
-    key(pk, "recv");
-    msgpack_pack_int64(pk, 10);
-    key(pk, "reply");
-    msgpack_pack_int64(pk, 2);
+    times(pk, 3, 10, 2);
     key(pk, "ev");
     msgpack_pack_array(pk, 0);
 }
 
 static void fill_short_event(msgpack_packer *pk) {
-    msgpack_pack_map(pk, 3);
-    key(pk, "recv");
-    msgpack_pack_int64(pk, 1);
-    key(pk, "reply");
-    msgpack_pack_int64(pk, 2);
+    times(pk, 3, 1, 2);
     key(pk, "ev");
     msgpack_pack_array(pk, 1);
     msgpack_pack_array(pk, 3);
@@ -269,11 +264,7 @@ static void fill_short_event(msgpack_packer *pk) {
 }
 
 static void fill_bad_kind(msgpack_packer *pk) {
-    msgpack_pack_map(pk, 3);
-    key(pk, "recv");
-    msgpack_pack_int64(pk, 1);
-    key(pk, "reply");
-    msgpack_pack_int64(pk, 2);
+    times(pk, 3, 1, 2);
     key(pk, "ev");
     msgpack_pack_array(pk, 1);
     msgpack_pack_array(pk, 10);
@@ -287,11 +278,7 @@ static void fill_bad_kind(msgpack_packer *pk) {
 
 // A declared count of four billion events in a few bytes: refused before anything is allocated.
 static void fill_huge_count(msgpack_packer *pk) {
-    msgpack_pack_map(pk, 3);
-    key(pk, "recv");
-    msgpack_pack_int64(pk, 1);
-    key(pk, "reply");
-    msgpack_pack_int64(pk, 2);
+    times(pk, 3, 1, 2);
     key(pk, "ev");
     msgpack_pack_array(pk, 0xFFFFFFFFu);
 }
