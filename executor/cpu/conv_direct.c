@@ -140,34 +140,50 @@ bool cpu_conv_direct_bp_input_f32(const graph_conv_geom *g, const float *f, cons
 
 // The filter gradient of one window row ky over the positions of one image: df[ky] [kq][oc]
 // += sum over positions of the window row (kq contiguous inputs) times dy's oc values, for
-// window entries [q0, q0 + Q) and channels [oc0, oc0 + 16 J).
-#define DEFINE_BPF_BLOCK(Q, J)                                                                      \
-    static inline __attribute__((always_inline)) void bpf_block_##Q##_##J(const float *xr, int64_t row, int64_t c, int64_t oh, int64_t ow, \
-                                           const float *dy, int64_t oc, int64_t oc0, int64_t q0, float *dfk) { \
-        v16 acc[Q][J];                                                                              \
-        _Pragma("GCC unroll 8") for (int q = 0; q < Q; q++)                                                                 \
-            _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) acc[q][j] = (v16){0};                                       \
-        for (int64_t oy = 0; oy < oh; oy++) {                                                       \
-            const float *xs = xr + oy * row + q0;                                                   \
-            const float *d = dy + oy * ow * oc + oc0;                                               \
-            for (int64_t ox = 0; ox < ow; ox++, xs += c, d += oc) {                                 \
-                v16 dv[J];                                                                          \
-                _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) dv[j] = load16(d + 16 * j);                             \
-                _Pragma("GCC unroll 8") for (int q = 0; q < Q; q++)                                                         \
-                    _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) acc[q][j] += xs[q] * dv[j];                         \
-            }                                                                                       \
-        }                                                                                           \
-        _Pragma("GCC unroll 8") for (int q = 0; q < Q; q++)                                                                 \
-            _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) add16(dfk + (q0 + q) * oc + oc0 + 16 * j, acc[q][j]);       \
+// window entries [q0, q0 + Q) and channels [oc0, oc0 + 16 J). S streams of accumulators take
+// S neighbouring positions, so that small blocks still have enough independent sums to keep
+// the multiply-add units busy.
+#define DEFINE_BPF_BLOCK(Q, J, S)                                                                 \
+    static inline __attribute__((always_inline)) void bpf_block_##Q##_##J(                        \
+        const float *xr, int64_t row, int64_t c, int64_t oh, int64_t ow, const float *dy, int64_t oc, \
+        int64_t oc0, int64_t q0, float *dfk) {                                                     \
+        v16 acc[S][Q][J];                                                                         \
+        _Pragma("GCC unroll 8") for (int s = 0; s < S; s++)                                       \
+        _Pragma("GCC unroll 8") for (int q = 0; q < Q; q++)                                       \
+        _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) acc[s][q][j] = (v16){0};              \
+        for (int64_t oy = 0; oy < oh; oy++) {                                                     \
+            const float *xs = xr + oy * row + q0;                                                 \
+            const float *d = dy + oy * ow * oc + oc0;                                             \
+            int64_t ox = 0;                                                                       \
+            for (; ox + S <= ow; ox += S, xs += S * c, d += S * oc) {                             \
+                _Pragma("GCC unroll 8") for (int s = 0; s < S; s++) {                             \
+                    v16 dv[J];                                                                    \
+                    _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) dv[j] = load16(d + s * oc + 16 * j); \
+                    _Pragma("GCC unroll 8") for (int q = 0; q < Q; q++)                           \
+                    _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) acc[s][q][j] += xs[s * c + q] * dv[j]; \
+                }                                                                                 \
+            }                                                                                     \
+            for (; ox < ow; ox++, xs += c, d += oc) {                                             \
+                v16 dv[J];                                                                        \
+                _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) dv[j] = load16(d + 16 * j);   \
+                _Pragma("GCC unroll 8") for (int q = 0; q < Q; q++)                               \
+                _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) acc[0][q][j] += xs[q] * dv[j]; \
+            }                                                                                     \
+        }                                                                                         \
+        _Pragma("GCC unroll 8") for (int s = 1; s < S; s++)                                       \
+        _Pragma("GCC unroll 8") for (int q = 0; q < Q; q++)                                       \
+        _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) acc[0][q][j] += acc[s][q][j];         \
+        _Pragma("GCC unroll 8") for (int q = 0; q < Q; q++)                                       \
+        _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) add16(dfk + (q0 + q) * oc + oc0 + 16 * j, acc[0][q][j]); \
     }
-DEFINE_BPF_BLOCK(8, 2)
-DEFINE_BPF_BLOCK(4, 2)
-DEFINE_BPF_BLOCK(2, 2)
-DEFINE_BPF_BLOCK(1, 2)
-DEFINE_BPF_BLOCK(8, 1)
-DEFINE_BPF_BLOCK(4, 1)
-DEFINE_BPF_BLOCK(2, 1)
-DEFINE_BPF_BLOCK(1, 1)
+DEFINE_BPF_BLOCK(8, 2, 1)
+DEFINE_BPF_BLOCK(4, 2, 2)
+DEFINE_BPF_BLOCK(2, 2, 4)
+DEFINE_BPF_BLOCK(1, 2, 8)
+DEFINE_BPF_BLOCK(8, 1, 2)
+DEFINE_BPF_BLOCK(4, 1, 4)
+DEFINE_BPF_BLOCK(2, 1, 8)
+DEFINE_BPF_BLOCK(1, 1, 8)
 
 #define BPF_CHANNELS(J)                                                                     \
     do {                                                                                    \
