@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # trace_overhead: what step tracing costs while it is off. MNIST-replica, 1 ps + 2 workers,
 # STEPS global steps, with this tree (tracing built in, no --trace_step) and with BASE, the last
-# commit before step tracing; ROUNDS rounds, the two builds taking turns so that drift of the
-# machine hits both alike. Both are built here the same way (RelWithDebInfo, no CUDA, into
-# $TMP). JSON lines: each run, then each build's median and the median over the rounds of the
-# round's ratio this/base (1.0: no cost; pairing the runs of a round cancels the machine's drift).
+# commit before step tracing; ROUNDS rounds, the two builds taking turns (each going first in
+# every other round: the second run of a pair tends to be slower) so that drift of the machine
+# hits both alike. Both are built here the same way (RelWithDebInfo, no CUDA, into $TMP). JSON
+# lines: each run, then each build's median and the median over the rounds of the round's ratio
+# this/base (1.0: no cost; pairing the runs of a round cancels the machine's drift).
 # Also one run with --trace_step, to show a traced step is one step: the rate is unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,9 +33,14 @@ run() {   # run NAME BIN [FLAGS...]: one training run, its JSON line
     echo "{\"bench\": \"trace_overhead\", \"build\": \"$name\", \"metric\": \"global_steps_per_s\", \"value\": $r, \"unit\": \"steps/s\", \"ps\": 1, \"workers\": 2, \"steps\": $STEPS}"
 }
 cd "$TMP"
-for _ in $(seq "$ROUNDS"); do
-    run base "$TMP/base-build/bin"
-    run tracing_off "$TMP/new-build/bin"
+for round in $(seq "$ROUNDS"); do   # who goes first alternates, so order effects cancel too
+    if [ $((round % 2)) = 1 ]; then
+        run base "$TMP/base-build/bin"
+        run tracing_off "$TMP/new-build/bin"
+    else
+        run tracing_off "$TMP/new-build/bin"
+        run base "$TMP/base-build/bin"
+    fi
     awk -v a="$(tail -1 tracing_off.rates)" -v b="$(tail -1 base.rates)" 'BEGIN { print a / b }' >> ratios
 done
 run tracing_one_step "$TMP/new-build/bin" --trace_step 500
