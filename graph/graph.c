@@ -405,9 +405,10 @@ void dg_graph_push_device(dg_graph *g, const char *device) {
     GROW(g->devices, g->n_devices, g->cap_devices);
     device_entry e = {NULL, NULL};
     if (device && *device) {
+        // Scopes read device strings as tf.device() does (DeviceSpec.from_string).
         dg_device_name dn;
         dg_status *st = dg_status_new();
-        if (!dg_device_name_parse(device, &dn, st)) {
+        if (!dg_device_spec_from_string(device, &dn, st)) {
             dg_graph_set_error(g, dg_status_code(st), "device scope: %s", dg_status_message(st));
             device = "";
         }
@@ -470,7 +471,8 @@ static bool apply_devices(dg_graph *g, dg_node *n) {
         if (!e->spec && !e->fn) break;
         if (e->spec) {
             dg_device_name spec, curn;
-            ok = dg_device_name_parse(e->spec, &spec, st) && dg_device_name_parse(cur, &curn, st);
+            ok = dg_device_spec_from_string(e->spec, &spec, st) &&
+                 dg_device_spec_from_string(cur, &curn, st);
             if (!ok) break;
             dg_device_name_merge_override(&spec, &curn);
             dg_device_name_str(&spec, cur, sizeof cur);

@@ -82,7 +82,9 @@ dg_strategy *dg_strategy_new(dg_graph *g, dg_strategy_kind kind, const char *con
             dg_status_setf(st, DG_INVALID_ARGUMENT, "strategy: device %d is NULL", i);
             goto fail;
         }
-        if (!dg_device_name_parse(devices[i], &names[i], st)) {
+        // Read as TensorFlow's strategies read devices (device_util.canonicalize):
+        // "/device:gpu:0" is GPU:0.
+        if (!dg_device_spec_from_string(devices[i], &names[i], st)) {
             dg_status_prepend(st, "strategy: device %d", i);
             goto fail;
         }

@@ -1,8 +1,8 @@
-/* Strict JSON parser (see json_impl.h). Recursive descent; recursion depth is bounded by
+/* JSON parser reading what Python's json.loads reads (see json_impl.h), and Python's view of
+ * the values it returns. Recursive descent; recursion depth is bounded by
  * PLACER_JSON_MAX_DEPTH, so hostile input cannot exhaust the stack. */
 #include "json_impl.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -96,6 +96,23 @@ static placer_json *parse_number(parser *p) {
     size_t i = start;
     char d[24];
     if (i < p->len && s[i] == '-') i++;
+    if (i < p->len && s[i] == 'I') {   // -Infinity
+        p->pos = i;
+        if (!match_word(p, "Infinity"))
+            return fail(p, start, "unexpected '-' (expected a value)");
+        placer_json *v = new_value(p, PLACER_JSON_NUMBER, start);
+        if (!v) return NULL;
+        v->number = -INFINITY;
+        v->is_float = true;
+        v->src_len = p->pos - start;
+        if (!(v->str = strndup(s + start, v->src_len))) {
+            size_t n_bytes = v->src_len + 1;
+            free(v);
+            return oom(p, n_bytes);
+        }
+        v->str_len = v->src_len;
+        return v;
+    }
     if (i >= p->len || s[i] < '0' || s[i] > '9')
         return fail(p, i, "expected a digit, got %s", describe(p, i, d, sizeof d));
     if (s[i] == '0') {
@@ -126,23 +143,18 @@ static placer_json *parse_number(parser *p) {
 
     placer_json *v = new_value(p, PLACER_JSON_NUMBER, start);
     if (!v) return NULL;
-    // strtod needs a terminated copy; the source need not be terminated after the number.
-    char small[64];
-    char *copy = n < sizeof small ? small : malloc(n + 1);
-    if (!copy) {
+    // The literal, kept for str() of integers past int64; strtod needs it terminated anyway.
+    v->str = malloc(n + 1);
+    if (!v->str) {
         free(v);
         return oom(p, n + 1);
     }
-    memcpy(copy, s + start, n);
-    copy[n] = '\0';
-    errno = 0;
-    v->number = strtod(copy, NULL);
-    bool overflow = errno == ERANGE && isinf(v->number);
-    if (copy != small) free(copy);
-    if (overflow) {
-        free(v);
-        return fail(p, start, "number %.*s is out of range", (int)(n > 40 ? 40 : n), s + start);
-    }
+    memcpy(v->str, s + start, n);
+    v->str[n] = '\0';
+    v->str_len = n;
+    // Past the double range Python's float() gives an infinity (and 1e-400 gives 0.0).
+    v->number = strtod(v->str, NULL);
+    v->is_float = !is_int;
     if (is_int) {
         // Exact int64 conversion of the digits; strtod would lose precision past 2^53.
         bool neg = s[start] == '-';
@@ -236,12 +248,15 @@ static size_t utf8_seq_len(const unsigned char *s, size_t avail) {
     return n;
 }
 
-// Parses a string at p->pos (the opening quote). On success *out is a new buffer.
-static bool parse_string_raw(parser *p, char **out, size_t *out_len) {
+// Parses a string at p->pos (the opening quote). On success *out is a new buffer and
+// *is_utf8 tells whether it is Unicode text. Python keeps a lone surrogate escape as it is, and
+// reads each byte of the environment that is not UTF-8 as the lone surrogate U+DC80 + byte
+// (surrogateescape); both are kept here in WTF-8 (the 3-byte form of the surrogate).
+static bool parse_string_raw(parser *p, char **out, size_t *out_len, bool *is_utf8) {
     size_t start = p->pos;
     size_t i = start + 1;
-    // First pass: find the closing quote, so the buffer can be sized; decoding never
-    // makes a string longer than its source.
+    // First pass: find the closing quote, so the buffer can be sized; decoding makes a string
+    // at most three times as long as its source (a stray byte becomes a 3-byte surrogate).
     while (i < p->len && p->s[i] != '"') {
         if (p->s[i] == '\\') i++;
         i++;
@@ -250,7 +265,7 @@ static bool parse_string_raw(parser *p, char **out, size_t *out_len) {
         fail(p, start, "unterminated string");
         return false;
     }
-    size_t cap = i - start;
+    size_t cap = 3 * (i - start) + 1;
     char *buf = malloc(cap);
     if (!buf) {
         oom(p, cap);
@@ -259,6 +274,7 @@ static bool parse_string_raw(parser *p, char **out, size_t *out_len) {
     size_t n = 0;
     size_t k = start + 1;
     char d[24];
+    *is_utf8 = true;
     while (p->s[k] != '"') {
         unsigned char c = (unsigned char)p->s[k];
         if (c < 0x20) {
@@ -268,8 +284,10 @@ static bool parse_string_raw(parser *p, char **out, size_t *out_len) {
         if (c >= 0x80) {
             size_t sl = utf8_seq_len((const unsigned char *)p->s + k, p->len - k);
             if (sl == 0) {
-                fail(p, k, "invalid UTF-8 in string");
-                goto fail;
+                n += put_utf8(buf + n, 0xDC00u + c);
+                *is_utf8 = false;
+                k++;
+                continue;
             }
             memcpy(buf + n, p->s + k, sl);
             n += sl;
@@ -298,19 +316,13 @@ static bool parse_string_raw(parser *p, char **out, size_t *out_len) {
                 goto fail;
             }
             size_t esc_len = 6;
-            if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                fail(p, k, "lone low surrogate \\u%04X", cp);
-                goto fail;
-            }
-            if (cp >= 0xD800 && cp <= 0xDBFF) {
-                unsigned lo;
-                if (p->len - k < 12 || p->s[k + 6] != '\\' || p->s[k + 7] != 'u' ||
-                    !read_hex4(p, k + 8, &lo) || lo < 0xDC00 || lo > 0xDFFF) {
-                    fail(p, k, "high surrogate \\u%04X not followed by a low surrogate", cp);
-                    goto fail;
-                }
+            unsigned lo;
+            if (cp >= 0xD800 && cp <= 0xDBFF && p->len - k >= 12 && p->s[k + 6] == '\\' &&
+                p->s[k + 7] == 'u' && read_hex4(p, k + 8, &lo) && lo >= 0xDC00 && lo <= 0xDFFF) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 esc_len = 12;
+            } else if (cp >= 0xD800 && cp <= 0xDFFF) {
+                *is_utf8 = false;
             }
             n += put_utf8(buf + n, cp);
             k += esc_len;
@@ -336,7 +348,7 @@ static placer_json *parse_string(parser *p) {
     size_t start = p->pos;
     placer_json *v = new_value(p, PLACER_JSON_STRING, start);
     if (!v) return NULL;
-    if (!parse_string_raw(p, &v->str, &v->str_len)) {
+    if (!parse_string_raw(p, &v->str, &v->str_len, &v->str_is_utf8)) {
         free(v);
         return NULL;
     }
@@ -458,8 +470,9 @@ static placer_json *parse_object(parser *p) {
         }
         char *key;
         size_t key_len;
+        bool key_is_utf8;
         size_t key_offset = p->pos;
-        if (!parse_string_raw(p, &key, &key_len)) goto fail;
+        if (!parse_string_raw(p, &key, &key_len, &key_is_utf8)) goto fail;
         skip_ws(p);
         if (p->pos >= p->len || p->s[p->pos] != ':') {
             free(key);
@@ -481,6 +494,7 @@ static placer_json *parse_object(parser *p) {
         }
         v->members[v->n].key = key;
         v->members[v->n].key_len = key_len;
+        v->members[v->n].key_is_utf8 = key_is_utf8;
         v->members[v->n].key_offset = key_offset;
         v->members[v->n].value = val;
         v->n++;
@@ -521,6 +535,23 @@ static placer_json *parse_value(parser *p) {
     }
     case '"':
         return parse_string(p);
+    case 'N':
+    case 'I': {
+        const char *word = c == 'N' ? "NaN" : "Infinity";
+        if (!match_word(p, word))
+            return fail(p, start, "unexpected %s (expected a value)", describe(p, start, d, sizeof d));
+        placer_json *v = new_value(p, PLACER_JSON_NUMBER, start);
+        if (!v) return NULL;
+        v->number = c == 'N' ? NAN : INFINITY;
+        v->is_float = true;
+        v->src_len = p->pos - start;
+        if (!(v->str = strdup(word))) {
+            free(v);
+            return oom(p, strlen(word) + 1);
+        }
+        v->str_len = v->src_len;
+        return v;
+    }
     case 't':
     case 'f':
     case 'n': {
@@ -579,5 +610,372 @@ const char *placer_json_kind_name(placer_json_kind k) {
 }
 
 bool placer_json_is_cstring(const placer_json *v) {
-    return v && v->kind == PLACER_JSON_STRING && strlen(v->str) == v->str_len;
+    return v && v->kind == PLACER_JSON_STRING && v->str_is_utf8 && strlen(v->str) == v->str_len;
+}
+
+// ---- Python's view of a value ----
+
+const char *placer_json_py_type(const placer_json *v) {
+    switch (v->kind) {
+    case PLACER_JSON_NULL: return "NoneType";
+    case PLACER_JSON_BOOL: return "bool";
+    case PLACER_JSON_NUMBER: return v->is_float ? "float" : "int";
+    case PLACER_JSON_STRING: return "str";
+    case PLACER_JSON_ARRAY: return "list";
+    case PLACER_JSON_OBJECT: return "dict";
+    }
+    return "object";
+}
+
+bool placer_json_py_truthy(const placer_json *v) {
+    switch (v->kind) {
+    case PLACER_JSON_NULL: return false;
+    case PLACER_JSON_BOOL: return v->boolean;
+    case PLACER_JSON_NUMBER: return v->is_float ? v->number != 0.0 || isnan(v->number)
+                                                : !(v->is_int && v->integer == 0);
+    case PLACER_JSON_STRING: return v->str_len > 0;
+    case PLACER_JSON_ARRAY:
+    case PLACER_JSON_OBJECT: return v->n > 0;
+    }
+    return false;
+}
+
+bool placer_json_py_str_eq(const placer_json *v, const char *s) {
+    return v->kind == PLACER_JSON_STRING && v->str_len == strlen(s) && memcmp(v->str, s, v->str_len) == 0;
+}
+
+int placer_json_py_contains(const placer_json *v, const char *key) {
+    size_t n = strlen(key);
+    switch (v->kind) {
+    case PLACER_JSON_OBJECT:
+        return placer_json_get(v, key) != NULL;
+    case PLACER_JSON_ARRAY:
+        for (size_t i = 0; i < v->n; i++)
+            if (placer_json_py_str_eq(v->items[i], key)) return 1;
+        return 0;
+    case PLACER_JSON_STRING:
+        if (n == 0) return 1;
+        for (size_t i = 0; i + n <= v->str_len; i++)
+            if (memcmp(v->str + i, key, n) == 0) return 1;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+// ---- int() ----
+
+// The code points whose decimal value is 0: each starts a run of the ten digits 0..9 of a
+// script (Unicode 14, the database of the Pythons TensorFlow 2.21 runs on).
+static const uint32_t digit_zeros[] = {
+    0x30,    0x660,   0x6f0,   0x7c0,   0x966,   0x9e6,   0xa66,   0xae6,   0xb66,   0xbe6,
+    0xc66,   0xce6,   0xd66,   0xde6,   0xe50,   0xed0,   0xf20,   0x1040,  0x1090,  0x17e0,
+    0x1810,  0x1946,  0x19d0,  0x1a80,  0x1a90,  0x1b50,  0x1bb0,  0x1c40,  0x1c50,  0xa620,
+    0xa8d0,  0xa900,  0xa9d0,  0xa9f0,  0xaa50,  0xabf0,  0xff10,  0x104a0, 0x10d30, 0x11066,
+    0x110f0, 0x11136, 0x111d0, 0x112f0, 0x11450, 0x114d0, 0x11650, 0x116c0, 0x11730, 0x118e0,
+    0x11950, 0x11c50, 0x11d50, 0x11da0, 0x16a60, 0x16ac0, 0x16b50, 0x1d7ce, 0x1d7d8, 0x1d7e2,
+    0x1d7ec, 0x1d7f6, 0x1e140, 0x1e2f0, 0x1e950, 0x1fbf0,
+};
+
+static int unicode_digit(uint32_t cp) {
+    for (size_t i = 0; i < sizeof digit_zeros / sizeof *digit_zeros; i++)
+        if (cp >= digit_zeros[i] && cp < digit_zeros[i] + 10) return (int)(cp - digit_zeros[i]);
+    return -1;
+}
+
+// Python's str.isspace() beyond ASCII (int() reads these as spaces).
+static bool unicode_space(uint32_t cp) {
+    return cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 ||
+           cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000;
+}
+
+// Decodes one code point of WTF-8 at s (len > 0 bytes left); *n gets its length. Anything
+// malformed reads as one byte, U+FFFD.
+static uint32_t decode_cp(const unsigned char *s, size_t len, size_t *n) {
+    unsigned char c = s[0];
+    size_t want = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+    if (want == 0 || want > len) {
+        *n = 1;
+        return want == 1 ? c : 0xFFFD;
+    }
+    uint32_t cp = want == 1 ? c : want == 2 ? c & 0x1Fu : want == 3 ? c & 0x0Fu : c & 0x07u;
+    for (size_t k = 1; k < want; k++) {
+        if ((s[k] & 0xC0) != 0x80) {
+            *n = 1;
+            return 0xFFFD;
+        }
+        cp = cp << 6 | (s[k] & 0x3Fu);
+    }
+    *n = want;
+    return cp;
+}
+
+placer_py_int placer_py_int_from_text(const char *text, size_t len, int64_t *out) {
+    // As CPython: non-ASCII spaces become ' ' and digits of any script their ASCII digit
+    // (anything else non-ASCII makes the text invalid), then ASCII whitespace around an
+    // optionally signed run of digits with single underscores between them.
+    char *t = malloc(len + 1);
+    if (!t) return PLACER_PY_INT_VALUE_ERROR;
+    size_t m = 0;
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        size_t k;
+        uint32_t cp = decode_cp(s + i, len - i, &k);
+        i += k;
+        if (cp < 0x80) {
+            t[m++] = (char)cp;
+        } else if (unicode_space(cp)) {
+            t[m++] = ' ';
+        } else {
+            int dig = unicode_digit(cp);
+            t[m++] = dig < 0 ? '?' : (char)('0' + dig);
+        }
+    }
+    size_t a = 0, b = m;
+    while (a < b && strchr(" \t\n\v\f\r", t[a]) && t[a]) a++;
+    while (b > a && strchr(" \t\n\v\f\r", t[b - 1]) && t[b - 1]) b--;
+    bool neg = false;
+    if (a < b && (t[a] == '+' || t[a] == '-')) neg = t[a++] == '-';
+    placer_py_int r = PLACER_PY_INT_OK;
+    uint64_t mag = 0;
+    bool big = false, any = false, prev_digit = false;
+    for (size_t i = a; i < b; i++) {
+        char c = t[i];
+        if (c == '_' && prev_digit && i + 1 < b && t[i + 1] >= '0' && t[i + 1] <= '9') {
+            prev_digit = false;
+            continue;
+        }
+        if (c < '0' || c > '9') {
+            r = PLACER_PY_INT_VALUE_ERROR;
+            break;
+        }
+        prev_digit = any = true;
+        if (!big) {
+            if (mag > (UINT64_MAX - (uint64_t)(c - '0')) / 10)
+                big = true;
+            else
+                mag = mag * 10 + (uint64_t)(c - '0');
+        }
+    }
+    free(t);
+    // Python refuses integers of more than 4300 digits too; either way it is no index.
+    if (r != PLACER_PY_INT_OK || !any) return PLACER_PY_INT_VALUE_ERROR;
+    if (big || mag > (neg ? (uint64_t)INT64_MAX + 1u : (uint64_t)INT64_MAX)) {
+        *out = neg ? INT64_MIN : INT64_MAX;
+        return PLACER_PY_INT_TOO_BIG;
+    }
+    *out = neg ? (mag == (uint64_t)INT64_MAX + 1u ? INT64_MIN : -(int64_t)mag) : (int64_t)mag;
+    return PLACER_PY_INT_OK;
+}
+
+placer_py_int placer_json_py_int(const placer_json *v, int64_t *out) {
+    switch (v->kind) {
+    case PLACER_JSON_BOOL:
+        *out = v->boolean;
+        return PLACER_PY_INT_OK;
+    case PLACER_JSON_NUMBER:
+        if (!v->is_float) {
+            if (v->is_int) {
+                *out = v->integer;
+                return PLACER_PY_INT_OK;
+            }
+            *out = v->str[0] == '-' ? INT64_MIN : INT64_MAX;
+            return PLACER_PY_INT_TOO_BIG;
+        }
+        if (isnan(v->number)) return PLACER_PY_INT_VALUE_ERROR;
+        if (isinf(v->number)) return PLACER_PY_INT_OVERFLOW;
+        if (v->number >= 9223372036854775808.0 || v->number < -9223372036854775808.0) {
+            *out = v->number < 0 ? INT64_MIN : INT64_MAX;
+            return PLACER_PY_INT_TOO_BIG;
+        }
+        *out = (int64_t)trunc(v->number);
+        return PLACER_PY_INT_OK;
+    case PLACER_JSON_STRING:
+        return placer_py_int_from_text(v->str, v->str_len, out);
+    default:
+        return PLACER_PY_INT_TYPE_ERROR;
+    }
+}
+
+// ---- str() and repr() ----
+
+void placer_py_float_repr(double x, char *buf, size_t cap) {
+    if (isnan(x)) {
+        snprintf(buf, cap, "nan");
+        return;
+    }
+    if (isinf(x)) {
+        snprintf(buf, cap, x < 0 ? "-inf" : "inf");
+        return;
+    }
+    // The shortest digits that read back as x (Python's repr), then its layout: positional
+    // when the decimal exponent is in -4..15, else scientific with a signed 2+ digit exponent.
+    char e[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec - 1, x);
+        if (strtod(e, NULL) == x) break;
+    }
+    // e: [-]d[.ddd]e[+-]xx
+    const char *p = e;
+    bool neg = *p == '-';
+    if (neg) p++;
+    char digits[24];
+    size_t nd = 0;
+    for (; *p && *p != 'e'; p++)
+        if (*p != '.') digits[nd++] = *p;
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    digits[nd] = '\0';
+    int exp10 = atoi(p + 1);
+    char out[64];
+    size_t o = 0;
+    if (neg) out[o++] = '-';
+    if (exp10 >= -4 && exp10 < 16) {
+        if (exp10 < 0) {
+            out[o++] = '0';
+            out[o++] = '.';
+            for (int z = 0; z < -exp10 - 1; z++) out[o++] = '0';
+            for (size_t k = 0; k < nd; k++) out[o++] = digits[k];
+        } else {
+            for (int k = 0; k <= exp10; k++) out[o++] = (size_t)k < nd ? digits[k] : '0';
+            out[o++] = '.';
+            if ((size_t)exp10 + 1 < nd)
+                for (size_t k = (size_t)exp10 + 1; k < nd; k++) out[o++] = digits[k];
+            else
+                out[o++] = '0';
+        }
+        out[o] = '\0';
+    } else {
+        out[o++] = digits[0];
+        if (nd > 1) {
+            out[o++] = '.';
+            for (size_t k = 1; k < nd; k++) out[o++] = digits[k];
+        }
+        snprintf(out + o, sizeof out - o, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+    }
+    snprintf(buf, cap, "%s", out);
+}
+
+typedef struct pybuf {
+    char *p;
+    size_t len, cap;
+    bool failed;
+} pybuf;
+
+static void pb_put(pybuf *b, const char *s, size_t n) {
+    if (b->failed) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t ncap = b->cap ? b->cap * 2 : 64;
+        while (ncap < b->len + n + 1) ncap *= 2;
+        char *np = realloc(b->p, ncap);
+        if (!np) {
+            b->failed = true;
+            return;
+        }
+        b->p = np;
+        b->cap = ncap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void pb_str(pybuf *b, const char *s) { pb_put(b, s, strlen(s)); }
+
+// Python's str.isprintable(), except that unassigned code points count as printable (they
+// would need Unicode's full tables; Python escapes them).
+static bool py_printable(uint32_t cp) {
+    static const uint32_t ranges[][2] = {
+        {0x0, 0x1f},         {0x7f, 0xa0},       {0xad, 0xad},       {0x600, 0x605},
+        {0x61c, 0x61c},      {0x6dd, 0x6dd},     {0x70f, 0x70f},     {0x890, 0x891},
+        {0x8e2, 0x8e2},      {0x1680, 0x1680},   {0x180e, 0x180e},   {0x2000, 0x200f},
+        {0x2028, 0x202f},    {0x205f, 0x2064},   {0x2066, 0x206f},   {0x3000, 0x3000},
+        {0xd800, 0xf8ff},    {0xfeff, 0xfeff},   {0xfff9, 0xfffb},   {0x110bd, 0x110bd},
+        {0x110cd, 0x110cd},  {0x13430, 0x13438}, {0x1bca0, 0x1bca3}, {0x1d173, 0x1d17a},
+        {0xe0001, 0xe0001},  {0xe0020, 0xe007f}, {0xf0000, 0x10ffff},
+    };
+    for (size_t i = 0; i < sizeof ranges / sizeof *ranges; i++)
+        if (cp >= ranges[i][0] && cp <= ranges[i][1]) return false;
+    return true;
+}
+
+static void py_repr_str(pybuf *b, const char *s, size_t len) {
+    bool has_single = memchr(s, '\'', len) != NULL, has_double = memchr(s, '"', len) != NULL;
+    char quote = has_single && !has_double ? '"' : '\'';
+    pb_put(b, &quote, 1);
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < len;) {
+        size_t k;
+        uint32_t cp = decode_cp(u + i, len - i, &k);
+        char esc[16];
+        if (cp == (uint32_t)quote || cp == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)cp;
+            pb_put(b, esc, 2);
+        } else if (cp == '\t' || cp == '\n' || cp == '\r') {
+            esc[0] = '\\';
+            esc[1] = cp == '\t' ? 't' : cp == '\n' ? 'n' : 'r';
+            pb_put(b, esc, 2);
+        } else if (cp < 0x20 || cp == 0x7f) {
+            snprintf(esc, sizeof esc, "\\x%02x", cp);
+            pb_str(b, esc);
+        } else if (cp < 0x7f || py_printable(cp)) {
+            pb_put(b, s + i, k);
+        } else {
+            snprintf(esc, sizeof esc, cp <= 0xff ? "\\x%02x" : cp <= 0xffff ? "\\u%04x" : "\\U%08x", cp);
+            pb_str(b, esc);
+        }
+        i += k;
+    }
+    pb_put(b, &quote, 1);
+}
+
+static void py_format(pybuf *b, const placer_json *v, bool repr) {
+    char num[40];
+    switch (v->kind) {
+    case PLACER_JSON_NULL: pb_str(b, "None"); return;
+    case PLACER_JSON_BOOL: pb_str(b, v->boolean ? "True" : "False"); return;
+    case PLACER_JSON_NUMBER:
+        if (v->is_float) {
+            placer_py_float_repr(v->number, num, sizeof num);
+            pb_str(b, num);
+        } else {
+            pb_str(b, strcmp(v->str, "-0") == 0 ? "0" : v->str);   // json.loads reads -0 as 0
+        }
+        return;
+    case PLACER_JSON_STRING:
+        if (repr)
+            py_repr_str(b, v->str, v->str_len);
+        else
+            pb_put(b, v->str, v->str_len);
+        return;
+    case PLACER_JSON_ARRAY:
+        pb_str(b, "[");
+        for (size_t i = 0; i < v->n; i++) {
+            if (i) pb_str(b, ", ");
+            py_format(b, v->items[i], true);
+        }
+        pb_str(b, "]");
+        return;
+    case PLACER_JSON_OBJECT:
+        pb_str(b, "{");
+        for (size_t i = 0; i < v->n; i++) {
+            if (i) pb_str(b, ", ");
+            py_repr_str(b, v->members[i].key, v->members[i].key_len);
+            pb_str(b, ": ");
+            py_format(b, v->members[i].value, true);
+        }
+        pb_str(b, "}");
+        return;
+    }
+}
+
+char *placer_json_py_str(const placer_json *v) {
+    pybuf b = {0};
+    pb_put(&b, "", 0);
+    py_format(&b, v, false);
+    if (b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
 }

@@ -1,9 +1,18 @@
-/* A small strict JSON (RFC 8259) parser producing a DOM, for cluster specs and TF_CONFIG.
- * Rejects anything outside the grammar: trailing commas, comments, leading zeros, control
- * characters and invalid UTF-8 in strings, lone surrogates, duplicate object keys, nesting
- * deeper than PLACER_JSON_MAX_DEPTH. Errors are INVALID_ARGUMENT with the byte offset.
- * Every value remembers the span of source text it came from, so errors about a value can
- * quote it. Values are immutable after parsing; a tree is freed in one call. */
+/* A small JSON parser producing a DOM, for cluster specs and TF_CONFIG, that reads what
+ * Python's json.loads reads (TensorFlow reads TF_CONFIG with it): RFC 8259 plus NaN, Infinity
+ * and -Infinity, numbers past the double range (as infinities), and strings that are not
+ * Unicode text (a lone surrogate escape such as "\ud800", or bytes that are not UTF-8, which
+ * Python reads from the environment as lone surrogates): those are kept, WTF-8 encoded, and
+ * marked. It rejects what json.loads rejects (trailing commas, comments, leading zeros,
+ * control characters in strings) and, unlike json.loads, duplicate object keys, which hide
+ * mistakes in hand-written TF_CONFIG (Python keeps the last one silently). Nesting deeper than
+ * PLACER_JSON_MAX_DEPTH is refused. Errors are INVALID_ARGUMENT with the byte offset. Every
+ * value remembers the span of source text it came from, so errors can quote it. Values are
+ * immutable after parsing; a tree is freed in one call.
+ *
+ * The placer_json_py_* functions answer as Python does for the value json.loads returns
+ * (str(), int(), truthiness, `key in v`), so TF_CONFIG's loosely typed fields read as in
+ * TensorFlow. */
 #ifndef DG_PLACER_JSON_IMPL_H
 #define DG_PLACER_JSON_IMPL_H
 
@@ -27,8 +36,9 @@ typedef enum placer_json_kind {
 typedef struct placer_json placer_json;
 
 typedef struct placer_json_member {
-    char *key;          // NUL-terminated UTF-8; may contain NUL from \u0000 (see key_len)
+    char *key;          // NUL-terminated; may contain NUL from \u0000 (see key_len)
     size_t key_len;
+    bool key_is_utf8;   // false: holds lone surrogates (WTF-8), not Unicode text
     size_t key_offset;  // byte offset of the key's opening quote in the source
     placer_json *value;
 } placer_json_member;
@@ -38,11 +48,14 @@ struct placer_json {
     size_t offset;        // byte offset of the value's first character in the source
     size_t src_len;       // bytes of source text the value spans
     bool boolean;
-    double number;
+    double number;        // NUMBER: as Python's float() reads the literal (inf past the range)
+    bool is_float;        // NUMBER: a Python float (fraction, exponent, NaN or Infinity);
+                          // else a Python int, exact in `integer` when is_int
     bool is_int;          // number written without fraction/exponent and fits int64
     int64_t integer;      // valid when is_int
-    char *str;            // STRING: decoded UTF-8, NUL-terminated
+    char *str;            // STRING: decoded, NUL-terminated; NUMBER: the literal as written
     size_t str_len;       // bytes in str, excluding the terminator (str may hold NULs)
+    bool str_is_utf8;     // STRING: false when it holds lone surrogates (WTF-8)
     size_t n;             // ARRAY: items; OBJECT: members
     placer_json **items;             // ARRAY
     placer_json_member *members;     // OBJECT, in source order
@@ -59,7 +72,39 @@ void placer_json_free(placer_json **v);
 const placer_json *placer_json_get(const placer_json *v, const char *key);
 // Name of a kind for messages: "null", "boolean", "number", "string", "array", "object".
 const char *placer_json_kind_name(placer_json_kind k);
-// True when a string value holds no NUL bytes (so it can be used as a C string).
+// True when a string value is Unicode text without NUL bytes (usable as a C string).
 bool placer_json_is_cstring(const placer_json *v);
+
+// ---- Python's view of a value ----
+
+// Python's name for the value's type: "NoneType", "bool", "int", "float", "str", "list",
+// "dict".
+const char *placer_json_py_type(const placer_json *v);
+// bool(v).
+bool placer_json_py_truthy(const placer_json *v);
+// `key in v` for a str key: 1 or 0; -1 where Python raises TypeError (v is None, a bool or a
+// number). A dict looks up its keys, a list compares its items, a str looks for a substring.
+int placer_json_py_contains(const placer_json *v, const char *key);
+// True when v is a str equal to s.
+bool placer_json_py_str_eq(const placer_json *v, const char *s);
+// str(v), as Python prints it (repr() inside lists and dicts). Returns: new, caller frees
+// with free(); NULL when out of memory.
+char *placer_json_py_str(const placer_json *v);
+// The outcome of Python's int().
+typedef enum placer_py_int {
+    PLACER_PY_INT_OK,
+    PLACER_PY_INT_TYPE_ERROR,    // None, list, dict
+    PLACER_PY_INT_VALUE_ERROR,   // a str that is not a decimal integer, NaN
+    PLACER_PY_INT_OVERFLOW,      // an infinity
+    PLACER_PY_INT_TOO_BIG,       // Python's answer does not fit int64 (*out saturated)
+} placer_py_int;
+// int(v) for a parsed value (bools are 0 and 1, floats truncate toward zero).
+placer_py_int placer_json_py_int(const placer_json *v, int64_t *out);
+// int(s) for len bytes of UTF-8 text: surrounding whitespace, a sign, decimal digits of any
+// script with single '_' between them, as Python's int() reads a str.
+placer_py_int placer_py_int_from_text(const char *s, size_t len, int64_t *out);
+// Appends Python's repr() of a double to buf (at most 32 bytes with the NUL): the shortest
+// digits that read back the same, "1e+16" past 16 digits, "1.0", "inf", "nan".
+void placer_py_float_repr(double x, char *buf, size_t cap);
 
 #endif

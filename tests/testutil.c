@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -93,4 +94,47 @@ void dg_test_model_train(dg_session *s, dg_test_model *m, double *w_out, double 
     dg_tensor_unref(wv);
     dg_tensor_unref(xt);
     dg_status_free(&st);
+}
+
+int dg_test_tsv_split(char *line, char **cells, int max) {
+    int n = 0;
+    line[strcspn(line, "\r\n")] = '\0';
+    for (char *p = line; n < max;) {
+        cells[n++] = p;
+        char *tab = strchr(p, '\t');
+        if (!tab) break;
+        *tab = '\0';
+        p = tab + 1;
+    }
+    return n;
+}
+
+char *dg_test_tsv_unescape(char *s) {
+    if (strcmp(s, "\\e") == 0) {
+        s[0] = '\0';
+        return s;
+    }
+    char *o = s;
+    for (const char *p = s; *p; p++) {
+        if (*p != '\\') {
+            *o++ = *p;
+            continue;
+        }
+        p++;
+        switch (*p) {
+        case 't': *o++ = '\t'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 'x': {
+            char hex[3] = {p[1], p[1] ? p[2] : 0, 0};
+            *o++ = (char)strtol(hex, NULL, 16);
+            p += p[1] && p[2] ? 2 : p[1] ? 1 : 0;
+            break;
+        }
+        case '\0': p--; break;   // a lone trailing backslash
+        default: *o++ = *p; break;
+        }
+    }
+    *o = '\0';
+    return s;
 }

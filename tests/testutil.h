@@ -25,6 +25,11 @@ int dg_test_free_port(void);
 // A local session over CPU:0 and n_devices - 1 virtual CPUs with inter_op_threads threads;
 // fails the test if it cannot be made.
 dg_session *dg_test_local_session(dg_graph *g, int n_devices, int inter_op_threads, dg_status *st);
+// Tables of recorded answers (tests/tf_conformance/*.tsv): a line's tab-separated cells, split
+// in place (at most max; the count is returned), and a cell's escapes undone in place (\\ \t
+// \n \r \xHH; a cell of just \e is the empty string). Returns: the cell.
+int dg_test_tsv_split(char *line, char **cells, int max);
+char *dg_test_tsv_unescape(char *cell);
 // A deterministic uniform double in [lo, hi) from *state (xorshift).
 double dg_test_uniform(uint64_t *state, double lo, double hi);
 

@@ -433,6 +433,11 @@ int main(int argc, char **argv) {
                   (long long)task, job, cluster_source, list);
         goto out;
     }
+    // A cluster takes any address, as TensorFlow's does; the one this task binds must be usable.
+    if (!dg_cluster_check_task(cluster, job, (int)task, st)) {
+        bad_input("%s: %s", cluster_source, dg_status_message(st));
+        goto out;
+    }
 
     dg_server_options opts = dg_server_options_default();
     if (f.rpc_timeout_ms && !parse_int64(f.rpc_timeout_ms, 1, INT64_MAX / 1000000, &opts.rpc_timeout_ms)) {

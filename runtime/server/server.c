@@ -127,7 +127,7 @@ char *rt_server_task_endpoint(dg_server *s, const char *device, dg_status *st) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "device \"%s\" names no task", device);
         return NULL;
     }
-    const char *addr = dg_cluster_task_address(s->cluster, dn.job, dn.task, st);
+    const char *addr = dg_cluster_check_task(s->cluster, dn.job, dn.task, st);
     if (!addr) return NULL;
     char *ep = NULL;
     if (asprintf(&ep, "tcp://%s", addr) < 0) return NULL;
@@ -877,7 +877,7 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
         dg_status_set(st, DG_INVALID_ARGUMENT, "server: cluster and job are required");
         return NULL;
     }
-    const char *addr = dg_cluster_task_address(c, job, task, st);
+    const char *addr = dg_cluster_check_task(c, job, task, st);
     if (!addr) {
         dg_status_prepend(st, "server");
         return NULL;

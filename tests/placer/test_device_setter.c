@@ -528,22 +528,24 @@ static void test_option_errors(void **state) {
     assert_null(dg_replica_device_setter_new(&o, st));
     assert_status(st, DG_INVALID_ARGUMENT, "replica_device_setter: ps_tasks must be >= 0, got -1");
 
+    // With a cluster, ps_device is read at once (for its job).
+    dg_cluster *c = cluster_of("ps|p:1;worker|w:1");
     o = dg_replica_device_setter_options_default();
+    o.cluster = c;
     o.ps_device = "/job:ps/task:x";
     assert_null(dg_replica_device_setter_new(&o, st));
     assert_status(st, DG_INVALID_ARGUMENT,
-                  "replica_device_setter: ps_device: device \"/job:ps/task:x\": bad task index \"x\"");
-
-    o = dg_replica_device_setter_options_default();
-    o.worker_device = "job:worker";
-    assert_null(dg_replica_device_setter_new(&o, st));
-    assert_status(st, DG_INVALID_ARGUMENT,
-                  "replica_device_setter: worker_device: device \"job:worker\": must start with '/'");
+                  "replica_device_setter: ps_device: device \"/job:ps/task:x\": task \"x\" is not an "
+                  "integer");
+    dg_cluster_free(&c);
 
     o = dg_replica_device_setter_options_default();
     o.strategy = (dg_ps_strategy)7;
     assert_null(dg_replica_device_setter_new(&o, st));
     assert_status(st, DG_INVALID_ARGUMENT, "replica_device_setter: unknown strategy 7");
+    o.strategy = DG_PS_GREEDY;
+    assert_null(dg_replica_device_setter_new(&o, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "replica_device_setter: the greedy strategy needs a load_fn");
 
     const char *ops[] = {"VariableV2", NULL};
     o = dg_replica_device_setter_options_default();
@@ -555,6 +557,192 @@ static void test_option_errors(void **state) {
     assert_null(dg_replica_device_setter_new(&o, st));
     assert_status(st, DG_INVALID_ARGUMENT, "replica_device_setter: n_ps_ops must be >= 0, got -1");
     dg_status_free(&st);
+}
+
+// Without a cluster TensorFlow reads ps_device and worker_device when an op needs them: a
+// malformed one fails those ops only, naming the option.
+static void test_malformed_devices_fail_their_ops(void **state) {
+    (void)state;
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.ps_tasks = 2;
+    o.ps_device = "/job:ps/task:x";
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    dg_output p = dg_placeholder(g, "p", DG_FLOAT32, dg_shape1(2));
+    expect_graph_ok(g);
+    assert_string_equal(dev(p), "/job:worker");
+    dg_output v = dg_variable(g, "v", DG_FLOAT32, dg_shape1(2), dg_init_zeros());
+    assert_false(dg_output_ok(v));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT,
+                  "replica_device_setter: ps_device: device \"/job:ps/task:x\": task \"x\" is not "
+                  "an integer");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+
+    o = dg_replica_device_setter_options_default();
+    o.ps_tasks = 2;
+    o.worker_device = "/bogus:1";
+    fn = setter(&o);
+    g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    v = var(g, "v", dg_shape1(2));
+    assert_string_equal(dev(v), "/job:ps/task:0");
+    p = dg_placeholder(g, "p", DG_FLOAT32, dg_shape1(2));
+    assert_false(dg_output_ok(p));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT,
+                  "replica_device_setter: worker_device: device \"/bogus:1\": unknown attribute \"bogus\"");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+
+    // A setter with no ps tasks never reads them at all, as TensorFlow returns no function.
+    o.ps_tasks = 0;
+    fn = setter(&o);
+    g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    p = dg_placeholder(g, "p", DG_FLOAT32, dg_shape1(2));
+    expect_graph_ok(g);
+    assert_string_equal(dev(p), "");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+}
+
+// Device strings are read as DeviceSpec reads them: "gpu" is GPU, local names work.
+static void test_device_spec_reading(void **state) {
+    (void)state;
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.ps_tasks = 2;
+    o.ps_device = "/job:ps/device:gpu:0";
+    o.worker_device = "CPU:1";
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_output v = var(g, "v", dg_shape1(2));
+    dg_output p = dg_placeholder(g, "p", DG_FLOAT32, dg_shape1(2));
+    dg_status *st = dg_status_new();
+    char out[DG_DEVICE_NAME_MAX];
+    assert_true(fn->choose(fn->ctx, v.node, "", out, sizeof out, st));
+    assert_string_equal(out, "/job:ps/task:0/device:GPU:0");
+    assert_true(fn->choose(fn->ctx, v.node, "/device:gpu:1", out, sizeof out, st));
+    assert_string_equal(out, "/job:ps/task:1/device:GPU:1");
+    assert_true(fn->choose(fn->ctx, p.node, "/Gpu:2", out, sizeof out, st));
+    assert_string_equal(out, "/device:GPU:2");
+    assert_true(fn->choose(fn->ctx, p.node, "/job:w/task:1", out, sizeof out, st));
+    assert_string_equal(out, "/job:w/task:1/device:CPU:1");
+    // An empty job is "no job" for the task choice but still a job of the result.
+    assert_true(fn->choose(fn->ctx, v.node, "/job:", out, sizeof out, st));
+    assert_string_equal(out, "/job:/task:0/device:GPU:0");
+    assert_false(fn->choose(fn->ctx, p.node, "/cpu:0/gpu:0", out, sizeof out, st));
+    assert_status(st, DG_INVALID_ARGUMENT,
+                  "replica_device_setter: op \"p\": device \"/cpu:0/gpu:0\": multiple device types");
+    dg_status_free(&st);
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+}
+
+static void test_standard_ps_ops(void **state) {
+    (void)state;
+    int n = 0;
+    const char *const *ops = dg_standard_ps_ops(&n);
+    assert_int_equal(n, 14);
+    assert_string_equal(ops[0], "Variable");
+    assert_string_equal(ops[1], "VariableV2");
+    bool has_handle = false, has_table = false;
+    for (int i = 0; i < n; i++) {
+        has_handle = has_handle || strcmp(ops[i], "VarHandleOp") == 0;
+        has_table = has_table || strcmp(ops[i], "MutableHashTableV2") == 0;
+    }
+    assert_true(has_handle && has_table);
+    assert_non_null(dg_standard_ps_ops(NULL));
+}
+
+typedef struct load_ctx {
+    const double *loads;   // handed out in order
+    int next;
+    int fail_at;           // -1: never
+} load_ctx;
+
+static bool table_load(void *ctx, const dg_node *op, double *load, dg_status *st) {
+    load_ctx *c = ctx;
+    if (c->next == c->fail_at) {
+        c->next++;
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "no load for \"%s\"", dg_node_name(op));
+        return false;
+    }
+    *load = c->loads[c->next++];
+    return true;
+}
+
+// GreedyLoadBalancingStrategy with a user load function: the least-loaded task (first on
+// ties, first NaN as numpy's argmin), then its load grows.
+static void test_greedy_user_load(void **state) {
+    (void)state;
+    static const double loads[] = {5, 1, 0.5, -2, 0, 10, 0.0 / 0.0, 3, 1};
+    // Loads [0,0,0] -> t0 [5,0,0] -> t1 [5,1,0] -> t2 [5,1,.5] -> t2 [5,1,-1.5] -> t2 [5,1,-1.5]
+    // -> t2 [5,1,8.5] -> t1 [5,NaN,8.5] -> t1 (NaN) -> t1
+    static const int want[] = {0, 1, 2, 2, 2, 2, 1, 1, 1};
+    load_ctx lc = {loads, 0, -1};
+    dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
+    o.ps_tasks = 3;
+    o.strategy = DG_PS_GREEDY;
+    o.load_fn = table_load;
+    o.load_ctx = &lc;
+    dg_device_fn *fn = setter(&o);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    for (int i = 0; i < 9; i++) {
+        char name[8], want_dev[32];
+        snprintf(name, sizeof name, "v%d", i);
+        dg_output v = var(g, name, dg_shape1(1));
+        snprintf(want_dev, sizeof want_dev, "/job:ps/task:%d", want[i]);
+        assert_string_equal(dev(v), want_dev);
+    }
+    // Non-ps ops and ps ops pinned to another job do not consult the load function.
+    dg_output a = dg_placeholder(g, "a", DG_FLOAT32, dg_shape1(1));
+    dg_graph_push_device(g, "/job:other");
+    dg_output w = var(g, "w", dg_shape1(1));
+    dg_graph_pop_device(g);
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+    assert_string_equal(dev(a), "/job:worker");
+    assert_string_equal(dev(w), "/job:other");
+    assert_int_equal(lc.next, 9);
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+
+    // A failing load function fails the node, naming it.
+    lc.next = 0;
+    lc.fail_at = 1;
+    fn = setter(&o);
+    g = dg_graph_new();
+    dg_graph_push_device_fn(g, fn);
+    (void)var(g, "v0", dg_shape1(1));
+    dg_output v1 = dg_variable(g, "v1", DG_FLOAT32, dg_shape1(1), dg_init_zeros());
+    assert_false(dg_output_ok(v1));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "replica_device_setter: no load for \"v1\"");
+    dg_graph_free(&g);
+    dg_device_fn_free(&fn);
+}
+
+static void test_byte_size_load_fn(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_status *st = dg_status_new();
+    double load = -1;
+    dg_output v = dg_variable(g, "v", DG_FLOAT64, dg_shape2(3, 5), dg_init_zeros());
+    assert_true(dg_byte_size_load_fn(NULL, v.node, &load, st));
+    assert_ok(st);
+    assert_true(load == 120.0);
+    dg_output s = dg_variable(g, "s", DG_INT32, dg_shape_scalar(), dg_init_zeros());
+    assert_true(dg_byte_size_load_fn(NULL, s.node, &load, st));
+    assert_true(load == 4.0);
+    dg_output p = dg_placeholder(g, "p", DG_FLOAT32, dg_shape2(-1, 3));
+    assert_false(dg_byte_size_load_fn(NULL, p.node, &load, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "op \"p\" (Placeholder): shape [?,3] is not fully defined");
+    dg_node *n = dg_no_op(g, "n");
+    assert_false(dg_byte_size_load_fn(NULL, n, &load, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "op \"n\" (NoOp) must have a single output");
+    dg_status_free(&st);
+    dg_graph_free(&g);
 }
 
 // The device function called directly: a malformed current device and a small buffer.
@@ -569,7 +757,7 @@ static void test_choose_direct(void **state) {
     char out[DG_DEVICE_NAME_MAX];
     assert_false(fn->choose(fn->ctx, v.node, "/job:ps/task:x", out, sizeof out, st));
     assert_status(st, DG_INVALID_ARGUMENT,
-                  "replica_device_setter: op \"v\": device \"/job:ps/task:x\": bad task index \"x\"");
+                  "replica_device_setter: op \"v\": device \"/job:ps/task:x\": task \"x\" is not an integer");
     dg_status_reset(st);
     assert_true(fn->choose(fn->ctx, v.node, "", out, sizeof out, st));
     assert_ok(st);
@@ -602,6 +790,11 @@ int main(void) {
         cmocka_unit_test(test_greedy_bytes),
         cmocka_unit_test(test_greedy_errors),
         cmocka_unit_test(test_option_errors),
+        cmocka_unit_test(test_malformed_devices_fail_their_ops),
+        cmocka_unit_test(test_device_spec_reading),
+        cmocka_unit_test(test_standard_ps_ops),
+        cmocka_unit_test(test_greedy_user_load),
+        cmocka_unit_test(test_byte_size_load_fn),
         cmocka_unit_test(test_choose_direct),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -114,7 +114,6 @@ static void test_resolve(void **state) {
         {"n1", "2", ":1", 0, 0, 0, NULL, NULL, "is not JOB:COUNT"},
         {"n1", "2", "ps:1,", 0, 0, 0, NULL, NULL, "ends with ','"},
         {"n1", "2", "", 0, 0, 0, NULL, NULL, "none given"},
-        {"n1", "2", "p s:1", 0, 0, 0, NULL, NULL, "Slurm"},
         {"n1", "2", "ps:1", 0, 65535, 0, NULL, NULL, "run past port 65535"},
         {"n1", "2", "ps:1", 0, 70000, 0, NULL, NULL, "port base 70000 is not a port"},
     };

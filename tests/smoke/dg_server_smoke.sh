@@ -91,7 +91,7 @@ expect_bad 2 'rpc_timeout_ms must be a positive integer' -- --cluster_spec "$spe
 expect_bad 2 'busy_poll_us must be an integer from 0 .off. to 1000000, got "150us"' -- --cluster_spec "$spec" --job_name ps --busy_poll_us 150us
 expect_bad 2 'no cluster' -- --job_name ps
 expect_bad 2 'TF_CONFIG.*"task.index" must be an integer' \
-    'TF_CONFIG={"cluster": {"ps": ["127.0.0.1:1"]}, "task": {"type": "ps", "index": "0"}}' --
+    'TF_CONFIG={"cluster": {"ps": ["127.0.0.1:1"]}, "task": {"type": "ps", "index": "zero"}}' --
 expect_bad 2 'TF_CONFIG' 'TF_CONFIG={"cluster": ["127.0.0.1:1"]}' -- --job_name ps
 expect_bad 2 'TF_CONFIG has no "task"' 'TF_CONFIG={"cluster": {"ps": ["127.0.0.1:1"]}}' --
 expect_bad 2 'keys are not taken from the command line' -- --cluster_spec "$spec" --job_name ps \
