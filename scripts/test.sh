@@ -12,6 +12,9 @@ cd build
 ctest --output-on-failure -j"$(nproc)" --timeout 600
 if [ "${DG_SKIP_VALGRIND:-0}" != 1 ]; then
     echo "== unit tests under valgrind memcheck, $(nproc) at a time"
+    # As CTest gives them: the source tree (data files: tests/tf_conformance/ tables).
+    DG_SOURCE_DIR=$(cd .. && pwd)
+    export DG_SOURCE_DIR
     vg_one() {   # vg_one TEST: runs it under memcheck, its exit status into TEST.valgrind.rc
         valgrind -q --suppressions=../tests/valgrind.supp --leak-check=full \
             --errors-for-leak-kinds=definite,indirect \
