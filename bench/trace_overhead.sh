@@ -18,8 +18,9 @@ build() {   # build SRC DIR
     cmake --build "$2" -j"$(nproc)" --target mnist_replica dg-launch >/dev/null
 }
 echo "trace_overhead: building $BASE and this tree (a few minutes)" >&2
+root=$PWD
 git worktree add -q --detach "$TMP/base" "$BASE"
-trap 'git worktree remove --force "$TMP/base" 2>/dev/null || true; bench_cleanup' EXIT
+trap 'git -C "$root" worktree remove --force "$TMP/base" 2>/dev/null || true; bench_cleanup' EXIT
 build "$TMP/base" "$TMP/base-build"
 build . "$TMP/new-build"
 run() {   # run NAME BIN [FLAGS...]: one training run, its JSON line
