@@ -34,7 +34,9 @@ typedef enum dg_trace_kind {
                             // it to the transport to when it arrived; name: the tensor, bytes
     DG_TRACE_MESSAGE = 3,   // a message between the master's task (peer) and task: name
                             // "RUN_GRAPH" (to the task) or "RUN_GRAPH answer" (back)
-    DG_TRACE_MASTER = 4,    // the master's own work on its task: "compile", "dispatch", "finish"
+    DG_TRACE_MASTER = 4,    // the master's (or a remote client's) own work: "check and compile",
+                            // "dispatch", "finish"; "RUN_STEP: prepare" on a client, "RUN_STEP:
+                            // read the request" and "tracing: merge the notes" on a remote master
     DG_TRACE_QUEUED = 5,    // a node was ready and waited for a thread to run it (name, op,
                             // device: the node's); on a busy machine, time spent waiting for a core
 } dg_trace_kind;

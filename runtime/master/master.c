@@ -700,10 +700,15 @@ static bool run_cluster_step(master_session *m, exec_graph *eg, const remote *re
     exec_step_options o = {w.step_id, w.rv, 0, notes};
     dg_status local = DG_STATUS_INIT;
     bool ok = exec_graph_run(eg, feed_values, fetched, &o, &local);
+    int64_t t_local = notes ? exec_trace_now_ns() : 0;
     if (!ok) abort_remotes(tp, remotes, n_remotes, w.step_id, &local);
     pthread_mutex_lock(&w.mu);
     while (w.remaining > 0) pthread_cond_wait(&w.cv, &w.mu);
-    int64_t t_done = notes ? exec_trace_now_ns() : 0;
+    // The step's work ended with the local partition or the last answer, whichever came
+    // later; from there to the end the master finishes (waking up included).
+    int64_t t_done = t_local;
+    for (int r = 0; notes && r < n_remotes; r++)
+        if (calls[r].answered_ns > t_done) t_done = calls[r].answered_ns;
     uint64_t timer = w.grace->timer;
     pthread_mutex_unlock(&w.mu);
     running_remove(m, w.step_id);
@@ -746,11 +751,12 @@ static bool run_cluster_step(master_session *m, exec_graph *eg, const remote *re
 bool master_session_run(master_session *m, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
                         const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_node *const *targets,
                         int n_targets, dg_step_trace *trace, dg_status *st) {
-    int64_t t0 = trace ? exec_trace_now_ns() : 0;
     pthread_mutex_lock(&m->mu);
     compiled *c = lookup_or_compile_locked(m, feeds, n_feeds, fetches, n_fetches, targets, n_targets, st);
     if (trace) {
-        dg_trace_event e = {.kind = DG_TRACE_MASTER, .name = "compile", .task = m->own_task, .start_ns = t0,
+        // From the step's start: the session's checks of the arguments, then the cache lookup.
+        dg_trace_event e = {.kind = DG_TRACE_MASTER, .name = "check and compile", .task = m->own_task,
+                            .start_ns = step_trace_origin(trace),
                             .end_ns = exec_trace_now_ns(), .thread = exec_trace_thread()};
         step_trace_add(trace, &e);
     }

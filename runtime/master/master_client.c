@@ -268,15 +268,21 @@ bool master_client_run(master_client *c, const dg_output *feeds, dg_tensor *cons
     dg_tensor **out = NULL;
     int n_out = 0;
     int64_t sent_ns = exec_trace_now_ns();
+    char client[64];
+    snprintf(client, sizeof client, "client (pid %d)", (int)getpid());
+    if (trace) {   // from the step's start: the arguments checked, the request and its feeds made
+        dg_trace_event e = {.kind = DG_TRACE_MASTER, .name = "RUN_STEP: prepare", .task = client,
+                            .start_ns = step_trace_origin(trace), .end_ns = sent_ns, .thread = exec_trace_thread()};
+        step_trace_add(trace, &e);
+    }
     bool called = rt_call_sync(c->tp, c->endpoint, h, sent, n_feeds, STEP_TIMEOUT_MS, &resp, &out, &n_out, st);
     if (called && trace && resp->blob) {
         // The master's trace, its clock put on ours (a bad one is reported, the step stands).
         // The step ended when the answer came; reading the notes is tracing's own cost.
         int64_t answered_ns = exec_trace_now_ns();
         step_trace_set_end(trace, answered_ns);
-        char master[300], client[64];
+        char master[300];
         snprintf(master, sizeof master, "%s", resp->from ? resp->from : c->endpoint);
-        snprintf(client, sizeof client, "client (pid %d)", (int)getpid());
         dg_status bad = DG_STATUS_INIT;
         if (!step_trace_add_remote(trace, resp->blob, resp->blob_len, master, client, "RUN_STEP", sent_ns,
                                    answered_ns, &bad))

@@ -68,6 +68,8 @@ void step_trace_set_end(dg_step_trace *tr, int64_t end_ns) { tr->end_ns = end_ns
 
 int64_t step_trace_end(const dg_step_trace *tr) { return tr->end_ns; }
 
+int64_t step_trace_origin(const dg_step_trace *tr) { return tr->origin_ns; }
+
 void step_trace_add_local(dg_step_trace *tr, const exec_trace *t, const char *task) {
     add_task(tr, task, 0, 0);
     const dg_trace_event *ev = exec_trace_events(t);
@@ -239,6 +241,7 @@ bool step_trace_add_remote(dg_step_trace *tr, const void *blob, size_t len, cons
         int64_t offset = ((recv - sent_ns) + (reply - answered_ns)) / 2;
         int64_t unc = ((answered_ns - sent_ns) - (reply - recv)) / 2;
         if (unc < 0) unc = 0;
+        add_task(tr, master_task, 0, 0);   // this side: on this clock
         add_task(tr, task, offset, unc);
         if (add_events(tr, ev, task, offset, &bad) && tasks) add_tasks(tr, tasks, offset, unc, &bad);
         if (!bad) {

@@ -20,6 +20,8 @@ void step_trace_add(dg_step_trace *tr, const dg_trace_event *e);
 void step_trace_set_end(dg_step_trace *tr, int64_t end_ns);
 // What step_trace_set_end said, or 0.
 int64_t step_trace_end(const dg_step_trace *tr);
+// When the step began (step_trace_new's origin_ns), on this clock.
+int64_t step_trace_origin(const dg_step_trace *tr);
 // This process's notes: events on this clock whose task is "" get task.
 void step_trace_add_local(dg_step_trace *tr, const exec_trace *t, const char *task);
 // A blob of notes (step_trace_encode) in the answer of task to the request named request

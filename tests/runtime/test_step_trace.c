@@ -198,8 +198,11 @@ static void test_notes_round_trip(void **state) {
     assert_true(step_trace_add_remote(t, blob, len, PS, WK, "RUN_GRAPH", 1000, 4200, st));
     assert_ok(st);
     step_trace_finish(t, 5000);
-    int64_t off = 0, unc = 0;
-    assert_string_equal(dg_step_trace_task(t, 0, &off, &unc), PS);
+    int64_t off = 1, unc = 1;
+    assert_string_equal(dg_step_trace_task(t, 0, &off, &unc), WK);   // the asking side: this clock
+    assert_int_equal(off, 0);
+    assert_int_equal(unc, 0);
+    assert_string_equal(dg_step_trace_task(t, 1, &off, &unc), PS);
     assert_int_equal(off, ((104000 - 1000) + (107000 - 4200)) / 2);   // 102900
     assert_int_equal(unc, ((4200 - 1000) - (107000 - 104000)) / 2);  // 100
     bool found = false;
