@@ -7,6 +7,10 @@
 
 #include "exec_impl.h"
 
+// Notes kept per step at most: a step's own nodes and transfers are far fewer, and a peer
+// sending values under a traced step's id must not grow them without bound.
+#define MAX_NOTES (1 << 20)
+
 struct exec_trace {
     pthread_mutex_t mu;
     dg_trace_event *ev;
@@ -58,7 +62,7 @@ void exec_trace_add(exec_trace *t, const dg_trace_event *e) {
     c.device = strdup(e->device ? e->device : "");
     c.peer = strdup(e->peer ? e->peer : "");
     pthread_mutex_lock(&t->mu);
-    if (c.name && c.op && c.task && c.device && c.peer && t->n == t->cap) {
+    if (c.name && c.op && c.task && c.device && c.peer && t->n == t->cap && t->n < MAX_NOTES) {
         int cap = t->cap ? 2 * t->cap : 64;
         dg_trace_event *nev = realloc(t->ev, (size_t)cap * sizeof *nev);
         if (nev) {
@@ -66,7 +70,7 @@ void exec_trace_add(exec_trace *t, const dg_trace_event *e) {
             t->cap = cap;
         }
     }
-    bool kept = c.name && c.op && c.task && c.device && c.peer && t->n < t->cap;
+    bool kept = c.name && c.op && c.task && c.device && c.peer && t->n < t->cap && t->n < MAX_NOTES;
     if (kept) t->ev[t->n++] = c;
     pthread_mutex_unlock(&t->mu);
     if (!kept) free_strings(&c);

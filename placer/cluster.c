@@ -442,46 +442,20 @@ int dg_cluster_total_tasks(const dg_cluster *c) {
 
 // ---- JSON output ----
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool failed;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->failed) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t ncap = b->cap ? b->cap * 2 : 256;
-        while (ncap < b->len + n + 1) ncap *= 2;
-        char *np = realloc(b->p, ncap);
-        if (!np) {
-            b->failed = true;
-            return;
-        }
-        b->p = np;
-        b->cap = ncap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
+static void sb_printf(placer_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(placer_buf *b, const char *fmt, ...) {
     char tmp[64];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    if (n > 0) sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+    if (n > 0) placer_buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
 // A JSON string as json.dumps writes it (ensure_ascii): short escapes for the usual controls,
 // \u00XX for the others and DEL, \uXXXX (surrogate pairs past U+FFFF) for non-ASCII.
-static void sb_json_string(sbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
+static void sb_json_string(placer_buf *b, const char *s) {
+    placer_buf_put(b, "\"", 1);
     const unsigned char *u = (const unsigned char *)s;
     while (*u) {
         unsigned char c = *u;
@@ -489,11 +463,11 @@ static void sb_json_string(sbuf *b, const char *s) {
             const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
                             : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
             if (esc)
-                sb_str(b, esc);
+                placer_buf_str(b, esc);
             else if (c < 0x20 || c == 0x7f)
                 sb_printf(b, "\\u%04x", c);
             else
-                sb_put(b, (const char *)u, 1);
+                placer_buf_put(b, (const char *)u, 1);
             u++;
             continue;
         }
@@ -509,30 +483,30 @@ static void sb_json_string(sbuf *b, const char *s) {
         }
         u += n;
     }
-    sb_put(b, "\"", 1);
+    placer_buf_put(b, "\"", 1);
 }
 
 char *dg_cluster_to_json(const dg_cluster *c) {
-    sbuf b = {0};
-    sb_str(&b, "{");
+    placer_buf b = {0};
+    placer_buf_str(&b, "{");
     for (int j = 0; c && j < c->n_jobs; j++) {
         const cl_job *job = &c->jobs[j];
-        if (j) sb_str(&b, ", ");
+        if (j) placer_buf_str(&b, ", ");
         sb_json_string(&b, job->name);
         // as_dict(): indices 0..n-1 as a list, any other set (none at all too) keyed by
         // index. (With negative indices TensorFlow's as_dict() folds them into its list or
         // fails; here every task is printed, keyed by its index.)
         bool dense = job->n_tasks > 0 && job->tasks[0].index == 0 &&
                      job->tasks[job->n_tasks - 1].index == job->n_tasks - 1;
-        sb_str(&b, dense ? ": [" : ": {");
+        placer_buf_str(&b, dense ? ": [" : ": {");
         for (int t = 0; t < job->n_tasks; t++) {
-            if (t) sb_str(&b, ", ");
+            if (t) placer_buf_str(&b, ", ");
             if (!dense) sb_printf(&b, "\"%d\": ", job->tasks[t].index);
             sb_json_string(&b, job->tasks[t].addr);
         }
-        sb_str(&b, dense ? "]" : "}");
+        placer_buf_str(&b, dense ? "]" : "}");
     }
-    sb_str(&b, "}");
+    placer_buf_str(&b, "}");
     if (b.failed) {
         free(b.p);
         return NULL;
@@ -796,7 +770,7 @@ char *dg_cluster_to_spec_string(const dg_cluster *c, dg_status *st) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "cluster spec string: the cluster has no jobs");
         return NULL;
     }
-    sbuf b = {0};
+    placer_buf b = {0};
     for (int j = 0; j < c->n_jobs; j++) {
         const cl_job *job = &c->jobs[j];
         const char *why = NULL;
@@ -814,12 +788,12 @@ char *dg_cluster_to_spec_string(const dg_cluster *c, dg_status *st) {
             dg_status_setf(st, DG_INVALID_ARGUMENT, "cluster spec string: job \"%s\" %s", job->name, why);
             return NULL;
         }
-        if (j) sb_str(&b, ",");
-        sb_str(&b, job->name);
-        sb_str(&b, "|");
+        if (j) placer_buf_str(&b, ",");
+        placer_buf_str(&b, job->name);
+        placer_buf_str(&b, "|");
         for (int t = 0; t < job->n_tasks; t++) {
-            if (t) sb_str(&b, ";");
-            sb_str(&b, job->tasks[t].addr);
+            if (t) placer_buf_str(&b, ";");
+            placer_buf_str(&b, job->tasks[t].addr);
         }
     }
     if (b.failed) {

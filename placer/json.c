@@ -855,13 +855,7 @@ void placer_py_float_repr(double x, char *buf, size_t cap) {
     snprintf(buf, cap, "%s", out);
 }
 
-typedef struct pybuf {
-    char *p;
-    size_t len, cap;
-    bool failed;
-} pybuf;
-
-static void pb_put(pybuf *b, const char *s, size_t n) {
+void placer_buf_put(placer_buf *b, const char *s, size_t n) {
     if (b->failed) return;
     if (b->len + n + 1 > b->cap) {
         size_t ncap = b->cap ? b->cap * 2 : 64;
@@ -879,7 +873,7 @@ static void pb_put(pybuf *b, const char *s, size_t n) {
     b->p[b->len] = '\0';
 }
 
-static void pb_str(pybuf *b, const char *s) { pb_put(b, s, strlen(s)); }
+void placer_buf_str(placer_buf *b, const char *s) { placer_buf_put(b, s, strlen(s)); }
 
 // Python's str.isprintable(), except that unassigned code points count as printable (they
 // would need Unicode's full tables; Python escapes them).
@@ -898,10 +892,10 @@ static bool py_printable(uint32_t cp) {
     return true;
 }
 
-static void py_repr_str(pybuf *b, const char *s, size_t len) {
+static void py_repr_str(placer_buf *b, const char *s, size_t len) {
     bool has_single = memchr(s, '\'', len) != NULL, has_double = memchr(s, '"', len) != NULL;
     char quote = has_single && !has_double ? '"' : '\'';
-    pb_put(b, &quote, 1);
+    placer_buf_put(b, &quote, 1);
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < len;) {
         size_t k;
@@ -910,68 +904,68 @@ static void py_repr_str(pybuf *b, const char *s, size_t len) {
         if (cp == (uint32_t)quote || cp == '\\') {
             esc[0] = '\\';
             esc[1] = (char)cp;
-            pb_put(b, esc, 2);
+            placer_buf_put(b, esc, 2);
         } else if (cp == '\t' || cp == '\n' || cp == '\r') {
             esc[0] = '\\';
             esc[1] = cp == '\t' ? 't' : cp == '\n' ? 'n' : 'r';
-            pb_put(b, esc, 2);
+            placer_buf_put(b, esc, 2);
         } else if (cp < 0x20 || cp == 0x7f) {
             snprintf(esc, sizeof esc, "\\x%02x", cp);
-            pb_str(b, esc);
+            placer_buf_str(b, esc);
         } else if (cp < 0x7f || py_printable(cp)) {
-            pb_put(b, s + i, k);
+            placer_buf_put(b, s + i, k);
         } else {
             snprintf(esc, sizeof esc, cp <= 0xff ? "\\x%02x" : cp <= 0xffff ? "\\u%04x" : "\\U%08x", cp);
-            pb_str(b, esc);
+            placer_buf_str(b, esc);
         }
         i += k;
     }
-    pb_put(b, &quote, 1);
+    placer_buf_put(b, &quote, 1);
 }
 
-static void py_format(pybuf *b, const placer_json *v, bool repr) {
+static void py_format(placer_buf *b, const placer_json *v, bool repr) {
     char num[40];
     switch (v->kind) {
-    case PLACER_JSON_NULL: pb_str(b, "None"); return;
-    case PLACER_JSON_BOOL: pb_str(b, v->boolean ? "True" : "False"); return;
+    case PLACER_JSON_NULL: placer_buf_str(b, "None"); return;
+    case PLACER_JSON_BOOL: placer_buf_str(b, v->boolean ? "True" : "False"); return;
     case PLACER_JSON_NUMBER:
         if (v->is_float) {
             placer_py_float_repr(v->number, num, sizeof num);
-            pb_str(b, num);
+            placer_buf_str(b, num);
         } else {
-            pb_str(b, strcmp(v->str, "-0") == 0 ? "0" : v->str);   // json.loads reads -0 as 0
+            placer_buf_str(b, strcmp(v->str, "-0") == 0 ? "0" : v->str);   // json.loads reads -0 as 0
         }
         return;
     case PLACER_JSON_STRING:
         if (repr)
             py_repr_str(b, v->str, v->str_len);
         else
-            pb_put(b, v->str, v->str_len);
+            placer_buf_put(b, v->str, v->str_len);
         return;
     case PLACER_JSON_ARRAY:
-        pb_str(b, "[");
+        placer_buf_str(b, "[");
         for (size_t i = 0; i < v->n; i++) {
-            if (i) pb_str(b, ", ");
+            if (i) placer_buf_str(b, ", ");
             py_format(b, v->items[i], true);
         }
-        pb_str(b, "]");
+        placer_buf_str(b, "]");
         return;
     case PLACER_JSON_OBJECT:
-        pb_str(b, "{");
+        placer_buf_str(b, "{");
         for (size_t i = 0; i < v->n; i++) {
-            if (i) pb_str(b, ", ");
+            if (i) placer_buf_str(b, ", ");
             py_repr_str(b, v->members[i].key, v->members[i].key_len);
-            pb_str(b, ": ");
+            placer_buf_str(b, ": ");
             py_format(b, v->members[i].value, true);
         }
-        pb_str(b, "}");
+        placer_buf_str(b, "}");
         return;
     }
 }
 
 char *placer_json_py_str(const placer_json *v) {
-    pybuf b = {0};
-    pb_put(&b, "", 0);
+    placer_buf b = {0};
+    placer_buf_put(&b, "", 0);
     py_format(&b, v, false);
     if (b.failed) {
         free(b.p);

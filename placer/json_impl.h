@@ -24,6 +24,16 @@
 
 #define PLACER_JSON_MAX_DEPTH 64
 
+// A growing NUL-terminated string (p; len bytes). Out of memory sets failed and drops the
+// rest. Start it zeroed; free(p) when done.
+typedef struct placer_buf {
+    char *p;
+    size_t len, cap;
+    bool failed;
+} placer_buf;
+void placer_buf_put(placer_buf *b, const char *s, size_t n);
+void placer_buf_str(placer_buf *b, const char *s);
+
 typedef enum placer_json_kind {
     PLACER_JSON_NULL,
     PLACER_JSON_BOOL,

@@ -26,7 +26,7 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
 #define store16(p, v) (*(v16u *)(p) = (v))
 #define add16(p, v) (*(v16u *)(p) += (v))
 
-bool cpu_conv_direct_applies(const graph_conv_geom *g, int64_t oc) {
+static bool cpu_conv_direct_applies(const graph_conv_geom *g, int64_t oc) {
     return g->sh == 1 && g->sw == 1 && oc % 16 == 0 && oc > 0 && g->c > 0 && g->kh > 0 && g->kw > 0 &&
            g->n > 0 && g->oh > 0 && g->ow > 0;
 }

@@ -268,9 +268,9 @@ bool master_client_run(master_client *c, const dg_output *feeds, dg_tensor *cons
     dg_tensor **out = NULL;
     int n_out = 0;
     int64_t sent_ns = exec_trace_now_ns();
-    char client[64];
-    snprintf(client, sizeof client, "client (pid %d)", (int)getpid());
+    char client[64] = "";
     if (trace) {   // from the step's start: the arguments checked, the request and its feeds made
+        snprintf(client, sizeof client, "client (pid %d)", (int)getpid());
         dg_trace_event e = {.kind = DG_TRACE_MASTER, .name = "RUN_STEP: prepare", .task = client,
                             .start_ns = step_trace_origin(trace), .end_ns = sent_ns, .thread = exec_trace_thread()};
         step_trace_add(trace, &e);

@@ -26,7 +26,7 @@ static double now_s(void) {
 }
 
 
-static dg_session_hook *new_hook(const char *name, void *ctx, void (*free_ctx)(void *), dg_status *st) {
+dg_session_hook *training_new_hook(const char *name, void *ctx, void (*free_ctx)(void *), dg_status *st) {
     dg_session_hook *h = calloc(1, sizeof *h);
     if (!h) {
         if (free_ctx) free_ctx(ctx);
@@ -116,7 +116,7 @@ dg_session_hook *dg_stop_at_step_hook_new(int64_t num_steps, int64_t last_step, 
     }
     c->num_steps = num_steps;
     c->last_step = last_step;
-    dg_session_hook *h = new_hook("stop_at_step", c, free, st);
+    dg_session_hook *h = training_new_hook("stop_at_step", c, free, st);
     if (!h) return NULL;
     h->begin = stop_begin;
     h->after_create_session = stop_after_create;
@@ -238,7 +238,7 @@ dg_session_hook *dg_checkpoint_saver_hook_new(const char *path, int64_t save_ste
     c->max_to_keep = max_to_keep;
     c->last_saved_step = -1;
     c->out = out;
-    dg_session_hook *h = new_hook("checkpoint_saver", c, ckpt_free, st);
+    dg_session_hook *h = training_new_hook("checkpoint_saver", c, ckpt_free, st);
     if (!h) return NULL;
     h->begin = ckpt_begin;
     h->after_create_session = ckpt_after_create;
@@ -307,7 +307,7 @@ dg_session_hook *dg_step_counter_hook_new(int64_t every_n_steps, FILE *out, dg_s
     c->every = every_n_steps;
     c->out = out;
     c->last_step = -1;
-    dg_session_hook *h = new_hook("step_counter", c, free, st);
+    dg_session_hook *h = training_new_hook("step_counter", c, free, st);
     if (!h) return NULL;
     h->begin = counter_begin;
     h->after_create_session = counter_after_create;
@@ -390,7 +390,7 @@ dg_session_hook *dg_logging_tensor_hook_new(const dg_output *tensors, int n, int
     c->n = n;
     c->every = every_n_iter;
     c->out = out;
-    dg_session_hook *h = new_hook("logging_tensor", c, log_free, st);
+    dg_session_hook *h = training_new_hook("logging_tensor", c, log_free, st);
     if (!h) return NULL;
     h->before_run = log_before_run;
     h->after_run = log_after_run;
@@ -444,7 +444,7 @@ dg_session_hook *dg_nan_guard_hook_new(dg_output loss, bool fail_on_nan, dg_stat
     }
     c->loss = loss;
     c->fail = fail_on_nan;
-    dg_session_hook *h = new_hook("nan_guard", c, free, st);
+    dg_session_hook *h = training_new_hook("nan_guard", c, free, st);
     if (!h) return NULL;
     h->before_run = nan_before_run;
     h->after_run = nan_after_run;
@@ -677,7 +677,7 @@ static dg_session_hook *summary_hook_new(bool tensorboard, const char *path, int
         summary_free(c);
         return NULL;
     }
-    dg_session_hook *h = new_hook(tensorboard ? "tensorboard" : "summary_saver", c, summary_free, st);
+    dg_session_hook *h = training_new_hook(tensorboard ? "tensorboard" : "summary_saver", c, summary_free, st);
     if (!h) return NULL;
     h->begin = summary_begin;
     h->after_create_session = summary_after_create;
@@ -754,7 +754,7 @@ dg_session_hook *dg_final_ops_hook_new(const dg_output *fetches, int n_fetches, 
     if (n_targets) memcpy(c->targets, targets, (size_t)n_targets * sizeof *targets);
     c->n_fetches = n_fetches;
     c->n_targets = n_targets;
-    dg_session_hook *h = new_hook("final_ops", c, final_free, st);
+    dg_session_hook *h = training_new_hook("final_ops", c, final_free, st);
     if (!h) return NULL;
     h->end = final_end;
     return h;

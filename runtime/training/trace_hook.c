@@ -56,17 +56,17 @@ dg_session_hook *dg_trace_hook_new(int64_t at_run, const char *path, FILE *out, 
         return NULL;
     }
     trace_hook *c = calloc(1, sizeof *c);
-    dg_session_hook *h = calloc(1, sizeof *h);
     char *copy = strdup(path);
-    if (!c || !h || !copy) {
+    if (!c || !copy) {
         free(c);
-        free(h);
         free(copy);
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "trace hook: out of memory");
         return NULL;
     }
     *c = (trace_hook){.at_run = at_run, .path = copy, .out = out};
-    *h = (dg_session_hook){.name = "trace", .ctx = c, .before_run = trace_before_run,
-                           .after_run = trace_after_run, .free_ctx = trace_free};
+    dg_session_hook *h = training_new_hook("trace", c, trace_free, st);
+    if (!h) return NULL;
+    h->before_run = trace_before_run;
+    h->after_run = trace_after_run;
     return h;
 }

@@ -5,7 +5,12 @@
 #include <stdbool.h>
 #include <time.h>
 
+#include "distgraph/monitored_session.h"
 #include "distgraph/status.h"
+
+// A hook named name around ctx, its callbacks for the caller to set. Out of memory:
+// RESOURCE_EXHAUSTED, free_ctx(ctx) called, NULL. Returns: new, free with dg_session_hook_free().
+dg_session_hook *training_new_hook(const char *name, void *ctx, void (*free_ctx)(void *), dg_status *st);
 
 // Makes directory dir and its missing parents (mkdir -p), or checks that it is a directory this
 // user can write to. Errors name "<what> \"<name>\"" and the directory: PERMISSION_DENIED or
