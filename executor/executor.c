@@ -41,6 +41,7 @@ struct exec_graph {
     bool light;         // no expensive (or blocking) kernel
     exec_env env;
     char *device;       // owned copy of env.device
+    exec_fused fused;   // the node list run, with the fused nodes it owns
     _Atomic(exec_step *) idle;   // one cached step state
 };
 
@@ -136,6 +137,7 @@ void exec_graph_free(exec_graph **egp) {
     exec_graph *eg = *egp;
     step_free(atomic_exchange(&eg->idle, NULL));
     if (eg->nodes) free_nodes(eg);
+    exec_fused_free(&eg->fused);
     free(eg->nodes);
     free(eg->input_slots);
     free(eg->succ);
@@ -165,7 +167,6 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
     eg->device = strdup(env->device ? env->device : "");
     eg->env.device = eg->device;
     eg->pool = exec_pool_size(pool) > 0 ? pool : NULL;
-    eg->n = n_nodes;
     eg->n_feeds = n_feeds;
     eg->n_fetches = n_fetches;
     char dev_type[DG_DEVICE_TYPE_MAX] = DG_DEVICE_TYPE_CPU;
@@ -176,6 +177,14 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
             snprintf(dev_type, sizeof dev_type, "%s", dn.type);
         status_impl_clear(&tmp);
     }
+    if (!eg->device || !exec_fuse(nodes, n_nodes, feeds, n_feeds, fetches, n_fetches, dev_type, &eg->fused)) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "executor: out of memory");
+        exec_graph_free(&eg);
+        return NULL;
+    }
+    nodes = eg->fused.nodes;
+    n_nodes = eg->fused.n;
+    eg->n = n_nodes;
     int total_in = 0, total_out = 0;
     for (int i = 0; i < n_nodes; i++) {
         total_in += nodes[i]->n_inputs;
@@ -195,6 +204,9 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
         goto fail;
     }
     for (int i = 0; i < n_nodes; i++) ptrmap_put(&index, nodes[i], i);
+    // Readers of a fused chain's last node read the node standing for the chain.
+    for (int m = 0; m < eg->fused.n_made; m++)
+        ptrmap_put(&index, eg->fused.stands_for[m], ptrmap_get(&index, eg->fused.made[m]));
     eg->feed_base = total_out;
     eg->n_values = total_out + n_feeds;
     int in_off = 0, out_off = 0;

@@ -10,6 +10,7 @@
  * gradient vector loaded is used for a block of fused multiply-adds with broadcast inputs.
  * cpu_conv_direct_*_f32 return false when they do not apply; the caller uses im2col then. */
 #include <float.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,8 +18,8 @@
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
-
-#define PIX_BLOCK 7
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef int32_t v16iu __attribute__((vector_size(64), aligned(4)));
 
 // Unaligned loads and stores (macros: a function passing vectors by value would change the
 // calling convention between the clones).
@@ -31,84 +32,158 @@ static bool cpu_conv_direct_applies(const graph_conv_geom *g, int64_t oc) {
            g->n > 0 && g->oh > 0 && g->ow > 0;
 }
 
-// x [n, h, w, c] into xp [n, hp, wp, c] with zeros around: pt rows above, pl columns left.
-static float *pad_input(const float *x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t pt, int64_t pl,
-                        int64_t hp, int64_t wp) {
-    float *xp = calloc((size_t)(n * hp * wp * c) + 16, sizeof *xp);
-    if (!xp) return NULL;
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t y = 0; y < h; y++) {
-            int64_t py = y + pt;
-            if (py < 0 || py >= hp) continue;
-            int64_t x0 = 0, x1 = w;   // columns that land inside the padded row
-            if (pl < 0) x0 = -pl;
-            if (x1 + pl > wp) x1 = wp - pl;
-            if (x1 > x0)
-                memcpy(xp + ((b * hp + py) * wp + x0 + pl) * c, x + ((b * h + y) * w + x0) * c,
-                       (size_t)((x1 - x0) * c) * sizeof *x);
+// Scratch for the padded copies, kept between calls since a step runs the same shapes again
+// (a fresh multi-megabyte allocation costs its page faults every time): a few slots, each
+// taken and given back without a lock; a call that finds none allocates. A buffer is laid
+// out as its capacity in floats, then the floats from SCRATCH_HEAD on. Buffers above
+// SCRATCH_KEEP_MAX are freed after use rather than kept.
+#define SCRATCH_SLOTS 8
+#define SCRATCH_HEAD 16
+#define SCRATCH_KEEP_MAX ((size_t)64 << 20)
+static _Atomic(float *) scratch_slot[SCRATCH_SLOTS];
+
+static size_t scratch_cap(const float *b) {
+    size_t cap;
+    memcpy(&cap, b, sizeof cap);
+    return cap;
+}
+
+static float *scratch_take(size_t n) {
+    for (int i = 0; i < SCRATCH_SLOTS; i++) {
+        float *b = atomic_exchange(&scratch_slot[i], NULL);
+        if (!b) continue;
+        if (scratch_cap(b) >= n) return b + SCRATCH_HEAD;
+        free(b);
+        break;
+    }
+    float *b = malloc((n + SCRATCH_HEAD) * sizeof *b);
+    if (!b) return NULL;
+    memcpy(b, &n, sizeof n);
+    return b + SCRATCH_HEAD;
+}
+
+static void scratch_give(float *p) {
+    if (!p) return;
+    float *b = p - SCRATCH_HEAD;
+    if (scratch_cap(b) * sizeof *b <= SCRATCH_KEEP_MAX)
+        for (int i = 0; i < SCRATCH_SLOTS; i++) {
+            float *none = NULL;
+            if (atomic_compare_exchange_strong(&scratch_slot[i], &none, b)) return;
         }
+    free(b);
+}
+
+// x [n, h, w, c] into xp [n, hp, wp, c] (scratch) with zeros around: pt rows above, pl columns
+// left (negative: rows or columns of x cut off). *rlo, *rhi: the padded rows that hold rows of x;
+// *clo, *chi: the padded columns that do.
+static float *pad_input(const float *x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t pt, int64_t pl,
+                        int64_t hp, int64_t wp, int64_t *rlo, int64_t *rhi, int64_t *clo, int64_t *chi) {
+    float *xp = scratch_take((size_t)(n * hp * wp * c) + 16);
+    if (!xp) return NULL;
+    int64_t x0 = pl < 0 ? -pl : 0, x1 = w + pl > wp ? wp - pl : w;   // columns of x inside a padded row
+    if (x1 < x0) x1 = x0;
+    *clo = x0 + pl;
+    *chi = x1 + pl;
+    *rlo = pt < 0 ? 0 : pt > hp ? hp : pt;
+    *rhi = pt + h > hp ? hp : pt + h < *rlo ? *rlo : pt + h;
+    const size_t row = (size_t)(wp * c);
+    for (int64_t b = 0; b < n; b++) {
+        float *img = xp + (size_t)(b * hp) * row;
+        memset(img, 0, (size_t)*rlo * row * sizeof *xp);
+        for (int64_t py = *rlo; py < *rhi; py++) {
+            float *r = img + (size_t)py * row;
+            memset(r, 0, (size_t)((x0 + pl) * c) * sizeof *r);
+            memcpy(r + (x0 + pl) * c, x + ((b * h + py - pt) * w + x0) * c, (size_t)((x1 - x0) * c) * sizeof *x);
+            memset(r + (x1 + pl) * c, 0, (size_t)((wp - x1 - pl) * c) * sizeof *r);
+        }
+        memset(img + (size_t)*rhi * row, 0, (size_t)(hp - *rhi) * row * sizeof *xp);
+    }
+    memset(xp + (size_t)(n * hp) * row, 0, 16 * sizeof *xp);
     return xp;
 }
 
-// One row of output pixels [ox0, ox0 + P) of 16 * J channels from oc0: acc over kh window
-// rows of kq = kw * c contiguous inputs each. xr: the padded input at (row oy, column ox0),
-// wp * c floats per padded row; f: the filter [kh][kq][oc].
-#define DEFINE_FWD_BLOCK(P, J)                                                                      \
-    static inline __attribute__((always_inline)) void fwd_block_##P##_##J(const float *xr, int64_t row, int64_t c, int64_t kh, int64_t kq, \
-                                           const float *f, int64_t oc, int64_t oc0, float *y) {     \
-        v16 acc[P][J];                                                                              \
-        _Pragma("GCC unroll 16") for (int p = 0; p < P; p++)                                                                 \
-            _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) acc[p][j] = (v16){0};                                       \
-        for (int64_t ky = 0; ky < kh; ky++) {                                                       \
-            const float *xk = xr + ky * row, *fk = f + ky * kq * oc + oc0;                          \
-            for (int64_t q = 0; q < kq; q++) {                                                      \
-                v16 fv[J];                                                                          \
-                _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) fv[j] = load16(fk + q * oc + 16 * j);                   \
-                _Pragma("GCC unroll 16") for (int p = 0; p < P; p++) {                                                       \
-                    float xv = xk[p * c + q];                                                       \
-                    _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) acc[p][j] += xv * fv[j];                            \
-                }                                                                                   \
-            }                                                                                       \
-        }                                                                                           \
-        _Pragma("GCC unroll 16") for (int p = 0; p < P; p++)                                                                 \
-            _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) store16(y + p * oc + oc0 + 16 * j, acc[p][j]);              \
+// One row of output pixels [ox0, ox0 + P) of 16 * J channels from oc0: acc over window rows
+// [ky0, ky1), each of the window entries [q0, q1) of kq = kw * c contiguous inputs (the others
+// read padding only). xr: the padded input at (row oy, column ox0), row floats per padded row;
+// f: the filter [kh][kq][oc]. ep (may be NULL): applied before the store.
+#define DEFINE_FWD_BLOCK(P, J)                                                                    \
+    static inline __attribute__((always_inline)) void fwd_block_##P##_##J(                        \
+        const float *xr, int64_t row, int64_t c, int64_t ky0, int64_t ky1, int64_t q0, int64_t q1, \
+        int64_t kq, const float *f, int64_t oc, int64_t oc0, const cpu_conv_epilogue *ep, float *y) { \
+        v16 acc[P][J];                                                                            \
+        _Pragma("GCC unroll 16") for (int p = 0; p < P; p++)                                      \
+        _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) acc[p][j] = (v16){0};                 \
+        for (int64_t ky = ky0; ky < ky1; ky++) {                                                  \
+            const float *xk = xr + ky * row, *fk = f + ky * kq * oc + oc0;                        \
+            for (int64_t q = q0; q < q1; q++) {                                                   \
+                v16 fv[J];                                                                        \
+                _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) fv[j] = load16(fk + q * oc + 16 * j); \
+                _Pragma("GCC unroll 16") for (int p = 0; p < P; p++) {                            \
+                    float xv = xk[p * c + q];                                                     \
+                    _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) acc[p][j] += xv * fv[j];  \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+        if (ep) {                                                                                 \
+            v16 bv[J];                                                                            \
+            _Pragma("GCC unroll 4") for (int j = 0; j < J; j++)                                   \
+                bv[j] = ep->bias ? load16(ep->bias + oc0 + 16 * j) : (v16){0};                    \
+            _Pragma("GCC unroll 16") for (int p = 0; p < P; p++)                                  \
+            _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) {                                 \
+                v16 v = acc[p][j] + bv[j];                                                        \
+                acc[p][j] = ep->relu ? (v16)((v16i)v & (v > 0)) : v;                              \
+            }                                                                                     \
+        }                                                                                         \
+        _Pragma("GCC unroll 16") for (int p = 0; p < P; p++)                                      \
+        _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) store16(y + p * oc + oc0 + 16 * j, acc[p][j]); \
     }
-DEFINE_FWD_BLOCK(7, 2)   // PIX_BLOCK
+DEFINE_FWD_BLOCK(7, 2)
 DEFINE_FWD_BLOCK(7, 1)
 DEFINE_FWD_BLOCK(1, 2)
 DEFINE_FWD_BLOCK(1, 1)
 
-// y [n, oh, ow, oc] from the padded input xp [n, hp, wp, c] and filter f [kh][kw][c][oc].
-CPU_CLONES static void fwd_padded(const float *xp, int64_t n, int64_t hp, int64_t wp, int64_t c, const float *f,
-                                  int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t oc, float *y) {
+// P output pixels from ox, all channels, window columns [kx0, kx1).
+#define FWD_PIXELS(P, kx0, kx1)                                                                   \
+    do {                                                                                          \
+        int64_t oc0 = 0, q0_ = (kx0) * c, q1_ = (kx1) > (kx0) ? (kx1) * c : q0_;                   \
+        for (; oc0 + 32 <= oc; oc0 += 32)                                                         \
+            fwd_block_##P##_2(xr + ox * c, row, c, ky0, ky1, q0_, q1_, kq, f, oc, oc0, ep, yr + ox * oc); \
+        if (oc0 < oc) fwd_block_##P##_1(xr + ox * c, row, c, ky0, ky1, q0_, q1_, kq, f, oc, oc0, ep, yr + ox * oc); \
+    } while (0)
+
+// y [n, oh, ow, oc] from the padded input xp [n, hp, wp, c] and filter f [kh][kw][c][oc]. Rows of
+// xp outside [rlo, rhi) and columns outside [clo, chi) are padding: a block skips the window
+// rows and columns where all its pixels read padding only. (Smaller blocks at the edges would
+// skip more but run slower: fewer independent sums than the multiply-add latency needs.)
+CPU_CLONES static void fwd_padded(const float *xp, int64_t n, int64_t hp, int64_t wp, int64_t c, int64_t rlo,
+                                  int64_t rhi, int64_t clo, int64_t chi, const float *f, int64_t kh, int64_t kw,
+                                  int64_t oh, int64_t ow, int64_t oc, const cpu_conv_epilogue *ep, float *y) {
     const int64_t kq = kw * c, row = wp * c;
+#define KX0(last) (clo - (last) > 0 ? clo - (last) : 0)
+#define KX1(first) (chi - (first) < kw ? chi - (first) : kw)
     for (int64_t b = 0; b < n; b++)
         for (int64_t oy = 0; oy < oh; oy++) {
             const float *xr = xp + (b * hp + oy) * row;
             float *yr = y + (b * oh + oy) * ow * oc;
+            int64_t ky0 = rlo - oy > 0 ? rlo - oy : 0, ky1 = rhi - oy < kh ? rhi - oy : kh;
+            if (ky1 < ky0) ky1 = ky0;
             int64_t ox = 0;
-            for (; ox + PIX_BLOCK <= ow; ox += PIX_BLOCK) {
-                int64_t oc0 = 0;
-                for (; oc0 + 32 <= oc; oc0 += 32)
-                    fwd_block_7_2(xr + ox * c, row, c, kh, kq, f, oc, oc0, yr + ox * oc);
-                if (oc0 < oc) fwd_block_7_1(xr + ox * c, row, c, kh, kq, f, oc, oc0, yr + ox * oc);
-            }
-            for (; ox < ow; ox++) {
-                int64_t oc0 = 0;
-                for (; oc0 + 32 <= oc; oc0 += 32) fwd_block_1_2(xr + ox * c, row, c, kh, kq, f, oc, oc0, yr + ox * oc);
-                if (oc0 < oc) fwd_block_1_1(xr + ox * c, row, c, kh, kq, f, oc, oc0, yr + ox * oc);
-            }
+            for (; ox + 7 <= ow; ox += 7) FWD_PIXELS(7, KX0(ox + 6), KX1(ox));
+            for (; ox < ow; ox++) FWD_PIXELS(1, KX0(ox), KX1(ox));
         }
+#undef KX0
+#undef KX1
 }
 
-bool cpu_conv_direct_fwd_f32(const graph_conv_geom *g, const float *x, const float *f, float *y) {
+bool cpu_conv_direct_fwd_f32(const graph_conv_geom *g, const float *x, const float *f, const cpu_conv_epilogue *ep,
+                             float *y) {
     if (!cpu_conv_direct_applies(g, g->oc)) return false;
     // Padded so that every window of every output position lies inside.
-    int64_t hp = g->oh + g->kh - 1, wp = g->ow + g->kw - 1;
-    float *xp = pad_input(x, g->n, g->h, g->w, g->c, g->pad_top, g->pad_left, hp, wp);
+    int64_t hp = g->oh + g->kh - 1, wp = g->ow + g->kw - 1, rlo, rhi, clo, chi;
+    float *xp = pad_input(x, g->n, g->h, g->w, g->c, g->pad_top, g->pad_left, hp, wp, &rlo, &rhi, &clo, &chi);
     if (!xp) return false;
-    fwd_padded(xp, g->n, hp, wp, g->c, f, g->kh, g->kw, g->oh, g->ow, g->oc, y);
-    free(xp);
+    fwd_padded(xp, g->n, hp, wp, g->c, rlo, rhi, clo, chi, f, g->kh, g->kw, g->oh, g->ow, g->oc, ep, y);
+    scratch_give(xp);
     return true;
 }
 
@@ -126,36 +201,37 @@ bool cpu_conv_direct_bp_input_f32(const graph_conv_geom *g, const float *f, cons
                     fr[((ky * kw + kx) * oc + o) * c + i] = f[(((kh - 1 - ky) * kw + (kw - 1 - kx)) * c + i) * oc + o];
     // dy padded so that input position (iy, ix) reads dy rows iy + pt - (kh - 1) .. iy + pt.
     int64_t pt = kh - 1 - g->pad_top, pl = kw - 1 - g->pad_left;
-    int64_t hp = g->h + kh - 1, wp = g->w + kw - 1;
-    float *dyp = pad_input(dy, g->n, g->oh, g->ow, oc, pt, pl, hp, wp);
+    int64_t hp = g->h + kh - 1, wp = g->w + kw - 1, rlo, rhi, clo, chi;
+    float *dyp = pad_input(dy, g->n, g->oh, g->ow, oc, pt, pl, hp, wp, &rlo, &rhi, &clo, &chi);
     if (!dyp) {
         free(fr);
         return false;
     }
-    fwd_padded(dyp, g->n, hp, wp, oc, fr, kh, kw, g->h, g->w, c, dx);
-    free(dyp);
+    fwd_padded(dyp, g->n, hp, wp, oc, rlo, rhi, clo, chi, fr, kh, kw, g->h, g->w, c, NULL, dx);
+    scratch_give(dyp);
     free(fr);
     return true;
 }
 
 // The filter gradient of one window row ky over the positions of one image: df[ky] [kq][oc]
 // += sum over positions of the window row (kq contiguous inputs) times dy's oc values, for
-// window entries [q0, q0 + Q) and channels [oc0, oc0 + 16 J). S streams of accumulators take
+// window entries [q0, q0 + Q) and channels [oc0, oc0 + 16 J), over the output rows [oy0, oy1)
+// and columns [ox0, ox1) (the others read padding only). S streams of accumulators take
 // S neighbouring positions, so that small blocks still have enough independent sums to keep
 // the multiply-add units busy.
 #define DEFINE_BPF_BLOCK(Q, J, S)                                                                 \
     static inline __attribute__((always_inline)) void bpf_block_##Q##_##J(                        \
-        const float *xr, int64_t row, int64_t c, int64_t oh, int64_t ow, const float *dy, int64_t oc, \
-        int64_t oc0, int64_t q0, float *dfk) {                                                     \
+        const float *xr, int64_t row, int64_t c, int64_t oy0, int64_t oy1, int64_t ox0, int64_t ox1, \
+        int64_t ow, const float *dy, int64_t oc, int64_t oc0, int64_t q0, float *dfk) {           \
         v16 acc[S][Q][J];                                                                         \
         _Pragma("GCC unroll 8") for (int s = 0; s < S; s++)                                       \
         _Pragma("GCC unroll 8") for (int q = 0; q < Q; q++)                                       \
         _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) acc[s][q][j] = (v16){0};              \
-        for (int64_t oy = 0; oy < oh; oy++) {                                                     \
-            const float *xs = xr + oy * row + q0;                                                 \
-            const float *d = dy + oy * ow * oc + oc0;                                             \
-            int64_t ox = 0;                                                                       \
-            for (; ox + S <= ow; ox += S, xs += S * c, d += S * oc) {                             \
+        for (int64_t oy = oy0; oy < oy1; oy++) {                                                   \
+            const float *xs = xr + oy * row + q0 + ox0 * c;                                       \
+            const float *d = dy + (oy * ow + ox0) * oc + oc0;                                     \
+            int64_t ox = ox0;                                                                     \
+            for (; ox + S <= ox1; ox += S, xs += S * c, d += S * oc) {                            \
                 _Pragma("GCC unroll 8") for (int s = 0; s < S; s++) {                             \
                     v16 dv[J];                                                                    \
                     _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) dv[j] = load16(d + s * oc + 16 * j); \
@@ -163,7 +239,7 @@ bool cpu_conv_direct_bp_input_f32(const graph_conv_geom *g, const float *f, cons
                     _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) acc[s][q][j] += xs[s * c + q] * dv[j]; \
                 }                                                                                 \
             }                                                                                     \
-            for (; ox < ow; ox++, xs += c, d += oc) {                                             \
+            for (; ox < ox1; ox++, xs += c, d += oc) {                                            \
                 v16 dv[J];                                                                        \
                 _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) dv[j] = load16(d + 16 * j);   \
                 _Pragma("GCC unroll 8") for (int q = 0; q < Q; q++)                               \
@@ -185,19 +261,30 @@ DEFINE_BPF_BLOCK(4, 1, 4)
 DEFINE_BPF_BLOCK(2, 1, 8)
 DEFINE_BPF_BLOCK(1, 1, 8)
 
-#define BPF_CHANNELS(J)                                                                     \
-    do {                                                                                    \
-        int64_t q0 = 0;                                                                     \
-        for (; q0 + 8 <= kq; q0 += 8) bpf_block_8_##J(xr, row, c, oh, ow, d, oc, oc0, q0, dfk); \
-        if (q0 + 4 <= kq) { bpf_block_4_##J(xr, row, c, oh, ow, d, oc, oc0, q0, dfk); q0 += 4; } \
-        if (q0 + 2 <= kq) { bpf_block_2_##J(xr, row, c, oh, ow, d, oc, oc0, q0, dfk); q0 += 2; } \
-        if (q0 < kq) bpf_block_1_##J(xr, row, c, oh, ow, d, oc, oc0, q0, dfk);               \
+// Window entries [q0, q0 + Q) read columns q0 / c .. (q0 + Q - 1) / c of a window: the output
+// columns whose window puts one of them on a column of x.
+#define BPF_BLOCK(Q, J)                                                                           \
+    do {                                                                                          \
+        int64_t ka = q0 / c, kb = (q0 + (Q) - 1) / c;                                             \
+        int64_t ox0 = clo - kb > 0 ? clo - kb : 0, ox1 = chi - ka < ow ? chi - ka : ow;            \
+        if (ox1 > ox0) bpf_block_##Q##_##J(xr, row, c, oy0, oy1, ox0, ox1, ow, d, oc, oc0, q0, dfk); \
+    } while (0)
+#define BPF_CHANNELS(J)                                                                           \
+    do {                                                                                          \
+        int64_t q0 = 0;                                                                           \
+        for (; q0 + 8 <= kq; q0 += 8) BPF_BLOCK(8, J);                                            \
+        if (q0 + 4 <= kq) { BPF_BLOCK(4, J); q0 += 4; }                                           \
+        if (q0 + 2 <= kq) { BPF_BLOCK(2, J); q0 += 2; }                                           \
+        if (q0 < kq) BPF_BLOCK(1, J);                                                             \
     } while (0)
 
 // df [kh][kw][c][oc] (zeroed here) from the padded input and dy, one image at a time so that
 // its rows stay in cache across the window rows.
-CPU_CLONES static void bpf_padded(const float *xp, int64_t n, int64_t hp, int64_t wp, int64_t c, const float *dy,
-                                  int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t oc, float *df) {
+// Window row ky at output row oy reads padded row oy + ky: only output rows whose padded row
+// lies in [rlo, rhi) contribute, and only columns whose padded column lies in [clo, chi).
+CPU_CLONES static void bpf_padded(const float *xp, int64_t n, int64_t hp, int64_t wp, int64_t c, int64_t rlo,
+                                  int64_t rhi, int64_t clo, int64_t chi, const float *dy, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
+                                  int64_t oc, float *df) {
     const int64_t kq = kw * c, row = wp * c;
     memset(df, 0, (size_t)(kh * kq * oc) * sizeof *df);
     for (int64_t b = 0; b < n; b++) {
@@ -205,6 +292,8 @@ CPU_CLONES static void bpf_padded(const float *xp, int64_t n, int64_t hp, int64_
         for (int64_t ky = 0; ky < kh; ky++) {
             const float *xr = xp + (b * hp + ky) * row;
             float *dfk = df + ky * kq * oc;
+            int64_t oy0 = rlo - ky > 0 ? rlo - ky : 0, oy1 = rhi - ky < oh ? rhi - ky : oh;
+            if (oy1 <= oy0) continue;
             int64_t oc0 = 0;
             for (; oc0 + 32 <= oc; oc0 += 32) BPF_CHANNELS(2);
             if (oc0 < oc) BPF_CHANNELS(1);
@@ -214,64 +303,88 @@ CPU_CLONES static void bpf_padded(const float *xp, int64_t n, int64_t hp, int64_
 
 bool cpu_conv_direct_bp_filter_f32(const graph_conv_geom *g, const float *x, const float *dy, float *df) {
     if (!cpu_conv_direct_applies(g, g->oc)) return false;
-    int64_t hp = g->oh + g->kh - 1, wp = g->ow + g->kw - 1;
-    float *xp = pad_input(x, g->n, g->h, g->w, g->c, g->pad_top, g->pad_left, hp, wp);
+    int64_t hp = g->oh + g->kh - 1, wp = g->ow + g->kw - 1, rlo, rhi, clo, chi;
+    float *xp = pad_input(x, g->n, g->h, g->w, g->c, g->pad_top, g->pad_left, hp, wp, &rlo, &rhi, &clo, &chi);
     if (!xp) return false;
-    bpf_padded(xp, g->n, hp, wp, g->c, dy, g->kh, g->kw, g->oh, g->ow, g->oc, df);
-    free(xp);
+    bpf_padded(xp, g->n, hp, wp, g->c, rlo, rhi, clo, chi, dy, g->kh, g->kw, g->oh, g->ow, g->oc, df);
+    scratch_give(xp);
     return true;
 }
 
 // ---- max pooling over windows that tile the input, 16 channels at a time ----
-
-typedef int32_t v16i __attribute__((vector_size(64)));
-typedef int32_t v16iu __attribute__((vector_size(64), aligned(4)));
 
 bool cpu_max_pool_tiles(const graph_conv_geom *g) {
     return g->kh == g->sh && g->kw == g->sw && g->pad_top == 0 && g->pad_left == 0 && g->h == g->oh * g->kh &&
            g->w == g->ow * g->kw && g->c % 16 == 0 && g->c > 0;
 }
 
-CPU_CLONES void cpu_max_pool_tiled_f32(const graph_conv_geom *g, const float *x, float *y) {
-    const int64_t c = g->c;
-    for (int64_t n = 0; n < g->n; n++)
-        for (int64_t oy = 0; oy < g->oh; oy++)
-            for (int64_t ox = 0; ox < g->ow; ox++) {
-                float *o = y + ((n * g->oh + oy) * g->ow + ox) * c;
-                const float *base = x + ((n * g->h + oy * g->kh) * g->w + ox * g->kw) * c;
-                for (int64_t k = 0; k < c; k += 16) {
-                    v16 m = (v16){0} - FLT_MAX;   // as the general kernel: NaN never wins
-                    for (int64_t iy = 0; iy < g->kh; iy++)
-                        for (int64_t ix = 0; ix < g->kw; ix++) {
-                            v16 v = load16(base + (iy * g->w + ix) * c + k);
-                            v16i gt = v > m;
-                            m = (v16)(((v16i)v & gt) | ((v16i)m & ~gt));
-                        }
-                    store16(o + k, m);
-                }
-            }
+// Tiled max pooling over windows of KH x KW, and its gradient; defined twice, for 2 x 2 windows
+// (constants) and for any. Macros, not inline functions: GCC lowers the vector operations of a
+// function for its own target before inlining it into the clones. The gradient's window loops
+// stay loops: GCC 12 turns the unrolled chain of comparisons into scalar ones in the clones.
+#define DEFINE_MAX_POOL(NAME, KH, KW)                                                             \
+    CPU_CLONES static void NAME(const graph_conv_geom *g, const float *x, float *y) {             \
+        const int64_t c = g->c;                                                                   \
+        for (int64_t n = 0; n < g->n; n++)                                                        \
+            for (int64_t oy = 0; oy < g->oh; oy++)                                                \
+                for (int64_t ox = 0; ox < g->ow; ox++) {                                          \
+                    float *o = y + ((n * g->oh + oy) * g->ow + ox) * c;                           \
+                    const float *base = x + ((n * g->h + oy * (KH)) * g->w + ox * (KW)) * c;      \
+                    for (int64_t k = 0; k < c; k += 16) {                                         \
+                        v16 m = (v16){0} - FLT_MAX;   /* NaN never wins, as the general kernel */ \
+                        for (int64_t iy = 0; iy < (KH); iy++)                                     \
+                            for (int64_t ix = 0; ix < (KW); ix++) {                               \
+                                v16 v = load16(base + (iy * g->w + ix) * c + k);                  \
+                                v16i gt = v > m;                                                  \
+                                m = (v16)(((v16i)v & gt) | ((v16i)m & ~gt));                      \
+                            }                                                                     \
+                        store16(o + k, m);                                                        \
+                    }                                                                             \
+                }                                                                                 \
+    }
+DEFINE_MAX_POOL(max_pool_2x2, 2, 2)
+DEFINE_MAX_POOL(max_pool_any, g->kh, g->kw)
+
+void cpu_max_pool_tiled_f32(const graph_conv_geom *g, const float *x, float *y) {
+    if (g->kh == 2 && g->kw == 2)
+        max_pool_2x2(g, x, y);
+    else
+        max_pool_any(g, x, y);
 }
 
 // The gradient goes to the first input of each window (row-major) equal to its maximum, as
-// TensorFlow's CPU kernel; every input is written (0 where no gradient goes).
-CPU_CLONES void cpu_max_pool_grad_tiled_f32(const graph_conv_geom *g, const float *x, const float *y,
-                                            const float *dy, float *dx) {
-    const int64_t c = g->c;
-    for (int64_t n = 0; n < g->n; n++)
-        for (int64_t oy = 0; oy < g->oh; oy++)
-            for (int64_t ox = 0; ox < g->ow; ox++) {
-                int64_t at = ((n * g->oh + oy) * g->ow + ox) * c;
-                int64_t i0 = ((n * g->h + oy * g->kh) * g->w + ox * g->kw) * c;
-                for (int64_t k = 0; k < c; k += 16) {
-                    v16 m = load16(y + at + k), d = load16(dy + at + k);
-                    v16i done = {0};
-                    for (int64_t iy = 0; iy < g->kh; iy++)
-                        for (int64_t ix = 0; ix < g->kw; ix++) {
-                            int64_t i = i0 + (iy * g->w + ix) * c + k;
-                            v16i hit = (load16(x + i) == m) & ~done;
-                            *(v16iu *)(dx + i) = (v16i)d & hit;
-                            done |= hit;
-                        }
-                }
-            }
+// TensorFlow's CPU kernel; every input is written (0 where no gradient goes). relu: only to
+// inputs above 0 (MaxPoolGrad then ReluGrad of x, fused).
+#define DEFINE_MAX_POOL_GRAD(NAME, KH, KW)                                                        \
+    CPU_CLONES static void NAME(const graph_conv_geom *g, const float *x, const float *y, const float *dy, \
+                                bool relu, float *dx) {                                           \
+        const int64_t c = g->c;                                                                   \
+        for (int64_t n = 0; n < g->n; n++)                                                        \
+            for (int64_t oy = 0; oy < g->oh; oy++)                                                \
+                for (int64_t ox = 0; ox < g->ow; ox++) {                                          \
+                    int64_t at = ((n * g->oh + oy) * g->ow + ox) * c;                             \
+                    int64_t i0 = ((n * g->h + oy * (KH)) * g->w + ox * (KW)) * c;                 \
+                    for (int64_t k = 0; k < c; k += 16) {                                         \
+                        v16 m = load16(y + at + k), d = load16(dy + at + k);                      \
+                        v16i done = {0};                                                          \
+                        _Pragma("GCC unroll 1") for (int64_t iy = 0; iy < (KH); iy++)             \
+                            _Pragma("GCC unroll 1") for (int64_t ix = 0; ix < (KW); ix++) {       \
+                                int64_t i = i0 + (iy * g->w + ix) * c + k;                        \
+                                v16 xv = load16(x + i);                                           \
+                                v16i hit = (xv == m) & ~done;                                     \
+                                *(v16iu *)(dx + i) = (v16i)d & hit & (relu ? xv > 0 : ~(v16i){0}); \
+                                done |= hit;                                                      \
+                            }                                                                     \
+                    }                                                                             \
+                }                                                                                 \
+    }
+DEFINE_MAX_POOL_GRAD(max_pool_grad_2x2, 2, 2)
+DEFINE_MAX_POOL_GRAD(max_pool_grad_any, g->kh, g->kw)
+
+void cpu_max_pool_grad_tiled_f32(const graph_conv_geom *g, const float *x, const float *y, const float *dy,
+                                 bool relu, float *dx) {
+    if (g->kh == 2 && g->kw == 2)
+        max_pool_grad_2x2(g, x, y, dy, relu, dx);
+    else
+        max_pool_grad_any(g, x, y, dy, relu, dx);
 }

@@ -23,14 +23,23 @@
 // Direct float32 convolutions (conv_direct.c) for stride 1 and output channels in multiples of
 // 16 (the input gradient also needs input channels in multiples of 16): false when they do not
 // apply or their scratch cannot be had, and the caller takes the im2col path.
-bool cpu_conv_direct_fwd_f32(const graph_conv_geom *g, const float *x, const float *f, float *y);
+// What the forward pass does to each output before storing it: adds bias [oc] (NULL: none),
+// then takes max(v, 0) when relu (NaN becomes 0, as the Relu kernel). NULL: nothing.
+typedef struct cpu_conv_epilogue {
+    const float *bias;
+    bool relu;
+} cpu_conv_epilogue;
+bool cpu_conv_direct_fwd_f32(const graph_conv_geom *g, const float *x, const float *f, const cpu_conv_epilogue *ep,
+                             float *y);
 bool cpu_conv_direct_bp_input_f32(const graph_conv_geom *g, const float *f, const float *dy, float *dx);
 bool cpu_conv_direct_bp_filter_f32(const graph_conv_geom *g, const float *x, const float *dy, float *df);
 // Max pooling and its gradient over windows that tile the input (stride = window, no padding,
 // sizes divisible) with channels in multiples of 16 (cpu_max_pool_tiles), float32.
 bool cpu_max_pool_tiles(const graph_conv_geom *g);
 void cpu_max_pool_tiled_f32(const graph_conv_geom *g, const float *x, float *y);
-void cpu_max_pool_grad_tiled_f32(const graph_conv_geom *g, const float *x, const float *y, const float *dy, float *dx);
+// relu: the gradient reaches only inputs above 0 (MaxPoolGrad then ReluGrad of x, fused).
+void cpu_max_pool_grad_tiled_f32(const graph_conv_geom *g, const float *x, const float *y, const float *dy, bool relu,
+                                 float *dx);
 
 // The state for kernels that need none.
 #define NO_STATE ((void *)1)

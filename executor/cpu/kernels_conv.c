@@ -136,7 +136,7 @@ static bool conv_filter_geom(exec_ctx *ctx, const graph_window *w0, const dg_sha
 
 bool cpu_window_geom(exec_ctx *ctx, const graph_window *w, graph_conv_geom *g) {
     const char *op = ctx->node->op->name;
-    if (strcmp(op, "Conv2D") == 0)
+    if (strcmp(op, "Conv2D") == 0 || strncmp(op, "_FusedConv2D", 12) == 0)
         return rank4(ctx, IN(0), "the input") && conv_filter_geom(ctx, w, &IN(0)->shape, &IN(1)->shape, g);
     if (strcmp(op, "Conv2DBackpropInput") == 0) {
         dg_shape x;
@@ -155,7 +155,8 @@ bool cpu_window_geom(exec_ctx *ctx, const graph_window *w, graph_conv_geom *g) {
     }
     // MaxPool, AvgPool, MaxPoolGrad
     if (!rank4(ctx, IN(0), "the input") || !geom(ctx, &IN(0)->shape, w, IN(0)->shape.dims[3], g)) return false;
-    if (strcmp(op, "MaxPoolGrad") == 0) return check_dy(ctx, IN(1), g) && check_dy(ctx, IN(2), g);
+    if (strcmp(op, "MaxPoolGrad") == 0 || strcmp(op, "_FusedMaxPoolGradReluGrad") == 0)
+        return check_dy(ctx, IN(1), g) && check_dy(ctx, IN(2), g);
     return true;
 }
 
@@ -275,7 +276,8 @@ static const void *window_rows(const dg_tensor *x, const graph_conv_geom *g, voi
     return col;
 }
 
-static bool conv2d_compute(void *state, exec_ctx *ctx) {
+// Conv2D, and the fused Conv2D + BiasAdd [+ Relu] (fusion.c) when ep is given: bias input 2.
+static bool conv2d_run(void *state, exec_ctx *ctx, const cpu_conv_epilogue *ep) {
     graph_conv_geom g;
     if (!cpu_window_geom(ctx, state, &g)) return false;
     dg_tensor *x = IN(0), *f = IN(1);
@@ -286,19 +288,43 @@ static bool conv2d_compute(void *state, exec_ctx *ctx) {
     if (total == 0 || g.oc == 0) return true;
     if (k == 0) {
         memset(o->data, 0, o->nbytes);
+    } else if (x->dtype == DG_FLOAT32 && !graph_conv_is_pointwise(&g) &&
+               cpu_conv_direct_fwd_f32(&g, x->data, f->data, ep, o->data)) {
         return true;
+    } else {
+        void *col;
+        if (!chunk_scratch(ctx, &g, elem, &rows, &col)) return false;
+        for (int64_t r0 = 0; r0 < total; r0 += rows) {
+            int64_t m = total - r0 < rows ? total - r0 : rows;
+            cpu_gemm(x->dtype, false, false, m, g.oc, k, 1.0, window_rows(x, &g, col, r0, m), k, f->data, g.oc, 0.0,
+                     (char *)o->data + (size_t)(r0 * g.oc) * elem, g.oc);
+        }
+        free(col);
     }
-    if (x->dtype == DG_FLOAT32 && !graph_conv_is_pointwise(&g) && cpu_conv_direct_fwd_f32(&g, x->data, f->data, o->data))
-        return true;
-    void *col;
-    if (!chunk_scratch(ctx, &g, elem, &rows, &col)) return false;
-    for (int64_t r0 = 0; r0 < total; r0 += rows) {
-        int64_t m = total - r0 < rows ? total - r0 : rows;
-        cpu_gemm(x->dtype, false, false, m, g.oc, k, 1.0, window_rows(x, &g, col, r0, m), k, f->data, g.oc, 0.0,
-                 (char *)o->data + (size_t)(r0 * g.oc) * elem, g.oc);
+    if (ep) {   // float32 only (fusion.c)
+        float *y = o->data;
+        for (int64_t i = 0; i < total; i++)
+            for (int64_t c = 0; c < g.oc; c++) {
+                float v = y[i * g.oc + c] + ep->bias[c];
+                y[i * g.oc + c] = ep->relu ? (v > 0 ? v : 0) : v;
+            }
     }
-    free(col);
     return true;
+}
+
+static bool conv2d_compute(void *state, exec_ctx *ctx) { return conv2d_run(state, ctx, NULL); }
+
+static bool fused_conv2d_compute(void *state, exec_ctx *ctx) {
+    const dg_tensor *x = IN(0), *f = IN(1), *b = IN(2);
+    if (x->dtype != DG_FLOAT32 || f->dtype != DG_FLOAT32 || b->dtype != DG_FLOAT32)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "fused Conv2D + BiasAdd takes float32 only");
+    if (f->shape.rank == 4 && (b->shape.rank != 1 || b->shape.dims[0] != f->shape.dims[3])) {
+        char a[128];
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "BiasAdd: the bias has shape %s, the convolution makes %lld "
+                         "channels", dg_shape_str(&b->shape, a, sizeof a), (long long)f->shape.dims[3]);
+    }
+    cpu_conv_epilogue ep = {b->data, strcmp(ctx->node->op->name, "_FusedConv2DBiasRelu") == 0};
+    return conv2d_run(state, ctx, &ep);
 }
 
 static bool conv2d_bp_input_compute(void *state, exec_ctx *ctx) {
@@ -457,14 +483,17 @@ static bool pool_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
+// MaxPoolGrad, and (fusion.c) MaxPoolGrad followed by ReluGrad with x as the Relu's output:
+// the gradient reaches only inputs above 0.
 static bool max_pool_grad_compute(void *state, exec_ctx *ctx) {
     graph_conv_geom g;
     if (!cpu_window_geom(ctx, state, &g)) return false;
     dg_tensor *x = IN(0);
     dg_tensor *dx = exec_alloc_output(ctx, 0, x->dtype, x->shape);
     if (!dx) return false;
+    bool relu = ctx->node->op->name[0] == '_';
     if (x->dtype == DG_FLOAT32 && cpu_max_pool_tiles(&g)) {
-        cpu_max_pool_grad_tiled_f32(&g, x->data, IN(1)->data, IN(2)->data, dx->data);
+        cpu_max_pool_grad_tiled_f32(&g, x->data, IN(1)->data, IN(2)->data, relu, dx->data);
         return true;
     }
     void *done = malloc((size_t)(g.c + 1) * dg_dtype_size(x->dtype));
@@ -475,6 +504,9 @@ static bool max_pool_grad_compute(void *state, exec_ctx *ctx) {
     else
         max_pool_grad_f64(&g, x->data, IN(1)->data, IN(2)->data, dx->data, done);
     free(done);
+    if (relu)   // float32 only (fusion.c)
+        for (int64_t i = 0; i < x->n_elements; i++)
+            if (!(F32(x)[i] > 0)) F32(dx)[i] = 0;
     return true;
 }
 
@@ -571,6 +603,9 @@ const exec_kernel_def cpu_conv_kernels[] = {
     K("MaxPoolGrad", DT_FLOATS, cpu_window_create, max_pool_grad_compute, free, true),
     K("AvgPool", DT_FLOATS, cpu_window_create, pool_compute, free, true),
     K("AvgPoolGrad", DT_SIZES, cpu_window_create, avg_pool_grad_compute, free, true),
+    K("_FusedConv2DBias", DT_BIT(DG_FLOAT32), cpu_window_create, fused_conv2d_compute, free, true),
+    K("_FusedConv2DBiasRelu", DT_BIT(DG_FLOAT32), cpu_window_create, fused_conv2d_compute, free, true),
+    K("_FusedMaxPoolGradReluGrad", DT_BIT(DG_FLOAT32), cpu_window_create, max_pool_grad_compute, free, true),
     K("Dropout", DT_FLOATS, cpu_dropout_create, dropout_compute, cpu_dropout_destroy, false),
 };
 const int cpu_n_conv_kernels = sizeof cpu_conv_kernels / sizeof cpu_conv_kernels[0];

@@ -80,7 +80,7 @@ static void test_conv_geometries(void **state) {
                                 }
                             }
         double window = (double)(g.kh * g.kw * g.c), positions = (double)(g.n * g.oh * g.ow);
-        assert_true(cpu_conv_direct_fwd_f32(&g, x, f, y));
+        assert_true(cpu_conv_direct_fwd_f32(&g, x, f, NULL, y));
         check_close(y, ry, ny, window);
         assert_true(cpu_conv_direct_bp_filter_f32(&g, x, dy, df));
         check_close(df, rdf, nf, positions);
@@ -105,9 +105,9 @@ static void test_conv_declines(void **state) {
     graph_conv_geom g = geom(1, 4, 4, 1, 1, 16, false);
     g.sh = g.sw = 2;   // stride 2: im2col's
     g.oh = g.ow = 2;
-    assert_false(cpu_conv_direct_fwd_f32(&g, x, f, y));
+    assert_false(cpu_conv_direct_fwd_f32(&g, x, f, NULL, y));
     graph_conv_geom h = geom(1, 2, 2, 1, 1, 8, false);   // 8 output channels
-    assert_false(cpu_conv_direct_fwd_f32(&h, x, f, y));
+    assert_false(cpu_conv_direct_fwd_f32(&h, x, f, NULL, y));
     assert_false(cpu_conv_direct_bp_filter_f32(&h, x, y, f));
 }
 
@@ -124,7 +124,7 @@ static void test_max_pool_tiled(void **state) {
     x[3] = NAN;
     float *y = malloc((size_t)ny * sizeof *y), *dx = malloc((size_t)nx * sizeof *dx);
     cpu_max_pool_tiled_f32(&g, x, y);
-    cpu_max_pool_grad_tiled_f32(&g, x, y, dy, dx);
+    cpu_max_pool_grad_tiled_f32(&g, x, y, dy, false, dx);
     double *rdx = calloc((size_t)nx, sizeof *rdx);
     for (int64_t n = 0; n < g.n; n++)
         for (int64_t oy = 0; oy < g.oh; oy++)

@@ -33,11 +33,16 @@ echo "installed into $prefix ($(find "$prefix" -type f | wc -l) files)"
 run() {
     local name=$1 bin=$2 kind=$3 out
     if [ "$kind" = shared ]; then
-        readelf -d "$bin" | grep -q "NEEDED.*\[libdistgraph.so.$so\]" || fail "$name: does not need libdistgraph.so.$so"
-        LD_LIBRARY_PATH="$libdir" ldd "$bin" | grep -q "libdistgraph.so.$so => $libdir/" ||
+        # Whole outputs first: grep -q leaving early would end the writer with SIGPIPE, which
+        # pipefail reports as a failure.
+        local dyn libs
+        dyn=$(readelf -d "$bin")
+        libs=$(LD_LIBRARY_PATH="$libdir" ldd "$bin")
+        grep -q "NEEDED.*\[libdistgraph.so.$so\]" <<<"$dyn" || fail "$name: does not need libdistgraph.so.$so"
+        grep -q "libdistgraph.so.$so => $libdir/" <<<"$libs" ||
             fail "$name: does not load the installed library: $(LD_LIBRARY_PATH="$libdir" ldd "$bin")"
     else
-        readelf -d "$bin" | grep -q "libdistgraph" && fail "$name: the static build needs a libdistgraph.so"
+        grep -q "libdistgraph" <<<"$(readelf -d "$bin")" && fail "$name: the static build needs a libdistgraph.so"
     fi
     out=$(LD_LIBRARY_PATH="$libdir" timeout 120 "$bin" --steps 200) || { echo "$out"; fail "$name: train_linear failed"; }
     echo "$name: $out" | tr '\n' ' '
