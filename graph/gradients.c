@@ -351,6 +351,30 @@ static void add_contrib(contrib *c, dg_output o) {
     c->items[c->n++] = o;
 }
 
+// The sum of a node output's gradient contributions. Sparse ones of one table (IndexedSlices)
+// add up as TensorFlow's do: their rows and indices concatenated, still sparse; otherwise AddN
+// (a sparse one read densely).
+static dg_output aggregate(dg_graph *g, const contrib *c) {
+    if (c->n == 0) return NUL;
+    if (c->n == 1) return c->items[0];
+    dg_output *values = calloc((size_t)c->n, sizeof *values), *indices = calloc((size_t)c->n, sizeof *indices);
+    if (!values || !indices) abort();
+    bool sparse = true;
+    int64_t rows = -1;
+    for (int i = 0; i < c->n && sparse; i++) {
+        dg_shape s = dg_output_shape(c->items[i]);
+        sparse = dg_gradient_is_sparse(c->items[i], &values[i], &indices[i]) && s.rank >= 1 &&
+                 (i == 0 || s.dims[0] == rows);
+        rows = s.rank >= 1 ? s.dims[0] : -1;
+    }
+    dg_output sum = sparse ? graph_sparse_gradient(g, dg_concat(g, NULL, values, c->n, 0),
+                                                   dg_concat(g, NULL, indices, c->n, 0), rows)
+                           : dg_add_n(g, NULL, c->items, c->n);
+    free(values);
+    free(indices);
+    return sum;
+}
+
 bool dg_gradients(dg_graph *g, const dg_output *ys, int n_ys, const dg_output *xs, int n_xs,
                   const dg_output *grad_ys, dg_output *dx) {
     for (int i = 0; i < n_xs; i++) dx[i] = NUL;
@@ -418,7 +442,7 @@ bool dg_gradients(dg_graph *g, const dg_output *ys, int n_ys, const dg_output *x
         dg_graph_push_name_scope(g, scope);
         for (int o = 0; o < nd->n_outputs; o++) {
             contrib *c = &grads[id][o];
-            dy[o] = c->n == 0 ? NUL : dg_add_n(g, NULL, c->items, c->n);
+            dy[o] = aggregate(g, c);
             any |= c->n > 0;
         }
         // The aggregated gradient of an x is its answer (x may also feed other xs).

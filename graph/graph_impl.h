@@ -4,6 +4,7 @@
 #define DG_GRAPH_IMPL_H
 
 #include "distgraph/graph.h"
+#include "distgraph/embedding.h"
 #include "distgraph/ops.h"
 #include "strmap_impl.h"
 #include "tensor_impl.h"
@@ -82,6 +83,10 @@ int graph_collective_op_defs(const graph_op_def **defs);   // op_defs_collective
 int graph_sync_op_defs(const graph_op_def **defs);         // op_defs_sync.c
 int graph_nn_op_defs(const graph_op_def **defs);           // op_defs_nn.c
 int graph_array_op_defs(const graph_op_def **defs);        // op_defs_array.c
+int graph_sparse_op_defs(const graph_op_def **defs);       // op_defs_sparse.c
+// A sparse gradient (TensorFlow's IndexedSlices) of a table of rows rows: values (one row per
+// index) added at indices; an UnsortedSegmentSum node marked "_sparse_gradient" (ops_sparse.c).
+dg_output graph_sparse_gradient(dg_graph *g, dg_output values, dg_output indices, int64_t rows);
 // Whether perm[0..n) is a permutation of 0..n-1 for an input of rank (-1: unknown); false
 // with st naming the bad entry.
 bool graph_check_perm(const int64_t *perm, int n, int rank, dg_status *st);

@@ -731,7 +731,7 @@ static int core_op_defs(const graph_op_def **defs) {
     return (int)(sizeof op_defs / sizeof op_defs[0]);
 }
 static const table_fn op_tables[] = {core_op_defs, graph_collective_op_defs, graph_sync_op_defs,
-                                     graph_nn_op_defs, graph_array_op_defs};
+                                     graph_nn_op_defs, graph_array_op_defs, graph_sparse_op_defs};
 #define N_TABLES ((int)(sizeof op_tables / sizeof op_tables[0]))
 
 static void build_index(void) {
@@ -745,8 +745,9 @@ static void build_index(void) {
 
 int graph_num_ref_inputs(const dg_node *n) {
     if (!n->op->ref_input0) return 0;
-    if (strcmp(n->op->name, "ApplyAdam") == 0) return 3;   // var, m, v
-    if (strcmp(n->op->name, "ApplyMomentum") == 0) return 2;   // var, accum
+    const char *op = n->op->name;
+    if (strcmp(op, "ApplyAdam") == 0 || strcmp(op, "SparseApplyAdam") == 0) return 3;   // var, m, v
+    if (strcmp(op, "ApplyMomentum") == 0 || strcmp(op, "SparseApplyAdagrad") == 0) return 2;   // var, accum
     return 1;
 }
 

@@ -219,7 +219,7 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
     const char *oname = opt->name ? opt->name : "Optimizer";
     dg_output *slot1 = calloc((size_t)n, sizeof *slot1), *slot2 = calloc((size_t)n, sizeof *slot2);
     dg_node **updates = calloc((size_t)n + 2, sizeof *updates);
-    dg_node **grad_nodes = calloc((size_t)n, sizeof *grad_nodes);
+    dg_node **grad_nodes = calloc((size_t)n * 2 + 1, sizeof *grad_nodes);
     if (!slot1 || !slot2 || !updates || !grad_nodes) abort();
     dg_output b1p = NUL, b2p = NUL;
     // Slots and non-slot variables first, outside the control-dependency scope below, so
@@ -248,9 +248,20 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
         b2p = dg_variable_ex(g, "beta2_power", t, dg_shape_scalar(), dg_init_constant(opt->beta2), false);
         dg_graph_pop_colocate_with(g);
     }
-    for (int i = 0; i < n; i++) grad_nodes[i] = grads[i].node;
+    // Updates wait for every gradient; for a sparse one, for its rows and indices (its dense
+    // form never runs).
+    int n_grad_nodes = 0;
+    for (int i = 0; i < n; i++) {
+        dg_output sv, si;
+        if (dg_gradient_is_sparse(grads[i], &sv, &si)) {
+            grad_nodes[n_grad_nodes++] = sv.node;
+            grad_nodes[n_grad_nodes++] = si.node;
+        } else {
+            grad_nodes[n_grad_nodes++] = grads[i].node;
+        }
+    }
     dg_graph_push_name_scope(g, name ? name : oname);
-    dg_graph_push_control_deps(g, grad_nodes, n);
+    dg_graph_push_control_deps(g, grad_nodes, n_grad_nodes);
     for (int i = 0; i < n && dg_graph_ok(g); i++) {
         dg_output v = vars[i];
         dg_dtype vt = dg_output_dtype(v);
@@ -259,24 +270,20 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
         dg_graph_push_name_scope(g, scope);
         dg_graph_push_colocate_with(g, v.node);
         dg_node *u = NULL, *composed = NULL;   // composed: an update built of Assign ops
-        switch (opt->kind) {
-        case DG_OPT_GRADIENT_DESCENT:
-            u = graph_begin(g, "ApplyGradientDescent", NULL);
-            graph_add_input(u, v);
-            graph_add_input(u, learning_rate(g, opt, vt));
-            graph_add_input(u, grads[i]);
-            break;
-        case DG_OPT_MOMENTUM:
-            u = graph_begin(g, "ApplyMomentum", NULL);
+        dg_output sv, si;   // a sparse gradient's rows and indices
+        bool sparse = dg_gradient_is_sparse(grads[i], &sv, &si);
+        if (sparse && opt->kind == DG_OPT_GRADIENT_DESCENT) {
+            // TensorFlow 1: var[indices] -= lr * rows, repeated indices adding up.
+            composed = dg_scatter_sub(g, "update", v, si, dg_mul(g, NULL, sv, learning_rate(g, opt, vt))).node;
+        } else if (sparse && opt->kind == DG_OPT_ADAGRAD) {
+            u = graph_begin(g, "SparseApplyAdagrad", NULL);
             graph_add_input(u, v);
             graph_add_input(u, slot1[i]);
             graph_add_input(u, learning_rate(g, opt, vt));
-            graph_add_input(u, grads[i]);
-            graph_add_input(u, hyper(g, vt, "momentum", opt->momentum));
-            graph_set_attr_bool(u, "use_nesterov", opt->use_nesterov);
-            break;
-        case DG_OPT_ADAM:
-            u = graph_begin(g, "ApplyAdam", NULL);
+            graph_add_input(u, sv);
+            graph_add_input(u, si);
+        } else if (sparse && opt->kind == DG_OPT_ADAM) {
+            u = graph_begin(g, "SparseApplyAdam", NULL);
             graph_add_input(u, v);
             graph_add_input(u, slot1[i]);
             graph_add_input(u, slot2[i]);
@@ -286,27 +293,58 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
             graph_add_input(u, hyper(g, vt, "beta1", opt->beta1));
             graph_add_input(u, hyper(g, vt, "beta2", opt->beta2));
             graph_add_input(u, hyper(g, vt, "epsilon", opt->epsilon));
-            graph_add_input(u, grads[i]);
-            break;
-        case DG_OPT_ADAGRAD: {
-            // accum += g^2; var -= lr * g / sqrt(accum): the update reads the new accum.
-            dg_output acc = dg_assign_add(g, "accum", slot1[i], dg_square(g, NULL, grads[i]));
-            dg_output step = dg_div(g, NULL, dg_mul(g, NULL, learning_rate(g, opt, vt), grads[i]), dg_sqrt(g, NULL, acc));
-            composed = dg_assign_sub(g, "update", v, step).node;
-            break;
-        }
-        case DG_OPT_RMSPROP: {
-            dg_output ms = slot1[i], mom = slot2[i];
-            dg_output ms_new = dg_assign(g, "ms", ms, dg_add(g, NULL, dg_mul(g, NULL, hyper(g, vt, "rho", opt->rho), ms),
-                                                              dg_mul(g, NULL, hyper(g, vt, "one_minus_rho", 1 - opt->rho),
-                                                                     dg_square(g, NULL, grads[i]))));
-            dg_output scaled = dg_div(g, NULL, dg_mul(g, NULL, learning_rate(g, opt, vt), grads[i]),
-                                      dg_sqrt(g, NULL, dg_add(g, NULL, ms_new, hyper(g, vt, "epsilon", opt->epsilon))));
-            dg_output mom_new = dg_assign(g, "mom", mom,
-                                          dg_add(g, NULL, dg_mul(g, NULL, hyper(g, vt, "momentum", opt->momentum), mom), scaled));
-            composed = dg_assign_sub(g, "update", v, mom_new).node;
-            break;
-        }
+            graph_add_input(u, sv);
+            graph_add_input(u, si);
+        } else {
+            switch (opt->kind) {
+            case DG_OPT_GRADIENT_DESCENT:
+                u = graph_begin(g, "ApplyGradientDescent", NULL);
+                graph_add_input(u, v);
+                graph_add_input(u, learning_rate(g, opt, vt));
+                graph_add_input(u, grads[i]);
+                break;
+            case DG_OPT_MOMENTUM:
+                u = graph_begin(g, "ApplyMomentum", NULL);
+                graph_add_input(u, v);
+                graph_add_input(u, slot1[i]);
+                graph_add_input(u, learning_rate(g, opt, vt));
+                graph_add_input(u, grads[i]);
+                graph_add_input(u, hyper(g, vt, "momentum", opt->momentum));
+                graph_set_attr_bool(u, "use_nesterov", opt->use_nesterov);
+                break;
+            case DG_OPT_ADAM:
+                u = graph_begin(g, "ApplyAdam", NULL);
+                graph_add_input(u, v);
+                graph_add_input(u, slot1[i]);
+                graph_add_input(u, slot2[i]);
+                graph_add_input(u, b1p);
+                graph_add_input(u, b2p);
+                graph_add_input(u, learning_rate(g, opt, vt));
+                graph_add_input(u, hyper(g, vt, "beta1", opt->beta1));
+                graph_add_input(u, hyper(g, vt, "beta2", opt->beta2));
+                graph_add_input(u, hyper(g, vt, "epsilon", opt->epsilon));
+                graph_add_input(u, grads[i]);
+                break;
+            case DG_OPT_ADAGRAD: {
+                // accum += g^2; var -= lr * g / sqrt(accum): the update reads the new accum.
+                dg_output acc = dg_assign_add(g, "accum", slot1[i], dg_square(g, NULL, grads[i]));
+                dg_output step = dg_div(g, NULL, dg_mul(g, NULL, learning_rate(g, opt, vt), grads[i]), dg_sqrt(g, NULL, acc));
+                composed = dg_assign_sub(g, "update", v, step).node;
+                break;
+            }
+            case DG_OPT_RMSPROP: {
+                dg_output ms = slot1[i], mom = slot2[i];
+                dg_output ms_new = dg_assign(g, "ms", ms, dg_add(g, NULL, dg_mul(g, NULL, hyper(g, vt, "rho", opt->rho), ms),
+                                                                  dg_mul(g, NULL, hyper(g, vt, "one_minus_rho", 1 - opt->rho),
+                                                                         dg_square(g, NULL, grads[i]))));
+                dg_output scaled = dg_div(g, NULL, dg_mul(g, NULL, learning_rate(g, opt, vt), grads[i]),
+                                          dg_sqrt(g, NULL, dg_add(g, NULL, ms_new, hyper(g, vt, "epsilon", opt->epsilon))));
+                dg_output mom_new = dg_assign(g, "mom", mom,
+                                              dg_add(g, NULL, dg_mul(g, NULL, hyper(g, vt, "momentum", opt->momentum), mom), scaled));
+                composed = dg_assign_sub(g, "update", v, mom_new).node;
+                break;
+            }
+            }
         }
         updates[i] = composed ? composed : graph_finish(u);
         dg_graph_pop_colocate_with(g);

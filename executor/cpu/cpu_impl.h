@@ -75,6 +75,7 @@ extern const int cpu_n_sendrecv_kernels;
 void cpu_register_collective_kernels(void);   // kernels_collective.c
 void cpu_register_sync_kernels(void);         // kernels_sync.c
 void cpu_register_local_reduce_kernels(void); // kernels_local_reduce.c
+void cpu_register_sparse_kernels(void);       // kernels_sparse.c
 // Checks and shapes shared by the CPU and GPU kernels of an op (cpu_register.c).
 // The reduced-axis mask: every axis when all, else axes[0..n_axes) (negative ones count from
 // the end) against rank. false with ctx->st naming the axis.

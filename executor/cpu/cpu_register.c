@@ -16,6 +16,7 @@ void exec_cpu_register(void) {
     cpu_register_collective_kernels();   // kernels_collective.c
     cpu_register_sync_kernels();         // kernels_sync.c
     cpu_register_local_reduce_kernels(); // kernels_local_reduce.c
+    cpu_register_sparse_kernels();       // kernels_sparse.c
 }
 
 void exec_cpu_set_threads(int n);

@@ -32,6 +32,7 @@
 #include "distgraph/graph.h"
 #include "distgraph/ops.h"
 #include "distgraph/train.h"
+#include "distgraph/embedding.h"
 #include "distgraph/strategy.h"
 #include "distgraph/session.h"
 #include "distgraph/device_name.h"
