@@ -105,6 +105,14 @@ extern const int cpu_n_index_kernels;
 // Transpose's output shape and, per output dimension, the input's stride (elements), from its
 // inputs (x, perm); false with ctx->st naming the node (kernels_index.c; the GPU kernel too).
 bool cpu_transpose_plan(exec_ctx *ctx, dg_shape *out, int64_t *src_strides);
+// The checks and output shapes of Tile (x, multiples), Select (cond, t, e; strides[0..2]: the
+// element strides of cond, t and e per output dimension, 0 where one is broadcast) and OneHot
+// (indices, depth, on_value, off_value; the depth is the last output dimension). They read only
+// shapes and the int inputs (multiples, depth), never a float value; false with ctx->st set
+// (kernels_index.c; the GPU kernels too).
+bool cpu_tile_shape(exec_ctx *ctx, dg_shape *out);
+bool cpu_select_plan(exec_ctx *ctx, dg_shape *out, int64_t (*strides)[DG_MAX_RANK]);
+bool cpu_one_hot_shape(exec_ctx *ctx, dg_shape *out);
 
 // ---- convolutional networks (kernels_conv.c), shared with the GPU kernels ----
 // C = alpha op(A) op(B) + beta C, row-major, float32 or float64 (t): OpenBLAS when built with

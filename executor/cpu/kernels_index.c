@@ -67,19 +67,28 @@ static bool transpose_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
-static bool tile_compute(void *state, exec_ctx *ctx) {
-    (void)state;
-    dg_tensor *x = IN(0);
-    int64_t m[DG_MAX_RANK], xs[DG_MAX_RANK];
+bool cpu_tile_shape(exec_ctx *ctx, dg_shape *out) {
+    const dg_tensor *x = IN(0);
+    int64_t m[DG_MAX_RANK];
     int r = x->shape.rank;
     if (!read_vector(ctx, "multiples", r, m)) return false;
-    dg_shape os = x->shape;
+    *out = x->shape;
     for (int k = 0; k < r; k++) {
         if (m[k] < 0) return exec_fail(ctx, DG_INVALID_ARGUMENT, "multiples[%d] is %lld (must be >= 0)", k, (long long)m[k]);
         if (m[k] > 0 && x->shape.dims[k] > INT64_MAX / m[k] / 2)
             return exec_fail(ctx, DG_INVALID_ARGUMENT, "multiples[%d] = %lld overflows the output", k, (long long)m[k]);
-        os.dims[k] = x->shape.dims[k] * m[k];
+        out->dims[k] = x->shape.dims[k] * m[k];
     }
+    return true;
+}
+
+static bool tile_compute(void *state, exec_ctx *ctx) {
+    (void)state;
+    dg_tensor *x = IN(0);
+    int64_t xs[DG_MAX_RANK];
+    int r = x->shape.rank;
+    dg_shape os;
+    if (!cpu_tile_shape(ctx, &os)) return false;
     dg_tensor *o = exec_alloc_output(ctx, 0, x->dtype, os);
     if (!o || o->n_elements == 0) return o != NULL;
     cpu_strides(&x->shape, xs);
@@ -98,21 +107,28 @@ static bool tile_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
-static bool select_compute(void *state, exec_ctx *ctx) {
-    (void)state;
-    dg_tensor *c = IN(0), *t = IN(1), *e = IN(2);
-    dg_shape a, os;
+bool cpu_select_plan(exec_ctx *ctx, dg_shape *out, int64_t (*strides)[DG_MAX_RANK]) {
+    const dg_tensor *c = IN(0), *t = IN(1), *e = IN(2);
+    dg_shape a;
     dg_status *st = ctx->st;
     if (c->dtype != DG_BOOL || t->dtype != e->dtype)
         return exec_fail(ctx, DG_INVALID_ARGUMENT, "the condition must be bool and the two values of one dtype");
-    if (!graph_broadcast_shapes(t->shape, e->shape, &a, st) || !graph_broadcast_shapes(c->shape, a, &os, st)) {
+    if (!graph_broadcast_shapes(t->shape, e->shape, &a, st) || !graph_broadcast_shapes(c->shape, a, out, st)) {
         dg_status_prepend(st, "node \"%s\" (Select)", ctx->node->name);
         return false;
     }
-    int64_t strides[3][DG_MAX_RANK];
-    if (!cpu_broadcast_strides(&c->shape, &os, strides[0]) || !cpu_broadcast_strides(&t->shape, &os, strides[1]) ||
-        !cpu_broadcast_strides(&e->shape, &os, strides[2]))
+    if (!cpu_broadcast_strides(&c->shape, out, strides[0]) || !cpu_broadcast_strides(&t->shape, out, strides[1]) ||
+        !cpu_broadcast_strides(&e->shape, out, strides[2]))
         return exec_fail(ctx, DG_INVALID_ARGUMENT, "inputs do not broadcast together");
+    return true;
+}
+
+static bool select_compute(void *state, exec_ctx *ctx) {
+    (void)state;
+    dg_tensor *c = IN(0), *t = IN(1), *e = IN(2);
+    dg_shape os;
+    int64_t strides[3][DG_MAX_RANK];
+    if (!cpu_select_plan(ctx, &os, strides)) return false;
     dg_tensor *o = exec_alloc_output(ctx, 0, t->dtype, os);
     if (!o) return false;
     size_t es = dg_dtype_size(t->dtype);
@@ -126,9 +142,8 @@ static bool select_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
-static bool one_hot_compute(void *state, exec_ctx *ctx) {
-    (void)state;
-    dg_tensor *ix = IN(0), *on = IN(2), *off = IN(3);
+bool cpu_one_hot_shape(exec_ctx *ctx, dg_shape *out) {
+    const dg_tensor *ix = IN(0), *on = IN(2), *off = IN(3);
     if (IN(1)->n_elements != 1 || on->n_elements != 1 || off->n_elements != 1)
         return exec_fail(ctx, DG_INVALID_ARGUMENT, "depth, on_value and off_value must be scalars");
     int64_t depth = (int64_t)dg_tensor_get_as_double(IN(1), 0);
@@ -136,9 +151,18 @@ static bool one_hot_compute(void *state, exec_ctx *ctx) {
     if (ix->shape.rank >= DG_MAX_RANK)
         return exec_fail(ctx, DG_INVALID_ARGUMENT, "indices of rank %d: the result would pass rank %d", ix->shape.rank,
                          DG_MAX_RANK);
-    dg_shape os = ix->shape;
-    os.rank++;
-    os.dims[ix->shape.rank] = depth;
+    *out = ix->shape;
+    out->rank++;
+    out->dims[ix->shape.rank] = depth;
+    return true;
+}
+
+static bool one_hot_compute(void *state, exec_ctx *ctx) {
+    (void)state;
+    dg_tensor *ix = IN(0), *on = IN(2), *off = IN(3);
+    dg_shape os;
+    if (!cpu_one_hot_shape(ctx, &os)) return false;
+    int64_t depth = os.dims[os.rank - 1];
     dg_tensor *o = exec_alloc_output(ctx, 0, on->dtype, os);
     if (!o) return false;
     double v_on = dg_tensor_get_as_double(on, 0), v_off = dg_tensor_get_as_double(off, 0);

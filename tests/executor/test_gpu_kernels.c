@@ -42,7 +42,7 @@ static const char *const gpu_ops[] = {
     "Max", "SumGrad", "MaxGrad", "SumToShape", "BroadcastTo", "Reshape", "Shape", "Fill",
     "ZerosLike", "OnesLike", "Concat", "Split", "Slice", "SliceGrad", "Conv2D",
     "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPool", "MaxPoolGrad", "AvgPool",
-    "AvgPoolGrad", "Dropout", "Pow", "Transpose", "StopGradient",
+    "AvgPoolGrad", "Dropout", "Pow", "Transpose", "StopGradient", "Tile", "Select", "OneHot",
 };
 #define N_GPU_OPS ((int)(sizeof gpu_ops / sizeof gpu_ops[0]))
 static bool gpu_op_seen[N_GPU_OPS];
@@ -122,19 +122,40 @@ static dg_output ph_value(bctx *c, double v) {
     return p;
 }
 
-// Class ids in [0, classes) of dtype t (int32 or int64), shape [n].
-static dg_output ph_labels(bctx *c, dg_dtype t, int64_t n, int64_t classes) {
+// Ints of dtype t (int32 or int64) and shape s, drawn from [lo, hi).
+static dg_output ph_ints(bctx *c, dg_dtype t, dg_shape s, int64_t lo, int64_t hi) {
+    assert_true(c->n_feeds < MAX_FEEDS);
     dg_status *st = dg_status_new();
-    dg_tensor *v = dg_tensor_new(t, dg_shape1(n), st);
+    dg_tensor *v = dg_tensor_new(t, s, st);
     assert_ok(st);
     dg_status_free(&st);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t k = (int64_t)urand(c, 0, (double)classes);
-        if (k >= classes) k = classes - 1;
+    for (int64_t i = 0; i < dg_tensor_num_elements(v); i++) {
+        int64_t k = (int64_t)floor(urand(c, (double)lo, (double)hi));
+        if (k >= hi) k = hi - 1;
         if (t == DG_INT32) dg_tensor_i32(v)[i] = (int32_t)k;
         else dg_tensor_i64(v)[i] = k;
     }
-    dg_output p = dg_placeholder(c->g, NULL, t, dg_shape1(n));
+    dg_output p = dg_placeholder(c->g, NULL, t, s);
+    c->feeds[c->n_feeds] = p;
+    c->vals[c->n_feeds++] = v;
+    return p;
+}
+
+// Class ids in [0, classes) of dtype t (int32 or int64), shape [n].
+static dg_output ph_labels(bctx *c, dg_dtype t, int64_t n, int64_t classes) {
+    return ph_ints(c, t, dg_shape1(n), 0, classes);
+}
+
+// A bool placeholder of shape s, each element true with probability 1/2.
+static dg_output ph_bool(bctx *c, dg_shape s) {
+    assert_true(c->n_feeds < MAX_FEEDS);
+    dg_status *st = dg_status_new();
+    dg_tensor *v = dg_tensor_new(DG_BOOL, s, st);
+    assert_ok(st);
+    dg_status_free(&st);
+    uint8_t *b = dg_tensor_data(v);
+    for (int64_t i = 0; i < dg_tensor_num_elements(v); i++) b[i] = urand(c, 0, 1) < 0.5;
+    dg_output p = dg_placeholder(c->g, NULL, DG_BOOL, s);
     c->feeds[c->n_feeds] = p;
     c->vals[c->n_feeds++] = v;
     return p;
@@ -746,6 +767,61 @@ static void build_transpose(bctx *c) {
 
 static void build_stop_gradient(bctx *c) { fetch_exact(c, dg_stop_gradient(c->g, NULL, ph(c, dg_shape2(37, 29)))); }
 
+static void build_tile(bctx *c) {
+    static const struct {
+        int rank;
+        int64_t x[4], m[4];
+    } cfg[] = {
+        {2, {37, 29}, {1, 1}},             // nothing tiled: a copy
+        {2, {5, 7}, {3, 2}},
+        {3, {2, 3, 4}, {2, 1, 3}},
+        {1, {7}, {5}},
+        {4, {2, 1, 3, 2}, {1, 4, 1, 3}},   // a dim of 1 tiled
+        {0, {0}, {0}},                     // a scalar
+        {2, {3, 4}, {0, 2}},               // an empty result
+        {2, {300, 1001}, {2, 1}},
+    };
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++)
+        fetch_exact(c, dg_tile(c->g, NULL, ph(c, shape_n(cfg[i].rank, cfg[i].x)), cfg[i].m, cfg[i].rank));
+}
+
+// Select (dg_where) with NumPy broadcasting of all three inputs; the condition is a fed bool,
+// host memory on the GPU.
+static void build_select(bctx *c) {
+    static const int64_t pats[][3][4] = {
+        // rank, dims... of the condition | t | e
+        {{2, 5, 7}, {2, 5, 7}, {2, 5, 7}},           // same shape
+        {{0}, {2, 5, 7}, {2, 5, 7}},                 // scalar condition
+        {{2, 5, 1}, {2, 5, 7}, {2, 5, 7}},           // one condition per row
+        {{2, 5, 7}, {1, 7}, {0}},                    // t a row, e a scalar
+        {{3, 4, 1, 6}, {3, 1, 5, 1}, {2, 5, 6}},     // all three broadcast
+        {{2, 300, 1001}, {2, 300, 1001}, {2, 300, 1001}},
+    };
+    for (size_t p = 0; p < sizeof pats / sizeof pats[0]; p++) {
+        dg_output cond = ph_bool(c, shape_n((int)pats[p][0][0], &pats[p][0][1]));
+        dg_output t = ph(c, shape_n((int)pats[p][1][0], &pats[p][1][1]));
+        dg_output e = ph(c, shape_n((int)pats[p][2][0], &pats[p][2][1]));
+        fetch_exact(c, dg_where(c->g, NULL, cond, t, e));
+    }
+}
+
+// OneHot with int32 and int64 indices (fed, host memory on the GPU), some outside [0, depth):
+// those rows are all off_value.
+static void build_one_hot(bctx *c) {
+    static const struct {
+        int rank;
+        int64_t dims[2], depth;
+    } cfg[] = {
+        {1, {37}, 10}, {2, {4, 6}, 5}, {0, {0}, 7}, {1, {300}, 1001}, {1, {5}, 0},
+    };
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++)
+        for (int lt = 0; lt < 2; lt++) {
+            int64_t depth = cfg[i].depth;
+            dg_output ix = ph_ints(c, lt ? DG_INT32 : DG_INT64, shape_n(cfg[i].rank, cfg[i].dims), -2, depth + 2);
+            fetch_exact(c, dg_one_hot(c->g, NULL, ix, depth, lt ? 1.0 : 0.75, lt ? 0.0 : -0.25, c->t));
+        }
+}
+
 typedef struct gk_case {
     const char *name;
     void (*build)(bctx *c);
@@ -808,6 +884,9 @@ static const gk_case cases[] = {
     {"Pow", build_pow},
     {"Transpose", build_transpose},
     {"StopGradient", build_stop_gradient},
+    {"Tile", build_tile},
+    {"Select", build_select},
+    {"OneHot", build_one_hot},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -156,9 +156,9 @@ bool gpu_check_launch_at(exec_ctx *ctx, exec_cuda_device *dev, cudaError_t err,
     return false;
 }
 
-bool gpu_prepare_inputs(exec_ctx *ctx, exec_cuda_device *dev, int n) {
-    const dg_tensor *x0 = ctx->inputs[0];
-    for (int i = 0; i < n; i++) {
+bool gpu_prepare_input_range(exec_ctx *ctx, exec_cuda_device *dev, int first, int n) {
+    const dg_tensor *x0 = ctx->inputs[first];
+    for (int i = first; i < first + n; i++) {
         const dg_tensor *x = ctx->inputs[i];
         if (!x) return exec_fail(ctx, DG_FAILED_PRECONDITION, "input %d has no value", i);
         if (!gpu_dtype_on_device(x->dtype) || x->dtype != x0->dtype)
@@ -172,6 +172,10 @@ bool gpu_prepare_inputs(exec_ctx *ctx, exec_cuda_device *dev, int n) {
                              (long long)x->n_elements, dev->id);
     }
     return gpu_check_launch(ctx, dev, cudaSetDevice(dev->id), "cudaSetDevice");
+}
+
+bool gpu_prepare_inputs(exec_ctx *ctx, exec_cuda_device *dev, int n) {
+    return gpu_prepare_input_range(ctx, dev, 0, n);
 }
 
 // ---- host copies for code outside the kernels (exec_tensor_to_host) ----

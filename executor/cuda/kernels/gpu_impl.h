@@ -59,6 +59,9 @@ bool gpu_check_launch_at(exec_ctx *ctx, exec_cuda_device *dev, cudaError_t err,
 // tensor may be anywhere) and makes dev the thread's current GPU for the launches. false with
 // ctx->st set naming the input.
 bool gpu_prepare_inputs(exec_ctx *ctx, exec_cuda_device *dev, int n);
+// The same for inputs [first, first + n), of input first's dtype: the float inputs of a kernel
+// whose leading inputs are host memory (Select's condition, OneHot's indices and depth).
+bool gpu_prepare_input_range(exec_ctx *ctx, exec_cuda_device *dev, int first, int n);
 // A host copy of t whichever GPU holds it (a new reference to t when it is host memory).
 dg_tensor *gpu_any_to_host(dg_tensor *t, dg_status *st);
 
@@ -75,6 +78,8 @@ extern const exec_kernel_def gpu_math_kernels[];      // kernels_gpu_math.c
 extern const int gpu_n_math_kernels;
 extern const exec_kernel_def gpu_nn_kernels[];        // kernels_gpu_nn.c
 extern const int gpu_n_nn_kernels;
+extern const exec_kernel_def gpu_index_kernels[];     // kernels_gpu_index.c
+extern const int gpu_n_index_kernels;
 extern const exec_kernel_def gpu_conv_kernels[];      // kernels_gpu_conv.c
 extern const int gpu_n_conv_kernels;
 extern const exec_kernel_def gpu_collective_kernels[];  // kernels_gpu_collective.c
