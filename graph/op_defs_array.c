@@ -133,8 +133,9 @@ static bool infer_one_hot(dg_node *n, dg_status *st) {   // indices, depth, on_v
         dg_status_set(st, DG_INVALID_ARGUMENT, "input 1 (depth) must be an int32 or int64 scalar");
         return false;
     }
-    if (in_dt(n, 2) != in_dt(n, 3) || on.rank > 0 || off.rank > 0) {
-        dg_status_set(st, DG_INVALID_ARGUMENT, "inputs 2 and 3 (on_value, off_value) must be scalars of one dtype");
+    if (in_dt(n, 2) != in_dt(n, 3) || !dg_dtype_is_float(in_dt(n, 2)) || on.rank > 0 || off.rank > 0) {
+        dg_status_set(st, DG_INVALID_ARGUMENT,
+                      "inputs 2 and 3 (on_value, off_value) must be float32 or float64 scalars of one dtype");
         return false;
     }
     const dg_tensor *dv = dg_node_const_value(n->inputs[1].node);
