@@ -177,13 +177,18 @@ static dg_output initial_value(dg_graph *g, dg_dtype dtype, dg_shape shape, dg_i
     case DG_INIT_ZEROS:
     case DG_INIT_ONES:
     case DG_INIT_CONSTANT: {
+        double v = init.kind == DG_INIT_ZEROS ? 0 : init.kind == DG_INIT_ONES ? 1 : init.a;
+        // A big variable starts from Fill (TensorFlow's zeros() does the same): a Const of its
+        // full size would travel in every graph that initializes it (a 64 MB table: 64 MB).
+        if (dg_shape_is_fully_defined(&shape) && dg_shape_num_elements(&shape) > 1024 &&
+            (dg_dtype_is_float(dtype) || dtype == DG_INT32 || dtype == DG_INT64))
+            return dg_fill(g, "Const", dg_const_i64s(g, NULL, shape.dims, shape.rank), dg_scalar(g, NULL, dtype, v));
         dg_tensor *t = dg_tensor_new(dtype, shape, NULL);
         if (!t) {
             dg_graph_set_error(g, DG_INVALID_ARGUMENT, "initializer: cannot make a %s tensor",
                                dg_dtype_name(dtype));
             return NULL_OUT;
         }
-        double v = init.kind == DG_INIT_ZEROS ? 0 : init.kind == DG_INIT_ONES ? 1 : init.a;
         for (int64_t i = 0; i < t->n_elements; i++) {
             switch (dtype) {
             case DG_FLOAT32: ((float *)t->data)[i] = (float)v; break;
