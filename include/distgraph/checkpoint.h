@@ -4,9 +4,10 @@
  * recently saved (TensorFlow's latest_checkpoint), which is the highest step unless a lower
  * step was saved later. Every tensor carries a CRC-32 checked on restore. The file may also
  * hold scalar summaries (step, tag, value, wall time), beside the checkpoints and untouched by
- * saves and pruning. The schema and the guarantees are in docs/CHECKPOINT.md. A
- * dg_checkpoint_store is used by one thread at a time; other processes may read the file
- * meanwhile. */
+ * saves and pruning. A tensor may be saved as a slice of a larger variable (the parts of a
+ * partitioned variable) and restored into other slices. The schema and the guarantees are in
+ * docs/CHECKPOINT.md. A dg_checkpoint_store is used by one thread at a time; other processes
+ * may read the file meanwhile. */
 #ifndef DISTGRAPH_CHECKPOINT_H
 #define DISTGRAPH_CHECKPOINT_H
 
@@ -77,6 +78,54 @@ int dg_checkpoint_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_
 // graph's variables is the caller's job. *restored_step (may be NULL) receives the step read.
 bool dg_checkpoint_restore(dg_checkpoint_store *s, int64_t step, const char *const *names, int n,
                            dg_tensor **out, int64_t *restored_step, dg_status *st);
+
+// ---- Sliced variables ----
+// A tensor may be saved as a slice of a larger variable (a part of a partitioned variable,
+// partitioned.h): the checkpoint records where it lies in the whole, and a restore of any
+// region of the whole assembles it from whatever slices of it the checkpoint holds (any
+// number, any boundaries), or from the whole saved unsliced. The tensor keeps its own name
+// too: readers that know nothing of slices (dg_checkpoint_variables, dg_checkpoint_restore,
+// earlier releases) see it as an ordinary tensor. Schema and rules: docs/CHECKPOINT.md.
+
+// Where a tensor lies in a larger variable: the region [offset[d], offset[d] + shape[d]) of
+// full_name's full_shape in each dimension d, shape being the tensor's own.
+typedef struct dg_checkpoint_slice {
+    const char *full_name;          // the whole variable, 1 to 255 bytes; NULL: not a slice
+    dg_shape full_shape;            // the whole variable's shape: rank >= 1, the tensor's rank
+    int64_t offset[DG_MAX_RANK];    // the slice's first index in each dimension
+} dg_checkpoint_slice;
+
+// dg_checkpoint_save where values[i] is saved as the slice slices[i] of a larger variable;
+// slices may be NULL, and an entry whose full_name is NULL saves a whole tensor, as
+// dg_checkpoint_save does. Also INVALID_ARGUMENT, naming the tensor: a slice that does not fit
+// its full shape (rank, offsets), slices of one full name that differ in full shape or dtype
+// or overlap, a full name that is also the name of a whole tensor of the save. Borrows names,
+// values and slices for the call.
+bool dg_checkpoint_save_slices(dg_checkpoint_store *s, int64_t global_step, const char *const *names,
+                               dg_tensor *const *values, const dg_checkpoint_slice *slices, int n,
+                               int max_to_keep, dg_status *st);
+
+// dg_checkpoint_variables, and for each variable i, (*slices)[i] says where it lies when it was
+// saved as a slice (full_name NULL: a whole tensor). *vars and *slices: new, caller frees each
+// with free() (the full names live in the *slices block); both NULL when the count is 0 or -1.
+// A slice description that does not parse or fit is DATA_LOSS naming the variable and the file.
+int dg_checkpoint_variables_sliced(dg_checkpoint_store *s, int64_t step, dg_checkpoint_var **vars,
+                                   dg_checkpoint_slice **slices, dg_status *st);
+
+// Fills the caller's tensors from the checkpoint of step (-1: newest), all from one snapshot.
+// values[i]'s dtype and shape say what is read: the tensor names[i] when slices is NULL or
+// slices[i].full_name is NULL, else the region slices[i] of the variable full_name, assembled
+// from the slices of it the checkpoint holds or from full_name saved whole (names[i] then only
+// names the request in messages). Errors name the variable and the file: NOT_FOUND for a
+// missing step, a missing variable, or rows of the region that no saved slice holds (the
+// message lists them); INVALID_ARGUMENT for bad arguments and for a saved dtype, shape or full
+// shape other than asked; DATA_LOSS for damaged bytes and for saved slices that overlap,
+// disagree on the full shape or dtype, or do not fit it. On failure the values' contents are
+// unspecified. *restored_step (may be NULL) receives the step read. Borrows every argument
+// for the call.
+bool dg_checkpoint_restore_slices(dg_checkpoint_store *s, int64_t step, const char *const *names,
+                                  const dg_checkpoint_slice *slices, dg_tensor *const *values, int n,
+                                  int64_t *restored_step, dg_status *st);
 
 // ---- Scalar summaries ----
 // What the summary saver hook (monitored_session.h) writes and dg-inspect reads: rows of

@@ -17,7 +17,7 @@
  *   arguments, report through their status like every other fallible call; a failure met
  *   while building is in the graph as well.
  * - Process-wide settings are functions (dg_set_malloc_tuning), never options of one object.
- * - Headers follow the layers: graph (status, tensor, graph, ops, train, strategy,
+ * - Headers follow the layers: graph (status, tensor, graph, ops, partitioned, train, strategy,
  *   sync_replicas, collective, device_name, serialize, version) <- placer (cluster,
  *   device_setter, placer) <- runtime (session, server, checkpoint, monitored_session); a
  *   header declares functions of its own layer and includes none to its right.
@@ -31,6 +31,7 @@
 #include "distgraph/tensor.h"
 #include "distgraph/graph.h"
 #include "distgraph/ops.h"
+#include "distgraph/partitioned.h"
 #include "distgraph/train.h"
 #include "distgraph/embedding.h"
 #include "distgraph/strategy.h"

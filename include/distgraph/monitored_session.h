@@ -31,13 +31,16 @@ typedef struct dg_saver dg_saver;
 // Adds, for every variable of DG_GLOBAL_VARIABLES, a placeholder "save/restore_<var>/value"
 // and an Assign "save/restore_<var>" colocated with the variable, grouped under
 // "save/restore_all" (the scope is "save_1" ... when "save" is taken). Variables added to the
-// graph later are not covered. A graph without variables is FAILED_PRECONDITION.
+// graph later are not covered. A graph without variables is FAILED_PRECONDITION; a variable
+// with malformed save-slice attributes (partitioned.h) INVALID_ARGUMENT naming it.
 // Borrows g until dg_saver_free(). Returns: new, caller frees with dg_saver_free(); NULL on
 // error (the graph's sticky error, or st).
 dg_saver *dg_saver_new(dg_graph *g, dg_status *st);
 void dg_saver_free(dg_saver **sv);
 // Fetches every variable in one run (copies, also of variables on other tasks) and saves them
-// under their node names as the checkpoint of `step`; step -1 takes the value of the graph's
+// under their node names as the checkpoint of `step` (the parts of partitioned variables, those
+// with save-slice attributes, as slices of their full variables: dg_checkpoint_save_slices);
+// step -1 takes the value of the graph's
 // global step (DG_GLOBAL_STEP) fetched in the same run (FAILED_PRECONDITION if there is none).
 // Keeps the newest max_to_keep checkpoints (0: all). *saved_step (may be NULL) gets the step.
 // Borrows sess and store for the call.
@@ -46,7 +49,11 @@ bool dg_saver_save(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, i
 // Restores the checkpoint of step (-1: newest) by one run feeding the stored values to the
 // restore Assigns. The checkpoint must hold exactly the saver's variables with their dtypes and
 // shapes, else INVALID_ARGUMENT naming every variable missing from the checkpoint, not in the
-// graph, or of another dtype/shape (NOT_FOUND when there is no checkpoint at all).
+// graph, or of another dtype/shape (NOT_FOUND when there is no checkpoint at all). A part of a
+// partitioned variable reads its rows of the full variable from whatever slices of it the
+// checkpoint holds, or from the full variable saved whole; a whole variable the checkpoint holds
+// only as slices is assembled from them (dg_checkpoint_restore_slices, whose errors name the
+// file: rows no slice holds, another full shape or dtype, overlapping slices).
 // *restored_step (may be NULL) gets the step. Borrows sess and store for the call.
 bool dg_saver_restore(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, int64_t step,
                       int64_t *restored_step, dg_status *st);

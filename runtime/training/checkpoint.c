@@ -8,8 +8,9 @@
  * Chunks are bound in place (SQLITE_STATIC) on save and read with incremental blob I/O
  * straight into the new tensor's buffer on restore; the CRC runs on a helper thread
  * meanwhile. Settings that matter for speed are explained where they are set. The scalar
- * summaries live in the same file, in a table of their own (the end of this file), so this
- * file is the one owner of the file's schema. */
+ * summaries live in the same file, in a table of their own (the end of this file), and so do
+ * the slice descriptions of tensors saved as slices of larger variables (a table of their own,
+ * made by the first save holding a slice), so this file is the one owner of the file's schema. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -670,6 +671,212 @@ void dg_checkpoint_store_free(dg_checkpoint_store **sp) {
     *sp = NULL;
 }
 
+// ---- sliced variables: schema, regions, checks ----
+// The table is made by the first save that holds a slice, as the summaries table by its first
+// write: a file without it holds no slices, and files that never held one keep the schema of
+// earlier releases. A row says that tensor tensor_id is a slice of full_name. The trigger
+// deletes a tensor's row with the tensor, so pruning and replacing checkpoints need not know
+// of the table, also when an earlier release saves into a file that has one (tensors.id values
+// are reused after deletes: a row left behind would describe another tensor). Its statements
+// are prepared per call, since the table may appear after the store opened.
+
+static const char slices_sql[] =
+    "CREATE TABLE IF NOT EXISTS slices(\n"
+    "  tensor_id INTEGER PRIMARY KEY,       -- tensors.id: this tensor is a slice of\n"
+    "  full_name TEXT NOT NULL,             -- the whole variable\n"
+    "  full_dims TEXT NOT NULL,             -- the whole variable's shape, as tensors.dims\n"
+    "  offsets TEXT NOT NULL                -- the slice's first index in each dimension, '[4,0]'\n"
+    ");\n"
+    "CREATE INDEX IF NOT EXISTS slices_by_full_name ON slices(full_name);\n"
+    "CREATE TRIGGER IF NOT EXISTS slices_follow_tensors AFTER DELETE ON tensors BEGIN\n"
+    "  DELETE FROM slices WHERE tensor_id = old.id;\n"
+    "END;\n";
+
+// Whether the file has a table of this name (inside the caller's transaction, if any).
+static bool has_table(dg_checkpoint_store *s, const char *name, bool *has, dg_status *st) {
+    sqlite3_stmt *q = NULL;
+    int rc;
+    SQ_CHECK(s, sqlite3_prepare_v2(s->db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                                   -1, &q, NULL), st);
+    SQ_CHECK(s, sqlite3_bind_text(q, 1, name, -1, SQLITE_STATIC), st);
+    SQ_STEP(s, q, rc, st);
+    *has = rc == SQLITE_ROW && sqlite3_column_int64(q, 0) > 0;
+    sqlite3_finalize(q);
+    return true;
+fail:
+    sqlite3_finalize(q);
+    return false;
+}
+
+// Prepares sql over the slices table; a table without our columns is FAILED_PRECONDITION.
+static bool prepare_slices(dg_checkpoint_store *s, const char *sql, sqlite3_stmt **q, dg_status *st) {
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, q, NULL);
+    if (rc == SQLITE_OK) return true;
+    if ((rc & 0xff) == SQLITE_ERROR) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION,
+                       "checkpoint \"%s\": %s: the slices table does not have the columns (tensor_id, full_name, "
+                       "full_dims, offsets): %s",
+                       s->path, s->doing, sqlite3_errmsg(s->db));
+        return false;
+    }
+    sq_fail(s, rc, "sqlite3_prepare_v2(slices)", __LINE__, st);
+    return false;
+}
+
+// A box in a variable of some full shape: [off[d], off[d] + dims[d]) in each dimension d.
+typedef struct region {
+    int rank;
+    int64_t off[DG_MAX_RANK];
+    int64_t dims[DG_MAX_RANK];
+} region;
+
+static region region_of(const dg_shape *shape, const int64_t *offset) {
+    region r;
+    memset(&r, 0, sizeof r);
+    r.rank = shape->rank;
+    for (int d = 0; d < shape->rank; d++) {
+        r.off[d] = offset[d];
+        r.dims[d] = shape->dims[d];
+    }
+    return r;
+}
+
+// Whether r lies inside a variable of shape full (ranks equal, >= 1).
+static bool region_fits(const region *r, const dg_shape *full) {
+    if (r->rank < 1 || r->rank > DG_MAX_RANK || r->rank != full->rank) return false;
+    for (int d = 0; d < r->rank; d++)
+        if (full->dims[d] < 0 || r->dims[d] < 0 || r->off[d] < 0 || r->off[d] > full->dims[d] - r->dims[d])
+            return false;
+    return true;
+}
+
+// The common part of a and b in *both; false when it holds no element.
+static bool regions_meet(const region *a, const region *b, region *both) {
+    both->rank = a->rank;
+    for (int d = 0; d < a->rank; d++) {
+        int64_t lo = a->off[d] > b->off[d] ? a->off[d] : b->off[d];
+        int64_t ha = a->off[d] + a->dims[d], hb = b->off[d] + b->dims[d];
+        int64_t hi = ha < hb ? ha : hb;
+        if (hi <= lo) return false;
+        both->off[d] = lo;
+        both->dims[d] = hi - lo;
+    }
+    return true;
+}
+
+// "rows [a, b)" when r spans every other dimension of full, else "[a:b,c:d]".
+static char *region_str(const region *r, const dg_shape *full, char *buf, size_t cap) {
+    bool rows = true;
+    for (int d = 1; d < r->rank; d++) rows = rows && r->off[d] == 0 && r->dims[d] == full->dims[d];
+    if (rows) {
+        snprintf(buf, cap, "rows [%lld, %lld)", (long long)r->off[0], (long long)(r->off[0] + r->dims[0]));
+        return buf;
+    }
+    size_t k = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < r->rank && k < cap; d++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%lld:%lld", d ? "," : "", (long long)r->off[d],
+                              (long long)(r->off[d] + r->dims[d]));
+    if (k < cap) snprintf(buf + k, cap - k, "]");
+    return buf;
+}
+
+// Parses a slices row (full name, full dims and offsets as text) of a tensor of shape into
+// *full and *r; false when it does not parse or the tensor does not fit the full shape there.
+static bool read_slice_row(const char *full_name, const char *full_dims, const char *offsets, const dg_shape *shape,
+                           dg_shape *full, region *r) {
+    dg_shape off;
+    if (!full_name || !*full_name || strlen(full_name) >= sizeof ((dg_checkpoint_var *)0)->name ||
+        !parse_dims(full_dims, full) || !parse_dims(offsets, &off) || off.rank != shape->rank)
+        return false;
+    *r = region_of(shape, off.dims);
+    return region_fits(r, full);
+}
+
+// The slice arguments of a save (names and values already checked): each slice fits its full
+// shape, the slices of one full name agree on it and on the dtype and do not overlap, and no
+// whole tensor of the save carries a full name. *any: whether there is a slice at all.
+static bool check_slice_args(const dg_checkpoint_store *s, int64_t step, const char *const *names,
+                             dg_tensor *const *values, const dg_checkpoint_slice *slices, int n, bool *any,
+                             dg_status *st) {
+    char a[160], b[160];
+    for (int i = 0; i < n; i++) {
+        const dg_checkpoint_slice *si = &slices[i];
+        if (!si->full_name) continue;
+        *any = true;
+        const dg_shape *sh = dg_tensor_shape(values[i]);
+        size_t len = strlen(si->full_name);
+        if (len == 0 || len >= sizeof ((dg_checkpoint_var *)0)->name) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT,
+                           "checkpoint \"%s\": save of step %lld: variable \"%s\": the full name of its slice is "
+                           "%s (1 to %zu bytes)", s->path, (long long)step, names[i], len ? "too long" : "empty",
+                           sizeof ((dg_checkpoint_var *)0)->name - 1);
+            return false;
+        }
+        region ri = region_of(sh, si->offset);
+        if (!dg_shape_is_fully_defined(&si->full_shape) || !region_fits(&ri, &si->full_shape)) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT,
+                           "checkpoint \"%s\": save of step %lld: variable \"%s\" (%s) does not fit as a slice of "
+                           "\"%s\" %s at its offsets", s->path, (long long)step, names[i],
+                           dg_shape_str(sh, a, sizeof a), si->full_name, dg_shape_str(&si->full_shape, b, sizeof b));
+            return false;
+        }
+        for (int j = 0; j < n; j++) {
+            const dg_checkpoint_slice *sj = &slices[j];
+            if (!sj->full_name) {
+                if (strcmp(names[j], si->full_name) == 0) {
+                    dg_status_setf(st, DG_INVALID_ARGUMENT,
+                                   "checkpoint \"%s\": save of step %lld: variable \"%s\" is saved whole and as "
+                                   "the full variable of the slice \"%s\"", s->path, (long long)step, names[j],
+                                   names[i]);
+                    return false;
+                }
+                continue;
+            }
+            if (j >= i || strcmp(sj->full_name, si->full_name) != 0) continue;
+            if (dg_tensor_dtype(values[j]) != dg_tensor_dtype(values[i]) ||
+                !dg_shape_equal(&sj->full_shape, &si->full_shape)) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT,
+                               "checkpoint \"%s\": save of step %lld: the slices \"%s\" and \"%s\" of \"%s\" disagree "
+                               "on the variable: %s %s and %s %s", s->path, (long long)step, names[j], names[i],
+                               si->full_name, dg_dtype_name(dg_tensor_dtype(values[j])),
+                               dg_shape_str(&sj->full_shape, a, sizeof a), dg_dtype_name(dg_tensor_dtype(values[i])),
+                               dg_shape_str(&si->full_shape, b, sizeof b));
+                return false;
+            }
+            region rj = region_of(dg_tensor_shape(values[j]), sj->offset), both;
+            if (regions_meet(&ri, &rj, &both)) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT,
+                               "checkpoint \"%s\": save of step %lld: the slices \"%s\" (%s) and \"%s\" (%s) of \"%s\" "
+                               "overlap", s->path, (long long)step, names[j],
+                               region_str(&rj, &sj->full_shape, a, sizeof a), names[i], region_str(&ri, &si->full_shape, b, sizeof b), si->full_name);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+// Inserts the slices row of tensor_id (inside the save's transaction).
+static bool save_slice_row(dg_checkpoint_store *s, sqlite3_stmt *q, int64_t tensor_id, const dg_checkpoint_slice *sl,
+                           const dg_tensor *t, dg_status *st) {
+    char full[DG_MAX_RANK * 21 + 4], offs[DG_MAX_RANK * 21 + 4];
+    int rc;
+    dims_text(&sl->full_shape, full, sizeof full);
+    dg_shape off = dg_shape_make(dg_tensor_rank(t), sl->offset);
+    dims_text(&off, offs, sizeof offs);
+    SQ_CHECK(s, sqlite3_bind_int64(q, 1, tensor_id), st);
+    SQ_CHECK(s, sqlite3_bind_text(q, 2, sl->full_name, -1, SQLITE_STATIC), st);
+    SQ_CHECK(s, sqlite3_bind_text(q, 3, full, -1, SQLITE_STATIC), st);
+    SQ_CHECK(s, sqlite3_bind_text(q, 4, offs, -1, SQLITE_STATIC), st);
+    SQ_STEP(s, q, rc, st);
+    sqlite3_reset(q);
+    sqlite3_clear_bindings(q);
+    return true;
+fail:
+    sqlite3_reset(q);
+    return false;
+}
+
 // ---- save ----
 
 static bool check_save_args(const dg_checkpoint_store *s, int64_t step, const char *const *names,
@@ -731,7 +938,7 @@ fail:
 // Writes one tensor's row and chunks; the CRC is computed chunk by chunk just before SQLite
 // copies the chunk, while it is still in the CPU caches.
 static bool save_tensor(dg_checkpoint_store *s, int64_t ckpt_id, const char *name,
-                        const dg_tensor *t, dg_status *st) {
+                        const dg_tensor *t, int64_t *tensor_id_out, dg_status *st) {
     char dims[DG_MAX_RANK * 21 + 4];
     dims_text(dg_tensor_shape(t), dims, sizeof dims);
     size_t nbytes = dg_tensor_nbytes(t);
@@ -758,6 +965,7 @@ static bool save_tensor(dg_checkpoint_store *s, int64_t ckpt_id, const char *nam
     }
     sqlite3_reset(q);
     int64_t tensor_id = sqlite3_last_insert_rowid(s->db);
+    *tensor_id_out = tensor_id;
     uLong crc = crc32_z(0L, Z_NULL, 0);
     q = s->q[Q_INS_CHUNK];
     for (int64_t k = 0; k < n_chunks; k++) {
@@ -786,18 +994,27 @@ fail:
 
 bool dg_checkpoint_save(dg_checkpoint_store *s, int64_t global_step, const char *const *names,
                         dg_tensor *const *values, int n, int max_to_keep, dg_status *st) {
+    return dg_checkpoint_save_slices(s, global_step, names, values, NULL, n, max_to_keep, st);
+}
+
+bool dg_checkpoint_save_slices(dg_checkpoint_store *s, int64_t global_step, const char *const *names,
+                               dg_tensor *const *values, const dg_checkpoint_slice *slices, int n,
+                               int max_to_keep, dg_status *st) {
     dg_status_reset(st);
     if (!s) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: save on a NULL store");
         return false;
     }
     if (!check_save_args(s, global_step, names, values, n, max_to_keep, st)) return false;
+    bool has_slices = false;
+    if (slices && !check_slice_args(s, global_step, names, values, slices, n, &has_slices, st)) return false;
     if (s->readonly_why) {
         dg_status_setf(st, DG_FAILED_PRECONDITION, "checkpoint \"%s\": cannot save step %lld: %s",
                        s->path, (long long)global_step, s->readonly_why);
         return false;
     }
     int64_t *old = NULL;
+    sqlite3_stmt *ins_slice = NULL;
     int rc;
     set_doing(s, "saving step %lld", (long long)global_step);
     // IMMEDIATE takes the write lock now, so a concurrent writer waits here, not mid-save.
@@ -820,9 +1037,19 @@ bool dg_checkpoint_save(dg_checkpoint_store *s, int64_t global_step, const char 
     // Ids only grow (a new row gets max(id) + 1), so id order is save order.
     int64_t ckpt_id = sqlite3_last_insert_rowid(s->db);
 
+    if (has_slices) {
+        set_doing(s, "saving step %lld: making the slices table", (long long)global_step);
+        SQ_CHECK(s, sqlite3_exec(s->db, slices_sql, NULL, NULL, NULL), st);
+        if (!prepare_slices(s, "INSERT INTO slices(tensor_id, full_name, full_dims, offsets) VALUES(?1, ?2, ?3, ?4)",
+                            &ins_slice, st))
+            goto fail;
+    }
     for (int i = 0; i < n; i++) {
         set_doing(s, "saving variable \"%s\" of step %lld", names[i], (long long)global_step);
-        if (!save_tensor(s, ckpt_id, names[i], values[i], st)) goto fail;
+        int64_t tensor_id;
+        if (!save_tensor(s, ckpt_id, names[i], values[i], &tensor_id, st)) goto fail;
+        if (slices && slices[i].full_name && !save_slice_row(s, ins_slice, tensor_id, &slices[i], values[i], st))
+            goto fail;
     }
 
     if (max_to_keep > 0) {
@@ -860,10 +1087,12 @@ bool dg_checkpoint_save(dg_checkpoint_store *s, int64_t global_step, const char 
     // frames and the next checkpoint (or close) copies them.
     sqlite3_wal_checkpoint_v2(s->db, "main", SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
     free(old);
+    sqlite3_finalize(ins_slice);
     end_call(s, false);
     return true;
 fail:
     free(old);
+    sqlite3_finalize(ins_slice);
     end_call(s, true);
     return false;
 }
@@ -984,20 +1213,36 @@ fail:
     return -1;
 }
 
-int dg_checkpoint_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_var **vars,
-                            dg_status *st) {
+// dg_checkpoint_variables, and with slices dg_checkpoint_variables_sliced.
+static int list_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_var **vars,
+                          dg_checkpoint_slice **slices, dg_status *st) {
     dg_status_reset(st);
     if (!s || !vars) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: variables with a NULL argument");
         return -1;
     }
     *vars = NULL;
+    if (slices) *slices = NULL;
     int n = 0, cap = 0, rc;
     int64_t id, found, n_tensors = 0;
+    sqlite3_stmt *joined = NULL;        // tensors LEFT JOIN slices, when slices are asked for and kept
+    dg_checkpoint_slice *sl = NULL;     // with slices: one per variable, full names set at the end
+    size_t *name_at = NULL;             // where variable i's full name starts in text; SIZE_MAX: none
+    char *text = NULL;                  // the full names, each NUL-terminated
+    size_t n_text = 0, cap_text = 0;
+    bool has_slices = false;
     set_doing(s, "listing the variables of step %lld", (long long)step);
     SQ_CHECK(s, sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL), st);
     if (!find_checkpoint(s, step, &id, &found, &n_tensors, st)) goto fail;
+    if (slices && !has_table(s, "slices", &has_slices, st)) goto fail;
     sqlite3_stmt *q = s->q[Q_VARS];
+    if (has_slices) {
+        if (!prepare_slices(s, "SELECT t.name, t.dtype, t.dims, s.full_name, s.full_dims, s.offsets FROM tensors t "
+                               "LEFT JOIN slices s ON s.tensor_id = t.id WHERE t.checkpoint_id = ?1 ORDER BY t.id",
+                            &joined, st))
+            goto fail;
+        q = joined;
+    }
     SQ_CHECK(s, sqlite3_bind_int64(q, 1, id), st);
     for (;;) {
         SQ_STEP(s, q, rc, st);
@@ -1005,12 +1250,19 @@ int dg_checkpoint_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             dg_checkpoint_var *grown = realloc(*vars, (size_t)cap * sizeof **vars);
+            if (grown) *vars = grown;
+            if (grown && slices) {
+                dg_checkpoint_slice *g2 = realloc(sl, (size_t)cap * sizeof *sl);
+                if (g2) sl = g2;
+                size_t *g3 = g2 ? realloc(name_at, (size_t)cap * sizeof *name_at) : NULL;
+                if (g3) name_at = g3;
+                if (!g3) grown = NULL;
+            }
             if (!grown) {
                 dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory",
                                s->path);
                 goto fail;
             }
-            *vars = grown;
         }
         dg_checkpoint_var *v = &(*vars)[n];
         const char *name = (const char *)sqlite3_column_text(q, 0);
@@ -1024,6 +1276,35 @@ int dg_checkpoint_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_
             goto fail;
         }
         memcpy(v->name, name, strlen(name) + 1);
+        if (slices) {
+            memset(&sl[n], 0, sizeof sl[n]);
+            name_at[n] = SIZE_MAX;
+            if (has_slices && sqlite3_column_type(q, 3) != SQLITE_NULL) {
+                const char *full_name = (const char *)sqlite3_column_text(q, 3);
+                region r;
+                if (!read_slice_row(full_name, (const char *)sqlite3_column_text(q, 4),
+                                    (const char *)sqlite3_column_text(q, 5), &v->shape, &sl[n].full_shape, &r)) {
+                    dg_status_setf(st, DG_DATA_LOSS,
+                                   "checkpoint \"%s\": step %lld: the slice description of variable \"%s\" is "
+                                   "damaged", s->path, (long long)found, v->name);
+                    goto fail;
+                }
+                memcpy(sl[n].offset, r.off, sizeof sl[n].offset);
+                size_t len = strlen(full_name) + 1;
+                if (n_text + len > cap_text) {
+                    cap_text = 2 * (n_text + len) + 256;
+                    char *grown = realloc(text, cap_text);
+                    if (!grown) {
+                        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory", s->path);
+                        goto fail;
+                    }
+                    text = grown;
+                }
+                memcpy(text + n_text, full_name, len);
+                name_at[n] = n_text;
+                n_text += len;
+            }
+        }
         n++;
     }
     if (n != n_tensors) {
@@ -1033,20 +1314,59 @@ int dg_checkpoint_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_
                        s->path, (long long)found, n, (long long)n_tensors);
         goto fail;
     }
+    if (slices && n > 0) {
+        // One block: the descriptions, then the full names they point to.
+        dg_checkpoint_slice *block = malloc((size_t)n * sizeof *block + n_text + 1);
+        if (!block) {
+            dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory", s->path);
+            goto fail;
+        }
+        char *names_copy = (char *)(block + n);
+        if (n_text) memcpy(names_copy, text, n_text);
+        for (int i = 0; i < n; i++) {
+            block[i] = sl[i];
+            block[i].full_name = name_at[i] == SIZE_MAX ? NULL : names_copy + name_at[i];
+        }
+        *slices = block;
+    }
+    free(sl);
+    free(name_at);
+    free(text);
+    sqlite3_finalize(joined);
     end_call(s, true);
     return n;
 fail:
     free(*vars);
     *vars = NULL;
+    free(sl);
+    free(name_at);
+    free(text);
+    sqlite3_finalize(joined);
     end_call(s, true);
     return -1;
 }
 
+int dg_checkpoint_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_var **vars,
+                            dg_status *st) {
+    return list_variables(s, step, vars, NULL, st);
+}
+
+int dg_checkpoint_variables_sliced(dg_checkpoint_store *s, int64_t step, dg_checkpoint_var **vars,
+                                   dg_checkpoint_slice **slices, dg_status *st) {
+    if (!slices) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: variables_sliced with a NULL argument");
+        if (vars) *vars = NULL;
+        return -1;
+    }
+    return list_variables(s, step, vars, slices, st);
+}
+
 // ---- restore ----
 
-// Reads one variable of checkpoint ckpt_id into a new tensor *out.
+// Reads one variable of checkpoint ckpt_id into a new tensor *out, or with into (out NULL)
+// into that tensor, which must have the stored dtype and shape (else INVALID_ARGUMENT).
 static bool restore_tensor(dg_checkpoint_store *s, int64_t ckpt_id, int64_t step,
-                           const char *name, dg_tensor **out, dg_status *st) {
+                           const char *name, dg_tensor *into, dg_tensor **out, dg_status *st) {
     dg_tensor *t = NULL;
     crc_job job = {.is_running = false};
     int rc;
@@ -1075,13 +1395,25 @@ static bool restore_tensor(dg_checkpoint_store *s, int64_t ckpt_id, int64_t step
                        s->path, name, (long long)step, (int)dtype, (long long)n_bytes);
         goto fail;
     }
-    t = dg_tensor_new(dtype, shape, st);
-    if (!t) {
-        dg_status_prepend(st, "checkpoint \"%s\": variable \"%s\" of step %lld", s->path, name,
-                          (long long)step);
-        goto fail;
+    if (into) {
+        if (dg_tensor_dtype(into) != dtype || !dg_shape_equal(dg_tensor_shape(into), &shape)) {
+            char a[128], b[128];
+            dg_status_setf(st, DG_INVALID_ARGUMENT,
+                           "checkpoint \"%s\": variable \"%s\" of step %lld is %s %s, asked for %s %s",
+                           s->path, name, (long long)step, dg_dtype_name(dtype),
+                           dg_shape_str(&shape, a, sizeof a), dg_dtype_name(dg_tensor_dtype(into)),
+                           dg_shape_str(dg_tensor_shape(into), b, sizeof b));
+            goto fail;
+        }
+    } else {
+        t = dg_tensor_new(dtype, shape, st);
+        if (!t) {
+            dg_status_prepend(st, "checkpoint \"%s\": variable \"%s\" of step %lld", s->path, name,
+                              (long long)step);
+            goto fail;
+        }
     }
-    unsigned char *data = dg_tensor_data(t);
+    unsigned char *data = dg_tensor_data(into ? into : t);
     uLong crc = crc32_z(0L, Z_NULL, 0);
     int64_t off = 0, k = 0;
     q = s->q[Q_CHUNKS];
@@ -1140,7 +1472,7 @@ static bool restore_tensor(dg_checkpoint_store *s, int64_t ckpt_id, int64_t step
                        (unsigned long)crc);
         goto fail;
     }
-    *out = t;
+    if (out) *out = t;
     return true;
 fail:
     crc_finish(&job);
@@ -1168,7 +1500,7 @@ bool dg_checkpoint_restore(dg_checkpoint_store *s, int64_t step, const char *con
             goto fail;
         }
         set_doing(s, "restoring variable \"%s\" of step %lld", names[i], (long long)found);
-        if (!restore_tensor(s, id, found, names[i], &out[i], st)) goto fail;
+        if (!restore_tensor(s, id, found, names[i], NULL, &out[i], st)) goto fail;
     }
     end_call(s, true);
     if (restored_step) *restored_step = found;
@@ -1176,6 +1508,321 @@ bool dg_checkpoint_restore(dg_checkpoint_store *s, int64_t step, const char *con
 fail:
     end_call(s, true);
     for (int i = 0; i < n; i++) dg_tensor_free(&out[i]);
+    return false;
+}
+
+// ---- restore of slices ----
+
+// A saved tensor that holds part of a requested variable: a slice of it, or all of it saved
+// whole (full is then its shape and r all of it).
+typedef struct piece {
+    char *name;       // owned: the tensor's name in the checkpoint
+    dg_dtype dtype;
+    dg_shape full;
+    region r;
+} piece;
+
+static void free_pieces(piece *p, int n) {
+    for (int i = 0; i < n; i++) free(p[i].name);
+    free(p);
+}
+
+// The tensors of checkpoint ckpt_id that hold parts of full_name (inside the caller's read
+// transaction) into *out (new, free_pieces). `what` names the request in messages.
+static int find_pieces(dg_checkpoint_store *s, int64_t ckpt_id, int64_t step, bool has_slices, const char *full_name,
+                       const char *what, piece **out, dg_status *st) {
+    sqlite3_stmt *q = NULL;
+    piece *p = NULL;
+    int n = 0, cap = 0, rc;
+    *out = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && !has_slices) break;
+        const char *sql =
+            pass == 1 ? "SELECT t.name, t.dtype, t.dims, s.full_dims, s.offsets FROM slices s JOIN tensors t "
+                        "ON t.id = s.tensor_id WHERE t.checkpoint_id = ?1 AND s.full_name = ?2 ORDER BY t.id"
+            : has_slices ? "SELECT t.name, t.dtype, t.dims FROM tensors t WHERE t.checkpoint_id = ?1 AND t.name = ?2 "
+                           "AND NOT EXISTS (SELECT 1 FROM slices s WHERE s.tensor_id = t.id)"
+                         : "SELECT name, dtype, dims FROM tensors WHERE checkpoint_id = ?1 AND name = ?2";
+        if (has_slices) {
+            if (!prepare_slices(s, sql, &q, st)) goto fail;
+        } else {
+            SQ_CHECK(s, sqlite3_prepare_v2(s->db, sql, -1, &q, NULL), st);
+        }
+        SQ_CHECK(s, sqlite3_bind_int64(q, 1, ckpt_id), st);
+        SQ_CHECK(s, sqlite3_bind_text(q, 2, full_name, -1, SQLITE_STATIC), st);
+        for (;;) {
+            SQ_STEP(s, q, rc, st);
+            if (rc != SQLITE_ROW) break;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 8;
+                piece *grown = realloc(p, (size_t)cap * sizeof *p);
+                if (!grown) {
+                    dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": %s: out of memory", s->path, what);
+                    goto fail;
+                }
+                p = grown;
+            }
+            piece *k = &p[n];
+            const char *name = (const char *)sqlite3_column_text(q, 0);
+            k->name = dup_str(name ? name : "");
+            if (!k->name) {
+                dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": %s: out of memory", s->path, what);
+                goto fail;
+            }
+            n++;
+            k->dtype = (dg_dtype)sqlite3_column_int(q, 1);
+            dg_shape shape;
+            bool ok = dg_dtype_is_valid(k->dtype) && parse_dims((const char *)sqlite3_column_text(q, 2), &shape);
+            if (ok && pass == 0) {
+                int64_t zero[DG_MAX_RANK] = {0};
+                k->full = shape;
+                k->r = region_of(&shape, zero);
+                ok = shape.rank >= 1;
+            } else if (ok) {
+                ok = read_slice_row(full_name, (const char *)sqlite3_column_text(q, 3),
+                                    (const char *)sqlite3_column_text(q, 4), &shape, &k->full, &k->r);
+            }
+            if (!ok) {
+                dg_status_setf(st, DG_DATA_LOSS,
+                               "checkpoint \"%s\": %s: the description of the saved %s \"%s\" of step %lld is %s",
+                               s->path, what, pass ? "slice" : "variable", k->name, (long long)step,
+                               pass == 0 && dg_dtype_is_valid(k->dtype) ? "a scalar, not a variable with rows"
+                                                                        : "damaged");
+                goto fail;
+            }
+        }
+        sqlite3_finalize(q);
+        q = NULL;
+    }
+    *out = p;
+    return n;
+fail:
+    sqlite3_finalize(q);
+    free_pieces(p, n);
+    return -1;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+// Rows (along dimension 0) of want that the pieces (which do not overlap) do not wholly hold,
+// written into buf as "[a, b), [c, d)". Returns the number of missing ranges; -1 out of memory.
+static int missing_rows(const region *want, const piece *p, int n, char *buf, size_t cap) {
+    int64_t row_elems = 1;
+    for (int d = 1; d < want->rank; d++) row_elems *= want->dims[d];
+    buf[0] = '\0';
+    if (row_elems == 0 || want->dims[0] == 0) return 0;
+    // Between consecutive cuts every piece covers either all rows or none.
+    int64_t *cut = malloc((2 * (size_t)n + 2) * sizeof *cut);
+    if (!cut) return -1;
+    int n_cut = 0;
+    cut[n_cut++] = want->off[0];
+    cut[n_cut++] = want->off[0] + want->dims[0];
+    for (int k = 0; k < n; k++) {
+        region both;
+        if (!regions_meet(want, &p[k].r, &both)) continue;
+        cut[n_cut++] = both.off[0];
+        cut[n_cut++] = both.off[0] + both.dims[0];
+    }
+    qsort(cut, (size_t)n_cut, sizeof *cut, cmp_i64);
+    int n_unique = 0;
+    for (int i = 0; i < n_cut; i++)
+        if (n_unique == 0 || cut[i] != cut[n_unique - 1]) cut[n_unique++] = cut[i];
+    int n_missing = 0;
+    int64_t run_lo = -1, run_hi = -1;   // the missing range being merged
+    size_t used = 0;
+    // The last pass (no segment) only ends the range being merged.
+    for (int i = 0; i < n_unique; i++) {
+        bool is_missing = false;
+        int64_t a = cut[i], b = i + 1 < n_unique ? cut[i + 1] : a;
+        if (b > a) {
+            int64_t covered = 0;
+            for (int k = 0; k < n; k++) {
+                region both;
+                if (!regions_meet(want, &p[k].r, &both) || both.off[0] > a || both.off[0] + both.dims[0] < b) continue;
+                int64_t e = 1;
+                for (int d = 1; d < want->rank; d++) e *= both.dims[d];
+                covered += e;
+            }
+            is_missing = covered < row_elems;
+        }
+        if (is_missing && run_hi == a) {
+            run_hi = b;
+            continue;
+        }
+        if (run_lo >= 0) {
+            if (n_missing < 8 && used < cap)
+                used += (size_t)snprintf(buf + used, cap - used, "%s[%lld, %lld)", n_missing ? ", " : "",
+                                         (long long)run_lo, (long long)run_hi);
+            else if (n_missing == 8 && used < cap)
+                used += (size_t)snprintf(buf + used, cap - used, ", ...");
+            n_missing++;
+            run_lo = run_hi = -1;
+        }
+        if (is_missing) {
+            run_lo = a;
+            run_hi = b;
+        }
+    }
+    free(cut);
+    return n_missing;
+}
+
+// Copies the elements of both (a part of src_r and of dst_r) from src (holding src_r) to dst
+// (holding dst_r), a run of the last dimension at a time.
+static void copy_region(const region *both, const region *src_r, const unsigned char *src, const region *dst_r,
+                        unsigned char *dst, size_t elem) {
+    int r = both->rank;
+    int64_t s_stride[DG_MAX_RANK], d_stride[DG_MAX_RANK], idx[DG_MAX_RANK];
+    s_stride[r - 1] = d_stride[r - 1] = 1;
+    for (int d = r - 2; d >= 0; d--) {
+        s_stride[d] = s_stride[d + 1] * src_r->dims[d + 1];
+        d_stride[d] = d_stride[d + 1] * dst_r->dims[d + 1];
+    }
+    for (int d = 0; d < r; d++) idx[d] = both->off[d];
+    size_t run = (size_t)both->dims[r - 1] * elem;
+    for (;;) {
+        int64_t so = 0, dof = 0;
+        for (int d = 0; d < r; d++) {
+            so += (idx[d] - src_r->off[d]) * s_stride[d];
+            dof += (idx[d] - dst_r->off[d]) * d_stride[d];
+        }
+        memcpy(dst + (size_t)dof * elem, src + (size_t)so * elem, run);
+        int d = r - 2;
+        for (; d >= 0; d--) {
+            if (++idx[d] < both->off[d] + both->dims[d]) break;
+            idx[d] = both->off[d];
+        }
+        if (d < 0) break;
+    }
+}
+
+// Fills value with the region sl of its full variable from the pieces of checkpoint ckpt_id
+// (inside the caller's read transaction).
+static bool restore_region(dg_checkpoint_store *s, int64_t ckpt_id, int64_t step, bool has_slices, const char *name,
+                           const dg_checkpoint_slice *sl, dg_tensor *value, dg_status *st) {
+    const dg_shape *vs = dg_tensor_shape(value);
+    dg_dtype dt = dg_tensor_dtype(value);
+    region want = region_of(vs, sl->offset);
+    char what[640], a[160], b[160], list[400];
+    piece *p = NULL;
+    dg_tensor *tmp = NULL;
+    int n = 0;
+    size_t len = strlen(sl->full_name);
+    if (len == 0 || len >= sizeof ((dg_checkpoint_var *)0)->name || !dg_shape_is_fully_defined(&sl->full_shape) ||
+        !region_fits(&want, &sl->full_shape)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT,
+                       "checkpoint \"%s\": restore: variable \"%s\" (%s) does not fit as a slice of \"%.255s\" %s at "
+                       "its offsets", s->path, name, dg_shape_str(vs, a, sizeof a), sl->full_name,
+                       dg_shape_str(&sl->full_shape, b, sizeof b));
+        return false;
+    }
+    snprintf(what, sizeof what, "variable \"%s\" (%s of \"%s\" %s)", name,
+             region_str(&want, &sl->full_shape, a, sizeof a), sl->full_name, dg_shape_str(&sl->full_shape, b, sizeof b));
+    set_doing(s, "restoring %s of step %lld", what, (long long)step);
+    if ((n = find_pieces(s, ckpt_id, step, has_slices, sl->full_name, what, &p, st)) < 0) return false;
+    if (n == 0) {
+        dg_status_setf(st, DG_NOT_FOUND, "checkpoint \"%s\": %s: \"%s\" is not in the checkpoint of step %lld, "
+                       "neither whole nor as slices", s->path, what, sl->full_name, (long long)step);
+        goto fail;
+    }
+    // What the file holds must be one variable cut in pieces: the same dtype and full shape,
+    // no element twice. Save refuses anything else, so a file breaking this is damaged.
+    for (int k = 0; k < n; k++) {
+        if (p[k].dtype != p[0].dtype || !dg_shape_equal(&p[k].full, &p[0].full)) {
+            dg_status_setf(st, DG_DATA_LOSS, "checkpoint \"%s\": %s: the saved slices of \"%s\" in step %lld disagree "
+                           "on the variable: \"%s\" says %s %s, \"%s\" %s %s", s->path, what, sl->full_name,
+                           (long long)step, p[0].name, dg_dtype_name(p[0].dtype), dg_shape_str(&p[0].full, a, sizeof a),
+                           p[k].name, dg_dtype_name(p[k].dtype), dg_shape_str(&p[k].full, b, sizeof b));
+            goto fail;
+        }
+        for (int j = 0; j < k; j++) {
+            region both;
+            if (!regions_meet(&p[j].r, &p[k].r, &both)) continue;
+            dg_status_setf(st, DG_DATA_LOSS, "checkpoint \"%s\": %s: the saved slices \"%s\" (%s) and \"%s\" (%s) of "
+                           "\"%s\" in step %lld overlap", s->path, what, p[j].name,
+                           region_str(&p[j].r, &p[j].full, a, sizeof a), p[k].name,
+                           region_str(&p[k].r, &p[k].full, b, sizeof b), sl->full_name, (long long)step);
+            goto fail;
+        }
+    }
+    if (p[0].dtype != dt || !dg_shape_equal(&p[0].full, &sl->full_shape)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "checkpoint \"%s\": %s: the checkpoint of step %lld holds \"%s\" as "
+                       "%s %s, the graph asks for %s %s", s->path, what, (long long)step, sl->full_name,
+                       dg_dtype_name(p[0].dtype), dg_shape_str(&p[0].full, a, sizeof a), dg_dtype_name(dt),
+                       dg_shape_str(&sl->full_shape, b, sizeof b));
+        goto fail;
+    }
+    int n_missing = missing_rows(&want, p, n, list, sizeof list);
+    if (n_missing != 0) {
+        if (n_missing < 0)
+            dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": %s: out of memory", s->path, what);
+        else
+            dg_status_setf(st, DG_NOT_FOUND, "checkpoint \"%s\": %s: rows %s of \"%s\" are in none of the %d saved "
+                           "slice%s of step %lld", s->path, what, list, sl->full_name, n, n == 1 ? "" : "s",
+                           (long long)step);
+        goto fail;
+    }
+    size_t elem = dg_dtype_size(dt);
+    for (int k = 0; k < n; k++) {
+        region both;
+        if (!regions_meet(&want, &p[k].r, &both)) continue;
+        bool exact = true;
+        for (int d = 0; d < want.rank; d++)
+            exact = exact && p[k].r.off[d] == want.off[d] && p[k].r.dims[d] == want.dims[d];
+        // The same cut as saved: read straight into the caller's tensor.
+        if (exact) {
+            if (!restore_tensor(s, ckpt_id, step, p[k].name, value, NULL, st)) goto fail;
+            continue;
+        }
+        if (!restore_tensor(s, ckpt_id, step, p[k].name, NULL, &tmp, st)) goto fail;
+        copy_region(&both, &p[k].r, dg_tensor_data(tmp), &want, dg_tensor_data(value), elem);
+        dg_tensor_free(&tmp);
+    }
+    free_pieces(p, n);
+    return true;
+fail:
+    dg_tensor_free(&tmp);
+    free_pieces(p, n);
+    return false;
+}
+
+bool dg_checkpoint_restore_slices(dg_checkpoint_store *s, int64_t step, const char *const *names,
+                                  const dg_checkpoint_slice *slices, dg_tensor *const *values, int n,
+                                  int64_t *restored_step, dg_status *st) {
+    dg_status_reset(st);
+    if (!s || n < 0 || (n > 0 && (!names || !values))) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: restore_slices with bad arguments");
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+        if (!names[i] || !values[i]) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "checkpoint \"%s\": restore: %s %d is NULL", s->path,
+                           names[i] ? "value" : "name", i);
+            return false;
+        }
+    int64_t id, found = -1;
+    bool has_slices = false;
+    set_doing(s, "restoring step %lld", (long long)step);
+    // One read transaction: every variable comes from the same snapshot of the file.
+    SQ_CHECK(s, sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL), st);
+    if (!find_checkpoint(s, step, &id, &found, NULL, st)) goto fail;
+    if (!has_table(s, "slices", &has_slices, st)) goto fail;
+    for (int i = 0; i < n; i++) {
+        if (slices && slices[i].full_name) {
+            if (!restore_region(s, id, found, has_slices, names[i], &slices[i], values[i], st)) goto fail;
+            continue;
+        }
+        set_doing(s, "restoring variable \"%s\" of step %lld", names[i], (long long)found);
+        if (!restore_tensor(s, id, found, names[i], values[i], NULL, st)) goto fail;
+    }
+    end_call(s, true);
+    if (restored_step) *restored_step = found;
+    return true;
+fail:
+    end_call(s, true);
     return false;
 }
 

@@ -23,6 +23,7 @@
 
 #include "distgraph/monitored_session.h"
 #include "distgraph/ops.h"
+#include "distgraph/partitioned.h"
 #include "status_impl.h"
 
 // ---- small helpers ----
@@ -78,6 +79,9 @@ struct dg_saver {
     dg_output *values;     // the placeholders fed on restore, one per variable
     dg_node *restore_all;  // NoOp after every restore Assign
     int global_step;       // index of the global step in vars, -1 if none
+    dg_checkpoint_slice *slices;   // one per variable: its save-slice attributes (full_name
+                                   // borrowed from the graph), full_name NULL when it has none
+    bool has_slices;               // whether any variable is a slice (a partitioned variable's part)
 };
 
 dg_saver *dg_saver_new(dg_graph *g, dg_status *st) {
@@ -101,8 +105,9 @@ dg_saver *dg_saver_new(dg_graph *g, dg_status *st) {
     if (sv) {
         sv->vars = calloc((size_t)n, sizeof *sv->vars);
         sv->values = calloc((size_t)n, sizeof *sv->values);
+        sv->slices = calloc((size_t)n, sizeof *sv->slices);
     }
-    if (!sv || !assigns || !sv->vars || !sv->values) {
+    if (!sv || !assigns || !sv->vars || !sv->values || !sv->slices) {
         free(assigns);
         dg_saver_free(&sv);
         dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "saver: out of memory for %d variables", n);
@@ -113,6 +118,23 @@ dg_saver *dg_saver_new(dg_graph *g, dg_status *st) {
     sv->global_step = -1;
     dg_node *gs = dg_graph_collection_size(g, DG_GLOBAL_STEP) ? dg_graph_collection_get(g, DG_GLOBAL_STEP, 0)
                                                               : NULL;
+    // Slice attributes first: a malformed one fails before the graph gets any save op.
+    for (int i = 0; i < n; i++) {
+        dg_variable_slice vs;
+        int has = dg_variable_save_slice(dg_graph_collection_get(g, DG_GLOBAL_VARIABLES, i), &vs, st);
+        if (has < 0) {
+            free(assigns);
+            dg_saver_free(&sv);
+            dg_status_prepend(st, "saver");
+            return NULL;
+        }
+        if (has) {
+            sv->slices[i].full_name = vs.full_name;
+            sv->slices[i].full_shape = vs.full_shape;
+            memcpy(sv->slices[i].offset, vs.offset, sizeof vs.offset);
+            sv->has_slices = true;
+        }
+    }
     dg_graph_push_name_scope(g, "save");
     for (int i = 0; i < n; i++) {
         dg_node *v = dg_graph_collection_get(g, DG_GLOBAL_VARIABLES, i);
@@ -146,6 +168,7 @@ void dg_saver_free(dg_saver **svp) {
     dg_saver *sv = *svp;
     free(sv->vars);
     free(sv->values);
+    free(sv->slices);
     free(sv);
     *svp = NULL;
 }
@@ -183,7 +206,9 @@ bool dg_saver_save(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, i
         dg_status_prepend(st, "saver save: fetching the variables");
     } else {
         if (step < 0) step = dg_tensor_i64(vals[sv->global_step])[0];
-        ok = dg_checkpoint_save(store, step, names, vals, sv->n, max_to_keep, st);
+        // Parts of partitioned variables go in as slices of their full variables.
+        ok = dg_checkpoint_save_slices(store, step, names, vals, sv->has_slices ? sv->slices : NULL, sv->n,
+                                       max_to_keep, st);
         if (ok && saved_step) *saved_step = step;
         if (!ok) dg_status_prepend(st, "saver save: checkpoint of step %lld", (long long)step);
     }
@@ -193,33 +218,62 @@ bool dg_saver_save(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, i
     return ok;
 }
 
-// The checkpoint must hold exactly the saver's variables: every difference is named.
-static bool check_checkpoint_matches(const dg_saver *sv, const dg_checkpoint_var *cv, int n_cv, int64_t step,
-                                     dg_status *st) {
+// Whether checkpoint entry k holds part of the full variable full_name: a slice of it, or it
+// saved whole.
+static bool holds_part_of(const dg_checkpoint_var *cv, const dg_checkpoint_slice *cs, int k, const char *full_name) {
+    return cs[k].full_name ? strcmp(cs[k].full_name, full_name) == 0 : strcmp(cv[k].name, full_name) == 0;
+}
+
+// Plans the restore into req (one entry per saver variable): req[i].full_name NULL reads the
+// tensor of the variable's name; otherwise the region req[i] of a full variable, assembled
+// from whatever of it the checkpoint holds. That is a part of a partitioned variable (its
+// slice attributes), or a whole variable the checkpoint holds only as slices (TensorFlow
+// restores a variable whatever partitioning it was saved with). The checkpoint must hold
+// exactly the saver's variables: every difference is named. The dtypes, shapes and rows of
+// slices are checked by the store, whose errors name the file.
+static bool plan_restore(const dg_saver *sv, const dg_checkpoint_var *cv, const dg_checkpoint_slice *cs, int n_cv,
+                         int64_t step, dg_checkpoint_slice *req, dg_status *st) {
     strbuf missing = {0}, extra = {0}, differ = {0};
     int n_missing = 0, n_extra = 0, n_differ = 0;
     char a[128], b[128];
+    bool *used = calloc((size_t)(n_cv ? n_cv : 1), sizeof *used);
+    if (!used) abort();
     for (int i = 0; i < sv->n; i++) {
         const char *name = dg_node_name(sv->vars[i].node);
-        const dg_checkpoint_var *found = NULL;
-        for (int k = 0; k < n_cv && !found; k++)
-            if (strcmp(cv[k].name, name) == 0) found = &cv[k];
-        if (!found) {
-            sb_addf(&missing, "%s%s", n_missing++ ? ", " : "", name);
-            continue;
-        }
         dg_dtype dt = dg_output_dtype(sv->vars[i]);
         dg_shape sh = dg_output_shape(sv->vars[i]);
-        if (found->dtype != dt || !dg_shape_equal(&found->shape, &sh))
-            sb_addf(&differ, "%s%s (graph %s %s, checkpoint %s %s)", n_differ++ ? ", " : "", name, dg_dtype_name(dt),
-                    dg_shape_str(&sh, a, sizeof a), dg_dtype_name(found->dtype),
-                    dg_shape_str(&found->shape, b, sizeof b));
+        req[i] = sv->slices[i];
+        if (!req[i].full_name) {
+            int found = -1;
+            for (int k = 0; k < n_cv && found < 0; k++)
+                if (strcmp(cv[k].name, name) == 0) found = k;
+            if (found >= 0) {
+                used[found] = true;
+                if (cv[found].dtype != dt || !dg_shape_equal(&cv[found].shape, &sh))
+                    sb_addf(&differ, "%s%s (graph %s %s, checkpoint %s %s)", n_differ++ ? ", " : "", name,
+                            dg_dtype_name(dt), dg_shape_str(&sh, a, sizeof a), dg_dtype_name(cv[found].dtype),
+                            dg_shape_str(&cv[found].shape, b, sizeof b));
+                continue;
+            }
+            bool as_slices = false;
+            for (int k = 0; k < n_cv && !as_slices; k++)
+                as_slices = cs[k].full_name && strcmp(cs[k].full_name, name) == 0;
+            if (!as_slices || sh.rank < 1) {
+                sb_addf(&missing, "%s%s", n_missing++ ? ", " : "", name);
+                continue;
+            }
+            req[i].full_name = name;
+            req[i].full_shape = sh;
+            memset(req[i].offset, 0, sizeof req[i].offset);
+        }
+        bool any = false;
+        for (int k = 0; k < n_cv; k++)
+            if (holds_part_of(cv, cs, k, req[i].full_name)) used[k] = any = true;
+        if (!any) sb_addf(&missing, "%s%s (a slice of %s)", n_missing++ ? ", " : "", name, req[i].full_name);
     }
-    for (int k = 0; k < n_cv; k++) {
-        bool in_graph = false;
-        for (int i = 0; i < sv->n && !in_graph; i++) in_graph = strcmp(cv[k].name, dg_node_name(sv->vars[i].node)) == 0;
-        if (!in_graph) sb_addf(&extra, "%s%s", n_extra++ ? ", " : "", cv[k].name);
-    }
+    for (int k = 0; k < n_cv; k++)
+        if (!used[k]) sb_addf(&extra, "%s%s", n_extra++ ? ", " : "", cv[k].name);
+    free(used);
     bool ok = n_missing + n_extra + n_differ == 0;
     if (!ok) {
         strbuf msg = {0};
@@ -252,16 +306,26 @@ bool dg_saver_restore(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store
         }
     }
     dg_checkpoint_var *cv = NULL;
-    int n_cv = dg_checkpoint_variables(store, step, &cv, st);
+    dg_checkpoint_slice *cs = NULL;
+    int n_cv = dg_checkpoint_variables_sliced(store, step, &cv, &cs, st);
     if (n_cv < 0) return false;
-    bool ok = check_checkpoint_matches(sv, cv, n_cv, step, st);
-    free(cv);
-    if (!ok) return false;
+    dg_checkpoint_slice *req = calloc((size_t)sv->n, sizeof *req);
     dg_tensor **vals = calloc((size_t)sv->n, sizeof *vals);
+    if (!req || !vals) abort();
+    // req's full names point into the graph, never into cs.
+    bool ok = plan_restore(sv, cv, cs, n_cv, step, req, st);
+    free(cv);
+    free(cs);
     const char **names = saver_names(sv);
-    if (!vals) abort();
+    for (int i = 0; ok && i < sv->n; i++) {
+        vals[i] = dg_tensor_new(dg_output_dtype(sv->vars[i]), dg_output_shape(sv->vars[i]), st);
+        if (!vals[i]) {
+            dg_status_prepend(st, "saver restore: variable \"%s\"", names[i]);
+            ok = false;
+        }
+    }
     int64_t got = step;
-    ok = dg_checkpoint_restore(store, step, names, sv->n, vals, &got, st);
+    if (ok) ok = dg_checkpoint_restore_slices(store, step, names, req, vals, sv->n, &got, st);
     if (ok) {
         ok = dg_session_run(sess, sv->values, vals, sv->n, NULL, NULL, 0, &sv->restore_all, 1, st);
         if (!ok) dg_status_prepend(st, "assigning the checkpoint of step %lld", (long long)got);
@@ -269,6 +333,7 @@ bool dg_saver_restore(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store
     if (ok && restored_step) *restored_step = got;
     for (int i = 0; i < sv->n; i++) dg_tensor_unref(vals[i]);
     free(vals);
+    free(req);
     free(names);
     return ok;
 }

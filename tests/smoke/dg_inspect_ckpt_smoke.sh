@@ -262,4 +262,33 @@ expect_fail 2 "--step applies to variables only" checkpoints "$ckpt" --step 3
 expect_fail 2 "--tag applies to plot only" summaries "$ckpt" --tag loss
 expect_fail 2 "checkpoints needs a checkpoint FILE" checkpoints
 expect_fail 2 "unknown command \"checkpoint\"" checkpoint "$ckpt"
+
+# Slices (parts of partitioned variables): TEST DATA in the columns of the slices table
+# (runtime/training/checkpoint.c), marking pixels [3,5] of the newest step as rows [3, 6) of a
+# variable image [6,5]. variables shows where each slice lies; other variables show nothing.
+cp "$ckpt" "$tmp/sliced.db"
+python3 - "$tmp/sliced.db" <<'EOF' || fail "inserting test slices"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("CREATE TABLE slices(tensor_id INTEGER PRIMARY KEY, full_name TEXT NOT NULL, "
+           "full_dims TEXT NOT NULL, offsets TEXT NOT NULL)")
+db.execute("INSERT INTO slices SELECT id, 'image', '[6,5]', '[3,0]' FROM tensors WHERE name = 'pixels' "
+           "AND checkpoint_id = (SELECT max(id) FROM checkpoints)")
+db.commit()
+EOF
+out=$("$inspect" variables "$tmp/sliced.db") || fail "variables of a file with slices"
+echo "$out"
+echo "$out" | grep -Eq '^name +dtype +shape +step +bytes +slice of$' || fail "slices header"
+echo "$out" | grep -Eq '^pixels +uint8 +\[3,5\] +5 +15 +image \[6,5\] at \[3,0\]$' || fail "pixels slice row"
+echo "$out" | grep -Eq '^mask +bool +\[33\] +5 +33$' || fail "mask row beside slices"
+"$inspect" variables "$tmp/sliced.db" --json > "$tmp/sliced.json" || fail "variables --json with slices"
+python3 - "$tmp/sliced.json" <<'EOF' || fail "variables --json with slices"
+import json, sys
+v = {x["name"]: x for x in json.load(open(sys.argv[1]))["variables"]}
+assert v["pixels"]["slice"] == {"full_name": "image", "full_shape": [6, 5], "offset": [3, 0]}, v["pixels"]
+assert all("slice" not in x for n, x in v.items() if n != "pixels"), v
+EOF
+# Variables of an older step of that file have no slices: no column.
+out=$("$inspect" variables "$tmp/sliced.db" --step 4) || fail "variables --step 4 of a file with slices"
+[[ "$out" != *"slice of"* ]] || fail "a slice column without slices"
 echo "dg-inspect checkpoint smoke: ok"

@@ -1,6 +1,7 @@
 /* dg-inspect's commands on the checkpoints of a checkpoint file: checkpoints (step, when
- * written, variables, bytes) and variables (name, dtype, shape, bytes, first values), all
- * through the public checkpoint API (distgraph/checkpoint.h). Nothing is written to the file. */
+ * written, variables, bytes) and variables (name, dtype, shape, bytes, where a slice lies in
+ * its full variable, first values), all through the public checkpoint API
+ * (distgraph/checkpoint.h). Nothing is written to the file. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -169,9 +170,13 @@ static bool first_values(dg_checkpoint_store *s, int64_t step, const char *name,
 int inspect_cmd_variables(const inspect_options *o) {
     dg_status *st = dg_status_new();
     dg_checkpoint_var *vars = NULL;
+    dg_checkpoint_slice *slices = NULL;
     int64_t *steps = NULL;
     enum { NC = 6 };
     static const char *const head[NC] = {"name", "dtype", "shape", "step", "bytes", "values"};
+    // With slices (parts of partitioned variables) in the checkpoint: where each lies.
+    static const char *const head_sliced[NC + 1] = {"name", "dtype", "shape", "step", "bytes", "slice of", "values"};
+    int nc = NC;
     inspect_table t;
     inspect_table_init(&t, head, NC);
     int rc = 1, n = 0;
@@ -201,11 +206,17 @@ int inspect_cmd_variables(const inspect_options *o) {
                         "one; without --step, the newest)\n", o->file, (long long)step, n_ckpt == 1 ? "" : "s", list);
         goto out;
     }
-    if (!dg_status_ok(st) || (n = dg_checkpoint_variables(s, step, &vars, st)) < 0) {
+    if (!dg_status_ok(st) || (n = dg_checkpoint_variables_sliced(s, step, &vars, &slices, st)) < 0) {
         n = 0;
         inspect_die_status("reading the variables", st);
         goto out;
     }
+    for (int i = 0; i < n && nc == NC; i++)
+        if (slices[i].full_name) {
+            inspect_table_free(&t);
+            inspect_table_init(&t, head_sliced, NC + 1);
+            nc = NC + 1;
+        }
     int64_t total = 0;
     for (int i = 0; i < n; i++) total += var_bytes(&vars[i]);
     if (o->json) {
@@ -219,6 +230,16 @@ int inspect_cmd_variables(const inspect_options *o) {
             printf(", \"dtype\": \"%s\", \"shape\": ", dg_dtype_name(vars[i].dtype));
             json_shape(stdout, &vars[i].shape);
             printf(", \"step\": %lld, \"n_bytes\": %lld", (long long)step, (long long)var_bytes(&vars[i]));
+            if (slices[i].full_name) {
+                dg_shape off = dg_shape_make(vars[i].shape.rank, slices[i].offset);
+                printf(", \"slice\": {\"full_name\": ");
+                inspect_json_str(stdout, slices[i].full_name);
+                printf(", \"full_shape\": ");
+                json_shape(stdout, &slices[i].full_shape);
+                printf(", \"offset\": ");
+                json_shape(stdout, &off);
+                printf("}");
+            }
             if (o->n_values > 0) {
                 inspect_sbuf b = {0};
                 if (!first_values(s, step, vars[i].name, o->n_values, true, &b, st)) {
@@ -246,17 +267,27 @@ int inspect_cmd_variables(const inspect_options *o) {
         r[3] = inspect_xstrdup(buf);
         snprintf(buf, sizeof buf, "%lld", (long long)var_bytes(&vars[i]));
         r[4] = inspect_xstrdup(buf);
+        if (nc > NC) {
+            buf[0] = '\0';
+            if (slices[i].full_name) {
+                char fs[128], os[128];
+                dg_shape off = dg_shape_make(vars[i].shape.rank, slices[i].offset);
+                snprintf(buf, sizeof buf, "%.100s %s at %s", slices[i].full_name,
+                         dg_shape_str(&slices[i].full_shape, fs, sizeof fs), dg_shape_str(&off, os, sizeof os));
+            }
+            r[5] = inspect_xstrdup(buf);
+        }
         inspect_sbuf b = {0};
         if (o->n_values > 0 && !first_values(s, step, vars[i].name, o->n_values, false, &b, st)) {
             free(b.s);
             inspect_die_status("reading values", st);
             goto out;
         }
-        r[5] = inspect_xstrdup(inspect_sb_str(&b));
+        r[nc - 1] = inspect_xstrdup(inspect_sb_str(&b));
         free(b.s);
     }
     printf("checkpoint of step %lld%s in %s\n", (long long)step, step == newest ? " (newest)" : "", o->file);
-    inspect_table_print(&t, o->n_values > 0 ? NC : NC - 1);
+    inspect_table_print(&t, o->n_values > 0 ? nc : nc - 1);
     char hb[32];
     human_bytes(total, hb, sizeof hb);
     printf("%d variable%s, %lld bytes (%s)\n", n, n == 1 ? "" : "s", (long long)total, hb);
@@ -264,6 +295,7 @@ int inspect_cmd_variables(const inspect_options *o) {
 out:
     inspect_table_free(&t);
     free(vars);
+    free(slices);
     free(steps);
     dg_checkpoint_store_free(&s);
     dg_status_free(&st);
