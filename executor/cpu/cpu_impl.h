@@ -114,6 +114,20 @@ bool cpu_tile_shape(exec_ctx *ctx, dg_shape *out);
 bool cpu_select_plan(exec_ctx *ctx, dg_shape *out, int64_t (*strides)[DG_MAX_RANK]);
 bool cpu_one_hot_shape(exec_ctx *ctx, dg_shape *out);
 
+// ---- embeddings and sparse updates (kernels_sparse.c), shared with the GPU kernels ----
+// The checks of Gather (params, indices), UnsortedSegmentSum (data, segment_ids, num_segments),
+// ScatterAdd/Sub/Update (ref, indices, updates), SparseApplyAdagrad (var, accum, lr, grad,
+// indices), SparseApplyAdam (var, m, v, 6 scalars, grad, indices) and DynamicStitch (N int32
+// indices, N data), in the CPU kernels' order, every index included, and the output shapes of
+// those with an output of their own. They read shapes, dtypes and the int inputs, never a
+// float value; false with ctx->st set.
+bool cpu_gather_shape(exec_ctx *ctx, dg_shape *out);
+bool cpu_segment_sum_shape(exec_ctx *ctx, dg_shape *out);
+bool cpu_scatter_check(exec_ctx *ctx);
+bool cpu_sparse_adagrad_check(exec_ctx *ctx);
+bool cpu_sparse_adam_check(exec_ctx *ctx);
+bool cpu_dynamic_stitch_shape(exec_ctx *ctx, dg_shape *out);
+
 // ---- convolutional networks (kernels_conv.c), shared with the GPU kernels ----
 // C = alpha op(A) op(B) + beta C, row-major, float32 or float64 (t): OpenBLAS when built with
 // it, else a plain loop.

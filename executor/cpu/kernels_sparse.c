@@ -56,16 +56,23 @@ static bool need_table(exec_ctx *ctx, const dg_tensor *t, const char *what) {
 
 // ---- Gather ----
 
-static bool gather_compute(void *state, exec_ctx *ctx) {
-    (void)state;
+bool cpu_gather_shape(exec_ctx *ctx, dg_shape *out) {
     const dg_tensor *p = IN(0), *idx = IN(1);
     if (!need_table(ctx, p, "params") || !need_ints(ctx, idx, "indices")) return false;
     if (idx->shape.rank + p->shape.rank - 1 > DG_MAX_RANK)
         return exec_fail(ctx, DG_INVALID_ARGUMENT, "the result would pass rank %d", DG_MAX_RANK);
     int64_t rows = p->shape.dims[0];
     if (!check_indices(ctx, idx, rows, "indices")) return false;
-    dg_shape os = idx->shape;
-    for (int k = 1; k < p->shape.rank; k++) os.dims[os.rank++] = p->shape.dims[k];
+    *out = idx->shape;
+    for (int k = 1; k < p->shape.rank; k++) out->dims[out->rank++] = p->shape.dims[k];
+    return true;
+}
+
+static bool gather_compute(void *state, exec_ctx *ctx) {
+    (void)state;
+    const dg_tensor *p = IN(0), *idx = IN(1);
+    dg_shape os;
+    if (!cpu_gather_shape(ctx, &os)) return false;
     dg_tensor *o = exec_alloc_output(ctx, 0, p->dtype, os);
     if (!o) return false;
     size_t row = (size_t)row_elems(p) * dg_dtype_size(p->dtype);
@@ -87,8 +94,7 @@ static bool gather_compute(void *state, exec_ctx *ctx) {
         }                                                                                     \
     } while (0)
 
-static bool segment_sum_compute(void *state, exec_ctx *ctx) {
-    (void)state;
+bool cpu_segment_sum_shape(exec_ctx *ctx, dg_shape *out) {
     const dg_tensor *d = IN(0), *ids = IN(1), *num = IN(2);
     if (!need_table(ctx, d, "data") || !need_ints(ctx, ids, "segment_ids") || !need_ints(ctx, num, "num_segments"))
         return false;
@@ -98,8 +104,16 @@ static bool segment_sum_compute(void *state, exec_ctx *ctx) {
     int64_t n = index_at(num, 0);
     if (n < 0) return exec_fail(ctx, DG_INVALID_ARGUMENT, "num_segments is %lld", (long long)n);
     if (!check_indices(ctx, ids, n, "segment_ids")) return false;
-    dg_shape os = d->shape;
-    os.dims[0] = n;
+    *out = d->shape;
+    out->dims[0] = n;
+    return true;
+}
+
+static bool segment_sum_compute(void *state, exec_ctx *ctx) {
+    (void)state;
+    const dg_tensor *d = IN(0), *ids = IN(1);
+    dg_shape os;
+    if (!cpu_segment_sum_shape(ctx, &os)) return false;
     dg_tensor *o = exec_alloc_output(ctx, 0, d->dtype, os);
     if (!o) return false;
     memset(o->data, 0, o->nbytes);
@@ -140,13 +154,17 @@ static void *scatter_create(const dg_node *n, const exec_env *env, dg_status *st
         }                                                                                     \
     } while (0)
 
+bool cpu_scatter_check(exec_ctx *ctx) {
+    const dg_tensor *var = IN(0), *idx = IN(1), *up = IN(2);
+    return need_table(ctx, var, "the variable") && need_ints(ctx, idx, "indices") &&
+           check_rows(ctx, var, idx, up, "updates") && check_indices(ctx, idx, var->shape.dims[0], "indices");
+}
+
 static bool scatter_compute(void *state, exec_ctx *ctx) {
     scatter_op op = (scatter_op)((intptr_t)state - 1);
     dg_tensor *var = IN(0);
     const dg_tensor *idx = IN(1), *up = IN(2);
-    if (!need_table(ctx, var, "the variable") || !need_ints(ctx, idx, "indices") ||
-        !check_rows(ctx, var, idx, up, "updates") || !check_indices(ctx, idx, var->shape.dims[0], "indices"))
-        return false;
+    if (!cpu_scatter_check(ctx)) return false;
     int64_t r = row_elems(var);
     switch (var->dtype) {
     case DG_FLOAT32: SCATTER(float); break;
@@ -182,15 +200,19 @@ static bool same_table(exec_ctx *ctx, const dg_tensor *var, const dg_tensor *slo
         }                                                                                     \
     } while (0)
 
+bool cpu_sparse_adagrad_check(exec_ctx *ctx) {
+    const dg_tensor *var = IN(0), *acc = IN(1), *grad = IN(3), *idx = IN(4);
+    if (!need_table(ctx, var, "the variable") || !same_table(ctx, var, acc, "accum") || !need_ints(ctx, idx, "indices"))
+        return false;
+    if (idx->shape.rank != 1) return exec_fail(ctx, DG_INVALID_ARGUMENT, "indices must be a vector");
+    return check_rows(ctx, var, idx, grad, "grad") && check_indices(ctx, idx, var->shape.dims[0], "indices");
+}
+
 static bool sparse_adagrad_compute(void *state, exec_ctx *ctx) {
     (void)state;
     dg_tensor *var = IN(0), *acc = IN(1);
     const dg_tensor *grad = IN(3), *idx = IN(4);
-    if (!need_table(ctx, var, "the variable") || !same_table(ctx, var, acc, "accum") || !need_ints(ctx, idx, "indices"))
-        return false;
-    if (idx->shape.rank != 1) return exec_fail(ctx, DG_INVALID_ARGUMENT, "indices must be a vector");
-    if (!check_rows(ctx, var, idx, grad, "grad") || !check_indices(ctx, idx, var->shape.dims[0], "indices"))
-        return false;
+    if (!cpu_sparse_adagrad_check(ctx)) return false;
     double lr = dg_tensor_get_as_double(IN(2), 0);
     int64_t r = row_elems(var);
     if (var->dtype == DG_FLOAT32)
@@ -225,16 +247,20 @@ static bool sparse_adagrad_compute(void *state, exec_ctx *ctx) {
         for (int64_t i = 0; i < n; i++) w[i] -= l * m[i] / (SQRT(v[i]) + e);                  \
     } while (0)
 
-static bool sparse_adam_compute(void *state, exec_ctx *ctx) {
-    (void)state;
-    dg_tensor *var = IN(0), *mt = IN(1), *vt = IN(2);
-    const dg_tensor *grad = IN(9), *idx = IN(10);
+bool cpu_sparse_adam_check(exec_ctx *ctx) {
+    const dg_tensor *var = IN(0), *mt = IN(1), *vt = IN(2), *grad = IN(9), *idx = IN(10);
     if (!need_table(ctx, var, "the variable") || !same_table(ctx, var, mt, "m") || !same_table(ctx, var, vt, "v") ||
         !need_ints(ctx, idx, "indices"))
         return false;
     if (idx->shape.rank != 1) return exec_fail(ctx, DG_INVALID_ARGUMENT, "indices must be a vector");
-    if (!check_rows(ctx, var, idx, grad, "grad") || !check_indices(ctx, idx, var->shape.dims[0], "indices"))
-        return false;
+    return check_rows(ctx, var, idx, grad, "grad") && check_indices(ctx, idx, var->shape.dims[0], "indices");
+}
+
+static bool sparse_adam_compute(void *state, exec_ctx *ctx) {
+    (void)state;
+    dg_tensor *var = IN(0), *mt = IN(1), *vt = IN(2);
+    const dg_tensor *grad = IN(9), *idx = IN(10);
+    if (!cpu_sparse_adam_check(ctx)) return false;
     double b1p = dg_tensor_get_as_double(IN(3), 0), b2p = dg_tensor_get_as_double(IN(4), 0);
     double lr = dg_tensor_get_as_double(IN(5), 0), beta1 = dg_tensor_get_as_double(IN(6), 0);
     double beta2 = dg_tensor_get_as_double(IN(7), 0), eps = dg_tensor_get_as_double(IN(8), 0);
@@ -289,8 +315,7 @@ static bool dynamic_partition_compute(void *state, exec_ctx *ctx) {
 // merged[indices[k][i]] = data[k][i]. Every row of the result must be given (a deliberate
 // difference from TensorFlow, which leaves holes unset): so a stray large index cannot make
 // the kernel allocate beyond what its inputs hold.
-static bool dynamic_stitch_compute(void *state, exec_ctx *ctx) {
-    (void)state;
+bool cpu_dynamic_stitch_shape(exec_ctx *ctx, dg_shape *out) {
     int h = ctx->n_inputs / 2;
     const dg_tensor *d0 = IN(h);
     int64_t total = 0, max = -1;
@@ -313,13 +338,22 @@ static bool dynamic_stitch_compute(void *state, exec_ctx *ctx) {
     if (max >= total)
         return exec_fail(ctx, DG_INVALID_ARGUMENT, "index %lld leaves rows without a value (%lld indices in all)",
                          (long long)max, (long long)total);
-    int64_t rows = max + 1, re = 1;
-    for (int j = IN(0)->shape.rank; j < d0->shape.rank; j++) re *= d0->shape.dims[j];
-    dg_shape os = dg_shape_make(1, (int64_t[]){rows});
-    for (int j = IN(0)->shape.rank; j < d0->shape.rank; j++) os.dims[os.rank++] = d0->shape.dims[j];
+    *out = dg_shape_make(1, (int64_t[]){max + 1});
+    for (int j = IN(0)->shape.rank; j < d0->shape.rank; j++) out->dims[out->rank++] = d0->shape.dims[j];
+    return true;
+}
+
+static bool dynamic_stitch_compute(void *state, exec_ctx *ctx) {
+    (void)state;
+    int h = ctx->n_inputs / 2;
+    const dg_tensor *d0 = IN(h);
+    dg_shape os;
+    if (!cpu_dynamic_stitch_shape(ctx, &os)) return false;
     dg_tensor *o = exec_alloc_output(ctx, 0, d0->dtype, os);
     if (!o) return false;
     memset(o->data, 0, o->nbytes);
+    int64_t re = 1;
+    for (int j = 1; j < os.rank; j++) re *= os.dims[j];
     size_t row = (size_t)re * dg_dtype_size(d0->dtype);
     for (int k = 0; k < h; k++)
         for (int64_t i = 0; i < IN(k)->n_elements; i++)

@@ -6,7 +6,9 @@
  * under "/cpu:0", runs each graph in its own local session and compares the fetched values:
  * float32 within 1e-5, float64 within 1e-12, relative to max(1, |cpu value|) or, for sums
  * (MatMul, reductions), to a bound on the sum of the magnitudes that were added. Random ops
- * must match bit for bit.
+ * must match bit for bit. A case may also name nodes that must fail (a bad index): each runs
+ * alone after the updates, fails on both devices with the same message (the device's name
+ * aside), and what it left is fetched and compared like the rest.
  *
  * Part A runs everywhere. Without a GPU, every case runs under "/gpu:0" with soft placement
  * (the default) and must land on CPU:0 with the CPU's numbers; with soft placement off, a GPU
@@ -43,6 +45,8 @@ static const char *const gpu_ops[] = {
     "ZerosLike", "OnesLike", "Concat", "Split", "Slice", "SliceGrad", "Conv2D",
     "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPool", "MaxPoolGrad", "AvgPool",
     "AvgPoolGrad", "Dropout", "Pow", "Transpose", "StopGradient", "Tile", "Select", "OneHot",
+    "Gather", "UnsortedSegmentSum", "ScatterAdd", "ScatterSub", "ScatterUpdate",
+    "SparseApplyAdagrad", "SparseApplyAdam", "DynamicStitch",
 };
 #define N_GPU_OPS ((int)(sizeof gpu_ops / sizeof gpu_ops[0]))
 static bool gpu_op_seen[N_GPU_OPS];
@@ -75,6 +79,9 @@ typedef struct bctx {
     int n_inits;
     dg_node *updates[MAX_STAGE];   // run once after the inits, before fetching
     int n_updates;
+    dg_node *failing[MAX_STAGE];   // run one at a time after the updates: each must fail
+    const char *fail_want[MAX_STAGE];   // with a message holding this
+    int n_failing;
     int fetch_runs;                // how many times to fetch (random ops: draws per run)
 } bctx;
 
@@ -138,6 +145,22 @@ static dg_output ph_ints(bctx *c, dg_dtype t, dg_shape s, int64_t lo, int64_t hi
     dg_output p = dg_placeholder(c->g, NULL, t, s);
     c->feeds[c->n_feeds] = p;
     c->vals[c->n_feeds++] = v;
+    return p;
+}
+
+// Ints of dtype t (int32 or int64) and shape s fed with v (one value per element).
+static dg_output ph_int_values(bctx *c, dg_dtype t, dg_shape s, const int64_t *v) {
+    assert_true(c->n_feeds < MAX_FEEDS);
+    dg_status *st = dg_status_new();
+    dg_tensor *x = dg_tensor_new(t, s, st);
+    assert_ok(st);
+    dg_status_free(&st);
+    for (int64_t i = 0; i < dg_tensor_num_elements(x); i++)
+        if (t == DG_INT32) dg_tensor_i32(x)[i] = (int32_t)v[i];
+        else dg_tensor_i64(x)[i] = v[i];
+    dg_output p = dg_placeholder(c->g, NULL, t, s);
+    c->feeds[c->n_feeds] = p;
+    c->vals[c->n_feeds++] = x;
     return p;
 }
 
@@ -206,6 +229,14 @@ static dg_output var_fed(bctx *c, int kind, dg_shape s) {
 static void update(bctx *c, dg_output o) {
     assert_true(c->n_updates < MAX_STAGE);
     if (o.node) c->updates[c->n_updates++] = o.node;
+}
+
+// o's node, run alone after the updates, must fail with a message holding want.
+static void must_fail(bctx *c, dg_output o, const char *want) {
+    assert_true(c->n_failing < MAX_STAGE);
+    assert_non_null(o.node);
+    c->failing[c->n_failing] = o.node;
+    c->fail_want[c->n_failing++] = want;
 }
 
 static dg_output op2(bctx *c, const char *type, dg_output a, dg_output b) {
@@ -822,6 +853,220 @@ static void build_one_hot(bctx *c) {
         }
 }
 
+// ---- embeddings and sparse updates ----
+
+// Indices are fed ints, host memory on the GPU. Rows are drawn from fewer rows than there are
+// indices, so indices repeat; results that add rows at a repeated index must equal the CPU's
+// exactly (the GPU adds them in the CPU's order), the optimizers within the tolerance.
+
+static void build_gather(bctx *c) {
+    static const struct {
+        int p_rank, i_rank;
+        int64_t p[3], i[2], hi;   // params' dims, indices' dims drawn from [0, hi)
+    } cfg[] = {
+        {2, 1, {10, 7}, {20}, 5},
+        {1, 2, {10}, {3, 4}, 10},
+        {3, 0, {5, 3, 2}, {0}, 5},       // a scalar index
+        {2, 1, {300, 101}, {1000}, 300},
+        {2, 1, {10, 7}, {0}, 10},        // no indices
+        {2, 1, {0, 4}, {0}, 1},          // no indices into no rows
+    };
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        dg_dtype it = i % 2 ? DG_INT32 : DG_INT64;
+        dg_output p = ph(c, shape_n(cfg[i].p_rank, cfg[i].p));
+        dg_output ix = ph_ints(c, it, shape_n(cfg[i].i_rank, cfg[i].i), 0, cfg[i].hi);
+        fetch_exact(c, dg_gather(c->g, NULL, p, ix));
+    }
+    static const int64_t bad[3] = {1, 12, 3}, neg[2] = {0, -1};
+    dg_output p = ph(c, dg_shape2(10, 7));
+    must_fail(c, dg_gather(c->g, NULL, p, ph_int_values(c, DG_INT64, dg_shape1(3), bad)),
+              "indices[1] = 12 is not in [0, 10)");
+    must_fail(c, dg_gather(c->g, NULL, p, ph_int_values(c, DG_INT32, dg_shape1(2), neg)),
+              "indices[1] = -1 is not in [0, 10)");
+}
+
+static void build_segment_sum(bctx *c) {
+    static const struct {
+        int64_t rows, row, segments, hi;   // data [rows, row], ids drawn from [0, hi)
+    } cfg[] = {
+        {20, 7, 8, 5},       // segments 5..7 get nothing: zeros
+        {1000, 33, 50, 50},  // twenty rows a segment
+        {1, 1, 1, 1},
+        {0, 7, 4, 1},        // no ids: zeros
+        {0, 7, 0, 1},        // an empty result
+        {40, 3, 9000, 8},    // few ids into many segments: grouped by sorting, not counting
+    };
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        dg_output d = ph(c, dg_shape2(cfg[i].rows, cfg[i].row));
+        dg_output ids = ph_ints(c, i % 2 ? DG_INT32 : DG_INT64, dg_shape1(cfg[i].rows), 0, cfg[i].hi);
+        fetch_exact(c, dg_unsorted_segment_sum(c->g, NULL, d, ids, cfg[i].segments));
+    }
+    // Rank 3 data: rows of 4 x 3.
+    dg_output d3 = ph(c, dg_shape3(12, 4, 3));
+    fetch_exact(c, dg_unsorted_segment_sum(c->g, NULL, d3, ph_ints(c, DG_INT32, dg_shape1(12), 0, 3), 3));
+    static const int64_t bad[2] = {3, 9};
+    must_fail(c, dg_unsorted_segment_sum(c->g, NULL, ph(c, dg_shape2(2, 3)),
+                                         ph_int_values(c, DG_INT64, dg_shape1(2), bad), 5),
+              "segment_ids[1] = 9 is not in [0, 5)");
+}
+
+typedef dg_output (*scatter_fn)(dg_graph *, const char *, dg_output, dg_output, dg_output);
+
+// A fed variable, updated by f at indices (repeating), fetched after; then one whose update
+// fails on an index past the end and must be left as it was.
+static void build_scatter(bctx *c, scatter_fn f) {
+    static const struct {
+        int v_rank, i_rank;
+        int64_t v[2], i[2], hi;
+    } cfg[] = {
+        {2, 1, {10, 7}, {20}, 5},
+        {1, 2, {10}, {3, 4}, 10},
+        {2, 1, {300, 101}, {1000}, 300},
+        {2, 1, {10, 7}, {0}, 10},    // no indices: nothing changes
+        {2, 1, {9000, 3}, {40}, 8},  // few indices into many rows: grouped by sorting
+    };
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        dg_shape vs = shape_n(cfg[i].v_rank, cfg[i].v), is = shape_n(cfg[i].i_rank, cfg[i].i), us = is;
+        for (int k = 1; k < vs.rank; k++) us.dims[us.rank++] = vs.dims[k];
+        dg_output v = var_fed(c, IN_UNIFORM, vs);
+        dg_output ix = ph_ints(c, i % 2 ? DG_INT32 : DG_INT64, is, 0, cfg[i].hi);
+        update(c, f(c->g, NULL, v, ix, ph(c, us)));
+        fetch_exact(c, v);
+    }
+    static const int64_t bad[3] = {0, 2, 6};
+    dg_output v = var_fed(c, IN_UNIFORM, dg_shape2(6, 3));
+    must_fail(c, f(c->g, NULL, v, ph_int_values(c, DG_INT32, dg_shape1(3), bad), ph(c, dg_shape2(3, 3))),
+              "indices[2] = 6 is not in [0, 6)");
+    fetch_exact(c, v);
+}
+static void build_scatter_add(bctx *c) { build_scatter(c, dg_scatter_add); }
+static void build_scatter_sub(bctx *c) { build_scatter(c, dg_scatter_sub); }
+static void build_scatter_update(bctx *c) { build_scatter(c, dg_scatter_update); }
+
+// SparseApplyAdagrad(var, accum, lr, grad, indices), fetching var and accum after it ran.
+static dg_output sparse_adagrad(bctx *c, dg_shape vs, dg_output ix, int64_t n) {
+    dg_output v = var_fed(c, IN_UNIFORM, vs), acc = var_fed(c, IN_POSITIVE, vs);
+    dg_shape gs = dg_shape1(n);
+    for (int k = 1; k < vs.rank; k++) gs.dims[gs.rank++] = vs.dims[k];
+    dg_node *u = graph_begin(c->g, "SparseApplyAdagrad", NULL);
+    graph_add_input(u, v);
+    graph_add_input(u, acc);
+    graph_add_input(u, ph_value(c, 0.1));
+    graph_add_input(u, ph(c, gs));
+    graph_add_input(u, ix);
+    u = graph_finish(u);
+    assert_non_null(u);
+    fetch(c, v);
+    fetch(c, acc);
+    return (dg_output){u, 0};
+}
+
+static void build_sparse_adagrad(bctx *c) {
+    static const struct {
+        int64_t rows, row, n, hi;
+    } cfg[] = {{10, 7, 20, 5}, {300, 101, 1000, 300}, {10, 1, 6, 2}, {10, 7, 0, 10}, {9000, 3, 40, 8}};
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        dg_output ix = ph_ints(c, i % 2 ? DG_INT32 : DG_INT64, dg_shape1(cfg[i].n), 0, cfg[i].hi);
+        update(c, sparse_adagrad(c, dg_shape2(cfg[i].rows, cfg[i].row), ix, cfg[i].n));
+    }
+    static const int64_t bad[3] = {4, -2, 1};
+    dg_output ix = ph_int_values(c, DG_INT64, dg_shape1(3), bad);
+    must_fail(c, sparse_adagrad(c, dg_shape2(5, 4), ix, 3), "indices[1] = -2 is not in [0, 5)");
+}
+
+// SparseApplyAdam with TensorFlow's defaults after two steps, fetching var, m and v.
+static dg_output sparse_adam(bctx *c, dg_shape vs, dg_output ix, int64_t n) {
+    dg_output v = var_fed(c, IN_UNIFORM, vs), m = var_fed(c, IN_UNIFORM, vs);
+    dg_output vv = var_fed(c, IN_POSITIVE, vs);   // second moments are positive
+    dg_shape gs = dg_shape1(n);
+    for (int k = 1; k < vs.rank; k++) gs.dims[gs.rank++] = vs.dims[k];
+    dg_node *u = graph_begin(c->g, "SparseApplyAdam", NULL);
+    graph_add_input(u, v);
+    graph_add_input(u, m);
+    graph_add_input(u, vv);
+    graph_add_input(u, ph_value(c, 0.81));    // beta1^2
+    graph_add_input(u, ph_value(c, 0.998));   // beta2^2
+    graph_add_input(u, ph_value(c, 0.01));
+    graph_add_input(u, ph_value(c, 0.9));
+    graph_add_input(u, ph_value(c, 0.999));
+    graph_add_input(u, ph_value(c, 1e-8));
+    graph_add_input(u, ph(c, gs));
+    graph_add_input(u, ix);
+    u = graph_finish(u);
+    assert_non_null(u);
+    fetch(c, v);
+    fetch(c, m);
+    fetch(c, vv);
+    return (dg_output){u, 0};
+}
+
+static void build_sparse_adam(bctx *c) {
+    static const struct {
+        int64_t rows, row, n, hi;
+    } cfg[] = {{10, 7, 20, 5}, {300, 101, 1000, 300}, {10, 7, 0, 10}};   // no indices: decay and step only
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        dg_output ix = ph_ints(c, i % 2 ? DG_INT32 : DG_INT64, dg_shape1(cfg[i].n), 0, cfg[i].hi);
+        update(c, sparse_adam(c, dg_shape2(cfg[i].rows, cfg[i].row), ix, cfg[i].n));
+    }
+    // A bad index: var, m and v not even decayed.
+    static const int64_t bad[2] = {1, 7};
+    dg_output ix = ph_int_values(c, DG_INT32, dg_shape1(2), bad);
+    must_fail(c, sparse_adam(c, dg_shape2(7, 3), ix, 2), "indices[1] = 7 is not in [0, 7)");
+}
+
+// DynamicStitch over int32 indices (fed) and float data, as embedding_lookup_sharded merges.
+static dg_output stitch(bctx *c, const dg_output *ix, const dg_output *data, int n) {
+    dg_output ins[8];
+    assert_true(n <= 4);
+    for (int k = 0; k < n; k++) {
+        ins[k] = ix[k];
+        ins[n + k] = data[k];
+    }
+    return graph_build(c->g, "DynamicStitch", NULL, ins, 2 * n);
+}
+
+static void build_dynamic_stitch(bctx *c) {
+    // A row given twice within a part (4) and across parts (2: part 1's, the later, wins).
+    static const int64_t a0[4] = {0, 4, 2, 4}, a1[4] = {1, 3, 5, 2};
+    dg_output ix[2] = {ph_int_values(c, DG_INT32, dg_shape1(4), a0), ph_int_values(c, DG_INT32, dg_shape2(2, 2), a1)};
+    dg_output d[2] = {ph(c, dg_shape2(4, 3)), ph(c, dg_shape3(2, 2, 3))};
+    fetch_exact(c, stitch(c, ix, d, 2));
+    // Row 1 given by none: zeros. Rows of one element (data of the indices' shape).
+    static const int64_t b0[2] = {0, 2}, b1[1] = {2};
+    dg_output jx[2] = {ph_int_values(c, DG_INT32, dg_shape1(2), b0), ph_int_values(c, DG_INT32, dg_shape1(1), b1)};
+    dg_output e[2] = {ph(c, dg_shape2(2, 5)), ph(c, dg_shape2(1, 5))};
+    fetch_exact(c, stitch(c, jx, e, 2));
+    dg_output e1[2] = {ph(c, dg_shape1(2)), ph(c, dg_shape1(1))};
+    fetch_exact(c, stitch(c, jx, e1, 2));
+    // An empty part, and nothing at all.
+    static const int64_t none[1] = {0};
+    dg_output kx[2] = {ph_int_values(c, DG_INT32, dg_shape1(0), none), ph_int_values(c, DG_INT32, dg_shape1(1), none)};
+    dg_output f[2] = {ph(c, dg_shape2(0, 3)), ph(c, dg_shape2(1, 3))};
+    fetch_exact(c, stitch(c, kx, f, 2));
+    fetch_exact(c, stitch(c, kx, f, 1));
+    // A shuffled 0..999 over three parts, rows of 64.
+    int64_t perm[1000];
+    for (int i = 0; i < 1000; i++) perm[i] = i;
+    for (int i = 999; i > 0; i--) {
+        int j = (int)floor(urand(c, 0, i + 1));
+        if (j > i) j = i;
+        int64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    dg_output px[3] = {ph_int_values(c, DG_INT32, dg_shape1(300), perm),
+                       ph_int_values(c, DG_INT32, dg_shape1(500), perm + 300),
+                       ph_int_values(c, DG_INT32, dg_shape1(200), perm + 800)};
+    dg_output pd[3] = {ph(c, dg_shape2(300, 64)), ph(c, dg_shape2(500, 64)), ph(c, dg_shape2(200, 64))};
+    fetch_exact(c, stitch(c, px, pd, 3));
+    // A negative index, and one that leaves rows without a value.
+    static const int64_t neg[2] = {1, -3}, far[2] = {0, 9};
+    dg_output nx[2] = {ph_int_values(c, DG_INT32, dg_shape1(2), neg), ph_int_values(c, DG_INT32, dg_shape1(2), far)};
+    dg_output nd[2] = {ph(c, dg_shape2(2, 3)), ph(c, dg_shape2(2, 3))};
+    must_fail(c, stitch(c, nx, nd, 1), "indices 0[1] = -3 is negative");
+    must_fail(c, stitch(c, nx + 1, nd + 1, 1), "index 9 leaves rows without a value (2 indices in all)");
+}
+
 typedef struct gk_case {
     const char *name;
     void (*build)(bctx *c);
@@ -887,6 +1132,14 @@ static const gk_case cases[] = {
     {"Tile", build_tile},
     {"Select", build_select},
     {"OneHot", build_one_hot},
+    {"Gather", build_gather},
+    {"UnsortedSegmentSum", build_segment_sum},
+    {"ScatterAdd", build_scatter_add},
+    {"ScatterSub", build_scatter_sub},
+    {"ScatterUpdate", build_scatter_update},
+    {"SparseApplyAdagrad", build_sparse_adagrad},
+    {"SparseApplyAdam", build_sparse_adam},
+    {"DynamicStitch", build_dynamic_stitch},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -896,11 +1149,13 @@ typedef struct run_result {
     dg_graph *g;
     bctx c;
     dg_tensor *out[2][MAX_FETCHES];   // per fetch run
+    char *errors[MAX_STAGE];          // the messages of c.failing's runs
 } run_result;
 
 static void run_result_free(run_result *r) {
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < r->c.n_fetches; i++) dg_tensor_unref(r->out[k][i]);
+    for (int i = 0; i < r->c.n_failing; i++) free(r->errors[i]);
     for (int i = 0; i < r->c.n_feeds; i++) dg_tensor_unref(r->c.vals[i]);
     dg_graph_free(&r->g);
 }
@@ -941,6 +1196,20 @@ static void run_case(const gk_case *k, int case_index, dg_dtype t, const char *d
     if (ok && c->n_updates) {
         stage = "updating";
         ok = dg_session_run(s, c->feeds, c->vals, c->n_feeds, NULL, NULL, 0, c->updates, c->n_updates, st);
+    }
+    for (int i = 0; ok && i < c->n_failing; i++) {
+        dg_status *fst = dg_status_new();
+        if (dg_session_run(s, c->feeds, c->vals, c->n_feeds, NULL, NULL, 0, &c->failing[i], 1, fst))
+            fail_msg("%s (%s) on %s: node \"%s\" (%s) ran; it must fail with \"%s\"", k->name,
+                     dg_dtype_name(t), device, dg_node_name(c->failing[i]), dg_node_op_type(c->failing[i]),
+                     c->fail_want[i]);
+        if (!strstr(dg_status_message(fst), c->fail_want[i]))
+            fail_msg("%s (%s) on %s: node \"%s\" failed with %s: %s; want \"%s\"", k->name, dg_dtype_name(t),
+                     device, dg_node_name(c->failing[i]), dg_code_name(dg_status_code(fst)),
+                     dg_status_message(fst), c->fail_want[i]);
+        r->errors[i] = strdup(dg_status_message(fst));
+        assert_non_null(r->errors[i]);
+        dg_status_free(&fst);
     }
     for (int run = 0; ok && run < c->fetch_runs && run < 2; run++) {
         stage = "fetching";
@@ -1003,6 +1272,19 @@ static void compare(const gk_case *k, dg_dtype t, const bctx *c, int run, dg_ten
     }
 }
 
+// The failing runs gave the same messages on both devices, but for the device's name.
+static void compare_errors(const gk_case *k, dg_dtype t, const run_result *dev, const run_result *cpu) {
+    static const char gpu_name[] = "/device:GPU:0", cpu_name[] = "/device:CPU:0";
+    for (int i = 0; i < dev->c.n_failing; i++) {
+        char got[1024];
+        snprintf(got, sizeof got, "%s", dev->errors[i]);
+        for (char *p = strstr(got, gpu_name); p; p = strstr(p, gpu_name)) memcpy(p, cpu_name, strlen(cpu_name));
+        if (strcmp(got, cpu->errors[i]) != 0)
+            fail_msg("%s (%s): node \"%s\" failed with\n  %s\nthe CPU's message is\n  %s", k->name, dg_dtype_name(t),
+                     dg_node_name(dev->c.failing[i]), dev->errors[i], cpu->errors[i]);
+    }
+}
+
 // Runs case *state on device (soft placement as given) and on /cpu:0, and compares. want:
 // the device the GPU-requesting nodes must end up on.
 static void run_and_compare(const gk_case *k, const char *device, bool soft, const char *want) {
@@ -1013,6 +1295,7 @@ static void run_and_compare(const gk_case *k, const char *device, bool soft, con
         run_case(k, idx, t, device, soft, &dev);
         check_placement(k, t, dev.g, want);
         run_case(k, idx, t, "/cpu:0", false, &cpu);
+        compare_errors(k, t, &dev, &cpu);
         for (int run = 0; run < dev.c.fetch_runs && run < 2; run++)
             compare(k, t, &dev.c, run, dev.out[run], cpu.out[run]);
         run_result_free(&dev);

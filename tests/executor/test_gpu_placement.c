@@ -59,6 +59,19 @@ static void test_kernel_coverage(void **state) {
     assert_null(exec_kernel_find("ArgMax", "GPU", DG_FLOAT32));
     assert_null(exec_kernel_find("Equal", "GPU", DG_FLOAT32));
     assert_null(exec_kernel_find("CollectiveAllReduce", "GPU", DG_FLOAT32));
+    // The embedding and sparse ops: chosen by their float table, DynamicStitch by its int32
+    // indices; the ops that route and split ids have none.
+    static const char *const sparse_ops[] = {"Gather", "UnsortedSegmentSum", "ScatterAdd",
+                                             "ScatterSub", "ScatterUpdate", "SparseApplyAdagrad",
+                                             "SparseApplyAdam"};
+    for (size_t i = 0; i < sizeof sparse_ops / sizeof sparse_ops[0]; i++)
+        for (dg_dtype t = DG_FLOAT32; t <= DG_FLOAT64; t++) {
+            assert_non_null(exec_kernel_find(sparse_ops[i], "GPU", t));
+            assert_null(exec_kernel_find(sparse_ops[i], "GPU", DG_INT32));
+        }
+    assert_non_null(exec_kernel_find("DynamicStitch", "GPU", DG_INT32));
+    assert_null(exec_kernel_find("DynamicPartition", "GPU", DG_INVALID_DTYPE));
+    assert_null(exec_kernel_find("EmbeddingPartitionIds", "GPU", DG_INVALID_DTYPE));
 }
 
 // The memory rule decides placement: float ops go to the GPU, ops with integer or bool
@@ -193,11 +206,64 @@ static void test_training_graph(void **state) {
     dg_status_free(&st);
 }
 
+// A sharded embedding lookup trained with Adam under /gpu:0: the tables, their gathers, the
+// stitch and the sparse updates are on the GPU; the routing of the ids (EmbeddingPartitionIds,
+// DynamicPartition: int outputs, no GPU kernel) on the CPU under soft placement, and without
+// soft placement it is an error naming the routing node.
+static void test_sharded_embedding(void **state) {
+    (void)state;
+    for (int soft = 1; soft >= 0; soft--) {
+        dg_status *st = dg_status_new();
+        dg_graph *g = dg_graph_new();
+        dg_graph_push_device(g, "/gpu:0");
+        dg_output parts[2] = {dg_variable(g, "p0", DG_FLOAT32, dg_shape2(3, 4), dg_init_zeros()),
+                              dg_variable(g, "p1", DG_FLOAT32, dg_shape2(2, 4), dg_init_zeros())};
+        dg_output ids = dg_placeholder(g, "ids", DG_INT64, dg_shape1(-1));
+        dg_output rows = dg_embedding_lookup_sharded(g, "emb", parts, 2, ids, DG_PARTITION_MOD);
+        dg_output loss = dg_sum(g, "loss", dg_square(g, NULL, rows), NULL, 0, false);
+        dg_optimizer opt = dg_adam(g, 0.01);
+        dg_node *train = dg_optimizer_minimize(&opt, loss, (dg_output){NULL, 0});
+        dg_graph_pop_device(g);
+        assert_non_null(train);
+        assert_ok(dg_graph_status(g));
+        place_all(g, soft, st);
+        if (!soft) {
+            assert_false(dg_status_ok(st));
+            assert_non_null(strstr(dg_status_message(st), "emb/partition_ids"));
+        } else {
+            assert_ok(st);
+            int n_gather = 0, n_stitch = 0, n_adam = 0, n_route = 0;
+            for (int i = 0; i < dg_graph_num_nodes(g); i++) {
+                dg_node *nd = dg_graph_node(g, i);
+                const char *op = dg_node_op_type(nd);
+                bool gpu = strcmp(op, "Gather") == 0 || strcmp(op, "DynamicStitch") == 0 ||
+                           strcmp(op, "SparseApplyAdam") == 0;
+                bool cpu = strcmp(op, "DynamicPartition") == 0 ||
+                           strcmp(op, "EmbeddingPartitionIds") == 0;
+                if ((gpu && !on_gpu(nd)) || (cpu && on_gpu(nd)))
+                    fail_msg("%s (%s) is on %s", dg_node_name(nd), op, dg_node_assigned_device(nd));
+                n_gather += strcmp(op, "Gather") == 0;
+                n_stitch += strcmp(op, "DynamicStitch") == 0;
+                n_adam += strcmp(op, "SparseApplyAdam") == 0;
+                n_route += cpu;
+            }
+            assert_int_equal(n_gather, 4);   // the lookups, and the stitch's gradient
+            assert_true(n_stitch >= 1);
+            assert_int_equal(n_adam, 2);
+            assert_int_equal(n_route, 3);
+            assert_true(on_gpu(parts[0].node) && on_gpu(parts[1].node));
+        }
+        dg_graph_free(&g);
+        dg_status_free(&st);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_coverage),
         cmocka_unit_test(test_memory_rule),
         cmocka_unit_test(test_training_graph),
+        cmocka_unit_test(test_sharded_embedding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

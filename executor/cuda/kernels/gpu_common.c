@@ -148,6 +148,27 @@ dg_tensor *gpu_to_device(exec_cuda_device *dev, dg_tensor *t, dg_status *st) {
     return d;
 }
 
+void *gpu_host_bytes_to_device(exec_ctx *ctx, exec_cuda_device *dev, const void *src,
+                               size_t n_bytes, const char *what) {
+    void *d = exec_cuda_mem_alloc(dev, n_bytes, ctx->st);
+    if (d && !exec_cuda_memcpy_to_device(dev, d, src, n_bytes, ctx->st)) {
+        exec_cuda_mem_free(dev, d);
+        d = NULL;
+    }
+    if (!d) dg_status_prepend(ctx->st, "copying %s to GPU:%d", what, dev->id);
+    return d;
+}
+
+void *gpu_host_input_to_device(exec_ctx *ctx, exec_cuda_device *dev, const dg_tensor *t,
+                               const char *what) {
+    if (t->device_mem) {
+        exec_fail(ctx, DG_INTERNAL, "%s (%s) is not in host memory", what,
+                  dg_dtype_name(t->dtype));
+        return NULL;
+    }
+    return gpu_host_bytes_to_device(ctx, dev, t->data, t->nbytes, what);
+}
+
 bool gpu_check_launch_at(exec_ctx *ctx, exec_cuda_device *dev, cudaError_t err,
                         const char *what, const char *file, int line) {
     if (err == cudaSuccess) return true;

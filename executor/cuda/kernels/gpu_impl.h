@@ -64,6 +64,16 @@ bool gpu_prepare_inputs(exec_ctx *ctx, exec_cuda_device *dev, int n);
 bool gpu_prepare_input_range(exec_ctx *ctx, exec_cuda_device *dev, int first, int n);
 // A host copy of t whichever GPU holds it (a new reference to t when it is host memory).
 dg_tensor *gpu_any_to_host(dg_tensor *t, dg_status *st);
+// A copy of n_bytes (> 0) of host memory at src in dev's memory, queued on its stream (src may
+// be freed on return: the copy is staged); what names it in errors. Host-memory inputs that a
+// kernel reads on the device (Select's condition, indices) and plans built on the host go
+// there this way, once per step. Returns: new, release with exec_cuda_mem_free() (at once is
+// safe: the block goes only to work queued later); NULL with ctx->st set.
+void *gpu_host_bytes_to_device(exec_ctx *ctx, exec_cuda_device *dev, const void *src,
+                               size_t n_bytes, const char *what);
+// The same for the bytes of host tensor t (non-empty; INTERNAL when t is device memory).
+void *gpu_host_input_to_device(exec_ctx *ctx, exec_cuda_device *dev, const dg_tensor *t,
+                               const char *what);
 
 // A kernel table entry for the GPU: (op, dtype mask, create, compute, destroy).
 #define GPU_KERNEL(op, mask, create, compute, destroy) \
@@ -80,6 +90,8 @@ extern const exec_kernel_def gpu_nn_kernels[];        // kernels_gpu_nn.c
 extern const int gpu_n_nn_kernels;
 extern const exec_kernel_def gpu_index_kernels[];     // kernels_gpu_index.c
 extern const int gpu_n_index_kernels;
+extern const exec_kernel_def gpu_sparse_kernels[];    // kernels_gpu_sparse.c
+extern const int gpu_n_sparse_kernels;
 extern const exec_kernel_def gpu_conv_kernels[];      // kernels_gpu_conv.c
 extern const int gpu_n_conv_kernels;
 extern const exec_kernel_def gpu_collective_kernels[];  // kernels_gpu_collective.c

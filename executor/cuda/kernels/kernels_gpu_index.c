@@ -23,25 +23,6 @@ static bool launched(exec_ctx *ctx, exec_cuda_device *dev, cudaError_t err) {
     return gpu_check_launch(ctx, dev, err, ctx->node->op->name);
 }
 
-// A copy of host tensor t's bytes in dev's memory, queued on its stream; what: the input's
-// name for errors. Returns: new, release with exec_cuda_mem_free() (at once is safe: the block
-// goes only to work queued later); NULL with ctx->st set.
-static void *host_input_to_device(exec_ctx *ctx, exec_cuda_device *dev, const dg_tensor *t,
-                                  const char *what) {
-    if (t->device_mem) {
-        exec_fail(ctx, DG_INTERNAL, "%s (%s) is not in host memory", what,
-                  dg_dtype_name(t->dtype));
-        return NULL;
-    }
-    void *d = exec_cuda_mem_alloc(dev, t->nbytes, ctx->st);
-    if (d && !exec_cuda_memcpy_to_device(dev, d, t->data, t->nbytes, ctx->st)) {
-        exec_cuda_mem_free(dev, d);
-        d = NULL;
-    }
-    if (!d) dg_status_prepend(ctx->st, "copying %s to GPU:%d", what, dev->id);
-    return d;
-}
-
 static bool tile_compute(void *state, exec_ctx *ctx) {
     exec_cuda_device *dev = GPU_DEV(state);
     dg_tensor *x = IN(0);
@@ -63,7 +44,7 @@ static bool select_compute(void *state, exec_ctx *ctx) {
         return false;
     dg_tensor *o = gpu_alloc_output(dev, ctx, 0, t->dtype, os);
     if (!o || o->n_elements == 0) return o != NULL;
-    uint8_t *cond = host_input_to_device(ctx, dev, c, "the condition");
+    uint8_t *cond = gpu_host_input_to_device(ctx, dev, c, "the condition");
     if (!cond) return false;
     cudaError_t err = cuda_launch_select(is_f64(t), cond, strides[0], t->data, strides[1],
                                          e->data, strides[2], o->data, os.rank, os.dims,
@@ -84,7 +65,7 @@ static bool one_hot_compute(void *state, exec_ctx *ctx) {
     if (!cpu_one_hot_shape(ctx, &os) || !gpu_prepare_input_range(ctx, dev, 2, 2)) return false;
     dg_tensor *o = gpu_alloc_output(dev, ctx, 0, on->dtype, os);
     if (!o || o->n_elements == 0) return o != NULL;
-    void *indices = host_input_to_device(ctx, dev, ix, "the indices");
+    void *indices = gpu_host_input_to_device(ctx, dev, ix, "the indices");
     if (!indices) return false;
     cudaError_t err = cuda_launch_one_hot(is_f64(on), indices, ix->dtype == DG_INT64,
                                           ix->n_elements, os.dims[os.rank - 1], on->data,
