@@ -312,9 +312,9 @@ static bool dynamic_partition_compute(void *state, exec_ctx *ctx) {
     return ok;
 }
 
-// merged[indices[k][i]] = data[k][i]. Every row of the result must be given (a deliberate
-// difference from TensorFlow, which leaves holes unset): so a stray large index cannot make
-// the kernel allocate beyond what its inputs hold.
+// merged[indices[k][i]] = data[k][i]; rows no index names are zeros. The largest index must
+// be below the number of indices (a deliberate difference from TensorFlow, which allows any):
+// so a stray large index cannot make the kernel allocate beyond what its inputs hold.
 bool cpu_dynamic_stitch_shape(exec_ctx *ctx, dg_shape *out) {
     int h = ctx->n_inputs / 2;
     const dg_tensor *d0 = IN(h);
