@@ -84,6 +84,8 @@ int graph_sync_op_defs(const graph_op_def **defs);         // op_defs_sync.c
 int graph_nn_op_defs(const graph_op_def **defs);           // op_defs_nn.c
 int graph_array_op_defs(const graph_op_def **defs);        // op_defs_array.c
 int graph_sparse_op_defs(const graph_op_def **defs);       // op_defs_sparse.c
+// TensorFlow's _compute_fans of a variable of shape s (ops.c): its initializers' fan in and out.
+void graph_compute_fans(dg_shape s, double *fan_in, double *fan_out);
 // A sparse gradient (TensorFlow's IndexedSlices) of a table of rows rows: values (one row per
 // index) added at indices; an UnsortedSegmentSum node marked "_sparse_gradient" (ops_sparse.c).
 dg_output graph_sparse_gradient(dg_graph *g, dg_output values, dg_output indices, int64_t rows);

@@ -152,7 +152,7 @@ dg_initializer dg_init_he_uniform(int64_t seed) { return init_of(DG_INIT_HE_UNIF
 dg_initializer dg_init_he_normal(int64_t seed) { return init_of(DG_INIT_HE_NORMAL, 0, 0, seed); }
 
 // The fans of a variable of this shape, as TensorFlow's _compute_fans.
-static void fans_of(dg_shape s, double *fan_in, double *fan_out) {
+void graph_compute_fans(dg_shape s, double *fan_in, double *fan_out) {
     if (s.rank < 1) {
         *fan_in = *fan_out = 1;
     } else if (s.rank == 1) {
@@ -215,7 +215,7 @@ static dg_output initial_value(dg_graph *g, dg_dtype dtype, dg_shape shape, dg_i
     case DG_INIT_HE_UNIFORM:
     case DG_INIT_HE_NORMAL: {
         double fan_in, fan_out;
-        fans_of(shape, &fan_in, &fan_out);
+        graph_compute_fans(shape, &fan_in, &fan_out);
         bool he = init.kind == DG_INIT_HE_UNIFORM || init.kind == DG_INIT_HE_NORMAL;
         double scale = he ? 2.0 : 1.0, n = he ? fan_in : (fan_in + fan_out) / 2;
         if (n < 1) n = 1;

@@ -108,19 +108,6 @@ static int64_t part_seed(int64_t seed, int i) {
     return z ? (int64_t)z : 1;
 }
 
-// TensorFlow's _compute_fans, as ops.c computes them for an unpartitioned variable.
-static void fans_of(dg_shape s, double *fan_in, double *fan_out) {
-    if (s.rank < 1) {
-        *fan_in = *fan_out = 1;
-    } else if (s.rank == 1) {
-        *fan_in = *fan_out = (double)s.dims[0];
-    } else {
-        double receptive = 1;
-        for (int i = 0; i < s.rank - 2; i++) receptive *= (double)s.dims[i];
-        *fan_in = (double)s.dims[s.rank - 2] * receptive;
-        *fan_out = (double)s.dims[s.rank - 1] * receptive;
-    }
-}
 
 // The initializer of part i (rows [row0, row0 + part.dims[0])). A DG_INIT_TENSOR part gets a
 // new tensor of its rows in *owned (the caller unrefs it after building the part).
@@ -141,7 +128,7 @@ static bool part_initializer(const dg_partitioned_variable *pv, dg_initializer i
         // The scale comes from the whole variable (TensorFlow's partition_info.full_shape):
         // the parts draw from the distribution the unpartitioned variable would.
         double fan_in, fan_out;
-        fans_of(pv->full_shape, &fan_in, &fan_out);
+        graph_compute_fans(pv->full_shape, &fan_in, &fan_out);
         bool he = init.kind == DG_INIT_HE_UNIFORM || init.kind == DG_INIT_HE_NORMAL;
         double scale = he ? 2.0 : 1.0, n = he ? fan_in : (fan_in + fan_out) / 2;
         if (n < 1) n = 1;

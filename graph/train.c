@@ -188,6 +188,22 @@ dg_output dg_piecewise_constant(dg_graph *g, const char *name, dg_output global_
     return out;
 }
 
+// ApplyAdam or SparseApplyAdam begun with its inputs up to the gradient (the sparse one's
+// indices follow).
+static dg_node *adam_update(dg_graph *g, const char *op, const dg_optimizer *opt, dg_output v, dg_output m,
+                            dg_output vs, dg_output b1p, dg_output b2p, dg_output grad) {
+    dg_dtype vt = dg_output_dtype(v);
+    dg_node *u = graph_begin(g, op, NULL);
+    dg_output ins[10] = {v, m, vs, b1p, b2p};
+    ins[5] = learning_rate(g, opt, vt);   // made in this order: the nodes' names and ids do not vary
+    ins[6] = hyper(g, vt, "beta1", opt->beta1);
+    ins[7] = hyper(g, vt, "beta2", opt->beta2);
+    ins[8] = hyper(g, vt, "epsilon", opt->epsilon);
+    ins[9] = grad;
+    for (int k = 0; u && k < 10; k++) graph_add_input(u, ins[k]);
+    return u;
+}
+
 dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *grads,
                                       const dg_output *vars, int n, dg_output global_step,
                                       const char *name) {
@@ -283,17 +299,7 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
             graph_add_input(u, sv);
             graph_add_input(u, si);
         } else if (sparse && opt->kind == DG_OPT_ADAM) {
-            u = graph_begin(g, "SparseApplyAdam", NULL);
-            graph_add_input(u, v);
-            graph_add_input(u, slot1[i]);
-            graph_add_input(u, slot2[i]);
-            graph_add_input(u, b1p);
-            graph_add_input(u, b2p);
-            graph_add_input(u, learning_rate(g, opt, vt));
-            graph_add_input(u, hyper(g, vt, "beta1", opt->beta1));
-            graph_add_input(u, hyper(g, vt, "beta2", opt->beta2));
-            graph_add_input(u, hyper(g, vt, "epsilon", opt->epsilon));
-            graph_add_input(u, sv);
+            u = adam_update(g, "SparseApplyAdam", opt, v, slot1[i], slot2[i], b1p, b2p, sv);
             graph_add_input(u, si);
         } else {
             switch (opt->kind) {
@@ -313,17 +319,7 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
                 graph_set_attr_bool(u, "use_nesterov", opt->use_nesterov);
                 break;
             case DG_OPT_ADAM:
-                u = graph_begin(g, "ApplyAdam", NULL);
-                graph_add_input(u, v);
-                graph_add_input(u, slot1[i]);
-                graph_add_input(u, slot2[i]);
-                graph_add_input(u, b1p);
-                graph_add_input(u, b2p);
-                graph_add_input(u, learning_rate(g, opt, vt));
-                graph_add_input(u, hyper(g, vt, "beta1", opt->beta1));
-                graph_add_input(u, hyper(g, vt, "beta2", opt->beta2));
-                graph_add_input(u, hyper(g, vt, "epsilon", opt->epsilon));
-                graph_add_input(u, grads[i]);
+                u = adam_update(g, "ApplyAdam", opt, v, slot1[i], slot2[i], b1p, b2p, grads[i]);
                 break;
             case DG_OPT_ADAGRAD: {
                 // accum += g^2; var -= lr * g / sqrt(accum): the update reads the new accum.

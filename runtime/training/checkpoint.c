@@ -708,19 +708,25 @@ fail:
     return false;
 }
 
-// Prepares sql over the slices table; a table without our columns is FAILED_PRECONDITION.
-static bool prepare_slices(dg_checkpoint_store *s, const char *sql, sqlite3_stmt **q, dg_status *st) {
+// Prepares sql over one of the tables made on demand (table, with the columns named in
+// columns); a table without our columns is FAILED_PRECONDITION.
+static bool prepare_on_demand(dg_checkpoint_store *s, const char *sql, const char *table, const char *columns,
+                              sqlite3_stmt **q, dg_status *st) {
     int rc = sqlite3_prepare_v2(s->db, sql, -1, q, NULL);
     if (rc == SQLITE_OK) return true;
     if ((rc & 0xff) == SQLITE_ERROR) {
-        dg_status_setf(st, DG_FAILED_PRECONDITION,
-                       "checkpoint \"%s\": %s: the slices table does not have the columns (tensor_id, full_name, "
-                       "full_dims, offsets): %s",
-                       s->path, s->doing, sqlite3_errmsg(s->db));
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "checkpoint \"%s\": %s: the %s table does not have the columns %s: %s",
+                       s->path, s->doing, table, columns, sqlite3_errmsg(s->db));
         return false;
     }
-    sq_fail(s, rc, "sqlite3_prepare_v2(slices)", __LINE__, st);
+    char what[64];
+    snprintf(what, sizeof what, "sqlite3_prepare_v2(%s)", table);
+    sq_fail(s, rc, what, __LINE__, st);
     return false;
+}
+
+static bool prepare_slices(dg_checkpoint_store *s, const char *sql, sqlite3_stmt **q, dg_status *st) {
+    return prepare_on_demand(s, sql, "slices", "(tensor_id, full_name, full_dims, offsets)", q, st);
 }
 
 // A box in a variable of some full shape: [off[d], off[d] + dims[d]) in each dimension d.
@@ -1855,19 +1861,8 @@ static bool find_summaries(dg_checkpoint_store *s, dg_status *st) {
     return true;
 }
 
-// Prepares sql over the summaries table; a table without our columns is FAILED_PRECONDITION.
 static bool prepare_summaries(dg_checkpoint_store *s, const char *sql, sqlite3_stmt **q, dg_status *st) {
-    int rc = sqlite3_prepare_v2(s->db, sql, -1, q, NULL);
-    if (rc == SQLITE_OK) return true;
-    if ((rc & 0xff) == SQLITE_ERROR) {
-        dg_status_setf(st, DG_FAILED_PRECONDITION,
-                       "checkpoint \"%s\": %s: the summaries table does not have the columns (step, tag, "
-                       "value, wall_time): %s",
-                       s->path, s->doing, sqlite3_errmsg(s->db));
-        return false;
-    }
-    sq_fail(s, rc, "sqlite3_prepare_v2(summaries)", __LINE__, st);
-    return false;
+    return prepare_on_demand(s, sql, "summaries", "(step, tag, value, wall_time)", q, st);
 }
 
 // The row q stands on (rowid, step, tag, value, wall_time) as *row; DATA_LOSS for a column of
