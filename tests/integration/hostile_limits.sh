@@ -18,14 +18,27 @@ ROUNDS=4                  # each abuse is repeated: what stays after must not pi
 # peer leaves the task gives its freed memory back, ZeroMQ's malloc arena included (the
 # transport's trim_if_due). Measured: under 1 MiB after all rounds.
 AFTER_KB=$((4 * 1024))
-start() {   # start PORT [ulimit]
-    ( [ -n "${2:-}" ] && ulimit -n "$2"; exec "$BIN/dg-server" --cluster_spec "worker|127.0.0.1:$1" --job_name worker \
-        --task_index 0 ) > "$TMP/server_$1" 2>&1 &
-    SRV=$!
-    PIDS+=($SRV)
-    for _ in $(seq 100); do task_stat "dg://127.0.0.1:$1" connections >/dev/null 2>&1 && return 0; sleep 0.05; done
-    cat "$TMP/server_$1"
-    fail "dg-server on port $1 did not come up"
+# start [ulimit]: a dg-server on a port picked just now (another process may take a port
+# picked earlier); sets PORT and SRV. A server that could not bind (the port taken between the
+# pick and the bind) is retried on another port; the stat must come from our own process.
+start() {
+    local try
+    for try in 1 2 3 4 5; do
+        PORT=$(free_ports 1)
+        ( [ -n "${1:-}" ] && ulimit -n "$1"; exec "$BIN/dg-server" --cluster_spec "worker|127.0.0.1:$PORT" \
+            --job_name worker --task_index 0 ) > "$TMP/server_$PORT" 2>&1 &
+        SRV=$!
+        PIDS+=($SRV)
+        for _ in $(seq 100); do
+            kill -0 "$SRV" 2>/dev/null || break
+            task_stat "dg://127.0.0.1:$PORT" connections >/dev/null 2>&1 && kill -0 "$SRV" 2>/dev/null && return 0
+            sleep 0.05
+        done
+        grep -q "Address already in use" "$TMP/server_$PORT" || break
+        echo "port $PORT was taken before dg-server could bind it; another"
+    done
+    cat "$TMP/server_$PORT"
+    fail "dg-server on port $PORT did not come up"
 }
 # json JSON_LINE KEY: one value of a line.
 json() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
@@ -35,9 +48,8 @@ check_at_most() {
     v=$(json "$1" "$2")
     [ "$v" -le "$3" ] || fail "$2 = $v, over $3: $1"
 }
-read -r P1 P2 P3 <<< "$(free_ports 3)"
-
-start "$P1"
+start
+P1=$PORT
 first=""
 for _ in $(seq $ROUNDS); do
     out=$("$BIN/hostile_peer" --target "127.0.0.1:$P1" --pid "$SRV" --scenario chunks --connections 20) ||
@@ -55,7 +67,8 @@ echo "transfers refused $refused, abandoned $abandoned"
 [ "$abandoned" -ge $((ROUNDS * 199)) ] || fail "expected each first chunk to end the transfer before it, got $abandoned abandoned"
 grep -q "the peer began another" "$TMP/server_$P1" || fail "no log line for the abandoned transfers"
 
-start "$P2"
+start
+P2=$PORT
 first=""
 for _ in $(seq $ROUNDS); do
     out=$("$BIN/hostile_peer" --target "127.0.0.1:$P2" --pid "$SRV" --scenario pings) ||
@@ -68,7 +81,8 @@ for _ in $(seq $ROUNDS); do
 done
 [ "$(task_stat "dg://127.0.0.1:$P2" replies_dropped)" -gt 0 ] || fail "no reply was dropped"
 
-start "$P3" 256
+start 256
+P3=$PORT
 max=$(task_stat "dg://127.0.0.1:$P3" max_connections)
 echo "max_connections under ulimit -n 256: $max"
 [ "$max" -lt 256 ] || fail "the connection cap ($max) does not fit 256 descriptors"
