@@ -161,7 +161,32 @@ static void rand_destroy(void *state) {
 // ---- optimizer updates (in place on the variables) ----
 static double scalar_of(const dg_tensor *t) { return dg_tensor_get_as_double(t, 0); }
 
+// An update's inputs against its variable (input 0): inputs same[] of its dtype and shape,
+// inputs scalars[] one element of its dtype. Shapes unknown when the graph was built (or a
+// graph from elsewhere) can bring anything here; a mismatch would read or write past a buffer.
+static bool check_update(exec_ctx *ctx, const int *same, int n_same, const int *scalars, int n_scalars) {
+    const dg_tensor *var = IN(0);
+    char a[128], b[128];
+    for (int k = 0; k < n_same; k++) {
+        const dg_tensor *t = IN(same[k]);
+        if (t->dtype != var->dtype || !dg_shape_equal(&t->shape, &var->shape))
+            return exec_fail(ctx, DG_INVALID_ARGUMENT, "input %d (\"%s\") is %s %s; the variable is %s %s", same[k],
+                             ctx->node->inputs[same[k]].node->name, dg_dtype_name(t->dtype),
+                             dg_shape_str(&t->shape, a, sizeof a), dg_dtype_name(var->dtype),
+                             dg_shape_str(&var->shape, b, sizeof b));
+    }
+    for (int k = 0; k < n_scalars; k++) {
+        const dg_tensor *t = IN(scalars[k]);
+        if (t->dtype != var->dtype || t->n_elements != 1)
+            return exec_fail(ctx, DG_INVALID_ARGUMENT, "input %d (\"%s\") must be one %s, got %s %s", scalars[k],
+                             ctx->node->inputs[scalars[k]].node->name, dg_dtype_name(var->dtype),
+                             dg_dtype_name(t->dtype), dg_shape_str(&t->shape, a, sizeof a));
+    }
+    return true;
+}
+
 static bool apply_gd_compute(void *state, exec_ctx *ctx) {
+    if (!check_update(ctx, (const int[]){2}, 1, (const int[]){1}, 1)) return false;
     dg_tensor *var = IN(0), *delta = IN(2);
     double alpha = scalar_of(IN(1));
     int64_t n = var->n_elements;
@@ -204,6 +229,7 @@ static void *momentum_create(const dg_node *n, const exec_env *env, dg_status *s
     } while (0)
 
 static bool apply_momentum_compute(void *state, exec_ctx *ctx) {
+    if (!check_update(ctx, (const int[]){1, 3}, 2, (const int[]){2, 4}, 2)) return false;
     dg_tensor *var = IN(0), *accum = IN(1), *grad = IN(3);
     double lr = scalar_of(IN(2)), mom = scalar_of(IN(4));
     bool nesterov = ((momentum_state *)state)->nesterov;
@@ -240,6 +266,7 @@ static void adam_f64(double *restrict w, double *restrict m, double *restrict v,
 }
 
 static bool apply_adam_compute(void *state, exec_ctx *ctx) {
+    if (!check_update(ctx, (const int[]){1, 2, 9}, 3, (const int[]){3, 4, 5, 6, 7, 8}, 6)) return false;
     dg_tensor *var = IN(0), *mt = IN(1), *vt = IN(2), *grad = IN(9);
     double b1p = scalar_of(IN(3)), b2p = scalar_of(IN(4)), lr = scalar_of(IN(5));
     double beta1 = scalar_of(IN(6)), beta2 = scalar_of(IN(7)), eps = scalar_of(IN(8));

@@ -191,7 +191,17 @@ static bool is_fed(const dg_output *feeds, int n_feeds, dg_node *n, int index) {
     return false;
 }
 
-// Nodes needed for the fetches and targets, stopping at fed outputs.
+// Whether every output of n is fed: the node itself never runs (as TensorFlow replaces fed
+// nodes), so a control dependency on it waits for nothing.
+static bool all_fed(const dg_output *feeds, int n_feeds, dg_node *n) {
+    if (n->n_outputs < 1) return false;
+    for (int i = 0; i < n->n_outputs; i++)
+        if (!is_fed(feeds, n_feeds, n, i)) return false;
+    return true;
+}
+
+// Nodes needed for the fetches and targets, stopping at fed outputs (and at control inputs
+// whose outputs are all fed).
 static dg_node **prune(dg_graph *g, const dg_output *feeds, int n_feeds, const dg_output *fetches,
                        int n_fetches, dg_node *const *targets, int n_targets, int *n_out) {
     int n_nodes = dg_graph_num_nodes(g);
@@ -219,7 +229,7 @@ static dg_node **prune(dg_graph *g, const dg_output *feeds, int n_feeds, const d
             stack[top++] = in.node;
         }
         for (int k = 0; k < n->n_ctrl; k++)
-            if (!seen[n->ctrl_inputs[k]->id]) {
+            if (!seen[n->ctrl_inputs[k]->id] && !all_fed(feeds, n_feeds, n->ctrl_inputs[k])) {
                 seen[n->ctrl_inputs[k]->id] = 1;
                 stack[top++] = n->ctrl_inputs[k];
             }

@@ -293,6 +293,37 @@ static void test_adagrad_rmsprop(void **state) {
     }
 }
 
+// A gradient whose shape was unknown when the graph was built, fed with the wrong number of
+// elements: each dense update fails naming the input, and the variable keeps its value (before
+// the check, the kernels read past the gradient).
+static void test_update_shape_checked(void **state) {
+    (void)state;
+    for (int k = 0; k < 3; k++) {
+        dg_graph *g = dg_graph_new();
+        dg_output v = dg_variable(g, "w", DG_FLOAT32, dg_shape1(4), dg_init_constant(2.0));
+        dg_output grad = dg_placeholder(g, "grad", DG_FLOAT32, dg_shape_unknown());
+        dg_optimizer opt = k == 0 ? dg_gradient_descent(g, 0.1) : k == 1 ? dg_momentum(g, 0.1, 0.9, false) : dg_adam(g, 0.1);
+        dg_node *train = dg_optimizer_apply_gradients(&opt, &grad, &v, 1, (dg_output){NULL, 0}, NULL);
+        dg_node *init = dg_global_variables_initializer(g);
+        assert_non_null(train);
+        dg_status *st = dg_status_new();
+        dg_session *s = dg_session_new(g, "local", NULL, st);
+        assert_true(dg_session_run_target(s, init, st));
+        float two[2] = {1, 1};
+        dg_tensor *t = dg_tensor_from_data(DG_FLOAT32, dg_shape1(2), two, st);
+        assert_false(dg_session_run(s, &grad, &t, 1, NULL, NULL, 0, &train, 1, st));
+        assert_status(st, DG_INVALID_ARGUMENT, "(\"grad\") is float32 [2]; the variable is float32 [4]");
+        dg_tensor *out = NULL;
+        assert_true(dg_session_run(s, NULL, NULL, 0, &v, &out, 1, NULL, 0, st));
+        for (int i = 0; i < 4; i++) assert_true(dg_tensor_f32(out)[i] == 2.0f);
+        dg_tensor_unref(out);
+        dg_tensor_unref(t);
+        dg_session_free(&s);
+        dg_status_free(&st);
+        dg_graph_free(&g);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_variance_scaling),
@@ -300,6 +331,7 @@ int main(void) {
         cmocka_unit_test(test_exponential_decay),
         cmocka_unit_test(test_losses_and_helpers),
         cmocka_unit_test(test_adagrad_rmsprop),
+        cmocka_unit_test(test_update_shape_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
