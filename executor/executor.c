@@ -10,6 +10,7 @@
 
 #include "distgraph/device_name.h"
 #include "exec_impl.h"
+#include "ptrmap_impl.h"
 #include "status_impl.h"
 
 // A graph whose outputs hold more elements than this is not light (exec_graph_is_light).
@@ -77,52 +78,6 @@ bool exec_graph_is_light(const exec_graph *eg) { return eg->light; }
 int exec_graph_num_fetches(const exec_graph *eg) { return eg->n_fetches; }
 
 // ---- compile ----
-
-// Node -> index, by address: the nodes of one executable may come from several graphs
-// (the partitions of a step), whose ids overlap.
-typedef struct ptrmap {
-    const void **keys;
-    int *vals;
-    size_t mask;
-} ptrmap;
-
-static bool ptrmap_init(ptrmap *m, int n) {
-    size_t cap = 16;
-    while (cap < (size_t)n * 2) cap *= 2;
-    m->keys = calloc(cap, sizeof *m->keys);
-    m->vals = malloc(cap * sizeof *m->vals);
-    m->mask = cap - 1;
-    return m->keys && m->vals;
-}
-
-static size_t ptr_hash(const void *p) {
-    uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    return (size_t)x;
-}
-
-static void ptrmap_put(ptrmap *m, const void *k, int v) {
-    size_t j = ptr_hash(k) & m->mask;
-    while (m->keys[j] && m->keys[j] != k) j = (j + 1) & m->mask;
-    m->keys[j] = k;
-    m->vals[j] = v;
-}
-
-static int ptrmap_get(const ptrmap *m, const void *k) {
-    size_t j = ptr_hash(k) & m->mask;
-    while (m->keys[j]) {
-        if (m->keys[j] == k) return m->vals[j];
-        j = (j + 1) & m->mask;
-    }
-    return -1;
-}
-
-static void ptrmap_free(ptrmap *m) {
-    free(m->keys);
-    free(m->vals);
-}
 
 static void free_nodes(exec_graph *eg) {
     for (int i = 0; i < eg->n; i++)

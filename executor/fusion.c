@@ -14,6 +14,7 @@
 
 #include "distgraph/device_name.h"
 #include "exec_impl.h"
+#include "ptrmap_impl.h"
 #include "status_impl.h"
 
 static const graph_op_def fused_conv_bias = {.name = "_FusedConv2DBias", .min_inputs = 3, .max_inputs = 3};
@@ -26,32 +27,18 @@ bool exec_fusion_enabled(void) {
     return !e || strcmp(e, "0") != 0;
 }
 
-// What the pass knows of each node of the list: its index by address (a linear-probing map),
-// how many data inputs of listed nodes read it, the last such reader, whether a listed node
-// names it as a control input.
+// What the pass knows of each node of the list: its index by address, how many data inputs of
+// listed nodes read it, the last such reader, whether a listed node names it as a control
+// input, whether it was fused into another node.
 typedef struct fuse_info {
-    const void **keys;
-    int *vals;
-    size_t mask;
+    ptrmap index;
     int *readers;
     int *reader;       // index of the last reader
     bool *ctrl_succ;
-    bool *gone;        // fused into another node
+    bool *gone;
 } fuse_info;
 
-static size_t hash_ptr(const void *p) {
-    uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    return (size_t)x;
-}
-
-static int find(const fuse_info *fi, const void *k) {
-    for (size_t j = hash_ptr(k) & fi->mask; fi->keys[j]; j = (j + 1) & fi->mask)
-        if (fi->keys[j] == k) return fi->vals[j];
-    return -1;
-}
+static int find(const fuse_info *fi, const void *k) { return ptrmap_get(&fi->index, k); }
 
 static bool is_fed(const dg_output *feeds, int n_feeds, const dg_node *n) {
     for (int i = 0; i < n_feeds; i++)
@@ -153,11 +140,7 @@ bool exec_fuse(dg_node *const *nodes, int n, const dg_output *feeds, int n_feeds
                int n_fetches, const char *default_type, exec_fused *out) {
     memset(out, 0, sizeof *out);
     fuse_info fi = {0};
-    size_t cap = 16;
-    while (cap < (size_t)n * 2) cap *= 2;
-    fi.keys = calloc(cap, sizeof *fi.keys);
-    fi.vals = malloc(cap * sizeof *fi.vals);
-    fi.mask = cap - 1;
+    bool index_ok = ptrmap_init(&fi.index, n);
     fi.readers = calloc((size_t)n + 1, sizeof *fi.readers);
     fi.reader = calloc((size_t)n + 1, sizeof *fi.reader);
     fi.ctrl_succ = calloc((size_t)n + 1, sizeof *fi.ctrl_succ);
@@ -165,15 +148,10 @@ bool exec_fuse(dg_node *const *nodes, int n, const dg_output *feeds, int n_feeds
     out->nodes = malloc(((size_t)n + 1) * sizeof *out->nodes);
     out->made = calloc((size_t)n + 1, sizeof *out->made);
     out->stands_for = calloc((size_t)n + 1, sizeof *out->stands_for);
-    bool ok = fi.keys && fi.vals && fi.readers && fi.reader && fi.ctrl_succ && fi.gone && out->nodes && out->made &&
+    bool ok = index_ok && fi.readers && fi.reader && fi.ctrl_succ && fi.gone && out->nodes && out->made &&
               out->stands_for;
     if (ok) {
-        for (int i = 0; i < n; i++) {
-            size_t j = hash_ptr(nodes[i]) & fi.mask;
-            while (fi.keys[j] && fi.keys[j] != nodes[i]) j = (j + 1) & fi.mask;
-            fi.keys[j] = nodes[i];
-            fi.vals[j] = i;
-        }
+        for (int i = 0; i < n; i++) ptrmap_put(&fi.index, nodes[i], i);
         for (int i = 0; i < n; i++) {
             for (int k = 0; k < nodes[i]->n_inputs; k++) {
                 int p = find(&fi, nodes[i]->inputs[k].node);
@@ -236,8 +214,7 @@ bool exec_fuse(dg_node *const *nodes, int n, const dg_output *feeds, int n_feeds
                 out->nodes[out->n++] = nodes[i];
         }
     free(at);
-    free(fi.keys);
-    free(fi.vals);
+    ptrmap_free(&fi.index);
     free(fi.readers);
     free(fi.reader);
     free(fi.ctrl_succ);

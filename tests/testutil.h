@@ -30,6 +30,8 @@ dg_session *dg_test_local_session(dg_graph *g, int n_devices, int inter_op_threa
 // \n \r \xHH; a cell of just \e is the empty string). Returns: the cell.
 int dg_test_tsv_split(char *line, char **cells, int max);
 char *dg_test_tsv_unescape(char *cell);
+// Removes dir and everything under it (no symbolic link followed); errors are ignored.
+void dg_test_rmtree(const char *dir);
 // A deterministic uniform double in [lo, hi) from *state (xorshift).
 double dg_test_uniform(uint64_t *state, double lo, double hi);
 

@@ -491,7 +491,7 @@ static bool max_pool_grad_compute(void *state, exec_ctx *ctx) {
     dg_tensor *x = IN(0);
     dg_tensor *dx = exec_alloc_output(ctx, 0, x->dtype, x->shape);
     if (!dx) return false;
-    bool relu = ctx->node->op->name[0] == '_';
+    bool relu = strcmp(ctx->node->op->name, "_FusedMaxPoolGradReluGrad") == 0;
     if (x->dtype == DG_FLOAT32 && cpu_max_pool_tiles(&g)) {
         cpu_max_pool_grad_tiled_f32(&g, x->data, IN(1)->data, IN(2)->data, relu, dx->data);
         return true;

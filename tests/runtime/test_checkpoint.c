@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -38,15 +37,10 @@ static int setup(void **state) {
     return 0;
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
 static int teardown(void **state) {
     fixture *f = *state;
     chmod(f->dir, 0700);
-    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    dg_test_rmtree(f->dir);
     free(f);
     return 0;
 }

@@ -18,7 +18,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,11 +72,6 @@ static uint64_t mix(uint64_t x) {
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     return x ^ (x >> 31);
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
 }
 
 // Removes every file in dir (the directories hold files only).
@@ -146,7 +140,7 @@ static int teardown(void **state) {
             dg_tensor_free(&f->values[i][v]);
             free(f->want[i][v]);
         }
-    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    dg_test_rmtree(f->dir);
     free(f);
     return 0;
 }

@@ -7,7 +7,6 @@
  * code and for the file named in the message. */
 #include "testutil.h"
 
-#include <ftw.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -31,14 +30,9 @@ static int setup(void **state) {
     return 0;
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
 static int teardown(void **state) {
     fixture *f = *state;
-    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    dg_test_rmtree(f->dir);
     free(f);
     return 0;
 }

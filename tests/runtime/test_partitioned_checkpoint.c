@@ -9,7 +9,6 @@
  * files without slices keep the schema of earlier releases. */
 #include "testutil.h"
 
-#include <ftw.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,14 +35,9 @@ static int setup(void **state) {
     return 0;
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
 static int teardown(void **state) {
     fixture *f = *state;
-    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    dg_test_rmtree(f->dir);
     free(f);
     return 0;
 }
