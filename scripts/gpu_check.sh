@@ -10,7 +10,8 @@
 #                        ps, sync replicas, all-reduce) whose workers compute on GPU 0
 #   gpu_bench.jsonl      MatMul through the executor vs raw cuBLAS; the MLP step at batch
 #                        100, 1,000, 10,000
-#   torch_mlp.jsonl      the same MLP steps in PyTorch CUDA (bench/peers/torch_mlp_cuda.py)
+#   torch_mlp.jsonl      the same MLP steps in PyTorch CUDA (bench/peers/torch_mlp_cuda.py),
+#                        and the CNN step (bench/peers/torch_cnn.py --device cuda)
 #   summary.txt          one line per check with its exit status
 # CUDA libraries come from the system or, failing that, from the nvidia-* Python wheels of
 # the python3 on the PATH.
@@ -93,6 +94,8 @@ REPLICA_STEPS=
 replica "cnn_replica async ps" --ps 1 --workers 2 -- "$bin/cnn_replica"
 grep -h "validation accuracy" "$out/mlp.log" | tee -a "$summary"
 # The CNN training step (batch 100) on the GPU.
-step "cnn step_bench GPU" "$out/gpu_bench.jsonl" "$bin/step_bench" --model cnn --device /gpu:0 --steps 200 --warmup 20
+step "cnn step_bench GPU" "$out/gpu_bench.jsonl" "$bin/step_bench" --model cnn --device /gpu:0 --steps 200 --warmup 20 \
+    --data_dir "$c/data"
+step "torch_cnn cuda" "$out/torch_mlp.jsonl" env FMNIST_DIR="$c/data" python3 "$c/torch_cnn.py" --step-bench --device cuda
 step "gpu_bench" "$out/gpu_bench.jsonl" "$bin/gpu_bench"
 step "torch_mlp_cuda" "$out/torch_mlp.jsonl" python3 "$c/torch_mlp_cuda.py"

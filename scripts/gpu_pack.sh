@@ -37,5 +37,5 @@ for b in "${bins[@]}"; do ldd "$out/bin/$b"; done | awk '$2 == "=>" && $3 ~ /^\/
 # Compressed (to about a third): gpu_check.sh unpacks them.
 gzip -9 "$out"/bin/*
 cp "$data"/*-ubyte.gz "$out/data/"
-cp "$root/bench/peers/torch_mlp_cuda.py" "$out/"
+cp "$root/bench/peers/torch_mlp_cuda.py" "$root/bench/peers/torch_cnn.py" "$root/bench/peers/fmnist_data.py" "$out/"
 du -sh "$out"

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch peer of the cnn_replica example, single process on the CPU: the small CNN on
+"""PyTorch peer of the cnn_replica example, single process on the CPU (or --device cuda): the small CNN on
 Fashion-MNIST (Debian's dataset-fashion-mnist files, pixels/255 in [0,1]):
 
   conv 5x5 1->16 SAME + bias, ReLU, maxpool 2x2/2   -> 14x14x16
@@ -24,6 +24,7 @@ and exits 0. Run it with Debian's interpreter (python3-torch):
 
   /usr/bin/python3 bench/peers/torch_cnn.py --step-bench --threads 1
   /usr/bin/python3 bench/peers/torch_cnn.py --steps 3000 --threads 1
+  python3 bench/peers/torch_cnn.py --step-bench --device cuda   (scripts/gpu_check.sh)
 """
 import argparse
 import json
@@ -88,6 +89,9 @@ def main():
                     help="time steps on one fixed batch instead of training")
     ap.add_argument("--bench-steps", type=int, default=200,
                     help="timed steps of --step-bench (after %d warm-up steps)" % WARMUP)
+    ap.add_argument("--device", default="cpu",
+                    help="cpu or cuda (cuda: the batch is copied from host memory every step, "
+                         "and each timed step waits for the device)")
     ap.add_argument("--glibc-malloc-default", action="store_true",
                     help="leave glibc's dynamic mmap/trim thresholds (by default they are fixed)")
     args = ap.parse_args()
@@ -99,6 +103,8 @@ def main():
         ap.error("--seed must be in 0..2^31-1")
     if not 1 <= args.steps <= 10_000_000:
         ap.error("--steps must be in 1..10000000")
+    if args.device not in ("cpu", "cuda"):
+        ap.error("--device must be cpu or cuda")
     if not 1 <= args.bench_steps <= 1_000_000:
         ap.error("--bench-steps must be in 1..1000000")
 
@@ -115,8 +121,13 @@ def main():
     if missing:
         emit(skipped="Fashion-MNIST files missing in %s: %s" % (fmnist_data.DATA_DIR, missing))
         return 0
+    if args.device == "cuda" and not torch.cuda.is_available():
+        emit(skipped="no CUDA device")
+        return 0
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
+    dev = torch.device(args.device)
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
 
     t0 = time.perf_counter()
     xtr_np, ytr_np, xte_np, yte_np = fmnist_data.load()
@@ -126,17 +137,17 @@ def main():
     ytr, yte = torch.from_numpy(ytr_np), torch.from_numpy(yte_np)
     load_s = time.perf_counter() - t0
 
-    model = build(torch, args.seed)
+    model = build(torch, args.seed).to(dev)
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=0.001, betas=(0.9, 0.999), eps=1e-8)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.95 ** (step / 500.0))
-    lead = dict(batch=args.batch_size, threads=args.threads)
+    lead = dict(batch=args.batch_size, threads=args.threads, device=args.device)
     tail_kv = dict(torch_threads=torch.get_num_threads(), mallopt=mallopt,
                    torch=torch.__version__)
 
     def step(x, y):
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        loss = F.cross_entropy(model(x.to(dev, non_blocking=True)), y.to(dev, non_blocking=True))
         loss.backward()
         opt.step()
         sched.step()
@@ -148,6 +159,7 @@ def main():
         for i in range(WARMUP + args.bench_steps):
             s = time.perf_counter()
             step(x, y)
+            sync()
             if i >= WARMUP:
                 times.append((time.perf_counter() - s) * 1e3)
         mean, med, p10, p90 = fmnist_data.stats(times)
@@ -164,14 +176,15 @@ def main():
         loss = step(xtr[idx], ytr[idx])
         if i >= args.steps - 100:
             tail.append(loss.item())
+    sync()
     train_s = time.perf_counter() - t_start
 
     model.eval()
     correct, ce_sum = 0, 0.0
     with torch.no_grad():
         for lo in range(0, xte.shape[0], EVAL_CHUNK):
-            logits = model(xte[lo:lo + EVAL_CHUNK])
-            yc = yte[lo:lo + EVAL_CHUNK]
+            logits = model(xte[lo:lo + EVAL_CHUNK].to(dev))
+            yc = yte[lo:lo + EVAL_CHUNK].to(dev)
             ce_sum += F.cross_entropy(logits, yc, reduction="sum").item()
             correct += int((logits.argmax(dim=1) == yc).sum())
     n_test = xte.shape[0]
