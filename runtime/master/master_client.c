@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "distgraph/serialize.h"
+#include "fast_channel_impl.h"
 #include "graph_impl.h"
 #include "keys_impl.h"
 #include "master_client_impl.h"
@@ -35,6 +36,14 @@ struct master_client {
     bool has_beat, stopping; // stopping under beat_mu
     pthread_mutex_t beat_mu;
     pthread_cond_t beat_cv;
+    int master_gone;         // a keepalive failed (atomic): a step waiting on the channel gives up
+    // The local channel (fast_channel_impl.h), when the master is on this host and took it.
+    fc_region *fast;
+    pthread_mutex_t fast_mu; // one step at a time through it; the others take the socket
+    bool fast_broken;        // a step was abandoned on it: the socket from then on (under fast_mu)
+    uint32_t fast_seen;      // the answer sequence last read (under fast_mu)
+    rt_shm_pool *fast_shm;   // slots for feeds of 64 KiB to 1 MiB (under fast_mu)
+    bool fast_shm_off;
 };
 
 static rt_header *request(int type) {
@@ -93,8 +102,11 @@ static rt_transport *client_transport(const dg_session_options *o, rt_keyring **
 static void *beat_main(void *arg);
 
 static void beat_done(void *arg, const dg_status *st, rt_header *h, dg_tensor **ts, int n) {
-    (void)arg;
-    (void)st;
+    master_client *c = arg;
+    // A failure (no answer within 5 s, or the session gone) tells a step waiting on the local
+    // channel to give up; an answer clears it.
+    bool failed = (st && dg_status_code(st) != DG_OK) || !h || h->code != DG_OK;
+    __atomic_store_n(&c->master_gone, failed ? 1 : 0, __ATOMIC_RELEASE);
     drop(h, ts, n);
 }
 
@@ -109,7 +121,7 @@ static void *beat_main(void *arg) {
         if (c->stopping) break;
         rt_header *h = request(RT_KEEPALIVE);
         h->handle = c->handle;
-        rt_call(c->tp, c->endpoint, h, NULL, 0, 5 * KEEPALIVE_MS, beat_done, NULL);
+        rt_call(c->tp, c->endpoint, h, NULL, 0, 5 * KEEPALIVE_MS, beat_done, c);
     }
     pthread_mutex_unlock(&c->beat_mu);
     return NULL;
@@ -150,6 +162,90 @@ static bool send_graph_locked(master_client *c, int type, dg_status *st) {
     return true;
 }
 
+// A master on this host (a loopback endpoint) is offered a local channel for the steps
+// (fast_channel_impl.h); DG_LOCAL_CHANNEL=0 turns it off. Any failure leaves the socket.
+static void try_attach(master_client *c) {
+    const char *env = getenv("DG_LOCAL_CHANNEL");
+    if (env && strcmp(env, "0") == 0) return;
+    if (strncmp(c->endpoint, "tcp://127.", 10) != 0 && strncmp(c->endpoint, "tcp://localhost:", 16) != 0 &&
+        strncmp(c->endpoint, "tcp://[::1]:", 12) != 0)
+        return;
+    dg_status st = DG_STATUS_INIT;
+    fc_region *r = fc_create(&st);
+    if (r) {
+        rt_header *h = request(RT_ATTACH_CHANNEL), *resp = NULL;
+        h->handle = c->handle;
+        h->key = strdup(fc_name(r));
+        if (rt_call_sync(c->tp, c->endpoint, h, NULL, 0, CONTROL_TIMEOUT_MS, &resp, NULL, NULL, &st)) {
+            drop(resp, NULL, 0);
+            c->fast = r;
+            c->fast_seen = fc_seq(r, FC_ANSWER);
+            const char *shm_env = getenv("DG_SHM");
+            c->fast_shm_off = shm_env && strcmp(shm_env, "0") == 0;
+        }
+        fc_unlink(r);   // mapped on both sides now (or by nobody else)
+        if (!c->fast) fc_free(&r);
+    }
+    status_impl_clear(&st);
+}
+
+// A step through the local channel: 1 answered (*resp, *out, *n_out as rt_call_sync's), 0
+// failed (st set), -1 use the socket: it does not fit the channel (nothing sent), or the
+// master closed the channel before answering (the session was closed or the server is
+// stopping: the socket then gets the master's own answer, and the step cannot run twice as
+// the session is gone). Called with fast_mu held.
+static int fast_call(master_client *c, const rt_header *h, dg_tensor *const *ts, int n, rt_header **resp,
+                     dg_tensor ***out, int *n_out, dg_status *st) {
+    bool in_slot_range = false;
+    for (int i = 0; i < n; i++)
+        in_slot_range |= ts[i] && ts[i]->nbytes >= RT_SHM_MIN_BYTES && ts[i]->nbytes <= RT_SHM_SLOT_BYTES;
+    if (in_slot_range && !c->fast_shm && !c->fast_shm_off) {   // DG_SHM=0: inline (try_attach)
+        dg_status ignored = DG_STATUS_INIT;
+        c->fast_shm_off = !(c->fast_shm = rt_shm_pool_new(&ignored));   // then inline
+        status_impl_clear(&ignored);
+    }
+    if (!fc_put(c->fast, FC_REQUEST, h, ts, n, c->fast_shm)) return -1;
+    fc_post(c->fast, FC_REQUEST);
+    for (;;) {
+        fc_wait_result w = fc_wait(c->fast, FC_ANSWER, &c->fast_seen, 250);
+        if (w == FC_READY) break;
+        if (w == FC_CLOSED) {
+            c->fast_broken = true;
+            return -1;
+        }
+        if (__atomic_load_n(&c->master_gone, __ATOMIC_ACQUIRE)) {
+            c->fast_broken = true;
+            dg_status_setf(st, DG_UNAVAILABLE, "master %s stopped answering keepalives during the step", c->endpoint);
+            return 0;
+        }
+    }
+    rt_header *r = malloc(sizeof *r);
+    if (!r) abort();
+    if (!fc_take(c->fast, FC_ANSWER, r, out, n_out, st)) {
+        free(r);
+        c->fast_broken = true;
+        dg_status_prepend(st, "master %s", c->endpoint);
+        return 0;
+    }
+    if (r->key && strcmp(r->key, "parked") == 0) {   // too large for the channel: over the socket
+        drop(r, *out, *n_out);
+        *out = NULL;
+        *n_out = 0;
+        rt_header *t = request(RT_TAKE_ANSWER);
+        t->handle = c->handle;
+        return rt_call_sync(c->tp, c->endpoint, t, NULL, 0, STEP_TIMEOUT_MS, resp, out, n_out, st) ? 1 : 0;
+    }
+    if (r->code != DG_OK) {
+        dg_status_set(st, (dg_code)r->code, r->message ? r->message : "remote error");
+        drop(r, *out, *n_out);
+        *out = NULL;
+        *n_out = 0;
+        return 0;
+    }
+    *resp = r;
+    return 1;
+}
+
 master_client *master_client_new(dg_graph *g, const char *target, const dg_session_options *opts, dg_status *st) {
     char *ep = rt_endpoint_of(target, st);
     if (!ep) return NULL;
@@ -159,6 +255,7 @@ master_client *master_client_new(dg_graph *g, const char *target, const dg_sessi
     c->endpoint = ep;
     c->opts = opts ? *opts : dg_session_options_default();
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->fast_mu, NULL);
     pthread_mutex_init(&c->beat_mu, NULL);
     pthread_cond_init(&c->beat_cv, NULL);
     bool ok = (c->tp = client_transport(&c->opts, &c->keys, st)) != NULL;
@@ -169,6 +266,7 @@ master_client *master_client_new(dg_graph *g, const char *target, const dg_sessi
         ok = send_graph_locked(c, RT_CREATE_SESSION, st);
         pthread_mutex_unlock(&c->mu);
     }
+    if (ok) try_attach(c);
     if (ok && pthread_create(&c->beat, NULL, beat_main, c) != 0) {
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "session: cannot start the keepalive thread");
         ok = false;
@@ -188,6 +286,7 @@ void master_client_free(master_client **cp) {
         pthread_mutex_unlock(&c->beat_mu);
         pthread_join(c->beat, NULL);
     }
+    if (c->fast) fc_close(c->fast);   // its thread on the master ends
     if (c->handle && c->tp) {   // closed on the master; a master that is gone must not delay us long
         rt_header *h = request(RT_CLOSE_SESSION), *resp = NULL;
         h->handle = c->handle;
@@ -197,10 +296,13 @@ void master_client_free(master_client **cp) {
     }
     rt_transport_free(&c->tp);   // fails the keepalives still waiting, before c goes
     rt_keyring_free(&c->keys);
+    fc_free(&c->fast);
+    rt_shm_pool_free(&c->fast_shm);
     free(c->endpoint);
     pthread_cond_destroy(&c->beat_cv);
     pthread_mutex_destroy(&c->beat_mu);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->fast_mu);
     free(c);
     *cp = NULL;
 }
@@ -275,7 +377,18 @@ bool master_client_run(master_client *c, const dg_output *feeds, dg_tensor *cons
                             .start_ns = step_trace_origin(trace), .end_ns = sent_ns, .thread = exec_trace_thread()};
         step_trace_add(trace, &e);
     }
-    bool called = rt_call_sync(c->tp, c->endpoint, h, sent, n_feeds, STEP_TIMEOUT_MS, &resp, &out, &n_out, st);
+    int fast = -1;
+    if (c->fast && !any_pushed && pthread_mutex_trylock(&c->fast_mu) == 0) {
+        if (!c->fast_broken) fast = fast_call(c, h, sent, n_feeds, &resp, &out, &n_out, st);
+        pthread_mutex_unlock(&c->fast_mu);
+    }
+    bool called;
+    if (fast >= 0) {
+        called = fast == 1;
+        drop(h, NULL, 0);
+    } else {
+        called = rt_call_sync(c->tp, c->endpoint, h, sent, n_feeds, STEP_TIMEOUT_MS, &resp, &out, &n_out, st);
+    }
     if (called && trace && resp->blob) {
         // The master's trace, its clock put on ours (a bad one is reported, the step stands).
         // The step ended when the answer came; reading the notes is tracing's own cost.

@@ -7,6 +7,7 @@
 
 #include "distgraph/placer.h"
 #include "distgraph/serialize.h"
+#include "fast_channel_impl.h"
 #include "master_impl.h"
 #include "master_service_impl.h"
 #include "status_impl.h"
@@ -21,15 +22,32 @@ typedef struct version {
     master_session *m;
 } version;
 
+struct fast;
+
 typedef struct rsession {
     int64_t handle;
     version *cur;            // under the service's mu
     dg_session_options opts;
     int64_t last_heard_ms;   // under mu
-    int refs;                // the table's and each job's, under mu
+    int refs;                // the table's, each job's and its channel thread's, under mu
     bool closed;             // out of the table: no new steps
     char client[160];        // for logs
+    struct fast *fast;       // its local channel, or NULL (under mu)
+    rt_header *parked;       // an answer too large for the channel, until TAKE_ANSWER (under mu)
+    dg_tensor **parked_ts;
+    int parked_n;
 } rsession;
+
+// The thread that serves a session's local channel (fast_channel_impl.h).
+typedef struct fast {
+    master_service *ms;
+    rsession *rs;
+    fc_region *region;
+    uint32_t seen;           // the request sequence last served
+} fast;
+
+// Local channels open at once on one master: each is a thread and a mapping.
+#define MAX_CHANNELS 64
 
 struct master_service {
     dg_server *server;
@@ -43,6 +61,8 @@ struct master_service {
     bool stopping;
     pthread_t reaper;
     bool has_reaper;
+    int n_fast;              // channel threads alive (under mu; cv signalled as they end)
+    int64_t fast_steps;      // steps run through local channels (atomic)
 };
 
 typedef struct mjob {
@@ -61,7 +81,20 @@ static int64_t now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static void drop_parked(rsession *rs) {
+    if (rs->parked) {
+        rt_header_clear(rs->parked);
+        free(rs->parked);
+    }
+    for (int i = 0; i < rs->parked_n; i++) dg_tensor_unref(rs->parked_ts[i]);
+    free(rs->parked_ts);
+    rs->parked = NULL;
+    rs->parked_ts = NULL;
+    rs->parked_n = 0;
+}
+
 static void free_session(rsession *rs) {
+    drop_parked(rs);
     for (version *v = rs->cur, *older; v; v = older) {
         older = v->older;
         master_session_free(&v->m);   // deregisters its partitions
@@ -84,6 +117,7 @@ static void close_locked(master_service *ms, int index, const dg_status *why) {
     ms->sessions[index] = ms->sessions[--ms->n_sessions];
     rs->closed = true;
     for (version *v = rs->cur; v; v = v->older) master_session_abort(v->m, why);
+    if (rs->fast) fc_close(rs->fast->region);   // its thread ends after the step it runs
 }
 
 static void mjob_free(mjob *j) {
@@ -345,19 +379,19 @@ static bool take_pushed_feeds(master_service *ms, const rt_header *h, dg_tensor 
     return true;
 }
 
-static void do_run(mjob *j) {
-    master_service *ms = j->ms;
-    const rt_header *h = j->h;
-    dg_status st = DG_STATUS_INIT;
+// One step of rs: h names the feeds, fetches and targets, ts holds the n feed values (pushed
+// feeds are put in their places). recv_ns: when the request came, for a trace. On success
+// *resp is the answer (new: the fetches' descriptions, the trace's blob) and *fetched_out the
+// values (new array of *n_fetched references).
+static bool run_step(master_service *ms, rsession *rs, const rt_header *h, dg_tensor **ts, int n, int64_t recv_ns,
+                     rt_header **resp, dg_tensor ***fetched_out, int *n_fetched, dg_status *st) {
     pthread_mutex_lock(&ms->mu);
-    version *v = j->rs->cur;
-    bool closed = j->rs->closed;
+    version *v = rs->cur;
+    bool closed = rs->closed;
     pthread_mutex_unlock(&ms->mu);
     if (closed) {
-        dg_status_setf(&st, DG_ABORTED, "session %lld was closed", (long long)j->rs->handle);
-        reply_err(j, &st);
-        status_impl_clear(&st);
-        return;
+        dg_status_setf(st, DG_ABORTED, "session %lld was closed", (long long)rs->handle);
+        return false;
     }
     int n_names = h->n_names;
     int n_feeds = (int)h->n_feeds, n_fetches = 0, n_targets = 0;
@@ -368,41 +402,40 @@ static void do_run(mjob *j) {
     dg_step_trace *trace = NULL;
     if (!feeds || !fetches || !targets) abort();
     bool ok = true;
-    if (h->n_feeds < 0 || h->n_feeds > n_names || n_feeds != j->n) {
-        dg_status_setf(&st, DG_INVALID_ARGUMENT, "RUN_STEP: %lld feeds named, %d values sent", (long long)h->n_feeds, j->n);
+    if (h->n_feeds < 0 || h->n_feeds > n_names || n_feeds != n) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "RUN_STEP: %lld feeds named, %d values sent", (long long)h->n_feeds, n);
         ok = false;
     }
     for (int i = 0; ok && i < n_names; i++) {
         bool target = h->names[i][0] == '^';
         dg_output o;
         if (i < n_feeds && target) {
-            dg_status_setf(&st, DG_INVALID_ARGUMENT, "RUN_STEP: feed %d names a target", i);
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "RUN_STEP: feed %d names a target", i);
             ok = false;
-        } else if ((ok = resolve(v->graph, h->names[i], target, &o, &st))) {
+        } else if ((ok = resolve(v->graph, h->names[i], target, &o, st))) {
             if (i < n_feeds) feeds[i] = o;
             else if (target) targets[n_targets++] = o.node;
             else fetches[n_fetches++] = o;
         }
     }
     bool pushed = h->key && strncmp(h->key, "pushed:", 7) == 0;
-    if (ok && pushed) ok = take_pushed_feeds(ms, h, j->ts, n_feeds, &st);
-    ok = ok && master_check_args(v->graph, feeds, j->ts, n_feeds, fetches, n_fetches, targets, n_targets, &st);
+    if (ok && pushed) ok = take_pushed_feeds(ms, h, ts, n_feeds, st);
+    ok = ok && master_check_args(v->graph, feeds, ts, n_feeds, fetches, n_fetches, targets, n_targets, st);
     if (ok) {
         fetched = calloc((size_t)n_fetches + 1, sizeof *fetched);
         if (!fetched) abort();
-        trace = h->trace ? step_trace_new(j->recv_ns) : NULL;
+        trace = h->trace ? step_trace_new(recv_ns) : NULL;
         if (trace) {   // from the request's arrival: waiting for a thread, reading its names
             dg_trace_event e = {.kind = DG_TRACE_MASTER, .name = "RUN_STEP: read the request",
-                                .task = dg_server_task_name(ms->server), .start_ns = j->recv_ns,
+                                .task = dg_server_task_name(ms->server), .start_ns = recv_ns,
                                 .end_ns = exec_trace_now_ns(), .thread = exec_trace_thread()};
             step_trace_add(trace, &e);
         }
-        ok = master_session_run(v->m, feeds, j->ts, n_feeds, fetches, fetched, n_fetches, targets, n_targets, trace,
-                                &st);
+        ok = master_session_run(v->m, feeds, ts, n_feeds, fetches, fetched, n_fetches, targets, n_targets, trace, st);
     }
     if (pushed && h->step_id > 0) exec_rendezvous_end_step(rt_server_rendezvous(ms->server), h->step_id);
     pthread_mutex_lock(&ms->mu);
-    j->rs->last_heard_ms = now_ms();   // a long step is not silence
+    rs->last_heard_ms = now_ms();   // a long step is not silence
     pthread_mutex_unlock(&ms->mu);
     if (ok) {
         rt_header *r = response();
@@ -418,21 +451,191 @@ static void do_run(mjob *j) {
             step_trace_set_end(trace, now);
             step_trace_finish(trace, now);
             size_t len = 0;
-            char *blob = step_trace_encode(trace, j->recv_ns, now, &len);
+            char *blob = step_trace_encode(trace, recv_ns, now, &len);
             rt_header_set_blob(r, blob, len);
             free(blob);
         }
-        reply_ok(j, r, fetched, n_fetches);
-        for (int i = 0; i < n_fetches; i++) dg_tensor_unref(fetched[i]);
-    } else {
-        reply_err(j, &st);
+        *resp = r;
+        *fetched_out = fetched;
+        *n_fetched = n_fetches;
+        fetched = NULL;
     }
     dg_step_trace_free(&trace);
     free(fetched);
     free(feeds);
     free(fetches);
     free(targets);
+    return ok;
+}
+
+static void do_run(mjob *j) {
+    dg_status st = DG_STATUS_INIT;
+    rt_header *r = NULL;
+    dg_tensor **fetched = NULL;
+    int n_fetched = 0;
+    if (run_step(j->ms, j->rs, j->h, j->ts, j->n, j->recv_ns, &r, &fetched, &n_fetched, &st)) {
+        reply_ok(j, r, fetched, n_fetched);
+        for (int i = 0; i < n_fetched; i++) dg_tensor_unref(fetched[i]);
+        free(fetched);
+    } else {
+        reply_err(j, &st);
+    }
     status_impl_clear(&st);
+}
+
+// The thread of a session's local channel: waits for a request in the region, runs it as
+// RUN_STEP, writes the answer back (or parks it for TAKE_ANSWER when it does not fit). Ends
+// when the channel is closed: the session closed, or the service stopping.
+static void *fast_main(void *arg) {
+    fast *f = arg;
+    master_service *ms = f->ms;
+    rsession *rs = f->rs;
+    for (;;) {
+        fc_wait_result w = fc_wait(f->region, FC_REQUEST, &f->seen, 1000);
+        if (w == FC_CLOSED) break;
+        if (w == FC_TIMEOUT) continue;
+        int64_t recv_ns = exec_trace_now_ns();
+        dg_status st = DG_STATUS_INIT;
+        rt_header h, *r = NULL;
+        dg_tensor **ts = NULL, **fetched = NULL;
+        int n = 0, n_fetched = 0;
+        bool ok = fc_take(f->region, FC_REQUEST, &h, &ts, &n, &st);
+        if (ok && (h.type != RT_RUN_STEP || h.handle != rs->handle || h.key)) {
+            dg_status_setf(&st, DG_INVALID_ARGUMENT, "local channel of session %lld: a %s request (only RUN_STEP of "
+                           "this session, without pushed feeds)", (long long)rs->handle, rt_type_name(h.type));
+            ok = false;
+        }
+        if (ok) {
+            pthread_mutex_lock(&ms->mu);
+            rs->last_heard_ms = now_ms();
+            pthread_mutex_unlock(&ms->mu);
+            ok = run_step(ms, rs, &h, ts, n, recv_ns, &r, &fetched, &n_fetched, &st);
+            __atomic_add_fetch(&ms->fast_steps, 1, __ATOMIC_RELAXED);
+        }
+        if (!ok) {
+            r = response();
+            r->code = dg_status_code(&st);
+            rt_header_set_message(r, dg_status_message(&st));
+        }
+        if (!fc_put(f->region, FC_ANSWER, r, fetched, n_fetched, NULL)) {
+            pthread_mutex_lock(&ms->mu);
+            drop_parked(rs);
+            rs->parked = r;
+            rs->parked_ts = fetched;
+            rs->parked_n = n_fetched;
+            pthread_mutex_unlock(&ms->mu);
+            r = response();
+            r->key = strdup("parked");
+            fetched = NULL;
+            n_fetched = 0;
+            if (!fc_put(f->region, FC_ANSWER, r, NULL, 0, NULL)) abort();   // a bare header always fits
+        }
+        fc_post(f->region, FC_ANSWER);
+        rt_header_clear(r);
+        free(r);
+        for (int i = 0; i < n_fetched; i++) dg_tensor_unref(fetched[i]);
+        free(fetched);
+        for (int i = 0; i < n; i++) dg_tensor_unref(ts[i]);
+        free(ts);
+        rt_header_clear(&h);   // idempotent: fc_take cleared it on failure
+        status_impl_clear(&st);
+    }
+    pthread_mutex_lock(&ms->mu);
+    rs->fast = NULL;
+    pthread_mutex_unlock(&ms->mu);
+    fc_free(&f->region);
+    session_unref(ms, rs);
+    free(f);
+    pthread_mutex_lock(&ms->mu);
+    ms->n_fast--;
+    pthread_cond_broadcast(&ms->cv);
+    pthread_mutex_unlock(&ms->mu);
+    return NULL;
+}
+
+static void do_attach(mjob *j) {
+    master_service *ms = j->ms;
+    rsession *rs = j->rs;
+    dg_status st = DG_STATUS_INIT;
+    fc_region *region = fc_attach(j->h->key, &st);
+    fast *f = NULL;
+    if (region) {
+        f = calloc(1, sizeof *f);
+        if (!f) abort();
+        *f = (fast){ms, rs, region, fc_seq(region, FC_REQUEST)};
+        pthread_mutex_lock(&ms->mu);
+        if (rs->fast || rs->closed)
+            dg_status_setf(&st, DG_FAILED_PRECONDITION, "session %lld has a local channel already, or was closed",
+                           (long long)rs->handle);
+        else if (ms->n_fast >= MAX_CHANNELS || ms->stopping)
+            dg_status_setf(&st, DG_RESOURCE_EXHAUSTED, "%s has %d local channels open (or is stopping): the session's "
+                           "steps go over the socket", dg_server_task_name(ms->server), ms->n_fast);
+        if (dg_status_ok(&st)) {
+            rs->fast = f;
+            rs->refs++;
+            ms->n_fast++;
+        }
+        pthread_mutex_unlock(&ms->mu);
+    }
+    if (region && dg_status_ok(&st)) {
+        pthread_attr_t attr;
+        pthread_t th;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&th, &attr, fast_main, f) != 0) {
+            pthread_mutex_lock(&ms->mu);
+            rs->fast = NULL;
+            rs->refs--;   // the job still holds one: never the last
+            ms->n_fast--;
+            pthread_mutex_unlock(&ms->mu);
+            dg_status_set(&st, DG_RESOURCE_EXHAUSTED, "cannot start the local channel's thread");
+        }
+        pthread_attr_destroy(&attr);
+    }
+    if (dg_status_ok(&st)) {
+        reply_ok(j, response(), NULL, 0);
+    } else {
+        if (f) {
+            fc_free(&f->region);
+            free(f);
+        } else {
+            fc_free(&region);
+        }
+        dg_status_prepend(&st, "ATTACH_CHANNEL");
+        reply_err(j, &st);
+    }
+    status_impl_clear(&st);
+}
+
+static void do_take_answer(mjob *j) {
+    master_service *ms = j->ms;
+    pthread_mutex_lock(&ms->mu);
+    rt_header *r = j->rs->parked;
+    dg_tensor **ts = j->rs->parked_ts;
+    int n = j->rs->parked_n;
+    j->rs->parked = NULL;
+    j->rs->parked_ts = NULL;
+    j->rs->parked_n = 0;
+    pthread_mutex_unlock(&ms->mu);
+    if (!r) {
+        dg_status st = DG_STATUS_INIT;
+        dg_status_setf(&st, DG_NOT_FOUND, "TAKE_ANSWER: session %lld has no parked answer", (long long)j->rs->handle);
+        reply_err(j, &st);
+        status_impl_clear(&st);
+        return;
+    }
+    if (r->code == DG_OK) {
+        reply_ok(j, r, ts, n);
+    } else {
+        dg_status st = DG_STATUS_INIT;
+        dg_status_set(&st, (dg_code)r->code, r->message ? r->message : "the step failed");
+        reply_err(j, &st);
+        status_impl_clear(&st);
+        rt_header_clear(r);
+        free(r);
+    }
+    for (int i = 0; i < n; i++) dg_tensor_unref(ts[i]);
+    free(ts);
 }
 
 static void do_close(mjob *j) {
@@ -507,6 +710,8 @@ static void run_mjob(void *arg, int unused) {
     case RT_EXTEND_SESSION: do_extend(j); break;
     case RT_RUN_STEP: do_run(j); break;
     case RT_CLOSE_SESSION: do_close(j); break;
+    case RT_ATTACH_CHANNEL: do_attach(j); break;
+    case RT_TAKE_ANSWER: do_take_answer(j); break;
     case RT_RESET: do_reset(j); break;
     default: break;
     }
@@ -518,7 +723,7 @@ void master_service_handle(master_service *ms, rt_peer *peer, rt_header *h, dg_t
     if (!j) abort();
     *j = (mjob){ms, peer, h, ts, n, NULL, h->trace ? exec_trace_now_ns() : 0};
     bool needs_session = h->type == RT_EXTEND_SESSION || h->type == RT_RUN_STEP || h->type == RT_CLOSE_SESSION ||
-                         h->type == RT_KEEPALIVE;
+                         h->type == RT_KEEPALIVE || h->type == RT_ATTACH_CHANNEL || h->type == RT_TAKE_ANSWER;
     if (needs_session) {
         pthread_mutex_lock(&ms->mu);
         for (int i = 0; i < ms->n_sessions && !j->rs; i++)
@@ -546,6 +751,15 @@ void master_service_handle(master_service *ms, rt_peer *peer, rt_header *h, dg_t
     }
     exec_pool_submit(ms->pool, run_mjob, j, 0);
 }
+
+int64_t master_service_num_channels(master_service *ms) {
+    pthread_mutex_lock(&ms->mu);
+    int64_t n = ms->n_fast;
+    pthread_mutex_unlock(&ms->mu);
+    return n;
+}
+
+int64_t master_service_channel_steps(master_service *ms) { return __atomic_load_n(&ms->fast_steps, __ATOMIC_RELAXED); }
 
 int64_t master_service_num_sessions(master_service *ms) {
     pthread_mutex_lock(&ms->mu);
@@ -622,8 +836,11 @@ void master_service_free(master_service **msp) {
     pthread_mutex_lock(&ms->mu);
     ms->stopping = true;
     pthread_cond_broadcast(&ms->cv);
-    for (int i = 0; i < ms->n_sessions; i++)
+    for (int i = 0; i < ms->n_sessions; i++) {
         for (version *v = ms->sessions[i]->cur; v; v = v->older) master_session_abort(v->m, &why);
+        if (ms->sessions[i]->fast) fc_close(ms->sessions[i]->fast->region);
+    }
+    while (ms->n_fast > 0) pthread_cond_wait(&ms->cv, &ms->mu);   // the channels' threads end
     pthread_mutex_unlock(&ms->mu);
     status_impl_clear(&why);
     if (ms->has_reaper) pthread_join(ms->reaper, NULL);

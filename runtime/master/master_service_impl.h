@@ -22,5 +22,8 @@ void master_service_free(master_service **ms);
 // thread; consumes peer, h and the tensors.
 void master_service_handle(master_service *ms, rt_peer *peer, rt_header *h, dg_tensor **ts, int n);
 int64_t master_service_num_sessions(master_service *ms);
+// Local channels open now, and steps run through them since the start (SERVER_STATUS).
+int64_t master_service_num_channels(master_service *ms);
+int64_t master_service_channel_steps(master_service *ms);
 
 #endif

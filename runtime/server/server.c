@@ -770,6 +770,8 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
     case RT_CLOSE_SESSION:
     case RT_KEEPALIVE:
     case RT_RESET:
+    case RT_ATTACH_CHANNEL:
+    case RT_TAKE_ANSWER:
         master_service_handle(s->master, peer, h, ts, n);
         j->peer = NULL;
         j->h = NULL;
@@ -808,6 +810,8 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
             {"transfers_abandoned", (long long)tps.transfers_abandoned},
             {"replies_dropped", (long long)tps.replies_dropped},
             {"requests_refused", (long long)tps.requests_refused},
+            {"local_channels", (long long)master_service_num_channels(s->master)},
+            {"local_channel_steps", (long long)master_service_channel_steps(s->master)},
             {"bad_messages", (long long)tps.bad_messages},
             {"shm_frames_sent", (long long)tps.shm_frames_sent},
             {"shm_frames_received", (long long)tps.shm_frames_received},

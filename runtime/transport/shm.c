@@ -52,7 +52,6 @@ struct rt_shm_pool {
     uint32_t pid, region, nonce;
     unsigned char *base;
     region_header *hdr;
-    int hint;
 };
 
 static atomic_uint next_region;
@@ -61,15 +60,16 @@ static void region_name(char *buf, size_t cap, uint32_t pid, uint32_t region) {
     snprintf(buf, cap, "/dg-shm-%u-%u", pid, region);
 }
 
-// Removes the regions of processes that are gone (a crash leaves them behind).
-static void remove_stale(void) {
+void rt_shm_remove_stale(const char *prefix) {
     DIR *d = opendir("/dev/shm");
     if (!d) return;
+    size_t plen = strlen(prefix);
     struct dirent *e;
     while ((e = readdir(d))) {
-        unsigned pid, region;
-        char tail;
-        if (sscanf(e->d_name, "dg-shm-%u-%u%c", &pid, &region, &tail) != 2) continue;
+        unsigned pid;
+        char dash;
+        if (strncmp(e->d_name, prefix, plen) != 0 || sscanf(e->d_name + plen, "%u%c", &pid, &dash) != 2 || dash != '-')
+            continue;
         if (pid == 0 || (kill((pid_t)pid, 0) == 0 || errno != ESRCH)) continue;
         char name[300];
         snprintf(name, sizeof name, "/%s", e->d_name);
@@ -79,7 +79,7 @@ static void remove_stale(void) {
 }
 
 rt_shm_pool *rt_shm_pool_new(dg_status *st) {
-    remove_stale();
+    rt_shm_remove_stale("dg-shm-");
     rt_shm_pool *p = calloc(1, sizeof *p);
     if (!p) {
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "shared memory pool: out of memory");
@@ -149,7 +149,7 @@ void rt_shm_pool_free(rt_shm_pool **pp) {
 bool rt_shm_put(rt_shm_pool *p, const void *data, size_t len, unsigned char out[RT_SHM_DESC_BYTES]) {
     if (!p || len < RT_SHM_MIN_BYTES || len > RT_SHM_SLOT_BYTES) return false;
     for (int i = 0; i < RT_SHM_SLOTS; i++) {
-        int s = (p->hint + i) % RT_SHM_SLOTS;
+        int s = i;   // the lowest free slot: the one freed last is likely still in the caches
         unsigned free_state = 0;
         if (!atomic_compare_exchange_strong_explicit(&p->hdr->state[s], &free_state, 1,
                                                      memory_order_acquire, memory_order_relaxed))
@@ -166,7 +166,6 @@ bool rt_shm_put(rt_shm_pool *p, const void *data, size_t len, unsigned char out[
         d.slot = (uint32_t)s;
         d.nonce = p->nonce;
         memcpy(out, &d, sizeof d);
-        p->hint = (s + 1) % RT_SHM_SLOTS;
         return true;
     }
     return false;

@@ -48,6 +48,9 @@ bool rt_shm_is_desc(const void *frame, size_t frame_len, size_t expected_len);
 bool rt_shm_get(const void *desc, size_t expected_len, void **data, void **slot_state, dg_status *st);
 // Frees the slot (after the bytes are no longer read) and the reference it held on the region.
 void rt_shm_release(void *slot_state);
+// Removes the names in /dev/shm "<prefix><pid>-..." whose process has exited (a crash leaves
+// them behind).
+void rt_shm_remove_stale(const char *prefix);
 // Unmaps the regions no slot is held in whose creator has exited. Returns how many went.
 int rt_shm_sweep(void);
 // Regions of other processes mapped now (for tests).

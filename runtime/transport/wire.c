@@ -13,7 +13,7 @@ const char *rt_type_name(int type) {
                                   "DEREGISTER_GRAPH", "RUN_GRAPH", "TENSOR", "TENSOR_CHUNK",
                                   "ABORT_STEP", "END_STEP", "GET_VARIABLES", "CREATE_SESSION",
                                   "EXTEND_SESSION", "RUN_STEP", "CLOSE_SESSION", "KEEPALIVE", "RESET",
-                                  "SERVER_STATUS"};
+                                  "SERVER_STATUS", "ATTACH_CHANNEL", "TAKE_ANSWER"};
     return type > 0 && type <= RT_TYPE_MAX ? names[type] : "UNKNOWN";
 }
 

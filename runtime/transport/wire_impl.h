@@ -37,7 +37,10 @@ typedef enum rt_type {
     RT_KEEPALIVE = 16,      // handle: the client is alive (NOT_FOUND once the session is gone)
     RT_RESET = 17,          // clears the task's variables and shared objects, closes its master sessions
     RT_SERVER_STATUS = 18,  // answer: names "key=value" (registered graphs, master sessions, ...)
-    RT_TYPE_MAX = 18,
+    RT_ATTACH_CHANNEL = 19, // handle; key: a shared-memory region for the session's steps (fast_channel_impl.h)
+    RT_TAKE_ANSWER = 20,    // handle: the answer of the last step run through the channel, parked
+                            // because it did not fit there
+    RT_TYPE_MAX = 20,
 } rt_type;
 
 typedef struct rt_tensor_desc {

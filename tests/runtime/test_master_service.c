@@ -2,7 +2,10 @@
  * a server of this process, so the master client and the master service talk over TCP) trains
  * exactly as a local session; graphs that grow are sent again; closing frees every partition;
  * a silent client loses its session after the lease; reset drops the variables; and hostile or
- * malformed requests get a status naming what is wrong while the master keeps serving. */
+ * malformed requests get a status naming what is wrong while the master keeps serving. A
+ * client on the master's host runs its steps through the local channel (fast_channel_impl.h):
+ * the same results, answers too large for it parked and taken over the socket, and a region
+ * scribbled on by a hostile process answered with a status. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +16,10 @@
 
 #include "testutil.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+
+#include "fast_channel_impl.h"
 #include "transport_impl.h"
 
 typedef struct cluster2 {
@@ -465,8 +472,233 @@ static void test_large_feeds(void **state) {
     stop(&t);
 }
 
+
+// A counter of SERVER_STATUS by name ("local_channel_steps"), -1 if absent.
+static int64_t raw_counter(raw *r, const char *name) {
+    dg_status *st = dg_status_new();
+    rt_header *resp = NULL;
+    int64_t v = -1;
+    assert_true(rt_call_sync(r->tp, r->ep, req(RT_SERVER_STATUS, 0), NULL, 0, 5000, &resp, NULL, NULL, st));
+    size_t len = strlen(name);
+    for (int i = 0; i < resp->n_names; i++)
+        if (strncmp(resp->names[i], name, len) == 0 && resp->names[i][len] == '=') v = strtoll(resp->names[i] + len + 1, NULL, 10);
+    rt_header_clear(resp);
+    free(resp);
+    dg_status_free(&st);
+    return v;
+}
+
+// x * 2 and x * 3 on the worker for feeds of every size the channel treats apart: inline
+// (4 KiB), a shared-memory slot (400 KiB), inline with an answer too large for the channel
+// (3 MiB in, 6 MiB out: parked and taken over the socket), and a feed over 4 MiB, which goes
+// ahead in chunks over the socket with its step. Values checked element by element.
+static void test_local_channel(void **state) {
+    (void)state;
+    cluster2 t;
+    start(&t, 5000);
+    dg_status *st = dg_status_new();
+    raw r;
+    raw_open(&r, t.worker_port);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, "/job:worker/task:0");
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape1(-1));
+    dg_output y = dg_mul(g, "y", x, dg_scalar(g, NULL, DG_FLOAT32, 2));
+    dg_output yz[2] = {y, dg_mul(g, "z", x, dg_scalar(g, NULL, DG_FLOAT32, 3))};
+    dg_graph_pop_device(g);
+    assert_true(dg_graph_check(g, st));
+    dg_session *s = dg_session_new(g, t.remote, NULL, st);
+    assert_non_null(s);
+    assert_int_equal(raw_counter(&r, "local_channels"), 1);
+    const int64_t sizes[4] = {1024, 100 * 1024, 3 << 18, 5 << 18};   // float32 elements
+    for (int k = 0; k < 4; k++) {
+        int64_t before = raw_counter(&r, "local_channel_steps");
+        dg_tensor *v = dg_tensor_new(DG_FLOAT32, dg_shape1(sizes[k]), st), *got[2] = {NULL, NULL};
+        float *f = dg_tensor_f32(v);
+        for (int64_t i = 0; i < sizes[k]; i++) f[i] = (float)((i * 31 + k) % 1000) * 0.25f;
+        assert_true(dg_session_run(s, &x, &v, 1, yz, got, 2, NULL, 0, st));
+        assert_ok(st);
+        for (int o = 0; o < 2; o++) {
+            assert_int_equal(dg_tensor_num_elements(got[o]), sizes[k]);
+            const float *g2 = dg_tensor_f32(got[o]);
+            int64_t wrong = 0;
+            for (int64_t i = 0; i < sizes[k]; i++) wrong += g2[i] != (float)(o + 2) * f[i];
+            assert_int_equal(wrong, 0);
+            dg_tensor_unref(got[o]);
+        }
+        assert_int_equal(raw_counter(&r, "local_channel_steps"), before + (k < 3));
+        dg_tensor_unref(v);
+    }
+    dg_tensor *got = NULL;
+    // A feed of the wrong rank is refused with a status; the channel stays usable (below).
+    dg_tensor *bad = dg_tensor_new(DG_FLOAT32, dg_shape2(2, 2), st);
+    assert_false(dg_session_run(s, &x, &bad, 1, &y, &got, 1, NULL, 0, st));
+    assert_true(dg_status_code(st) != DG_OK);
+    dg_status_reset(st);
+    dg_tensor_unref(bad);
+    // Without it (DG_LOCAL_CHANNEL=0) the steps take the socket.
+    setenv("DG_LOCAL_CHANNEL", "0", 1);
+    dg_session *s2 = dg_session_new(g, t.remote, NULL, st);
+    unsetenv("DG_LOCAL_CHANNEL");
+    assert_non_null(s2);
+    assert_int_equal(raw_counter(&r, "local_channels"), 1);
+    int64_t before = raw_counter(&r, "local_channel_steps");
+    dg_tensor *v = dg_tensor_new(DG_FLOAT32, dg_shape1(10), st);
+    for (int i = 0; i < 10; i++) dg_tensor_f32(v)[i] = (float)i;
+    assert_true(dg_session_run(s2, &x, &v, 1, &y, &got, 1, NULL, 0, st));
+    assert_ok(st);
+    assert_true(dg_tensor_f32(got)[9] == 18.0f);
+    dg_tensor_unref(got);
+    assert_int_equal(raw_counter(&r, "local_channel_steps"), before);
+    dg_session_free(&s2);
+    // A reset closes the sessions: the next step through the channel learns it from the master.
+    assert_true(dg_session_reset(t.remote, NULL, st));
+    assert_ok(st);
+    assert_false(dg_session_run(s, &x, &v, 1, &y, &got, 1, NULL, 0, st));
+    assert_status(st, DG_NOT_FOUND, "no session");
+    dg_status_reset(st);
+    for (int i = 0; i < 200 && raw_counter(&r, "local_channels") > 0; i++) usleep(10000);
+    assert_int_equal(raw_counter(&r, "local_channels"), 0);
+    dg_tensor_unref(v);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    rt_transport_free(&r.tp);
+    dg_status_free(&st);
+    stop(&t);
+}
+
+// Posts the request half of reg as it is (h, when not NULL, written there first and consumed)
+// and returns the master's answer: its code, and its message in msg.
+static dg_code channel_answer(fc_region *reg, uint32_t *seen, rt_header *h, char *msg, size_t cap) {
+    if (h) {
+        assert_true(fc_put(reg, FC_REQUEST, h, NULL, 0, NULL));
+        rt_header_clear(h);
+        free(h);
+    }
+    fc_post(reg, FC_REQUEST);
+    assert_int_equal(fc_wait(reg, FC_ANSWER, seen, 10000), FC_READY);
+    dg_status *st = dg_status_new();
+    rt_header a;
+    dg_tensor **ts = NULL;
+    int n = 0;
+    assert_true(fc_take(reg, FC_ANSWER, &a, &ts, &n, st));
+    assert_ok(st);
+    assert_int_equal(n, 0);
+    dg_code code = (dg_code)a.code;
+    snprintf(msg, cap, "%s", a.message ? a.message : "");
+    rt_header_clear(&a);
+    free(ts);
+    dg_status_free(&st);
+    return code;
+}
+
+// A hostile process of the same user: channels that are not channels are refused by name; a
+// region attached twice is refused; garbage written into an attached region's request half is
+// answered with a status naming the local channel; and the master keeps serving the session.
+static void test_local_channel_hostile(void **state) {
+    (void)state;
+    cluster2 t;
+    start(&t, 5000);
+    dg_status *st = dg_status_new();
+    raw r;
+    raw_open(&r, t.worker_port);
+    model m;
+    dg_test_model_build(&m, true);
+    int64_t handle = raw_create(&r, m.g);
+    const char *names[] = {NULL, "", "/etc/passwd", "/dg-fc-1-2-zz", "/dg-fc- 1-2-00000001", "/dg-fc-1-2-00000001/x",
+                           "/dg-fc-999999999-1-00000000"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        rt_header *h = req(RT_ATTACH_CHANNEL, handle);
+        if (names[i]) h->key = strdup(names[i]);
+        raw_call(&r, h, NULL, 0, st);
+        assert_status(st, DG_INVALID_ARGUMENT, "channel");
+        dg_status_reset(st);
+    }
+    rt_header *h = req(RT_ATTACH_CHANNEL, handle + 1);   // no such session
+    raw_call(&r, h, NULL, 0, st);
+    assert_status(st, DG_NOT_FOUND, "no session");
+    dg_status_reset(st);
+    raw_call(&r, req(RT_TAKE_ANSWER, handle), NULL, 0, st);
+    assert_status(st, DG_NOT_FOUND, "no parked answer");
+    dg_status_reset(st);
+    fc_region *reg = fc_create(st);
+    assert_non_null(reg);
+    // The region's bytes, as the hostile process sees them.
+    int fd = shm_open(fc_name(reg), O_RDWR, 0);
+    assert_true(fd >= 0);
+    size_t bytes = 4096 + 2 * FC_HALF_BYTES;
+    unsigned char *raw_bytes = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    assert_true(raw_bytes != MAP_FAILED);
+    h = req(RT_ATTACH_CHANNEL, handle);
+    h->key = strdup(fc_name(reg));
+    raw_call(&r, h, NULL, 0, st);
+    assert_ok(st);
+    h = req(RT_ATTACH_CHANNEL, handle);   // the same region again
+    h->key = strdup(fc_name(reg));
+    raw_call(&r, h, NULL, 0, st);
+    assert_status(st, DG_FAILED_PRECONDITION, "attached already");
+    dg_status_reset(st);
+    fc_unlink(reg);
+    assert_int_equal(raw_counter(&r, "local_channels"), 1);
+    uint32_t seen = fc_seq(reg, FC_ANSWER);
+    unsigned seed = 12345;
+    unsigned char *req_half = raw_bytes + 4096;
+    uint64_t *lenp = NULL;
+    // The header's len[0] is the 9th 8-byte word (magic, version+pid, region, half, seq[2],
+    // closed+claimed, then len[2]): found by writing a message and looking for its length.
+    rt_header *probe = req(RT_PING, handle);
+    assert_true(fc_put(reg, FC_REQUEST, probe, NULL, 0, NULL));
+    rt_header_clear(probe);
+    free(probe);
+    for (size_t w = 0; w < 4096 / 8; w++) {
+        uint64_t v;
+        memcpy(&v, raw_bytes + 8 * w, 8);
+        uint64_t hl;
+        memcpy(&hl, req_half, 8);
+        if (v == 8 + ((hl + 7) & ~(uint64_t)7)) {
+            lenp = (uint64_t *)(raw_bytes + 8 * w);
+            break;
+        }
+    }
+    assert_non_null(lenp);
+    char msg[512];
+    for (int round = 0; round < 60; round++) {
+        // Random bytes, random lengths (some past the half), a plausible header length now and then.
+        uint64_t total = (uint64_t)rand_r(&seed) % 4096;
+        if (round % 7 == 0) total = FC_HALF_BYTES + 8;
+        for (uint64_t i = 0; i < 4096; i++) req_half[i] = (unsigned char)rand_r(&seed);
+        if (round % 3 == 0) {
+            uint64_t hl = (uint64_t)rand_r(&seed) % 64;
+            memcpy(req_half, &hl, 8);
+        }
+        *lenp = total;
+        assert_int_equal(channel_answer(reg, &seen, NULL, msg, sizeof msg), DG_INVALID_ARGUMENT);
+        assert_non_null(strstr(msg, "local channel"));
+    }
+    // A well-formed request of another type is refused too; then the real thing runs.
+    assert_int_equal(channel_answer(reg, &seen, req(RT_RUN_GRAPH, handle), msg, sizeof msg), DG_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "RUN_GRAPH"));
+    rt_header *init = req(RT_RUN_STEP, handle);
+    rt_header_add_name(init, "^init");
+    assert_int_equal(channel_answer(reg, &seen, init, msg, sizeof msg), DG_OK);
+    // Closing the session ends the channel's thread.
+    raw_call(&r, req(RT_CLOSE_SESSION, handle), NULL, 0, st);
+    assert_ok(st);
+    for (int i = 0; i < 200 && raw_counter(&r, "local_channels") > 0; i++) usleep(10000);
+    assert_int_equal(raw_counter(&r, "local_channels"), 0);
+    assert_true(fc_closed(reg));
+    munmap(raw_bytes, bytes);
+    fc_free(&reg);
+    dg_graph_free(&m.g);
+    rt_transport_free(&r.tp);
+    dg_status_free(&st);
+    stop(&t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_local_channel),
+        cmocka_unit_test(test_local_channel_hostile),
         cmocka_unit_test(test_large_feeds),
         cmocka_unit_test(test_remote_matches_local),
         cmocka_unit_test(test_hostile_requests),
