@@ -8,14 +8,14 @@
 #            (dg-launch, each worker program runs its own server) and with --existing_servers
 #            (standing dg-server tasks, the worker programs start none), with the local channel
 #            (the default on one host) and without it (DG_LOCAL_CHANNEL=0); REPS rounds of the
-#            three alternating, medians (default 3); peer: TensorFlow's existing-servers
+#            three alternating, medians (default 5); peer: TensorFlow's existing-servers
 #            equivalent (tf_remote_master.py --mode mnist), once.
 # JSON lines; the ratios last. TF_PYTHON: a python with tensorflow-cpu (peers skipped if
 # absent). MODES=trivial,mnist picks (default both). Needs build/bin (scripts/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${STEPS:-3000}
-REPS=${REPS:-3}
+STEPS=${STEPS:-6000}
+REPS=${REPS:-5}
 MODES=${MODES:-trivial,mnist}
 TFPY=${TF_PYTHON:-}
 BIN=build/bin
@@ -62,7 +62,7 @@ if [[ ",$MODES," == *,mnist,* ]]; then
         for w in "${W[@]}"; do wait "$w" || { cat "$TMP"/ex*; exit 1; }; done
         kill -9 "${S[@]}" 2>/dev/null || true
         wait "${S[@]}" 2>/dev/null || true
-        rate "$TMP/ex0" "$TMP/ex1" > "$TMP/rate_$out"
+        echo "$(rate "$TMP/ex0" "$TMP/ex1")" > "$TMP/rate_$out"
         sed -n 's/.*validation accuracy = \([0-9.]*\).*/\1/p' "$TMP/ex0" | head -1 > "$TMP/acc_$out"
     }
     # REPS rounds of the three, alternating (the machine's noise moves each run by several %):
@@ -70,7 +70,7 @@ if [[ ",$MODES," == *,mnist,* ]]; then
     for r in $(seq 1 "$REPS"); do
         $BIN/dg-launch --ps 1 --workers 2 --timeout 600 --no_auth -- $BIN/mnist_replica --train_steps "$STEPS" --quiet \
             --log_every 1000000 > "$TMP/inproc" 2>&1 || { cat "$TMP/inproc"; exit 1; }
-        rate "$TMP/inproc" > "$TMP/rate_inproc_$r"
+        echo "$(rate "$TMP/inproc")" > "$TMP/rate_inproc_$r"
         sed -n 's/.*validation accuracy = \([0-9.]*\).*/\1/p' "$TMP/inproc" | head -1 > "$TMP/acc_inproc_$r"
         existing_run "existing_$r"
         existing_run "socket_$r" DG_LOCAL_CHANNEL=0

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@ typedef struct fc_header {
     atomic_uint seq[2];      // futex words: bumped when a side's message is published
     atomic_uint closed;      // futex-woken on both words when set
     atomic_uint claimed;     // set by the one master that attaches
+    atomic_uint waiters[2];  // threads in FUTEX_WAIT on each word: a post wakes only if any
     _Atomic uint64_t len[2]; // bytes of each side's message
 } fc_header;
 
@@ -195,8 +197,10 @@ bool fc_put(fc_region *r, int side, const rt_header *h, dg_tensor *const *ts, in
 }
 
 void fc_post(fc_region *r, int side) {
-    atomic_fetch_add_explicit(&r->hdr->seq[side], 1, memory_order_release);
-    futex(&r->hdr->seq[side], FUTEX_WAKE, INT_MAX, NULL);
+    // Sequentially consistent with the waiter's increment of waiters and its re-read of seq:
+    // either it sees the new sequence, or we see it waiting and wake it.
+    atomic_fetch_add(&r->hdr->seq[side], 1);
+    if (atomic_load(&r->hdr->waiters[side])) futex(&r->hdr->seq[side], FUTEX_WAKE, INT_MAX, NULL);
 }
 
 uint32_t fc_seq(fc_region *r, int side) { return atomic_load_explicit(&r->hdr->seq[side], memory_order_acquire); }
@@ -209,6 +213,26 @@ void fc_close(fc_region *r) {
     // A waiter between its check and FUTEX_WAIT misses this wake-up and sees the close when
     // its wait times out: every wait is bounded.
     for (int side = 0; side < 2; side++) futex(&r->hdr->seq[side], FUTEX_WAKE, INT_MAX, NULL);
+}
+
+static int64_t mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+fc_wait_result fc_wait_spin(fc_region *r, int side, uint32_t *seen, int64_t spin_us) {
+    int64_t until = mono_ns() + spin_us * 1000;
+    do {
+        uint32_t now = fc_seq(r, side);
+        if (now != *seen) {
+            *seen = now;
+            return FC_READY;
+        }
+        if (fc_closed(r)) return FC_CLOSED;
+        sched_yield();
+    } while (mono_ns() < until);
+    return FC_TIMEOUT;
 }
 
 fc_wait_result fc_wait(fc_region *r, int side, uint32_t *seen, int64_t timeout_ms) {
@@ -229,7 +253,9 @@ fc_wait_result fc_wait(fc_region *r, int side, uint32_t *seen, int64_t timeout_m
         int64_t left_ns = (int64_t)(until.tv_sec - t.tv_sec) * 1000000000 + (until.tv_nsec - t.tv_nsec);
         if (left_ns <= 0) return FC_TIMEOUT;
         struct timespec rel = {(time_t)(left_ns / 1000000000), (long)(left_ns % 1000000000)};
-        futex(&r->hdr->seq[side], FUTEX_WAIT, now, &rel);
+        atomic_fetch_add(&r->hdr->waiters[side], 1);
+        if (atomic_load(&r->hdr->seq[side]) == now) futex(&r->hdr->seq[side], FUTEX_WAIT, now, &rel);
+        atomic_fetch_sub(&r->hdr->waiters[side], 1);
     }
 }
 

@@ -64,6 +64,10 @@ void fc_post(fc_region *r, int side);
 // close), the channel is closed (FC_CLOSED), or timeout_ms passes (FC_TIMEOUT; a close that
 // races with the start of the wait is seen only then).
 fc_wait_result fc_wait(fc_region *r, int side, uint32_t *seen, int64_t timeout_ms);
+// As fc_wait, polling (yielding the CPU between looks) for at most spin_us instead of
+// sleeping; FC_TIMEOUT when nothing came meanwhile. A thread that expects a message soon
+// saves the other side's wake-up (a futex call, and on a virtual machine an idle CPU's exit).
+fc_wait_result fc_wait_spin(fc_region *r, int side, uint32_t *seen, int64_t spin_us);
 // The current sequence of side.
 uint32_t fc_seq(fc_region *r, int side);
 // Reads side's message: *h decoded and checked, *ts new tensors (the caller unrefs them and

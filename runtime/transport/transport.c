@@ -1840,6 +1840,8 @@ static void wake_waiter(void *arg, const dg_status *st, rt_header *h, dg_tensor 
     pthread_mutex_unlock(&w->mu);
 }
 
+int64_t rt_transport_busy_poll_us(const rt_transport *t) { return t->busy_poll_ns / 1000; }
+
 bool rt_call_sync(rt_transport *t, const char *endpoint, rt_header *h, dg_tensor *const *tensors,
                   int n, int64_t timeout_ms, rt_header **resp, dg_tensor ***out, int *n_out,
                   dg_status *st) {

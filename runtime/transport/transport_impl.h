@@ -114,6 +114,9 @@ void rt_reply(rt_transport *t, rt_peer *peer, rt_header *h, dg_tensor *const *te
 // Replies with an error status.
 void rt_reply_error(rt_transport *t, rt_peer *peer, uint64_t id, const dg_status *st);
 
+// The busy-polling window in force (options and DG_BUSY_POLL_US), in microseconds; 0: off.
+int64_t rt_transport_busy_poll_us(const rt_transport *t);
+
 // Counters for tests and logs.
 typedef struct rt_transport_stats {
     uint64_t bad_messages;    // dropped or answered with an error
