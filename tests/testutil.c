@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 void dg_test_assert_ok(const dg_status *st, const char *file, int line) {
@@ -35,18 +36,45 @@ double dg_test_uniform(uint64_t *state, double lo, double hi) {
     return lo + (hi - lo) * ((double)(x >> 11) / 9007199254740992.0);
 }
 
-int dg_test_free_port(void) {
+// A free port below the kernel's ephemeral range where it leaves room (as the integration
+// tests' free_ports): an ephemeral one can be taken by any outgoing connection meanwhile.
+static bool bind_loopback(int port, int *got) {   // port 0: any
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(fd >= 0);
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
     socklen_t len = sizeof a;
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    bool ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0;
     close(fd);
-    return ntohs(a.sin_port);
+    *got = ntohs(a.sin_port);
+    return ok;
+}
+
+int dg_test_free_port(void) {
+    int lo = 15000, hi = 32767, eph = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d", &eph) == 1 && eph - 1 < hi) hi = eph - 1;
+        fclose(f);
+    }
+    // One stream per process, and no port handed out twice: the caller binds it later.
+    static unsigned seed;
+    static int given[64], n_given;
+    if (!seed) seed = ((unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL)) | 1;
+    int port = 0;
+    for (int attempt = 0; hi - lo > 1000 && attempt < 200; attempt++) {
+        int want = lo + (int)(rand_r(&seed) % (unsigned)(hi - lo));
+        bool seen = false;
+        for (int i = 0; i < n_given && i < 64; i++) seen |= given[i] == want;
+        if (!seen && bind_loopback(want, &port)) break;
+        port = 0;
+    }
+    if (!port) assert_true(bind_loopback(0, &port));
+    given[n_given++ % 64] = port;
+    return port;
 }
 
 dg_session *dg_test_local_session(dg_graph *g, int n_devices, int inter_op_threads, dg_status *st) {

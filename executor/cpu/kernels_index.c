@@ -113,10 +113,8 @@ bool cpu_select_plan(exec_ctx *ctx, dg_shape *out, int64_t (*strides)[DG_MAX_RAN
     dg_status *st = ctx->st;
     if (c->dtype != DG_BOOL || t->dtype != e->dtype)
         return exec_fail(ctx, DG_INVALID_ARGUMENT, "the condition must be bool and the two values of one dtype");
-    if (!graph_broadcast_shapes(t->shape, e->shape, &a, st) || !graph_broadcast_shapes(c->shape, a, out, st)) {
-        dg_status_prepend(st, "node \"%s\" (Select)", ctx->node->name);
-        return false;
-    }
+    if (!graph_broadcast_shapes(t->shape, e->shape, &a, st) || !graph_broadcast_shapes(c->shape, a, out, st))
+        return false;   // the executor names the node
     if (!cpu_broadcast_strides(&c->shape, out, strides[0]) || !cpu_broadcast_strides(&t->shape, out, strides[1]) ||
         !cpu_broadcast_strides(&e->shape, out, strides[2]))
         return exec_fail(ctx, DG_INVALID_ARGUMENT, "inputs do not broadcast together");

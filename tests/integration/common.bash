@@ -8,13 +8,32 @@ cleanup() {
     rm -rf "$TMP"
 }
 trap cleanup EXIT
-# Free TCP ports on 127.0.0.1, one per argument slot.
+# free_ports N: N free TCP ports of 127.0.0.1 on one line, below the kernel's ephemeral range
+# where it leaves room: an ephemeral port can be taken meanwhile by any outgoing connection
+# (a ZeroMQ socket reconnecting to a task that restarts on that port can even connect to itself),
+# so a task restarted on its port could find it taken.
 free_ports() {
     python3 - "$1" <<'PY'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+import random, socket, sys
+n, lo, hi = int(sys.argv[1]), 15000, 32767
+try:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        hi = min(hi, int(f.read().split()[0]) - 1)
+except (OSError, ValueError, IndexError):
+    pass
+socks, rng = [], random.SystemRandom()
+for _ in range(n):
+    for attempt in range(200 if hi - lo > 1000 else 0):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", rng.randrange(lo, hi)))
+            break
+        except OSError:
+            s.close()
+    else:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+    socks.append(s)
 print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 }

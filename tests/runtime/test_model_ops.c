@@ -301,6 +301,23 @@ static void test_array_ops(void **state) {
     assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "bad_perm");
     assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "permutation");
     dg_tensor *vv[7] = {x, ix, c, t, e, p, q};
+    // Shapes known only when run that do not broadcast: the node named once.
+    dg_graph *g2 = dg_graph_new();
+    dg_output ut = dg_placeholder(g2, "ut", DG_FLOAT64, dg_shape1(-1)), ue = dg_placeholder(g2, "ue", DG_FLOAT64, dg_shape1(-1));
+    dg_output sel = dg_where(g2, "sel_bad", dg_greater(g2, NULL, ut, dg_scalar(g2, NULL, DG_FLOAT64, 0)), ut, ue);
+    dg_status *st = dg_status_new();
+    dg_session *s = dg_session_new(g2, "local", NULL, st);
+    assert_non_null(s);
+    dg_output uf[2] = {ut, ue};
+    dg_tensor *uv[2] = {t, dg_tensor_new(DG_FLOAT64, dg_shape1(3), st)}, *uo = NULL;
+    assert_false(dg_session_run(s, uf, uv, 2, &sel, &uo, 1, NULL, 0, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "sel_bad");
+    const char *m = dg_status_message(st), *first = strstr(m, "sel_bad");
+    if (strstr(first + 1, "sel_bad")) fail_msg("the node is named twice: %s", m);
+    dg_tensor_unref(uv[1]);
+    dg_session_free(&s);
+    dg_status_free(&st);
+    dg_graph_free(&g2);
     for (int k = 0; k < 7; k++) dg_tensor_unref(vv[k]);
     dg_graph_free(&g);
 }
