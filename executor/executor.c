@@ -416,8 +416,11 @@ static void record_error(exec_step *s, const exec_node *en, dg_status *kst) {
     pthread_mutex_lock(&s->mu);
     if (s->status.code == DG_OK) {
         s->status.code = dg_status_code(kst) != DG_OK ? dg_status_code(kst) : DG_INTERNAL;
-        if (asprintf(&s->status.msg, "node \"%s\" (%s) on %s: %s", en->node->name,
-                     en->node->op->name, s->eg->device[0] ? s->eg->device : "the local device",
+        // The node's own device: an executable of the CPU also runs the nodes of a GPU.
+        const char *dev = en->node->assigned_device && en->node->assigned_device[0] ? en->node->assigned_device
+                          : s->eg->device[0]                                        ? s->eg->device
+                                                                                    : "the local device";
+        if (asprintf(&s->status.msg, "node \"%s\" (%s) on %s: %s", en->node->name, en->node->op->name, dev,
                      dg_status_message(kst)) < 0)
             s->status.msg = NULL;
     }

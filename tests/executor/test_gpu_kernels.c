@@ -1339,6 +1339,24 @@ static void test_soft_placement_matmul(void **state) {
     assert_non_null(strstr(dg_node_assigned_device(r.node), dev));
     dg_tensor_unref(out);
     dg_session_free(&s);
+    // A kernel's error names the device its node ran on (not the CPU that drives the step).
+    dg_graph *g2 = dg_graph_new();
+    dg_graph_push_device(g2, "/gpu:0");
+    dg_output p = dg_placeholder(g2, "p", DG_FLOAT32, dg_shape2(-1, -1));
+    dg_output bad = dg_matmul(g2, "mm_bad", p, p, false, false);
+    dg_graph_pop_device(g2);
+    s = dg_session_new(g2, "local", NULL, st);
+    assert_ok(st);
+    dg_tensor *pv = dg_tensor_new(DG_FLOAT32, dg_shape2(2, 3), st);
+    memset(dg_tensor_data(pv), 0, 6 * sizeof(float));
+    assert_false(dg_session_run(s, &p, &pv, 1, &bad, &out, 1, NULL, 0, st));
+    assert_true(dg_status_code(st) != DG_OK);
+    const char *msg = dg_status_message(st);
+    if (!strstr(msg, "mm_bad") || !strstr(msg, dev)) fail_msg("expected the node and %s: %s", dev, msg);
+    dg_status_reset(st);
+    dg_tensor_unref(pv);
+    dg_session_free(&s);
+    dg_graph_free(&g2);
     dg_graph_free(&g);
     dg_tensor_unref(at);
     dg_tensor_unref(bt);
