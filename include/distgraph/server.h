@@ -147,6 +147,15 @@ typedef struct dg_server_stats {
 // waiting up to timeout_ms. curve keys as for dg_session_options (NULL: none).
 bool dg_server_query_stats(const char *target, const char *curve_public_key, const char *curve_secret_key,
                            int64_t timeout_ms, dg_server_stats *out, dg_status *st);
+// Every counter the task reports, by name, in its order: those of dg_server_stats and any a
+// newer server adds (this version: "local_channels", remote sessions stepping through shared
+// memory now, and "local_channel_steps", steps they ran; docs/PROTOCOL.md, SERVER_STATUS).
+// Same arguments as dg_server_query_stats. On success *names (words of [a-z0-9_]; anything
+// else the server sends is skipped) and *values are new arrays of *n entries: free them with
+// dg_server_counters_free.
+bool dg_server_query_counters(const char *target, const char *curve_public_key, const char *curve_secret_key,
+                              int64_t timeout_ms, char ***names, int64_t **values, int *n, dg_status *st);
+void dg_server_counters_free(char **names, int64_t *values, int n);
 // Key directories (docs/SECURITY.md, "Keys"). Writes a fresh CurveZMQ key pair as
 // DIR/<name>.key (mode 0600) and DIR/<name>.pub, creating DIR (mode 0700) when missing; refuses
 // to overwrite (ALREADY_EXISTS). name: letters, digits, '_', '-', '.'.

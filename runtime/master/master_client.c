@@ -445,14 +445,16 @@ bool master_client_reset(const char *target, const dg_session_options *opts, dg_
     return true;
 }
 
-bool dg_server_query_stats(const char *target, const char *curve_public_key, const char *curve_secret_key,
-                           int64_t timeout_ms, dg_server_stats *out, dg_status *st) {
+bool dg_server_query_counters(const char *target, const char *curve_public_key, const char *curve_secret_key,
+                              int64_t timeout_ms, char ***names, int64_t **values, int *n, dg_status *st) {
     dg_status_reset(st);
-    if (!out) {
-        dg_status_set(st, DG_INVALID_ARGUMENT, "query_stats: out is NULL");
+    if (!names || !values || !n) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "query_counters: names, values or n is NULL");
         return false;
     }
-    memset(out, 0, sizeof *out);
+    *names = NULL;
+    *values = NULL;
+    *n = 0;
     rt_header *resp = NULL;
     dg_session_options o = dg_session_options_default();
     o.curve_public_key = curve_public_key;
@@ -462,6 +464,46 @@ bool dg_server_query_stats(const char *target, const char *curve_public_key, con
         dg_status_prepend(st, "asking %s for its counters", target ? target : "");
         return false;
     }
+    char **nm = calloc((size_t)resp->n_names + 1, sizeof *nm);
+    int64_t *v = calloc((size_t)resp->n_names + 1, sizeof *v);
+    if (!nm || !v) abort();
+    int k = 0;
+    for (int i = 0; i < resp->n_names; i++) {   // "name=value"; anything else is skipped
+        const char *eq = strchr(resp->names[i], '=');
+        char *end = NULL;
+        long long x = eq ? strtoll(eq + 1, &end, 10) : 0;
+        if (!eq || eq == resp->names[i] || end == eq + 1 || *end) continue;
+        // A name is a word of [a-z0-9_] (a caller may print it into JSON): nothing else is taken.
+        if (strspn(resp->names[i], "abcdefghijklmnopqrstuvwxyz0123456789_") != (size_t)(eq - resp->names[i])) continue;
+        if (!(nm[k] = strndup(resp->names[i], (size_t)(eq - resp->names[i])))) abort();
+        v[k++] = x;
+    }
+    drop(resp, NULL, 0);
+    *names = nm;
+    *values = v;
+    *n = k;
+    return true;
+}
+
+void dg_server_counters_free(char **names, int64_t *values, int n) {
+    for (int i = 0; names && i < n; i++) free(names[i]);
+    free(names);
+    free(values);
+}
+
+bool dg_server_query_stats(const char *target, const char *curve_public_key, const char *curve_secret_key,
+                           int64_t timeout_ms, dg_server_stats *out, dg_status *st) {
+    dg_status_reset(st);
+    if (!out) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "query_stats: out is NULL");
+        return false;
+    }
+    memset(out, 0, sizeof *out);
+    char **names = NULL;
+    int64_t *values = NULL;
+    int n = 0;
+    if (!dg_server_query_counters(target, curve_public_key, curve_secret_key, timeout_ms, &names, &values, &n, st))
+        return false;
     const struct { const char *name; int64_t *v; } fields[] = {
         {"registered_graphs", &out->registered_graphs}, {"master_sessions", &out->master_sessions},
         {"running_steps", &out->running_steps}, {"graphs_orphaned", &out->graphs_orphaned},
@@ -475,14 +517,9 @@ bool dg_server_query_stats(const char *target, const char *curve_public_key, con
         {"shm_frames_sent", &out->shm_frames_sent},
         {"shm_frames_received", &out->shm_frames_received},
     };
-    for (int i = 0; i < resp->n_names; i++) {   // "name=value"; names this build does not know are skipped
-        const char *eq = strchr(resp->names[i], '=');
-        if (!eq) continue;
+    for (int i = 0; i < n; i++)   // names this build does not know are skipped
         for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++)
-            if (strlen(fields[k].name) == (size_t)(eq - resp->names[i]) &&
-                strncmp(resp->names[i], fields[k].name, (size_t)(eq - resp->names[i])) == 0)
-                *fields[k].v = strtoll(eq + 1, NULL, 10);
-    }
-    drop(resp, NULL, 0);
+            if (strcmp(names[i], fields[k].name) == 0) *fields[k].v = values[i];
+    dg_server_counters_free(names, values, n);
     return true;
 }

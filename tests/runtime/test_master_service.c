@@ -473,17 +473,18 @@ static void test_large_feeds(void **state) {
 }
 
 
-// A counter of SERVER_STATUS by name ("local_channel_steps"), -1 if absent.
+// A counter of the task by name ("local_channel_steps"), through dg_server_query_counters;
+// -1 if absent.
 static int64_t raw_counter(raw *r, const char *name) {
     dg_status *st = dg_status_new();
-    rt_header *resp = NULL;
-    int64_t v = -1;
-    assert_true(rt_call_sync(r->tp, r->ep, req(RT_SERVER_STATUS, 0), NULL, 0, 5000, &resp, NULL, NULL, st));
-    size_t len = strlen(name);
-    for (int i = 0; i < resp->n_names; i++)
-        if (strncmp(resp->names[i], name, len) == 0 && resp->names[i][len] == '=') v = strtoll(resp->names[i] + len + 1, NULL, 10);
-    rt_header_clear(resp);
-    free(resp);
+    char **names = NULL;
+    int64_t *values = NULL, v = -1;
+    int n = 0;
+    assert_true(dg_server_query_counters(r->ep + strlen("tcp://"), NULL, NULL, 5000, &names, &values, &n, st));
+    assert_ok(st);
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0) v = values[i];
+    dg_server_counters_free(names, values, n);
     dg_status_free(&st);
     return v;
 }
