@@ -196,6 +196,11 @@ bool fc_put(fc_region *r, int side, const rt_header *h, dg_tensor *const *ts, in
     return true;
 }
 
+void fc_put_raw(fc_region *r, int side, const void *bytes, size_t len, uint64_t declared_len) {
+    memcpy(half(r, side), bytes, len < FC_HALF_BYTES ? len : FC_HALF_BYTES);
+    atomic_store_explicit(&r->hdr->len[side], declared_len, memory_order_relaxed);
+}
+
 void fc_post(fc_region *r, int side) {
     // Sequentially consistent with the waiter's increment of waiters and its re-read of seq:
     // either it sees the new sequence, or we see it waiting and wake it.

@@ -58,6 +58,9 @@ void fc_free(fc_region **r);
 // Writes a message into side's half. shm: slots for tensors of 64 KiB to 1 MiB (NULL: all
 // inline). false when it does not fit (nothing is published).
 bool fc_put(fc_region *r, int side, const rt_header *h, dg_tensor *const *ts, int n, rt_shm_pool *shm);
+// Writes len bytes (at most a half) as side's message and declared_len as its length, as a
+// hostile process of the same user could (tests and fuzzing).
+void fc_put_raw(fc_region *r, int side, const void *bytes, size_t len, uint64_t declared_len);
 // Publishes side's message and wakes the other party.
 void fc_post(fc_region *r, int side);
 // Waits until side's sequence moves past *seen (then *seen is updated: FC_READY, also after a

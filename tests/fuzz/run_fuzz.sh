@@ -5,7 +5,7 @@
 #   tests/fuzz/run_fuzz.sh all SECONDS                              every target, side by side, then one
 #                                                                   summary line (what CI runs)
 #   tests/fuzz/run_fuzz.sh build [NAME...]                          build only
-# NAME is the part after fuzz_ (wire, graph_load, shm_desc, chunks, server). Objects, binaries,
+# NAME is the part after fuzz_ (wire, graph_load, shm_desc, chunks, server, channel). Objects, binaries,
 # the working corpus (corpus_NAME, kept between runs), logs and crash files (crashes_NAME/) go to
 # $DG_FUZZ_DIR (default build-fuzz/ under the repository root); tests/fuzz/corpus/NAME holds the
 # committed seeds, read but never written. CC_FUZZ picks the compiler (default clang).
@@ -16,7 +16,7 @@ mode=${1:?$usage}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${DG_FUZZ_DIR:-$root/build-fuzz}
 cc=${CC_FUZZ:-clang}
-targets=(wire graph_load shm_desc chunks server)
+targets=(wire graph_load shm_desc chunks server channel)
 command -v "$cc" >/dev/null || { echo "run_fuzz.sh: $cc not found (apt-get install clang libclang-rt-dev)" >&2; exit 2; }
 mkdir -p "$out/obj"
 
@@ -33,6 +33,7 @@ srcs_of() {
     wire) echo "$root/runtime/transport/wire.c $graph" ;;
     graph_load) echo "$graph" ;;
     shm_desc) echo "$root/runtime/transport/shm.c $graph" ;;
+    channel) echo "$root/runtime/master/fast_channel.c $root/runtime/transport/shm.c $root/runtime/transport/wire.c $graph" ;;
     chunks) echo "$transport $graph" ;;
     server) echo "$all $proto_out/tensorboard.pb-c.c" ;;
     *) echo "run_fuzz.sh: unknown target $1 (add its sources here)" >&2; return 2 ;;
@@ -40,7 +41,7 @@ srcs_of() {
 }
 libs_of() {
   case $1 in
-    wire|graph_load|shm_desc) echo "-lmsgpackc -lm -lpthread" ;;
+    wire|graph_load|shm_desc|channel) echo "-lmsgpackc -lm -lpthread" ;;
     chunks) echo "-lzmq -lmsgpackc -lm -lpthread" ;;
     server) echo "-lzmq -lmsgpackc -lsqlite3 -lprotobuf-c -lz -lm -lpthread" ;;
   esac
@@ -53,6 +54,7 @@ flags_of() {
     wire) echo "-rss_limit_mb=2048 -malloc_limit_mb=512" ;;
     graph_load) echo "-rss_limit_mb=2048 -max_len=65536" ;;
     shm_desc) echo "-rss_limit_mb=2048" ;;
+    channel) echo "-rss_limit_mb=2048 -max_len=65536" ;;
     chunks) echo "-rss_limit_mb=2048 -max_len=8192 -timeout=30" ;;
     server) echo "-rss_limit_mb=4096 -max_len=16384 -timeout=60" ;;
   esac
