@@ -116,6 +116,7 @@ fc_region *fc_attach(const char *name, dg_status *st) {
     struct stat sb;
     const char *bad = NULL;
     if (fstat(fd, &sb) != 0) bad = "cannot be examined";
+    else if (!S_ISREG(sb.st_mode)) bad = "is not a regular file";
     else if (sb.st_uid != geteuid()) bad = "belongs to another user";
     else if ((sb.st_mode & 0777) != 0600) bad = "is not mode 0600";
     else if ((size_t)sb.st_size != REGION_BYTES) bad = "has the wrong size";
