@@ -747,7 +747,9 @@ int graph_num_ref_inputs(const dg_node *n) {
     if (!n->op->ref_input0) return 0;
     const char *op = n->op->name;
     if (strcmp(op, "ApplyAdam") == 0 || strcmp(op, "SparseApplyAdam") == 0) return 3;   // var, m, v
-    if (strcmp(op, "ApplyMomentum") == 0 || strcmp(op, "SparseApplyAdagrad") == 0) return 2;   // var, accum
+    if (strcmp(op, "ApplyMomentum") == 0 || strcmp(op, "SparseApplyAdagrad") == 0 ||
+        strcmp(op, "SparseApplyMomentum") == 0)
+        return 2;   // var, accum
     return 1;
 }
 

@@ -3,6 +3,7 @@
  *   UnsortedSegmentSum(data, segment_ids, num_segments)   rows of data added at their ids
  *   ScatterAdd / ScatterSub / ScatterUpdate(ref, indices, updates)   rows of a variable in place
  *   SparseApplyAdagrad(var, accum, lr, grad, indices)      TensorFlow's kernel
+ *   SparseApplyMomentum(var, accum, lr, grad, indices, momentum), attr use_nesterov: TensorFlow's
  *   SparseApplyAdam(var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad, indices)
  *       TensorFlow 1 AdamOptimizer's sparse update (_apply_sparse_shared) in one kernel
  *   DynamicPartition(data, partitions) num_partitions outputs; DynamicStitch(indices..., data...)
@@ -142,6 +143,12 @@ static bool infer_sparse_adagrad(dg_node *n, dg_status *st) {   // var, accum, l
            int_input(n, 4, "indices", st) && rows_of_var(n, 3, 4, st) && out1(n, in_dt(n, 0), in_sh(n, 0), st);
 }
 
+static bool infer_sparse_momentum(dg_node *n, dg_status *st) {   // var, accum, lr, grad, indices, momentum
+    return float_input(n, 0, "var", st) && same_as_var(n, 1, st) && scalar_like_var(n, 2, st) &&
+           int_input(n, 4, "indices", st) && rows_of_var(n, 3, 4, st) && scalar_like_var(n, 5, st) &&
+           out1(n, in_dt(n, 0), in_sh(n, 0), st);
+}
+
 static bool infer_sparse_adam(dg_node *n, dg_status *st) {
     // var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad, indices
     if (!float_input(n, 0, "var", st) || !same_as_var(n, 1, st) || !same_as_var(n, 2, st)) return false;
@@ -274,6 +281,7 @@ static const graph_op_def sparse_op_defs[] = {
     N_("ScatterUpdate", 3, 3, true, true, true, infer_scatter, NULL),
     N_("SparseApplyAdagrad", 5, 5, true, true, true, infer_sparse_adagrad, NULL),
     N_("SparseApplyAdam", 11, 11, true, true, true, infer_sparse_adam, NULL),
+    N_("SparseApplyMomentum", 6, 6, true, true, true, infer_sparse_momentum, NULL),
     N_("DynamicPartition", 2, 2, false, false, false, infer_dynamic_partition, NULL),
     N_("DynamicStitch", 2, -1, false, false, false, infer_dynamic_stitch, grad_dynamic_stitch),
     N_("EmbeddingPartitionIds", 1, 1, false, false, true, infer_partition_ids, NULL),

@@ -298,6 +298,15 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
             graph_add_input(u, learning_rate(g, opt, vt));
             graph_add_input(u, sv);
             graph_add_input(u, si);
+        } else if (sparse && opt->kind == DG_OPT_MOMENTUM) {
+            u = graph_begin(g, "SparseApplyMomentum", NULL);
+            graph_add_input(u, v);
+            graph_add_input(u, slot1[i]);
+            graph_add_input(u, learning_rate(g, opt, vt));
+            graph_add_input(u, sv);
+            graph_add_input(u, si);
+            graph_add_input(u, hyper(g, vt, "momentum", opt->momentum));
+            graph_set_attr_bool(u, "use_nesterov", opt->use_nesterov);
         } else if (sparse && opt->kind == DG_OPT_ADAM) {
             u = adam_update(g, "SparseApplyAdam", opt, v, slot1[i], slot2[i], b1p, b2p, sv);
             graph_add_input(u, si);

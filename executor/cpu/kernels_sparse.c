@@ -223,6 +223,60 @@ static bool sparse_adagrad_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
+// TensorFlow's SparseApplyMomentum, index by index in order (a repeated index updates twice):
+// accum[r] = accum[r] * momentum + g; var[r] -= lr * accum[r], or with use_nesterov var[r] -=
+// g * lr + accum[r] * momentum * lr (the dense ApplyMomentum's expressions). Rows not in the
+// batch neither decay nor move, as TensorFlow's.
+#define SPARSE_MOMENTUM(T)                                                                    \
+    do {                                                                                      \
+        T *w = var->data, *a = acc->data, l = (T)lr, mo = (T)mom;                             \
+        const T *gr = grad->data;                                                             \
+        for (int64_t i = 0; i < idx->n_elements; i++) {                                       \
+            int64_t o = index_at(idx, i) * r;                                                 \
+            for (int64_t k = 0; k < r; k++) {                                                 \
+                T g = gr[i * r + k];                                                          \
+                a[o + k] = a[o + k] * mo + g;                                                 \
+                w[o + k] -= nesterov ? g * l + a[o + k] * mo * l : a[o + k] * l;              \
+            }                                                                                 \
+        }                                                                                     \
+    } while (0)
+
+bool cpu_sparse_momentum_check(exec_ctx *ctx) {
+    const dg_tensor *var = IN(0), *acc = IN(1), *grad = IN(3), *idx = IN(4);
+    if (!need_table(ctx, var, "the variable") || !same_table(ctx, var, acc, "accum") || !need_ints(ctx, idx, "indices"))
+        return false;
+    if (idx->shape.rank != 1) return exec_fail(ctx, DG_INVALID_ARGUMENT, "indices must be a vector");
+    if (IN(2)->n_elements != 1 || IN(5)->n_elements != 1)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "lr and momentum must be one element each");
+    return check_rows(ctx, var, idx, grad, "grad") && check_indices(ctx, idx, var->shape.dims[0], "indices");
+}
+
+void *cpu_sparse_momentum_create(const dg_node *n, const exec_env *env, dg_status *st) {
+    (void)env;
+    bool *nesterov = calloc(1, sizeof *nesterov);
+    if (!nesterov) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "SparseApplyMomentum: out of memory");
+        return NULL;
+    }
+    dg_node_attr_bool(n, "use_nesterov", nesterov);
+    return nesterov;
+}
+
+static bool sparse_momentum_compute(void *state, exec_ctx *ctx) {
+    bool nesterov = *(bool *)state;
+    dg_tensor *var = IN(0), *acc = IN(1);
+    const dg_tensor *grad = IN(3), *idx = IN(4);
+    if (!cpu_sparse_momentum_check(ctx)) return false;
+    double lr = dg_tensor_get_as_double(IN(2), 0), mom = dg_tensor_get_as_double(IN(5), 0);
+    int64_t r = row_elems(var);
+    if (var->dtype == DG_FLOAT32)
+        SPARSE_MOMENTUM(float);
+    else
+        SPARSE_MOMENTUM(double);
+    exec_set_output(ctx, 0, var);
+    return true;
+}
+
 // TensorFlow 1 AdamOptimizer on a sparse gradient (_apply_sparse_shared): m = beta1 m, then
 // m[indices] += (1 - beta1) g; v = beta2 v, then v[indices] += (1 - beta2) g^2 (repeated
 // indices adding up); var -= lr_t m / (sqrt(v) + epsilon) with lr_t = lr sqrt(1 - beta2_power)
@@ -459,6 +513,7 @@ static const exec_kernel_def sparse_kernels[] = {
     K("ScatterUpdate", DT_NUMERIC, scatter_create, scatter_compute, NULL, true),
     K("SparseApplyAdagrad", DT_FLOATS, cpu_no_state, sparse_adagrad_compute, NULL, true),
     K("SparseApplyAdam", DT_FLOATS, cpu_no_state, sparse_adam_compute, NULL, true),
+    K("SparseApplyMomentum", DT_FLOATS, cpu_sparse_momentum_create, sparse_momentum_compute, free, true),
     K("DynamicPartition", DT_ALL, cpu_no_state, dynamic_partition_compute, NULL, false),
     K("DynamicStitch", DT_BIT(DG_INT32), cpu_no_state, dynamic_stitch_compute, NULL, false),
     K("EmbeddingPartitionIds", DT_BIT(DG_INT32) | DT_BIT(DG_INT64), route_create, route_compute, route_destroy, false),

@@ -61,6 +61,15 @@ cudaError_t cuda_launch_sparse_adagrad(bool f64, void *var, void *accum, const v
                                        cuda_row_groups groups, const void *grad, int64_t row,
                                        cudaStream_t stream);
 
+// SparseApplyMomentum (TensorFlow's) in place on var and accum: for each group, position by
+// position in order, with g the grad row at the position: accum = accum * momentum + g; var -=
+// lr * accum, or with nesterov var -= g * lr + accum * momentum * lr. lr, momentum: one element
+// each, or NULL for 0.
+cudaError_t cuda_launch_sparse_momentum(bool f64, void *var, void *accum, const void *lr,
+                                        const void *momentum, bool nesterov,
+                                        cuda_row_groups groups, const void *grad, int64_t row,
+                                        cudaStream_t stream);
+
 // SparseApplyAdam (TensorFlow 1's _apply_sparse_shared) in place on var, m and v (n elements
 // each): m *= beta1, v *= beta2 everywhere; for each group, position by position, m += g * (1 -
 // beta1), v += g * g * (1 - beta2); then var -= lr_t * m / (sqrt(v) + epsilon) everywhere, with

@@ -2,7 +2,8 @@
  *
  * Gather and DynamicStitch copy whole elements: each thread writes output elements found from
  * the output's linear index. The ops that meet a row more than once (UnsortedSegmentSum,
- * ScatterAdd/Sub/Update, SparseApplyAdagrad, SparseApplyAdam's m and v) gather rather than
+ * ScatterAdd/Sub/Update, SparseApplyAdagrad, SparseApplyMomentum, SparseApplyAdam's m and v)
+ * gather rather than
  * scatter, as the convolution gradients of conv.cu do: the host groups the positions of the
  * indices by row (cuda_row_groups), and the thread of element k of a touched row goes through
  * the row's positions in their order and is the only one to write that element. No atomics:
@@ -100,6 +101,24 @@ __global__ void sparse_adagrad_k(T *var, T *accum, const T *lr, cuda_row_groups 
             const T gr = grad[G.pos[j] * row + k];
             a = a + mul(gr, gr);
             w = w - mul(l, gr) / d_sqrt(a);
+        }
+        accum[o] = a;
+        var[o] = w;
+    }
+}
+
+template <class T>
+__global__ void sparse_momentum_k(T *var, T *accum, const T *lr, const T *momentum, bool nesterov,
+                                  cuda_row_groups G, const T *grad, int64_t row, int64_t n) {
+    const T l = scalar(lr), mo = scalar(momentum);
+    const int64_t stride = (int64_t)blockDim.x * gridDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+        const int64_t g = e / row, k = e - g * row, o = G.rows[g] * row + k;
+        T a = accum[o], w = var[o];
+        for (int64_t j = G.first[g]; j < G.first[g + 1]; j++) {
+            const T gr = grad[G.pos[j] * row + k];
+            a = mul(a, mo) + gr;
+            w = w - (nesterov ? mul(gr, l) + mul(mul(a, mo), l) : mul(a, l));
         }
         accum[o] = a;
         var[o] = w;
@@ -254,6 +273,24 @@ extern "C" cudaError_t cuda_launch_sparse_adagrad(bool f64, void *var, void *acc
     else
         sparse_adagrad_k<float><<<grid_for(n), kThreads, 0, stream>>>(
             (float *)var, (float *)accum, (const float *)lr, groups, (const float *)grad, row, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_launch_sparse_momentum(bool f64, void *var, void *accum, const void *lr,
+                                                   const void *momentum, bool nesterov,
+                                                   cuda_row_groups groups, const void *grad,
+                                                   int64_t row, cudaStream_t stream) {
+    if (groups.n_groups < 0 || row < 0) return cudaErrorInvalidValue;
+    const int64_t n = groups.n_groups * row;
+    if (n == 0) return cudaSuccess;
+    if (f64)
+        sparse_momentum_k<double><<<grid_for(n), kThreads, 0, stream>>>(
+            (double *)var, (double *)accum, (const double *)lr, (const double *)momentum, nesterov,
+            groups, (const double *)grad, row, n);
+    else
+        sparse_momentum_k<float><<<grid_for(n), kThreads, 0, stream>>>(
+            (float *)var, (float *)accum, (const float *)lr, (const float *)momentum, nesterov,
+            groups, (const float *)grad, row, n);
     return cudaGetLastError();
 }
 

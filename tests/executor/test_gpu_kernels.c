@@ -46,7 +46,7 @@ static const char *const gpu_ops[] = {
     "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPool", "MaxPoolGrad", "AvgPool",
     "AvgPoolGrad", "Dropout", "Pow", "Transpose", "StopGradient", "Tile", "Select", "OneHot",
     "Gather", "UnsortedSegmentSum", "ScatterAdd", "ScatterSub", "ScatterUpdate",
-    "SparseApplyAdagrad", "SparseApplyAdam", "DynamicStitch",
+    "SparseApplyAdagrad", "SparseApplyAdam", "SparseApplyMomentum", "DynamicStitch",
 };
 #define N_GPU_OPS ((int)(sizeof gpu_ops / sizeof gpu_ops[0]))
 static bool gpu_op_seen[N_GPU_OPS];
@@ -943,17 +943,23 @@ static void build_scatter_add(bctx *c) { build_scatter(c, dg_scatter_add); }
 static void build_scatter_sub(bctx *c) { build_scatter(c, dg_scatter_sub); }
 static void build_scatter_update(bctx *c) { build_scatter(c, dg_scatter_update); }
 
-// SparseApplyAdagrad(var, accum, lr, grad, indices), fetching var and accum after it ran.
-static dg_output sparse_adagrad(bctx *c, dg_shape vs, dg_output ix, int64_t n) {
-    dg_output v = var_fed(c, IN_UNIFORM, vs), acc = var_fed(c, IN_POSITIVE, vs);
+// SparseApplyAdagrad(var, accum, lr, grad, indices), or SparseApplyMomentum (then momentum 0.9
+// after the indices, and use_nesterov), fetching var and accum after it ran.
+static dg_output sparse_accum_update(bctx *c, const char *op, bool nesterov, dg_shape vs, dg_output ix, int64_t n) {
+    bool momentum = strcmp(op, "SparseApplyMomentum") == 0;
+    dg_output v = var_fed(c, IN_UNIFORM, vs), acc = var_fed(c, momentum ? IN_UNIFORM : IN_POSITIVE, vs);
     dg_shape gs = dg_shape1(n);
     for (int k = 1; k < vs.rank; k++) gs.dims[gs.rank++] = vs.dims[k];
-    dg_node *u = graph_begin(c->g, "SparseApplyAdagrad", NULL);
+    dg_node *u = graph_begin(c->g, op, NULL);
     graph_add_input(u, v);
     graph_add_input(u, acc);
     graph_add_input(u, ph_value(c, 0.1));
     graph_add_input(u, ph(c, gs));
     graph_add_input(u, ix);
+    if (momentum) {
+        graph_add_input(u, ph_value(c, 0.9));
+        graph_set_attr_bool(u, "use_nesterov", nesterov);
+    }
     u = graph_finish(u);
     assert_non_null(u);
     fetch(c, v);
@@ -961,18 +967,20 @@ static dg_output sparse_adagrad(bctx *c, dg_shape vs, dg_output ix, int64_t n) {
     return (dg_output){u, 0};
 }
 
-static void build_sparse_adagrad(bctx *c) {
+static void build_sparse_accum(bctx *c, const char *op) {
     static const struct {
         int64_t rows, row, n, hi;
     } cfg[] = {{10, 7, 20, 5}, {300, 101, 1000, 300}, {10, 1, 6, 2}, {10, 7, 0, 10}, {9000, 3, 40, 8}};
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
         dg_output ix = ph_ints(c, i % 2 ? DG_INT32 : DG_INT64, dg_shape1(cfg[i].n), 0, cfg[i].hi);
-        update(c, sparse_adagrad(c, dg_shape2(cfg[i].rows, cfg[i].row), ix, cfg[i].n));
+        update(c, sparse_accum_update(c, op, i % 2 == 0, dg_shape2(cfg[i].rows, cfg[i].row), ix, cfg[i].n));
     }
     static const int64_t bad[3] = {4, -2, 1};
     dg_output ix = ph_int_values(c, DG_INT64, dg_shape1(3), bad);
-    must_fail(c, sparse_adagrad(c, dg_shape2(5, 4), ix, 3), "indices[1] = -2 is not in [0, 5)");
+    must_fail(c, sparse_accum_update(c, op, false, dg_shape2(5, 4), ix, 3), "indices[1] = -2 is not in [0, 5)");
 }
+static void build_sparse_adagrad(bctx *c) { build_sparse_accum(c, "SparseApplyAdagrad"); }
+static void build_sparse_momentum(bctx *c) { build_sparse_accum(c, "SparseApplyMomentum"); }
 
 // SparseApplyAdam with TensorFlow's defaults after two steps, fetching var, m and v.
 static dg_output sparse_adam(bctx *c, dg_shape vs, dg_output ix, int64_t n) {
@@ -1138,6 +1146,7 @@ static const gk_case cases[] = {
     {"ScatterSub", build_scatter_sub},
     {"ScatterUpdate", build_scatter_update},
     {"SparseApplyAdagrad", build_sparse_adagrad},
+    {"SparseApplyMomentum", build_sparse_momentum},
     {"SparseApplyAdam", build_sparse_adam},
     {"DynamicStitch", build_dynamic_stitch},
 };

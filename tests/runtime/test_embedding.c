@@ -207,7 +207,7 @@ static const int64_t IDS[3] = {1, 3, 1};
 static const double C[3][VD] = {{0.5, -1.0}, {2.0, 0.25}, {-0.75, 1.5}};
 static const double V0[VR * VD] = {0.1, -0.2, 0.3, 0.4, -0.5, 0.6, 0.7, -0.8};
 
-static opt_case build_opt(dg_optimizer_kind kind) {
+static opt_case build_opt_ex(dg_optimizer_kind kind, bool nesterov) {
     opt_case o;
     o.g = dg_graph_new();
     dg_graph *g = o.g;
@@ -220,9 +220,10 @@ static opt_case build_opt(dg_optimizer_kind kind) {
     dg_tensor_unref(v0);
     dg_tensor_unref(ct);
     dg_tensor_unref(it);
-    dg_optimizer opt = kind == DG_OPT_ADAM      ? dg_adam(g, 0.1)
-                       : kind == DG_OPT_ADAGRAD ? dg_adagrad(g, 0.1, 0.1)
-                                                : dg_gradient_descent(g, 0.1);
+    dg_optimizer opt = kind == DG_OPT_ADAM       ? dg_adam(g, 0.1)
+                       : kind == DG_OPT_ADAGRAD  ? dg_adagrad(g, 0.1, 0.1)
+                       : kind == DG_OPT_MOMENTUM ? dg_momentum(g, 0.1, 0.9, nesterov)
+                                                 : dg_gradient_descent(g, 0.1);
     dg_output grad, var;
     assert_int_equal(dg_optimizer_compute_gradients(&opt, loss, &o.var, 1, &grad, &var, 1), 1);
     assert_true(dg_gradient_is_sparse(grad, NULL, NULL));
@@ -232,6 +233,8 @@ static opt_case build_opt(dg_optimizer_kind kind) {
     o.set = set.node;
     return o;
 }
+
+static opt_case build_opt(dg_optimizer_kind kind) { return build_opt_ex(kind, false); }
 
 // Runs init, sets var to V0, takes `steps` steps; returns var.
 static void run_opt(opt_case *o, int steps, double *out) {
@@ -285,6 +288,34 @@ static void test_sparse_adagrad(void **state) {
                 want[j] -= 0.1 * C[i][k] / sqrt(acc[j]);
             }
     expect_var(got, want);
+}
+
+// TensorFlow's SparseApplyMomentum: index by index, accum = accum * momentum + g, then var -=
+// lr * accum (or, Nesterov, lr * g + lr * momentum * accum). Rows not looked up neither decay
+// nor move (row 0 and row 2 keep V0), unlike the dense update; the update op is the sparse one.
+static void sparse_momentum(bool nesterov) {
+    opt_case o = build_opt_ex(DG_OPT_MOMENTUM, nesterov);
+    bool sparse_op = false;
+    for (int i = 0; i < dg_graph_num_nodes(o.g); i++)
+        sparse_op |= strcmp(dg_node_op_type(dg_graph_node(o.g, i)), "SparseApplyMomentum") == 0;
+    assert_true(sparse_op);
+    double got[VR * VD], want[VR * VD], acc[VR * VD] = {0};
+    run_opt(&o, 3, got);
+    memcpy(want, V0, sizeof want);
+    for (int step = 0; step < 3; step++)
+        for (int i = 0; i < 3; i++)
+            for (int k = 0; k < VD; k++) {
+                int j = (int)IDS[i] * VD + k;
+                acc[j] = acc[j] * 0.9 + C[i][k];
+                want[j] -= nesterov ? 0.1 * C[i][k] + 0.1 * 0.9 * acc[j] : 0.1 * acc[j];
+            }
+    expect_var(got, want);
+}
+
+static void test_sparse_momentum(void **state) {
+    (void)state;
+    sparse_momentum(false);
+    sparse_momentum(true);
 }
 
 // TensorFlow 1 AdamOptimizer._apply_sparse_shared: m, v decay on every row, the rows added,
@@ -404,6 +435,7 @@ int main(void) {
         cmocka_unit_test(test_gather_gradient),     cmocka_unit_test(test_two_lookups_stay_sparse),
         cmocka_unit_test(test_sharded_lookup_mod),  cmocka_unit_test(test_sharded_lookup_div),
         cmocka_unit_test(test_sparse_gradient_descent), cmocka_unit_test(test_sparse_adagrad),
+        cmocka_unit_test(test_sparse_momentum),
         cmocka_unit_test(test_sparse_adam),         cmocka_unit_test(test_scatter_and_bad_ids),
         cmocka_unit_test(test_sharded_bad_id),
     };

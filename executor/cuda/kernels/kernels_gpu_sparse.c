@@ -1,5 +1,5 @@
 /* GPU kernels for the embedding and sparse ops of the CPU's kernels_sparse.c: Gather,
- * UnsortedSegmentSum, ScatterAdd/Sub/Update, SparseApplyAdagrad, SparseApplyAdam and
+ * UnsortedSegmentSum, ScatterAdd/Sub/Update, SparseApplyAdagrad, SparseApplyMomentum, SparseApplyAdam and
  * DynamicStitch. Each checks its inputs with the CPU kernel's own function (cpu_gather_shape,
  * cpu_scatter_check, ...), so the errors are the same and come in the same order, and every
  * index is checked before any work is queued: a bad index fails the step and leaves variables
@@ -220,6 +220,49 @@ static bool sparse_adagrad_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
+typedef struct momentum_state {
+    exec_cuda_device *dev;
+    bool nesterov;
+} momentum_state;
+
+static void *sparse_momentum_create(const dg_node *n, const exec_env *env, dg_status *st) {
+    exec_cuda_device *dev = gpu_dev_create(n, env, st);
+    if (!dev) return NULL;
+    momentum_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "SparseApplyMomentum: out of memory");
+        return NULL;
+    }
+    s->dev = dev;
+    dg_node_attr_bool(n, "use_nesterov", &s->nesterov);
+    return s;
+}
+
+// (var, accum, lr, grad, indices, momentum): a repeated index is applied once per occurrence,
+// in order.
+static bool sparse_momentum_compute(void *state, exec_ctx *ctx) {
+    momentum_state *s = state;
+    exec_cuda_device *dev = s->dev;
+    dg_tensor *var = IN(0), *acc = IN(1);
+    const dg_tensor *grad = IN(3), *idx = IN(4);
+    if (!cpu_sparse_momentum_check(ctx) || !gpu_prepare_input_range(ctx, dev, 0, 4) ||
+        !gpu_prepare_input_range(ctx, dev, 5, 1))   // the indices (4) are host memory
+        return false;
+    int64_t row = row_elems(var);
+    if (idx->n_elements > 0 && row > 0) {
+        cuda_row_groups g;
+        void *block;
+        if (!group_rows(ctx, dev, idx, var->shape.dims[0], &g, &block)) return false;
+        cudaError_t err = cuda_launch_sparse_momentum(is_f64(var), var->data, acc->data, scalar_ptr(IN(2)),
+                                                      scalar_ptr(IN(5)), s->nesterov, g, grad->data, row,
+                                                      dev->stream);
+        exec_cuda_mem_free(dev, block);   // safe by stream order
+        if (!launched(ctx, dev, err)) return false;
+    }
+    exec_set_output(ctx, 0, var);
+    return true;
+}
+
 // (var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad, indices): m and v
 // decay and var steps on every row, also when no index is given, as on the CPU.
 static bool sparse_adam_compute(void *state, exec_ctx *ctx) {
@@ -287,6 +330,7 @@ const exec_kernel_def gpu_sparse_kernels[] = {
     GPU_SPARSE_REF_KERNEL("ScatterUpdate", scatter_create, scatter_compute, free),
     GPU_SPARSE_REF_KERNEL("SparseApplyAdagrad", gpu_dev_create, sparse_adagrad_compute, NULL),
     GPU_SPARSE_REF_KERNEL("SparseApplyAdam", gpu_dev_create, sparse_adam_compute, NULL),
+    GPU_SPARSE_REF_KERNEL("SparseApplyMomentum", sparse_momentum_create, sparse_momentum_compute, free),
     GPU_KERNEL("DynamicStitch", DT_BIT(DG_INT32), gpu_dev_create, dynamic_stitch_compute, NULL),
 };
 const int gpu_n_sparse_kernels = sizeof gpu_sparse_kernels / sizeof gpu_sparse_kernels[0];
