@@ -126,9 +126,8 @@ bool cpu_segment_sum_shape(exec_ctx *ctx, dg_shape *out);
 bool cpu_scatter_check(exec_ctx *ctx);
 bool cpu_sparse_adagrad_check(exec_ctx *ctx);
 bool cpu_sparse_adam_check(exec_ctx *ctx);
-// SparseApplyMomentum's checks, and its state (the use_nesterov attribute, a bool; free()).
-bool cpu_sparse_momentum_check(exec_ctx *ctx);
-void *cpu_sparse_momentum_create(const dg_node *n, const exec_env *env, dg_status *st);
+// SparseApplyMomentum's inputs 0..4 are SparseApplyAdagrad's (cpu_sparse_adagrad_check);
+// momentum, input 5, is read as lr is.
 bool cpu_dynamic_stitch_shape(exec_ctx *ctx, dg_shape *out);
 
 // ---- convolutional networks (kernels_conv.c), shared with the GPU kernels ----

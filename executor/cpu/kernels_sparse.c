@@ -241,17 +241,7 @@ static bool sparse_adagrad_compute(void *state, exec_ctx *ctx) {
         }                                                                                     \
     } while (0)
 
-bool cpu_sparse_momentum_check(exec_ctx *ctx) {
-    const dg_tensor *var = IN(0), *acc = IN(1), *grad = IN(3), *idx = IN(4);
-    if (!need_table(ctx, var, "the variable") || !same_table(ctx, var, acc, "accum") || !need_ints(ctx, idx, "indices"))
-        return false;
-    if (idx->shape.rank != 1) return exec_fail(ctx, DG_INVALID_ARGUMENT, "indices must be a vector");
-    if (IN(2)->n_elements != 1 || IN(5)->n_elements != 1)
-        return exec_fail(ctx, DG_INVALID_ARGUMENT, "lr and momentum must be one element each");
-    return check_rows(ctx, var, idx, grad, "grad") && check_indices(ctx, idx, var->shape.dims[0], "indices");
-}
-
-void *cpu_sparse_momentum_create(const dg_node *n, const exec_env *env, dg_status *st) {
+static void *sparse_momentum_create(const dg_node *n, const exec_env *env, dg_status *st) {   // use_nesterov
     (void)env;
     bool *nesterov = calloc(1, sizeof *nesterov);
     if (!nesterov) {
@@ -266,7 +256,7 @@ static bool sparse_momentum_compute(void *state, exec_ctx *ctx) {
     bool nesterov = *(bool *)state;
     dg_tensor *var = IN(0), *acc = IN(1);
     const dg_tensor *grad = IN(3), *idx = IN(4);
-    if (!cpu_sparse_momentum_check(ctx)) return false;
+    if (!cpu_sparse_adagrad_check(ctx)) return false;   // inputs 0..4 as SparseApplyAdagrad's
     double lr = dg_tensor_get_as_double(IN(2), 0), mom = dg_tensor_get_as_double(IN(5), 0);
     int64_t r = row_elems(var);
     if (var->dtype == DG_FLOAT32)
@@ -513,7 +503,7 @@ static const exec_kernel_def sparse_kernels[] = {
     K("ScatterUpdate", DT_NUMERIC, scatter_create, scatter_compute, NULL, true),
     K("SparseApplyAdagrad", DT_FLOATS, cpu_no_state, sparse_adagrad_compute, NULL, true),
     K("SparseApplyAdam", DT_FLOATS, cpu_no_state, sparse_adam_compute, NULL, true),
-    K("SparseApplyMomentum", DT_FLOATS, cpu_sparse_momentum_create, sparse_momentum_compute, free, true),
+    K("SparseApplyMomentum", DT_FLOATS, sparse_momentum_create, sparse_momentum_compute, free, true),
     K("DynamicPartition", DT_ALL, cpu_no_state, dynamic_partition_compute, NULL, false),
     K("DynamicStitch", DT_BIT(DG_INT32), cpu_no_state, dynamic_stitch_compute, NULL, false),
     K("EmbeddingPartitionIds", DT_BIT(DG_INT32) | DT_BIT(DG_INT64), route_create, route_compute, route_destroy, false),

@@ -245,7 +245,7 @@ static bool sparse_momentum_compute(void *state, exec_ctx *ctx) {
     exec_cuda_device *dev = s->dev;
     dg_tensor *var = IN(0), *acc = IN(1);
     const dg_tensor *grad = IN(3), *idx = IN(4);
-    if (!cpu_sparse_momentum_check(ctx) || !gpu_prepare_input_range(ctx, dev, 0, 4) ||
+    if (!cpu_sparse_adagrad_check(ctx) || !gpu_prepare_input_range(ctx, dev, 0, 4) ||
         !gpu_prepare_input_range(ctx, dev, 5, 1))   // the indices (4) are host memory
         return false;
     int64_t row = row_elems(var);
