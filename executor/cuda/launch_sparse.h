@@ -54,21 +54,19 @@ typedef enum cuda_scatter_op {
 cudaError_t cuda_launch_scatter(bool f64, cuda_scatter_op op, void *var, cuda_row_groups groups,
                                 const void *updates, int64_t row, cudaStream_t stream);
 
-// SparseApplyAdagrad (TensorFlow's) in place on var and accum: for each group, position by
-// position in order, with g the grad row at the position: accum += g * g; var -= lr * g /
-// sqrt(accum). lr: one element, or NULL for 0 (an empty tensor, which the CPU reads as 0).
-cudaError_t cuda_launch_sparse_adagrad(bool f64, void *var, void *accum, const void *lr,
-                                       cuda_row_groups groups, const void *grad, int64_t row,
-                                       cudaStream_t stream);
+typedef enum cuda_accum_rule {
+    CUDA_ACCUM_ADAGRAD,    // accum += g * g; var -= lr * g / sqrt(accum)
+    CUDA_ACCUM_MOMENTUM,   // accum = accum * momentum + g; var -= lr * accum
+    CUDA_ACCUM_NESTEROV    // accum = accum * momentum + g; var -= g * lr + accum * momentum * lr
+} cuda_accum_rule;
 
-// SparseApplyMomentum (TensorFlow's) in place on var and accum: for each group, position by
-// position in order, with g the grad row at the position: accum = accum * momentum + g; var -=
-// lr * accum, or with nesterov var -= g * lr + accum * momentum * lr. lr, momentum: one element
-// each, or NULL for 0.
-cudaError_t cuda_launch_sparse_momentum(bool f64, void *var, void *accum, const void *lr,
-                                        const void *momentum, bool nesterov,
-                                        cuda_row_groups groups, const void *grad, int64_t row,
-                                        cudaStream_t stream);
+// SparseApplyAdagrad and SparseApplyMomentum (TensorFlow's) in place on var and accum: for each
+// group, position by position in order, with g the grad row at the position, the rule's
+// update. lr, momentum (unused by Adagrad): one element each, or NULL for 0 (an empty tensor,
+// which the CPU reads as 0).
+cudaError_t cuda_launch_sparse_accum(bool f64, cuda_accum_rule rule, void *var, void *accum,
+                                     const void *lr, const void *momentum, cuda_row_groups groups,
+                                     const void *grad, int64_t row, cudaStream_t stream);
 
 // SparseApplyAdam (TensorFlow 1's _apply_sparse_shared) in place on var, m and v (n elements
 // each): m *= beta1, v *= beta2 everywhere; for each group, position by position, m += g * (1 -

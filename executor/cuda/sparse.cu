@@ -89,27 +89,12 @@ __global__ void scatter_k(cuda_scatter_op op, T *var, cuda_row_groups G, const T
     }
 }
 
+// SparseApplyAdagrad and SparseApplyMomentum: one accumulator slot, a row updated position by
+// position.
 template <class T>
-__global__ void sparse_adagrad_k(T *var, T *accum, const T *lr, cuda_row_groups G,
-                                 const T *grad, int64_t row, int64_t n) {
-    const T l = scalar(lr);
-    const int64_t stride = (int64_t)blockDim.x * gridDim.x;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
-        const int64_t g = e / row, k = e - g * row, o = G.rows[g] * row + k;
-        T a = accum[o], w = var[o];
-        for (int64_t j = G.first[g]; j < G.first[g + 1]; j++) {
-            const T gr = grad[G.pos[j] * row + k];
-            a = a + mul(gr, gr);
-            w = w - mul(l, gr) / d_sqrt(a);
-        }
-        accum[o] = a;
-        var[o] = w;
-    }
-}
-
-template <class T>
-__global__ void sparse_momentum_k(T *var, T *accum, const T *lr, const T *momentum, bool nesterov,
-                                  cuda_row_groups G, const T *grad, int64_t row, int64_t n) {
+__global__ void sparse_accum_k(cuda_accum_rule rule, T *var, T *accum, const T *lr,
+                               const T *momentum, cuda_row_groups G, const T *grad, int64_t row,
+                               int64_t n) {
     const T l = scalar(lr), mo = scalar(momentum);
     const int64_t stride = (int64_t)blockDim.x * gridDim.x;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
@@ -117,8 +102,13 @@ __global__ void sparse_momentum_k(T *var, T *accum, const T *lr, const T *moment
         T a = accum[o], w = var[o];
         for (int64_t j = G.first[g]; j < G.first[g + 1]; j++) {
             const T gr = grad[G.pos[j] * row + k];
-            a = mul(a, mo) + gr;
-            w = w - (nesterov ? mul(gr, l) + mul(mul(a, mo), l) : mul(a, l));
+            if (rule == CUDA_ACCUM_ADAGRAD) {
+                a = a + mul(gr, gr);
+                w = w - mul(l, gr) / d_sqrt(a);
+            } else {
+                a = mul(a, mo) + gr;
+                w = w - (rule == CUDA_ACCUM_NESTEROV ? mul(gr, l) + mul(mul(a, mo), l) : mul(a, l));
+            }
         }
         accum[o] = a;
         var[o] = w;
@@ -260,37 +250,21 @@ extern "C" cudaError_t cuda_launch_scatter(bool f64, cuda_scatter_op op, void *v
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t cuda_launch_sparse_adagrad(bool f64, void *var, void *accum, const void *lr,
-                                                  cuda_row_groups groups, const void *grad,
-                                                  int64_t row, cudaStream_t stream) {
+extern "C" cudaError_t cuda_launch_sparse_accum(bool f64, cuda_accum_rule rule, void *var,
+                                                void *accum, const void *lr, const void *momentum,
+                                                cuda_row_groups groups, const void *grad,
+                                                int64_t row, cudaStream_t stream) {
     if (groups.n_groups < 0 || row < 0) return cudaErrorInvalidValue;
     const int64_t n = groups.n_groups * row;
     if (n == 0) return cudaSuccess;
     if (f64)
-        sparse_adagrad_k<double><<<grid_for(n), kThreads, 0, stream>>>(
-            (double *)var, (double *)accum, (const double *)lr, groups, (const double *)grad, row,
-            n);
-    else
-        sparse_adagrad_k<float><<<grid_for(n), kThreads, 0, stream>>>(
-            (float *)var, (float *)accum, (const float *)lr, groups, (const float *)grad, row, n);
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t cuda_launch_sparse_momentum(bool f64, void *var, void *accum, const void *lr,
-                                                   const void *momentum, bool nesterov,
-                                                   cuda_row_groups groups, const void *grad,
-                                                   int64_t row, cudaStream_t stream) {
-    if (groups.n_groups < 0 || row < 0) return cudaErrorInvalidValue;
-    const int64_t n = groups.n_groups * row;
-    if (n == 0) return cudaSuccess;
-    if (f64)
-        sparse_momentum_k<double><<<grid_for(n), kThreads, 0, stream>>>(
-            (double *)var, (double *)accum, (const double *)lr, (const double *)momentum, nesterov,
+        sparse_accum_k<double><<<grid_for(n), kThreads, 0, stream>>>(
+            rule, (double *)var, (double *)accum, (const double *)lr, (const double *)momentum,
             groups, (const double *)grad, row, n);
     else
-        sparse_momentum_k<float><<<grid_for(n), kThreads, 0, stream>>>(
-            (float *)var, (float *)accum, (const float *)lr, (const float *)momentum, nesterov,
-            groups, (const float *)grad, row, n);
+        sparse_accum_k<float><<<grid_for(n), kThreads, 0, stream>>>(
+            rule, (float *)var, (float *)accum, (const float *)lr, (const float *)momentum, groups,
+            (const float *)grad, row, n);
     return cudaGetLastError();
 }
 

@@ -24,6 +24,7 @@
  * they route and split ids and positions, ints that a GPU keeps in host memory, so they run
  * on the CPU (the placer offers a node only to devices with a kernel for it). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu_impl.h"
 #include "gpu_impl.h"
@@ -197,65 +198,51 @@ static bool scatter_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
-// ---- SparseApplyAdagrad, SparseApplyAdam: in place on the variable and its slots ----
+// ---- SparseApplyAdagrad, SparseApplyMomentum, SparseApplyAdam: in place on the variable and its slots ----
 
-// (var, accum, lr, grad, indices): a repeated index is applied once per occurrence, in order.
-static bool sparse_adagrad_compute(void *state, exec_ctx *ctx) {
-    exec_cuda_device *dev = GPU_DEV(state);
-    dg_tensor *var = IN(0), *acc = IN(1);
-    const dg_tensor *grad = IN(3), *idx = IN(4);
-    if (!cpu_sparse_adagrad_check(ctx) || !gpu_prepare_input_range(ctx, dev, 0, 4)) return false;
-    int64_t row = row_elems(var);
-    if (idx->n_elements > 0 && row > 0) {
-        cuda_row_groups g;
-        void *block;
-        if (!group_rows(ctx, dev, idx, var->shape.dims[0], &g, &block)) return false;
-        cudaError_t err = cuda_launch_sparse_adagrad(is_f64(var), var->data, acc->data,
-                                                     scalar_ptr(IN(2)), g, grad->data, row,
-                                                     dev->stream);
-        exec_cuda_mem_free(dev, block);   // safe by stream order
-        if (!launched(ctx, dev, err)) return false;
-    }
-    exec_set_output(ctx, 0, var);
-    return true;
-}
-
-typedef struct momentum_state {
+typedef struct accum_state {
     exec_cuda_device *dev;
-    bool nesterov;
-} momentum_state;
+    cuda_accum_rule rule;
+} accum_state;
 
-static void *sparse_momentum_create(const dg_node *n, const exec_env *env, dg_status *st) {
+static void *sparse_accum_create(const dg_node *n, const exec_env *env, dg_status *st) {
     exec_cuda_device *dev = gpu_dev_create(n, env, st);
     if (!dev) return NULL;
-    momentum_state *s = calloc(1, sizeof *s);
+    accum_state *s = calloc(1, sizeof *s);
     if (!s) {
-        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "SparseApplyMomentum: out of memory");
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "%s: out of memory", n->op->name);
         return NULL;
     }
     s->dev = dev;
-    dg_node_attr_bool(n, "use_nesterov", &s->nesterov);
+    bool nesterov = false;
+    if (strcmp(n->op->name, "SparseApplyMomentum") == 0) {
+        dg_node_attr_bool(n, "use_nesterov", &nesterov);
+        s->rule = nesterov ? CUDA_ACCUM_NESTEROV : CUDA_ACCUM_MOMENTUM;
+    } else {
+        s->rule = CUDA_ACCUM_ADAGRAD;
+    }
     return s;
 }
 
-// (var, accum, lr, grad, indices, momentum): a repeated index is applied once per occurrence,
-// in order.
-static bool sparse_momentum_compute(void *state, exec_ctx *ctx) {
-    momentum_state *s = state;
+// SparseApplyAdagrad (var, accum, lr, grad, indices) and SparseApplyMomentum (the same, then
+// momentum): a repeated index is applied once per occurrence, in order.
+static bool sparse_accum_compute(void *state, exec_ctx *ctx) {
+    accum_state *s = state;
     exec_cuda_device *dev = s->dev;
     dg_tensor *var = IN(0), *acc = IN(1);
     const dg_tensor *grad = IN(3), *idx = IN(4);
+    bool momentum = s->rule != CUDA_ACCUM_ADAGRAD;
     if (!cpu_sparse_adagrad_check(ctx) || !gpu_prepare_input_range(ctx, dev, 0, 4) ||
-        !gpu_prepare_input_range(ctx, dev, 5, 1))   // the indices (4) are host memory
+        (momentum && !gpu_prepare_input_range(ctx, dev, 5, 1)))   // the indices (4) are host memory
         return false;
     int64_t row = row_elems(var);
     if (idx->n_elements > 0 && row > 0) {
         cuda_row_groups g;
         void *block;
         if (!group_rows(ctx, dev, idx, var->shape.dims[0], &g, &block)) return false;
-        cudaError_t err = cuda_launch_sparse_momentum(is_f64(var), var->data, acc->data, scalar_ptr(IN(2)),
-                                                      scalar_ptr(IN(5)), s->nesterov, g, grad->data, row,
-                                                      dev->stream);
+        cudaError_t err = cuda_launch_sparse_accum(is_f64(var), s->rule, var->data, acc->data, scalar_ptr(IN(2)),
+                                                   momentum ? scalar_ptr(IN(5)) : NULL, g, grad->data, row,
+                                                   dev->stream);
         exec_cuda_mem_free(dev, block);   // safe by stream order
         if (!launched(ctx, dev, err)) return false;
     }
@@ -328,9 +315,9 @@ const exec_kernel_def gpu_sparse_kernels[] = {
     GPU_SPARSE_REF_KERNEL("ScatterAdd", scatter_create, scatter_compute, free),
     GPU_SPARSE_REF_KERNEL("ScatterSub", scatter_create, scatter_compute, free),
     GPU_SPARSE_REF_KERNEL("ScatterUpdate", scatter_create, scatter_compute, free),
-    GPU_SPARSE_REF_KERNEL("SparseApplyAdagrad", gpu_dev_create, sparse_adagrad_compute, NULL),
+    GPU_SPARSE_REF_KERNEL("SparseApplyAdagrad", sparse_accum_create, sparse_accum_compute, free),
     GPU_SPARSE_REF_KERNEL("SparseApplyAdam", gpu_dev_create, sparse_adam_compute, NULL),
-    GPU_SPARSE_REF_KERNEL("SparseApplyMomentum", sparse_momentum_create, sparse_momentum_compute, free),
+    GPU_SPARSE_REF_KERNEL("SparseApplyMomentum", sparse_accum_create, sparse_accum_compute, free),
     GPU_KERNEL("DynamicStitch", DT_BIT(DG_INT32), gpu_dev_create, dynamic_stitch_compute, NULL),
 };
 const int gpu_n_sparse_kernels = sizeof gpu_sparse_kernels / sizeof gpu_sparse_kernels[0];
