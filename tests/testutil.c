@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <ftw.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,74 @@ void dg_test_assert_status(const dg_status *st, dg_code code, const char *needle
                 dg_code_name(code), needle ? needle : "", dg_code_name(dg_status_code(st)),
                 dg_status_message(st));
     _fail(file, line);
+}
+
+bool dg_test_is_close(double got, double want, double atol, double rtol) {
+    if (isinf(want)) return got == want;
+    if (!isfinite(got) || !isfinite(want)) return false;
+    return fabs(got - want) <= atol + rtol * fabs(want);   // false for a NaN tolerance too
+}
+
+int64_t dg_test_first_far_f64(const double *got, const double *want, int64_t n, double atol, double rtol) {
+    for (int64_t i = 0; i < n; i++)
+        if (!dg_test_is_close(got[i], want[i], atol, rtol)) return i;
+    return -1;
+}
+
+int64_t dg_test_first_far_f32(const float *got, const double *want, int64_t n, double atol, double rtol) {
+    for (int64_t i = 0; i < n; i++)
+        if (!dg_test_is_close((double)got[i], want[i], atol, rtol)) return i;
+    return -1;
+}
+
+double dg_test_max_abs_f64(const double *want, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(want[i])) return NAN;
+        if (fabs(want[i]) > m) m = fabs(want[i]);
+    }
+    return m;
+}
+
+double dg_test_max_abs_f32(const float *want, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(want[i])) return NAN;
+        if (fabs((double)want[i]) > m) m = fabs((double)want[i]);
+    }
+    return m;
+}
+
+static void report_far(const char *what, int64_t i, int64_t n, double got, double want, double atol,
+                       double rtol, const char *file, int line) {
+    print_error("%s:%d: %s: element %lld of %lld is %.17g, want %.17g (atol %g, rtol %g%s)\n", file, line,
+                what, (long long)i, (long long)n, got, want, atol, rtol,
+                isnan(got) ? ", NaN" : isinf(got) && !isinf(want) ? ", an infinity" : "");
+    _fail(file, line);
+}
+
+void dg_test_assert_close_f64(const double *got, const double *want, int64_t n, double atol, double rtol,
+                              const char *what, const char *file, int line) {
+    int64_t i = dg_test_first_far_f64(got, want, n, atol, rtol);
+    if (i >= 0) report_far(what, i, n, got[i], want[i], atol, rtol, file, line);
+}
+
+void dg_test_assert_close_f32(const float *got, const double *want, int64_t n, double atol, double rtol,
+                              const char *what, const char *file, int line) {
+    int64_t i = dg_test_first_far_f32(got, want, n, atol, rtol);
+    if (i >= 0) report_far(what, i, n, got[i], want[i], atol, rtol, file, line);
+}
+
+void dg_test_assert_close_f64_msg(const double *got, const double *want, int64_t n, double atol, double rtol,
+                                  const char *file, int line, const char *fmt, ...) {
+    int64_t i = dg_test_first_far_f64(got, want, n, atol, rtol);
+    if (i < 0) return;
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    report_far(what, i, n, got[i], want[i], atol, rtol, file, line);
 }
 
 double dg_test_uniform(uint64_t *state, double lo, double hi) {

@@ -32,6 +32,40 @@ int dg_test_tsv_split(char *line, char **cells, int max);
 char *dg_test_tsv_unescape(char *cell);
 // Removes dir and everything under it (no symbolic link followed); errors are ignored.
 void dg_test_rmtree(const char *dir);
+// Numeric comparisons: the one way a test here compares computed numbers with a reference
+// (docs/CONTRIBUTING.md, "Numeric checks"). A value got is close to its reference want when
+// both are finite and |got - want| <= atol + rtol * |want|; an infinity matches only the same
+// infinity in want; NaN never matches, not even a NaN reference. Written so that a NaN makes
+// every comparison false: the checks below fail on it instead of passing.
+bool dg_test_is_close(double got, double want, double atol, double rtol);
+// The index of the first element of got[0..n) not close to want, or -1 when all are.
+int64_t dg_test_first_far_f64(const double *got, const double *want, int64_t n, double atol, double rtol);
+int64_t dg_test_first_far_f32(const float *got, const double *want, int64_t n, double atol, double rtol);
+// The largest |want[i]| (the scale of a reference, for an atol relative to it); NaN when a
+// reference element is NaN or infinite, which then fails every comparison against it.
+double dg_test_max_abs_f64(const double *want, int64_t n);
+double dg_test_max_abs_f32(const float *want, int64_t n);
+// Fail the test unless every element is close, naming what (the expression or a label), the
+// index and both values.
+void dg_test_assert_close_f64(const double *got, const double *want, int64_t n, double atol, double rtol,
+                              const char *what, const char *file, int line);
+void dg_test_assert_close_f32(const float *got, const double *want, int64_t n, double atol, double rtol,
+                              const char *what, const char *file, int line);
+// Arrays: got (double * or float *), want (double *), n elements.
+#define assert_close_f64(got, want, n, atol, rtol) \
+    dg_test_assert_close_f64((got), (want), (n), (atol), (rtol), #got, __FILE__, __LINE__)
+#define assert_close_f32(got, want, n, atol, rtol) \
+    dg_test_assert_close_f32((got), (want), (n), (atol), (rtol), #got, __FILE__, __LINE__)
+// One value against its reference.
+#define assert_close(got, want, atol, rtol) \
+    dg_test_assert_close_f64(&(double){(got)}, &(double){(want)}, 1, (atol), (rtol), #got, __FILE__, __LINE__)
+// As the above, with a label of the caller's (printf format) in place of the expression.
+void dg_test_assert_close_f64_msg(const double *got, const double *want, int64_t n, double atol, double rtol,
+                                  const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+#define assert_close_f64_msg(got, want, n, atol, rtol, ...) \
+    dg_test_assert_close_f64_msg((got), (want), (n), (atol), (rtol), __FILE__, __LINE__, __VA_ARGS__)
+
 // A deterministic uniform double in [lo, hi) from *state (xorshift).
 double dg_test_uniform(uint64_t *state, double lo, double hi);
 

@@ -38,14 +38,6 @@ static double xat(const graph_conv_geom *g, const float *x, int64_t n, int64_t i
     return x[((n * g->h + iy) * g->w + ix) * g->c + c];
 }
 
-static void check_close(const float *got, const double *want, int64_t n, double scale) {
-    for (int64_t i = 0; i < n; i++)
-        if (fabs(got[i] - want[i]) > 1e-5 * scale + 1e-5 * fabs(want[i])) {
-            print_error("element %lld: got %.9g, want %.9g\n", (long long)i, got[i], want[i]);
-            fail();
-        }
-}
-
 static void test_conv_geometries(void **state) {
     (void)state;
     // n, h, w, c, k, oc, same
@@ -81,12 +73,12 @@ static void test_conv_geometries(void **state) {
                             }
         double window = (double)(g.kh * g.kw * g.c), positions = (double)(g.n * g.oh * g.ow);
         assert_true(cpu_conv_direct_fwd_f32(&g, x, f, NULL, y));
-        check_close(y, ry, ny, window);
+        assert_close_f32(y, ry, ny, 1e-5 * window, 1e-5);
         assert_true(cpu_conv_direct_bp_filter_f32(&g, x, dy, df));
-        check_close(df, rdf, nf, positions);
+        assert_close_f32(df, rdf, nf, 1e-5 * positions, 1e-5);
         bool input_applies = g.c % 16 == 0;
         assert_int_equal(cpu_conv_direct_bp_input_f32(&g, f, dy, dx), input_applies);
-        if (input_applies) check_close(dx, rdx, nx, (double)(g.kh * g.kw * g.oc));
+        if (input_applies) assert_close_f32(dx, rdx, nx, 1e-5 * (double)(g.kh * g.kw * g.oc), 1e-5);
         free(x);
         free(f);
         free(dy);

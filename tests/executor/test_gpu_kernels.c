@@ -1269,9 +1269,9 @@ static void compare(const gk_case *k, dg_dtype t, const bctx *c, int run, dg_ten
             if (isnan(u) || isnan(v)) ok = false;   // poison (unwritten) or a broken reference
             else if (c->tol[f] == TOL_EXACT || !dg_dtype_is_float(dg_tensor_dtype(y))) ok = u == v;
             else {
-                double scale = fabs(v) > 1 ? fabs(v) : 1;
-                if (c->tol[f] == TOL_SCALED && c->scale[f] > scale) scale = c->scale[f];
-                ok = fabs(u - v) <= rel * scale;
+                // rel of max(1, |v|), or of the case's scale when that is larger
+                double scale = c->tol[f] == TOL_SCALED && c->scale[f] > 1 ? c->scale[f] : 1;
+                ok = dg_test_is_close(u, v, rel * scale, rel);
             }
             if (!ok)
                 fail_msg("%s (%s) fetch %d \"%s\" %s%s run %d: element %lld is %.17g, CPU gives %.17g",

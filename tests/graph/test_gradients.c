@@ -61,13 +61,11 @@ static void run_ok(dg_session *s, const dg_output *feeds, dg_tensor *const *vals
 
 static void assert_graph_ok(const dg_graph *g) { assert_ok(dg_graph_status(g)); }
 
-static double rel_err(const double *a, const double *b, int64_t n) {
-    double diff = 0, scale = 1e-8;
-    for (int64_t i = 0; i < n; i++) {
-        diff = fmax(diff, fabs(a[i] - b[i]));
-        scale = fmax(scale, fmax(fabs(a[i]), fabs(b[i])));
-    }
-    return diff / scale;
+// The tolerance of an element, relative to the reference's largest magnitude (at least 1e-8):
+// |got - want| <= tol * scale, checked by testutil (a NaN or an infinity fails).
+static double scaled_atol(const double *want, int64_t n, double tol) {
+    double scale = dg_test_max_abs_f64(want, n);
+    return tol * (scale > 1e-8 ? scale : 1e-8);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -493,14 +491,13 @@ static void check_grad_case(void **state) {
             p[e] = x0;
             numeric[e] = (fp - fm) / (2 * h);
         }
-        double err = rel_err(dg_tensor_f64(analytic[i]), numeric, n);
-        if (!(err < GRAD_TOL)) {
+        double atol = scaled_atol(numeric, n, GRAD_TOL);
+        if (dg_test_first_far_f64(dg_tensor_f64(analytic[i]), numeric, n, atol, 0) >= 0)
             for (int64_t e = 0; e < n; e++)
                 print_message("  %s x%d[%lld]: analytic %.12g numeric %.12g\n", c->name, idx[i],
                               (long long)e, dg_tensor_f64(analytic[i])[e], numeric[e]);
-            fail_msg("%s: gradient of x%d has relative error %g (limit %g)", c->name, idx[i], err,
-                     GRAD_TOL);
-        }
+        assert_close_f64_msg(dg_tensor_f64(analytic[i]), numeric, n, atol, 0,
+                             "%s: gradient of x%d (limit %g relative to the largest)", c->name, idx[i], GRAD_TOL);
         free(numeric);
         dg_tensor_unref(analytic[i]);
     }
@@ -562,7 +559,7 @@ static void test_shared_input_closed_form(void **state) {
     for (int i = 0; i < 5; i++) {
         double xi = dg_tensor_f64(xv)[i], t = tanh(xi);
         double want = dg_tensor_f64(w)[i] * (1 - t * t + 2 * xi);
-        assert_true(fabs(dg_tensor_f64(out)[i] - want) <= 1e-14 * fmax(1, fabs(want)));
+        assert_close(dg_tensor_f64(out)[i], want, 1e-14, 1e-14);
     }
     dg_tensor_unref(out);
     dg_tensor_unref(xv);
@@ -826,13 +823,14 @@ static void opt_step_check(opt_graph *og, const double *W, const double *b, int6
     dg_output fetches[3] = {og->W, og->b, og->gs};
     dg_tensor *out[3];
     run_ok(og->s, NULL, NULL, 0, fetches, out, 3);
-    double err = fmax(rel_err(dg_tensor_f64(out[0]), W, NI * NO), rel_err(dg_tensor_f64(out[1]), b, NO));
-    if (!(err < 1e-12)) {
+    double aw = scaled_atol(W, NI * NO, 1e-12), ab = scaled_atol(b, NO, 1e-12);
+    if (dg_test_first_far_f64(dg_tensor_f64(out[0]), W, NI * NO, aw, 0) >= 0 ||
+        dg_test_first_far_f64(dg_tensor_f64(out[1]), b, NO, ab, 0) >= 0) {
         for (int i = 0; i < NI * NO; i++)
             print_message("  W[%d] got %.17g want %.17g\n", i, dg_tensor_f64(out[0])[i], W[i]);
         for (int i = 0; i < NO; i++)
             print_message("  b[%d] got %.17g want %.17g\n", i, dg_tensor_f64(out[1])[i], b[i]);
-        fail_msg("step %lld: relative error %g", (long long)step, err);
+        fail_msg("step %lld: W or b differs from the reference by more than 1e-12 of its largest", (long long)step);
     }
     assert_int_equal(dg_tensor_dtype(out[2]), DG_INT64);
     assert_int_equal(dg_tensor_i64(out[2])[0], step);
@@ -905,7 +903,7 @@ static void momentum_case(bool nesterov) {
     dg_output acc = {slot, 0};
     dg_tensor *out;
     run_ok(og.s, NULL, NULL, 0, &acc, &out, 1);
-    assert_true(rel_err(dg_tensor_f64(out), aW, NI * NO) < 1e-12);
+    assert_close_f64(dg_tensor_f64(out), aW, NI * NO, scaled_atol(aW, NI * NO, 1e-12), 0);
     dg_tensor_unref(out);
     opt_graph_free(&og);
 }
@@ -957,7 +955,7 @@ static void test_adam(void **state) {
         dg_output bp = {b1p, 0};
         dg_tensor *out;
         run_ok(og.s, NULL, NULL, 0, &bp, &out, 1);
-        assert_true(fabs(dg_tensor_f64(out)[0] - pow(b1, t + 1)) < 1e-15);
+        assert_close(dg_tensor_f64(out)[0], pow(b1, t + 1), 1e-15, 0);
         dg_tensor_unref(out);
     }
     opt_graph_free(&og);

@@ -371,13 +371,13 @@ static void test_initializers(void **state) {
         double lo, hi;
         assert_true(dg_node_attr_float(r, "a", &lo));
         assert_true(dg_node_attr_float(r, "b", &hi));
-        assert_true(fabs(hi - sqrt(6.0 / 40)) < 1e-12);
-        assert_true(fabs(lo + sqrt(6.0 / 40)) < 1e-12);
+        assert_close(hi, sqrt(6.0 / 40), 1e-12, 0);
+        assert_close(lo, -(sqrt(6.0 / 40)), 1e-12, 0);
         snprintf(name, sizeof name, "he/part_%d/Initializer/TruncatedNormal", i);
         r = dg_graph_find(g, name);
         assert_non_null(r);
         assert_true(dg_node_attr_float(r, "b", &hi));
-        assert_true(fabs(hi - sqrt(2.0 / 30) / 0.87962566103423978) < 1e-12);
+        assert_close(hi, sqrt(2.0 / 30) / 0.87962566103423978, 1e-12, 0);
     }
     int64_t s0 = 0, s1 = 0;
     assert_true(dg_node_attr_int(dg_graph_find(g, "ru/part_0/Initializer/RandomUniform"), "seed2", &s0));
@@ -516,7 +516,7 @@ static void test_training_step(void **state) {
     assert_ok(st);
     dg_tensor *v = NULL;
     fetch(s, &all, 1, &v);
-    for (int i = 0; i < 10; i++) assert_true(fabs(dg_tensor_f64(v)[i] - 0.8 * whole[i]) < 1e-12);
+    for (int i = 0; i < 10; i++) assert_close(dg_tensor_f64(v)[i], 0.8 * whole[i], 1e-12, 0);
     dg_tensor_free(&v);
     dg_session_free(&s);
     dg_graph_free(&g);

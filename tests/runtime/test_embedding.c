@@ -96,7 +96,7 @@ static void check_table_gradient(dg_graph *g, dg_output table, dg_output loss, i
         double down = loss_at(s, table, loss, v);
         v[i] = save;
         double fd = (up - down) / (2 * h), got = dg_tensor_get_as_double(out[0], i);
-        if (!(fabs(got - fd) <= 1e-6 * (1 + fabs(fd))) || !(fabs(from_rows[i] - fd) <= 1e-6 * (1 + fabs(fd))))
+        if (!dg_test_is_close(got, fd, 1e-6, 1e-6) || !dg_test_is_close(from_rows[i], fd, 1e-6, 1e-6))
             fail_msg("element %d: dense %.12g, from rows %.12g, central difference %.12g", i, got, from_rows[i], fd);
     }
     for (int i = 0; i < 3; i++) dg_tensor_unref(out[i]);
@@ -256,7 +256,7 @@ static void run_opt(opt_case *o, int steps, double *out) {
 
 static void expect_var(const double *got, const double *want) {
     for (int i = 0; i < VR * VD; i++)
-        if (!(fabs(got[i] - want[i]) <= 1e-12 * (1 + fabs(want[i]))))
+        if (!dg_test_is_close(got[i], want[i], 1e-12, 1e-12))
             fail_msg("var[%d] = %.15g, TensorFlow's rule gives %.15g", i, got[i], want[i]);
 }
 

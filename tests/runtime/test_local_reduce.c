@@ -53,7 +53,7 @@ static void check_reduce(int n, dg_dtype dtype, dg_reduce_op op, int threads) {
             double w = op == DG_REDUCE_MEAN ? want[i] / n : want[i];
             double v = dg_tensor_get_as_double(got[0], i);
             double tol = dtype == DG_FLOAT32 ? 1e-5 * n * 3 : 1e-12 * n * 3;
-            if (fabs(v - w) > tol) fail_msg("element %d: %g, want %g", i, v, w);
+            if (!dg_test_is_close(v, w, tol, 0)) fail_msg("element %d: %g, want %g", i, v, w);
         }
         for (int r = 0; r < n; r++) dg_tensor_unref(got[r]);
     }

@@ -80,8 +80,8 @@ static void test_remote_matches_local(void **state) {
     double wl[6], wr[6], ll[5], lr[5];
     dg_test_model_train(ls, &local, wl, ll);
     dg_test_model_train(rs, &remote, wr, lr);
-    for (int i = 0; i < 5; i++) assert_true(fabs(ll[i] - lr[i]) <= 1e-12 * fabs(ll[i]));
-    for (int i = 0; i < 6; i++) assert_true(fabs(wl[i] - wr[i]) <= 1e-12);
+    for (int i = 0; i < 5; i++) assert_close(ll[i], lr[i], 0, 1e-12);
+    for (int i = 0; i < 6; i++) assert_close(wl[i], wr[i], 1e-12, 0);
     assert_true(lr[4] < lr[0]);
     // The session lives on the worker's master; its partition of the ps lives on the ps.
     assert_int_equal(stats(t.worker_port).master_sessions, 1);
@@ -91,7 +91,7 @@ static void test_remote_matches_local(void **state) {
     dg_tensor *tw = NULL;
     assert_true(dg_session_run(rs, NULL, NULL, 0, &twice, &tw, 1, NULL, 0, st));
     assert_ok(st);
-    for (int i = 0; i < 6; i++) assert_true(fabs(dg_tensor_f64(tw)[i] - 2 * wr[i]) <= 1e-12);
+    for (int i = 0; i < 6; i++) assert_close(dg_tensor_f64(tw)[i], 2 * wr[i], 1e-12, 0);
     dg_tensor_unref(tw);
     // Feeds are checked by the client first, by name and dtype.
     dg_tensor *bad = dg_tensor_new(DG_FLOAT32, dg_shape2(2, 3), st);

@@ -128,7 +128,7 @@ static void test_init_then_restore(void **state) {
     assert_int_equal(train_until_stop(ms, &a, st), 5);
     assert_ok(st);
     assert_int_equal(dg_monitored_session_global_step(ms, st), 5);
-    assert_true(fabsf(fetch_w0(ms, &a) - 3.5f) < 1e-6f);
+    assert_close(fetch_w0(ms, &a), 3.5, 1e-6, 0);
     assert_true(dg_monitored_session_close(ms, st));
     assert_ok(st);
     assert_null(dg_monitored_session_session(ms));
@@ -148,7 +148,7 @@ static void test_init_then_restore(void **state) {
     assert_ok(st);
     assert_int_equal(dg_monitored_session_restored_step(mb), 5);
     assert_int_equal(dg_monitored_session_global_step(mb, st), 5);
-    assert_true(fabsf(fetch_w0(mb, &b) - 3.5f) < 1e-6f);
+    assert_close(fetch_w0(mb, &b), 3.5, 1e-6, 0);
     assert_true(dg_monitored_session_should_stop(mb));
     dg_monitored_session_free(&mb);
     dg_graph_free(&b.g);
@@ -668,7 +668,7 @@ static void test_summary_saver(void **state) {
         assert_true(n < 3);
         assert_int_equal(sqlite3_column_int64(q, 0), want[n]);
         assert_string_equal((const char *)sqlite3_column_text(q, 1), "loss_sum");
-        assert_true(fabs(sqlite3_column_double(q, 2) - 2.0 * log((double)want[n])) < 1e-5);
+        assert_close(sqlite3_column_double(q, 2), 2.0 * log((double)want[n]), 1e-5, 0);
         assert_true(sqlite3_column_double(q, 3) > 1.6e9);
         n++;
     }
@@ -955,7 +955,7 @@ static void test_recovery_after_ps_restart(void **state) {
     assert_true(dg_monitored_session_num_recoveries(ms) >= 1);
     assert_int_equal(dg_monitored_session_restored_step(ms), 10);
     assert_int_equal(dg_monitored_session_global_step(ms, st), 30);
-    assert_true(fabsf(fetch_w0(ms, &t) - 16.0f) < 1e-5f);   // 1 + 30 * 0.5
+    assert_close(fetch_w0(ms, &t), 16.0, 1e-5, 0);   // 1 + 30 * 0.5
     assert_true(dg_monitored_session_close(ms, st));
     assert_ok(st);
     dg_monitored_session_free(&ms);

@@ -45,15 +45,13 @@ static void test_variance_scaling(void **state) {
         dg_output v = dg_variable(g, "w", DG_FLOAT64, dg_shape2(cases[c].rows, cases[c].cols), cases[c].init);
         int64_t n;
         double *x = init_and_fetch(g, v, &n);
-        double mean = 0, var = 0, maxabs = 0;
+        double mean = 0, var = 0, maxabs = dg_test_max_abs_f64(x, n);   // NaN if any is not finite
         for (int64_t i = 0; i < n; i++) mean += x[i];
         mean /= (double)n;
-        for (int64_t i = 0; i < n; i++) {
-            var += (x[i] - mean) * (x[i] - mean);
-            if (fabs(x[i]) > maxabs) maxabs = fabs(x[i]);
-        }
+        for (int64_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
         var /= (double)(n - 1);
-        if (!(fabs(var / cases[c].want_var - 1) < 0.03) || !(fabs(mean) < 4 * sqrt(cases[c].want_var / (double)n)) ||
+        if (!dg_test_is_close(var, cases[c].want_var, 0, 0.03) ||
+            !dg_test_is_close(mean, 0, 4 * sqrt(cases[c].want_var / (double)n), 0) ||
             !(maxabs <= cases[c].limit * (1 + 1e-9)))
             fail_msg("case %zu: mean %g, variance %g (want %g), max |x| %g (limit %g)", c, mean, var,
                      cases[c].want_var, maxabs, cases[c].limit);
@@ -66,9 +64,7 @@ static void test_variance_scaling(void **state) {
     dg_output v = dg_variable(g, "k", DG_FLOAT64, dg_shape_make(4, dims), dg_init_glorot_uniform(9));
     int64_t n;
     double *x = init_and_fetch(g, v, &n);
-    double limit = sqrt(3.0 / ((144.0 + 288.0) / 2)), maxabs = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (fabs(x[i]) > maxabs) maxabs = fabs(x[i]);
+    double limit = sqrt(3.0 / ((144.0 + 288.0) / 2)), maxabs = dg_test_max_abs_f64(x, n);
     assert_true(maxabs <= limit && maxabs > 0.9 * limit);
     free(x);
     dg_graph_free(&g);
@@ -105,7 +101,7 @@ static void test_dense(void **state) {
             double want = b[u];
             for (int i = 0; i < 3; i++) want += xv[r * 3 + i] * k[i * 4 + u];
             want = tanh(want);
-            assert_true(fabs(out[r * 4 + u] - want) < 1e-12);
+            assert_close(out[r * 4 + u], want, 1e-12, 0);
         }
     for (int i = 0; i < 3; i++) dg_tensor_unref(got[i]);
     dg_tensor_unref(xt);
@@ -135,14 +131,14 @@ static void test_exponential_decay(void **state) {
         dg_tensor *rate = NULL;
         assert_true(dg_session_run(s, NULL, NULL, 0, &lr, &rate, 1, NULL, 0, st));
         double expect = 0.1 * pow(0.5, step / 10.0);
-        assert_true(fabs(dg_tensor_get_as_double(rate, 0) - expect) < 1e-7 * expect);
+        assert_close(dg_tensor_get_as_double(rate, 0), expect, 1e-7 * expect, 0);
         dg_tensor_unref(rate);
         assert_true(dg_session_run_target(s, train, st));
         want -= (double)(float)expect;   // the rate travels as float32, as TensorFlow's
     }
     dg_tensor *wv = NULL;
     assert_true(dg_session_run(s, NULL, NULL, 0, &w, &wv, 1, NULL, 0, st));
-    assert_true(fabs(dg_tensor_f64(wv)[0] - want) < 1e-12);
+    assert_close(dg_tensor_f64(wv)[0], want, 1e-12, 0);
     dg_tensor_unref(wv);
     dg_session_free(&s);
     // Bad input names what is wrong.
@@ -187,16 +183,16 @@ static void test_losses_and_helpers(void **state) {
         // x + log1p(exp(-x)) - x z.
         double want = xs[i] > 0 ? xs[i] - xs[i] * zs[i] + log1p(exp(-xs[i])) : log1p(exp(xs[i])) - xs[i] * zs[i];
         double gotv = dg_tensor_f64(got[0])[i];
-        if (!(fabs(gotv - want) <= 1e-12 * fmax(1, fabs(want)))) fail_msg("x %g z %g: %g, want %g", xs[i], zs[i], gotv, want);
+        if (!dg_test_is_close(gotv, want, 1e-12, 1e-12)) fail_msg("x %g z %g: %g, want %g", xs[i], zs[i], gotv, want);
         assert_true(dg_tensor_f64(got[2])[i] == fabs(xs[i]));
         l2 += zs[i] * zs[i] / 2;
         sq += 2 * zs[i] * zs[i];   // z appears twice among the clipped tensors
     }
-    assert_true(fabs(dg_tensor_f64(got[1])[0] - l2) < 1e-12);
+    assert_close(dg_tensor_f64(got[1])[0], l2, 1e-12, 0);
     double gn = sqrt(sq);
-    assert_true(fabs(dg_tensor_f64(got[4])[0] - gn) < 1e-12);
+    assert_close(dg_tensor_f64(got[4])[0], gn, 1e-12, 0);
     for (int i = 0; i < N; i++) {
-        assert_true(fabs(dg_tensor_f64(got[3])[i] - zs[i] / gn) < 1e-12);   // gn > 1: clipped
+        assert_close(dg_tensor_f64(got[3])[i], zs[i] / gn, 1e-12, 0);   // gn > 1: clipped
         assert_true(dg_tensor_f64(got[5])[i] == dg_tensor_f64(got[3])[i]);
     }
     for (int i = 0; i < 6; i++) dg_tensor_unref(got[i]);
@@ -275,7 +271,7 @@ static void test_adagrad_rmsprop(void **state) {
             dg_tensor *wv = NULL;
             assert_true(dg_session_run(s, NULL, NULL, 0, &w, &wv, 1, NULL, 0, st));
             for (int i = 0; i < 3; i++)
-                if (!(fabs(dg_tensor_f64(wv)[i] - ref[i]) < 1e-12))
+                if (!dg_test_is_close(dg_tensor_f64(wv)[i], ref[i], 1e-12, 0))
                     fail_msg("%s step %d w[%d]: %.17g, want %.17g", kind == 0 ? "Adagrad" : "RMSProp", step, i,
                              dg_tensor_f64(wv)[i], ref[i]);
             dg_tensor_unref(wv);
