@@ -30,6 +30,14 @@
 
 // ---- helpers: time, stderr capture ----
 
+// How long the test waits for anything that must happen (an answer, a counter moving, a log
+// line, a call ending) before it fails: a deadlock guard only, not a claim about speed. The
+// test runs under valgrind and beside other tests, so no check here puts an upper bound on
+// how long a working transport takes; where the time matters (a call failing at once rather
+// than at its deadline, a probe rather than the deadline ending a call), the status message
+// says which happened, and deadlines that must not be reached are set far beyond the wait.
+#define HANG_GUARD_MS 60000
+
 static int64_t now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -114,35 +122,43 @@ static int teardown_capture(void **state) {
 
 // ---- helpers: servers and sockets ----
 
-// Runs of 16 ports per process id, so concurrent runs of this test rarely meet (a clash only
-// costs a retry on the next port).
-static int port_base(void) { return 41000 + (int)(getpid() % 1000) * 16; }
+// A one-task cluster "worker|<host>:<port>" (*c, made when NULL) and its server. A port
+// that another process took since it was picked (dg_test_free_port picks below the ephemeral
+// range, but anyone may bind there) costs a retry on a fresh port, with a fresh cluster:
+// *port and *c then change. Returns NULL, with st set, for any other failure.
+static dg_server *server_on(const char *host, const dg_server_options *opts, int *port, dg_cluster **c,
+                            dg_status *st) {
+    for (int attempt = 0; attempt < 20; attempt++) {
+        if (!*c) {
+            if (!*port) *port = dg_test_free_port();
+            char spec[128];
+            snprintf(spec, sizeof spec, "worker|%s:%d", host, *port);
+            *c = dg_cluster_from_spec_string(spec, st);
+            assert_ok(st);
+        }
+        dg_server *s = dg_server_new(*c, "worker", 0, opts, st);
+        if (s || dg_status_code(st) != DG_UNAVAILABLE || !strstr(dg_status_message(st), "cannot bind"))
+            return s;
+        dg_status_reset(st);
+        dg_cluster_free(c);
+        *port = 0;
+    }
+    fail_msg("20 ports in a row were taken before the server could bind one");
+    return NULL;
+}
 
-
-// A one-task cluster "worker|127.0.0.1:<port>" and its server, on the first free port.
+// A one-task cluster "worker|127.0.0.1:<port>" and its server, on a free port.
 static dg_server *start_server(const dg_server_options *opts, int *port, dg_cluster **cluster) {
     dg_status *st = dg_status_new();
-    static int next = 0;
-    for (int attempt = 0; attempt < 60; attempt++) {
-        int p = port_base() + next++;
-        char spec[64];
-        snprintf(spec, sizeof spec, "worker|127.0.0.1:%d", p);
-        dg_cluster *c = dg_cluster_from_spec_string(spec, st);
-        assert_ok(st);
-        dg_server *s = dg_server_new(c, "worker", 0, opts, st);
-        if (s) {
-            *port = p;
-            if (cluster) *cluster = c;
-            else dg_cluster_free(&c);
-            dg_status_free(&st);
-            return s;
-        }
-        assert_status(st, DG_UNAVAILABLE, "cannot bind");
-        dg_status_reset(st);
-        dg_cluster_free(&c);
-    }
-    fail_msg("no free port near %d", port_base());
-    return NULL;
+    dg_cluster *c = NULL;
+    *port = 0;
+    dg_server *s = server_on("127.0.0.1", opts, port, &c, st);
+    assert_ok(st);
+    assert_non_null(s);
+    if (cluster) *cluster = c;
+    else dg_cluster_free(&c);
+    dg_status_free(&st);
+    return s;
 }
 
 static void *raw_dealer(void *zctx, const char *endpoint) {
@@ -208,7 +224,7 @@ static void assert_serves(const char *endpoint) {
     send_parts(s, parts, lens, 2);
     rt_header r;
     size_t f1 = 0;
-    int n = recv_response(s, 5000, &r, &f1);
+    int n = recv_response(s, HANG_GUARD_MS, &r, &f1);
     assert_int_equal(n, 1);
     assert_int_equal(r.type, RT_RESPONSE);
     assert_true(r.id == 4242);
@@ -250,7 +266,7 @@ static void run_hostile(void *zctx, const char *ep, rt_transport *tp, const host
     void *s = raw_dealer(zctx, ep);
     build(s);
     rt_header r;
-    int n = recv_response(s, c->outcome == REPLY ? 5000 : 300, &r, NULL);
+    int n = recv_response(s, c->outcome == REPLY ? HANG_GUARD_MS : 300, &r, NULL);   // DROP: nothing in 300 ms
     if (c->outcome == REPLY) {
         if (n < 0) fail_msg("%s: no response", c->what);
         assert_int_equal(n, 0);
@@ -265,7 +281,7 @@ static void run_hostile(void *zctx, const char *ep, rt_transport *tp, const host
         fail_msg("%s: expected no response, got %s \"%s\"", c->what, dg_code_name((dg_code)r.code),
                  r.message ? r.message : "");
     }
-    uint64_t after = wait_bad(tp, before + (c->counted ? 1 : 0), 2000);
+    uint64_t after = wait_bad(tp, before + (c->counted ? 1 : 0), HANG_GUARD_MS);
     if (after != before + (c->counted ? 1 : 0))
         fail_msg("%s: bad_messages went from %llu to %llu", c->what, (unsigned long long)before,
                  (unsigned long long)after);
@@ -564,18 +580,18 @@ static void test_hostile_messages(void **state) {
     // first): the replies have nowhere to go.
     for (int i = 0; i < 20; i++) {
         void *s = raw_dealer(zctx, ep);
-        int linger = 2000;
+        int linger = HANG_GUARD_MS;
         zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
         build_garbage(s);
         zmq_close(s);
     }
     // Peers that connect and leave before the handshake ends are nobody's business.
     for (int i = 0; i < 10; i++) zmq_close(raw_dealer(zctx, ep));
-    assert_true(wait_bad(tp, (uint64_t)n_counted + 20, 3000) == (uint64_t)n_counted + 20);
+    assert_true(wait_bad(tp, (uint64_t)n_counted + 20, HANG_GUARD_MS) == (uint64_t)n_counted + 20);
     assert_serves(ep);
 
     // Each one was logged with what was wrong.
-    assert_true(log_count("dropped a bad message", n_counted + 20, 3000) >= n_counted + 20);
+    assert_true(log_count("dropped a bad message", n_counted + 20, HANG_GUARD_MS) >= n_counted + 20);
     assert_true(log_count("protocol version 2", 1, 100) >= 1);
     assert_true(log_count("TENSOR_CHUNK: transfer 1 changed its tensor from 5242880 to 1073741824 bytes", 1, 100) == 1);
     assert_true(log_count("TENSOR_CHUNK: frame and header disagree", 1, 100) == 1);
@@ -748,7 +764,7 @@ static void ping_echo(rt_transport *tp, const char *ep, dg_tensor **ts, int n) {
     dg_tensor **out = NULL;
     int n_out = -1;
     dg_status *st = dg_status_new();
-    assert_true(rt_call_sync(tp, ep, h, ts, n, 10000, &resp, &out, &n_out, st));
+    assert_true(rt_call_sync(tp, ep, h, ts, n, HANG_GUARD_MS, &resp, &out, &n_out, st));
     assert_ok(st);
     assert_int_equal(resp->type, RT_RESPONSE);
     assert_int_equal(n_out, n);
@@ -802,8 +818,11 @@ static double cpu_seconds(void) {
 }
 
 // Busy polling answers calls like sleeping does, and stops: once the traffic stops, the I/O
-// threads of both ends sleep again after their window (a poll loop that never ended would
-// burn a core, 300 ms of CPU time in the 300 ms measured here).
+// threads of both ends sleep again after their window. A poll loop that never ended would
+// burn a core: CPU time about equal to the wall time it ran for (on a loaded machine, or
+// under valgrind, which runs one thread at a time, less, but still a large share). Idle, the
+// process uses next to none; the check is a share of the wall time actually measured, so a
+// slow machine does not make it fail.
 static void test_busy_poll(void **state) {
     const int64_t settings[] = {-1, 0, 5000};
     for (int k = 0; k < 3; k++) {
@@ -829,9 +848,12 @@ static void test_busy_poll(void **state) {
         }
         sleep_ms(100);   // past any window (5 ms here)
         double before = cpu_seconds();
+        int64_t w0 = now_ms();
         sleep_ms(300);
-        double used = cpu_seconds() - before;
-        assert_true(used < 0.1);
+        double used = cpu_seconds() - before, wall = (double)(now_ms() - w0) * 1e-3;
+        if (used * 3 >= wall)   // a third of a core
+            fail_msg("busy_poll_us %lld: %.0f ms of CPU time in %.0f ms idle", (long long)settings[k], used * 1e3,
+                     wall * 1e3);
         rt_transport_free(&c);
         dg_server_free(&srv);
         dg_status_free(&st);
@@ -891,7 +913,7 @@ static void test_chunked_push_reassembles(void **state) {
         snprintf(key, sizeof key, "b%d", i);
         push_tensor(b, ep, key, 2000 + i, tb[i]);
     }
-    assert_true(recorder_wait(&r, 2 * n_sizes, 20000));
+    assert_true(recorder_wait(&r, 2 * n_sizes, HANG_GUARD_MS));
     for (int i = 0; i < n_sizes; i++) {
         char key[32];
         snprintf(key, sizeof key, "a%d", i);
@@ -938,7 +960,7 @@ static void shm_pushes(bool off) {
         snprintf(key, sizeof key, "s%d", i);
         push_tensor(a, ep, key, 10 + i, ts[i]);
     }
-    assert_true(recorder_wait(&r, n_sizes, 20000));
+    assert_true(recorder_wait(&r, n_sizes, HANG_GUARD_MS));
     for (int i = 0; i < n_sizes; i++) {
         char key[32];
         snprintf(key, sizeof key, "s%d", i);
@@ -971,7 +993,7 @@ static void test_shm_slots_run_out(void **state) {
         snprintf(key, sizeof key, "k%d", i);
         push_tensor(a, ep, key, 1, t);
     }
-    assert_true(recorder_wait(&r, 64, 20000));
+    assert_true(recorder_wait(&r, 64, HANG_GUARD_MS));
     // The first 64 frames took every slot and the recorded values hold them: the last 6 went
     // over TCP.
     for (int i = 0; i < 64; i++) assert_same_tensor(t, r.v[i].t);
@@ -987,7 +1009,7 @@ static void test_shm_slots_run_out(void **state) {
     pthread_mutex_unlock(&r.mu);
     uint64_t before = rt_transport_get_stats(a).shm_frames_sent;
     for (int i = 0; i < 8; i++) push_tensor(a, ep, "again", 2, t);
-    assert_true(recorder_wait(&r, 8, 20000));
+    assert_true(recorder_wait(&r, 8, HANG_GUARD_MS));
     assert_int_equal(rt_transport_get_stats(a).shm_frames_sent, before + 8);
     for (int i = 0; i < 8; i++) assert_same_tensor(t, r.v[i].t);
     dg_tensor_unref(t);
@@ -1010,7 +1032,7 @@ static void test_small_pushes(void **state) {
         snprintf(key, sizeof key, "s%d", i);
         push_tensor(a, ep, key, i % 4 == 3 ? 6 : 5, ts[i]);   // two steps, interleaved
     }
-    assert_true(recorder_wait(&r, N, 10000));
+    assert_true(recorder_wait(&r, N, HANG_GUARD_MS));
     for (int i = 0; i < N; i++) {
         char key[32];
         snprintf(key, sizeof key, "s%d", i);
@@ -1074,16 +1096,15 @@ static void test_max_message_bytes(void **state) {
     ping_echo(small, ep, &fits, 1);
 
     // A call with a frame over the sender's own frame limit (32 MiB by default, the same as a
-    // server's) fails at once, naming the limit, instead of being dropped by the receiver.
+    // server's) fails at once, naming the limit, instead of being dropped by the receiver
+    // (which would end it at its deadline, "did not answer within the deadline").
     dg_tensor *huge = pattern_tensor((33u << 20), 5);
     ph = malloc(sizeof *ph);
     rt_header_init(ph, RT_PING);
     rt_header_add_tensor(ph, huge);
-    t0 = now_ms();
-    assert_false(rt_call_sync(c, ep, ph, &huge, 1, 20000, &rh, NULL, NULL, st));
+    assert_false(rt_call_sync(c, ep, ph, &huge, 1, HANG_GUARD_MS, &rh, NULL, NULL, st));
     assert_status(st, DG_INVALID_ARGUMENT, "max_message_bytes");
     assert_non_null(strstr(dg_status_message(st), "34603008 bytes"));
-    assert_true(now_ms() - t0 < 5000);
     dg_status_reset(st);
     dg_tensor_unref(huge);
     ping_echo(c, ep, &fits, 1);
@@ -1136,27 +1157,30 @@ static bool result_wait(call_result *r, int timeout_ms) {
 typedef enum fake_answer { ANSWER_GARBAGE, ANSWER_WRONG_TYPE, ANSWER_MISSING_FRAME, ANSWER_ERROR, ANSWER_UNKNOWN_ID,
                            ANSWER_WRONG_FRAME_SIZE } fake_answer;
 
-// The client calls a raw ROUTER posing as a server, which answers as told.
+// The client calls a raw ROUTER posing as a server, which answers as told. An answer the
+// client drops leaves the call to end at its deadline, short here; an answer that ends the call
+// must arrive before the deadline, so there it is far out (the hang guard).
 static void fake_server_case(void *router, const char *ep, rt_transport *c, fake_answer how, dg_code want,
                              const char *needle) {
     call_result r = {PTHREAD_MUTEX_INITIALIZER, false, dg_status_new(), 0};
     uint64_t bad_before = rt_transport_get_stats(c).bad_messages;
     rt_header *h = malloc(sizeof *h);
     rt_header_init(h, RT_PING);
-    rt_call(c, ep, h, NULL, 0, 800, on_result, &r);
+    const int64_t deadline = how == ANSWER_GARBAGE || how == ANSWER_UNKNOWN_ID ? 800 : HANG_GUARD_MS;
+    rt_call(c, ep, h, NULL, 0, deadline, on_result, &r);
 
     zmq_msg_t id, hdr;
     zmq_msg_init(&id);
     zmq_msg_init(&hdr);
     zmq_pollitem_t it = {router, 0, ZMQ_POLLIN, 0};
-    assert_int_equal(zmq_poll(&it, 1, 5000), 1);
+    assert_int_equal(zmq_poll(&it, 1, HANG_GUARD_MS), 1);
     assert_true(zmq_msg_recv(&id, router, 0) >= 0);
     assert_true(zmq_msg_recv(&hdr, router, 0) >= 0);
     rt_header req;
     dg_status *st = dg_status_new();
     assert_true(rt_header_decode(zmq_msg_data(&hdr), zmq_msg_size(&hdr), &req, st));
     assert_int_equal(req.type, RT_PING);
-    assert_true(req.deadline_ms == 800);   // the caller's deadline travels with the request
+    assert_true(req.deadline_ms == deadline);   // the caller's deadline travels with the request
     assert_string_equal(req.from, "/job:client/replica:0/task:0");
 
     rt_header a;
@@ -1180,11 +1204,12 @@ static void fake_server_case(void *router, const char *ep, rt_transport *c, fake
     } else {
         assert_true(zmq_send(router, b, len, 0) >= 0);
     }
-    assert_true(result_wait(&r, 5000));
+    assert_true(result_wait(&r, HANG_GUARD_MS));
     assert_status(r.st, want, needle);
     bool counted = how == ANSWER_GARBAGE || how == ANSWER_WRONG_TYPE || how == ANSWER_MISSING_FRAME ||
                    how == ANSWER_WRONG_FRAME_SIZE;
-    assert_true(rt_transport_get_stats(c).bad_messages == bad_before + (counted ? 1 : 0));
+    // The answer may come after the call ended at its deadline: wait for it to be counted.
+    assert_true(wait_bad(c, bad_before + (counted ? 1 : 0), HANG_GUARD_MS) == bad_before + (counted ? 1 : 0));
 
     free(b);
     dg_tensor_unref(t);
@@ -1223,18 +1248,30 @@ static void test_untrusted_responses(void **state) {
 
 // ---- liveness probes ----
 
-// Serves the fake peer for up to ms: answers liveness PINGs when `answer_pings`, remembers the
+static bool result_done(call_result *r) {
+    pthread_mutex_lock(&r->mu);
+    bool d = r->done;
+    pthread_mutex_unlock(&r->mu);
+    return d;
+}
+
+// Serves the fake peer until call r has ended and at least min_pings PINGs came (failing the
+// test after HANG_GUARD_MS): answers liveness PINGs when `answer_pings`, remembers the
 // LIST_DEVICES request (identity and id) and answers it once `reply_after_ms` have passed since
-// it came (never when < 0). Returns when the request was answered or ms ran out.
-static void fake_peer_inc(void *router, int64_t ms, bool answer_pings, int64_t reply_after_ms, int *n_pings,
-                          uint64_t inc) {
+// it came and min_pings PINGs were answered (never when < 0). PINGs counted in *n_pings; the
+// answers carry incarnation inc.
+static void fake_peer(void *router, call_result *r, bool answer_pings, int64_t reply_after_ms, int min_pings,
+                      int *n_pings, uint64_t inc) {
     int64_t start = now_ms(), got_at = -1;
     zmq_msg_t rid;
     zmq_msg_init(&rid);
     uint64_t req_id = 0;
     dg_status *st = dg_status_new();
-    while (now_ms() - start < ms) {
-        if (got_at >= 0 && reply_after_ms >= 0 && now_ms() - got_at >= reply_after_ms) {
+    while (!result_done(r) || *n_pings < min_pings) {
+        if (now_ms() - start > HANG_GUARD_MS)
+            fail_msg("fake peer: the call %s after %d ms, %d of %d PINGs came (hang guard)",
+                     result_done(r) ? "ended" : "had not ended", HANG_GUARD_MS, *n_pings, min_pings);
+        if (got_at >= 0 && reply_after_ms >= 0 && now_ms() - got_at >= reply_after_ms && *n_pings >= min_pings) {
             rt_header a;
             rt_header_init(&a, RT_RESPONSE);
             a.id = req_id;
@@ -1245,7 +1282,7 @@ static void fake_peer_inc(void *router, int64_t ms, bool answer_pings, int64_t r
             assert_true(zmq_send(router, b, len, 0) >= 0);
             free(b);
             rt_header_clear(&a);
-            break;
+            got_at = -1;   // answered once
         }
         zmq_pollitem_t it = {router, 0, ZMQ_POLLIN, 0};
         if (zmq_poll(&it, 1, 20) < 1) continue;
@@ -1283,13 +1320,13 @@ static void fake_peer_inc(void *router, int64_t ms, bool answer_pings, int64_t r
     dg_status_free(&st);
 }
 
-static void fake_peer(void *router, int64_t ms, bool answer_pings, int64_t reply_after_ms, int *n_pings) {
-    fake_peer_inc(router, ms, answer_pings, reply_after_ms, n_pings, 0);
-}
-
-// A call with a 20 s deadline to a peer that stops answering fails UNAVAILABLE within about a
-// second plus the liveness timeout; to a peer that is slow but answers its PINGs, it waits and
-// succeeds; to a peer whose process was replaced (a new incarnation answers), it fails at once.
+// A call with a 20 s deadline to a peer that stops answering fails UNAVAILABLE by its liveness
+// probe, not at its deadline; to a peer that is slow but answers its PINGs, it waits and
+// succeeds; to a peer whose process was replaced (a new incarnation answers), it fails at the
+// first probe. The status messages tell a probe's verdict from the deadline's, so no check
+// here bounds how long any of this takes; the number of probes is bounded by the rule that
+// makes them (transport.c: the first after a call waited 1 s, at most one in flight per
+// endpoint, the next at least 1 s after an answer), against the time actually measured.
 static void test_liveness_probes(void **state) {
     void *zctx = zmq_ctx_new();
     void *router = zmq_socket(zctx, ZMQ_ROUTER);
@@ -1308,57 +1345,51 @@ static void test_liveness_probes(void **state) {
     rt_transport *c = rt_transport_new(&o, NULL, NULL, st);
     assert_ok(st);
 
-    // Silent: the request and the probes go unanswered.
+    // Silent: the request and the probe go unanswered. One probe: while it is out no other
+    // goes, and unanswered it ends the call (and every call waiting on that peer).
     call_result r = {PTHREAD_MUTEX_INITIALIZER, false, dg_status_new(), 0};
     rt_header *h = malloc(sizeof *h);
     rt_header_init(h, RT_LIST_DEVICES);
-    int64_t t0 = now_ms();
     rt_call(c, ep, h, NULL, 0, 20000, on_result, &r);
     int pings = 0;
-    fake_peer(router, 3000, false, -1, &pings);
-    assert_true(result_wait(&r, 5000));
-    int64_t took = now_ms() - t0;
+    fake_peer(router, &r, false, -1, 1, &pings, 0);
     assert_status(r.st, DG_UNAVAILABLE, "stopped answering: no reply to a liveness probe within 400 ms");
-    assert_true(took < 4000);
-    assert_true(pings >= 1 && pings <= 3);
+    assert_int_equal(pings, 1);
     dg_status_free(&r.st);
 
-    // Slow but alive: PINGs answered, the request after 2.5 s.
+    // Slow but alive: PINGs answered, the request after 2.5 s and one answered probe at least
+    // (the call must have waited through one). About one probe a second while the call waits,
+    // not one per loop: no more than one per second of the time it took, and one more.
     call_result r2 = {PTHREAD_MUTEX_INITIALIZER, false, dg_status_new(), 0};
     h = malloc(sizeof *h);
     rt_header_init(h, RT_LIST_DEVICES);
     pings = 0;
-    rt_call(c, ep, h, NULL, 0, 20000, on_result, &r2);
     int64_t t1 = now_ms();
-    fake_peer(router, 6000, true, 2500, &pings);
-    assert_true(result_wait(&r2, 5000));
-    if (!dg_status_ok(r2.st)) print_message("slow peer: failed after %lld ms, %d pings\n", (long long)(now_ms() - t1), pings);
+    rt_call(c, ep, h, NULL, 0, 20000, on_result, &r2);
+    fake_peer(router, &r2, true, 2500, 1, &pings, 0);
+    int64_t took = now_ms() - t1;
+    if (!dg_status_ok(r2.st)) print_message("slow peer: failed after %lld ms, %d pings\n", (long long)took, pings);
     assert_ok(r2.st);
-    // About one probe a second while the call waits, not one per loop.
-    assert_true(pings >= 1 && pings <= 4);
+    if (pings > took / 1000 + 1) fail_msg("slow peer: %d probes in %lld ms", pings, (long long)took);
     dg_status_free(&r2.st);
 
     // Restarted: a PING answered by incarnation 7, then a call the peer never answers while
     // its probes come back from incarnation 8 (a new process on the port): the call fails at
-    // the first probe, about a second in, naming the restart.
+    // the first probe, naming the restart (not at its 20 s deadline).
     call_result r3 = {PTHREAD_MUTEX_INITIALIZER, false, dg_status_new(), 0};
     h = malloc(sizeof *h);
     rt_header_init(h, RT_PING);
-    rt_call(c, ep, h, NULL, 0, 5000, on_result, &r3);
+    rt_call(c, ep, h, NULL, 0, HANG_GUARD_MS, on_result, &r3);
     pings = 0;
-    fake_peer_inc(router, 300, true, -1, &pings, 7);
-    assert_true(result_wait(&r3, 2000));
+    fake_peer(router, &r3, true, -1, 0, &pings, 7);
     assert_ok(r3.st);
     dg_status_free(&r3.st);
     call_result r4 = {PTHREAD_MUTEX_INITIALIZER, false, dg_status_new(), 0};
     h = malloc(sizeof *h);
     rt_header_init(h, RT_LIST_DEVICES);
-    t0 = now_ms();
     rt_call(c, ep, h, NULL, 0, 20000, on_result, &r4);
-    fake_peer_inc(router, 2500, true, -1, &pings, 8);
-    assert_true(result_wait(&r4, 3000));
+    fake_peer(router, &r4, true, -1, 0, &pings, 8);
     assert_status(r4.st, DG_UNAVAILABLE, "restarted: the process this call went to is gone");
-    assert_true(now_ms() - t0 < 4000);
     dg_status_free(&r4.st);
 
     dg_status_free(&st);
@@ -1377,18 +1408,18 @@ static uint64_t wait_refused(rt_transport *tp, uint64_t above, int timeout_ms) {
     return v;
 }
 
+// A call from a client the server refuses ends at its deadline (asynchronously, so that a
+// stalled I/O thread fails the test at the hang guard instead of hanging it).
 static void expect_refused_call(rt_transport *srv_tp, rt_transport *c, const char *ep) {
     uint64_t before = rt_transport_get_stats(srv_tp).refused_peers;
+    call_result r = {PTHREAD_MUTEX_INITIALIZER, false, dg_status_new(), 0};
     rt_header *h = malloc(sizeof *h);
     rt_header_init(h, RT_PING);
-    rt_header *resp = NULL;
-    dg_status *st = dg_status_new();
-    int64_t t0 = now_ms();
-    assert_false(rt_call_sync(c, ep, h, NULL, 0, 600, &resp, NULL, NULL, st));
-    assert_status(st, DG_UNAVAILABLE, "did not answer within the deadline");
-    assert_true(now_ms() - t0 < 5000);
-    assert_true(wait_refused(srv_tp, before, 3000) > before);
-    dg_status_free(&st);
+    rt_call(c, ep, h, NULL, 0, 600, on_result, &r);
+    if (!result_wait(&r, HANG_GUARD_MS)) fail_msg("a call with a 600 ms deadline had not ended after %d ms", HANG_GUARD_MS);
+    assert_status(r.st, DG_UNAVAILABLE, "did not answer within the deadline");
+    assert_true(wait_refused(srv_tp, before, HANG_GUARD_MS) > before);
+    dg_status_free(&r.st);
 }
 
 static void test_curve(void **state) {
@@ -1433,11 +1464,11 @@ static void test_curve(void **state) {
         rt_header *h = malloc(sizeof *h);
         rt_header_init(h, RT_PING);
         rt_call(plain, ep, h, NULL, 0, 600, on_result, &r);
-        assert_true(result_wait(&r, 5000));
+        assert_true(result_wait(&r, HANG_GUARD_MS));
         assert_int_equal(dg_status_code(r.st), DG_UNAVAILABLE);
         dg_status_free(&r.st);
     }
-    assert_true(wait_refused(stp, refused_before, 3000) > refused_before);
+    assert_true(wait_refused(stp, refused_before, HANG_GUARD_MS) > refused_before);
     // Another key pair: it cannot even address the server's key.
     rt_transport *other = client("/job:other/replica:0/task:0", pub2, sec2, 0);
     expect_refused_call(stp, other, ep);
@@ -1460,15 +1491,15 @@ static void test_curve(void **state) {
     char *hb = encode(&h, &hl);
     zmq_send(s, hb, hl, ZMQ_DONTWAIT);
     rt_header r;
-    assert_int_equal(recv_response(s, 600, &r, NULL), -1);
-    assert_true(wait_refused(stp, before, 3000) > before);
-    assert_true(log_count("does not hold the cluster key", 1, 2000) >= 1);
+    assert_int_equal(recv_response(s, 600, &r, NULL), -1);   // nothing comes back
+    assert_true(wait_refused(stp, before, HANG_GUARD_MS) > before);
+    assert_true(log_count("does not hold the cluster key", 1, HANG_GUARD_MS) >= 1);
     free(hb);
     zmq_close(s);
     zmq_ctx_term(zctx);
 
     // Every refusal was logged, and the cluster members are still served.
-    assert_true(log_count("refused a peer", 3, 3000) >= 3);
+    assert_true(log_count("refused a peer", 3, HANG_GUARD_MS) >= 3);
     ping_echo(good, ep, &t, 1);
     assert_true(rt_transport_get_stats(stp).bad_messages == 0);
 
@@ -1476,7 +1507,7 @@ static void test_curve(void **state) {
     dg_server_options half = o;
     half.curve_secret_key = NULL;
     char spec[64];
-    snprintf(spec, sizeof spec, "worker|127.0.0.1:%d", port + 1);
+    snprintf(spec, sizeof spec, "worker|127.0.0.1:%d", dg_test_free_port());   // refused before it binds
     dg_cluster *c2 = dg_cluster_from_spec_string(spec, st);
     assert_ok(st);
     assert_null(dg_server_new(c2, "worker", 0, &half, st));
@@ -1513,7 +1544,7 @@ static void test_ping_hooks(void **state) {
         snprintf(a, sizeof a, "%s%s", forms[f], addr);
         dg_tensor **echo = NULL;
         int n_echo = -1;
-        assert_true(rt_server_ping(me, a, ts, 2, 10000, &echo, &n_echo, st));
+        assert_true(rt_server_ping(me, a, ts, 2, HANG_GUARD_MS, &echo, &n_echo, st));
         assert_ok(st);
         assert_int_equal(n_echo, 2);
         for (int i = 0; i < 2; i++) {
@@ -1522,11 +1553,11 @@ static void test_ping_hooks(void **state) {
         }
         free(echo);
     }
-    assert_true(rt_server_ping(me, addr, NULL, 0, 5000, NULL, NULL, st));
+    assert_true(rt_server_ping(me, addr, NULL, 0, HANG_GUARD_MS, NULL, NULL, st));
 
     // One-way pushes (chunked for the 6 MiB tensor), then the PING that follows them.
-    assert_true(rt_server_push_bench(me, addr, ts[1], 3, 10000, st));
-    assert_true(rt_server_push_bench(me, addr, ts[0], 10, 10000, st));
+    assert_true(rt_server_push_bench(me, addr, ts[1], 3, HANG_GUARD_MS, st));
+    assert_true(rt_server_push_bench(me, addr, ts[0], 10, HANG_GUARD_MS, st));
     assert_ok(st);
     assert_int_equal(rt_transport_get_stats(rt_server_transport(target)).bad_messages, 0);
 
@@ -1560,10 +1591,11 @@ static void test_ping_hooks(void **state) {
 
 static rt_transport_stats server_stats(dg_server *srv) { return rt_transport_get_stats(rt_server_transport(srv)); }
 
-// Waits up to 3 s for cond (an expression over `st`, the server's counters) to hold.
+// Waits for cond (an expression over `sp`, the server's counters) to hold; fails the test
+// after HANG_GUARD_MS.
 #define WAIT_STATS(srv, cond)                                                          \
     do {                                                                               \
-        int64_t end_ = now_ms() + 3000;                                                \
+        int64_t end_ = now_ms() + HANG_GUARD_MS;                                       \
         rt_transport_stats st_;                                                        \
         for (;;) {                                                                     \
             st_ = server_stats(srv);                                                   \
@@ -1598,7 +1630,9 @@ static void test_chunk_limits(void **state) {
     dg_server_options o = dg_server_options_default();
     o.quiet = true;
     o.max_inflight_bytes = 6 << 20;
-    o.transfer_timeout_ms = 300;
+    // Long enough that no pause of this thread between two chunks of one transfer (under
+    // valgrind, beside other tests) lets it expire; the expiry case waits for it.
+    o.transfer_timeout_ms = 2000;
     int port;
     dg_server *srv = start_server(&o, &port, NULL);
     char ep[64];
@@ -1737,7 +1771,7 @@ static void test_reply_queue(void **state) {
     const size_t lens[] = {len, dg_tensor_nbytes(t)};
     send_parts(s, parts, lens, 2);
     rt_header r;
-    assert_int_equal(recv_response(s, 5000, &r, NULL), 0);
+    assert_int_equal(recv_response(s, HANG_GUARD_MS, &r, NULL), 0);
     assert_int_equal(r.code, DG_RESOURCE_EXHAUSTED);
     assert_true(r.id == 99);
     assert_non_null(strstr(r.message, "max_ping_echo_bytes"));
@@ -1764,12 +1798,11 @@ static void non_loopback_ipv4(char *out, size_t cap) {
     freeifaddrs(ifs);
 }
 
-// Protected mode: no server on an address others can reach without keys, unless allowed; and
-// shared-memory descriptors are read only from peers on a loopback address.
+// Protected mode: no server on an address others can reach without keys, unless allowed.
 static void test_protected_mode(void **state) {
     (void)state;
     dg_status *st = dg_status_new();
-    int port = port_base() + 15;
+    int port = dg_test_free_port();
     char spec[96];
     snprintf(spec, sizeof spec, "worker|0.0.0.0:%d", port);
     dg_cluster *c = dg_cluster_from_spec_string(spec, st);
@@ -1784,54 +1817,70 @@ static void test_protected_mode(void **state) {
     assert_true(dg_curve_keypair(pub, sec, st));
     o.curve_public_key = pub;
     o.curve_secret_key = sec;
-    s = dg_server_new(c, "worker", 0, &o, st);   // with keys: served
+    s = server_on("0.0.0.0", &o, &port, &c, st);   // with keys: served
     assert_ok(st);
     assert_non_null(s);
     dg_server_free(&s);
     o.curve_public_key = o.curve_secret_key = NULL;
     o.allow_unauthenticated = true;
-    s = dg_server_new(c, "worker", 0, &o, st);   // told so: served without
+    s = server_on("0.0.0.0", &o, &port, &c, st);   // told so: served without
     assert_ok(st);
     assert_non_null(s);
+    dg_server_free(&s);
+    dg_cluster_free(&c);
+    dg_status_free(&st);
+}
 
-    // A real descriptor of a region of ours, sent from another address of this host: its
-    // 40 bytes are taken for what they are, not followed.
+// Shared-memory descriptors are read only from peers on a loopback address: a real descriptor
+// of a region of ours, sent from another address of this host, has its 40 bytes taken for
+// what they are, not followed. Needs an address other than loopback (skipped without one).
+static void test_protected_mode_remote_descriptor(void **state) {
+    (void)state;
     char ip[64];
     non_loopback_ipv4(ip, sizeof ip);
-    if (ip[0]) {
-        rt_shm_pool *pool = rt_shm_pool_new(st);
-        assert_ok(st);
-        dg_tensor *t = pattern_tensor(128u << 10, 9);
-        unsigned char desc[RT_SHM_DESC_BYTES];
-        assert_true(rt_shm_put(pool, dg_tensor_data(t), dg_tensor_nbytes(t), desc));
-        char ep[96];
-        snprintf(ep, sizeof ep, "tcp://%s:%d", ip, port);
-        void *zctx = zmq_ctx_new();
-        void *d = raw_dealer(zctx, ep);
-        rt_header h;
-        rt_header_init(&h, RT_PING);
-        h.id = 31;
-        rt_header_add_tensor(&h, t);
-        size_t len;
-        char *b = encode(&h, &len);
-        const void *parts[] = {b, desc};
-        const size_t lens[] = {len, sizeof desc};
-        send_parts(d, parts, lens, 2);
-        rt_header r;
-        assert_int_equal(recv_response(d, 5000, &r, NULL), 0);
-        assert_int_equal(r.code, DG_INVALID_ARGUMENT);
-        assert_non_null(strstr(r.message, "a tensor frame has 40 bytes"));
-        rt_header_clear(&r);
-        free(b);
-        rt_header_clear(&h);
-        zmq_close(d);
-        zmq_ctx_term(zctx);
-        assert_int_equal(rt_shm_pool_in_use(pool), 1);   // never read, so never freed
-        dg_tensor_unref(t);
-        rt_shm_pool_free(&pool);
-    } else {
-        fprintf(stderr, "test_protected_mode: no address but loopback here; the remote descriptor case is skipped\n");
+    if (!ip[0]) {
+        print_message("SKIP: test_protected_mode_remote_descriptor: this host has no IPv4 address but loopback\n");
+        skip();
     }
+    dg_status *st = dg_status_new();
+    dg_server_options o = dg_server_options_default();
+    o.quiet = true;
+    o.allow_unauthenticated = true;
+    int port = 0;
+    dg_cluster *c = NULL;
+    dg_server *s = server_on("0.0.0.0", &o, &port, &c, st);
+    assert_ok(st);
+    assert_non_null(s);
+    rt_shm_pool *pool = rt_shm_pool_new(st);
+    assert_ok(st);
+    dg_tensor *t = pattern_tensor(128u << 10, 9);
+    unsigned char desc[RT_SHM_DESC_BYTES];
+    assert_true(rt_shm_put(pool, dg_tensor_data(t), dg_tensor_nbytes(t), desc));
+    char ep[96];
+    snprintf(ep, sizeof ep, "tcp://%s:%d", ip, port);
+    void *zctx = zmq_ctx_new();
+    void *d = raw_dealer(zctx, ep);
+    rt_header h;
+    rt_header_init(&h, RT_PING);
+    h.id = 31;
+    rt_header_add_tensor(&h, t);
+    size_t len;
+    char *b = encode(&h, &len);
+    const void *parts[] = {b, desc};
+    const size_t lens[] = {len, sizeof desc};
+    send_parts(d, parts, lens, 2);
+    rt_header r;
+    assert_int_equal(recv_response(d, HANG_GUARD_MS, &r, NULL), 0);
+    assert_int_equal(r.code, DG_INVALID_ARGUMENT);
+    assert_non_null(strstr(r.message, "a tensor frame has 40 bytes"));
+    rt_header_clear(&r);
+    free(b);
+    rt_header_clear(&h);
+    zmq_close(d);
+    zmq_ctx_term(zctx);
+    assert_int_equal(rt_shm_pool_in_use(pool), 1);   // never read, so never freed
+    dg_tensor_unref(t);
+    rt_shm_pool_free(&pool);
     dg_server_free(&s);
     dg_cluster_free(&c);
     dg_status_free(&st);
@@ -1849,26 +1898,25 @@ static bool tcp_reaches(const char *ip, int port) {
 
 // Where a server listens: a loopback cluster address on itself; any other address on every
 // interface (so a name that resolves elsewhere, e.g. a Kubernetes service, still reaches it);
-// bind_address on that one address, judged by protected mode for what it is.
+// bind_address on that one address, judged by protected mode for what it is. Needs an address
+// other than loopback (skipped without one).
 static void test_bind_address(void **state) {
     (void)state;
     char ip[64];
     non_loopback_ipv4(ip, sizeof ip);
     if (!ip[0]) {
-        fprintf(stderr, "test_bind_address: no address but loopback here; skipped\n");
-        return;
+        print_message("SKIP: test_bind_address: this host has no IPv4 address but loopback\n");
+        skip();
     }
     dg_status *st = dg_status_new();
-    int port = dg_test_free_port();
-    char spec[128];
-    snprintf(spec, sizeof spec, "worker|%s:%d", ip, port);
-    dg_cluster *c = dg_cluster_from_spec_string(spec, st);
-    assert_ok(st);
+    int port = 0;
+    dg_cluster *c = NULL;
     dg_server_options o = dg_server_options_default();
     o.quiet = true;
     // Default: every interface (with authentication waived for the test).
     o.allow_unauthenticated = true;
-    dg_server *s = dg_server_new(c, "worker", 0, &o, st);
+    dg_server *s = server_on(ip, &o, &port, &c, st);
+    assert_ok(st);
     assert_non_null(s);
     assert_true(tcp_reaches(ip, port));
     assert_true(tcp_reaches("127.0.0.1", port));   // not only the cluster address
@@ -1876,9 +1924,9 @@ static void test_bind_address(void **state) {
     // bind_address on loopback: protected mode lets it serve without keys, and only there.
     o.allow_unauthenticated = false;
     o.bind_address = "127.0.0.1";
-    s = dg_server_new(c, "worker", 0, &o, st);
-    assert_non_null(s);
+    s = server_on(ip, &o, &port, &c, st);   // the same port, or a fresh one if it was taken meanwhile
     assert_ok(st);
+    assert_non_null(s);
     assert_true(tcp_reaches("127.0.0.1", port));
     assert_false(tcp_reaches(ip, port));
     dg_server_free(&s);
@@ -1909,6 +1957,7 @@ int main(void) {
         cmocka_unit_test(test_connection_cap),
         cmocka_unit_test(test_reply_queue),
         cmocka_unit_test(test_protected_mode),
+        cmocka_unit_test(test_protected_mode_remote_descriptor),
         cmocka_unit_test(test_bind_address),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,6 +3,10 @@
 # lines, the task flags and host lists, TF_CONFIG mode, a failing or killed worker stopping the
 # cluster (exit 1, no task left), --timeout (124), SIGTERM to the launcher (143), a ps that
 # ignores SIGTERM (SIGKILL after 5 s), --keep_ps, usage errors (2).
+# No check bounds how long a working launcher takes (the test runs beside others, maybe under
+# valgrind): durations are printed, and only lower bounds are checked (--timeout 1 does not end
+# before 1 s, the grace period is not cut short). A launcher that never ends is stopped by the
+# hang guard below and fails its check; bench/stop_latency_bench.sh measures the speed.
 set -euo pipefail
 launch="${DG_BIN_DIR:?}/dg-launch"
 [ -x "$launch" ] || { echo "no $launch"; exit 1; }
@@ -15,6 +19,11 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+# A deadlock guard, not a performance claim: guard CMD... runs CMD and kills it (exit 137)
+# when it has not ended after HANG_GUARD s, so that a launcher that never stops its cluster
+# fails the check on its exit status instead of hanging the test.
+HANG_GUARD=60
+guard() { timeout -s KILL "$HANG_GUARD" "$@"; }
 
 # The task: records its pid, args and TF_CONFIG, prints to stdout and stderr, then acts by
 # role. A ps task marks itself ready when it has written its lines; workers wait for T_NPS ready
@@ -44,7 +53,7 @@ if [ "$job" = ps ]; then
     if [ -n "${T_PS_EXIT_AFTER:-}" ]; then sleep "$T_PS_EXIT_AFTER"; echo "ps done"; exit 0; fi
     while :; do sleep 0.05; done
 fi
-for ((i = 0; i < 200; i++)); do
+for ((i = 0; i < 1200; i++)); do   # 60 s at most: a guard, not an expectation
     [ "$(ls "$dir" | grep -c '^ps.*\.ready$')" -ge "${T_NPS:-0}" ] && break
     sleep 0.05
 done
@@ -72,7 +81,7 @@ all_gone() {
 # 1. flags mode: 2 ps, 3 workers.
 reset
 set +e
-T_NPS=2 T_LINES=200 "$launch" --ps 2 --workers 3 -- "$tmp/task.sh" extra1 "extra 2" > "$tmp/out" 2> "$tmp/err"
+T_NPS=2 T_LINES=200 guard "$launch" --ps 2 --workers 3 -- "$tmp/task.sh" extra1 "extra 2" > "$tmp/out" 2> "$tmp/err"
 rc=$?
 set -e
 [ "$rc" -eq 0 ] || { cat "$tmp/out" "$tmp/err"; fail "flags mode: exit $rc, want 0"; }
@@ -107,7 +116,7 @@ if command -v python3 > /dev/null; then
     reset
     base=$(( 20000 + RANDOM % 20000 ))
     set +e
-    T_NPS=1 "$launch" --ps 1 --workers 2 --mode tf_config --base_port "$base" -- "$tmp/task.sh" > "$tmp/out" 2> "$tmp/err"
+    T_NPS=1 guard "$launch" --ps 1 --workers 2 --mode tf_config --base_port "$base" -- "$tmp/task.sh" > "$tmp/out" 2> "$tmp/err"
     rc=$?
     set -e
     [ "$rc" -eq 0 ] || { cat "$tmp/out" "$tmp/err"; fail "tf_config mode: exit $rc"; }
@@ -130,20 +139,20 @@ EOF
     all_gone
     echo "ok: tf_config mode"
 else
-    echo "skip: tf_config mode (no python3)"
+    echo "SKIP: tf_config mode: no python3 to write and read TF_CONFIG"
 fi
 
-# 3. A worker exits 3: exit 1 within a few seconds, the message, nothing left running.
+# 3. A worker exits 3 while the others would run forever: exit 1, the message, nothing left
+# running.
 reset
 t0=$(now_ms)
 set +e
-T_NPS=2 T_FAIL=1 T_HOW=3 T_HANG=1 "$launch" --ps 2 --workers 3 -- "$tmp/task.sh" > "$tmp/out" 2> "$tmp/err"
+T_NPS=2 T_FAIL=1 T_HOW=3 T_HANG=1 guard "$launch" --ps 2 --workers 3 -- "$tmp/task.sh" > "$tmp/out" 2> "$tmp/err"
 rc=$?
 set -e
 dt=$(( $(now_ms) - t0 ))
 [ "$rc" -eq 1 ] || { cat "$tmp/out" "$tmp/err"; fail "failing worker: exit $rc, want 1"; }
 grep -qx "dg-launch: worker 1 exited with status 3" "$tmp/err" || { cat "$tmp/err"; fail "no failure message"; }
-[ "$dt" -lt 4000 ] || fail "failing worker: took $dt ms"
 [ "$(ls "$tmp"/*.pid | wc -l)" -eq 5 ] || fail "not every task started"
 all_gone
 echo "ok: failing worker ($dt ms)"
@@ -151,7 +160,7 @@ echo "ok: failing worker ($dt ms)"
 # 4. A worker killed by SIGKILL.
 reset
 set +e
-T_FAIL=0 T_HOW=kill9 T_HANG=1 "$launch" --ps 1 --workers 2 -- "$tmp/task.sh" > "$tmp/out" 2> "$tmp/err"
+T_FAIL=0 T_HOW=kill9 T_HANG=1 guard "$launch" --ps 1 --workers 2 -- "$tmp/task.sh" > "$tmp/out" 2> "$tmp/err"
 rc=$?
 set -e
 [ "$rc" -eq 1 ] || fail "killed worker: exit $rc, want 1"
@@ -163,22 +172,25 @@ echo "ok: killed worker"
 reset
 t0=$(now_ms)
 set +e
-T_HANG=1 "$launch" --ps 1 --workers 2 --timeout 1 -- "$tmp/task.sh" > "$tmp/out" 2> "$tmp/err"
+T_HANG=1 guard "$launch" --ps 1 --workers 2 --timeout 1 -- "$tmp/task.sh" > "$tmp/out" 2> "$tmp/err"
 rc=$?
 set -e
 dt=$(( $(now_ms) - t0 ))
 [ "$rc" -eq 124 ] || fail "timeout: exit $rc, want 124"
 grep -q "dg-launch: timeout" "$tmp/err" || { cat "$tmp/err"; fail "no timeout message"; }
-[ "$dt" -ge 900 ] && [ "$dt" -lt 4000 ] || fail "timeout 1 s took $dt ms"
+[ "$dt" -ge 900 ] || fail "timeout 1 s ended after $dt ms"
 all_gone
 echo "ok: timeout ($dt ms)"
 
-# 6. SIGTERM to dg-launch: 143, tasks stopped.
+# 6. SIGTERM to dg-launch (once both tasks run): 143, tasks stopped.
 reset
 T_HANG=1 "$launch" --ps 1 --workers 1 -- "$tmp/task.sh" > "$tmp/out" 2> "$tmp/err" &
 lpid=$!
-for _ in $(seq 100); do [ "$(ls "$tmp"/*.pid 2>/dev/null | wc -l)" -eq 2 ] && break; sleep 0.05; done
+for ((i = 0; i < HANG_GUARD * 20; i++)); do [ "$(ls "$tmp"/*.pid 2>/dev/null | wc -l)" -eq 2 ] && break; sleep 0.05; done
+[ "$(ls "$tmp"/*.pid 2>/dev/null | wc -l)" -eq 2 ] || { kill -9 "$lpid"; fail "SIGTERM: the tasks did not start within $HANG_GUARD s"; }
 kill -TERM "$lpid"
+# The hang guard: a launcher still running after HANG_GUARD s is killed (exit 137).
+timeout "$HANG_GUARD" tail -s 0.05 --pid="$lpid" -f /dev/null || kill -9 "$lpid" 2>/dev/null || true
 set +e
 wait "$lpid"
 rc=$?
@@ -191,20 +203,20 @@ echo "ok: SIGTERM to the launcher"
 reset
 t0=$(now_ms)
 set +e
-T_NPS=1 T_PS_IGNORE_TERM=1 "$launch" --ps 1 --workers 1 -- "$tmp/task.sh" > "$tmp/out" 2> "$tmp/err"
+T_NPS=1 T_PS_IGNORE_TERM=1 guard "$launch" --ps 1 --workers 1 -- "$tmp/task.sh" > "$tmp/out" 2> "$tmp/err"
 rc=$?
 set -e
 dt=$(( $(now_ms) - t0 ))
 [ "$rc" -eq 0 ] || { cat "$tmp/err"; fail "stubborn ps: exit $rc, want 0"; }
 grep -q "ps 0 did not stop within 5 s, sending SIGKILL" "$tmp/err" || { cat "$tmp/err"; fail "no SIGKILL message"; }
-[ "$dt" -ge 4900 ] && [ "$dt" -lt 8000 ] || fail "stubborn ps: took $dt ms"
+[ "$dt" -ge 4900 ] || fail "stubborn ps: killed after $dt ms, before the 5 s grace period"
 all_gone
 echo "ok: SIGKILL after the grace period ($dt ms)"
 
 # 8. --keep_ps: the launcher waits for the ps tasks to exit by themselves.
 reset
 set +e
-T_NPS=1 T_PS_EXIT_AFTER=1 "$launch" --keep_ps --ps 1 --workers 2 -- "$tmp/task.sh" > "$tmp/out" 2> "$tmp/err"
+T_NPS=1 T_PS_EXIT_AFTER=1 guard "$launch" --keep_ps --ps 1 --workers 2 -- "$tmp/task.sh" > "$tmp/out" 2> "$tmp/err"
 rc=$?
 set -e
 [ "$rc" -eq 0 ] || { cat "$tmp/out" "$tmp/err"; fail "--keep_ps: exit $rc, want 0"; }
@@ -213,19 +225,20 @@ all_gone
 echo "ok: --keep_ps"
 
 # 9. Usage.
-"$launch" --help | grep -q -- "--keep_ps" || fail "--help does not document --keep_ps"
+help=$(guard "$launch" --help) || fail "--help exits $?"
+grep -q -- "--keep_ps" <<< "$help" || fail "--help does not document --keep_ps"
 for bad in "--ps 1 -- true" "--workers 0 -- true" "--workers 1 --mode grpc -- true" "--workers 1 --bogus -- true" \
            "--workers 1" "--workers 1 --timeout -1 -- true"; do
     set +e
     # shellcheck disable=SC2086
-    msg=$("$launch" $bad 2>&1)
+    msg=$(guard "$launch" $bad 2>&1)
     rc=$?
     set -e
     [ "$rc" -eq 2 ] || fail "dg-launch $bad: exit $rc, want 2"
     [[ "$msg" == dg-launch:* ]] || fail "dg-launch $bad: message \"$msg\""
 done
 set +e
-"$launch" --workers 1 -- "$tmp/no-such-program" > "$tmp/out" 2> "$tmp/err"
+guard "$launch" --workers 1 -- "$tmp/no-such-program" > "$tmp/out" 2> "$tmp/err"
 rc=$?
 set -e
 [ "$rc" -eq 1 ] && grep -q "cannot run" "$tmp/out" || fail "missing program: exit $rc"

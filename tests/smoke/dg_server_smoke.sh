@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # dg-server basics: --help; bad inputs exit 2 with a message naming the problem; a server on a
-# free port stops with exit 0 on SIGTERM (and SIGINT) within 2 s; a second server on the same
-# port exits 1 naming the address; TF_CONFIG alone starts the right task; --gen_curve_keys
-# prints a key pair that a server accepts.
+# free port stops with exit 0 on SIGTERM (and SIGINT); a second server on the same port exits 1
+# naming the address; TF_CONFIG alone starts the right task; --gen_curve_keys prints a key pair
+# that a server accepts.
+# No check bounds how long a working server takes to start or stop (the test runs beside
+# others, maybe under valgrind): the stop time is printed, and a server that never stops, never
+# serves or never exits is caught by the hang guard below. bench/stop_latency_bench.sh
+# measures how fast a server stops.
 set -euo pipefail
 server="${DG_BIN_DIR:?}/dg-server"
 [ -x "$server" ] || { echo "no $server"; exit 1; }
@@ -14,11 +18,32 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+# forget PID: a process that was waited for leaves the list (its pid may be reused).
+forget() {
+    local keep=() p
+    for p in "${pids[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+    pids=("${keep[@]}")
+}
 fail() { echo "FAIL: $*"; exit 1; }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+# A deadlock guard, not a performance claim: how long the test waits for anything that must
+# happen (a server serving, stopping, a command exiting) before it fails.
+HANG_GUARD=60
+guard() { timeout -s KILL "$HANG_GUARD" "$@"; }
+# A TCP port of 127.0.0.1 that is free now (checked when python3 is there; start_serving
+# retries anyway), below the kernel's ephemeral range where any outgoing connection may take a
+# port meanwhile, as tests/testutil.c's dg_test_free_port.
+eph_lo=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true)
+[[ "$eph_lo" =~ ^[0-9]+$ ]] && [ "$eph_lo" -gt 16000 ] && [ "$eph_lo" -le 32768 ] || eph_lo=32768
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null \
-        || echo $(( 20000 + RANDOM % 30000 ))
+    local p
+    for _ in $(seq 100); do
+        p=$(( 15000 + RANDOM % (eph_lo - 15000) ))
+        command -v python3 > /dev/null || { echo "$p"; return; }
+        python3 -c 'import socket, sys; socket.socket().bind(("127.0.0.1", int(sys.argv[1])))' "$p" 2>/dev/null \
+            && { echo "$p"; return; }
+    done
+    fail "no free port below $eph_lo in 100 tries"
 }
 
 # expect_bad WANT_RC PATTERN [ENV=VALUE...] -- ARGS...: runs dg-server, checks the exit status
@@ -30,7 +55,7 @@ expect_bad() {
     while [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift
     set +e
-    env "${envs[@]}" "$server" "$@" > "$tmp/out" 2> "$tmp/err"
+    guard env "${envs[@]}" "$server" "$@" > "$tmp/out" 2> "$tmp/err"
     local rc=$?
     set -e
     [ "$rc" -eq "$want" ] || { cat "$tmp/err"; fail "dg-server $*: exit $rc, want $want"; }
@@ -39,40 +64,61 @@ expect_bad() {
     echo "ok: exit $want: $(cat "$tmp/err")"
 }
 
-# Waits for "serving at" in a log file; fails if the process exits first.
+# Waits for "serving at" in a log file: returns 0 then, 1 when the process exited first (the
+# log names why), and fails after HANG_GUARD s.
 wait_serving() {
     local pid=$1 log=$2
-    for _ in $(seq 200); do
+    for ((i = 0; i < HANG_GUARD * 40; i++)); do
         grep -qs "serving at" "$log" && return 0
-        kill -0 "$pid" 2>/dev/null || { cat "$log"; fail "server exited before serving"; }
+        kill -0 "$pid" 2>/dev/null || return 1
         sleep 0.025
     done
     cat "$log"
-    fail "server did not report serving within 5 s"
+    fail "server did not report serving within $HANG_GUARD s (hang guard)"
 }
 
-# Sends SIG to pid and checks it exits 0 within 2 s.
+# start_serving NAME FN: picks a free port into $port, runs FN in the background (its output
+# in $tmp/NAME.log; its pid in $spid) and waits until it serves. A port another process took
+# meanwhile (the server exits saying it cannot bind) costs a retry on a fresh port.
+start_serving() {
+    local name=$1 fn=$2
+    for _ in 1 2 3 4 5; do
+        port=$(free_port)
+        "$fn" > "$tmp/$name.log" 2>&1 &
+        spid=$!
+        pids+=("$spid")
+        wait_serving "$spid" "$tmp/$name.log" && return 0
+        wait "$spid" || true
+        forget "$spid"
+        grep -q "cannot bind" "$tmp/$name.log" || { cat "$tmp/$name.log"; fail "$name: server exited before serving"; }
+        echo "note: port $port was taken meanwhile; another"
+    done
+    cat "$tmp/$name.log"
+    fail "$name: 5 ports in a row were taken"
+}
+
+# Sends SIG to pid and checks it exits 0 (failing after HANG_GUARD s, the hang guard).
 stop_clean() {
     local pid=$1 sig=$2
     local t0
     t0=$(now_ms)
     kill "-$sig" "$pid"
-    for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.01; done
+    for ((i = 0; i < HANG_GUARD * 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.01; done
     local dt=$(( $(now_ms) - t0 ))
     if kill -0 "$pid" 2>/dev/null; then
         kill -9 "$pid" 2>/dev/null || true   # fail, but do not hang on a server stuck in shutdown
-        fail "server still running $dt ms after SIG$sig"
+        fail "server still running $dt ms after SIG$sig (hang guard)"
     fi
     set +e
     wait "$pid"
     local rc=$?
     set -e
+    forget "$pid"
     [ "$rc" -eq 0 ] || fail "server exited $rc on SIG$sig, want 0"
-    [ "$dt" -lt 2000 ] || fail "server took $dt ms to stop on SIG$sig"
-    echo "ok: SIG$sig stops the server with exit 0 in $dt ms"
+    echo "ok: SIG$sig stops the server with exit 0 (in $dt ms)"
 }
 
-"$server" --help > "$tmp/out" || fail "--help exits $?"
+guard "$server" --help > "$tmp/out" || fail "--help exits $?"
 grep -q -- "--cluster_spec" "$tmp/out" && grep -q "TF_CONFIG" "$tmp/out" || fail "--help text"
 echo "ok: --help"
 
@@ -102,50 +148,42 @@ expect_bad 2 'DG_CURVE_SECRET_KEY must be a 40-character Z85 key' \
     DG_CURVE_PUBLIC_KEY=0123456789012345678901234567890123456789 DG_CURVE_SECRET_KEY=short -- --cluster_spec "$spec" --job_name ps
 
 # A server on a free port; a second one on the same port fails to start; SIGTERM stops the first.
-port=$(free_port)
-"$server" --cluster_spec "ps|127.0.0.1:$port" --job_name ps --task_index 0 > "$tmp/s1.log" 2>&1 &
-s1=$!
-pids+=("$s1")
-wait_serving "$s1" "$tmp/s1.log"
+run_s1() { exec "$server" --cluster_spec "ps|127.0.0.1:$port" --job_name ps --task_index 0; }
+start_serving s1 run_s1
+s1=$spid
 grep -q "/job:ps/replica:0/task:0" "$tmp/s1.log" || { cat "$tmp/s1.log"; fail "log does not name the task"; }
 expect_bad 1 "127\.0\.0\.1:$port" -- --ps_hosts "127.0.0.1:$port" --job_name ps
 stop_clean "$s1" TERM
 
 # The task from TF_CONFIG alone; SIGINT stops it too.
-port=$(free_port)
-TF_CONFIG="{\"cluster\": {\"ps\": [\"127.0.0.1:1\"], \"worker\": [\"127.0.0.1:2\", \"127.0.0.1:$port\"]},
-            \"task\": {\"type\": \"worker\", \"index\": 1}}" "$server" > "$tmp/s2.log" 2>&1 &
-s2=$!
-pids+=("$s2")
-wait_serving "$s2" "$tmp/s2.log"
+run_s2() {
+    TF_CONFIG="{\"cluster\": {\"ps\": [\"127.0.0.1:1\"], \"worker\": [\"127.0.0.1:2\", \"127.0.0.1:$port\"]},
+                \"task\": {\"type\": \"worker\", \"index\": 1}}" exec "$server"
+}
+start_serving s2 run_s2
+s2=$spid
 grep -q "/job:worker/replica:0/task:1.*127\.0\.0\.1:$port" "$tmp/s2.log" || { cat "$tmp/s2.log"; fail "TF_CONFIG task"; }
 stop_clean "$s2" INT
 
 # Flags win over TF_CONFIG, even a broken one.
-port=$(free_port)
-TF_CONFIG='not json' "$server" --cluster_spec "worker|127.0.0.1:$port" --job_name worker > "$tmp/s3.log" 2>&1 &
-s3=$!
-pids+=("$s3")
-wait_serving "$s3" "$tmp/s3.log"
-stop_clean "$s3" TERM
+run_s3() { TF_CONFIG='not json' exec "$server" --cluster_spec "worker|127.0.0.1:$port" --job_name worker; }
+start_serving s3 run_s3
+stop_clean "$spid" TERM
 
 # --gen_curve_keys: two 40-character Z85 keys; a server starts with them from the environment.
-"$server" --gen_curve_keys > "$tmp/keys" || fail "--gen_curve_keys exits $?"
+guard "$server" --gen_curve_keys > "$tmp/keys" || fail "--gen_curve_keys exits $?"
 [ "$(wc -l < "$tmp/keys")" -eq 2 ] || { cat "$tmp/keys"; fail "--gen_curve_keys: want two lines"; }
 grep -qE '^DG_CURVE_PUBLIC_KEY=[]0-9A-Za-z.:+=^!/*?&<>()[{}@%$#-]{40}$' "$tmp/keys" && \
     grep -qE '^DG_CURVE_SECRET_KEY=[]0-9A-Za-z.:+=^!/*?&<>()[{}@%$#-]{40}$' "$tmp/keys" && \
     [ "$(sed -n 1p "$tmp/keys" | cut -d= -f2-)" != "$(sed -n 2p "$tmp/keys" | cut -d= -f2-)" ] \
     || { cat "$tmp/keys"; fail "--gen_curve_keys output"; }
 echo "ok: --gen_curve_keys"
-port=$(free_port)
-(
+run_s4() {
     export DG_CURVE_PUBLIC_KEY DG_CURVE_SECRET_KEY
     DG_CURVE_PUBLIC_KEY=$(sed -n 's/^DG_CURVE_PUBLIC_KEY=//p' "$tmp/keys")
     DG_CURVE_SECRET_KEY=$(sed -n 's/^DG_CURVE_SECRET_KEY=//p' "$tmp/keys")
     exec "$server" --cluster_spec "ps|127.0.0.1:$port" --job_name ps
-) > "$tmp/s4.log" 2>&1 &
-s4=$!
-pids+=("$s4")
-wait_serving "$s4" "$tmp/s4.log"
-stop_clean "$s4" TERM
+}
+start_serving s4 run_s4
+stop_clean "$spid" TERM
 echo "dg_server smoke: all passed"
