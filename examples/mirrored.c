@@ -41,9 +41,16 @@ static dg_output tower(dg_graph *g, int replica, const dg_output *inputs, void *
     return dg_sparse_softmax_cross_entropy(g, "cross_entropy", logits, inputs[1]);
 }
 
-// True when every mirrored copy of v holds the same bytes as replica 0's.
+// FNV-1a over n bytes, continuing from h.
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+    return h;
+}
+
+// True when every mirrored copy of v holds the same bytes as replica 0's; each copy's bytes
+// also go into hash[replica] (printed, so a test can compare the copies itself).
 static bool copies_identical(dg_session *s, dg_strategy *strategy, dg_output v, bool *same,
-                             dg_status *st) {
+                             uint64_t *hash, dg_status *st) {
     dg_tensor *first = NULL;
     *same = true;
     for (int r = 0; r < dg_strategy_num_replicas(strategy); r++) {
@@ -53,6 +60,7 @@ static bool copies_identical(dg_session *s, dg_strategy *strategy, dg_output v, 
             dg_tensor_unref(first);
             return false;
         }
+        hash[r] = fnv1a(hash[r], dg_tensor_data(t), dg_tensor_nbytes(t));
         if (!first) {
             first = t;
             continue;
@@ -210,11 +218,15 @@ int main(int argc, char **argv) {
     if (kind == DG_STRATEGY_MIRRORED) {
         bool all_same = true;
         dg_output vs[4] = {m.hid_w, m.hid_b, m.sm_w, m.sm_b};
+        uint64_t hash[64];
+        for (int r = 0; r < 64; r++) hash[r] = 0xcbf29ce484222325ull;
         for (int i = 0; i < 4; i++) {
             bool same;
-            if (!copies_identical(s, m.strategy, vs[i], &same, st)) goto out;
+            if (!copies_identical(s, m.strategy, vs[i], &same, hash, st)) goto out;
             all_same = all_same && same;
         }
+        for (int r = 0; r < dg_strategy_num_replicas(m.strategy) && r < 64; r++)
+            printf("mirrored copy %d: parameters fnv1a %016llx\n", r, (unsigned long long)hash[r]);
         printf("mirrored copies identical: %s\n", all_same ? "yes" : "NO");
         if (!all_same) {
             dg_status_set(st, DG_INTERNAL, "the mirrored copies of the variables differ");

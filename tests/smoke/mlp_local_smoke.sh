@@ -15,7 +15,7 @@ rc=$?
 set -e
 echo "$err"
 [ "$rc" -eq 1 ] || { echo "expected exit 1 for a missing data dir, got $rc"; exit 1; }
-echo "$err" | grep -q "/nonexistent-dir/train-images-idx3-ubyte" || { echo "error does not name the file"; exit 1; }
+grep -q "/nonexistent-dir/train-images-idx3-ubyte" <<<"$err" || { echo "error does not name the file"; exit 1; }
 echo "mlp_local smoke: accuracy $acc"
 # A corrupt data set: a truncated image file is DATA_LOSS naming the file.
 tmp=$(mktemp -d)
@@ -29,5 +29,5 @@ err=$("$bin" --data_dir "$tmp" --train_steps 1 2>&1)
 rc=$?
 set -e
 echo "$err"
-[ "$rc" -eq 1 ] && echo "$err" | grep -q "DATA_LOSS" && echo "$err" | grep -q "train-images-idx3-ubyte.gz" \
+[ "$rc" -eq 1 ] && grep -q "DATA_LOSS" <<<"$err" && grep -q "train-images-idx3-ubyte.gz" <<<"$err" \
     || { echo "expected DATA_LOSS naming the truncated file"; exit 1; }
