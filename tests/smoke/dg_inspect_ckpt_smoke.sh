@@ -24,11 +24,11 @@ ckpt="$tmp/ckpt.db"
 out=$("$inspect" checkpoints "$ckpt") || fail "dg-inspect checkpoints"
 echo "$out"
 for s in 3 4; do
-    echo "$out" | grep -Eq "^$s +[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} +8 +4206368 \\(4\\.0 MiB\\)\$" || fail "row of step $s"
+    grep -Eq "^$s +[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} +8 +4206368 \\(4\\.0 MiB\\)\$" <<<"$out" || fail "row of step $s"
 done
-echo "$out" | grep -Eq '^5 +.* +8 +4206368 \(4\.0 MiB\) +<- newest$' || fail "step 5 is not marked newest"
-echo "$out" | grep -Eq '^[12] ' && fail "pruned steps are listed"
-echo "$out" | grep -Fq "3 checkpoints in $ckpt, newest: step 5" || fail "checkpoints summary line"
+grep -Eq '^5 +.* +8 +4206368 \(4\.0 MiB\) +<- newest$' <<<"$out" || fail "step 5 is not marked newest"
+grep -Eq '^[12] ' <<<"$out" && fail "pruned steps are listed"
+grep -Fq "3 checkpoints in $ckpt, newest: step 5" <<<"$out" || fail "checkpoints summary line"
 "$inspect" checkpoints "$ckpt" --json > "$tmp/ckpts.json" || fail "checkpoints --json"
 python3 - "$tmp/ckpts.json" <<'EOF' || fail "checkpoints --json"
 import json, sys, time
@@ -44,11 +44,11 @@ EOF
 # variables: the writer's 8 variables, of the newest step or of --step.
 out=$("$inspect" variables "$ckpt" --values 3) || fail "dg-inspect variables"
 echo "$out"
-echo "$out" | grep -Fq "checkpoint of step 5 (newest) in $ckpt" || fail "variables header"
-echo "$out" | grep -Eq '^dense/kernel +float32 +\[1024,1024\] +5 +4194304 +.*\.\.\. \(1048573 more\)$' || fail "dense/kernel row"
-echo "$out" | grep -Eq '^global_step +int64 +\[\] +5 +8 +5$' || fail "global_step row (value 5)"
-echo "$out" | grep -Eq '^counts +int64 +\[0\] +5 +0 +\(empty\)$' || fail "counts row"
-echo "$out" | grep -Fq "8 variables, 4206368 bytes (4.0 MiB)" || fail "variables total"
+grep -Fq "checkpoint of step 5 (newest) in $ckpt" <<<"$out" || fail "variables header"
+grep -Eq '^dense/kernel +float32 +\[1024,1024\] +5 +4194304 +.*\.\.\. \(1048573 more\)$' <<<"$out" || fail "dense/kernel row"
+grep -Eq '^global_step +int64 +\[\] +5 +8 +5$' <<<"$out" || fail "global_step row (value 5)"
+grep -Eq '^counts +int64 +\[0\] +5 +0 +\(empty\)$' <<<"$out" || fail "counts row"
+grep -Fq "8 variables, 4206368 bytes (4.0 MiB)" <<<"$out" || fail "variables total"
 for step in 3 5; do
     "$inspect" variables "$ckpt" --step $step --values 2 --json > "$tmp/vars$step.json" || fail "variables --step $step --json"
     python3 - "$tmp/vars$step.json" $step <<'EOF' || fail "variables --json, step $step"
@@ -91,10 +91,10 @@ db.close()
 EOF
 out=$("$inspect" summaries "$ckpt") || fail "dg-inspect summaries"
 echo "$out"
-echo "$out" | grep -Eq '^accuracy +8 +5\.\.40 +0\.9305[0-9]* +0$' || fail "accuracy row"
-echo "$out" | grep -Eq '^loss +44 \(41 steps\) +1\.\.41 +inf +1$' || fail "loss row"
-echo "$out" | grep -Eq '^single +1 +7\.\.7 +0\.5 +0$' || fail "single row"
-echo "$out" | grep -Fq "4 tags in $ckpt" || fail "summaries total"
+grep -Eq '^accuracy +8 +5\.\.40 +0\.9305[0-9]* +0$' <<<"$out" || fail "accuracy row"
+grep -Eq '^loss +44 \(41 steps\) +1\.\.41 +inf +1$' <<<"$out" || fail "loss row"
+grep -Eq '^single +1 +7\.\.7 +0\.5 +0$' <<<"$out" || fail "single row"
+grep -Fq "4 tags in $ckpt" <<<"$out" || fail "summaries total"
 "$inspect" summaries "$ckpt" --json > "$tmp/sum.json" || fail "summaries --json"
 python3 - "$tmp/sum.json" <<'EOF' || fail "summaries --json"
 import json, sys
@@ -109,7 +109,7 @@ EOF
 # plot, SVG: one polyline per tag with one point per finite step, a legend, the note.
 out=$("$inspect" plot "$ckpt" --tag loss --tag accuracy -o "$tmp/plot.svg") || fail "dg-inspect plot (svg)"
 echo "$out"
-echo "$out" | grep -Fq "2 tags, 48 points, steps 1..40, 800x480 px; 1 non-finite value skipped (loss: 1)" || fail "plot summary"
+grep -Fq "2 tags, 48 points, steps 1..40, 800x480 px; 1 non-finite value skipped (loss: 1)" <<<"$out" || fail "plot summary"
 python3 - "$tmp/plot.svg" <<'EOF' || fail "plot SVG"
 import sys, xml.etree.ElementTree as ET
 ns = "{http://www.w3.org/2000/svg}"
@@ -153,7 +153,7 @@ EOF
 # the red note under the chart only when values were skipped.
 out=$("$inspect" plot "$ckpt" --tag loss --tag accuracy -o "$tmp/plot.png") || fail "dg-inspect plot (png)"
 echo "$out"
-echo "$out" | grep -Fq "2 tags, 48 points, steps 1..40, 800x480 px; 1 non-finite value skipped (loss: 1)" || fail "plot (png) summary"
+grep -Fq "2 tags, 48 points, steps 1..40, 800x480 px; 1 non-finite value skipped (loss: 1)" <<<"$out" || fail "plot (png) summary"
 "$inspect" plot "$ckpt" --tag single -o "$tmp/SINGLE.PNG" > /dev/null || fail "plot to .PNG"
 for png in "$tmp/plot.png" "$tmp/SINGLE.PNG"; do
 python3 - "$png" <<'EOF' || fail "PNG $png"
@@ -228,7 +228,7 @@ expect_fail() {
     set -e
     echo "$err" | head -1
     [ "$rc" -eq "$want" ] || fail "dg-inspect $* exited $rc, expected $want"
-    echo "$err" | grep -Eq -- "$pattern" || fail "dg-inspect $*: message does not match $pattern"
+    grep -Eq -- "$pattern" <<<"$err" || fail "dg-inspect $*: message does not match $pattern"
 }
 "$bin/dg-ckpt-writer" "$tmp/empty.db" --steps 0 > /dev/null
 "$bin/dg-ckpt-writer" "$tmp/nosum.db" --steps 1 > /dev/null
@@ -278,9 +278,9 @@ db.commit()
 EOF
 out=$("$inspect" variables "$tmp/sliced.db") || fail "variables of a file with slices"
 echo "$out"
-echo "$out" | grep -Eq '^name +dtype +shape +step +bytes +slice of$' || fail "slices header"
-echo "$out" | grep -Eq '^pixels +uint8 +\[3,5\] +5 +15 +image \[6,5\] at \[3,0\]$' || fail "pixels slice row"
-echo "$out" | grep -Eq '^mask +bool +\[33\] +5 +33$' || fail "mask row beside slices"
+grep -Eq '^name +dtype +shape +step +bytes +slice of$' <<<"$out" || fail "slices header"
+grep -Eq '^pixels +uint8 +\[3,5\] +5 +15 +image \[6,5\] at \[3,0\]$' <<<"$out" || fail "pixels slice row"
+grep -Eq '^mask +bool +\[33\] +5 +33$' <<<"$out" || fail "mask row beside slices"
 "$inspect" variables "$tmp/sliced.db" --json > "$tmp/sliced.json" || fail "variables --json with slices"
 python3 - "$tmp/sliced.json" <<'EOF' || fail "variables --json with slices"
 import json, sys

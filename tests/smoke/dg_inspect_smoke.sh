@@ -23,10 +23,10 @@ worker=/job:worker/replica:0/task:0/device:CPU:0
 # graph: the table and JSON.
 out=$("$inspect" graph "$tmp/mlp.graph") || fail "dg-inspect graph"
 echo "$out" | head -5
-echo "$out" | grep -Eq '^2 +hid_w +VariableV2 +float32\[784,100\] +/job:ps/task:0 ' || fail "hid_w row"
-echo "$out" | grep -Eq '^[0-9]+ +MatMul +MatMul +float32\[\?,100\] +/job:worker/task:0 .* x, hid_w$' \
+grep -Eq '^2 +hid_w +VariableV2 +float32\[784,100\] +/job:ps/task:0 ' <<<"$out" || fail "hid_w row"
+grep -Eq '^[0-9]+ +MatMul +MatMul +float32\[\?,100\] +/job:worker/task:0 .* x, hid_w$' <<<"$out" \
     || fail "MatMul row"
-echo "$out" | grep -Eq '^[0-9]+ nodes$' || fail "node count line"
+grep -Eq '^[0-9]+ nodes$' <<<"$out" || fail "node count line"
 "$inspect" graph "$tmp/mlp.graph" --json > "$tmp/graph.json" || fail "dg-inspect graph --json"
 python3 - "$tmp/graph.json" <<'EOF' || fail "graph --json"
 import json, sys
@@ -42,7 +42,7 @@ EOF
 # place: round robin over the ps tasks; the rest on the worker.
 out=$("$inspect" place "$tmp/mlp.graph" --cluster_spec "$spec") || fail "dg-inspect place"
 check_place() {
-    echo "$out" | grep -Eq "^$1 +[A-Za-z0-9]+ +-> +$2\$" || fail "$1 should be on $2"
+    grep -Eq "^$1 +[A-Za-z0-9]+ +-> +$2\$" <<<"$out" || fail "$1 should be on $2"
 }
 check_place hid_w "$ps0"
 check_place hid_b "$ps1"
@@ -54,7 +54,7 @@ check_place "hid_b/Adam_1" "$ps1"
 check_place "Adam/update_hid_b/ApplyAdam" "$ps1"
 check_place MatMul "$worker"
 check_place "cross_entropy/xentropy" "$worker"
-echo "$out" | grep -Eq "nodes placed on 3 devices" || fail "placement summary"
+grep -Eq "nodes placed on 3 devices" <<<"$out" || fail "placement summary"
 "$inspect" place "$tmp/mlp.graph" --cluster_spec "$spec" --json > "$tmp/place.json"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["sm_b"].endswith("task:1/device:CPU:0"), d' \
     "$tmp/place.json" || fail "place --json"
@@ -62,19 +62,19 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["sm_b"].en
 rc=0
 out=$("$inspect" place "$tmp/mlp.graph" --cluster_spec "$spec" --gpus_per_task 2 2>&1) || rc=$?
 [ "$rc" = 0 ] || { echo "$out" | tail -5; fail "dg-inspect place --gpus_per_task 2 exited $rc"; }
-echo "$out" | grep -E "^MatMul " || { echo "$out" | tail -5; fail "no MatMul row with --gpus_per_task 2"; }
+grep -E "^MatMul " <<<"$out" || { echo "$out" | tail -5; fail "no MatMul row with --gpus_per_task 2"; }
 check_place MatMul /job:worker/replica:0/task:0/device:GPU:0
 
 # partition: one list per device and the Send/Recv pairs.
 out=$("$inspect" partition "$tmp/mlp.graph" --cluster_spec "$spec") || fail "dg-inspect partition"
-echo "$out" | grep -E '^/job:' || true
+grep -E '^/job:' <<<"$out" || true
 for d in "$ps0" "$ps1" "$worker"; do
-    echo "$out" | grep -Eq "^$d \\([0-9]+ nodes\\)\$" || fail "no partition for $d"
+    grep -Eq "^$d \\([0-9]+ nodes\\)\$" <<<"$out" || fail "no partition for $d"
 done
-echo "$out" | grep -Eq "^Send/Recv pairs \\([1-9][0-9]*\\):\$" || fail "no Send/Recv pairs"
-echo "$out" | grep -Fq "  hid_w:0: $ps0 -> $worker" || fail "hid_w is not sent to the worker"
-echo "$out" | grep -Fq "  hid_b:0: $ps1 -> $worker" || fail "hid_b is not sent to the worker"
-echo "$out" | grep -Fq "  gradients/MatMul_grad/MatMul_1:0: $worker -> $ps0" || fail "hid_w's gradient is not sent to ps 0"
+grep -Eq "^Send/Recv pairs \\([1-9][0-9]*\\):\$" <<<"$out" || fail "no Send/Recv pairs"
+grep -Fq "  hid_w:0: $ps0 -> $worker" <<<"$out" || fail "hid_w is not sent to the worker"
+grep -Fq "  hid_b:0: $ps1 -> $worker" <<<"$out" || fail "hid_b is not sent to the worker"
+grep -Fq "  gradients/MatMul_grad/MatMul_1:0: $worker -> $ps0" <<<"$out" || fail "hid_w's gradient is not sent to ps 0"
 "$inspect" partition "$tmp/mlp.graph" --cluster_spec "$spec" --json > "$tmp/part.json"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["devices"]) == 3 and d["transfers"], d' \
     "$tmp/part.json" || fail "partition --json"
@@ -99,7 +99,7 @@ expect_fail() {
     set -e
     echo "$err"
     [ "$rc" -eq 1 ] || fail "dg-inspect $* exited $rc, expected 1"
-    echo "$err" | grep -Eq "$pattern" || fail "dg-inspect $*: message does not match $pattern"
+    grep -Eq "$pattern" <<<"$err" || fail "dg-inspect $*: message does not match $pattern"
 }
 head -c 1000 "$tmp/mlp.graph" > "$tmp/truncated.graph"
 expect_fail "DATA_LOSS: graph file \"$tmp/truncated.graph\": truncated" graph "$tmp/truncated.graph"
