@@ -4,7 +4,9 @@
  * of each batch, the gradients are averaged with one all-reduce, and every worker applies the
  * same update. Worker 0 (the chief) also trains the same model in one process on the whole
  * batches, prints both loss curves side by side (step, loss_distributed, loss_single) and, at
- * the end, the largest difference between the two sets of parameters.
+ * the end, the largest difference between the two sets of parameters. The chief exits 3 when
+ * the curves or the parameters differ by more than --tolerance, a loss is NaN or infinite, or
+ * the loss did not fall.
  *   build/bin/dg-launch --workers 2 -- build/bin/exp_regression --train_steps 300 */
 #include <math.h>
 #include <stdio.h>
@@ -62,19 +64,20 @@ static int fail(const dg_status *st, const char *what) {
     return 1;
 }
 
-// One training step of session s: feeds x/y, runs train, returns the fetched loss (or NAN).
-static double step(dg_session *s, const model *m, dg_output loss, dg_node *train, double *x, double *y,
-                   int64_t rows, dg_status *st) {
+// One training step of session s: feeds x/y, runs train, sets *v to the fetched loss (which may
+// be NaN or infinite: a diverging run is not a failed one). False when the step failed.
+static bool step(dg_session *s, const model *m, dg_output loss, dg_node *train, double *x, double *y,
+                 int64_t rows, double *v, dg_status *st) {
     dg_tensor *xt = dg_tensor_from_data(DG_FLOAT64, dg_shape2(rows, 1), x, st);
     dg_tensor *yt = dg_tensor_from_data(DG_FLOAT64, dg_shape2(rows, 1), y, st);
     dg_output feeds[2] = {m->x, m->y};
     dg_tensor *vals[2] = {xt, yt}, *l = NULL;
-    double v = NAN;
-    if (xt && yt && dg_session_run(s, feeds, vals, 2, &loss, &l, 1, &train, 1, st)) v = dg_tensor_f64(l)[0];
+    bool ok = xt && yt && dg_session_run(s, feeds, vals, 2, &loss, &l, 1, &train, 1, st);
+    if (ok) *v = dg_tensor_f64(l)[0];
     dg_tensor_unref(l);
     dg_tensor_unref(xt);
     dg_tensor_unref(yt);
-    return v;
+    return ok;
 }
 
 int main(int argc, char **argv) {
@@ -204,10 +207,11 @@ int main(int argc, char **argv) {
         printf("%6s  %16s  %16s\n", "step", "loss_distributed", "loss_single");
     }
     double first_loss = NAN, last_loss = NAN, max_rel = 0;
+    bool finite = true;
     for (int64_t s = 0; s < train_steps; s++) {
         batch(seed, s, first, per_worker, x, y);
-        double ld = step(sd, &md, mean_loss, train_d, x, y, per_worker, st);
-        if (isnan(ld)) {
+        double ld = NAN, ls = NAN;
+        if (!step(sd, &md, mean_loss, train_d, x, y, per_worker, &ld, st)) {
             fail(st, "distributed step");
             goto out;
         }
@@ -215,13 +219,13 @@ int main(int argc, char **argv) {
         last_loss = ld;
         if (!is_chief) continue;
         batch(seed, s, 0, batch_size, x, y);
-        double ls = step(ss, &ms, ms.loss, train_s, x, y, batch_size, st);
-        if (isnan(ls)) {
+        if (!step(ss, &ms, ms.loss, train_s, x, y, batch_size, &ls, st)) {
             fail(st, "single-process step");
             goto out;
         }
+        finite = finite && isfinite(ld) && isfinite(ls);
         double rel = fabs(ld - ls) / fmax(fabs(ls), 1e-300);
-        if (rel > max_rel) max_rel = rel;
+        if (!(rel <= max_rel)) max_rel = rel;   // a NaN sticks and fails the match
         if (s % log_every == 0 || s == train_steps - 1) printf("%6lld  %16.10f  %16.10f\n", (long long)s, ld, ls);
         fflush(stdout);
     }
@@ -231,8 +235,10 @@ int main(int argc, char **argv) {
         bool ok = dg_session_run(sd, NULL, NULL, 0, md.vars, vd, N_VARS, NULL, 0, st) &&
                   dg_session_run(ss, NULL, NULL, 0, ms.vars, vs, N_VARS, NULL, 0, st);
         for (int v = 0; ok && v < N_VARS; v++)
-            for (int64_t e = 0; e < dg_tensor_num_elements(vd[v]); e++)
-                max_diff = fmax(max_diff, fabs(dg_tensor_f64(vd[v])[e] - dg_tensor_f64(vs[v])[e]));
+            for (int64_t e = 0; e < dg_tensor_num_elements(vd[v]); e++) {
+                double d = fabs(dg_tensor_f64(vd[v])[e] - dg_tensor_f64(vs[v])[e]);
+                if (!(d <= max_diff)) max_diff = d;   // fmax would drop a NaN
+            }
         for (int v = 0; v < N_VARS; v++) {
             dg_tensor_unref(vd[v]);
             dg_tensor_unref(vs[v]);
@@ -244,7 +250,14 @@ int main(int argc, char **argv) {
         printf("loss: first %.6g, last %.6g\n", first_loss, last_loss);
         printf("largest relative loss difference: %.3g\n", max_rel);
         printf("max parameter difference: %.3g\n", max_diff);
-        printf("curves match: %s\n", max_rel <= tolerance && max_diff <= tolerance ? "yes" : "no");
+        // False for a NaN or an infinite loss: the script checks the numbers again on its own.
+        bool match = finite && max_rel <= tolerance && max_diff <= tolerance && last_loss < first_loss;
+        printf("curves match: %s\n", match ? "yes" : "no");
+        fflush(stdout);
+        if (!match) {
+            rc = 3;
+            goto out;
+        }
     } else {
         printf("worker %lld: %lld steps, loss %.6g -> %.6g\n", (long long)task_index, (long long)train_steps,
                first_loss, last_loss);

@@ -14,11 +14,12 @@ wait "$W1" || { cat "$TMP/w1"; fail "worker 1 failed"; }
 for w in w0 w1; do tail -n 3 "$TMP/$w"; done
 for w in w0 w1; do
     grep -q "After 2000 training step(s)" "$TMP/$w" || fail "$w did not stop at global step 2000"
-    acc=$(sed -n 's/.*validation accuracy = \([0-9.]*\).*/\1/p' "$TMP/$w")
-    awk -v a="$acc" 'BEGIN { exit !(a >= 0.84) }' || fail "$w: test accuracy $acc < 0.84"
+    acc=$(sed -n 's/.*validation accuracy = \([^ ]*\) .*/\1/p' "$TMP/$w")
+    check_ge "$w: test accuracy" "$acc" 0.84
 done
 l0=$(grep "validation cross entropy" "$TMP/w0" | sed 's/.*= //')
 l1=$(grep "validation cross entropy" "$TMP/w1" | sed 's/.*= //')
+check_number "worker 0's validation cross entropy" "$l0"
 [ "$l0" = "$l1" ] || fail "the workers disagree: validation cross entropy $l0 vs $l1"
 
 # Checkpoints: worker 0 saves; rerunning resumes (worker 0 restores, the others take its
@@ -38,7 +39,7 @@ for steps in 200 300 300; do
 done
 grep -q "restored checkpoint of global step 300" "$TMP/c0" || fail "worker 0 did not restore step 300"
 grep -q "Training elapsed time: .* (0 local steps" "$TMP/c1" || fail "worker 1 trained past the stop step"
-"$BIN/dg-inspect" summaries "$TMP/ckpt.db" | grep -Eq '^loss ' || fail "no loss summaries in the checkpoint file"
+grep -Eq '^loss ' <<<"$("$BIN/dg-inspect" summaries "$TMP/ckpt.db")" || fail "no loss summaries in the checkpoint file"
 
 # A missing worker.
 read -r P0 P1 <<< "$(free_ports 2)"

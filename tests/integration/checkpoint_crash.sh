@@ -31,6 +31,7 @@ for i in $(seq "$KILLS"); do
         fail "kill $i: verify exited $rc (the writer had saved step $printed)"
     fi
     got=$(awk '/^verified step/ { print $3 }' "$TMP/verify")
+    check_number "kill $i: the newest verified step" "$got"
     if [ "$got" -eq "$printed" ]; then
         :
     elif [ "$got" -eq $((printed + 1)) ]; then

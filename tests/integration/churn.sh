@@ -6,5 +6,5 @@
 source "$(dirname "$0")/common.bash"
 out=$(CYCLES=5 DG_BIN_DIR="$BIN" bash "$DG_SOURCE_DIR/bench/churn_soak.sh" 2>&1) || { echo "$out"; fail "churn soak"; }
 echo "$out"
-echo "$out" | grep -q '"metric": "graphs_freed_after_their_master_left"' || fail "no figures"
+grep -q '"metric": "graphs_freed_after_their_master_left"' <<<"$out" || fail "no figures"
 echo "PASS"

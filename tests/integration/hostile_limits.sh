@@ -42,11 +42,21 @@ start() {
 }
 # json JSON_LINE KEY: one value of a line.
 json() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
-# check JSON_LINE KEY MAX: the line's KEY is at most MAX.
+# check JSON_LINE KEY MAX: the line's KEY is a number, at most MAX.
 check_at_most() {
     local v
     v=$(json "$1" "$2")
+    check_number "$2 in $1" "$v"
     [ "$v" -le "$3" ] || fail "$2 = $v, over $3: $1"
+}
+# left_behind JSON_LINE: sets LEFT to the line's rss_after_kb (a number) less $first, the RSS
+# before the first round.
+left_behind() {
+    local v
+    v=$(json "$1" rss_after_kb)
+    check_number "rss_after_kb in $1" "$v"
+    check_number "rss_before_kb of the first round" "$first"
+    LEFT=$((v - first))
 }
 start
 P1=$PORT
@@ -57,7 +67,8 @@ for _ in $(seq $ROUNDS); do
     echo "$out"
     first=${first:-$(json "$out" rss_before_kb)}
     check_at_most "$out" growth_peak_kb "$LIMIT_KB"
-    [ $(($(json "$out" rss_after_kb) - first)) -le "$AFTER_KB" ] || fail "the chunk floods left memory behind: $out"
+    left_behind "$out"
+    [ "$LEFT" -le "$AFTER_KB" ] || fail "the chunk floods left memory behind: $out"
 done
 [ "$(task_stat "dg://127.0.0.1:$P1" inflight_bytes)" = 0 ] || fail "chunked transfers still held after the peers left"
 refused=$(task_stat "dg://127.0.0.1:$P1" transfers_refused)
@@ -77,7 +88,8 @@ for _ in $(seq $ROUNDS); do
     first=${first:-$(json "$out" rss_before_kb)}
     check_at_most "$out" growth_peak_kb "$LIMIT_KB"
     check_at_most "$out" growth_held_kb "$LIMIT_KB"
-    [ $(($(json "$out" rss_after_kb) - first)) -le "$AFTER_KB" ] || fail "the PING floods left memory behind: $out"
+    left_behind "$out"
+    [ "$LEFT" -le "$AFTER_KB" ] || fail "the PING floods left memory behind: $out"
 done
 [ "$(task_stat "dg://127.0.0.1:$P2" replies_dropped)" -gt 0 ] || fail "no reply was dropped"
 

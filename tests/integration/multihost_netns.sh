@@ -86,9 +86,9 @@ for w in W0 W1; do
 done
 grep -h "validation accuracy" "$TMP/w0" "$TMP/w1"
 for w in w0 w1; do
-    acc=$(sed -n 's/.*validation accuracy = \([0-9.]*\).*/\1/p' "$TMP/$w" | tail -1)
+    acc=$(sed -n 's/.*validation accuracy = \([^ ]*\) .*/\1/p' "$TMP/$w" | tail -1)
     [ -n "$acc" ] || { cat "$TMP/$w"; fail "$w printed no accuracy"; }
-    python3 -c "import sys; sys.exit(0 if float('$acc') >= 0.82 else 1)" || fail "$w: accuracy $acc < 0.82"
+    check_ge "$w: accuracy" "$acc" 0.82
 done
 # The ps's counters, asked from another host with the client key.
 stats=$(on 1 "$BIN/dg-inspect" server "dg://$PS_HOST:$PORT" --json) || fail "dg-inspect server from host 1"

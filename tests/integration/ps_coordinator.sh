@@ -18,6 +18,6 @@ wait "$C" || { cat "$TMP/c"; fail "the coordinator failed"; }
 grep -E "worker 1 failed|ran|steps done in|validation accuracy" "$TMP/c"
 grep -q "worker 1 failed" "$TMP/c" || fail "the coordinator did not notice worker 1 die"
 grep -q "^Coordinator: $STEPS of $STEPS steps done" "$TMP/c" || fail "not every step ran"
-acc=$(sed -n 's/.*validation accuracy = \([0-9.]*\).*/\1/p' "$TMP/c")
-awk -v a="$acc" 'BEGIN { exit !(a >= 0.82) }' || fail "accuracy $acc < 0.82"
+acc=$(sed -n 's/.*validation accuracy = \([^ ]*\) .*/\1/p' "$TMP/c")
+check_ge "accuracy" "$acc" 0.82
 echo "PASS ps_coordinator"

@@ -14,8 +14,8 @@ for i in 0 1; do
 done
 for i in 0 1; do wait "${W[$i]}" || { cat "$TMP/w$i"; fail "worker program $i failed"; }; done
 grep "validation accuracy" "$TMP/w0" "$TMP/w1"
-acc=$(sed -n 's/.*validation accuracy = \([0-9.]*\).*/\1/p' "$TMP/w0")
-awk -v a="$acc" 'BEGIN { exit !(a >= 0.82) }' || fail "accuracy $acc < 0.82"
+acc=$(sed -n 's/.*validation accuracy = \([^ ]*\) .*/\1/p' "$TMP/w0")
+check_ge "accuracy" "$acc" 0.82
 for p in $P0 $P1 $P2; do
     g=$(task_stat "dg://127.0.0.1:$p" registered_graphs)
     [ "$g" = 0 ] || fail "task at port $p still holds $g partitions after the worker programs ended"

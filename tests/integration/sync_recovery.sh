@@ -34,9 +34,10 @@ for f in w0 w1; do
     final=$(sed -n 's/^After \([0-9]*\) training step(s).*/\1/p' "$TMP/$f")
     [ "$final" = "$STEPS" ] || fail "$f ended at global step '$final', expected exactly $STEPS"
 done
-a0=$(sed -n "s/.*validation accuracy = \([0-9.]*\).*/\1/p" "$TMP/w0")
-a1=$(sed -n "s/.*validation accuracy = \([0-9.]*\).*/\1/p" "$TMP/w1")
-[ -n "$a0" ] && [ "$a0" = "$a1" ] || fail "accuracies differ or are missing: '$a0' vs '$a1'"
-awk -v a="$a0" 'BEGIN { exit !(a >= 0.82) }' || fail "accuracy $a0 < 0.82"
+a0=$(sed -n "s/.*validation accuracy = \([^ ]*\) .*/\1/p" "$TMP/w0")
+a1=$(sed -n "s/.*validation accuracy = \([^ ]*\) .*/\1/p" "$TMP/w1")
+check_number "worker 0's accuracy" "$a0"
+[ "$a0" = "$a1" ] || fail "accuracies differ: '$a0' vs '$a1'"
+check_ge "accuracy" "$a0" 0.82
 echo "ps killed at $killed_at and restarted; both workers recovered; final global step $STEPS; accuracy $a0"
 echo "PASS sync_recovery"

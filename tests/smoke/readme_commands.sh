@@ -54,6 +54,25 @@ accs = [float(a) for a in re.findall(r"validation accuracy = ([0-9.]+)", open(sy
 sys.exit(0 if all(a >= 0.75 for a in accs) else 1)
 PY
 done
+# exp_regression's exit status says whether its curves matched; its numbers are checked here
+# too: every loss finite, the two curves within 1e-9 relative (plus the 1e-10 they are printed
+# to), the largest differences it reports numbers <= 1e-9, and the loss fell.
+exp=$(grep -l "^\[worker0\] max parameter difference:" "$tmp"/keep* | head -1) || fail "no block ran exp_regression"
+python3 - "$exp" <<'PY' || fail "exp_regression's numbers in $(basename "$exp")"
+import math, re, sys
+text = open(sys.argv[1]).read()
+rows = re.findall(r"^\[worker0\] +\d+ +(\S+) +(\S+)$", text, re.M)
+assert len(rows) >= 2, "no loss table"
+for a, b in rows:
+    a, b = float(a), float(b)
+    assert math.isfinite(a) and math.isfinite(b), "a loss is not finite: %r %r" % (a, b)
+    assert abs(a - b) <= 1e-9 * abs(b) + 1e-10, "the curves differ: %r vs %r" % (a, b)
+assert float(rows[-1][0]) < float(rows[0][0]), "the loss did not fall"
+for what in ("largest relative loss difference", "max parameter difference"):
+    v = float(re.search(r"^\[worker0\] %s: (\S+)$" % what, text, re.M).group(1))
+    assert v <= 1e-9, "%s %r" % (what, v)   # False for a NaN
+print("exp_regression: %d rows, loss %s -> %s, curves within 1e-9" % (len(rows), rows[0][0], rows[-1][0]))
+PY
 [ -s "$tmp/loss.svg" ] || fail "dg-inspect plot wrote no loss.svg"
 # The README's figure is what its commands draw today.
 cmp -s "$tmp/mlp_ps2.svg" "$src/docs/mlp_ps2.svg" ||
