@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: unit, integration and smoke tests through CTest, then
 # the unit tests again under valgrind memcheck, as many at once as there are cores (set
-# DG_SKIP_VALGRIND=1 to skip that pass), then
+# DG_SKIP_VALGRIND=1 to skip that pass), then the mutation checks of tests/mutation (the code
+# broken on purpose in a scratch copy: each mutant must make a test fail; DG_SKIP_MUTANTS=1
+# skips them), then
 # every fuzz target of tests/fuzz for DG_FUZZ_SECONDS each (default 60; DG_SKIP_FUZZ=1 skips
 # them), built with clang in build-fuzz/.
 set -euo pipefail
@@ -39,6 +41,10 @@ if [ "${DG_SKIP_VALGRIND:-0}" != 1 ]; then
     done
     echo "valgrind: $pass passed, $fail failed, $skip skipped"
     [ "$fail" -eq 0 ]
+fi
+if [ "${DG_SKIP_MUTANTS:-0}" != 1 ]; then
+    echo "== mutation checks (tests/mutation/mutate.py)"
+    python3 ../tests/mutation/mutate.py
 fi
 if [ "${DG_SKIP_FUZZ:-0}" != 1 ]; then
     echo "== fuzz targets, ${DG_FUZZ_SECONDS:-60} s each (tests/fuzz/README.md)"

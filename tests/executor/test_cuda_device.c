@@ -305,7 +305,7 @@ static void test_all_reduce(void **state) {
     dg_status *st = dg_status_new();
     int version = 0;
     if (!exec_cuda_nccl_version(&version, st)) {
-        print_message("skipping all-reduce: %s\n", dg_status_message(st));
+        print_message("SKIP: all-reduce: no NCCL: %s\n", dg_status_message(st));
         dg_status_free(&st);
         skip();
     }

@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Mutation checks: break the code on purpose and see that the suite notices.
+
+Each mutant inserts a line or two at one anchor of one source file (the anchor must occur
+exactly once, or the mutant is reported stale and the run fails), rebuilds the targets its
+tests need in a scratch copy of the tree, and runs those tests with CTest. A mutant is caught
+when at least one of them fails; one that every test passes has survived, and the run fails.
+The source tree and its build/ are never touched.
+
+    tests/mutation/mutate.py [--work DIR] [--report FILE] [--list] [NAME ...]
+
+Prints one JSON line per mutant (name, file, tests run, the tests that failed, the first
+failure line of each, seconds) and a summary line "mutants: N caught, N survived"; --report
+also writes a Markdown table. docs/CONTRIBUTING.md says when to add a mutant.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+# A float32 array of n elements at p, all NaN.
+NAN_FILL_F32 = "for (int64_t mut_i = 0; mut_i < {n}; mut_i++) {p}[mut_i] = __builtin_nanf(\"\");"
+
+
+def after(anchor, text):
+    """An edit: text inserted after anchor."""
+    return (anchor, anchor + text)
+
+
+ADAM_ANCHOR = "        adam_f64(var->data, mt->data, vt->data, grad->data, n, lr_t, beta1, beta2, eps);\n"
+
+MUTANTS = [
+    {
+        "name": "apply_adam_nan",
+        "what": "ApplyAdam (CPU) writes NaN into every element of the variable",
+        "file": "executor/cpu/kernels_state.c",
+        "edits": [after(ADAM_ANCHOR,
+                        "    for (int64_t mut_i = 0; mut_i < n; mut_i++) {\n"
+                        "        if (var->dtype == DG_FLOAT32) ((float *)var->data)[mut_i] = __builtin_nanf(\"\");\n"
+                        "        else ((double *)var->data)[mut_i] = __builtin_nan(\"\");\n"
+                        "    }\n")],
+        "tests": ["test_gradients"],
+    },
+    {
+        "name": "apply_adam_1e9",
+        "what": "ApplyAdam (CPU) writes 1e9 (a finite wrong value, the control for the NaN mutant)",
+        "file": "executor/cpu/kernels_state.c",
+        "edits": [after(ADAM_ANCHOR,
+                        "    for (int64_t mut_i = 0; mut_i < n; mut_i++) {\n"
+                        "        if (var->dtype == DG_FLOAT32) ((float *)var->data)[mut_i] = 1e9f;\n"
+                        "        else ((double *)var->data)[mut_i] = 1e9;\n"
+                        "    }\n")],
+        "tests": ["test_gradients"],
+    },
+    {
+        "name": "conv_direct_fwd_nan",
+        "what": "the direct convolution's forward pass writes NaN everywhere",
+        "file": "executor/cpu/conv_direct.c",
+        "edits": [after("    fwd_padded(xp, g->n, hp, wp, g->c, rlo, rhi, clo, chi, f, g->kh, g->kw, g->oh, g->ow, g->oc, ep, y);\n",
+                        "    " + NAN_FILL_F32.format(n="g->n * g->oh * g->ow * g->oc", p="y") + "\n")],
+        "tests": ["test_conv_direct", "test_fusion"],
+    },
+    {
+        "name": "conv_direct_bp_input_nan",
+        "what": "the direct convolution's input gradient writes NaN everywhere",
+        "file": "executor/cpu/conv_direct.c",
+        "edits": [after("    fwd_padded(dyp, g->n, hp, wp, oc, rlo, rhi, clo, chi, fr, kh, kw, g->h, g->w, c, NULL, dx);\n",
+                        "    " + NAN_FILL_F32.format(n="g->n * g->h * g->w * c", p="dx") + "\n")],
+        "tests": ["test_conv_direct", "test_fusion"],
+    },
+    {
+        "name": "conv_direct_bp_filter_nan",
+        "what": "the direct convolution's filter gradient writes NaN everywhere",
+        "file": "executor/cpu/conv_direct.c",
+        "edits": [after("    bpf_padded(xp, g->n, hp, wp, g->c, rlo, rhi, clo, chi, dy, g->kh, g->kw, g->oh, g->ow, g->oc, df);\n",
+                        "    " + NAN_FILL_F32.format(n="g->kh * g->kw * g->c * g->oc", p="df") + "\n")],
+        "tests": ["test_conv_direct", "test_fusion"],
+    },
+    {
+        "name": "ring_all_reduce_nan",
+        "what": "the ring all-reduce's owner of each segment writes NaN (all bits set) over its final value",
+        "file": "executor/cpu/kernels_collective.c",
+        "edits": [after("                combine(f64_end, a, l, out + a, in + a, t->data, p == n - 2 && k->mean ? n : 1);\n",
+                        "                if (p == n - 2) memset(out + a, 0xff, l);\n")],
+        "tests": ["test_collective"],
+    },
+    {
+        "name": "exp_regression_diverges",
+        "what": "exp_regression's learning rate 20 times too large: training diverges",
+        "file": "examples/exp_regression.c",
+        "edits": [("optimizer(gd, opt_name, lr)", "optimizer(gd, opt_name, lr * 20)"),
+                  ("optimizer(gs, opt_name, lr)", "optimizer(gs, opt_name, lr * 20)")],
+        "tests": ["exp_regression"],
+    },
+    {
+        "name": "exp_regression_diverges_exit0",
+        "what": "the same divergence with the chief's exit status forced to 0: only the script's own checks "
+                "of the printed numbers can catch it",
+        "file": "examples/exp_regression.c",
+        "edits": [("optimizer(gd, opt_name, lr)", "optimizer(gd, opt_name, lr * 20)"),
+                  ("optimizer(gs, opt_name, lr)", "optimizer(gs, opt_name, lr * 20)"),
+                  ("            rc = 3;\n", "            rc = 0;\n")],
+        "tests": ["exp_regression"],
+    },
+]
+
+
+def run(cmd, cwd=None, log=None, env=None):
+    p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    if log:
+        with open(log, "a") as f:
+            f.write("$ " + " ".join(cmd) + "\n" + p.stdout)
+    return p.returncode, p.stdout
+
+
+def copy_tree(src, dst):
+    """The tree as git sees it (tracked, and untracked files not ignored), without build outputs."""
+    rc, out = run(["git", "-C", src, "ls-files", "-co", "--exclude-standard", "-z"])
+    if rc != 0:
+        sys.exit("mutate: git ls-files failed in %s: %s" % (src, out))
+    for rel in filter(None, out.split("\0")):
+        s = os.path.join(src, rel)
+        if not os.path.isfile(s):
+            continue
+        d = os.path.join(dst, rel)
+        os.makedirs(os.path.dirname(d), exist_ok=True)
+        shutil.copy2(s, d)
+
+
+def first_failure(out):
+    """What a failing CTest --output-on-failure log says first: the failed case and its message."""
+    case = re.search(r"\[  FAILED  \] (\S+)", out)
+    msg = None
+    for pat in [r"^ERROR: (.*)$", r"^.*: element \d+ of \d+ .*$", r"^FAIL: .*$", r"^\[  ERROR   \] --- (?!\[)(.*)$",
+                r"^.*error: Failure!.*$"]:
+        m = re.search(pat, out, re.M)
+        if m:
+            msg = m.group(0).strip()
+            break
+    parts = [p for p in ((case.group(1) + ":") if case else None, msg) if p]
+    return " ".join(parts)[:300]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", help="scratch directory (default: a new temporary one, removed after)")
+    ap.add_argument("--report", help="also write a Markdown report here")
+    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("names", nargs="*", help="mutants to run (default: all)")
+    a = ap.parse_args()
+    if a.list:
+        for m in MUTANTS:
+            print("%-28s %s (%s; caught by %s)" % (m["name"], m["what"], m["file"], ", ".join(m["tests"])))
+        return 0
+    chosen = [m for m in MUTANTS if not a.names or m["name"] in a.names]
+    unknown = set(a.names) - {m["name"] for m in MUTANTS}
+    if unknown:
+        sys.exit("mutate: no mutant named %s (--list shows them)" % ", ".join(sorted(unknown)))
+
+    src = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    work = a.work or tempfile.mkdtemp(prefix="dg-mutants-")
+    tree, build, log = os.path.join(work, "src"), os.path.join(work, "build"), os.path.join(work, "build.log")
+    t0 = time.time()
+    print("mutate: copying the tree to %s" % tree, flush=True)
+    if os.path.exists(tree):
+        shutil.rmtree(tree)
+    copy_tree(src, tree)
+    env = dict(os.environ)
+    if shutil.which("nvcc") is None and os.access("/usr/local/cuda/bin/nvcc", os.X_OK):
+        env["PATH"] = env.get("PATH", "") + ":/usr/local/cuda/bin"
+    # The CUDA device is not what these mutants break: built without it, the copy builds faster.
+    rc, out = run(["cmake", "-S", tree, "-B", build, "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DDG_WITH_CUDA=OFF"],
+                  log=log, env=env)
+    if rc != 0:
+        sys.exit("mutate: configuring the copy failed (%s):\n%s" % (log, out[-2000:]))
+
+    # The targets every chosen mutant's tests need, built once unmutated, and checked green:
+    # a test that fails before any mutation proves nothing about a mutant.
+    targets = sorted({t for m in chosen for t in m["tests"]})
+    build_targets = []
+    for t in targets:
+        build_targets += ["exp_regression", "dg-launch"] if t == "exp_regression" else [t]
+    jobs = str(os.cpu_count() or 2)
+    print("mutate: building %s" % " ".join(build_targets), flush=True)
+    rc, out = run(["cmake", "--build", build, "-j", jobs, "--target"] + build_targets, log=log, env=env)
+    if rc != 0:
+        sys.exit("mutate: building the unmutated copy failed (%s):\n%s" % (log, out[-3000:]))
+    regex = "^(" + "|".join(targets) + ")$"
+    rc, out = run(["ctest", "--test-dir", build, "-R", regex, "--output-on-failure", "--timeout", "600"], env=env)
+    if rc != 0:
+        sys.exit("mutate: the unmutated tests fail, so no mutant can be judged:\n%s" % out[-3000:])
+    print("mutate: unmutated %s pass (%.0f s)" % (", ".join(targets), time.time() - t0), flush=True)
+
+    results = []
+    for m in chosen:
+        t1 = time.time()
+        path = os.path.join(tree, m["file"])
+        with open(path) as f:
+            orig = f.read()
+        r = {"mutant": m["name"], "what": m["what"], "file": m["file"], "tests": m["tests"]}
+        mutated, stale = orig, []
+        for old, new in m["edits"]:
+            if mutated.count(old) != 1:
+                stale.append("%r found %d times" % (old.strip()[:60], mutated.count(old)))
+            mutated = mutated.replace(old, new)
+        if stale:
+            r.update(result="stale", detail="; ".join(stale))
+            results.append(r)
+            print(json.dumps(r), flush=True)
+            continue
+        with open(path, "w") as f:
+            f.write(mutated)
+        try:
+            mb = [t for t in build_targets if t in m["tests"] or (t in ("exp_regression", "dg-launch")
+                                                                  and "exp_regression" in m["tests"])]
+            rc, out = run(["cmake", "--build", build, "-j", jobs, "--target"] + mb, log=log, env=env)
+            if rc != 0:
+                r.update(result="build_failed", detail=out[-500:])
+            else:
+                failed, lines = [], {}
+                for t in m["tests"]:
+                    rc, out = run(["ctest", "--test-dir", build, "-R", "^%s$" % t, "--output-on-failure",
+                                   "--timeout", "600"], env=env)
+                    if rc != 0:
+                        failed.append(t)
+                        lines[t] = first_failure(out).replace(tree + "/", "")
+                r.update(result="caught" if failed else "survived", caught_by=failed, first_failure=lines)
+        finally:
+            with open(path, "w") as f:
+                f.write(orig)
+        r["seconds"] = round(time.time() - t1, 1)
+        results.append(r)
+        print(json.dumps(r), flush=True)
+
+    caught = sum(r["result"] == "caught" for r in results)
+    bad = len(results) - caught
+    summary = "mutants: %d caught, %d survived or stale (%.0f s)" % (caught, bad, time.time() - t0)
+    if a.report:
+        cpu = ""
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+        except OSError:
+            pass
+        rev = run(["git", "-C", src, "rev-parse", "--short", "HEAD"])[1].strip()
+        with open(a.report, "w") as f:
+            f.write("# Mutation checks\n\n`tests/mutation/mutate.py` on %s (tree at %s, %s).\n\n" %
+                    (time.strftime("%Y-%m-%d"), rev, cpu))
+            f.write("| mutant | what it breaks | result | caught by | first failure |\n|---|---|---|---|---|\n")
+            for r in results:
+                ff = "; ".join("%s: %s" % (k, v) for k, v in r.get("first_failure", {}).items())
+                f.write("| %s | %s (`%s`) | %s | %s | %s |\n" % (
+                    r["mutant"], r["what"], r["file"], r["result"], ", ".join(r.get("caught_by", [])) or "-",
+                    ff.replace("|", "\\|") or r.get("detail", "").replace("\n", " ")[:200]))
+            f.write("\n%s\n" % summary)
+    print(summary)
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if bad == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
