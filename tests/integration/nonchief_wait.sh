@@ -44,8 +44,9 @@ tail -1 "$TMP/w1b"
 grep -q "DEADLINE_EXCEEDED: waited 1500 ms for the chief to initialize variables: hid_w, hid_b, sm_w, sm_b" \
     "$TMP/w1b" || fail "the error does not say what the non-chief waited for"
 grep -q "global_step" "$TMP/w1b" || fail "the error does not name the global step"
-awk -v a="$start" -v b="$end" 'BEGIN { d = b - a; printf "gave up after %.2f s\n", d; exit !(d >= 1.5 && d < 20) }' ||
-    fail "the non-chief did not give up 1.5..20 s after it started"
+# Not early; that the 1500 ms wait ended it the message says (no upper bound on a loaded machine).
+awk -v a="$start" -v b="$end" 'BEGIN { d = b - a; printf "gave up after %.2f s\n", d; exit !(d >= 1.5) }' ||
+    fail "the non-chief gave up before its 1.5 s wait was over"
 kill -9 "$PS"
 
 # 3. Neither the chief nor the ps: the checks themselves fail; the error gives the last one.

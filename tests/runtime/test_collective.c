@@ -406,7 +406,7 @@ static void test_missing_peer_deadline(void **state) {
         double took = now_s() - t0;
         assert_status(jobs[0].st, DG_DEADLINE_EXCEEDED, "no data from /job:worker/replica:0/task:1 within 300 ms");
         assert_non_null(strstr(dg_status_message(jobs[0].st), "all-reduce instance"));
-        assert_true(took < 5.0);
+        assert_true(took >= 0.29);   // not early; the message says the 300 ms timeout ended it
         jobs[0].n_fetch = 0;
         free_group(jobs, 1);
     }
@@ -432,13 +432,15 @@ static void test_missing_peer_deadline(void **state) {
 }
 
 // A failure elsewhere in the step (here task 3 reads an uninitialized variable) ends a
-// collective waiting for a peer at once, with that cause, not after its 20 s timeout.
+// collective waiting for a peer at once, with that cause, not after its timeout: set to 120 s,
+// so that a step ended within 60 s was ended by the abort (a bound of causality, not of speed:
+// no loaded machine or valgrind takes a minute over this step).
 static void test_step_abort_ends_wait(void **state) {
     (void)state;
     rank_job jobs[1];
     memset(jobs, 0, sizeof jobs);
     dg_collective_group grp = dg_collective_group_make("worker", 2);
-    grp.timeout_ms = 20000;
+    grp.timeout_ms = 120000;
     dg_graph *g = jobs[0].g = dg_graph_new();
     dg_output x = dg_scalar(g, "x", DG_FLOAT32, 1), out;
     assert_true(dg_collective_all_reduce(g, NULL, &x, 1, &grp, 4400, DG_REDUCE_SUM, NULL, &out));
@@ -454,7 +456,7 @@ static void test_step_abort_ends_wait(void **state) {
     double took = now_s() - t0;
     assert_status(jobs[0].st, DG_FAILED_PRECONDITION, "never_initialized");
     print_message("aborted after %.3f s: %s\n", took, dg_status_message(jobs[0].st));
-    assert_true(took < 10.0);
+    assert_true(took < 60.0);
     jobs[0].n_fetch = 0;
     free_group(jobs, 1);
 }

@@ -194,7 +194,7 @@ static void test_take_deadline_names_missing_replicas(void **state) {
     int64_t t0 = now_ms();
     assert_null(acc_take(&a, 2, st));
     int64_t took = now_ms() - t0;
-    assert_true(took >= 140 && took < 5000);
+    assert_true(took >= 140);   // not early; the message says the deadline ended it (no upper bound: valgrind)
     assert_status(st, DG_DEADLINE_EXCEEDED,
                   "sync replicas: global step 0: got 1 of 2 gradients within 150 ms; no gradient from worker "
                   "task 1 (never contributed), worker task 2 (never contributed)");
@@ -599,7 +599,7 @@ static void test_missing_worker(void **state) {
     assert_false(apply.ok);
     assert_status(apply.st, DG_DEADLINE_EXCEEDED, "sync replicas: global step 1: got 1 of 2 gradients within 300 ms; "
                   "no gradient from worker task 1 (last contributed at step 0)");
-    assert_true(took >= 290 && took < 5000);
+    assert_true(took >= 290);   // not early; the message says the deadline ended it
     close_with(&reps[0], apply.st);
     pthread_join(th, NULL);
     assert_false(jobs[0].ok);
