@@ -13,6 +13,13 @@
 # Each scenario prints its JSON line (growth in KiB), so the figures are in the test's log.
 source "$(dirname "$0")/common.bash"
 LIMIT_KB=$((64 * 1024))   # memory the misbehaving peer may make the task hold
+# The peak while a flood is still arriving also holds the messages ZeroMQ has queued and the
+# task has not yet taken (1 MiB chunks, 100 MiB PINGs refused at the frame limit): how many
+# depends on how far the task falls behind the sender, that is on the machine's load, and the
+# product bounds them in messages, not bytes (docs/PROTOCOL.md). Measured under ctest -j2:
+# 28-75 MiB for the chunk flood. Before the limits the flood held 400-500 MiB, which this
+# bound still catches; what the task holds afterwards is held to LIMIT_KB and AFTER_KB.
+PEAK_LIMIT_KB=$((192 * 1024))
 ROUNDS=4                  # each abuse is repeated: what stays after must not pile up
 # After the peer left, what stays is measured from before the first round: a second after a
 # peer leaves the task gives its freed memory back, ZeroMQ's malloc arena included (the
@@ -66,7 +73,7 @@ for _ in $(seq $ROUNDS); do
         { echo "$out"; tail -20 "$TMP/server_$P1"; fail "the task stopped answering after the chunk flood"; }
     echo "$out"
     first=${first:-$(json "$out" rss_before_kb)}
-    check_at_most "$out" growth_peak_kb "$LIMIT_KB"
+    check_at_most "$out" growth_peak_kb "$PEAK_LIMIT_KB"
     left_behind "$out"
     [ "$LEFT" -le "$AFTER_KB" ] || fail "the chunk floods left memory behind: $out"
 done
@@ -86,7 +93,7 @@ for _ in $(seq $ROUNDS); do
         { echo "$out"; tail -20 "$TMP/server_$P2"; fail "the task stopped answering after the PING flood"; }
     echo "$out"
     first=${first:-$(json "$out" rss_before_kb)}
-    check_at_most "$out" growth_peak_kb "$LIMIT_KB"
+    check_at_most "$out" growth_peak_kb "$PEAK_LIMIT_KB"
     check_at_most "$out" growth_held_kb "$LIMIT_KB"
     left_behind "$out"
     [ "$LEFT" -le "$AFTER_KB" ] || fail "the PING floods left memory behind: $out"

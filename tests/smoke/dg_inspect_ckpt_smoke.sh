@@ -226,7 +226,7 @@ expect_fail() {
     err=$("$inspect" "$@" 2>&1 >/dev/null)
     rc=$?
     set -e
-    echo "$err" | head -1
+    head -1 <<<"$err"
     [ "$rc" -eq "$want" ] || fail "dg-inspect $* exited $rc, expected $want"
     grep -Eq -- "$pattern" <<<"$err" || fail "dg-inspect $*: message does not match $pattern"
 }

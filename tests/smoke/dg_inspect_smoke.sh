@@ -22,7 +22,7 @@ worker=/job:worker/replica:0/task:0/device:CPU:0
 
 # graph: the table and JSON.
 out=$("$inspect" graph "$tmp/mlp.graph") || fail "dg-inspect graph"
-echo "$out" | head -5
+head -5 <<<"$out"   # not echo | head: under pipefail, head leaving early fails echo (EPIPE)
 grep -Eq '^2 +hid_w +VariableV2 +float32\[784,100\] +/job:ps/task:0 ' <<<"$out" || fail "hid_w row"
 grep -Eq '^[0-9]+ +MatMul +MatMul +float32\[\?,100\] +/job:worker/task:0 .* x, hid_w$' <<<"$out" \
     || fail "MatMul row"
