@@ -18,15 +18,18 @@ start_ps
 "$BIN/mnist_replica" --job_name worker --task_index 0 $W > "$TMP/w0" 2>&1 & W0=$!; PIDS+=($W0)
 "$BIN/mnist_replica" --job_name worker --task_index 1 $W > "$TMP/w1" 2>&1 & W1=$!; PIDS+=($W1)
 kill_and_restart_ps "$TMP/w0" 500 900
+# On a failure every process's log is wanted: a worker that gave up waiting for the other one
+# says why only in the other one's log.
+dump() { for l in w0 w1 ps; do echo "--- $l"; tail -40 "$TMP/$l"; done; }
 
 # The RPC deadline is raised to 2 * sync_timeout + 10 s for sync training: allow two of them.
 for f in w0 w1; do
     pid=$W0; [ "$f" = w1 ] && pid=$W1
     for _ in $(seq 900); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && { tail -5 "$TMP/$f"; fail "$f still runs 90 s after the ps restarted (hung?)"; }
+    kill -0 "$pid" 2>/dev/null && { dump; fail "$f still runs 90 s after the ps restarted (hung?)"; }
     rc=0; wait "$pid" || rc=$?
-    [ "$rc" -eq 0 ] || { cat "$TMP/$f"; fail "$f exited with $rc"; }
-    grep -q "recreated the session after a failure" "$TMP/$f" || { cat "$TMP/$f"; fail "$f did not recover"; }
+    [ "$rc" -eq 0 ] || { dump; fail "$f exited with $rc"; }
+    grep -q "recreated the session after a failure" "$TMP/$f" || { dump; fail "$f did not recover"; }
 done
 grep -q "restored checkpoint of global step" "$TMP/w0" || fail "the chief restored nothing"
 echo "chief: $(grep -m1 'restored checkpoint' "$TMP/w0")"
