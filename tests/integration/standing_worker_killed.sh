@@ -12,7 +12,11 @@ for _ in $(seq 200); do [ "$(grep -c '^ *[0-9]' "$TMP/c1")" -ge 3 ] && break; sl
 [ "$(grep -c '^ *[0-9]' "$TMP/c1")" -ge 3 ] || { cat "$TMP/c1"; fail "the client never trained"; }
 kill -9 "${SERVER_PID[worker_:0]}"
 start=$(date +%s.%N)
-timeout 30 tail --pid="$C1" -f /dev/null || fail "the client still runs 30 s after a worker task died"
+timeout 30 tail --pid="$C1" -f /dev/null || {
+    # A hang: what the client and the master last said tells where it waits.
+    for l in c1 server_master_0 server_worker_0; do echo "--- $l"; tail -30 "$TMP/$l"; done
+    fail "the client still runs 30 s after a worker task died"
+}
 rc=0
 wait "$C1" || rc=$?
 end=$(date +%s.%N)
