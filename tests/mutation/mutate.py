@@ -23,13 +23,24 @@ import sys
 import tempfile
 import time
 
-# A float32 array of n elements at p, all NaN.
-NAN_FILL_F32 = "for (int64_t mut_i = 0; mut_i < {n}; mut_i++) {p}[mut_i] = __builtin_nanf(\"\");"
-
-
 def after(anchor, text):
     """An edit: text inserted after anchor."""
     return (anchor, anchor + text)
+
+
+def conv_nan(name, what, anchor, n, p):
+    """A mutant of the direct convolution: after anchor, the float32 array p of n elements all NaN."""
+    fill = "    for (int64_t mut_i = 0; mut_i < %s; mut_i++) %s[mut_i] = __builtin_nanf(\"\");\n" % (n, p)
+    return {"name": name, "what": what, "file": "executor/cpu/conv_direct.c", "edits": [after(anchor, fill)],
+            "tests": ["test_conv_direct", "test_fusion"]}
+
+
+# The build targets a test needs beyond its own name (an integration test runs programs).
+EXTRA_TARGETS = {"exp_regression": ["exp_regression", "dg-launch"]}
+
+
+def build_targets(tests):
+    return sorted({t for test in tests for t in EXTRA_TARGETS.get(test, [test])})
 
 
 ADAM_ANCHOR = "        adam_f64(var->data, mt->data, vt->data, grad->data, n, lr_t, beta1, beta2, eps);\n"
@@ -57,30 +68,15 @@ MUTANTS = [
                         "    }\n")],
         "tests": ["test_gradients"],
     },
-    {
-        "name": "conv_direct_fwd_nan",
-        "what": "the direct convolution's forward pass writes NaN everywhere",
-        "file": "executor/cpu/conv_direct.c",
-        "edits": [after("    fwd_padded(xp, g->n, hp, wp, g->c, rlo, rhi, clo, chi, f, g->kh, g->kw, g->oh, g->ow, g->oc, ep, y);\n",
-                        "    " + NAN_FILL_F32.format(n="g->n * g->oh * g->ow * g->oc", p="y") + "\n")],
-        "tests": ["test_conv_direct", "test_fusion"],
-    },
-    {
-        "name": "conv_direct_bp_input_nan",
-        "what": "the direct convolution's input gradient writes NaN everywhere",
-        "file": "executor/cpu/conv_direct.c",
-        "edits": [after("    fwd_padded(dyp, g->n, hp, wp, oc, rlo, rhi, clo, chi, fr, kh, kw, g->h, g->w, c, NULL, dx);\n",
-                        "    " + NAN_FILL_F32.format(n="g->n * g->h * g->w * c", p="dx") + "\n")],
-        "tests": ["test_conv_direct", "test_fusion"],
-    },
-    {
-        "name": "conv_direct_bp_filter_nan",
-        "what": "the direct convolution's filter gradient writes NaN everywhere",
-        "file": "executor/cpu/conv_direct.c",
-        "edits": [after("    bpf_padded(xp, g->n, hp, wp, g->c, rlo, rhi, clo, chi, dy, g->kh, g->kw, g->oh, g->ow, g->oc, df);\n",
-                        "    " + NAN_FILL_F32.format(n="g->kh * g->kw * g->c * g->oc", p="df") + "\n")],
-        "tests": ["test_conv_direct", "test_fusion"],
-    },
+    conv_nan("conv_direct_fwd_nan", "the direct convolution's forward pass writes NaN everywhere",
+             "    fwd_padded(xp, g->n, hp, wp, g->c, rlo, rhi, clo, chi, f, g->kh, g->kw, g->oh, g->ow, g->oc, ep, y);\n",
+             "g->n * g->oh * g->ow * g->oc", "y"),
+    conv_nan("conv_direct_bp_input_nan", "the direct convolution's input gradient writes NaN everywhere",
+             "    fwd_padded(dyp, g->n, hp, wp, oc, rlo, rhi, clo, chi, fr, kh, kw, g->h, g->w, c, NULL, dx);\n",
+             "g->n * g->h * g->w * c", "dx"),
+    conv_nan("conv_direct_bp_filter_nan", "the direct convolution's filter gradient writes NaN everywhere",
+             "    bpf_padded(xp, g->n, hp, wp, g->c, rlo, rhi, clo, chi, dy, g->kh, g->kw, g->oh, g->ow, g->oc, df);\n",
+             "g->kh * g->kw * g->c * g->oc", "df"),
     {
         "name": "ring_all_reduce_nan",
         "what": "the ring all-reduce's owner of each segment writes NaN (all bits set) over its final value",
@@ -182,12 +178,9 @@ def main():
     # The targets every chosen mutant's tests need, built once unmutated, and checked green:
     # a test that fails before any mutation proves nothing about a mutant.
     targets = sorted({t for m in chosen for t in m["tests"]})
-    build_targets = []
-    for t in targets:
-        build_targets += ["exp_regression", "dg-launch"] if t == "exp_regression" else [t]
     jobs = str(os.cpu_count() or 2)
-    print("mutate: building %s" % " ".join(build_targets), flush=True)
-    rc, out = run(["cmake", "--build", build, "-j", jobs, "--target"] + build_targets, log=log, env=env)
+    print("mutate: building %s" % " ".join(build_targets(targets)), flush=True)
+    rc, out = run(["cmake", "--build", build, "-j", jobs, "--target"] + build_targets(targets), log=log, env=env)
     if rc != 0:
         sys.exit("mutate: building the unmutated copy failed (%s):\n%s" % (log, out[-3000:]))
     regex = "^(" + "|".join(targets) + ")$"
@@ -216,9 +209,8 @@ def main():
         with open(path, "w") as f:
             f.write(mutated)
         try:
-            mb = [t for t in build_targets if t in m["tests"] or (t in ("exp_regression", "dg-launch")
-                                                                  and "exp_regression" in m["tests"])]
-            rc, out = run(["cmake", "--build", build, "-j", jobs, "--target"] + mb, log=log, env=env)
+            rc, out = run(["cmake", "--build", build, "-j", jobs, "--target"] + build_targets(m["tests"]),
+                          log=log, env=env)
             if rc != 0:
                 r.update(result="build_failed", detail=out[-500:])
             else:
