@@ -40,6 +40,21 @@ shm_kb() {
     done
     echo "$total"
 }
+# What shm_kb counted, file by file, with whose it is (on a failure).
+shm_list() {
+    local f pid who
+    for f in /dev/shm/dg-shm-*; do
+        [ -e "$f" ] || continue
+        pid=${f#/dev/shm/dg-shm-}
+        pid=${pid%%-*}
+        case " $pid " in
+            " $PS ") who=ps ;; " $CHIEF ") who=chief ;; " ${WORKER:-} ") who="worker 1 (the last, not counted)" ;;
+            *) case " ${GONE[*]:-} " in *" $pid "*) who="worker 1 (an earlier one)" ;; *) who="not of this job" ;; esac ;;
+        esac
+        kill -0 "$pid" 2>/dev/null && who="$who, running" || who="$who, gone"
+        echo "  $f $(du -k "$f" | cut -f1) KiB: $who"
+    done
+}
 for _ in $(seq 100); do stat_of registered_graphs >/dev/null 2>&1 && break; sleep 0.05; done
 "$BIN/mnist_replica" --job_name worker --task_index 0 "${HOSTS[@]}" --train_steps 1000000000 --log_every 50 \
     --quiet > "$TMP/chief.log" 2>&1 &
@@ -99,7 +114,7 @@ awk -v a="$rss0" -v b="$rss1" -v p="$BOUND_PCT" 'BEGIN { exit !(b <= a * (1 + p 
     { echo "churn_soak: ps memory grew by more than $BOUND_PCT%" >&2; bad=1; }
 [ "$fd1" -le $((fd0 + 2)) ] || { echo "churn_soak: the ps holds $((fd1 - fd0)) more descriptors" >&2; bad=1; }
 awk -v a="$shm0" -v b="$shm1" -v p="$BOUND_PCT" 'BEGIN { exit !(b <= a * (1 + p / 100)) }' ||
-    { echo "churn_soak: /dev/shm of the job grew by more than $BOUND_PCT%" >&2; bad=1; }
+    { echo "churn_soak: /dev/shm of the job grew by more than $BOUND_PCT%" >&2; shm_list >&2; bad=1; }
 [ "$maps1" -le "$maps0" ] || { echo "churn_soak: the ps maps $((maps1 - maps0)) more regions of other processes" >&2; bad=1; }
 [ "$graphs1" -le "$graphs0" ] || { echo "churn_soak: the ps holds $((graphs1 - graphs0)) more graphs" >&2; bad=1; }
 [ $((orphaned1 - orphaned0)) -ge "$CYCLES" ] ||

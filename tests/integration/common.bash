@@ -38,6 +38,13 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 }
 fail() { echo "FAIL: $*"; exit 1; }
+# stacks PID NAME: every thread's stack of a process that seems to hang (gdb, from scripts/setup.sh),
+# so that a rare hang seen once says where it waited.
+stacks() {
+    command -v gdb >/dev/null || { echo "(no gdb: no stacks of $2)"; return 0; }
+    echo "--- stacks of $2 (pid $1)"
+    timeout 60 gdb -batch -p "$1" -ex "thread apply all bt" 2>&1 | grep -E '^(Thread|#)' | head -200 || true
+}
 # is_number X: X is a finite decimal number ("12", "-0.5", "1.5e-07"): not empty, not "nan" or
 # "inf", not "1.2.3" and not so large it overflows. Check it before comparing X in awk: awk
 # compares anything that is not a number as a string ("nan" >= 0.82 is true in mawk).

@@ -15,6 +15,8 @@ start=$(date +%s.%N)
 timeout 30 tail --pid="$C1" -f /dev/null || {
     # A hang: what the client and the master last said tells where it waits.
     for l in c1 server_master_0 server_worker_0; do echo "--- $l"; tail -30 "$TMP/$l"; done
+    stacks "$C1" "the client"
+    stacks "${SERVER_PID[master:0]}" "the master task"
     fail "the client still runs 30 s after a worker task died"
 }
 rc=0

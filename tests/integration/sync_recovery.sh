@@ -26,7 +26,7 @@ dump() { for l in w0 w1 ps; do echo "--- $l"; tail -40 "$TMP/$l"; done; }
 for f in w0 w1; do
     pid=$W0; [ "$f" = w1 ] && pid=$W1
     for _ in $(seq 900); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && { dump; fail "$f still runs 90 s after the ps restarted (hung?)"; }
+    kill -0 "$pid" 2>/dev/null && { dump; stacks "$pid" "$f"; fail "$f still runs 90 s after the ps restarted (hung?)"; }
     rc=0; wait "$pid" || rc=$?
     [ "$rc" -eq 0 ] || { dump; fail "$f exited with $rc"; }
     grep -q "recreated the session after a failure" "$TMP/$f" || { dump; fail "$f did not recover"; }
