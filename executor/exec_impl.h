@@ -184,8 +184,34 @@ const exec_kernel_def *exec_kernel_find(const char *op, const char *device_type,
 // Adds kernels to the registry; a device type's register_kernels calls it (the registry
 // calls those once, on the first lookup). defs is borrowed for the life of the process.
 void exec_register_kernels(const exec_kernel_def *defs, int n);
+// Kernels run with denormal floats flushed to zero and read as zero (x86's FTZ and DAZ), as
+// TensorFlow runs its CPU kernels: arithmetic on a denormal costs about a hundred cycles on
+// x86, and Adam's moments of a weight whose gradient stays zero (a border pixel of MNIST)
+// decay into them within a few hundred steps, which made ApplyAdam a third of a training
+// step. exec_fp_enter sets the mode on this thread and returns the one to restore with
+// exec_fp_leave (a caller's own thread keeps its mode outside the kernels).
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+static inline unsigned exec_fp_enter(void) {
+    unsigned old = _mm_getcsr();
+    _mm_setcsr(old | 0x8040);   // FTZ (bit 15) and DAZ (bit 6)
+    return old;
+}
+static inline void exec_fp_leave(unsigned old) { _mm_setcsr(old); }
+#else
+static inline unsigned exec_fp_enter(void) { return 0; }
+static inline void exec_fp_leave(unsigned old) { (void)old; }
+#endif
 // The CPU device type's register_kernels (executor/cpu/cpu_register.c).
 void exec_cpu_register(void);
+// The threads one large CPU GEMM is split over, process-wide: n, or for n <= 0 the cores this
+// process may use (executor/cpu/gemm.c).
+void exec_cpu_set_threads(int n);
+// The CPU, its vector instructions, what runs the GEMM and its threads, in one line
+// (dg_cpu_summary). Returns: borrowed, valid on this thread until its next call.
+const char *exec_cpu_summary(void);
+// Prints "distgraph: cpu: " and exec_cpu_summary() to stderr, once per process.
+void exec_cpu_announce(void);
 // A placer callback: is there a kernel for n on device_type (and may n's outputs live there,
 // exec_device_type.floats_only_on_device)?
 bool exec_kernel_supports(void *ctx, const dg_node *n, const char *device_type);

@@ -524,7 +524,16 @@ static void submit(exec_step *s, int d) {
 }
 
 // Drains a stack of ready nodes. Newly ready expensive nodes beyond the first go to the pool.
+static void drain_nodes(exec_step *s, int *stack, int top, int cap);
+
+// Kernels run with denormal floats flushed to zero (exec_fp_enter, exec_impl.h).
 static void drain(exec_step *s, int *stack, int top, int cap) {
+    unsigned fp = exec_fp_enter();
+    drain_nodes(s, stack, top, cap);
+    exec_fp_leave(fp);
+}
+
+static void drain_nodes(exec_step *s, int *stack, int top, int cap) {
     exec_graph *eg = s->eg;
     while (top > 0) {
         int i = stack[--top];

@@ -8,11 +8,12 @@ set -euo pipefail
 # run the fuzz targets of tests/fuzz. protobuf-c writes TensorBoard's event files;
 # python3-venv holds the tensorboard package the event-file test reads them back with. cairo
 # draws dg-inspect's PNG charts (with the fonts fontconfig finds: fonts-dejavu-core). gdb: an
-# integration test that finds a process hanging prints its threads' stacks.
+# integration test that finds a process hanging prints its threads' stacks. libdnnl-dev (oneDNN)
+# runs float32 GEMM with the widest vectors the CPU has (executor/cpu/gemm.c).
 PKGS=(build-essential cmake pkg-config libzmq3-dev libmsgpack-dev libsqlite3-dev
       libopenblas-dev zlib1g-dev libcmocka-dev dataset-fashion-mnist valgrind python3 iperf3
       clang libclang-rt-dev llvm protobuf-c-compiler libprotobuf-c-dev python3-venv
-      libcairo2-dev fonts-dejavu-core gdb)
+      libcairo2-dev fonts-dejavu-core gdb libdnnl-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -131,10 +131,32 @@ bool cpu_sparse_adam_check(exec_ctx *ctx);
 bool cpu_dynamic_stitch_shape(exec_ctx *ctx, dg_shape *out);
 
 // ---- convolutional networks (kernels_conv.c), shared with the GPU kernels ----
-// C = alpha op(A) op(B) + beta C, row-major, float32 or float64 (t): OpenBLAS when built with
-// it, else a plain loop.
+// C = alpha op(A) op(B) + beta C, row-major, float32 or float64 (t), split over the intra-op
+// threads when large (gemm.c says what runs it).
 void cpu_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
               int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
+// The vector instructions of x86-64, narrowest first.
+typedef enum cpu_isa { CPU_ISA_BASELINE, CPU_ISA_SSE41, CPU_ISA_AVX2, CPU_ISA_AVX512 } cpu_isa;
+const char *cpu_isa_name(cpu_isa i);
+// What the CPU offers and what runs the GEMM (gemm.c).
+typedef struct cpu_gemm_info {
+    char model[64];                 // the CPU's brand string
+    cpu_isa cpu;                    // the widest vectors the CPU offers
+    cpu_isa cap;                    // the widest the GEMM may use (DG_MAX_CPU_ISA)
+    bool capped;                    // cap < cpu
+    bool has_vnni, has_bf16, has_fp16, has_amx;
+    char f32_provider[32], f32_kernel[48];   // e.g. "oneDNN 2.6.3", "avx512_core_vnni"
+    cpu_isa f32_isa;
+    bool f32_openblas;              // DG_GEMM=openblas
+    char f64_provider[32], f64_kernel[48];   // e.g. "OpenBLAS", "SkylakeX"
+    cpu_isa f64_isa;
+} cpu_gemm_info;
+// Filled once per process. Returns: borrowed, static.
+const cpu_gemm_info *cpu_gemm_get_info(void);
+// The cores this process may run on (its affinity mask), at most 64.
+int exec_cpu_default_threads(void);
+// The threads a large GEMM is split over (exec_cpu_set_threads, exec_impl.h).
+int exec_cpu_threads(void);
 // The state of every window op's kernel: its graph_window (free() destroys it).
 void *cpu_window_create(const dg_node *n, const exec_env *env, dg_status *st);
 // The geometry of this run of a window op (Conv2D, its two gradients, the pools and their

@@ -1,9 +1,5 @@
-/* Registers the CPU kernels and sets the BLAS thread count. */
+/* Registers the CPU kernels. */
 #include "cpu_impl.h"
-
-#ifdef DG_WITH_BLAS
-#include <cblas.h>
-#endif
 
 void exec_cpu_register(void) {
     exec_register_kernels(cpu_state_kernels, cpu_n_state_kernels);
@@ -17,15 +13,6 @@ void exec_cpu_register(void) {
     cpu_register_sync_kernels();         // kernels_sync.c
     cpu_register_local_reduce_kernels(); // kernels_local_reduce.c
     cpu_register_sparse_kernels();       // kernels_sparse.c
-}
-
-void exec_cpu_set_threads(int n);
-void exec_cpu_set_threads(int n) {
-#ifdef DG_WITH_BLAS
-    openblas_set_num_threads(n > 0 ? n : 1);
-#else
-    (void)n;
-#endif
 }
 
 bool cpu_read_dims(const dg_tensor *t, int64_t *dims, int *rank, int max_rank) {

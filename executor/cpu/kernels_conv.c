@@ -1,5 +1,5 @@
 /* CPU kernels of convolutional networks: Conv2D and its gradients by im2col and GEMM
- * (OpenBLAS when built with it), MaxPool, AvgPool and their gradients, Dropout.
+ * (cpu_gemm, gemm.c), MaxPool, AvgPool and their gradients, Dropout.
  *
  * im2col: a chunk of output positions (over the whole batch, NHWC) becomes a matrix with one
  * row per position holding its window, [kh][kw][c] (zeros where the window hangs over the
@@ -14,54 +14,8 @@
 #include <stdlib.h>
 
 #include "cpu_impl.h"
-#ifdef DG_WITH_BLAS
-#include <cblas.h>
-#endif
 
 #define CHUNK_BYTES ((size_t)1 << 21)
-
-// ---- GEMM ----
-
-#ifndef DG_WITH_BLAS
-// C = alpha op(A) op(B) + beta C, row-major; the loop order keeps B and C rows streaming.
-#define DEFINE_GEMM(T, NAME)                                                                      \
-    static void NAME(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A,      \
-                     int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {            \
-        for (int64_t i = 0; i < M; i++) {                                                         \
-            T *c = C + i * ldc;                                                                   \
-            for (int64_t j = 0; j < N; j++) c[j] = beta == 0 ? 0 : beta * c[j];                   \
-            for (int64_t k = 0; k < K; k++) {                                                     \
-                T a = alpha * (ta ? A[k * lda + i] : A[i * lda + k]);                             \
-                if (a == 0) continue;                                                             \
-                if (tb)                                                                           \
-                    for (int64_t j = 0; j < N; j++) c[j] += a * B[j * ldb + k];                   \
-                else                                                                              \
-                    for (int64_t j = 0; j < N; j++) c[j] += a * B[k * ldb + j];                   \
-            }                                                                                     \
-        }                                                                                         \
-    }
-DEFINE_GEMM(float, gemm_naive_f32)
-DEFINE_GEMM(double, gemm_naive_f64)
-#endif
-
-void cpu_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
-              int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
-    if (M == 0 || N == 0) return;
-#ifdef DG_WITH_BLAS
-    CBLAS_TRANSPOSE a = ta ? CblasTrans : CblasNoTrans, b = tb ? CblasTrans : CblasNoTrans;
-    if (t == DG_FLOAT32)
-        cblas_sgemm(CblasRowMajor, a, b, (int)M, (int)N, (int)K, (float)alpha, A, (int)lda, B, (int)ldb,
-                    (float)beta, C, (int)ldc);
-    else
-        cblas_dgemm(CblasRowMajor, a, b, (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C,
-                    (int)ldc);
-#else
-    if (t == DG_FLOAT32)
-        gemm_naive_f32(ta, tb, M, N, K, (float)alpha, A, lda, B, ldb, (float)beta, C, ldc);
-    else
-        gemm_naive_f64(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-#endif
-}
 
 // ---- shapes and geometry, shared with the GPU kernels ----
 

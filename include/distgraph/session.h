@@ -26,7 +26,7 @@ typedef struct dg_session dg_session;
 
 typedef struct dg_session_options {
     int inter_op_threads;    // threads running independent ops; 0: one per core, 1: inline only
-    int intra_op_threads;    // threads inside one op (BLAS); 0: 1
+    int intra_op_threads;    // threads inside one op (a large GEMM); 0: the cores this process may use
     bool allow_soft_placement;   // default true
     int n_virtual_cpus;      // extra CPU devices (/device:CPU:1 ...) for multi-device tests
     bool log_device_placement;
@@ -53,6 +53,14 @@ typedef struct dg_session_options {
 } dg_session_options;
 
 dg_session_options dg_session_options_default(void);
+
+// What runs this process's CPU kernels, in one line: the CPU model, the widest vector
+// instructions it offers, what runs float32 and float64 GEMM (provider, kernel; marked when
+// narrower than the CPU offers, or capped by the environment's DG_MAX_CPU_ISA: avx512, avx2,
+// sse41, baseline) and the intra-op threads. Every process that makes a session prints it to
+// stderr once ("distgraph: cpu: ..."); dg-inspect cpu prints it. Returns: borrowed, valid on
+// this thread until its next call.
+const char *dg_cpu_summary(void);
 
 // target: "local" (or "" / NULL) runs in this process. Borrows g until dg_session_free().
 // opts may be NULL for the defaults. Returns: new, caller frees with dg_session_free().

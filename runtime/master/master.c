@@ -60,8 +60,6 @@ struct master_session {
     int n_running, cap_running;
 };
 
-void exec_cpu_set_threads(int n);
-
 master_session *master_session_new(dg_graph *g, dg_server *server, const dg_session_options *opts, dg_status *st) {
     master_session *m = calloc(1, sizeof *m);
     if (!m) {
@@ -88,7 +86,8 @@ master_session *master_session_new(dg_graph *g, dg_server *server, const dg_sess
         master_session_free(&m);
         return NULL;
     }
-    exec_cpu_set_threads(m->opts.intra_op_threads > 0 ? m->opts.intra_op_threads : 1);
+    exec_cpu_set_threads(m->opts.intra_op_threads);
+    exec_cpu_announce();
     exec_devices_configure(&(exec_device_config){.allow_tf32 = m->opts.gpu_allow_tf32});
     if (server) {
         int n = dg_cluster_devices(rt_server_cluster(server), 0, &m->devices, st);

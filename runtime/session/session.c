@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "distgraph/session.h"
+#include "exec_impl.h"
 #include "master_client_impl.h"
 #include "master_impl.h"
 #include "server_impl.h"
@@ -22,6 +23,8 @@ dg_session_options dg_session_options_default(void) {
     o.allow_soft_placement = true;
     return o;
 }
+
+const char *dg_cpu_summary(void) { return exec_cpu_summary(); }
 
 dg_session *dg_session_new(dg_graph *g, const char *target, const dg_session_options *opts, dg_status *st) {
     dg_status_reset(st);

@@ -86,6 +86,15 @@ MUTANTS = [
         "tests": ["test_collective"],
     },
     {
+        "name": "gemm_split_skips_a_row",
+        "what": "a GEMM split over threads starts every piece but the first one row (or column) late: "
+                "one row of C per piece keeps its old value",
+        "file": "executor/cpu/gemm.c",
+        "edits": [("    int64_t lo = step * i, hi = lo + step < total ? lo + step : total;\n",
+                   "    int64_t lo = step * i + (i > 0), hi = lo + step < total ? lo + step : total;\n")],
+        "tests": ["test_cpu_gemm"],
+    },
+    {
         "name": "exp_regression_diverges",
         "what": "exp_regression's learning rate 20 times too large: training diverges",
         "file": "examples/exp_regression.c",

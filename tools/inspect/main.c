@@ -49,6 +49,9 @@ static int usage(FILE *f) {
             "commands on running servers:\n"
             "  server dg://HOST:PORT [--json]  registered partitions, remote clients' sessions\n"
             "                                  and running steps of the task at that address\n"
+            "commands on this machine:\n"
+            "  cpu                             the CPU, its vector instructions, what runs\n"
+            "                                  float32 and float64 GEMM, intra-op threads\n"
             "options:\n"
             "  --cluster_spec SPEC   \"ps|host:port,host:port;worker|host:port\"\n"
             "  --gpus_per_task N     GPUs per task besides /device:CPU:0 (default 0)\n"
@@ -113,6 +116,14 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) return usage(stdout);
     if (strcmp(argv[1], "--version") == 0) {
         printf("dg-inspect (distgraph) %s\n", dg_version());
+        return 0;
+    }
+    if (strcmp(argv[1], "cpu") == 0) {
+        if (argc > 2) {
+            fprintf(stderr, "dg-inspect: cpu takes no arguments\n");
+            return usage(stderr);
+        }
+        printf("%s\n", dg_cpu_summary());
         return 0;
     }
     o.cmd = argv[1];
