@@ -2,9 +2,9 @@
 # Bundles what the GPU checks need into .gpu-bundle/ (ignored by git), for a machine that has an
 # NVIDIA GPU with its driver and the CUDA libraries (cudart, cuBLAS, NCCL: the system's or
 # those of the nvidia-* Python wheels) but none of our other dependencies: a Release build
-# without OpenBLAS (the CPU reference kernels then use their own GEMM, and the bundle stays
-# small), the stripped GPU test and bench binaries, their non-CUDA shared libraries, and the
-# Fashion-MNIST files. Device code is built for sm_90 (H100, H200) only, which keeps the bundle
+# without OpenBLAS and oneDNN (the CPU reference kernels then use their own GEMM, and the
+# bundle stays small), the stripped GPU test and bench binaries, their non-CUDA shared
+# libraries, and the Fashion-MNIST files. Device code is built for sm_90 (H100, H200) only, which keeps the bundle
 # small; DG_CUDA_ARCH=80 (or "80;90") for other GPUs. On the GPU machine, from the repository
 # root: scripts/gpu_check.sh OUT.
 set -euo pipefail
@@ -14,7 +14,7 @@ out=$root/.gpu-bundle
 data=${DG_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 bins=(test_cuda_device test_gpu_placement test_gpu_kernels gpu_bench mlp_local mirrored mnist_replica cnn_replica dg-launch step_bench)
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDG_WITH_BLAS=OFF -DCMAKE_CUDA_ARCHITECTURES=${DG_CUDA_ARCH:-90} >"$root/.gpu_pack_configure.log"
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDG_WITH_BLAS=OFF -DDG_WITH_DNNL=OFF -DCMAKE_CUDA_ARCHITECTURES=${DG_CUDA_ARCH:-90} >"$root/.gpu_pack_configure.log"
 grep -q "distgraph: CUDA device ON" "$root/.gpu_pack_configure.log" ||
     { echo "gpu_pack: the CUDA toolkit was not found: the bundle would hold no GPU code" >&2; exit 1; }
 rm -f "$root/.gpu_pack_configure.log"
