@@ -33,7 +33,8 @@ static void reference(dg_dtype t, const shape *s, double alpha, const void *A, i
             }
             double c = t == DG_FLOAT32 ? ((const float *)C0)[i * ldc + j] : ((const double *)C0)[i * ldc + j];
             out[i * s->N + j] = alpha * acc + (beta == 0 ? 0 : beta * c);
-            if (fabs(alpha) * mag + fabs(beta * c) > *scale) *scale = fabs(alpha) * mag + fabs(beta * c);
+            double sc = fabs(alpha) * mag + fabs(beta * c);
+            if (!(sc <= *scale)) *scale = sc;   // a NaN sticks (and then fails every comparison)
         }
 }
 
