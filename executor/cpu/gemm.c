@@ -180,9 +180,10 @@ static void info_init(void) {
     const char *core = openblas_get_corename();
     snprintf(info.f64_kernel, sizeof info.f64_kernel, "%s", core ? core : "unknown");
     // OpenBLAS names the core whose kernels it took; the generic x86-64 ones are SSE2/SSE3.
+    // (and Sandybridge's are AVX: below AVX2, counted with them).
     static const char *const sse_cores[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom",
                                             "Katmai", "Coppermine", "Northwood", "Banias", "Opteron", "Barcelona",
-                                            NULL};
+                                            "Sandybridge", "Bulldozer", NULL};
     info.f64_isa = CPU_ISA_AVX2;
     for (int i = 0; core && sse_cores[i]; i++)
         if (strcasecmp(core, sse_cores[i]) == 0) info.f64_isa = CPU_ISA_SSE41;
@@ -418,20 +419,26 @@ void cpu_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, dou
 
 // ---- what runs, in words ----
 
+// What the summary says of a provider's vectors: narrower than the CPU's (and not by the cap),
+// capped, or above the cap because the provider cannot be capped (OpenBLAS fixes its kernels
+// when it loads: OPENBLAS_CORETYPE).
+static const char *isa_note(const cpu_gemm_info *i, cpu_isa used) {
+    if (used < i->cap) return ", NARROWER than the CPU";
+    if (used < i->cpu) return ", capped by DG_MAX_CPU_ISA";
+    if (used > i->cap) return ", not capped by DG_MAX_CPU_ISA (OPENBLAS_CORETYPE does)";
+    return "";
+}
+
 const char *exec_cpu_summary(void) {
     static __thread char line[512];
     const cpu_gemm_info *i = cpu_gemm_get_info();
     char feats[64] = "";
     snprintf(feats, sizeof feats, "%s%s%s%s", i->has_vnni ? " vnni" : "", i->has_bf16 ? " bf16" : "",
              i->has_fp16 ? " fp16" : "", i->has_amx ? " amx" : "");
-    const char *f32_note = i->f32_isa < i->cap ? ", NARROWER than the CPU" : i->f32_isa < i->cpu ? ", capped by DG_MAX_CPU_ISA" : "";
-    // OpenBLAS fixes its kernels when it loads (OPENBLAS_CORETYPE): DG_MAX_CPU_ISA cannot cap them.
-    const char *f64_note = i->f64_isa < i->cpu ? ", NARROWER than the CPU"
-                           : i->f64_isa > i->cap ? ", not capped by DG_MAX_CPU_ISA (OPENBLAS_CORETYPE does)"
-                                                 : "";
     snprintf(line, sizeof line, "%s; vector ISA %s%s%s%s; GEMM float32 %s %s%s, float64 %s %s%s; intra-op threads %d",
              i->model, cpu_isa_name(i->cpu), *feats ? " (" : "", *feats ? feats + 1 : "", *feats ? ")" : "",
-             i->f32_provider, i->f32_kernel, f32_note, i->f64_provider, i->f64_kernel, f64_note, exec_cpu_threads());
+             i->f32_provider, i->f32_kernel, isa_note(i, i->f32_isa), i->f64_provider, i->f64_kernel,
+             isa_note(i, i->f64_isa), exec_cpu_threads());
     return line;
 }
 

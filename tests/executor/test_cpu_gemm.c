@@ -174,7 +174,8 @@ static void test_widest_isa(void **state) {
     if (i->f32_isa < i->cap)
         fail_msg("the float32 GEMM (%s %s) runs %s vectors where the CPU offers %s", i->f32_provider, i->f32_kernel,
                  cpu_isa_name(i->f32_isa), cpu_isa_name(i->cap));
-    if (i->cap < i->cpu && i->f32_isa > i->cap)
+    // oneDNN takes the cap; OpenBLAS cannot (it fixes its kernels when it loads).
+    if (i->cap < i->cpu && i->f32_isa > i->cap && strncmp(i->f32_provider, "oneDNN", 6) == 0)
         fail_msg("the float32 GEMM (%s %s) runs %s vectors above DG_MAX_CPU_ISA=%s", i->f32_provider,
                  i->f32_kernel, cpu_isa_name(i->f32_isa), cpu_isa_name(i->cap));
     // The summary says what runs.
