@@ -336,6 +336,20 @@ static bool take_piece(int *i) {
     return true;
 }
 
+// Runs pieces of the pool's product while any are left; called and returns with pool.mu held.
+static void run_pieces_locked(void) {
+    int i;
+    while (take_piece(&i)) {
+        const gemm_args *g = pool.job;
+        int n = pool.n_pieces;
+        pthread_mutex_unlock(&pool.mu);
+        gemm_args p = gemm_piece(g, i, n);
+        if (p.M > 0 && p.N > 0) gemm_one(&p);
+        pthread_mutex_lock(&pool.mu);
+        if (++pool.finished == pool.n_pieces) pthread_cond_broadcast(&pool.done);
+    }
+}
+
 static void *pool_main(void *arg) {
     (void)arg;
     exec_fp_enter();   // this thread runs only kernels: flushed for its life
@@ -344,16 +358,7 @@ static void *pool_main(void *arg) {
     for (;;) {
         while (pool.generation == seen) pthread_cond_wait(&pool.go, &pool.mu);
         seen = pool.generation;
-        int i;
-        while (take_piece(&i)) {
-            const gemm_args *g = pool.job;
-            int n = pool.n_pieces;
-            pthread_mutex_unlock(&pool.mu);
-            gemm_args p = gemm_piece(g, i, n);
-            if (p.M > 0 && p.N > 0) gemm_one(&p);
-            pthread_mutex_lock(&pool.mu);
-            if (++pool.finished == pool.n_pieces) pthread_cond_broadcast(&pool.done);
-        }
+        run_pieces_locked();
     }
     return NULL;
 }
@@ -385,14 +390,7 @@ static bool gemm_split(const gemm_args *g, int n) {
     pool.finished = 0;
     pool.generation++;
     pthread_cond_broadcast(&pool.go);
-    int i;
-    while (take_piece(&i)) {
-        pthread_mutex_unlock(&pool.mu);
-        gemm_args p = gemm_piece(g, i, n);
-        if (p.M > 0 && p.N > 0) gemm_one(&p);
-        pthread_mutex_lock(&pool.mu);
-        if (++pool.finished == pool.n_pieces) pthread_cond_broadcast(&pool.done);
-    }
+    run_pieces_locked();
     while (pool.finished < pool.n_pieces) pthread_cond_wait(&pool.done, &pool.mu);
     pool.job = NULL;
     pthread_mutex_unlock(&pool.mu);
