@@ -161,27 +161,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gemm_bench: --threads takes 1..64 and --seconds a positive number\n");
         return 2;
     }
+    exec_cpu_set_threads(threads);   // (it holds OpenBLAS to one thread: the splitting is distgraph's)
 #ifdef DG_WITH_BLAS
-    openblas_set_num_threads(threads);
+    openblas_set_num_threads(threads);   // OpenBLAS as it comes: its own threads
 #endif
-    exec_cpu_set_threads(threads);
     const cpu_gemm_info *info = cpu_gemm_get_info();
     printf("{\"bench\": \"gemm_bench\", \"metric\": \"setup\", \"cpu\": \"%s\", \"summary\": \"%s\", \"threads\": %d}\n",
            info->model, dg_cpu_summary(), threads);
     const char *peak_isa = "none";
-    if (info->cap >= CPU_ISA_AVX2) {
-        double p2 = fma_peak(CPU_ISA_AVX2);
-        printf("{\"bench\": \"gemm_bench\", \"metric\": \"fma_peak\", \"isa\": \"avx2\", \"value\": %.1f, \"unit\": "
+    for (cpu_isa isa = CPU_ISA_AVX2; isa <= CPU_ISA_AVX512 && isa <= info->cap; isa++) {
+        printf("{\"bench\": \"gemm_bench\", \"metric\": \"fma_peak\", \"isa\": \"%s\", \"value\": %.1f, \"unit\": "
                "\"GFLOP/s\", \"threads\": 1}\n",
-               p2);
-        peak_isa = "avx2";
-    }
-    if (info->cap >= CPU_ISA_AVX512) {
-        double p5 = fma_peak(CPU_ISA_AVX512);
-        printf("{\"bench\": \"gemm_bench\", \"metric\": \"fma_peak\", \"isa\": \"avx512\", \"value\": %.1f, \"unit\": "
-               "\"GFLOP/s\", \"threads\": 1}\n",
-               p5);
-        peak_isa = "avx512";
+               cpu_isa_name(isa), fma_peak(isa));
+        peak_isa = cpu_isa_name(isa);
     }
     cpu_isa widest = info->cap >= CPU_ISA_AVX512 ? CPU_ISA_AVX512 : CPU_ISA_AVX2;
     bool has_peak = info->cap >= CPU_ISA_AVX2;
