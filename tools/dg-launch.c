@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -71,7 +72,9 @@ static void usage(FILE *f) {
         "Flags take their value as the next argument or after '=' (--ps=2). Options end at\n"
         "'--' or at the first argument that does not start with '-'.\n"
         "\n"
-        "Output: stdout and stderr of each task go to dg-launch's stdout, line by line, each\n"
+        "Threads: every task gets DG_INTRA_OP_THREADS = this host's cores / (N+M), at least 1,\n"
+        "the threads one large op is split over, unless the environment sets it already.\n"
+        "\n"        "Output: stdout and stderr of each task go to dg-launch's stdout, line by line, each\n"
         "line prefixed with the task, \"[ps0] \" or \"[worker1] \". dg-launch's own lines\n"
         "(\"dg-launch: ...\") go to stderr. Tasks read stdin from /dev/null. A task's stdout is\n"
         "a pipe, so C stdio buffers it fully: flush, or use setvbuf, to see lines as they come.\n"
@@ -385,6 +388,18 @@ static char standing_server_path[4200], standing_spec[MAX_TASKS * 24 + 32], stan
 // The job's key directory ("DG_KEY_DIR=<dir>" for the tasks' environment; "" for none).
 static char key_dir_env[4200];
 static char key_dir[4096];
+// "DG_INTRA_OP_THREADS=<n>": the host's cores shared among the tasks ("" when the environment
+// sets it already).
+static char threads_env[48];
+
+// The cores dg-launch may use (its affinity mask), shared among n_tasks: at least 1 each.
+static void share_cores(int n_tasks) {
+    if (getenv("DG_INTRA_OP_THREADS")) return;
+    cpu_set_t set;
+    long cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+    long each = n_tasks > 0 && cores > n_tasks ? cores / n_tasks : 1;
+    snprintf(threads_env, sizeof threads_env, "DG_INTRA_OP_THREADS=%ld", each);
+}
 
 // Makes a private key directory for the job: a key pair per task (named by its address) and
 // one for clients. Returns false after printing why.
@@ -473,13 +488,14 @@ static bool prepare_task(task *t, const options *o, const char *ps_hosts, const 
 
     int n_env = 0;
     while (environ[n_env]) n_env++;
-    t->envp = calloc((size_t)n_env + 3, sizeof *t->envp);
+    t->envp = calloc((size_t)n_env + 4, sizeof *t->envp);
     if (!t->envp) return false;
     k = 0;
     for (int i = 0; i < n_env; i++)
         if (strncmp(environ[i], "TF_CONFIG=", 10) != 0 && (!key_dir_env[0] || strncmp(environ[i], "DG_KEY_DIR=", 11) != 0))
             t->envp[k++] = environ[i];
     if (key_dir_env[0]) t->envp[k++] = key_dir_env;
+    if (threads_env[0]) t->envp[k++] = threads_env;
     if (o->tf_config_mode) {
         size_t n = strlen(cluster_json) + strlen(t->job) + 80;
         char *e = malloc(n);
@@ -676,6 +692,11 @@ int main(int argc, char **argv) {
                  o.n_ps ? ";" : "", worker_hosts);
         snprintf(standing_master, sizeof standing_master, "dg://127.0.0.1:%d", ports[o.n_ps]);
     }
+    // Threads inside one op: the host's cores shared among the tasks (each taking every core,
+    // they would preempt one another's executors).
+    share_cores((int)(o.n_ps + o.n_workers));
+    if (threads_env[0]) note(o.quiet, "%s for each task (this host's cores shared among %d tasks)", threads_env,
+                             (int)(o.n_ps + o.n_workers));
     for (int i = 0; i < n; i++)
         if (!prepare_task(&tasks[i], &o, ps_hosts, worker_hosts, cluster_json)) {
             fprintf(stderr, "dg-launch: out of memory\n");

@@ -21,7 +21,10 @@
  * sleep between products. Each piece runs one-threaded in oneDNN (its OpenMP team is held
  * to one thread per calling thread: OpenMP's waiting threads spin for a while after each
  * product, which on a host shared by several tasks costs more than it gains). A call that finds
- * the pool taken by another thread runs alone on its own thread. */
+ * the pool taken by another thread runs alone on its own thread. The default count is the
+ * cores this process may use, or DG_INTRA_OP_THREADS (1-64) where set: dg-launch sets it to
+ * share the cores among the tasks it starts on one host, since tasks that each take every core
+ * preempt one another's executors. */
 #include <cpuid.h>
 #include <pthread.h>
 #include <sched.h>
@@ -230,7 +233,24 @@ const cpu_gemm_info *cpu_gemm_get_info(void) {
 
 static atomic_int gemm_threads;   // 0: not set, the default
 
+// DG_INTRA_OP_THREADS: a count in 1..GEMM_MAX_THREADS, or 0 (unset, or not such a count,
+// which is warned of once).
+static int env_threads(void) {
+    static atomic_int warned;
+    const char *e = getenv("DG_INTRA_OP_THREADS");
+    if (!e || !*e) return 0;
+    char *end;
+    long v = strtol(e, &end, 10);
+    if (*end == 0 && v >= 1 && v <= GEMM_MAX_THREADS) return (int)v;
+    if (!atomic_exchange(&warned, 1))
+        fprintf(stderr, "distgraph: DG_INTRA_OP_THREADS=%s is not a thread count in 1..%d; ignored\n", e,
+                GEMM_MAX_THREADS);
+    return 0;
+}
+
 int exec_cpu_default_threads(void) {
+    int from_env = env_threads();
+    if (from_env > 0) return from_env;
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) {
         int n = CPU_COUNT(&set);

@@ -26,7 +26,9 @@ typedef struct dg_session dg_session;
 
 typedef struct dg_session_options {
     int inter_op_threads;    // threads running independent ops; 0: one per core, 1: inline only
-    int intra_op_threads;    // threads inside one op (a large GEMM); 0: the cores this process may use
+    int intra_op_threads;    // threads inside one op (a large GEMM); 0: DG_INTRA_OP_THREADS where
+                             // set (dg-launch shares the host's cores among its tasks with it),
+                             // else the cores this process may use
     bool allow_soft_placement;   // default true
     int n_virtual_cpus;      // extra CPU devices (/device:CPU:1 ...) for multi-device tests
     bool log_device_placement;

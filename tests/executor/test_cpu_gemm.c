@@ -184,10 +184,34 @@ static void test_widest_isa(void **state) {
     assert_non_null(strstr(line, cpu_isa_name(i->cpu)));
 }
 
+// DG_INTRA_OP_THREADS sets the default thread count (what dg-launch gives its tasks); a value
+// that is not a count in 1..64 is ignored, and the default is the cores again.
+static void test_threads_from_env(void **state) {
+    (void)state;
+    unsetenv("DG_INTRA_OP_THREADS");
+    int cores = exec_cpu_default_threads();
+    assert_true(cores >= 1 && cores <= 64);
+    setenv("DG_INTRA_OP_THREADS", "3", 1);
+    assert_int_equal(exec_cpu_default_threads(), 3);
+    exec_cpu_set_threads(0);
+    assert_int_equal(exec_cpu_threads(), 3);
+    exec_cpu_set_threads(2);   // the session's option wins
+    assert_int_equal(exec_cpu_threads(), 2);
+    const char *bad[] = {"0", "65", "-1", "2x", "", "many"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("DG_INTRA_OP_THREADS", bad[i], 1);
+        assert_int_equal(exec_cpu_default_threads(), cores);
+    }
+    unsetenv("DG_INTRA_OP_THREADS");
+    exec_cpu_set_threads(0);
+    assert_int_equal(exec_cpu_threads(), cores);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_widest_isa),     cmocka_unit_test(test_f32_one_thread), cmocka_unit_test(test_f32_threads),
         cmocka_unit_test(test_f64),            cmocka_unit_test(test_nan_propagates),
+        cmocka_unit_test(test_threads_from_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
