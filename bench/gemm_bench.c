@@ -13,6 +13,9 @@
  * im2col and dense products (cnn_replica, batch 100), a transformer layer's (768 x 128 x 384,
  * 768 x 512 x 128) and large squares.
  *   build/bin/gemm_bench [--threads N] [--seconds S]     (default 1 thread, 0.3 s a shape)
+ * Then the direct convolutions of cnn_replica (executor/cpu/conv_direct.c: forward, input and
+ * filter gradients; one thread, as they run), as GFLOP/s of the im2col GEMM they stand for.
+ *   build/bin/gemm_bench --conv_only      (just those; --only NAME_PART: the shapes so named)
  * The first line says which CPU and kernels ran (dg_cpu_summary). */
 #include <math.h>
 #include <stdio.h>
@@ -112,30 +115,53 @@ static void run_openblas(const shape *s, const float *A, const float *B, float *
 }
 #endif
 
-// GFLOP/s: the best of 10 timed batches of repeats, each about seconds / 10 long.
-static double time_gemm(gemm_fn f, const shape *s, double seconds) {
-    float *A = malloc((size_t)(s->M * s->K) * sizeof *A), *B = malloc((size_t)(s->K * s->N) * sizeof *B);
-    float *C = malloc((size_t)(s->M * s->N) * sizeof *C);
-    if (!A || !B || !C) {
+static float *filled(int64_t n, int64_t mul, int mod, float off) {
+    float *a = malloc((size_t)n * sizeof *a);
+    if (!a) {
         fprintf(stderr, "gemm_bench: out of memory\n");
         exit(1);
     }
-    for (int64_t i = 0; i < s->M * s->K; i++) A[i] = (float)((i * 7919) % 13) * 0.1f - 0.6f;
-    for (int64_t i = 0; i < s->K * s->N; i++) B[i] = (float)((i * 104729) % 11) * 0.1f - 0.5f;
-    double flops = 2.0 * (double)s->M * (double)s->N * (double)s->K;
-    f(s, A, B, C);   // warm: JIT, pages, caches
+    for (int64_t i = 0; i < n; i++) a[i] = (float)((i * mul) % mod) * 0.1f - off;
+    return a;
+}
+
+// Seconds per call of f(ctx): the best of 10 timed batches of repeats, each about seconds / 10
+// long, after a warm call (JIT, pages, caches).
+static double time_best(void (*f)(void *), void *ctx, double seconds) {
+    f(ctx);
     double t0 = now();
-    f(s, A, B, C);
+    f(ctx);
     double one = now() - t0;
     long reps = (long)(seconds / 10 / (one > 1e-7 ? one : 1e-7));
     if (reps < 1) reps = 1;
     double best = INFINITY;
     for (int b = 0; b < 10; b++) {
         t0 = now();
-        for (long r = 0; r < reps; r++) f(s, A, B, C);
+        for (long r = 0; r < reps; r++) f(ctx);
         double t = (now() - t0) / (double)reps;
         if (t < best) best = t;
     }
+    return best;
+}
+
+typedef struct gemm_call {
+    gemm_fn f;
+    const shape *s;
+    const float *A, *B;
+    float *C;
+} gemm_call;
+
+static void call_gemm(void *ctx) {
+    gemm_call *c = ctx;
+    c->f(c->s, c->A, c->B, c->C);
+}
+
+// GFLOP/s of f on shape s.
+static double time_gemm(gemm_fn f, const shape *s, double seconds) {
+    float *A = filled(s->M * s->K, 7919, 13, 0.6f), *B = filled(s->K * s->N, 104729, 11, 0.5f);
+    float *C = filled(s->M * s->N, 1, 1, 0.0f);
+    gemm_call c = {f, s, A, B, C};
+    double best = time_best(call_gemm, &c, seconds);
     if (!isfinite(C[0])) {   // the inputs are small: a wrong kernel would show
         fprintf(stderr, "gemm_bench: %s gave a non-finite result\n", s->name);
         exit(1);
@@ -143,17 +169,77 @@ static double time_gemm(gemm_fn f, const shape *s, double seconds) {
     free(A);
     free(B);
     free(C);
-    return flops / best / 1e9;
+    return 2.0 * (double)s->M * (double)s->N * (double)s->K / best / 1e9;
+}
+
+// The direct convolutions (executor/cpu/conv_direct.c) on cnn_replica's two layers, batch 100:
+// 5 x 5 windows, stride 1, 'SAME' padding; 1 -> 16 channels at 28 x 28, 16 -> 32 at 14 x 14.
+typedef enum { CONV_FWD, CONV_BP_INPUT, CONV_BP_FILTER } conv_pass;
+typedef struct conv_case {
+    const char *name;
+    conv_pass pass;
+    graph_conv_geom g;
+} conv_case;
+#define CNN_CONV1 {100, 28, 28, 1, 5, 5, 1, 1, 28, 28, 16, 2, 2}
+#define CNN_CONV2 {100, 14, 14, 16, 5, 5, 1, 1, 14, 14, 32, 2, 2}
+static const conv_case convs[] = {
+    {"cnn_conv1_forward", CONV_FWD, CNN_CONV1},
+    {"cnn_conv1_filter_grad", CONV_BP_FILTER, CNN_CONV1},
+    {"cnn_conv2_forward", CONV_FWD, CNN_CONV2},
+    {"cnn_conv2_input_grad", CONV_BP_INPUT, CNN_CONV2},
+    {"cnn_conv2_filter_grad", CONV_BP_FILTER, CNN_CONV2},
+};
+
+typedef struct conv_call {
+    const conv_case *cc;
+    const float *x, *f, *dy;
+    float *out;
+    bool ok;
+} conv_call;
+
+static void call_conv(void *ctx) {
+    conv_call *c = ctx;
+    const graph_conv_geom *g = &c->cc->g;
+    switch (c->cc->pass) {
+    case CONV_FWD: c->ok = cpu_conv_direct_fwd_f32(g, c->x, c->f, NULL, c->out); break;
+    case CONV_BP_INPUT: c->ok = cpu_conv_direct_bp_input_f32(g, c->f, c->dy, c->out); break;
+    case CONV_BP_FILTER: c->ok = cpu_conv_direct_bp_filter_f32(g, c->x, c->dy, c->out); break;
+    }
+}
+
+// GFLOP/s of one pass (counting every window entry, padding too, as a GEMM of the im2col
+// matrix would); NAN where the direct kernel does not apply.
+static double time_conv(const conv_case *cc, double seconds) {
+    const graph_conv_geom *g = &cc->g;
+    int64_t nx = g->n * g->h * g->w * g->c, nf = g->kh * g->kw * g->c * g->oc, ny = g->n * g->oh * g->ow * g->oc;
+    float *x = filled(nx, 7919, 13, 0.6f), *f = filled(nf, 104729, 11, 0.5f), *dy = filled(ny, 31, 7, 0.3f);
+    int64_t nout = cc->pass == CONV_FWD ? ny : cc->pass == CONV_BP_INPUT ? nx : nf;
+    float *out = filled(nout, 1, 1, 0.0f);
+    conv_call c = {cc, x, f, dy, out, false};
+    double best = time_best(call_conv, &c, seconds);
+    if (c.ok && !isfinite(out[nout / 2])) {
+        fprintf(stderr, "gemm_bench: %s gave a non-finite result\n", cc->name);
+        exit(1);
+    }
+    free(x);
+    free(f);
+    free(dy);
+    free(out);
+    return c.ok ? 2.0 * (double)(ny * g->kh * g->kw * g->c) / best / 1e9 : NAN;
 }
 
 int main(int argc, char **argv) {
     int threads = 1;
     double seconds = 0.3;
+    bool conv_only = false;
+    const char *only = NULL;   // a part of the names to run
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) seconds = atof(argv[++i]);
+        else if (strcmp(argv[i], "--conv_only") == 0) conv_only = true;
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: gemm_bench [--threads N] [--seconds S]\n");
+            fprintf(stderr, "usage: gemm_bench [--threads N] [--seconds S] [--conv_only] [--only NAME_PART]\n");
             return 2;
         }
     }
@@ -185,8 +271,9 @@ int main(int argc, char **argv) {
                      {"openblas", run_openblas}
 #endif
     };
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+    for (size_t s = 0; s < (conv_only ? 0 : sizeof shapes / sizeof *shapes); s++)
         for (size_t p = 0; p < sizeof providers / sizeof *providers; p++) {
+            if (only && !strstr(shapes[s].name, only)) continue;
             double before = has_peak ? fma_peak(widest) : NAN;
             double g = time_gemm(providers[p].f, &shapes[s], seconds);
             double after = has_peak ? fma_peak(widest) : NAN;
@@ -199,5 +286,21 @@ int main(int argc, char **argv) {
                    (long long)shapes[s].K, g, g / peak_all, peak_all, peak_isa, threads);
             fflush(stdout);
         }
+    for (size_t i = 0; i < sizeof convs / sizeof *convs; i++) {
+        if (only && !strstr(convs[i].name, only)) continue;
+        double before = has_peak ? fma_peak(widest) : NAN;
+        double g = time_conv(&convs[i], seconds);
+        double after = has_peak ? fma_peak(widest) : NAN;
+        double peak = before > after ? before : after;
+        if (isnan(g)) {
+            printf("{\"bench\": \"gemm_bench\", \"metric\": \"%s\", \"provider\": \"distgraph_direct\", "
+                   "\"skipped\": \"the direct kernel does not apply\"}\n", convs[i].name);
+            continue;
+        }
+        printf("{\"bench\": \"gemm_bench\", \"metric\": \"%s\", \"provider\": \"distgraph_direct\", \"value\": %.1f, "
+               "\"unit\": \"GFLOP/s\", \"of_peak\": %.3f, \"peak\": %.1f, \"peak_isa\": \"%s\", \"threads\": 1}\n",
+               convs[i].name, g, g / peak, peak, peak_isa);
+        fflush(stdout);
+    }
     return 0;
 }

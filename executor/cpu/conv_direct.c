@@ -105,14 +105,17 @@ static float *pad_input(const float *x, int64_t n, int64_t h, int64_t w, int64_t
 // One row of output pixels [ox0, ox0 + P) of 16 * J channels from oc0: acc over window rows
 // [ky0, ky1), each of the window entries [q0, q1) of kq = kw * c contiguous inputs (the others
 // read padding only). xr: the padded input at (row oy, column ox0), row floats per padded row;
-// f: the filter [kh][kq][oc]. ep (may be NULL): applied before the store.
+// f: the filter [kh][kq][oc]. add: the sums start from y's values (an earlier pass over other
+// window rows) rather than 0. ep (may be NULL): applied before the store.
 #define DEFINE_FWD_BLOCK(P, J)                                                                    \
     static inline __attribute__((always_inline)) void fwd_block_##P##_##J(                        \
         const float *xr, int64_t row, int64_t c, int64_t ky0, int64_t ky1, int64_t q0, int64_t q1, \
-        int64_t kq, const float *f, int64_t oc, int64_t oc0, const cpu_conv_epilogue *ep, float *y) { \
+        int64_t kq, const float *f, int64_t oc, int64_t oc0, bool add, const cpu_conv_epilogue *ep, \
+        float *y) {                                                                               \
         v16 acc[P][J];                                                                            \
         _Pragma("GCC unroll 16") for (int p = 0; p < P; p++)                                      \
-        _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) acc[p][j] = (v16){0};                 \
+        _Pragma("GCC unroll 4") for (int j = 0; j < J; j++)                                       \
+            acc[p][j] = add ? load16(y + p * oc + oc0 + 16 * j) : (v16){0};                       \
         for (int64_t ky = ky0; ky < ky1; ky++) {                                                  \
             const float *xk = xr + ky * row, *fk = f + ky * kq * oc + oc0;                        \
             for (int64_t q = q0; q < q1; q++) {                                                   \
@@ -138,41 +141,88 @@ static float *pad_input(const float *x, int64_t n, int64_t h, int64_t w, int64_t
         _Pragma("GCC unroll 4") for (int j = 0; j < J; j++) store16(y + p * oc + oc0 + 16 * j, acc[p][j]); \
     }
 DEFINE_FWD_BLOCK(7, 2)
+DEFINE_FWD_BLOCK(14, 1)
 DEFINE_FWD_BLOCK(7, 1)
 DEFINE_FWD_BLOCK(1, 2)
 DEFINE_FWD_BLOCK(1, 1)
 
-// P output pixels from ox, all channels, window columns [kx0, kx1).
-#define FWD_PIXELS(P, kx0, kx1)                                                                   \
+// P output pixels from ox, all channels, window rows [ky0, ky1) and columns [kx0, kx1).
+#define FWD_PIXELS(P, PJ1, kx0, kx1)                                                              \
     do {                                                                                          \
         int64_t oc0 = 0, q0_ = (kx0) * c, q1_ = (kx1) > (kx0) ? (kx1) * c : q0_;                   \
         for (; oc0 + 32 <= oc; oc0 += 32)                                                         \
-            fwd_block_##P##_2(xr + ox * c, row, c, ky0, ky1, q0_, q1_, kq, f, oc, oc0, ep, yr + ox * oc); \
-        if (oc0 < oc) fwd_block_##P##_1(xr + ox * c, row, c, ky0, ky1, q0_, q1_, kq, f, oc, oc0, ep, yr + ox * oc); \
+            fwd_block_##P##_2(xr + ox * c, row, c, ky0, ky1, q0_, q1_, kq, f, oc, oc0, add, ep_, yr + ox * oc); \
+        if (oc0 < oc)                                                                             \
+            fwd_block_##PJ1##_1(xr + ox * c, row, c, ky0, ky1, q0_, q1_, kq, f, oc, oc0, add, ep_, yr + ox * oc); \
     } while (0)
+
+// One output row yr from the padded rows from xr over window rows [ky0, ky1): blocks of 7 pixels
+// (of 14 where 16 channels are all there are: a 16-channel block needs more pixels for enough
+// independent sums), then single pixels. Window columns where all of a block's pixels read
+// padding are skipped. (Smaller blocks at the edges would skip more but run slower: fewer
+// independent sums than the multiply-add latency needs.)
+static inline __attribute__((always_inline)) void fwd_row(const float *xr, int64_t row, int64_t clo, int64_t chi,
+                                                          int64_t ky0, int64_t ky1, int64_t kw, const float *f,
+                                                          int64_t ow, int64_t oc, bool add,
+                                                          const cpu_conv_epilogue *ep_, float *yr, int64_t c) {
+    const int64_t kq = kw * c;
+#define KX0(last) (clo - (last) > 0 ? clo - (last) : 0)
+#define KX1(first) (chi - (first) < kw ? chi - (first) : kw)
+    int64_t ox = 0;
+    if (oc == 16)
+        for (; ox + 14 <= ow; ox += 14) FWD_PIXELS(7, 14, KX0(ox + 13), KX1(ox));
+    for (; ox + 7 <= ow; ox += 7) FWD_PIXELS(7, 7, KX0(ox + 6), KX1(ox));
+    for (; ox < ow; ox++) FWD_PIXELS(1, 1, KX0(ox), KX1(ox));
+#undef KX0
+#undef KX1
+}
+
+// The filter bytes above which the window rows go in the outer loop: each row's slice of the
+// filter then stays in the level-1 cache across a whole image, and the sums go through y
+// between rows (a filter streamed from level 2 for every block of pixels held the forward pass
+// of cnn_replica's second convolution, a 51 KB filter, to half the core's speed).
+#define FWD_FILTER_L1 (16 << 10)
 
 // y [n, oh, ow, oc] from the padded input xp [n, hp, wp, c] and filter f [kh][kw][c][oc]. Rows of
 // xp outside [rlo, rhi) and columns outside [clo, chi) are padding: a block skips the window
-// rows and columns where all its pixels read padding only. (Smaller blocks at the edges would
-// skip more but run slower: fewer independent sums than the multiply-add latency needs.)
+// rows and columns where all its pixels read padding only.
 CPU_CLONES static void fwd_padded(const float *xp, int64_t n, int64_t hp, int64_t wp, int64_t c, int64_t rlo,
                                   int64_t rhi, int64_t clo, int64_t chi, const float *f, int64_t kh, int64_t kw,
                                   int64_t oh, int64_t ow, int64_t oc, const cpu_conv_epilogue *ep, float *y) {
     const int64_t kq = kw * c, row = wp * c;
-#define KX0(last) (clo - (last) > 0 ? clo - (last) : 0)
-#define KX1(first) (chi - (first) < kw ? chi - (first) : kw)
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t oy = 0; oy < oh; oy++) {
-            const float *xr = xp + (b * hp + oy) * row;
-            float *yr = y + (b * oh + oy) * ow * oc;
-            int64_t ky0 = rlo - oy > 0 ? rlo - oy : 0, ky1 = rhi - oy < kh ? rhi - oy : kh;
-            if (ky1 < ky0) ky1 = ky0;
-            int64_t ox = 0;
-            for (; ox + 7 <= ow; ox += 7) FWD_PIXELS(7, KX0(ox + 6), KX1(ox));
-            for (; ox < ow; ox++) FWD_PIXELS(1, KX0(ox), KX1(ox));
+    bool rows_outer = (size_t)(kh * kq * oc) * sizeof *f > FWD_FILTER_L1 && kh > 1;
+    // The common channel counts as constants: the inputs of a block's pixels are then fixed
+    // offsets from one pointer (with c a variable, GCC keeps a pointer per pixel, more than
+    // there are registers).
+#define FWD_ROW(...)                                                                              \
+    do {                                                                                          \
+        if (c == 16) fwd_row(__VA_ARGS__, 16);                                                    \
+        else if (c == 32) fwd_row(__VA_ARGS__, 32);                                               \
+        else fwd_row(__VA_ARGS__, c);                                                             \
+    } while (0)
+    for (int64_t b = 0; b < n; b++) {
+        if (!rows_outer) {
+            for (int64_t oy = 0; oy < oh; oy++) {
+                int64_t ky0 = rlo - oy > 0 ? rlo - oy : 0, ky1 = rhi - oy < kh ? rhi - oy : kh;
+                if (ky1 < ky0) ky1 = ky0;
+                FWD_ROW(xp + (b * hp + oy) * row, row, clo, chi, ky0, ky1, kw, f, ow, oc, false, ep,
+                        y + (b * oh + oy) * ow * oc);
+            }
+            continue;
         }
-#undef KX0
-#undef KX1
+        // Window row ky of every output row, then the next: output row oy takes window rows
+        // [ky0, ky1) (the others read padding only), the first starting its sums from 0, the last
+        // applying the epilogue; a row that takes none gets the epilogue of 0.
+        for (int64_t ky = 0; ky < kh; ky++)
+            for (int64_t oy = 0; oy < oh; oy++) {
+                int64_t ky0 = rlo - oy > 0 ? rlo - oy : 0, ky1 = rhi - oy < kh ? rhi - oy : kh;
+                bool none = ky1 <= ky0;
+                if (none ? ky != 0 : ky < ky0 || ky >= ky1) continue;
+                FWD_ROW(xp + (b * hp + oy) * row, row, clo, chi, none ? 0 : ky, none ? 0 : ky + 1, kw, f, ow, oc,
+                        !none && ky > ky0, none || ky == ky1 - 1 ? ep : NULL, y + (b * oh + oy) * ow * oc);
+            }
+    }
+#undef FWD_ROW
 }
 
 bool cpu_conv_direct_fwd_f32(const graph_conv_geom *g, const float *x, const float *f, const cpu_conv_epilogue *ep,
@@ -192,7 +242,9 @@ bool cpu_conv_direct_fwd_f32(const graph_conv_geom *g, const float *x, const flo
 bool cpu_conv_direct_bp_input_f32(const graph_conv_geom *g, const float *f, const float *dy, float *dx) {
     if (!cpu_conv_direct_applies(g, g->oc) || g->c % 16 != 0 || g->h <= 0 || g->w <= 0) return false;
     int64_t kh = g->kh, kw = g->kw, c = g->c, oc = g->oc;
-    float *fr = malloc((size_t)(kh * kw * c * oc) * sizeof *fr);
+    // 64-byte aligned, as tensors are: each filter vector the inner loop loads is then one
+    // cache line, not two.
+    float *fr = aligned_alloc(64, (size_t)((kh * kw * c * oc + 15) / 16 * 16) * sizeof *fr);
     if (!fr) return false;
     for (int64_t ky = 0; ky < kh; ky++)
         for (int64_t kx = 0; kx < kw; kx++)

@@ -1,7 +1,9 @@
 /* The direct float32 convolutions and tiled max pooling (executor/cpu/conv_direct.c) against
  * float64 references computed here from the definitions, over geometries that reach every
- * register block and tail: output widths around the 7-pixel block, 16 and 48 output channels
- * (one and two vector blocks), window rows of 1 to 11 entries, SAME and VALID padding, and
+ * register block and tail: output widths around the 7- and 14-pixel blocks, 16 and 48 output
+ * channels (one and two vector blocks), 1, 16, 32 and 48 input channels (the kernels take 16
+ * and 32 as constants), filters above 16 KB (window rows in the outer loop) and below, window
+ * rows of 1 to 11 entries, SAME and VALID padding, the bias and ReLU epilogue, and
  * where the kernels must decline (stride 2, channels not in sixteens). */
 #include <float.h>
 #include <math.h>
@@ -44,6 +46,8 @@ static void test_conv_geometries(void **state) {
     const int64_t cases[][7] = {
         {2, 14, 14, 16, 5, 32, 1}, {2, 28, 28, 1, 5, 16, 1}, {1, 9, 8, 3, 3, 48, 1},  {3, 6, 13, 16, 3, 16, 0},
         {1, 5, 5, 32, 1, 16, 1},   {2, 7, 15, 2, 4, 16, 1},  {1, 4, 4, 16, 5, 32, 1}, {1, 12, 3, 5, 2, 32, 0},
+        {1, 6, 30, 32, 5, 16, 1},  // 32 channels in, 14-pixel blocks and a tail, a 51 KB filter: window rows outside
+        {1, 3, 9, 48, 3, 48, 0},   // 48 channels: no constant for them
     };
     uint64_t seed = 11;
     for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
@@ -74,6 +78,16 @@ static void test_conv_geometries(void **state) {
         double window = (double)(g.kh * g.kw * g.c), positions = (double)(g.n * g.oh * g.ow);
         assert_true(cpu_conv_direct_fwd_f32(&g, x, f, NULL, y));
         assert_close_f32(y, ry, ny, 1e-5 * window, 1e-5);
+        // With the epilogue: bias, then ReLU, once, after the last window row.
+        float *bias = random_floats(g.oc, &seed);
+        cpu_conv_epilogue ep = {bias, true};
+        assert_true(cpu_conv_direct_fwd_f32(&g, x, f, &ep, y));
+        for (int64_t i = 0; i < ny; i++) {
+            double v = ry[i] + bias[i % g.oc];
+            ry[i] = v > 0 ? v : 0;
+        }
+        assert_close_f32(y, ry, ny, 1e-5 * window, 1e-5);
+        free(bias);
         assert_true(cpu_conv_direct_bp_filter_f32(&g, x, dy, df));
         assert_close_f32(df, rdf, nf, 1e-5 * positions, 1e-5);
         bool input_applies = g.c % 16 == 0;
