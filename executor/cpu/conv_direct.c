@@ -191,12 +191,13 @@ CPU_CLONES static void fwd_padded(const float *xp, int64_t n, int64_t hp, int64_
                                   int64_t oh, int64_t ow, int64_t oc, const cpu_conv_epilogue *ep, float *y) {
     const int64_t kq = kw * c, row = wp * c;
     bool rows_outer = (size_t)(kh * kq * oc) * sizeof *f > FWD_FILTER_L1 && kh > 1;
-    // The common channel counts as constants: the inputs of a block's pixels are then fixed
+    // The common channel counts as constants (1: an image's first layer): the inputs of a block's pixels are then fixed
     // offsets from one pointer (with c a variable, GCC keeps a pointer per pixel, more than
     // there are registers).
 #define FWD_ROW(...)                                                                              \
     do {                                                                                          \
-        if (c == 16) fwd_row(__VA_ARGS__, 16);                                                    \
+        if (c == 1) fwd_row(__VA_ARGS__, 1);                                                      \
+        else if (c == 16) fwd_row(__VA_ARGS__, 16);                                               \
         else if (c == 32) fwd_row(__VA_ARGS__, 32);                                               \
         else fwd_row(__VA_ARGS__, c);                                                             \
     } while (0)
@@ -313,6 +314,36 @@ DEFINE_BPF_BLOCK(4, 1, 4)
 DEFINE_BPF_BLOCK(2, 1, 8)
 DEFINE_BPF_BLOCK(1, 1, 8)
 
+// The filter gradient of a whole R x Q window (kh = R, kw * c = Q: a small window over few
+// channels, an image's first layer) for 16 channels from oc0 over all positions of one image:
+// R * Q sums held at once, so each position's dy vector is loaded once for all of them (the
+// window-row blocks above would pass over dy once per window row). Positions whose window
+// reaches into the padding read its zeros.
+#define DEFINE_BPF_WINDOW(R, Q)                                                                   \
+    static inline __attribute__((always_inline)) void bpf_window_##R##_##Q(                       \
+        const float *xb, int64_t row, int64_t c, int64_t oh, int64_t ow, const float *dy, int64_t oc, \
+        int64_t oc0, float *df) {                                                                 \
+        v16 acc[R][Q];                                                                            \
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                                       \
+        _Pragma("GCC unroll 8") for (int q = 0; q < Q; q++) acc[r][q] = (v16){0};                 \
+        for (int64_t oy = 0; oy < oh; oy++) {                                                     \
+            /* A pointer per window row: GCC would keep each (r, q) offset in a register. */      \
+            const float *xs[R], *d = dy + oy * ow * oc + oc0;                                     \
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) xs[r] = xb + (oy + r) * row;      \
+            for (int64_t ox = 0; ox < ow; ox++, d += oc) {                                        \
+                v16 dv = load16(d);                                                               \
+                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                             \
+                    _Pragma("GCC unroll 8") for (int q = 0; q < Q; q++) acc[r][q] += xs[r][q] * dv; \
+                    xs[r] += c;                                                                   \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                                       \
+        _Pragma("GCC unroll 8") for (int q = 0; q < Q; q++) add16(df + (r * Q + q) * oc + oc0, acc[r][q]); \
+    }
+DEFINE_BPF_WINDOW(5, 5)
+DEFINE_BPF_WINDOW(3, 3)
+
 // Window entries [q0, q0 + Q) read columns q0 / c .. (q0 + Q - 1) / c of a window: the output
 // columns whose window puts one of them on a column of x.
 #define BPF_BLOCK(Q, J)                                                                           \
@@ -341,6 +372,14 @@ CPU_CLONES static void bpf_padded(const float *xp, int64_t n, int64_t hp, int64_
     memset(df, 0, (size_t)(kh * kq * oc) * sizeof *df);
     for (int64_t b = 0; b < n; b++) {
         const float *d = dy + b * oh * ow * oc;
+        if ((kh == 5 && kq == 5) || (kh == 3 && kq == 3)) {
+            for (int64_t oc0 = 0; oc0 < oc; oc0 += 16)
+                if (kh == 5)
+                    bpf_window_5_5(xp + b * hp * row, row, c, oh, ow, d, oc, oc0, df);
+                else
+                    bpf_window_3_3(xp + b * hp * row, row, c, oh, ow, d, oc, oc0, df);
+            continue;
+        }
         for (int64_t ky = 0; ky < kh; ky++) {
             const float *xr = xp + (b * hp + ky) * row;
             float *dfk = df + ky * kq * oc;
