@@ -186,7 +186,11 @@ static inline __attribute__((always_inline)) void fwd_row(const float *xr, int64
 // y [n, oh, ow, oc] from the padded input xp [n, hp, wp, c] and filter f [kh][kw][c][oc]. Rows of
 // xp outside [rlo, rhi) and columns outside [clo, chi) are padding: a block skips the window
 // rows and columns where all its pixels read padding only.
-CPU_CLONES static void fwd_padded(const float *xp, int64_t n, int64_t hp, int64_t wp, int64_t c, int64_t rlo,
+// no-predictive-commoning (also on bpf_padded): with one input channel, neighbouring pixels'
+// windows overlap, and GCC then carries the inputs from one window entry to the next in registers, moves and
+// register broadcasts (port 5) that ran the first layer at 0.42 of peak instead of embedded
+// broadcasts from memory.
+CPU_CLONES __attribute__((optimize("no-predictive-commoning"))) static void fwd_padded(const float *xp, int64_t n, int64_t hp, int64_t wp, int64_t c, int64_t rlo,
                                   int64_t rhi, int64_t clo, int64_t chi, const float *f, int64_t kh, int64_t kw,
                                   int64_t oh, int64_t ow, int64_t oc, const cpu_conv_epilogue *ep, float *y) {
     const int64_t kq = kw * c, row = wp * c;
@@ -365,7 +369,7 @@ DEFINE_BPF_WINDOW(3, 3)
 // its rows stay in cache across the window rows.
 // Window row ky at output row oy reads padded row oy + ky: only output rows whose padded row
 // lies in [rlo, rhi) contribute, and only columns whose padded column lies in [clo, chi).
-CPU_CLONES static void bpf_padded(const float *xp, int64_t n, int64_t hp, int64_t wp, int64_t c, int64_t rlo,
+CPU_CLONES __attribute__((optimize("no-predictive-commoning"))) static void bpf_padded(const float *xp, int64_t n, int64_t hp, int64_t wp, int64_t c, int64_t rlo,
                                   int64_t rhi, int64_t clo, int64_t chi, const float *dy, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
                                   int64_t oc, float *df) {
     const int64_t kq = kw * c, row = wp * c;
