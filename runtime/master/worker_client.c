@@ -97,6 +97,13 @@ bool wc_wait_for_task(rt_transport *tp, const char *endpoint, const char *task, 
         bool ok = left > 0 && rt_call_sync(tp, endpoint, request(RT_PING), NULL, 0, left < 1000 ? left : 1000,
                                            &resp, NULL, NULL, &ping);
         drop_response(resp);
+        if (!ok && dg_status_code(&ping) == DG_UNAUTHENTICATED) {   // keys: waiting will not help
+            dg_status_copy(st, &ping);
+            dg_status_prepend(st, "%s at %s", task, endpoint);
+            status_impl_clear(&ping);
+            status_impl_clear(&refused);
+            return false;
+        }
         if (!ok && strstr(dg_status_message(&ping), "refused")) dg_status_copy(&refused, &ping);
         if (ok) {
             status_impl_clear(&refused);

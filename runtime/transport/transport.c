@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,9 @@ typedef struct dealer {
     uint64_t peer_inc;       // incarnation of the process answering there, 0: not seen yet
     bool local;              // on this host (loopback): big frames may go by shared memory
     unsigned reconnects;     // sockets replaced (reconnect_dealer): its calls were failed
+    void *mon;               // the PAIR reading its handshake events (watch_socket), NULL: none
+    bool up;                 // its connection finished its handshake
+    unsigned cut_short;      // connections closed during the handshake in a row (CurveZMQ)
 } dealer;
 
 // A chunked transfer being put together. A sender's chunks come in order on one connection
@@ -335,8 +339,29 @@ static bool send_frames(rt_transport *t, void *sock, const rt_peer *peer, const 
     return true;
 }
 
-// A DEALER connected to endpoint, or NULL (logged).
-static void *new_dealer_socket(rt_transport *t, const char *endpoint) {
+// A PAIR reading sock's handshake events (on_dealer_monitor), attached before it connects so
+// that no event is missed: a refused handshake fails its calls at once, UNAUTHENTICATED,
+// instead of leaving them to their deadlines. NULL when none could be made (they wait then).
+static void *watch_socket(rt_transport *t, void *sock) {
+    static atomic_uint serial;
+    char ep[96];
+    snprintf(ep, sizeof ep, "inproc://dealer-monitor-%p-%u", (void *)t, atomic_fetch_add(&serial, 1));
+    int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED;
+    if (zmq_socket_monitor(sock, ep, events) != 0) return NULL;
+    void *mon = zmq_socket(t->zctx, ZMQ_PAIR);
+    int zero = 0;
+    if (mon && (zmq_setsockopt(mon, ZMQ_RCVHWM, &zero, sizeof zero) != 0 || zmq_connect(mon, ep) != 0)) {
+        zmq_close(mon);
+        mon = NULL;
+    }
+    if (!mon) zmq_socket_monitor(sock, NULL, 0);
+    return mon;
+}
+
+// A DEALER connected to endpoint, or NULL (logged); *mon: its handshake monitor (watch_socket).
+static void *new_dealer_socket(rt_transport *t, const char *endpoint, void **mon) {
+    *mon = NULL;
     void *s = zmq_socket(t->zctx, ZMQ_DEALER);
     if (!s) return NULL;
     int zero = 0, one = 1;
@@ -362,9 +387,15 @@ static void *new_dealer_socket(rt_transport *t, const char *endpoint) {
         zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, t->curve_pub, 40);
         zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, t->curve_sec, 40);
     }
+    *mon = watch_socket(t, s);
     if (zmq_connect(s, endpoint) != 0) {
         snprintf(t->dealer_error, sizeof t->dealer_error, "%s", zmq_strerror(zmq_errno()));
         tlog(t, "cannot connect to %s: %s", endpoint, t->dealer_error);
+        if (*mon) {
+            zmq_socket_monitor(s, NULL, 0);
+            zmq_close(*mon);
+            *mon = NULL;
+        }
         zmq_close(s);
         return NULL;
     }
@@ -376,14 +407,15 @@ static void *new_dealer_socket(rt_transport *t, const char *endpoint) {
 static int dealer_index(rt_transport *t, const char *endpoint) {
     for (int i = 0; i < t->n_dealers; i++)
         if (strcmp(t->dealers[i].endpoint, endpoint) == 0) return i;
-    void *s = new_dealer_socket(t, endpoint);
+    void *mon;
+    void *s = new_dealer_socket(t, endpoint, &mon);
     if (!s) return -1;
     dealer *nd = realloc(t->dealers, (size_t)(t->n_dealers + 1) * sizeof *nd);
     if (!nd) abort();
     t->dealers = nd;
     bool local = strncmp(endpoint, "tcp://127.", 10) == 0 || strncmp(endpoint, "tcp://localhost:", 16) == 0 ||
                  strncmp(endpoint, "tcp://[::1]:", 12) == 0 || strncmp(endpoint, "ipc://", 6) == 0;
-    t->dealers[t->n_dealers] = (dealer){.endpoint = strdup(endpoint), .sock = s, .local = local};
+    t->dealers[t->n_dealers] = (dealer){.endpoint = strdup(endpoint), .sock = s, .local = local, .mon = mon};
     return t->n_dealers++;
 }
 
@@ -429,19 +461,117 @@ static void free_cmd(cmd *c) {
 }
 
 // Removes the calls waiting on dealer di (only those sent while its peer's incarnation was inc,
-// unless inc is 0), failing each UNAVAILABLE with "<endpoint> <why>"; its liveness probe goes
-// too when drop_probe.
-static void fail_pending(rt_transport *t, int di, uint64_t inc, bool drop_probe, const char *why) {
+// unless inc is 0), failing each with code and "<endpoint> <why>"; its liveness probe goes too
+// when drop_probe.
+static void fail_pending_code(rt_transport *t, int di, uint64_t inc, bool drop_probe, dg_code code,
+                              const char *why) {
     for (pending **pp = &t->pending; *pp;) {
         pending *p = *pp;
         if (p->dealer == di && (p->probe ? drop_probe : !inc || p->peer_inc == inc)) {
             *pp = p->next;
-            if (!p->probe) fail_call(p->cb, p->arg, DG_UNAVAILABLE, "%s %s", p->endpoint, why);
+            if (!p->probe) fail_call(p->cb, p->arg, code, "%s %s", p->endpoint, why);
             free(p->endpoint);
             free(p);
         } else {
             pp = &p->next;
         }
+    }
+}
+
+static void fail_pending(rt_transport *t, int di, uint64_t inc, bool drop_probe, const char *why) {
+    fail_pending_code(t, di, inc, drop_probe, DG_UNAVAILABLE, why);
+}
+
+static void dealer_unwatch(dealer *d) {
+    if (!d->mon) return;
+    if (d->sock) zmq_socket_monitor(d->sock, NULL, 0);
+    zmq_close(d->mon);
+    d->mon = NULL;
+}
+
+// The peer at dealer di refused the handshake: why, for the calls waiting on it.
+static void handshake_refused(rt_transport *t, int di, const char *why) {
+    dealer *d = &t->dealers[di];
+    tlog(t, "%s %s", d->endpoint, why);
+    fail_pending_code(t, di, 0, true, DG_UNAUTHENTICATED, why);
+    d->probe_id = 0;
+}
+
+// Reads dealer di's handshake events. A ZMTP mechanism mismatch is a server that wants
+// CurveZMQ keys this process does not use (or one without keys, when this process has them);
+// a ZAP refusal (HANDSHAKE_FAILED_AUTH) a server that does not admit this process's key; and
+// with CurveZMQ, connections closed three times in a row before the handshake ends are a server that
+// could not read our hello: the server key this process holds for it is not its key.
+static void on_dealer_monitor(rt_transport *t, int di) {
+    char name[128], why[768];
+    for (int k = 0; k < 256 && t->dealers[di].mon; k++) {
+        dealer *d = &t->dealers[di];
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        zmq_msg_init(&addr);
+        if (zmq_msg_recv(&ev, d->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            zmq_msg_close(&addr);
+            break;
+        }
+        if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, d->mon, 0);
+        uint16_t event = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), sizeof event);
+            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, sizeof value);
+        }
+        zmq_msg_close(&ev);
+        zmq_msg_close(&addr);
+        rt_key_name_of(d->endpoint, name, sizeof name);
+        why[0] = 0;
+        switch (event) {
+        case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+            d->up = true;
+            d->cut_short = 0;
+            break;
+        case ZMQ_EVENT_DISCONNECTED:
+            if (!d->up && t->curve && ++d->cut_short >= 3)
+                snprintf(why, sizeof why,
+                         "closed the connection during the CurveZMQ handshake (%u times in a row): the server key "
+                         "this process holds for it (%s.pub in its key directory, or DG_CURVE_PUBLIC_KEY) is "
+                         "not that server's key; use the key directory of the server's cluster",
+                         d->cut_short, name);
+            d->up = false;
+            break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+                snprintf(why, sizeof why,
+                         t->curve ? "refused the handshake: it runs without authentication (started with "
+                                    "--no_auth?) and this process uses CurveZMQ keys"
+                                  : "refused the handshake: it admits only holders of its cluster's CurveZMQ keys "
+                                    "and this process has none; set DG_KEY_DIR to the cluster's key directory "
+                                    "(with %s.pub, the server's public key, and client.key) or "
+                                    "DG_CURVE_PUBLIC_KEY and DG_CURVE_SECRET_KEY",
+                         name);
+            else
+                snprintf(why, sizeof why, "refused the handshake (ZeroMQ protocol error 0x%x)%s", (unsigned)value,
+                         t->curve ? ": does it use other cluster keys?" : "");
+            break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+            snprintf(why, sizeof why,
+                     "refused this process's CurveZMQ key (status %u): the server admits only the public keys "
+                     "in its key directory; use that directory's client.key, or add this process's public key "
+                     "there and restart the server",
+                     (unsigned)value);
+            break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            if (t->curve)
+                // (A server without keys, too, when it notices the mismatch first.)
+                snprintf(why, sizeof why,
+                         "refused the CurveZMQ handshake: the server key this process holds for it (%s.pub in "
+                         "its key directory, or DG_CURVE_PUBLIC_KEY) is not that server's key (use the key "
+                         "directory of the server's cluster), or the server runs without authentication",
+                         name);
+            break;
+        default: break;
+        }
+        if (why[0]) handshake_refused(t, di, why);
     }
 }
 
@@ -455,8 +585,11 @@ static void *reconnect_dealer(rt_transport *t, int di) {
     fail_pending(t, di, 0, true, "refused the connection (handshake failed: does it use other cluster keys?)");
     d->probe_id = 0;
     d->reconnects++;
+    dealer_unwatch(d);
     zmq_close(d->sock);
-    d->sock = new_dealer_socket(t, d->endpoint);
+    d->sock = new_dealer_socket(t, d->endpoint, &d->mon);
+    d->up = false;
+    d->cut_short = 0;
     return d->sock;
 }
 
@@ -1353,7 +1486,7 @@ static void *io_main(void *arg) {
     zmq_pollitem_t *items = NULL;
     int cap = 0;
     for (;;) {
-        int n = 3 + t->n_dealers;
+        int nd = t->n_dealers, n = 3 + 2 * nd;   // the dealers, then their monitors
         if (n > cap) {
             cap = n * 2;
             items = realloc(items, (size_t)cap * sizeof *items);
@@ -1362,8 +1495,10 @@ static void *io_main(void *arg) {
         items[0] = (zmq_pollitem_t){NULL, t->efd, ZMQ_POLLIN, 0};
         items[1] = (zmq_pollitem_t){t->router, 0, t->router ? ZMQ_POLLIN : 0, 0};
         items[2] = (zmq_pollitem_t){t->monitor, 0, t->monitor ? ZMQ_POLLIN : 0, 0};
-        for (int i = 0; i < t->n_dealers; i++)
+        for (int i = 0; i < nd; i++) {
             items[3 + i] = (zmq_pollitem_t){t->dealers[i].sock, 0, t->dealers[i].sock ? ZMQ_POLLIN : 0, 0};
+            items[3 + nd + i] = (zmq_pollitem_t){t->dealers[i].mon, 0, t->dealers[i].mon ? ZMQ_POLLIN : 0, 0};
+        }
         // Busy polling: for busy_poll_ns after the last event, look again (giving the CPU to
         // anyone else runnable in between) instead of sleeping; waking a sleeping thread costs
         // tens of microseconds on many virtual machines, a round trip pays it several times.
@@ -1403,8 +1538,12 @@ static void *io_main(void *arg) {
                 on_router(t);
             }
         if (t->monitor && (items[2].revents & ZMQ_POLLIN)) on_monitor(t);
-        int nd = t->n_dealers;
-        for (int i = 0; i < nd && i < n - 3; i++)
+        // (Commands above may have added dealers, or replaced a socket: only the nd polled,
+        // and only where the socket polled is still theirs.)
+        for (int i = 0; i < nd; i++)
+            if ((items[3 + nd + i].revents & ZMQ_POLLIN) && t->dealers[i].mon == items[3 + nd + i].socket)
+                on_dealer_monitor(t, i);
+        for (int i = 0; i < nd; i++)
             if ((items[3 + i].revents & ZMQ_POLLIN) && t->dealers[i].sock == items[3 + i].socket)
                 for (int k = 0; k < 64; k++) {
                     int ev = 0;
@@ -1655,6 +1794,7 @@ void rt_transport_free(rt_transport **tp) {
     if (t->self_tx) zmq_close(t->self_tx);
     free(t->conns);
     for (int i = 0; i < t->n_dealers; i++) {
+        dealer_unwatch(&t->dealers[i]);
         if (t->dealers[i].sock) zmq_close(t->dealers[i].sock);
         free(t->dealers[i].endpoint);
     }
