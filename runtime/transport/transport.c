@@ -339,6 +339,33 @@ static bool send_frames(rt_transport *t, void *sock, const rt_peer *peer, const 
     return true;
 }
 
+// One event from a socket monitor's PAIR, without waiting: false when none is there. addr
+// (cap bytes, may be NULL) gets the endpoint the event names, cut to fit.
+static bool monitor_event(void *mon, uint16_t *event, uint32_t *value, char *addr, size_t cap) {
+    zmq_msg_t ev, a;
+    zmq_msg_init(&ev);
+    if (zmq_msg_recv(&ev, mon, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&ev);
+        return false;
+    }
+    zmq_msg_init(&a);
+    if (zmq_msg_more(&ev)) zmq_msg_recv(&a, mon, 0);
+    *event = 0;
+    *value = 0;
+    if (zmq_msg_size(&ev) >= 6) {
+        memcpy(event, zmq_msg_data(&ev), sizeof *event);
+        memcpy(value, (const char *)zmq_msg_data(&ev) + 2, sizeof *value);
+    }
+    if (addr && cap) {
+        size_t n = zmq_msg_size(&a) < cap - 1 ? zmq_msg_size(&a) : cap - 1;
+        memcpy(addr, zmq_msg_data(&a), n);
+        addr[n] = 0;
+    }
+    zmq_msg_close(&ev);
+    zmq_msg_close(&a);
+    return true;
+}
+
 // A PAIR reading sock's handshake events (on_dealer_monitor), attached before it connects so
 // that no event is missed: a refused handshake fails its calls at once, UNAUTHENTICATED,
 // instead of leaving them to their deadlines. NULL when none could be made (they wait then).
@@ -504,25 +531,11 @@ static void handshake_refused(rt_transport *t, int di, const char *why) {
 // could not read our hello: the server key this process holds for it is not its key.
 static void on_dealer_monitor(rt_transport *t, int di) {
     char name[128], why[768];
-    for (int k = 0; k < 256 && t->dealers[di].mon; k++) {
+    uint16_t event;
+    uint32_t value;
+    for (int k = 0; k < 256 && t->dealers[di].mon && monitor_event(t->dealers[di].mon, &event, &value, NULL, 0);
+         k++) {
         dealer *d = &t->dealers[di];
-        zmq_msg_t ev, addr;
-        zmq_msg_init(&ev);
-        zmq_msg_init(&addr);
-        if (zmq_msg_recv(&ev, d->mon, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&ev);
-            zmq_msg_close(&addr);
-            break;
-        }
-        if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, d->mon, 0);
-        uint16_t event = 0;
-        uint32_t value = 0;
-        if (zmq_msg_size(&ev) >= 6) {
-            memcpy(&event, zmq_msg_data(&ev), sizeof event);
-            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, sizeof value);
-        }
-        zmq_msg_close(&ev);
-        zmq_msg_close(&addr);
         rt_key_name_of(d->endpoint, name, sizeof name);
         why[0] = 0;
         switch (event) {
@@ -1159,46 +1172,30 @@ static bool close_idlest(rt_transport *t, const char *why) {
 }
 
 static void on_monitor(rt_transport *t) {
-    char why[128];
-    for (int k = 0; k < 4096; k++) {
-        zmq_msg_t ev, addr;
-        zmq_msg_init(&ev);
-        zmq_msg_init(&addr);
-        if (zmq_msg_recv(&ev, t->monitor, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&ev);
-            zmq_msg_close(&addr);
+    char why[128], addr[256];
+    uint16_t event;
+    uint32_t value;
+    for (int k = 0; k < 4096 && monitor_event(t->monitor, &event, &value, addr, sizeof addr); k++) {
+        switch (event) {
+        case ZMQ_EVENT_ACCEPTED: conn_opened(t, (int)value); break;
+        case ZMQ_EVENT_DISCONNECTED:
+        case ZMQ_EVENT_CLOSED: conn_closed(t, (int)value); break;
+        case ZMQ_EVENT_ACCEPT_FAILED:
+            limit_hit(t, LIM_ACCEPT, &t->stats.accept_failures, "accepting a connection failed: %s",
+                      strerror((int)value));
+            // Out of descriptors: ZeroMQ tries again at once, and will until one is free.
+            if ((value == EMFILE || value == ENFILE) && t->n_closing == 0)
+                close_idlest(t, "out of file descriptors");
             break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            __atomic_add_fetch(&t->stats.refused_peers, 1, __ATOMIC_RELAXED);
+            // The event names our own endpoint, not the peer's address.
+            tlog(t, "refused a peer connecting to %s: handshake failed (%s)", addr,
+                 t->opts.keys ? "it does not know this task's key" : "it does not hold the cluster key");
+            break;
+        default: break;
         }
-        if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, t->monitor, 0);
-        if (zmq_msg_size(&ev) >= 6) {
-            uint16_t event;
-            uint32_t value;
-            memcpy(&event, zmq_msg_data(&ev), sizeof event);
-            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, sizeof value);
-            switch (event) {
-            case ZMQ_EVENT_ACCEPTED: conn_opened(t, (int)value); break;
-            case ZMQ_EVENT_DISCONNECTED:
-            case ZMQ_EVENT_CLOSED: conn_closed(t, (int)value); break;
-            case ZMQ_EVENT_ACCEPT_FAILED:
-                limit_hit(t, LIM_ACCEPT, &t->stats.accept_failures, "accepting a connection failed: %s",
-                          strerror((int)value));
-                // Out of descriptors: ZeroMQ tries again at once, and will until one is free.
-                if ((value == EMFILE || value == ENFILE) && t->n_closing == 0)
-                    close_idlest(t, "out of file descriptors");
-                break;
-            case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
-            case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-                __atomic_add_fetch(&t->stats.refused_peers, 1, __ATOMIC_RELAXED);
-                // The event names our own endpoint, not the peer's address.
-                tlog(t, "refused a peer connecting to %.*s: handshake failed (%s)", (int)zmq_msg_size(&addr),
-                     (const char *)zmq_msg_data(&addr),
-                     t->opts.keys ? "it does not know this task's key" : "it does not hold the cluster key");
-                break;
-            default: break;
-            }
-        }
-        zmq_msg_close(&ev);
-        zmq_msg_close(&addr);
     }
     snprintf(why, sizeof why, "over %d connections (max_connections)", t->max_conns);
     while (t->n_conns - t->n_closing > t->max_conns && close_idlest(t, why)) {}
