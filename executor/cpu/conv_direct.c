@@ -205,28 +205,26 @@ CPU_CLONES __attribute__((optimize("no-predictive-commoning"))) static void fwd_
         else if (c == 32) fwd_row(__VA_ARGS__, 32);                                               \
         else fwd_row(__VA_ARGS__, c);                                                             \
     } while (0)
-    for (int64_t b = 0; b < n; b++) {
-        if (!rows_outer) {
+    // Rows outer: window row ky of every output row, then the next (passes = kh); otherwise one
+    // pass takes all of an output row's window rows. Output row oy takes window rows [ky0, ky1)
+    // (the others read padding only): the first pass over them starts its sums from 0, the last
+    // applies the epilogue; a row that takes none gets the epilogue of 0. (One loop, so that each
+    // channel constant's row is compiled once.)
+    int64_t passes = rows_outer ? kh : 1;
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t pass = 0; pass < passes; pass++)
             for (int64_t oy = 0; oy < oh; oy++) {
                 int64_t ky0 = rlo - oy > 0 ? rlo - oy : 0, ky1 = rhi - oy < kh ? rhi - oy : kh;
                 if (ky1 < ky0) ky1 = ky0;
-                FWD_ROW(xp + (b * hp + oy) * row, row, clo, chi, ky0, ky1, kw, f, ow, oc, false, ep,
-                        y + (b * oh + oy) * ow * oc);
+                int64_t k0 = ky0, k1 = ky1;   // this pass's window rows
+                if (rows_outer) {
+                    if (ky1 > ky0 && (pass < ky0 || pass >= ky1)) continue;
+                    if (ky1 == ky0 && pass != 0) continue;
+                    if (ky1 > ky0) k0 = pass, k1 = pass + 1;
+                }
+                FWD_ROW(xp + (b * hp + oy) * row, row, clo, chi, k0, k1, kw, f, ow, oc, k0 > ky0,
+                        k1 >= ky1 ? ep : NULL, y + (b * oh + oy) * ow * oc);
             }
-            continue;
-        }
-        // Window row ky of every output row, then the next: output row oy takes window rows
-        // [ky0, ky1) (the others read padding only), the first starting its sums from 0, the last
-        // applying the epilogue; a row that takes none gets the epilogue of 0.
-        for (int64_t ky = 0; ky < kh; ky++)
-            for (int64_t oy = 0; oy < oh; oy++) {
-                int64_t ky0 = rlo - oy > 0 ? rlo - oy : 0, ky1 = rhi - oy < kh ? rhi - oy : kh;
-                bool none = ky1 <= ky0;
-                if (none ? ky != 0 : ky < ky0 || ky >= ky1) continue;
-                FWD_ROW(xp + (b * hp + oy) * row, row, clo, chi, none ? 0 : ky, none ? 0 : ky + 1, kw, f, ow, oc,
-                        !none && ky > ky0, none || ky == ky1 - 1 ? ep : NULL, y + (b * oh + oy) * ow * oc);
-            }
-    }
 #undef FWD_ROW
 }
 
