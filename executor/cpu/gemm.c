@@ -271,7 +271,13 @@ void exec_cpu_set_threads(int n) {
 
 int exec_cpu_threads(void) {
     int n = atomic_load(&gemm_threads);
-    return n > 0 ? n : exec_cpu_default_threads();
+    if (n > 0) return n;
+    // Not set (a process that made no session, such as a worker-only dg-server): the default,
+    // kept, so that each product does not read the environment and the affinity mask again.
+    int none = 0;
+    n = exec_cpu_default_threads();
+    atomic_compare_exchange_strong(&gemm_threads, &none, n);
+    return atomic_load(&gemm_threads);
 }
 
 typedef struct gemm_args {
