@@ -1,5 +1,5 @@
 /* transport_bench: the ZeroMQ transport between two processes over tcp://127.0.0.1, through
- * the public API and the transport's benchmark hooks (runtime/transport/ping_impl.h). A
+ * the public API and the server's transport benchmark hooks (runtime/server/ping_impl.h). A
  * 2-task cluster "bench|127.0.0.1:A,127.0.0.1:B": task 0 is served by a forked child, task 1 by this process, which measures
  *   - PING round trips (rt_server_ping; the payload goes out and is echoed back) for payloads
  *     of 4 B, 4 KiB, 256 KiB, 4 MiB and 64 MiB: median and p90 after warm-up;

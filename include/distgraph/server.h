@@ -88,7 +88,7 @@ typedef struct dg_server_options {
     // Checked when a peer leaves and when the counters are asked for. 0: 60000.
     int64_t orphan_timeout_ms;
     // Largest PING payload echoed (PINGs are liveness probes; larger echoes are for
-    // benchmarks, runtime/transport/ping_impl.h); a larger one
+    // benchmarks, runtime/server/ping_impl.h); a larger one
     // is answered RESOURCE_EXHAUSTED. 0: 64 KiB; negative: no limit.
     int64_t max_ping_echo_bytes;
 } dg_server_options;

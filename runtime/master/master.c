@@ -60,6 +60,15 @@ struct master_session {
     int n_running, cap_running;
 };
 
+// The session options' defaults live with the master, which reads them, below the session
+// room that hands them in.
+dg_session_options dg_session_options_default(void) {
+    dg_session_options o;
+    memset(&o, 0, sizeof o);
+    o.allow_soft_placement = true;
+    return o;
+}
+
 master_session *master_session_new(dg_graph *g, dg_server *server, const dg_session_options *opts, dg_status *st) {
     master_session *m = calloc(1, sizeof *m);
     if (!m) {

@@ -725,7 +725,8 @@ static void run_mjob(void *arg, int unused) {
     mjob_free(j);
 }
 
-void master_service_handle(master_service *ms, rt_peer *peer, rt_header *h, dg_tensor **ts, int n) {
+static void master_service_handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n) {
+    master_service *ms = ctx;
     mjob *j = calloc(1, sizeof *j);
     if (!j) abort();
     *j = (mjob){ms, peer, h, ts, n, NULL, h->trace ? exec_trace_now_ns() : 0};
@@ -759,20 +760,20 @@ void master_service_handle(master_service *ms, rt_peer *peer, rt_header *h, dg_t
     exec_pool_submit(ms->pool, run_mjob, j, 0);
 }
 
-int64_t master_service_num_channels(master_service *ms) {
+// SERVER_STATUS: the sessions, the local channels open now and the steps run through them.
+static void add_counters(void *ctx, rt_header *r) {
+    master_service *ms = ctx;
     pthread_mutex_lock(&ms->mu);
-    int64_t n = ms->n_fast;
+    long long sessions = ms->n_sessions, channels = ms->n_fast;
     pthread_mutex_unlock(&ms->mu);
-    return n;
-}
-
-int64_t master_service_channel_steps(master_service *ms) { return __atomic_load_n(&ms->fast_steps, __ATOMIC_RELAXED); }
-
-int64_t master_service_num_sessions(master_service *ms) {
-    pthread_mutex_lock(&ms->mu);
-    int64_t n = ms->n_sessions;
-    pthread_mutex_unlock(&ms->mu);
-    return n;
+    long long steps = __atomic_load_n(&ms->fast_steps, __ATOMIC_RELAXED);
+    char line[64];
+    snprintf(line, sizeof line, "master_sessions=%lld", sessions);
+    rt_header_add_name(r, line);
+    snprintf(line, sizeof line, "local_channels=%lld", channels);
+    rt_header_add_name(r, line);
+    snprintf(line, sizeof line, "local_channel_steps=%lld", steps);
+    rt_header_add_name(r, line);
 }
 
 // Closes sessions whose client fell silent. The closing (deregistering, freeing graphs) runs
@@ -815,7 +816,9 @@ static void *reaper_main(void *arg) {
     return NULL;
 }
 
-master_service *master_service_new(dg_server *server, int64_t lease_ms, int n_threads, dg_status *st) {
+static void master_service_free(master_service **msp);
+
+static master_service *master_service_new(dg_server *server, int64_t lease_ms, int n_threads, dg_status *st) {
     master_service *ms = calloc(1, sizeof *ms);
     if (!ms) abort();
     ms->server = server;
@@ -835,7 +838,7 @@ master_service *master_service_new(dg_server *server, int64_t lease_ms, int n_th
     return ms;
 }
 
-void master_service_free(master_service **msp) {
+static void master_service_free(master_service **msp) {
     if (!msp || !*msp) return;
     master_service *ms = *msp;
     dg_status why = DG_STATUS_INIT;
@@ -858,4 +861,23 @@ void master_service_free(master_service **msp) {
     pthread_mutex_destroy(&ms->mu);
     free(ms);
     *msp = NULL;
+}
+
+static void close_service(void *ctx) {
+    master_service *ms = ctx;
+    master_service_free(&ms);
+}
+
+static const rt_type master_types[] = {RT_CREATE_SESSION, RT_EXTEND_SESSION, RT_RUN_STEP, RT_CLOSE_SESSION,
+                                       RT_KEEPALIVE, RT_RESET, RT_ATTACH_CHANNEL, RT_TAKE_ANSWER};
+
+bool master_service_start(dg_server *s, rt_service *out, dg_status *st) {
+    const dg_server_options *o = rt_server_options(s);
+    master_service *ms = master_service_new(s, o->client_lease_ms, o->master_threads, st);
+    if (!ms) return false;
+    *out = (rt_service){.name = "master", .types = master_types,
+                        .n_types = (int)(sizeof master_types / sizeof master_types[0]),
+                        .handle = master_service_handle, .add_counters = add_counters, .close = close_service,
+                        .ctx = ms};
+    return true;
 }

@@ -13,17 +13,10 @@
 
 typedef struct master_service master_service;
 
-// Returns: new, caller frees with master_service_free(); NULL with st set.
-master_service *master_service_new(dg_server *server, int64_t lease_ms, int n_threads, dg_status *st);
-// Closes every session (aborting running steps) and waits for the service's threads. The
-// server's transport must still be up.
-void master_service_free(master_service **ms);
-// A request for the master service (CREATE_SESSION .. KEEPALIVE, RESET). Runs on the I/O
-// thread; consumes peer, h and the tensors.
-void master_service_handle(master_service *ms, rt_peer *peer, rt_header *h, dg_tensor **ts, int n);
-int64_t master_service_num_sessions(master_service *ms);
-// Local channels open now, and steps run through them since the start (SERVER_STATUS).
-int64_t master_service_num_channels(master_service *ms);
-int64_t master_service_channel_steps(master_service *ms);
+// An rt_service_start (server_impl.h): the master service of server s, its lease and threads
+// from the server's options (client_lease_ms, master_threads). It answers CREATE_SESSION ..
+// TAKE_ANSWER and adds master_sessions, local_channels and local_channel_steps to
+// SERVER_STATUS.
+bool master_service_start(dg_server *s, rt_service *out, dg_status *st);
 
 #endif

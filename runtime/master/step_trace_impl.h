@@ -35,10 +35,10 @@ bool step_trace_add_remote(dg_step_trace *tr, const void *blob, size_t len, cons
 // The step ended at end_ns on this clock (unless step_trace_set_end said earlier): narrows the
 // tasks' clock offsets with their transfers, pairs transfer halves, moves times to the origin.
 void step_trace_finish(dg_step_trace *tr, int64_t end_ns);
-// Encodes events (times on this clock; a finished trace's are moved back by its origin), and
-// for a finished trace its tasks' offsets, with recv_ns and reply_ns (when this side got the
-// request and when it answers). Returns: new buffer (caller frees) and its length.
-char *step_trace_encode_notes(const exec_trace *t, int64_t recv_ns, int64_t reply_ns, size_t *len);
+// Encodes the trace's events (a finished trace's moved back by its origin) and, for a
+// finished trace, its tasks' offsets, with recv_ns and reply_ns (when this side got the
+// request and when it answers) as a blob (trace_blob_impl.h). Returns: new buffer (caller
+// frees) and its length.
 char *step_trace_encode(const dg_step_trace *tr, int64_t recv_ns, int64_t reply_ns, size_t *len);
 
 #endif

@@ -16,9 +16,8 @@
 #include "distgraph/placer.h"
 #include "distgraph/serialize.h"
 #include "keys_impl.h"
-#include "master_service_impl.h"
 #include "server_impl.h"
-#include "step_trace_impl.h"
+#include "trace_blob_impl.h"
 #include "strmap_impl.h"
 #include "status_impl.h"
 
@@ -71,7 +70,10 @@ struct dg_server {
     graph_strmap routes;    // receiving device -> endpoint ("" for this task), under out_mu
     char **route_strs;      // keys and values of routes, owned
     int n_route_strs;
-    master_service *master;  // sessions of clients in other processes
+    rt_service services[RT_SERVER_MAX_SERVICES];   // [0]: the worker service of this file
+    int n_services;
+    int8_t service_of[RT_TYPE_MAX + 1];   // message type -> index in services, -1: none
+    bool closed_types[RT_TYPE_MAX + 1];   // answered by a service that has closed
     rt_keyring *keys;        // the key directory's members (key_dir), or NULL
     struct job *running;     // RUN_GRAPH steps started and not done, under mu
     int64_t graphs_orphaned; // graphs freed because their master left, under mu
@@ -275,7 +277,7 @@ typedef struct job {
     registered *r;   // RUN_GRAPH: its graph, acquired when the request came; NULL: none
     rt_peer *owner;  // a started RUN_GRAPH: who asked (kept after peer goes to the reply)
     struct job *prev_run, *next_run;   // in s->running, under mu
-    exec_trace *trace;   // a traced RUN_GRAPH: this task's notes (step_trace_impl.h)
+    exec_trace *trace;   // a traced RUN_GRAPH: this task's notes, answered as a blob (trace_blob_impl.h)
     int64_t recv_ns;     // when the traced request came
 } job;
 
@@ -568,7 +570,7 @@ static void run_done(void *arg, const dg_status *st) {
         if (j->trace) {   // the notes travel with the answer (also of a failed step: below)
             exec_rendezvous_trace(s->rv, j->h->step_id, NULL);
             size_t len = 0;
-            char *blob = step_trace_encode_notes(j->trace, j->recv_ns, exec_trace_now_ns(), &len);
+            char *blob = rt_trace_blob_encode_notes(j->trace, j->recv_ns, exec_trace_now_ns(), &len);
             rt_header_set_blob(r, blob, len);
             free(blob);
         }
@@ -687,8 +689,9 @@ static void run_job(void *arg, int unused) {
 
 
 
-// Runs on the transport's I/O thread: quick requests here, the rest on the service pool.
-static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n) {
+// The worker service: runs on the transport's I/O thread, quick requests here, the rest on
+// the service pool.
+static void worker_handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n) {
     dg_server *s = ctx;
     job *j = calloc(1, sizeof *j);
     if (!j) abort();
@@ -764,20 +767,6 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
         exec_pool_submit(s->pool, run_job, j, 0);
         j = NULL;
         break;
-    case RT_CREATE_SESSION:
-    case RT_EXTEND_SESSION:
-    case RT_RUN_STEP:
-    case RT_CLOSE_SESSION:
-    case RT_KEEPALIVE:
-    case RT_RESET:
-    case RT_ATTACH_CHANNEL:
-    case RT_TAKE_ANSWER:
-        master_service_handle(s->master, peer, h, ts, n);
-        j->peer = NULL;
-        j->h = NULL;
-        j->ts = NULL;
-        j->n = 0;
-        break;
     case RT_SERVER_STATUS: {
         rt_header *r = new_header();
         char line[64];
@@ -787,8 +776,6 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
         int64_t expired = s->values_expired;
         pthread_mutex_unlock(&s->mu);
         snprintf(line, sizeof line, "registered_graphs=%lld", (long long)graphs);
-        rt_header_add_name(r, line);
-        snprintf(line, sizeof line, "master_sessions=%lld", (long long)master_service_num_sessions(s->master));
         rt_header_add_name(r, line);
         snprintf(line, sizeof line, "running_steps=%lld", (long long)steps);
         rt_header_add_name(r, line);
@@ -810,8 +797,6 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
             {"transfers_abandoned", (long long)tps.transfers_abandoned},
             {"replies_dropped", (long long)tps.replies_dropped},
             {"requests_refused", (long long)tps.requests_refused},
-            {"local_channels", (long long)master_service_num_channels(s->master)},
-            {"local_channel_steps", (long long)master_service_channel_steps(s->master)},
             {"bad_messages", (long long)tps.bad_messages},
             {"shm_frames_sent", (long long)tps.shm_frames_sent},
             {"shm_frames_received", (long long)tps.shm_frames_received},
@@ -820,6 +805,8 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
             snprintf(line, sizeof line, "%s=%lld", counters[i].name, counters[i].v);
             rt_header_add_name(r, line);
         }
+        for (int i = 0; i < s->n_services; i++)
+            if (s->services[i].add_counters) s->services[i].add_counters(s->services[i].ctx, r);
         reply_ok(j, r, NULL, 0);
         break;
     }
@@ -830,6 +817,52 @@ static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n
     }
     if (j) job_free(j);
     status_impl_clear(&st);
+}
+
+static const rt_type worker_types[] = {RT_PING, RT_LIST_DEVICES, RT_REGISTER_GRAPH, RT_DEREGISTER_GRAPH,
+                                       RT_RUN_GRAPH, RT_TENSOR, RT_ABORT_STEP, RT_END_STEP,
+                                       RT_GET_VARIABLES, RT_SERVER_STATUS};
+
+// The transport's handler: the service that entered the message's type in the dispatch table
+// answers it.
+static void handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts, int n) {
+    dg_server *s = ctx;
+    int t = (int)h->type;
+    int i = t >= 0 && t <= RT_TYPE_MAX ? __atomic_load_n(&s->service_of[t], __ATOMIC_ACQUIRE) : -1;
+    if (i >= 0) {
+        s->services[i].handle(s->services[i].ctx, peer, h, ts, n);
+        return;
+    }
+    if (t >= 0 && t <= RT_TYPE_MAX && s->closed_types[t]) {   // its service has closed
+        job *j = calloc(1, sizeof *j);
+        if (!j) abort();
+        *j = (job){.s = s, .peer = peer, .h = h, .ts = ts, .n = n};
+        dg_status st = DG_STATUS_INIT;
+        dg_status_setf(&st, DG_UNAVAILABLE, "%s is shutting down", s->task_name);
+        reply_err(j, &st);
+        job_free(j);
+        status_impl_clear(&st);
+        return;
+    }
+    worker_handle(s, peer, h, ts, n);   // answers UNIMPLEMENTED
+}
+
+// Enters svc in s's dispatch table.
+static bool add_service(dg_server *s, const rt_service *svc, dg_status *st) {
+    for (int k = 0; k < svc->n_types; k++) {
+        int t = (int)svc->types[k];
+        if (t < 0 || t > RT_TYPE_MAX || s->service_of[t] >= 0) {
+            dg_status_setf(st, DG_INTERNAL, "server %s: the %s service claims message type %s, %s", s->task_name,
+                           svc->name, rt_type_name(svc->types[k]),
+                           t < 0 || t > RT_TYPE_MAX ? "which is not one" :
+                           "which another service answers");
+            return false;
+        }
+    }
+    int i = s->n_services++;
+    s->services[i] = *svc;
+    for (int k = 0; k < svc->n_types; k++) s->service_of[svc->types[k]] = (int8_t)i;
+    return true;
 }
 
 // ---- lifecycle ----
@@ -874,9 +907,15 @@ static void tune_malloc(void) {
     mallopt(M_TRIM_THRESHOLD, (int)TUNED_TRIM_THRESHOLD);
 }
 
-dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const dg_server_options *opts,
-                         dg_status *st) {
+const dg_server_options *rt_server_options(dg_server *s) { return &s->opts; }
+
+dg_server *rt_server_new(const dg_cluster *c, const char *job, int task, const dg_server_options *opts,
+                         const rt_service_start *services, int n_services, dg_status *st) {
     dg_status_reset(st);
+    if (n_services < 0 || n_services > RT_SERVER_MAX_SERVICES - 1) {
+        dg_status_setf(st, DG_INTERNAL, "server: %d services, at most %d", n_services, RT_SERVER_MAX_SERVICES - 1);
+        return NULL;
+    }
     if (!c || !job) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "server: cluster and job are required");
         return NULL;
@@ -913,7 +952,17 @@ dg_server *dg_server_new(const dg_cluster *c, const char *job, int task, const d
         return NULL;
     }
     exec_rendezvous_set_router(s->rv, route, flush, s);
-    if (!(s->master = master_service_new(s, s->opts.client_lease_ms, s->opts.master_threads, st))) {
+    memset(s->service_of, -1, sizeof s->service_of);
+    rt_service worker = {.name = "worker", .types = worker_types,
+                         .n_types = (int)(sizeof worker_types / sizeof worker_types[0]),
+                         .handle = worker_handle, .ctx = s};
+    bool ok = add_service(s, &worker, st);
+    for (int i = 0; ok && i < n_services; i++) {
+        rt_service svc = {0};
+        ok = services[i](s, &svc, st) && add_service(s, &svc, st);
+        if (!ok && svc.close && s->n_services == i + 1) svc.close(svc.ctx);   // made, not entered
+    }
+    if (!ok) {
         dg_server_free(&s);
         return NULL;
     }
@@ -1072,8 +1121,17 @@ void dg_server_free(dg_server **sp) {
         exec_rendezvous_close(s->rv, &why);   // running steps stop waiting
         status_impl_clear(&why);
     }
-    // Remote clients' sessions end while the transport can still deregister their partitions.
-    master_service_free(&s->master);
+    // The other services end while the transport still answers (the master service's remote
+    // clients' sessions deregister their partitions), the last entered first.
+    for (int i = s->n_services - 1; i > 0; i--) {
+        for (int k = 0; k < s->services[i].n_types; k++) {
+            int t = (int)s->services[i].types[k];
+            s->closed_types[t] = true;
+            __atomic_store_n(&s->service_of[t], (int8_t)-1, __ATOMIC_RELEASE);
+        }
+        if (s->services[i].close) s->services[i].close(s->services[i].ctx);
+    }
+    s->n_services = s->n_services > 0 ? 1 : 0;
     pthread_mutex_lock(&s->mu);
     while (s->n_started > 0) pthread_cond_wait(&s->cv, &s->mu);
     pthread_mutex_unlock(&s->mu);

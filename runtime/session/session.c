@@ -17,13 +17,6 @@ struct dg_session {
     master_client *remote;    // a master in another process
 };
 
-dg_session_options dg_session_options_default(void) {
-    dg_session_options o;
-    memset(&o, 0, sizeof o);
-    o.allow_soft_placement = true;
-    return o;
-}
-
 const char *dg_cpu_summary(void) { return exec_cpu_summary(); }
 
 dg_session *dg_session_new(dg_graph *g, const char *target, const dg_session_options *opts, dg_status *st) {

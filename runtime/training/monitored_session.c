@@ -1,5 +1,5 @@
-/* The monitored training session and the saver (TensorFlow's MonitoredTrainingSession,
- * SessionManager and Saver, rewritten for distgraph).
+/* The monitored training session (TensorFlow's MonitoredTrainingSession and SessionManager,
+ * rewritten for distgraph; the saver is saver.c).
  *
  * Layers of one run, outermost first: recovery (a run that fails with UNAVAILABLE or ABORTED
  * recreates the underlying session and runs again), hooks (before_run, one merged
@@ -25,6 +25,7 @@
 #include "distgraph/ops.h"
 #include "distgraph/partitioned.h"
 #include "status_impl.h"
+#include "training_impl.h"
 
 // ---- small helpers ----
 static int64_t now_ms(void) {
@@ -40,306 +41,12 @@ static void sleep_ms(int64_t ms) {
     }
 }
 
-// A growable message buffer; out of memory while formatting a message is an internal failure.
-typedef struct strbuf {
-    char *p;
-    size_t len, cap;
-} strbuf;
-
-static void sb_addf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_addf(strbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        size_t room = b->cap - b->len;
-        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? room : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) abort();
-        if (b->p && (size_t)n < room) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = (b->len + (size_t)n + 1) * 2;
-        char *np = realloc(b->p, cap);
-        if (!np) abort();
-        b->p = np;
-        b->cap = cap;
-    }
-}
-
-static const char *sb_str(const strbuf *b) { return b->p ? b->p : ""; }
 
 static bool is_recoverable(dg_code c) { return c == DG_UNAVAILABLE || c == DG_ABORTED; }
 
-// ---- saver ----
-struct dg_saver {
-    dg_graph *g;           // borrowed
-    int n;
-    dg_output *vars;       // VariableV2 outputs, in DG_GLOBAL_VARIABLES order
-    dg_output *values;     // the placeholders fed on restore, one per variable
-    dg_node *restore_all;  // NoOp after every restore Assign
-    int global_step;       // index of the global step in vars, -1 if none
-    dg_checkpoint_slice *slices;   // one per variable: its save-slice attributes (full_name
-                                   // borrowed from the graph), full_name NULL when it has none
-    bool has_slices;               // whether any variable is a slice (a partitioned variable's part)
-};
-
-dg_saver *dg_saver_new(dg_graph *g, dg_status *st) {
-    dg_status_reset(st);
-    if (!g) {
-        dg_status_set(st, DG_INVALID_ARGUMENT, "saver: graph is NULL");
-        return NULL;
-    }
-    if (!dg_graph_check(g, st)) {
-        dg_status_prepend(st, "saver: the graph has an error from building it");
-        return NULL;
-    }
-    int n = dg_graph_collection_size(g, DG_GLOBAL_VARIABLES);
-    if (n == 0) {
-        dg_status_set(st, DG_FAILED_PRECONDITION, "saver: the graph has no variables (DG_GLOBAL_VARIABLES "
-                      "is empty)");
-        return NULL;
-    }
-    dg_saver *sv = calloc(1, sizeof *sv);
-    dg_node **assigns = calloc((size_t)n, sizeof *assigns);
-    if (sv) {
-        sv->vars = calloc((size_t)n, sizeof *sv->vars);
-        sv->values = calloc((size_t)n, sizeof *sv->values);
-        sv->slices = calloc((size_t)n, sizeof *sv->slices);
-    }
-    if (!sv || !assigns || !sv->vars || !sv->values || !sv->slices) {
-        free(assigns);
-        dg_saver_free(&sv);
-        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "saver: out of memory for %d variables", n);
-        return NULL;
-    }
-    sv->g = g;
-    sv->n = n;
-    sv->global_step = -1;
-    dg_node *gs = dg_graph_collection_size(g, DG_GLOBAL_STEP) ? dg_graph_collection_get(g, DG_GLOBAL_STEP, 0)
-                                                              : NULL;
-    // Slice attributes first: a malformed one fails before the graph gets any save op.
-    for (int i = 0; i < n; i++) {
-        dg_variable_slice vs;
-        int has = dg_variable_save_slice(dg_graph_collection_get(g, DG_GLOBAL_VARIABLES, i), &vs, st);
-        if (has < 0) {
-            free(assigns);
-            dg_saver_free(&sv);
-            dg_status_prepend(st, "saver");
-            return NULL;
-        }
-        if (has) {
-            sv->slices[i].full_name = vs.full_name;
-            sv->slices[i].full_shape = vs.full_shape;
-            memcpy(sv->slices[i].offset, vs.offset, sizeof vs.offset);
-            sv->has_slices = true;
-        }
-    }
-    dg_graph_push_name_scope(g, "save");
-    for (int i = 0; i < n; i++) {
-        dg_node *v = dg_graph_collection_get(g, DG_GLOBAL_VARIABLES, i);
-        sv->vars[i] = (dg_output){v, 0};
-        if (v == gs) sv->global_step = i;
-        char *pname = NULL, *aname = NULL;
-        if (asprintf(&pname, "restore_%s/value", dg_node_name(v)) < 0 ||
-            asprintf(&aname, "restore_%s", dg_node_name(v)) < 0)
-            abort();
-        // The fed value enters at the client and crosses to the variable's task once.
-        dg_graph_push_colocate_with(g, v);
-        sv->values[i] = dg_placeholder(g, pname, dg_node_output_dtype(v, 0), dg_node_output_shape(v, 0));
-        assigns[i] = dg_assign(g, aname, sv->vars[i], sv->values[i]).node;
-        dg_graph_pop_colocate_with(g);
-        free(pname);
-        free(aname);
-    }
-    sv->restore_all = dg_group(g, "restore_all", assigns, n);
-    dg_graph_pop_name_scope(g);
-    free(assigns);
-    if (!dg_graph_check(g, st)) {
-        dg_status_prepend(st, "saver: building the restore ops");
-        dg_saver_free(&sv);
-        return NULL;
-    }
-    return sv;
-}
-
-void dg_saver_free(dg_saver **svp) {
-    if (!svp || !*svp) return;
-    dg_saver *sv = *svp;
-    free(sv->vars);
-    free(sv->values);
-    free(sv->slices);
-    free(sv);
-    *svp = NULL;
-}
-
-int dg_saver_num_variables(const dg_saver *sv) { return sv ? sv->n : 0; }
-
-const char *dg_saver_variable_name(const dg_saver *sv, int i) {
-    return sv && i >= 0 && i < sv->n ? dg_node_name(sv->vars[i].node) : NULL;
-}
-
-static const char **saver_names(const dg_saver *sv) {
-    const char **names = malloc((size_t)sv->n * sizeof *names);
-    if (!names) abort();
-    for (int i = 0; i < sv->n; i++) names[i] = dg_node_name(sv->vars[i].node);
-    return names;
-}
-
-bool dg_saver_save(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, int64_t step,
-                   int max_to_keep, int64_t *saved_step, dg_status *st) {
-    dg_status_reset(st);
-    if (!sv || !sess || !store) {
-        dg_status_set(st, DG_INVALID_ARGUMENT, "saver save: saver, session or store is NULL");
-        return false;
-    }
-    if (step < 0 && sv->global_step < 0) {
-        dg_status_set(st, DG_FAILED_PRECONDITION, "saver save: no step given and the graph has no global step "
-                      "(create it with dg_global_step)");
-        return false;
-    }
-    dg_tensor **vals = calloc((size_t)sv->n, sizeof *vals);
-    const char **names = saver_names(sv);
-    if (!vals) abort();
-    bool ok = dg_session_run(sess, NULL, NULL, 0, sv->vars, vals, sv->n, NULL, 0, st);
-    if (!ok) {
-        dg_status_prepend(st, "saver save: fetching the variables");
-    } else {
-        if (step < 0) step = dg_tensor_i64(vals[sv->global_step])[0];
-        // Parts of partitioned variables go in as slices of their full variables.
-        ok = dg_checkpoint_save_slices(store, step, names, vals, sv->has_slices ? sv->slices : NULL, sv->n,
-                                       max_to_keep, st);
-        if (ok && saved_step) *saved_step = step;
-        if (!ok) dg_status_prepend(st, "saver save: checkpoint of step %lld", (long long)step);
-    }
-    for (int i = 0; i < sv->n; i++) dg_tensor_unref(vals[i]);
-    free(vals);
-    free(names);
-    return ok;
-}
-
-// Whether checkpoint entry k holds part of the full variable full_name: a slice of it, or it
-// saved whole.
-static bool holds_part_of(const dg_checkpoint_var *cv, const dg_checkpoint_slice *cs, int k, const char *full_name) {
-    return cs[k].full_name ? strcmp(cs[k].full_name, full_name) == 0 : strcmp(cv[k].name, full_name) == 0;
-}
-
-// Plans the restore into req (one entry per saver variable): req[i].full_name NULL reads the
-// tensor of the variable's name; otherwise the region req[i] of a full variable, assembled
-// from whatever of it the checkpoint holds. That is a part of a partitioned variable (its
-// slice attributes), or a whole variable the checkpoint holds only as slices (TensorFlow
-// restores a variable whatever partitioning it was saved with). The checkpoint must hold
-// exactly the saver's variables: every difference is named. The dtypes, shapes and rows of
-// slices are checked by the store, whose errors name the file.
-static bool plan_restore(const dg_saver *sv, const dg_checkpoint_var *cv, const dg_checkpoint_slice *cs, int n_cv,
-                         int64_t step, dg_checkpoint_slice *req, dg_status *st) {
-    strbuf missing = {0}, extra = {0}, differ = {0};
-    int n_missing = 0, n_extra = 0, n_differ = 0;
-    char a[128], b[128];
-    bool *used = calloc((size_t)(n_cv ? n_cv : 1), sizeof *used);
-    if (!used) abort();
-    for (int i = 0; i < sv->n; i++) {
-        const char *name = dg_node_name(sv->vars[i].node);
-        dg_dtype dt = dg_output_dtype(sv->vars[i]);
-        dg_shape sh = dg_output_shape(sv->vars[i]);
-        req[i] = sv->slices[i];
-        if (!req[i].full_name) {
-            int found = -1;
-            for (int k = 0; k < n_cv && found < 0; k++)
-                if (strcmp(cv[k].name, name) == 0) found = k;
-            if (found >= 0) {
-                used[found] = true;
-                if (cv[found].dtype != dt || !dg_shape_equal(&cv[found].shape, &sh))
-                    sb_addf(&differ, "%s%s (graph %s %s, checkpoint %s %s)", n_differ++ ? ", " : "", name,
-                            dg_dtype_name(dt), dg_shape_str(&sh, a, sizeof a), dg_dtype_name(cv[found].dtype),
-                            dg_shape_str(&cv[found].shape, b, sizeof b));
-                continue;
-            }
-            bool as_slices = false;
-            for (int k = 0; k < n_cv && !as_slices; k++)
-                as_slices = cs[k].full_name && strcmp(cs[k].full_name, name) == 0;
-            if (!as_slices || sh.rank < 1) {
-                sb_addf(&missing, "%s%s", n_missing++ ? ", " : "", name);
-                continue;
-            }
-            req[i].full_name = name;
-            req[i].full_shape = sh;
-            memset(req[i].offset, 0, sizeof req[i].offset);
-        }
-        bool any = false;
-        for (int k = 0; k < n_cv; k++)
-            if (holds_part_of(cv, cs, k, req[i].full_name)) used[k] = any = true;
-        if (!any) sb_addf(&missing, "%s%s (a slice of %s)", n_missing++ ? ", " : "", name, req[i].full_name);
-    }
-    for (int k = 0; k < n_cv; k++)
-        if (!used[k]) sb_addf(&extra, "%s%s", n_extra++ ? ", " : "", cv[k].name);
-    free(used);
-    bool ok = n_missing + n_extra + n_differ == 0;
-    if (!ok) {
-        strbuf msg = {0};
-        sb_addf(&msg, "the checkpoint of step %lld does not match the graph's variables", (long long)step);
-        if (n_missing) sb_addf(&msg, "; missing from the checkpoint: %s", sb_str(&missing));
-        if (n_extra) sb_addf(&msg, "; in the checkpoint but not in the graph: %s", sb_str(&extra));
-        if (n_differ) sb_addf(&msg, "; of another dtype or shape: %s", sb_str(&differ));
-        dg_status_set(st, DG_INVALID_ARGUMENT, sb_str(&msg));
-        free(msg.p);
-    }
-    free(missing.p);
-    free(extra.p);
-    free(differ.p);
-    return ok;
-}
-
-bool dg_saver_restore(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, int64_t step,
-                      int64_t *restored_step, dg_status *st) {
-    dg_status_reset(st);
-    if (!sv || !sess || !store) {
-        dg_status_set(st, DG_INVALID_ARGUMENT, "saver restore: saver, session or store is NULL");
-        return false;
-    }
-    if (step < 0) {
-        // A fixed step from here on: a save by another process must not slip in between.
-        step = dg_checkpoint_latest_step(store, st);
-        if (step < 0) {
-            if (dg_status_ok(st)) dg_status_set(st, DG_NOT_FOUND, "saver restore: there is no checkpoint");
-            return false;
-        }
-    }
-    dg_checkpoint_var *cv = NULL;
-    dg_checkpoint_slice *cs = NULL;
-    int n_cv = dg_checkpoint_variables_sliced(store, step, &cv, &cs, st);
-    if (n_cv < 0) return false;
-    dg_checkpoint_slice *req = calloc((size_t)sv->n, sizeof *req);
-    dg_tensor **vals = calloc((size_t)sv->n, sizeof *vals);
-    if (!req || !vals) abort();
-    // req's full names point into the graph, never into cs.
-    bool ok = plan_restore(sv, cv, cs, n_cv, step, req, st);
-    free(cv);
-    free(cs);
-    const char **names = saver_names(sv);
-    for (int i = 0; ok && i < sv->n; i++) {
-        vals[i] = dg_tensor_new(dg_output_dtype(sv->vars[i]), dg_output_shape(sv->vars[i]), st);
-        if (!vals[i]) {
-            dg_status_prepend(st, "saver restore: variable \"%s\"", names[i]);
-            ok = false;
-        }
-    }
-    int64_t got = step;
-    if (ok) ok = dg_checkpoint_restore_slices(store, step, names, req, vals, sv->n, &got, st);
-    if (ok) {
-        ok = dg_session_run(sess, sv->values, vals, sv->n, NULL, NULL, 0, &sv->restore_all, 1, st);
-        if (!ok) dg_status_prepend(st, "assigning the checkpoint of step %lld", (long long)got);
-    }
-    if (ok && restored_step) *restored_step = got;
-    for (int i = 0; i < sv->n; i++) dg_tensor_unref(vals[i]);
-    free(vals);
-    free(req);
-    free(names);
-    return ok;
-}
-
 // ---- the monitored session ----
 struct dg_monitored_session {
+    training_run_state rs;          // first: what hooks see (run_context.c)
     dg_graph *g;                    // borrowed
     char *master;                   // owned copy; NULL: local
     dg_session_options sopts;
@@ -351,7 +58,6 @@ struct dg_monitored_session {
     int n_hooks;
     dg_session_hook **owned;        // built-in hooks this session made and frees
     int n_owned;
-    dg_saver *saver;
     dg_output *ready;               // IsVariableInitialized, one per saver variable
     dg_node *init_op;
     dg_output global_step;          // {NULL, 0} when the graph has none
@@ -365,9 +71,7 @@ struct dg_monitored_session {
     uint64_t generation;            // bumped by every successful recovery
     int in_flight;                  // runs and reads using sess
     bool recovering, closing;
-    _Atomic int64_t restored_step;  // written by the creating thread, read by anyone
     atomic_int n_recoveries;
-    atomic_bool stop_requested, last_run_failed, closed;
     atomic_bool in_recovery;        // sessions are being made after a failure
 };
 
@@ -402,7 +106,7 @@ static bool hooks_after_create(dg_monitored_session *ms, dg_session *sess, dg_st
 // Lists up to 20 names of vars whose flag is false (all when flags is NULL).
 static void list_names(strbuf *b, const dg_saver *sv, dg_tensor *const *flags) {
     int n = 0;
-    for (int i = 0; i < sv->n; i++) {
+    for (int i = 0; i < dg_saver_num_variables(sv); i++) {
         if (flags && *(const uint8_t *)dg_tensor_data(flags[i])) continue;
         if (n < 20) sb_addf(b, "%s%s", n ? ", " : "", dg_saver_variable_name(sv, i));
         n++;
@@ -441,12 +145,12 @@ static dg_session *create_chief(dg_monitored_session *ms, dg_status *st) {
     bool ok;
     if (latest >= 0) {
         int64_t got = -1;
-        ok = dg_saver_restore(ms->saver, sess, ms->store, latest, &got, st);
-        if (ok) ms->restored_step = got;
+        ok = dg_saver_restore(ms->rs.saver, sess, ms->store, latest, &got, st);
+        if (ok) ms->rs.restored_step = got;
         else dg_status_prepend(st, "restoring the checkpoint of step %lld from \"%s\"", (long long)latest,
                                ms->checkpoint_path);
     } else {
-        ms->restored_step = -1;
+        ms->rs.restored_step = -1;
         ok = dg_session_run_target(sess, ms->init_op, st);
         if (!ok) dg_status_prepend(st, "initializing the variables");
     }
@@ -459,10 +163,11 @@ static dg_session *create_chief(dg_monitored_session *ms, dg_status *st) {
 // or restarted) counts as "not yet" and the next check uses a fresh session, since the old
 // one's registered partitions may be gone.
 static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
-    ms->restored_step = -1;
+    ms->rs.restored_step = -1;
     int64_t start = now_ms(), deadline = start + ms->wait_for_chief_ms, backoff = 50;
     dg_session *sess = NULL;
-    dg_tensor **flags = calloc((size_t)ms->saver->n, sizeof *flags);
+    int n_vars = dg_saver_num_variables(ms->rs.saver);
+    dg_tensor **flags = calloc((size_t)n_vars, sizeof *flags);
     if (!flags) abort();
     dg_status check = DG_STATUS_INIT;
     strbuf pending = {0};
@@ -471,14 +176,14 @@ static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
         int64_t left = deadline - now_ms();
         if (!sess && !(sess = new_session(ms, left > 1 ? left : 1, st))) break;
         status_impl_clear(&check);
-        if (dg_session_run(sess, NULL, NULL, 0, ms->ready, flags, ms->saver->n, NULL, 0, &check)) {
+        if (dg_session_run(sess, NULL, NULL, 0, ms->ready, flags, n_vars, NULL, 0, &check)) {
             bool all = true;
-            for (int i = 0; i < ms->saver->n; i++) all = all && *(const uint8_t *)dg_tensor_data(flags[i]);
+            for (int i = 0; i < n_vars; i++) all = all && *(const uint8_t *)dg_tensor_data(flags[i]);
             pending.len = 0;
             if (pending.p) pending.p[0] = 0;
-            list_names(&pending, ms->saver, flags);
+            list_names(&pending, ms->rs.saver, flags);
             have_flags = true;
-            for (int i = 0; i < ms->saver->n; i++) dg_tensor_free(&flags[i]);
+            for (int i = 0; i < n_vars; i++) dg_tensor_free(&flags[i]);
             if (all) break;
         } else if (is_recoverable(dg_status_code(&check))) {
             dg_session_free(&sess);
@@ -488,7 +193,7 @@ static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
             dg_session_free(&sess);
             break;
         }
-        if (atomic_load(&ms->stop_requested)) {
+        if (atomic_load(&ms->rs.stop_requested)) {
             dg_status_set(st, DG_CANCELLED, "stop requested while waiting for the chief to initialize variables");
             dg_session_free(&sess);
             break;
@@ -498,7 +203,7 @@ static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
             strbuf msg = {0};
             sb_addf(&msg, "waited %lld ms for the chief to initialize variables: ", (long long)ms->wait_for_chief_ms);
             if (have_flags) sb_addf(&msg, "%s", sb_str(&pending));
-            else list_names(&msg, ms->saver, NULL);
+            else list_names(&msg, ms->rs.saver, NULL);
             if (dg_status_code(&check) != DG_OK)
                 sb_addf(&msg, " (the last check failed: %s: %s)", dg_code_name(dg_status_code(&check)),
                         dg_status_message(&check));
@@ -538,7 +243,7 @@ static bool create_session(dg_monitored_session *ms, dg_status *st) {
             dg_status_prepend(st, "recovery: gave up after %d attempts to create the session", attempt);
             return false;
         }
-        if (atomic_load(&ms->stop_requested)) {
+        if (atomic_load(&ms->rs.stop_requested)) {
             dg_status_prepend(st, "stop requested while creating the session");
             return false;
         }
@@ -594,13 +299,13 @@ static bool add_builtin_hooks(dg_monitored_session *ms, const dg_mts_options *o,
 
 // The ops the session needs, added before any session exists: saver, readiness checks, init.
 static bool build_ops(dg_monitored_session *ms, dg_status *st) {
-    if (!(ms->saver = dg_saver_new(ms->g, st))) return false;
-    int n = ms->saver->n;
+    if (!(ms->rs.saver = dg_saver_new(ms->g, st))) return false;
+    int n = dg_saver_num_variables(ms->rs.saver);
     ms->ready = calloc((size_t)n, sizeof *ms->ready);
     if (!ms->ready) abort();
     dg_graph_push_name_scope(ms->g, "ready");
     for (int i = 0; i < n; i++)
-        ms->ready[i] = dg_is_variable_initialized(ms->g, dg_saver_variable_name(ms->saver, i), ms->saver->vars[i]);
+        ms->ready[i] = dg_is_variable_initialized(ms->g, dg_saver_variable_name(ms->rs.saver, i), training_saver_variable(ms->rs.saver, i));
     dg_graph_pop_name_scope(ms->g);
     ms->init_op = dg_global_variables_initializer(ms->g);
     if (dg_graph_collection_size(ms->g, DG_GLOBAL_STEP) > 0)
@@ -644,14 +349,14 @@ dg_monitored_session *dg_monitored_session_new(dg_graph *g, const dg_mts_options
     ms->wait_for_chief_ms = o.wait_for_chief_ms;
     ms->backoff_ms = o.recovery_backoff_ms;
     ms->max_attempts = o.max_recovery_attempts;
-    atomic_init(&ms->restored_step, -1);
+    atomic_init(&ms->rs.restored_step, -1);
     atomic_init(&ms->n_recoveries, 0);
     pthread_mutex_init(&ms->mu, NULL);
     pthread_cond_init(&ms->cv, NULL);
     pthread_mutex_init(&ms->hook_mu, NULL);
-    atomic_init(&ms->stop_requested, false);
-    atomic_init(&ms->last_run_failed, false);
-    atomic_init(&ms->closed, false);
+    atomic_init(&ms->rs.stop_requested, false);
+    atomic_init(&ms->rs.last_run_failed, false);
+    atomic_init(&ms->rs.closed, false);
     if ((o.master && !(ms->master = strdup(o.master))) ||
         (o.checkpoint_path && !(ms->checkpoint_path = strdup(o.checkpoint_path))))
         abort();
@@ -671,21 +376,11 @@ dg_monitored_session *dg_monitored_session_new(dg_graph *g, const dg_mts_options
     }
     ok = ok && create_session(ms, st);
     if (!ok) {
-        atomic_store(&ms->last_run_failed, true);   // no end hooks for a session never made
+        atomic_store(&ms->rs.last_run_failed, true);   // no end hooks for a session never made
         dg_monitored_session_free(&ms);
         return NULL;
     }
     return ms;
-}
-
-bool dg_monitored_session_should_stop(const dg_monitored_session *s) {
-    if (!s) return true;
-    dg_monitored_session *m = (dg_monitored_session *)s;   // atomics: loads do not modify
-    return atomic_load(&m->stop_requested) || atomic_load(&m->last_run_failed) || atomic_load(&m->closed);
-}
-
-void dg_monitored_session_request_stop(dg_monitored_session *s) {
-    if (s) atomic_store(&s->stop_requested, true);
 }
 
 // Replaces the session of generation gen after a recoverable failure. Returns true when a
@@ -846,7 +541,7 @@ static bool hooked_run(dg_monitored_session *ms, dg_session *sess, const dg_outp
 static bool acquire(dg_monitored_session *ms, bool wait, dg_session **sess, uint64_t *gen, dg_status *st) {
     pthread_mutex_lock(&ms->mu);
     while (wait && ms->recovering) pthread_cond_wait(&ms->cv, &ms->mu);
-    if (ms->closing || atomic_load(&ms->closed)) {
+    if (ms->closing || atomic_load(&ms->rs.closed)) {
         pthread_mutex_unlock(&ms->mu);
         dg_status_set(st, DG_FAILED_PRECONDITION, "the monitored session is closed");
         return false;
@@ -895,21 +590,21 @@ bool dg_monitored_session_run(dg_monitored_session *s, const dg_output *feeds,
         }
         if (ok) {
             if (pass > 1) dg_status_reset(st);   // the failures before the recovery are over
-            atomic_store(&s->last_run_failed, false);
+            atomic_store(&s->rs.last_run_failed, false);
             return true;
         }
         if (!is_recoverable(dg_status_code(st))) {
-            atomic_store(&s->last_run_failed, true);
+            atomic_store(&s->rs.last_run_failed, true);
             return false;
         }
         if (pass > s->max_attempts) {
             dg_status_prepend(st, "recovery: gave up after %d attempts: the step failed on each fresh session",
                               pass);
-            atomic_store(&s->last_run_failed, true);
+            atomic_store(&s->rs.last_run_failed, true);
             return false;
         }
         if (!recover(s, gen, st)) {
-            atomic_store(&s->last_run_failed, true);
+            atomic_store(&s->rs.last_run_failed, true);
             return false;
         }
     }
@@ -917,8 +612,8 @@ bool dg_monitored_session_run(dg_monitored_session *s, const dg_output *feeds,
 
 bool dg_monitored_session_close(dg_monitored_session *s, dg_status *st) {
     dg_status_reset(st);
-    if (!s || atomic_load(&s->closed)) return true;
-    atomic_store(&s->stop_requested, true);
+    if (!s || atomic_load(&s->rs.closed)) return true;
+    atomic_store(&s->rs.stop_requested, true);
     pthread_mutex_lock(&s->mu);
     s->closing = true;
     int64_t deadline = now_ms() + s->stop_grace_ms;
@@ -939,7 +634,7 @@ bool dg_monitored_session_close(dg_monitored_session *s, dg_status *st) {
     dg_session *sess = s->sess;
     pthread_mutex_unlock(&s->mu);
     bool ok = true;
-    if (sess && !atomic_load(&s->last_run_failed)) {
+    if (sess && !atomic_load(&s->rs.last_run_failed)) {
         dg_status err = DG_STATUS_INIT;
         pthread_mutex_lock(&s->hook_mu);
         for (int i = 0; i < s->n_hooks; i++) {
@@ -957,7 +652,7 @@ bool dg_monitored_session_close(dg_monitored_session *s, dg_status *st) {
     }
     pthread_mutex_lock(&s->mu);
     s->sess = NULL;
-    atomic_store(&s->closed, true);
+    atomic_store(&s->rs.closed, true);
     pthread_mutex_unlock(&s->mu);
     dg_session_free(&sess);
     return ok;
@@ -974,7 +669,7 @@ void dg_monitored_session_free(dg_monitored_session **sp) {
     free(s->owned);
     free(s->hooks);
     dg_checkpoint_store_free(&s->store);
-    dg_saver_free(&s->saver);
+    dg_saver_free(&s->rs.saver);
     free(s->ready);
     free(s->master);
     free(s->checkpoint_path);
@@ -1016,12 +711,8 @@ dg_session *dg_monitored_session_session(dg_monitored_session *s) {
     return sess;
 }
 
-int64_t dg_monitored_session_restored_step(const dg_monitored_session *s) {
-    return s ? atomic_load(&((dg_monitored_session *)s)->restored_step) : -1;
-}
 int dg_monitored_session_num_recoveries(const dg_monitored_session *s) {
     return s ? atomic_load(&((dg_monitored_session *)s)->n_recoveries) : 0;
 }
 bool dg_monitored_session_is_chief(const dg_monitored_session *s) { return s && s->is_chief; }
 dg_graph *dg_monitored_session_graph(const dg_monitored_session *s) { return s ? s->g : NULL; }
-dg_saver *dg_monitored_session_saver(const dg_monitored_session *s) { return s ? s->saver : NULL; }

@@ -2,11 +2,24 @@
 #ifndef DG_TRAINING_IMPL_H
 #define DG_TRAINING_IMPL_H
 
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "distgraph/monitored_session.h"
 #include "distgraph/status.h"
+
+// What a monitored session's hooks may read and set of it (TensorFlow's SessionRunContext):
+// the first member of struct dg_monitored_session, so run_context.c reaches it from the
+// session's pointer without the session's file.
+typedef struct training_run_state {
+    dg_saver *saver;
+    _Atomic int64_t restored_step;   // written by the creating thread, read by anyone
+    atomic_bool stop_requested, last_run_failed, closed;
+} training_run_state;
 
 // A hook named name around ctx, its callbacks for the caller to set. Out of memory:
 // RESOURCE_EXHAUSTED, free_ctx(ctx) called, NULL. Returns: new, free with dg_session_hook_free().
@@ -23,5 +36,37 @@ static inline double training_wall_s(void) {
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+// A growable message buffer; out of memory while formatting a message is an internal failure.
+typedef struct strbuf {
+    char *p;
+    size_t len, cap;
+} strbuf;
+
+static inline void sb_addf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void sb_addf(strbuf *b, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->len;
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? room : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) abort();
+        if (b->p && (size_t)n < room) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->len + (size_t)n + 1) * 2;
+        char *np = realloc(b->p, cap);
+        if (!np) abort();
+        b->p = np;
+        b->cap = cap;
+    }
+}
+
+static inline const char *sb_str(const strbuf *b) { return b->p ? b->p : ""; }
+
+// The saver's variable i (a VariableV2 output), 0 <= i < dg_saver_num_variables (saver.c).
+dg_output training_saver_variable(const dg_saver *sv, int i);
 
 #endif

@@ -17,6 +17,7 @@
 #include "testutil.h"
 
 #include "fast_channel_impl.h"
+#include "master_service_impl.h"
 #include "transport_impl.h"
 
 typedef struct cluster2 {
@@ -667,6 +668,60 @@ static void test_local_channel_hostile(void **state) {
     stop(&t);
 }
 
+// A service that claims PING, which the worker service answers (rt_server_new must refuse it).
+static bool claim_ping(dg_server *s, rt_service *out, dg_status *st) {
+    (void)s;
+    (void)st;
+    static const rt_type types[] = {RT_PING};
+    *out = (rt_service){.name = "ping-thief", .types = types, .n_types = 1};
+    return true;
+}
+
+// The server's dispatch table: a type two services claim is refused when the server is made;
+// a server without the master service answers the master's messages UNIMPLEMENTED and still
+// answers PING; with it (dg_server_new), the master's counters are in its status.
+static void test_service_table(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    int port = dg_test_free_port();
+    char spec[64];
+    snprintf(spec, sizeof spec, "worker|127.0.0.1:%d", port);
+    dg_cluster *c = dg_cluster_from_spec_string(spec, st);
+    assert_ok(st);
+    dg_server_options so = dg_server_options_default();
+    so.quiet = true;
+    const rt_service_start thief[] = {master_service_start, claim_ping};
+    dg_server *s = rt_server_new(c, "worker", 0, &so, thief, 2, st);
+    assert_null(s);
+    assert_status(st, DG_INTERNAL, "the ping-thief service claims message type PING, which another service answers");
+
+    s = rt_server_new(c, "worker", 0, &so, NULL, 0, st);
+    assert_ok(st);
+    raw r;
+    raw_open(&r, port);
+    raw_call(&r, req(RT_CREATE_SESSION, 0), NULL, 0, st);
+    assert_status(st, DG_UNIMPLEMENTED, "CREATE_SESSION is not a request");
+    dg_status_reset(st);
+    raw_call(&r, req(RT_PING, 0), NULL, 0, st);
+    assert_ok(st);
+    assert_int_equal(raw_counter(&r, "master_sessions"), -1);
+    assert_int_equal(raw_counter(&r, "registered_graphs"), 0);
+    rt_transport_free(&r.tp);
+    dg_server_free(&s);
+
+    s = dg_server_new(c, "worker", 0, &so, st);
+    assert_ok(st);
+    raw_open(&r, port);
+    assert_int_equal(raw_counter(&r, "master_sessions"), 0);
+    assert_int_equal(raw_counter(&r, "local_channels"), 0);
+    raw_call(&r, req(RT_KEEPALIVE, 12345), NULL, 0, st);
+    assert_status(st, DG_NOT_FOUND, "12345");
+    rt_transport_free(&r.tp);
+    dg_server_free(&s);
+    dg_cluster_free(&c);
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_local_channel),
@@ -676,6 +731,7 @@ int main(void) {
         cmocka_unit_test(test_hostile_requests),
         cmocka_unit_test(test_silent_client_loses_its_session),
         cmocka_unit_test(test_wait_for_a_missing_task_ends_with_the_session),
+        cmocka_unit_test(test_service_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 
 #include "exec_impl.h"
 #include "step_trace_impl.h"
+#include "trace_blob_impl.h"
 
 #define PS "/job:ps/replica:0/task:0"
 #define WK "/job:worker/replica:0/task:0"
@@ -193,7 +194,7 @@ static void test_notes_round_trip(void **state) {
     size_t len = 0;
     // The task got the request at 104000 and answered at 107000 on its clock; the master sent
     // at 1000 and got the answer at 4200 on its own.
-    char *blob = step_trace_encode_notes(notes, 104000, 107000, &len);
+    char *blob = rt_trace_blob_encode_notes(notes, 104000, 107000, &len);
     dg_step_trace *t = step_trace_new(0);
     assert_true(step_trace_add_remote(t, blob, len, PS, WK, "RUN_GRAPH", 1000, 4200, st));
     assert_ok(st);
@@ -308,7 +309,7 @@ static void test_bad_notes(void **state) {
     dg_trace_event e = {DG_TRACE_OP, "n", "Add", "", "d", "", 1, 2, 0, 1};
     exec_trace_add(notes, &e);
     size_t len = 0;
-    char *good = step_trace_encode_notes(notes, 1, 3, &len);
+    char *good = rt_trace_blob_encode_notes(notes, 1, 3, &len);
     for (size_t cut = 0; cut < len; cut++) {
         dg_step_trace *t = step_trace_new(0);
         assert_false(step_trace_add_remote(t, good, cut, PS, WK, "RUN_GRAPH", 0, 10, st));
