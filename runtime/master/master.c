@@ -44,7 +44,7 @@ struct master_session {
     int n_devices;
     exec_rendezvous *rendezvous;   // local masters' own; the server's in a cluster
     int64_t next_step_id;
-    dg_server *server;       // the cluster's task this master runs in; NULL for local
+    const rt_task_env *task;  // the cluster's task this master runs in; NULL for local
     bool devices_listed;     // cluster: devices as the tasks reported them
     char own_task[160];
     char client_device[200];
@@ -69,14 +69,15 @@ dg_session_options dg_session_options_default(void) {
     return o;
 }
 
-master_session *master_session_new(dg_graph *g, dg_server *server, const dg_session_options *opts, dg_status *st) {
+master_session *master_session_new(dg_graph *g, const rt_task_env *task, const dg_session_options *opts,
+                                   dg_status *st) {
     master_session *m = calloc(1, sizeof *m);
     if (!m) {
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "session: out of memory");
         return NULL;
     }
     m->graph = g;
-    m->server = server;
+    m->task = task;
     m->opts = opts ? *opts : dg_session_options_default();
     pthread_mutex_init(&m->mu, NULL);
     pthread_mutex_init(&m->run_mu, NULL);
@@ -98,15 +99,15 @@ master_session *master_session_new(dg_graph *g, dg_server *server, const dg_sess
     exec_cpu_set_threads(m->opts.intra_op_threads);
     exec_cpu_announce();
     exec_devices_configure(&(exec_device_config){.allow_tf32 = m->opts.gpu_allow_tf32});
-    if (server) {
-        int n = dg_cluster_devices(rt_server_cluster(server), 0, &m->devices, st);
+    if (task) {
+        int n = dg_cluster_devices(task->cluster, 0, &m->devices, st);
         if (n < 0) {
             master_session_free(&m);
             return NULL;
         }
         m->n_devices = n;
-        m->rendezvous = rt_server_rendezvous(server);
-        snprintf(m->own_task, sizeof m->own_task, "%s", dg_server_task_name(server));
+        m->rendezvous = task->rendezvous;
+        snprintf(m->own_task, sizeof m->own_task, "%s", task->task_name);
         snprintf(m->client_device, sizeof m->client_device, "%s/device:CPU:0", m->own_task);
         return m;
     }
@@ -142,7 +143,7 @@ static void free_compiled(compiled *c, rt_transport *tp) {
 void master_session_free(master_session **mp) {
     if (!mp || !*mp) return;
     master_session *m = *mp;
-    rt_transport *tp = m->server ? rt_server_transport(m->server) : NULL;
+    rt_transport *tp = m->task ? m->task->transport : NULL;
     for (int i = 0; i < m->n_cache; i++) free_compiled(&m->cache[i], tp);
     free(m->cache);
     dg_device_list_free(m->devices, m->n_devices);
@@ -150,7 +151,7 @@ void master_session_free(master_session **mp) {
     free(m->running);
     // The pool first: a pool task may still flush the rendezvous after its step has finished.
     exec_pool_free(&m->pool);
-    if (!m->server) exec_rendezvous_free(&m->rendezvous);
+    if (!m->task) exec_rendezvous_free(&m->rendezvous);
     exec_resources_free(&m->rm);
     pthread_mutex_destroy(&m->mu);
     pthread_mutex_destroy(&m->run_mu);
@@ -321,10 +322,10 @@ static bool list_cluster_devices(master_session *m, dg_status *st) {
         char **got = NULL;
         int n_got = 0;
         if (strcmp(task, m->own_task) == 0) {
-            got = rt_server_device_list(m->server, &n_got);
+            got = rt_task_device_list(m->task, &n_got);
         } else {
-            char *ep = rt_server_task_endpoint(m->server, m->devices[i], st);
-            got = ep ? wc_list_devices(rt_server_transport(m->server), ep, rt_server_timeout_ms(m->server), &n_got, st)
+            char *ep = rt_task_endpoint(m->task, m->devices[i], st);
+            got = ep ? wc_list_devices(m->task->transport, ep, m->task->rpc_timeout_ms, &n_got, st)
                      : NULL;
             if (!got) dg_status_prepend(st, "listing the devices of %s (%s)", task, ep ? ep : "?");
             free(ep);
@@ -374,7 +375,7 @@ static bool wait_for_task_locked(master_session *m, const char *task, const char
     for (int i = 0; i < m->n_answered; i++)
         if (strcmp(m->answered[i], task) == 0) return true;
     if (m->opts.wait_for_tasks_ms >= 0 &&
-        !wc_wait_for_task(rt_server_transport(m->server), ep, task, m->opts.wait_for_tasks_ms, 5000, m->own_task,
+        !wc_wait_for_task(m->task->transport, ep, task, m->opts.wait_for_tasks_ms, 5000, m->own_task,
                           wait_cancelled, m, st))
         return false;
     char **na = realloc(m->answered, (size_t)(m->n_answered + 1) * sizeof *na);
@@ -387,10 +388,10 @@ static bool wait_for_task_locked(master_session *m, const char *task, const char
 // Registers partition pg (placed on dev, a device of task) with its task.
 static bool register_remote(master_session *m, dg_graph *pg, const char *dev, const char *task, compiled *out,
                             dg_status *st) {
-    char *ep = rt_server_task_endpoint(m->server, dev, st);
+    char *ep = rt_task_endpoint(m->task, dev, st);
     int64_t handle = 0;
     bool ok = ep && wait_for_task_locked(m, task, ep, st) &&
-              wc_register_graph(rt_server_transport(m->server), ep, pg, rt_server_timeout_ms(m->server), &handle, st);
+              wc_register_graph(m->task->transport, ep, pg, m->task->rpc_timeout_ms, &handle, st);
     if (!ok) {
         dg_status_prepend(st, "registering the partition of %s with task %s (%s)", dev, task, ep ? ep : "?");
         free(ep);
@@ -414,8 +415,8 @@ static bool compile(master_session *m, const dg_output *feeds, int n_feeds, cons
     dg_placement_options po = dg_placement_options_default();
     po.allow_soft_placement = m->opts.allow_soft_placement;
     po.supports = exec_kernel_supports;
-    if (m->server) po.default_device = m->own_task;
-    bool ok = (!m->server || m->devices_listed || !wants_accelerator(run, n_run) || list_cluster_devices(m, st)) &&
+    if (m->task) po.default_device = m->own_task;
+    bool ok = (!m->task || m->devices_listed || !wants_accelerator(run, n_run) || list_cluster_devices(m, st)) &&
               dg_place(run, n_run, (const char *const *)m->devices, m->n_devices, &po, st);
     if (ok && m->opts.log_device_placement)
         for (int i = 0; i < n_run; i++)
@@ -425,8 +426,8 @@ static bool compile(master_session *m, const dg_output *feeds, int n_feeds, cons
         multi = strcmp(run[i]->assigned_device, run[0]->assigned_device) != 0;
     for (int i = 0; ok && i < n_run && !accelerator; i++)
         accelerator = exec_device_name_is_accelerator(run[i]->assigned_device);
-    exec_env env = {m->server ? rt_server_resources(m->server) : m->rm, m->client_device, m->opts.intra_op_threads};
-    if (ok && !m->server && !multi && !accelerator) {   // one device: nothing to cut
+    exec_env env = {m->task ? m->task->resources : m->rm, m->client_device, m->opts.intra_op_threads};
+    if (ok && !m->task && !multi && !accelerator) {   // one device: nothing to cut
         out->eg = exec_graph_new(run, n_run, feeds, n_feeds, fetches, n_fetches, &env, m->pool, st);
         free(run);
         return out->eg != NULL;
@@ -434,12 +435,12 @@ static bool compile(master_session *m, const dg_output *feeds, int n_feeds, cons
     // A cluster master, or a local one with an accelerator (a GPU), is the client: feeds enter
     // and fetches leave through its CPU's partition, so values cross to other tasks and to
     // device memory only in _Send/_Recv. Several local CPUs cut without a client; fetches are read where computed.
-    bool client = m->server || accelerator;
+    bool client = m->task || accelerator;
     dg_output *fetch_at = malloc(((size_t)n_fetches + 1) * sizeof *fetch_at);
     if (!fetch_at) abort();
     if (ok) {
         out->parts = client ? dg_partition_ex(run, n_run, feeds, n_feeds, fetches, n_fetches, m->client_device,
-                                              m->server ? rt_new_step_id() : 1, fetch_at, st)
+                                              m->task ? rt_new_step_id() : 1, fetch_at, st)
                             : dg_partition(run, n_run, feeds, n_feeds, 1, st);
         ok = out->parts != NULL;
     }
@@ -495,7 +496,7 @@ static compiled *lookup_or_compile_locked(master_session *m, const dg_output *fe
         }
     compiled c = {key, NULL, NULL, NULL, 0};
     if (!compile(m, feeds, n_feeds, fetches, n_fetches, targets, n_targets, &c, st)) {
-        free_compiled(&c, m->server ? rt_server_transport(m->server) : NULL);
+        free_compiled(&c, m->task ? m->task->transport : NULL);
         return NULL;
     }
     if (m->n_cache == m->cap_cache) {
@@ -654,7 +655,7 @@ void master_session_abort(master_session *m, const dg_status *why) {
     for (int i = 0; i < m->n_running; i++) {
         struct running_step *r = &m->running[i];
         exec_rendezvous_abort(m->rendezvous, r->step_id, why);
-        abort_remotes(rt_server_transport(m->server), r->remotes, r->n_remotes, r->step_id, why);
+        abort_remotes(m->task->transport, r->remotes, r->n_remotes, r->step_id, why);
     }
     pthread_mutex_unlock(&m->run_mu);
 }
@@ -691,8 +692,8 @@ static bool run_cluster_step(master_session *m, exec_graph *eg, const remote *re
     w.grace->refs = 1;
     w.grace->rv = w.rv;
     w.grace->step_id = w.step_id;
-    w.grace->ms = rt_server_timeout_ms(m->server);
-    rt_transport *tp = rt_server_transport(m->server);
+    w.grace->ms = m->task->rpc_timeout_ms;
+    rt_transport *tp = m->task->transport;
     if (!running_add(m, w.step_id, remotes, n_remotes, st)) {
         pthread_mutex_destroy(&w.mu);
         pthread_cond_destroy(&w.cv);
@@ -707,7 +708,7 @@ static bool run_cluster_step(master_session *m, exec_graph *eg, const remote *re
     for (int r = 0; r < n_remotes; r++) {
         calls[r] = (step_call){.w = &w, .index = r, .traced = notes != NULL};
         if (notes) calls[r].sent_ns = exec_trace_now_ns();
-        wc_run_graph(tp, remotes[r].endpoint, remotes[r].handle, w.step_id, rt_server_timeout_ms(m->server),
+        wc_run_graph(tp, remotes[r].endpoint, remotes[r].handle, w.step_id, m->task->rpc_timeout_ms,
                      notes != NULL, step_done, &calls[r]);
     }
     if (notes) {
@@ -789,7 +790,7 @@ bool master_session_run(master_session *m, const dg_output *feeds, dg_tensor *co
     }
     pthread_mutex_unlock(&m->mu);
     if (!eg) return false;
-    if (m->server) {
+    if (m->task) {
         bool ok = run_cluster_step(m, eg, remotes, n_remotes, feed_values, fetched, trace, st);
         free(remotes);
         return ok;

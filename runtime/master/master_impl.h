@@ -11,13 +11,16 @@
 #include "distgraph/server.h"
 #include "distgraph/session.h"
 #include "distgraph/trace.h"
+#include "server_impl.h"
 
 typedef struct master_session master_session;
 
-// server NULL: a local master over this process's devices. Otherwise the master of server's
-// cluster, server's task being the client. Borrows g (and server) until master_session_free.
+// task NULL: a local master over this process's devices. Otherwise the master of the task's
+// cluster (a server's rt_server_env), that task being the client. Borrows g (and task) until
+// master_session_free.
 // Returns: new, caller frees with master_session_free(); NULL with st set.
-master_session *master_session_new(dg_graph *g, dg_server *server, const dg_session_options *opts, dg_status *st);
+master_session *master_session_new(dg_graph *g, const rt_task_env *task, const dg_session_options *opts,
+                                   dg_status *st);
 // Deregisters every partition it registered (without waiting) and frees.
 void master_session_free(master_session **m);
 // Checks feeds, fetches and targets against the graph (the session's argument checks).

@@ -50,7 +50,7 @@ typedef struct fast {
 #define MAX_CHANNELS 64
 
 struct master_service {
-    dg_server *server;
+    const rt_task_env *task;
     int64_t lease_ms;
     exec_pool *pool;
     pthread_mutex_t mu;
@@ -133,12 +133,12 @@ static void mjob_free(mjob *j) {
 }
 
 static void reply_err(mjob *j, const dg_status *st) {
-    rt_server_reply_error(j->ms->server, j->peer, j->h->id, st);
+    rt_server_reply_error(j->ms->task->server, j->peer, j->h->id, st);
     j->peer = NULL;
 }
 
 static void reply_ok(mjob *j, rt_header *r, dg_tensor *const *ts, int n) {
-    rt_server_reply(j->ms->server, j->peer, j->h->id, r, ts, n);
+    rt_server_reply(j->ms->task->server, j->peer, j->h->id, r, ts, n);
     j->peer = NULL;
 }
 
@@ -202,7 +202,7 @@ static version *new_version(master_service *ms, const rt_header *h, const dg_ses
     version *v = calloc(1, sizeof *v);
     if (!v) abort();
     v->graph = g;
-    if (!(v->m = master_session_new(g, ms->server, o, st))) {
+    if (!(v->m = master_session_new(g, ms->task, o, st))) {
         dg_graph_free(&g);
         free(v);
         return NULL;
@@ -242,7 +242,7 @@ static void do_create(mjob *j) {
     }
     pthread_mutex_unlock(&ms->mu);
     if (stopping) {
-        dg_status_setf(&st, DG_UNAVAILABLE, "%s is shutting down", dg_server_task_name(ms->server));
+        dg_status_setf(&st, DG_UNAVAILABLE, "%s is shutting down", ms->task->task_name);
         reply_err(j, &st);
         free_session(rs);
     } else {
@@ -321,8 +321,8 @@ static bool take_pushed_feeds(master_service *ms, const rt_header *h, dg_tensor 
         dg_status_set(st, DG_INVALID_ARGUMENT, "RUN_STEP: pushed feeds need a step id");
         return false;
     }
-    exec_rendezvous *rv = rt_server_rendezvous(ms->server);
-    int64_t timeout_ms = rt_server_timeout_ms(ms->server);
+    exec_rendezvous *rv = ms->task->rendezvous;
+    int64_t timeout_ms = ms->task->rpc_timeout_ms;
     const char *p = h->key + 7;
     while (*p) {
         char *end;
@@ -427,13 +427,13 @@ static bool run_step(master_service *ms, rsession *rs, const rt_header *h, dg_te
         trace = h->trace ? step_trace_new(recv_ns) : NULL;
         if (trace) {   // from the request's arrival: waiting for a thread, reading its names
             dg_trace_event e = {.kind = DG_TRACE_MASTER, .name = "RUN_STEP: read the request",
-                                .task = dg_server_task_name(ms->server), .start_ns = recv_ns,
+                                .task = ms->task->task_name, .start_ns = recv_ns,
                                 .end_ns = exec_trace_now_ns(), .thread = exec_trace_thread()};
             step_trace_add(trace, &e);
         }
         ok = master_session_run(v->m, feeds, ts, n_feeds, fetches, fetched, n_fetches, targets, n_targets, trace, st);
     }
-    if (pushed && h->step_id > 0) exec_rendezvous_end_step(rt_server_rendezvous(ms->server), h->step_id);
+    if (pushed && h->step_id > 0) exec_rendezvous_end_step(ms->task->rendezvous, h->step_id);
     pthread_mutex_lock(&ms->mu);
     rs->last_heard_ms = now_ms();   // a long step is not silence
     pthread_mutex_unlock(&ms->mu);
@@ -441,11 +441,11 @@ static bool run_step(master_service *ms, rsession *rs, const rt_header *h, dg_te
         rt_header *r = response();
         for (int i = 0; i < n_fetches; i++) rt_header_add_tensor(r, fetched[i]);
         if (trace) {
-            r->from = strdup(dg_server_task_name(ms->server));
+            r->from = strdup(ms->task->task_name);
             int64_t now = exec_trace_now_ns();
             // Merging the tasks' notes is tracing's own cost: shown as such.
             dg_trace_event e = {.kind = DG_TRACE_MASTER, .name = "tracing: merge the notes",
-                                .task = dg_server_task_name(ms->server), .start_ns = step_trace_end(trace),
+                                .task = ms->task->task_name, .start_ns = step_trace_end(trace),
                                 .end_ns = now, .thread = exec_trace_thread()};
             if (e.start_ns > 0 && e.start_ns <= now) step_trace_add(trace, &e);
             step_trace_set_end(trace, now);
@@ -492,7 +492,7 @@ static void *fast_main(void *arg) {
     rsession *rs = f->rs;
     // The client's next step usually follows its last answer within a fraction of a
     // millisecond (its next batch): polled for, as the transport polls its sockets.
-    int64_t spin_us = rt_transport_busy_poll_us(rt_server_transport(ms->server));
+    int64_t spin_us = rt_transport_busy_poll_us(ms->task->transport);
     bool answered = false;
     for (;;) {
         fc_wait_result w = answered && spin_us > 0 ? fc_wait_spin(f->region, FC_REQUEST, &f->seen, spin_us) : FC_TIMEOUT;
@@ -576,7 +576,7 @@ static void do_attach(mjob *j) {
                            (long long)rs->handle);
         else if (ms->n_fast >= MAX_CHANNELS || ms->stopping)
             dg_status_setf(&st, DG_RESOURCE_EXHAUSTED, "%s has %d local channels open (or is stopping): the session's "
-                           "steps go over the socket", dg_server_task_name(ms->server), ms->n_fast);
+                           "steps go over the socket", ms->task->task_name, ms->n_fast);
         if (dg_status_ok(&st)) {
             rs->fast = f;
             rs->refs++;
@@ -682,17 +682,17 @@ static void do_reset(mjob *j) {
         pthread_mutex_unlock(&ms->mu);
         status_impl_clear(&why);
         char **tasks = NULL;
-        int n = dg_cluster_devices(rt_server_cluster(ms->server), 0, &tasks, &st);
+        int n = dg_cluster_devices(ms->task->cluster, 0, &tasks, &st);
         for (int i = 0; i < n && dg_status_ok(&st); i++) {
             char task[160];
-            if (!rt_task_of_device(tasks[i], task, sizeof task) || strcmp(task, dg_server_task_name(ms->server)) == 0)
+            if (!rt_task_of_device(tasks[i], task, sizeof task) || strcmp(task, ms->task->task_name) == 0)
                 continue;
-            char *ep = rt_server_task_endpoint(ms->server, tasks[i], &st);
+            char *ep = rt_task_endpoint(ms->task, tasks[i], &st);
             rt_header *h = malloc(sizeof *h), *resp = NULL;
             if (!h) abort();
             rt_header_init(h, RT_RESET);
             h->handle = 1;
-            if (ep && rt_call_sync(rt_server_transport(ms->server), ep, h, NULL, 0, rt_server_timeout_ms(ms->server),
+            if (ep && rt_call_sync(ms->task->transport, ep, h, NULL, 0, ms->task->rpc_timeout_ms,
                                    &resp, NULL, NULL, &st)) {
                 rt_header_clear(resp);
                 free(resp);
@@ -703,7 +703,7 @@ static void do_reset(mjob *j) {
         }
         dg_device_list_free(tasks, n);
     }
-    exec_resources_reset(rt_server_resources(ms->server));
+    exec_resources_reset(ms->task->resources);
     if (dg_status_ok(&st)) reply_ok(j, response(), NULL, 0);
     else reply_err(j, &st);
     status_impl_clear(&st);
@@ -745,7 +745,7 @@ static void master_service_handle(void *ctx, rt_peer *peer, rt_header *h, dg_ten
             dg_status st = DG_STATUS_INIT;
             dg_status_setf(&st, DG_NOT_FOUND, "no session %lld on the master of %s (closed, or its client was "
                            "silent for over %lld ms, or the server restarted)", (long long)h->handle,
-                           dg_server_task_name(ms->server), (long long)ms->lease_ms);
+                           ms->task->task_name, (long long)ms->lease_ms);
             reply_err(j, &st);
             status_impl_clear(&st);
             mjob_free(j);
@@ -800,8 +800,8 @@ static void *reaper_main(void *arg) {
             dg_status why = DG_STATUS_INIT;
             dg_status_setf(&why, DG_ABORTED, "the client of session %lld (%s) was silent for %lld ms",
                            (long long)rs->handle, rs->client, (long long)(now - rs->last_heard_ms));
-            if (!rt_server_quiet(ms->server))
-                fprintf(stderr, "distgraph %s: closing a session: %s\n", dg_server_task_name(ms->server),
+            if (!ms->task->quiet)
+                fprintf(stderr, "distgraph %s: closing a session: %s\n", ms->task->task_name,
                         dg_status_message(&why));
             close_locked(ms, i, &why);
             status_impl_clear(&why);
@@ -818,10 +818,10 @@ static void *reaper_main(void *arg) {
 
 static void master_service_free(master_service **msp);
 
-static master_service *master_service_new(dg_server *server, int64_t lease_ms, int n_threads, dg_status *st) {
+static master_service *master_service_new(const rt_task_env *task, int64_t lease_ms, int n_threads, dg_status *st) {
     master_service *ms = calloc(1, sizeof *ms);
     if (!ms) abort();
-    ms->server = server;
+    ms->task = task;
     ms->lease_ms = lease_ms > 0 ? lease_ms : 5000;
     pthread_mutex_init(&ms->mu, NULL);
     pthread_cond_init(&ms->cv, NULL);
@@ -842,7 +842,7 @@ static void master_service_free(master_service **msp) {
     if (!msp || !*msp) return;
     master_service *ms = *msp;
     dg_status why = DG_STATUS_INIT;
-    dg_status_setf(&why, DG_UNAVAILABLE, "%s is shutting down", dg_server_task_name(ms->server));
+    dg_status_setf(&why, DG_UNAVAILABLE, "%s is shutting down", ms->task->task_name);
     pthread_mutex_lock(&ms->mu);
     ms->stopping = true;
     pthread_cond_broadcast(&ms->cv);
@@ -871,9 +871,8 @@ static void close_service(void *ctx) {
 static const rt_type master_types[] = {RT_CREATE_SESSION, RT_EXTEND_SESSION, RT_RUN_STEP, RT_CLOSE_SESSION,
                                        RT_KEEPALIVE, RT_RESET, RT_ATTACH_CHANNEL, RT_TAKE_ANSWER};
 
-bool master_service_start(dg_server *s, rt_service *out, dg_status *st) {
-    const dg_server_options *o = rt_server_options(s);
-    master_service *ms = master_service_new(s, o->client_lease_ms, o->master_threads, st);
+bool master_service_start(const rt_task_env *env, rt_service *out, dg_status *st) {
+    master_service *ms = master_service_new(env, env->options->client_lease_ms, env->options->master_threads, st);
     if (!ms) return false;
     *out = (rt_service){.name = "master", .types = master_types,
                         .n_types = (int)(sizeof master_types / sizeof master_types[0]),

@@ -13,10 +13,10 @@
 
 typedef struct master_service master_service;
 
-// An rt_service_start (server_impl.h): the master service of server s, its lease and threads
-// from the server's options (client_lease_ms, master_threads). It answers CREATE_SESSION ..
+// An rt_service_start (server_impl.h): the master service of the task env describes, its lease
+// and threads from the server's options (client_lease_ms, master_threads). It answers CREATE_SESSION ..
 // TAKE_ANSWER and adds master_sessions, local_channels and local_channel_steps to
 // SERVER_STATUS.
-bool master_service_start(dg_server *s, rt_service *out, dg_status *st);
+bool master_service_start(const rt_task_env *env, rt_service *out, dg_status *st);
 
 #endif

@@ -36,7 +36,7 @@ bool rt_server_ping(dg_server *client, const char *target_task_address, dg_tenso
     rt_header *resp = NULL;
     dg_tensor **out = NULL;
     int n_out = 0;
-    bool ok = rt_call_sync(rt_server_transport(client), ep, h, tensors, n, timeout_ms, &resp, &out, &n_out, st);
+    bool ok = rt_call_sync(rt_server_env(client)->transport, ep, h, tensors, n, timeout_ms, &resp, &out, &n_out, st);
     if (ok) {
         rt_header_clear(resp);
         free(resp);
@@ -63,7 +63,7 @@ bool rt_server_push_bench(dg_server *client, const char *target_task_address, dg
     }
     char *ep = rt_endpoint_of(target_task_address, st);
     if (!ep) return false;
-    rt_transport *tp = rt_server_transport(client);
+    rt_transport *tp = rt_server_env(client)->transport;
     // One DEALER carries everything to ep, and the task handles its messages in order: the
     // abort lands before the first value and the PING is answered after the last.
     int64_t step = rt_new_step_id();

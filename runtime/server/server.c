@@ -74,6 +74,7 @@ struct dg_server {
     int n_services;
     int8_t service_of[RT_TYPE_MAX + 1];   // message type -> index in services, -1: none
     bool closed_types[RT_TYPE_MAX + 1];   // answered by a service that has closed
+    rt_task_env env;                      // what the services get (server_impl.h)
     rt_keyring *keys;        // the key directory's members (key_dir), or NULL
     struct job *running;     // RUN_GRAPH steps started and not done, under mu
     int64_t graphs_orphaned; // graphs freed because their master left, under mu
@@ -102,15 +103,9 @@ dg_server *rt_server_find(const char *target) {
     return found;
 }
 
-rt_transport *rt_server_transport(dg_server *s) { return s->tp; }
-exec_resources *rt_server_resources(dg_server *s) { return s->rm; }
-exec_rendezvous *rt_server_rendezvous(dg_server *s) { return s->rv; }
-exec_pool *rt_server_pool(dg_server *s) { return s->pool; }
-const dg_cluster *rt_server_cluster(dg_server *s) { return s->cluster; }
-int64_t rt_server_timeout_ms(dg_server *s) { return s->opts.rpc_timeout_ms; }
+const rt_task_env *rt_server_env(dg_server *s) { return &s->env; }
 const char *dg_server_target(const dg_server *s) { return s->target; }
 const char *dg_server_task_name(const dg_server *s) { return s->task_name; }
-bool rt_server_quiet(dg_server *s) { return s->opts.quiet; }
 
 bool rt_task_of_device(const char *device, char *buf, size_t cap) {
     dg_device_name dn;
@@ -122,14 +117,14 @@ bool rt_task_of_device(const char *device, char *buf, size_t cap) {
     return true;
 }
 
-char *rt_server_task_endpoint(dg_server *s, const char *device, dg_status *st) {
+char *rt_task_endpoint(const rt_task_env *env, const char *device, dg_status *st) {
     dg_device_name dn;
     if (!dg_device_name_parse(device, &dn, st)) return NULL;
     if (!dn.has_job || !dn.has_task) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "device \"%s\" names no task", device);
         return NULL;
     }
-    const char *addr = dg_cluster_check_task(s->cluster, dn.job, dn.task, st);
+    const char *addr = dg_cluster_check_task(env->cluster, dn.job, dn.task, st);
     if (!addr) return NULL;
     char *ep = NULL;
     if (asprintf(&ep, "tcp://%s", addr) < 0) return NULL;
@@ -178,7 +173,7 @@ static int route(void *ctx, int64_t step_id, const char *key, dg_tensor *t, dg_s
             return -1;
         }
         bool local = strcmp(task, s->task_name) == 0;
-        if (!local && !(ep = rt_server_task_endpoint(s, dev, st))) return -1;
+        if (!local && !(ep = rt_task_endpoint(&s->env, dev, st))) return -1;
         char *k = strdup(dev), *v = strdup(local ? "" : ep);
         if (!k || !v) abort();
         pthread_mutex_lock(&s->out_mu);
@@ -626,13 +621,13 @@ static bool start_run(job *j) {
 
 void rt_server_add_devices(dg_server *s, rt_header *h) {
     int n;
-    char **list = rt_server_device_list(s, &n);
+    char **list = rt_task_device_list(&s->env, &n);
     for (int i = 0; i < n; i++) rt_header_add_name(h, list[i]);
     dg_device_list_free(list, n);
 }
 
-char **rt_server_device_list(dg_server *s, int *n) {
-    char **list = exec_local_device_names(s->task_name, 0, n);
+char **rt_task_device_list(const rt_task_env *env, int *n) {
+    char **list = exec_local_device_names(env->task_name, 0, n);
     if (!list) abort();
     return list;
 }
@@ -907,8 +902,6 @@ static void tune_malloc(void) {
     mallopt(M_TRIM_THRESHOLD, (int)TUNED_TRIM_THRESHOLD);
 }
 
-const dg_server_options *rt_server_options(dg_server *s) { return &s->opts; }
-
 dg_server *rt_server_new(const dg_cluster *c, const char *job, int task, const dg_server_options *opts,
                          const rt_service_start *services, int n_services, dg_status *st) {
     dg_status_reset(st);
@@ -952,6 +945,9 @@ dg_server *rt_server_new(const dg_cluster *c, const char *job, int task, const d
         return NULL;
     }
     exec_rendezvous_set_router(s->rv, route, flush, s);
+    s->env = (rt_task_env){.server = s, .task_name = s->task_name, .cluster = s->cluster, .resources = s->rm,
+                           .rendezvous = s->rv, .pool = s->pool, .rpc_timeout_ms = s->opts.rpc_timeout_ms,
+                           .quiet = s->opts.quiet, .options = &s->opts};
     memset(s->service_of, -1, sizeof s->service_of);
     rt_service worker = {.name = "worker", .types = worker_types,
                          .n_types = (int)(sizeof worker_types / sizeof worker_types[0]),
@@ -959,7 +955,7 @@ dg_server *rt_server_new(const dg_cluster *c, const char *job, int task, const d
     bool ok = add_service(s, &worker, st);
     for (int i = 0; ok && i < n_services; i++) {
         rt_service svc = {0};
-        ok = services[i](s, &svc, st) && add_service(s, &svc, st);
+        ok = services[i](&s->env, &svc, st) && add_service(s, &svc, st);
         if (!ok && svc.close && s->n_services == i + 1) svc.close(svc.ctx);   // made, not entered
     }
     if (!ok) {
@@ -1048,6 +1044,7 @@ dg_server *rt_server_new(const dg_cluster *c, const char *job, int task, const d
     if (malloc_tuned) to.trim_threshold = TUNED_TRIM_THRESHOLD;
     to.keys = s->keys;
     s->tp = rt_transport_new(&to, handle, s, st);
+    s->env.transport = s->tp;
     explicit_bzero(own_sec, sizeof own_sec);
     if (s->keys) s->opts.curve_public_key = s->opts.curve_secret_key = NULL;   // pointed at the stack
     if (!s->tp) {
@@ -1138,6 +1135,7 @@ void dg_server_free(dg_server **sp) {
     pthread_mutex_lock(&s->mu);
     rt_transport *tp = s->tp;
     s->tp = NULL;   // replies from jobs still queued are dropped
+    s->env.transport = NULL;
     pthread_mutex_unlock(&s->mu);
     rt_transport_free(&tp);      // no more requests after this
     exec_pool_free(&s->pool);    // waits for running jobs

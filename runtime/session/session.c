@@ -1,20 +1,18 @@
-/* Sessions (distgraph/session.h): a thin front over the master. "local" and a server in
- * this process get an in-process master (master_impl.h); any other "dg://host:port" gets
- * the master service of that task through the master client (master_client_impl.h). */
+/* Sessions (distgraph/session.h): a thin front over a master (master_iface_impl.h): "local"
+ * and a server in this process get an in-process master; any other "dg://host:port" gets the
+ * master service of that task through the master client. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "distgraph/session.h"
 #include "exec_impl.h"
-#include "master_client_impl.h"
+#include "master_iface_impl.h"
 #include "master_impl.h"
-#include "server_impl.h"
 #include "step_trace_impl.h"
 
 struct dg_session {
     dg_graph *graph;
-    master_session *master;   // local, or the master of a server in this process
-    master_client *remote;    // a master in another process
+    master_iface *master;   // in this process or in another
 };
 
 const char *dg_cpu_summary(void) { return exec_cpu_summary(); }
@@ -25,22 +23,13 @@ dg_session *dg_session_new(dg_graph *g, const char *target, const dg_session_opt
         dg_status_set(st, DG_INVALID_ARGUMENT, "session: graph is NULL");
         return NULL;
     }
-    bool local = !target || !*target || strcmp(target, "local") == 0;
-    if (!local && strncmp(target, "dg://", 5) != 0) {
-        dg_status_setf(st, DG_INVALID_ARGUMENT, "session target \"%s\": expected \"local\" or \"dg://host:port\"",
-                       target);
-        return NULL;
-    }
     dg_session *s = calloc(1, sizeof *s);
     if (!s) {
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "session: out of memory");
         return NULL;
     }
     s->graph = g;
-    dg_server *server = local ? NULL : rt_server_find(target);
-    if (local || server) s->master = master_session_new(g, server, opts, st);
-    else s->remote = master_client_new(g, target, opts, st);
-    if (!s->master && !s->remote) {
+    if (!(s->master = master_iface_open(g, target, opts, st))) {
         free(s);
         return NULL;
     }
@@ -49,8 +38,7 @@ dg_session *dg_session_new(dg_graph *g, const char *target, const dg_session_opt
 
 void dg_session_free(dg_session **sp) {
     if (!sp || !*sp) return;
-    master_session_free(&(*sp)->master);
-    master_client_free(&(*sp)->remote);
+    master_iface_free(&(*sp)->master);
     free(*sp);
     *sp = NULL;
 }
@@ -80,10 +68,8 @@ bool dg_session_run_with_options(dg_session *s, const dg_run_options *ro, const 
     if (!master_check_args(s->graph, feeds, feed_values, n_feeds, fetches, n_fetches, targets, n_targets, st))
         return false;
     dg_step_trace *trace = ro && ro->trace ? step_trace_new(exec_trace_now_ns()) : NULL;
-    bool ok = s->master ? master_session_run(s->master, feeds, feed_values, n_feeds, fetches, fetched, n_fetches,
-                                             targets, n_targets, trace, st)
-                        : master_client_run(s->remote, feeds, feed_values, n_feeds, fetches, fetched, n_fetches,
-                                            targets, n_targets, trace, st);
+    bool ok = master_iface_run(s->master, feeds, feed_values, n_feeds, fetches, fetched, n_fetches, targets,
+                               n_targets, trace, st);
     if (trace) {
         step_trace_finish(trace, exec_trace_now_ns());
         if (trace_out) *trace_out = trace;
@@ -103,5 +89,5 @@ bool dg_session_run_target(dg_session *s, dg_node *target, dg_status *st) {
 
 bool dg_session_reset(const char *target, const dg_session_options *opts, dg_status *st) {
     dg_status_reset(st);
-    return master_client_reset(target, opts, st);
+    return master_iface_reset(target, opts, st);
 }

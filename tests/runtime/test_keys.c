@@ -174,7 +174,7 @@ static void test_servers_admit_members_only(void **state) {
     assert_non_null(strstr(dg_status_message(st), "refused this process's CurveZMQ key"));
     dg_status_reset(st);
     unsetenv("DG_KEY_DIR");
-    assert_true(rt_transport_get_stats(rt_server_transport(ps)).refused_peers >= 1);
+    assert_true(rt_transport_get_stats(rt_server_env(ps)->transport).refused_peers >= 1);
     dg_graph_free(&g);
     dg_server_free(&wk);
     dg_server_free(&ps);

@@ -669,8 +669,8 @@ static void test_local_channel_hostile(void **state) {
 }
 
 // A service that claims PING, which the worker service answers (rt_server_new must refuse it).
-static bool claim_ping(dg_server *s, rt_service *out, dg_status *st) {
-    (void)s;
+static bool claim_ping(const rt_task_env *env, rt_service *out, dg_status *st) {
+    (void)env;
     (void)st;
     static const rt_type types[] = {RT_PING};
     *out = (rt_service){.name = "ping-thief", .types = types, .n_types = 1};

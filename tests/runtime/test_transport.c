@@ -533,7 +533,7 @@ static void test_hostile_messages(void **state) {
     o.quiet = false;   // the refusals must be logged
     int port;
     dg_server *srv = start_server(&o, &port, NULL);
-    rt_transport *tp = rt_server_transport(srv);
+    rt_transport *tp = rt_server_env(srv)->transport;
     char ep[64];
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
     mib_of_ff = malloc(1u << 20);
@@ -805,7 +805,7 @@ static void test_ping_round_trips(void **state) {
         ping_echo(c, ep, &t, 1);
         dg_tensor_unref(t);
     }
-    assert_int_equal(rt_transport_get_stats(rt_server_transport(srv)).bad_messages, 0);
+    assert_int_equal(rt_transport_get_stats(rt_server_env(srv)->transport).bad_messages, 0);
     assert_int_equal(rt_transport_get_stats(c).bad_messages, 0);
     rt_transport_free(&c);
     dg_server_free(&srv);
@@ -1441,7 +1441,7 @@ static void test_curve(void **state) {
     int port;
     o.max_ping_echo_bytes = -1;   // the wire test echoes large tensors
     dg_server *srv = start_server(&o, &port, NULL);
-    rt_transport *stp = rt_server_transport(srv);
+    rt_transport *stp = rt_server_env(srv)->transport;
     char ep[64];
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
 
@@ -1563,7 +1563,7 @@ static void test_ping_hooks(void **state) {
     assert_true(rt_server_push_bench(me, addr, ts[1], 3, HANG_GUARD_MS, st));
     assert_true(rt_server_push_bench(me, addr, ts[0], 10, HANG_GUARD_MS, st));
     assert_ok(st);
-    assert_int_equal(rt_transport_get_stats(rt_server_transport(target)).bad_messages, 0);
+    assert_int_equal(rt_transport_get_stats(rt_server_env(target)->transport).bad_messages, 0);
 
     assert_false(rt_server_ping(me, "127.0.0.1", NULL, 0, 1000, NULL, NULL, st));
     assert_status(st, DG_INVALID_ARGUMENT, "address \"127.0.0.1\": expected \"host:port\"");
@@ -1593,7 +1593,7 @@ static void test_ping_hooks(void **state) {
 
 // ---- limits (docs/PROTOCOL.md, "Limits") ----
 
-static rt_transport_stats server_stats(dg_server *srv) { return rt_transport_get_stats(rt_server_transport(srv)); }
+static rt_transport_stats server_stats(dg_server *srv) { return rt_transport_get_stats(rt_server_env(srv)->transport); }
 
 // Waits for cond (an expression over `sp`, the server's counters) to hold; fails the test
 // after HANG_GUARD_MS.
