@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "distgraph/graph.h"
 #include "distgraph/status.h"
 #include "distgraph/tensor.h"
 
@@ -61,13 +62,16 @@ typedef struct exec_device_config {
 } exec_device_config;
 
 // One kind of device. Entries marked optional may be NULL.
+struct exec_kernel_def;   // exec_impl.h
+
 typedef struct exec_device_type {
     const char *name;             // the type in device names, upper-case ("CPU", ...)
     bool host_memory;             // its tensors live in host memory (dg_tensor.device_mem 0)
-    // Only float tensors live in its memory, others in host memory: a kernel without
-    // exec_kernel_def.host_outputs is offered to the placer only for nodes whose outputs are
-    // all floats (exec_kernel_supports).
-    bool floats_only_on_device;
+    // Optional: whether node n, which has kernel k of this type, may run on this type (the
+    // placer asks through exec_kernel_supports); NULL: every node with a kernel may. The GPU
+    // keeps only floats in its memory, so it refuses a node with another output dtype unless
+    // its kernel keeps such outputs on the host (exec_kernel_def.host_outputs).
+    bool (*supports)(const struct exec_kernel_def *k, const dg_node *n);
     // Devices of this type in this process (ids 0 .. count-1); never prints or aborts.
     int (*count)(void);
     // Optional: why count() is 0 ("" when it is not). Returns: borrowed, static.

@@ -96,8 +96,8 @@ typedef struct exec_kernel_def {
     // Async kernels (compute NULL): start the work and return; whoever finishes it calls
     // exec_async_done exactly once. ctx is valid only during the call.
     void (*start_async)(void *state, exec_ctx *ctx, exec_async_handle h);
-    // Kernels of a device type with floats_only_on_device: the node may run there although
-    // some output is not a float (its non-float outputs are host memory, see
+    // The kernel keeps outputs whose dtype its device's memory does not hold in host memory, so
+    // the node may run on a device that holds only floats (the GPU: its device type's supports,
     // executor/cuda/kernels/gpu_impl.h). Without it such a kernel is offered to the placer only
     // for nodes whose outputs are all floats.
     bool host_outputs;
@@ -184,6 +184,8 @@ const exec_kernel_def *exec_kernel_find(const char *op, const char *device_type,
 // Adds kernels to the registry; a device type's register_kernels calls it (the registry
 // calls those once, on the first lookup). defs is borrowed for the life of the process.
 void exec_register_kernels(const exec_kernel_def *defs, int n);
+// Kernels registered (after the device types have registered theirs).
+int exec_num_kernels(void);
 // Kernels run with denormal floats flushed to zero and read as zero (x86's FTZ and DAZ), as
 // TensorFlow runs its CPU kernels: arithmetic on a denormal costs about a hundred cycles on
 // x86, and Adam's moments of a weight whose gradient stays zero (a border pixel of MNIST)
@@ -212,8 +214,8 @@ void exec_cpu_set_threads(int n);
 const char *exec_cpu_summary(void);
 // Prints "distgraph: cpu: " and exec_cpu_summary() to stderr, once per process.
 void exec_cpu_announce(void);
-// A placer callback: is there a kernel for n on device_type (and may n's outputs live there,
-// exec_device_type.floats_only_on_device)?
+// A placer callback: is there a kernel for n on device_type, and does the type take n
+// (exec_device_type.supports)?
 bool exec_kernel_supports(void *ctx, const dg_node *n, const char *device_type);
 
 // ---- what kernels call on their context (kernel_context.c) ----

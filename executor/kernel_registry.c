@@ -6,31 +6,38 @@
 
 #include "exec_impl.h"
 
-#define MAX_KERNELS 512
-
-static const exec_kernel_def *kernels[MAX_KERNELS];
-static int n_kernels;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-void exec_register_kernels(const exec_kernel_def *defs, int n) {
-    for (int i = 0; i < n && n_kernels < MAX_KERNELS; i++) kernels[n_kernels++] = &defs[i];
-}
-
 static void init(void) {
     for (int i = 0; i < exec_num_device_types(); i++) exec_device_type_at(i)->register_kernels();
 }
+
+static const exec_kernel_def **kernels;   // grows as device types register theirs
+static int n_kernels, cap_kernels;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+void exec_register_kernels(const exec_kernel_def *defs, int n) {
+    if (n_kernels + n > cap_kernels) {
+        int cap = cap_kernels ? cap_kernels : 256;
+        while (cap < n_kernels + n) cap *= 2;
+        const exec_kernel_def **nk = realloc(kernels, (size_t)cap * sizeof *nk);
+        if (!nk) abort();   // at start-up, a few kilobytes
+        kernels = nk;
+        cap_kernels = cap;
+    }
+    for (int i = 0; i < n; i++) kernels[n_kernels++] = &defs[i];
+}
+
+int exec_num_kernels(void) {
+    pthread_once(&once, init);
+    return n_kernels;
+}
+
 
 bool exec_kernel_supports(void *ctx, const dg_node *n, const char *device_type) {
     (void)ctx;
     const exec_kernel_def *k = exec_kernel_find(n->op->name, device_type, exec_kernel_dtype(n));
     if (!k) return false;
-    // On a device that keeps only floats in its memory (a GPU, executor/cuda/kernels/gpu_impl.h)
-    // a node with another output dtype runs only when its kernel keeps such outputs on the host.
-    const exec_device_type *type = exec_device_type_find(device_type);
-    if (type && type->floats_only_on_device && !k->host_outputs)
-        for (int i = 0; i < n->n_outputs; i++)
-            if (n->out_dtypes[i] != DG_FLOAT32 && n->out_dtypes[i] != DG_FLOAT64) return false;
-    return true;
+    const exec_device_type *type = exec_device_type_find(device_type);   // its own rules (device.h)
+    return !type || !type->supports || type->supports(k, n);
 }
 
 dg_dtype exec_kernel_dtype(const dg_node *n) {

@@ -41,7 +41,7 @@ static void test_registry(void **state) {
     const exec_device_type *cpu = exec_device_type_find(DG_DEVICE_TYPE_CPU);
     assert_ptr_equal(cpu, &exec_cpu_device_type);
     assert_true(cpu->host_memory);
-    assert_false(cpu->floats_only_on_device);
+    assert_null(cpu->supports);   // the CPU runs every node it has a kernel for
     assert_null(exec_device_type_find("NOPE"));
     assert_null(exec_device_type_find("cpu"));   // names are canonical: upper-case
     assert_null(exec_device_type_find(NULL));
@@ -145,6 +145,29 @@ static void test_configure_and_release(void **state) {
     assert_int_equal(exec_devices_release_all(), 0);
 }
 
+// The kernel registry grows: a thousand kernels more than the types registered are all found
+// (it kept 512 and dropped the rest without a word).
+static void test_kernel_registry_grows(void **state) {
+    (void)state;
+    int before = exec_num_kernels();
+    assert_true(before > 100);
+    enum { N = 1000 };
+    static exec_kernel_def defs[N];
+    static char names[N][24];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "TestOp%d", i);
+        defs[i] = (exec_kernel_def){.op = names[i], .device_type = DG_DEVICE_TYPE_CPU,
+                                    .dtype_mask = DT_BIT(DG_FLOAT32)};
+    }
+    exec_register_kernels(defs, N);
+    assert_int_equal(exec_num_kernels(), before + N);
+    for (int i = 0; i < N; i += 111)
+        assert_ptr_equal(exec_kernel_find(names[i], DG_DEVICE_TYPE_CPU, DG_FLOAT32), &defs[i]);
+    assert_ptr_equal(exec_kernel_find("TestOp999", DG_DEVICE_TYPE_CPU, DG_FLOAT32), &defs[N - 1]);
+    assert_null(exec_kernel_find("TestOp999", DG_DEVICE_TYPE_CPU, DG_FLOAT64));
+    assert_non_null(exec_kernel_find("MatMul", DG_DEVICE_TYPE_CPU, DG_FLOAT32));   // the types' own still there
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry),
@@ -153,6 +176,7 @@ int main(void) {
         cmocka_unit_test(test_is_accelerator),
         cmocka_unit_test(test_host_tensor_to_host),
         cmocka_unit_test(test_configure_and_release),
+        cmocka_unit_test(test_kernel_registry_grows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

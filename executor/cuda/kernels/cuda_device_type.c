@@ -4,6 +4,15 @@
 #include "distgraph/device_name.h"
 #include "gpu_impl.h"
 
+// Only float tensors live in the GPU's memory: a node with another output dtype runs here only
+// when its kernel keeps such outputs on the host.
+static bool supports(const exec_kernel_def *k, const dg_node *n) {
+    if (k->host_outputs) return true;
+    for (int i = 0; i < n->n_outputs; i++)
+        if (!gpu_dtype_on_device(n->out_dtypes[i])) return false;
+    return true;
+}
+
 static void *open_gpu(int id, dg_status *st) { return gpu_device(id, st); }
 
 static void configure(const exec_device_config *c) { exec_cuda_set_allow_tf32(c->allow_tf32); }
@@ -11,7 +20,7 @@ static void configure(const exec_device_config *c) { exec_cuda_set_allow_tf32(c-
 const exec_device_type exec_cuda_device_type = {
     .name = DG_DEVICE_TYPE_GPU,
     .host_memory = false,
-    .floats_only_on_device = true,
+    .supports = supports,
     .count = exec_cuda_device_count,
     .unavailable_reason = exec_cuda_unavailable_reason,
     .register_kernels = exec_cuda_register,
