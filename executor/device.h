@@ -1,4 +1,4 @@
-/* The executor's device interface (STYLE.md section 6, after ggml's backend interface). A
+/* The executor's device interface (after ggml's backend interface). A
  * device type is one table, exec_device_type: its name in device names, how many devices of it
  * this process has, its memory and ordering primitives (exec_device_ops), its kernel table, and
  * host copies of its tensors. The registry lists the types this build has, the CPU first and

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base_impl.h"
 #include "exec_impl.h"
 
 static void init(void) {
@@ -15,14 +16,7 @@ static int n_kernels, cap_kernels;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 void exec_register_kernels(const exec_kernel_def *defs, int n) {
-    if (n_kernels + n > cap_kernels) {
-        int cap = cap_kernels ? cap_kernels : 256;
-        while (cap < n_kernels + n) cap *= 2;
-        const exec_kernel_def **nk = realloc(kernels, (size_t)cap * sizeof *nk);
-        if (!nk) abort();   // at start-up, a few kilobytes
-        kernels = nk;
-        cap_kernels = cap;
-    }
+    base_reserve((void **)&kernels, sizeof *kernels, n_kernels, &cap_kernels, n);
     for (int i = 0; i < n; i++) kernels[n_kernels++] = &defs[i];
 }
 

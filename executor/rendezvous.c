@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base_impl.h"
 #include "exec_impl.h"
 #include "status_impl.h"
 
@@ -66,12 +67,6 @@ exec_rendezvous *exec_rendezvous_new(void) {
     exec_rendezvous *r = calloc(1, sizeof *r);
     if (r) pthread_mutex_init(&r->mu, NULL);
     return r;
-}
-
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void free_entry(entry *e) {
@@ -249,7 +244,7 @@ bool exec_rendezvous_deliver(exec_rendezvous *r, int64_t step_id, const char *ke
     }
     e->step_id = step_id;
     e->value = dg_tensor_ref(t);
-    e->since_ms = mono_ms();
+    e->since_ms = base_now_ms();
     put(r, e);
     pthread_mutex_unlock(&r->mu);
     return true;
@@ -463,7 +458,7 @@ bool exec_rendezvous_forget_cancel(exec_rendezvous *r, int64_t token) {
 
 int exec_rendezvous_drop_stale(exec_rendezvous *r, int64_t older_than_ms, bool (*running)(void *ctx, int64_t step_id),
                                void *ctx) {
-    int64_t now = mono_ms();
+    int64_t now = base_now_ms();
     int64_t *steps = NULL;
     int n = 0, cap = 0;
     pthread_mutex_lock(&r->mu);

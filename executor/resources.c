@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base_impl.h"
 #include "exec_impl.h"
 
 typedef struct exec_object {
@@ -84,13 +85,7 @@ exec_variable *exec_resources_variable(exec_resources *rm, const char *name, dg_
     pthread_mutex_init(&v->mu, NULL);
     v->dtype = dtype;
     v->shape = shape;
-    if (rm->n == rm->cap) {
-        rm->cap = rm->cap ? rm->cap * 2 : 16;
-        exec_variable **nv = realloc(rm->vars, (size_t)rm->cap * sizeof *nv);
-        if (!nv) abort();
-        rm->vars = nv;
-    }
-    rm->vars[rm->n++] = v;
+    BASE_PUSH(rm->vars, rm->n, rm->cap, v);
     graph_strmap_put(&rm->by_name, v->name, v);
     pthread_mutex_unlock(&rm->mu);
     return v;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "base_impl.h"
 #include "timer_impl.h"
 
 typedef struct timer {
@@ -30,11 +31,7 @@ static pthread_t thread;
 // sessions' grace timers) then costs no thread wake-up.
 static int64_t wake_at = INT64_MIN;
 
-int64_t exec_timer_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+int64_t exec_timer_now_ms(void) { return base_now_ms(); }
 
 static void *run(void *unused) {
     (void)unused;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base_impl.h"
 #include "exec_impl.h"
 
 // Notes kept per step at most: a step's own nodes and transfers are far fewer, and a peer
@@ -41,11 +42,7 @@ void exec_trace_free(exec_trace **tp) {
     *tp = NULL;
 }
 
-int64_t exec_trace_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+int64_t exec_trace_now_ns(void) { return base_now_ns(); }
 
 int exec_trace_thread(void) {
     static atomic_int next;

@@ -807,7 +807,7 @@ dg_node *graph_finish(dg_node *n) {
             return NULL;
         }
     }
-    if (def->ref_input0 && strcmp(n->inputs[0].node->op->name, "VariableV2") != 0) {
+    if (def->ref_inputs > 0 && strcmp(n->inputs[0].node->op->name, "VariableV2") != 0) {
         graph_node_error(g, n, DG_INVALID_ARGUMENT, "input 0 must be a variable, got \"%s\" (%s)",
                          n->inputs[0].node->name, n->inputs[0].node->op->name);
         discard(g, n);

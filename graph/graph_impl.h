@@ -70,11 +70,17 @@ struct graph_op_def {
     const char *name;
     int min_inputs, max_inputs;   // max -1: variadic
     bool is_stateful;             // never pruned as constant, never deduplicated
-    bool ref_input0;              // input 0 must be a variable (Assign*, Apply*)
+    int ref_inputs;               // the first ref_inputs inputs must be variables the op
+                                  // reads and updates in place (Assign*: 1, ApplyAdam: var, m, v)
     bool no_gradient;             // explicitly has no gradient (integer ops, initializers)
     bool (*infer)(dg_node *n, dg_status *st);   // sets n_outputs, dtypes and shapes
     graph_grad_fn grad;
 };
+
+// One entry of an op table: GRAPH_OP("MatMul", min_inputs, max_inputs, is_stateful, ref_inputs,
+// no_gradient, infer, grad).
+#define GRAPH_OP(name_, lo, hi, stateful, refs, nograd, infer_, grad_) \
+    {name_, lo, hi, stateful, refs, nograd, infer_, grad_}
 
 // The op definition named type, or NULL.
 const graph_op_def *graph_op_lookup(const char *type);

@@ -195,15 +195,12 @@ static bool grad_tile(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *d
     return dg_graph_ok(g);
 }
 
-#define N_(name_, lo, hi, stateful, ref0, nograd, infer_, grad_) \
-    {name_, lo, hi, stateful, ref0, nograd, infer_, grad_}
-
 static const graph_op_def array_op_defs[] = {
-    N_("Transpose", 2, 2, false, false, false, infer_transpose, grad_transpose),
-    N_("Tile", 2, 2, false, false, false, infer_tile, grad_tile),
-    N_("StopGradient", 1, 1, false, false, true, infer_stop_gradient, NULL),
-    N_("Select", 3, 3, false, false, false, infer_select, grad_Select),
-    N_("OneHot", 4, 4, false, false, true, infer_one_hot, NULL),
+    GRAPH_OP("Transpose", 2, 2, false, false, false, infer_transpose, grad_transpose),
+    GRAPH_OP("Tile", 2, 2, false, false, false, infer_tile, grad_tile),
+    GRAPH_OP("StopGradient", 1, 1, false, false, true, infer_stop_gradient, NULL),
+    GRAPH_OP("Select", 3, 3, false, false, false, infer_select, grad_Select),
+    GRAPH_OP("OneHot", 4, 4, false, false, true, infer_one_hot, NULL),
 };
 
 int graph_array_op_defs(const graph_op_def **defs) {

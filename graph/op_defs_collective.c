@@ -92,15 +92,12 @@ static bool infer_local_all_reduce(dg_node *n, dg_status *st) {
     return true;
 }
 
-#define N_(name_, lo, hi, stateful, ref0, nograd, infer_, grad_) \
-    {name_, lo, hi, stateful, ref0, nograd, infer_, grad_}
-
 // Stateful: a collective is never pruned as constant or merged with another node, since
 // every rank must run each instance exactly once per step.
 static const graph_op_def collective_op_defs[] = {
-    N_("CollectiveAllReduce", 1, -1, true, false, true, infer_collective, NULL),
-    N_("CollectiveBroadcast", 1, -1, true, false, true, infer_collective, NULL),
-    N_("LocalAllReduce", 1, 1, true, false, true, infer_local_all_reduce, NULL),
+    GRAPH_OP("CollectiveAllReduce", 1, -1, true, false, true, infer_collective, NULL),
+    GRAPH_OP("CollectiveBroadcast", 1, -1, true, false, true, infer_collective, NULL),
+    GRAPH_OP("LocalAllReduce", 1, 1, true, false, true, infer_local_all_reduce, NULL),
 };
 
 int graph_collective_op_defs(const graph_op_def **defs) {

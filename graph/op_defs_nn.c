@@ -299,19 +299,16 @@ static bool grad_dropout(dg_graph *g, dg_node *n, const dg_output *dy, dg_output
     return dg_graph_ok(g);
 }
 
-#define N_(name_, lo, hi, stateful, ref0, nograd, infer_, grad_) \
-    {name_, lo, hi, stateful, ref0, nograd, infer_, grad_}
-
 static const graph_op_def nn_op_defs[] = {
-    N_("Conv2D", 2, 2, false, false, false, infer_conv2d, grad_conv2d),
-    N_("Conv2DBackpropInput", 3, 3, false, false, false, infer_conv2d_bp_input, NULL),
-    N_("Conv2DBackpropFilter", 3, 3, false, false, false, infer_conv2d_bp_filter, NULL),
-    N_("MaxPool", 1, 1, false, false, false, infer_pool, grad_max_pool),
-    N_("MaxPoolGrad", 3, 3, false, false, false, infer_max_pool_grad, NULL),
-    N_("AvgPool", 1, 1, false, false, false, infer_pool, grad_avg_pool),
-    N_("AvgPoolGrad", 2, 2, false, false, false, infer_avg_pool_grad, NULL),
+    GRAPH_OP("Conv2D", 2, 2, false, false, false, infer_conv2d, grad_conv2d),
+    GRAPH_OP("Conv2DBackpropInput", 3, 3, false, false, false, infer_conv2d_bp_input, NULL),
+    GRAPH_OP("Conv2DBackpropFilter", 3, 3, false, false, false, infer_conv2d_bp_filter, NULL),
+    GRAPH_OP("MaxPool", 1, 1, false, false, false, infer_pool, grad_max_pool),
+    GRAPH_OP("MaxPoolGrad", 3, 3, false, false, false, infer_max_pool_grad, NULL),
+    GRAPH_OP("AvgPool", 1, 1, false, false, false, infer_pool, grad_avg_pool),
+    GRAPH_OP("AvgPoolGrad", 2, 2, false, false, false, infer_avg_pool_grad, NULL),
     // Stateful: its random stream advances every step, so it is never folded or merged.
-    N_("Dropout", 2, 2, true, false, false, infer_dropout, grad_dropout),
+    GRAPH_OP("Dropout", 2, 2, true, false, false, infer_dropout, grad_dropout),
 };
 
 int graph_nn_op_defs(const graph_op_def **defs) {

@@ -270,21 +270,18 @@ static bool grad_segment_sum(dg_graph *g, dg_node *n, const dg_output *dy, dg_ou
     return dg_graph_ok(g);
 }
 
-#define N_(name_, lo, hi, stateful, ref0, nograd, infer_, grad_) \
-    {name_, lo, hi, stateful, ref0, nograd, infer_, grad_}
-
 static const graph_op_def sparse_op_defs[] = {
-    N_("Gather", 2, 2, false, false, false, infer_gather, grad_gather),
-    N_("UnsortedSegmentSum", 3, 3, false, false, false, infer_segment_sum, grad_segment_sum),
-    N_("ScatterAdd", 3, 3, true, true, true, infer_scatter, NULL),
-    N_("ScatterSub", 3, 3, true, true, true, infer_scatter, NULL),
-    N_("ScatterUpdate", 3, 3, true, true, true, infer_scatter, NULL),
-    N_("SparseApplyAdagrad", 5, 5, true, true, true, infer_sparse_adagrad, NULL),
-    N_("SparseApplyAdam", 11, 11, true, true, true, infer_sparse_adam, NULL),
-    N_("SparseApplyMomentum", 6, 6, true, true, true, infer_sparse_momentum, NULL),
-    N_("DynamicPartition", 2, 2, false, false, false, infer_dynamic_partition, NULL),
-    N_("DynamicStitch", 2, -1, false, false, false, infer_dynamic_stitch, grad_dynamic_stitch),
-    N_("EmbeddingPartitionIds", 1, 1, false, false, true, infer_partition_ids, NULL),
+    GRAPH_OP("Gather", 2, 2, false, false, false, infer_gather, grad_gather),
+    GRAPH_OP("UnsortedSegmentSum", 3, 3, false, false, false, infer_segment_sum, grad_segment_sum),
+    GRAPH_OP("ScatterAdd", 3, 3, true, true, true, infer_scatter, NULL),
+    GRAPH_OP("ScatterSub", 3, 3, true, true, true, infer_scatter, NULL),
+    GRAPH_OP("ScatterUpdate", 3, 3, true, true, true, infer_scatter, NULL),
+    GRAPH_OP("SparseApplyAdagrad", 5, 5, true, 2, true, infer_sparse_adagrad, NULL),
+    GRAPH_OP("SparseApplyAdam", 11, 11, true, 3, true, infer_sparse_adam, NULL),
+    GRAPH_OP("SparseApplyMomentum", 6, 6, true, 2, true, infer_sparse_momentum, NULL),
+    GRAPH_OP("DynamicPartition", 2, 2, false, false, false, infer_dynamic_partition, NULL),
+    GRAPH_OP("DynamicStitch", 2, -1, false, false, false, infer_dynamic_stitch, grad_dynamic_stitch),
+    GRAPH_OP("EmbeddingPartitionIds", 1, 1, false, false, true, infer_partition_ids, NULL),
 };
 
 int graph_sparse_op_defs(const graph_op_def **defs) {

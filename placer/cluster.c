@@ -9,6 +9,7 @@
  * used (dg_cluster_check_task). Jobs are kept sorted by name and tasks by index, so the
  * accessors index directly and every printed form is deterministic. Internal helpers set
  * messages without a prefix; each public entry point prepends what it was reading. */
+#include "base_impl.h"
 #include "distgraph/cluster.h"
 
 #include <limits.h>
@@ -187,12 +188,6 @@ static int find_task(const cl_job *j, int task) {
     return -lo - 1;
 }
 
-static bool oom(dg_status *st, size_t n_bytes) {
-    dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "cluster: out of memory allocating %zu bytes",
-                   n_bytes);
-    return false;
-}
-
 // Names and addresses are text: UTF-8 (TensorFlow keeps them in protobuf strings).
 static bool check_text(const char *what, const char *s, dg_status *st) {
     if (!s) {
@@ -216,7 +211,7 @@ static cl_job *get_or_add_job(dg_cluster *c, const char *job, dg_status *st) {
         int ncap = c->cap ? c->cap * 2 : 4;
         cl_job *nj = realloc(c->jobs, (size_t)ncap * sizeof *nj);
         if (!nj) {
-            oom(st, (size_t)ncap * sizeof *nj);
+            base_oom(st, "cluster", (size_t)ncap * sizeof *nj);
             return NULL;
         }
         c->jobs = nj;
@@ -224,7 +219,7 @@ static cl_job *get_or_add_job(dg_cluster *c, const char *job, dg_status *st) {
     }
     char *name = strdup(job);
     if (!name) {
-        oom(st, strlen(job) + 1);
+        base_oom(st, "cluster", strlen(job) + 1);
         return NULL;
     }
     memmove(&c->jobs[pos + 1], &c->jobs[pos], (size_t)(c->n_jobs - pos) * sizeof *c->jobs);
@@ -251,7 +246,7 @@ static bool add_task(dg_cluster *c, const char *job, int task, const char *addr,
         }
     }
     char *a = strdup(addr);
-    if (!a) return oom(st, strlen(addr) + 1);
+    if (!a) return base_oom(st, "cluster", strlen(addr) + 1);
     cl_job *j = get_or_add_job(c, job, st);
     if (!j) {
         free(a);
@@ -262,7 +257,7 @@ static bool add_task(dg_cluster *c, const char *job, int task, const char *addr,
         cl_task *nt = realloc(j->tasks, (size_t)ncap * sizeof *nt);
         if (!nt) {
             free(a);
-            return oom(st, (size_t)ncap * sizeof *nt);
+            return base_oom(st, "cluster", (size_t)ncap * sizeof *nt);
         }
         j->tasks = nt;
         j->cap = ncap;
@@ -630,7 +625,7 @@ dg_cluster *dg_cluster_from_json(const char *json, dg_status *st) {
     if (!root) return NULL;
     dg_cluster *c = dg_cluster_new();
     if (!c) {
-        oom(st, sizeof *c);
+        base_oom(st, "cluster", sizeof *c);
         goto fail;
     }
     if (!cluster_from_dom(c, json, root, st)) {
@@ -662,7 +657,7 @@ static bool add_host_list(dg_cluster *c, const char *job, const char *s, size_t 
             return false;
         }
         char *addr = strndup(s + start, i - start);
-        if (!addr) return oom(st, i - start + 1);
+        if (!addr) return base_oom(st, "cluster", i - start + 1);
         bool ok = add_task(c, job, index, addr, st);
         free(addr);
         if (!ok) return false;
@@ -680,7 +675,7 @@ static dg_cluster *parse_spec(const char *spec, char job_sep, char task_sep, boo
     dg_cluster *c = dg_cluster_new();
     char *job = NULL;
     if (!c) {
-        oom(st, sizeof *c);
+        base_oom(st, "cluster", sizeof *c);
         return NULL;
     }
     if (spec[0] == '\0') {
@@ -705,7 +700,7 @@ static dg_cluster *parse_spec(const char *spec, char job_sep, char task_sep, boo
         }
         job = strndup(p, jlen);
         if (!job) {
-            oom(st, jlen + 1);
+            base_oom(st, "cluster", jlen + 1);
             goto fail;
         }
         if (device_names && !is_device_job_name(job, jlen)) {
@@ -809,7 +804,7 @@ dg_cluster *dg_cluster_from_flags(const char *ps_hosts, const char *worker_hosts
     dg_status_reset(st);
     dg_cluster *c = dg_cluster_new();
     if (!c) {
-        oom(st, sizeof *c);
+        base_oom(st, "cluster", sizeof *c);
         return NULL;
     }
     if (ps_hosts && *ps_hosts && !add_host_list(c, "ps", ps_hosts, strlen(ps_hosts), ',', st)) {
@@ -895,7 +890,7 @@ dg_server_def *dg_server_def_new(const dg_cluster *c, const dg_server_def_option
     status_impl_clear(&text_st);
     dg_server_def *d = calloc(1, sizeof *d);
     if (!d) {
-        oom(st, sizeof *d);
+        base_oom(st, "cluster", sizeof *d);
         return NULL;
     }
     d->cluster = dg_cluster_copy(c);
@@ -904,7 +899,7 @@ dg_server_def *dg_server_def_new(const dg_cluster *c, const dg_server_def_option
     d->task_index = task;
     if (!d->cluster || !d->job_name || !d->protocol) {
         dg_server_def_free(&d);
-        oom(st, 0);
+        base_oom(st, "cluster", 0);
         return NULL;
     }
     return d;
@@ -962,7 +957,7 @@ static int py_dict_get(const placer_json *v, const char *key, const placer_json 
 static bool py_str_or_none(const placer_json *v, char **out, dg_status *st) {
     *out = NULL;
     if (!v || v->kind == PLACER_JSON_NULL) return true;
-    if (!(*out = placer_json_py_str(v))) return oom(st, v->src_len);
+    if (!(*out = placer_json_py_str(v))) return base_oom(st, "cluster", v->src_len);
     return true;
 }
 
@@ -1038,7 +1033,7 @@ static void resolve_cluster(dg_tf_resolver *r) {
     if (found < 0) return;
     dg_cluster *c = dg_cluster_new();
     if (!c) {
-        oom(&r->cluster_st, sizeof *c);
+        base_oom(&r->cluster_st, "cluster", sizeof *c);
         return;
     }
     if (found && !cluster_from_dom(c, r->text, cl, &r->cluster_st)) {
@@ -1060,9 +1055,9 @@ static int task_field(const dg_tf_resolver *r, const char *key, const placer_jso
 static void resolve_task(dg_tf_resolver *r, const dg_tf_resolver_options *o) {
     const placer_json *v = NULL;
     if (o->task_type) {
-        if (!(r->task_type = strdup(o->task_type))) oom(&r->task_type_st, strlen(o->task_type) + 1);
+        if (!(r->task_type = strdup(o->task_type))) base_oom(&r->task_type_st, "cluster", strlen(o->task_type) + 1);
     } else if (task_field(r, "type", &v, &r->task_type_st) > 0) {
-        if (!(r->task_type = placer_json_py_str(v))) oom(&r->task_type_st, v->src_len);   // null: "None"
+        if (!(r->task_type = placer_json_py_str(v))) base_oom(&r->task_type_st, "cluster", v->src_len);   // null: "None"
     }
     if (o->has_task_id) {
         r->has_task_id = true;
@@ -1076,7 +1071,7 @@ static void resolve_task(dg_tf_resolver *r, const dg_tf_resolver_options *o) {
 
 static void resolve_rpc(dg_tf_resolver *r, const dg_tf_resolver_options *o) {
     if (o->rpc_layer) {
-        if (!(r->rpc_layer = strdup(o->rpc_layer))) oom(&r->rpc_st, strlen(o->rpc_layer) + 1);
+        if (!(r->rpc_layer = strdup(o->rpc_layer))) base_oom(&r->rpc_st, "cluster", strlen(o->rpc_layer) + 1);
         r->rpc_truthy = o->rpc_layer[0] != '\0';
         return;
     }
@@ -1101,12 +1096,12 @@ dg_tf_resolver *dg_tf_resolver_new(const char *tf_config, const dg_tf_resolver_o
     dg_tf_resolver_options opts = o ? *o : dg_tf_resolver_options_default();
     dg_tf_resolver *r = calloc(1, sizeof *r);
     if (!r) {
-        oom(st, sizeof *r);
+        base_oom(st, "cluster", sizeof *r);
         return NULL;
     }
     r->text = strdup(tf_config ? tf_config : "{}");
     if (!r->text || (opts.environment && !(r->environment = strdup(opts.environment)))) {
-        oom(st, 0);
+        base_oom(st, "cluster", 0);
         goto fail;
     }
     if (!(r->doc = placer_json_parse(r->text, strlen(r->text), "TF_CONFIG", st))) goto fail;
@@ -1139,7 +1134,7 @@ dg_cluster *dg_tf_resolver_cluster_spec(const dg_tf_resolver *r, dg_status *st) 
     }
     if (!replay(&r->cluster_st, st)) return NULL;
     dg_cluster *c = dg_cluster_copy(r->cluster);
-    if (!c) oom(st, 0);
+    if (!c) base_oom(st, "cluster", 0);
     return c;
 }
 
@@ -1215,7 +1210,7 @@ static char *master_of(const dg_tf_resolver *r, const tf_task *t, const char *rp
     if (!replay(&r->session_master_st, st)) return NULL;
     if (r->has_session_master) {
         char *s = strdup(r->session_master);
-        if (!s) oom(st, 0);
+        if (!s) base_oom(st, "cluster", 0);
         return s;
     }
     if (!replay(&r->cluster_st, st)) return NULL;
@@ -1226,7 +1221,7 @@ static char *master_of(const dg_tf_resolver *r, const tf_task *t, const char *rp
     }
     if (single) {
         char *s = strdup("");
-        if (!s) oom(st, 1);
+        if (!s) base_oom(st, "cluster", 1);
         return s;
     }
     const char *rpc = rpc_layer;
@@ -1253,7 +1248,7 @@ static char *master_of(const dg_tf_resolver *r, const tf_task *t, const char *rp
     }
     char *s = NULL;
     if (asprintf(&s, "%s%s%s", rpc_truthy ? rpc : "", rpc_truthy ? "://" : "", j->tasks[pos].addr) < 0) {
-        oom(st, 0);
+        base_oom(st, "cluster", 0);
         return NULL;
     }
     return s;
@@ -1313,7 +1308,7 @@ int dg_tf_resolver_num_accelerators(const dg_tf_resolver *r, const char *task_ty
     bool filter = t.type && t.has_id;
     if (filter) {
         if (asprintf(&job_part, "/job:%s", t.type) < 0) {
-            oom(st, strlen(t.type) + 6);
+            base_oom(st, "cluster", strlen(t.type) + 6);
             return -1;
         }
         snprintf(task_part, sizeof task_part, "/task:%lld", (long long)t.id);
@@ -1432,11 +1427,11 @@ static bool rc_session_master(const dg_cluster *c, const placer_json *root, cons
     if (sm) return py_str_or_none(sm, out, st);
     int single = single_task(c, st);
     if (single < 0) return dg_status_prepend(st, "TF_CONFIG: \"cluster\""), false;
-    if (single) return (*out = strdup("")) != NULL || oom(st, 1);
+    if (single) return (*out = strdup("")) != NULL || base_oom(st, "cluster", 1);
     const cl_job *j = lookup_job(c, type);
     const char *addr = job_tasks_at(j, task_span(j, st), id);
     if (!addr) return rc_err(st, "job \"%s\" has no task %lld to be the master", type, (long long)id);
-    if (asprintf(out, "grpc://%s", addr) < 0) return oom(st, 0);
+    if (asprintf(out, "grpc://%s", addr) < 0) return base_oom(st, "cluster", 0);
     return true;
 }
 
@@ -1464,7 +1459,7 @@ static bool rc_global_id(const dg_cluster *c, const char *chief, const char *typ
 
 static bool rc_text(const placer_json *root, const char *key, char **out, dg_status *st) {
     const placer_json *v = placer_json_get(root, key);
-    if (!v) return (*out = strdup("")) != NULL || oom(st, 1);
+    if (!v) return (*out = strdup("")) != NULL || base_oom(st, "cluster", 1);
     return py_str_or_none(v, out, st);
 }
 
@@ -1490,17 +1485,17 @@ static bool rc_distributed(dg_run_config *out, const char *src, const placer_jso
     bool evaluator = placer_json_py_str_eq(type, "evaluator");
     bool master_mode = strcmp(chief, "master") == 0;
     if (evaluator && master_mode) return rc_err(st, "with a \"master\" job, the evaluator is not supported");
-    if (!(out->task_type = strdup(type->str))) return oom(st, type->str_len + 1);
+    if (!(out->task_type = strdup(type->str))) return base_oom(st, "cluster", type->str_len + 1);
     out->task_id = id;
     out->is_chief = strcmp(out->task_type, chief) == 0;
     if (evaluator) {
         // The evaluator is not part of the training cluster.
         if (!rc_text(root, "eval_session_master", &out->evaluation_master, st)) return false;
         dg_cluster_free(&out->cluster);
-        if (!(out->cluster = dg_cluster_new()) || !(out->master = strdup(""))) return oom(st, 0);
+        if (!(out->cluster = dg_cluster_new()) || !(out->master = strdup(""))) return base_oom(st, "cluster", 0);
         return true;
     }
-    if (!(out->evaluation_master = strdup(""))) return oom(st, 1);
+    if (!(out->evaluation_master = strdup(""))) return base_oom(st, "cluster", 1);
     if (!rc_session_master(c, root, out->task_type, id, &out->master, st)) return false;
     if (!as_dict_ok(c, st)) return dg_status_prepend(st, "TF_CONFIG: \"cluster\""), false;
     out->num_ps_replicas = dg_cluster_num_tasks(c, "ps");
@@ -1525,7 +1520,7 @@ static bool rc_local(dg_run_config *out, const char *src, const placer_json *roo
     dg_status_reset(st);
     if (type && !placer_json_py_str_eq(type, "worker")) return rc_err(st, "without a \"cluster\", \"task.type\" must be \"worker\"");
     if (big || id != 0) return rc_err(st, "without a \"cluster\", \"task.index\" must be 0");
-    if (!(out->task_type = strdup("worker"))) return oom(st, 7);
+    if (!(out->task_type = strdup("worker"))) return base_oom(st, "cluster", 7);
     out->is_chief = true;
     out->num_worker_replicas = 1;
     out->has_global_id = true;
@@ -1560,7 +1555,7 @@ bool dg_run_config_parse(const char *tf_config, dg_run_config *out, dg_status *s
         goto out;
     }
     if (!(out->cluster = dg_cluster_new())) {
-        oom(st, 0);
+        base_oom(st, "cluster", 0);
         goto out;
     }
     v = placer_json_get(root, "cluster");

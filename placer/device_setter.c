@@ -3,6 +3,7 @@
  * Device strings are read with dg_device_spec_from_string, as device_setter.py reads them with
  * DeviceSpec.from_string. The device function owns a copy of everything it needs, so the
  * options (and the cluster) are only borrowed while the setter is made. */
+#include "base_impl.h"
 #include "distgraph/device_setter.h"
 
 #include <math.h>
@@ -225,12 +226,6 @@ dg_replica_device_setter_options dg_replica_device_setter_options_default(void) 
     return o;
 }
 
-static dg_device_fn *oom(dg_status *st, size_t n_bytes) {
-    dg_status_setf(st, DG_RESOURCE_EXHAUSTED,
-                   "replica_device_setter: out of memory allocating %zu bytes", n_bytes);
-    return NULL;
-}
-
 // Parses s into d; a parse error is kept in d for the ops that need the device.
 static bool read_device(const char *s, setter_device *d, dg_status *st) {
     d->is_set = s[0] != '\0';
@@ -242,7 +237,7 @@ static bool read_device(const char *s, setter_device *d, dg_status *st) {
         ok = d->error != NULL;
     }
     dg_status_free(&err);
-    if (!ok) oom(st, strlen(s) + 1);
+    if (!ok) base_oom(st, "replica_device_setter", strlen(s) + 1);
     return ok;
 }
 
@@ -287,7 +282,10 @@ dg_device_fn *dg_replica_device_setter_new(const dg_replica_device_setter_option
 
     dg_device_fn *fn = NULL;
     setter_ctx *c = calloc(1, sizeof *c);
-    if (!c) return oom(st, sizeof *c);
+    if (!c) {
+        base_oom(st, "replica_device_setter", sizeof *c);
+        return NULL;
+    }
     c->merge_devices = opts->merge_devices;
     c->strategy = opts->strategy;
     c->load_fn = opts->strategy == DG_PS_GREEDY ? opts->load_fn : dg_byte_size_load_fn;
@@ -315,7 +313,7 @@ dg_device_fn *dg_replica_device_setter_new(const dg_replica_device_setter_option
         c->task_ids = malloc(n * sizeof *c->task_ids);
         c->loads = calloc(n, sizeof *c->loads);
         if (!c->task_ids || !c->loads) {
-            oom(st, n * (sizeof *c->task_ids + sizeof *c->loads));
+            base_oom(st, "replica_device_setter", n * (sizeof *c->task_ids + sizeof *c->loads));
             goto fail;
         }
         // With a cluster, slots map to the ps job's real (possibly sparse) task indices.
@@ -327,13 +325,13 @@ dg_device_fn *dg_replica_device_setter_new(const dg_replica_device_setter_option
     if (n_ps_ops > 0) {
         c->ps_ops = calloc((size_t)n_ps_ops, sizeof *c->ps_ops);
         if (!c->ps_ops) {
-            oom(st, (size_t)n_ps_ops * sizeof *c->ps_ops);
+            base_oom(st, "replica_device_setter", (size_t)n_ps_ops * sizeof *c->ps_ops);
             goto fail;
         }
         for (int i = 0; i < n_ps_ops; i++) {
             c->ps_ops[i] = strdup(ps_ops[i]);
             if (!c->ps_ops[i]) {
-                oom(st, strlen(ps_ops[i]) + 1);
+                base_oom(st, "replica_device_setter", strlen(ps_ops[i]) + 1);
                 goto fail;
             }
             c->n_ps_ops = i + 1;
@@ -342,7 +340,7 @@ dg_device_fn *dg_replica_device_setter_new(const dg_replica_device_setter_option
 
     fn = calloc(1, sizeof *fn);
     if (!fn) {
-        oom(st, sizeof *fn);
+        base_oom(st, "replica_device_setter", sizeof *fn);
         goto fail;
     }
     fn->choose = choose;

@@ -1,6 +1,7 @@
 /* JSON parser reading what Python's json.loads reads (see json_impl.h), and Python's view of
  * the values it returns. Recursive descent; recursion depth is bounded by
  * PLACER_JSON_MAX_DEPTH, so hostile input cannot exhaust the stack. */
+#include "base_impl.h"
 #include "json_impl.h"
 
 #include <math.h>
@@ -31,8 +32,7 @@ static void *fail(parser *p, size_t at, const char *fmt, ...) {
 }
 
 static void *oom(parser *p, size_t n_bytes) {
-    dg_status_setf(p->st, DG_RESOURCE_EXHAUSTED, "%s: out of memory allocating %zu bytes",
-                   p->what, n_bytes);
+    base_oom(p->st, p->what, n_bytes);
     return NULL;
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base_impl.h"
 #include "distgraph/device_name.h"
 #include "distgraph/placer.h"
 #include "exec_impl.h"
@@ -499,14 +500,8 @@ static compiled *lookup_or_compile_locked(master_session *m, const dg_output *fe
         free_compiled(&c, m->task ? m->task->transport : NULL);
         return NULL;
     }
-    if (m->n_cache == m->cap_cache) {
-        m->cap_cache = m->cap_cache ? m->cap_cache * 2 : 8;
-        compiled *nc = realloc(m->cache, (size_t)m->cap_cache * sizeof *nc);
-        if (!nc) abort();
-        m->cache = nc;
-    }
-    m->cache[m->n_cache] = c;
-    return &m->cache[m->n_cache++];
+    BASE_PUSH(m->cache, m->n_cache, m->cap_cache, c);
+    return &m->cache[m->n_cache - 1];
 }
 
 // ---- steps across a cluster ----

@@ -5,6 +5,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "base_impl.h"
 #include "distgraph/placer.h"
 #include "distgraph/serialize.h"
 #include "fast_channel_impl.h"
@@ -74,12 +75,6 @@ typedef struct mjob {
     rsession *rs;            // with a reference, or NULL
     int64_t recv_ns;         // a traced RUN_STEP: when it came
 } mjob;
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void drop_parked(rsession *rs) {
     if (rs->parked) {
@@ -226,17 +221,12 @@ static void do_create(mjob *j) {
     rs->cur = v;
     rs->opts = o;
     rs->refs = 1;
-    rs->last_heard_ms = now_ms();
+    rs->last_heard_ms = base_now_ms();
     snprintf(rs->client, sizeof rs->client, "%s", j->h->from ? j->h->from : "a client");
     pthread_mutex_lock(&ms->mu);
     bool stopping = ms->stopping;
     if (!stopping) {
-        if (ms->n_sessions == ms->cap_sessions) {
-            ms->cap_sessions = ms->cap_sessions ? 2 * ms->cap_sessions : 8;
-            rsession **ns = realloc(ms->sessions, (size_t)ms->cap_sessions * sizeof *ns);
-            if (!ns) abort();
-            ms->sessions = ns;
-        }
+        base_reserve((void **)&ms->sessions, sizeof *ms->sessions, ms->n_sessions, &ms->cap_sessions, 1);
         rs->handle = ++ms->next_handle;
         ms->sessions[ms->n_sessions++] = rs;
     }
@@ -435,7 +425,7 @@ static bool run_step(master_service *ms, rsession *rs, const rt_header *h, dg_te
     }
     if (pushed && h->step_id > 0) exec_rendezvous_end_step(ms->task->rendezvous, h->step_id);
     pthread_mutex_lock(&ms->mu);
-    rs->last_heard_ms = now_ms();   // a long step is not silence
+    rs->last_heard_ms = base_now_ms();   // a long step is not silence
     pthread_mutex_unlock(&ms->mu);
     if (ok) {
         rt_header *r = response();
@@ -513,7 +503,7 @@ static void *fast_main(void *arg) {
         }
         if (ok) {
             pthread_mutex_lock(&ms->mu);
-            rs->last_heard_ms = now_ms();
+            rs->last_heard_ms = base_now_ms();
             pthread_mutex_unlock(&ms->mu);
             ok = run_step(ms, rs, &h, ts, n, recv_ns, &r, &fetched, &n_fetched, &st);
             __atomic_add_fetch(&ms->fast_steps, 1, __ATOMIC_RELAXED);
@@ -738,7 +728,7 @@ static void master_service_handle(void *ctx, rt_peer *peer, rt_header *h, dg_ten
             if (ms->sessions[i]->handle == h->handle) j->rs = ms->sessions[i];
         if (j->rs) {
             j->rs->refs++;
-            j->rs->last_heard_ms = now_ms();
+            j->rs->last_heard_ms = base_now_ms();
         }
         pthread_mutex_unlock(&ms->mu);
         if (!j->rs) {
@@ -790,7 +780,7 @@ static void *reaper_main(void *arg) {
             ts.tv_nsec -= 1000000000;
         }
         pthread_cond_timedwait(&ms->cv, &ms->mu, &ts);
-        int64_t now = now_ms();
+        int64_t now = base_now_ms();
         for (int i = 0; i < ms->n_sessions;) {
             rsession *rs = ms->sessions[i];
             if (now - rs->last_heard_ms <= ms->lease_ms) {

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base_impl.h"
 #include "distgraph/serialize.h"
 #include "status_impl.h"
 #include "worker_client_impl.h"
@@ -73,16 +74,10 @@ char **wc_list_devices(rt_transport *tp, const char *endpoint, int64_t timeout_m
     return list;
 }
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 bool wc_wait_for_task(rt_transport *tp, const char *endpoint, const char *task, int64_t max_wait_ms,
                       int64_t log_every_ms, const char *who, bool (*stopped)(void *arg, dg_status *why),
                       void *stop_arg, dg_status *st) {
-    int64_t start = now_ms(), next_log = start + log_every_ms;
+    int64_t start = base_now_ms(), next_log = start + log_every_ms;
     dg_status refused = DG_STATUS_INIT;   // a refused handshake says more than a silence
     for (;;) {
         if (stopped && stopped(stop_arg, st)) {
@@ -92,7 +87,7 @@ bool wc_wait_for_task(rt_transport *tp, const char *endpoint, const char *task, 
         }
         dg_status ping = DG_STATUS_INIT;
         rt_header *resp = NULL;
-        int64_t attempt = now_ms();
+        int64_t attempt = base_now_ms();
         int64_t left = max_wait_ms > 0 ? start + max_wait_ms - attempt : 1000;
         bool ok = left > 0 && rt_call_sync(tp, endpoint, request(RT_PING), NULL, 0, left < 1000 ? left : 1000,
                                            &resp, NULL, NULL, &ping);
@@ -107,13 +102,13 @@ bool wc_wait_for_task(rt_transport *tp, const char *endpoint, const char *task, 
         if (!ok && strstr(dg_status_message(&ping), "refused")) dg_status_copy(&refused, &ping);
         if (ok) {
             status_impl_clear(&refused);
-            if (log_every_ms > 0 && now_ms() >= start + log_every_ms)
+            if (log_every_ms > 0 && base_now_ms() >= start + log_every_ms)
                 fprintf(stderr, "distgraph %s: %s at %s answers after %.1f s\n", who, task, endpoint,
-                        (double)(now_ms() - start) / 1000.0);
+                        (double)(base_now_ms() - start) / 1000.0);
             status_impl_clear(&ping);
             return true;
         }
-        int64_t waited = now_ms() - start;
+        int64_t waited = base_now_ms() - start;
         if (max_wait_ms > 0 && waited >= max_wait_ms) {
             const dg_status *why = !dg_status_ok(&refused) ? &refused : &ping;
             dg_status_setf(st, DG_UNAVAILABLE, "%s at %s did not answer within %lld ms%s%s", task, endpoint,
@@ -123,13 +118,13 @@ bool wc_wait_for_task(rt_transport *tp, const char *endpoint, const char *task, 
             status_impl_clear(&refused);
             return false;
         }
-        if (log_every_ms > 0 && now_ms() >= next_log) {
+        if (log_every_ms > 0 && base_now_ms() >= next_log) {
             fprintf(stderr, "distgraph %s: waiting for %s at %s (no answer for %.0f s: %s)\n", who, task, endpoint,
                     (double)waited / 1000.0, dg_status_message(&ping));
-            next_log = now_ms() + log_every_ms;
+            next_log = base_now_ms() + log_every_ms;
         }
         status_impl_clear(&ping);
-        if (now_ms() - attempt < 200) {   // a call that failed at once: do not spin
+        if (base_now_ms() - attempt < 200) {   // a call that failed at once: do not spin
             struct timespec pause = {0, 200 * 1000000};
             nanosleep(&pause, NULL);
         }

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base_impl.h"
 #include "distgraph/device_name.h"
 #include "distgraph/placer.h"
 #include "distgraph/serialize.h"
@@ -369,12 +370,7 @@ static void do_register(job *j) {
         dg_graph_free(&g);
     } else {
         pthread_mutex_lock(&s->mu);
-        if (s->n_graphs == s->cap_graphs) {
-            s->cap_graphs = s->cap_graphs ? s->cap_graphs * 2 : 8;
-            registered **ng = realloc(s->graphs, (size_t)s->cap_graphs * sizeof *ng);
-            if (!ng) abort();
-            s->graphs = ng;
-        }
+        base_reserve((void **)&s->graphs, sizeof *s->graphs, s->n_graphs, &s->cap_graphs, 1);
         int64_t handle = ++s->next_handle;
         registered *reg = calloc(1, sizeof *reg);
         if (!reg) abort();
@@ -415,12 +411,6 @@ static registered *acquire_graph(dg_server *s, int64_t handle, const rt_peer *pe
     return found;
 }
 
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int64_t orphan_timeout_ms(const dg_server *s) {
     return s->opts.orphan_timeout_ms > 0 ? s->opts.orphan_timeout_ms : DEFAULT_ORPHAN_TIMEOUT_MS;
 }
@@ -447,7 +437,7 @@ static void sweep_orphans(dg_server *s) {
             fprintf(stderr, "distgraph %s: dropped %d values that waited %lld ms or more for steps that never ran here\n",
                     s->task_name, dropped, (long long)orphan_timeout_ms(s));
     }
-    int64_t now = mono_ms();
+    int64_t now = base_now_ms();
     registered *gone[64];
     int n_gone = 0;
     pthread_mutex_lock(&s->mu);
@@ -476,7 +466,7 @@ static void peer_gone(void *ctx, const rt_peer *peer) {
     dg_server *s = ctx;
     int64_t *steps = NULL;
     int n_steps = 0, cap = 0;
-    int64_t now = mono_ms();
+    int64_t now = base_now_ms();
     pthread_mutex_lock(&s->mu);
     for (job *j = s->running; j; j = j->next_run)
         if (rt_peer_equal(j->owner, peer)) {

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base_impl.h"
 #include "distgraph/summary.h"
 #include "status_impl.h"
 #include "tensorboard.pb-c.h"
@@ -62,12 +63,6 @@ static uint64_t get_u64(const uint8_t *b) {
     return v;
 }
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 // ---- writing ----
 
 struct dg_event_writer {
@@ -90,7 +85,7 @@ bool dg_event_writer_flush(dg_event_writer *w, dg_status *st) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "event writer: NULL");
         return false;
     }
-    w->last_flush = mono_s();
+    w->last_flush = base_now_s();
     if (fflush(w->f) != 0 || ferror(w->f)) {
         int e = errno;
         clearerr(w->f);
@@ -117,7 +112,7 @@ static bool write_event(dg_event_writer *w, Dgtb__Event *ev, bool flush, dg_stat
         clearerr(w->f);
         return io_fail(w, "writing", e ? e : EIO, st);
     }
-    if (flush || mono_s() - w->last_flush >= 1.0) return dg_event_writer_flush(w, st);
+    if (flush || base_now_s() - w->last_flush >= 1.0) return dg_event_writer_flush(w, st);
     return true;
 }
 
@@ -146,7 +141,7 @@ dg_event_writer *dg_event_writer_new(const char *logdir, dg_status *st) {
         free(w);
         return NULL;
     }
-    w->last_flush = mono_s();
+    w->last_flush = base_now_s();
     Dgtb__Event ev = DGTB__EVENT__INIT;
     ev.wall_time = training_wall_s();
     ev.what_case = DGTB__EVENT__WHAT_FILE_VERSION;

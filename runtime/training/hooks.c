@@ -9,21 +9,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "base_impl.h"
 #include "distgraph/monitored_session.h"
 #include "distgraph/summary.h"
 #include "training_impl.h"
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 
 dg_session_hook *training_new_hook(const char *name, void *ctx, void (*free_ctx)(void *), dg_status *st) {
@@ -158,7 +147,7 @@ static bool ckpt_save(ckpt_hook *h, dg_saver *sv, dg_session *sess, dg_status *s
     }
     h->last_saved_step = step;
     h->last_trigger_step = step;
-    h->last_trigger_ms = now_ms();
+    h->last_trigger_ms = base_now_ms();
     // One line a save, with the Unix time, as TensorFlow's saver logs "Saving checkpoints for N".
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -179,7 +168,7 @@ static bool ckpt_after_create(void *ctx, dg_monitored_session *ms, dg_session *s
     int64_t step;
     if (!read_step(sess, h->gs, &step, st)) return false;
     h->last_trigger_step = step;
-    h->last_trigger_ms = now_ms();
+    h->last_trigger_ms = base_now_ms();
     // Freshly initialized variables are saved at once, so a restart before the first periodic
     // save does not initialize them again with other random values.
     if (dg_monitored_session_restored_step(ms) < 0) return ckpt_save(h, sv, sess, st);
@@ -197,7 +186,7 @@ static bool ckpt_before_run(void *ctx, const dg_run_context *rc, dg_hook_run_arg
 static bool ckpt_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const *values, int n, dg_status *st) {
     ckpt_hook *h = ctx;
     int64_t step = dg_tensor_i64(values[0])[0];
-    bool by_time = h->save_secs > 0 && now_ms() - h->last_trigger_ms >= h->save_secs * 1000;
+    bool by_time = h->save_secs > 0 && base_now_ms() - h->last_trigger_ms >= h->save_secs * 1000;
     bool by_steps = h->save_steps > 0 && step + 1 >= h->last_trigger_step + h->save_steps;
     // As in the stop hook, the fetched step may predate this run's increment: a step one short
     // of the next save is read again, so saves land on multiples of save_steps either way.
@@ -277,7 +266,7 @@ static bool counter_before_run(void *ctx, const dg_run_context *rc, dg_hook_run_
 static bool counter_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const *values, int n, dg_status *st) {
     counter_hook *h = ctx;
     int64_t step = dg_tensor_i64(values[0])[0];
-    double t = now_s();
+    double t = base_now_s();
     if (h->last_step < 0 || step < h->last_step) {
         h->last_step = step;
         h->last_s = t;

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base_impl.h"
 #include "distgraph/monitored_session.h"
 #include "distgraph/ops.h"
 #include "distgraph/partitioned.h"
@@ -28,19 +29,6 @@
 #include "training_impl.h"
 
 // ---- small helpers ----
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms) {
-    if (ms <= 0) return;
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 
 static bool is_recoverable(dg_code c) { return c == DG_UNAVAILABLE || c == DG_ABORTED; }
 
@@ -55,9 +43,9 @@ struct dg_monitored_session {
     int64_t stop_grace_ms, wait_for_chief_ms, backoff_ms;
     int max_attempts;
     dg_session_hook **hooks;        // in call order; the user's are borrowed
-    int n_hooks;
+    int n_hooks, cap_hooks;
     dg_session_hook **owned;        // built-in hooks this session made and frees
-    int n_owned;
+    int n_owned, cap_owned;
     dg_output *ready;               // IsVariableInitialized, one per saver variable
     dg_node *init_op;
     dg_output global_step;          // {NULL, 0} when the graph has none
@@ -164,7 +152,7 @@ static dg_session *create_chief(dg_monitored_session *ms, dg_status *st) {
 // one's registered partitions may be gone.
 static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
     ms->rs.restored_step = -1;
-    int64_t start = now_ms(), deadline = start + ms->wait_for_chief_ms, backoff = 50;
+    int64_t start = base_now_ms(), deadline = start + ms->wait_for_chief_ms, backoff = 50;
     dg_session *sess = NULL;
     int n_vars = dg_saver_num_variables(ms->rs.saver);
     dg_tensor **flags = calloc((size_t)n_vars, sizeof *flags);
@@ -173,7 +161,7 @@ static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
     strbuf pending = {0};
     bool have_flags = false;
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - base_now_ms();
         if (!sess && !(sess = new_session(ms, left > 1 ? left : 1, st))) break;
         status_impl_clear(&check);
         if (dg_session_run(sess, NULL, NULL, 0, ms->ready, flags, n_vars, NULL, 0, &check)) {
@@ -198,7 +186,7 @@ static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
             dg_session_free(&sess);
             break;
         }
-        int64_t now = now_ms();
+        int64_t now = base_now_ms();
         if (now >= deadline) {
             strbuf msg = {0};
             sb_addf(&msg, "waited %lld ms for the chief to initialize variables: ", (long long)ms->wait_for_chief_ms);
@@ -212,7 +200,7 @@ static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
             dg_session_free(&sess);
             break;
         }
-        sleep_ms(deadline - now < backoff ? deadline - now : backoff);
+        base_sleep_ms(deadline - now < backoff ? deadline - now : backoff);
         backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
     }
     free(pending.p);
@@ -247,7 +235,7 @@ static bool create_session(dg_monitored_session *ms, dg_status *st) {
             dg_status_prepend(st, "stop requested while creating the session");
             return false;
         }
-        sleep_ms(backoff);
+        base_sleep_ms(backoff);
         backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
     }
 }
@@ -257,16 +245,8 @@ static bool add_hook(dg_monitored_session *ms, dg_session_hook *h, bool owned, d
         dg_status_setf(st, DG_INVALID_ARGUMENT, "monitored session: hook %d is NULL", ms->n_hooks);
         return false;
     }
-    dg_session_hook **nh = realloc(ms->hooks, ((size_t)ms->n_hooks + 1) * sizeof *nh);
-    if (!nh) abort();
-    ms->hooks = nh;
-    ms->hooks[ms->n_hooks++] = h;
-    if (owned) {
-        dg_session_hook **no = realloc(ms->owned, ((size_t)ms->n_owned + 1) * sizeof *no);
-        if (!no) abort();
-        ms->owned = no;
-        ms->owned[ms->n_owned++] = h;
-    }
+    BASE_PUSH(ms->hooks, ms->n_hooks, ms->cap_hooks, h);
+    if (owned) BASE_PUSH(ms->owned, ms->n_owned, ms->cap_owned, h);
     return true;
 }
 
@@ -616,13 +596,13 @@ bool dg_monitored_session_close(dg_monitored_session *s, dg_status *st) {
     atomic_store(&s->rs.stop_requested, true);
     pthread_mutex_lock(&s->mu);
     s->closing = true;
-    int64_t deadline = now_ms() + s->stop_grace_ms;
+    int64_t deadline = base_now_ms() + s->stop_grace_ms;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     int64_t abs_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + s->stop_grace_ms;
     ts.tv_sec = (time_t)(abs_ms / 1000);
     ts.tv_nsec = (long)(abs_ms % 1000) * 1000000L;
-    while ((s->in_flight > 0 || s->recovering) && now_ms() < deadline)
+    while ((s->in_flight > 0 || s->recovering) && base_now_ms() < deadline)
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);
     if (s->in_flight > 0 || s->recovering) {
         int n = s->in_flight;

@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "base_impl.h"
 #include "keys_impl.h"
 #include "shm_impl.h"
 #include "status_impl.h"
@@ -116,6 +117,9 @@ typedef struct conn {
     signed char local;       // the peer is on this host: 1 yes, 0 no, -1 not known yet
     int64_t last_ms;         // accepted, or last message received on it (monotonic)
     bool closing;            // shut down by us, its DISCONNECTED event not seen yet
+    // The descriptor was reused before the monitor said so (conn_heard): this many earlier
+    // connections' DISCONNECTED and ACCEPTED events are still on their way, to be skipped.
+    int stale_closes, stale_accepts;
     size_t id_len;           // the routing id of its messages (0: none yet)
     unsigned char id[256];
 } conn;
@@ -171,18 +175,6 @@ struct rt_transport {
     void *self_rx, *self_tx; // a socket pair of this context, for trim_if_due (see there)
     bool self_failed;        // ... which could not be made
 };
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void tlog(rt_transport *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void tlog(rt_transport *t, const char *fmt, ...) {
@@ -646,7 +638,7 @@ static void run_cmd(rt_transport *t, cmd *c) {
             pending *p = calloc(1, sizeof *p);
             if (!p) abort();
             p->id = c->id;
-            p->sent_at = now_ms();
+            p->sent_at = base_now_ms();
             p->deadline = c->timeout_ms > 0 ? p->sent_at + c->timeout_ms : INT64_MAX;
             p->endpoint = strdup(c->endpoint);
             p->dealer = di;
@@ -788,7 +780,7 @@ static dg_tensor *assembly_tensor(const rt_tensor_desc *d, dg_status *st) {
 // many more there were since the last line). I/O thread.
 static void limit_hit(rt_transport *t, int kind, uint64_t *counter, const char *fmt, ...) {
     __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
-    int64_t now = now_ms();
+    int64_t now = base_now_ms();
     // A limit's line once a second; bad messages, each of which has its own reason, up to 50.
     int burst = kind == LIM_BAD ? 50 : 1;
     if (t->limit_logged_ms[kind] && now - t->limit_logged_ms[kind] < 1000) {
@@ -971,7 +963,7 @@ static void take_chunk(rt_transport *t, const rt_peer *peer, rt_header *h, zmq_m
     rt_shm_release(slot);
     close_frames(frames, 0, n_frames);
     a->received += len;
-    a->last_ms = now_ms();
+    a->last_ms = base_now_ms();
     set_inflight(t, more);
     a->charged = charge;
     if (a->received < total) {
@@ -1034,7 +1026,7 @@ static void conn_opened(rt_transport *t, int fd) {
     conn *c = &t->conns[fd];
     if (!c->open) t->n_conns++;
     else if (c->closing) t->n_closing--;   // its close went unseen: the number was reused
-    *c = (conn){.open = true, .local = -1, .last_ms = now_ms()};
+    *c = (conn){.open = true, .local = -1, .last_ms = base_now_ms()};
     count_conns(t);
 }
 
@@ -1061,7 +1053,7 @@ static void conn_closed(rt_transport *t, int fd) {
     c->open = false;
     t->n_conns--;
     count_conns(t);
-    t->trim_at_ms = now_ms() + 1000;
+    t->trim_at_ms = base_now_ms() + 1000;
     rt_shm_sweep();   // the regions of a peer that has exited, if nothing holds them
 }
 
@@ -1165,7 +1157,7 @@ static bool close_idlest(rt_transport *t, const char *why) {
         c->closing = true;
         t->n_closing++;
         limit_hit(t, LIM_CONN, &t->stats.connections_closed,
-                  "closed a connection idle for %lld ms%s: %s", (long long)(now_ms() - c->last_ms),
+                  "closed a connection idle for %lld ms%s: %s", (long long)(base_now_ms() - c->last_ms),
                   c->id_len ? "" : " (it never sent a message)", why);
         return true;
     }
@@ -1177,9 +1169,19 @@ static void on_monitor(rt_transport *t) {
     uint32_t value;
     for (int k = 0; k < 4096 && monitor_event(t->monitor, &event, &value, addr, sizeof addr); k++) {
         switch (event) {
-        case ZMQ_EVENT_ACCEPTED: conn_opened(t, (int)value); break;
+        case ZMQ_EVENT_ACCEPTED: {
+            conn *c = conn_of(t, (int)value);
+            if (c && c->stale_accepts > 0) c->stale_accepts--;   // seen already (conn_heard)
+            else conn_opened(t, (int)value);
+            break;
+        }
         case ZMQ_EVENT_DISCONNECTED:
-        case ZMQ_EVENT_CLOSED: conn_closed(t, (int)value); break;
+        case ZMQ_EVENT_CLOSED: {
+            conn *c = conn_of(t, (int)value);
+            if (c && c->stale_closes > 0) c->stale_closes--;   // an earlier connection's
+            else conn_closed(t, (int)value);
+            break;
+        }
         case ZMQ_EVENT_ACCEPT_FAILED:
             limit_hit(t, LIM_ACCEPT, &t->stats.accept_failures, "accepting a connection failed: %s",
                       strerror((int)value));
@@ -1220,7 +1222,19 @@ static bool peer_on_this_host(int fd) {
 static bool conn_heard(rt_transport *t, int fd, const rt_peer *peer) {
     conn *c = conn_of(t, fd);
     if (!c) return peer_on_this_host(fd);   // its accept event is still on its way
-    c->last_ms = now_ms();
+    if (c->id_len && (c->id_len != peer->len || memcmp(c->id, peer->id, peer->len) != 0)) {
+        // Another routing id on this descriptor: the connection we knew on it has left and a
+        // new one took its number, and the monitor's events saying so (DISCONNECTED, then
+        // ACCEPTED) come after this message. Close the old one now, so that its late
+        // DISCONNECTED does not end the new peer's transfer, and skip both events.
+        int closes = c->stale_closes + 1, accepts = c->stale_accepts + 1;
+        conn_closed(t, fd);
+        conn_opened(t, fd);
+        c = conn_of(t, fd);
+        c->stale_closes = closes;
+        c->stale_accepts = accepts;
+    }
+    c->last_ms = base_now_ms();
     if (c->id_len != peer->len || memcmp(c->id, peer->id, peer->len) != 0) {
         memcpy(c->id, peer->id, peer->len);
         c->id_len = peer->len;
@@ -1355,7 +1369,7 @@ static void probe_answered(rt_transport *t, pending *p) {
     dealer *d = &t->dealers[p->dealer];
     if (d->probe_id == p->id) {
         d->probe_id = 0;
-        d->next_probe_at = now_ms() + PROBE_EVERY_MS;
+        d->next_probe_at = base_now_ms() + PROBE_EVERY_MS;
     }
     free(p->endpoint);
     free(p);
@@ -1415,7 +1429,7 @@ static void peer_incarnation(rt_transport *t, void *sock, uint64_t inc) {
 }
 
 static void expire(rt_transport *t) {
-    int64_t now = now_ms();
+    int64_t now = base_now_ms();
     if (t->assemblies) expire_transfers(t, now);
     trim_if_due(t, now);
     for (pending **pp = &t->pending; *pp;) {
@@ -1462,7 +1476,7 @@ static void expire(rt_transport *t) {
 // -1 for never.
 static long next_wakeup(rt_transport *t) {
     if (!t->pending && !t->assemblies && !t->trim_at_ms) return -1;
-    int64_t soonest = t->trim_at_ms ? t->trim_at_ms : INT64_MAX, now = now_ms();
+    int64_t soonest = t->trim_at_ms ? t->trim_at_ms : INT64_MAX, now = base_now_ms();
     for (const assembly *a = t->assemblies; a; a = a->next)
         if (a->last_ms + transfer_timeout_ms(t) < soonest) soonest = a->last_ms + transfer_timeout_ms(t);
     for (pending *p = t->pending; p; p = p->next) {
@@ -1502,14 +1516,14 @@ static void *io_main(void *arg) {
         int rc = zmq_poll(items, n, 0);
         if (rc == 0 && t->busy_poll_ns) {
             int64_t until = t->last_active_ns + t->busy_poll_ns;
-            while (rc == 0 && now_ns() < until) {
+            while (rc == 0 && base_now_ns() < until) {
                 sched_yield();
                 rc = zmq_poll(items, n, 0);
             }
         }
         if (rc == 0) rc = zmq_poll(items, n, next_wakeup(t));
         if (rc < 0 && zmq_errno() == ETERM) break;
-        if (rc > 0 && t->busy_poll_ns) t->last_active_ns = now_ns();
+        if (rc > 0 && t->busy_poll_ns) t->last_active_ns = base_now_ns();
         if (items[0].revents & ZMQ_POLLIN) {
             uint64_t v;
             if (read(t->efd, &v, sizeof v) < 0) { /* spurious */ }
@@ -1989,8 +2003,8 @@ bool rt_call_sync(rt_transport *t, const char *endpoint, rt_header *h, dg_tensor
     rt_call(t, endpoint, h, tensors, n, timeout_ms, wake_waiter, &w);
     // The same busy polling as the I/O thread's: an answer within the window costs no wake-up.
     if (t->busy_poll_ns) {
-        int64_t until = now_ns() + t->busy_poll_ns;
-        while (!__atomic_load_n(&w.done, __ATOMIC_ACQUIRE) && now_ns() < until) sched_yield();
+        int64_t until = base_now_ns() + t->busy_poll_ns;
+        while (!__atomic_load_n(&w.done, __ATOMIC_ACQUIRE) && base_now_ns() < until) sched_yield();
     }
     pthread_mutex_lock(&w.mu);
     while (!w.done) pthread_cond_wait(&w.cv, &w.mu);

@@ -1,4 +1,4 @@
-/* The GPU kernels against the CPU kernels, the semantic reference (STYLE.md section 8: one
+/* The GPU kernels against the CPU kernels, the semantic reference (one
  * table-driven test runs each op on CPU and CUDA and compares within a stated tolerance;
  * adding a kernel means adding a row to `cases` below).
  *
