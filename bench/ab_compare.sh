@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # ab_compare: is a change speed-neutral? The same benchmarks from two checkouts (each with its
 # build/bin), taken alternately, ROUNDS rounds (default 5), on one machine in one run:
-#   - the MLP training step, one thread (step_bench: median step, ms);
+#   - the MLP training step, one thread (step_bench: median step, ms; the best of three runs);
 #   - the transport between two processes (transport_bench: 4 B and 4 KiB round trips, us,
 #     and 64 MiB push bandwidth, Gbit/s; no iperf3);
 #   - MNIST-replica training through dg-launch: async, 1 ps + 2 workers, and all-reduce,
 #     2 workers (global steps/s over STEPS steps, default 1500).
 # Prints each round's figures and then, per figure, the median over rounds of the ratio
-# after/before as a speed (above 1: the second checkout is faster), JSON lines.
+# after/before as a speed (above 1: the second checkout is faster), and the ratio of each
+# side's best round (a virtual machine's slow spells, seconds long, only ever slow a side
+# down, and can land on one side of a round), JSON lines.
 #   bench/ab_compare.sh BEFORE_CHECKOUT AFTER_CHECKOUT
 # A restructuring that must not change speed wants every speed ratio >= 0.97.
 set -euo pipefail
@@ -42,7 +44,16 @@ train() {
 # one DIR SIDE ROUND: every figure of one checkout, one JSON line each, into $TMP/SIDE.
 one() {
     local dir=$1 side=$2 round=$3 v
-    "$dir/build/bin/step_bench" --steps 1000 > "$TMP/step" 2>/dev/null
+    # The step three times, the best kept: on a shared virtual machine a core runs at half speed
+    # for seconds at a time, which only ever makes a step slower.
+    for k in 1 2 3; do "$dir/build/bin/step_bench" --steps 1000 > "$TMP/step$k" 2>/dev/null; done
+    best=1
+    for k in 2 3; do
+        if awk -v a="$(num "$TMP/step$k" median_step)" -v b="$(num "$TMP/step$best" median_step)" 'BEGIN { exit !(a < b) }'; then
+            best=$k
+        fi
+    done
+    cp "$TMP/step$best" "$TMP/step"
     "$dir/build/bin/transport_bench" --skip_iperf --iters 1000 --max_seconds 3 --rounds 3 --pushes 8 > "$TMP/tp" 2>/dev/null
     for m in "step:median_step:ms:time" "tp:rtt_median_4B:us:time" "tp:rtt_median_4KiB:us:time" \
              "tp:push_bandwidth_64MiB:Gbit/s:rate"; do
@@ -83,4 +94,11 @@ for m in b:
         rs.append(x / y if db["kind"] == "time" else y / x)
     print(json.dumps({"bench": "ab_compare", "metric": m + "_speed_ratio", "value": round(statistics.median(rs), 3),
                       "unit": "after/before", "rounds": [round(v, 3) for v in rs]}))
+    # The best of each side over all rounds (the fastest time, the highest rate): what each
+    # does when the machine is not slowed, which the per-round ratios mix in.
+    vb = [float(d["value"]) for d in b[m].values()]
+    va = [float(d["value"]) for d in a[m].values()]
+    best = min(vb) / min(va) if b[m][1]["kind"] == "time" else max(va) / max(vb)
+    print(json.dumps({"bench": "ab_compare", "metric": m + "_best_speed_ratio", "value": round(best, 3),
+                      "unit": "after/before"}))
 PY
