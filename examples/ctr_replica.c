@@ -307,7 +307,7 @@ int main(int argc, char **argv) {
         fail(st, "building the model");
         goto out;
     }
-    if (!(stop = dg_stop_at_step_hook_new(-1, train_steps, st))) {
+    if (!(stop = dg_stop_at_last_step_hook_new(train_steps, st))) {
         fail(st, "stop hook");
         goto out;
     }

@@ -20,6 +20,14 @@ static inline int64_t base_now_ns(void) {
 static inline int64_t base_now_ms(void) { return base_now_ns() / 1000000; }
 static inline double base_now_s(void) { return (double)base_now_ns() * 1e-9; }
 
+// Wall time (CLOCK_REALTIME) in seconds since the Unix epoch: for log lines and records people
+// read beside other machines' clocks, never for durations.
+static inline double base_unix_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 // Sleeps ms milliseconds (the whole time, through signals); nothing for ms <= 0.
 static inline void base_sleep_ms(int64_t ms) {
     if (ms <= 0) return;

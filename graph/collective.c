@@ -1,5 +1,6 @@
 /* Collective builders and data-parallel training on them: the public functions of
  * distgraph/collective.h. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,30 @@
 dg_collective_group dg_collective_group_make(const char *job, int size) {
     dg_collective_group grp = {job, size, 0};
     return grp;
+}
+
+// The collective of this graph, other than nd, with op type (any collective when type is NULL)
+// and instance key key, or NULL.
+static const dg_node *key_user(const dg_graph *g, const char *type, int64_t key) {
+    for (int i = 0; i < dg_graph_num_nodes(g); i++) {
+        const dg_node *o = dg_graph_node(g, i);
+        int64_t k;
+        const char *t = dg_node_op_type(o);
+        if (strncmp(t, "Collective", 10) != 0 || (type && strcmp(t, type) != 0)) continue;
+        if (dg_node_attr_int(o, "instance_key", &k) && k == key) return o;
+    }
+    return NULL;
+}
+
+// DG_COLLECTIVE_KEY_AUTO: FNV-1a of the node's unique name, folded into the upper half of the
+// keys (hand-given keys are usually small), then the next key no collective of the graph has.
+// Every rank builds the same names in the same order, so every rank finds the same key.
+static int64_t auto_key(const dg_graph *g, const char *name) {
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 16777619u;
+    int64_t key = (int64_t)(0x40000000u | (h & 0x3FFFFFFFu));
+    while (key_user(g, NULL, key)) key = key == INT32_MAX ? 0x40000000 : key + 1;
+    return key;
 }
 
 static dg_node *build(dg_graph *g, const char *type, const char *name, const dg_output *xs, int n,
@@ -27,7 +52,21 @@ static dg_node *build(dg_graph *g, const char *type, const char *name, const dg_
             return NULL;
         }
     dg_node *nd = graph_begin(g, type, name);
-    for (int i = 0; i < n && nd; i++) graph_add_input(nd, xs[i]);
+    if (!nd) return NULL;
+    if (instance_key == DG_COLLECTIVE_KEY_AUTO) {
+        instance_key = auto_key(g, dg_node_name(nd));
+    } else {
+        const dg_node *other = key_user(g, type, instance_key);
+        if (other) {
+            dg_graph_set_error(g, DG_ALREADY_EXISTS, "%s \"%s\": instance key %lld is already the key of "
+                               "\"%s\" in this graph (give each collective its own key, or "
+                               "DG_COLLECTIVE_KEY_AUTO)", type, dg_node_name(nd), (long long)instance_key,
+                               dg_node_name(other));
+            graph_finish(nd);   // discards it: the graph has an error
+            return NULL;
+        }
+    }
+    for (int i = 0; i < n; i++) graph_add_input(nd, xs[i]);
     graph_set_attr_string(nd, "group_job", group->job);
     graph_set_attr_int(nd, "group_size", group->size);
     graph_set_attr_int(nd, "instance_key", instance_key);

@@ -375,8 +375,43 @@ static dg_output aggregate(dg_graph *g, const contrib *c) {
     return sum;
 }
 
+// Under colocate_gradients_with_ops, the device the gradient nodes of nd ask for: nd's own
+// request or, when it asks for none, that of the first node it is colocated with (a variable's
+// read goes with its variable). The request, not a place in nd's colocation group as in
+// TensorFlow: a gradient node this device cannot run (integer shape arithmetic on a GPU) then
+// falls back to its task's CPU under soft placement instead of taking nd off its device.
+static const char *forward_device(const dg_graph *g, const dg_node *nd) {
+    const char *dev = dg_node_requested_device(nd);
+    for (int i = 0; !dev[0] && i < dg_node_num_colocations(nd); i++) {
+        const dg_node *c = dg_graph_find(g, dg_node_colocation(nd, i));
+        if (c) dev = dg_node_requested_device(c);
+    }
+    return dev;
+}
+
+// Pushes the scope the gradient nodes of nd are built under: a barrier (the caller's device
+// scopes and functions no longer apply) and nd's device. Pops with pop_beside.
+static void push_beside(dg_graph *g, const dg_node *nd, bool colocate) {
+    if (!colocate) return;
+    const char *dev = forward_device(g, nd);
+    dg_graph_push_device(g, "");
+    if (dev[0]) dg_graph_push_device(g, dev);
+}
+
+static void pop_beside(dg_graph *g, const dg_node *nd, bool colocate) {
+    if (!colocate) return;
+    if (forward_device(g, nd)[0]) dg_graph_pop_device(g);
+    dg_graph_pop_device(g);
+}
+
 bool dg_gradients(dg_graph *g, const dg_output *ys, int n_ys, const dg_output *xs, int n_xs,
                   const dg_output *grad_ys, dg_output *dx) {
+    return dg_gradients_ex(g, ys, n_ys, xs, n_xs, grad_ys, NULL, dx);
+}
+
+bool dg_gradients_ex(dg_graph *g, const dg_output *ys, int n_ys, const dg_output *xs, int n_xs,
+                     const dg_output *grad_ys, const dg_gradients_options *opts, dg_output *dx) {
+    bool colocate = opts && opts->colocate_gradients_with_ops;
     for (int i = 0; i < n_xs; i++) dx[i] = NUL;
     if (!dg_graph_ok(g)) return false;
     for (int i = 0; i < n_ys; i++)
@@ -427,7 +462,12 @@ bool dg_gradients(dg_graph *g, const dg_output *ys, int n_ys, const dg_output *x
             grads[yn->id] = calloc((size_t)yn->n_outputs, sizeof(contrib));
             if (!grads[yn->id]) abort();
         }
-        dg_output seed = grad_ys && grad_ys[i].node ? grad_ys[i] : dg_ones_like(g, NULL, ys[i]);
+        dg_output seed = grad_ys && grad_ys[i].node ? grad_ys[i] : NUL;
+        if (!seed.node) {
+            push_beside(g, yn, colocate);
+            seed = dg_ones_like(g, NULL, ys[i]);
+            pop_beside(g, yn, colocate);
+        }
         add_contrib(&grads[yn->id][ys[i].index], seed);
     }
     dg_output *dy = NULL, *dxs = NULL;
@@ -440,6 +480,7 @@ bool dg_gradients(dg_graph *g, const dg_output *ys, int n_ys, const dg_output *x
         char scope[600];
         snprintf(scope, sizeof scope, "%s_grad", nd->name);
         dg_graph_push_name_scope(g, scope);
+        push_beside(g, nd, colocate);
         for (int o = 0; o < nd->n_outputs; o++) {
             contrib *c = &grads[id][o];
             dy[o] = aggregate(g, c);
@@ -476,6 +517,7 @@ bool dg_gradients(dg_graph *g, const dg_output *ys, int n_ys, const dg_output *x
                 }
             }
         }
+        pop_beside(g, nd, colocate);
         dg_graph_pop_name_scope(g);
     }
     dg_graph_pop_name_scope(g);

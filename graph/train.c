@@ -84,7 +84,8 @@ int dg_optimizer_compute_gradients(const dg_optimizer *opt, dg_output loss, cons
         }
     }
     int k = -1;
-    if (dg_gradients(g, &loss, 1, xs, n, NULL, dx)) {
+    dg_gradients_options gopts = {.colocate_gradients_with_ops = opt->colocate_gradients_with_ops};
+    if (dg_gradients_ex(g, &loss, 1, xs, n, NULL, &gopts, dx)) {
         k = 0;
         for (int i = 0; i < n; i++) {
             if (!dx[i].node) continue;

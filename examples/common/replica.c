@@ -31,13 +31,14 @@ static double unix_s(void) {
 typedef struct report_hook {
     long long task;
     int n_created;
+    bool own_variables;   // all-reduce: this worker initializes its own copy
 } report_hook;
 
 static bool report_after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
     report_hook *r = ctx;
     if (r->n_created++ > 0) printf("Worker %lld: recreated the session after a failure (recovery %d)\n", r->task,
                                    r->n_created - 1);
-    if (!dg_monitored_session_is_chief(ms))
+    if (!dg_monitored_session_is_chief(ms) && !r->own_variables)
         printf("Worker %lld: the chief has initialized the variables\n", r->task);
     else if (dg_monitored_session_restored_step(ms) >= 0)
         printf("Worker %lld: restored checkpoint of global step %lld\n", r->task,
@@ -65,18 +66,13 @@ static bool build_model(dg_graph *g, bool cnn, int64_t pixels, int64_t hidden, d
         if (!(*sr = dg_sync_replicas_new(&opt, so, st))) return false;
         if (!(m->train = dg_sync_replicas_minimize(*sr, m->loss, m->global_step, st))) return false;
     } else if (grp) {
-        m->train = dg_all_reduce_minimize(&opt, m->loss, NULL, 0, m->global_step, grp, 1);
+        m->train = dg_all_reduce_minimize(&opt, m->loss, NULL, 0, m->global_step, grp, DG_COLLECTIVE_KEY_AUTO);
     } else {
         m->train = dg_optimizer_minimize(&opt, m->loss, m->global_step);
     }
     m->init = dg_global_variables_initializer(g);
-    if (grp) *bcast = dg_collective_broadcast_variables(g, NULL, 0, grp, 2);
+    if (grp) *bcast = dg_collective_broadcast_variables(g, NULL, 0, grp, DG_COLLECTIVE_KEY_AUTO);
     return dg_graph_check(g, st);
-}
-
-// All-reduce: after each session creation (and restore) every worker takes worker 0's values.
-static bool bcast_after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
-    return dg_session_run_target(sess, ctx, st);
 }
 
 static const char *prog = "mnist_replica";
@@ -101,7 +97,7 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     snprintf(steps_help, sizeof steps_help, "global steps to train (default %lld)", (long long)p->train_steps);
     snprintf(lr_help, sizeof lr_help, "Adam learning rate (default %g%s)", p->learning_rate,
              p->cnn ? ", decaying by 0.95 every 500 steps" : "");
-    bool quiet = false, print_placement = false, sync_replicas = false, all_reduce = false, existing_servers = false;
+    bool quiet = false, print_placement = false, log_device_placement = false, sync_replicas = false, all_reduce = false, existing_servers = false;
     flag_def defs[] = {
         {"job_name", FLAG_STRING, &job_name, "ps or worker (default: from TF_CONFIG)"},
         {"task_index", FLAG_INT, &task_index, "index of this task in its job"},
@@ -120,6 +116,8 @@ int replica_main(int argc, char **argv, const replica_program *p) {
         {"wait_for_chief_ms", FLAG_INT, &wait_ms, "how long a non-chief waits for initialization"},
         {"rpc_timeout_ms", FLAG_INT, &rpc_timeout_ms, "deadline of each remote call (default 30000)"},
         {"quiet", FLAG_BOOL, &quiet, "no server log lines"},
+        {"log_device_placement", FLAG_BOOL, &log_device_placement,
+         "print every node's device to stderr when a step is placed (also through --existing_servers)"},
         {"print_placement", FLAG_BOOL, &print_placement,
          "print where each trainable variable lives and a checksum of its value fetched from there"},
         {"save_graph", FLAG_STRING, &save_graph,
@@ -260,7 +258,7 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     mnist_dataset data;
     dg_graph *g = NULL;
     dg_monitored_session *ms = NULL;
-    dg_session_hook *stop = NULL, *sync_hook = NULL, *trace_hook = NULL;
+    dg_session_hook *stop = NULL, *mode_hook = NULL, *trace_hook = NULL;   // mode_hook: sync replicas or broadcast
     dg_sync_replicas *sr = NULL;
     dg_node *bcast = NULL;
     dg_device_fn *setter = NULL;
@@ -324,23 +322,24 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     }
     // Worker 0 is the chief: it restores the newest checkpoint or initializes the variables;
     // the others wait for it (IsVariableInitialized polls inside the monitored session).
-    if (!(stop = dg_stop_at_step_hook_new(-1, train_steps, st))) {
+    if (!(stop = dg_stop_at_last_step_hook_new(train_steps, st))) {
         fail(st, "stop hook");
         goto out;
     }
-    report_hook report = {(long long)task_index, 0};
-    dg_session_hook report_h = {"report", &report, NULL, report_after_create, NULL, NULL, NULL, NULL};
-    if (sync_replicas && !(sync_hook = dg_sync_replicas_hook_new(sr, is_chief, master, train_steps, st))) {
+    report_hook report = {(long long)task_index, 0, all_reduce};
+    dg_session_hook report_h = {.name = "report", .ctx = &report, .after_create_session = report_after_create};
+    if (sync_replicas && !(mode_hook = dg_sync_replicas_hook_new(sr, is_chief, master, train_steps, st))) {
         fail(st, "sync replicas hook");
         goto out;
     }
-    dg_session_hook bcast_h = {"broadcast", bcast, NULL, bcast_after_create, NULL, NULL, NULL, NULL};
-    // The broadcast comes before the stop hook, which reads the global step it brings.
-    dg_session_hook *hooks[4] = {&report_h, stop, sync_hook};
-    if (all_reduce) {
-        hooks[1] = &bcast_h;
-        hooks[2] = stop;
+    // All-reduce: after each creation (and restore) every worker takes worker 0's values. The
+    // stop hook reads the global step the broadcast brings; the broadcast hook's order
+    // (DG_HOOK_ORDER_SETUP) runs it first wherever it is in the list.
+    if (all_reduce && !(mode_hook = dg_broadcast_variables_hook_new(bcast, st))) {
+        fail(st, "broadcast hook");
+        goto out;
     }
+    dg_session_hook *hooks[4] = {&report_h, stop, mode_hook};
     int n_hooks = sync_replicas || all_reduce ? 3 : 2;
     if (trace_step > 0) {
         char def[512];
@@ -357,20 +356,22 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     dg_session_options sopt = dg_session_options_default();
     sopt.inter_op_threads = 1;
     sopt.wait_for_tasks_ms = wait_for_tasks_ms;
+    sopt.log_device_placement = log_device_placement;
     dg_mts_options mo = dg_mts_options_default();
     mo.session_options = &sopt;
     mo.master = master;
-    // All-reduce: every worker initializes its own copy (worker 0 restores, then broadcasts);
-    // only worker 0 checkpoints.
-    mo.is_chief = is_chief || all_reduce;
-    mo.checkpoint_path = *checkpoint_path && (is_chief || !all_reduce) ? checkpoint_path : NULL;
+    // All-reduce: every worker initializes its own copy; worker 0, the chief, restores, saves
+    // and writes summaries, and the broadcast hook gives every worker its values.
+    mo.is_chief = is_chief;
+    if (all_reduce) mo.init_variables = DG_ROLE_YES;
+    mo.checkpoint_path = *checkpoint_path ? checkpoint_path : NULL;
     mo.logdir = *logdir ? logdir : NULL;
     mo.save_checkpoint_steps = save_checkpoint_steps;
     mo.wait_for_chief_ms = wait_ms;
     mo.max_recovery_attempts = (int)recovery_attempts;
     mo.hooks = hooks;
     mo.n_hooks = n_hooks;
-    if (!is_chief) {
+    if (!is_chief && !all_reduce) {
         printf("Worker %lld: waiting for the chief to initialize the variables\n", (long long)task_index);
         fflush(stdout);
     }
@@ -472,7 +473,7 @@ out:
     free(yb);
     dg_monitored_session_free(&ms);
     dg_session_hook_free(&stop);
-    dg_session_hook_free(&sync_hook);   // before the graph: its apply loop's session uses it
+    dg_session_hook_free(&mode_hook);   // before the graph: a sync apply loop's session uses it
     dg_session_hook_free(&trace_hook);
     dg_sync_replicas_free(&sr);
     dg_graph_free(&g);

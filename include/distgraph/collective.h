@@ -27,6 +27,12 @@ typedef struct dg_collective_group {
     int64_t timeout_ms;     // 0: 60000
 } dg_collective_group;
 
+// An instance key the builder chooses: derived from the collective's node name (the same on
+// every rank that builds the same graph, since names are), distinct from every other key of
+// the graph's collectives. Hand-given keys (0..2^31-1) still work; a key already given to a
+// collective of the same type in the graph is an error (ALREADY_EXISTS naming both).
+#define DG_COLLECTIVE_KEY_AUTO ((int64_t)-1)
+
 // {job, size, 0}.
 dg_collective_group dg_collective_group_make(const char *job, int size);
 
@@ -37,8 +43,8 @@ typedef enum dg_reduce_op {
 
 // One CollectiveAllReduce node: out[i] = the sum (or mean) over the group of xs[i], the same
 // bits on every rank. xs are float32/float64 tensors of any shapes (all ranks must give the
-// same shapes); they are packed into one exchange. instance_key (0..2^31-1) names the
-// collective across the group. hint: "auto" (NULL), "ring" or "direct". Returns false (the
+// same shapes); they are packed into one exchange. instance_key (0..2^31-1, or
+// DG_COLLECTIVE_KEY_AUTO) names the collective across the group. hint: "auto" (NULL), "ring" or "direct". Returns false (the
 // graph's sticky status says why) on error; out receives n outputs.
 bool dg_collective_all_reduce(dg_graph *g, const char *name, const dg_output *xs, int n,
                               const dg_collective_group *group, int64_t instance_key,

@@ -19,7 +19,8 @@
  * - Process-wide settings are functions (dg_set_malloc_tuning), never options of one object.
  * - Headers follow the layers: graph (status, tensor, graph, ops, partitioned, train, strategy,
  *   sync_replicas, collective, device_name, serialize, version) <- placer (cluster,
- *   device_setter, placer) <- runtime (session, server, checkpoint, monitored_session); a
+ *   device_setter, placer) <- runtime (session, server, checkpoint, monitored_session,
+ *   distribute); a
  *   header declares functions of its own layer and includes none to its right.
  * - The shared library exports exactly the functions of these headers (abi/distgraph.symbols);
  *   version.h gives the version, and the SONAME changes when the interface breaks. */
@@ -47,5 +48,6 @@
 #include "distgraph/summary.h"
 #include "distgraph/sync_replicas.h"
 #include "distgraph/collective.h"
+#include "distgraph/distribute.h"
 
 #endif

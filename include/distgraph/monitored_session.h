@@ -99,7 +99,10 @@ typedef struct dg_run_context {
 // (after every creation of the underlying session, also after a recovery, variables ready),
 // before_run / after_run (around each dg_monitored_session_run; after_run gets the values of the
 // hook's extra fetches, borrowed for the call, and is skipped when the run fails), end (at
-// dg_monitored_session_close, unless the last run failed). Hooks run in the order given.
+// dg_monitored_session_close, unless the last run failed). Hooks run by their order field,
+// lowest first, and those of one order as given (the user's hooks, the chief-only ones, then
+// the built-in ones). Fill a hook by field names ({.name = "report", .ctx = r,
+// .after_create_session = report_after_create}); fields left out are NULL and order 0.
 typedef struct dg_session_hook {
     const char *name;   // for messages; may be NULL
     void *ctx;
@@ -112,7 +115,13 @@ typedef struct dg_session_hook {
                       dg_status *st);
     bool (*end)(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st);
     void (*free_ctx)(void *ctx);   // called by dg_session_hook_free; NULL: ctx is not freed
+    // DG_HOOK_ORDER_SETUP for a hook that makes the state other hooks read (a broadcast of
+    // the variables, which brings the global step a stop hook compares); 0 for the rest.
+    int order;
 } dg_session_hook;
+
+// Hooks of this order run before those of order 0 wherever they are in the list.
+#define DG_HOOK_ORDER_SETUP (-100)
 
 // Frees a hook made by one of the dg_*_hook_new constructors (calls free_ctx, then frees the
 // struct). NULL or a pointer to NULL does nothing. Hooks in caller memory need no free.
@@ -123,6 +132,10 @@ void dg_session_hook_free(dg_session_hook **h);
 // INVALID_ARGUMENT). Needs the graph's global step. A session created at or past the last step
 // stops before its first run. Returns: new, caller frees with dg_session_hook_free().
 dg_session_hook *dg_stop_at_step_hook_new(int64_t num_steps, int64_t last_step, dg_status *st);
+// The same without the sentinel: stop at global step last_step (>= 0), or num_steps (>= 0)
+// global steps after the first creation; a negative argument is INVALID_ARGUMENT.
+dg_session_hook *dg_stop_at_last_step_hook_new(int64_t last_step, dg_status *st);
+dg_session_hook *dg_stop_after_steps_hook_new(int64_t num_steps, dg_status *st);
 
 // Saves a checkpoint of all variables into the SQLite file `path` (through a dg_saver the
 // monitored session built) right after a creation that did not restore, every save_steps
@@ -172,6 +185,12 @@ dg_session_hook *dg_tensorboard_hook_new(const char *logdir, int64_t save_steps,
 // Borrows path for the call. Returns: new, caller frees with dg_session_hook_free().
 dg_session_hook *dg_trace_hook_new(int64_t at_run, const char *path, FILE *out, dg_status *st);
 
+// Runs op (e.g. dg_collective_broadcast_variables' op) after every creation of the session, so
+// every rank starts (and restarts) from rank 0's values: the all-reduce recipe. Its order is
+// DG_HOOK_ORDER_SETUP, so a stop hook anywhere in the list sees the broadcast global step.
+// Borrows op (owned by its graph). Returns: new, caller frees with dg_session_hook_free().
+dg_session_hook *dg_broadcast_variables_hook_new(dg_node *op, dg_status *st);
+
 // Runs targets and fetches once at the end (dg_monitored_session_close) and keeps the fetched
 // values. Borrows the arrays for the call (copies them). Returns: new, caller frees with
 // dg_session_hook_free().
@@ -197,10 +216,14 @@ dg_session_hook *dg_sync_replicas_hook_new(dg_sync_replicas *sr, bool is_chief, 
 bool dg_sync_replicas_hook_status(const dg_session_hook *h, dg_status *st);
 
 // ---- the monitored session ----
+// Whether a task takes one of the session's roles; DG_ROLE_DEFAULT follows is_chief.
+typedef enum dg_role { DG_ROLE_DEFAULT = 0, DG_ROLE_YES = 1, DG_ROLE_NO = 2 } dg_role;
+
 typedef struct dg_mts_options {
     const char *master;                     // NULL/"local", or dg_server_target(server)
     const dg_session_options *session_options;   // NULL: defaults; copied
-    bool is_chief;                          // initializes/restores and saves; default true
+    bool is_chief;                          // the chief: the roles below by default, and the
+                                            // chief-only hooks; default true
     const char *checkpoint_path;            // SQLite file; NULL: no checkpoints (copied)
     int64_t save_checkpoint_steps;          // chief: save every N global steps; 0: not by steps
     int64_t save_checkpoint_secs;           // chief: save every N seconds; 0: not by time
@@ -219,10 +242,25 @@ typedef struct dg_mts_options {
     int n_chief_only_hooks;
     int64_t stop_grace_ms;                  // close waits this long for runs of other threads
                                             // (default 120000)
-    int64_t wait_for_chief_ms;              // non-chief: wait for initialization (default 7200000)
+    int64_t wait_for_chief_ms;              // non-chief: wait for initialization (default 7200000),
+                                            // printing to log every 5 s what it waits for
     int max_recovery_attempts;              // session creations per failure (default 5)
     int64_t recovery_backoff_ms;            // first pause between creations, doubling up to
                                             // 5 s (default 100)
+    // The roles TensorFlow ties to is_chief, apart (each DG_ROLE_DEFAULT: is_chief's answer).
+    // All-reduce training, where every worker holds its own variables, has every worker
+    // initialize and only worker 0 restore, save and write summaries (then broadcast its
+    // values: dg_broadcast_variables_hook_new).
+    dg_role init_variables;     // YES: makes the variables ready itself (restores or initializes);
+                                // NO: waits until another task has (wait_for_chief_ms). A
+                                // non-chief's graph holding a CollectiveAllReduce with this left
+                                // DEFAULT is FAILED_PRECONDITION naming the fix (nobody else
+                                // initializes an all-reduce worker's own variables)
+    dg_role restore;            // with init_variables and a checkpoint_path: restores the newest
+                                // checkpoint if there is one (NO: always initializes)
+    dg_role save_checkpoints;   // with a checkpoint_path: the checkpoint saver
+    dg_role write_summaries;    // the summary saver (checkpoint file), TensorBoard (logdir) and
+                                // the step counter (log_step_count_steps)
 } dg_mts_options;
 
 dg_mts_options dg_mts_options_default(void);

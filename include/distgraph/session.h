@@ -31,6 +31,8 @@ typedef struct dg_session_options {
                              // else the cores this process may use
     bool allow_soft_placement;   // default true
     int n_virtual_cpus;      // extra CPU devices (/device:CPU:1 ...) for multi-device tests
+    // Print "node: (Op): device" for every node a step places, to this process's standard
+    // error, also when the master is another process's (the lines come back with the answer).
     bool log_device_placement;
     // GPU MatMul may use TF32 tensor cores (10-bit mantissa inputs, about 1e-3 relative
     // error; several times faster on A100/H100). Off by default: float32 results then match

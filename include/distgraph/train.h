@@ -22,6 +22,22 @@ extern "C" {
 bool dg_gradients(dg_graph *g, const dg_output *ys, int n_ys, const dg_output *xs, int n_xs,
                   const dg_output *grad_ys, dg_output *dx);
 
+// Where gradient nodes go. By default every node dg_gradients adds asks for the device scopes
+// and functions in force where it is called (often the client's task). With
+// colocate_gradients_with_ops (TensorFlow's flag of that name), the nodes computing the
+// gradient of each op ask for that op's device instead (for an op that asks for none but is
+// colocated, the device of the node it is colocated with), and the caller's scopes no longer
+// apply to them: a model split over tasks or devices runs its backward pass where its forward
+// pass ran. Unlike TensorFlow, they do not join the op's colocation group: one a device cannot
+// run falls back to its task's CPU under soft placement, and the op keeps its device.
+typedef struct dg_gradients_options {
+    bool colocate_gradients_with_ops;
+} dg_gradients_options;
+
+// dg_gradients with options (NULL: the defaults, as dg_gradients).
+bool dg_gradients_ex(dg_graph *g, const dg_output *ys, int n_ys, const dg_output *xs, int n_xs,
+                     const dg_output *grad_ys, const dg_gradients_options *opts, dg_output *dx);
+
 // The global step: an int64 scalar variable "global_step" (created on first use, kept in the
 // DG_GLOBAL_STEP collection, not trainable).
 dg_output dg_global_step(dg_graph *g);
@@ -47,6 +63,9 @@ typedef struct dg_optimizer {
     double rho;                     // rmsprop: the decay of the mean square
     double initial_accumulator_value;   // adagrad
     const char *name;       // "GradientDescent", "Momentum", "Adam" by default
+    // compute_gradients and minimize build each op's gradient on that op's device (see
+    // dg_gradients_options); false by default, as in TensorFlow.
+    bool colocate_gradients_with_ops;
 } dg_optimizer;
 
 dg_optimizer dg_gradient_descent(dg_graph *g, double learning_rate);

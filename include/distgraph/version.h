@@ -7,11 +7,11 @@
 #define DISTGRAPH_VERSION_H
 
 #define DG_VERSION_MAJOR 0
-#define DG_VERSION_MINOR 2
+#define DG_VERSION_MINOR 3
 #define DG_VERSION_PATCH 0
-#define DG_VERSION_STRING "0.2.0"
+#define DG_VERSION_STRING "0.3.0"
 // The shared library's interface version: raised whenever a release breaks the C interface.
-#define DG_SOVERSION 1
+#define DG_SOVERSION 2
 
 // The library's version, "MAJOR.MINOR.PATCH". Returns: borrowed, static.
 const char *dg_version(void);

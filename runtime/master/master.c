@@ -59,7 +59,14 @@ struct master_session {
         int n_remotes;
     } *running;
     int n_running, cap_running;
+    bool collect_placement;  // log_device_placement lines kept for the client (a remote one)
+    char **placed;           // those lines, under mu, until master_session_take_placement
+    int n_placed, cap_placed;
+    int64_t placed_dropped;  // lines past PLACEMENT_LOG_MAX since the last take
 };
+
+// At most this many placement lines wait for a remote client; the rest are counted.
+#define PLACEMENT_LOG_MAX 20000
 
 // The session options' defaults live with the master, which reads them, below the session
 // room that hands them in.
@@ -150,6 +157,8 @@ void master_session_free(master_session **mp) {
     dg_device_list_free(m->devices, m->n_devices);
     dg_device_list_free(m->answered, m->n_answered);
     free(m->running);
+    for (int i = 0; i < m->n_placed; i++) free(m->placed[i]);
+    free(m->placed);
     // The pool first: a pool task may still flush the rendezvous after its step has finished.
     exec_pool_free(&m->pool);
     if (!m->task) exec_rendezvous_free(&m->rendezvous);
@@ -159,6 +168,24 @@ void master_session_free(master_session **mp) {
     status_impl_clear(&m->cancel);
     free(m);
     *mp = NULL;
+}
+
+void master_session_collect_placement(master_session *m) { m->collect_placement = true; }
+
+int master_session_take_placement(master_session *m, char ***lines) {
+    pthread_mutex_lock(&m->mu);
+    if (m->placed_dropped > 0) {
+        char *line;
+        if (asprintf(&line, "(%lld more placement lines not sent)", (long long)m->placed_dropped) < 0) abort();
+        BASE_PUSH(m->placed, m->n_placed, m->cap_placed, line);
+        m->placed_dropped = 0;
+    }
+    int n = m->n_placed;
+    *lines = m->placed;
+    m->placed = NULL;
+    m->n_placed = m->cap_placed = 0;
+    pthread_mutex_unlock(&m->mu);
+    return n;
 }
 
 static char *signature(const dg_output *feeds, int n_feeds, const dg_output *fetches, int n_fetches,
@@ -420,8 +447,18 @@ static bool compile(master_session *m, const dg_output *feeds, int n_feeds, cons
     bool ok = (!m->task || m->devices_listed || !wants_accelerator(run, n_run) || list_cluster_devices(m, st)) &&
               dg_place(run, n_run, (const char *const *)m->devices, m->n_devices, &po, st);
     if (ok && m->opts.log_device_placement)
-        for (int i = 0; i < n_run; i++)
-            fprintf(stderr, "%s: (%s): %s\n", run[i]->name, run[i]->op->name, run[i]->assigned_device);
+        for (int i = 0; i < n_run; i++) {
+            if (!m->collect_placement) {
+                fprintf(stderr, "%s: (%s): %s\n", run[i]->name, run[i]->op->name, run[i]->assigned_device);
+            } else if (m->n_placed >= PLACEMENT_LOG_MAX) {
+                m->placed_dropped++;
+            } else {
+                char *line;
+                if (asprintf(&line, "%s: (%s): %s", run[i]->name, run[i]->op->name, run[i]->assigned_device) < 0)
+                    abort();
+                BASE_PUSH(m->placed, m->n_placed, m->cap_placed, line);
+            }
+        }
     bool multi = false, accelerator = false;
     for (int i = 1; ok && i < n_run && !multi; i++)
         multi = strcmp(run[i]->assigned_device, run[0]->assigned_device) != 0;

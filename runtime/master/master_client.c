@@ -404,6 +404,13 @@ bool master_client_run(master_client *c, const dg_output *feeds, dg_tensor *cons
     }
     for (int i = 0; i < n_feeds; i++) dg_tensor_unref(sent[i]);
     free(sent);
+    // A step that placed the graph with log_device_placement: the master's lines, printed here
+    // as a local session prints them.
+    for (int i = 0; called && c->opts.log_device_placement && i < resp->n_names; i++) {
+        for (char *p = resp->names[i]; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';   // text from another process
+        fprintf(stderr, "%s\n", resp->names[i]);
+    }
     if (!called) {
         if (dg_status_code(st) != DG_OK && !strstr(dg_status_message(st), c->endpoint))
             dg_status_prepend(st, "master %s", c->endpoint);

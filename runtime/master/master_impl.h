@@ -33,6 +33,13 @@ bool master_check_args(const dg_graph *g, const dg_output *feeds, dg_tensor *con
 bool master_session_run(master_session *m, const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
                         const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_node *const *targets,
                         int n_targets, dg_step_trace *trace, dg_status *st);
+// A master serving a remote client (the master service): the lines log_device_placement
+// prints go to the client instead of this process's stderr. They wait, at most 20000 (then a
+// count), until taken.
+void master_session_collect_placement(master_session *m);
+// The placement lines waiting for the client; *lines is new (free each and the array; NULL
+// when there are none). Returns their number.
+int master_session_take_placement(master_session *m, char ***lines);
 // The session is going away: the steps running now fail with why on every task, later steps
 // fail at once, and a wait for a task not up yet ends. Never blocks on a running step or wait.
 void master_session_abort(master_session *m, const dg_status *why);

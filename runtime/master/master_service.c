@@ -202,6 +202,7 @@ static version *new_version(master_service *ms, const rt_header *h, const dg_ses
         free(v);
         return NULL;
     }
+    master_session_collect_placement(v->m);   // the client prints it (RUN_STEP's answer)
     return v;
 }
 
@@ -430,6 +431,15 @@ static bool run_step(master_service *ms, rsession *rs, const rt_header *h, dg_te
     if (ok) {
         rt_header *r = response();
         for (int i = 0; i < n_fetches; i++) rt_header_add_tensor(r, fetched[i]);
+        // log_device_placement's lines of a step that placed the graph, for the client to print.
+        char **placed = NULL;
+        int n_placed = master_session_take_placement(v->m, &placed);
+        for (int i = 0; i < n_placed; i++) {
+            if (strlen(placed[i]) >= RT_MAX_STRING) placed[i][RT_MAX_STRING - 1] = 0;
+            rt_header_add_name(r, placed[i]);
+            free(placed[i]);
+        }
+        free(placed);
         if (trace) {
             r->from = strdup(ms->task->task_name);
             int64_t now = exec_trace_now_ns();

@@ -114,6 +114,43 @@ dg_session_hook *dg_stop_at_step_hook_new(int64_t num_steps, int64_t last_step, 
     return h;
 }
 
+dg_session_hook *dg_stop_at_last_step_hook_new(int64_t last_step, dg_status *st) {
+    if (last_step < 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "stop-at-step hook: last_step %lld is negative", (long long)last_step);
+        return NULL;
+    }
+    return dg_stop_at_step_hook_new(-1, last_step, st);
+}
+
+dg_session_hook *dg_stop_after_steps_hook_new(int64_t num_steps, dg_status *st) {
+    if (num_steps < 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "stop-at-step hook: num_steps %lld is negative", (long long)num_steps);
+        return NULL;
+    }
+    return dg_stop_at_step_hook_new(num_steps, -1, st);
+}
+
+// ---- broadcast of the variables ----
+static bool bcast_after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
+    (void)ms;
+    if (dg_session_run_target(sess, ctx, st)) return true;
+    dg_status_prepend(st, "broadcasting rank 0's variables (\"%s\")", dg_node_name(ctx));
+    return false;
+}
+
+dg_session_hook *dg_broadcast_variables_hook_new(dg_node *op, dg_status *st) {
+    if (!op) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "broadcast-variables hook: the op is NULL (did "
+                      "dg_collective_broadcast_variables fail? the graph's status says why)");
+        return NULL;
+    }
+    dg_session_hook *h = training_new_hook("broadcast_variables", op, NULL, st);
+    if (!h) return NULL;
+    h->after_create_session = bcast_after_create;
+    h->order = DG_HOOK_ORDER_SETUP;
+    return h;
+}
+
 // ---- checkpoint saver ----
 typedef struct ckpt_hook {
     char *path;
@@ -149,10 +186,8 @@ static bool ckpt_save(ckpt_hook *h, dg_saver *sv, dg_session *sess, dg_status *s
     h->last_trigger_step = step;
     h->last_trigger_ms = base_now_ms();
     // One line a save, with the Unix time, as TensorFlow's saver logs "Saving checkpoints for N".
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    fprintf(h->out ? h->out : stdout, "%.6f: saved the checkpoint of global step %lld to %s\n",
-            (double)ts.tv_sec + ts.tv_nsec * 1e-9, (long long)step, h->path);
+    fprintf(h->out ? h->out : stdout, "%.6f: saved the checkpoint of global step %lld to %s\n", base_unix_s(),
+            (long long)step, h->path);
     fflush(h->out ? h->out : stdout);
     return true;
 }

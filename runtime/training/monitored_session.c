@@ -39,8 +39,10 @@ struct dg_monitored_session {
     char *master;                   // owned copy; NULL: local
     dg_session_options sopts;
     bool is_chief;
+    bool init_variables, restore;   // the roles (dg_mts_options), resolved against is_chief
     char *checkpoint_path;          // owned copy; NULL: no checkpoints
     int64_t stop_grace_ms, wait_for_chief_ms, backoff_ms;
+    FILE *log;                      // where a waiting non-chief says what it waits for
     int max_attempts;
     dg_session_hook **hooks;        // in call order; the user's are borrowed
     int n_hooks, cap_hooks;
@@ -116,8 +118,9 @@ static dg_session *new_session(dg_monitored_session *ms, int64_t max_wait_ms, dg
     return dg_session_new(ms->g, ms->master, &o, st);
 }
 
-// The chief: a new session whose variables are restored from the newest checkpoint, or
-// initialized when there is none.
+// A task that makes its variables ready (the chief, by default): a new session whose variables
+// are restored from the newest checkpoint, or initialized when there is none (or the task does
+// not restore: ms->store is NULL).
 static dg_session *create_chief(dg_monitored_session *ms, dg_status *st) {
     dg_session *sess = new_session(ms, 0, st);
     if (!sess) return NULL;
@@ -147,12 +150,14 @@ static dg_session *create_chief(dg_monitored_session *ms, dg_status *st) {
 }
 
 // A non-chief: polls the IsVariableInitialized ops (50 ms backoff doubling to 1 s) until every
-// variable is initialized. A check that fails with UNAVAILABLE or ABORTED (a task not up yet,
+// variable is initialized, saying every WAIT_REPORT_MS which ones it still waits for. A check that fails with UNAVAILABLE or ABORTED (a task not up yet,
 // or restarted) counts as "not yet" and the next check uses a fresh session, since the old
 // one's registered partitions may be gone.
+#define WAIT_REPORT_MS 5000
 static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
     ms->rs.restored_step = -1;
     int64_t start = base_now_ms(), deadline = start + ms->wait_for_chief_ms, backoff = 50;
+    int64_t next_report = start + WAIT_REPORT_MS;
     dg_session *sess = NULL;
     int n_vars = dg_saver_num_variables(ms->rs.saver);
     dg_tensor **flags = calloc((size_t)n_vars, sizeof *flags);
@@ -187,6 +192,15 @@ static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
             break;
         }
         int64_t now = base_now_ms();
+        if (now >= next_report) {
+            fprintf(ms->log, "%.3f: waiting for the chief to initialize variables (%lld s of %lld s): %s%s%s\n",
+                    base_unix_s(), (long long)((now - start) / 1000), (long long)(ms->wait_for_chief_ms / 1000),
+                    have_flags ? sb_str(&pending) : "no check answered yet",
+                    dg_status_code(&check) != DG_OK ? "; the last check: " : "",
+                    dg_status_code(&check) != DG_OK ? dg_status_message(&check) : "");
+            fflush(ms->log);
+            next_report = now + WAIT_REPORT_MS;
+        }
         if (now >= deadline) {
             strbuf msg = {0};
             sb_addf(&msg, "waited %lld ms for the chief to initialize variables: ", (long long)ms->wait_for_chief_ms);
@@ -195,12 +209,15 @@ static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
             if (dg_status_code(&check) != DG_OK)
                 sb_addf(&msg, " (the last check failed: %s: %s)", dg_code_name(dg_status_code(&check)),
                         dg_status_message(&check));
+            sb_addf(&msg, ". If no other task makes these variables ready (all-reduce, where each "
+                    "worker holds its own), set dg_mts_options.init_variables = DG_ROLE_YES");
             dg_status_set(st, DG_DEADLINE_EXCEEDED, sb_str(&msg));
             free(msg.p);
             dg_session_free(&sess);
             break;
         }
-        base_sleep_ms(deadline - now < backoff ? deadline - now : backoff);
+        int64_t nap = deadline - now < backoff ? deadline - now : backoff;
+        base_sleep_ms(next_report - now < nap ? next_report - now : nap);   // wake for the report too
         backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
     }
     free(pending.p);
@@ -215,7 +232,7 @@ static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
 static bool create_session(dg_monitored_session *ms, dg_status *st) {
     int64_t backoff = ms->backoff_ms;
     for (int attempt = 1;; attempt++) {
-        dg_session *sess = ms->is_chief ? create_chief(ms, st) : create_worker(ms, st);
+        dg_session *sess = ms->init_variables ? create_chief(ms, st) : create_worker(ms, st);
         if (sess) {
             pthread_mutex_lock(&ms->mu);
             ms->sess = sess;
@@ -250,26 +267,41 @@ static bool add_hook(dg_monitored_session *ms, dg_session_hook *h, bool owned, d
     return true;
 }
 
-// The built-in hooks of a chief (TensorFlow adds them after the user's).
+// Orders the hooks by their order field, keeping the given order within one (insertion sort:
+// stable, and there are a handful).
+static void sort_hooks(dg_monitored_session *ms) {
+    for (int i = 1; i < ms->n_hooks; i++) {
+        dg_session_hook *h = ms->hooks[i];
+        int j = i;
+        for (; j > 0 && ms->hooks[j - 1]->order > h->order; j--) ms->hooks[j] = ms->hooks[j - 1];
+        ms->hooks[j] = h;
+    }
+}
+
+// Whether a task takes role r: its own answer, or is_chief's.
+static bool takes(dg_role r, bool is_chief) { return r == DG_ROLE_DEFAULT ? is_chief : r == DG_ROLE_YES; }
+
+// The built-in hooks of the roles (TensorFlow adds them after the user's).
 static bool add_builtin_hooks(dg_monitored_session *ms, const dg_mts_options *o, dg_status *st) {
-    if (!ms->is_chief) return true;
+    bool summaries = takes(o->write_summaries, o->is_chief), saves = takes(o->save_checkpoints, o->is_chief);
     dg_session_hook *h;
-    if (o->log_step_count_steps > 0) {
+    if (summaries && o->log_step_count_steps > 0) {
         if (!(h = dg_step_counter_hook_new(o->log_step_count_steps, o->log, st))) return false;
         add_hook(ms, h, true, st);
     }
-    if (o->logdir && *o->logdir) {
+    if (summaries && o->logdir && *o->logdir) {
         if (!(h = dg_tensorboard_hook_new(o->logdir, o->save_summaries_steps > 0 ? o->save_summaries_steps : 100, NULL,
                                           NULL, 0, st)))
             return false;
         add_hook(ms, h, true, st);
     }
     if (!o->checkpoint_path) return true;
-    if (o->save_summaries_steps > 0 && dg_graph_collection_size(ms->g, DG_SUMMARIES) > 0) {
+    if (summaries && o->save_summaries_steps > 0 && dg_graph_collection_size(ms->g, DG_SUMMARIES) > 0) {
         if (!(h = dg_summary_saver_hook_new(o->checkpoint_path, o->save_summaries_steps, NULL, NULL, 0, st)))
             return false;
         add_hook(ms, h, true, st);
     }
+    if (!saves) return true;
     if (!(h = dg_checkpoint_saver_hook_new(o->checkpoint_path, o->save_checkpoint_steps, o->save_checkpoint_secs,
                                            o->max_to_keep, o->log, st)))
         return false;
@@ -305,6 +337,14 @@ dg_monitored_session *dg_monitored_session_new(dg_graph *g, const dg_mts_options
         return NULL;
     }
     dg_mts_options o = opts ? *opts : dg_mts_options_default();
+    const dg_role roles[4] = {o.init_variables, o.restore, o.save_checkpoints, o.write_summaries};
+    const char *role_names[4] = {"init_variables", "restore", "save_checkpoints", "write_summaries"};
+    for (int i = 0; i < 4; i++)
+        if ((unsigned)roles[i] > DG_ROLE_NO) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "monitored session: %s is %d, not DG_ROLE_DEFAULT, "
+                           "DG_ROLE_YES or DG_ROLE_NO", role_names[i], (int)roles[i]);
+            return NULL;
+        }
     if (o.n_hooks < 0 || o.n_chief_only_hooks < 0 || (o.n_hooks && !o.hooks) ||
         (o.n_chief_only_hooks && !o.chief_only_hooks) || o.max_to_keep < 0 || o.save_checkpoint_steps < 0 ||
         o.save_checkpoint_secs < 0 || o.stop_grace_ms < 0 || o.wait_for_chief_ms < 0 ||
@@ -317,6 +357,19 @@ dg_monitored_session *dg_monitored_session_new(dg_graph *g, const dg_mts_options
                        (long long)o.wait_for_chief_ms, o.max_recovery_attempts, (long long)o.recovery_backoff_ms);
         return NULL;
     }
+    // All-reduce training keeps a copy of the variables on every worker, and no other task
+    // initializes a worker's copy: a non-chief left to wait would wait for its whole deadline.
+    if (!o.is_chief && o.init_variables == DG_ROLE_DEFAULT)
+        for (int i = 0; i < dg_graph_num_nodes(g); i++) {
+            const dg_node *n = dg_graph_node(g, i);
+            if (strcmp(dg_node_op_type(n), "CollectiveAllReduce") != 0) continue;
+            dg_status_setf(st, DG_FAILED_PRECONDITION, "monitored session: this graph all-reduces (node \"%s\"), "
+                           "so every worker holds its own variables and no chief initializes this worker's: set "
+                           "dg_mts_options.init_variables = DG_ROLE_YES (and keep is_chief for worker 0, which "
+                           "restores and saves), and broadcast worker 0's values (dg_broadcast_variables_hook_new); "
+                           "DG_ROLE_NO if another task really initializes them", dg_node_name(n));
+            return NULL;
+        }
     dg_monitored_session *ms = calloc(1, sizeof *ms);
     if (!ms) {
         dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "monitored session: %zu bytes", sizeof *ms);
@@ -324,9 +377,12 @@ dg_monitored_session *dg_monitored_session_new(dg_graph *g, const dg_mts_options
     }
     ms->g = g;
     ms->is_chief = o.is_chief;
+    ms->init_variables = takes(o.init_variables, o.is_chief);
+    ms->restore = ms->init_variables && takes(o.restore, o.is_chief);
     ms->sopts = o.session_options ? *o.session_options : dg_session_options_default();
     ms->stop_grace_ms = o.stop_grace_ms;
     ms->wait_for_chief_ms = o.wait_for_chief_ms;
+    ms->log = o.log ? o.log : stdout;
     ms->backoff_ms = o.recovery_backoff_ms;
     ms->max_attempts = o.max_recovery_attempts;
     atomic_init(&ms->rs.restored_step, -1);
@@ -345,12 +401,13 @@ dg_monitored_session *dg_monitored_session_new(dg_graph *g, const dg_mts_options
     for (int i = 0; i < o.n_chief_only_hooks && ok && o.is_chief; i++)
         ok = add_hook(ms, o.chief_only_hooks[i], false, st);
     ok = ok && add_builtin_hooks(ms, &o, st);
+    if (ok) sort_hooks(ms);
     for (int i = 0; i < ms->n_hooks && ok; i++) {
         dg_session_hook *h = ms->hooks[i];
         if (h->begin && !(ok = h->begin(h->ctx, g, st))) dg_status_prepend(st, "hook \"%s\" begin", hook_name(h));
     }
     ok = ok && build_ops(ms, st);
-    if (ok && ms->is_chief && ms->checkpoint_path) {
+    if (ok && ms->restore && ms->checkpoint_path) {
         ms->store = dg_checkpoint_store_new(ms->checkpoint_path, true, st);
         ok = ms->store != NULL;
     }

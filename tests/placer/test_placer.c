@@ -179,12 +179,137 @@ static void test_filters_and_bad_devices(void **state) {
     dg_status_free(&st);
 }
 
+// The task part of a device name ("/job:ps/replica:0/task:0" of ".../device:CPU:0").
+static void task_of(const char *dev, char *out, size_t cap) {
+    snprintf(out, cap, "%s", dev);
+    char *d = strstr(out, "/device:");
+    if (d) *d = 0;
+}
+
+// The forward node whose gradient built node n ("gradients/<fwd>_grad/..."), or NULL for a
+// node that is not a gradient node.
+static dg_node *forward_of(dg_graph *g, const dg_node *n) {
+    const char *name = dg_node_name(n), *last = NULL;
+    if (strncmp(name, "gradients/", 10) != 0) return NULL;
+    for (const char *p = strstr(name, "_grad/"); p; p = strstr(p + 1, "_grad/")) last = p;
+    if (!last) return NULL;
+    char fwd[256];
+    snprintf(fwd, sizeof fwd, "%.*s", (int)(last - name - 10), name + 10);
+    return dg_graph_find(g, fwd);
+}
+
+// A model split over two tasks (the hidden layer on worker 0, the output layer and the loss on
+// ps 1), minimized from worker 0's scope, placed. Counts the gradient nodes on each forward
+// node's task (*beside) and elsewhere (*away), and those on ps 1 (*on_ps).
+static void split_model_gradients(bool colocate, int *beside, int *away, int *on_ps) {
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, "/job:worker/task:0");
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(-1, 4));
+    dg_output y = dg_placeholder(g, "y", DG_INT64, dg_shape1(-1));
+    dg_output w1 = dg_variable(g, "w1", DG_FLOAT32, dg_shape2(4, 3), dg_init_zeros());
+    dg_output h = dg_relu(g, "h", dg_matmul(g, NULL, x, w1, false, false));
+    dg_graph_pop_device(g);
+    dg_graph_push_device(g, "/job:ps/task:1");
+    dg_output w2 = dg_variable(g, "w2", DG_FLOAT32, dg_shape2(3, 2), dg_init_zeros());
+    dg_output b2 = dg_variable(g, "b2", DG_FLOAT32, dg_shape1(2), dg_init_zeros());
+    dg_output logits = dg_bias_add(g, "logits", dg_matmul(g, NULL, h, w2, false, false), b2);
+    dg_output loss = dg_sparse_softmax_cross_entropy(g, "loss", logits, y);
+    dg_graph_pop_device(g);
+    dg_graph_push_device(g, "/job:worker/task:0");
+    dg_optimizer opt = dg_adam(g, 0.1);
+    opt.colocate_gradients_with_ops = colocate;
+    assert_non_null(dg_optimizer_minimize(&opt, loss, (dg_output){NULL, 0}));
+    dg_graph_pop_device(g);
+    dg_status *st = dg_status_new();
+    dg_placement_options o = dg_placement_options_default();
+    o.default_device = "/job:worker/task:0";
+    assert_true(place(g, &o, st));
+    assert_ok(st);
+    *beside = *away = *on_ps = 0;
+    for (int i = 0; i < dg_graph_num_nodes(g); i++) {
+        dg_node *n = dg_graph_node(g, i), *f = forward_of(g, n);
+        if (!f) continue;
+        char tn[DG_DEVICE_NAME_MAX], tf[DG_DEVICE_NAME_MAX];
+        task_of(dg_node_assigned_device(n), tn, sizeof tn);
+        task_of(dg_node_assigned_device(f), tf, sizeof tf);
+        if (strcmp(tn, tf) == 0) ++*beside;
+        else ++*away;
+        if (strcmp(tn, "/job:ps/replica:0/task:1") == 0) ++*on_ps;
+    }
+    dg_status_free(&st);
+    dg_graph_free(&g);
+}
+
+// colocate_gradients_with_ops: every gradient node runs on its forward node's task (the output
+// layer's backward pass on ps 1); without it, all of them run on the caller's task, worker 0.
+static void test_gradients_beside_their_ops(void **state) {
+    (void)state;
+    int beside, away, on_ps, beside0, away0, on_ps0;
+    split_model_gradients(true, &beside, &away, &on_ps);
+    split_model_gradients(false, &beside0, &away0, &on_ps0);
+    print_message("colocated: %d gradient nodes beside their op, %d away, %d on ps 1; not colocated: %d beside, "
+                  "%d away, %d on ps 1\n", beside, away, on_ps, beside0, away0, on_ps0);
+    assert_int_equal(away, 0);
+    assert_int_equal(on_ps0, 0);
+    assert_true(away0 > 0);                      // the output layer's and the loss's, on worker 0
+    assert_int_equal(beside + away, beside0 + away0);   // the same gradient nodes either way
+    assert_int_equal(on_ps, away0);              // exactly those move, to ps 1
+}
+
+static bool floats_on_gpu(void *ctx, const dg_node *n, const char *type) {
+    (void)ctx;
+    if (strcmp(type, "GPU") != 0) return true;
+    for (int i = 0; i < dg_node_num_outputs(n); i++)
+        if (!dg_dtype_is_float(dg_node_output_dtype(n, i))) return false;
+    return true;
+}
+
+// A gradient node the GPU cannot run (integer shape arithmetic) falls back to its task's CPU;
+// the forward op keeps the GPU, and float gradient nodes join it there.
+static void test_colocated_gradients_leave_ops_on_gpu(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, "/job:worker/task:0/device:GPU:0");
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(-1, 4));
+    dg_output w = dg_variable(g, "w", DG_FLOAT32, dg_shape2(4, 3), dg_init_zeros());
+    dg_output m = dg_matmul(g, "m", x, w, false, false);
+    dg_output loss = dg_mean(g, "loss", m, NULL, 0, false);
+    dg_graph_pop_device(g);
+    dg_graph_push_device(g, "/job:worker/task:1");
+    dg_optimizer opt = dg_gradient_descent(g, 0.1);
+    opt.colocate_gradients_with_ops = true;
+    assert_non_null(dg_optimizer_minimize(&opt, loss, (dg_output){NULL, 0}));
+    dg_graph_pop_device(g);
+    dg_status *st = dg_status_new();
+    dg_placement_options o = dg_placement_options_default();
+    o.supports = floats_on_gpu;
+    assert_true(place(g, &o, st));
+    assert_ok(st);
+    const char *gpu = "/job:worker/replica:0/task:0/device:GPU:0", *cpu = "/job:worker/replica:0/task:0/device:CPU:0";
+    assert_string_equal(dg_node_assigned_device(m.node), gpu);
+    int on_gpu = 0, on_cpu = 0;
+    for (int i = 0; i < dg_graph_num_nodes(g); i++) {
+        dg_node *n = dg_graph_node(g, i);
+        if (!forward_of(g, n)) continue;
+        const char *d = dg_node_assigned_device(n);
+        if (strcmp(d, gpu) == 0) on_gpu++;
+        else if (strcmp(d, cpu) == 0) on_cpu++;
+        else fail_msg("gradient node %s on %s, off worker 0", dg_node_name(n), d);
+    }
+    assert_true(on_gpu > 0);
+    assert_true(on_cpu > 0);
+    dg_status_free(&st);
+    dg_graph_free(&g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_requests_and_colocation),
         cmocka_unit_test(test_soft_placement_and_default),
         cmocka_unit_test(test_unsatisfiable_colocation),
         cmocka_unit_test(test_filters_and_bad_devices),
+        cmocka_unit_test(test_gradients_beside_their_ops),
+        cmocka_unit_test(test_colocated_gradients_leave_ops_on_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -291,9 +291,12 @@ static void check_exactness(int n, int batch, bool adam, int steps, int64_t key)
         mlp m;
         build_mlp(g, &m, x + (size_t)r * batch * IN_DIM, y + (size_t)r * batch, batch);
         dg_optimizer o = make_opt(g, adam);
-        jobs[r].target = dg_all_reduce_minimize(&o, m.loss, NULL, 0, (dg_output){NULL, 0}, &grp, key);
+        // Adam's run lets the builder choose its keys (they come from the node names, which the
+        // scope above keeps apart between runs); SGD's gives them by hand.
+        int64_t k_train = adam ? DG_COLLECTIVE_KEY_AUTO : key, k_bcast = adam ? DG_COLLECTIVE_KEY_AUTO : key + 1;
+        jobs[r].target = dg_all_reduce_minimize(&o, m.loss, NULL, 0, (dg_output){NULL, 0}, &grp, k_train);
         jobs[r].init[0] = dg_global_variables_initializer(g);
-        jobs[r].init[1] = dg_collective_broadcast_variables(g, NULL, 0, &grp, key + 1);
+        jobs[r].init[1] = dg_collective_broadcast_variables(g, NULL, 0, &grp, k_bcast);
         dg_graph_pop_name_scope(g);
         jobs[r].n_steps = steps;
         jobs[r].fetch[0] = m.w1;
@@ -516,8 +519,74 @@ static void test_bad_attributes(void **state) {
     dg_status_free(&st);
 }
 
+static int64_t key_of(dg_output o) {
+    int64_t k = -7;
+    assert_true(dg_node_attr_int(o.node, "instance_key", &k));
+    return k;
+}
+
+// Builds collectives "a" (all-reduce, auto key), "b" (broadcast, auto), "c" (all-reduce,
+// hand_c unless negative, else auto) and "d" (all-reduce, auto) into a new graph, writing their keys.
+static dg_graph *keyed_graph(int64_t hand_c, int64_t keys[4]) {
+    dg_graph *g = dg_graph_new();
+    dg_collective_group grp = dg_collective_group_make("worker", 2);
+    dg_output x = dg_scalar(g, "x", DG_FLOAT32, 1), out;
+    assert_true(dg_collective_all_reduce(g, "a", &x, 1, &grp, DG_COLLECTIVE_KEY_AUTO, DG_REDUCE_SUM, NULL, &out));
+    keys[0] = key_of(out);
+    assert_true(dg_collective_broadcast(g, "b", &x, 1, &grp, DG_COLLECTIVE_KEY_AUTO, &out));
+    keys[1] = key_of(out);
+    assert_true(dg_collective_all_reduce(g, "c", &x, 1, &grp, hand_c >= 0 ? hand_c : DG_COLLECTIVE_KEY_AUTO,
+                                         DG_REDUCE_SUM, NULL, &out));
+    keys[2] = key_of(out);
+    assert_true(dg_collective_all_reduce(g, "d", &x, 1, &grp, DG_COLLECTIVE_KEY_AUTO, DG_REDUCE_SUM, NULL, &out));
+    keys[3] = key_of(out);
+    return g;
+}
+
+// Assigned instance keys: in range, distinct within a graph, the same for the same graph built
+// again (another rank), clear of a hand-given key; a hand-given key used twice is an error
+// naming both collectives.
+static void test_instance_keys_assigned(void **state) {
+    (void)state;
+    int64_t k1[4], k2[4], k3[4];
+    dg_graph *g1 = keyed_graph(-1, k1), *g2 = keyed_graph(-1, k2);
+    for (int i = 0; i < 4; i++) {
+        assert_true(k1[i] >= 0 && k1[i] <= INT32_MAX);
+        assert_int_equal(k1[i], k2[i]);
+        for (int j = 0; j < i; j++) assert_int_not_equal(k1[i], k1[j]);
+    }
+    // "c" given by hand the key "a" gets in the graphs above, then "a" built with an auto key:
+    dg_graph *g3 = dg_graph_new();
+    dg_collective_group grp = dg_collective_group_make("worker", 2);
+    dg_output x = dg_scalar(g3, "x", DG_FLOAT32, 1), out;
+    assert_true(dg_collective_all_reduce(g3, "c", &x, 1, &grp, k1[0], DG_REDUCE_SUM, NULL, &out));
+    // the auto key moves on past the hand key.
+    assert_true(dg_collective_all_reduce(g3, "a", &x, 1, &grp, DG_COLLECTIVE_KEY_AUTO, DG_REDUCE_SUM, NULL, &out));
+    assert_int_not_equal(key_of(out), k1[0]);
+    assert_true(key_of(out) >= 0 && key_of(out) <= INT32_MAX);
+    assert_true(dg_graph_ok(g3));
+    dg_graph_free(&g3);
+    // A hand key in the graph: the auto keys stay clear of it.
+    dg_graph *g4 = keyed_graph(k1[3], k3);
+    assert_int_equal(k3[2], k1[3]);
+    assert_int_not_equal(k3[3], k1[3]);
+    dg_graph_free(&g4);
+    // The same hand key twice for one type of collective.
+    dg_graph *g5 = dg_graph_new();
+    x = dg_scalar(g5, "x", DG_FLOAT32, 1);
+    assert_true(dg_collective_all_reduce(g5, "first", &x, 1, &grp, 5, DG_REDUCE_SUM, NULL, &out));
+    assert_true(dg_collective_broadcast(g5, "other_type", &x, 1, &grp, 5, &out));   // its own counter
+    assert_false(dg_collective_all_reduce(g5, "second", &x, 1, &grp, 5, DG_REDUCE_SUM, NULL, &out));
+    assert_status(dg_graph_status(g5), DG_ALREADY_EXISTS,
+                  "\"second\": instance key 5 is already the key of \"first\"");
+    dg_graph_free(&g5);
+    dg_graph_free(&g1);
+    dg_graph_free(&g2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_instance_keys_assigned),
         cmocka_unit_test(test_all_reduce_sizes),
         cmocka_unit_test(test_all_reduce_big),
         cmocka_unit_test(test_all_reduce_repeats),

@@ -172,6 +172,74 @@ static void test_init_then_restore(void **state) {
     tmp_remove(&tp);
 }
 
+// ---- roles apart from is_chief ----
+// Opens a monitored session of a new toy model with o, runs `runs` steps, frees it; returns
+// the step it restored (-1: it initialized) and writes w[0] as it ended.
+static int64_t session_with_roles(const dg_mts_options *o, int runs, float *w0) {
+    dg_status *st = dg_status_new();
+    toy t;
+    build_toy(&t, 0.5f, NULL, NULL);
+    dg_monitored_session *ms = dg_monitored_session_new(t.g, o, st);
+    assert_ok(st);
+    int64_t restored = dg_monitored_session_restored_step(ms);
+    for (int i = 0; i < runs; i++) assert_true(dg_monitored_session_run(ms, NULL, NULL, 0, NULL, NULL, 0, &t.train, 1, st));
+    *w0 = fetch_w0(ms, &t);
+    assert_true(dg_monitored_session_close(ms, st));
+    dg_monitored_session_free(&ms);
+    dg_graph_free(&t.g);
+    dg_status_free(&st);
+    return restored;
+}
+
+// Initializing, restoring and saving are separate roles: a non-chief that initializes (an
+// all-reduce worker), a chief that neither restores nor saves, a non-chief that restores.
+static void test_roles_apart(void **state) {
+    tmpfile_path tp;
+    tmp_make(&tp);
+    float w0;
+    int64_t steps[8];
+    dg_mts_options o = dg_mts_options_default();
+    o.checkpoint_path = tp.path;
+    assert_int_equal(session_with_roles(&o, 2, &w0), -1);   // the chief: initializes, saves 0 and 2
+    assert_int_equal(list_steps(tp.path, steps, 8), 2);
+    o.is_chief = false;
+    o.wait_for_chief_ms = 0;
+    o.init_variables = DG_ROLE_YES;   // restore and save follow is_chief: no
+    assert_int_equal(session_with_roles(&o, 3, &w0), -1);
+    assert_close(w0, 2.5, 1e-6, 0);   // initialized to 1, three steps of 0.5
+    assert_int_equal(list_steps(tp.path, steps, 8), 2);   // it saved nothing
+    o.restore = DG_ROLE_YES;
+    assert_int_equal(session_with_roles(&o, 1, &w0), 2);   // restores step 2 (w 2), one step
+    assert_close(w0, 2.5, 1e-6, 0);
+    o.is_chief = true;
+    o.init_variables = DG_ROLE_DEFAULT;
+    o.restore = DG_ROLE_NO;
+    o.save_checkpoints = DG_ROLE_NO;
+    assert_int_equal(session_with_roles(&o, 1, &w0), -1);   // a chief that starts afresh
+    assert_close(w0, 1.5, 1e-6, 0);
+    assert_int_equal(list_steps(tp.path, steps, 8), 2);
+    assert_int_equal(steps[1], 2);
+    o.write_summaries = (dg_role)7;
+    dg_status *st = dg_status_new();
+    toy t;
+    build_toy(&t, 0.5f, NULL, NULL);
+    assert_null(dg_monitored_session_new(t.g, &o, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "write_summaries is 7, not DG_ROLE_DEFAULT, DG_ROLE_YES or DG_ROLE_NO");
+    dg_status_reset(st);
+    // An all-reduce graph's non-chief left to wait: refused at once, naming the fix.
+    dg_collective_group grp = dg_collective_group_make("worker", 2);
+    dg_output mean;
+    assert_true(dg_collective_all_reduce(t.g, "ar", &t.loss, 1, &grp, DG_COLLECTIVE_KEY_AUTO, DG_REDUCE_MEAN, NULL, &mean));
+    o = dg_mts_options_default();
+    o.is_chief = false;
+    assert_null(dg_monitored_session_new(t.g, &o, st));
+    assert_status(st, DG_FAILED_PRECONDITION, "this graph all-reduces (node \"ar\")");
+    assert_status(st, DG_FAILED_PRECONDITION, "init_variables = DG_ROLE_YES");
+    dg_graph_free(&t.g);
+    dg_status_free(&st);
+    tmp_remove(&tp);
+}
+
 // ---- stop at step ----
 static void test_stop_at_step(void **state) {
     dg_status *st = dg_status_new();
@@ -478,7 +546,8 @@ static bool rec_end(void *ctx, dg_monitored_session *ms, dg_session *s, dg_statu
 }
 
 static dg_session_hook rec_make(rec_hook *h) {
-    dg_session_hook k = {h->name, h, rec_begin, rec_create, rec_before, rec_after, rec_end, NULL};
+    dg_session_hook k = {.name = h->name, .ctx = h, .begin = rec_begin, .after_create_session = rec_create,
+                         .before_run = rec_before, .after_run = rec_after, .end = rec_end};
     return k;
 }
 
@@ -564,6 +633,47 @@ static void test_hooks_order_and_extra_fetches(void **state) {
     dg_tensor_unref(one);
     dg_tensor_unref(three);
     dg_graph_free(&t.g);
+    dg_status_free(&st);
+}
+
+// A stop hook listed before the hook that brings the global step (as a broadcast of rank 0's
+// variables does) still reads the brought step: the setup hook's order runs it first. Rerunning
+// a finished job then stops before its first run; taken in list order, the stop hook would read
+// the fresh step 0 and train on.
+static void test_setup_hooks_run_first(void **state) {
+    dg_status *st = dg_status_new();
+    for (int order_field = 0; order_field < 2; order_field++) {
+        toy t;
+        build_toy(&t, 1, NULL, NULL);
+        dg_node *bring = dg_assign(t.g, "bring_step", t.gs, dg_scalar(t.g, NULL, DG_INT64, 5)).node;
+        dg_session_hook *stop = dg_stop_at_last_step_hook_new(5, st);
+        dg_session_hook *setup = dg_broadcast_variables_hook_new(bring, st);
+        assert_ok(st);
+        assert_int_equal(setup->order, DG_HOOK_ORDER_SETUP);
+        if (!order_field) setup->order = 0;   // as before the field: list order
+        dg_session_hook *hooks[2] = {stop, setup};
+        dg_mts_options o = dg_mts_options_default();
+        o.hooks = hooks;
+        o.n_hooks = 2;
+        dg_monitored_session *ms = dg_monitored_session_new(t.g, &o, st);
+        assert_ok(st);
+        assert_int_equal(dg_monitored_session_global_step(ms, st), 5);
+        int runs = train_until_stop(ms, &t, st);
+        assert_int_equal(runs, order_field ? 0 : 1);   // list order: one step past the end
+        dg_monitored_session_free(&ms);
+        dg_session_hook_free(&stop);
+        dg_session_hook_free(&setup);
+        dg_graph_free(&t.g);
+    }
+    // The constructors without a sentinel refuse negative steps.
+    assert_null(dg_stop_at_last_step_hook_new(-1, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "last_step -1 is negative");
+    dg_status_reset(st);
+    assert_null(dg_stop_after_steps_hook_new(-2, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "num_steps -2 is negative");
+    dg_status_reset(st);
+    assert_null(dg_broadcast_variables_hook_new(NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "broadcast-variables hook: the op is NULL");
     dg_status_free(&st);
 }
 
@@ -781,7 +891,7 @@ static void test_close_grace(void **state) {
     toy t;
     build_toy(&t, 1, NULL, NULL);
     slow_hook sh = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
-    dg_session_hook h = {"slow", &sh, NULL, NULL, NULL, slow_after_run, NULL, NULL};
+    dg_session_hook h = {.name = "slow", .ctx = &sh, .after_run = slow_after_run};
     dg_session_hook *hp = &h;
     dg_session_hook *final = dg_final_ops_hook_new(&t.gs, 1, NULL, 0, st);
     dg_session_hook *hooks[2] = {hp, final};
@@ -889,6 +999,31 @@ static void *chief_thread(void *arg) {
     dg_graph_free(&t.g);
     dg_status_free(&st);
     return NULL;
+}
+
+// A non-chief whose chief never comes says every 5 s what it waits for, before the deadline.
+static void test_nonchief_says_what_it_waits_for(void **state) {
+    dg_status *st = dg_status_new();
+    toy t;
+    build_toy(&t, 1, NULL, NULL);   // local: nobody ever initializes the variables
+    FILE *log = tmpfile();
+    dg_mts_options o = dg_mts_options_default();
+    o.is_chief = false;
+    o.wait_for_chief_ms = 5600;
+    o.log = log;
+    assert_null(dg_monitored_session_new(t.g, &o, st));
+    assert_status(st, DG_DEADLINE_EXCEEDED, "waited 5600 ms for the chief to initialize variables: w, global_step");
+    rewind(log);
+    char text[2048];
+    size_t len = fread(text, 1, sizeof text - 1, log);
+    text[len] = 0;
+    fclose(log);
+    print_message("%s", text);
+    const char *line = strstr(text, ": waiting for the chief to initialize variables (5 s of 5 s): w, global_step\n");
+    assert_non_null(line);
+    assert_null(strstr(strchr(line, '\n'), "waiting for"));   // once in 5.6 s
+    dg_graph_free(&t.g);
+    dg_status_free(&st);
 }
 
 // A non-chief started before the chief waits for it, then trains.
@@ -1017,6 +1152,7 @@ static void test_bad_options(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_then_restore),
+        cmocka_unit_test(test_roles_apart),
         cmocka_unit_test(test_stop_at_step),
         cmocka_unit_test(test_save_every_n_steps_and_at_end),
         cmocka_unit_test(test_max_to_keep),
@@ -1025,10 +1161,12 @@ int main(void) {
         cmocka_unit_test(test_nan_guard),
         cmocka_unit_test(test_hooks_order_and_extra_fetches),
         cmocka_unit_test(test_hook_lists),
+        cmocka_unit_test(test_setup_hooks_run_first),
         cmocka_unit_test(test_summary_saver),
         cmocka_unit_test(test_concurrent_runs),
         cmocka_unit_test(test_close_grace),
         cmocka_unit_test(test_nonchief_times_out),
+        cmocka_unit_test(test_nonchief_says_what_it_waits_for),
         cmocka_unit_test(test_nonchief_waits_for_chief),
         cmocka_unit_test(test_recovery_after_ps_restart),
         cmocka_unit_test(test_bad_options),

@@ -71,8 +71,12 @@ echo "a damaged checkpoint file: what is wrong, no SQL, no source line"
 echo "not a database" > "$tmp/bad.db"
 expect 1 "not an SQLite database" -- "$bin/dg-inspect" checkpoints "$tmp/bad.db"
 
+echo "a strategy misspelt, and a cluster strategy without its ps tasks"
+expect 2 'unknown kind "mirrorred" (mirrored, central_storage' -- "$bin/strategies" --strategy mirrorred
+expect 1 'no "ps" job to hold the variables' -- "$bin/strategies" --strategy parameter_server --worker_hosts 127.0.0.1:1
+
 echo "help on stdout, with defaults and exit statuses; --version everywhere"
-for p in mnist_replica mlp_local exp_regression mirrored model_parallel in_graph_replication ps_coordinator; do
+for p in mnist_replica mlp_local exp_regression mirrored model_parallel in_graph_replication ps_coordinator strategies; do
     out=$("$bin/$p" --help 2> "$tmp/err") || fail "$p --help exited non-zero"
     [ -s "$tmp/err" ] && fail "$p --help wrote to stderr"
     grep -q "(default " <<< "$out" || fail "$p --help shows no defaults"
