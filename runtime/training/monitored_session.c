@@ -209,8 +209,13 @@ static dg_session *create_worker(dg_monitored_session *ms, dg_status *st) {
             if (dg_status_code(&check) != DG_OK)
                 sb_addf(&msg, " (the last check failed: %s: %s)", dg_code_name(dg_status_code(&check)),
                         dg_status_message(&check));
-            sb_addf(&msg, ". If no other task makes these variables ready (all-reduce, where each "
-                    "worker holds its own), set dg_mts_options.init_variables = DG_ROLE_YES");
+            // Variables no ps holds may be this task's own, which no chief initializes.
+            bool on_ps = false;
+            for (int i = 0; i < n_vars && !on_ps; i++)
+                on_ps = strstr(dg_node_requested_device(training_saver_variable(ms->rs.saver, i).node), "/job:ps") != NULL;
+            if (!on_ps)
+                sb_addf(&msg, ". If no other task makes these variables ready (all-reduce, where each "
+                        "worker holds its own), set dg_mts_options.init_variables = DG_ROLE_YES");
             dg_status_set(st, DG_DEADLINE_EXCEEDED, sb_str(&msg));
             free(msg.p);
             dg_session_free(&sess);

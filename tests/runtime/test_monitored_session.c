@@ -971,6 +971,7 @@ static void test_nonchief_times_out(void **state) {
     int64_t waited = now_ms() - t0;
     assert_null(ms);
     assert_status(st, DG_DEADLINE_EXCEEDED, "waited 300 ms for the chief to initialize variables: w, global_step");
+    assert_null(strstr(dg_status_message(st), "init_variables"));   // a ps holds them: no all-reduce hint
     assert_true(waited >= 300 && waited < 5000);
     dg_graph_free(&t.g);
     dg_server_free(&w1);
@@ -1013,6 +1014,7 @@ static void test_nonchief_says_what_it_waits_for(void **state) {
     o.log = log;
     assert_null(dg_monitored_session_new(t.g, &o, st));
     assert_status(st, DG_DEADLINE_EXCEEDED, "waited 5600 ms for the chief to initialize variables: w, global_step");
+    assert_status(st, DG_DEADLINE_EXCEEDED, "set dg_mts_options.init_variables = DG_ROLE_YES");   // no ps holds them
     rewind(log);
     char text[2048];
     size_t len = fread(text, 1, sizeof text - 1, log);
