@@ -8,10 +8,16 @@
 # them), built with clang in build-fuzz/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$SECONDS
+took() { echo "== $1 took $((SECONDS - t0)) s ($((SECONDS - start)) s since the start)"; t0=$SECONDS; }
+t0=$SECONDS
 scripts/setup.sh
+took "setup"
 scripts/build.sh
+took "build"
 cd build
 ctest --output-on-failure -j"$(nproc)" --timeout 600
+took "ctest"
 if [ "${DG_SKIP_VALGRIND:-0}" != 1 ]; then
     echo "== unit tests under valgrind memcheck, $(nproc) at a time"
     # As CTest gives them: the source tree (data files: tests/tf_conformance/ tables).
@@ -44,12 +50,15 @@ if [ "${DG_SKIP_VALGRIND:-0}" != 1 ]; then
     done
     echo "valgrind: $pass passed, $fail failed, $skip skipped"
     [ "$fail" -eq 0 ]
+    took "valgrind"
 fi
 if [ "${DG_SKIP_MUTANTS:-0}" != 1 ]; then
     echo "== mutation checks (tests/mutation/mutate.py)"
     python3 ../tests/mutation/mutate.py
+    took "mutation checks"
 fi
 if [ "${DG_SKIP_FUZZ:-0}" != 1 ]; then
     echo "== fuzz targets, ${DG_FUZZ_SECONDS:-60} s each (tests/fuzz/README.md)"
     ../tests/fuzz/run_fuzz.sh all "${DG_FUZZ_SECONDS:-60}"
+    took "fuzz targets"
 fi

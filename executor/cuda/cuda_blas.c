@@ -1,6 +1,14 @@
 /* cuBLAS on a CUDA device: one handle per device, created on first use and bound to the
- * device's stream. */
+ * device's stream.
+ *
+ * cuBLAS is opened with dlopen on the first GEMM of a GPU, not linked: libcublas and
+ * libcublasLt are several hundred megabytes, and a process that never runs a GEMM on a GPU
+ * (every CPU-only machine, every process under valgrind) would otherwise map and relocate
+ * them at start-up. The library's SONAME is tried first (LD_LIBRARY_PATH, the system's
+ * paths), then the file the build found (DG_CUBLAS_PATH). */
+#include <dlfcn.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,6 +17,79 @@
 
 #include "status_impl.h"
 #include "cuda_impl.h"
+
+#ifndef DG_CUBLAS_SONAME
+#define DG_CUBLAS_SONAME "libcublas.so"
+#endif
+
+// The entry points used, typed from cublas_v2.h (whose macros map cublasCreate to
+// cublasCreate_v2 and so on: BLAS_SYM names the symbol the header means).
+static struct {
+    __typeof__(cublasCreate) *create;
+    __typeof__(cublasDestroy) *destroy;
+    __typeof__(cublasSetStream) *set_stream;
+    __typeof__(cublasSetMathMode) *set_math_mode;
+    __typeof__(cublasSgemm) *sgemm;
+    __typeof__(cublasDgemm) *dgemm;
+    __typeof__(cublasGetStatusString) *status_string;
+    __typeof__(cublasGetStatusName) *status_name;
+} cublas;
+
+#define BLAS_STR2(x) #x
+#define BLAS_STR(x) BLAS_STR2(x)
+#define BLAS_SYM(field, fn) {(void *)&cublas.field, BLAS_STR(fn)}
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static char blas_error[512];   // empty when cuBLAS loaded
+
+static void blas_load_once(void) {
+    static const struct {
+        void *slot;
+        const char *name;
+    } syms[] = {
+        BLAS_SYM(create, cublasCreate),          BLAS_SYM(destroy, cublasDestroy),
+        BLAS_SYM(set_stream, cublasSetStream),   BLAS_SYM(set_math_mode, cublasSetMathMode),
+        BLAS_SYM(sgemm, cublasSgemm),            BLAS_SYM(dgemm, cublasDgemm),
+        BLAS_SYM(status_string, cublasGetStatusString),
+        BLAS_SYM(status_name, cublasGetStatusName),
+    };
+    void *lib = dlopen(DG_CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    char first[256] = "";
+    if (!lib) {
+        snprintf(first, sizeof first, "%s", dlerror());
+#ifdef DG_CUBLAS_PATH
+        lib = dlopen(DG_CUBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
+#endif
+    }
+    if (!lib) {
+        snprintf(blas_error, sizeof blas_error,
+                 "cuBLAS could not be loaded (%s); install the CUDA toolkit's cuBLAS or put "
+                 "its directory on LD_LIBRARY_PATH",
+                 first);
+        return;
+    }
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        void *f = dlsym(lib, syms[i].name);
+        if (!f) {
+            snprintf(blas_error, sizeof blas_error,
+                     "cuBLAS (" DG_CUBLAS_SONAME ") has no %s: it is older than the cuBLAS "
+                     "distgraph was built with",
+                     syms[i].name);
+            memset(&cublas, 0, sizeof cublas);
+            return;   // the library stays open: unloading cuBLAS is not worth the risk
+        }
+        memcpy(syms[i].slot, &f, sizeof f);
+    }
+}
+
+bool exec_cuda_blas_load(dg_status *st) {
+    pthread_once(&blas_once, blas_load_once);
+    if (blas_error[0]) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "%s", blas_error);
+        return false;
+    }
+    return true;
+}
 
 static dg_code blas_code(cublasStatus_t s) {
     switch (s) {
@@ -32,26 +113,28 @@ void cuda_set_blas_status(dg_status *st, int status, const char *call, const cha
     cublasStatus_t s = (cublasStatus_t)status;
     char where[256] = "";
     if (status_impl_debug_errors()) snprintf(where, sizeof where, " [%s at %s:%d]", call, slash ? slash + 1 : file, line);
-    dg_status_setf(st, blas_code(s), "cuBLAS: %s (%s)%s", cublasGetStatusString(s), cublasGetStatusName(s), where);
+    dg_status_setf(st, blas_code(s), "cuBLAS: %s (%s)%s", cublas.status_string(s),
+                   cublas.status_name(s), where);
 }
 
 // The device's handle, created on first use. Called with dev->mu held.
 static cublasHandle_t blas_handle(exec_cuda_device *dev, dg_status *st) {
     cublasHandle_t h = NULL;
     if (dev->blas) return dev->blas;
+    if (!exec_cuda_blas_load(st)) goto fail;
     CUDA_CHECK(cudaSetDevice(dev->id));
-    CUBLAS_CHECK(cublasCreate(&h));
-    CUBLAS_CHECK(cublasSetStream(h, dev->stream));
+    CUBLAS_CHECK(cublas.create(&h));
+    CUBLAS_CHECK(cublas.set_stream(h, dev->stream));
     dev->blas = h;
     return h;
 fail:
-    if (h) (void)cublasDestroy(h);
+    if (h) (void)cublas.destroy(h);
     dg_status_prepend(st, "creating the cuBLAS handle");
     return NULL;
 }
 
 void cuda_blas_release(exec_cuda_device *dev) {
-    if (dev->blas) (void)cublasDestroy(dev->blas);
+    if (dev->blas) (void)cublas.destroy(dev->blas);
     dev->blas = NULL;
 }
 
@@ -85,16 +168,16 @@ static bool gemm(exec_cuda_device *dev, bool is_f64, bool trans_a, bool trans_b,
     CUDA_CHECK(cudaSetDevice(dev->id));
     // The math mode is set on every call: the handle is shared by all kernels of the device,
     // and CUBLAS_DEFAULT_MATH never uses TF32.
-    CUBLAS_CHECK(cublasSetMathMode(h, !is_f64 && atomic_load(&allow_tf32)
+    CUBLAS_CHECK(cublas.set_math_mode(h, !is_f64 && atomic_load(&allow_tf32)
                                           ? CUBLAS_TF32_TENSOR_OP_MATH
                                           : CUBLAS_DEFAULT_MATH));
     // Row-major C (m x n) is column-major C^T, and C^T = op(B)^T op(A)^T: swap the operands.
     if (is_f64)
-        CUBLAS_CHECK(cublasDgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+        CUBLAS_CHECK(cublas.dgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k,
                                  alpha, b, (int)ldb, a, (int)lda, beta, c, (int)ldc));
     else
-        CUBLAS_CHECK(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+        CUBLAS_CHECK(cublas.sgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k,
                                  alpha, b, (int)ldb, a, (int)lda, beta, c, (int)ldc));
     pthread_mutex_unlock(&dev->mu);

@@ -67,6 +67,10 @@ bool exec_cuda_dgemm(exec_cuda_device *dev, bool trans_a, bool trans_b, int64_t 
                      int64_t k, double alpha, const double *a, int64_t lda, const double *b,
                      int64_t ldb, double beta, double *c, int64_t ldc, dg_status *st);
 
+// Opens cuBLAS, once per process (the first GEMM on a GPU does it; no GPU is needed): its
+// SONAME, then the file the build found. FAILED_PRECONDITION naming the library and the
+// loader's error when it cannot be loaded or lacks an entry point.
+bool exec_cuda_blas_load(dg_status *st);
 // Lets later sgemm calls use TF32 tensor cores (CUBLAS_TF32_TENSOR_OP_MATH); off by default
 // (CUBLAS_DEFAULT_MATH, which never uses TF32). Process-wide. (cuda_blas.c)
 void exec_cuda_set_allow_tf32(bool allow);

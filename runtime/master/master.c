@@ -570,22 +570,54 @@ typedef struct step_call {
 // Once every remote partition of a step has answered OK, every value they send this task has
 // been sent; it arrives within moments. But a task can die after its answer left and before its
 // pushes (another socket) did: then the values never come, and without a bound this task's
-// partitions would wait forever. The grace timer bounds that wait.
+// partitions would wait forever. Two timers bound that wait: every GRACE_CHECK_MS while the step
+// lasts, each remote task is sent a PING, and a PING that fails (the transport's liveness probe
+// finds a dead peer within seconds) aborts the step naming the task; the grace timer (the RPC
+// deadline) aborts it whatever happens.
+#define GRACE_CHECK_MS 1000
+
 struct step_grace {
     pthread_mutex_t mu;
-    int refs;               // the step's and the timer's, under mu
-    bool ended;             // the step is over: the timer does nothing
+    int refs;               // the step's, the timers' and the PINGs in flight, under mu
+    bool ended;             // the step is over: the timers and PINGs do nothing
     exec_rendezvous *rv;
     int64_t step_id;
     int64_t ms;
     uint64_t timer;         // under the step_wait's mu
+    uint64_t check_timer;   // under mu; 0: none armed
+    int pings;              // PINGs of the current check in flight, under mu
+    rt_transport *tp;
+    int n_remotes;
+    char **endpoints, **tasks;   // copies: PINGs can answer after the session is gone
 };
+
+// A call's failure: the transport's (st) or the answer's own code; OK leaves err as it is.
+static void answer_status(const dg_status *st, const rt_header *h, dg_status *err) {
+    if (st && dg_status_code(st) != DG_OK) dg_status_copy(err, st);
+    else if (h && h->code != DG_OK) dg_status_set(err, (dg_code)h->code, h->message ? h->message : "error");
+}
+
+// Frees what a call's callback was handed.
+static void drop_answer(rt_header *h, dg_tensor **ts, int n) {
+    if (h) {
+        rt_header_clear(h);
+        free(h);
+    }
+    for (int i = 0; i < n; i++) dg_tensor_unref(ts[i]);
+    free(ts);
+}
 
 static void grace_unref(step_grace *g) {
     pthread_mutex_lock(&g->mu);
     bool last = --g->refs == 0;
     pthread_mutex_unlock(&g->mu);
     if (!last) return;
+    for (int r = 0; r < g->n_remotes; r++) {
+        free(g->endpoints[r]);
+        free(g->tasks[r]);
+    }
+    free(g->endpoints);
+    free(g->tasks);
     pthread_mutex_destroy(&g->mu);
     free(g);
 }
@@ -605,6 +637,62 @@ static void grace_fire(void *arg) {
     grace_unref(g);
 }
 
+static void grace_check(void *arg);
+
+// Arms the next check; called with g->mu held.
+static void grace_arm_check_locked(step_grace *g) {
+    g->refs++;
+    if (!(g->check_timer = exec_timer_add(GRACE_CHECK_MS, grace_check, g))) g->refs--;
+}
+
+typedef struct grace_ping {
+    step_grace *g;
+    int index;
+} grace_ping;
+
+static void grace_pinged(void *arg, const dg_status *st, rt_header *h, dg_tensor **ts, int n) {
+    grace_ping *gp = arg;
+    step_grace *g = gp->g;
+    dg_status err = DG_STATUS_INIT;
+    answer_status(st, h, &err);
+    pthread_mutex_lock(&g->mu);
+    if (!g->ended && err.code != DG_OK) {
+        dg_status why = DG_STATUS_INIT;
+        dg_status_setf(&why, DG_UNAVAILABLE, "task %s (%s) finished its part of the step, then stopped answering "
+                       "(%s): the values it sent this task may never arrive",
+                       g->tasks[gp->index], g->endpoints[gp->index], dg_status_message(&err));
+        exec_rendezvous_abort(g->rv, g->step_id, &why);
+        status_impl_clear(&why);
+    }
+    if (--g->pings == 0 && !g->ended && err.code == DG_OK) grace_arm_check_locked(g);
+    pthread_mutex_unlock(&g->mu);
+    status_impl_clear(&err);
+    drop_answer(h, ts, n);
+    free(gp);
+    grace_unref(g);
+}
+
+// The step still waits for values GRACE_CHECK_MS after the last answer: PING every remote task.
+// Sent under mu, so that a step that ended (and a session that closed) is never pinged for; the
+// transport queues the calls and answers them on its own thread.
+static void grace_check(void *arg) {
+    step_grace *g = arg;
+    pthread_mutex_lock(&g->mu);
+    g->check_timer = 0;
+    if (!g->ended) {
+        g->pings = g->n_remotes;
+        g->refs += g->n_remotes;
+        for (int r = 0; r < g->n_remotes; r++) {
+            grace_ping *gp = malloc(sizeof *gp);
+            if (!gp) abort();
+            *gp = (grace_ping){g, r};
+            wc_ping(g->tp, g->endpoints[r], g->ms, grace_pinged, gp);
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    grace_unref(g);
+}
+
 static void step_done(void *arg, const dg_status *st, rt_header *h, dg_tensor **ts, int n) {
     step_call *sc = arg;
     step_wait *w = sc->w;
@@ -618,8 +706,7 @@ static void step_done(void *arg, const dg_status *st, rt_header *h, dg_tensor **
             h->blob_len = 0;
         }
     }
-    if (st && dg_status_code(st) != DG_OK) dg_status_copy(&err, st);
-    else if (h && h->code != DG_OK) dg_status_set(&err, (dg_code)h->code, h->message ? h->message : "error");
+    answer_status(st, h, &err);
     if (err.code != DG_OK) {
         const remote *r = &w->remotes[sc->index];
         dg_status_prepend(&err, "task %s (%s)", r->task, r->endpoint);
@@ -635,16 +722,14 @@ static void step_done(void *arg, const dg_status *st, rt_header *h, dg_tensor **
         g->refs++;
         pthread_mutex_unlock(&g->mu);
         if (!(g->timer = exec_timer_add(g->ms, grace_fire, g))) grace_unref(g);
+        pthread_mutex_lock(&g->mu);
+        if (g->ms > GRACE_CHECK_MS) grace_arm_check_locked(g);
+        pthread_mutex_unlock(&g->mu);
     }
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
     status_impl_clear(&err);
-    if (h) {
-        rt_header_clear(h);
-        free(h);
-    }
-    for (int i = 0; i < n; i++) dg_tensor_unref(ts[i]);
-    free(ts);
+    drop_answer(h, ts, n);
 }
 
 static void abort_remotes(rt_transport *tp, const remote *remotes, int n_remotes, int64_t step_id,
@@ -726,11 +811,18 @@ static bool run_cluster_step(master_session *m, exec_graph *eg, const remote *re
     w.grace->step_id = w.step_id;
     w.grace->ms = m->task->rpc_timeout_ms;
     rt_transport *tp = m->task->transport;
+    w.grace->tp = tp;
+    w.grace->n_remotes = n_remotes;
+    w.grace->endpoints = calloc((size_t)n_remotes + 1, sizeof(char *));
+    w.grace->tasks = calloc((size_t)n_remotes + 1, sizeof(char *));
+    if (!w.grace->endpoints || !w.grace->tasks) abort();
+    for (int r = 0; r < n_remotes; r++)
+        if (!(w.grace->endpoints[r] = strdup(remotes[r].endpoint)) || !(w.grace->tasks[r] = strdup(remotes[r].task)))
+            abort();
     if (!running_add(m, w.step_id, remotes, n_remotes, st)) {
         pthread_mutex_destroy(&w.mu);
         pthread_cond_destroy(&w.cv);
-        pthread_mutex_destroy(&w.grace->mu);
-        free(w.grace);
+        grace_unref(w.grace);
         free(calls);
         return false;
     }
@@ -766,8 +858,11 @@ static bool run_cluster_step(master_session *m, exec_graph *eg, const remote *re
     // The step is over: the grace timer must not abort it (nor a later one) any more.
     pthread_mutex_lock(&w.grace->mu);
     w.grace->ended = true;
+    uint64_t check = w.grace->check_timer;
+    w.grace->check_timer = 0;
     pthread_mutex_unlock(&w.grace->mu);
     if (timer && exec_timer_cancel(timer)) grace_unref(w.grace);
+    if (check && exec_timer_cancel(check)) grace_unref(w.grace);
     grace_unref(w.grace);
     exec_rendezvous_end_step(w.rv, w.step_id);
     if (notes) {

@@ -52,6 +52,10 @@ void wc_run_graph(rt_transport *tp, const char *endpoint, int64_t handle, int64_
     rt_call(tp, endpoint, h, NULL, 0, timeout_ms, done, arg);
 }
 
+void wc_ping(rt_transport *tp, const char *endpoint, int64_t timeout_ms, rt_response_cb done, void *arg) {
+    rt_call(tp, endpoint, request(RT_PING), NULL, 0, timeout_ms, done, arg);
+}
+
 void wc_abort_step(rt_transport *tp, const char *endpoint, int64_t step_id, const dg_status *why) {
     rt_header *h = request(RT_ABORT_STEP);
     h->step_id = step_id;

@@ -20,6 +20,8 @@ void wc_deregister_graph(rt_transport *tp, const char *endpoint, int64_t handle)
 // notes as the blob (step_trace_impl.h).
 void wc_run_graph(rt_transport *tp, const char *endpoint, int64_t handle, int64_t step_id, int64_t timeout_ms,
                   bool trace, rt_response_cb done, void *arg);
+// PINGs the task; done runs once with the answer or the failure (as rt_response_cb's).
+void wc_ping(rt_transport *tp, const char *endpoint, int64_t timeout_ms, rt_response_cb done, void *arg);
 // Aborts step_id on the task (one-way): its waiting receives fail with why.
 void wc_abort_step(rt_transport *tp, const char *endpoint, int64_t step_id, const dg_status *why);
 // The task's devices, canonical names. Returns: new array of new strings (*n of them), free

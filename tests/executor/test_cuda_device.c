@@ -14,6 +14,11 @@
 
 #include "cuda_alloc.h"
 #include "cuda_device.h"
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
 
 // ---- without a GPU (also run with one, where they apply) ----
 
@@ -31,6 +36,26 @@ static void test_table(void **state) {
     // Events are optional, but the GPU table has them (all or none).
     assert_true((ops->event_record && ops->event_wait && ops->event_free) ||
                 (!ops->event_record && !ops->event_wait && !ops->event_free));
+}
+
+// cuBLAS is opened at run time (cuda_blas.c): the name and path the build recorded must load,
+// with every entry point, on the machine that built it (no GPU needed). Not under valgrind,
+// where mapping cuBLAS alone takes half a minute.
+static void test_blas_loads(void **state) {
+    (void)state;
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+    if (RUNNING_ON_VALGRIND) {
+        printf("(under valgrind: cuBLAS not loaded)\n");
+        return;
+    }
+#endif
+#endif
+    dg_status *st = dg_status_new();
+    assert_true(exec_cuda_blas_load(st));
+    assert_ok(st);
+    assert_true(exec_cuda_blas_load(st));   // once per process; the second call is free
+    dg_status_free(&st);
 }
 
 static void test_free_null(void **state) {
@@ -292,7 +317,7 @@ static void test_sgemm(void **state) {
     dg_status_reset(st);
     assert_false(exec_cuda_sgemm(dev, false, false, m, n, k, alpha, da, 1, db, n, beta, dc, n,
                                  st));
-    assert_status(st, DG_INVALID_ARGUMENT, "cublasSgemm(");
+    assert_status(st, DG_INVALID_ARGUMENT, "cublas.sgemm(");
     assert_status(st, DG_INVALID_ARGUMENT, "CUBLAS_STATUS_INVALID_VALUE");
     ops->free(dev, dc);
     ops->free(dev, db);
@@ -566,6 +591,7 @@ int main(void) {
     setenv("DG_DEBUG_ERRORS", "1", 1);
     const struct CMUnitTest common[] = {
         cmocka_unit_test(test_table),
+        cmocka_unit_test(test_blas_loads),
         cmocka_unit_test(test_free_null),
         cmocka_unit_test(test_nccl_version),
     };

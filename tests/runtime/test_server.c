@@ -27,7 +27,9 @@ typedef struct two_tasks {
 } two_tasks;
 
 // ps_port: the ps's port when the caller has bound it already (0: pick a free one).
-static void two_tasks_start_on(two_tasks *tt, bool serve_ps, int64_t rpc_timeout_ms, int ps_port) {
+// liveness_ms: dg_server_options.liveness_timeout_ms (0: the default).
+static void two_tasks_start_on(two_tasks *tt, bool serve_ps, int64_t rpc_timeout_ms, int ps_port,
+                               int64_t liveness_ms) {
     dg_status *st = dg_status_new();
     char spec[256];
     tt->ps_port = ps_port ? ps_port : dg_test_free_port();
@@ -37,6 +39,7 @@ static void two_tasks_start_on(two_tasks *tt, bool serve_ps, int64_t rpc_timeout
     dg_server_options so = dg_server_options_default();
     so.quiet = true;
     so.rpc_timeout_ms = rpc_timeout_ms;
+    so.liveness_timeout_ms = liveness_ms;
     tt->ps = serve_ps ? dg_server_new(tt->c, "ps", 0, &so, st) : NULL;
     assert_ok(st);
     tt->wk = dg_server_new(tt->c, "worker", 0, &so, st);
@@ -45,7 +48,7 @@ static void two_tasks_start_on(two_tasks *tt, bool serve_ps, int64_t rpc_timeout
 }
 
 static void two_tasks_start(two_tasks *tt, bool serve_ps, int64_t rpc_timeout_ms) {
-    two_tasks_start_on(tt, serve_ps, rpc_timeout_ms, 0);
+    two_tasks_start_on(tt, serve_ps, rpc_timeout_ms, 0, 0);
 }
 
 static void two_tasks_stop(two_tasks *tt) {
@@ -157,13 +160,15 @@ static void test_gpu_request_in_cluster(void **state) {
 }
 
 // ---- a ps that answers every call OK and never sends a value (as one that died after its
-// answers left and before its pushes did) ----
+// answers left and before its pushes did); with mute_after_run, it answers nothing after its
+// first RUN_GRAPH (as one that died) ----
 
 typedef struct fake_ps {
     void *zctx, *router;
     pthread_t thread;
     atomic_bool stop;
     atomic_int run_graphs;
+    bool mute_after_run;
 } fake_ps;
 
 static void *fake_ps_main(void *arg) {
@@ -185,7 +190,8 @@ static void *fake_ps_main(void *arg) {
         rt_header req;
         dg_status *st = dg_status_new();
         bool ok = n >= 2 && rt_header_decode(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &req, st);
-        if (ok && req.id != 0 && req.type != RT_RESPONSE) {
+        bool mute = f->mute_after_run && atomic_load(&f->run_graphs) > 0;
+        if (ok && req.id != 0 && req.type != RT_RESPONSE && !mute) {
             if (req.type == RT_RUN_GRAPH) atomic_fetch_add(&f->run_graphs, 1);
             rt_header a;
             rt_header_init(&a, RT_RESPONSE);
@@ -206,12 +212,12 @@ static void *fake_ps_main(void *arg) {
 }
 
 // The worker's partition waits for a value the ps will never send, though the ps answered
-// RUN_GRAPH OK: the step fails UNAVAILABLE within the RPC deadline instead of waiting forever.
-static void test_values_lost_after_answer(void **state) {
+// RUN_GRAPH OK. Returns the failed step's status (caller frees).
+static dg_status *run_values_lost(bool mute_after_run, int64_t rpc_timeout_ms, int64_t liveness_ms) {
     dg_status *st = dg_status_new();
     // The fake ps binds first (a port picked free and bound later may be taken meanwhile by
     // another test's outgoing connection).
-    fake_ps f = {0};
+    fake_ps f = {.mute_after_run = mute_after_run};
     f.zctx = zmq_ctx_new();
     f.router = zmq_socket(f.zctx, ZMQ_ROUTER);
     assert_int_equal(zmq_bind(f.router, "tcp://127.0.0.1:*"), 0);
@@ -219,7 +225,7 @@ static void test_values_lost_after_answer(void **state) {
     size_t ep_len = sizeof ep;
     assert_int_equal(zmq_getsockopt(f.router, ZMQ_LAST_ENDPOINT, ep, &ep_len), 0);
     two_tasks tt;
-    two_tasks_start_on(&tt, false, 1000, atoi(strrchr(ep, ':') + 1));
+    two_tasks_start_on(&tt, false, rpc_timeout_ms, atoi(strrchr(ep, ':') + 1), liveness_ms);
     assert_int_equal(pthread_create(&f.thread, NULL, fake_ps_main, &f), 0);
     dg_graph *g = dg_graph_new();
     dg_graph_push_device(g, "/job:ps/task:0");
@@ -231,12 +237,8 @@ static void test_values_lost_after_answer(void **state) {
     dg_session *s = dg_session_new(g, dg_server_target(tt.wk), NULL, st);
     assert_ok(st);
     dg_tensor *yv = NULL;
-    int64_t t0 = exec_timer_now_ms();
     assert_false(dg_session_run(s, NULL, NULL, 0, &y, &yv, 1, NULL, 0, st));
-    int64_t took = exec_timer_now_ms() - t0;
-    assert_status(st, DG_ABORTED, "did not arrive within 1000 ms (did a task die after answering?)");
     assert_true(atomic_load(&f.run_graphs) >= 1);
-    assert_true(took >= 900);   // not early; the message names the 1000 ms wait that ended it
     dg_session_free(&s);
     dg_graph_free(&g);
     two_tasks_stop(&tt);
@@ -244,6 +246,28 @@ static void test_values_lost_after_answer(void **state) {
     pthread_join(f.thread, NULL);
     zmq_close(f.router);
     zmq_ctx_term(f.zctx);
+    return st;
+}
+
+// A ps that stays alive but never sends: the step fails within the RPC deadline instead of
+// waiting forever.
+static void test_values_lost_after_answer(void **state) {
+    int64_t t0 = exec_timer_now_ms();
+    dg_status *st = run_values_lost(false, 1000, 0);
+    int64_t took = exec_timer_now_ms() - t0;
+    assert_status(st, DG_ABORTED, "did not arrive within 1000 ms (did a task die after answering?)");
+    assert_true(took >= 900);   // not early; the message names the 1000 ms wait that ended it
+    dg_status_free(&st);
+}
+
+// A ps that answers RUN_GRAPH and then nothing (it died after its answer left): the PINGs sent
+// while the step waits find it gone, and the step fails naming it, long before the 60 s RPC
+// deadline (whose own message would say "did not arrive within 60000 ms").
+static void test_task_dead_after_answer(void **state) {
+    dg_status *st = run_values_lost(true, 60000, 1000);
+    assert_status(st, DG_ABORTED, "task /job:ps/replica:0/task:0 (tcp://127.0.0.1:");
+    assert_status(st, DG_ABORTED, "finished its part of the step, then stopped answering");
+    assert_null(strstr(dg_status_message(st), "did not arrive within"));
     dg_status_free(&st);
 }
 
@@ -253,6 +277,7 @@ int main(void) {
         cmocka_unit_test(test_dead_ps_is_unavailable),
         cmocka_unit_test(test_gpu_request_in_cluster),
         cmocka_unit_test(test_values_lost_after_answer),
+        cmocka_unit_test(test_task_dead_after_answer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
