@@ -169,6 +169,29 @@ bool grad_Sqrt(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
     dx[0] = op2(g, "SqrtGrad", out(n, 0), dy[0]);
     return dg_graph_ok(g);
 }
+// TensorFlow's RsqrtGrad(y, dy) = dy * -0.5 * y^3.
+bool grad_Rsqrt(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = op2(g, "RsqrtGrad", out(n, 0), dy[0]);
+    return dg_graph_ok(g);
+}
+// d erf(x) = 2 / sqrt(pi) * exp(-x^2), composed as TensorFlow's _ErfGrad.
+bool grad_Erf(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dg_output x = in(n, 0);
+    dg_output e = dg_exp(g, NULL, dg_neg(g, NULL, dg_square(g, NULL, x)));
+    dx[0] = dg_mul(g, NULL, dy[0], dg_mul(g, NULL, scalar_like(g, x, 1.1283791670955126), e));
+    return dg_graph_ok(g);
+}
+// GeluGrad(dy, x) with the forward op's form (approximate: tanh).
+bool grad_Gelu(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    bool approximate = false;
+    (void)dg_node_attr_bool(n, "approximate", &approximate);
+    dg_node *gn = graph_begin(g, "GeluGrad", NULL);
+    graph_add_input(gn, dy[0]);
+    graph_add_input(gn, in(n, 0));
+    graph_set_attr_bool(gn, "approximate", approximate);
+    dx[0] = (dg_output){graph_finish(gn), 0};
+    return dg_graph_ok(g);
+}
 bool grad_Neg(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
     dx[0] = dg_neg(g, NULL, dy[0]);
     return dg_graph_ok(g);

@@ -90,6 +90,7 @@ int graph_sync_op_defs(const graph_op_def **defs);         // op_defs_sync.c
 int graph_nn_op_defs(const graph_op_def **defs);           // op_defs_nn.c
 int graph_array_op_defs(const graph_op_def **defs);        // op_defs_array.c
 int graph_sparse_op_defs(const graph_op_def **defs);       // op_defs_sparse.c
+int graph_transformer_op_defs(const graph_op_def **defs);  // op_defs_transformer.c
 // TensorFlow's _compute_fans of a variable of shape s (ops.c): its initializers' fan in and out.
 void graph_compute_fans(dg_shape s, double *fan_in, double *fan_out);
 // A sparse gradient (TensorFlow's IndexedSlices) of a table of rows rows: values (one row per

@@ -677,6 +677,11 @@ static const graph_op_def op_defs[] = {
     GRAPH_OP("Square", 1, 1, false, false, false, infer_unary_numeric, grad_Square),
     GRAPH_OP("Sqrt", 1, 1, false, false, false, infer_unary_float, grad_Sqrt),
     GRAPH_OP("SqrtGrad", 2, 2, false, false, false, infer_grad2, NULL),
+    GRAPH_OP("Rsqrt", 1, 1, false, false, false, infer_unary_float, grad_Rsqrt),
+    GRAPH_OP("RsqrtGrad", 2, 2, false, false, false, infer_grad2, NULL),
+    GRAPH_OP("Erf", 1, 1, false, false, false, infer_unary_float, grad_Erf),
+    GRAPH_OP("Gelu", 1, 1, false, false, false, infer_unary_float, grad_Gelu),
+    GRAPH_OP("GeluGrad", 2, 2, false, false, false, infer_grad2, NULL),
     GRAPH_OP("Neg", 1, 1, false, false, false, infer_unary_numeric, grad_Neg),
     GRAPH_OP("ClipByValue", 3, 3, false, false, false, infer_clip, grad_ClipByValue),
     GRAPH_OP("ClipByValueGrad", 4, 4, false, false, false, infer_clip_grad, NULL),
@@ -728,7 +733,8 @@ static int core_op_defs(const graph_op_def **defs) {
     return (int)(sizeof op_defs / sizeof op_defs[0]);
 }
 static const table_fn op_tables[] = {core_op_defs, graph_collective_op_defs, graph_sync_op_defs,
-                                     graph_nn_op_defs, graph_array_op_defs, graph_sparse_op_defs};
+                                     graph_nn_op_defs, graph_array_op_defs, graph_sparse_op_defs,
+                                     graph_transformer_op_defs};
 #define N_TABLES ((int)(sizeof op_tables / sizeof op_tables[0]))
 
 static void build_index(void) {

@@ -548,6 +548,16 @@ dg_output dg_dense(dg_graph *g, const char *name, dg_output x, int64_t units, dg
 dg_output dg_log(dg_graph *g, const char *name, dg_output x) { return unary(g, "Log", name, x); }
 dg_output dg_square(dg_graph *g, const char *name, dg_output x) { return unary(g, "Square", name, x); }
 dg_output dg_sqrt(dg_graph *g, const char *name, dg_output x) { return unary(g, "Sqrt", name, x); }
+dg_output dg_rsqrt(dg_graph *g, const char *name, dg_output x) { return unary(g, "Rsqrt", name, x); }
+dg_output dg_erf(dg_graph *g, const char *name, dg_output x) { return unary(g, "Erf", name, x); }
+
+dg_output dg_gelu(dg_graph *g, const char *name, dg_output x, bool approximate) {
+    if (!x.node) return null_input(g, "Gelu");
+    dg_node *n = graph_begin(g, "Gelu", name);
+    graph_add_input(n, x);
+    graph_set_attr_bool(n, "approximate", approximate);
+    return out0(graph_finish(n));
+}
 dg_output dg_neg(dg_graph *g, const char *name, dg_output x) { return unary(g, "Neg", name, x); }
 dg_output dg_softmax(dg_graph *g, const char *name, dg_output x) { return unary(g, "Softmax", name, x); }
 dg_output dg_log_softmax(dg_graph *g, const char *name, dg_output x) { return unary(g, "LogSoftmax", name, x); }

@@ -71,6 +71,19 @@ dg_output dg_dropout(dg_graph *g, const char *name, dg_output x, double rate, dg
     return n ? (dg_output){n, 0} : NULL_OUT;
 }
 
+dg_output dg_layer_norm(dg_graph *g, const char *name, dg_output x, dg_output gamma, dg_output beta,
+                        double epsilon) {
+    if (!g || !dg_graph_ok(g)) return NULL_OUT;
+    dg_node *n = graph_begin(g, "LayerNorm", name);
+    if (!n) return NULL_OUT;
+    graph_add_input(n, x);
+    graph_add_input(n, gamma);
+    graph_add_input(n, beta);
+    graph_set_attr_float(n, "epsilon", epsilon);
+    n = graph_finish(n);
+    return n ? (dg_output){n, 0} : NULL_OUT;
+}
+
 dg_output dg_conv2d_layer(dg_graph *g, const char *name, dg_output x, int64_t filters, int kh, int kw, int stride,
                           dg_padding padding, dg_activation activation, dg_initializer kernel_init) {
     if (!g || !dg_graph_ok(g)) return NULL_OUT;

@@ -76,6 +76,7 @@ void cpu_register_collective_kernels(void);   // kernels_collective.c
 void cpu_register_sync_kernels(void);         // kernels_sync.c
 void cpu_register_local_reduce_kernels(void); // kernels_local_reduce.c
 void cpu_register_sparse_kernels(void);       // kernels_sparse.c
+void cpu_register_transformer_kernels(void);  // kernels_transformer.c
 // Checks and shapes shared by the CPU and GPU kernels of an op (cpu_register.c).
 // The reduced-axis mask: every axis when all, else axes[0..n_axes) (negative ones count from
 // the end) against rank. false with ctx->st naming the axis.
@@ -85,6 +86,12 @@ dg_shape cpu_reduced_shape(const dg_shape *x, uint32_t mask, bool keep);
 // MatMul of a and b (transposed as ta, tb): M x K times K x N. false with ctx->st set.
 bool cpu_matmul_dims(exec_ctx *ctx, const dg_tensor *a, const dg_tensor *b, bool ta, bool tb,
                      int64_t *M, int64_t *N, int64_t *K);
+// LayerNorm's and LayerNormGrad's inputs: x of rank >= 1 (rows x C), gamma and beta (either may
+// be NULL: not checked) [C], dy x's shape, mean and rstd one value a row, all of x's dtype.
+// false with ctx->st naming the input.
+bool cpu_layer_norm_check(exec_ctx *ctx, const dg_tensor *x, const dg_tensor *gamma, const dg_tensor *beta,
+                          const dg_tensor *dy, const dg_tensor *mean, const dg_tensor *rstd, int64_t *rows,
+                          int64_t *C);
 // Slice's "begin" and "size" attributes (size -1 where absent). false with st set.
 bool cpu_slice_attrs(const dg_node *n, int64_t *begin, int64_t *size, int *count, dg_status *st);
 // Reshape (a view of input 0) and Shape (int64 host output): they touch no element, so the GPU

@@ -13,6 +13,7 @@ void exec_cpu_register(void) {
     cpu_register_sync_kernels();         // kernels_sync.c
     cpu_register_local_reduce_kernels(); // kernels_local_reduce.c
     cpu_register_sparse_kernels();       // kernels_sparse.c
+    cpu_register_transformer_kernels();  // kernels_transformer.c
 }
 
 bool cpu_read_dims(const dg_tensor *t, int64_t *dims, int *rank, int max_rank) {
@@ -176,5 +177,26 @@ bool cpu_slice_attrs(const dg_node *n, int64_t *begin, int64_t *size, int *count
         begin[i] = b[i];
         size[i] = z ? z[i] : -1;
     }
+    return true;
+}
+
+bool cpu_layer_norm_check(exec_ctx *ctx, const dg_tensor *x, const dg_tensor *gamma, const dg_tensor *beta,
+                          const dg_tensor *dy, const dg_tensor *mean, const dg_tensor *rstd, int64_t *rows,
+                          int64_t *C) {
+    if (x->shape.rank < 1) return exec_fail(ctx, DG_INVALID_ARGUMENT, "x needs rank >= 1, got a scalar");
+    *C = x->shape.dims[x->shape.rank - 1];
+    *rows = *C ? x->n_elements / *C : 0;
+    const dg_tensor *vec[2] = {gamma, beta}, *row[2] = {mean, rstd};
+    static const char *const vec_name[2] = {"gamma", "beta"}, *const row_name[2] = {"mean", "rstd"};
+    for (int i = 0; i < 2; i++) {
+        if (vec[i] && (vec[i]->shape.rank != 1 || vec[i]->shape.dims[0] != *C || vec[i]->dtype != x->dtype))
+            return exec_fail(ctx, DG_INVALID_ARGUMENT, "%s must be a %s vector of %lld elements (x's last dimension)",
+                             vec_name[i], dg_dtype_name(x->dtype), (long long)*C);
+        if (row[i] && (row[i]->n_elements != *rows || row[i]->dtype != x->dtype))
+            return exec_fail(ctx, DG_INVALID_ARGUMENT, "%s must hold %lld %s values (one a row of x)", row_name[i],
+                             (long long)*rows, dg_dtype_name(x->dtype));
+    }
+    if (dy && (!dg_shape_equal(&dy->shape, &x->shape) || dy->dtype != x->dtype))
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "dy must have x's dtype and shape");
     return true;
 }

@@ -43,7 +43,7 @@ typedef enum binop {
     B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN,
     B_EQ, B_GT, B_GE, B_LT, B_LE,
     B_RELU_GRAD, B_SIGMOID_GRAD, B_TANH_GRAD, B_SQRT_GRAD, B_POW,
-    B_SOFTMAX_GRAD_UNUSED,
+    B_SOFTMAX_GRAD_UNUSED, B_RSQRT_GRAD, B_GELU_GRAD, B_GELU_TANH_GRAD,
 } binop;
 
 static bool is_compare(binop op) { return op >= B_EQ && op <= B_LE; }
@@ -56,6 +56,24 @@ static bool is_compare(binop op) { return op >= B_EQ && op <= B_LE; }
 #define CMP_EXPR(op, x, y)                                                \
     ((op) == B_EQ ? (x) == (y) : (op) == B_GT ? (x) > (y)                 \
      : (op) == B_GE ? (x) >= (y) : (op) == B_LT ? (x) < (y) : (x) <= (y))
+
+// GELU and its derivative in float64 (float32 rounds once at the end, as Pow): erf form
+// x Phi(x), Phi' = exp(-x^2 / 2) / sqrt(2 pi); tanh form 0.5 x (1 + tanh(u)),
+// u = sqrt(2 / pi) (x + 0.044715 x^3).
+#define GELU_SQRT_2_OVER_PI 0.7978845608028654
+#define GELU_INV_SQRT_2 0.7071067811865476
+#define GELU_INV_SQRT_2PI 0.3989422804014327
+static inline double gelu(double x) { return 0.5 * x * (1.0 + erf(x * GELU_INV_SQRT_2)); }
+static inline double gelu_grad(double x) {
+    return 0.5 * (1.0 + erf(x * GELU_INV_SQRT_2)) + x * GELU_INV_SQRT_2PI * exp(-0.5 * x * x);
+}
+static inline double gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + tanh(GELU_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)));
+}
+static inline double gelu_tanh_grad(double x) {
+    double t = tanh(GELU_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x);
+}
 
 // One run of n outputs; a and b advance by sa and sb (0 or 1).
 #define DEFINE_RUN(T, NAME)                                                                 \
@@ -81,6 +99,12 @@ static bool is_compare(binop op) { return op >= B_EQ && op <= B_LE; }
                 { for (int64_t i = 0; i < n; i++) o[i] = b[i] * (1 - a[i] * a[i]); } return;    \
             case B_SQRT_GRAD:                                                               \
                 { for (int64_t i = 0; i < n; i++) o[i] = b[i] * (T)0.5 / a[i]; } return;        \
+            case B_RSQRT_GRAD: /* (y, dy): dy * -0.5 * y^3 */                                \
+                { for (int64_t i = 0; i < n; i++) o[i] = b[i] * (T)-0.5 * (a[i] * a[i] * a[i]); } return; \
+            case B_GELU_GRAD: /* (dy, x) */                                                 \
+                { for (int64_t i = 0; i < n; i++) o[i] = a[i] * (T)gelu_grad((double)b[i]); } return; \
+            case B_GELU_TANH_GRAD:                                                          \
+                { for (int64_t i = 0; i < n; i++) o[i] = a[i] * (T)gelu_tanh_grad((double)b[i]); } return; \
             default: break;                                                                 \
             }                                                                               \
         }                                                                                   \
@@ -115,7 +139,8 @@ static binop binop_of(const char *name) {
         {"Add", B_ADD}, {"Sub", B_SUB}, {"Mul", B_MUL}, {"Div", B_DIV}, {"Maximum", B_MAX},
         {"Minimum", B_MIN}, {"Equal", B_EQ}, {"Greater", B_GT}, {"GreaterEqual", B_GE},
         {"Less", B_LT}, {"LessEqual", B_LE}, {"ReluGrad", B_RELU_GRAD},
-        {"SigmoidGrad", B_SIGMOID_GRAD}, {"TanhGrad", B_TANH_GRAD}, {"SqrtGrad", B_SQRT_GRAD}, {"Pow", B_POW}};
+        {"SigmoidGrad", B_SIGMOID_GRAD}, {"TanhGrad", B_TANH_GRAD}, {"SqrtGrad", B_SQRT_GRAD}, {"Pow", B_POW},
+        {"RsqrtGrad", B_RSQRT_GRAD}, {"GeluGrad", B_GELU_GRAD}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(map[i].n, name) == 0) return map[i].op;
     return B_ADD;
@@ -128,6 +153,9 @@ static void *bin_create(const dg_node *n, const exec_env *env, dg_status *st) {
         return NULL;
     }
     b->op = binop_of(n->op->name);
+    bool approximate = false;
+    if (b->op == B_GELU_GRAD && dg_node_attr_bool(n, "approximate", &approximate) && approximate)
+        b->op = B_GELU_TANH_GRAD;
     return b;
 }
 
@@ -204,17 +232,24 @@ static bool grad2_compute(void *state, exec_ctx *ctx) {
 }
 
 // ---- unary ----
-typedef enum unop { U_RELU, U_SIGMOID, U_TANH, U_EXP, U_LOG, U_SQUARE, U_SQRT, U_NEG } unop;
+typedef enum unop {
+    U_RELU, U_SIGMOID, U_TANH, U_EXP, U_LOG, U_SQUARE, U_SQRT, U_NEG, U_RSQRT, U_ERF, U_GELU,
+    U_GELU_TANH
+} unop;
 
 static void *un_create(const dg_node *n, const exec_env *env, dg_status *st) {
-    static const char *names[] = {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Square", "Sqrt", "Neg"};
-    for (int i = 0; i < 8; i++)
+    static const char *names[] = {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Square", "Sqrt", "Neg",
+                                  "Rsqrt", "Erf", "Gelu"};
+    bool approximate = false;
+    if (strcmp(n->op->name, "Gelu") == 0 && dg_node_attr_bool(n, "approximate", &approximate) && approximate)
+        return (void *)(intptr_t)(U_GELU_TANH + 1);
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
         if (strcmp(n->op->name, names[i]) == 0) return (void *)(intptr_t)(i + 1);
     dg_status_setf(st, DG_INTERNAL, "no unary op %s", n->op->name);
     return NULL;
 }
 
-#define UN_LOOP(T, EXP, LOG, SQRT, TANH)                                                 \
+#define UN_LOOP(T, EXP, LOG, SQRT, TANH, ERF)                                            \
     do {                                                                                 \
         const T *x = in->data;                                                           \
         T *y = o->data;                                                                  \
@@ -227,6 +262,12 @@ static void *un_create(const dg_node *n, const exec_env *env, dg_status *st) {
         case U_SQUARE: for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i]; break;        \
         case U_SQRT: for (int64_t i = 0; i < n; i++) y[i] = SQRT(x[i]); break;           \
         case U_NEG: for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;                 \
+        case U_RSQRT: for (int64_t i = 0; i < n; i++) y[i] = 1 / SQRT(x[i]); break;      \
+        case U_ERF: for (int64_t i = 0; i < n; i++) y[i] = ERF(x[i]); break;             \
+        case U_GELU: for (int64_t i = 0; i < n; i++) y[i] = (T)gelu((double)x[i]); break; \
+        case U_GELU_TANH:                                                                \
+            for (int64_t i = 0; i < n; i++) y[i] = (T)gelu_tanh((double)x[i]);           \
+            break;                                                                       \
         }                                                                                \
     } while (0)
 
@@ -238,10 +279,10 @@ CPU_CLONES static bool un_compute(void *state, exec_ctx *ctx) {
     if (!o) return false;
     int64_t n = in->n_elements;
     switch (in->dtype) {
-    case DG_FLOAT32: UN_LOOP(float, expf, logf, sqrtf, tanhf); break;
-    case DG_FLOAT64: UN_LOOP(double, exp, log, sqrt, tanh); break;
-    case DG_INT32: UN_LOOP(int32_t, ID, ID, ID, ID); break;
-    case DG_INT64: UN_LOOP(int64_t, ID, ID, ID, ID); break;
+    case DG_FLOAT32: UN_LOOP(float, expf, logf, sqrtf, tanhf, erff); break;
+    case DG_FLOAT64: UN_LOOP(double, exp, log, sqrt, tanh, erf); break;
+    case DG_INT32: UN_LOOP(int32_t, ID, ID, ID, ID, ID); break;
+    case DG_INT64: UN_LOOP(int64_t, ID, ID, ID, ID, ID); break;
     default: return exec_fail(ctx, DG_INVALID_ARGUMENT, "unsupported dtype %s", dg_dtype_name(in->dtype));
     }
     return true;
@@ -445,10 +486,15 @@ const exec_kernel_def cpu_math_kernels[] = {
     K("ReluGrad", DT_FLOATS, bin_create, grad2_compute, free, false),
     K("SigmoidGrad", DT_FLOATS, bin_create, grad2_compute, free, false),
     K("TanhGrad", DT_FLOATS, bin_create, grad2_compute, free, false),
+    K("RsqrtGrad", DT_FLOATS, bin_create, grad2_compute, free, false),
+    K("GeluGrad", DT_FLOATS, bin_create, grad2_compute, free, false),
     K("SqrtGrad", DT_FLOATS, bin_create, grad2_compute, free, false),
     K("Relu", DT_FLOATS, un_create, un_compute, NULL, false),
     K("Sigmoid", DT_FLOATS, un_create, un_compute, NULL, false),
     K("Tanh", DT_FLOATS, un_create, un_compute, NULL, false),
+    K("Rsqrt", DT_FLOATS, un_create, un_compute, NULL, false),
+    K("Erf", DT_FLOATS, un_create, un_compute, NULL, false),
+    K("Gelu", DT_FLOATS, un_create, un_compute, NULL, false),
     K("Exp", DT_FLOATS, un_create, un_compute, NULL, false),
     K("Log", DT_FLOATS, un_create, un_compute, NULL, false),
     K("Square", DT_NUMERIC, un_create, un_compute, NULL, false),

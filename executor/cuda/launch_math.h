@@ -19,16 +19,19 @@ extern "C" {
 typedef enum cuda_math_dtype { CUDA_MATH_F32, CUDA_MATH_F64 } cuda_math_dtype;
 
 // Binary ops; the *_GRAD ones take (a, b) in the CPU kernels' order: ReluGrad(dy, y),
-// SigmoidGrad(y, dy), TanhGrad(y, dy), SqrtGrad(y, dy).
+// SigmoidGrad(y, dy), TanhGrad(y, dy), SqrtGrad(y, dy), RsqrtGrad(y, dy), GeluGrad(dy, x).
 typedef enum cuda_binop {
     CUDA_BIN_ADD, CUDA_BIN_SUB, CUDA_BIN_MUL, CUDA_BIN_DIV, CUDA_BIN_MAX, CUDA_BIN_MIN,
     CUDA_BIN_RELU_GRAD, CUDA_BIN_SIGMOID_GRAD, CUDA_BIN_TANH_GRAD, CUDA_BIN_SQRT_GRAD,
     CUDA_BIN_POW,   // in double for float32 too, as the CPU kernel
+    CUDA_BIN_RSQRT_GRAD,
+    CUDA_BIN_GELU_GRAD, CUDA_BIN_GELU_TANH_GRAD,   // in double, as the CPU kernel
 } cuda_binop;
 
 typedef enum cuda_unop {
     CUDA_UN_RELU, CUDA_UN_SIGMOID, CUDA_UN_TANH, CUDA_UN_EXP, CUDA_UN_LOG, CUDA_UN_SQUARE,
-    CUDA_UN_SQRT, CUDA_UN_NEG,
+    CUDA_UN_SQRT, CUDA_UN_NEG, CUDA_UN_RSQRT, CUDA_UN_ERF,
+    CUDA_UN_GELU, CUDA_UN_GELU_TANH,   // in double, as the CPU kernel
 } cuda_unop;
 
 // How an operand of a fast-path binary op is indexed for output element i of an output seen

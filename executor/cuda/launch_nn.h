@@ -25,6 +25,16 @@ cudaError_t cuda_launch_softmax(bool f64, const void *x, void *y, int64_t rows, 
 cudaError_t cuda_launch_softmax_grad(bool f64, const void *y, const void *dy, void *dx,
                                      int64_t rows, int64_t cols, bool is_log,
                                      cudaStream_t stream);
+// LayerNorm per row: y = (x - mean) * rstd * gamma + beta, mean [rows], rstd [rows] =
+// 1 / sqrt(var + eps); gamma and beta [cols].
+cudaError_t cuda_launch_layer_norm(bool f64, const void *x, const void *gamma, const void *beta, void *y,
+                                   void *mean, void *rstd, int64_t rows, int64_t cols, double eps,
+                                   cudaStream_t stream);
+// LayerNormGrad: dx [rows, cols] per row, dgamma and dbeta [cols] summed over the rows (zeros
+// when there are none).
+cudaError_t cuda_launch_layer_norm_grad(bool f64, const void *dy, const void *x, const void *gamma,
+                                        const void *mean, const void *rstd, void *dx, void *dgamma, void *dbeta,
+                                        int64_t rows, int64_t cols, cudaStream_t stream);
 // Softmax cross entropy per row: loss [rows], backprop [rows, cols] = softmax(logits) - p.
 // Exactly one of probs ([rows, cols], the element type) and ids ([rows] int64, each in
 // [0, cols), checked by the caller) is non-NULL.

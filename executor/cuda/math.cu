@@ -34,6 +34,27 @@ __device__ __forceinline__ float d_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double d_sqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float d_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double d_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float d_erf(float x) { return erff(x); }
+__device__ __forceinline__ double d_erf(double x) { return erf(x); }
+
+// GELU and its derivative in double, in the CPU kernel's operation order (kernels_math.c).
+constexpr double kSqrt2OverPi = 0.7978845608028654, kInvSqrt2 = 0.7071067811865476,
+                 kInvSqrt2Pi = 0.3989422804014327;
+__device__ __forceinline__ double gelu(double x) {
+    return mul(mul(0.5, x), 1.0 + erf(mul(x, kInvSqrt2)));
+}
+__device__ __forceinline__ double gelu_grad(double x) {
+    return mul(0.5, 1.0 + erf(mul(x, kInvSqrt2))) + mul(mul(x, kInvSqrt2Pi), exp(mul(mul(-0.5, x), x)));
+}
+__device__ __forceinline__ double gelu_tanh(double x) {
+    double u = mul(kSqrt2OverPi, x + mul(mul(mul(0.044715, x), x), x));
+    return mul(mul(0.5, x), 1.0 + tanh(u));
+}
+__device__ __forceinline__ double gelu_tanh_grad(double x) {
+    double t = tanh(mul(kSqrt2OverPi, x + mul(mul(mul(0.044715, x), x), x)));
+    return mul(0.5, 1.0 + t) +
+           mul(mul(mul(mul(0.5, x), 1.0 - mul(t, t)), kSqrt2OverPi), 1.0 + mul(mul(3 * 0.044715, x), x));
+}
 
 template <cuda_binop OP, typename T>
 __device__ __forceinline__ T bin(T x, T y) {
@@ -49,6 +70,9 @@ __device__ __forceinline__ T bin(T x, T y) {
     case CUDA_BIN_TANH_GRAD: return mul(y, T(1) - mul(x, x));            // (y, dy)
     case CUDA_BIN_SQRT_GRAD: return mul(y, T(0.5)) / x;                  // (y, dy)
     case CUDA_BIN_POW: return T(pow(double(x), double(y)));
+    case CUDA_BIN_RSQRT_GRAD: return mul(y, T(-0.5)) * mul(mul(x, x), x);   // (y, dy)
+    case CUDA_BIN_GELU_GRAD: return mul(x, T(gelu_grad(double(y))));        // (dy, x)
+    case CUDA_BIN_GELU_TANH_GRAD: return mul(x, T(gelu_tanh_grad(double(y))));
     }
     return T(0);
 }
@@ -64,6 +88,10 @@ __device__ __forceinline__ T un(T x) {
     case CUDA_UN_SQUARE: return mul(x, x);
     case CUDA_UN_SQRT: return d_sqrt(x);
     case CUDA_UN_NEG: return -x;
+    case CUDA_UN_RSQRT: return T(1) / d_sqrt(x);
+    case CUDA_UN_ERF: return d_erf(x);
+    case CUDA_UN_GELU: return T(gelu(double(x)));
+    case CUDA_UN_GELU_TANH: return T(gelu_tanh(double(x)));
     }
     return T(0);
 }
@@ -275,11 +303,13 @@ __global__ void assign_update(T *var, const T *val, bool subtract, int64_t n) {
 #define BINOP_CASES(X)                                                                   \
     X(CUDA_BIN_ADD) X(CUDA_BIN_SUB) X(CUDA_BIN_MUL) X(CUDA_BIN_DIV) X(CUDA_BIN_MAX)     \
     X(CUDA_BIN_MIN) X(CUDA_BIN_RELU_GRAD) X(CUDA_BIN_SIGMOID_GRAD) X(CUDA_BIN_TANH_GRAD) \
-    X(CUDA_BIN_SQRT_GRAD) X(CUDA_BIN_POW)
+    X(CUDA_BIN_SQRT_GRAD) X(CUDA_BIN_POW) X(CUDA_BIN_RSQRT_GRAD) X(CUDA_BIN_GELU_GRAD)     \
+    X(CUDA_BIN_GELU_TANH_GRAD)
 
 #define UNOP_CASES(X)                                                                    \
     X(CUDA_UN_RELU) X(CUDA_UN_SIGMOID) X(CUDA_UN_TANH) X(CUDA_UN_EXP) X(CUDA_UN_LOG)    \
-    X(CUDA_UN_SQUARE) X(CUDA_UN_SQRT) X(CUDA_UN_NEG)
+    X(CUDA_UN_SQUARE) X(CUDA_UN_SQRT) X(CUDA_UN_NEG) X(CUDA_UN_RSQRT) X(CUDA_UN_ERF)     \
+    X(CUDA_UN_GELU) X(CUDA_UN_GELU_TANH)
 
 template <typename T>
 cudaError_t binary_fast_t(cuda_binop op, const void *a, cuda_operand ka, const void *b,

@@ -186,6 +186,87 @@ __global__ void xent_rows(const T *x, const T *probs, const int64_t *ids, T *los
     }
 }
 
+// ---- LayerNorm (executor/cpu/kernels_transformer.c: the same formulas, sums in double) ----
+// Products that feed a sum are rounded first (__dmul_rn), as the CPU computes them.
+
+template <class T, int G>
+__global__ void layer_norm_rows(const T *x, const T *gamma, const T *beta, T *y, T *mean, T *rstd,
+                                int64_t rows, int64_t cols, double eps) {
+    const int lane = threadIdx.x % G;
+    for (int64_t base = (int64_t)blockIdx.x * (kThreads / G); base < rows;
+         base += (int64_t)gridDim.x * (kThreads / G)) {
+        const int64_t r = base + threadIdx.x / G;
+        const bool active = r < rows;
+        const T *xr = x + (active ? r : 0) * cols;
+        double s = 0;
+        if (active)
+            for (int64_t c = lane; c < cols; c += G) s += (double)xr[c];
+        const double mu = group_reduce<G>(s, SumOp()) / (double)cols;
+        double q = 0;
+        if (active)
+            for (int64_t c = lane; c < cols; c += G) {
+                const double d = (double)xr[c] - mu;
+                q += __dmul_rn(d, d);
+            }
+        const double rs = 1 / sqrt(group_reduce<G>(q, SumOp()) / (double)cols + eps);
+        if (active) {
+            T *yr = y + r * cols;
+            for (int64_t c = lane; c < cols; c += G)
+                yr[c] = (T)(__dmul_rn(__dmul_rn((double)xr[c] - mu, rs), (double)gamma[c]) + (double)beta[c]);
+            if (lane == 0) {
+                mean[r] = (T)mu;
+                rstd[r] = (T)rs;
+            }
+        }
+    }
+}
+
+template <class T, int G>
+__global__ void layer_norm_grad_rows(const T *dy, const T *x, const T *gamma, const T *mean, const T *rstd,
+                                     T *dx, int64_t rows, int64_t cols) {
+    const int lane = threadIdx.x % G;
+    for (int64_t base = (int64_t)blockIdx.x * (kThreads / G); base < rows;
+         base += (int64_t)gridDim.x * (kThreads / G)) {
+        const int64_t r = base + threadIdx.x / G;
+        const bool active = r < rows;
+        const int64_t off = (active ? r : 0) * cols;
+        const double mu = active ? (double)mean[r] : 0, rs = active ? (double)rstd[r] : 0;
+        double sg = 0, sgx = 0;
+        if (active)
+            for (int64_t c = lane; c < cols; c += G) {
+                const double xh = __dmul_rn((double)x[off + c] - mu, rs);
+                const double gg = __dmul_rn((double)dy[off + c], (double)gamma[c]);
+                sg += gg;
+                sgx += __dmul_rn(gg, xh);
+            }
+        const double mg = group_reduce<G>(sg, SumOp()) / (double)cols;
+        const double mgx = group_reduce<G>(sgx, SumOp()) / (double)cols;
+        if (active)
+            for (int64_t c = lane; c < cols; c += G) {
+                const double xh = __dmul_rn((double)x[off + c] - mu, rs);
+                const double gg = __dmul_rn((double)dy[off + c], (double)gamma[c]);
+                dx[off + c] = (T)__dmul_rn(rs, gg - mg - __dmul_rn(xh, mgx));
+            }
+    }
+}
+
+// dgamma and dbeta: one thread per column sums its rows in order, as the CPU does.
+template <class T>
+__global__ void layer_norm_grad_params(const T *dy, const T *x, const T *mean, const T *rstd, T *dgamma,
+                                       T *dbeta, int64_t rows, int64_t cols) {
+    const int64_t stride = (int64_t)blockDim.x * gridDim.x;
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += stride) {
+        double g = 0, b = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const double d = (double)dy[r * cols + c];
+            g += __dmul_rn(d, __dmul_rn((double)x[r * cols + c] - (double)mean[r], (double)rstd[r]));
+            b += d;
+        }
+        dgamma[c] = (T)g;
+        dbeta[c] = (T)b;
+    }
+}
+
 // Threads per row: one for short rows (the whole row in one thread, in the CPU's order),
 // a warp up to a few hundred columns, the block beyond.
 int row_group(int64_t cols) { return cols <= 16 ? 1 : cols <= 512 ? 32 : kThreads; }
@@ -504,6 +585,44 @@ extern "C" cudaError_t cuda_launch_softmax(bool f64, const void *x, void *y, int
     if (rows <= 0 || cols <= 0) return cudaSuccess;
     if (f64) LAUNCH_ROWS(softmax_rows, double, (const double *)x, (double *)y, rows, cols, is_log);
     else LAUNCH_ROWS(softmax_rows, float, (const float *)x, (float *)y, rows, cols, is_log);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_launch_layer_norm(bool f64, const void *x, const void *gamma, const void *beta,
+                                              void *y, void *mean, void *rstd, int64_t rows, int64_t cols,
+                                              double eps, cudaStream_t stream) {
+    if (rows <= 0 || cols <= 0) return cudaSuccess;
+    if (f64)
+        LAUNCH_ROWS(layer_norm_rows, double, (const double *)x, (const double *)gamma, (const double *)beta,
+                    (double *)y, (double *)mean, (double *)rstd, rows, cols, eps);
+    else
+        LAUNCH_ROWS(layer_norm_rows, float, (const float *)x, (const float *)gamma, (const float *)beta,
+                    (float *)y, (float *)mean, (float *)rstd, rows, cols, eps);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_launch_layer_norm_grad(bool f64, const void *dy, const void *x, const void *gamma,
+                                                   const void *mean, const void *rstd, void *dx, void *dgamma,
+                                                   void *dbeta, int64_t rows, int64_t cols,
+                                                   cudaStream_t stream) {
+    if (cols <= 0) return cudaSuccess;
+    const unsigned pgrid = grid_for(cols, kThreads);
+    if (f64) {
+        if (rows > 0)
+            LAUNCH_ROWS(layer_norm_grad_rows, double, (const double *)dy, (const double *)x,
+                        (const double *)gamma, (const double *)mean, (const double *)rstd, (double *)dx, rows,
+                        cols);
+        layer_norm_grad_params<double><<<pgrid, kThreads, 0, stream>>>(
+            (const double *)dy, (const double *)x, (const double *)mean, (const double *)rstd, (double *)dgamma,
+            (double *)dbeta, rows, cols);
+    } else {
+        if (rows > 0)
+            LAUNCH_ROWS(layer_norm_grad_rows, float, (const float *)dy, (const float *)x, (const float *)gamma,
+                        (const float *)mean, (const float *)rstd, (float *)dx, rows, cols);
+        layer_norm_grad_params<float><<<pgrid, kThreads, 0, stream>>>(
+            (const float *)dy, (const float *)x, (const float *)mean, (const float *)rstd, (float *)dgamma,
+            (float *)dbeta, rows, cols);
+    }
     return cudaGetLastError();
 }
 

@@ -153,6 +153,15 @@ dg_output dg_pow(dg_graph *g, const char *name, dg_output x, dg_output y);
 dg_output dg_log(dg_graph *g, const char *name, dg_output x);
 dg_output dg_square(dg_graph *g, const char *name, dg_output x);
 dg_output dg_sqrt(dg_graph *g, const char *name, dg_output x);
+// 1 / sqrt(x) (TensorFlow's Rsqrt), float32/float64.
+dg_output dg_rsqrt(dg_graph *g, const char *name, dg_output x);
+// The error function (TensorFlow's Erf), float32/float64.
+dg_output dg_erf(dg_graph *g, const char *name, dg_output x);
+// GELU as tf.nn.gelu: x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), or with approximate the tanh
+// form 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). One fused op (and one fused
+// gradient, GeluGrad) where TensorFlow composes it from its pieces; the values and gradients
+// are the composition's.
+dg_output dg_gelu(dg_graph *g, const char *name, dg_output x, bool approximate);
 dg_output dg_neg(dg_graph *g, const char *name, dg_output x);
 // min(max(x, lo), hi); lo and hi are scalars or broadcast to x.
 dg_output dg_clip_by_value(dg_graph *g, const char *name, dg_output x, dg_output lo,
@@ -191,6 +200,13 @@ dg_output dg_avg_pool(dg_graph *g, const char *name, dg_output x, int kh, int kw
 // draw every run. When training is false, x passes unchanged. 0 <= rate < 1.
 dg_output dg_dropout(dg_graph *g, const char *name, dg_output x, double rate, dg_output training,
                      int64_t seed);
+// Layer normalisation over the last axis (one fused op, LayerNorm, with a fused gradient):
+// (x - mean) / sqrt(var + epsilon) * gamma + beta, mean and the biased variance taken over each
+// row of the last axis; gamma and beta have shape [C], C the last dimension of x (float32 or
+// float64). The values and gradients of Keras's LayerNormalization (axis -1). The node's
+// outputs 1 and 2 are each row's mean and 1 / sqrt(var + epsilon).
+dg_output dg_layer_norm(dg_graph *g, const char *name, dg_output x, dg_output gamma, dg_output beta,
+                        double epsilon);
 // A convolution layer (tf.layers.conv2d): activation(conv2d(x, kernel) + bias) with variables
 // "<name>/kernel" [kh, kw, in, filters] (kernel_init) and "<name>/bias" [filters] (zeros), of
 // x's dtype; x's channels must be known. name NULL: "conv2d" (made unique).

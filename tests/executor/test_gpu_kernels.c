@@ -47,6 +47,7 @@ static const char *const gpu_ops[] = {
     "AvgPoolGrad", "Dropout", "Pow", "Transpose", "StopGradient", "Tile", "Select", "OneHot",
     "Gather", "UnsortedSegmentSum", "ScatterAdd", "ScatterSub", "ScatterUpdate",
     "SparseApplyAdagrad", "SparseApplyAdam", "SparseApplyMomentum", "DynamicStitch",
+    "Rsqrt", "RsqrtGrad", "Erf", "Gelu", "GeluGrad", "LayerNorm", "LayerNormGrad",
 };
 #define N_GPU_OPS ((int)(sizeof gpu_ops / sizeof gpu_ops[0]))
 static bool gpu_op_seen[N_GPU_OPS];
@@ -304,12 +305,44 @@ static void build_log(bctx *c) { build_unary(c, dg_log, IN_POSITIVE); }
 static void build_square(bctx *c) { build_unary(c, dg_square, IN_UNIFORM); }
 static void build_sqrt(bctx *c) { build_unary(c, dg_sqrt, IN_POSITIVE); }
 static void build_neg(bctx *c) { build_unary(c, dg_neg, IN_UNIFORM); }
+static void build_rsqrt(bctx *c) { build_unary(c, dg_rsqrt, IN_POSITIVE); }
+static void build_erf(bctx *c) { build_unary(c, dg_erf, IN_UNIFORM); }
+// Both forms of GELU, and their GeluGrad as the gradient function builds it (with the form).
+static void build_gelu(bctx *c) {
+    dg_shape shapes[] = {dg_shape1(1), dg_shape2(37, 29), dg_shape2(300, 1001)};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int approximate = 0; approximate < 2; approximate++) {
+            dg_output x = ph(c, shapes[i]), dy = ph(c, shapes[i]), dx;
+            dg_output y = dg_gelu(c->g, NULL, x, approximate);
+            fetch(c, y);
+            if (dg_gradients(c->g, &y, 1, &x, 1, &dy, &dx)) fetch(c, dx);
+        }
+}
 static void build_identity(bctx *c) { build_unary(c, dg_identity, IN_UNIFORM); }
 static void build_zeros_like(bctx *c) { build_unary(c, dg_zeros_like, IN_UNIFORM); }
 static void build_ones_like(bctx *c) { build_unary(c, dg_ones_like, IN_UNIFORM); }
 
 // Elementwise gradients as the gradient functions build them (graph/gradients.c):
 // ReluGrad(dy, features), the others (y, dy).
+// LayerNorm and its gradient: widths that take each row-group size of nn.cu (1 thread up to 16
+// columns, a warp up to 512, the block beyond) and their tails, rank 3, one row, one column.
+static void build_layer_norm(bctx *c) {
+    dg_shape shapes[] = {dg_shape2(1, 1), dg_shape2(37, 16), dg_shape2(5, 17), dg_shape2(3, 512),
+                         dg_shape2(3, 513), dg_shape3(2, 3, 600), dg_shape2(300, 96)};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        dg_shape s = shapes[i];
+        dg_shape v = dg_shape1(s.dims[s.rank - 1]);
+        dg_output x = ph(c, s), gamma = ph(c, v), beta = ph(c, v), dy = ph(c, s);
+        dg_output y = dg_layer_norm(c->g, NULL, x, gamma, beta, 1e-5);
+        fetch(c, y);
+        fetch(c, (dg_output){y.node, 1});
+        fetch(c, (dg_output){y.node, 2});
+        dg_output xs[3] = {x, gamma, beta}, dx[3];
+        if (dg_gradients(c->g, &y, 1, xs, 3, &dy, dx))
+            for (int k = 0; k < 3; k++) fetch(c, dx[k]);
+    }
+}
+
 static void build_elem_grads(bctx *c) {
     dg_shape shapes[] = {dg_shape1(1), dg_shape2(37, 29), dg_shape2(300, 1001)};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -318,6 +351,7 @@ static void build_elem_grads(bctx *c) {
         fetch(c, op2(c, "SigmoidGrad", ph(c, s), ph(c, s)));
         fetch(c, op2(c, "TanhGrad", ph(c, s), ph(c, s)));
         fetch(c, op2(c, "SqrtGrad", ph_kind(c, IN_POSITIVE, s), ph(c, s)));
+        fetch(c, op2(c, "RsqrtGrad", ph_kind(c, IN_POSITIVE, s), ph(c, s)));
     }
 }
 
@@ -1099,7 +1133,11 @@ static const gk_case cases[] = {
     {"Identity", build_identity},
     {"ZerosLike", build_zeros_like},
     {"OnesLike", build_ones_like},
-    {"ReluGrad/SigmoidGrad/TanhGrad/SqrtGrad", build_elem_grads},
+    {"Rsqrt", build_rsqrt},
+    {"Erf", build_erf},
+    {"Gelu/GeluGrad", build_gelu},
+    {"LayerNorm/LayerNormGrad", build_layer_norm},
+    {"ReluGrad/SigmoidGrad/TanhGrad/SqrtGrad/RsqrtGrad", build_elem_grads},
     {"BiasAdd", build_bias_add},
     {"BiasAddGrad", build_bias_add_grad},
     {"AddN", build_add_n},

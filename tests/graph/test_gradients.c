@@ -138,6 +138,11 @@ B1(b_exp, dg_exp(g, NULL, x[0]))
 B1(b_log, dg_log(g, NULL, x[0]))
 B1(b_square, dg_square(g, NULL, x[0]))
 B1(b_sqrt, dg_sqrt(g, NULL, x[0]))
+B1(b_rsqrt, dg_rsqrt(g, NULL, x[0]))
+B1(b_layer_norm, dg_layer_norm(g, NULL, x[0], x[1], x[2], 1e-5))
+B1(b_erf, dg_erf(g, NULL, x[0]))
+B1(b_gelu, dg_gelu(g, NULL, x[0], false))
+B1(b_gelu_tanh, dg_gelu(g, NULL, x[0], true))
 B1(b_neg, dg_neg(g, NULL, x[0]))
 B1(b_clip, dg_clip_by_value(g, NULL, x[0], x[1], x[2]))
 B1(b_softmax, dg_softmax(g, NULL, x[0]))
@@ -293,6 +298,13 @@ static const grad_case grad_cases[] = {
     {"Log", b_log, 1, {T2(3, 4, POS)}},
     {"Square", b_square, 1, {T2(3, 4, U)}},
     {"Sqrt", b_sqrt, 1, {T2(3, 4, POS)}},
+    {"Rsqrt", b_rsqrt, 1, {T2(3, 4, POS)}},
+    {"LayerNorm", b_layer_norm, 3, {T2(3, 5, G_UNIFORM, -2, 2), T1(5, U), T1(5, U)}},
+    {"LayerNorm rank 3, odd width", b_layer_norm, 3, {T3(2, 3, 7, G_UNIFORM, -2, 2), T1(7, U), T1(7, U)}},
+    {"LayerNorm width 1", b_layer_norm, 3, {T2(4, 1, U), T1(1, U), T1(1, U)}},
+    {"Erf", b_erf, 1, {T2(3, 4, G_UNIFORM, -2.5, 2.5)}},
+    {"Gelu", b_gelu, 1, {T2(3, 4, G_UNIFORM, -4, 4)}},
+    {"Gelu approximate", b_gelu_tanh, 1, {T2(3, 4, G_UNIFORM, -4, 4)}},
     {"Neg", b_neg, 1, {T2(3, 4, U)}},
     {"ClipByValue scalar bounds", b_clip, 3,
      {T2(4, 5, G_UNIFORM, -2, 2), T0(G_UNIFORM, -0.6, -0.4), T0(G_UNIFORM, 0.4, 0.6)}},
@@ -542,6 +554,151 @@ static void test_cast_chain(void **state) {
     dg_tensor_unref(w);
     dg_session_free(&s);
     dg_graph_free(&g);
+}
+
+// Element i of a float32 or float64 tensor := v (rounded for float32).
+static void set_elem(dg_tensor *t, int64_t i, double v) {
+    if (dg_tensor_dtype(t) == DG_FLOAT32) dg_tensor_f32(t)[i] = (float)v;
+    else dg_tensor_f64(t)[i] = v;
+}
+
+// Rsqrt, Erf and both GELUs, float64 and float32, against values computed here from their
+// definitions with the C library (erf, tanh, sqrt in float64) and against tabulated points.
+static void test_rsqrt_erf_gelu_values(void **state) {
+    (void)state;
+    enum { N = 9 };
+    const double xs[N] = {-4, -2.5, -1, -0.3, 0, 0.3, 1, 2.5, 4};
+    // erf(1) and erf(0.3) to 16 digits (Abramowitz and Stegun, table 7.1).
+    const double erf1 = 0.8427007929497149, erf03 = 0.3286267594591274;
+    for (int f32 = 0; f32 < 2; f32++) {
+        dg_dtype dt = f32 ? DG_FLOAT32 : DG_FLOAT64;
+        dg_graph *g = dg_graph_new();
+        dg_output x = dg_placeholder(g, "x", dt, dg_shape1(N));
+        dg_output ax = dg_placeholder(g, "ax", dt, dg_shape1(N));   // |x| + 0.25, for Rsqrt
+        dg_output outs[4] = {dg_erf(g, NULL, x), dg_gelu(g, NULL, x, false), dg_gelu(g, NULL, x, true),
+                             dg_rsqrt(g, NULL, ax)};
+        assert_graph_ok(g);
+        dg_tensor *xv = dg_tensor_new(dt, dg_shape1(N), NULL), *av = dg_tensor_new(dt, dg_shape1(N), NULL);
+        assert_non_null(xv);
+        assert_non_null(av);
+        for (int i = 0; i < N; i++) {
+            set_elem(xv, i, xs[i]);
+            set_elem(av, i, fabs(xs[i]) + 0.25);
+        }
+        dg_session *s = new_session(g);
+        dg_output feeds[2] = {x, ax};
+        dg_tensor *fv[2] = {xv, av}, *got[4];
+        run_ok(s, feeds, fv, 2, outs, got, 4);
+        double want[4][N];
+        for (int i = 0; i < N; i++) {
+            double v = dg_tensor_get_as_double(xv, i);   // the float32 input, exactly
+            double u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+            want[0][i] = erf(v);
+            want[1][i] = 0.5 * v * (1 + erf(v / sqrt(2.0)));
+            want[2][i] = 0.5 * v * (1 + tanh(u));
+            want[3][i] = 1 / sqrt(dg_tensor_get_as_double(av, i));
+        }
+        double tol = f32 ? 2e-7 : 1e-15;
+        for (int k = 0; k < 4; k++) {
+            double gv[N];
+            for (int i = 0; i < N; i++) gv[i] = dg_tensor_get_as_double(got[k], i);
+            assert_close_f64_msg(gv, want[k], N, tol, tol, "output %d, %s", k, f32 ? "float32" : "float64");
+            dg_tensor_unref(got[k]);
+        }
+        if (!f32) {
+            // Independent points: erf(1), erf(-0.3) = -erf(0.3), GELU(0) = 0, GELU(-4) about
+            // -1.27e-4, the tanh form within 1e-3 of the erf form everywhere here.
+            assert_close(want[0][6], erf1, 1e-15, 0);
+            assert_close(want[0][3], -erf03, 1e-15, 0);
+            assert_close(want[1][4], 0, 0, 0);
+            // GELU(-4) = -4 Phi(-4), Phi(-4) = 3.1671241833e-5 (tables of the normal distribution).
+            assert_close(want[1][0], -4 * 3.1671241833e-05, 0, 1e-9);
+            for (int i = 0; i < N; i++) assert_close(want[2][i], want[1][i], 1e-3, 0);
+        }
+        dg_tensor_unref(xv);
+        dg_tensor_unref(av);
+        dg_session_free(&s);
+        dg_graph_free(&g);
+    }
+}
+
+// LayerNorm's three outputs against a two-pass reference in long double, float64 and float32,
+// on rows with a large mean (where a one-pass variance loses digits) and a constant row.
+static void test_layer_norm_values(void **state) {
+    (void)state;
+    enum { R = 4, C = 6 };
+    double xs[R][C] = {{1, 2, 3, 4, 5, 6},
+                       {1e4 + 0.5, 1e4 - 0.25, 1e4 + 0.125, 1e4, 1e4 - 1, 1e4 + 2},
+                       {-3, -3, -3, -3, -3, -3},
+                       {0.1, -0.7, 2.5, -1.25, 0.3, 0.05}};
+    const double gs[C] = {1, 0.5, -2, 1.5, 0.25, 3}, bs[C] = {0, 1, -1, 0.5, 2, -0.5}, eps = 1e-3;
+    long double mean[R], rstd[R], want[R][C];
+    for (int r = 0; r < R; r++) {
+        long double s = 0, q = 0;
+        for (int c = 0; c < C; c++) s += xs[r][c];
+        mean[r] = s / C;
+        for (int c = 0; c < C; c++) q += (xs[r][c] - mean[r]) * (xs[r][c] - mean[r]);
+        rstd[r] = 1 / sqrtl(q / C + eps);
+        for (int c = 0; c < C; c++) want[r][c] = (xs[r][c] - mean[r]) * rstd[r] * gs[c] + bs[c];
+    }
+    // The constant row normalises to beta exactly.
+    for (int c = 0; c < C; c++) assert_close((double)want[2][c], bs[c], 0, 0);
+    for (int f32 = 0; f32 < 2; f32++) {
+        dg_dtype dt = f32 ? DG_FLOAT32 : DG_FLOAT64;
+        dg_graph *g = dg_graph_new();
+        dg_output x = dg_placeholder(g, "x", dt, dg_shape2(R, C));
+        dg_tensor *xv = dg_tensor_new(dt, dg_shape2(R, C), NULL), *gv = dg_tensor_new(dt, dg_shape1(C), NULL),
+                  *bv = dg_tensor_new(dt, dg_shape1(C), NULL);
+        for (int i = 0; i < R * C; i++) set_elem(xv, i, xs[i / C][i % C]);
+        for (int c = 0; c < C; c++) {
+            set_elem(gv, c, gs[c]);
+            set_elem(bv, c, bs[c]);
+        }
+        dg_output y = dg_layer_norm(g, "ln", x, dg_const(g, NULL, gv), dg_const(g, NULL, bv), eps);
+        assert_graph_ok(g);
+        dg_output outs[3] = {y, {y.node, 1}, {y.node, 2}};
+        dg_session *s = new_session(g);
+        dg_tensor *got[3];
+        run_ok(s, &x, &xv, 1, outs, got, 3);
+        double gy[R * C], wy[R * C], gm[R], wm[R], gr[R], wr[R];
+        for (int r = 0; r < R; r++) {
+            // float32: the reference of the float32 input (row 1 rounds to float32's grid).
+            long double s = 0, q = 0, xr[C];
+            for (int c = 0; c < C; c++) s += xr[c] = dg_tensor_get_as_double(xv, r * C + c);
+            long double mu = s / C;
+            for (int c = 0; c < C; c++) q += (xr[c] - mu) * (xr[c] - mu);
+            long double rs = 1 / sqrtl(q / C + eps);
+            wm[r] = (double)mu;
+            wr[r] = (double)rs;
+            gm[r] = dg_tensor_get_as_double(got[1], r);
+            gr[r] = dg_tensor_get_as_double(got[2], r);
+            for (int c = 0; c < C; c++) {
+                wy[r * C + c] = (double)((xr[c] - mu) * rs * (long double)dg_tensor_get_as_double(gv, c) +
+                                         (long double)dg_tensor_get_as_double(bv, c));
+                gy[r * C + c] = dg_tensor_get_as_double(got[0], r * C + c);
+            }
+        }
+        if (!f32)
+            for (int i = 0; i < R * C; i++) assert_close((double)want[i / C][i % C], wy[i], 0, 0);
+        // float64: row 1's mean (1e4) is rounded to 2e-12, which x - mean carries into y (times
+        // rstd and gamma, up to 3.3): 1e-11 absolute is that bound, not slack.
+        double atol = f32 ? 1e-6 : 1e-11, rtol = f32 ? 1e-6 : 1e-13;
+        assert_close_f64_msg(gy, wy, R * C, atol, rtol, "LayerNorm y, %s", f32 ? "float32" : "float64");
+        assert_close_f64_msg(gm, wm, R, 0, f32 ? 1e-7 : 1e-15, "LayerNorm mean, %s", f32 ? "float32" : "float64");
+        assert_close_f64_msg(gr, wr, R, 0, f32 ? 1e-6 : 1e-13, "LayerNorm rstd, %s", f32 ? "float32" : "float64");
+        for (int k = 0; k < 3; k++) dg_tensor_unref(got[k]);
+        // Differentiating through the mean output is refused, naming the node.
+        dg_output dx;
+        dg_output m = {y.node, 1};
+        assert_false(dg_gradients(g, &m, 1, &x, 1, NULL, &dx));
+        assert_int_equal(dg_status_code(dg_graph_status(g)), DG_UNIMPLEMENTED);
+        assert_non_null(strstr(dg_status_message(dg_graph_status(g)), "ln"));
+        dg_tensor_unref(xv);
+        dg_tensor_unref(gv);
+        dg_tensor_unref(bv);
+        dg_session_free(&s);
+        dg_graph_free(&g);
+    }
 }
 
 // x used three times: d/dx sum(W * (tanh(x) + x*x)) = W * (1 - tanh(x)^2 + 2x).
@@ -1022,6 +1179,8 @@ static void test_global_step(void **state) {
 int main(void) {
     static const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_cast_chain),
+        cmocka_unit_test(test_rsqrt_erf_gelu_values),
+        cmocka_unit_test(test_layer_norm_values),
         cmocka_unit_test(test_shared_input_closed_form),
         cmocka_unit_test(test_grad_ys_and_several_ys),
         cmocka_unit_test(test_unconnected_x),

@@ -86,6 +86,46 @@ MUTANTS = [
         "tests": ["test_collective"],
     },
     {
+        "name": "layer_norm_nan",
+        "what": "LayerNorm (CPU) writes NaN over y",
+        "file": "executor/cpu/kernels_transformer.c",
+        "edits": [after("    if (x->dtype == DG_FLOAT32) LN_FWD(float);\n    else LN_FWD(double);\n",
+                        "    for (int64_t mut_i = 0; mut_i < y->n_elements; mut_i++) {\n"
+                        "        if (y->dtype == DG_FLOAT32) ((float *)y->data)[mut_i] = __builtin_nanf(\"\");\n"
+                        "        else ((double *)y->data)[mut_i] = __builtin_nan(\"\");\n"
+                        "    }\n")],
+        "tests": ["test_gradients"],
+    },
+    {
+        "name": "layer_norm_grad_nan",
+        "what": "LayerNormGrad (CPU) writes NaN over dx",
+        "file": "executor/cpu/kernels_transformer.c",
+        "edits": [after("    if (x->dtype == DG_FLOAT32) LN_BWD(float);\n    else LN_BWD(double);\n",
+                        "    for (int64_t mut_i = 0; mut_i < dx->n_elements; mut_i++) {\n"
+                        "        if (dx->dtype == DG_FLOAT32) ((float *)dx->data)[mut_i] = __builtin_nanf(\"\");\n"
+                        "        else ((double *)dx->data)[mut_i] = __builtin_nan(\"\");\n"
+                        "    }\n")],
+        "tests": ["test_gradients"],
+    },
+    {
+        "name": "gelu_tanh_for_erf",
+        "what": "Gelu computes the tanh approximation where the exact (erf) form is asked for: off by up "
+                "to 5e-4, finite everywhere",
+        "file": "executor/cpu/kernels_math.c",
+        "edits": [("static inline double gelu(double x) { return 0.5 * x * (1.0 + erf(x * GELU_INV_SQRT_2)); }\n",
+                   "static inline double gelu_tanh(double x);\n"
+                   "static inline double gelu(double x) { return gelu_tanh(x); }\n")],
+        "tests": ["test_gradients"],
+    },
+    {
+        "name": "gelu_grad_nan",
+        "what": "GeluGrad (erf form) writes NaN",
+        "file": "executor/cpu/kernels_math.c",
+        "edits": [("static inline double gelu_grad(double x) {\n",
+                   "static inline double gelu_grad(double x) {\n    if (x == x) return __builtin_nan(\"\");\n")],
+        "tests": ["test_gradients"],
+    },
+    {
         "name": "gemm_split_skips_a_row",
         "what": "a GEMM split over threads starts every piece but the first one row (or column) late: "
                 "one row of C per piece keeps its old value",

@@ -96,5 +96,7 @@ extern const exec_kernel_def gpu_conv_kernels[];      // kernels_gpu_conv.c
 extern const int gpu_n_conv_kernels;
 extern const exec_kernel_def gpu_collective_kernels[];  // kernels_gpu_collective.c
 extern const int gpu_n_collective_kernels;
+extern const exec_kernel_def gpu_transformer_kernels[];  // kernels_gpu_transformer.c
+extern const int gpu_n_transformer_kernels;
 
 #endif

@@ -10,4 +10,5 @@ void exec_cuda_register(void) {
     exec_register_kernels(gpu_sparse_kernels, gpu_n_sparse_kernels);
     exec_register_kernels(gpu_conv_kernels, gpu_n_conv_kernels);
     exec_register_kernels(gpu_collective_kernels, gpu_n_collective_kernels);
+    exec_register_kernels(gpu_transformer_kernels, gpu_n_transformer_kernels);
 }

@@ -115,11 +115,17 @@ static void *bin_create(const dg_node *n, const exec_env *env, dg_status *st) {
                {"SigmoidGrad", CUDA_BIN_SIGMOID_GRAD},
                {"TanhGrad", CUDA_BIN_TANH_GRAD},
                {"SqrtGrad", CUDA_BIN_SQRT_GRAD},
-               {"Pow", CUDA_BIN_POW}};
+               {"Pow", CUDA_BIN_POW},
+               {"RsqrtGrad", CUDA_BIN_RSQRT_GRAD},
+               {"GeluGrad", CUDA_BIN_GELU_GRAD}};
+    bool approximate = false;
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(map[i].name, n->op->name) == 0) {
             math_state *s = state_new(n, env, st);
             if (s) s->op = (int)map[i].op;
+            if (s && map[i].op == CUDA_BIN_GELU_GRAD && dg_node_attr_bool(n, "approximate", &approximate) &&
+                approximate)
+                s->op = (int)CUDA_BIN_GELU_TANH_GRAD;
             return s;
         }
     dg_status_setf(st, DG_INTERNAL, "no binary GPU kernel for %s", n->op->name);
@@ -255,11 +261,15 @@ static void *un_create(const dg_node *n, const exec_env *env, dg_status *st) {
         cuda_unop op;
     } map[] = {{"Relu", CUDA_UN_RELU}, {"Sigmoid", CUDA_UN_SIGMOID}, {"Tanh", CUDA_UN_TANH},
                {"Exp", CUDA_UN_EXP},   {"Log", CUDA_UN_LOG},         {"Square", CUDA_UN_SQUARE},
-               {"Sqrt", CUDA_UN_SQRT}, {"Neg", CUDA_UN_NEG}};
+               {"Sqrt", CUDA_UN_SQRT}, {"Neg", CUDA_UN_NEG},         {"Rsqrt", CUDA_UN_RSQRT},
+               {"Erf", CUDA_UN_ERF},   {"Gelu", CUDA_UN_GELU}};
+    bool approximate = false;
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(map[i].name, n->op->name) == 0) {
             math_state *s = state_new(n, env, st);
             if (s) s->op = (int)map[i].op;
+            if (s && map[i].op == CUDA_UN_GELU && dg_node_attr_bool(n, "approximate", &approximate) && approximate)
+                s->op = (int)CUDA_UN_GELU_TANH;
             return s;
         }
     dg_status_setf(st, DG_INTERNAL, "no unary GPU kernel for %s", n->op->name);
@@ -512,6 +522,8 @@ const exec_kernel_def gpu_math_kernels[] = {
     GPU_KERNEL("SigmoidGrad", DT_FLOATS, bin_create, grad2_compute, free),
     GPU_KERNEL("TanhGrad", DT_FLOATS, bin_create, grad2_compute, free),
     GPU_KERNEL("SqrtGrad", DT_FLOATS, bin_create, grad2_compute, free),
+    GPU_KERNEL("RsqrtGrad", DT_FLOATS, bin_create, grad2_compute, free),
+    GPU_KERNEL("GeluGrad", DT_FLOATS, bin_create, grad2_compute, free),
     GPU_KERNEL("Relu", DT_FLOATS, un_create, un_compute, free),
     GPU_KERNEL("Sigmoid", DT_FLOATS, un_create, un_compute, free),
     GPU_KERNEL("Tanh", DT_FLOATS, un_create, un_compute, free),
@@ -520,6 +532,9 @@ const exec_kernel_def gpu_math_kernels[] = {
     GPU_KERNEL("Square", DT_FLOATS, un_create, un_compute, free),
     GPU_KERNEL("Sqrt", DT_FLOATS, un_create, un_compute, free),
     GPU_KERNEL("Neg", DT_FLOATS, un_create, un_compute, free),
+    GPU_KERNEL("Rsqrt", DT_FLOATS, un_create, un_compute, free),
+    GPU_KERNEL("Erf", DT_FLOATS, un_create, un_compute, free),
+    GPU_KERNEL("Gelu", DT_FLOATS, un_create, un_compute, free),
     GPU_KERNEL("BiasAdd", DT_FLOATS, gpu_dev_create, bias_add_compute, NULL),
     GPU_KERNEL("BiasAddGrad", DT_FLOATS, gpu_dev_create, bias_add_grad_compute, NULL),
     GPU_KERNEL("AddN", DT_FLOATS, gpu_dev_create, addn_compute, NULL),

@@ -1,0 +1,66 @@
+/* GPU kernels of the transformer ops: LayerNorm and LayerNormGrad. Each checks its inputs as
+ * the CPU kernel does (executor/cpu/kernels_transformer.c) and queues the work through the
+ * launchers of nn.cu. */
+#include <stdlib.h>
+
+#include "cpu_impl.h"
+#include "gpu_impl.h"
+#include "launch_nn.h"
+
+typedef struct ln_state {
+    exec_cuda_device *dev;   // borrowed; first member (gpu_impl.h)
+    double eps;
+} ln_state;
+
+static void *ln_create(const dg_node *n, const exec_env *env, dg_status *st) {
+    exec_cuda_device *dev = gpu_dev_create(n, env, st);
+    if (!dev) return NULL;
+    ln_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "%s kernel: %zu bytes", n->op->name, sizeof *s);
+        return NULL;
+    }
+    s->dev = dev;
+    s->eps = 1e-5;
+    (void)dg_node_attr_float(n, "epsilon", &s->eps);
+    return s;
+}
+
+static bool layer_norm_compute(void *state, exec_ctx *ctx) {
+    ln_state *s = state;
+    if (!gpu_prepare_inputs(ctx, s->dev, 3)) return false;
+    dg_tensor *x = IN(0), *gamma = IN(1), *beta = IN(2);
+    int64_t rows = 0, C = 0;
+    if (!cpu_layer_norm_check(ctx, x, gamma, beta, NULL, NULL, NULL, &rows, &C)) return false;
+    dg_shape rs = x->shape;
+    rs.rank--;
+    dg_tensor *y = gpu_alloc_output(s->dev, ctx, 0, x->dtype, x->shape);
+    dg_tensor *mean = y ? gpu_alloc_output(s->dev, ctx, 1, x->dtype, rs) : NULL;
+    dg_tensor *rstd = mean ? gpu_alloc_output(s->dev, ctx, 2, x->dtype, rs) : NULL;
+    if (!rstd) return false;
+    cudaError_t err = cuda_launch_layer_norm(x->dtype == DG_FLOAT64, x->data, gamma->data, beta->data, y->data,
+                                             mean->data, rstd->data, rows, C, s->eps, s->dev->stream);
+    return gpu_check_launch(ctx, s->dev, err, "LayerNorm");
+}
+
+static bool layer_norm_grad_compute(void *state, exec_ctx *ctx) {
+    exec_cuda_device *dev = GPU_DEV(state);
+    if (!gpu_prepare_inputs(ctx, dev, 5)) return false;
+    dg_tensor *dy = IN(0), *x = IN(1), *gamma = IN(2), *mean = IN(3), *rstd = IN(4);
+    int64_t rows = 0, C = 0;
+    if (!cpu_layer_norm_check(ctx, x, gamma, NULL, dy, mean, rstd, &rows, &C)) return false;
+    dg_tensor *dx = gpu_alloc_output(dev, ctx, 0, x->dtype, x->shape);
+    dg_tensor *dgamma = dx ? gpu_alloc_output(dev, ctx, 1, x->dtype, dg_shape1(C)) : NULL;
+    dg_tensor *dbeta = dgamma ? gpu_alloc_output(dev, ctx, 2, x->dtype, dg_shape1(C)) : NULL;
+    if (!dbeta) return false;
+    cudaError_t err =
+        cuda_launch_layer_norm_grad(x->dtype == DG_FLOAT64, dy->data, x->data, gamma->data, mean->data, rstd->data,
+                                    dx->data, dgamma->data, dbeta->data, rows, C, dev->stream);
+    return gpu_check_launch(ctx, dev, err, "LayerNormGrad");
+}
+
+const exec_kernel_def gpu_transformer_kernels[] = {
+    GPU_KERNEL("LayerNorm", DT_FLOATS, ln_create, layer_norm_compute, free),
+    GPU_KERNEL("LayerNormGrad", DT_FLOATS, gpu_dev_create, layer_norm_grad_compute, NULL),
+};
+const int gpu_n_transformer_kernels = sizeof gpu_transformer_kernels / sizeof gpu_transformer_kernels[0];

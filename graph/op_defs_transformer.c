@@ -1,0 +1,140 @@
+/* Op definitions of transformer layers: a fused layer normalisation and its gradient.
+ *
+ * LayerNorm(x, gamma, beta) normalises x over its last axis (of size C) and scales and shifts
+ * the result: y = (x - mean) * rstd * gamma + beta, with mean and the variance (the biased one,
+ * divided by C) of each row and rstd = 1 / sqrt(var + epsilon) (attribute "epsilon", default
+ * 1e-5). Its outputs are y, mean and rstd (the last two of shape x[:-1]), as PyTorch's
+ * native_layer_norm: the gradient reads them instead of computing them again. TensorFlow has
+ * no such op (Keras's LayerNormalization composes moments and batch_normalization); the values
+ * and gradients are that composition's.
+ *
+ * LayerNormGrad(dy, x, gamma, mean, rstd) gives dx, dgamma and dbeta in one pass over the rows:
+ * with xhat = (x - mean) * rstd and g = dy * gamma, dx = rstd * (g - mean(g) - xhat *
+ * mean(g * xhat)) per row, dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy. */
+#include <stdio.h>
+#include <string.h>
+
+#include "graph_impl.h"
+
+static dg_dtype in_dt(const dg_node *n, int i) { return dg_output_dtype(n->inputs[i]); }
+static dg_shape in_sh(const dg_node *n, int i) { return dg_output_shape(n->inputs[i]); }
+
+// x float of rank >= 1; each of the inputs named in vec ([C]: gamma, beta) of x's dtype and
+// shape [C]; each in rows (mean, rstd) of x's dtype and shape x[:-1].
+static bool check_inputs(const dg_node *n, int x, const int *vec, int n_vec, const int *rows, int n_rows,
+                         dg_status *st) {
+    dg_dtype dt = in_dt(n, x);
+    dg_shape xs = in_sh(n, x);
+    char a[128], b[128];
+    if (dt != DG_FLOAT32 && dt != DG_FLOAT64) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: x must be float32 or float64, got %s", n->op->name,
+                       dg_dtype_name(dt));
+        return false;
+    }
+    if (xs.rank == 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: x must have rank >= 1 (it is normalised over its last axis)",
+                       n->op->name);
+        return false;
+    }
+    int64_t C = xs.rank > 0 ? xs.dims[xs.rank - 1] : -1;
+    for (int k = 0; k < n_vec + n_rows; k++) {
+        int i = k < n_vec ? vec[k] : rows[k - n_vec];
+        if (in_dt(n, i) != dt) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: input %d is %s, x is %s", n->op->name, i,
+                           dg_dtype_name(in_dt(n, i)), dg_dtype_name(dt));
+            return false;
+        }
+        dg_shape s = in_sh(n, i), want;
+        if (k < n_vec) {
+            want = dg_shape1(C);
+        } else {
+            want = xs;
+            if (xs.rank > 0) want.rank--;
+        }
+        if (s.rank >= 0 && want.rank >= 0 && !dg_shape_compatible(&s, &want)) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: input %d has shape %s, x %s needs %s", n->op->name, i,
+                           dg_shape_str(&s, a, sizeof a), dg_shape_str(&xs, b, sizeof b),
+                           k < n_vec ? "[C], C its last dimension" : "x's shape without its last axis");
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool check_epsilon(const dg_node *n, dg_status *st) {
+    double eps = 1e-5;
+    (void)dg_node_attr_float(n, "epsilon", &eps);
+    if (!(eps >= 0) || eps > 1) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: epsilon %g must be in [0, 1]", n->op->name, eps);
+        return false;
+    }
+    return true;
+}
+
+static dg_shape without_last(dg_shape s) {
+    if (s.rank > 0) s.rank--;
+    return s;
+}
+
+static bool infer_layer_norm(dg_node *n, dg_status *st) {
+    static const int vec[] = {1, 2};
+    if (!check_inputs(n, 0, vec, 2, NULL, 0, st) || !check_epsilon(n, st)) return false;
+    dg_dtype dt = in_dt(n, 0);
+    dg_shape xs = in_sh(n, 0);
+    if (!graph_set_num_outputs(n, 3, st)) return false;
+    graph_set_output(n, 0, dt, xs);
+    graph_set_output(n, 1, dt, without_last(xs));
+    graph_set_output(n, 2, dt, without_last(xs));
+    return true;
+}
+
+static bool infer_layer_norm_grad(dg_node *n, dg_status *st) {
+    static const int vec[] = {2}, rows[] = {3, 4};
+    if (!check_inputs(n, 1, vec, 1, rows, 2, st)) return false;
+    dg_dtype dt = in_dt(n, 1);
+    dg_shape xs = in_sh(n, 1), dys = in_sh(n, 0);
+    char a[128], b[128];
+    if (in_dt(n, 0) != dt || !dg_shape_compatible(&dys, &xs)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "LayerNormGrad: dy (%s %s) must be x's dtype and shape (%s %s)",
+                       dg_dtype_name(in_dt(n, 0)), dg_shape_str(&dys, a, sizeof a), dg_dtype_name(dt),
+                       dg_shape_str(&xs, b, sizeof b));
+        return false;
+    }
+    if (!graph_set_num_outputs(n, 3, st)) return false;
+    int64_t C = xs.rank > 0 ? xs.dims[xs.rank - 1] : -1;
+    graph_set_output(n, 0, dt, xs);
+    graph_set_output(n, 1, dt, dg_shape1(C));
+    graph_set_output(n, 2, dt, dg_shape1(C));
+    return true;
+}
+
+// Gradients flow from y only: mean and rstd are the forward pass's notes for its gradient. A
+// graph that differentiates through them is refused (UNIMPLEMENTED) rather than given zeros.
+static bool grad_layer_norm(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    if (dy[1].node || dy[2].node) {
+        graph_node_error(g, n, DG_UNIMPLEMENTED, "gradients through LayerNorm's mean and rstd outputs are not "
+                         "supported (only through y)");
+        return false;
+    }
+    if (!dy[0].node) return true;
+    dg_node *gn = graph_begin(g, "LayerNormGrad", NULL);
+    graph_add_input(gn, dy[0]);
+    graph_add_input(gn, n->inputs[0]);
+    graph_add_input(gn, n->inputs[1]);
+    graph_add_input(gn, (dg_output){n, 1});
+    graph_add_input(gn, (dg_output){n, 2});
+    dg_node *r = graph_finish(gn);
+    if (!r) return false;
+    for (int i = 0; i < 3; i++) dx[i] = (dg_output){r, i};
+    return dg_graph_ok(g);
+}
+
+static const graph_op_def transformer_op_defs[] = {
+    GRAPH_OP("LayerNorm", 3, 3, false, false, false, infer_layer_norm, grad_layer_norm),
+    GRAPH_OP("LayerNormGrad", 5, 5, false, false, false, infer_layer_norm_grad, NULL),
+};
+
+int graph_transformer_op_defs(const graph_op_def **defs) {
+    *defs = transformer_op_defs;
+    return (int)(sizeof transformer_op_defs / sizeof transformer_op_defs[0]);
+}
