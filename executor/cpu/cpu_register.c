@@ -185,7 +185,8 @@ bool cpu_layer_norm_check(exec_ctx *ctx, const dg_tensor *x, const dg_tensor *ga
                           int64_t *C) {
     if (x->shape.rank < 1) return exec_fail(ctx, DG_INVALID_ARGUMENT, "x needs rank >= 1, got a scalar");
     *C = x->shape.dims[x->shape.rank - 1];
-    *rows = *C ? x->n_elements / *C : 0;
+    *rows = 1;   // the leading dims' product: rows of width 0 still have a mean and an rstd
+    for (int i = 0; i + 1 < x->shape.rank; i++) *rows *= x->shape.dims[i];
     const dg_tensor *vec[2] = {gamma, beta}, *row[2] = {mean, rstd};
     static const char *const vec_name[2] = {"gamma", "beta"}, *const row_name[2] = {"mean", "rstd"};
     for (int i = 0; i < 2; i++) {

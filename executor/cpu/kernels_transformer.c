@@ -1,7 +1,7 @@
 /* CPU kernels of the transformer ops (graph/op_defs_transformer.c): LayerNorm and its
  * gradient, one pass over each row each way. Sums run in float64 for float32 tensors too: a
  * row's mean and variance over a width of thousands keep float32's precision that way, and the
- * row is read once more at most. The GPU kernels (executor/cuda/layer_norm.cu) follow the same
+ * row is read once more at most. The GPU kernels (executor/cuda/nn.cu) follow the same
  * formulas in the same order. */
 #include <math.h>
 #include <stdio.h>

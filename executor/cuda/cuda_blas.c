@@ -41,6 +41,7 @@ static struct {
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static char blas_error[512];   // empty when cuBLAS loaded
+static const char *blas_name = "";   // the name or path that loaded
 
 static void blas_load_once(void) {
     static const struct {
@@ -54,18 +55,22 @@ static void blas_load_once(void) {
         BLAS_SYM(status_name, cublasGetStatusName),
     };
     void *lib = dlopen(DG_CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
-    char first[256] = "";
+    char first[200] = "", second[200] = "";
+    blas_name = DG_CUBLAS_SONAME;
     if (!lib) {
         snprintf(first, sizeof first, "%s", dlerror());
 #ifdef DG_CUBLAS_PATH
         lib = dlopen(DG_CUBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
+        blas_name = DG_CUBLAS_PATH;
+        if (!lib) snprintf(second, sizeof second, "; %s", dlerror());
 #endif
     }
     if (!lib) {
+        blas_name = "";
         snprintf(blas_error, sizeof blas_error,
-                 "cuBLAS could not be loaded (%s); install the CUDA toolkit's cuBLAS or put "
+                 "cuBLAS could not be loaded (%s%s); install the CUDA toolkit's cuBLAS or put "
                  "its directory on LD_LIBRARY_PATH",
-                 first);
+                 first, second);
         return;
     }
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
@@ -90,6 +95,8 @@ bool exec_cuda_blas_load(dg_status *st) {
     }
     return true;
 }
+
+const char *exec_cuda_blas_library(void) { return blas_error[0] ? "" : blas_name; }
 
 static dg_code blas_code(cublasStatus_t s) {
     switch (s) {

@@ -71,6 +71,9 @@ bool exec_cuda_dgemm(exec_cuda_device *dev, bool trans_a, bool trans_b, int64_t 
 // SONAME, then the file the build found. FAILED_PRECONDITION naming the library and the
 // loader's error when it cannot be loaded or lacks an entry point.
 bool exec_cuda_blas_load(dg_status *st);
+// The name (SONAME, e.g. "libcublas.so.13") or path cuBLAS was opened by; "" before
+// exec_cuda_blas_load or when it failed. Returns: borrowed, static.
+const char *exec_cuda_blas_library(void);
 // Lets later sgemm calls use TF32 tensor cores (CUBLAS_TF32_TENSOR_OP_MATH); off by default
 // (CUBLAS_DEFAULT_MATH, which never uses TF32). Process-wide. (cuda_blas.c)
 void exec_cuda_set_allow_tf32(bool allow);

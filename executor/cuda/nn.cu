@@ -201,14 +201,16 @@ __global__ void layer_norm_rows(const T *x, const T *gamma, const T *beta, T *y,
         double s = 0;
         if (active)
             for (int64_t c = lane; c < cols; c += G) s += (double)xr[c];
-        const double mu = group_reduce<G>(s, SumOp()) / (double)cols;
+        const double sum = group_reduce<G>(s, SumOp());
+        const double mu = cols ? sum / (double)cols : 0;
         double q = 0;
         if (active)
             for (int64_t c = lane; c < cols; c += G) {
                 const double d = (double)xr[c] - mu;
                 q += __dmul_rn(d, d);
             }
-        const double rs = 1 / sqrt(group_reduce<G>(q, SumOp()) / (double)cols + eps);
+        const double qs = group_reduce<G>(q, SumOp());
+        const double rs = 1 / sqrt((cols ? qs / (double)cols : 0) + eps);
         if (active) {
             T *yr = y + r * cols;
             for (int64_t c = lane; c < cols; c += G)
@@ -591,7 +593,7 @@ extern "C" cudaError_t cuda_launch_softmax(bool f64, const void *x, void *y, int
 extern "C" cudaError_t cuda_launch_layer_norm(bool f64, const void *x, const void *gamma, const void *beta,
                                               void *y, void *mean, void *rstd, int64_t rows, int64_t cols,
                                               double eps, cudaStream_t stream) {
-    if (rows <= 0 || cols <= 0) return cudaSuccess;
+    if (rows <= 0 || cols < 0) return cudaSuccess;   // width 0: each row's mean 0, rstd 1 / sqrt(eps)
     if (f64)
         LAUNCH_ROWS(layer_norm_rows, double, (const double *)x, (const double *)gamma, (const double *)beta,
                     (double *)y, (double *)mean, (double *)rstd, rows, cols, eps);

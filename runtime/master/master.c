@@ -586,6 +586,7 @@ struct step_grace {
     uint64_t timer;         // under the step_wait's mu
     uint64_t check_timer;   // under mu; 0: none armed
     int pings;              // PINGs of the current check in flight, under mu
+    bool failed;            // a PING failed and aborted the step: no more checks, under mu
     rt_transport *tp;
     int n_remotes;
     char **endpoints, **tasks;   // copies: PINGs can answer after the session is gone
@@ -656,7 +657,8 @@ static void grace_pinged(void *arg, const dg_status *st, rt_header *h, dg_tensor
     dg_status err = DG_STATUS_INIT;
     answer_status(st, h, &err);
     pthread_mutex_lock(&g->mu);
-    if (!g->ended && err.code != DG_OK) {
+    if (!g->ended && !g->failed && err.code != DG_OK) {
+        g->failed = true;
         dg_status why = DG_STATUS_INIT;
         dg_status_setf(&why, DG_UNAVAILABLE, "task %s (%s) finished its part of the step, then stopped answering "
                        "(%s): the values it sent this task may never arrive",
@@ -664,7 +666,7 @@ static void grace_pinged(void *arg, const dg_status *st, rt_header *h, dg_tensor
         exec_rendezvous_abort(g->rv, g->step_id, &why);
         status_impl_clear(&why);
     }
-    if (--g->pings == 0 && !g->ended && err.code == DG_OK) grace_arm_check_locked(g);
+    if (--g->pings == 0 && !g->ended && !g->failed) grace_arm_check_locked(g);
     pthread_mutex_unlock(&g->mu);
     status_impl_clear(&err);
     drop_answer(h, ts, n);

@@ -55,6 +55,12 @@ static void test_blas_loads(void **state) {
     assert_true(exec_cuda_blas_load(st));
     assert_ok(st);
     assert_true(exec_cuda_blas_load(st));   // once per process; the second call is free
+    // By its versioned SONAME (what the runtime package ships), not the development link
+    // "libcublas.so", which may be absent or another major version.
+    const char *lib = exec_cuda_blas_library(), *so = strstr(lib, "libcublas.so.");
+    printf("cuBLAS opened as %s\n", lib);
+    assert_non_null(so);
+    assert_true(so[strlen("libcublas.so.")] >= '0' && so[strlen("libcublas.so.")] <= '9');
     dg_status_free(&st);
 }
 

@@ -701,6 +701,37 @@ static void test_layer_norm_values(void **state) {
     }
 }
 
+// Rows of width 0: y is empty, each row's mean is 0 and its rstd 1 / sqrt(epsilon), and the
+// gradient runs (dgamma and dbeta empty, dx empty).
+static void test_layer_norm_width_zero(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT64, dg_shape2(3, 0));
+    dg_output gamma = dg_placeholder(g, "gamma", DG_FLOAT64, dg_shape1(0));
+    dg_output beta = dg_placeholder(g, "beta", DG_FLOAT64, dg_shape1(0));
+    dg_output y = dg_layer_norm(g, NULL, x, gamma, beta, 0.25);
+    dg_output xs[3] = {x, gamma, beta}, dx[3];
+    assert_true(dg_gradients(g, &y, 1, xs, 3, NULL, dx));
+    assert_graph_ok(g);
+    dg_tensor *xv = dg_tensor_new(DG_FLOAT64, dg_shape2(3, 0), NULL), *gv = dg_tensor_new(DG_FLOAT64, dg_shape1(0), NULL),
+              *bv = dg_tensor_new(DG_FLOAT64, dg_shape1(0), NULL);
+    dg_output feeds[3] = {x, gamma, beta}, outs[6] = {y, {y.node, 1}, {y.node, 2}, dx[0], dx[1], dx[2]};
+    dg_tensor *fv[3] = {xv, gv, bv}, *got[6];
+    dg_session *s = new_session(g);
+    run_ok(s, feeds, fv, 3, outs, got, 6);
+    const double zeros[3] = {0, 0, 0}, twos[3] = {2, 2, 2};   // 1 / sqrt(0.25)
+    assert_int_equal(dg_tensor_num_elements(got[0]), 0);
+    assert_close_f64(dg_tensor_f64(got[1]), zeros, 3, 0, 0);
+    assert_close_f64(dg_tensor_f64(got[2]), twos, 3, 0, 0);
+    for (int k = 3; k < 6; k++) assert_int_equal(dg_tensor_num_elements(got[k]), 0);
+    for (int k = 0; k < 6; k++) dg_tensor_unref(got[k]);
+    dg_tensor_unref(xv);
+    dg_tensor_unref(gv);
+    dg_tensor_unref(bv);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+}
+
 // x used three times: d/dx sum(W * (tanh(x) + x*x)) = W * (1 - tanh(x)^2 + 2x).
 static void test_shared_input_closed_form(void **state) {
     (void)state;
@@ -1181,6 +1212,7 @@ int main(void) {
         cmocka_unit_test(test_cast_chain),
         cmocka_unit_test(test_rsqrt_erf_gelu_values),
         cmocka_unit_test(test_layer_norm_values),
+        cmocka_unit_test(test_layer_norm_width_zero),
         cmocka_unit_test(test_shared_input_closed_form),
         cmocka_unit_test(test_grad_ys_and_several_ys),
         cmocka_unit_test(test_unconnected_x),
