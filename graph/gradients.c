@@ -58,6 +58,31 @@ bool grad_MatMul(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
     return dg_graph_ok(g);
 }
 
+// TensorFlow's _BatchMatMulV2Grad: MatMul's four cases with adjoints, each summed back over the
+// batch dimensions its input was broadcast along.
+bool grad_BatchMatMulV2(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    bool ax = false, ay = false;
+    dg_node_attr_bool(n, "adj_x", &ax);
+    dg_node_attr_bool(n, "adj_y", &ay);
+    dg_output x = in(n, 0), y = in(n, 1), d = dy[0], gx, gy;
+    if (!ax && !ay) {
+        gx = dg_batch_matmul(g, NULL, d, y, false, true);
+        gy = dg_batch_matmul(g, NULL, x, d, true, false);
+    } else if (!ax && ay) {
+        gx = dg_batch_matmul(g, NULL, d, y, false, false);
+        gy = dg_batch_matmul(g, NULL, d, x, true, false);
+    } else if (ax && !ay) {
+        gx = dg_batch_matmul(g, NULL, y, d, false, true);
+        gy = dg_batch_matmul(g, NULL, x, d, false, false);
+    } else {
+        gx = dg_batch_matmul(g, NULL, y, d, true, true);
+        gy = dg_batch_matmul(g, NULL, d, x, true, true);
+    }
+    dx[0] = sum_to(g, gx, x);
+    dx[1] = sum_to(g, gy, y);
+    return dg_graph_ok(g);
+}
+
 bool grad_Add(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
     dx[0] = sum_to(g, dy[0], in(n, 0));
     dx[1] = sum_to(g, dy[0], in(n, 1));

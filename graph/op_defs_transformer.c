@@ -8,13 +8,17 @@
  * no such op (Keras's LayerNormalization composes moments and batch_normalization); the values
  * and gradients are that composition's.
  *
+ * BatchMatMulV2(x, y) is TensorFlow's: x [..., M, K] (adj_x: [..., K, M]) times y [..., K, N]
+ * (adj_y: [..., N, K]) for every index of the batch dimensions, which broadcast as elementwise
+ * ops' shapes do; the output is [batch..., M, N].
+ *
  * LayerNormGrad(dy, x, gamma, mean, rstd) gives dx, dgamma and dbeta in one pass over the rows:
  * with xhat = (x - mean) * rstd and g = dy * gamma, dx = rstd * (g - mean(g) - xhat *
  * mean(g * xhat)) per row, dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy. */
 #include <stdio.h>
 #include <string.h>
 
-#include "graph_impl.h"
+#include "grad_impl.h"
 
 static dg_dtype in_dt(const dg_node *n, int i) { return dg_output_dtype(n->inputs[i]); }
 static dg_shape in_sh(const dg_node *n, int i) { return dg_output_shape(n->inputs[i]); }
@@ -129,7 +133,56 @@ static bool grad_layer_norm(dg_graph *g, dg_node *n, const dg_output *dy, dg_out
     return dg_graph_ok(g);
 }
 
+static bool infer_batch_matmul(dg_node *n, dg_status *st) {
+    dg_dtype dt = in_dt(n, 0);
+    if ((dt != DG_FLOAT32 && dt != DG_FLOAT64) || in_dt(n, 1) != dt) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "BatchMatMulV2: x and y must be one float dtype, got %s and %s",
+                       dg_dtype_name(dt), dg_dtype_name(in_dt(n, 1)));
+        return false;
+    }
+    bool adj_x = false, adj_y = false;
+    (void)dg_node_attr_bool(n, "adj_x", &adj_x);
+    (void)dg_node_attr_bool(n, "adj_y", &adj_y);
+    dg_shape x = in_sh(n, 0), y = in_sh(n, 1);
+    char a[128], b[128];
+    if ((x.rank >= 0 && x.rank < 2) || (y.rank >= 0 && y.rank < 2)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "BatchMatMulV2: x %s and y %s must have rank >= 2",
+                       dg_shape_str(&x, a, sizeof a), dg_shape_str(&y, b, sizeof b));
+        return false;
+    }
+    if (x.rank < 0 || y.rank < 0) {   // the batch's rank is unknown: so is the output's
+        if (!graph_set_num_outputs(n, 1, st)) return false;
+        graph_set_output(n, 0, dt, dg_shape_unknown());
+        return true;
+    }
+    int64_t m = x.dims[x.rank - (adj_x ? 1 : 2)], kx = x.dims[x.rank - (adj_x ? 2 : 1)];
+    int64_t ky = y.dims[y.rank - (adj_y ? 1 : 2)], nn = y.dims[y.rank - (adj_y ? 2 : 1)];
+    if (kx >= 0 && ky >= 0 && kx != ky) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "BatchMatMulV2: inner dimensions differ, %lld vs %lld (x %s, y %s)",
+                       (long long)kx, (long long)ky, dg_shape_str(&x, a, sizeof a), dg_shape_str(&y, b, sizeof b));
+        return false;
+    }
+    dg_shape xb = x, yb = y, ob;
+    xb.rank -= 2;
+    yb.rank -= 2;
+    if (!graph_broadcast_shapes(xb, yb, &ob, st)) {
+        dg_status_prepend(st, "BatchMatMulV2: batch dimensions of x %s and y %s", dg_shape_str(&x, a, sizeof a),
+                          dg_shape_str(&y, b, sizeof b));
+        return false;
+    }
+    if (ob.rank + 2 > DG_MAX_RANK) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "BatchMatMulV2: output rank %d is over %d", ob.rank + 2, DG_MAX_RANK);
+        return false;
+    }
+    ob.dims[ob.rank++] = m;
+    ob.dims[ob.rank++] = nn;
+    if (!graph_set_num_outputs(n, 1, st)) return false;
+    graph_set_output(n, 0, dt, ob);
+    return true;
+}
+
 static const graph_op_def transformer_op_defs[] = {
+    GRAPH_OP("BatchMatMulV2", 2, 2, false, false, false, infer_batch_matmul, grad_BatchMatMulV2),
     GRAPH_OP("LayerNorm", 3, 3, false, false, false, infer_layer_norm, grad_layer_norm),
     GRAPH_OP("LayerNormGrad", 5, 5, false, false, false, infer_layer_norm_grad, NULL),
 };

@@ -365,6 +365,16 @@ dg_output dg_matmul(dg_graph *g, const char *name, dg_output a, dg_output b, boo
     return out0(graph_finish(n));
 }
 
+dg_output dg_batch_matmul(dg_graph *g, const char *name, dg_output x, dg_output y, bool adj_x, bool adj_y) {
+    if (!x.node || !y.node) return null_input(g, "BatchMatMulV2");
+    dg_node *n = graph_begin(g, "BatchMatMulV2", name);
+    graph_add_input(n, x);
+    graph_add_input(n, y);
+    graph_set_attr_bool(n, "adj_x", adj_x);
+    graph_set_attr_bool(n, "adj_y", adj_y);
+    return out0(graph_finish(n));
+}
+
 dg_output dg_add(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Add", name, a, b); }
 dg_output dg_sub(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Sub", name, a, b); }
 dg_output dg_mul(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Mul", name, a, b); }

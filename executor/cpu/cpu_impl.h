@@ -86,6 +86,21 @@ dg_shape cpu_reduced_shape(const dg_shape *x, uint32_t mask, bool keep);
 // MatMul of a and b (transposed as ta, tb): M x K times K x N. false with ctx->st set.
 bool cpu_matmul_dims(exec_ctx *ctx, const dg_tensor *a, const dg_tensor *b, bool ta, bool tb,
                      int64_t *M, int64_t *N, int64_t *K);
+// BatchMatMulV2 of x and y: the output's shape, the matrices' sizes and, for each of the
+// output's batch indices, where x's and y's matrices start (cpu_bmm_offsets).
+typedef struct cpu_bmm_plan {
+    int64_t M, N, K, lda, ldb;   // op(x) M x K, op(y) K x N; lda, ldb: x's and y's last dimension
+    int64_t batches;             // output matrices
+    dg_shape out;                // [batch..., M, N]
+    int nb;                      // the output's batch rank
+    int64_t bdims[DG_MAX_RANK], xs[DG_MAX_RANK], ys[DG_MAX_RANK];   // batch dims; strides in matrices
+} cpu_bmm_plan;
+// Checks x and y (rank >= 2, one float dtype, inner dimensions equal, batch dimensions that
+// broadcast) and fills p. false with ctx->st naming the shapes.
+bool cpu_bmm_plan_make(exec_ctx *ctx, const dg_tensor *x, const dg_tensor *y, bool adj_x, bool adj_y,
+                       cpu_bmm_plan *p);
+// The element offsets of x's and y's matrices for output matrix b.
+void cpu_bmm_offsets(const cpu_bmm_plan *p, int64_t b, int64_t *xo, int64_t *yo);
 // LayerNorm's and LayerNormGrad's inputs: x of rank >= 1 (rows x C), gamma and beta (either may
 // be NULL: not checked) [C], dy x's shape, mean and rstd one value a row, all of x's dtype.
 // false with ctx->st naming the input.

@@ -201,3 +201,57 @@ bool cpu_layer_norm_check(exec_ctx *ctx, const dg_tensor *x, const dg_tensor *ga
         return exec_fail(ctx, DG_INVALID_ARGUMENT, "dy must have x's dtype and shape");
     return true;
 }
+
+bool cpu_bmm_plan_make(exec_ctx *ctx, const dg_tensor *x, const dg_tensor *y, bool adj_x, bool adj_y,
+                       cpu_bmm_plan *p) {
+    char a[128], b[128];
+    const dg_shape *xs = &x->shape, *ys = &y->shape;
+    if (xs->rank < 2 || ys->rank < 2 || x->dtype != y->dtype)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "x %s %s and y %s %s must be of one dtype and rank >= 2",
+                         dg_dtype_name(x->dtype), dg_shape_str(xs, a, sizeof a), dg_dtype_name(y->dtype),
+                         dg_shape_str(ys, b, sizeof b));
+    int rx = xs->rank, ry = ys->rank;
+    p->lda = xs->dims[rx - 1];
+    p->ldb = ys->dims[ry - 1];
+    p->M = adj_x ? xs->dims[rx - 1] : xs->dims[rx - 2];
+    p->K = adj_x ? xs->dims[rx - 2] : xs->dims[rx - 1];
+    int64_t ky = adj_y ? ys->dims[ry - 1] : ys->dims[ry - 2];
+    p->N = adj_y ? ys->dims[ry - 2] : ys->dims[ry - 1];
+    if (ky != p->K)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "inner dimensions differ, %lld vs %lld (x %s, y %s)",
+                         (long long)p->K, (long long)ky, dg_shape_str(xs, a, sizeof a), dg_shape_str(ys, b, sizeof b));
+    dg_shape xb = *xs, yb = *ys, ob;
+    xb.rank -= 2;
+    yb.rank -= 2;
+    dg_status *st = ctx->st;
+    if (!graph_broadcast_shapes(xb, yb, &ob, st)) {
+        dg_status_prepend(st, "batch dimensions of x %s and y %s", dg_shape_str(xs, a, sizeof a),
+                          dg_shape_str(ys, b, sizeof b));
+        return false;
+    }
+    // Strides (in matrices) of x's and y's batch dims, aligned to the right of the output's.
+    if (!cpu_broadcast_strides(&xb, &ob, p->xs) || !cpu_broadcast_strides(&yb, &ob, p->ys))
+        return exec_fail(ctx, DG_INTERNAL, "batch dimensions do not broadcast");
+    p->nb = ob.rank;
+    p->batches = 1;
+    for (int i = 0; i < ob.rank; i++) {
+        p->bdims[i] = ob.dims[i];
+        p->batches *= ob.dims[i];
+    }
+    p->out = ob;
+    p->out.dims[p->out.rank++] = p->M;
+    p->out.dims[p->out.rank++] = p->N;
+    return true;
+}
+
+void cpu_bmm_offsets(const cpu_bmm_plan *p, int64_t b, int64_t *xo, int64_t *yo) {
+    int64_t mx = 0, my = 0;
+    for (int i = p->nb - 1; i >= 0; i--) {
+        int64_t c = b % p->bdims[i];
+        b /= p->bdims[i];
+        mx += c * p->xs[i];
+        my += c * p->ys[i];
+    }
+    *xo = mx * p->M * p->K;
+    *yo = my * p->K * p->N;
+}

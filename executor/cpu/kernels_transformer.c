@@ -1,11 +1,12 @@
-/* CPU kernels of the transformer ops (graph/op_defs_transformer.c): LayerNorm and its
- * gradient, one pass over each row each way. Sums run in float64 for float32 tensors too: a
+/* CPU kernels of the transformer ops (graph/op_defs_transformer.c): BatchMatMulV2 (one GEMM a
+ * matrix, cpu_gemm), LayerNorm and its gradient, one pass over each row each way. Sums run in float64 for float32 tensors too: a
  * row's mean and variance over a width of thousands keep float32's precision that way, and the
  * row is read once more at most. The GPU kernels (executor/cuda/nn.cu) follow the same
  * formulas in the same order. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu_impl.h"
 
@@ -111,10 +112,52 @@ static bool layer_norm_grad_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
+// ---- BatchMatMulV2: one GEMM per output matrix ----
+
+typedef struct bmm_state {
+    bool adj_x, adj_y;
+} bmm_state;
+
+static void *bmm_create(const dg_node *n, const exec_env *env, dg_status *st) {
+    (void)env;
+    bmm_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "out of memory");
+        return NULL;
+    }
+    (void)dg_node_attr_bool(n, "adj_x", &s->adj_x);
+    (void)dg_node_attr_bool(n, "adj_y", &s->adj_y);
+    return s;
+}
+
+static bool batch_matmul_compute(void *state, exec_ctx *ctx) {
+    bmm_state *s = state;
+    dg_tensor *x = IN(0), *y = IN(1);
+    cpu_bmm_plan p;
+    if (!cpu_bmm_plan_make(ctx, x, y, s->adj_x, s->adj_y, &p)) return false;
+    dg_tensor *o = exec_alloc_output(ctx, 0, x->dtype, p.out);
+    if (!o) return false;
+    if (o->n_elements == 0) return true;
+    size_t es = dg_dtype_size(x->dtype);
+    if (p.K == 0) {
+        memset(o->data, 0, o->nbytes);
+        return true;
+    }
+    for (int64_t b = 0; b < p.batches; b++) {
+        int64_t xo, yo;
+        cpu_bmm_offsets(&p, b, &xo, &yo);
+        cpu_gemm(x->dtype, s->adj_x, s->adj_y, p.M, p.N, p.K, 1.0, (const char *)x->data + xo * (int64_t)es, p.lda,
+                 (const char *)y->data + yo * (int64_t)es, p.ldb, 0.0, (char *)o->data + b * p.M * p.N * (int64_t)es,
+                 p.N);
+    }
+    return true;
+}
+
 #define K(op, create, compute, destroy) \
     {op, "CPU", DT_FLOATS, create, compute, destroy, true, false, false, NULL, false}
 
 static const exec_kernel_def transformer_kernels[] = {
+    K("BatchMatMulV2", bmm_create, batch_matmul_compute, free),
     K("LayerNorm", ln_create, layer_norm_compute, free),
     K("LayerNormGrad", cpu_no_state, layer_norm_grad_compute, NULL),
 };

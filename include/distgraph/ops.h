@@ -153,6 +153,10 @@ dg_output dg_pow(dg_graph *g, const char *name, dg_output x, dg_output y);
 dg_output dg_log(dg_graph *g, const char *name, dg_output x);
 dg_output dg_square(dg_graph *g, const char *name, dg_output x);
 dg_output dg_sqrt(dg_graph *g, const char *name, dg_output x);
+// TensorFlow's BatchMatMulV2 (tf.linalg.matmul of rank >= 2): x [..., M, K] times
+// y [..., K, N] for every batch index, the batch dimensions broadcast; adj_x and adj_y
+// transpose the last two dimensions of x and y first. float32/float64.
+dg_output dg_batch_matmul(dg_graph *g, const char *name, dg_output x, dg_output y, bool adj_x, bool adj_y);
 // 1 / sqrt(x) (TensorFlow's Rsqrt), float32/float64.
 dg_output dg_rsqrt(dg_graph *g, const char *name, dg_output x);
 // The error function (TensorFlow's Erf), float32/float64.

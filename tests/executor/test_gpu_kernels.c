@@ -32,6 +32,12 @@
 #include "gpu_impl.h"
 #endif
 
+// A rank-4 shape.
+static dg_shape shape4(int64_t a, int64_t b, int64_t c, int64_t d) {
+    const int64_t dims[4] = {a, b, c, d};
+    return dg_shape_make(4, dims);
+}
+
 // The ops with a GPU kernel. Part B checks each has one and ran on GPU:0 in some case.
 static const char *const gpu_ops[] = {
     "MatMul", "Add", "Sub", "Mul", "Div", "Maximum", "Minimum", "ReluGrad", "SigmoidGrad",
@@ -47,7 +53,7 @@ static const char *const gpu_ops[] = {
     "AvgPoolGrad", "Dropout", "Pow", "Transpose", "StopGradient", "Tile", "Select", "OneHot",
     "Gather", "UnsortedSegmentSum", "ScatterAdd", "ScatterSub", "ScatterUpdate",
     "SparseApplyAdagrad", "SparseApplyAdam", "SparseApplyMomentum", "DynamicStitch",
-    "Rsqrt", "RsqrtGrad", "Erf", "Gelu", "GeluGrad", "LayerNorm", "LayerNormGrad",
+    "Rsqrt", "RsqrtGrad", "Erf", "Gelu", "GeluGrad", "LayerNorm", "LayerNormGrad", "BatchMatMulV2",
 };
 #define N_GPU_OPS ((int)(sizeof gpu_ops / sizeof gpu_ops[0]))
 static bool gpu_op_seen[N_GPU_OPS];
@@ -324,6 +330,23 @@ static void build_ones_like(bctx *c) { build_unary(c, dg_ones_like, IN_UNIFORM);
 
 // Elementwise gradients as the gradient functions build them (graph/gradients.c):
 // ReluGrad(dy, features), the others (y, dy).
+// BatchMatMulV2 with each adjoint, broadcast batch dimensions, and its gradient (which sums
+// over the broadcast dimensions).
+static void build_batch_matmul(bctx *c) {
+    for (int v = 0; v < 4; v++) {
+        bool ax = v & 1, ay = v & 2;
+        dg_output x = ph(c, ax ? shape4(2, 1, 33, 17) : shape4(2, 1, 17, 33));
+        dg_output y = ph(c, ay ? dg_shape3(3, 9, 33) : dg_shape3(3, 33, 9));
+        dg_output z = dg_batch_matmul(c->g, NULL, x, y, ax, ay), dz = ph(c, shape4(2, 3, 17, 9));
+        fetch(c, z);
+        dg_output xs[2] = {x, y}, dx[2];
+        if (dg_gradients(c->g, &z, 1, xs, 2, &dz, dx)) {
+            fetch(c, dx[0]);
+            fetch(c, dx[1]);
+        }
+    }
+}
+
 // LayerNorm and its gradient: widths that take each row-group size of nn.cu (1 thread up to 16
 // columns, a warp up to 512, the block beyond) and their tails, rank 3, one row, one column.
 static void build_layer_norm(bctx *c) {
@@ -1137,6 +1160,7 @@ static const gk_case cases[] = {
     {"Erf", build_erf},
     {"Gelu/GeluGrad", build_gelu},
     {"LayerNorm/LayerNormGrad", build_layer_norm},
+    {"BatchMatMulV2", build_batch_matmul},
     {"ReluGrad/SigmoidGrad/TanhGrad/SqrtGrad/RsqrtGrad", build_elem_grads},
     {"BiasAdd", build_bias_add},
     {"BiasAddGrad", build_bias_add_grad},

@@ -20,6 +20,12 @@
 // ---------------------------------------------------------------------------------------
 // Helpers
 
+// A rank-4 shape.
+static dg_shape shape4(int64_t a, int64_t b, int64_t c, int64_t d) {
+    const int64_t dims[4] = {a, b, c, d};
+    return dg_shape_make(4, dims);
+}
+
 static dg_session *new_session(dg_graph *g) {
     dg_status *st = dg_status_new();
     dg_session_options o = dg_session_options_default();
@@ -140,6 +146,10 @@ B1(b_square, dg_square(g, NULL, x[0]))
 B1(b_sqrt, dg_sqrt(g, NULL, x[0]))
 B1(b_rsqrt, dg_rsqrt(g, NULL, x[0]))
 B1(b_layer_norm, dg_layer_norm(g, NULL, x[0], x[1], x[2], 1e-5))
+B1(b_bmm_nn, dg_batch_matmul(g, NULL, x[0], x[1], false, false))
+B1(b_bmm_nt, dg_batch_matmul(g, NULL, x[0], x[1], false, true))
+B1(b_bmm_tn, dg_batch_matmul(g, NULL, x[0], x[1], true, false))
+B1(b_bmm_tt, dg_batch_matmul(g, NULL, x[0], x[1], true, true))
 B1(b_erf, dg_erf(g, NULL, x[0]))
 B1(b_gelu, dg_gelu(g, NULL, x[0], false))
 B1(b_gelu_tanh, dg_gelu(g, NULL, x[0], true))
@@ -299,6 +309,12 @@ static const grad_case grad_cases[] = {
     {"Square", b_square, 1, {T2(3, 4, U)}},
     {"Sqrt", b_sqrt, 1, {T2(3, 4, POS)}},
     {"Rsqrt", b_rsqrt, 1, {T2(3, 4, POS)}},
+    {"BatchMatMulV2", b_bmm_nn, 2, {T3(2, 3, 4, U), T3(2, 4, 5, U)}},
+    {"BatchMatMulV2 adj_y", b_bmm_nt, 2, {T3(2, 3, 4, U), T3(2, 5, 4, U)}},
+    {"BatchMatMulV2 adj_x", b_bmm_tn, 2, {T3(2, 4, 3, U), T3(2, 4, 5, U)}},
+    {"BatchMatMulV2 adj_x adj_y", b_bmm_tt, 2, {T3(2, 4, 3, U), T3(2, 5, 4, U)}},
+    {"BatchMatMulV2 x broadcast (rank 2)", b_bmm_nn, 2, {T2(3, 4, U), T3(2, 4, 5, U)}},
+    {"BatchMatMulV2 both broadcast", b_bmm_nt, 2, {T4(2, 1, 3, 4, U), T3(3, 5, 4, U)}},
     {"LayerNorm", b_layer_norm, 3, {T2(3, 5, G_UNIFORM, -2, 2), T1(5, U), T1(5, U)}},
     {"LayerNorm rank 3, odd width", b_layer_norm, 3, {T3(2, 3, 7, G_UNIFORM, -2, 2), T1(7, U), T1(7, U)}},
     {"LayerNorm width 1", b_layer_norm, 3, {T2(4, 1, U), T1(1, U), T1(1, U)}},
@@ -697,6 +713,71 @@ static void test_layer_norm_values(void **state) {
         dg_tensor_unref(gv);
         dg_tensor_unref(bv);
         dg_session_free(&s);
+        dg_graph_free(&g);
+    }
+}
+
+// BatchMatMulV2 against a triple loop in long double, with broadcast batch dimensions, each
+// adjoint, float64 and float32; and the shapes it refuses.
+static void test_batch_matmul_values(void **state) {
+    (void)state;
+    uint64_t rng = 7;
+    // x [2, 1, 3, 4] (adj_x: [2, 1, 4, 3]), y [3, 4, 5] (adj_y: [3, 5, 4]): output [2, 3, 3, 5].
+    enum { B0 = 2, B1 = 3, M = 3, K = 4, N = 5 };
+    for (int variant = 0; variant < 8; variant++) {
+        bool ax = variant & 1, ay = variant & 2, f32 = variant & 4;
+        dg_dtype dt = f32 ? DG_FLOAT32 : DG_FLOAT64;
+        dg_shape xs = ax ? shape4(B0, 1, K, M) : shape4(B0, 1, M, K);
+        dg_shape ys = ay ? dg_shape3(B1, N, K) : dg_shape3(B1, K, N);
+        dg_graph *g = dg_graph_new();
+        dg_output x = dg_placeholder(g, "x", dt, xs), y = dg_placeholder(g, "y", dt, ys);
+        dg_output z = dg_batch_matmul(g, NULL, x, y, ax, ay);
+        assert_graph_ok(g);
+        dg_shape zs = dg_output_shape(z);
+        assert_int_equal(zs.rank, 4);
+        assert_true(zs.dims[0] == B0 && zs.dims[1] == B1 && zs.dims[2] == M && zs.dims[3] == N);
+        dg_tensor *xv = dg_tensor_new(dt, xs, NULL), *yv = dg_tensor_new(dt, ys, NULL);
+        for (int64_t i = 0; i < dg_tensor_num_elements(xv); i++) set_elem(xv, i, dg_test_uniform(&rng, -1, 1));
+        for (int64_t i = 0; i < dg_tensor_num_elements(yv); i++) set_elem(yv, i, dg_test_uniform(&rng, -1, 1));
+        dg_output feeds[2] = {x, y};
+        dg_tensor *fv[2] = {xv, yv}, *got;
+        dg_session *s = new_session(g);
+        run_ok(s, feeds, fv, 2, &z, &got, 1);
+        double want[B0 * B1 * M * N], have[B0 * B1 * M * N];
+        for (int b0 = 0; b0 < B0; b0++)
+            for (int b1 = 0; b1 < B1; b1++)
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++) {
+                        long double acc = 0;
+                        for (int k = 0; k < K; k++) {
+                            int64_t xi = b0 * M * K + (ax ? k * M + i : i * K + k);
+                            int64_t yi = b1 * K * N + (ay ? j * K + k : k * N + j);
+                            acc += (long double)dg_tensor_get_as_double(xv, xi) * dg_tensor_get_as_double(yv, yi);
+                        }
+                        int64_t o = ((b0 * B1 + b1) * M + i) * N + j;
+                        want[o] = (double)acc;
+                        have[o] = dg_tensor_get_as_double(got, o);
+                    }
+        double tol = f32 ? 1e-6 : 1e-14;
+        assert_close_f64_msg(have, want, B0 * B1 * M * N, tol, tol, "BatchMatMulV2 adj_x=%d adj_y=%d %s", ax, ay,
+                             f32 ? "float32" : "float64");
+        dg_tensor_unref(got);
+        dg_tensor_unref(xv);
+        dg_tensor_unref(yv);
+        dg_session_free(&s);
+        dg_graph_free(&g);
+    }
+    // Inner dimensions that differ, batch dimensions that do not broadcast, a vector.
+    const dg_shape bad[][2] = {{dg_shape3(2, 3, 4), dg_shape3(2, 5, 6)},
+                               {dg_shape3(2, 3, 4), dg_shape3(3, 4, 5)},
+                               {dg_shape1(4), dg_shape2(4, 5)}};
+    const char *why[] = {"inner dimensions differ", "batch dimensions", "rank >= 2"};
+    for (int i = 0; i < 3; i++) {
+        dg_graph *g = dg_graph_new();
+        dg_batch_matmul(g, "bad", dg_placeholder(g, "x", DG_FLOAT32, bad[i][0]),
+                        dg_placeholder(g, "y", DG_FLOAT32, bad[i][1]), false, false);
+        assert_int_equal(dg_status_code(dg_graph_status(g)), DG_INVALID_ARGUMENT);
+        assert_non_null(strstr(dg_status_message(dg_graph_status(g)), why[i]));
         dg_graph_free(&g);
     }
 }
@@ -1213,6 +1294,7 @@ int main(void) {
         cmocka_unit_test(test_rsqrt_erf_gelu_values),
         cmocka_unit_test(test_layer_norm_values),
         cmocka_unit_test(test_layer_norm_width_zero),
+        cmocka_unit_test(test_batch_matmul_values),
         cmocka_unit_test(test_shared_input_closed_form),
         cmocka_unit_test(test_grad_ys_and_several_ys),
         cmocka_unit_test(test_unconnected_x),

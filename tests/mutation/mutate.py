@@ -86,6 +86,14 @@ MUTANTS = [
         "tests": ["test_collective"],
     },
     {
+        "name": "batch_matmul_ignores_batch",
+        "what": "BatchMatMulV2 (CPU) multiplies x's first matrix for every batch index: wrong where x has a "
+                "batch of its own, right where it is broadcast",
+        "file": "executor/cpu/cpu_register.c",
+        "edits": [("    *xo = mx * p->M * p->K;\n", "    *xo = 0 * mx;\n")],
+        "tests": ["test_gradients"],
+    },
+    {
         "name": "layer_norm_nan",
         "what": "LayerNorm (CPU) writes NaN over y",
         "file": "executor/cpu/kernels_transformer.c",

@@ -1,4 +1,5 @@
-/* GPU kernels of the transformer ops: LayerNorm and LayerNormGrad. Each checks its inputs as
+/* GPU kernels of the transformer ops: BatchMatMulV2 (cuBLAS, a GEMM a matrix), LayerNorm and
+ * LayerNormGrad. Each checks its inputs as
  * the CPU kernel does (executor/cpu/kernels_transformer.c) and queues the work through the
  * launchers of nn.cu. */
 #include <stdlib.h>
@@ -25,6 +26,59 @@ static void *ln_create(const dg_node *n, const exec_env *env, dg_status *st) {
     (void)dg_node_attr_float(n, "epsilon", &s->eps);
     return s;
 }
+
+// ---- BatchMatMulV2: one cuBLAS GEMM per output matrix, on the device's stream ----
+
+typedef struct bmm_state {
+    exec_cuda_device *dev;   // borrowed; first member (gpu_impl.h)
+    bool adj_x, adj_y;
+} bmm_state;
+
+static void *bmm_create(const dg_node *n, const exec_env *env, dg_status *st) {
+    exec_cuda_device *dev = gpu_dev_create(n, env, st);
+    if (!dev) return NULL;
+    bmm_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "%s kernel: %zu bytes", n->op->name, sizeof *s);
+        return NULL;
+    }
+    s->dev = dev;
+    (void)dg_node_attr_bool(n, "adj_x", &s->adj_x);
+    (void)dg_node_attr_bool(n, "adj_y", &s->adj_y);
+    return s;
+}
+
+static bool batch_matmul_compute(void *state, exec_ctx *ctx) {
+    bmm_state *s = state;
+    exec_cuda_device *dev = s->dev;
+    if (!gpu_prepare_inputs(ctx, dev, 2)) return false;
+    dg_tensor *x = IN(0), *y = IN(1);
+    cpu_bmm_plan p;
+    if (!cpu_bmm_plan_make(ctx, x, y, s->adj_x, s->adj_y, &p)) return false;
+    dg_tensor *o = gpu_alloc_output(dev, ctx, 0, x->dtype, p.out);
+    if (!o) return false;
+    if (o->n_elements == 0) return true;
+    if (p.K == 0)   // empty sums: zeros, as the CPU kernel gives
+        return gpu_check_launch(ctx, dev, cudaMemsetAsync(o->data, 0, o->nbytes, dev->stream), "cudaMemsetAsync");
+    for (int64_t b = 0; b < p.batches; b++) {
+        int64_t xo, yo, oo = b * p.M * p.N;
+        cpu_bmm_offsets(&p, b, &xo, &yo);
+        bool ok = x->dtype == DG_FLOAT32
+                      ? exec_cuda_sgemm(dev, s->adj_x, s->adj_y, p.M, p.N, p.K, 1.0f, (const float *)x->data + xo,
+                                        p.lda, (const float *)y->data + yo, p.ldb, 0.0f, (float *)o->data + oo, p.N,
+                                        ctx->st)
+                      : exec_cuda_dgemm(dev, s->adj_x, s->adj_y, p.M, p.N, p.K, 1.0, (const double *)x->data + xo,
+                                        p.lda, (const double *)y->data + yo, p.ldb, 0.0, (double *)o->data + oo, p.N,
+                                        ctx->st);
+        if (!ok) {
+            dg_status_prepend(ctx->st, "BatchMatMulV2, matrix %lld of %lld", (long long)b, (long long)p.batches);
+            return false;
+        }
+    }
+    return true;
+}
+
+// ---- LayerNorm ----
 
 static bool layer_norm_compute(void *state, exec_ctx *ctx) {
     ln_state *s = state;
@@ -60,6 +114,7 @@ static bool layer_norm_grad_compute(void *state, exec_ctx *ctx) {
 }
 
 const exec_kernel_def gpu_transformer_kernels[] = {
+    GPU_KERNEL("BatchMatMulV2", DT_FLOATS, bmm_create, batch_matmul_compute, free),
     GPU_KERNEL("LayerNorm", DT_FLOATS, ln_create, layer_norm_compute, free),
     GPU_KERNEL("LayerNormGrad", DT_FLOATS, gpu_dev_create, layer_norm_grad_compute, NULL),
 };
