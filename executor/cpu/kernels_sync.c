@@ -232,6 +232,7 @@ typedef struct accum {
     int64_t n;                 // elements
     double *sum;               // running sum of the accepted gradients (in double)
     int count;                 // gradients in sum
+    int64_t oldest, newest;    // the smallest and largest local step in sum (count > 0)
     int64_t global_step;       // gradients of older local steps are stale
     int64_t *last_step;        // per replica id: the last local step it contributed; -1 never
     int n_replicas;
@@ -416,6 +417,8 @@ static bool apply_gradient_compute(void *state, exec_ctx *ctx) {
             for (int64_t i = 0; i < a->n; i++) a->sum[i] += ((const double *)g->data)[i];
         else
             for (int64_t i = 0; i < a->n; i++) a->sum[i] += ((const float *)g->data)[i];
+        if (a->count == 0 || local_step < a->oldest) a->oldest = local_step;
+        if (a->count == 0 || local_step > a->newest) a->newest = local_step;
         a->count++;
         if (k->replica >= 0) a->last_step[k->replica] = local_step;
         waiter *w = a->base.waiters;
@@ -439,12 +442,15 @@ static bool set_global_step_compute(void *state, exec_ctx *ctx) {
                          "scalar", a->base.name);
     int64_t step = dg_tensor_i64(IN(0))[0];
     pthread_mutex_lock(&a->base.mu);
-    // Gradients accumulated for another step are stale once the step moves.
-    if (step != a->global_step) {
+    // Gradients computed at another step are stale once the step moves; those computed at
+    // exactly the new one are kept. After a restart a worker can apply its first gradient (at
+    // the restored step) before the chief sets the step of the fresh accumulator: dropping it
+    // would leave the chief's take one gradient short while that worker waits for a token.
+    if (a->count > 0 && (a->oldest != step || a->newest != step)) {
         memset(a->sum, 0, (size_t)a->n * sizeof *a->sum);
         a->count = 0;
-        a->global_step = step;
     }
+    a->global_step = step;
     pthread_mutex_unlock(&a->base.mu);
     return true;
 }

@@ -144,6 +144,22 @@ static void test_accumulator_average_and_stale(void **state) {
     assert_ok(st);
     assert_true(dg_tensor_f64(avg)[2] == 5.5);
     dg_tensor_unref(avg);
+    // Gradients computed at exactly the new step are kept (a worker that recovered first
+    // applies at the restored step before the chief sets it); any other step drops the sum.
+    assert_true(acc_apply(&a, 9, g1, 3, st));
+    ns = i64(9);
+    assert_true(dg_session_run(a.s, &a.new_step, &ns, 1, NULL, NULL, 0, &a.set_step, 1, st));
+    assert_int_equal(acc_count(&a), 1);
+    assert_true(acc_apply(&a, 9, g2, 3, st));
+    assert_true(acc_apply(&a, 11, g3, 3, st));
+    assert_true(dg_session_run(a.s, &a.new_step, &ns, 1, NULL, NULL, 0, &a.set_step, 1, st));
+    dg_tensor_unref(ns);
+    assert_int_equal(acc_count(&a), 0);
+    assert_true(acc_apply(&a, 9, g2, 3, st));
+    avg = acc_take(&a, 1, st);
+    assert_ok(st);
+    assert_true(dg_tensor_f64(avg)[0] == 3.0 && dg_tensor_f64(avg)[2] == 5.5);
+    dg_tensor_unref(avg);
     // num_required below 1 is rejected before touching the accumulator.
     assert_null(acc_take(&a, 0, st));
     assert_status(st, DG_INVALID_ARGUMENT, "accumulator \"acc\": num_required must be >= 1, got 0");
