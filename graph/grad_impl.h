@@ -7,7 +7,7 @@
 
 #define GRAD_FNS(X)                                                                  \
     X(Identity) X(MatMul) X(Add) X(Sub) X(Mul) X(Div) X(Maximum) X(Minimum) X(AddN)  \
-    X(BiasAdd) X(Relu) X(Sigmoid) X(Tanh) X(Exp) X(Log) X(Square) X(Sqrt) X(Neg) X(Rsqrt) X(Erf) X(Gelu) X(BatchMatMulV2) \
+    X(BiasAdd) X(Relu) X(Sigmoid) X(Tanh) X(Exp) X(Log) X(Square) X(Sqrt) X(Neg) X(Rsqrt) X(Erf) X(Sin) X(Cos) X(Gelu) X(BatchMatMulV2) \
     X(ClipByValue) X(Softmax) X(LogSoftmax) X(SoftmaxCrossEntropyWithLogits)         \
     X(SparseSoftmaxCrossEntropyWithLogits) X(Sum) X(Mean) X(Max) X(Reshape) X(Cast)  \
     X(Concat) X(Split) X(Slice) X(Fill) X(BroadcastTo) X(SumToShape) X(Pow) X(Select)

@@ -206,6 +206,15 @@ bool grad_Erf(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
     dx[0] = dg_mul(g, NULL, dy[0], dg_mul(g, NULL, scalar_like(g, x, 1.1283791670955126), e));
     return dg_graph_ok(g);
 }
+// TensorFlow's _SinGrad and _CosGrad: dy cos(x) and -dy sin(x).
+bool grad_Sin(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = dg_mul(g, NULL, dy[0], dg_cos(g, NULL, in(n, 0)));
+    return dg_graph_ok(g);
+}
+bool grad_Cos(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    dx[0] = dg_neg(g, NULL, dg_mul(g, NULL, dy[0], dg_sin(g, NULL, in(n, 0))));
+    return dg_graph_ok(g);
+}
 // GeluGrad(dy, x) with the forward op's form (approximate: tanh).
 bool grad_Gelu(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
     bool approximate = false;

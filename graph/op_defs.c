@@ -680,6 +680,8 @@ static const graph_op_def op_defs[] = {
     GRAPH_OP("Rsqrt", 1, 1, false, false, false, infer_unary_float, grad_Rsqrt),
     GRAPH_OP("RsqrtGrad", 2, 2, false, false, false, infer_grad2, NULL),
     GRAPH_OP("Erf", 1, 1, false, false, false, infer_unary_float, grad_Erf),
+    GRAPH_OP("Sin", 1, 1, false, false, false, infer_unary_float, grad_Sin),
+    GRAPH_OP("Cos", 1, 1, false, false, false, infer_unary_float, grad_Cos),
     GRAPH_OP("Gelu", 1, 1, false, false, false, infer_unary_float, grad_Gelu),
     GRAPH_OP("GeluGrad", 2, 2, false, false, false, infer_grad2, NULL),
     GRAPH_OP("Neg", 1, 1, false, false, false, infer_unary_numeric, grad_Neg),

@@ -14,7 +14,19 @@
  *
  * LayerNormGrad(dy, x, gamma, mean, rstd) gives dx, dgamma and dbeta in one pass over the rows:
  * with xhat = (x - mean) * rstd and g = dy * gamma, dx = rstd * (g - mean(g) - xhat *
- * mean(g * xhat)) per row, dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy. */
+ * mean(g * xhat)) per row, dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy.
+ *
+ * ScaledDotProductAttention(q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv]) is PyTorch's
+ * F.scaled_dot_product_attention: softmax(scale * q k^T) v, masked as below, for every index of the batch
+ * dimensions (equal in all three), scale the attribute "scale" (0, the default: 1 / sqrt(D)).
+ * With "causal" true, query row i sees key j only if j <= i + Tk - Tq (the rows aligned to the
+ * end of the keys, as FlashAttention does; PyTorch's top-left alignment is the same for Tq =
+ * Tk); a row that sees no key is 0. Output 1 is each row's log-sum-exp of its scaled scores
+ * (-inf for a row that sees no key), [..., Tq]: the gradient recomputes the probabilities from
+ * it instead of keeping the Tq x Tk matrix. TensorFlow composes the same from BatchMatMul,
+ * a mask and Softmax; the values and gradients are that composition's.
+ *
+ * ScaledDotProductAttentionGrad(dout, q, k, v, out, lse) gives dq, dk and dv. */
 #include <stdio.h>
 #include <string.h>
 
@@ -181,10 +193,113 @@ static bool infer_batch_matmul(dg_node *n, dg_status *st) {
     return true;
 }
 
+static bool dim_ok(int64_t a, int64_t b) { return a < 0 || b < 0 || a == b; }
+
+// q, k, v (and, for the gradient, dout, out, lse): one float dtype, one rank >= 2, the batch
+// dimensions equal, q and k of one width D, k and v of one length Tk.
+static bool check_attention(const dg_node *n, int first, dg_status *st) {
+    dg_dtype dt = in_dt(n, first);
+    dg_shape q = in_sh(n, first), k = in_sh(n, first + 1), v = in_sh(n, first + 2);
+    char a[128], b[128], c[128];
+    if (dt != DG_FLOAT32 && dt != DG_FLOAT64) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: q must be float32 or float64, got %s", n->op->name,
+                       dg_dtype_name(dt));
+        return false;
+    }
+    for (int i = 0; i < n->n_inputs; i++)
+        if (in_dt(n, i) != dt) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: input %d is %s, q is %s", n->op->name, i,
+                           dg_dtype_name(in_dt(n, i)), dg_dtype_name(dt));
+            return false;
+        }
+    if (q.rank < 0 || k.rank < 0 || v.rank < 0) return true;   // checked when the kernel runs
+    bool ok = q.rank >= 2 && k.rank == q.rank && v.rank == q.rank;
+    for (int i = 0; ok && i < q.rank - 2; i++)
+        ok = dim_ok(q.dims[i], k.dims[i]) && dim_ok(q.dims[i], v.dims[i]);
+    int r = q.rank;
+    ok = ok && dim_ok(q.dims[r - 1], k.dims[r - 1]) && dim_ok(k.dims[r - 2], v.dims[r - 2]);
+    if (!ok) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: q %s, k %s and v %s must be [..., Tq, D], [..., Tk, D] and "
+                       "[..., Tk, Dv] with the same batch dimensions", n->op->name, dg_shape_str(&q, a, sizeof a),
+                       dg_shape_str(&k, b, sizeof b), dg_shape_str(&v, c, sizeof c));
+        return false;
+    }
+    double scale = 0;
+    if (dg_node_attr_float(n, "scale", &scale) && !(scale >= 0 && scale < 1e30)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: scale %g must be finite and >= 0 (0: 1 / sqrt(D))",
+                       n->op->name, scale);
+        return false;
+    }
+    return true;
+}
+
+// The output's shape: q's with v's last dimension.
+static dg_shape attention_out_shape(dg_shape q, dg_shape v) {
+    if (q.rank >= 2 && v.rank == q.rank) q.dims[q.rank - 1] = v.dims[v.rank - 1];
+    else q = dg_shape_unknown();
+    return q;
+}
+
+static bool infer_attention(dg_node *n, dg_status *st) {
+    if (!check_attention(n, 0, st)) return false;
+    dg_dtype dt = in_dt(n, 0);
+    dg_shape q = in_sh(n, 0);
+    if (!graph_set_num_outputs(n, 2, st)) return false;
+    graph_set_output(n, 0, dt, attention_out_shape(q, in_sh(n, 2)));
+    graph_set_output(n, 1, dt, q.rank >= 0 ? without_last(q) : q);
+    return true;
+}
+
+static bool infer_attention_grad(dg_node *n, dg_status *st) {
+    if (!check_attention(n, 1, st)) return false;
+    dg_dtype dt = in_dt(n, 1);
+    dg_shape q = in_sh(n, 1), want = attention_out_shape(q, in_sh(n, 3)), lw = q.rank >= 0 ? without_last(q) : q;
+    dg_shape d = in_sh(n, 0), o = in_sh(n, 4), l = in_sh(n, 5);
+    char a[128], b[128];
+    const dg_shape *got[3] = {&d, &o, &l}, *need[3] = {&want, &want, &lw};
+    static const char *const name[3] = {"dout", "out", "lse"};
+    for (int i = 0; i < 3; i++)
+        if (got[i]->rank >= 0 && need[i]->rank >= 0 && !dg_shape_compatible(got[i], need[i])) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: %s has shape %s, q and v need %s", n->op->name, name[i],
+                           dg_shape_str(got[i], a, sizeof a), dg_shape_str(need[i], b, sizeof b));
+            return false;
+        }
+    if (!graph_set_num_outputs(n, 3, st)) return false;
+    for (int i = 0; i < 3; i++) graph_set_output(n, i, dt, in_sh(n, 1 + i));
+    return true;
+}
+
+// Gradients flow from the output only (lse is the forward pass's note for its gradient).
+static bool grad_attention(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
+    if (dy[1].node) {
+        graph_node_error(g, n, DG_UNIMPLEMENTED, "gradients through ScaledDotProductAttention's lse output are "
+                         "not supported (only through its output 0)");
+        return false;
+    }
+    if (!dy[0].node) return true;
+    dg_node *gn = graph_begin(g, "ScaledDotProductAttentionGrad", NULL);
+    graph_add_input(gn, dy[0]);
+    for (int i = 0; i < 3; i++) graph_add_input(gn, n->inputs[i]);
+    graph_add_input(gn, (dg_output){n, 0});
+    graph_add_input(gn, (dg_output){n, 1});
+    bool causal = false;
+    double scale = 0;
+    (void)dg_node_attr_bool(n, "causal", &causal);
+    (void)dg_node_attr_float(n, "scale", &scale);
+    graph_set_attr_bool(gn, "causal", causal);
+    graph_set_attr_float(gn, "scale", scale);
+    dg_node *r = graph_finish(gn);
+    if (!r) return false;
+    for (int i = 0; i < 3; i++) dx[i] = (dg_output){r, i};
+    return dg_graph_ok(g);
+}
+
 static const graph_op_def transformer_op_defs[] = {
     GRAPH_OP("BatchMatMulV2", 2, 2, false, false, false, infer_batch_matmul, grad_BatchMatMulV2),
     GRAPH_OP("LayerNorm", 3, 3, false, false, false, infer_layer_norm, grad_layer_norm),
     GRAPH_OP("LayerNormGrad", 5, 5, false, false, false, infer_layer_norm_grad, NULL),
+    GRAPH_OP("ScaledDotProductAttention", 3, 3, false, false, false, infer_attention, grad_attention),
+    GRAPH_OP("ScaledDotProductAttentionGrad", 6, 6, false, false, false, infer_attention_grad, NULL),
 };
 
 int graph_transformer_op_defs(const graph_op_def **defs) {

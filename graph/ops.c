@@ -375,6 +375,18 @@ dg_output dg_batch_matmul(dg_graph *g, const char *name, dg_output x, dg_output 
     return out0(graph_finish(n));
 }
 
+dg_output dg_attention(dg_graph *g, const char *name, dg_output q, dg_output k, dg_output v, bool causal,
+                       double scale) {
+    if (!q.node || !k.node || !v.node) return null_input(g, "ScaledDotProductAttention");
+    dg_node *n = graph_begin(g, "ScaledDotProductAttention", name);
+    graph_add_input(n, q);
+    graph_add_input(n, k);
+    graph_add_input(n, v);
+    graph_set_attr_bool(n, "causal", causal);
+    graph_set_attr_float(n, "scale", scale);
+    return out0(graph_finish(n));
+}
+
 dg_output dg_add(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Add", name, a, b); }
 dg_output dg_sub(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Sub", name, a, b); }
 dg_output dg_mul(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Mul", name, a, b); }
@@ -560,6 +572,8 @@ dg_output dg_square(dg_graph *g, const char *name, dg_output x) { return unary(g
 dg_output dg_sqrt(dg_graph *g, const char *name, dg_output x) { return unary(g, "Sqrt", name, x); }
 dg_output dg_rsqrt(dg_graph *g, const char *name, dg_output x) { return unary(g, "Rsqrt", name, x); }
 dg_output dg_erf(dg_graph *g, const char *name, dg_output x) { return unary(g, "Erf", name, x); }
+dg_output dg_sin(dg_graph *g, const char *name, dg_output x) { return unary(g, "Sin", name, x); }
+dg_output dg_cos(dg_graph *g, const char *name, dg_output x) { return unary(g, "Cos", name, x); }
 
 dg_output dg_gelu(dg_graph *g, const char *name, dg_output x, bool approximate) {
     if (!x.node) return null_input(g, "Gelu");

@@ -49,6 +49,14 @@ dg_optimizer dg_adam(dg_graph *g, double lr) {
     return o;
 }
 
+dg_optimizer dg_adamw(dg_graph *g, double lr, double weight_decay) {
+    dg_optimizer o = dg_adam(g, lr);
+    o.kind = DG_OPT_ADAMW;
+    o.name = "AdamW";
+    o.weight_decay = weight_decay;
+    return o;
+}
+
 dg_optimizer dg_adagrad(dg_graph *g, double lr, double initial_accumulator_value) {
     dg_optimizer o = base(g, DG_OPT_ADAGRAD, lr, "Adagrad");
     o.initial_accumulator_value = initial_accumulator_value;
@@ -154,6 +162,37 @@ dg_output dg_exponential_decay(dg_graph *g, double learning_rate, dg_output glob
     return out;
 }
 
+dg_output dg_warmup_cosine_decay(dg_graph *g, const char *name, dg_output global_step, double peak,
+                                 int64_t warmup_steps, int64_t decay_steps, double final) {
+    const dg_output none = {NULL, 0};
+    const char *what = name ? name : "WarmupCosineDecay";
+    if (!g || !dg_graph_ok(g)) return none;
+    if (!global_step.node || warmup_steps < 0 || decay_steps <= 0 || !(final >= 0) || !(peak >= final) ||
+        !(peak < 1e30)) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "warmup_cosine_decay \"%s\": needs a global step, warmup_steps "
+                           ">= 0, decay_steps > 0 and 0 <= final <= peak (got %lld, %lld, final %g, peak %g)", what,
+                           (long long)warmup_steps, (long long)decay_steps, final, peak);
+        return none;
+    }
+    dg_graph_push_name_scope(g, what);
+    dg_output s = dg_cast(g, NULL, global_step, DG_FLOAT64);
+    dg_output w = dg_scalar(g, NULL, DG_FLOAT64, (double)warmup_steps);
+    // The warmup ramp (0 when there is none), and the decay's fraction clipped to [0, 1].
+    dg_output ramp = warmup_steps ? dg_mul(g, NULL, s, dg_scalar(g, NULL, DG_FLOAT64, peak / (double)warmup_steps))
+                                  : dg_scalar(g, NULL, DG_FLOAT64, peak);
+    dg_output frac = dg_clip_by_value(g, NULL, dg_div(g, NULL, dg_sub(g, NULL, s, w),
+                                                      dg_scalar(g, NULL, DG_FLOAT64, (double)decay_steps)),
+                                      dg_scalar(g, NULL, DG_FLOAT64, 0), dg_scalar(g, NULL, DG_FLOAT64, 1));
+    dg_output c = dg_cos(g, NULL, dg_mul(g, NULL, frac, dg_scalar(g, NULL, DG_FLOAT64, 3.14159265358979323846)));
+    dg_output cosine = dg_add(g, NULL, dg_scalar(g, NULL, DG_FLOAT64, final),
+                              dg_mul(g, NULL, dg_add(g, NULL, c, dg_scalar(g, NULL, DG_FLOAT64, 1)),
+                                     dg_scalar(g, NULL, DG_FLOAT64, (peak - final) / 2)));
+    dg_output lr = dg_where(g, NULL, dg_less(g, NULL, s, w), ramp, cosine);
+    dg_output out = dg_cast(g, "learning_rate", lr, DG_FLOAT32);
+    dg_graph_pop_name_scope(g);
+    return out;
+}
+
 dg_output dg_piecewise_constant(dg_graph *g, const char *name, dg_output global_step, const int64_t *boundaries,
                                 int n_boundaries, const double *values) {
     const dg_output none = {NULL, 0};
@@ -189,6 +228,15 @@ dg_output dg_piecewise_constant(dg_graph *g, const char *name, dg_output global_
     return out;
 }
 
+static bool is_adam(const dg_optimizer *opt) { return opt->kind == DG_OPT_ADAM || opt->kind == DG_OPT_ADAMW; }
+
+// Whether AdamW decays var: the user's rule, or rank >= 2.
+static bool decays(const dg_optimizer *opt, dg_output var) {
+    if (opt->kind != DG_OPT_ADAMW || !(opt->weight_decay > 0)) return false;
+    if (opt->decay_filter) return opt->decay_filter(var, opt->decay_filter_arg);
+    return dg_output_shape(var).rank >= 2;
+}
+
 // ApplyAdam or SparseApplyAdam begun with its inputs up to the gradient (the sparse one's
 // indices follow).
 static dg_node *adam_update(dg_graph *g, const char *op, const dg_optimizer *opt, dg_output v, dg_output m,
@@ -213,6 +261,11 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
     if (n < 1) {
         dg_graph_set_error(g, DG_INVALID_ARGUMENT, "apply_gradients: no gradients given (does the "
                            "loss depend on any trainable variable?)");
+        return NULL;
+    }
+    if (opt->kind == DG_OPT_ADAMW && !(opt->weight_decay >= 0 && opt->weight_decay < 1e30)) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "%s: weight_decay must be finite and >= 0, got %g",
+                           opt->name ? opt->name : "AdamW", opt->weight_decay);
         return NULL;
     }
     if ((opt->kind == DG_OPT_ADAGRAD && !(opt->initial_accumulator_value > 0)) ||
@@ -251,7 +304,7 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
             snprintf(b, sizeof b, "%s_1", oname);
             slot2[i] = make_slot(g, vars[i], b);
         }
-        if (opt->kind == DG_OPT_ADAM) {
+        if (is_adam(opt)) {
             char b[128];
             slot1[i] = make_slot(g, vars[i], oname);
             snprintf(b, sizeof b, "%s_1", oname);
@@ -259,7 +312,7 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
         }
     }
     dg_dtype t = dg_output_dtype(vars[0]);
-    if (opt->kind == DG_OPT_ADAM) {
+    if (is_adam(opt)) {
         dg_graph_push_colocate_with(g, vars[0].node);
         b1p = dg_variable_ex(g, "beta1_power", t, dg_shape_scalar(), dg_init_constant(opt->beta1), false);
         b2p = dg_variable_ex(g, "beta2_power", t, dg_shape_scalar(), dg_init_constant(opt->beta2), false);
@@ -289,6 +342,13 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
         dg_node *u = NULL, *composed = NULL;   // composed: an update built of Assign ops
         dg_output sv, si;   // a sparse gradient's rows and indices
         bool sparse = dg_gradient_is_sparse(grads[i], &sv, &si);
+        // AdamW: var -= lr * weight_decay * var first; Adam's update waits for it.
+        dg_node *decay = NULL;
+        if (decays(opt, v)) {
+            dg_output rate = dg_mul(g, NULL, learning_rate(g, opt, vt), hyper(g, vt, "weight_decay", opt->weight_decay));
+            decay = dg_assign_sub(g, "weight_decay", v, dg_mul(g, NULL, rate, v)).node;
+            if (decay) dg_graph_push_control_deps(g, &decay, 1);
+        }
         if (sparse && opt->kind == DG_OPT_GRADIENT_DESCENT) {
             // TensorFlow 1: var[indices] -= lr * rows, repeated indices adding up.
             composed = dg_scatter_sub(g, "update", v, si, dg_mul(g, NULL, sv, learning_rate(g, opt, vt))).node;
@@ -308,7 +368,7 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
             graph_add_input(u, si);
             graph_add_input(u, hyper(g, vt, "momentum", opt->momentum));
             graph_set_attr_bool(u, "use_nesterov", opt->use_nesterov);
-        } else if (sparse && opt->kind == DG_OPT_ADAM) {
+        } else if (sparse && is_adam(opt)) {
             u = adam_update(g, "SparseApplyAdam", opt, v, slot1[i], slot2[i], b1p, b2p, sv);
             graph_add_input(u, si);
         } else {
@@ -329,6 +389,7 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
                 graph_set_attr_bool(u, "use_nesterov", opt->use_nesterov);
                 break;
             case DG_OPT_ADAM:
+            case DG_OPT_ADAMW:
                 u = adam_update(g, "ApplyAdam", opt, v, slot1[i], slot2[i], b1p, b2p, grads[i]);
                 break;
             case DG_OPT_ADAGRAD: {
@@ -353,12 +414,13 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
             }
         }
         updates[i] = composed ? composed : graph_finish(u);
+        if (decay) dg_graph_pop_control_deps(g);
         dg_graph_pop_colocate_with(g);
         dg_graph_pop_name_scope(g);
     }
     dg_graph_pop_control_deps(g);
     int n_up = n;
-    if (opt->kind == DG_OPT_ADAM && dg_graph_ok(g)) {
+    if (is_adam(opt) && dg_graph_ok(g)) {
         // beta powers advance after every update has read them.
         dg_graph_push_control_deps(g, updates, n);
         dg_graph_push_colocate_with(g, vars[0].node);

@@ -107,6 +107,19 @@ void cpu_bmm_offsets(const cpu_bmm_plan *p, int64_t b, int64_t *xo, int64_t *yo)
 bool cpu_layer_norm_check(exec_ctx *ctx, const dg_tensor *x, const dg_tensor *gamma, const dg_tensor *beta,
                           const dg_tensor *dy, const dg_tensor *mean, const dg_tensor *rstd, int64_t *rows,
                           int64_t *C);
+// ScaledDotProductAttention's sizes: batches (the product of the batch dimensions), the query
+// and key lengths, q's and v's widths, and the outputs' shapes.
+typedef struct cpu_attention_dims {
+    int64_t batches, Tq, Tk, D, Dv;
+    dg_shape out, lse;   // [..., Tq, Dv] and [..., Tq]
+} cpu_attention_dims;
+// Checks q, k, v and (where not NULL, for the gradient) dout, out and lse: one float dtype, one
+// rank >= 2, equal batch dimensions, q and k of one width, k and v of one length, dout and out of
+// the output's shape, lse of [..., Tq]. false with ctx->st naming the input and the sizes.
+bool cpu_attention_check(exec_ctx *ctx, const dg_tensor *q, const dg_tensor *k, const dg_tensor *v,
+                         const dg_tensor *dout, const dg_tensor *out, const dg_tensor *lse, cpu_attention_dims *d);
+// The attention's scale: the attribute, or 1 / sqrt(D) where it is 0.
+double cpu_attention_scale(double attr, int64_t D);
 // Slice's "begin" and "size" attributes (size -1 where absent). false with st set.
 bool cpu_slice_attrs(const dg_node *n, int64_t *begin, int64_t *size, int *count, dg_status *st);
 // Reshape (a view of input 0) and Shape (int64 host output): they touch no element, so the GPU

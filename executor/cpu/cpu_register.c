@@ -1,4 +1,6 @@
 /* Registers the CPU kernels. */
+#include <math.h>
+
 #include "cpu_impl.h"
 
 void exec_cpu_register(void) {
@@ -201,6 +203,45 @@ bool cpu_layer_norm_check(exec_ctx *ctx, const dg_tensor *x, const dg_tensor *ga
         return exec_fail(ctx, DG_INVALID_ARGUMENT, "dy must have x's dtype and shape");
     return true;
 }
+
+bool cpu_attention_check(exec_ctx *ctx, const dg_tensor *q, const dg_tensor *k, const dg_tensor *v,
+                         const dg_tensor *dout, const dg_tensor *out, const dg_tensor *lse, cpu_attention_dims *d) {
+    char a[128], b[128], c[128], e[128];
+    const dg_shape *qs = &q->shape, *ks = &k->shape, *vs = &v->shape;
+    int r = qs->rank;
+    bool ok = r >= 2 && ks->rank == r && vs->rank == r && k->dtype == q->dtype && v->dtype == q->dtype;
+    d->batches = 1;
+    for (int i = 0; ok && i < r - 2; i++) {
+        ok = ks->dims[i] == qs->dims[i] && vs->dims[i] == qs->dims[i];
+        d->batches *= qs->dims[i];
+    }
+    ok = ok && ks->dims[r - 1] == qs->dims[r - 1] && vs->dims[r - 2] == ks->dims[r - 2];
+    if (!ok)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "q %s %s, k %s %s and v %s %s must be one dtype, [..., Tq, D], "
+                         "[..., Tk, D] and [..., Tk, Dv] with the same batch dimensions", dg_dtype_name(q->dtype),
+                         dg_shape_str(qs, a, sizeof a), dg_dtype_name(k->dtype), dg_shape_str(ks, b, sizeof b),
+                         dg_dtype_name(v->dtype), dg_shape_str(vs, c, sizeof c));
+    d->Tq = qs->dims[r - 2];
+    d->Tk = ks->dims[r - 2];
+    d->D = qs->dims[r - 1];
+    d->Dv = vs->dims[r - 1];
+    d->out = *qs;
+    d->out.dims[r - 1] = d->Dv;
+    d->lse = *qs;
+    d->lse.rank--;
+    const dg_tensor *t[3] = {dout, out, lse};
+    const dg_shape *want[3] = {&d->out, &d->out, &d->lse};
+    static const char *const name[3] = {"dout", "out", "lse"};
+    for (int i = 0; i < 3; i++)
+        if (t[i] && (t[i]->dtype != q->dtype || !dg_shape_equal(&t[i]->shape, want[i])))
+            return exec_fail(ctx, DG_INVALID_ARGUMENT, "%s is %s %s, q %s and v %s need %s %s", name[i],
+                             dg_dtype_name(t[i]->dtype), dg_shape_str(&t[i]->shape, a, sizeof a),
+                             dg_shape_str(qs, b, sizeof b), dg_shape_str(vs, c, sizeof c), dg_dtype_name(q->dtype),
+                             dg_shape_str(want[i], e, sizeof e));
+    return true;
+}
+
+double cpu_attention_scale(double attr, int64_t D) { return attr > 0 ? attr : D > 0 ? 1 / sqrt((double)D) : 1; }
 
 bool cpu_bmm_plan_make(exec_ctx *ctx, const dg_tensor *x, const dg_tensor *y, bool adj_x, bool adj_y,
                        cpu_bmm_plan *p) {

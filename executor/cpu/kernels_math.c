@@ -234,12 +234,12 @@ static bool grad2_compute(void *state, exec_ctx *ctx) {
 // ---- unary ----
 typedef enum unop {
     U_RELU, U_SIGMOID, U_TANH, U_EXP, U_LOG, U_SQUARE, U_SQRT, U_NEG, U_RSQRT, U_ERF, U_GELU,
-    U_GELU_TANH
+    U_SIN, U_COS, U_GELU_TANH
 } unop;
 
 static void *un_create(const dg_node *n, const exec_env *env, dg_status *st) {
     static const char *names[] = {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Square", "Sqrt", "Neg",
-                                  "Rsqrt", "Erf", "Gelu"};
+                                  "Rsqrt", "Erf", "Gelu", "Sin", "Cos"};
     bool approximate = false;
     if (strcmp(n->op->name, "Gelu") == 0 && dg_node_attr_bool(n, "approximate", &approximate) && approximate)
         return (void *)(intptr_t)(U_GELU_TANH + 1);
@@ -249,7 +249,7 @@ static void *un_create(const dg_node *n, const exec_env *env, dg_status *st) {
     return NULL;
 }
 
-#define UN_LOOP(T, EXP, LOG, SQRT, TANH, ERF)                                            \
+#define UN_LOOP(T, EXP, LOG, SQRT, TANH, ERF, SIN, COS)                                         \
     do {                                                                                 \
         const T *x = in->data;                                                           \
         T *y = o->data;                                                                  \
@@ -264,6 +264,8 @@ static void *un_create(const dg_node *n, const exec_env *env, dg_status *st) {
         case U_NEG: for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;                 \
         case U_RSQRT: for (int64_t i = 0; i < n; i++) y[i] = 1 / SQRT(x[i]); break;      \
         case U_ERF: for (int64_t i = 0; i < n; i++) y[i] = ERF(x[i]); break;             \
+        case U_SIN: for (int64_t i = 0; i < n; i++) y[i] = SIN(x[i]); break;             \
+        case U_COS: for (int64_t i = 0; i < n; i++) y[i] = COS(x[i]); break;             \
         case U_GELU: for (int64_t i = 0; i < n; i++) y[i] = (T)gelu((double)x[i]); break; \
         case U_GELU_TANH:                                                                \
             for (int64_t i = 0; i < n; i++) y[i] = (T)gelu_tanh((double)x[i]);           \
@@ -279,10 +281,10 @@ CPU_CLONES static bool un_compute(void *state, exec_ctx *ctx) {
     if (!o) return false;
     int64_t n = in->n_elements;
     switch (in->dtype) {
-    case DG_FLOAT32: UN_LOOP(float, expf, logf, sqrtf, tanhf, erff); break;
-    case DG_FLOAT64: UN_LOOP(double, exp, log, sqrt, tanh, erf); break;
-    case DG_INT32: UN_LOOP(int32_t, ID, ID, ID, ID, ID); break;
-    case DG_INT64: UN_LOOP(int64_t, ID, ID, ID, ID, ID); break;
+    case DG_FLOAT32: UN_LOOP(float, expf, logf, sqrtf, tanhf, erff, sinf, cosf); break;
+    case DG_FLOAT64: UN_LOOP(double, exp, log, sqrt, tanh, erf, sin, cos); break;
+    case DG_INT32: UN_LOOP(int32_t, ID, ID, ID, ID, ID, ID, ID); break;
+    case DG_INT64: UN_LOOP(int64_t, ID, ID, ID, ID, ID, ID, ID); break;
     default: return exec_fail(ctx, DG_INVALID_ARGUMENT, "unsupported dtype %s", dg_dtype_name(in->dtype));
     }
     return true;
@@ -494,6 +496,8 @@ const exec_kernel_def cpu_math_kernels[] = {
     K("Tanh", DT_FLOATS, un_create, un_compute, NULL, false),
     K("Rsqrt", DT_FLOATS, un_create, un_compute, NULL, false),
     K("Erf", DT_FLOATS, un_create, un_compute, NULL, false),
+    K("Sin", DT_FLOATS, un_create, un_compute, NULL, false),
+    K("Cos", DT_FLOATS, un_create, un_compute, NULL, false),
     K("Gelu", DT_FLOATS, un_create, un_compute, NULL, false),
     K("Exp", DT_FLOATS, un_create, un_compute, NULL, false),
     K("Log", DT_FLOATS, un_create, un_compute, NULL, false),

@@ -1,5 +1,6 @@
 /* CPU kernels of the transformer ops (graph/op_defs_transformer.c): BatchMatMulV2 (one GEMM a
- * matrix, cpu_gemm), LayerNorm and its gradient, one pass over each row each way. Sums run in float64 for float32 tensors too: a
+ * matrix, cpu_gemm), LayerNorm and its gradient, one pass over each row each way, and the
+ * scaled dot-product attention and its gradient, blocked by query rows. Sums run in float64 for float32 tensors too: a
  * row's mean and variance over a width of thousands keep float32's precision that way, and the
  * row is read once more at most. The GPU kernels (executor/cuda/nn.cu) follow the same
  * formulas in the same order. */
@@ -153,6 +154,187 @@ static bool batch_matmul_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
+// ---- ScaledDotProductAttention: blocks of query rows, the scores of one block at a time ----
+//
+// A block of ATT_ROWS query rows takes three GEMMs forward (scores, then probabilities times
+// v) and five backward, all through cpu_gemm, with the block's scores (ATT_ROWS x Tk) as the
+// only scratch: the Tq x Tk matrix is never formed. Under the causal mask a block computes the
+// keys its last row sees and no more. Softmax sums run in float64.
+
+enum { ATT_ROWS = 64 };
+
+typedef struct att_state {
+    bool causal;
+    double scale;   // the attribute; 0: 1 / sqrt(D)
+} att_state;
+
+static void *att_create(const dg_node *n, const exec_env *env, dg_status *st) {
+    (void)env;
+    att_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "out of memory");
+        return NULL;
+    }
+    (void)dg_node_attr_bool(n, "causal", &s->causal);
+    (void)dg_node_attr_float(n, "scale", &s->scale);
+    return s;
+}
+
+// The keys query row i sees: all, or under the causal mask those up to i + Tk - Tq.
+static int64_t att_keys_seen(bool causal, int64_t i, int64_t Tq, int64_t Tk) {
+    if (!causal) return Tk;
+    int64_t lim = i + Tk - Tq + 1;
+    return lim < 0 ? 0 : lim > Tk ? Tk : lim;
+}
+
+// C = alpha op(A) op(B) + beta C, where an empty inner dimension gives beta C (BLAS refuses
+// leading dimensions of 0).
+static void att_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                     int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    if (K > 0) {
+        cpu_gemm(t, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    if (beta != 0) return;   // only beta 0 and 1 are used here
+    size_t es = dg_dtype_size(t);
+    for (int64_t i = 0; i < M; i++) memset((char *)C + i * ldc * (int64_t)es, 0, (size_t)N * es);
+}
+
+// Forward: the block's scaled scores s [rb, kend] become probabilities in place; lse per row.
+#define ATT_SOFTMAX(T, EXP)                                                                  \
+    static void att_softmax_##T(T *s, int64_t rb, int64_t kend, int64_t i0, const att_state *a, \
+                                int64_t Tq, int64_t Tk, T *lse) {                            \
+        for (int64_t r = 0; r < rb; r++) {                                                   \
+            T *sr = s + r * kend;                                                            \
+            int64_t lim = att_keys_seen(a->causal, i0 + r, Tq, Tk);                          \
+            if (lim > kend) lim = kend;                                                      \
+            double m = lim ? (double)sr[0] : 0, sum = 0;                                     \
+            for (int64_t j = 1; j < lim; j++)                                                \
+                if ((double)sr[j] > m) m = (double)sr[j];                                    \
+            for (int64_t j = 0; j < lim; j++) {                                              \
+                double e = (double)EXP((T)((double)sr[j] - m));                              \
+                sr[j] = (T)e;                                                                \
+                sum += e;                                                                    \
+            }                                                                                \
+            double inv = lim ? 1 / sum : 0;                                                  \
+            for (int64_t j = 0; j < lim; j++) sr[j] = (T)((double)sr[j] * inv);              \
+            for (int64_t j = lim; j < kend; j++) sr[j] = 0;                                  \
+            lse[r] = lim ? (T)(m + log(sum)) : (T)-INFINITY;                                 \
+        }                                                                                    \
+    }
+ATT_SOFTMAX(float, expf)
+ATT_SOFTMAX(double, exp)
+
+// Backward: s [rb, kend] holds the block's scaled scores, dp [rb, kend] dout v^T; s becomes the
+// probabilities (from lse) and dp the scores' gradient, p * (dp - rowsum(dout * out)).
+#define ATT_SOFTMAX_GRAD(T, EXP)                                                             \
+    static void att_softmax_grad_##T(T *s, T *dp, int64_t rb, int64_t kend, int64_t i0,      \
+                                     const att_state *a, int64_t Tq, int64_t Tk, const T *lse, \
+                                     const T *dout, const T *out, int64_t Dv) {              \
+        for (int64_t r = 0; r < rb; r++) {                                                   \
+            T *sr = s + r * kend, *dr = dp + r * kend;                                       \
+            int64_t lim = att_keys_seen(a->causal, i0 + r, Tq, Tk);                          \
+            if (lim > kend) lim = kend;                                                      \
+            double di = 0, l = (double)lse[r];                                               \
+            for (int64_t c = 0; c < Dv; c++) di += (double)dout[r * Dv + c] * (double)out[r * Dv + c]; \
+            for (int64_t j = 0; j < lim; j++) {                                              \
+                double p = (double)EXP((T)((double)sr[j] - l));                              \
+                sr[j] = (T)p;                                                                \
+                dr[j] = (T)(p * ((double)dr[j] - di));                                       \
+            }                                                                                \
+            for (int64_t j = lim; j < kend; j++) sr[j] = dr[j] = 0;                          \
+        }                                                                                    \
+    }
+ATT_SOFTMAX_GRAD(float, expf)
+ATT_SOFTMAX_GRAD(double, exp)
+
+// The block of query rows [i0, i0 + rb): the keys its last row sees.
+static int64_t att_block_keys(const att_state *a, int64_t i0, int64_t rb, int64_t Tq, int64_t Tk) {
+    return att_keys_seen(a->causal, i0 + rb - 1, Tq, Tk);
+}
+
+static bool attention_compute(void *state, exec_ctx *ctx) {
+    const att_state *a = state;
+    dg_tensor *q = IN(0), *k = IN(1), *v = IN(2);
+    cpu_attention_dims d;
+    if (!cpu_attention_check(ctx, q, k, v, NULL, NULL, NULL, &d)) return false;
+    dg_tensor *out = exec_alloc_output(ctx, 0, q->dtype, d.out);
+    dg_tensor *lse = out ? exec_alloc_output(ctx, 1, q->dtype, d.lse) : NULL;
+    if (!lse) return false;
+    if (d.batches == 0 || d.Tq == 0) return true;
+    dg_dtype t = q->dtype;
+    size_t es = dg_dtype_size(t);
+    int64_t br = d.Tq < ATT_ROWS ? d.Tq : ATT_ROWS;
+    void *s = malloc((size_t)(br * (d.Tk ? d.Tk : 1)) * es);
+    if (!s) return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "attention: %lld x %lld scores", (long long)br, (long long)d.Tk);
+    double scale = cpu_attention_scale(a->scale, d.D);
+    for (int64_t b = 0; b < d.batches; b++) {
+        const char *qb = (const char *)q->data + b * d.Tq * d.D * (int64_t)es;
+        const char *kb = (const char *)k->data + b * d.Tk * d.D * (int64_t)es;
+        const char *vb = (const char *)v->data + b * d.Tk * d.Dv * (int64_t)es;
+        char *ob = (char *)out->data + b * d.Tq * d.Dv * (int64_t)es;
+        char *lb = (char *)lse->data + b * d.Tq * (int64_t)es;
+        for (int64_t i0 = 0; i0 < d.Tq; i0 += br) {
+            int64_t rb = d.Tq - i0 < br ? d.Tq - i0 : br, kend = att_block_keys(a, i0, rb, d.Tq, d.Tk);
+            att_gemm(t, false, true, rb, kend, d.D, scale, qb + i0 * d.D * (int64_t)es, d.D, kb, d.D, 0, s, kend);
+            if (t == DG_FLOAT32) att_softmax_float(s, rb, kend, i0, a, d.Tq, d.Tk, (float *)lb + i0);
+            else att_softmax_double(s, rb, kend, i0, a, d.Tq, d.Tk, (double *)lb + i0);
+            att_gemm(t, false, false, rb, d.Dv, kend, 1, s, kend, vb, d.Dv, 0, ob + i0 * d.Dv * (int64_t)es, d.Dv);
+        }
+    }
+    free(s);
+    return true;
+}
+
+static bool attention_grad_compute(void *state, exec_ctx *ctx) {
+    const att_state *a = state;
+    dg_tensor *dout = IN(0), *q = IN(1), *k = IN(2), *v = IN(3), *out = IN(4), *lse = IN(5);
+    cpu_attention_dims d;
+    if (!cpu_attention_check(ctx, q, k, v, dout, out, lse, &d)) return false;
+    dg_tensor *dq = exec_alloc_output(ctx, 0, q->dtype, q->shape);
+    dg_tensor *dk = dq ? exec_alloc_output(ctx, 1, q->dtype, k->shape) : NULL;
+    dg_tensor *dv = dk ? exec_alloc_output(ctx, 2, q->dtype, v->shape) : NULL;
+    if (!dv) return false;
+    memset(dk->data, 0, dk->nbytes);   // sums over the blocks of query rows
+    memset(dv->data, 0, dv->nbytes);
+    if (d.batches == 0 || d.Tq == 0) return true;
+    dg_dtype t = q->dtype;
+    size_t es = dg_dtype_size(t);
+    int64_t br = d.Tq < ATT_ROWS ? d.Tq : ATT_ROWS, cols = d.Tk ? d.Tk : 1;
+    char *s = malloc(2 * (size_t)(br * cols) * es);
+    if (!s) return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "attention gradient: 2 x %lld x %lld scores", (long long)br,
+                             (long long)d.Tk);
+    char *dp = s + (size_t)(br * cols) * es;
+    double scale = cpu_attention_scale(a->scale, d.D);
+    for (int64_t b = 0; b < d.batches; b++) {
+        int64_t qo = b * d.Tq * d.D, ko = b * d.Tk * d.D, vo = b * d.Tk * d.Dv, oo = b * d.Tq * d.Dv;
+        for (int64_t i0 = 0; i0 < d.Tq; i0 += br) {
+            int64_t rb = d.Tq - i0 < br ? d.Tq - i0 : br, kend = att_block_keys(a, i0, rb, d.Tq, d.Tk);
+            const char *qi = (const char *)q->data + (qo + i0 * d.D) * (int64_t)es;
+            const char *doi = (const char *)dout->data + (oo + i0 * d.Dv) * (int64_t)es;
+            const char *oi = (const char *)out->data + (oo + i0 * d.Dv) * (int64_t)es;
+            const char *li = (const char *)lse->data + (b * d.Tq + i0) * (int64_t)es;
+            const char *kb = (const char *)k->data + ko * (int64_t)es, *vb = (const char *)v->data + vo * (int64_t)es;
+            char *dqi = (char *)dq->data + (qo + i0 * d.D) * (int64_t)es;
+            char *dkb = (char *)dk->data + ko * (int64_t)es, *dvb = (char *)dv->data + vo * (int64_t)es;
+            att_gemm(t, false, true, rb, kend, d.D, scale, qi, d.D, kb, d.D, 0, s, kend);
+            att_gemm(t, false, true, rb, kend, d.Dv, 1, doi, d.Dv, vb, d.Dv, 0, dp, kend);
+            if (t == DG_FLOAT32)
+                att_softmax_grad_float((float *)s, (float *)dp, rb, kend, i0, a, d.Tq, d.Tk, (const float *)li,
+                                       (const float *)doi, (const float *)oi, d.Dv);
+            else
+                att_softmax_grad_double((double *)s, (double *)dp, rb, kend, i0, a, d.Tq, d.Tk, (const double *)li,
+                                        (const double *)doi, (const double *)oi, d.Dv);
+            att_gemm(t, true, false, kend, d.Dv, rb, 1, s, kend, doi, d.Dv, 1, dvb, d.Dv);          // dv += p^T dout
+            att_gemm(t, false, false, rb, d.D, kend, scale, dp, kend, kb, d.D, 0, dqi, d.D);         // dq = ds k
+            att_gemm(t, true, false, kend, d.D, rb, scale, dp, kend, qi, d.D, 1, dkb, d.D);           // dk += ds^T q
+        }
+    }
+    free(s);
+    return true;
+}
+
 #define K(op, create, compute, destroy) \
     {op, "CPU", DT_FLOATS, create, compute, destroy, true, false, false, NULL, false}
 
@@ -160,6 +342,8 @@ static const exec_kernel_def transformer_kernels[] = {
     K("BatchMatMulV2", bmm_create, batch_matmul_compute, free),
     K("LayerNorm", ln_create, layer_norm_compute, free),
     K("LayerNormGrad", cpu_no_state, layer_norm_grad_compute, NULL),
+    K("ScaledDotProductAttention", att_create, attention_compute, free),
+    K("ScaledDotProductAttentionGrad", att_create, attention_grad_compute, free),
 };
 
 void cpu_register_transformer_kernels(void) {

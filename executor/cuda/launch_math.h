@@ -32,6 +32,7 @@ typedef enum cuda_unop {
     CUDA_UN_RELU, CUDA_UN_SIGMOID, CUDA_UN_TANH, CUDA_UN_EXP, CUDA_UN_LOG, CUDA_UN_SQUARE,
     CUDA_UN_SQRT, CUDA_UN_NEG, CUDA_UN_RSQRT, CUDA_UN_ERF,
     CUDA_UN_GELU, CUDA_UN_GELU_TANH,   // in double, as the CPU kernel
+    CUDA_UN_SIN, CUDA_UN_COS,
 } cuda_unop;
 
 // How an operand of a fast-path binary op is indexed for output element i of an output seen

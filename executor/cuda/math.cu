@@ -36,6 +36,10 @@ __device__ __forceinline__ float d_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double d_tanh(double x) { return tanh(x); }
 __device__ __forceinline__ float d_erf(float x) { return erff(x); }
 __device__ __forceinline__ double d_erf(double x) { return erf(x); }
+__device__ __forceinline__ float d_sin(float x) { return sinf(x); }
+__device__ __forceinline__ double d_sin(double x) { return sin(x); }
+__device__ __forceinline__ float d_cos(float x) { return cosf(x); }
+__device__ __forceinline__ double d_cos(double x) { return cos(x); }
 
 // GELU and its derivative in double, in the CPU kernel's operation order (kernels_math.c).
 constexpr double kSqrt2OverPi = 0.7978845608028654, kInvSqrt2 = 0.7071067811865476,
@@ -92,6 +96,8 @@ __device__ __forceinline__ T un(T x) {
     case CUDA_UN_ERF: return d_erf(x);
     case CUDA_UN_GELU: return T(gelu(double(x)));
     case CUDA_UN_GELU_TANH: return T(gelu_tanh(double(x)));
+    case CUDA_UN_SIN: return d_sin(x);
+    case CUDA_UN_COS: return d_cos(x);
     }
     return T(0);
 }
@@ -309,7 +315,7 @@ __global__ void assign_update(T *var, const T *val, bool subtract, int64_t n) {
 #define UNOP_CASES(X)                                                                    \
     X(CUDA_UN_RELU) X(CUDA_UN_SIGMOID) X(CUDA_UN_TANH) X(CUDA_UN_EXP) X(CUDA_UN_LOG)    \
     X(CUDA_UN_SQUARE) X(CUDA_UN_SQRT) X(CUDA_UN_NEG) X(CUDA_UN_RSQRT) X(CUDA_UN_ERF)     \
-    X(CUDA_UN_GELU) X(CUDA_UN_GELU_TANH)
+    X(CUDA_UN_GELU) X(CUDA_UN_GELU_TANH) X(CUDA_UN_SIN) X(CUDA_UN_COS)
 
 template <typename T>
 cudaError_t binary_fast_t(cuda_binop op, const void *a, cuda_operand ka, const void *b,

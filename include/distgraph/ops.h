@@ -157,10 +157,21 @@ dg_output dg_sqrt(dg_graph *g, const char *name, dg_output x);
 // y [..., K, N] for every batch index, the batch dimensions broadcast; adj_x and adj_y
 // transpose the last two dimensions of x and y first. float32/float64.
 dg_output dg_batch_matmul(dg_graph *g, const char *name, dg_output x, dg_output y, bool adj_x, bool adj_y);
+// Scaled dot-product attention (PyTorch's F.scaled_dot_product_attention, one fused op with
+// a fused gradient): softmax(scale * q k^T) v for q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv]
+// (the batch dimensions equal, e.g. [batch, heads]), giving [..., Tq, Dv]. scale 0 means
+// 1 / sqrt(D). causal: query i sees key j only if j <= i + Tk - Tq (for Tq = Tk, the keys up to
+// its own position); a query that sees no key gives 0. The Tq x Tk scores are never kept: the
+// node's output 1 holds each query's log-sum-exp, from which the gradient recomputes them.
+dg_output dg_attention(dg_graph *g, const char *name, dg_output q, dg_output k, dg_output v, bool causal,
+                       double scale);
 // 1 / sqrt(x) (TensorFlow's Rsqrt), float32/float64.
 dg_output dg_rsqrt(dg_graph *g, const char *name, dg_output x);
 // The error function (TensorFlow's Erf), float32/float64.
 dg_output dg_erf(dg_graph *g, const char *name, dg_output x);
+// Sine and cosine (TensorFlow's Sin and Cos), float32/float64.
+dg_output dg_sin(dg_graph *g, const char *name, dg_output x);
+dg_output dg_cos(dg_graph *g, const char *name, dg_output x);
 // GELU as tf.nn.gelu: x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), or with approximate the tanh
 // form 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). One fused op (and one fused
 // gradient, GeluGrad) where TensorFlow composes it from its pieces; the values and gradients

@@ -48,6 +48,7 @@ typedef enum dg_optimizer_kind {
     DG_OPT_ADAM = 2,
     DG_OPT_ADAGRAD = 3,
     DG_OPT_RMSPROP = 4,
+    DG_OPT_ADAMW = 5,
 } dg_optimizer_kind;
 
 typedef struct dg_optimizer {
@@ -66,12 +67,24 @@ typedef struct dg_optimizer {
     // compute_gradients and minimize build each op's gradient on that op's device (see
     // dg_gradients_options); false by default, as in TensorFlow.
     bool colocate_gradients_with_ops;
+    // adamw: the decoupled weight decay (see dg_adamw) and which variables it applies to:
+    // decay_filter(var, decay_filter_arg) true. NULL: the variables of rank 2 or more.
+    double weight_decay;
+    bool (*decay_filter)(dg_output var, void *arg);
+    void *decay_filter_arg;
 } dg_optimizer;
 
 dg_optimizer dg_gradient_descent(dg_graph *g, double learning_rate);
 dg_optimizer dg_momentum(dg_graph *g, double learning_rate, double momentum, bool use_nesterov);
 // beta1 0.9, beta2 0.999, epsilon 1e-8 as in TensorFlow.
 dg_optimizer dg_adam(dg_graph *g, double learning_rate);
+// Adam with decoupled weight decay (tf.keras.optimizers.AdamW; torch.optim.AdamW): each step,
+// before Adam's update, var -= learning_rate * weight_decay * var for the variables the
+// optimizer's decay_filter accepts (by default the matrices and embedding tables, rank >= 2:
+// not biases or layer-norm scales); the decay never enters the gradient or Adam's moments.
+// Adam's update is TensorFlow's (ApplyAdam; slots "<var>/AdamW" and "<var>/AdamW_1").
+// beta1 0.9, beta2 0.999, epsilon 1e-8; weight_decay >= 0.
+dg_optimizer dg_adamw(dg_graph *g, double learning_rate, double weight_decay);
 // TensorFlow 1's AdagradOptimizer: accum += g^2; var -= lr * g / sqrt(accum), the slot
 // "<var>/Adagrad" starting at initial_accumulator_value (TensorFlow's default 0.1; > 0).
 dg_optimizer dg_adagrad(dg_graph *g, double learning_rate, double initial_accumulator_value);
@@ -90,6 +103,15 @@ dg_optimizer dg_rmsprop(dg_graph *g, double learning_rate, double rho, double mo
 // error.
 dg_output dg_exponential_decay(dg_graph *g, double learning_rate, dg_output global_step, double decay_steps,
                                double decay_rate);
+// Linear warmup, then cosine decay (tf.keras.optimizers.schedules.CosineDecay with
+// initial_learning_rate 0, warmup_target peak, alpha final / peak): peak * step / warmup_steps
+// while step < warmup_steps; then final + (peak - final) * (1 + cos(pi * min(1, (step -
+// warmup_steps) / decay_steps))) / 2, so final from warmup_steps + decay_steps on. A float32
+// scalar for dg_optimizer.learning_rate_tensor, computed in float64. warmup_steps >= 0,
+// decay_steps > 0, 0 <= final <= peak; otherwise the graph's sticky status names the schedule
+// (name, or "WarmupCosineDecay").
+dg_output dg_warmup_cosine_decay(dg_graph *g, const char *name, dg_output global_step, double peak,
+                                 int64_t warmup_steps, int64_t decay_steps, double final);
 // tf.train.piecewise_constant: values[0] while global_step <= boundaries[0], values[i] while
 // boundaries[i-1] < global_step <= boundaries[i], values[n_boundaries] after the last; a float32
 // scalar for dg_optimizer.learning_rate_tensor, exactly the value given (as float32).

@@ -54,6 +54,7 @@ static const char *const gpu_ops[] = {
     "Gather", "UnsortedSegmentSum", "ScatterAdd", "ScatterSub", "ScatterUpdate",
     "SparseApplyAdagrad", "SparseApplyAdam", "SparseApplyMomentum", "DynamicStitch",
     "Rsqrt", "RsqrtGrad", "Erf", "Gelu", "GeluGrad", "LayerNorm", "LayerNormGrad", "BatchMatMulV2",
+    "ScaledDotProductAttention", "ScaledDotProductAttentionGrad", "Sin", "Cos",
 };
 #define N_GPU_OPS ((int)(sizeof gpu_ops / sizeof gpu_ops[0]))
 static bool gpu_op_seen[N_GPU_OPS];
@@ -313,6 +314,8 @@ static void build_sqrt(bctx *c) { build_unary(c, dg_sqrt, IN_POSITIVE); }
 static void build_neg(bctx *c) { build_unary(c, dg_neg, IN_UNIFORM); }
 static void build_rsqrt(bctx *c) { build_unary(c, dg_rsqrt, IN_POSITIVE); }
 static void build_erf(bctx *c) { build_unary(c, dg_erf, IN_UNIFORM); }
+static void build_sin(bctx *c) { build_unary(c, dg_sin, IN_UNIFORM); }
+static void build_cos(bctx *c) { build_unary(c, dg_cos, IN_UNIFORM); }
 // Both forms of GELU, and their GeluGrad as the gradient function builds it (with the form).
 static void build_gelu(bctx *c) {
     dg_shape shapes[] = {dg_shape1(1), dg_shape2(37, 29), dg_shape2(300, 1001)};
@@ -363,6 +366,32 @@ static void build_layer_norm(bctx *c) {
         dg_output xs[3] = {x, gamma, beta}, dx[3];
         if (dg_gradients(c->g, &y, 1, xs, 3, &dy, dx))
             for (int k = 0; k < 3; k++) fetch(c, dx[k]);
+    }
+}
+
+// ScaledDotProductAttention and its gradient: query and key lengths over attention.cu's blocks
+// of 32 rows with tails, causal and not, one query over a long cache, rows that see no key
+// (lse -inf on both devices), batch dimensions, head widths 64 and odd ones. Gradients sum
+// over up to Tq rows: their error bound scales with it.
+static void build_attention(bctx *c) {
+    static const struct {
+        int64_t b, h, Tq, Tk, D, Dv;
+        bool causal;
+    } cfg[] = {
+        {2, 2, 70, 70, 16, 16, true}, {2, 2, 70, 70, 16, 16, false}, {1, 3, 1, 100, 64, 64, true},
+        {1, 2, 40, 90, 5, 7, true},   {1, 1, 90, 40, 5, 3, true},    {3, 2, 33, 33, 64, 64, true},
+    };
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        dg_output q = ph(c, shape4(cfg[i].b, cfg[i].h, cfg[i].Tq, cfg[i].D));
+        dg_output k = ph(c, shape4(cfg[i].b, cfg[i].h, cfg[i].Tk, cfg[i].D));
+        dg_output v = ph(c, shape4(cfg[i].b, cfg[i].h, cfg[i].Tk, cfg[i].Dv));
+        dg_output dy = ph(c, shape4(cfg[i].b, cfg[i].h, cfg[i].Tq, cfg[i].Dv));
+        dg_output o = dg_attention(c->g, NULL, q, k, v, cfg[i].causal, 0);
+        fetch(c, o);
+        fetch(c, (dg_output){o.node, 1});
+        dg_output xs[3] = {q, k, v}, dx[3];
+        if (dg_gradients(c->g, &o, 1, xs, 3, &dy, dx))
+            for (int j = 0; j < 3; j++) fetch_tol(c, dx[j], TOL_SCALED, (double)(cfg[i].Tq > cfg[i].Tk ? cfg[i].Tq : cfg[i].Tk));
     }
 }
 
@@ -1158,9 +1187,12 @@ static const gk_case cases[] = {
     {"OnesLike", build_ones_like},
     {"Rsqrt", build_rsqrt},
     {"Erf", build_erf},
+    {"Sin", build_sin},
+    {"Cos", build_cos},
     {"Gelu/GeluGrad", build_gelu},
     {"LayerNorm/LayerNormGrad", build_layer_norm},
     {"BatchMatMulV2", build_batch_matmul},
+    {"ScaledDotProductAttention/Grad", build_attention},
     {"ReluGrad/SigmoidGrad/TanhGrad/SqrtGrad/RsqrtGrad", build_elem_grads},
     {"BiasAdd", build_bias_add},
     {"BiasAddGrad", build_bias_add_grad},

@@ -45,7 +45,8 @@ static void test_kernel_coverage(void **state) {
         "Split", "Slice", "SliceGrad", "Const", "Identity", "VariableV2", "Assign", "AssignAdd",
         "AssignSub", "IsVariableInitialized", "RandomUniform", "RandomStandardNormal",
         "TruncatedNormal", "ApplyGradientDescent", "ApplyMomentum", "ApplyAdam", "_Send", "_Recv",
-        "LocalAllReduce", "Rsqrt", "RsqrtGrad", "Erf", "Gelu", "GeluGrad", "LayerNorm", "LayerNormGrad", "BatchMatMulV2"};
+        "LocalAllReduce", "Rsqrt", "RsqrtGrad", "Erf", "Gelu", "GeluGrad", "LayerNorm", "LayerNormGrad", "BatchMatMulV2",
+        "ScaledDotProductAttention", "ScaledDotProductAttentionGrad", "Sin", "Cos"};
     int missing = 0;
     for (size_t i = 0; i < sizeof float_ops / sizeof float_ops[0]; i++)
         for (dg_dtype t = DG_FLOAT32; t <= DG_FLOAT64; t++)

@@ -150,7 +150,12 @@ B1(b_bmm_nn, dg_batch_matmul(g, NULL, x[0], x[1], false, false))
 B1(b_bmm_nt, dg_batch_matmul(g, NULL, x[0], x[1], false, true))
 B1(b_bmm_tn, dg_batch_matmul(g, NULL, x[0], x[1], true, false))
 B1(b_bmm_tt, dg_batch_matmul(g, NULL, x[0], x[1], true, true))
+B1(b_att, dg_attention(g, NULL, x[0], x[1], x[2], false, 0))
+B1(b_att_causal, dg_attention(g, NULL, x[0], x[1], x[2], true, 0))
+B1(b_att_causal_scaled, dg_attention(g, NULL, x[0], x[1], x[2], true, 0.7))
 B1(b_erf, dg_erf(g, NULL, x[0]))
+B1(b_sin, dg_sin(g, NULL, x[0]))
+B1(b_cos, dg_cos(g, NULL, x[0]))
 B1(b_gelu, dg_gelu(g, NULL, x[0], false))
 B1(b_gelu_tanh, dg_gelu(g, NULL, x[0], true))
 B1(b_neg, dg_neg(g, NULL, x[0]))
@@ -318,7 +323,16 @@ static const grad_case grad_cases[] = {
     {"LayerNorm", b_layer_norm, 3, {T2(3, 5, G_UNIFORM, -2, 2), T1(5, U), T1(5, U)}},
     {"LayerNorm rank 3, odd width", b_layer_norm, 3, {T3(2, 3, 7, G_UNIFORM, -2, 2), T1(7, U), T1(7, U)}},
     {"LayerNorm width 1", b_layer_norm, 3, {T2(4, 1, U), T1(1, U), T1(1, U)}},
+    {"Attention", b_att, 3, {T3(2, 3, 4, U), T3(2, 5, 4, U), T3(2, 5, 3, U)}},
+    {"Attention causal", b_att_causal, 3, {T3(2, 4, 3, U), T3(2, 4, 3, U), T3(2, 4, 2, U)}},
+    {"Attention causal, Tq < Tk, scale 0.7", b_att_causal_scaled, 3, {T3(1, 3, 2, U), T3(1, 5, 2, U), T3(1, 5, 3, U)}},
+    {"Attention causal, Tq > Tk (rows that see no key)", b_att_causal, 3, {T2(5, 2, U), T2(3, 2, U), T2(3, 2, U)}},
+    {"Attention rank 4 (batch, heads)", b_att_causal, 3, {T4(2, 2, 3, 2, U), T4(2, 2, 3, 2, U), T4(2, 2, 3, 2, U)}},
+    {"Attention causal, 67 rows (a block of 64 and a tail)", b_att_causal, 3,
+     {T2(67, 2, G_UNIFORM, -2, 2), T2(67, 2, G_UNIFORM, -2, 2), T2(67, 1, U)}},
     {"Erf", b_erf, 1, {T2(3, 4, G_UNIFORM, -2.5, 2.5)}},
+    {"Sin", b_sin, 1, {T2(3, 4, G_UNIFORM, -4, 4)}},
+    {"Cos", b_cos, 1, {T2(3, 4, G_UNIFORM, -4, 4)}},
     {"Gelu", b_gelu, 1, {T2(3, 4, G_UNIFORM, -4, 4)}},
     {"Gelu approximate", b_gelu_tanh, 1, {T2(3, 4, G_UNIFORM, -4, 4)}},
     {"Neg", b_neg, 1, {T2(3, 4, U)}},
@@ -782,6 +796,213 @@ static void test_batch_matmul_values(void **state) {
     }
 }
 
+// The attention's reference: softmax over the keys each row sees, in long double; rows that
+// see none give 0 and a log-sum-exp of -inf.
+static void attention_reference(const dg_tensor *q, const dg_tensor *k, const dg_tensor *v, int64_t B, int64_t Tq,
+                                int64_t Tk, int64_t D, int64_t Dv, bool causal, double scale, double *out,
+                                double *lse) {
+    long double *sc = malloc((size_t)(Tk ? Tk : 1) * sizeof *sc);
+    assert_non_null(sc);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < Tq; i++) {
+            int64_t lim = causal ? i + Tk - Tq + 1 : Tk;
+            if (lim < 0) lim = 0;
+            if (lim > Tk) lim = Tk;
+            long double m = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < lim; j++) {
+                long double acc = 0;
+                for (int64_t c = 0; c < D; c++)
+                    acc += (long double)dg_tensor_get_as_double(q, (b * Tq + i) * D + c) *
+                           dg_tensor_get_as_double(k, (b * Tk + j) * D + c);
+                sc[j] = acc * scale;
+                if (sc[j] > m) m = sc[j];
+            }
+            for (int64_t j = 0; j < lim; j++) sum += expl(sc[j] - m);
+            for (int64_t c = 0; c < Dv; c++) {
+                long double acc = 0;
+                for (int64_t j = 0; j < lim; j++)
+                    acc += expl(sc[j] - m) / sum * dg_tensor_get_as_double(v, (b * Tk + j) * Dv + c);
+                out[(b * Tq + i) * Dv + c] = (double)acc;
+            }
+            lse[b * Tq + i] = lim ? (double)(m + logl(sum)) : -INFINITY;
+        }
+    free(sc);
+}
+
+// ScaledDotProductAttention's output and log-sum-exp against attention_reference: several
+// blocks of query rows and a tail, a single query row over a long cache, rows that see no key,
+// batch dimensions, a given scale; float64 and float32. Then the shapes it refuses.
+static void test_attention_values(void **state) {
+    (void)state;
+    uint64_t rng = 11;
+    static const struct {
+        int64_t b0, b1, Tq, Tk, D, Dv;
+        bool causal;
+        double scale;
+    } cases[] = {
+        {2, 3, 130, 130, 8, 5, true, 0},    // two blocks of 64 and a tail of 2
+        {2, 3, 130, 130, 8, 5, false, 0},
+        {1, 2, 1, 70, 4, 3, false, 0.3},    // one new token over a cache of 70
+        {1, 2, 1, 70, 4, 3, true, 0},       // causal: the last row sees every key
+        {2, 1, 70, 3, 2, 2, true, 0},       // rows 0..66 see no key
+        {1, 1, 5, 0, 3, 2, false, 0},       // no keys at all
+        {1, 1, 4, 6, 0, 2, false, 1},       // width 0: uniform weights
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int f32 = 0; f32 < 2; f32++) {
+            int64_t B = cases[ci].b0 * cases[ci].b1, Tq = cases[ci].Tq, Tk = cases[ci].Tk, D = cases[ci].D,
+                    Dv = cases[ci].Dv;
+            dg_dtype dt = f32 ? DG_FLOAT32 : DG_FLOAT64;
+            dg_shape qs = shape4(cases[ci].b0, cases[ci].b1, Tq, D), ks = shape4(cases[ci].b0, cases[ci].b1, Tk, D),
+                     vs = shape4(cases[ci].b0, cases[ci].b1, Tk, Dv);
+            dg_graph *g = dg_graph_new();
+            dg_output q = dg_placeholder(g, "q", dt, qs), k = dg_placeholder(g, "k", dt, ks),
+                      v = dg_placeholder(g, "v", dt, vs);
+            dg_output o = dg_attention(g, "att", q, k, v, cases[ci].causal, cases[ci].scale);
+            assert_graph_ok(g);
+            dg_tensor *qv = dg_tensor_new(dt, qs, NULL), *kv = dg_tensor_new(dt, ks, NULL),
+                      *vv = dg_tensor_new(dt, vs, NULL);
+            dg_tensor *in[3] = {qv, kv, vv};
+            for (int t = 0; t < 3; t++)
+                for (int64_t i = 0; i < dg_tensor_num_elements(in[t]); i++)
+                    set_elem(in[t], i, dg_test_uniform(&rng, -1.5, 1.5));
+            dg_output feeds[3] = {q, k, v}, outs[2] = {o, {o.node, 1}};
+            dg_tensor *got[2];
+            dg_session *s = new_session(g);
+            run_ok(s, feeds, in, 3, outs, got, 2);
+            double scale = cases[ci].scale > 0 ? cases[ci].scale : D ? 1 / sqrt((double)D) : 1;
+            double *want = malloc((size_t)(B * Tq * Dv + 1) * sizeof *want),
+                   *wl = malloc((size_t)(B * Tq) * sizeof *wl), *have = malloc((size_t)(B * Tq * Dv + 1) * sizeof *have),
+                   *hl = malloc((size_t)(B * Tq) * sizeof *hl);
+            attention_reference(qv, kv, vv, B, Tq, Tk, D, Dv, cases[ci].causal, scale, want, wl);
+            for (int64_t i = 0; i < B * Tq * Dv; i++) have[i] = dg_tensor_get_as_double(got[0], i);
+            for (int64_t i = 0; i < B * Tq; i++) hl[i] = dg_tensor_get_as_double(got[1], i);
+            double tol = f32 ? 2e-6 : 1e-13;
+            assert_close_f64_msg(have, want, B * Tq * Dv, tol, tol, "attention case %zu output, %s", ci,
+                                 f32 ? "float32" : "float64");
+            assert_close_f64_msg(hl, wl, B * Tq, tol, tol, "attention case %zu lse, %s", ci, f32 ? "float32" : "float64");
+            free(want);
+            free(wl);
+            free(have);
+            free(hl);
+            for (int t = 0; t < 2; t++) dg_tensor_unref(got[t]);
+            for (int t = 0; t < 3; t++) dg_tensor_unref(in[t]);
+            dg_session_free(&s);
+            dg_graph_free(&g);
+        }
+    // Shapes that do not fit together, a wrong dtype, a negative scale: refused at build time,
+    // naming the op and the shapes.
+    const dg_shape bad[][3] = {{dg_shape3(2, 3, 4), dg_shape3(2, 5, 3), dg_shape3(2, 5, 3)},    // D differs
+                               {dg_shape3(2, 3, 4), dg_shape3(2, 5, 4), dg_shape3(2, 6, 3)},    // Tk differs
+                               {dg_shape3(2, 3, 4), dg_shape3(3, 5, 4), dg_shape3(3, 5, 3)},    // batch differs
+                               {dg_shape1(4), dg_shape1(4), dg_shape1(4)}};
+    for (int i = 0; i < 4; i++) {
+        dg_graph *g = dg_graph_new();
+        dg_attention(g, "bad", dg_placeholder(g, "q", DG_FLOAT32, bad[i][0]), dg_placeholder(g, "k", DG_FLOAT32, bad[i][1]),
+                     dg_placeholder(g, "v", DG_FLOAT32, bad[i][2]), true, 0);
+        assert_int_equal(dg_status_code(dg_graph_status(g)), DG_INVALID_ARGUMENT);
+        const char *msg = dg_status_message(dg_graph_status(g));
+        assert_non_null(strstr(msg, "ScaledDotProductAttention"));
+        assert_non_null(strstr(msg, "[..., Tq, D]"));
+        dg_graph_free(&g);
+    }
+    dg_graph *g = dg_graph_new();
+    dg_output q = dg_placeholder(g, "q", DG_FLOAT32, dg_shape2(3, 4));
+    dg_attention(g, "neg", q, q, q, false, -1);
+    assert_int_equal(dg_status_code(dg_graph_status(g)), DG_INVALID_ARGUMENT);
+    assert_non_null(strstr(dg_status_message(dg_graph_status(g)), "scale -1"));
+    dg_graph_free(&g);
+    // Unknown shapes pass the build; the kernel refuses the fed ones, naming the node and sizes.
+    g = dg_graph_new();
+    const int64_t unknown[3] = {-1, -1, -1};
+    dg_output uq = dg_placeholder(g, "q", DG_FLOAT64, dg_shape_make(3, unknown));
+    dg_output uk = dg_placeholder(g, "k", DG_FLOAT64, dg_shape_make(3, unknown));
+    dg_output o = dg_attention(g, "att_run", uq, uk, uk, true, 0);
+    assert_graph_ok(g);
+    dg_tensor *qv = dg_tensor_new(DG_FLOAT64, dg_shape3(1, 3, 4), NULL), *kv = dg_tensor_new(DG_FLOAT64, dg_shape3(1, 5, 3), NULL);
+    memset(dg_tensor_f64(qv), 0, 12 * sizeof(double));
+    memset(dg_tensor_f64(kv), 0, 15 * sizeof(double));
+    dg_session *s = new_session(g);
+    dg_output feeds[2] = {uq, uk};
+    dg_tensor *fv[2] = {qv, kv}, *got = NULL;
+    dg_status *st = dg_status_new();
+    assert_false(dg_session_run(s, feeds, fv, 2, &o, &got, 1, NULL, 0, st));
+    assert_int_equal(dg_status_code(st), DG_INVALID_ARGUMENT);
+    assert_non_null(strstr(dg_status_message(st), "att_run"));
+    assert_non_null(strstr(dg_status_message(st), "[1,3,4]"));
+    dg_status_free(&st);
+    dg_tensor_unref(qv);
+    dg_tensor_unref(kv);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+}
+
+// The fused attention's gradients against the unfused composition TensorFlow would build
+// (BatchMatMul, scale, an additive mask of -inf, Softmax, BatchMatMul), each differentiated by
+// its own ops, with an upstream gradient of random weights: 70 query rows (a block of 64 and a
+// tail), causal, float64 and float32, larger than the finite-difference rows can afford.
+static void test_attention_matches_composition(void **state) {
+    (void)state;
+    uint64_t rng = 5;
+    enum { B = 2, T = 70, D = 6, DV = 5 };
+    for (int f32 = 0; f32 < 2; f32++) {
+        dg_dtype dt = f32 ? DG_FLOAT32 : DG_FLOAT64;
+        dg_graph *g = dg_graph_new();
+        dg_output q = dg_placeholder(g, "q", dt, dg_shape3(B, T, D)), k = dg_placeholder(g, "k", dt, dg_shape3(B, T, D)),
+                  v = dg_placeholder(g, "v", dt, dg_shape3(B, T, DV));
+        dg_tensor *sc = dg_tensor_new(dt, dg_shape_scalar(), NULL), *mask = dg_tensor_new(dt, dg_shape2(T, T), NULL),
+                  *w = dg_tensor_new(dt, dg_shape3(B, T, DV), NULL);
+        set_elem(sc, 0, 1 / sqrt((double)D));
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++) set_elem(mask, i * T + j, j <= i ? 0 : -INFINITY);
+        for (int i = 0; i < B * T * DV; i++) set_elem(w, i, dg_test_uniform(&rng, -1, 1));
+        dg_output fused = dg_attention(g, "fused", q, k, v, true, 0);
+        dg_output scores = dg_add(g, NULL, dg_mul(g, NULL, dg_batch_matmul(g, NULL, q, k, false, true), dg_const(g, NULL, sc)),
+                                  dg_const(g, NULL, mask));
+        dg_output composed = dg_batch_matmul(g, NULL, dg_softmax(g, NULL, scores), v, false, false);
+        dg_output wc = dg_const(g, NULL, w), xs[3] = {q, k, v}, df[3], dc[3];
+        assert_true(dg_gradients(g, &fused, 1, xs, 3, &wc, df));
+        assert_true(dg_gradients(g, &composed, 1, xs, 3, &wc, dc));
+        assert_graph_ok(g);
+        dg_tensor *in[3];
+        const int64_t n_in[3] = {B * T * D, B * T * D, B * T * DV};
+        for (int t = 0; t < 3; t++) {
+            in[t] = dg_tensor_new(dt, t == 2 ? dg_shape3(B, T, DV) : dg_shape3(B, T, D), NULL);
+            for (int64_t i = 0; i < n_in[t]; i++) set_elem(in[t], i, dg_test_uniform(&rng, -2, 2));
+        }
+        dg_output outs[8] = {fused, composed, df[0], df[1], df[2], dc[0], dc[1], dc[2]};
+        dg_tensor *got[8];
+        dg_session *s = new_session(g);
+        run_ok(s, xs, in, 3, outs, got, 8);
+        double tol = f32 ? 2e-5 : 1e-12;
+        for (int t = 0; t < 4; t++) {   // the output, then dq, dk, dv
+            const int64_t n = t == 0 || t == 3 ? B * T * DV : B * T * D;
+            dg_tensor *a = got[t == 0 ? 0 : 1 + t], *b = got[t == 0 ? 1 : 4 + t];
+            double *ha = malloc((size_t)n * sizeof *ha), *hb = malloc((size_t)n * sizeof *hb);
+            for (int64_t i = 0; i < n; i++) {
+                ha[i] = dg_tensor_get_as_double(a, i);
+                hb[i] = dg_tensor_get_as_double(b, i);
+            }
+            assert_close_f64_msg(ha, hb, n, tol, tol, "fused vs composed %s, %s", t == 0 ? "output" : t == 1 ? "dq" : t == 2 ? "dk" : "dv",
+                                 f32 ? "float32" : "float64");
+            free(ha);
+            free(hb);
+        }
+        for (int t = 0; t < 8; t++) dg_tensor_unref(got[t]);
+        for (int t = 0; t < 3; t++) dg_tensor_unref(in[t]);
+        dg_tensor_unref(sc);
+        dg_tensor_unref(mask);
+        dg_tensor_unref(w);
+        // Differentiating through the log-sum-exp output is refused, naming the node.
+        dg_output lse = {fused.node, 1}, dx;
+        assert_false(dg_gradients(g, &lse, 1, &q, 1, NULL, &dx));
+        assert_int_equal(dg_status_code(dg_graph_status(g)), DG_UNIMPLEMENTED);
+        assert_non_null(strstr(dg_status_message(dg_graph_status(g)), "fused"));
+        dg_session_free(&s);
+        dg_graph_free(&g);
+    }
+}
+
 // Rows of width 0: y is empty, each row's mean is 0 and its rstd 1 / sqrt(epsilon), and the
 // gradient runs (dgamma and dbeta empty, dx empty).
 static void test_layer_norm_width_zero(void **state) {
@@ -1232,6 +1453,72 @@ static void test_adam(void **state) {
     opt_graph_free(&og);
 }
 
+static dg_optimizer make_adamw(dg_graph *g, const void *arg) {
+    dg_optimizer o = dg_adamw(g, 0.01, 0.5);
+    if (arg) {   // the rule: every variable decays, the bias too
+        o.decay_filter = *(bool (*const *)(dg_output, void *))arg;
+        o.decay_filter_arg = NULL;
+    }
+    return o;
+}
+
+static bool decay_all(dg_output var, void *arg) {
+    (void)var;
+    (void)arg;
+    return true;
+}
+
+// AdamW: var -= lr * wd * var, then Adam's update with the gradient of the pre-step values,
+// against a float64 reference; by default only W (rank 2) decays, with a rule of the user's b
+// as well; a negative weight decay is refused.
+static void adamw_case(bool all) {
+    problem p;
+    problem_init(&p);
+    opt_graph og;
+    bool (*rule)(dg_output, void *) = decay_all;
+    opt_graph_build(&og, &p, make_adamw, all ? (const void *)&rule : NULL);
+    assert_non_null(dg_graph_find(og.g, "W/AdamW"));
+    assert_non_null(dg_graph_find(og.g, "b/AdamW_1"));
+    const double lr = 0.01, wd = 0.5, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    double W[NI * NO], b[NO], gW[NI * NO], gb[NO];
+    double mW[NI * NO] = {0}, vW[NI * NO] = {0}, mb[NO] = {0}, vb[NO] = {0};
+    memcpy(W, p.W, sizeof W);
+    memcpy(b, p.b, sizeof b);
+    for (int t = 1; t <= N_STEPS; t++) {
+        problem_grads(&p, W, b, gW, gb);
+        double lr_t = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
+        for (int i = 0; i < NI * NO; i++) {
+            W[i] -= lr * wd * W[i];
+            mW[i] = b1 * mW[i] + (1 - b1) * gW[i];
+            vW[i] = b2 * vW[i] + (1 - b2) * gW[i] * gW[i];
+            W[i] -= lr_t * mW[i] / (sqrt(vW[i]) + eps);
+        }
+        for (int i = 0; i < NO; i++) {
+            if (all) b[i] -= lr * wd * b[i];
+            mb[i] = b1 * mb[i] + (1 - b1) * gb[i];
+            vb[i] = b2 * vb[i] + (1 - b2) * gb[i] * gb[i];
+            b[i] -= lr_t * mb[i] / (sqrt(vb[i]) + eps);
+        }
+        opt_step_check(&og, W, b, t);
+    }
+    opt_graph_free(&og);
+}
+
+static void test_adamw(void **state) {
+    (void)state;
+    adamw_case(false);
+    adamw_case(true);
+    dg_graph *g = dg_graph_new();
+    dg_output w = dg_variable(g, "w", DG_FLOAT64, dg_shape2(2, 2), dg_init_zeros());
+    dg_optimizer o = dg_adamw(g, 0.1, -1);
+    dg_output gr = dg_scalar(g, NULL, DG_FLOAT64, 1);
+    dg_output grads[1] = {dg_fill(g, NULL, dg_shape_of(g, NULL, w), gr)};
+    assert_null(dg_optimizer_apply_gradients(&o, grads, &w, 1, (dg_output){NULL, 0}, NULL));
+    assert_int_equal(dg_status_code(dg_graph_status(g)), DG_INVALID_ARGUMENT);
+    assert_non_null(strstr(dg_status_message(dg_graph_status(g)), "AdamW: weight_decay must be finite and >= 0"));
+    dg_graph_free(&g);
+}
+
 // compute_gradients / apply_gradients separately, with the gradients averaged in between
 // (as in synchronous replicas): the step uses the averaged gradient.
 static void test_apply_averaged_gradients(void **state) {
@@ -1295,6 +1582,8 @@ int main(void) {
         cmocka_unit_test(test_layer_norm_values),
         cmocka_unit_test(test_layer_norm_width_zero),
         cmocka_unit_test(test_batch_matmul_values),
+        cmocka_unit_test(test_attention_values),
+        cmocka_unit_test(test_attention_matches_composition),
         cmocka_unit_test(test_shared_input_closed_form),
         cmocka_unit_test(test_grad_ys_and_several_ys),
         cmocka_unit_test(test_unconnected_x),
@@ -1307,6 +1596,7 @@ int main(void) {
         cmocka_unit_test(test_momentum),
         cmocka_unit_test(test_momentum_nesterov),
         cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_apply_averaged_gradients),
         cmocka_unit_test(test_global_step),
     };

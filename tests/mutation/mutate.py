@@ -126,6 +126,37 @@ MUTANTS = [
         "tests": ["test_gradients"],
     },
     {
+        "name": "attention_nan",
+        "what": "ScaledDotProductAttention (CPU) writes NaN over its output",
+        "file": "executor/cpu/kernels_transformer.c",
+        "edits": [("    free(s);\n    return true;\n}\n\nstatic bool attention_grad_compute(",
+                   "    for (int64_t mut_i = 0; mut_i < out->n_elements; mut_i++) {\n"
+                   "        if (out->dtype == DG_FLOAT32) ((float *)out->data)[mut_i] = __builtin_nanf(\"\");\n"
+                   "        else ((double *)out->data)[mut_i] = __builtin_nan(\"\");\n"
+                   "    }\n"
+                   "    free(s);\n    return true;\n}\n\nstatic bool attention_grad_compute(")],
+        "tests": ["test_gradients"],
+    },
+    {
+        "name": "attention_grad_nan",
+        "what": "ScaledDotProductAttentionGrad (CPU) writes NaN over dk",
+        "file": "executor/cpu/kernels_transformer.c",
+        "edits": [("    free(s);\n    return true;\n}\n\n#define K(",
+                   "    for (int64_t mut_i = 0; mut_i < dk->n_elements; mut_i++) {\n"
+                   "        if (dk->dtype == DG_FLOAT32) ((float *)dk->data)[mut_i] = __builtin_nanf(\"\");\n"
+                   "        else ((double *)dk->data)[mut_i] = __builtin_nan(\"\");\n"
+                   "    }\n"
+                   "    free(s);\n    return true;\n}\n\n#define K(")],
+        "tests": ["test_gradients"],
+    },
+    {
+        "name": "attention_causal_one_short",
+        "what": "under the causal mask each query row sees one key fewer (not its own position)",
+        "file": "executor/cpu/kernels_transformer.c",
+        "edits": [("    int64_t lim = i + Tk - Tq + 1;\n", "    int64_t lim = i + Tk - Tq;\n")],
+        "tests": ["test_gradients"],
+    },
+    {
         "name": "gelu_grad_nan",
         "what": "GeluGrad (erf form) writes NaN",
         "file": "executor/cpu/kernels_math.c",

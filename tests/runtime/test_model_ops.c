@@ -351,6 +351,50 @@ static void test_piecewise_constant(void **state) {
     dg_graph_free(&g);
 }
 
+// The schedule against its formula in float64 (then float32), and its landmarks: 0 at step 0,
+// the peak at the end of the warmup, the mean of peak and final half-way through the decay,
+// final from the end on; arguments it refuses.
+static void test_warmup_cosine_decay(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_output step = dg_placeholder(g, "step", DG_INT64, dg_shape_scalar());
+    const double peak = 1e-3, final = 1e-4;
+    const int64_t warm = 100, decay = 1900;
+    dg_output lr = dg_warmup_cosine_decay(g, "lr", step, peak, warm, decay, final);
+    assert_ok(dg_graph_status(g));
+    assert_int_equal(dg_output_dtype(lr), DG_FLOAT32);
+    const int64_t steps[] = {0, 1, 50, 99, 100, 101, 1050, 1999, 2000, 2001, 100000};
+    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
+        double s = (double)steps[i], want;
+        if (s < warm) {
+            want = peak * s / (double)warm;
+        } else {
+            double f = (s - (double)warm) / (double)decay;
+            if (f > 1) f = 1;
+            want = final + 0.5 * (peak - final) * (1 + cos(3.14159265358979323846 * f));
+        }
+        dg_tensor *sv = dg_tensor_from_data(DG_INT64, dg_shape_scalar(), &steps[i], NULL), *out;
+        run(g, &step, &sv, 1, &lr, &out, 1);
+        double got = dg_tensor_f32(out)[0];
+        if (!dg_test_is_close(got, want, 0, 1.2e-7))
+            fail_msg("step %lld: %.9g, want %.9g", (long long)steps[i], got, want);
+        if (steps[i] == 0) assert_true(got == 0);
+        if (steps[i] == warm) assert_true(dg_test_is_close(got, peak, 0, 1.2e-7));
+        if (steps[i] == warm + decay / 2) assert_true(dg_test_is_close(got, (peak + final) / 2, 0, 1.2e-7));
+        if (steps[i] >= warm + decay) assert_true(dg_test_is_close(got, final, 0, 1.2e-7));
+        dg_tensor_unref(out);
+        dg_tensor_unref(sv);
+    }
+    dg_warmup_cosine_decay(g, NULL, step, 1e-4, 10, 0, 0);
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "warmup_cosine_decay \"WarmupCosineDecay\"");
+    dg_graph_free(&g);
+    g = dg_graph_new();
+    step = dg_placeholder(g, "step", DG_INT64, dg_shape_scalar());
+    dg_warmup_cosine_decay(g, "up", step, 1e-4, 10, 100, 1e-3);   // final above the peak
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "0 <= final <= peak");
+    dg_graph_free(&g);
+}
+
 static void test_batch_normalization(void **state) {
     (void)state;
     uint64_t rng = 9;
@@ -492,7 +536,8 @@ int main(void) {
         cmocka_unit_test(test_summary_helpers),
         cmocka_unit_test(test_conv2d_forward),    cmocka_unit_test(test_pool_forward),
         cmocka_unit_test(test_dropout),           cmocka_unit_test(test_array_ops),
-        cmocka_unit_test(test_piecewise_constant), cmocka_unit_test(test_batch_normalization),
+        cmocka_unit_test(test_piecewise_constant), cmocka_unit_test(test_warmup_cosine_decay),
+        cmocka_unit_test(test_batch_normalization),
         cmocka_unit_test(test_bad_windows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

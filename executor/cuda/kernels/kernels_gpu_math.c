@@ -262,7 +262,8 @@ static void *un_create(const dg_node *n, const exec_env *env, dg_status *st) {
     } map[] = {{"Relu", CUDA_UN_RELU}, {"Sigmoid", CUDA_UN_SIGMOID}, {"Tanh", CUDA_UN_TANH},
                {"Exp", CUDA_UN_EXP},   {"Log", CUDA_UN_LOG},         {"Square", CUDA_UN_SQUARE},
                {"Sqrt", CUDA_UN_SQRT}, {"Neg", CUDA_UN_NEG},         {"Rsqrt", CUDA_UN_RSQRT},
-               {"Erf", CUDA_UN_ERF},   {"Gelu", CUDA_UN_GELU}};
+               {"Erf", CUDA_UN_ERF},   {"Gelu", CUDA_UN_GELU},       {"Sin", CUDA_UN_SIN},
+               {"Cos", CUDA_UN_COS}};
     bool approximate = false;
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(map[i].name, n->op->name) == 0) {
@@ -534,6 +535,8 @@ const exec_kernel_def gpu_math_kernels[] = {
     GPU_KERNEL("Neg", DT_FLOATS, un_create, un_compute, free),
     GPU_KERNEL("Rsqrt", DT_FLOATS, un_create, un_compute, free),
     GPU_KERNEL("Erf", DT_FLOATS, un_create, un_compute, free),
+    GPU_KERNEL("Sin", DT_FLOATS, un_create, un_compute, free),
+    GPU_KERNEL("Cos", DT_FLOATS, un_create, un_compute, free),
     GPU_KERNEL("Gelu", DT_FLOATS, un_create, un_compute, free),
     GPU_KERNEL("BiasAdd", DT_FLOATS, gpu_dev_create, bias_add_compute, NULL),
     GPU_KERNEL("BiasAddGrad", DT_FLOATS, gpu_dev_create, bias_add_grad_compute, NULL),

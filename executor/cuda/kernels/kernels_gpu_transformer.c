@@ -1,11 +1,12 @@
 /* GPU kernels of the transformer ops: BatchMatMulV2 (cuBLAS, a GEMM a matrix), LayerNorm and
- * LayerNormGrad. Each checks its inputs as
- * the CPU kernel does (executor/cpu/kernels_transformer.c) and queues the work through the
- * launchers of nn.cu. */
+ * LayerNormGrad, ScaledDotProductAttention and its gradient. Each checks its inputs as the CPU
+ * kernel does (executor/cpu/kernels_transformer.c) and queues the work through the launchers of
+ * nn.cu and attention.cu. */
 #include <stdlib.h>
 
 #include "cpu_impl.h"
 #include "gpu_impl.h"
+#include "launch_attention.h"
 #include "launch_nn.h"
 
 typedef struct ln_state {
@@ -113,9 +114,72 @@ static bool layer_norm_grad_compute(void *state, exec_ctx *ctx) {
     return gpu_check_launch(ctx, dev, err, "LayerNormGrad");
 }
 
+// ---- ScaledDotProductAttention: tiled kernels, the scores never in memory ----
+
+typedef struct att_state {
+    exec_cuda_device *dev;   // borrowed; first member (gpu_impl.h)
+    bool causal;
+    double scale;            // the attribute; 0: 1 / sqrt(D)
+} att_state;
+
+static void *att_create(const dg_node *n, const exec_env *env, dg_status *st) {
+    exec_cuda_device *dev = gpu_dev_create(n, env, st);
+    if (!dev) return NULL;
+    att_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "%s kernel: %zu bytes", n->op->name, sizeof *s);
+        return NULL;
+    }
+    s->dev = dev;
+    (void)dg_node_attr_bool(n, "causal", &s->causal);
+    (void)dg_node_attr_float(n, "scale", &s->scale);
+    return s;
+}
+
+static bool att_fits(exec_ctx *ctx, const dg_tensor *q, const cpu_attention_dims *d) {
+    if (cuda_attention_fits(q->dtype == DG_FLOAT64, d->D, d->Dv)) return true;
+    return exec_fail(ctx, DG_UNIMPLEMENTED, "the GPU attention kernel holds a row of widths D %lld + Dv %lld of %s "
+                     "in shared memory, more than fits: place this op on the CPU", (long long)d->D, (long long)d->Dv,
+                     dg_dtype_name(q->dtype));
+}
+
+static bool attention_compute(void *state, exec_ctx *ctx) {
+    att_state *s = state;
+    if (!gpu_prepare_inputs(ctx, s->dev, 3)) return false;
+    dg_tensor *q = IN(0), *k = IN(1), *v = IN(2);
+    cpu_attention_dims d;
+    if (!cpu_attention_check(ctx, q, k, v, NULL, NULL, NULL, &d) || !att_fits(ctx, q, &d)) return false;
+    dg_tensor *out = gpu_alloc_output(s->dev, ctx, 0, q->dtype, d.out);
+    dg_tensor *lse = out ? gpu_alloc_output(s->dev, ctx, 1, q->dtype, d.lse) : NULL;
+    if (!lse) return false;
+    cudaError_t err = cuda_launch_attention(q->dtype == DG_FLOAT64, q->data, k->data, v->data, out->data, lse->data,
+                                            d.batches, d.Tq, d.Tk, d.D, d.Dv, cpu_attention_scale(s->scale, d.D),
+                                            s->causal, s->dev->stream);
+    return gpu_check_launch(ctx, s->dev, err, "ScaledDotProductAttention");
+}
+
+static bool attention_grad_compute(void *state, exec_ctx *ctx) {
+    att_state *s = state;
+    if (!gpu_prepare_inputs(ctx, s->dev, 6)) return false;
+    dg_tensor *dout = IN(0), *q = IN(1), *k = IN(2), *v = IN(3), *out = IN(4), *lse = IN(5);
+    cpu_attention_dims d;
+    if (!cpu_attention_check(ctx, q, k, v, dout, out, lse, &d) || !att_fits(ctx, q, &d)) return false;
+    dg_tensor *dq = gpu_alloc_output(s->dev, ctx, 0, q->dtype, q->shape);
+    dg_tensor *dk = dq ? gpu_alloc_output(s->dev, ctx, 1, q->dtype, k->shape) : NULL;
+    dg_tensor *dv = dk ? gpu_alloc_output(s->dev, ctx, 2, q->dtype, v->shape) : NULL;
+    if (!dv) return false;
+    cudaError_t err = cuda_launch_attention_grad(q->dtype == DG_FLOAT64, dout->data, q->data, k->data, v->data,
+                                                 out->data, lse->data, dq->data, dk->data, dv->data, d.batches, d.Tq,
+                                                 d.Tk, d.D, d.Dv, cpu_attention_scale(s->scale, d.D), s->causal,
+                                                 s->dev->stream);
+    return gpu_check_launch(ctx, s->dev, err, "ScaledDotProductAttentionGrad");
+}
+
 const exec_kernel_def gpu_transformer_kernels[] = {
     GPU_KERNEL("BatchMatMulV2", DT_FLOATS, bmm_create, batch_matmul_compute, free),
     GPU_KERNEL("LayerNorm", DT_FLOATS, ln_create, layer_norm_compute, free),
     GPU_KERNEL("LayerNormGrad", DT_FLOATS, gpu_dev_create, layer_norm_grad_compute, NULL),
+    GPU_KERNEL("ScaledDotProductAttention", DT_FLOATS, att_create, attention_compute, free),
+    GPU_KERNEL("ScaledDotProductAttentionGrad", DT_FLOATS, att_create, attention_grad_compute, free),
 };
 const int gpu_n_transformer_kernels = sizeof gpu_transformer_kernels / sizeof gpu_transformer_kernels[0];
