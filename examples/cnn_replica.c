@@ -12,7 +12,4 @@
  * feeds the graph's "training" placeholder false. */
 #include "replica.h"
 
-int main(int argc, char **argv) {
-    const replica_program p = {"cnn_replica", "usage: cnn_replica [flags]", true, 4000, 0.001};
-    return replica_main(argc, argv, &p);
-}
+int main(int argc, char **argv) { return mnist_replica_main(argc, argv, "cnn_replica", true, 4000, 0.001); }

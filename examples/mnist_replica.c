@@ -21,7 +21,4 @@
  *   build/bin/dg-launch --ps 1 --workers 2 -- build/bin/mnist_replica --sync_replicas */
 #include "replica.h"
 
-int main(int argc, char **argv) {
-    const replica_program p = {"mnist_replica", "usage: mnist_replica [flags]", false, 2000, 0.01};
-    return replica_main(argc, argv, &p);
-}
+int main(int argc, char **argv) { return mnist_replica_main(argc, argv, "mnist_replica", false, 2000, 0.01); }

@@ -286,6 +286,24 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
             return NULL;
         }
     }
+    if (!(opt->global_clipnorm >= 0 && opt->global_clipnorm < 1e300)) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "%s: global_clipnorm must be >= 0 (0: none), got %g",
+                           opt->name ? opt->name : "optimizer", opt->global_clipnorm);
+        return NULL;
+    }
+    dg_output *clipped = NULL;
+    if (opt->global_clipnorm > 0) {
+        clipped = calloc((size_t)n, sizeof *clipped);
+        if (!clipped) abort();
+        dg_graph_push_name_scope(g, "clip_by_global_norm");
+        dg_clip_by_global_norm(g, grads, n, opt->global_clipnorm, clipped, NULL);
+        dg_graph_pop_name_scope(g);
+        if (!dg_graph_ok(g)) {
+            free(clipped);
+            return NULL;
+        }
+        grads = clipped;
+    }
     const char *oname = opt->name ? opt->name : "Optimizer";
     dg_output *slot1 = calloc((size_t)n, sizeof *slot1), *slot2 = calloc((size_t)n, sizeof *slot2);
     dg_node **updates = calloc((size_t)n + 2, sizeof *updates);
@@ -454,6 +472,7 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
     free(slot2);
     free(updates);
     free(grad_nodes);
+    free(clipped);
     return dg_graph_ok(g) ? train : NULL;
 }
 

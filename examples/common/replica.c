@@ -1,6 +1,7 @@
-/* The training program behind mnist_replica and cnn_replica (examples/mnist_replica.c,
- * examples/cnn_replica.c): between-graph replication of one model, asynchronous with ps
- * tasks, synchronous replicas or all-reduce, under the monitored session. See those files. */
+/* The training program behind the replica examples (mnist_replica, cnn_replica, gpt_replica):
+ * between-graph replication of one model (a replica_model, replica.h), asynchronous with ps
+ * tasks, synchronous replicas or all-reduce, under the monitored session. See
+ * examples/mnist_replica.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +10,6 @@
 
 #include "distgraph/monitored_session.h"
 #include "flags.h"
-#include "mlp_model.h"
-#include "mnist_data.h"
 #include "replica.h"
 
 static double now_s(void) {
@@ -49,33 +48,30 @@ static bool report_after_create(void *ctx, dg_monitored_session *ms, dg_session 
     return true;
 }
 
-// The network (the MLP, or the CNN when cnn) and its training: Adam (at the model's learning
-// rate schedule, if any) applied as the mode says. Sync: the sync replicas optimizer wraps it.
-// All-reduce (MultiWorkerMirrored): every worker holds the whole model on its own task; one
-// packed all-reduce averages the gradients, every worker applies the same Adam update, and
-// *bcast copies worker 0's values (restored from a checkpoint, say) to every worker.
-static bool build_model(dg_graph *g, bool cnn, int64_t pixels, int64_t hidden, double lr, int64_t seed,
-                        const dg_sync_replicas_options *so, dg_sync_replicas **sr,
-                        const dg_collective_group *grp, dg_node **bcast, mlp_model *m, dg_status *st) {
-    if (cnn)
-        cnn_build_net(g, lr, seed, m);
-    else
-        mlp_build_net(g, pixels, hidden, seed, m);
-    dg_optimizer opt = model_adam(g, m, lr);
+// The model's network and its training: its optimizer applied as the mode says. Sync: the
+// sync replicas optimizer wraps it. All-reduce (MultiWorkerMirrored): every worker holds the
+// whole model on its own task; one packed all-reduce averages the gradients, every worker
+// applies the same update, and *bcast copies worker 0's values (restored from a checkpoint,
+// say) to every worker.
+static bool build_model(dg_graph *g, const replica_model *p, double lr, int64_t seed, int64_t train_steps,
+                        const dg_sync_replicas_options *so, dg_sync_replicas **sr, const dg_collective_group *grp,
+                        dg_node **bcast, replica_net *net, dg_node **train, dg_status *st) {
+    memset(net, 0, sizeof *net);
+    if (!p->build(p->state, g, lr, seed, train_steps, net, st)) return false;
     if (so) {
-        if (!(*sr = dg_sync_replicas_new(&opt, so, st))) return false;
-        if (!(m->train = dg_sync_replicas_minimize(*sr, m->loss, m->global_step, st))) return false;
+        if (!(*sr = dg_sync_replicas_new(&net->opt, so, st))) return false;
+        if (!(*train = dg_sync_replicas_minimize(*sr, net->loss, net->global_step, st))) return false;
     } else if (grp) {
-        m->train = dg_all_reduce_minimize(&opt, m->loss, NULL, 0, m->global_step, grp, DG_COLLECTIVE_KEY_AUTO);
+        *train = dg_all_reduce_minimize(&net->opt, net->loss, NULL, 0, net->global_step, grp, DG_COLLECTIVE_KEY_AUTO);
     } else {
-        m->train = dg_optimizer_minimize(&opt, m->loss, m->global_step);
+        *train = dg_optimizer_minimize(&net->opt, net->loss, net->global_step);
     }
-    m->init = dg_global_variables_initializer(g);
+    (void)dg_global_variables_initializer(g);
     if (grp) *bcast = dg_collective_broadcast_variables(g, NULL, 0, grp, DG_COLLECTIVE_KEY_AUTO);
     return dg_graph_check(g, st);
 }
 
-static const char *prog = "mnist_replica";
+static const char *prog = "replica";
 
 static int fail(dg_status *st, const char *what) {
     fprintf(stderr, "%s: %s: %s: %s\n", prog, what, dg_code_name(dg_status_code(st)),
@@ -83,20 +79,19 @@ static int fail(dg_status *st, const char *what) {
     return 1;
 }
 
-int replica_main(int argc, char **argv, const replica_program *p) {
+int replica_main(int argc, char **argv, const replica_model *p) {
     prog = p->name;
-    const char *job_name = "", *ps_hosts = "", *worker_hosts = "", *data_dir = MNIST_DEFAULT_DIR;
-    int64_t task_index = -1, train_steps = p->train_steps, batch_size = 100, hidden = 100, seed = 1, log_every = 100;
+    const char *job_name = "", *ps_hosts = "", *worker_hosts = "";
+    int64_t task_index = -1, train_steps = p->train_steps, batch_size = p->batch_size, seed = 1, log_every = 100;
     int64_t wait_ms = 60000, rpc_timeout_ms = 30000, save_checkpoint_steps = 100, recovery_attempts = 3;
     const char *checkpoint_path = "", *slurm_jobs = "", *save_graph = "", *logdir = "", *trace_file = "";
     int64_t trace_step = 0;
     int64_t slurm_port_base = DG_SLURM_DEFAULT_PORT_BASE;
     int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000, wait_for_tasks_ms = 0;
     double lr = p->learning_rate;
-    char steps_help[64], lr_help[128];
+    char steps_help[64], batch_help[64];
     snprintf(steps_help, sizeof steps_help, "global steps to train (default %lld)", (long long)p->train_steps);
-    snprintf(lr_help, sizeof lr_help, "Adam learning rate (default %g%s)", p->learning_rate,
-             p->cnn ? ", decaying by 0.95 every 500 steps" : "");
+    snprintf(batch_help, sizeof batch_help, "examples per step (default %lld)", (long long)p->batch_size);
     bool quiet = false, print_placement = false, log_device_placement = false, sync_replicas = false, all_reduce = false, existing_servers = false;
     flag_def defs[] = {
         {"job_name", FLAG_STRING, &job_name, "ps or worker (default: from TF_CONFIG)"},
@@ -107,10 +102,8 @@ int replica_main(int argc, char **argv, const replica_program *p) {
          "cluster and task from the Slurm job step (srun), e.g. ps:1,worker:2 (examples/slurm/)"},
         {"slurm_port_base", FLAG_INT, &slurm_port_base, "with --slurm_jobs: first port on each node (default 8888)"},
         {"train_steps", FLAG_INT, &train_steps, steps_help},
-        {"batch_size", FLAG_INT, &batch_size, "examples per step (default 100)"},
-        {"hidden_units", FLAG_INT, &hidden, "hidden layer width of the MLP (default 100)"},
-        {"learning_rate", FLAG_DOUBLE, &lr, lr_help},
-        {"data_dir", FLAG_STRING, &data_dir, "IDX files (default " MNIST_DEFAULT_DIR ")"},
+        {"batch_size", FLAG_INT, &batch_size, batch_help},
+        {"learning_rate", FLAG_DOUBLE, &lr, p->lr_help},
         {"seed", FLAG_INT, &seed, "initialisation seed; batches are shuffled by seed + task (default 1)"},
         {"log_every", FLAG_INT, &log_every, "progress line every N local steps (default 100)"},
         {"wait_for_chief_ms", FLAG_INT, &wait_ms, "how long a non-chief waits for initialization"},
@@ -148,18 +141,25 @@ int replica_main(int argc, char **argv, const replica_program *p) {
         {"existing_servers", FLAG_BOOL, &existing_servers,
          "start no server: train through the standing dg-server of this worker's task (dg://worker host)"},
     };
-    bool help;
-    if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], p->usage, &help))
-        return 2;
+    // The program's flags, then the model's.
+    int n_generic = (int)(sizeof defs / sizeof defs[0]), n_defs = n_generic + p->n_flags;
+    flag_def *all = calloc((size_t)n_defs, sizeof *all);
+    if (!all) return 1;
+    memcpy(all, defs, sizeof defs);
+    if (p->n_flags) memcpy(all + n_generic, p->flags, (size_t)p->n_flags * sizeof *all);
+    bool help, parsed = flags_parse(argc, argv, all, n_defs, p->usage, &help);
+    free(all);
+    if (!parsed) return 2;
     if (help) return 0;
-    if (train_steps < 0 || batch_size < 1 || batch_size > 60000 || hidden < 1 || log_every < 1 ||
-        save_checkpoint_steps < 0 || recovery_attempts < 1 || recovery_attempts > 1000000 || wait_ms < 0 ||
-        replicas_to_aggregate < 0 || num_gpus < 0 || sync_timeout_ms < 1) {
-        fprintf(stderr, "%s: bad --train_steps, --batch_size, --hidden_units, --log_every, "
+    if (train_steps < 0 || batch_size < 1 || log_every < 1 || save_checkpoint_steps < 0 || recovery_attempts < 1 ||
+        recovery_attempts > 1000000 || wait_ms < 0 || replicas_to_aggregate < 0 || num_gpus < 0 ||
+        sync_timeout_ms < 1) {
+        fprintf(stderr, "%s: bad --train_steps, --batch_size, --log_every, "
                         "--save_checkpoint_steps, --recovery_attempts, --wait_for_chief_ms, "
                         "--replicas_to_aggregate, --num_gpus or --sync_timeout_ms\n", prog);
         return 2;
     }
+    if (p->check_flags && !p->check_flags(p->state, batch_size)) return 2;
     dg_status *st = dg_status_new();
     dg_cluster *cluster = NULL;
     char job[64];
@@ -197,8 +197,8 @@ int replica_main(int argc, char **argv, const replica_program *p) {
         return 2;
     }
     if (strcmp(job, "ps") != 0 && strcmp(job, "worker") != 0) {
-        fprintf(stderr, "%s: %s is \"%s\", but MNIST-replica runs only ps and worker tasks%s\n", prog, job_from,
-                job, strcmp(job, "chief") == 0 ? " (its chief is worker 0: list that task as worker 0)" : "");
+        fprintf(stderr, "%s: %s is \"%s\", but %s runs only ps and worker tasks%s\n", prog, job_from, job, p->what,
+                strcmp(job, "chief") == 0 ? " (its chief is worker 0: list that task as worker 0)" : "");
         return 2;
     }
     int n_tasks = dg_cluster_num_tasks(cluster, job);
@@ -255,18 +255,13 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     }
     int rc = 1;
     bool is_chief = task_index == 0;
-    mnist_dataset data;
     dg_graph *g = NULL;
     dg_monitored_session *ms = NULL;
     dg_session_hook *stop = NULL, *mode_hook = NULL, *trace_hook = NULL;   // mode_hook: sync replicas or broadcast
     dg_sync_replicas *sr = NULL;
     dg_node *bcast = NULL;
     dg_device_fn *setter = NULL;
-    float *xb = NULL;
-    int64_t *yb = NULL;
-    dg_tensor *xt = NULL, *yt = NULL, *on = NULL;
-    memset(&data, 0, sizeof data);
-    if (!mnist_load(data_dir, (uint64_t)(seed + task_index), &data, st)) {
+    if (!p->load(p->state, seed + task_index, st)) {
         fail(st, "loading data");
         goto out;
     }
@@ -289,7 +284,8 @@ int replica_main(int argc, char **argv, const replica_program *p) {
         fail(st, "replica device setter");
         goto out;
     }
-    mlp_model m;
+    replica_net m;
+    dg_node *train = NULL;
     dg_sync_replicas_options sro = dg_sync_replicas_options_default();
     sro.replicas_to_aggregate = (int)replicas_to_aggregate;
     sro.total_num_replicas = n_workers;
@@ -297,8 +293,8 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     sro.timeout_ms = sync_timeout_ms;
     dg_collective_group grp = dg_collective_group_make("worker", n_workers);
     grp.timeout_ms = sync_timeout_ms;
-    bool built = build_model(g, p->cnn, data.train.dim, hidden, lr, seed, sync_replicas ? &sro : NULL, &sr,
-                             all_reduce ? &grp : NULL, &bcast, &m, st);
+    bool built = build_model(g, p, lr, seed, train_steps, sync_replicas ? &sro : NULL, &sr, all_reduce ? &grp : NULL, &bcast, &m,
+                             &train, st);
     if (!built) {
         fail(st, "building the model");
         goto out;
@@ -398,30 +394,20 @@ int replica_main(int argc, char **argv, const replica_program *p) {
         }
     }
     fflush(stdout);
-    xb = malloc((size_t)(batch_size * data.train.dim) * sizeof *xb);
-    yb = malloc((size_t)batch_size * sizeof *yb);
-    xt = dg_tensor_wrap(DG_FLOAT32, dg_shape2(batch_size, data.train.dim), xb,
-                        (size_t)(batch_size * data.train.dim) * sizeof *xb, NULL, NULL, st);
-    yt = dg_tensor_wrap(DG_INT64, dg_shape1(batch_size), yb, (size_t)batch_size * sizeof *yb, NULL, NULL, st);
-    if (!xt || !yt) {
-        fail(st, "batch buffers");
-        goto out;
-    }
-    // The CNN's dropout is on while training.
-    if (m.training.node && !(on = model_training_value(true, st))) {
-        fail(st, "the training switch");
-        goto out;
-    }
-    dg_output feeds[3] = {m.x, m.y_, m.training};
-    dg_tensor *vals[3] = {xt, yt, on};
-    int n_feeds = on ? 3 : 2;
+    dg_output feeds[8];
+    dg_tensor *vals[8];
     double t_start = now_s();
     int64_t local_step = 0, global_step = 0;
     printf("Training begins @ %f\n", unix_s());
     while (!dg_monitored_session_should_stop(ms)) {
-        mnist_next_batch(&data.train, batch_size, xb, yb);
-        dg_tensor *gs = NULL;
-        if (!dg_monitored_session_run(ms, feeds, vals, n_feeds, &m.global_step, &gs, 1, &m.train, 1, st)) {
+        int n_feeds = p->next_batch(p->state, feeds, vals, st);
+        if (n_feeds < 0) {
+            fail(st, "the next batch");
+            goto out;
+        }
+        dg_output fetches[2] = {m.global_step, m.loss};
+        dg_tensor *got[2] = {NULL, NULL};
+        if (!dg_monitored_session_run(ms, feeds, vals, n_feeds, fetches, got, m.log_loss ? 2 : 1, &train, 1, st)) {
             // Sync: the chief closed the token queue at the last step.
             if (sync_replicas && dg_status_code(st) == DG_OUT_OF_RANGE) {
                 dg_status_reset(st);
@@ -430,12 +416,17 @@ int replica_main(int argc, char **argv, const replica_program *p) {
             fail(st, "training step");
             goto out;
         }
-        global_step = dg_tensor_i64(gs)[0];
-        dg_tensor_unref(gs);
+        global_step = dg_tensor_i64(got[0])[0];
+        double step_loss = got[1] ? dg_tensor_get_as_double(got[1], 0) : 0;
+        dg_tensor_unref(got[0]);
+        dg_tensor_unref(got[1]);
         local_step++;
         if (local_step % log_every == 0) {
-            printf("%f: Worker %lld: training step %lld done (global step: %lld)\n", unix_s(), (long long)task_index,
-                   (long long)local_step, (long long)global_step);
+            // The loss of the step's batch, before its update (when the model asks for it).
+            char lossbuf[48] = "";
+            if (m.log_loss) snprintf(lossbuf, sizeof lossbuf, ", loss %.6f", step_loss);
+            printf("%f: Worker %lld: training step %lld done (global step: %lld)%s\n", unix_s(), (long long)task_index,
+                   (long long)local_step, (long long)global_step, lossbuf);
             fflush(stdout);
         }
     }
@@ -450,14 +441,10 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     }
     // The session may have been recreated during training.
     s = dg_monitored_session_session(ms);
-    double loss, acc;
-    if (!mlp_evaluate(s, &m, data.test.images, data.test.labels, data.test.n, data.test.dim, 1000, &loss, &acc, st)) {
+    if (!p->evaluate(p->state, s, task_index, global_step, st)) {
         fail(st, "evaluating");
         goto out;
     }
-    printf("After %lld training step(s), validation cross entropy = %g\n", (long long)global_step, loss);
-    printf("Worker %lld: validation accuracy = %.4f (on the %lld test images)\n", (long long)task_index, acc,
-           (long long)data.test.n);
     fflush(stdout);
     // The chief's final checkpoint is saved here.
     if (!dg_monitored_session_close(ms, st)) {
@@ -466,11 +453,6 @@ int replica_main(int argc, char **argv, const replica_program *p) {
     }
     rc = 0;
 out:
-    dg_tensor_unref(on);
-    dg_tensor_unref(xt);
-    dg_tensor_unref(yt);
-    free(xb);
-    free(yb);
     dg_monitored_session_free(&ms);
     dg_session_hook_free(&stop);
     dg_session_hook_free(&mode_hook);   // before the graph: a sync apply loop's session uses it
@@ -478,7 +460,7 @@ out:
     dg_sync_replicas_free(&sr);
     dg_graph_free(&g);
     dg_device_fn_free(&setter);
-    mnist_free(&data);
+    p->free(p->state);
     dg_server_free(&server);
     dg_cluster_free(&cluster);
     dg_status_free(&st);

@@ -1,19 +1,55 @@
-/* The training program shared by mnist_replica and cnn_replica (replica.c). */
+/* The training program shared by the replica examples (replica.c): mnist_replica and
+ * cnn_replica (mnist_replica_model.c) and gpt_replica (gpt_replica.c). replica.c does the
+ * cluster, the server, the strategy (asynchronous ps, --sync_replicas, --all_reduce), the
+ * monitored session and its hooks, and the training loop; a replica_model says what is trained:
+ * its flags, its data, its network, its batches and its evaluation. */
 #ifndef DG_REPLICA_H
 #define DG_REPLICA_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef struct replica_program {
-    const char *name;       // in messages
-    const char *usage;      // the first line of --help
-    bool cnn;               // the CNN of cnn_model (else the MLP)
-    int64_t train_steps;    // defaults of the flags
+#include "distgraph/distgraph.h"
+#include "flags.h"
+
+// What a model's build gives replica.c.
+typedef struct replica_net {
+    dg_output loss;          // the scalar to minimize (also the "loss" summary)
+    dg_output global_step;
+    dg_optimizer opt;        // its optimizer (the strategy wraps it)
+    bool log_loss;           // the progress lines give the step's loss
+} replica_net;
+
+typedef struct replica_model {
+    const char *name;        // the program, in messages
+    const char *usage;       // the first line of --help
+    const char *what;        // in "... runs only ps and worker tasks", e.g. "MNIST-replica"
+    int64_t train_steps;     // defaults of the flags
+    int64_t batch_size;
     double learning_rate;
-} replica_program;
+    const char *lr_help;     // --learning_rate's help
+    const flag_def *flags;   // the model's own flags (targets in its state), n_flags of them
+    int n_flags;
+    void *state;
+    // Checks the model's flags once parsed (batch_size included). false: the message is printed.
+    bool (*check_flags)(void *state, int64_t batch_size);
+    // Loads the data of this worker, its batches shuffled by seed. false with st set.
+    bool (*load)(void *state, int64_t seed, dg_status *st);
+    // Builds the network and its optimizer into g (the device scope or function is pushed), for
+    // train_steps global steps (a schedule's length).
+    bool (*build)(void *state, dg_graph *g, double learning_rate, int64_t seed, int64_t train_steps, replica_net *net,
+                  dg_status *st);
+    // The next training batch: its feeds and values (owned by the model), returns how many.
+    int (*next_batch)(void *state, dg_output *feeds, dg_tensor **vals, dg_status *st);
+    // After training, on this worker: evaluates and prints the result lines.
+    bool (*evaluate)(void *state, dg_session *s, int64_t task, int64_t global_step, dg_status *st);
+    void (*free)(void *state);   // the data and buffers (the graph is freed by replica.c)
+} replica_model;
 
 // Runs one task (ps or worker) of the program with its command line; returns the exit status.
-int replica_main(int argc, char **argv, const replica_program *p);
+int replica_main(int argc, char **argv, const replica_model *m);
+
+// mnist_replica and cnn_replica (mnist_replica_model.c): the MLP or the CNN on Fashion-MNIST.
+int mnist_replica_main(int argc, char **argv, const char *name, bool cnn, int64_t train_steps, double learning_rate);
 
 #endif

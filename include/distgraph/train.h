@@ -72,6 +72,11 @@ typedef struct dg_optimizer {
     double weight_decay;
     bool (*decay_filter)(dg_output var, void *arg);
     void *decay_filter_arg;
+    // > 0: apply_gradients first scales the gradients it is given by clip / max(global norm,
+    // clip), as Keras's global_clipnorm (dg_clip_by_global_norm): under all-reduce and sync
+    // replicas that is the averaged gradient, as PyTorch's clip_grad_norm_ after DDP. A sparse
+    // gradient is clipped (and applied) as a dense one.
+    double global_clipnorm;
 } dg_optimizer;
 
 dg_optimizer dg_gradient_descent(dg_graph *g, double learning_rate);

@@ -1349,6 +1349,49 @@ static void test_gradient_descent(void **state) {
     opt_graph_free(&og);
 }
 
+static dg_optimizer make_gd_clipped(dg_graph *g, const void *arg) {
+    dg_optimizer o = dg_gradient_descent(g, 0.1);
+    o.global_clipnorm = *(const double *)arg;
+    return o;
+}
+
+// global_clipnorm: the step uses the gradients scaled by clip / max(global norm, clip), the
+// norm over W's and b's gradients together (float64 reference); a clip above the norm changes
+// nothing; a negative one is refused.
+static void test_global_clipnorm(void **state) {
+    (void)state;
+    for (int big = 0; big < 2; big++) {
+        problem p;
+        problem_init(&p);
+        const double clip = big ? 1e6 : 0.05;
+        opt_graph og;
+        opt_graph_build(&og, &p, make_gd_clipped, &clip);
+        double W[NI * NO], b[NO], gW[NI * NO], gb[NO];
+        memcpy(W, p.W, sizeof W);
+        memcpy(b, p.b, sizeof b);
+        for (int t = 1; t <= N_STEPS; t++) {
+            problem_grads(&p, W, b, gW, gb);
+            double sq = 0;
+            for (int i = 0; i < NI * NO; i++) sq += gW[i] * gW[i];
+            for (int i = 0; i < NO; i++) sq += gb[i] * gb[i];
+            double norm = sqrt(sq), f = clip / (norm > clip ? norm : clip);
+            if (!big) assert_true(norm > clip);   // the case clips
+            for (int i = 0; i < NI * NO; i++) W[i] -= 0.1 * gW[i] * f;
+            for (int i = 0; i < NO; i++) b[i] -= 0.1 * gb[i] * f;
+            opt_step_check(&og, W, b, t);
+        }
+        opt_graph_free(&og);
+    }
+    dg_graph *g = dg_graph_new();
+    dg_output w = dg_variable(g, "w", DG_FLOAT64, dg_shape2(2, 2), dg_init_zeros());
+    dg_optimizer o = dg_gradient_descent(g, 0.1);
+    o.global_clipnorm = -1;
+    dg_output grads[1] = {dg_fill(g, NULL, dg_shape_of(g, NULL, w), dg_scalar(g, NULL, DG_FLOAT64, 1))};
+    assert_null(dg_optimizer_apply_gradients(&o, grads, &w, 1, (dg_output){NULL, 0}, NULL));
+    assert_non_null(strstr(dg_status_message(dg_graph_status(g)), "global_clipnorm must be >= 0"));
+    dg_graph_free(&g);
+}
+
 typedef struct momentum_args {
     double lr, mom;
     bool nesterov;
@@ -1597,6 +1640,7 @@ int main(void) {
         cmocka_unit_test(test_momentum_nesterov),
         cmocka_unit_test(test_adam),
         cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_global_clipnorm),
         cmocka_unit_test(test_apply_averaged_gradients),
         cmocka_unit_test(test_global_step),
     };

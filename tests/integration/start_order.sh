@@ -7,9 +7,15 @@ read -r P0 P1 <<< "$(free_ports 2)"
 H="--ps_hosts 127.0.0.1:$P0 --worker_hosts 127.0.0.1:$P1"
 "$BIN/mnist_replica" --job_name worker --task_index 0 $H --train_steps 300 --quiet > "$TMP/w" 2>&1 & W=$!
 PIDS+=($W)
-sleep 7
+# The line comes after 5 s of waiting, counted once the worker has loaded its data and built
+# its graph: poll for it (a fixed sleep of 7 s once missed it under a loaded ctest -j2).
+for _ in $(seq 600); do
+    grep -q "waiting for /job:ps/replica:0/task:0 at tcp://127.0.0.1:$P0" "$TMP/w" && break
+    kill -0 "$W" 2>/dev/null || { cat "$TMP/w"; fail "the worker did not wait for its ps"; }
+    sleep 0.1
+done
+grep -q "waiting for /job:ps/replica:0/task:0 at tcp://127.0.0.1:$P0" "$TMP/w" || { cat "$TMP/w"; fail "no line saying what the worker waits for within 60 s"; }
 kill -0 "$W" 2>/dev/null || { cat "$TMP/w"; fail "the worker did not wait for its ps"; }
-grep -q "waiting for /job:ps/replica:0/task:0 at tcp://127.0.0.1:$P0" "$TMP/w" || { cat "$TMP/w"; fail "no line saying what the worker waits for"; }
 "$BIN/mnist_replica" --job_name ps --task_index 0 $H --quiet > "$TMP/ps" 2>&1 & PS=$!
 PIDS+=($PS)
 wait "$W" || { cat "$TMP/w"; fail "the worker failed once its ps was up"; }

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# gpt_vs_torch: gpt_replica's first STEPS losses (default 50) against PyTorch's on the same
+# model, the same initial weights (read from gpt_replica's checkpoint of global step 0 by
+# bench/peers/torch_gpt.py), the same batches and the same optimizer (AdamW, the warmup of a
+# 2000-step schedule, clipping), both in float32 on one thread; then the training speed of the
+# two, tokens per second over STEPS_SPEED steps (default 200) of the default configuration.
+# JSON lines: the largest relative difference of the losses, and the speeds with their ratio.
+# Needs Debian's python3-torch (the peers' README).
+#   bench/gpt_vs_torch.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS=${STEPS:-50}
+STEPS_SPEED=${STEPS_SPEED:-200}
+BIN=${DG_BIN_DIR:-build/bin}
+source bench/lib.bash
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+read -r P0 P1 <<< "$(ports 2)"
+"$BIN/gpt_replica" --worker_hosts "127.0.0.1:$P0" --job_name worker --task_index 0 --train_steps "$STEPS" \
+    --lr_end_step 2000 --log_every 1 --quiet --eval_windows 12 --checkpoint_path "$TMP/ckpt.db" > "$TMP/dg" 2>&1 ||
+    { cat "$TMP/dg" >&2; exit 1; }
+sed -n 's/.*training step \([0-9]*\) done.*, loss \(.*\)$/\1 \2/p' "$TMP/dg" > "$TMP/dg.losses"
+/usr/bin/python3 bench/peers/torch_gpt.py --checkpoint "$TMP/ckpt.db" --steps "$STEPS" --threads 1 > "$TMP/torch"
+sed -n 's/^step \([0-9]*\) loss \(.*\)$/\1 \2/p' "$TMP/torch" > "$TMP/torch.losses"
+# Both lists must hold STEPS numbers; NaN or a missing line fails (awk compares strings otherwise).
+python3 - "$TMP/dg.losses" "$TMP/torch.losses" "$STEPS" "$cpu" <<'EOF'
+import json, math, sys
+a = [float(l.split()[1]) for l in open(sys.argv[1])]
+b = [float(l.split()[1]) for l in open(sys.argv[2])]
+n = int(sys.argv[3])
+if len(a) != n or len(b) != n or not all(math.isfinite(x) for x in a + b):
+    sys.exit("gpt_vs_torch: expected %d finite losses each, got %d and %d" % (n, len(a), len(b)))
+rel = [abs(x - y) / abs(y) for x, y in zip(a, b)]
+worst = max(range(n), key=lambda i: rel[i])
+print(json.dumps({"bench": "gpt_vs_torch", "metric": "loss_match", "steps": n, "max_rel_diff": rel[worst],
+                  "at_step": worst + 1, "distgraph": a[worst], "torch": b[worst], "first": [a[0], b[0]],
+                  "last": [a[-1], b[-1]], "bar": 1e-4, "ok": rel[worst] <= 1e-4, "cpu": sys.argv[4]}))
+EOF
+# Speed: one process each, one thread (DG_INTRA_OP_THREADS=1; torch --threads 1), tokens per second
+# of the training loop.
+DG_INTRA_OP_THREADS=1 "$BIN/gpt_replica" --worker_hosts "127.0.0.1:$P1" --job_name worker --task_index 0 \
+    --train_steps "$STEPS_SPEED" --log_every 1000000 --quiet --eval_windows 12 > "$TMP/dg_speed" 2>&1 ||
+    { cat "$TMP/dg_speed" >&2; exit 1; }
+dg_steps=$(sed -n 's/^Training elapsed time: .* (\([0-9]*\) local steps, \([0-9.]*\) local steps\/s)/\2/p' "$TMP/dg_speed")
+torch_json=$(/usr/bin/python3 bench/peers/torch_gpt.py --step-bench --steps "$STEPS_SPEED" --threads 1)
+python3 - "$dg_steps" "$torch_json" "$cpu" "$(sed -n 's/^distgraph: cpu: //p' "$TMP/dg_speed")" <<'EOF'
+import json, sys
+steps_per_s = float(sys.argv[1])
+t = json.loads(sys.argv[2])
+dg = steps_per_s * 12 * 64
+print(json.dumps({"bench": "gpt_vs_torch", "metric": "train_tokens_per_s", "threads": 1, "batch": 12, "block": 64,
+                  "distgraph": round(dg), "torch": round(t["tokens_per_s"]), "ratio": dg / t["tokens_per_s"],
+                  "torch_version": t["torch"], "cpu": sys.argv[3], "kernels": sys.argv[4]}))
+EOF

@@ -1,0 +1,215 @@
+#!/usr/bin/python3
+"""PyTorch peer of gpt_replica (examples/gpt_replica.c, examples/common/gpt_model.c): the same
+byte-level GPT, the same text, the same batches and the same optimizer, so that the losses of
+the two can be compared step by step (bench/gpt_vs_torch.sh).
+
+  text: the fortune files of /usr/share/games/fortunes whose names have no dot, sorted by
+        name, concatenated; the first 90% trains
+  batches: windows of block+1 bytes at offsets from gpt_model.c's xorshift64* stream
+        (state seed * 0x9E3779B97F4A7C15 + 1; offset = next % (n_train - block - 1))
+  model: token + position embeddings; n_layer pre-norm blocks (LayerNorm eps 1e-5, one qkv
+        projection, causal softmax attention scaled by 1/sqrt(head width), a projection, a
+        residual; LayerNorm, 4x MLP with the erf GELU, a projection, a residual); a final
+        LayerNorm; logits through the token embedding (tied); mean cross entropy
+  optimizer: AdamW as dg_adamw: var -= lr * wd * var for the matrices (rank >= 2), then
+        TensorFlow 1's Adam (lr_t = lr sqrt(1 - b2^t) / (1 - b1^t); var -= lr_t m / (sqrt(v) +
+        eps)); gradients first clipped at global norm --clip; lr = warmup then cosine
+        (dg_warmup_cosine_decay) at the global step before the update
+
+--checkpoint FILE takes the initial weights from distgraph's checkpoint of global step 0
+(SQLite: tensors and chunks, float32 little-endian), so both start from the same numbers.
+Without it the weights are drawn here (N(0, 0.02), projections N(0, 0.02/sqrt(2 n_layer))).
+Prints one line per step, "step N loss X" (the loss of the step's batch before its update),
+and a JSON line at the end. --step-bench times --steps training steps after 5 warm-up steps
+and prints {"bench": "torch_gpt", "tokens_per_s": ...}.
+
+  /usr/bin/python3 bench/peers/torch_gpt.py --checkpoint ckpt.db --steps 50 --threads 1
+"""
+import argparse
+import json
+import math
+import os
+import sqlite3
+import sys
+import time
+
+MASK = (1 << 64) - 1
+
+
+def load_text(data_dir):
+    names = sorted(n for n in os.listdir(data_dir) if "." not in n)
+    data = b"".join(open(os.path.join(data_dir, n), "rb").read() for n in names)
+    return data, len(data) * 9 // 10
+
+
+class Stream:
+    def __init__(self, seed):
+        self.s = (seed * 0x9E3779B97F4A7C15 + 1) & MASK
+
+    def next(self):
+        x = self.s
+        x ^= x >> 12
+        x ^= (x << 25) & MASK
+        x ^= x >> 27
+        self.s = x
+        return (x * 0x2545F4914F6CDD1D) & MASK
+
+
+def batch(torch, data, n_train, stream, b, t):
+    span = n_train - t - 1
+    xs, ys = [], []
+    for _ in range(b):
+        off = stream.next() % span
+        w = data[off:off + t + 1]
+        xs.append(list(w[:t]))
+        ys.append(list(w[1:]))
+    return torch.tensor(xs, dtype=torch.long), torch.tensor(ys, dtype=torch.long)
+
+
+def read_checkpoint(path, step=0):
+    import numpy as np
+    db = sqlite3.connect(path)
+    row = db.execute("SELECT id FROM checkpoints WHERE global_step = ?", (step,)).fetchone()
+    if not row:
+        raise SystemExit("torch_gpt: %s has no checkpoint of global step %d" % (path, step))
+    out = {}
+    for tid, name, dtype, dims in db.execute(
+            "SELECT id, name, dtype, dims FROM tensors WHERE checkpoint_id = ?", (row[0],)):
+        if dtype != 1:   # float32 only: the weights
+            continue
+        raw = b"".join(r[0] for r in db.execute("SELECT data FROM chunks WHERE tensor_id = ? ORDER BY seq", (tid,)))
+        shape = [int(d) for d in dims.strip("[]").split(",") if d]
+        out[name] = np.frombuffer(raw, dtype="<f4").reshape(shape).copy()
+    return out
+
+
+def schedule(step, peak, warmup, decay, final):
+    if step < warmup:
+        return peak * step / warmup
+    f = min(1.0, (step - warmup) / decay)
+    return final + (peak - final) * (1 + math.cos(math.pi * f)) / 2
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data_dir", default="/usr/share/games/fortunes")
+    ap.add_argument("--checkpoint", default="")
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=1, help="the stream of worker 0 of gpt_replica --seed 1")
+    ap.add_argument("--batch", type=int, default=12)
+    ap.add_argument("--block", type=int, default=64)
+    ap.add_argument("--n_layer", type=int, default=4)
+    ap.add_argument("--n_head", type=int, default=4)
+    ap.add_argument("--n_embd", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--decay_steps", type=int, default=1900, help="after the warmup (train steps - warmup)")
+    ap.add_argument("--min_lr", type=float, default=1e-4)
+    ap.add_argument("--wd", type=float, default=0.1)
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.99)
+    ap.add_argument("--eps", type=float, default=1e-8)
+    ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--step-bench", action="store_true")
+    a = ap.parse_args()
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError as e:
+        print(json.dumps({"bench": "torch_gpt", "skipped": "no PyTorch: %s" % e}))
+        return 0
+    torch.set_num_threads(a.threads)
+    data, n_train = load_text(a.data_dir)
+    C, H, L, T, V = a.n_embd, a.n_head, a.n_layer, a.block, 256
+    if a.checkpoint:
+        w = {k: torch.from_numpy(v) for k, v in read_checkpoint(a.checkpoint).items()}
+    else:
+        g = torch.Generator().manual_seed(a.seed)
+        ps = 0.02 / math.sqrt(2 * L)
+        w = {"wte": torch.randn(V, C, generator=g) * 0.02, "wpe": torch.randn(T, C, generator=g) * 0.02,
+             "ln_f/gamma": torch.ones(C), "ln_f/beta": torch.zeros(C)}
+        for l in range(L):
+            p = "h%d/" % l
+            for n, (i, o, s) in {"attn": (C, 3 * C, 0.02), "attn_proj": (C, C, ps), "fc": (C, 4 * C, 0.02),
+                                 "mlp_proj": (4 * C, C, ps)}.items():
+                w[p + n + "/w"] = torch.randn(i, o, generator=g) * s
+                w[p + n + "/b"] = torch.zeros(o)
+            for n in ("ln_1", "ln_2"):
+                w[p + n + "/gamma"] = torch.ones(C)
+                w[p + n + "/beta"] = torch.zeros(C)
+    names = ["wte", "wpe", "ln_f/gamma", "ln_f/beta"]
+    for l in range(L):
+        for n in ("ln_1/gamma", "ln_1/beta", "attn/w", "attn/b", "attn_proj/w", "attn_proj/b", "ln_2/gamma",
+                  "ln_2/beta", "fc/w", "fc/b", "mlp_proj/w", "mlp_proj/b"):
+            names.append("h%d/%s" % (l, n))
+    params = {n: w[n].clone().float().requires_grad_(True) for n in names}
+    mask = torch.full((T, T), float("-inf")).triu(1)
+
+    def forward(x, y):
+        P = params
+        h = F.embedding(x, P["wte"]) + P["wpe"]
+        B = x.shape[0]
+        for l in range(L):
+            p = "h%d/" % l
+            a_in = F.layer_norm(h, (C,), P[p + "ln_1/gamma"], P[p + "ln_1/beta"], 1e-5)
+            qkv = a_in @ P[p + "attn/w"] + P[p + "attn/b"]
+            q, k, v = qkv.split(C, dim=2)
+            q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H)) + mask
+            o = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
+            h = h + (o @ P[p + "attn_proj/w"] + P[p + "attn_proj/b"])
+            m_in = F.layer_norm(h, (C,), P[p + "ln_2/gamma"], P[p + "ln_2/beta"], 1e-5)
+            f = F.gelu(m_in @ P[p + "fc/w"] + P[p + "fc/b"])
+            h = h + (f @ P[p + "mlp_proj/w"] + P[p + "mlp_proj/b"])
+        h = F.layer_norm(h, (C,), P["ln_f/gamma"], P["ln_f/beta"], 1e-5)
+        logits = h @ P["wte"].t()
+        return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
+
+    m = {n: torch.zeros_like(p) for n, p in params.items()}
+    v = {n: torch.zeros_like(p) for n, p in params.items()}
+    b1p, b2p = torch.tensor(a.beta1, dtype=torch.float32), torch.tensor(a.beta2, dtype=torch.float32)
+    stream = Stream(a.seed)
+    losses = []
+    warm = 5 if a.step_bench else 0
+    t0 = None
+    for step in range(a.steps + warm):
+        if step == warm:
+            t0 = time.perf_counter()
+        x, y = batch(torch, data, n_train, stream, a.batch, T)
+        loss = forward(x, y)
+        for p in params.values():
+            p.grad = None
+        loss.backward()
+        with torch.no_grad():
+            gs = {n: p.grad for n, p in params.items()}
+            if a.clip > 0:
+                norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in gs.values()))
+                f = a.clip / max(norm, a.clip)
+                gs = {n: g * f for n, g in gs.items()}
+            lr = torch.tensor(schedule(step, a.lr, a.warmup, a.decay_steps, a.min_lr), dtype=torch.float32)
+            lr_t = lr * torch.sqrt(1 - b2p) / (1 - b1p)
+            for n, p in params.items():
+                if p.dim() >= 2 and a.wd > 0:
+                    p.sub_((lr * a.wd) * p)
+                g = gs[n]
+                m[n].mul_(a.beta1).add_((1 - a.beta1) * g)
+                v[n].mul_(a.beta2).add_((1 - a.beta2) * g * g)
+                p.sub_(lr_t * m[n] / (v[n].sqrt() + a.eps))
+            b1p = b1p * a.beta1
+            b2p = b2p * a.beta2
+        losses.append(float(loss))
+        if not a.step_bench:
+            print("step %d loss %.6f" % (step + 1, float(loss)))
+    dt = time.perf_counter() - t0
+    res = {"bench": "torch_gpt", "torch": torch.__version__, "threads": a.threads, "steps": a.steps,
+           "batch": a.batch, "block": T, "n_layer": L, "n_embd": C, "first_loss": losses[0], "last_loss": losses[-1]}
+    if a.step_bench:
+        res["tokens_per_s"] = a.steps * a.batch * T / dt
+        res["ms_per_step"] = 1000 * dt / a.steps
+    print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

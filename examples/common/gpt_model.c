@@ -1,0 +1,224 @@
+/* The byte-level GPT of gpt_model.h and its text. */
+#include "gpt_model.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distgraph/embedding.h"
+#include "mlp_model.h"   // model_training_value
+
+gpt_config gpt_config_cpu(void) { return (gpt_config){256, 4, 4, 128, 64, 0.0}; }
+gpt_config gpt_config_gpu(void) { return (gpt_config){256, 6, 6, 384, 256, 0.2}; }
+
+static dg_output weight(dg_graph *g, const char *name, int64_t rows, int64_t cols, double stddev, int64_t seed) {
+    return dg_variable(g, name, DG_FLOAT32, dg_shape2(rows, cols), dg_init_random_normal(0, stddev, seed));
+}
+
+static dg_output vec(dg_graph *g, const char *name, int64_t n, double v) {
+    return dg_variable(g, name, DG_FLOAT32, dg_shape1(n), v == 0 ? dg_init_zeros() : dg_init_constant(v));
+}
+
+// x [rows, in] @ w [in, out] + b, with variables "<name>/w" and "<name>/b".
+static dg_output linear(dg_graph *g, const char *name, dg_output x, int64_t in, int64_t out, double stddev,
+                        int64_t seed) {
+    dg_graph_push_name_scope(g, name);
+    dg_output w = weight(g, "w", in, out, stddev, seed), b = vec(g, "b", out, 0);
+    dg_output y = dg_bias_add(g, NULL, dg_matmul(g, NULL, x, w, false, false), b);
+    dg_graph_pop_name_scope(g);
+    return y;
+}
+
+static dg_output layer_norm(dg_graph *g, const char *name, dg_output x, int64_t C) {
+    dg_graph_push_name_scope(g, name);
+    dg_output gamma = vec(g, "gamma", C, 1), beta = vec(g, "beta", C, 0);
+    dg_output y = dg_layer_norm(g, NULL, x, gamma, beta, 1e-5);
+    dg_graph_pop_name_scope(g);
+    return y;
+}
+
+// [rows = B * T, C] -> [B, H, T, C / H], and back.
+static dg_output heads(dg_graph *g, dg_output x, const gpt_config *c) {
+    const int64_t dims[4] = {-1, c->block_size, c->n_head, c->n_embd / c->n_head}, perm[4] = {0, 2, 1, 3};
+    return dg_transpose(g, NULL, dg_reshape(g, NULL, x, dims, 4), perm, 4);
+}
+
+static dg_output merge_heads(dg_graph *g, dg_output x, const gpt_config *c) {
+    const int64_t dims[2] = {-1, c->n_embd}, perm[4] = {0, 2, 1, 3};
+    return dg_reshape(g, NULL, dg_transpose(g, NULL, x, perm, 4), dims, 2);
+}
+
+static dg_output dropout(dg_graph *g, dg_output x, const gpt_config *c, dg_output training, int64_t seed) {
+    return c->dropout > 0 ? dg_dropout(g, NULL, x, c->dropout, training, seed) : x;
+}
+
+bool gpt_build(dg_graph *g, const gpt_config *c, int64_t seed, gpt_model *m) {
+    memset(m, 0, sizeof *m);
+    if (c->n_head < 1 || c->n_embd % c->n_head != 0 || c->n_layer < 0 || c->block_size < 1 || c->vocab < 1) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "gpt: n_embd %lld must be a multiple of n_head %lld, "
+                           "block_size and vocab >= 1", (long long)c->n_embd, (long long)c->n_head);
+        return false;
+    }
+    const int64_t T = c->block_size, C = c->n_embd, rows[1] = {-1};
+    const double std = 0.02, proj_std = 0.02 / sqrt(2.0 * (double)(c->n_layer > 0 ? c->n_layer : 1));
+    m->idx = dg_placeholder(g, "idx", DG_INT32, dg_shape2(-1, T));
+    m->targets = dg_placeholder(g, "targets", DG_INT32, dg_shape2(-1, T));
+    m->training = dg_placeholder(g, "training", DG_BOOL, dg_shape_scalar());
+    dg_output wte = weight(g, "wte", c->vocab, C, std, seed), wpe = weight(g, "wpe", T, C, std, seed + 1);
+    // Token rows [B * T, C] plus each position's row (broadcast over the batch).
+    const int64_t btc[3] = {-1, T, C}, bt_c[2] = {-1, C};
+    dg_output tok = dg_embedding_lookup(g, "tok_emb", wte, dg_reshape(g, NULL, m->idx, rows, 1));
+    dg_output x = dg_reshape(g, NULL, dg_add(g, "emb", dg_reshape(g, NULL, tok, btc, 3), wpe), bt_c, 2);
+    x = dropout(g, x, c, m->training, seed + 2);
+    for (int64_t l = 0; l < c->n_layer; l++) {
+        char scope[32];
+        snprintf(scope, sizeof scope, "h%lld", (long long)l);
+        int64_t s = seed + 10 * (l + 1);
+        dg_graph_push_name_scope(g, scope);
+        // Attention: q, k, v from one projection, split, per head; causal; projected back.
+        dg_output qkv = linear(g, "attn", layer_norm(g, "ln_1", x, C), C, 3 * C, std, s);
+        dg_output part[3];
+        dg_split(g, NULL, qkv, 1, 3, part);
+        dg_output a = dg_attention(g, "attention", heads(g, part[0], c), heads(g, part[1], c), heads(g, part[2], c),
+                                   true, 0);
+        a = linear(g, "attn_proj", merge_heads(g, a, c), C, C, proj_std, s + 1);
+        x = dg_add(g, "residual_1", x, dropout(g, a, c, m->training, s + 2));
+        // The MLP.
+        dg_output h = dg_gelu(g, NULL, linear(g, "fc", layer_norm(g, "ln_2", x, C), C, 4 * C, std, s + 3), false);
+        h = linear(g, "mlp_proj", h, 4 * C, C, proj_std, s + 4);
+        x = dg_add(g, "residual_2", x, dropout(g, h, c, m->training, s + 5));
+        dg_graph_pop_name_scope(g);
+    }
+    x = layer_norm(g, "ln_f", x, C);
+    m->logits = dg_matmul(g, "logits", x, wte, false, true);   // tied: the token embedding again
+    m->loss = dg_sparse_softmax_cross_entropy(g, "loss", m->logits, dg_reshape(g, NULL, m->targets, rows, 1));
+    m->global_step = dg_global_step(g);
+    return dg_graph_ok(g);
+}
+
+// ---- the text ----
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+bool gpt_text_load(const char *dir, uint64_t seed, gpt_text *t, dg_status *st) {
+    memset(t, 0, sizeof *t);
+    DIR *d = opendir(dir);
+    if (!d) {
+        dg_status_setf(st, DG_NOT_FOUND, "%s: %s (Debian's fortunes package: apt-get install fortunes)", dir,
+                       strerror(errno));
+        return false;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strchr(e->d_name, '.')) continue;   // ".", "..", the .dat indexes, the .u8 links
+        if (n == cap && !(names = realloc(names, (cap = cap ? 2 * cap : 64) * sizeof *names))) abort();
+        if (!(names[n++] = strdup(e->d_name))) abort();
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, cmp_str);
+    size_t len = 0, tcap = 0;
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "rb");
+        if (!f) {
+            dg_status_setf(st, DG_NOT_FOUND, "%s: %s", path, strerror(errno));
+            ok = false;
+            break;
+        }
+        uint8_t buf[65536];
+        size_t r;
+        while ((r = fread(buf, 1, sizeof buf, f)) > 0) {
+            if (len + r > tcap && !(t->bytes = realloc(t->bytes, tcap = 2 * (len + r)))) abort();
+            memcpy(t->bytes + len, buf, r);
+            len += r;
+        }
+        if (ferror(f)) {
+            dg_status_setf(st, DG_DATA_LOSS, "%s: a read failed", path);
+            ok = false;
+        }
+        fclose(f);
+    }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    if (ok && len < 1000) {
+        dg_status_setf(st, DG_NOT_FOUND, "%s: %zu bytes of fortunes in %zu files: too little to train on", dir, len, n);
+        ok = false;
+    }
+    if (!ok) {
+        gpt_text_free(t);
+        return false;
+    }
+    t->n = (int64_t)len;
+    t->n_train = (int64_t)len * 9 / 10;
+    t->rng = seed * 0x9E3779B97F4A7C15ull + 1;
+    return true;
+}
+
+void gpt_text_free(gpt_text *t) {
+    free(t->bytes);
+    memset(t, 0, sizeof *t);
+}
+
+static uint64_t next_u64(uint64_t *s) {   // xorshift64*
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+void gpt_text_batch(gpt_text *t, int64_t batch, int64_t T, int32_t *x, int32_t *y) {
+    uint64_t span = (uint64_t)(t->n_train - T - 1);
+    for (int64_t b = 0; b < batch; b++) {
+        int64_t off = (int64_t)(next_u64(&t->rng) % span);
+        for (int64_t i = 0; i < T; i++) {
+            x[b * T + i] = t->bytes[off + i];
+            y[b * T + i] = t->bytes[off + i + 1];
+        }
+    }
+}
+
+int64_t gpt_text_val_offset(const gpt_text *t, int64_t k, int64_t n, int64_t T) {
+    int64_t span = t->n - t->n_train - T - 1;
+    return t->n_train + (n > 1 ? k * span / (n - 1) : 0);
+}
+
+bool gpt_validation_loss(dg_session *s, const gpt_model *m, const gpt_text *t, int64_t n_windows, int64_t batch,
+                         int64_t T, double *loss, dg_status *st) {
+    int32_t *x = malloc((size_t)(batch * T) * sizeof *x), *y = malloc((size_t)(batch * T) * sizeof *y);
+    dg_tensor *off = model_training_value(false, st);
+    bool ok = x && y && off;
+    double sum = 0;
+    for (int64_t k0 = 0; ok && k0 < n_windows; k0 += batch) {
+        int64_t b = n_windows - k0 < batch ? n_windows - k0 : batch;
+        for (int64_t j = 0; j < b; j++) {
+            int64_t o = gpt_text_val_offset(t, k0 + j, n_windows, T);
+            for (int64_t i = 0; i < T; i++) {
+                x[j * T + i] = t->bytes[o + i];
+                y[j * T + i] = t->bytes[o + i + 1];
+            }
+        }
+        dg_tensor *xt = dg_tensor_from_data(DG_INT32, dg_shape2(b, T), x, st);
+        dg_tensor *yt = xt ? dg_tensor_from_data(DG_INT32, dg_shape2(b, T), y, st) : NULL, *out = NULL;
+        dg_output feeds[3] = {m->idx, m->targets, m->training};
+        dg_tensor *vals[3] = {xt, yt, off};
+        ok = yt && dg_session_run(s, feeds, vals, 3, &m->loss, &out, 1, NULL, 0, st);
+        if (ok) sum += dg_tensor_f32(out)[0] * (double)b;
+        dg_tensor_unref(out);
+        dg_tensor_unref(xt);
+        dg_tensor_unref(yt);
+    }
+    free(x);
+    free(y);
+    dg_tensor_unref(off);
+    if (ok) *loss = sum / (double)n_windows;
+    return ok;
+}

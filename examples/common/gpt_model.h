@@ -1,0 +1,64 @@
+/* A byte-level GPT (GPT-2's architecture, nanoGPT's configurations) built from distgraph's ops,
+ * and the text it trains on: the fortunes of Debian's `fortunes` package. gpt_replica.c trains
+ * it across a cluster; bench/peers/ builds the same model in PyTorch. */
+#ifndef DG_GPT_MODEL_H
+#define DG_GPT_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "distgraph/distgraph.h"
+
+typedef struct gpt_config {
+    int64_t vocab;        // 256: bytes
+    int64_t n_layer, n_head, n_embd;
+    int64_t block_size;   // the context: every sequence is this long
+    double dropout;       // after the embeddings, each attention projection and each MLP
+} gpt_config;
+
+// nanoGPT's CPU configuration (4 layers, 4 heads, width 128, context 64, dropout 0) and its
+// GPU one (6, 6, 384, 256, dropout 0.2).
+gpt_config gpt_config_cpu(void);
+gpt_config gpt_config_gpu(void);
+
+typedef struct gpt_model {
+    dg_output idx;        // int32 [?, block_size]: the input bytes
+    dg_output targets;    // int32 [?, block_size]: the next byte of each position
+    dg_output training;   // bool scalar: dropout on
+    dg_output logits;     // float32 [? * block_size, vocab]
+    dg_output loss;       // the mean cross entropy over every position
+    dg_output global_step;
+} gpt_model;
+
+// Builds the network: token and position embeddings, n_layer pre-norm blocks (LayerNorm,
+// causal multi-head attention through dg_attention, a residual; LayerNorm, a 4x MLP with the
+// erf GELU, a residual), a final LayerNorm and logits through the token embedding again (tied,
+// as GPT-2). Weights N(0, 0.02), the residual projections N(0, 0.02 / sqrt(2 n_layer)), biases
+// 0, LayerNorm scales 1. Variables are named as gpt_variable_names lists them. Returns
+// dg_graph_ok(g).
+bool gpt_build(dg_graph *g, const gpt_config *c, int64_t seed, gpt_model *m);
+
+// The text: the concatenation of the fortune files (names without a dot, sorted), split into
+// train (the first 90%) and validation bytes.
+typedef struct gpt_text {
+    uint8_t *bytes;
+    int64_t n, n_train;   // bytes in all, of them for training
+    uint64_t rng;         // the training windows' stream
+} gpt_text;
+
+#define GPT_DEFAULT_DATA_DIR "/usr/share/games/fortunes"
+
+// Loads dir's fortunes; seed starts the stream of training windows. false with st set.
+bool gpt_text_load(const char *dir, uint64_t seed, gpt_text *t, dg_status *st);
+void gpt_text_free(gpt_text *t);
+// A training batch: batch windows of block_size + 1 bytes at random offsets of the training
+// part; x the first block_size bytes of each, y the last.
+void gpt_text_batch(gpt_text *t, int64_t batch, int64_t block_size, int32_t *x, int32_t *y);
+// The fixed validation windows: n of them, evenly spaced over the validation part.
+int64_t gpt_text_val_offset(const gpt_text *t, int64_t k, int64_t n, int64_t block_size);
+
+// The mean loss over the n fixed validation windows, evaluated batch at a time (dropout off).
+bool gpt_validation_loss(dg_session *s, const gpt_model *m, const gpt_text *t, int64_t n_windows, int64_t batch,
+                         int64_t block_size, double *loss, dg_status *st);
+
+#endif

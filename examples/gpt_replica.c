@@ -1,0 +1,158 @@
+/* gpt_replica: a byte-level GPT (examples/common/gpt_model.h) trained on the fortunes of
+ * Debian's `fortunes` package, with every mode of mnist_replica (examples/mnist_replica.c says
+ * more): one process (--ps_hosts "" and one worker), asynchronous with parameter servers,
+ * --sync_replicas or --all_reduce, checkpoints, --logdir, --trace_step.
+ *
+ * The default model is nanoGPT's CPU configuration: 4 layers, 4 heads, width 128, context 64,
+ * batch 12, dropout 0; AdamW at 1e-3 (betas 0.9 and 0.99, weight decay 0.1 on the matrices),
+ * 100 warmup steps then cosine decay to 1e-4 at the last step, gradients clipped at global norm
+ * 1.0. --gpu_config selects the GPU configuration (6 layers, 6 heads, width 384, context 256,
+ * batch 64, dropout 0.2). Progress lines give each step's loss; the end gives the validation
+ * loss, the mean over --eval_windows fixed windows of the last 10% of the text.
+ *   build/bin/gpt_replica --worker_hosts localhost:2223 --job_name worker --task_index 0
+ *   build/bin/dg-launch --ps 0 --workers 2 -- build/bin/gpt_replica --all_reduce */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt_model.h"
+#include "mlp_model.h"   // model_training_value
+#include "replica.h"
+
+typedef struct gpt_state {
+    const char *data_dir;
+    bool gpu_config;
+    int64_t n_layer, n_head, n_embd, block_size, warmup_steps, eval_windows, batch, lr_end_step;
+    double dropout, weight_decay, min_lr, beta2, grad_clip;
+    gpt_config cfg;
+    gpt_text text;
+    gpt_model m;
+    int32_t *x, *y;
+    dg_tensor *xt, *yt, *on;
+} gpt_state;
+
+static bool check_flags(void *state, int64_t batch_size) {
+    gpt_state *s = state;
+    s->cfg = s->gpu_config ? gpt_config_gpu() : gpt_config_cpu();
+    if (s->n_layer >= 0) s->cfg.n_layer = s->n_layer;
+    if (s->n_head > 0) s->cfg.n_head = s->n_head;
+    if (s->n_embd > 0) s->cfg.n_embd = s->n_embd;
+    if (s->block_size > 0) s->cfg.block_size = s->block_size;
+    if (s->dropout >= 0) s->cfg.dropout = s->dropout;
+    s->batch = batch_size;
+    if (s->cfg.n_embd % s->cfg.n_head != 0 || s->cfg.dropout >= 1 || s->weight_decay < 0 || s->warmup_steps < 0 ||
+        s->lr_end_step < 0 ||
+        s->eval_windows < 1 || s->min_lr < 0 || !(s->beta2 > 0 && s->beta2 < 1) || s->grad_clip < 0) {
+        fprintf(stderr, "gpt_replica: bad model flags: --n_embd must be a multiple of --n_head, --dropout below 1, "
+                        "--weight_decay, --warmup_steps, --min_lr and --grad_clip >= 0, --beta2 in (0, 1), "
+                        "--eval_windows >= 1\n");
+        return false;
+    }
+    return true;
+}
+
+static bool load(void *state, int64_t seed, dg_status *st) {
+    gpt_state *s = state;
+    return gpt_text_load(s->data_dir, (uint64_t)seed, &s->text, st);
+}
+
+static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t train_steps, replica_net *net,
+                  dg_status *st) {
+    gpt_state *s = state;
+    if (!gpt_build(g, &s->cfg, seed, &s->m)) return dg_graph_check(g, st);
+    net->loss = s->m.loss;
+    net->global_step = s->m.global_step;
+    net->log_loss = true;
+    net->opt = dg_adamw(g, lr, s->weight_decay);
+    net->opt.beta2 = s->beta2;
+    net->opt.global_clipnorm = s->grad_clip;
+    int64_t decay = (s->lr_end_step > 0 ? s->lr_end_step : train_steps) - s->warmup_steps;
+    net->opt.learning_rate_tensor = dg_warmup_cosine_decay(g, "lr_schedule", s->m.global_step, lr, s->warmup_steps,
+                                                           decay > 0 ? decay : 1, s->min_lr < lr ? s->min_lr : lr);
+    return dg_graph_check(g, st);
+}
+
+static int next_batch(void *state, dg_output *feeds, dg_tensor **vals, dg_status *st) {
+    gpt_state *s = state;
+    int64_t T = s->cfg.block_size, n = s->batch * T;
+    if (!s->xt) {
+        s->x = malloc((size_t)n * sizeof *s->x);
+        s->y = malloc((size_t)n * sizeof *s->y);
+        if (!s->x || !s->y) {
+            dg_status_set(st, DG_RESOURCE_EXHAUSTED, "gpt_replica: the batch buffers");
+            return -1;
+        }
+        s->xt = dg_tensor_wrap(DG_INT32, dg_shape2(s->batch, T), s->x, (size_t)n * sizeof *s->x, NULL, NULL, st);
+        s->yt = s->xt ? dg_tensor_wrap(DG_INT32, dg_shape2(s->batch, T), s->y, (size_t)n * sizeof *s->y, NULL, NULL, st)
+                      : NULL;
+        if (!s->yt || !(s->on = model_training_value(true, st))) return -1;
+    }
+    gpt_text_batch(&s->text, s->batch, T, s->x, s->y);
+    feeds[0] = s->m.idx;
+    feeds[1] = s->m.targets;
+    feeds[2] = s->m.training;
+    vals[0] = s->xt;
+    vals[1] = s->yt;
+    vals[2] = s->on;
+    return 3;
+}
+
+static bool evaluate(void *state, dg_session *sess, int64_t task, int64_t global_step, dg_status *st) {
+    gpt_state *s = state;
+    double loss;
+    if (!gpt_validation_loss(sess, &s->m, &s->text, s->eval_windows, s->batch, s->cfg.block_size, &loss, st))
+        return false;
+    printf("After %lld training step(s), validation loss = %.6f (worker %lld, %lld windows of %lld bytes)\n",
+           (long long)global_step, loss, (long long)task, (long long)s->eval_windows, (long long)s->cfg.block_size);
+    return true;
+}
+
+static void free_state(void *state) {
+    gpt_state *s = state;
+    dg_tensor_unref(s->xt);
+    dg_tensor_unref(s->yt);
+    dg_tensor_unref(s->on);
+    free(s->x);
+    free(s->y);
+    gpt_text_free(&s->text);
+}
+
+int main(int argc, char **argv) {
+    gpt_state s;
+    memset(&s, 0, sizeof s);
+    s.data_dir = GPT_DEFAULT_DATA_DIR;
+    s.n_layer = -1;
+    s.dropout = -1;
+    s.weight_decay = 0.1;
+    s.warmup_steps = 100;
+    s.min_lr = 1e-4;
+    s.beta2 = 0.99;
+    s.grad_clip = 1.0;
+    s.eval_windows = 200;
+    const flag_def flags[] = {
+        {"data_dir", FLAG_STRING, &s.data_dir, "the fortune files (default " GPT_DEFAULT_DATA_DIR ")"},
+        {"gpu_config", FLAG_BOOL, &s.gpu_config,
+         "the GPU configuration: 6 layers, 6 heads, width 384, context 256, dropout 0.2 (use --batch_size 64)"},
+        {"n_layer", FLAG_INT, &s.n_layer, "transformer blocks (default: the configuration's)"},
+        {"n_head", FLAG_INT, &s.n_head, "attention heads (default: the configuration's)"},
+        {"n_embd", FLAG_INT, &s.n_embd, "width (default: the configuration's)"},
+        {"block_size", FLAG_INT, &s.block_size, "context in bytes (default: the configuration's)"},
+        {"dropout", FLAG_DOUBLE, &s.dropout, "dropout rate (default: the configuration's)"},
+        {"weight_decay", FLAG_DOUBLE, &s.weight_decay, "AdamW's decoupled weight decay, matrices only (default 0.1)"},
+        {"warmup_steps", FLAG_INT, &s.warmup_steps, "linear warmup of the learning rate (default 100)"},
+        {"min_lr", FLAG_DOUBLE, &s.min_lr, "the learning rate at the cosine decay's end (default 1e-4)"},
+        {"lr_end_step", FLAG_INT, &s.lr_end_step,
+         "the global step the cosine decay ends at (default: --train_steps; to train the first steps of a longer run)"},
+        {"beta2", FLAG_DOUBLE, &s.beta2, "AdamW's beta2 (default 0.99)"},
+        {"grad_clip", FLAG_DOUBLE, &s.grad_clip, "clip the gradients at this global norm, 0: none (default 1.0)"},
+        {"eval_windows", FLAG_INT, &s.eval_windows, "validation windows at the end (default 200)"},
+    };
+    replica_model m = {
+        .name = "gpt_replica", .usage = "usage: gpt_replica [flags]", .what = "gpt_replica", .train_steps = 2000,
+        .batch_size = 12, .learning_rate = 1e-3,
+        .lr_help = "AdamW's peak learning rate, after the warmup (default 0.001)", .flags = flags,
+        .n_flags = (int)(sizeof flags / sizeof flags[0]), .state = &s, .check_flags = check_flags, .load = load,
+        .build = build, .next_batch = next_batch, .evaluate = evaluate, .free = free_state,
+    };
+    return replica_main(argc, argv, &m);
+}
