@@ -107,6 +107,12 @@ void cpu_bmm_offsets(const cpu_bmm_plan *p, int64_t b, int64_t *xo, int64_t *yo)
 bool cpu_layer_norm_check(exec_ctx *ctx, const dg_tensor *x, const dg_tensor *gamma, const dg_tensor *beta,
                           const dg_tensor *dy, const dg_tensor *mean, const dg_tensor *rstd, int64_t *rows,
                           int64_t *C);
+// GELU and its gradient over n elements (gelu.c), the erf form or with tanh_form the tanh one,
+// in float64 (float32 rounded once).
+void cpu_gelu_f32(const float *x, float *y, int64_t n, bool tanh_form);
+void cpu_gelu_f64(const double *x, double *y, int64_t n, bool tanh_form);
+void cpu_gelu_grad_f32(const float *dy, const float *x, float *dx, int64_t n, bool tanh_form);
+void cpu_gelu_grad_f64(const double *dy, const double *x, double *dx, int64_t n, bool tanh_form);
 // ScaledDotProductAttention's sizes: batches (the product of the batch dimensions), the query
 // and key lengths, q's and v's widths, and the outputs' shapes.
 typedef struct cpu_attention_dims {

@@ -59,10 +59,28 @@ static bool transpose_compute(void *state, exec_ctx *ctx) {
     dg_tensor *o = exec_alloc_output(ctx, 0, x->dtype, os);
     if (!o) return false;
     size_t es = dg_dtype_size(x->dtype);
+    if (o->n_elements == 0) return true;
+    if (os.rank == 0) {
+        memcpy(o->data, x->data, es);
+        return true;
+    }
+    // A row of the output's last dimension at a time: one copy when it is contiguous in x
+    // (the last axis stays last, as in [B, T, H, D] -> [B, H, T, D]), else a strided loop.
+    int r = os.rank;
+    int64_t inner = os.dims[r - 1], step = strides[0][r - 1], rows = o->n_elements / inner;
     int64_t idx[DG_MAX_RANK] = {0}, off = 0;
-    for (int64_t i = 0; i < o->n_elements; i++) {
-        copy_elem((char *)o->data + (size_t)i * es, (const char *)x->data + (size_t)off * es, es);
-        step_index(os.rank, os.dims, idx, 1, strides, &off);
+    for (int64_t row = 0; row < rows; row++) {
+        const char *src = (const char *)x->data + (size_t)off * es;
+        char *dst = (char *)o->data + (size_t)(row * inner) * es;
+        if (step == 1)
+            memcpy(dst, src, (size_t)inner * es);
+        else if (es == 4)
+            for (int64_t j = 0; j < inner; j++) ((uint32_t *)dst)[j] = *(const uint32_t *)(src + (size_t)(j * step) * 4);
+        else if (es == 8)
+            for (int64_t j = 0; j < inner; j++) ((uint64_t *)dst)[j] = *(const uint64_t *)(src + (size_t)(j * step) * 8);
+        else
+            for (int64_t j = 0; j < inner; j++) copy_elem(dst + (size_t)j * es, src + (size_t)(j * step) * es, es);
+        step_index(r - 1, os.dims, idx, 1, strides, &off);
     }
     return true;
 }

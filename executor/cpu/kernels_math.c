@@ -57,23 +57,6 @@ static bool is_compare(binop op) { return op >= B_EQ && op <= B_LE; }
     ((op) == B_EQ ? (x) == (y) : (op) == B_GT ? (x) > (y)                 \
      : (op) == B_GE ? (x) >= (y) : (op) == B_LT ? (x) < (y) : (x) <= (y))
 
-// GELU and its derivative in float64 (float32 rounds once at the end, as Pow): erf form
-// x Phi(x), Phi' = exp(-x^2 / 2) / sqrt(2 pi); tanh form 0.5 x (1 + tanh(u)),
-// u = sqrt(2 / pi) (x + 0.044715 x^3).
-#define GELU_SQRT_2_OVER_PI 0.7978845608028654
-#define GELU_INV_SQRT_2 0.7071067811865476
-#define GELU_INV_SQRT_2PI 0.3989422804014327
-static inline double gelu(double x) { return 0.5 * x * (1.0 + erf(x * GELU_INV_SQRT_2)); }
-static inline double gelu_grad(double x) {
-    return 0.5 * (1.0 + erf(x * GELU_INV_SQRT_2)) + x * GELU_INV_SQRT_2PI * exp(-0.5 * x * x);
-}
-static inline double gelu_tanh(double x) {
-    return 0.5 * x * (1.0 + tanh(GELU_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)));
-}
-static inline double gelu_tanh_grad(double x) {
-    double t = tanh(GELU_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x));
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x);
-}
 
 // One run of n outputs; a and b advance by sa and sb (0 or 1).
 #define DEFINE_RUN(T, NAME)                                                                 \
@@ -101,10 +84,6 @@ static inline double gelu_tanh_grad(double x) {
                 { for (int64_t i = 0; i < n; i++) o[i] = b[i] * (T)0.5 / a[i]; } return;        \
             case B_RSQRT_GRAD: /* (y, dy): dy * -0.5 * y^3 */                                \
                 { for (int64_t i = 0; i < n; i++) o[i] = b[i] * (T)-0.5 * (a[i] * a[i] * a[i]); } return; \
-            case B_GELU_GRAD: /* (dy, x) */                                                 \
-                { for (int64_t i = 0; i < n; i++) o[i] = a[i] * (T)gelu_grad((double)b[i]); } return; \
-            case B_GELU_TANH_GRAD:                                                          \
-                { for (int64_t i = 0; i < n; i++) o[i] = a[i] * (T)gelu_tanh_grad((double)b[i]); } return; \
             default: break;                                                                 \
             }                                                                               \
         }                                                                                   \
@@ -121,6 +100,13 @@ DEFINE_RUN(int64_t, run_i64)
 
 static void run_any(dg_dtype t, binop op, const char *a, int64_t sa, const char *b, int64_t sb,
                     char *out, int64_t n) {
+    // GeluGrad (dy, x): same shapes, float only (gelu.c).
+    if (op == B_GELU_GRAD || op == B_GELU_TANH_GRAD) {
+        if (t == DG_FLOAT32) cpu_gelu_grad_f32((const float *)a, (const float *)b, (float *)out, n, op == B_GELU_TANH_GRAD);
+        if (t == DG_FLOAT64)
+            cpu_gelu_grad_f64((const double *)a, (const double *)b, (double *)out, n, op == B_GELU_TANH_GRAD);
+        return;
+    }
     switch (t) {
     case DG_FLOAT32: run_f32(op, (const float *)a, sa, (const float *)b, sb, out, n); break;
     case DG_FLOAT64: run_f64(op, (const double *)a, sa, (const double *)b, sb, out, n); break;
@@ -266,10 +252,7 @@ static void *un_create(const dg_node *n, const exec_env *env, dg_status *st) {
         case U_ERF: for (int64_t i = 0; i < n; i++) y[i] = ERF(x[i]); break;             \
         case U_SIN: for (int64_t i = 0; i < n; i++) y[i] = SIN(x[i]); break;             \
         case U_COS: for (int64_t i = 0; i < n; i++) y[i] = COS(x[i]); break;             \
-        case U_GELU: for (int64_t i = 0; i < n; i++) y[i] = (T)gelu((double)x[i]); break; \
-        case U_GELU_TANH:                                                                \
-            for (int64_t i = 0; i < n; i++) y[i] = (T)gelu_tanh((double)x[i]);           \
-            break;                                                                       \
+        case U_GELU: case U_GELU_TANH: break;   /* gelu.c, before the switch */          \
         }                                                                                \
     } while (0)
 
@@ -280,6 +263,11 @@ CPU_CLONES static bool un_compute(void *state, exec_ctx *ctx) {
     dg_tensor *o = exec_alloc_output(ctx, 0, in->dtype, in->shape);
     if (!o) return false;
     int64_t n = in->n_elements;
+    if (op == U_GELU || op == U_GELU_TANH) {   // float only (gelu.c)
+        if (in->dtype == DG_FLOAT32) cpu_gelu_f32(in->data, o->data, n, op == U_GELU_TANH);
+        if (in->dtype == DG_FLOAT64) cpu_gelu_f64(in->data, o->data, n, op == U_GELU_TANH);
+        return true;
+    }
     switch (in->dtype) {
     case DG_FLOAT32: UN_LOOP(float, expf, logf, sqrtf, tanhf, erff, sinf, cosf); break;
     case DG_FLOAT64: UN_LOOP(double, exp, log, sqrt, tanh, erf, sin, cos); break;

@@ -11,6 +11,15 @@
 
 #include "cpu_impl.h"
 
+// The softmax loops below call exp or expf on whole rows: glibc's libmvec (2.35 on) has vector
+// versions, which <math.h> declares only under -ffast-math. Declared here (this file alone),
+// the loops run 8 or 16 lanes at a time; the results may differ from the scalar functions' by
+// a few units in the last place.
+#if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+__attribute__((simd("notinbranch"))) float expf(float);
+__attribute__((simd("notinbranch"))) double exp(double);
+#endif
+
 typedef struct ln_state {
     double eps;
 } ln_state;
@@ -203,7 +212,7 @@ static void att_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t
 
 // Forward: the block's scaled scores s [rb, kend] become probabilities in place; lse per row.
 #define ATT_SOFTMAX(T, EXP)                                                                  \
-    static void att_softmax_##T(T *s, int64_t rb, int64_t kend, int64_t i0, const att_state *a, \
+    CPU_CLONES static void att_softmax_##T(T *s, int64_t rb, int64_t kend, int64_t i0, const att_state *a, \
                                 int64_t Tq, int64_t Tk, T *lse) {                            \
         for (int64_t r = 0; r < rb; r++) {                                                   \
             T *sr = s + r * kend;                                                            \
@@ -212,11 +221,8 @@ static void att_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t
             double m = lim ? (double)sr[0] : 0, sum = 0;                                     \
             for (int64_t j = 1; j < lim; j++)                                                \
                 if ((double)sr[j] > m) m = (double)sr[j];                                    \
-            for (int64_t j = 0; j < lim; j++) {                                              \
-                double e = (double)EXP((T)((double)sr[j] - m));                              \
-                sr[j] = (T)e;                                                                \
-                sum += e;                                                                    \
-            }                                                                                \
+            for (int64_t j = 0; j < lim; j++) sr[j] = EXP((T)((double)sr[j] - m));           \
+            for (int64_t j = 0; j < lim; j++) sum += (double)sr[j];                          \
             double inv = lim ? 1 / sum : 0;                                                  \
             for (int64_t j = 0; j < lim; j++) sr[j] = (T)((double)sr[j] * inv);              \
             for (int64_t j = lim; j < kend; j++) sr[j] = 0;                                  \
@@ -229,7 +235,7 @@ ATT_SOFTMAX(double, exp)
 // Backward: s [rb, kend] holds the block's scaled scores, dp [rb, kend] dout v^T; s becomes the
 // probabilities (from lse) and dp the scores' gradient, p * (dp - rowsum(dout * out)).
 #define ATT_SOFTMAX_GRAD(T, EXP)                                                             \
-    static void att_softmax_grad_##T(T *s, T *dp, int64_t rb, int64_t kend, int64_t i0,      \
+    CPU_CLONES static void att_softmax_grad_##T(T *s, T *dp, int64_t rb, int64_t kend, int64_t i0,      \
                                      const att_state *a, int64_t Tq, int64_t Tk, const T *lse, \
                                      const T *dout, const T *out, int64_t Dv) {              \
         for (int64_t r = 0; r < rb; r++) {                                                   \

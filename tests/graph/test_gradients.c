@@ -182,6 +182,8 @@ static const int64_t PERM201[] = {2, 0, 1}, PERM10[] = {1, 0}, TILE23[] = {2, 3}
 B1(b_pow, dg_pow(g, NULL, x[0], x[1]))
 B1(b_transpose3, dg_transpose(g, NULL, x[0], PERM201, 3))
 B1(b_transpose2, dg_transpose(g, NULL, x[0], PERM10, 2))
+static const int64_t PERM0213[] = {0, 2, 1, 3};
+B1(b_transpose4, dg_transpose(g, NULL, x[0], PERM0213, 4))
 B1(b_tile2, dg_tile(g, NULL, x[0], TILE23, 2))
 B1(b_tile3, dg_tile(g, NULL, x[0], TILE131, 3))
 // x0 (not differentiated) picks: where(x0 > 0, x1, x2), the values broadcast.
@@ -402,6 +404,7 @@ static const grad_case grad_cases[] = {
     {"Pow, broadcast base", b_pow, 2, {T1(4, POS), T2(3, 4, U)}},
     {"Transpose [2,0,1]", b_transpose3, 1, {T3(2, 3, 4, U)}},
     {"Transpose [1,0]", b_transpose2, 1, {T2(3, 5, U)}},
+    {"Transpose [0,2,1,3] (rows copied whole)", b_transpose4, 1, {T4(2, 3, 4, 5, U)}},
     {"Tile [2,3]", b_tile2, 1, {T2(2, 3, U)}},
     {"Tile [1,3,1]", b_tile3, 1, {T3(2, 2, 3, U)}},
     {"where, same shapes", b_where, 3, {T2N(3, 4, NZ), T2(3, 4, U), T2(3, 4, U)}},

@@ -119,8 +119,8 @@ MUTANTS = [
         "name": "gelu_tanh_for_erf",
         "what": "Gelu computes the tanh approximation where the exact (erf) form is asked for: off by up "
                 "to 5e-4, finite everywhere",
-        "file": "executor/cpu/kernels_math.c",
-        "edits": [("static inline double gelu(double x) { return 0.5 * x * (1.0 + erf(x * GELU_INV_SQRT_2)); }\n",
+        "file": "executor/cpu/gelu.c",
+        "edits": [("static inline double gelu(double x) { return 0.5 * x * (1.0 + erf(x * INV_SQRT_2)); }\n",
                    "static inline double gelu_tanh(double x);\n"
                    "static inline double gelu(double x) { return gelu_tanh(x); }\n")],
         "tests": ["test_gradients"],
@@ -159,7 +159,7 @@ MUTANTS = [
     {
         "name": "gelu_grad_nan",
         "what": "GeluGrad (erf form) writes NaN",
-        "file": "executor/cpu/kernels_math.c",
+        "file": "executor/cpu/gelu.c",
         "edits": [("static inline double gelu_grad(double x) {\n",
                    "static inline double gelu_grad(double x) {\n    if (x == x) return __builtin_nan(\"\");\n")],
         "tests": ["test_gradients"],
