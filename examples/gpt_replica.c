@@ -7,7 +7,7 @@
  * batch 12, dropout 0; AdamW at 1e-3 (betas 0.9 and 0.99, weight decay 0.1 on the matrices),
  * 100 warmup steps then cosine decay to 1e-4 at the last step, gradients clipped at global norm
  * 1.0. --gpu_config selects the GPU configuration (6 layers, 6 heads, width 384, context 256,
- * batch 64, dropout 0.2). Progress lines give each step's loss; the end gives the validation
+ * dropout 0.2; give it --batch_size 64). Progress lines give each step's loss; the end gives the validation
  * loss, the mean over --eval_windows fixed windows of the last 10% of the text.
  *   build/bin/gpt_replica --worker_hosts localhost:2223 --job_name worker --task_index 0
  *   build/bin/dg-launch --ps 0 --workers 2 -- build/bin/gpt_replica --all_reduce */
@@ -33,6 +33,13 @@ typedef struct gpt_state {
 
 static bool check_flags(void *state, int64_t batch_size) {
     gpt_state *s = state;
+    // -1 (--n_layer, --dropout) or 0 (the others): the configuration's value.
+    if (s->n_layer < -1 || s->n_head < 0 || s->n_embd < 0 || s->block_size < 0 ||
+        !(s->dropout == -1 || (s->dropout >= 0 && s->dropout < 1))) {
+        fprintf(stderr, "gpt_replica: --n_layer, --n_head, --n_embd and --block_size must be >= 0 (0: the "
+                        "configuration's), --dropout in [0, 1)\n");
+        return false;
+    }
     s->cfg = s->gpu_config ? gpt_config_gpu() : gpt_config_cpu();
     if (s->n_layer >= 0) s->cfg.n_layer = s->n_layer;
     if (s->n_head > 0) s->cfg.n_head = s->n_head;
@@ -40,11 +47,11 @@ static bool check_flags(void *state, int64_t batch_size) {
     if (s->block_size > 0) s->cfg.block_size = s->block_size;
     if (s->dropout >= 0) s->cfg.dropout = s->dropout;
     s->batch = batch_size;
-    if (s->cfg.n_embd % s->cfg.n_head != 0 || s->cfg.dropout >= 1 || s->weight_decay < 0 || s->warmup_steps < 0 ||
-        s->lr_end_step < 0 ||
-        s->eval_windows < 1 || s->min_lr < 0 || !(s->beta2 > 0 && s->beta2 < 1) || s->grad_clip < 0) {
-        fprintf(stderr, "gpt_replica: bad model flags: --n_embd must be a multiple of --n_head, --dropout below 1, "
-                        "--weight_decay, --warmup_steps, --min_lr and --grad_clip >= 0, --beta2 in (0, 1), "
+    if (s->cfg.n_embd % s->cfg.n_head != 0 || !(s->weight_decay >= 0 && s->weight_decay < 1e30) ||
+        s->warmup_steps < 0 || s->lr_end_step < 0 || s->eval_windows < 1 || !(s->min_lr >= 0 && s->min_lr < 1e30) ||
+        !(s->beta2 > 0 && s->beta2 < 1) || !(s->grad_clip >= 0 && s->grad_clip < 1e30)) {
+        fprintf(stderr, "gpt_replica: bad model flags: --n_embd must be a multiple of --n_head; --weight_decay, "
+                        "--warmup_steps, --lr_end_step, --min_lr and --grad_clip finite and >= 0; --beta2 in (0, 1); "
                         "--eval_windows >= 1\n");
         return false;
     }
@@ -53,7 +60,16 @@ static bool check_flags(void *state, int64_t batch_size) {
 
 static bool load(void *state, int64_t seed, dg_status *st) {
     gpt_state *s = state;
-    return gpt_text_load(s->data_dir, (uint64_t)seed, &s->text, st);
+    if (!gpt_text_load(s->data_dir, (uint64_t)seed, &s->text, st)) return false;
+    int64_t T = s->cfg.block_size, train = s->text.n_train, val = s->text.n - s->text.n_train;
+    if (train < T + 2 || val < T + 1) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "a context of %lld bytes (--block_size) needs at least %lld training "
+                       "and %lld validation bytes; %s gives %lld and %lld", (long long)T, (long long)(T + 2),
+                       (long long)(T + 1), s->data_dir, (long long)train, (long long)val);
+        gpt_text_free(&s->text);
+        return false;
+    }
+    return true;
 }
 
 static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t train_steps, replica_net *net,
@@ -72,8 +88,12 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
     return dg_graph_check(g, st);
 }
 
-static int next_batch(void *state, dg_output *feeds, dg_tensor **vals, dg_status *st) {
+static int next_batch(void *state, dg_output *feeds, dg_tensor **vals, int cap, dg_status *st) {
     gpt_state *s = state;
+    if (cap < 3) {
+        dg_status_set(st, DG_INTERNAL, "gpt_replica: room for 3 feeds needed");
+        return -1;
+    }
     int64_t T = s->cfg.block_size, n = s->batch * T;
     if (!s->xt) {
         s->x = malloc((size_t)n * sizeof *s->x);

@@ -26,7 +26,11 @@
  * it instead of keeping the Tq x Tk matrix. TensorFlow composes the same from BatchMatMul,
  * a mask and Softmax; the values and gradients are that composition's.
  *
- * ScaledDotProductAttentionGrad(dout, q, k, v, out, lse) gives dq, dk and dv. */
+ * ScaledDotProductAttentionGrad(dout, q, k, v, out, lse) gives dq, dk and dv.
+ *
+ * Non-finite inputs: a NaN score makes its row NaN on both devices. A NaN or infinity in a key
+ * or value row that a query does not see (causal) can still reach that query on the CPU, whose
+ * GEMMs cover the keys of the last row of its block of 64 (0 x NaN); the GPU never reads them. */
 #include <stdio.h>
 #include <string.h>
 

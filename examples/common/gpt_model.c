@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "distgraph/embedding.h"
 #include "mlp_model.h"   // model_training_value
@@ -116,6 +117,10 @@ bool gpt_text_load(const char *dir, uint64_t seed, gpt_text *t, dg_status *st) {
     struct dirent *e;
     while ((e = readdir(d))) {
         if (strchr(e->d_name, '.')) continue;   // ".", "..", the .dat indexes, the .u8 links
+        char path[4096];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;   // fortunes-off's off/, say
         if (n == cap && !(names = realloc(names, (cap = cap ? 2 * cap : 64) * sizeof *names))) abort();
         if (!(names[n++] = strdup(e->d_name))) abort();
     }
@@ -196,6 +201,7 @@ bool gpt_validation_loss(dg_session *s, const gpt_model *m, const gpt_text *t, i
     int32_t *x = malloc((size_t)(batch * T) * sizeof *x), *y = malloc((size_t)(batch * T) * sizeof *y);
     dg_tensor *off = model_training_value(false, st);
     bool ok = x && y && off;
+    if (!x || !y) dg_status_set(st, DG_RESOURCE_EXHAUSTED, "gpt: the validation batch buffers");
     double sum = 0;
     for (int64_t k0 = 0; ok && k0 < n_windows; k0 += batch) {
         int64_t b = n_windows - k0 < batch ? n_windows - k0 : batch;

@@ -49,8 +49,12 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
     return dg_graph_check(g, st);
 }
 
-static int next_batch(void *state, dg_output *feeds, dg_tensor **vals, dg_status *st) {
+static int next_batch(void *state, dg_output *feeds, dg_tensor **vals, int cap, dg_status *st) {
     mnist_state *s = state;
+    if (cap < 3) {
+        dg_status_set(st, DG_INTERNAL, "mnist_replica: room for 3 feeds needed");
+        return -1;
+    }
     if (!s->xt) {
         int64_t dim = s->data.train.dim;
         s->xb = malloc((size_t)(s->batch * dim) * sizeof *s->xb);

@@ -400,7 +400,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     int64_t local_step = 0, global_step = 0;
     printf("Training begins @ %f\n", unix_s());
     while (!dg_monitored_session_should_stop(ms)) {
-        int n_feeds = p->next_batch(p->state, feeds, vals, st);
+        int n_feeds = p->next_batch(p->state, feeds, vals, (int)(sizeof feeds / sizeof feeds[0]), st);
         if (n_feeds < 0) {
             fail(st, "the next batch");
             goto out;

@@ -39,8 +39,9 @@ typedef struct replica_model {
     // train_steps global steps (a schedule's length).
     bool (*build)(void *state, dg_graph *g, double learning_rate, int64_t seed, int64_t train_steps, replica_net *net,
                   dg_status *st);
-    // The next training batch: its feeds and values (owned by the model), returns how many.
-    int (*next_batch)(void *state, dg_output *feeds, dg_tensor **vals, dg_status *st);
+    // The next training batch: its feeds and values (owned by the model, at most cap), returns
+    // how many; -1 with st set on failure.
+    int (*next_batch)(void *state, dg_output *feeds, dg_tensor **vals, int cap, dg_status *st);
     // After training, on this worker: evaluates and prints the result lines.
     bool (*evaluate)(void *state, dg_session *s, int64_t task, int64_t global_step, dg_status *st);
     void (*free)(void *state);   // the data and buffers (the graph is freed by replica.c)

@@ -93,7 +93,8 @@ __global__ void att_fwd(const T *q, const T *k, const T *v, T *out, T *lse, int6
                         for (int64_t c = 0; c < Dv; c++) a[c] *= r;
                         m = s;
                     }
-                    const T p = s != s ? s : dexp(s - m);   // NaN scores stay NaN
+                    // NaN scores stay NaN; a score of -inf weighs 0 (exp(-inf - -inf) would be NaN).
+                    const T p = s != s ? s : s == (T)-INFINITY ? (T)0 : dexp(s - m);
                     l += p;
                     for (int64_t c = 0; c < Dv; c++) a[c] += p * vt[jj * Dv + c];
                 }

@@ -75,7 +75,8 @@ typedef struct dg_optimizer {
     // > 0: apply_gradients first scales the gradients it is given by clip / max(global norm,
     // clip), as Keras's global_clipnorm (dg_clip_by_global_norm): under all-reduce and sync
     // replicas that is the averaged gradient, as PyTorch's clip_grad_norm_ after DDP. A sparse
-    // gradient is clipped (and applied) as a dense one.
+    // gradient is clipped (and applied) as a dense one. Under the mirrored strategy each copy
+    // computes the norm on its own device: copies on devices that round differently can drift.
     double global_clipnorm;
 } dg_optimizer;
 
