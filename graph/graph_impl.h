@@ -99,6 +99,8 @@ dg_output graph_sparse_gradient(dg_graph *g, dg_output values, dg_output indices
 // Whether perm[0..n) is a permutation of 0..n-1 for an input of rank (-1: unknown); false
 // with st naming the bad entry.
 bool graph_check_perm(const int64_t *perm, int n, int rank, dg_status *st);
+// Range's length for start, limit, delta (ints: integer arithmetic's rounding); false with st.
+bool graph_range_size(double start, double limit, double delta, bool ints, int64_t *n, dg_status *st);
 // How many leading inputs an op takes by reference (variables it reads and writes in place):
 // these must share its device. Other variable inputs (Adam's beta powers) are plain reads.
 int graph_num_ref_inputs(const dg_node *n);

@@ -5,6 +5,7 @@
  * when they are constants. Gradients: Transpose by the inverse permutation, Tile by summing
  * the tiles (a Reshape to [m0, d0, m1, d1, ...] and a Sum), Select by routing dy to the side
  * the condition picked; StopGradient and OneHot have none. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -195,7 +196,60 @@ static bool grad_tile(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *d
     return dg_graph_ok(g);
 }
 
+// Range's length, as TensorFlow's: ceil(|limit - start| / |delta|); false with st naming the
+// problem (delta 0, a limit on the wrong side, a length over 2^48).
+bool graph_range_size(double start, double limit, double delta, bool ints, int64_t *n, dg_status *st) {
+    if (!(delta != 0) || start != start || limit != limit) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "Range: delta must not be 0 (and no input NaN), got start %g, limit "
+                       "%g, delta %g", start, limit, delta);
+        return false;
+    }
+    if ((delta > 0 && start > limit) || (delta < 0 && start < limit)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "Range: start %g is %s limit %g while delta is %g", start,
+                       delta > 0 ? "above" : "below", limit, delta);
+        return false;
+    }
+    double len = ints ? floor((fabs(limit - start) + fabs(delta) - 1) / fabs(delta)) : ceil(fabs((limit - start) / delta));
+    if (!(len <= 281474976710656.0)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "Range: %g elements (start %g, limit %g, delta %g) is over 2^48", len,
+                       start, limit, delta);
+        return false;
+    }
+    *n = (int64_t)len;
+    return true;
+}
+
+static bool infer_range(dg_node *n, dg_status *st) {
+    dg_dtype t = in_dt(n, 0);
+    if ((t != DG_INT32 && t != DG_INT64 && t != DG_FLOAT32 && t != DG_FLOAT64) || in_dt(n, 1) != t || in_dt(n, 2) != t) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "Range: start, limit and delta must be one of int32, int64, float32, "
+                       "float64, got %s, %s, %s", dg_dtype_name(t), dg_dtype_name(in_dt(n, 1)),
+                       dg_dtype_name(in_dt(n, 2)));
+        return false;
+    }
+    double v[3];
+    bool known = true;
+    for (int i = 0; i < 3; i++) {
+        dg_shape s = in_sh(n, i);
+        if (s.rank > 0) {
+            char b[128];
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "Range: input %d must be a scalar, got shape %s", i,
+                           dg_shape_str(&s, b, sizeof b));
+            return false;
+        }
+        const dg_tensor *cv = dg_node_const_value(n->inputs[i].node);
+        if (cv && cv->n_elements == 1) v[i] = dg_tensor_get_as_double(cv, 0);
+        else known = false;
+    }
+    int64_t len = -1;
+    if (known && !graph_range_size(v[0], v[1], v[2], t == DG_INT32 || t == DG_INT64, &len, st)) return false;
+    if (!graph_set_num_outputs(n, 1, st)) return false;
+    graph_set_output(n, 0, t, dg_shape1(len));
+    return true;
+}
+
 static const graph_op_def array_op_defs[] = {
+    GRAPH_OP("Range", 3, 3, false, false, true, infer_range, NULL),
     GRAPH_OP("Transpose", 2, 2, false, false, false, infer_transpose, grad_transpose),
     GRAPH_OP("Tile", 2, 2, false, false, false, infer_tile, grad_tile),
     GRAPH_OP("StopGradient", 1, 1, false, false, true, infer_stop_gradient, NULL),

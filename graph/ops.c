@@ -524,6 +524,57 @@ dg_output dg_squeeze(dg_graph *g, const char *name, dg_output x, const int64_t *
     return reshape_known(g, name, "squeeze", x, dims, k);
 }
 
+dg_output dg_stack(dg_graph *g, const char *name, const dg_output *xs, int n, int axis) {
+    if (!g || !dg_graph_ok(g)) return NULL_OUT;
+    if (n < 1 || n > 4096 || !xs) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "stack \"%s\": needs 1 to 4096 inputs, got %d", name ? name : "Pack", n);
+        return NULL_OUT;
+    }
+    dg_output parts[4096];
+    for (int i = 0; i < n; i++) {
+        dg_shape s = dg_output_shape(xs[i]), s0 = dg_output_shape(xs[0]);
+        if (!xs[i].node || s.rank < 0 || !dg_shape_compatible(&s, &s0)) {
+            char a[128], b[128];
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "stack \"%s\": input %d has shape %s, input 0 %s (all must be "
+                               "one known shape)", name ? name : "Pack", i, dg_shape_str(&s, a, sizeof a),
+                               dg_shape_str(&s0, b, sizeof b));
+            return NULL_OUT;
+        }
+        parts[i] = dg_expand_dims(g, NULL, xs[i], axis);
+    }
+    int64_t ax = axis < 0 ? axis + dg_output_shape(xs[0]).rank + 1 : axis;
+    return dg_concat(g, name, parts, n, ax);
+}
+
+int dg_unstack(dg_graph *g, const char *name, dg_output x, int axis, dg_output *out, int cap) {
+    if (!g || !dg_graph_ok(g)) return -1;
+    dg_shape s = dg_output_shape(x);
+    int64_t ax = axis < 0 ? axis + s.rank : axis;
+    if (!x.node || s.rank < 1 || ax < 0 || ax >= s.rank || s.dims[ax] < 1 || s.dims[ax] > cap) {
+        char a[128];
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "unstack \"%s\": axis %d of shape %s must be known, at least 1 and "
+                           "at most %d (the room given)", name ? name : "Unpack", axis, dg_shape_str(&s, a, sizeof a), cap);
+        return -1;
+    }
+    int n = (int)s.dims[ax];
+    if (n == 1) {
+        out[0] = dg_squeeze(g, name, x, &ax, 1);
+        return dg_graph_ok(g) ? 1 : -1;
+    }
+    if (!dg_split(g, name, x, ax, n, out)) return -1;
+    for (int i = 0; i < n; i++) out[i] = dg_squeeze(g, NULL, out[i], &ax, 1);
+    return dg_graph_ok(g) ? n : -1;
+}
+
+dg_output dg_range(dg_graph *g, const char *name, dg_output start, dg_output limit, dg_output delta) {
+    if (!start.node || !limit.node || !delta.node) return null_input(g, "Range");
+    dg_node *n = graph_begin(g, "Range", name);
+    graph_add_input(n, start);
+    graph_add_input(n, limit);
+    graph_add_input(n, delta);
+    return out0(graph_finish(n));
+}
+
 dg_output dg_dense(dg_graph *g, const char *name, dg_output x, int64_t units, dg_activation activation,
                    dg_initializer kernel_init) {
     if (!g || !dg_graph_ok(g)) return NULL_OUT;

@@ -85,6 +85,37 @@ static bool transpose_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
+// Range: the length as the graph computes it, then start + i * delta (ints in int64).
+static bool range_compute(void *state, exec_ctx *ctx) {
+    (void)state;
+    dg_tensor *in[3] = {IN(0), IN(1), IN(2)};
+    dg_dtype t = in[0]->dtype;
+    for (int i = 0; i < 3; i++)
+        if (in[i]->n_elements != 1 || in[i]->dtype != t)
+            return exec_fail(ctx, DG_INVALID_ARGUMENT, "start, limit and delta must be scalars of one dtype");
+    double v[3];
+    for (int i = 0; i < 3; i++) v[i] = dg_tensor_get_as_double(in[i], 0);
+    bool ints = t == DG_INT32 || t == DG_INT64;
+    int64_t n = 0;
+    if (!graph_range_size(v[0], v[1], v[2], ints, &n, ctx->st)) return false;
+    dg_tensor *o = exec_alloc_output(ctx, 0, t, dg_shape1(n));
+    if (!o) return false;
+    if (ints) {
+        int64_t s = t == DG_INT32 ? dg_tensor_i32(in[0])[0] : dg_tensor_i64(in[0])[0];
+        int64_t d = t == DG_INT32 ? dg_tensor_i32(in[2])[0] : dg_tensor_i64(in[2])[0];
+        for (int64_t i = 0; i < n; i++) {
+            if (t == DG_INT32) dg_tensor_i32(o)[i] = (int32_t)(s + i * d);
+            else dg_tensor_i64(o)[i] = s + i * d;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            if (t == DG_FLOAT32) dg_tensor_f32(o)[i] = (float)(v[0] + (double)i * v[2]);
+            else dg_tensor_f64(o)[i] = v[0] + (double)i * v[2];
+        }
+    }
+    return true;
+}
+
 bool cpu_tile_shape(exec_ctx *ctx, dg_shape *out) {
     const dg_tensor *x = IN(0);
     int64_t m[DG_MAX_RANK];
@@ -198,6 +229,7 @@ static bool one_hot_compute(void *state, exec_ctx *ctx) {
 #define K(op, mask, compute) {op, "CPU", mask, cpu_no_state, compute, NULL, false, false, false, NULL, false}
 
 const exec_kernel_def cpu_index_kernels[] = {
+    K("Range", DT_NUMERIC, range_compute),
     K("Transpose", DT_ALL, transpose_compute),
     K("Tile", DT_ALL, tile_compute),
     K("StopGradient", DT_ALL, cpu_identity_compute),

@@ -138,6 +138,17 @@ dg_output dg_expand_dims(dg_graph *g, const char *name, dg_output x, int axis);
 // The dimensions of size 1 at axes (n 0: every dimension known to be 1) removed, as a Reshape;
 // an axis whose size is not 1 is an error naming it.
 dg_output dg_squeeze(dg_graph *g, const char *name, dg_output x, const int64_t *axes, int n);
+// tf.stack (Pack): n tensors of one known shape joined along a new axis (-(rank+1)..rank),
+// composed of a Reshape each and one Concat (their gradients are Pack's).
+dg_output dg_stack(dg_graph *g, const char *name, const dg_output *xs, int n, int axis);
+// tf.unstack (Unpack): the slices of x along axis (of known size, at most cap) without that
+// axis, written to out; composed of Split and a Reshape each. Returns: how many; -1 with the
+// graph's sticky status set.
+int dg_unstack(dg_graph *g, const char *name, dg_output x, int axis, dg_output *out, int cap);
+// tf.range: start, start + delta, ... below limit (above it for delta < 0); three scalars of
+// one dtype (int32, int64, float32, float64). Computed on the CPU (no gradient, as TensorFlow);
+// delta 0, or a limit on the wrong side of start, fails the run naming the node.
+dg_output dg_range(dg_graph *g, const char *name, dg_output start, dg_output limit, dg_output delta);
 
 // A dense layer (tf.layers.dense): activation(x @ kernel + bias), x of shape [..., in] with a
 // known in; variables "<name>/kernel" [in, units] (kernel_init) and "<name>/bias" [units]

@@ -155,6 +155,9 @@ B1(b_att_causal, dg_attention(g, NULL, x[0], x[1], x[2], true, 0))
 B1(b_att_causal_scaled, dg_attention(g, NULL, x[0], x[1], x[2], true, 0.7))
 B1(b_erf, dg_erf(g, NULL, x[0]))
 B1(b_sin, dg_sin(g, NULL, x[0]))
+B1(b_stack1, dg_stack(g, NULL, x, 3, 1))
+B1(b_stack_last, dg_stack(g, NULL, x, 2, -1))
+static int b_unstack(dg_graph *g, const dg_output *x, dg_output *o) { return dg_unstack(g, NULL, x[0], 1, o, 8); }
 B1(b_cos, dg_cos(g, NULL, x[0]))
 B1(b_gelu, dg_gelu(g, NULL, x[0], false))
 B1(b_gelu_tanh, dg_gelu(g, NULL, x[0], true))
@@ -334,6 +337,9 @@ static const grad_case grad_cases[] = {
      {T2(67, 2, G_UNIFORM, -2, 2), T2(67, 2, G_UNIFORM, -2, 2), T2(67, 1, U)}},
     {"Erf", b_erf, 1, {T2(3, 4, G_UNIFORM, -2.5, 2.5)}},
     {"Sin", b_sin, 1, {T2(3, 4, G_UNIFORM, -4, 4)}},
+    {"stack (Pack) axis 1", b_stack1, 3, {T2(2, 3, U), T2(2, 3, U), T2(2, 3, U)}},
+    {"stack (Pack) axis -1", b_stack_last, 2, {T1(4, U), T1(4, U)}},
+    {"unstack (Unpack) axis 1", b_unstack, 1, {T3(2, 3, 4, U)}},
     {"Cos", b_cos, 1, {T2(3, 4, G_UNIFORM, -4, 4)}},
     {"Gelu", b_gelu, 1, {T2(3, 4, G_UNIFORM, -4, 4)}},
     {"Gelu approximate", b_gelu_tanh, 1, {T2(3, 4, G_UNIFORM, -4, 4)}},
@@ -1006,6 +1012,109 @@ static void test_attention_matches_composition(void **state) {
     }
 }
 
+// Range against its definition (TensorFlow's lengths: ceil(|limit - start| / |delta|)), each
+// dtype, negative and fractional steps, a constant length known when built; stack and
+// unstack's values; the arguments Range refuses, at build time and when run.
+static void test_range_stack_values(void **state) {
+    (void)state;
+    static const struct {
+        dg_dtype t;
+        double start, limit, delta;
+        int64_t n;
+    } cases[] = {{DG_INT32, 0, 5, 1, 5},      {DG_INT64, 3, -4, -2, 4},   {DG_INT32, 2, 2, 1, 0},
+                 {DG_FLOAT32, 0, 1, 0.3, 4},  {DG_FLOAT64, 1, 0, -0.25, 4}, {DG_INT64, -7, 8, 5, 3}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        dg_graph *g = dg_graph_new();
+        dg_output r = dg_range(g, "r", dg_scalar(g, NULL, cases[c].t, cases[c].start),
+                               dg_scalar(g, NULL, cases[c].t, cases[c].limit), dg_scalar(g, NULL, cases[c].t, cases[c].delta));
+        assert_graph_ok(g);
+        assert_int_equal(dg_output_shape(r).dims[0], cases[c].n);   // constants: the length is known when built
+        dg_session *s = new_session(g);
+        dg_tensor *got;
+        run_ok(s, NULL, NULL, 0, &r, &got, 1);
+        assert_int_equal(dg_tensor_num_elements(got), cases[c].n);
+        for (int64_t i = 0; i < cases[c].n; i++) {
+            // float32: the scalars as stored (0.3 is 0.300000012), the product and sum in float64.
+            bool f = cases[c].t == DG_FLOAT32;
+            double st0 = f ? (float)cases[c].start : cases[c].start, d0 = f ? (float)cases[c].delta : cases[c].delta;
+            double want = st0 + (double)i * d0;
+            if (f) want = (float)want;
+            assert_close(dg_tensor_get_as_double(got, i), want, 0, 0);
+        }
+        dg_tensor_unref(got);
+        dg_session_free(&s);
+        dg_graph_free(&g);
+    }
+    // Refused when built: delta 0, a limit below start with delta > 0, mixed dtypes.
+    dg_graph *g = dg_graph_new();
+    dg_range(g, "zero", dg_scalar(g, NULL, DG_INT32, 0), dg_scalar(g, NULL, DG_INT32, 5), dg_scalar(g, NULL, DG_INT32, 0));
+    assert_non_null(strstr(dg_status_message(dg_graph_status(g)), "delta must not be 0"));
+    dg_graph_free(&g);
+    g = dg_graph_new();
+    dg_range(g, "back", dg_scalar(g, NULL, DG_INT32, 5), dg_scalar(g, NULL, DG_INT32, 0), dg_scalar(g, NULL, DG_INT32, 1));
+    assert_non_null(strstr(dg_status_message(dg_graph_status(g)), "start 5 is above limit 0"));
+    dg_graph_free(&g);
+    g = dg_graph_new();
+    dg_range(g, "mixed", dg_scalar(g, NULL, DG_INT32, 0), dg_scalar(g, NULL, DG_INT64, 5), dg_scalar(g, NULL, DG_INT32, 1));
+    assert_non_null(strstr(dg_status_message(dg_graph_status(g)), "one of int32"));
+    dg_graph_free(&g);
+    // Fed: the length comes when run; a zero delta fails the run naming the node.
+    g = dg_graph_new();
+    dg_output lim = dg_placeholder(g, "limit", DG_INT64, dg_shape_scalar()), dl = dg_placeholder(g, "delta", DG_INT64, dg_shape_scalar());
+    dg_output r = dg_range(g, "fed_range", dg_scalar(g, NULL, DG_INT64, 1), lim, dl);
+    assert_graph_ok(g);
+    assert_int_equal(dg_output_shape(r).dims[0], -1);
+    dg_session *s = new_session(g);
+    dg_tensor *lv = dg_tensor_scalar_i64(10), *dv = dg_tensor_scalar_i64(0), *got = NULL;
+    dg_output feeds[2] = {lim, dl};
+    dg_tensor *fv[2] = {lv, dv};
+    dg_status *st = dg_status_new();
+    assert_false(dg_session_run(s, feeds, fv, 2, &r, &got, 1, NULL, 0, st));
+    assert_non_null(strstr(dg_status_message(st), "fed_range"));
+    assert_non_null(strstr(dg_status_message(st), "delta must not be 0"));
+    dg_status_free(&st);
+    dg_tensor_unref(dv);
+    dv = dg_tensor_scalar_i64(4);
+    fv[1] = dv;
+    run_ok(s, feeds, fv, 2, &r, &got, 1);
+    assert_int_equal(dg_tensor_num_elements(got), 3);   // 1, 5, 9
+    assert_int_equal(dg_tensor_i64(got)[2], 9);
+    dg_tensor_unref(got);
+    dg_tensor_unref(lv);
+    dg_tensor_unref(dv);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    // stack then unstack gives the inputs back; the stacked layout is the new axis's.
+    g = dg_graph_new();
+    dg_tensor *a = dg_tensor_new(DG_FLOAT64, dg_shape2(2, 3), NULL), *b = dg_tensor_new(DG_FLOAT64, dg_shape2(2, 3), NULL);
+    for (int i = 0; i < 6; i++) {
+        dg_tensor_f64(a)[i] = i;
+        dg_tensor_f64(b)[i] = 10 + i;
+    }
+    dg_output xs[2] = {dg_const(g, NULL, a), dg_const(g, NULL, b)}, parts[4];
+    dg_output st1 = dg_stack(g, "stacked", xs, 2, 1);   // [2, 2, 3]
+    assert_int_equal(dg_unstack(g, "parts", st1, 1, parts, 4), 2);
+    assert_graph_ok(g);
+    s = new_session(g);
+    dg_output outs[3] = {st1, parts[0], parts[1]};
+    dg_tensor *o[3];
+    run_ok(s, NULL, NULL, 0, outs, o, 3);
+    // stacked[i][k][j] = (k ? b : a)[i][j]
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < 3; j++)
+                assert_close(dg_tensor_f64(o[0])[(i * 2 + k) * 3 + j], (k ? 10 : 0) + i * 3 + j, 0, 0);
+    assert_close_f64(dg_tensor_f64(o[1]), dg_tensor_f64(a), 6, 0, 0);
+    assert_close_f64(dg_tensor_f64(o[2]), dg_tensor_f64(b), 6, 0, 0);
+    for (int i = 0; i < 3; i++) dg_tensor_unref(o[i]);
+    dg_tensor_unref(a);
+    dg_tensor_unref(b);
+    assert_int_equal(dg_unstack(g, "too_many", st1, 2, parts, 2), -1);   // 3 parts, room for 2
+    assert_non_null(strstr(dg_status_message(dg_graph_status(g)), "too_many"));
+    dg_session_free(&s);
+    dg_graph_free(&g);
+}
+
 // Rows of width 0: y is empty, each row's mean is 0 and its rstd 1 / sqrt(epsilon), and the
 // gradient runs (dgamma and dbeta empty, dx empty).
 static void test_layer_norm_width_zero(void **state) {
@@ -1629,6 +1738,7 @@ int main(void) {
         cmocka_unit_test(test_layer_norm_width_zero),
         cmocka_unit_test(test_batch_matmul_values),
         cmocka_unit_test(test_attention_values),
+        cmocka_unit_test(test_range_stack_values),
         cmocka_unit_test(test_attention_matches_composition),
         cmocka_unit_test(test_shared_input_closed_form),
         cmocka_unit_test(test_grad_ys_and_several_ys),
