@@ -1,0 +1,141 @@
+/* The GPT of examples/common/gpt_model.c, small (1 layer, width 16, 2 heads, context 8): its
+ * first loss is that of uniform guesses over the 256 bytes, a training step runs, and bad input
+ * (a byte id outside the vocabulary, a sequence longer than the context, a target outside the
+ * vocabulary) fails the step with a status naming the node and the sizes, with no variable
+ * changed. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt_model.h"
+#include "testutil.h"
+
+enum { B = 2, T = 8 };
+
+typedef struct tiny {
+    dg_graph *g;
+    gpt_model m;
+    dg_node *train;
+    dg_session *s;
+    int n_vars;
+    dg_output vars[64];
+} tiny;
+
+static void tiny_build(tiny *t) {
+    memset(t, 0, sizeof *t);
+    t->g = dg_graph_new();
+    gpt_config c = {256, 1, 2, 16, T, 0.0};
+    assert_true(gpt_build(t->g, &c, 7, &t->m));
+    dg_optimizer opt = dg_adamw(t->g, 1e-2, 0.1);
+    opt.global_clipnorm = 1.0;
+    t->train = dg_optimizer_minimize(&opt, t->m.loss, t->m.global_step);
+    dg_node *init = dg_global_variables_initializer(t->g);
+    assert_ok(dg_graph_status(t->g));
+    t->n_vars = dg_graph_collection_size(t->g, DG_GLOBAL_VARIABLES);
+    assert_true(t->n_vars > 10 && t->n_vars <= 64);
+    for (int i = 0; i < t->n_vars; i++) t->vars[i] = (dg_output){dg_graph_collection_get(t->g, DG_GLOBAL_VARIABLES, i), 0};
+    dg_status *st = dg_status_new();
+    t->s = dg_session_new(t->g, "local", NULL, st);
+    assert_ok(st);
+    assert_true(dg_session_run_target(t->s, init, st));
+    dg_status_free(&st);
+}
+
+static void tiny_free(tiny *t) {
+    dg_session_free(&t->s);
+    dg_graph_free(&t->g);
+}
+
+// Every global variable's bytes, concatenated (malloc'd; *n bytes).
+static uint8_t *snapshot(tiny *t, size_t *n) {
+    dg_tensor *out[64];
+    dg_status *st = dg_status_new();
+    assert_true(dg_session_run(t->s, NULL, NULL, 0, t->vars, out, t->n_vars, NULL, 0, st));
+    dg_status_free(&st);
+    size_t total = 0;
+    for (int i = 0; i < t->n_vars; i++) total += dg_tensor_nbytes(out[i]);
+    uint8_t *buf = malloc(total ? total : 1);
+    assert_non_null(buf);
+    size_t o = 0;
+    for (int i = 0; i < t->n_vars; i++) {
+        memcpy(buf + o, dg_tensor_data(out[i]), dg_tensor_nbytes(out[i]));
+        o += dg_tensor_nbytes(out[i]);
+        dg_tensor_unref(out[i]);
+    }
+    *n = total;
+    return buf;
+}
+
+// Runs a training step on idx (rows x len) and targets; returns the loss (NaN on failure, with
+// st holding why).
+static double step(tiny *t, const int32_t *idx, const int32_t *tgt, int64_t rows, int64_t len, dg_status *st) {
+    dg_tensor *x = dg_tensor_from_data(DG_INT32, dg_shape2(rows, len), idx, NULL);
+    dg_tensor *y = dg_tensor_from_data(DG_INT32, dg_shape2(rows, len), tgt, NULL);
+    dg_tensor *on = dg_tensor_new(DG_BOOL, dg_shape_scalar(), NULL);
+    *(uint8_t *)dg_tensor_data(on) = 1;
+    dg_output feeds[3] = {t->m.idx, t->m.targets, t->m.training};
+    dg_tensor *vals[3] = {x, y, on}, *loss = NULL;
+    double v = NAN;
+    if (dg_session_run(t->s, feeds, vals, 3, &t->m.loss, &loss, 1, &t->train, 1, st)) v = dg_tensor_f32(loss)[0];
+    dg_tensor_unref(loss);
+    dg_tensor_unref(x);
+    dg_tensor_unref(y);
+    dg_tensor_unref(on);
+    return v;
+}
+
+static void test_gpt_trains_and_refuses_bad_input(void **state) {
+    (void)state;
+    tiny t;
+    tiny_build(&t);
+    int32_t idx[B * (T + 1)], tgt[B * (T + 1)];
+    for (int i = 0; i < B * (T + 1); i++) {
+        idx[i] = (i * 37 + 11) % 256;
+        tgt[i] = (i * 53 + 5) % 256;
+    }
+    dg_status *st = dg_status_new();
+    // Weights N(0, 0.02): the logits are near 0, the loss near ln 256.
+    double first = step(&t, idx, tgt, B, T, st);
+    assert_ok(st);
+    assert_close(first, log(256.0), 0.05, 0);
+    // Bad input: each fails the step, names what is wrong, and changes no variable.
+    size_t n0, n1;
+    uint8_t *before = snapshot(&t, &n0);
+    idx[3] = 300;   // a byte id outside the vocabulary
+    assert_true(isnan(step(&t, idx, tgt, B, T, st)));
+    assert_int_equal(dg_status_code(st), DG_INVALID_ARGUMENT);
+    assert_non_null(strstr(dg_status_message(st), "tok_emb"));
+    assert_non_null(strstr(dg_status_message(st), "300"));
+    idx[3] = 3;
+    dg_status_reset(st);
+    assert_true(isnan(step(&t, idx, tgt, B, T + 1, st)));   // a sequence longer than the context
+    assert_int_equal(dg_status_code(st), DG_INVALID_ARGUMENT);
+    assert_non_null(strstr(dg_status_message(st), "idx"));
+    assert_non_null(strstr(dg_status_message(st), "[2,9]"));
+    dg_status_reset(st);
+    tgt[5] = 256;   // a target outside the vocabulary
+    assert_true(isnan(step(&t, idx, tgt, B, T, st)));
+    assert_int_equal(dg_status_code(st), DG_INVALID_ARGUMENT);
+    assert_non_null(strstr(dg_status_message(st), "256"));
+    tgt[5] = 5;
+    uint8_t *after = snapshot(&t, &n1);
+    assert_int_equal(n0, n1);
+    assert_memory_equal(before, after, n0);
+    free(before);
+    free(after);
+    // A good step still trains afterwards.
+    dg_status_reset(st);
+    double again = step(&t, idx, tgt, B, T, st);
+    assert_ok(st);
+    assert_true(isfinite(again));
+    dg_status_free(&st);
+    tiny_free(&t);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpt_trains_and_refuses_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
