@@ -15,31 +15,43 @@
 gpt_config gpt_config_cpu(void) { return (gpt_config){256, 4, 4, 128, 64, 0.0}; }
 gpt_config gpt_config_gpu(void) { return (gpt_config){256, 6, 6, 384, 256, 0.2}; }
 
+// The variable of that full name: the graph's own when it has one (the decoder shares the
+// training graph's), else a new one. Names are given whole (no name scope is pushed while the
+// model is built), so the training graph and gpt_sample's decoder name them alike.
+static dg_output var(dg_graph *g, const char *name, dg_shape shape, dg_initializer init) {
+    dg_node *n = dg_graph_find(g, name);
+    if (n && strcmp(dg_node_op_type(n), "VariableV2") == 0) return (dg_output){n, 0};
+    return dg_variable(g, name, DG_FLOAT32, shape, init);
+}
+
 static dg_output weight(dg_graph *g, const char *name, int64_t rows, int64_t cols, double stddev, int64_t seed) {
-    return dg_variable(g, name, DG_FLOAT32, dg_shape2(rows, cols), dg_init_random_normal(0, stddev, seed));
+    return var(g, name, dg_shape2(rows, cols), dg_init_random_normal(0, stddev, seed));
 }
 
 static dg_output vec(dg_graph *g, const char *name, int64_t n, double v) {
-    return dg_variable(g, name, DG_FLOAT32, dg_shape1(n), v == 0 ? dg_init_zeros() : dg_init_constant(v));
+    return var(g, name, dg_shape1(n), v == 0 ? dg_init_zeros() : dg_init_constant(v));
 }
 
-// x [rows, in] @ w [in, out] + b, with variables "<name>/w" and "<name>/b".
-static dg_output linear(dg_graph *g, const char *name, dg_output x, int64_t in, int64_t out, double stddev,
-                        int64_t seed) {
-    dg_graph_push_name_scope(g, name);
-    dg_output w = weight(g, "w", in, out, stddev, seed), b = vec(g, "b", out, 0);
-    dg_output y = dg_bias_add(g, NULL, dg_matmul(g, NULL, x, w, false, false), b);
-    dg_graph_pop_name_scope(g);
-    return y;
+// x [rows, in] @ w [in, out] + b, with variables "<layer>/<name>/w" and "<layer>/<name>/b".
+static dg_output linear(dg_graph *g, const char *layer, const char *name, dg_output x, int64_t in, int64_t out,
+                        double stddev, int64_t seed) {
+    char w[96], b[96];
+    snprintf(w, sizeof w, "%s%s%s/w", layer, *layer ? "/" : "", name);
+    snprintf(b, sizeof b, "%s%s%s/b", layer, *layer ? "/" : "", name);
+    return dg_bias_add(g, NULL, dg_matmul(g, NULL, x, weight(g, w, in, out, stddev, seed), false, false),
+                       vec(g, b, out, 0));
 }
 
-static dg_output layer_norm(dg_graph *g, const char *name, dg_output x, int64_t C) {
-    dg_graph_push_name_scope(g, name);
-    dg_output gamma = vec(g, "gamma", C, 1), beta = vec(g, "beta", C, 0);
-    dg_output y = dg_layer_norm(g, NULL, x, gamma, beta, 1e-5);
-    dg_graph_pop_name_scope(g);
-    return y;
+static dg_output layer_norm(dg_graph *g, const char *layer, const char *name, dg_output x, int64_t C) {
+    char ga[96], be[96];
+    snprintf(ga, sizeof ga, "%s%s%s/gamma", layer, *layer ? "/" : "", name);
+    snprintf(be, sizeof be, "%s%s%s/beta", layer, *layer ? "/" : "", name);
+    return dg_layer_norm(g, NULL, x, vec(g, ga, C, 1), vec(g, be, C, 0), 1e-5);
 }
+
+// The MLP half of block l on x [rows, C], with its residual.
+static dg_output mlp_half(dg_graph *g, const char *layer, dg_output x, const gpt_config *c, dg_output training,
+                          int64_t s, double std, double proj_std);
 
 // [rows = B * T, C] -> [B, H, T, C / H], and back.
 static dg_output heads(dg_graph *g, dg_output x, const gpt_config *c) {
@@ -75,28 +87,70 @@ bool gpt_build(dg_graph *g, const gpt_config *c, int64_t seed, gpt_model *m) {
     dg_output x = dg_reshape(g, NULL, dg_add(g, "emb", dg_reshape(g, NULL, tok, btc, 3), wpe), bt_c, 2);
     x = dropout(g, x, c, m->training, seed + 2);
     for (int64_t l = 0; l < c->n_layer; l++) {
-        char scope[32];
-        snprintf(scope, sizeof scope, "h%lld", (long long)l);
+        char layer[32];
+        snprintf(layer, sizeof layer, "h%lld", (long long)l);
         int64_t s = seed + 10 * (l + 1);
-        dg_graph_push_name_scope(g, scope);
         // Attention: q, k, v from one projection, split, per head; causal; projected back.
-        dg_output qkv = linear(g, "attn", layer_norm(g, "ln_1", x, C), C, 3 * C, std, s);
+        dg_output qkv = linear(g, layer, "attn", layer_norm(g, layer, "ln_1", x, C), C, 3 * C, std, s);
         dg_output part[3];
         dg_split(g, NULL, qkv, 1, 3, part);
-        dg_output a = dg_attention(g, "attention", heads(g, part[0], c), heads(g, part[1], c), heads(g, part[2], c),
-                                   true, 0);
-        a = linear(g, "attn_proj", merge_heads(g, a, c), C, C, proj_std, s + 1);
-        x = dg_add(g, "residual_1", x, dropout(g, a, c, m->training, s + 2));
-        // The MLP.
-        dg_output h = dg_gelu(g, NULL, linear(g, "fc", layer_norm(g, "ln_2", x, C), C, 4 * C, std, s + 3), false);
-        h = linear(g, "mlp_proj", h, 4 * C, C, proj_std, s + 4);
-        x = dg_add(g, "residual_2", x, dropout(g, h, c, m->training, s + 5));
-        dg_graph_pop_name_scope(g);
+        dg_output a = dg_attention(g, NULL, heads(g, part[0], c), heads(g, part[1], c), heads(g, part[2], c), true, 0);
+        a = linear(g, layer, "attn_proj", merge_heads(g, a, c), C, C, proj_std, s + 1);
+        x = dg_add(g, NULL, x, dropout(g, a, c, m->training, s + 2));
+        x = mlp_half(g, layer, x, c, m->training, s, std, proj_std);
     }
-    x = layer_norm(g, "ln_f", x, C);
+    x = layer_norm(g, "", "ln_f", x, C);
     m->logits = dg_matmul(g, "logits", x, wte, false, true);   // tied: the token embedding again
     m->loss = dg_sparse_softmax_cross_entropy(g, "loss", m->logits, dg_reshape(g, NULL, m->targets, rows, 1));
     m->global_step = dg_global_step(g);
+    return dg_graph_ok(g);
+}
+
+static dg_output mlp_half(dg_graph *g, const char *layer, dg_output x, const gpt_config *c, dg_output training,
+                          int64_t s, double std, double proj_std) {
+    const int64_t C = c->n_embd;
+    dg_output h = dg_gelu(g, NULL, linear(g, layer, "fc", layer_norm(g, layer, "ln_2", x, C), C, 4 * C, std, s + 3), false);
+    h = linear(g, layer, "mlp_proj", h, 4 * C, C, proj_std, s + 4);
+    return dg_add(g, NULL, x, dropout(g, h, c, training, s + 5));
+}
+
+bool gpt_build_decoder(dg_graph *g, const gpt_config *c, gpt_decoder *d) {
+    memset(d, 0, sizeof *d);
+    if (c->n_head < 1 || c->n_embd % c->n_head != 0 || c->n_layer < 0 || c->n_layer > GPT_MAX_LAYERS ||
+        c->block_size < 1 || c->vocab < 1) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "gpt decoder: n_embd %lld must be a multiple of n_head %lld, "
+                           "n_layer at most %d", (long long)c->n_embd, (long long)c->n_head, GPT_MAX_LAYERS);
+        return false;
+    }
+    const int64_t C = c->n_embd, H = c->n_head, Dh = C / H, T = c->block_size;
+    const int64_t one_c[2] = {1, C}, heads1[4] = {1, H, 1, Dh};
+    d->tok = dg_placeholder(g, "decode_token", DG_INT32, dg_shape1(1));
+    d->pos = dg_placeholder(g, "decode_position", DG_INT32, dg_shape1(1));
+    dg_output off = dg_scalar(g, NULL, DG_BOOL, 0);   // dropout off
+    dg_output wte = weight(g, "wte", c->vocab, C, 0.02, 0), wpe = weight(g, "wpe", T, C, 0.02, 0);
+    dg_output x = dg_add(g, NULL, dg_gather(g, NULL, wte, d->tok), dg_gather(g, NULL, wpe, d->pos));   // [1, C]
+    for (int64_t l = 0; l < c->n_layer; l++) {
+        char layer[32], pk[48], pv[48];
+        snprintf(layer, sizeof layer, "h%lld", (long long)l);
+        snprintf(pk, sizeof pk, "decode_past_k%lld", (long long)l);
+        snprintf(pv, sizeof pv, "decode_past_v%lld", (long long)l);
+        d->past_k[l] = dg_placeholder(g, pk, DG_FLOAT32, dg_shape_make(4, (const int64_t[]){1, H, -1, Dh}));
+        d->past_v[l] = dg_placeholder(g, pv, DG_FLOAT32, dg_shape_make(4, (const int64_t[]){1, H, -1, Dh}));
+        dg_output qkv = linear(g, layer, "attn", layer_norm(g, layer, "ln_1", x, C), C, 3 * C, 0.02, 0);
+        dg_output part[3];
+        dg_split(g, NULL, qkv, 1, 3, part);
+        // One position: [1, C] is [1, H, 1, Dh] as it lies (each head's Dh values together).
+        dg_output q = dg_reshape(g, NULL, part[0], heads1, 4);
+        d->new_k[l] = dg_reshape(g, NULL, part[1], heads1, 4);
+        d->new_v[l] = dg_reshape(g, NULL, part[2], heads1, 4);
+        dg_output ks[2] = {d->past_k[l], d->new_k[l]}, vs[2] = {d->past_v[l], d->new_v[l]};
+        // The new position sees every cached one and itself.
+        dg_output a = dg_attention(g, NULL, q, dg_concat(g, NULL, ks, 2, 2), dg_concat(g, NULL, vs, 2, 2), false, 0);
+        a = linear(g, layer, "attn_proj", dg_reshape(g, NULL, a, one_c, 2), C, C, 0.02, 0);
+        x = mlp_half(g, layer, dg_add(g, NULL, x, a), c, off, 0, 0.02, 0.02);
+    }
+    x = layer_norm(g, "", "ln_f", x, C);
+    d->logits = dg_matmul(g, "decode_logits", x, wte, false, true);
     return dg_graph_ok(g);
 }
 

@@ -38,6 +38,21 @@ typedef struct gpt_model {
 // dg_graph_ok(g).
 bool gpt_build(dg_graph *g, const gpt_config *c, int64_t seed, gpt_model *m);
 
+// The decoder for sampling (gpt_sample): one new position at a time with a key/value cache
+// kept by the caller. Feeds: the token and its position (int32 [1]) and, per layer, the cached
+// keys and values of the positions before it (float32 [1, n_head, P, n_embd / n_head], P >= 0);
+// fetches: the next byte's logits [1, vocab] and, per layer, the new position's key and value
+// ([1, n_head, 1, head width]) to append to the cache. The variables are the training graph's,
+// by name (restored from its checkpoint, or shared when built into the training graph).
+#define GPT_MAX_LAYERS 64
+typedef struct gpt_decoder {
+    dg_output tok, pos;
+    dg_output past_k[GPT_MAX_LAYERS], past_v[GPT_MAX_LAYERS];
+    dg_output new_k[GPT_MAX_LAYERS], new_v[GPT_MAX_LAYERS];
+    dg_output logits;
+} gpt_decoder;
+bool gpt_build_decoder(dg_graph *g, const gpt_config *c, gpt_decoder *d);
+
 // The text: the concatenation of the fortune files (names without a dot, sorted), split into
 // train (the first 90%) and validation bytes.
 typedef struct gpt_text {

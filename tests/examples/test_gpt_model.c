@@ -133,9 +133,88 @@ static void test_gpt_trains_and_refuses_bad_input(void **state) {
     tiny_free(&t);
 }
 
+// The decoder with its key/value cache (built into the same graph, so on the same variables)
+// gives at each position the logits the full forward pass gives for that position: T steps
+// of one byte against one pass over the T bytes, after a few training steps.
+static void test_gpt_decoder_matches_forward(void **state) {
+    (void)state;
+    tiny t;
+    tiny_build(&t);
+    gpt_config c = {256, 1, 2, 16, T, 0.0};
+    gpt_decoder d;
+    assert_true(gpt_build_decoder(t.g, &c, &d));
+    assert_ok(dg_graph_status(t.g));
+    int32_t idx[B * T], tgt[B * T];
+    for (int i = 0; i < B * T; i++) {
+        idx[i] = (i * 37 + 11) % 256;
+        tgt[i] = (i * 53 + 5) % 256;
+    }
+    dg_status *st = dg_status_new();
+    for (int k = 0; k < 3; k++) assert_true(isfinite(step(&t, idx, tgt, B, T, st)));
+    // The full pass over row 0 of the batch.
+    dg_tensor *x = dg_tensor_from_data(DG_INT32, dg_shape2(1, T), idx, NULL), *off = dg_tensor_new(DG_BOOL, dg_shape_scalar(), NULL);
+    *(uint8_t *)dg_tensor_data(off) = 0;
+    dg_output feeds[2] = {t.m.idx, t.m.training};
+    dg_tensor *fv[2] = {x, off}, *full = NULL;
+    assert_true(dg_session_run(t.s, feeds, fv, 2, &t.m.logits, &full, 1, NULL, 0, st));
+    // One position at a time, the keys and values of the earlier ones fed back.
+    const int64_t H = 2, Dh = 8;
+    float kc[T][2][8], vc[T][2][8];   // [position][head][Dh]
+    for (int p = 0; p < T; p++) {
+        const int64_t dims[4] = {1, H, p, Dh};
+        dg_tensor *pk = dg_tensor_new(DG_FLOAT32, dg_shape_make(4, dims), NULL), *pv = dg_tensor_new(DG_FLOAT32, dg_shape_make(4, dims), NULL);
+        for (int64_t h = 0; h < H; h++)
+            for (int q = 0; q < p; q++)
+                for (int64_t e = 0; e < Dh; e++) {
+                    dg_tensor_f32(pk)[(h * p + q) * Dh + e] = kc[q][h][e];
+                    dg_tensor_f32(pv)[(h * p + q) * Dh + e] = vc[q][h][e];
+                }
+        int32_t tok = idx[p], pos = p;
+        dg_tensor *tt = dg_tensor_from_data(DG_INT32, dg_shape1(1), &tok, NULL), *pt = dg_tensor_from_data(DG_INT32, dg_shape1(1), &pos, NULL);
+        dg_output df[4] = {d.tok, d.pos, d.past_k[0], d.past_v[0]}, dout[3] = {d.logits, d.new_k[0], d.new_v[0]};
+        dg_tensor *dv[4] = {tt, pt, pk, pv}, *got[3];
+        assert_true(dg_session_run(t.s, df, dv, 4, dout, got, 3, NULL, 0, st));
+        assert_ok(st);
+        double want[256], have[256];
+        for (int v = 0; v < 256; v++) {
+            want[v] = dg_tensor_f32(full)[p * 256 + v];
+            have[v] = dg_tensor_f32(got[0])[v];
+        }
+        assert_close_f64_msg(have, want, 256, 1e-5, 1e-4, "position %d: the cached decoder's logits", p);
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t e = 0; e < Dh; e++) {
+                kc[p][h][e] = dg_tensor_f32(got[1])[h * Dh + e];
+                vc[p][h][e] = dg_tensor_f32(got[2])[h * Dh + e];
+            }
+        for (int i = 0; i < 3; i++) dg_tensor_unref(got[i]);
+        dg_tensor_unref(tt);
+        dg_tensor_unref(pt);
+        dg_tensor_unref(pk);
+        dg_tensor_unref(pv);
+    }
+    // A position beyond the context is refused, naming the position table's lookup.
+    int32_t tok = 1, pos = T;
+    dg_tensor *tt = dg_tensor_from_data(DG_INT32, dg_shape1(1), &tok, NULL), *pt = dg_tensor_from_data(DG_INT32, dg_shape1(1), &pos, NULL);
+    const int64_t dims0[4] = {1, H, 0, Dh};
+    dg_tensor *e0 = dg_tensor_new(DG_FLOAT32, dg_shape_make(4, dims0), NULL), *got = NULL;
+    dg_output df[4] = {d.tok, d.pos, d.past_k[0], d.past_v[0]};
+    dg_tensor *dv[4] = {tt, pt, e0, e0};
+    assert_false(dg_session_run(t.s, df, dv, 4, &d.logits, &got, 1, NULL, 0, st));
+    assert_non_null(strstr(dg_status_message(st), "= 8 is not in [0, 8)"));
+    dg_tensor_unref(tt);
+    dg_tensor_unref(pt);
+    dg_tensor_unref(e0);
+    dg_tensor_unref(full);
+    dg_tensor_unref(x);
+    dg_tensor_unref(off);
+    dg_status_free(&st);
+    tiny_free(&t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_trains_and_refuses_bad_input),
+        cmocka_unit_test(test_gpt_decoder_matches_forward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,11 +5,14 @@
 # 0.15 (the weights start at N(0, 0.02)); the validation loss after 60 steps is under 3.6 (runs
 # measured 3.13-3.17: the model has learnt which bytes are common, and that is all 60 steps
 # teach); under all-reduce both workers hold the same variables, so they print the same
-# validation loss.
+# validation loss. gpt_sample then writes 100 bytes from the one-process checkpoint with its
+# key/value cache (past the 64-byte context, so the cache restarts), the same bytes for the
+# same seed.
 source "$(dirname "$0")/common.bash"
 read -r P0 <<< "$(free_ports 1)"
 "$BIN/gpt_replica" --worker_hosts "127.0.0.1:$P0" --job_name worker --task_index 0 --train_steps 60 --log_every 1 \
-    --eval_windows 48 --quiet > "$TMP/one" 2>&1 || { cat "$TMP/one"; fail "gpt_replica (one process) failed"; }
+    --eval_windows 48 --quiet --checkpoint_path "$TMP/gpt.db" > "$TMP/one" 2>&1 ||
+    { cat "$TMP/one"; fail "gpt_replica (one process) failed"; }
 losses=$(sed -n 's/.*training step [0-9]* done (global step: [0-9]*), loss \(.*\)$/\1/p' "$TMP/one")
 [ "$(echo "$losses" | wc -l)" -eq 60 ] || { cat "$TMP/one"; fail "expected 60 loss lines"; }
 for l in $losses; do check_number "a step's loss" "$l"; done
@@ -19,6 +22,14 @@ check_le "the first loss" "$first" 5.695
 val=$(sed -n 's/^After 60 training step(s), validation loss = \([^ ]*\) .*/\1/p' "$TMP/one")
 check_le "the validation loss after 60 steps" "$val" 3.6
 echo "one process: first loss $first, validation loss $val"
+for r in a b; do
+    "$BIN/gpt_sample" --checkpoint "$TMP/gpt.db" --prompt "The " --tokens 100 --seed 5 > "$TMP/sample_$r" \
+        2> "$TMP/sample_$r.err" || { cat "$TMP/sample_$r.err"; fail "gpt_sample failed"; }
+done
+grep "checkpoint of global step 60; 100 new bytes" "$TMP/sample_a.err" || { cat "$TMP/sample_a.err"; fail "gpt_sample's summary"; }
+bytes=$(wc -c < "$TMP/sample_a")
+[ "$bytes" -eq 105 ] || fail "gpt_sample wrote $bytes bytes, expected the 4-byte prompt, 100 new bytes and a newline"
+cmp -s "$TMP/sample_a" "$TMP/sample_b" || fail "gpt_sample wrote different text for the same seed"
 
 "$BIN/dg-launch" --ps 0 --workers 2 --timeout 300 -- "$BIN/gpt_replica" --all_reduce --train_steps 60 --log_every 20 \
     --eval_windows 48 --quiet > "$TMP/ar" 2>&1 || { cat "$TMP/ar"; fail "gpt_replica --all_reduce failed"; }
