@@ -4,7 +4,8 @@
 # bench/peers/torch_gpt.py), the same batches and the same optimizer (AdamW, the warmup of a
 # 2000-step schedule, clipping), both in float32 on one thread; then the training speed of the
 # two, tokens per second over STEPS_SPEED steps (default 200) of the default configuration.
-# JSON lines: the largest relative difference of the losses, and the speeds with their ratio.
+# JSON lines: the largest relative difference of the losses, and the speeds (training, and
+# sampling with the key/value cache) with their ratios.
 # Needs Debian's python3-torch (the peers' README).
 #   bench/gpt_vs_torch.sh
 set -euo pipefail
@@ -40,7 +41,9 @@ EOF
 DG_INTRA_OP_THREADS=1 "$BIN/gpt_replica" --worker_hosts "127.0.0.1:$P1" --job_name worker --task_index 0 \
     --train_steps "$STEPS_SPEED" --log_every 1000000 --quiet --eval_windows 12 > "$TMP/dg_speed" 2>&1 ||
     { cat "$TMP/dg_speed" >&2; exit 1; }
-dg_steps=$(sed -n 's/^Training elapsed time: .* (\([0-9]*\) local steps, \([0-9.]*\) local steps\/s)/\2/p' "$TMP/dg_speed")
+# The steps over the loop's seconds (the printed rate has one decimal).
+dg_steps=$(sed -n 's/^Training elapsed time: \([0-9.]*\) s (\([0-9]*\) local steps,.*/\2 \1/p' "$TMP/dg_speed" |
+    awk '{ printf "%.4f", $1 / $2 }')
 torch_json=$(/usr/bin/python3 bench/peers/torch_gpt.py --step-bench --steps "$STEPS_SPEED" --threads 1)
 python3 - "$dg_steps" "$torch_json" "$cpu" "$(sed -n 's/^distgraph: cpu: //p' "$TMP/dg_speed")" <<'EOF'
 import json, sys
@@ -51,3 +54,20 @@ print(json.dumps({"bench": "gpt_vs_torch", "metric": "train_tokens_per_s", "thre
                   "distgraph": round(dg), "torch": round(t["tokens_per_s"]), "ratio": dg / t["tokens_per_s"],
                   "torch_version": t["torch"], "cpu": sys.argv[3], "kernels": sys.argv[4]}))
 EOF
+# Sampling with the key/value cache: SAMPLE new bytes (default 500) greedily from the first
+# run's checkpoint (step 50), one thread each, decoder steps per second (both restart
+# a full context from its last half, so both take the same steps).
+SAMPLE=${SAMPLE:-500}
+dg_sample=$(DG_INTRA_OP_THREADS=1 "$BIN/gpt_sample" --checkpoint "$TMP/ckpt.db" --tokens "$SAMPLE" --temperature 0 2>&1 >/dev/null |
+    sed -n 's/.* \([0-9]*\) decoder steps in .* (\([0-9.]*\) steps\/s)$/\1 \2/p')
+torch_sample=$(/usr/bin/python3 bench/peers/torch_gpt.py --checkpoint "$TMP/ckpt.db" --sample-bench "$SAMPLE" --threads 1)
+python3 - "$dg_sample" "$torch_sample" "$cpu" <<'PY'
+import json, sys
+steps, rate = sys.argv[1].split()
+t = json.loads(sys.argv[2])
+if int(steps) != t["decoder_steps"]:
+    sys.exit("gpt_vs_torch: %s decoder steps against torch's %d" % (steps, t["decoder_steps"]))
+print(json.dumps({"bench": "gpt_vs_torch", "metric": "sample_steps_per_s", "threads": 1, "new_bytes": t["new_bytes"],
+                  "decoder_steps": int(steps), "distgraph": round(float(rate), 1), "torch": round(t["steps_per_s"], 1),
+                  "ratio": float(rate) / t["steps_per_s"], "cpu": sys.argv[3]}))
+PY

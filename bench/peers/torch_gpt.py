@@ -21,7 +21,9 @@ the two can be compared step by step (bench/gpt_vs_torch.sh).
 Without it the weights are drawn here (N(0, 0.02), projections N(0, 0.02/sqrt(2 n_layer))).
 Prints one line per step, "step N loss X" (the loss of the step's batch before its update),
 and a JSON line at the end. --step-bench times --steps training steps after 5 warm-up steps
-and prints {"bench": "torch_gpt", "tokens_per_s": ...}.
+and prints {"bench": "torch_gpt", "tokens_per_s": ...}. --sample-bench N decodes N new bytes
+one position at a time with a key/value cache, as gpt_sample does (greedy; a full context
+restarts the cache from its last half), and prints the decoder steps per second.
 
   /usr/bin/python3 bench/peers/torch_gpt.py --checkpoint ckpt.db --steps 50 --threads 1
 """
@@ -112,6 +114,7 @@ def main():
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--step-bench", action="store_true")
+    ap.add_argument("--sample-bench", type=int, default=0)
     a = ap.parse_args()
     try:
         import torch
@@ -166,6 +169,8 @@ def main():
         logits = h @ P["wte"].t()
         return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
 
+    if a.sample_bench:
+        return sample_bench(torch, F, params, a, C, H, L, T, V)
     m = {n: torch.zeros_like(p) for n, p in params.items()}
     v = {n: torch.zeros_like(p) for n, p in params.items()}
     b1p, b2p = torch.tensor(a.beta1, dtype=torch.float32), torch.tensor(a.beta2, dtype=torch.float32)
@@ -208,6 +213,49 @@ def main():
         res["tokens_per_s"] = a.steps * a.batch * T / dt
         res["ms_per_step"] = 1000 * dt / a.steps
     print(json.dumps(res))
+    return 0
+
+
+def sample_bench(torch, F, P, a, C, H, L, T, V):
+    Dh = C // H
+
+    def step(tok, pos, ks, vs):
+        h = P["wte"][tok] + P["wpe"][pos]                  # [C]
+        for l in range(L):
+            p = "h%d/" % l
+            x = F.layer_norm(h, (C,), P[p + "ln_1/gamma"], P[p + "ln_1/beta"], 1e-5)
+            q, k, v = (x @ P[p + "attn/w"] + P[p + "attn/b"]).split(C)
+            ks[l].append(k.view(H, Dh))
+            vs[l].append(v.view(H, Dh))
+            K = torch.stack(ks[l], 1)                       # [H, P, Dh]
+            Vv = torch.stack(vs[l], 1)
+            att = ((K @ q.view(H, Dh, 1)).squeeze(-1) / math.sqrt(Dh)).softmax(-1)   # [H, P]
+            o = (att.unsqueeze(1) @ Vv).reshape(C)
+            h = h + (o @ P[p + "attn_proj/w"] + P[p + "attn_proj/b"])
+            x = F.layer_norm(h, (C,), P[p + "ln_2/gamma"], P[p + "ln_2/beta"], 1e-5)
+            h = h + (F.gelu(x @ P[p + "fc/w"] + P[p + "fc/b"]) @ P[p + "mlp_proj/w"] + P[p + "mlp_proj/b"])
+        h = F.layer_norm(h, (C,), P["ln_f/gamma"], P["ln_f/beta"], 1e-5)
+        return h @ P["wte"].t()
+
+    with torch.no_grad():
+        ks, vs, hist, steps = [[] for _ in range(L)], [[] for _ in range(L)], [], 0
+        nxt = 10   # the prompt: a newline
+        t0 = time.perf_counter()
+        for _ in range(a.sample_bench):
+            if len(ks[0]) == T:   # full: keep the last half, read it in again
+                hist = hist[-(T // 2):]
+                ks, vs = [[] for _ in range(L)], [[] for _ in range(L)]
+                for i, b in enumerate(hist):
+                    step(b, i, ks, vs)
+                    steps += 1
+            logits = step(nxt, len(ks[0]), ks, vs)
+            steps += 1
+            hist.append(nxt)
+            hist = hist[-T:]
+            nxt = int(logits.argmax())
+        dt = time.perf_counter() - t0
+    print(json.dumps({"bench": "torch_gpt", "metric": "sample", "torch": torch.__version__, "threads": a.threads,
+                      "new_bytes": a.sample_bench, "decoder_steps": steps, "steps_per_s": steps / dt}))
     return 0
 
 
