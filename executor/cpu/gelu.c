@@ -7,13 +7,15 @@
  * 4 or 8 lanes at a time: the scalar erf takes about 40 ns on this project's machines, the
  * vector one under 5. libmvec's results may differ from the scalar functions' by a few units in
  * float64's last place, far below float32's rounding; the Erf op (kernels_math.c) keeps the
- * scalar erf. */
+ * scalar erf. GCC only (clang has no simd attribute of this form): elsewhere the loops stay
+ * scalar. */
 #include <math.h>
 #include <stdint.h>
 
 #include "cpu_impl.h"
 
-#if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+#if defined(__x86_64__) && defined(__GLIBC__) && !defined(__clang__) && \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
 __attribute__((simd("notinbranch"))) double erf(double);
 __attribute__((simd("notinbranch"))) double exp(double);
 __attribute__((simd("notinbranch"))) double tanh(double);

@@ -15,7 +15,8 @@
 // versions, which <math.h> declares only under -ffast-math. Declared here (this file alone),
 // the loops run 8 or 16 lanes at a time; the results may differ from the scalar functions' by
 // a few units in the last place.
-#if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+#if defined(__x86_64__) && defined(__GLIBC__) && !defined(__clang__) && \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
 __attribute__((simd("notinbranch"))) float expf(float);
 __attribute__((simd("notinbranch"))) double exp(double);
 #endif
