@@ -24,15 +24,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static uint64_t next_u64(uint64_t *s) {   // xorshift64*
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-
 // A byte drawn from softmax(logits / temperature) over the top_k likeliest (0: all); the
 // likeliest when temperature is 0.
 static int draw(const float *logits, int V, double temperature, int top_k, uint64_t *rng) {
@@ -58,7 +49,7 @@ static int draw(const float *logits, int V, double temperature, int top_k, uint6
     }
     double sum = 0, p[1024];
     for (int i = 0; i < V; i++) sum += p[i] = logits[i] >= cut ? exp(((double)logits[i] - logits[best]) / temperature) : 0;
-    double u = (double)(next_u64(rng) >> 11) / 9007199254740992.0 * sum;
+    double u = (double)(gpt_next_u64(rng) >> 11) / 9007199254740992.0 * sum;
     for (int i = 0; i < V; i++)
         if ((u -= p[i]) < 0) return i;
     return best;

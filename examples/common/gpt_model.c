@@ -225,7 +225,7 @@ void gpt_text_free(gpt_text *t) {
     memset(t, 0, sizeof *t);
 }
 
-static uint64_t next_u64(uint64_t *s) {   // xorshift64*
+uint64_t gpt_next_u64(uint64_t *s) {   // xorshift64*
     uint64_t x = *s;
     x ^= x >> 12;
     x ^= x << 25;
@@ -237,7 +237,7 @@ static uint64_t next_u64(uint64_t *s) {   // xorshift64*
 void gpt_text_batch(gpt_text *t, int64_t batch, int64_t T, int32_t *x, int32_t *y) {
     uint64_t span = (uint64_t)(t->n_train - T - 1);
     for (int64_t b = 0; b < batch; b++) {
-        int64_t off = (int64_t)(next_u64(&t->rng) % span);
+        int64_t off = (int64_t)(gpt_next_u64(&t->rng) % span);
         for (int64_t i = 0; i < T; i++) {
             x[b * T + i] = t->bytes[off + i];
             y[b * T + i] = t->bytes[off + i + 1];

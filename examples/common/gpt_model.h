@@ -63,6 +63,8 @@ typedef struct gpt_text {
 
 #define GPT_DEFAULT_DATA_DIR "/usr/share/games/fortunes"
 
+// The next draw of a xorshift64* stream (the training windows', gpt_sample's).
+uint64_t gpt_next_u64(uint64_t *s);
 // Loads dir's fortunes; seed starts the stream of training windows. false with st set.
 bool gpt_text_load(const char *dir, uint64_t seed, gpt_text *t, dg_status *st);
 void gpt_text_free(gpt_text *t);
