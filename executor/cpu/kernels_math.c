@@ -87,6 +87,23 @@ static bool is_compare(binop op) { return op >= B_EQ && op <= B_LE; }
             default: break;                                                                 \
             }                                                                               \
         }                                                                                   \
+        if (sa + sb == 1) {  /* one side a scalar: the common arithmetic as vector loops */ \
+            T v = sa ? b[0] : a[0];                                                         \
+            const T *w = sa ? a : b;                                                        \
+            switch (op) {                                                                   \
+            case B_ADD: { for (int64_t i = 0; i < n; i++) o[i] = w[i] + v; } return;            \
+            case B_MUL: { for (int64_t i = 0; i < n; i++) o[i] = w[i] * v; } return;            \
+            case B_SUB:                                                                     \
+                if (sa) { for (int64_t i = 0; i < n; i++) o[i] = w[i] - v; }                    \
+                else { for (int64_t i = 0; i < n; i++) o[i] = v - w[i]; }                       \
+                return;                                                                     \
+            case B_DIV:                                                                     \
+                if (sa) { for (int64_t i = 0; i < n; i++) o[i] = w[i] / v; }                    \
+                else { for (int64_t i = 0; i < n; i++) o[i] = v / w[i]; }                       \
+                return;                                                                     \
+            default: break;                                                                 \
+            }                                                                               \
+        }                                                                                   \
         if (op == B_POW) {   /* float32 through double: within half an ulp of the true power */ \
             for (int64_t i = 0; i < n; i++) o[i] = (T)pow((double)a[i * sa], (double)b[i * sb]); \
             return;                                                                         \

@@ -37,28 +37,43 @@ static void *ln_create(const dg_node *n, const exec_env *env, dg_status *st) {
     return s;
 }
 
+// The row sums below run in eight float64 partial sums (LN_SUM8), added pairwise at the end:
+// independent lanes, so the compiler turns each into vector adds (a single running sum is a
+// chain of dependent adds, four cycles each: LayerNorm and its gradient took 9% of a GPT step
+// that way). The order differs from one running sum by float64 roundings only.
+#define LN_LANES 8
+static inline double ln_sum8(const double *p) { return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7])); }
+
 // One row: its mean and 1 / sqrt(var + eps), the variance from the centred values.
-#define LN_FWD(T)                                                                          \
-    do {                                                                                   \
-        const T *xx = x->data, *ga = gamma->data, *be = beta->data;                        \
-        T *yy = y->data, *mm = mean->data, *rr = rstd->data;                               \
-        for (int64_t r = 0; r < rows; r++) {                                               \
-            const T *xr = xx + r * C;                                                      \
-            T *yr = yy + r * C;                                                            \
-            double s = 0, q = 0;                                                           \
-            for (int64_t c = 0; c < C; c++) s += (double)xr[c];                            \
-            double mu = C ? s / (double)C : 0;                                             \
-            for (int64_t c = 0; c < C; c++) {                                              \
-                double d = (double)xr[c] - mu;                                             \
-                q += d * d;                                                                \
-            }                                                                              \
-            double rs = 1 / sqrt((C ? q / (double)C : 0) + eps);                           \
-            for (int64_t c = 0; c < C; c++)                                                \
-                yr[c] = (T)(((double)xr[c] - mu) * rs * (double)ga[c] + (double)be[c]);    \
-            mm[r] = (T)mu;                                                                 \
-            rr[r] = (T)rs;                                                                 \
-        }                                                                                  \
-    } while (0)
+#define LN_FWD_ROWS(NAME, T)                                                                            \
+    CPU_CLONES static void NAME(const T *xx, const T *ga, const T *be, T *yy, T *mm, T *rr, int64_t rows, \
+                                int64_t C, double eps) {                                                \
+        for (int64_t r = 0; r < rows; r++) {                                                            \
+            const T *xr = xx + r * C;                                                                   \
+            T *yr = yy + r * C;                                                                         \
+            double sp[LN_LANES] = {0}, qp[LN_LANES] = {0};                                              \
+            int64_t c = 0;                                                                              \
+            for (; c + LN_LANES <= C; c += LN_LANES)                                                    \
+                for (int j = 0; j < LN_LANES; j++) sp[j] += (double)xr[c + j];                          \
+            for (int j = 0; c < C; c++, j++) sp[j] += (double)xr[c];                                    \
+            double mu = C ? ln_sum8(sp) / (double)C : 0;                                                \
+            for (c = 0; c + LN_LANES <= C; c += LN_LANES)                                               \
+                for (int j = 0; j < LN_LANES; j++) {                                                    \
+                    double d = (double)xr[c + j] - mu;                                                  \
+                    qp[j] += d * d;                                                                     \
+                }                                                                                       \
+            for (int j = 0; c < C; c++, j++) {                                                          \
+                double d = (double)xr[c] - mu;                                                          \
+                qp[j] += d * d;                                                                         \
+            }                                                                                           \
+            double rs = 1 / sqrt((C ? ln_sum8(qp) / (double)C : 0) + eps);                              \
+            for (c = 0; c < C; c++) yr[c] = (T)(((double)xr[c] - mu) * rs * (double)ga[c] + (double)be[c]); \
+            mm[r] = (T)mu;                                                                              \
+            rr[r] = (T)rs;                                                                              \
+        }                                                                                               \
+    }
+LN_FWD_ROWS(ln_fwd_f32, float)
+LN_FWD_ROWS(ln_fwd_f64, double)
 
 static bool layer_norm_compute(void *state, exec_ctx *ctx) {
     double eps = ((ln_state *)state)->eps;
@@ -71,40 +86,46 @@ static bool layer_norm_compute(void *state, exec_ctx *ctx) {
     dg_tensor *mean = y ? exec_alloc_output(ctx, 1, x->dtype, rs) : NULL;
     dg_tensor *rstd = mean ? exec_alloc_output(ctx, 2, x->dtype, rs) : NULL;
     if (!rstd) return false;
-    if (x->dtype == DG_FLOAT32) LN_FWD(float);
-    else LN_FWD(double);
+    if (x->dtype == DG_FLOAT32) ln_fwd_f32(x->data, gamma->data, beta->data, y->data, mean->data, rstd->data, rows, C, eps);
+    else ln_fwd_f64(x->data, gamma->data, beta->data, y->data, mean->data, rstd->data, rows, C, eps);
     return true;
 }
 
 // dx per row; dgamma and dbeta summed over the rows in float64 (acc: 2 C doubles).
-#define LN_BWD(T)                                                                          \
-    do {                                                                                   \
-        const T *dyy = dy->data, *xx = x->data, *ga = gamma->data, *mm = mean->data,       \
-                *rr = rstd->data;                                                          \
-        T *dxx = dx->data;                                                                 \
-        for (int64_t r = 0; r < rows; r++) {                                               \
-            const T *dyr = dyy + r * C, *xr = xx + r * C;                                  \
-            T *dxr = dxx + r * C;                                                          \
-            double mu = (double)mm[r], rs = (double)rr[r], sg = 0, sgx = 0;                \
-            for (int64_t c = 0; c < C; c++) {                                              \
-                double xh = ((double)xr[c] - mu) * rs, gg = (double)dyr[c] * (double)ga[c]; \
-                sg += gg;                                                                  \
-                sgx += gg * xh;                                                            \
-                acc[c] += (double)dyr[c] * xh;                                             \
-                acc[C + c] += (double)dyr[c];                                              \
-            }                                                                              \
-            double mg = C ? sg / (double)C : 0, mgx = C ? sgx / (double)C : 0;             \
-            for (int64_t c = 0; c < C; c++) {                                              \
-                double xh = ((double)xr[c] - mu) * rs, gg = (double)dyr[c] * (double)ga[c]; \
-                dxr[c] = (T)(rs * (gg - mg - xh * mgx));                                   \
-            }                                                                              \
-        }                                                                                  \
-        T *dgg = dgamma->data, *dbb = dbeta->data;                                         \
-        for (int64_t c = 0; c < C; c++) {                                                  \
-            dgg[c] = (T)acc[c];                                                            \
-            dbb[c] = (T)acc[C + c];                                                        \
-        }                                                                                  \
-    } while (0)
+#define LN_BWD_ROWS(NAME, T)                                                                              \
+    CPU_CLONES static void NAME(const T *dyy, const T *xx, const T *ga, const T *mm, const T *rr, T *dxx,   \
+                                T *dgg, T *dbb, double *acc, int64_t rows, int64_t C) {                   \
+        for (int64_t r = 0; r < rows; r++) {                                                              \
+            const T *dyr = dyy + r * C, *xr = xx + r * C;                                                 \
+            T *dxr = dxx + r * C;                                                                         \
+            double mu = (double)mm[r], rs = (double)rr[r], sg[LN_LANES] = {0}, sgx[LN_LANES] = {0};       \
+            int64_t c = 0;                                                                                \
+            for (; c + LN_LANES <= C; c += LN_LANES)                                                      \
+                for (int j = 0; j < LN_LANES; j++) {                                                      \
+                    double xh = ((double)xr[c + j] - mu) * rs, gg = (double)dyr[c + j] * (double)ga[c + j]; \
+                    sg[j] += gg;                                                                          \
+                    sgx[j] += gg * xh;                                                                    \
+                }                                                                                         \
+            for (int j = 0; c < C; c++, j++) {                                                            \
+                double xh = ((double)xr[c] - mu) * rs, gg = (double)dyr[c] * (double)ga[c];               \
+                sg[j] += gg;                                                                              \
+                sgx[j] += gg * xh;                                                                        \
+            }                                                                                             \
+            double mg = C ? ln_sum8(sg) / (double)C : 0, mgx = C ? ln_sum8(sgx) / (double)C : 0;          \
+            for (c = 0; c < C; c++) {                                                                     \
+                double xh = ((double)xr[c] - mu) * rs, d = (double)dyr[c];                                \
+                acc[c] += d * xh;                                                                         \
+                acc[C + c] += d;                                                                          \
+                dxr[c] = (T)(rs * (d * (double)ga[c] - mg - xh * mgx));                                   \
+            }                                                                                             \
+        }                                                                                                 \
+        for (int64_t c = 0; c < C; c++) {                                                                 \
+            dgg[c] = (T)acc[c];                                                                           \
+            dbb[c] = (T)acc[C + c];                                                                       \
+        }                                                                                                 \
+    }
+LN_BWD_ROWS(ln_bwd_f32, float)
+LN_BWD_ROWS(ln_bwd_f64, double)
 
 static bool layer_norm_grad_compute(void *state, exec_ctx *ctx) {
     (void)state;
@@ -117,8 +138,12 @@ static bool layer_norm_grad_compute(void *state, exec_ctx *ctx) {
     if (!dbeta) return false;
     double *acc = calloc((size_t)(2 * C + 1), sizeof *acc);
     if (!acc) return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "LayerNormGrad: %lld sums", (long long)(2 * C));
-    if (x->dtype == DG_FLOAT32) LN_BWD(float);
-    else LN_BWD(double);
+    if (x->dtype == DG_FLOAT32)
+        ln_bwd_f32(dy->data, x->data, gamma->data, mean->data, rstd->data, dx->data, dgamma->data, dbeta->data, acc,
+                   rows, C);
+    else
+        ln_bwd_f64(dy->data, x->data, gamma->data, mean->data, rstd->data, dx->data, dgamma->data, dbeta->data, acc,
+                   rows, C);
     free(acc);
     return true;
 }
@@ -219,12 +244,21 @@ static void att_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t
             T *sr = s + r * kend;                                                            \
             int64_t lim = att_keys_seen(a->causal, i0 + r, Tq, Tk);                          \
             if (lim > kend) lim = kend;                                                      \
-            double m = lim ? (double)sr[0] : 0, sum = 0;                                     \
-            for (int64_t j = 1; j < lim; j++)                                                \
-                if ((double)sr[j] > m) m = (double)sr[j];                                    \
+            T mp[LN_LANES];                                                                  \
+            double sp[LN_LANES] = {0};                                                       \
+            for (int j = 0; j < LN_LANES; j++) mp[j] = lim ? sr[0] : 0;                      \
+            int64_t j0 = 0;                                                                  \
+            for (; j0 + LN_LANES <= lim; j0 += LN_LANES)                                     \
+                for (int j = 0; j < LN_LANES; j++) mp[j] = sr[j0 + j] > mp[j] ? sr[j0 + j] : mp[j]; \
+            for (int j = 0; j0 < lim; j0++, j++) mp[j] = sr[j0] > mp[j] ? sr[j0] : mp[j];    \
+            double m = (double)mp[0];                                                        \
+            for (int j = 1; j < LN_LANES; j++)                                               \
+                if ((double)mp[j] > m) m = (double)mp[j];                                    \
             for (int64_t j = 0; j < lim; j++) sr[j] = EXP((T)((double)sr[j] - m));           \
-            for (int64_t j = 0; j < lim; j++) sum += (double)sr[j];                          \
-            double inv = lim ? 1 / sum : 0;                                                  \
+            for (j0 = 0; j0 + LN_LANES <= lim; j0 += LN_LANES)                               \
+                for (int j = 0; j < LN_LANES; j++) sp[j] += (double)sr[j0 + j];              \
+            for (int j = 0; j0 < lim; j0++, j++) sp[j] += (double)sr[j0];                    \
+            double sum = ln_sum8(sp), inv = lim ? 1 / sum : 0;                               \
             for (int64_t j = 0; j < lim; j++) sr[j] = (T)((double)sr[j] * inv);              \
             for (int64_t j = lim; j < kend; j++) sr[j] = 0;                                  \
             lse[r] = lim ? (T)(m + log(sum)) : (T)-INFINITY;                                 \
@@ -243,8 +277,13 @@ ATT_SOFTMAX(double, exp)
             T *sr = s + r * kend, *dr = dp + r * kend;                                       \
             int64_t lim = att_keys_seen(a->causal, i0 + r, Tq, Tk);                          \
             if (lim > kend) lim = kend;                                                      \
-            double di = 0, l = (double)lse[r];                                               \
-            for (int64_t c = 0; c < Dv; c++) di += (double)dout[r * Dv + c] * (double)out[r * Dv + c]; \
+            double dp8[LN_LANES] = {0}, l = (double)lse[r];                                  \
+            const T *dor = dout + r * Dv, *orow = out + r * Dv;                              \
+            int64_t c0 = 0;                                                                  \
+            for (; c0 + LN_LANES <= Dv; c0 += LN_LANES)                                      \
+                for (int c = 0; c < LN_LANES; c++) dp8[c] += (double)dor[c0 + c] * (double)orow[c0 + c]; \
+            for (int c = 0; c0 < Dv; c0++, c++) dp8[c] += (double)dor[c0] * (double)orow[c0]; \
+            double di = ln_sum8(dp8);                                                        \
             for (int64_t j = 0; j < lim; j++) {                                              \
                 double p = (double)EXP((T)((double)sr[j] - l));                              \
                 sr[j] = (T)p;                                                                \

@@ -661,6 +661,61 @@ static void test_rsqrt_erf_gelu_values(void **state) {
     }
 }
 
+// Sum and Mean over every non-empty subset of the axes of a [3, 4, 21] tensor (rows of 21: the 8-lane
+// loop and its tail; leading, trailing and middle axes), float32 and float64, against sums in
+// long double.
+static void test_reduce_values(void **state) {
+    (void)state;
+    enum { D0 = 3, D1 = 4, D2 = 21, N = D0 * D1 * D2 };
+    const int64_t dims[3] = {D0, D1, D2};
+    for (int f32 = 0; f32 < 2; f32++)
+        for (int mean = 0; mean < 2; mean++)
+            for (unsigned mask = 1; mask < 8; mask++) {   // no axes means all: mask 7
+                dg_dtype dt = f32 ? DG_FLOAT32 : DG_FLOAT64;
+                dg_graph *g = dg_graph_new();
+                dg_output x = dg_placeholder(g, "x", dt, dg_shape3(D0, D1, D2));
+                int64_t axes[3];
+                int n_axes = 0;
+                for (int d = 0; d < 3; d++)
+                    if (mask & (1u << d)) axes[n_axes++] = d;
+                dg_output y = (mean ? dg_mean : dg_sum)(g, NULL, x, axes, n_axes, true);
+                assert_graph_ok(g);
+                dg_tensor *xv = dg_tensor_new(dt, dg_shape3(D0, D1, D2), NULL);
+                assert_non_null(xv);
+                for (int i = 0; i < N; i++) set_elem(xv, i, 1000.0 + 0.37 * (i % 17) - 0.011 * i);
+                dg_session *s = new_session(g);
+                dg_tensor *got;
+                run_ok(s, &x, &xv, 1, &y, &got, 1);
+                long double want[D0 * D1 * D2] = {0};
+                int64_t cnt = 1;
+                for (int d = 0; d < 3; d++)
+                    if (mask & (1u << d)) cnt *= dims[d];
+                int64_t kd[3];
+                for (int d = 0; d < 3; d++) kd[d] = (mask & (1u << d)) ? 1 : dims[d];
+                for (int i0 = 0; i0 < D0; i0++)
+                    for (int i1 = 0; i1 < D1; i1++)
+                        for (int i2 = 0; i2 < D2; i2++) {
+                            int64_t k0 = kd[0] == 1 ? 0 : i0, k1 = kd[1] == 1 ? 0 : i1, k2 = kd[2] == 1 ? 0 : i2;
+                            want[(k0 * kd[1] + k1) * kd[2] + k2] +=
+                                dg_tensor_get_as_double(xv, ((int64_t)i0 * D1 + i1) * D2 + i2);
+                        }
+                int64_t n_out = kd[0] * kd[1] * kd[2];
+                assert_int_equal(dg_tensor_num_elements(got), n_out);
+                double have[D0 * D1 * D2], w[D0 * D1 * D2];
+                for (int64_t i = 0; i < n_out; i++) {
+                    have[i] = dg_tensor_get_as_double(got, i);
+                    w[i] = (double)(mean ? want[i] / cnt : want[i]);
+                }
+                double tol = f32 ? 1e-6 : 1e-13;
+                assert_close_f64_msg(have, w, n_out, 0, tol, "%s over mask %u, %s", mean ? "Mean" : "Sum", mask,
+                                     f32 ? "float32" : "float64");
+                dg_tensor_unref(got);
+                dg_tensor_unref(xv);
+                dg_session_free(&s);
+                dg_graph_free(&g);
+            }
+}
+
 // LayerNorm's three outputs against a two-pass reference in long double, float64 and float32,
 // on rows with a large mean (where a one-pass variance loses digits) and a constant row.
 static void test_layer_norm_values(void **state) {
@@ -1734,6 +1789,7 @@ int main(void) {
     static const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_cast_chain),
         cmocka_unit_test(test_rsqrt_erf_gelu_values),
+        cmocka_unit_test(test_reduce_values),
         cmocka_unit_test(test_layer_norm_values),
         cmocka_unit_test(test_layer_norm_width_zero),
         cmocka_unit_test(test_batch_matmul_values),
