@@ -21,7 +21,8 @@ the two can be compared step by step (bench/gpt_vs_torch.sh).
 Without it the weights are drawn here (N(0, 0.02), projections N(0, 0.02/sqrt(2 n_layer))).
 Prints one line per step, "step N loss X" (the loss of the step's batch before its update),
 and a JSON line at the end. --step-bench times --steps training steps after 5 warm-up steps
-and prints {"bench": "torch_gpt", "tokens_per_s": ...}. --sample-bench N decodes N new bytes
+and prints {"bench": "torch_gpt", "tokens_per_s": ...}. --eval_windows N adds the validation loss
+after training ("val_loss"), over gpt_replica's N windows of the last 10% of the text. --sample-bench N decodes N new bytes
 one position at a time with a key/value cache, as gpt_sample does (greedy; a full context
 restarts the cache from its last half), and prints the decoder steps per second.
 
@@ -115,6 +116,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--step-bench", action="store_true")
     ap.add_argument("--sample-bench", type=int, default=0)
+    ap.add_argument("--eval_windows", type=int, default=0,
+                    help="after training, the validation loss over this many windows (gpt_validation_loss's)")
     a = ap.parse_args()
     try:
         import torch
@@ -207,8 +210,25 @@ def main():
         if not a.step_bench:
             print("step %d loss %.6f" % (step + 1, float(loss)))
     dt = time.perf_counter() - t0
+    val = None
+    if a.eval_windows > 0:
+        # gpt_validation_loss: window k of n starts at n_train + k * span / (n - 1), span =
+        # len - n_train - block - 1 (integer division); the mean of every window's mean loss.
+        n, span = a.eval_windows, len(data) - n_train - T - 1
+        offs = [n_train + (k * span // (n - 1) if n > 1 else 0) for k in range(n)]
+        with torch.no_grad():
+            tot = 0.0
+            for k0 in range(0, n, a.batch):
+                ws = [data[o:o + T + 1] for o in offs[k0:k0 + a.batch]]
+                x = torch.tensor([list(w[:T]) for w in ws], dtype=torch.long)
+                y = torch.tensor([list(w[1:]) for w in ws], dtype=torch.long)
+                tot += float(forward(x, y)) * len(ws)
+            val = tot / n
     res = {"bench": "torch_gpt", "torch": torch.__version__, "threads": a.threads, "steps": a.steps,
            "batch": a.batch, "block": T, "n_layer": L, "n_embd": C, "first_loss": losses[0], "last_loss": losses[-1]}
+    if val is not None:
+        res["val_loss"] = val
+        res["eval_windows"] = a.eval_windows
     if a.step_bench:
         res["tokens_per_s"] = a.steps * a.batch * T / dt
         res["ms_per_step"] = 1000 * dt / a.steps
