@@ -26,7 +26,11 @@
  * it instead of keeping the Tq x Tk matrix. TensorFlow composes the same from BatchMatMul,
  * a mask and Softmax; the values and gradients are that composition's.
  *
- * ScaledDotProductAttentionGrad(dout, q, k, v, out, lse) gives dq, dk and dv.
+ * An optional fourth input, a boolean mask that broadcasts to [..., Tq, Tk] (NumPy's rules,
+ * aligned at the right), lets query row i see key j only where it is true, on top of the causal
+ * rule; a row left with no key is 0 as above. TensorFlow adds the same as -inf to the scores.
+ *
+ * ScaledDotProductAttentionGrad(dout, q, k, v, out, lse[, mask]) gives dq, dk and dv.
  *
  * Non-finite inputs: a NaN score makes its row NaN on both devices. A NaN or infinity in a key
  * or value row that a query does not see (causal) can still reach that query on the CPU, whose
@@ -199,8 +203,36 @@ static bool infer_batch_matmul(dg_node *n, dg_status *st) {
 
 static bool dim_ok(int64_t a, int64_t b) { return a < 0 || b < 0 || a == b; }
 
+// The mask (input m, when the node has it): bool, broadcasting to [batch..., Tq, Tk] of q and k.
+static bool check_attention_mask(const dg_node *n, int m, dg_shape q, dg_shape k, dg_status *st) {
+    if (n->n_inputs <= m) return true;
+    char a[128], b[128], c[128];
+    if (in_dt(n, m) != DG_BOOL) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: the mask must be bool, got %s", n->op->name,
+                       dg_dtype_name(in_dt(n, m)));
+        return false;
+    }
+    dg_shape ms = in_sh(n, m);
+    if (ms.rank < 0 || q.rank < 2 || k.rank != q.rank) return true;   // checked when the kernel runs
+    bool ok = ms.rank <= q.rank;
+    for (int i = 0; ok && i < ms.rank; i++) {
+        int t = q.rank - ms.rank + i;   // the target axis, aligned at the right
+        int64_t want = t == q.rank - 1 ? k.dims[k.rank - 2] : q.dims[t];
+        ok = ms.dims[i] < 0 || want < 0 || ms.dims[i] == 1 || ms.dims[i] == want;
+    }
+    if (!ok) {
+        dg_shape target = q;
+        target.dims[q.rank - 1] = k.dims[k.rank - 2];
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: the mask %s does not broadcast to [..., Tq, Tk] = %s (q %s)",
+                       n->op->name, dg_shape_str(&ms, a, sizeof a), dg_shape_str(&target, b, sizeof b),
+                       dg_shape_str(&q, c, sizeof c));
+        return false;
+    }
+    return true;
+}
+
 // q, k, v (and, for the gradient, dout, out, lse): one float dtype, one rank >= 2, the batch
-// dimensions equal, q and k of one width D, k and v of one length Tk.
+// dimensions equal, q and k of one width D, k and v of one length Tk; the mask as above.
 static bool check_attention(const dg_node *n, int first, dg_status *st) {
     dg_dtype dt = in_dt(n, first);
     dg_shape q = in_sh(n, first), k = in_sh(n, first + 1), v = in_sh(n, first + 2);
@@ -210,13 +242,14 @@ static bool check_attention(const dg_node *n, int first, dg_status *st) {
                        dg_dtype_name(dt));
         return false;
     }
-    for (int i = 0; i < n->n_inputs; i++)
+    int mask_at = first ? 6 : 3;   // the mask's input, when there is one
+    for (int i = 0; i < n->n_inputs && i < mask_at; i++)
         if (in_dt(n, i) != dt) {
             dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: input %d is %s, q is %s", n->op->name, i,
                            dg_dtype_name(in_dt(n, i)), dg_dtype_name(dt));
             return false;
         }
-    if (q.rank < 0 || k.rank < 0 || v.rank < 0) return true;   // checked when the kernel runs
+    if (q.rank < 0 || k.rank < 0 || v.rank < 0) return check_attention_mask(n, mask_at, q, k, st);
     bool ok = q.rank >= 2 && k.rank == q.rank && v.rank == q.rank;
     for (int i = 0; ok && i < q.rank - 2; i++)
         ok = dim_ok(q.dims[i], k.dims[i]) && dim_ok(q.dims[i], v.dims[i]);
@@ -234,7 +267,7 @@ static bool check_attention(const dg_node *n, int first, dg_status *st) {
                        n->op->name, scale);
         return false;
     }
-    return true;
+    return check_attention_mask(n, mask_at, q, k, st);
 }
 
 // The output's shape: q's with v's last dimension.
@@ -286,6 +319,7 @@ static bool grad_attention(dg_graph *g, dg_node *n, const dg_output *dy, dg_outp
     for (int i = 0; i < 3; i++) graph_add_input(gn, n->inputs[i]);
     graph_add_input(gn, (dg_output){n, 0});
     graph_add_input(gn, (dg_output){n, 1});
+    if (n->n_inputs > 3) graph_add_input(gn, n->inputs[3]);   // the mask: no gradient of its own
     bool causal = false;
     double scale = 0;
     (void)dg_node_attr_bool(n, "causal", &causal);
@@ -302,8 +336,8 @@ static const graph_op_def transformer_op_defs[] = {
     GRAPH_OP("BatchMatMulV2", 2, 2, false, false, false, infer_batch_matmul, grad_BatchMatMulV2),
     GRAPH_OP("LayerNorm", 3, 3, false, false, false, infer_layer_norm, grad_layer_norm),
     GRAPH_OP("LayerNormGrad", 5, 5, false, false, false, infer_layer_norm_grad, NULL),
-    GRAPH_OP("ScaledDotProductAttention", 3, 3, false, false, false, infer_attention, grad_attention),
-    GRAPH_OP("ScaledDotProductAttentionGrad", 6, 6, false, false, false, infer_attention_grad, NULL),
+    GRAPH_OP("ScaledDotProductAttention", 3, 4, false, false, false, infer_attention, grad_attention),
+    GRAPH_OP("ScaledDotProductAttentionGrad", 6, 7, false, false, false, infer_attention_grad, NULL),
 };
 
 int graph_transformer_op_defs(const graph_op_def **defs) {

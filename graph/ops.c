@@ -375,16 +375,27 @@ dg_output dg_batch_matmul(dg_graph *g, const char *name, dg_output x, dg_output 
     return out0(graph_finish(n));
 }
 
-dg_output dg_attention(dg_graph *g, const char *name, dg_output q, dg_output k, dg_output v, bool causal,
-                       double scale) {
-    if (!q.node || !k.node || !v.node) return null_input(g, "ScaledDotProductAttention");
+static dg_output attention(dg_graph *g, const char *name, dg_output q, dg_output k, dg_output v, const dg_output *mask,
+                           bool causal, double scale) {
+    if (!q.node || !k.node || !v.node || (mask && !mask->node)) return null_input(g, "ScaledDotProductAttention");
     dg_node *n = graph_begin(g, "ScaledDotProductAttention", name);
     graph_add_input(n, q);
     graph_add_input(n, k);
     graph_add_input(n, v);
+    if (mask) graph_add_input(n, *mask);
     graph_set_attr_bool(n, "causal", causal);
     graph_set_attr_float(n, "scale", scale);
     return out0(graph_finish(n));
+}
+
+dg_output dg_attention(dg_graph *g, const char *name, dg_output q, dg_output k, dg_output v, bool causal,
+                       double scale) {
+    return attention(g, name, q, k, v, NULL, causal, scale);
+}
+
+dg_output dg_attention_masked(dg_graph *g, const char *name, dg_output q, dg_output k, dg_output v, dg_output mask,
+                              bool causal, double scale) {
+    return attention(g, name, q, k, v, &mask, causal, scale);
 }
 
 dg_output dg_add(dg_graph *g, const char *name, dg_output a, dg_output b) { return binary(g, "Add", name, a, b); }

@@ -118,12 +118,22 @@ void cpu_gelu_grad_f64(const double *dy, const double *x, double *dx, int64_t n,
 typedef struct cpu_attention_dims {
     int64_t batches, Tq, Tk, D, Dv;
     dg_shape out, lse;   // [..., Tq, Dv] and [..., Tq]
+    // The boolean mask, broadcast to [..., Tq, Tk] (NULL: none): element (b, i, j) at
+    // mask[cpu_attention_mask_base(d, b) + i * mask_row + j * mask_col].
+    const uint8_t *mask;
+    int64_t mask_row, mask_col;
+    int n_batch_dims;
+    int64_t batch_dims[DG_MAX_RANK], mask_batch_stride[DG_MAX_RANK];
 } cpu_attention_dims;
-// Checks q, k, v and (where not NULL, for the gradient) dout, out and lse: one float dtype, one
-// rank >= 2, equal batch dimensions, q and k of one width, k and v of one length, dout and out of
-// the output's shape, lse of [..., Tq]. false with ctx->st naming the input and the sizes.
+// Checks q, k, v, the mask (NULL: none) and (where not NULL, for the gradient) dout, out and
+// lse: one float dtype, one rank >= 2, equal batch dimensions, q and k of one width, k and v of
+// one length, a bool mask broadcasting to [..., Tq, Tk], dout and out of the output's shape, lse
+// of [..., Tq]. false with ctx->st naming the input and the sizes.
 bool cpu_attention_check(exec_ctx *ctx, const dg_tensor *q, const dg_tensor *k, const dg_tensor *v,
-                         const dg_tensor *dout, const dg_tensor *out, const dg_tensor *lse, cpu_attention_dims *d);
+                         const dg_tensor *mask, const dg_tensor *dout, const dg_tensor *out, const dg_tensor *lse,
+                         cpu_attention_dims *d);
+// The mask's offset of batch index b (row-major over the batch dimensions).
+int64_t cpu_attention_mask_base(const cpu_attention_dims *d, int64_t b);
 // The attention's scale: the attribute, or 1 / sqrt(D) where it is 0.
 double cpu_attention_scale(double attr, int64_t D);
 // Slice's "begin" and "size" attributes (size -1 where absent). false with st set.

@@ -204,8 +204,54 @@ bool cpu_layer_norm_check(exec_ctx *ctx, const dg_tensor *x, const dg_tensor *ga
     return true;
 }
 
+// The mask's strides: NumPy broadcasting to [batch..., Tq, Tk], aligned at the right.
+static bool attention_mask_strides(exec_ctx *ctx, const dg_tensor *mask, const dg_tensor *q, cpu_attention_dims *d) {
+    d->mask = NULL;
+    d->mask_row = d->mask_col = 0;
+    d->n_batch_dims = q->shape.rank - 2;
+    for (int i = 0; i < d->n_batch_dims; i++) {
+        d->batch_dims[i] = q->shape.dims[i];
+        d->mask_batch_stride[i] = 0;
+    }
+    if (!mask) return true;
+    char a[128], b[128], c[128];
+    const dg_shape *ms = &mask->shape;
+    int r = q->shape.rank;
+    dg_shape target = q->shape;
+    target.dims[r - 1] = d->Tk;
+    bool ok = mask->dtype == DG_BOOL && ms->rank <= r;
+    int64_t stride = 1;
+    for (int i = ms->rank - 1; ok && i >= 0; i--) {
+        int t = r - ms->rank + i;
+        int64_t m = ms->dims[i];
+        ok = m == 1 || m == target.dims[t];
+        int64_t s = m == 1 ? 0 : stride;
+        if (t == r - 1) d->mask_col = s;
+        else if (t == r - 2) d->mask_row = s;
+        else d->mask_batch_stride[t] = s;
+        stride *= m;
+    }
+    if (!ok)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "the mask %s %s does not broadcast to [..., Tq, Tk] = %s (q %s); "
+                         "it must be bool", dg_dtype_name(mask->dtype), dg_shape_str(ms, a, sizeof a),
+                         dg_shape_str(&target, b, sizeof b), dg_shape_str(&q->shape, c, sizeof c));
+    d->mask = mask->data;
+    return true;
+}
+
+int64_t cpu_attention_mask_base(const cpu_attention_dims *d, int64_t b) {
+    int64_t off = 0;
+    for (int i = d->n_batch_dims - 1; i >= 0; i--) {
+        int64_t n = d->batch_dims[i] > 0 ? d->batch_dims[i] : 1;
+        off += (b % n) * d->mask_batch_stride[i];
+        b /= n;
+    }
+    return off;
+}
+
 bool cpu_attention_check(exec_ctx *ctx, const dg_tensor *q, const dg_tensor *k, const dg_tensor *v,
-                         const dg_tensor *dout, const dg_tensor *out, const dg_tensor *lse, cpu_attention_dims *d) {
+                         const dg_tensor *mask, const dg_tensor *dout, const dg_tensor *out, const dg_tensor *lse,
+                         cpu_attention_dims *d) {
     char a[128], b[128], c[128], e[128];
     const dg_shape *qs = &q->shape, *ks = &k->shape, *vs = &v->shape;
     int r = qs->rank;
@@ -238,7 +284,7 @@ bool cpu_attention_check(exec_ctx *ctx, const dg_tensor *q, const dg_tensor *k, 
                              dg_dtype_name(t[i]->dtype), dg_shape_str(&t[i]->shape, a, sizeof a),
                              dg_shape_str(qs, b, sizeof b), dg_shape_str(vs, c, sizeof c), dg_dtype_name(q->dtype),
                              dg_shape_str(want[i], e, sizeof e));
-    return true;
+    return attention_mask_strides(ctx, mask, q, d);
 }
 
 double cpu_attention_scale(double attr, int64_t D) { return attr > 0 ? attr : D > 0 ? 1 / sqrt((double)D) : 1; }

@@ -239,7 +239,7 @@ static void att_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t
 // Forward: the block's scaled scores s [rb, kend] become probabilities in place; lse per row.
 #define ATT_SOFTMAX(T, EXP)                                                                  \
     CPU_CLONES static void att_softmax_##T(T *s, int64_t rb, int64_t kend, int64_t i0, const att_state *a, \
-                                int64_t Tq, int64_t Tk, T *lse) {                            \
+                                int64_t Tq, int64_t Tk, T *lse, bool masked) {               \
         for (int64_t r = 0; r < rb; r++) {                                                   \
             T *sr = s + r * kend;                                                            \
             int64_t lim = att_keys_seen(a->causal, i0 + r, Tq, Tk);                          \
@@ -254,6 +254,7 @@ static void att_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t
             double m = (double)mp[0];                                                        \
             for (int j = 1; j < LN_LANES; j++)                                               \
                 if ((double)mp[j] > m) m = (double)mp[j];                                    \
+            if (masked && m == -INFINITY) lim = 0;   /* the mask left the row no key */      \
             for (int64_t j = 0; j < lim; j++) sr[j] = EXP((T)((double)sr[j] - m));           \
             for (j0 = 0; j0 + LN_LANES <= lim; j0 += LN_LANES)                               \
                 for (int j = 0; j < LN_LANES; j++) sp[j] += (double)sr[j0 + j];              \
@@ -272,7 +273,7 @@ ATT_SOFTMAX(double, exp)
 #define ATT_SOFTMAX_GRAD(T, EXP)                                                             \
     CPU_CLONES static void att_softmax_grad_##T(T *s, T *dp, int64_t rb, int64_t kend, int64_t i0,      \
                                      const att_state *a, int64_t Tq, int64_t Tk, const T *lse, \
-                                     const T *dout, const T *out, int64_t Dv) {              \
+                                     const T *dout, const T *out, int64_t Dv, bool masked) { \
         for (int64_t r = 0; r < rb; r++) {                                                   \
             T *sr = s + r * kend, *dr = dp + r * kend;                                       \
             int64_t lim = att_keys_seen(a->causal, i0 + r, Tq, Tk);                          \
@@ -284,6 +285,7 @@ ATT_SOFTMAX(double, exp)
                 for (int c = 0; c < LN_LANES; c++) dp8[c] += (double)dor[c0 + c] * (double)orow[c0 + c]; \
             for (int c = 0; c0 < Dv; c0++, c++) dp8[c] += (double)dor[c0] * (double)orow[c0]; \
             double di = ln_sum8(dp8);                                                        \
+            if (masked && l == -INFINITY) lim = 0;                                           \
             for (int64_t j = 0; j < lim; j++) {                                              \
                 double p = (double)EXP((T)((double)sr[j] - l));                              \
                 sr[j] = (T)p;                                                                \
@@ -300,11 +302,25 @@ static int64_t att_block_keys(const att_state *a, int64_t i0, int64_t rb, int64_
     return att_keys_seen(a->causal, i0 + rb - 1, Tq, Tk);
 }
 
+// The block's scores [rb, kend] of the pairs the mask leaves out become -inf (batch index b).
+static void att_mask_scores(dg_dtype t, void *s, int64_t rb, int64_t kend, int64_t i0, const cpu_attention_dims *d,
+                            int64_t b) {
+    const uint8_t *mb = d->mask + cpu_attention_mask_base(d, b);
+    for (int64_t r = 0; r < rb; r++) {
+        const uint8_t *mr = mb + (i0 + r) * d->mask_row;
+        for (int64_t j = 0; j < kend; j++)
+            if (!mr[j * d->mask_col]) {
+                if (t == DG_FLOAT32) ((float *)s)[r * kend + j] = -INFINITY;
+                else ((double *)s)[r * kend + j] = -INFINITY;
+            }
+    }
+}
+
 static bool attention_compute(void *state, exec_ctx *ctx) {
     const att_state *a = state;
-    dg_tensor *q = IN(0), *k = IN(1), *v = IN(2);
+    dg_tensor *q = IN(0), *k = IN(1), *v = IN(2), *mask = ctx->n_inputs > 3 ? IN(3) : NULL;
     cpu_attention_dims d;
-    if (!cpu_attention_check(ctx, q, k, v, NULL, NULL, NULL, &d)) return false;
+    if (!cpu_attention_check(ctx, q, k, v, mask, NULL, NULL, NULL, &d)) return false;
     dg_tensor *out = exec_alloc_output(ctx, 0, q->dtype, d.out);
     dg_tensor *lse = out ? exec_alloc_output(ctx, 1, q->dtype, d.lse) : NULL;
     if (!lse) return false;
@@ -324,8 +340,9 @@ static bool attention_compute(void *state, exec_ctx *ctx) {
         for (int64_t i0 = 0; i0 < d.Tq; i0 += br) {
             int64_t rb = d.Tq - i0 < br ? d.Tq - i0 : br, kend = att_block_keys(a, i0, rb, d.Tq, d.Tk);
             att_gemm(t, false, true, rb, kend, d.D, scale, qb + i0 * d.D * (int64_t)es, d.D, kb, d.D, 0, s, kend);
-            if (t == DG_FLOAT32) att_softmax_float(s, rb, kend, i0, a, d.Tq, d.Tk, (float *)lb + i0);
-            else att_softmax_double(s, rb, kend, i0, a, d.Tq, d.Tk, (double *)lb + i0);
+            if (d.mask) att_mask_scores(t, s, rb, kend, i0, &d, b);
+            if (t == DG_FLOAT32) att_softmax_float(s, rb, kend, i0, a, d.Tq, d.Tk, (float *)lb + i0, d.mask != NULL);
+            else att_softmax_double(s, rb, kend, i0, a, d.Tq, d.Tk, (double *)lb + i0, d.mask != NULL);
             att_gemm(t, false, false, rb, d.Dv, kend, 1, s, kend, vb, d.Dv, 0, ob + i0 * d.Dv * (int64_t)es, d.Dv);
         }
     }
@@ -336,8 +353,9 @@ static bool attention_compute(void *state, exec_ctx *ctx) {
 static bool attention_grad_compute(void *state, exec_ctx *ctx) {
     const att_state *a = state;
     dg_tensor *dout = IN(0), *q = IN(1), *k = IN(2), *v = IN(3), *out = IN(4), *lse = IN(5);
+    dg_tensor *mask = ctx->n_inputs > 6 ? IN(6) : NULL;
     cpu_attention_dims d;
-    if (!cpu_attention_check(ctx, q, k, v, dout, out, lse, &d)) return false;
+    if (!cpu_attention_check(ctx, q, k, v, mask, dout, out, lse, &d)) return false;
     dg_tensor *dq = exec_alloc_output(ctx, 0, q->dtype, q->shape);
     dg_tensor *dk = dq ? exec_alloc_output(ctx, 1, q->dtype, k->shape) : NULL;
     dg_tensor *dv = dk ? exec_alloc_output(ctx, 2, q->dtype, v->shape) : NULL;
@@ -365,13 +383,14 @@ static bool attention_grad_compute(void *state, exec_ctx *ctx) {
             char *dqi = (char *)dq->data + (qo + i0 * d.D) * (int64_t)es;
             char *dkb = (char *)dk->data + ko * (int64_t)es, *dvb = (char *)dv->data + vo * (int64_t)es;
             att_gemm(t, false, true, rb, kend, d.D, scale, qi, d.D, kb, d.D, 0, s, kend);
+            if (d.mask) att_mask_scores(t, s, rb, kend, i0, &d, b);
             att_gemm(t, false, true, rb, kend, d.Dv, 1, doi, d.Dv, vb, d.Dv, 0, dp, kend);
             if (t == DG_FLOAT32)
                 att_softmax_grad_float((float *)s, (float *)dp, rb, kend, i0, a, d.Tq, d.Tk, (const float *)li,
-                                       (const float *)doi, (const float *)oi, d.Dv);
+                                       (const float *)doi, (const float *)oi, d.Dv, d.mask != NULL);
             else
                 att_softmax_grad_double((double *)s, (double *)dp, rb, kend, i0, a, d.Tq, d.Tk, (const double *)li,
-                                        (const double *)doi, (const double *)oi, d.Dv);
+                                        (const double *)doi, (const double *)oi, d.Dv, d.mask != NULL);
             att_gemm(t, true, false, kend, d.Dv, rb, 1, s, kend, doi, d.Dv, 1, dvb, d.Dv);          // dv += p^T dout
             att_gemm(t, false, false, rb, d.D, kend, scale, dp, kend, kb, d.D, 0, dqi, d.D);         // dq = ds k
             att_gemm(t, true, false, kend, d.D, rb, scale, dp, kend, qi, d.D, 1, dkb, d.D);           // dk += ds^T q

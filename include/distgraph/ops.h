@@ -176,6 +176,13 @@ dg_output dg_batch_matmul(dg_graph *g, const char *name, dg_output x, dg_output 
 // node's output 1 holds each query's log-sum-exp, from which the gradient recomputes them.
 dg_output dg_attention(dg_graph *g, const char *name, dg_output q, dg_output k, dg_output v, bool causal,
                        double scale);
+// The same with a boolean mask (PyTorch's boolean attn_mask, Keras' attention_mask): query i
+// sees key j only where the mask is true (and, with causal, the causal rule allows it). The
+// mask broadcasts to [..., Tq, Tk] (NumPy's rules, aligned at the right: [Tq, Tk] for every
+// batch index, [batch, 1, 1, Tk] for padded keys); a row that sees no key gives 0. No gradient
+// flows to the mask.
+dg_output dg_attention_masked(dg_graph *g, const char *name, dg_output q, dg_output k, dg_output v, dg_output mask,
+                              bool causal, double scale);
 // 1 / sqrt(x) (TensorFlow's Rsqrt), float32/float64.
 dg_output dg_rsqrt(dg_graph *g, const char *name, dg_output x);
 // The error function (TensorFlow's Erf), float32/float64.

@@ -153,6 +153,19 @@ B1(b_bmm_tt, dg_batch_matmul(g, NULL, x[0], x[1], true, true))
 B1(b_att, dg_attention(g, NULL, x[0], x[1], x[2], false, 0))
 B1(b_att_causal, dg_attention(g, NULL, x[0], x[1], x[2], true, 0))
 B1(b_att_causal_scaled, dg_attention(g, NULL, x[0], x[1], x[2], true, 0.7))
+
+// A bool mask constant of the given shape, about one pair in five left out (a fixed pattern).
+static dg_output mask_const(dg_graph *g, dg_shape shape) {
+    dg_tensor *m = dg_tensor_new(DG_BOOL, shape, NULL);
+    assert_non_null(m);
+    uint8_t *p = dg_tensor_data(m);
+    for (int64_t i = 0; i < dg_tensor_num_elements(m); i++) p[i] = (i * 7 + 3) % 5 != 0;
+    dg_output c = dg_const(g, NULL, m);
+    dg_tensor_unref(m);
+    return c;
+}
+B1(b_att_mask_pad, dg_attention_masked(g, NULL, x[0], x[1], x[2], mask_const(g, shape4(2, 1, 1, 4)), false, 0))
+B1(b_att_mask_2d_causal, dg_attention_masked(g, NULL, x[0], x[1], x[2], mask_const(g, dg_shape2(3, 3)), true, 0))
 B1(b_erf, dg_erf(g, NULL, x[0]))
 B1(b_sin, dg_sin(g, NULL, x[0]))
 B1(b_stack1, dg_stack(g, NULL, x, 3, 1))
@@ -333,6 +346,10 @@ static const grad_case grad_cases[] = {
     {"Attention causal, Tq < Tk, scale 0.7", b_att_causal_scaled, 3, {T3(1, 3, 2, U), T3(1, 5, 2, U), T3(1, 5, 3, U)}},
     {"Attention causal, Tq > Tk (rows that see no key)", b_att_causal, 3, {T2(5, 2, U), T2(3, 2, U), T2(3, 2, U)}},
     {"Attention rank 4 (batch, heads)", b_att_causal, 3, {T4(2, 2, 3, 2, U), T4(2, 2, 3, 2, U), T4(2, 2, 3, 2, U)}},
+    {"Attention masked (padding mask [2,1,1,4] over batch and heads)", b_att_mask_pad, 3,
+     {T4(2, 2, 3, 2, U), T4(2, 2, 4, 2, U), T4(2, 2, 4, 3, U)}},
+    {"Attention masked and causal (mask [3,3] for every batch index)", b_att_mask_2d_causal, 3,
+     {T3(2, 3, 2, U), T3(2, 3, 2, U), T3(2, 3, 2, U)}},
     {"Attention causal, 67 rows (a block of 64 and a tail)", b_att_causal, 3,
      {T2(67, 2, G_UNIFORM, -2, 2), T2(67, 2, G_UNIFORM, -2, 2), T2(67, 1, U)}},
     {"Erf", b_erf, 1, {T2(3, 4, G_UNIFORM, -2.5, 2.5)}},
@@ -862,9 +879,10 @@ static void test_batch_matmul_values(void **state) {
 
 // The attention's reference: softmax over the keys each row sees, in long double; rows that
 // see none give 0 and a log-sum-exp of -inf.
-static void attention_reference(const dg_tensor *q, const dg_tensor *k, const dg_tensor *v, int64_t B, int64_t Tq,
-                                int64_t Tk, int64_t D, int64_t Dv, bool causal, double scale, double *out,
-                                double *lse) {
+// The same with a mask given in full, [B, Tq, Tk] (NULL: none): a left-out pair gets no weight.
+static void attention_reference_masked(const dg_tensor *q, const dg_tensor *k, const dg_tensor *v, const uint8_t *mask,
+                                       int64_t B, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, bool causal,
+                                       double scale, double *out, double *lse) {
     long double *sc = malloc((size_t)(Tk ? Tk : 1) * sizeof *sc);
     assert_non_null(sc);
     for (int64_t b = 0; b < B; b++)
@@ -873,7 +891,13 @@ static void attention_reference(const dg_tensor *q, const dg_tensor *k, const dg
             if (lim < 0) lim = 0;
             if (lim > Tk) lim = Tk;
             long double m = -INFINITY, sum = 0;
+            int64_t seen = 0;
             for (int64_t j = 0; j < lim; j++) {
+                if (mask && !mask[(b * Tq + i) * Tk + j]) {
+                    sc[j] = -INFINITY;
+                    continue;
+                }
+                seen++;
                 long double acc = 0;
                 for (int64_t c = 0; c < D; c++)
                     acc += (long double)dg_tensor_get_as_double(q, (b * Tq + i) * D + c) *
@@ -881,18 +905,24 @@ static void attention_reference(const dg_tensor *q, const dg_tensor *k, const dg
                 sc[j] = acc * scale;
                 if (sc[j] > m) m = sc[j];
             }
-            for (int64_t j = 0; j < lim; j++) sum += expl(sc[j] - m);
+            for (int64_t j = 0; j < lim; j++)
+                if (sc[j] != -INFINITY) sum += expl(sc[j] - m);
             for (int64_t c = 0; c < Dv; c++) {
                 long double acc = 0;
                 for (int64_t j = 0; j < lim; j++)
-                    acc += expl(sc[j] - m) / sum * dg_tensor_get_as_double(v, (b * Tk + j) * Dv + c);
+                    if (sc[j] != -INFINITY)
+                        acc += expl(sc[j] - m) / sum * dg_tensor_get_as_double(v, (b * Tk + j) * Dv + c);
                 out[(b * Tq + i) * Dv + c] = (double)acc;
             }
-            lse[b * Tq + i] = lim ? (double)(m + logl(sum)) : -INFINITY;
+            lse[b * Tq + i] = seen ? (double)(m + logl(sum)) : -INFINITY;
         }
     free(sc);
 }
-
+static void attention_reference(const dg_tensor *q, const dg_tensor *k, const dg_tensor *v, int64_t B, int64_t Tq,
+                                int64_t Tk, int64_t D, int64_t Dv, bool causal, double scale, double *out,
+                                double *lse) {
+    attention_reference_masked(q, k, v, NULL, B, Tq, Tk, D, Dv, causal, scale, out, lse);
+}
 // ScaledDotProductAttention's output and log-sum-exp against attention_reference: several
 // blocks of query rows and a tail, a single query row over a long cache, rows that see no key,
 // batch dimensions, a given scale; float64 and float32. Then the shapes it refuses.
@@ -997,6 +1027,161 @@ static void test_attention_values(void **state) {
     dg_status_free(&st);
     dg_tensor_unref(qv);
     dg_tensor_unref(kv);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+}
+
+// The attention with a mask against attention_reference_masked: masks of every broadcast form
+// ([Tq, Tk] for every batch index, [b0, 1, 1, Tk] padding, [b1, Tq, 1] a query row left out, the
+// full shape), with and without the causal rule, two blocks of 64 query rows and a tail, one row
+// left with no key; float64 and float32. Then masks the op refuses, at build and at run time.
+static void test_attention_mask_values(void **state) {
+    (void)state;
+    uint64_t rng = 23;
+    enum { B0 = 2, B1 = 3, TQ = 130, TK = 130, D = 4, DV = 3 };
+    static const struct {
+        int rank;
+        int64_t dims[4];
+        bool causal;
+    } cases[] = {
+        {2, {TQ, TK}, true}, {2, {TQ, TK}, false}, {4, {B0, 1, 1, TK}, false}, {3, {B1, TQ, 1}, true},
+        {4, {B0, B1, TQ, TK}, true},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int f32 = 0; f32 < 2; f32++) {
+            dg_dtype dt = f32 ? DG_FLOAT32 : DG_FLOAT64;
+            dg_shape qs = shape4(B0, B1, TQ, D), ks = shape4(B0, B1, TK, D), vs = shape4(B0, B1, TK, DV),
+                     ms = dg_shape_make(cases[ci].rank, cases[ci].dims);
+            dg_graph *g = dg_graph_new();
+            dg_output q = dg_placeholder(g, "q", dt, qs), k = dg_placeholder(g, "k", dt, ks),
+                      v = dg_placeholder(g, "v", dt, vs), mk = dg_placeholder(g, "mask", DG_BOOL, ms);
+            dg_output o = dg_attention_masked(g, "att", q, k, v, mk, cases[ci].causal, 0);
+            assert_graph_ok(g);
+            dg_tensor *qv = dg_tensor_new(dt, qs, NULL), *kv = dg_tensor_new(dt, ks, NULL),
+                      *vv = dg_tensor_new(dt, vs, NULL), *mv = dg_tensor_new(DG_BOOL, ms, NULL);
+            dg_tensor *in[4] = {qv, kv, vv, mv};
+            for (int t = 0; t < 3; t++)
+                for (int64_t i = 0; i < dg_tensor_num_elements(in[t]); i++)
+                    set_elem(in[t], i, dg_test_uniform(&rng, -1.5, 1.5));
+            uint8_t *mp = dg_tensor_data(mv);
+            for (int64_t i = 0; i < dg_tensor_num_elements(mv); i++) mp[i] = dg_test_uniform(&rng, 0, 1) < 0.7;
+            if (cases[ci].rank == 2)
+                for (int64_t j = 0; j < TK; j++) mp[5 * TK + j] = 0;   // query row 5 sees no key
+            // The mask in full, [B0 * B1, TQ, TK], for the reference.
+            uint8_t *full = malloc((size_t)(B0 * B1 * TQ * TK));
+            assert_non_null(full);
+            int64_t str[4], tdims[4] = {B0, B1, TQ, TK}, acc = 1;
+            for (int i = 3; i >= 0; i--) {
+                int a = i - (4 - cases[ci].rank);
+                str[i] = a >= 0 && cases[ci].dims[a] != 1 ? acc : 0;
+                if (a >= 0) acc *= cases[ci].dims[a];
+            }
+            for (int64_t b0 = 0; b0 < B0; b0++)
+                for (int64_t b1 = 0; b1 < B1; b1++)
+                    for (int64_t i = 0; i < TQ; i++)
+                        for (int64_t j = 0; j < TK; j++)
+                            full[((b0 * B1 + b1) * TQ + i) * TK + j] =
+                                mp[b0 * str[0] + b1 * str[1] + i * str[2] + j * str[3]];
+            (void)tdims;
+            dg_output feeds[4] = {q, k, v, mk}, outs[2] = {o, {o.node, 1}};
+            dg_tensor *got[2];
+            dg_session *s = new_session(g);
+            run_ok(s, feeds, in, 4, outs, got, 2);
+            int64_t B = B0 * B1;
+            double *want = malloc((size_t)(B * TQ * DV) * sizeof *want), *wl = malloc((size_t)(B * TQ) * sizeof *wl),
+                   *have = malloc((size_t)(B * TQ * DV) * sizeof *have), *hl = malloc((size_t)(B * TQ) * sizeof *hl);
+            attention_reference_masked(qv, kv, vv, full, B, TQ, TK, D, DV, cases[ci].causal, 1 / sqrt((double)D), want,
+                                       wl);
+            for (int64_t i = 0; i < B * TQ * DV; i++) have[i] = dg_tensor_get_as_double(got[0], i);
+            for (int64_t i = 0; i < B * TQ; i++) hl[i] = dg_tensor_get_as_double(got[1], i);
+            double tol = f32 ? 2e-6 : 1e-13;
+            assert_close_f64_msg(have, want, B * TQ * DV, tol, tol, "masked attention case %zu output, %s", ci,
+                                 f32 ? "float32" : "float64");
+            assert_close_f64_msg(hl, wl, B * TQ, tol, tol, "masked attention case %zu lse, %s", ci,
+                                 f32 ? "float32" : "float64");
+            if (cases[ci].rank == 2)   // row 5 of every batch index: no key, 0 and -inf
+                for (int64_t b = 0; b < B; b++) {
+                    assert_true(hl[b * TQ + 5] == -INFINITY);
+                    for (int64_t c = 0; c < DV; c++) assert_true(have[(b * TQ + 5) * DV + c] == 0);
+                }
+            free(want);
+            free(wl);
+            free(have);
+            free(hl);
+            free(full);
+            for (int t = 0; t < 2; t++) dg_tensor_unref(got[t]);
+            for (int t = 0; t < 4; t++) dg_tensor_unref(in[t]);
+            dg_session_free(&s);
+            dg_graph_free(&g);
+        }
+    // Refused at build time, naming the op and the sizes: a mask that does not broadcast, one
+    // of higher rank, one not bool.
+    const dg_shape bad[] = {dg_shape2(3, 4), shape4(1, 2, 3, 5), dg_shape3(3, 1, 5)};
+    const char *want_msg[] = {"[3,4]", "[1,2,3,5]", "[3,1,5]"};
+    for (int i = 0; i < 3; i++) {
+        dg_graph *g = dg_graph_new();
+        dg_attention_masked(g, "bad_mask", dg_placeholder(g, "q", DG_FLOAT32, dg_shape3(2, 3, 4)),
+                            dg_placeholder(g, "k", DG_FLOAT32, dg_shape3(2, 5, 4)),
+                            dg_placeholder(g, "v", DG_FLOAT32, dg_shape3(2, 5, 2)),
+                            dg_placeholder(g, "m", DG_BOOL, bad[i]), false, 0);
+        assert_int_equal(dg_status_code(dg_graph_status(g)), DG_INVALID_ARGUMENT);
+        const char *msg = dg_status_message(dg_graph_status(g));
+        assert_non_null(strstr(msg, "ScaledDotProductAttention"));
+        assert_non_null(strstr(msg, want_msg[i]));
+        assert_non_null(strstr(msg, "[2,3,5]"));   // what it must broadcast to
+        dg_graph_free(&g);
+    }
+    dg_graph *g = dg_graph_new();
+    dg_output q3 = dg_placeholder(g, "q", DG_FLOAT32, dg_shape3(2, 3, 4));
+    dg_attention_masked(g, "float_mask", q3, q3, q3, dg_placeholder(g, "m", DG_FLOAT32, dg_shape2(3, 3)), false, 0);
+    assert_int_equal(dg_status_code(dg_graph_status(g)), DG_INVALID_ARGUMENT);
+    assert_non_null(strstr(dg_status_message(dg_graph_status(g)), "mask must be bool"));
+    dg_graph_free(&g);
+    // A mask of unknown shape passes the build; fed with the wrong one, the run fails naming the
+    // node and the sizes, and a variable the step would have changed keeps its value.
+    g = dg_graph_new();
+    const int64_t unknown2[2] = {-1, -1};
+    dg_output w = dg_variable(g, "w", DG_FLOAT64, dg_shape2(4, 4), dg_init_constant(0.5));
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT64, dg_shape3(1, 3, 4));
+    dg_output mk = dg_placeholder(g, "mask", DG_BOOL, dg_shape_make(2, unknown2));
+    dg_output qw = dg_matmul(g, NULL, dg_reshape(g, NULL, x, (int64_t[]){3, 4}, 2), w, false, false);
+    dg_output q = dg_reshape(g, NULL, qw, (int64_t[]){1, 3, 4}, 3);
+    dg_output o = dg_attention_masked(g, "att_mask_run", q, q, q, mk, true, 0);
+    dg_output loss = dg_sum(g, NULL, o, NULL, 0, false);
+    dg_optimizer opt = dg_gradient_descent(g, 0.1);
+    dg_node *train = dg_optimizer_minimize(&opt, loss, (dg_output){0}), *init = dg_global_variables_initializer(g);
+    assert_graph_ok(g);
+    dg_session *s = new_session(g);
+    dg_status *st = dg_status_new();
+    assert_true(dg_session_run_target(s, init, st));
+    dg_tensor *xv = dg_tensor_new(DG_FLOAT64, dg_shape3(1, 3, 4), NULL), *bad_m = dg_tensor_new(DG_BOOL, dg_shape2(3, 5), NULL);
+    for (int i = 0; i < 12; i++) dg_tensor_f64(xv)[i] = 0.1 * i;
+    memset(dg_tensor_data(bad_m), 1, 15);
+    dg_output feeds[2] = {x, mk};
+    dg_tensor *fv[2] = {xv, bad_m};
+    assert_false(dg_session_run(s, feeds, fv, 2, NULL, NULL, 0, &train, 1, st));
+    assert_int_equal(dg_status_code(st), DG_INVALID_ARGUMENT);
+    assert_non_null(strstr(dg_status_message(st), "att_mask_run"));
+    assert_non_null(strstr(dg_status_message(st), "[3,5]"));
+    assert_non_null(strstr(dg_status_message(st), "[1,3,3]"));
+    dg_tensor *wv = NULL;
+    run_ok(s, NULL, NULL, 0, &w, &wv, 1);
+    for (int i = 0; i < 16; i++) assert_true(dg_tensor_f64(wv)[i] == 0.5);
+    dg_tensor_unref(wv);
+    // The same step with a mask of the right shape changes w (so the check above can fail).
+    dg_tensor *good_m = dg_tensor_new(DG_BOOL, dg_shape2(3, 3), NULL);
+    memset(dg_tensor_data(good_m), 1, 9);
+    fv[1] = good_m;
+    assert_true(dg_session_run(s, feeds, fv, 2, NULL, NULL, 0, &train, 1, st));
+    run_ok(s, NULL, NULL, 0, &w, &wv, 1);
+    int changed = 0;
+    for (int i = 0; i < 16; i++) changed += dg_tensor_f64(wv)[i] != 0.5;
+    assert_true(changed > 0);
+    dg_tensor_unref(wv);
+    dg_tensor_unref(good_m);
+    dg_status_free(&st);
+    dg_tensor_unref(xv);
+    dg_tensor_unref(bad_m);
     dg_session_free(&s);
     dg_graph_free(&g);
 }
@@ -1794,6 +1979,7 @@ int main(void) {
         cmocka_unit_test(test_layer_norm_width_zero),
         cmocka_unit_test(test_batch_matmul_values),
         cmocka_unit_test(test_attention_values),
+        cmocka_unit_test(test_attention_mask_values),
         cmocka_unit_test(test_range_stack_values),
         cmocka_unit_test(test_attention_matches_composition),
         cmocka_unit_test(test_shared_input_closed_form),

@@ -165,6 +165,15 @@ MUTANTS = [
         "tests": ["test_gradients"],
     },
     {
+        "name": "attention_mask_ignored",
+        "what": "the attention's forward pass ignores its mask (every pair the causal rule allows is seen)",
+        "file": "executor/cpu/kernels_transformer.c",
+        "edits": [("            if (d.mask) att_mask_scores(t, s, rb, kend, i0, &d, b);\n"
+                   "            if (t == DG_FLOAT32) att_softmax_float(",
+                   "            if (t == DG_FLOAT32) att_softmax_float(")],
+        "tests": ["test_gradients"],
+    },
+    {
         "name": "gelu_grad_nan",
         "what": "GeluGrad (erf form) writes NaN",
         "file": "executor/cpu/gelu.c",

@@ -3,6 +3,7 @@
  * kernel does (executor/cpu/kernels_transformer.c) and queues the work through the launchers of
  * nn.cu and attention.cu. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu_impl.h"
 #include "gpu_impl.h"
@@ -123,6 +124,11 @@ typedef struct att_state {
 } att_state;
 
 static void *att_create(const dg_node *n, const exec_env *env, dg_status *st) {
+    if (n->n_inputs > (strcmp(n->op->name, "ScaledDotProductAttention") == 0 ? 3 : 6)) {
+        dg_status_setf(st, DG_UNIMPLEMENTED, "%s: the attention with a mask has no GPU kernel yet; place it on a CPU",
+                       n->op->name);
+        return NULL;
+    }
     exec_cuda_device *dev = gpu_dev_create(n, env, st);
     if (!dev) return NULL;
     att_state *s = calloc(1, sizeof *s);
@@ -148,7 +154,7 @@ static bool attention_compute(void *state, exec_ctx *ctx) {
     if (!gpu_prepare_inputs(ctx, s->dev, 3)) return false;
     dg_tensor *q = IN(0), *k = IN(1), *v = IN(2);
     cpu_attention_dims d;
-    if (!cpu_attention_check(ctx, q, k, v, NULL, NULL, NULL, &d) || !att_fits(ctx, q, &d)) return false;
+    if (!cpu_attention_check(ctx, q, k, v, NULL, NULL, NULL, NULL, &d) || !att_fits(ctx, q, &d)) return false;
     dg_tensor *out = gpu_alloc_output(s->dev, ctx, 0, q->dtype, d.out);
     dg_tensor *lse = out ? gpu_alloc_output(s->dev, ctx, 1, q->dtype, d.lse) : NULL;
     if (!lse) return false;
@@ -163,7 +169,7 @@ static bool attention_grad_compute(void *state, exec_ctx *ctx) {
     if (!gpu_prepare_inputs(ctx, s->dev, 6)) return false;
     dg_tensor *dout = IN(0), *q = IN(1), *k = IN(2), *v = IN(3), *out = IN(4), *lse = IN(5);
     cpu_attention_dims d;
-    if (!cpu_attention_check(ctx, q, k, v, dout, out, lse, &d) || !att_fits(ctx, q, &d)) return false;
+    if (!cpu_attention_check(ctx, q, k, v, NULL, dout, out, lse, &d) || !att_fits(ctx, q, &d)) return false;
     dg_tensor *dq = gpu_alloc_output(s->dev, ctx, 0, q->dtype, q->shape);
     dg_tensor *dk = dq ? gpu_alloc_output(s->dev, ctx, 1, q->dtype, k->shape) : NULL;
     dg_tensor *dv = dk ? gpu_alloc_output(s->dev, ctx, 2, q->dtype, v->shape) : NULL;
