@@ -19,27 +19,12 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_gpt import Stream, load_text, schedule  # noqa: E402  (pure Python: no torch needed)
+from torch_gpt import Stream, add_common_args, load_text, schedule, windows  # noqa: E402  (no torch needed)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data_dir", default="/usr/share/games/fortunes")
-    ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--batch", type=int, default=12)
-    ap.add_argument("--block", type=int, default=64)
-    ap.add_argument("--n_layer", type=int, default=4)
-    ap.add_argument("--n_head", type=int, default=4)
-    ap.add_argument("--n_embd", type=int, default=128)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--warmup", type=int, default=100)
-    ap.add_argument("--decay_steps", type=int, default=1900)
-    ap.add_argument("--min_lr", type=float, default=1e-4)
-    ap.add_argument("--wd", type=float, default=0.1)
-    ap.add_argument("--clip", type=float, default=1.0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--step-bench", action="store_true")
+    add_common_args(ap)
     a = ap.parse_args()
     cores = sorted(os.sched_getaffinity(0))[:max(1, a.threads)]
     os.sched_setaffinity(0, cores)
@@ -113,19 +98,13 @@ def main():
     m = {k: jnp.zeros_like(w) for k, w in params.items()}
     v = {k: jnp.zeros_like(w) for k, w in params.items()}
     stream = Stream(a.seed)
-    span = n_train - T - 1
     warm = 5 if a.step_bench else 0
     losses = []
     t0 = None
     for step in range(a.steps + warm):
         if step == warm:
             t0 = time.perf_counter()
-        xs, ys = [], []
-        for _ in range(B):
-            off = stream.next() % span
-            w = data[off:off + T + 1]
-            xs.append(list(w[:T]))
-            ys.append(list(w[1:]))
+        xs, ys = windows(data, n_train, stream, B, T)
         lr = schedule(step, a.lr, a.warmup, a.decay_steps, a.min_lr)
         params, m, v, loss = step_fn(params, m, v, jnp.float32(step + 1), jnp.float32(lr),
                                      jnp.asarray(np.array(xs, np.int32)), jnp.asarray(np.array(ys, np.int32)))

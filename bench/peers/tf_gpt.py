@@ -23,27 +23,12 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_gpt import Stream, load_text, schedule  # noqa: E402  (pure Python: no torch needed)
+from torch_gpt import Stream, add_common_args, load_text, schedule, windows  # noqa: E402  (no torch needed)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data_dir", default="/usr/share/games/fortunes")
-    ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--batch", type=int, default=12)
-    ap.add_argument("--block", type=int, default=64)
-    ap.add_argument("--n_layer", type=int, default=4)
-    ap.add_argument("--n_head", type=int, default=4)
-    ap.add_argument("--n_embd", type=int, default=128)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--warmup", type=int, default=100)
-    ap.add_argument("--decay_steps", type=int, default=1900)
-    ap.add_argument("--min_lr", type=float, default=1e-4)
-    ap.add_argument("--wd", type=float, default=0.1)
-    ap.add_argument("--clip", type=float, default=1.0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--step-bench", action="store_true")
+    add_common_args(ap)
     a = ap.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
@@ -108,7 +93,6 @@ def main():
         train = tf1.train.AdamOptimizer(lr_ph, 0.9, 0.99, 1e-8).apply_gradients(list(zip(grads, params)))
     cfg = tf1.ConfigProto(intra_op_parallelism_threads=a.threads, inter_op_parallelism_threads=1)
     stream = Stream(a.seed)
-    span = n_train - T - 1
     warm = 5 if a.step_bench else 0
     losses = []
     with tf1.Session(config=cfg) as sess:
@@ -117,12 +101,7 @@ def main():
         for step in range(a.steps + warm):
             if step == warm:
                 t0 = time.perf_counter()
-            xs, ys = [], []
-            for _ in range(B):
-                off = stream.next() % span
-                w = data[off:off + T + 1]
-                xs.append(list(w[:T]))
-                ys.append(list(w[1:]))
+            xs, ys = windows(data, n_train, stream, B, T)
             lr = schedule(step, a.lr, a.warmup, a.decay_steps, a.min_lr)
             lv, _ = sess.run([loss, train], {x_ph: np.array(xs, np.int32), y_ph: np.array(ys, np.int32), lr_ph: lr})
             losses.append(float(lv))

@@ -58,7 +58,8 @@ class Stream:
         return (x * 0x2545F4914F6CDD1D) & MASK
 
 
-def batch(torch, data, n_train, stream, b, t):
+def windows(data, n_train, stream, b, t):
+    """The next batch of the stream: b windows of t + 1 bytes, as lists (inputs, targets)."""
     span = n_train - t - 1
     xs, ys = [], []
     for _ in range(b):
@@ -66,7 +67,32 @@ def batch(torch, data, n_train, stream, b, t):
         w = data[off:off + t + 1]
         xs.append(list(w[:t]))
         ys.append(list(w[1:]))
+    return xs, ys
+
+
+def batch(torch, data, n_train, stream, b, t):
+    xs, ys = windows(data, n_train, stream, b, t)
     return torch.tensor(xs, dtype=torch.long), torch.tensor(ys, dtype=torch.long)
+
+
+def add_common_args(ap):
+    """The flags the GPT peers share (this file's, tf_gpt.py's and jax_gpt.py's)."""
+    ap.add_argument("--data_dir", default="/usr/share/games/fortunes")
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=1, help="the stream of worker 0 of gpt_replica --seed 1")
+    ap.add_argument("--batch", type=int, default=12)
+    ap.add_argument("--block", type=int, default=64)
+    ap.add_argument("--n_layer", type=int, default=4)
+    ap.add_argument("--n_head", type=int, default=4)
+    ap.add_argument("--n_embd", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--decay_steps", type=int, default=1900, help="after the warmup (train steps - warmup)")
+    ap.add_argument("--min_lr", type=float, default=1e-4)
+    ap.add_argument("--wd", type=float, default=0.1)
+    ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--step-bench", action="store_true")
 
 
 def read_checkpoint(path, step=0):
@@ -95,26 +121,11 @@ def schedule(step, peak, warmup, decay, final):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data_dir", default="/usr/share/games/fortunes")
+    add_common_args(ap)
     ap.add_argument("--checkpoint", default="")
-    ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--seed", type=int, default=1, help="the stream of worker 0 of gpt_replica --seed 1")
-    ap.add_argument("--batch", type=int, default=12)
-    ap.add_argument("--block", type=int, default=64)
-    ap.add_argument("--n_layer", type=int, default=4)
-    ap.add_argument("--n_head", type=int, default=4)
-    ap.add_argument("--n_embd", type=int, default=128)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--warmup", type=int, default=100)
-    ap.add_argument("--decay_steps", type=int, default=1900, help="after the warmup (train steps - warmup)")
-    ap.add_argument("--min_lr", type=float, default=1e-4)
-    ap.add_argument("--wd", type=float, default=0.1)
     ap.add_argument("--beta1", type=float, default=0.9)
     ap.add_argument("--beta2", type=float, default=0.99)
     ap.add_argument("--eps", type=float, default=1e-8)
-    ap.add_argument("--clip", type=float, default=1.0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--step-bench", action="store_true")
     ap.add_argument("--sample-bench", type=int, default=0)
     ap.add_argument("--eval_windows", type=int, default=0,
                     help="after training, the validation loss over this many windows (gpt_validation_loss's)")
