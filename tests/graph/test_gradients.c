@@ -905,15 +905,18 @@ static void attention_reference_masked(const dg_tensor *q, const dg_tensor *k, c
                 sc[j] = acc * scale;
                 if (sc[j] > m) m = sc[j];
             }
+            // The pairs seen are read from the mask again (not from sc[j] == -inf: valgrind's
+            // long double is a double, and its comparisons of infinities are not to be trusted).
+#define REF_SEES(j) (!mask || mask[(b * Tq + i) * Tk + (j)])
             for (int64_t j = 0; j < lim; j++)
-                if (sc[j] != -INFINITY) sum += expl(sc[j] - m);
+                if (REF_SEES(j)) sum += expl(sc[j] - m);
             for (int64_t c = 0; c < Dv; c++) {
                 long double acc = 0;
                 for (int64_t j = 0; j < lim; j++)
-                    if (sc[j] != -INFINITY)
-                        acc += expl(sc[j] - m) / sum * dg_tensor_get_as_double(v, (b * Tk + j) * Dv + c);
+                    if (REF_SEES(j)) acc += expl(sc[j] - m) / sum * dg_tensor_get_as_double(v, (b * Tk + j) * Dv + c);
                 out[(b * Tq + i) * Dv + c] = (double)acc;
             }
+#undef REF_SEES
             lse[b * Tq + i] = seen ? (double)(m + logl(sum)) : -INFINITY;
         }
     free(sc);
