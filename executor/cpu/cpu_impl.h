@@ -20,6 +20,38 @@
 #define CPU_CLONES
 #endif
 
+// Row reductions in CPU_LANES independent lanes, combined pairwise at the end: independent
+// lanes the compiler turns into vector instructions in each clone of the caller, where one
+// running sum is a chain of dependent adds (four cycles each). Sums run in float64.
+#define CPU_LANES 8
+static inline double cpu_lanes_total(const double *p) {
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+// cpu_sum_float / cpu_sum_double: the sum of x[0..n) in float64. cpu_max_float / _double: the
+// largest of x[0..n), n >= 1 (a NaN is skipped unless it is x[0], as `x > m ? x : m` does).
+#define CPU_ROW_REDUCERS(T)                                                                        \
+    static inline double cpu_sum_##T(const T *x, int64_t n) {                                      \
+        double p[CPU_LANES] = {0};                                                                 \
+        int64_t i = 0;                                                                             \
+        for (; i + CPU_LANES <= n; i += CPU_LANES)                                                 \
+            for (int j = 0; j < CPU_LANES; j++) p[j] += (double)x[i + j];                          \
+        for (int j = 0; i < n; i++, j++) p[j] += (double)x[i];                                     \
+        return cpu_lanes_total(p);                                                                 \
+    }                                                                                              \
+    static inline T cpu_max_##T(const T *x, int64_t n) {                                           \
+        T p[CPU_LANES];                                                                            \
+        for (int j = 0; j < CPU_LANES; j++) p[j] = x[0];                                           \
+        int64_t i = 0;                                                                             \
+        for (; i + CPU_LANES <= n; i += CPU_LANES)                                                 \
+            for (int j = 0; j < CPU_LANES; j++) p[j] = x[i + j] > p[j] ? x[i + j] : p[j];          \
+        for (int j = 0; i < n; i++, j++) p[j] = x[i] > p[j] ? x[i] : p[j];                         \
+        T m = p[0];                                                                                \
+        for (int j = 1; j < CPU_LANES; j++) m = p[j] > m ? p[j] : m;                               \
+        return m;                                                                                  \
+    }
+CPU_ROW_REDUCERS(float)
+CPU_ROW_REDUCERS(double)
+
 // Direct float32 convolutions (conv_direct.c) for stride 1 and output channels in multiples of
 // 16 (the input gradient also needs input channels in multiples of 16): false when they do not
 // apply or their scratch cannot be had, and the caller takes the im2col path.

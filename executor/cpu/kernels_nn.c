@@ -98,25 +98,14 @@ __attribute__((simd("notinbranch"))) float expf(float);
 __attribute__((simd("notinbranch"))) double exp(double);
 #endif
 
-// One row of logits: *m its maximum, br[c] = exp(xr[c] - m), and the sum of those returned;
-// the maximum and the sum (float64) in eight independent lanes so that they vectorize too.
+// One row of logits: *m its maximum, br[c] = exp(xr[c] - m), and the sum of those returned
+// (the maximum and the sum in lanes, cpu_impl.h, so that they vectorize too).
 #define XENT_EXP_ROW(T, EXP)                                                                     \
     CPU_CLONES static T xent_exp_row_##T(const T *xr, T *br, int64_t C, T *m_out) {              \
-        T mp[8];                                                                                 \
-        double sp[8] = {0};                                                                      \
-        for (int j = 0; j < 8; j++) mp[j] = xr[0];                                               \
-        int64_t c = 0;                                                                           \
-        for (; c + 8 <= C; c += 8)                                                               \
-            for (int j = 0; j < 8; j++) mp[j] = xr[c + j] > mp[j] ? xr[c + j] : mp[j];           \
-        for (int j = 0; c < C; c++, j++) mp[j] = xr[c] > mp[j] ? xr[c] : mp[j];                  \
-        T m = mp[0];                                                                             \
-        for (int j = 1; j < 8; j++) m = mp[j] > m ? mp[j] : m;                                   \
-        for (c = 0; c < C; c++) br[c] = EXP(xr[c] - m);                                          \
-        for (c = 0; c + 8 <= C; c += 8)                                                          \
-            for (int j = 0; j < 8; j++) sp[j] += (double)br[c + j];                              \
-        for (int j = 0; c < C; c++, j++) sp[j] += (double)br[c];                                 \
+        T m = cpu_max_##T(xr, C);                                                                \
+        for (int64_t c = 0; c < C; c++) br[c] = EXP(xr[c] - m);                                  \
         *m_out = m;                                                                              \
-        return (T)(((sp[0] + sp[1]) + (sp[2] + sp[3])) + ((sp[4] + sp[5]) + (sp[6] + sp[7])));  \
+        return (T)cpu_sum_##T(br, C);                                                            \
     }
 XENT_EXP_ROW(float, expf)
 XENT_EXP_ROW(double, exp)
@@ -252,35 +241,31 @@ static dg_shape keep_shape(const dg_shape *x, uint32_t mask) { return reduced_sh
 #define ACC_SUM(a, b) ((a) += (b))
 #define ACC_MAX(a, b) ((a) = (b) > (a) ? (b) : (a))
 
-// Sums over the trailing axes (rows: each output the sum of `count` adjacent inputs), in eight
-// float64 partial sums added pairwise: independent lanes the compiler vectorizes, where the
-// odometer loop above adds one element at a time (a gradient's squared norm for clipping took
-// 60 us that way). Over the leading axes (columns) the loop adds whole rows, in the odometer's
-// order.
-#define SUM_ROWS(NAME, T)                                                                        \
-    CPU_CLONES static void NAME(const T *x, T *y, int64_t groups, int64_t count) {               \
-        for (int64_t g = 0; g < groups; g++, x += count) {                                       \
-            double p[8] = {0};                                                                   \
-            int64_t i = 0;                                                                       \
-            for (; i + 8 <= count; i += 8)                                                       \
-                for (int j = 0; j < 8; j++) p[j] += (double)x[i + j];                            \
-            for (int j = 0; i < count; i++, j++) p[j] += (double)x[i];                           \
-            y[g] = (T)(((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7])));       \
-        }                                                                                        \
+// Sums over the trailing axes (each output the sum of `count` adjacent inputs) in float64 lanes
+// (cpu_sum_*, cpu_impl.h), where the odometer loop above adds one element at a time (a
+// gradient's squared norm for clipping took 60 us that way); over the leading axes, whole rows
+// added in the odometer's order. Each output is divided by div (Mean's count, or 1).
+#define SUM_ROWS(T)                                                                              \
+    CPU_CLONES static void sum_rows_##T(const T *x, T *y, int64_t groups, int64_t count, double div) { \
+        for (int64_t g = 0; g < groups; g++, x += count) y[g] = (T)(cpu_sum_##T(x, count) / div); \
     }                                                                                            \
-    CPU_CLONES static void NAME##_cols(const T *x, T *y, int64_t outer, int64_t inner) {         \
+    CPU_CLONES static void sum_cols_##T(const T *x, T *y, int64_t outer, int64_t inner, double div) { \
         memset(y, 0, (size_t)inner * sizeof *y);                                                 \
         for (int64_t i = 0; i < outer; i++, x += inner)                                          \
             for (int64_t j = 0; j < inner; j++) y[j] += x[j];                                    \
+        if (div != 1)                                                                            \
+            for (int64_t j = 0; j < inner; j++) y[j] /= (T)div;                                  \
     }
-SUM_ROWS(sum_rows_f32, float)
-SUM_ROWS(sum_rows_f64, double)
+SUM_ROWS(float)
+SUM_ROWS(double)
 
-// A float Sum or Mean whose reduced axes are the last ones or the first ones: the fast loops
-// above. False: the odometer loop.
-static bool reduce_sum_fast(const dg_tensor *in, uint32_t mask, dg_tensor *o) {
+// A float Sum or Mean (mean: divide by the count) whose reduced axes are the last ones or the
+// first ones: the loops above. False: the odometer loop's case.
+static bool reduce_sum_fast(const dg_tensor *in, uint32_t mask, bool mean, dg_tensor *o) {
     int rank = in->shape.rank, k = 0;
-    if ((in->dtype != DG_FLOAT32 && in->dtype != DG_FLOAT64) || rank == 0 || o->n_elements == 0) return false;
+    if ((in->dtype != DG_FLOAT32 && in->dtype != DG_FLOAT64) || rank == 0 || o->n_elements == 0 ||
+        in->n_elements == 0)
+        return false;
     while (k < rank && !(mask & (1u << k))) k++;       // first reduced axis
     int e = k;
     while (e < rank && (mask & (1u << e))) e++;         // one past the last of that run
@@ -293,11 +278,13 @@ static bool reduce_sum_fast(const dg_tensor *in, uint32_t mask, dg_tensor *o) {
     }
     bool f32 = in->dtype == DG_FLOAT32;
     if (e == rank) {   // the last axes from k: outer groups of inner elements
-        if (f32) sum_rows_f32(in->data, o->data, outer, inner);
-        else sum_rows_f64(in->data, o->data, outer, inner);
+        double div = mean ? (double)inner : 1;
+        if (f32) sum_rows_float(in->data, o->data, outer, inner, div);
+        else sum_rows_double(in->data, o->data, outer, inner, div);
     } else {           // the first e axes: outer rows of inner elements each, summed
-        if (f32) sum_rows_f32_cols(in->data, o->data, outer, inner);
-        else sum_rows_f64_cols(in->data, o->data, outer, inner);
+        double div = mean ? (double)outer : 1;
+        if (f32) sum_cols_float(in->data, o->data, outer, inner, div);
+        else sum_cols_double(in->data, o->data, outer, inner, div);
     }
     return true;
 }
@@ -314,13 +301,7 @@ static bool reduce_compute(void *state, exec_ctx *ctx) {
     if (r->kind == 2 && in->n_elements == 0 && o->n_elements > 0)
         return exec_fail(ctx, DG_INVALID_ARGUMENT, "max of an empty tensor");
     int64_t count = o->n_elements ? in->n_elements / o->n_elements : 0;
-    if (r->kind != 2 && in->n_elements > 0 && reduce_sum_fast(in, mask, o)) {
-        if (r->kind == 1 && count) {
-            if (in->dtype == DG_FLOAT32) for (int64_t i = 0; i < o->n_elements; i++) F32(o)[i] /= (float)count;
-            else for (int64_t i = 0; i < o->n_elements; i++) F64(o)[i] /= (double)count;
-        }
-        return true;
-    }
+    if (r->kind != 2 && reduce_sum_fast(in, mask, r->kind == 1, o)) return true;
     switch (in->dtype) {
     case DG_FLOAT32:
         if (r->kind == 2) REDUCE_LOOP(float, -INFINITY, ACC_MAX);

@@ -37,13 +37,9 @@ static void *ln_create(const dg_node *n, const exec_env *env, dg_status *st) {
     return s;
 }
 
-// The row sums below run in eight float64 partial sums (LN_SUM8), added pairwise at the end:
-// independent lanes, so the compiler turns each into vector adds (a single running sum is a
-// chain of dependent adds, four cycles each: LayerNorm and its gradient took 9% of a GPT step
-// that way). The order differs from one running sum by float64 roundings only.
-#define LN_LANES 8
-static inline double ln_sum8(const double *p) { return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7])); }
-
+// The row sums below run in CPU_LANES float64 lanes (cpu_impl.h): with one running sum,
+// LayerNorm and its gradient took 9% of a GPT step. The order differs from one running sum by
+// float64 roundings only.
 // One row: its mean and 1 / sqrt(var + eps), the variance from the centred values.
 #define LN_FWD_ROWS(NAME, T)                                                                            \
     CPU_CLONES static void NAME(const T *xx, const T *ga, const T *be, T *yy, T *mm, T *rr, int64_t rows, \
@@ -51,14 +47,10 @@ static inline double ln_sum8(const double *p) { return ((p[0] + p[1]) + (p[2] + 
         for (int64_t r = 0; r < rows; r++) {                                                            \
             const T *xr = xx + r * C;                                                                   \
             T *yr = yy + r * C;                                                                         \
-            double sp[LN_LANES] = {0}, qp[LN_LANES] = {0};                                              \
+            double qp[CPU_LANES] = {0}, mu = C ? cpu_sum_##T(xr, C) / (double)C : 0;                    \
             int64_t c = 0;                                                                              \
-            for (; c + LN_LANES <= C; c += LN_LANES)                                                    \
-                for (int j = 0; j < LN_LANES; j++) sp[j] += (double)xr[c + j];                          \
-            for (int j = 0; c < C; c++, j++) sp[j] += (double)xr[c];                                    \
-            double mu = C ? ln_sum8(sp) / (double)C : 0;                                                \
-            for (c = 0; c + LN_LANES <= C; c += LN_LANES)                                               \
-                for (int j = 0; j < LN_LANES; j++) {                                                    \
+            for (; c + CPU_LANES <= C; c += CPU_LANES)                                                  \
+                for (int j = 0; j < CPU_LANES; j++) {                                                    \
                     double d = (double)xr[c + j] - mu;                                                  \
                     qp[j] += d * d;                                                                     \
                 }                                                                                       \
@@ -66,7 +58,7 @@ static inline double ln_sum8(const double *p) { return ((p[0] + p[1]) + (p[2] + 
                 double d = (double)xr[c] - mu;                                                          \
                 qp[j] += d * d;                                                                         \
             }                                                                                           \
-            double rs = 1 / sqrt((C ? ln_sum8(qp) / (double)C : 0) + eps);                              \
+            double rs = 1 / sqrt((C ? cpu_lanes_total(qp) / (double)C : 0) + eps);                              \
             for (c = 0; c < C; c++) yr[c] = (T)(((double)xr[c] - mu) * rs * (double)ga[c] + (double)be[c]); \
             mm[r] = (T)mu;                                                                              \
             rr[r] = (T)rs;                                                                              \
@@ -98,10 +90,10 @@ static bool layer_norm_compute(void *state, exec_ctx *ctx) {
         for (int64_t r = 0; r < rows; r++) {                                                              \
             const T *dyr = dyy + r * C, *xr = xx + r * C;                                                 \
             T *dxr = dxx + r * C;                                                                         \
-            double mu = (double)mm[r], rs = (double)rr[r], sg[LN_LANES] = {0}, sgx[LN_LANES] = {0};       \
+            double mu = (double)mm[r], rs = (double)rr[r], sg[CPU_LANES] = {0}, sgx[CPU_LANES] = {0};       \
             int64_t c = 0;                                                                                \
-            for (; c + LN_LANES <= C; c += LN_LANES)                                                      \
-                for (int j = 0; j < LN_LANES; j++) {                                                      \
+            for (; c + CPU_LANES <= C; c += CPU_LANES)                                                      \
+                for (int j = 0; j < CPU_LANES; j++) {                                                      \
                     double xh = ((double)xr[c + j] - mu) * rs, gg = (double)dyr[c + j] * (double)ga[c + j]; \
                     sg[j] += gg;                                                                          \
                     sgx[j] += gg * xh;                                                                    \
@@ -111,7 +103,7 @@ static bool layer_norm_compute(void *state, exec_ctx *ctx) {
                 sg[j] += gg;                                                                              \
                 sgx[j] += gg * xh;                                                                        \
             }                                                                                             \
-            double mg = C ? ln_sum8(sg) / (double)C : 0, mgx = C ? ln_sum8(sgx) / (double)C : 0;          \
+            double mg = C ? cpu_lanes_total(sg) / (double)C : 0, mgx = C ? cpu_lanes_total(sgx) / (double)C : 0;          \
             for (c = 0; c < C; c++) {                                                                     \
                 double xh = ((double)xr[c] - mu) * rs, d = (double)dyr[c];                                \
                 acc[c] += d * xh;                                                                         \
@@ -244,22 +236,10 @@ static void att_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t
             T *sr = s + r * kend;                                                            \
             int64_t lim = att_keys_seen(a->causal, i0 + r, Tq, Tk);                          \
             if (lim > kend) lim = kend;                                                      \
-            T mp[LN_LANES];                                                                  \
-            double sp[LN_LANES] = {0};                                                       \
-            for (int j = 0; j < LN_LANES; j++) mp[j] = lim ? sr[0] : 0;                      \
-            int64_t j0 = 0;                                                                  \
-            for (; j0 + LN_LANES <= lim; j0 += LN_LANES)                                     \
-                for (int j = 0; j < LN_LANES; j++) mp[j] = sr[j0 + j] > mp[j] ? sr[j0 + j] : mp[j]; \
-            for (int j = 0; j0 < lim; j0++, j++) mp[j] = sr[j0] > mp[j] ? sr[j0] : mp[j];    \
-            double m = (double)mp[0];                                                        \
-            for (int j = 1; j < LN_LANES; j++)                                               \
-                if ((double)mp[j] > m) m = (double)mp[j];                                    \
+            double m = lim ? (double)cpu_max_##T(sr, lim) : 0;                               \
             if (masked && m == -INFINITY) lim = 0;   /* the mask left the row no key */      \
             for (int64_t j = 0; j < lim; j++) sr[j] = EXP((T)((double)sr[j] - m));           \
-            for (j0 = 0; j0 + LN_LANES <= lim; j0 += LN_LANES)                               \
-                for (int j = 0; j < LN_LANES; j++) sp[j] += (double)sr[j0 + j];              \
-            for (int j = 0; j0 < lim; j0++, j++) sp[j] += (double)sr[j0];                    \
-            double sum = ln_sum8(sp), inv = lim ? 1 / sum : 0;                               \
+            double sum = cpu_sum_##T(sr, lim), inv = lim ? 1 / sum : 0;                      \
             for (int64_t j = 0; j < lim; j++) sr[j] = (T)((double)sr[j] * inv);              \
             for (int64_t j = lim; j < kend; j++) sr[j] = 0;                                  \
             lse[r] = lim ? (T)(m + log(sum)) : (T)-INFINITY;                                 \
@@ -278,13 +258,13 @@ ATT_SOFTMAX(double, exp)
             T *sr = s + r * kend, *dr = dp + r * kend;                                       \
             int64_t lim = att_keys_seen(a->causal, i0 + r, Tq, Tk);                          \
             if (lim > kend) lim = kend;                                                      \
-            double dp8[LN_LANES] = {0}, l = (double)lse[r];                                  \
+            double dp8[CPU_LANES] = {0}, l = (double)lse[r];                                  \
             const T *dor = dout + r * Dv, *orow = out + r * Dv;                              \
             int64_t c0 = 0;                                                                  \
-            for (; c0 + LN_LANES <= Dv; c0 += LN_LANES)                                      \
-                for (int c = 0; c < LN_LANES; c++) dp8[c] += (double)dor[c0 + c] * (double)orow[c0 + c]; \
+            for (; c0 + CPU_LANES <= Dv; c0 += CPU_LANES)                                      \
+                for (int c = 0; c < CPU_LANES; c++) dp8[c] += (double)dor[c0 + c] * (double)orow[c0 + c]; \
             for (int c = 0; c0 < Dv; c0++, c++) dp8[c] += (double)dor[c0] * (double)orow[c0]; \
-            double di = ln_sum8(dp8);                                                        \
+            double di = cpu_lanes_total(dp8);                                                        \
             if (masked && l == -INFINITY) lim = 0;                                           \
             for (int64_t j = 0; j < lim; j++) {                                              \
                 double p = (double)EXP((T)((double)sr[j] - l));                              \
