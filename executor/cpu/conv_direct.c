@@ -56,7 +56,9 @@ static float *scratch_take(size_t n) {
         free(b);
         break;
     }
-    float *b = malloc((n + SCRATCH_HEAD) * sizeof *b);
+    // 64-byte aligned (SCRATCH_HEAD floats are 64 bytes): a 16-float vector at a multiple of 16
+    // floats is then one cache line, not two.
+    float *b = aligned_alloc(64, (n + SCRATCH_HEAD + 15) / 16 * 16 * sizeof *b);
     if (!b) return NULL;
     memcpy(b, &n, sizeof n);
     return b + SCRATCH_HEAD;
@@ -240,10 +242,275 @@ bool cpu_conv_direct_fwd_f32(const graph_conv_geom *g, const float *x, const flo
     return true;
 }
 
+// ---- the two gradients from a mostly-zero dy ----
+// Behind a max pool and a ReLU most of a convolution's output gradient is zero: a 2 x 2 pool
+// passes each window's gradient to one of its four positions, so at least three entries in four
+// are zero. The gradients then visit only dy's nonzero entries, per image and output channel,
+// with vectors along the input channels (16, 32 or 64 of them; windows of 3 x 3 or 5 x 5), and do the
+// dense kernels' multiply-adds times the fraction of nonzeros. As the reference BLAS skips
+// zeros of B, a zero entry is skipped even where what it would multiply is not finite; a NaN
+// in dy is not zero and is carried.
+
+// One nonzero dy entry of an image: its value and the offset (in floats) of its window's
+// first element in the padded image [hp][wp][c].
+_Thread_local int64_t cpu_conv_sparse_calls;
+
+typedef struct sparse_entry {
+    uint32_t off;
+    float g;
+} sparse_entry;
+_Static_assert(sizeof(sparse_entry) == 8, "an entry is written as one 64-bit word");
+
+// Use the sparse kernels below this fraction of nonzeros (the input gradient's scatter does a
+// load and a store per multiply-add, so it wins later than the filter gradient).
+#define SPARSE_BPF_DENSITY 0.45
+#define SPARSE_BPI_DENSITY 0.35
+
+static bool sparse_applies(const graph_conv_geom *g, int64_t hp, int64_t wp, const float *dy, double limit) {
+    if (!(g->c == 16 || g->c == 32 || g->c == 64) || !((g->kh == 5 && g->kw == 5) || (g->kh == 3 && g->kw == 3)) ||
+        (double)hp * (double)wp * (double)g->c >= 4e9)
+        return false;
+    // The fraction of nonzeros in the first images (up to a quarter of the batch, at least one):
+    // the images of a batch went through the same layers.
+    int64_t images = g->n < 4 ? 1 : g->n / 4;
+    int64_t total = images * g->oh * g->ow * g->oc, nz = 0;
+    for (int64_t i = 0; i < total; i++) nz += dy[i] != 0;
+    return (double)nz < limit * (double)total;
+}
+
+// One image's nonzero entries by output channel: channel o's are e[start[o] .. start[o + 1]),
+// in position order; e holds oh * ow * oc + 1 entries. Branch-free, one channel at a time (its
+// count stays in a register): at a fifth of nonzeros a branch per entry would mispredict often.
+static inline __attribute__((always_inline)) void sparse_lists(const float *dy, int64_t oh, int64_t ow, int64_t oc,
+                                                               int64_t wp, int64_t c, int64_t *start, sparse_entry *e) {
+    int64_t k = 0;
+    for (int64_t o = 0; o < oc; o++) {
+        start[o] = k;
+        for (int64_t oy = 0; oy < oh; oy++) {
+            const float *d = dy + oy * ow * oc + o;
+            uint32_t off = (uint32_t)(oy * wp * c);
+            for (int64_t ox = 0; ox < ow; ox++, off += (uint32_t)c) {
+                // Written whatever the value, kept if not zero; -0 counts as zero. Integer
+                // operations: a float comparison would need a second test for NaN.
+                uint32_t bits;
+                memcpy(&bits, d + ox * oc, sizeof bits);
+                uint64_t word = (uint64_t)bits << 32 | off;
+                memcpy(e + k, &word, sizeof word);
+                k += (bits << 1) != 0;
+            }
+        }
+    }
+    start[oc] = k;
+}
+
+// The pointer's value hidden from the optimiser: each window row's pointer is then one add per
+// entry, and the row's inputs are read at constant displacements from it, where GCC would
+// otherwise keep the window's 25 offsets, more than the general registers, on the stack.
+#define SPARSE_OPAQUE(p) __asm__("" : "+r"(p))
+
+// Filter gradient of a R x S window, 16 input channels from xb: acc [R * S][c] (at the block's
+// first channel) += each entry's value times the inputs of its window.
+#define DEFINE_SPARSE_BPF(R, S, c)                                                                \
+    static inline __attribute__((always_inline)) void sparse_bpf_##R##_##S##_##c(                 \
+        const float *xb, int64_t row, const sparse_entry *e, const sparse_entry *end, float *acc_out) { \
+        v16 acc[R][S];                                                                            \
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                                       \
+        _Pragma("GCC unroll 8") for (int s = 0; s < S; s++) acc[r][s] = load16(acc_out + (r * S + s) * c); \
+        for (; e < end; e++) {                                                                    \
+            const float *xs = xb + e->off;                                                        \
+            v16 gv = (v16){0} + e->g;                                                             \
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                                 \
+                _Pragma("GCC unroll 8") for (int s = 0; s < S; s++) acc[r][s] += gv * load16(xs + s * c); \
+                xs += row;                                                                        \
+                SPARSE_OPAQUE(xs);                                                                \
+            }                                                                                     \
+        }                                                                                         \
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                                       \
+        _Pragma("GCC unroll 8") for (int s = 0; s < S; s++) store16(acc_out + (r * S + s) * c, acc[r][s]); \
+    }
+DEFINE_SPARSE_BPF(5, 5, 16)
+DEFINE_SPARSE_BPF(5, 5, 32)
+DEFINE_SPARSE_BPF(5, 5, 64)
+DEFINE_SPARSE_BPF(3, 3, 16)
+DEFINE_SPARSE_BPF(3, 3, 32)
+DEFINE_SPARSE_BPF(3, 3, 64)
+
+// One image's nonzero entries by position: position p's are e[start[p] .. start[p + 1]), each
+// with the offset o * taps * c of its channel's vectors in ft [oc][taps][c]. Branch-free over dy's
+// contiguous rows; e holds oh * ow * oc + 1 entries.
+static inline __attribute__((always_inline)) void sparse_pixel_lists(const float *dy, int64_t pixels, int64_t oc,
+                                                                     int64_t step, int64_t *start, sparse_entry *e) {
+    int64_t k = 0;
+    for (int64_t p = 0; p < pixels; p++) {
+        start[p] = k;
+        const float *d = dy + p * oc;
+        for (int64_t o = 0; o < oc; o++) {
+            uint32_t bits;
+            memcpy(&bits, d + o, sizeof bits);
+            uint64_t word = (uint64_t)bits << 32 | (uint32_t)(o * step);
+            memcpy(e + k, &word, sizeof word);
+            k += (bits << 1) != 0;
+        }
+    }
+    start[pixels] = k;
+}
+
+// Input gradient of a R x S window, 16 input channels: the window of dxb [hp][wp][c] (at the
+// block's first channel) that one position reaches, held in registers while each of the
+// position's nonzero channels adds its value times its filter vectors ft [taps][c] (at e->off).
+#define DEFINE_SPARSE_BPI(R, S, c)                                                                \
+    static inline __attribute__((always_inline)) void sparse_bpi_##R##_##S##_##c(                 \
+        float *xs, int64_t row, const sparse_entry *e, const sparse_entry *end, const float *ft) { \
+        v16 acc[R][S];                                                                            \
+        float *xr = xs;                                                                           \
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                                     \
+            _Pragma("GCC unroll 8") for (int s = 0; s < S; s++) acc[r][s] = load16(xr + s * c);   \
+            xr += row;                                                                            \
+            SPARSE_OPAQUE(xr);                                                                    \
+        }                                                                                         \
+        for (; e < end; e++) {                                                                    \
+            const float *f = ft + e->off;                                                         \
+            v16 gv = (v16){0} + e->g;                                                             \
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                                   \
+            _Pragma("GCC unroll 8") for (int s = 0; s < S; s++) acc[r][s] += gv * load16(f + (r * S + s) * c); \
+        }                                                                                         \
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                                     \
+            _Pragma("GCC unroll 8") for (int s = 0; s < S; s++) store16(xs + s * c, acc[r][s]);   \
+            xs += row;                                                                            \
+            SPARSE_OPAQUE(xs);                                                                    \
+        }                                                                                         \
+    }
+DEFINE_SPARSE_BPI(5, 5, 16)
+DEFINE_SPARSE_BPI(5, 5, 32)
+DEFINE_SPARSE_BPI(5, 5, 64)
+DEFINE_SPARSE_BPI(3, 3, 16)
+DEFINE_SPARSE_BPI(3, 3, 32)
+DEFINE_SPARSE_BPI(3, 3, 64)
+
+// The kernel for the window (kh: 3 or 5) and the channel count (16, 32 or 64), which the
+// kernels take as constants: the 25 offsets of a window then fit in the instructions.
+#define SPARSE_CALL(KIND, kh, c, ...)                                                             \
+    do {                                                                                          \
+        if ((kh) == 5 && (c) == 16) sparse_##KIND##_5_5_16(__VA_ARGS__);                          \
+        else if ((kh) == 5 && (c) == 32) sparse_##KIND##_5_5_32(__VA_ARGS__);                     \
+        else if ((kh) == 5) sparse_##KIND##_5_5_64(__VA_ARGS__);                                  \
+        else if ((c) == 16) sparse_##KIND##_3_3_16(__VA_ARGS__);                                  \
+        else if ((c) == 32) sparse_##KIND##_3_3_32(__VA_ARGS__);                                  \
+        else sparse_##KIND##_3_3_64(__VA_ARGS__);                                                 \
+    } while (0)
+
+// df [kh][kw][c][oc] from the padded input: sums per channel in acc [oc][kh * kw][c], turned
+// round at the end.
+CPU_CLONES static void bpf_sparse(const float *xp, int64_t n, int64_t hp, int64_t wp, int64_t c, const float *dy,
+                                  int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t oc, float *acc,
+                                  int64_t *start, sparse_entry *e, float *df) {
+    const int64_t taps = kh * kw, row = wp * c;
+    memset(acc, 0, (size_t)(oc * taps * c) * sizeof *acc);
+    for (int64_t b = 0; b < n; b++) {
+        sparse_lists(dy + b * oh * ow * oc, oh, ow, oc, wp, c, start, e);
+        const float *xb = xp + b * hp * row;
+        for (int64_t o = 0; o < oc; o++)
+            for (int64_t i0 = 0; i0 < c; i0 += 16) {
+                float *a = acc + o * taps * c + i0;
+                SPARSE_CALL(bpf, kh, c, xb + i0, row, e + start[o], e + start[o + 1], a);
+            }
+    }
+    for (int64_t t = 0; t < taps; t++)
+        for (int64_t i = 0; i < c; i++)
+            for (int64_t o = 0; o < oc; o++) df[(t * c + i) * oc + o] = acc[(o * taps + t) * c + i];
+}
+
+// dx [n, h, w, c]: each image's gradient gathered in a padded image dxb [hp][wp][c] (input row
+// iy at padded row iy + pt, column ix at ix + pl), a position's window at a time, then cut out.
+// ft [oc][kh * kw][c]: the filter with each output channel's vectors together.
+CPU_CLONES static void bpi_sparse(const float *dy, int64_t n, int64_t h, int64_t w, int64_t c, int64_t pt,
+                                  int64_t pl, int64_t hp, int64_t wp, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
+                                  int64_t oc, const float *ft, float *dxb, int64_t *start, sparse_entry *e,
+                                  float *dx) {
+    const int64_t taps = kh * kw, row = wp * c;
+    for (int64_t b = 0; b < n; b++) {
+        sparse_pixel_lists(dy + b * oh * ow * oc, oh * ow, oc, taps * c, start, e);
+        memset(dxb, 0, (size_t)(hp * row) * sizeof *dxb);
+        for (int64_t oy = 0; oy < oh; oy++)
+            for (int64_t ox = 0; ox < ow; ox++) {
+                int64_t p = oy * ow + ox;
+                if (start[p] == start[p + 1]) continue;
+                for (int64_t i0 = 0; i0 < c; i0 += 16)
+                    SPARSE_CALL(bpi, kh, c, dxb + (oy * wp + ox) * c + i0, row, e + start[p], e + start[p + 1], ft + i0);
+            }
+        // Input columns [x0, x1) lie in the padded image (all of them unless a padding is negative).
+        int64_t x0 = pl < 0 ? -pl : 0, x1 = w + pl > wp ? wp - pl : w;
+        if (x1 < x0) x1 = x0;
+        for (int64_t iy = 0; iy < h; iy++) {
+            float *d = dx + ((b * h + iy) * w) * c;
+            int64_t py = iy + pt;
+            if (py < 0 || py >= hp) {
+                memset(d, 0, (size_t)(w * c) * sizeof *d);
+                continue;
+            }
+            memset(d, 0, (size_t)(x0 * c) * sizeof *d);
+            memcpy(d + x0 * c, dxb + (py * wp + x0 + pl) * c, (size_t)((x1 - x0) * c) * sizeof *d);
+            memset(d + x1 * c, 0, (size_t)((w - x1) * c) * sizeof *d);
+        }
+    }
+}
+
+// The entry lists' scratch: start [oc + 1] or [oh * ow + 1], one image's entries plus a spare.
+static bool sparse_scratch(const graph_conv_geom *g, int64_t **start, sparse_entry **e) {
+    int64_t lists = g->oc > g->oh * g->ow ? g->oc : g->oh * g->ow;
+    *start = malloc((size_t)(lists + 1) * sizeof **start);
+    *e = malloc((size_t)(g->oh * g->ow * g->oc + 1) * sizeof **e);
+    if (*start && *e) return true;
+    free(*start);
+    free(*e);
+    return false;
+}
+
+static bool bp_filter_sparse(const graph_conv_geom *g, const float *xp, int64_t hp, int64_t wp, const float *dy,
+                             float *df) {
+    int64_t *start;
+    sparse_entry *e;
+    if (!sparse_scratch(g, &start, &e)) return false;
+    float *acc = aligned_alloc(64, (size_t)(g->oc * g->kh * g->kw * g->c) * sizeof *acc);
+    bool ok = acc != NULL;
+    if (ok) bpf_sparse(xp, g->n, hp, wp, g->c, dy, g->kh, g->kw, g->oh, g->ow, g->oc, acc, start, e, df);
+    free(acc);
+    free(start);
+    free(e);
+    cpu_conv_sparse_calls += ok;
+    return ok;
+}
+
+static bool bp_input_sparse(const graph_conv_geom *g, const float *f, const float *dy, float *dx) {
+    int64_t kh = g->kh, kw = g->kw, c = g->c, oc = g->oc, taps = kh * kw;
+    int64_t hp = g->oh + kh - 1, wp = g->ow + kw - 1;
+    int64_t *start;
+    sparse_entry *e;
+    if (!sparse_scratch(g, &start, &e)) return false;
+    // 64-byte aligned, as c is a multiple of 16: each vector is one cache line.
+    float *ft = aligned_alloc(64, (size_t)(oc * taps * c) * sizeof *ft);
+    float *dxb = aligned_alloc(64, (size_t)(hp * wp * c) * sizeof *dxb);
+    bool ok = ft && dxb;
+    if (ok) {
+        for (int64_t t = 0; t < taps; t++)
+            for (int64_t i = 0; i < c; i++)
+                for (int64_t o = 0; o < oc; o++) ft[(o * taps + t) * c + i] = f[(t * c + i) * oc + o];
+        bpi_sparse(dy, g->n, g->h, g->w, c, g->pad_top, g->pad_left, hp, wp, kh, kw, g->oh, g->ow, oc, ft, dxb, start, e, dx);
+    }
+    free(ft);
+    free(dxb);
+    free(start);
+    free(e);
+    cpu_conv_sparse_calls += ok;
+    return ok;
+}
+
 // dx [n, h, w, c] = the forward pass of dy [n, oh, ow, oc] with the filter turned round
 // (ky -> kh-1-ky, kx -> kw-1-kx) and its channels swapped: fr [kh][kw][oc][c]. Needs c % 16.
 bool cpu_conv_direct_bp_input_f32(const graph_conv_geom *g, const float *f, const float *dy, float *dx) {
     if (!cpu_conv_direct_applies(g, g->oc) || g->c % 16 != 0 || g->h <= 0 || g->w <= 0) return false;
+    if (sparse_applies(g, g->oh + g->kh - 1, g->ow + g->kw - 1, dy, SPARSE_BPI_DENSITY) && bp_input_sparse(g, f, dy, dx))
+        return true;
     int64_t kh = g->kh, kw = g->kw, c = g->c, oc = g->oc;
     // 64-byte aligned, as tensors are: each filter vector the inner loop loads is then one
     // cache line, not two.
@@ -399,6 +666,10 @@ bool cpu_conv_direct_bp_filter_f32(const graph_conv_geom *g, const float *x, con
     int64_t hp = g->oh + g->kh - 1, wp = g->ow + g->kw - 1, rlo, rhi, clo, chi;
     float *xp = pad_input(x, g->n, g->h, g->w, g->c, g->pad_top, g->pad_left, hp, wp, &rlo, &rhi, &clo, &chi);
     if (!xp) return false;
+    if (sparse_applies(g, hp, wp, dy, SPARSE_BPF_DENSITY) && bp_filter_sparse(g, xp, hp, wp, dy, df)) {
+        scratch_give(xp);
+        return true;
+    }
     bpf_padded(xp, g->n, hp, wp, g->c, rlo, rhi, clo, chi, dy, g->kh, g->kw, g->oh, g->ow, g->oc, df);
     scratch_give(xp);
     return true;

@@ -65,6 +65,9 @@ bool cpu_conv_direct_fwd_f32(const graph_conv_geom *g, const float *x, const flo
                              float *y);
 bool cpu_conv_direct_bp_input_f32(const graph_conv_geom *g, const float *f, const float *dy, float *dx);
 bool cpu_conv_direct_bp_filter_f32(const graph_conv_geom *g, const float *x, const float *dy, float *df);
+// How many gradients this thread has computed with the kernels for a mostly-zero dy (the tests
+// check which kernels ran).
+extern _Thread_local int64_t cpu_conv_sparse_calls;
 // Max pooling and its gradient over windows that tile the input (stride = window, no padding,
 // sizes divisible) with channels in multiples of 16 (cpu_max_pool_tiles), float32.
 bool cpu_max_pool_tiles(const graph_conv_geom *g);

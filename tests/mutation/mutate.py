@@ -78,6 +78,20 @@ MUTANTS = [
              "    bpf_padded(xp, g->n, hp, wp, g->c, rlo, rhi, clo, chi, dy, g->kh, g->kw, g->oh, g->ow, g->oc, df);\n",
              "g->kh * g->kw * g->c * g->oc", "df"),
     {
+        "name": "conv_sparse_filter_drops_entry",
+        "what": "the sparse filter gradient leaves out each image's last nonzero dy entry",
+        "file": "executor/cpu/conv_direct.c",
+        "edits": [("    start[oc] = k;\n", "    start[oc] = k - (k > 0);\n")],
+        "tests": ["test_conv_direct"],
+    },
+    {
+        "name": "conv_sparse_input_drops_entry",
+        "what": "the sparse input gradient leaves out each image's last nonzero dy entry",
+        "file": "executor/cpu/conv_direct.c",
+        "edits": [("    start[pixels] = k;\n", "    start[pixels] = k - (k > 0);\n")],
+        "tests": ["test_conv_direct"],
+    },
+    {
         "name": "ring_all_reduce_nan",
         "what": "the ring all-reduce's owner of each segment writes NaN (all bits set) over its final value",
         "file": "executor/cpu/kernels_collective.c",
