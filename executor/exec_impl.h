@@ -176,6 +176,10 @@ int exec_rendezvous_drop_stale(exec_rendezvous *r, int64_t older_than_ms, bool (
 #define DT_FLOATS (DT_BIT(DG_FLOAT32) | DT_BIT(DG_FLOAT64))
 #define DT_NUMERIC (DT_FLOATS | DT_BIT(DG_INT32) | DT_BIT(DG_INT64))
 #define DT_ALL (DT_NUMERIC | DT_BIT(DG_BOOL) | DT_BIT(DG_UINT8))
+// The 16-bit floats, and every dtype: kernels that move, store or convert values whatever
+// they are take DT_STORAGE; kernels that compute list the 16-bit floats where they take them.
+#define DT_FLOAT16S (DT_BIT(DG_BFLOAT16) | DT_BIT(DG_FLOAT16))
+#define DT_STORAGE (DT_ALL | DT_FLOAT16S)
 
 // The dtype a kernel is chosen by: input 0's, or output 0's for ops without inputs.
 dg_dtype exec_kernel_dtype(const dg_node *n);

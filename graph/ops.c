@@ -195,6 +195,8 @@ static dg_output initial_value(dg_graph *g, dg_dtype dtype, dg_shape shape, dg_i
             case DG_FLOAT64: ((double *)t->data)[i] = v; break;
             case DG_INT32: ((int32_t *)t->data)[i] = (int32_t)v; break;
             case DG_INT64: ((int64_t *)t->data)[i] = (int64_t)v; break;
+            case DG_BFLOAT16: ((uint16_t *)t->data)[i] = dg_float_to_bfloat16((float)v); break;
+            case DG_FLOAT16: ((uint16_t *)t->data)[i] = dg_float_to_float16((float)v); break;
             default: ((uint8_t *)t->data)[i] = (uint8_t)v; break;
             }
         }

@@ -257,8 +257,8 @@ static bool slice_grad_compute(void *state, exec_ctx *ctx) {
     {op, "CPU", mask, create, compute, destroy, false, false, false, NULL, false}
 
 const exec_kernel_def cpu_array_kernels[] = {
-    K("Reshape", DT_ALL, cpu_no_state, cpu_reshape_compute, NULL),
-    K("Shape", DT_ALL, cpu_no_state, cpu_shape_compute, NULL),
+    K("Reshape", DT_STORAGE, cpu_no_state, cpu_reshape_compute, NULL),
+    K("Shape", DT_STORAGE, cpu_no_state, cpu_shape_compute, NULL),
     K("Fill", DT_BIT(DG_INT32) | DT_BIT(DG_INT64), cpu_no_state, fill_compute, NULL),
     K("ZerosLike", DT_ALL, cpu_no_state, like_compute, NULL),
     K("OnesLike", DT_ALL, ones_create, like_compute, NULL),

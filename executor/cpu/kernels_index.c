@@ -232,7 +232,7 @@ const exec_kernel_def cpu_index_kernels[] = {
     K("Range", DT_NUMERIC, range_compute),
     K("Transpose", DT_ALL, transpose_compute),
     K("Tile", DT_ALL, tile_compute),
-    K("StopGradient", DT_ALL, cpu_identity_compute),
+    K("StopGradient", DT_STORAGE, cpu_identity_compute),
     // Chosen by input 0's dtype: the condition's, and the indices'.
     K("Select", DT_BIT(DG_BOOL), select_compute),
     K("OneHot", DT_BIT(DG_INT32) | DT_BIT(DG_INT64), one_hot_compute),

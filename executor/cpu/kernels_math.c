@@ -447,9 +447,31 @@ static bool clip_grad_compute(void *state, exec_ctx *ctx) {
         case DG_FLOAT64: { const double *s = x->data; for (int64_t i = 0; i < n; i++) y[i] = (TO)s[i]; break; } \
         case DG_INT32: { const int32_t *s = x->data; for (int64_t i = 0; i < n; i++) y[i] = (TO)s[i]; break; } \
         case DG_INT64: { const int64_t *s = x->data; for (int64_t i = 0; i < n; i++) y[i] = (TO)s[i]; break; } \
+        case DG_BFLOAT16: { const uint16_t *s = x->data; for (int64_t i = 0; i < n; i++) y[i] = (TO)dg_bfloat16_to_float(s[i]); break; } \
+        case DG_FLOAT16: { const uint16_t *s = x->data; for (int64_t i = 0; i < n; i++) y[i] = (TO)dg_float16_to_float(s[i]); break; } \
         default: { const uint8_t *s = x->data; for (int64_t i = 0; i < n; i++) y[i] = (TO)s[i]; break; } \
         }                                                                              \
     } while (0)
+
+// To a 16-bit float: through float32 (from float64 that rounds twice, as TensorFlow's Cast does).
+static void cast_to_16(const dg_tensor *x, uint16_t *y, int64_t n, uint16_t (*to)(float)) {
+    switch (x->dtype) {
+    case DG_FLOAT32: {
+        const float *s = x->data;
+        for (int64_t i = 0; i < n; i++) y[i] = to(s[i]);
+        break;
+    }
+    default:
+        if (to == (x->dtype == DG_BFLOAT16   ? dg_float_to_bfloat16
+                   : x->dtype == DG_FLOAT16 ? dg_float_to_float16
+                                            : NULL)) {
+            memcpy(y, x->data, (size_t)n * sizeof *y);   // the same 16-bit float
+            break;
+        }
+        // The other types (the other 16-bit float too) through their float32 value.
+        for (int64_t i = 0; i < n; i++) y[i] = to((float)dg_tensor_get_as_double(x, i));
+    }
+}
 
 static bool cast_compute(void *state, exec_ctx *ctx) {
     dg_tensor *x = IN(0);
@@ -463,6 +485,8 @@ static bool cast_compute(void *state, exec_ctx *ctx) {
     case DG_INT32: CAST_TO(int32_t); break;
     case DG_INT64: CAST_TO(int64_t); break;
     case DG_UINT8: CAST_TO(uint8_t); break;
+    case DG_BFLOAT16: cast_to_16(x, o->data, n, dg_float_to_bfloat16); break;
+    case DG_FLOAT16: cast_to_16(x, o->data, n, dg_float_to_float16); break;
     case DG_BOOL: {
         uint8_t *y = o->data;
         for (int64_t i = 0; i < n; i++) y[i] = dg_tensor_get_as_double(x, i) != 0;
@@ -514,6 +538,6 @@ const exec_kernel_def cpu_math_kernels[] = {
     K("AddN", DT_NUMERIC, cpu_no_state, addn_compute, NULL, false),
     K("ClipByValue", DT_FLOATS, cpu_no_state, clip_compute, NULL, false),
     K("ClipByValueGrad", DT_FLOATS, cpu_no_state, clip_grad_compute, NULL, false),
-    K("Cast", DT_ALL, cpu_no_state, cast_compute, NULL, false),
+    K("Cast", DT_STORAGE, cpu_no_state, cast_compute, NULL, false),
 };
 const int cpu_n_math_kernels = sizeof cpu_math_kernels / sizeof cpu_math_kernels[0];

@@ -47,7 +47,7 @@ static void recv_start(void *state, exec_ctx *ctx, exec_async_handle h) {
 }
 
 const exec_kernel_def cpu_sendrecv_kernels[] = {
-    {"_Send", "CPU", DT_ALL, key_create, send_compute, free, false, false, false, NULL, false},
-    {"_Recv", "CPU", DT_ALL, key_create, NULL, free, false, false, false, recv_start, false},
+    {"_Send", "CPU", DT_STORAGE, key_create, send_compute, free, false, false, false, NULL, false},
+    {"_Recv", "CPU", DT_STORAGE, key_create, NULL, free, false, false, false, recv_start, false},
 };
 const int cpu_n_sendrecv_kernels = sizeof cpu_sendrecv_kernels / sizeof cpu_sendrecv_kernels[0];

@@ -285,15 +285,15 @@ static bool apply_adam_compute(void *state, exec_ctx *ctx) {
     {op, "CPU", mask, create, compute, destroy, expensive, is_ref, uninit, NULL, false}
 
 const exec_kernel_def cpu_state_kernels[] = {
-    K("Const", DT_ALL, const_create, const_compute, NULL, false, false, false),
-    K("Placeholder", DT_ALL, cpu_no_state, cpu_placeholder_compute, NULL, false, false, false),
-    K("Identity", DT_ALL, cpu_no_state, cpu_identity_compute, NULL, false, false, false),
-    K("NoOp", DT_ALL | DT_BIT(DG_INVALID_DTYPE), cpu_no_state, cpu_noop_compute, NULL, false, false, false),
-    K("VariableV2", DT_ALL, variable_create, variable_compute, NULL, false, true, true),
-    K("Assign", DT_ALL, assign_create, assign_compute, NULL, false, true, true),
+    K("Const", DT_STORAGE, const_create, const_compute, NULL, false, false, false),
+    K("Placeholder", DT_STORAGE, cpu_no_state, cpu_placeholder_compute, NULL, false, false, false),
+    K("Identity", DT_STORAGE, cpu_no_state, cpu_identity_compute, NULL, false, false, false),
+    K("NoOp", DT_STORAGE | DT_BIT(DG_INVALID_DTYPE), cpu_no_state, cpu_noop_compute, NULL, false, false, false),
+    K("VariableV2", DT_STORAGE, variable_create, variable_compute, NULL, false, true, true),
+    K("Assign", DT_STORAGE, assign_create, assign_compute, NULL, false, true, true),
     K("AssignAdd", DT_NUMERIC, cpu_no_state, assign_add_compute, NULL, false, true, false),
     K("AssignSub", DT_NUMERIC, cpu_no_state, assign_sub_compute, NULL, false, true, false),
-    K("IsVariableInitialized", DT_ALL, cpu_no_state, cpu_is_init_compute, NULL, false, false, true),
+    K("IsVariableInitialized", DT_STORAGE, cpu_no_state, cpu_is_init_compute, NULL, false, false, true),
     K("RandomUniform", DT_FLOATS, rand_create, rand_compute, rand_destroy, false, false, false),
     K("RandomStandardNormal", DT_FLOATS, rand_create, rand_compute, rand_destroy, false, false, false),
     K("TruncatedNormal", DT_FLOATS, rand_create, rand_compute, rand_destroy, false, false, false),

@@ -26,6 +26,8 @@ typedef enum dg_dtype {
     DG_UINT8 = 4,
     DG_INT64 = 9,
     DG_BOOL = 10,
+    DG_BFLOAT16 = 14,   // 8 exponent bits and 7 fraction bits: float32's range, 2-3 digits
+    DG_FLOAT16 = 19,    // IEEE 754 binary16 (TensorFlow's "half"): 5 exponent bits, 10 fraction bits
 } dg_dtype;
 
 // Bytes per element, 0 for an unknown dtype.
@@ -33,7 +35,19 @@ size_t dg_dtype_size(dg_dtype t);
 // "float32", "float64", ...; "invalid" for anything else. Returns: a static string.
 const char *dg_dtype_name(dg_dtype t);
 bool dg_dtype_is_valid(dg_dtype t);
+// float32 or float64, the types arithmetic ops compute in.
 bool dg_dtype_is_float(dg_dtype t);
+// bfloat16 or float16: 16-bit floats, stored, cast, sent and checkpointed (Cast converts them
+// to and from the other types); ops that compute say where they take them.
+bool dg_dtype_is_float16_family(dg_dtype t);
+
+// Conversions of one 16-bit float, bits in a uint16_t: to 16 bits rounds to the nearest, ties
+// to even; infinities stay infinite, NaN stays NaN (quiet, sign kept); float16 overflows to
+// infinity and has subnormals; to float is exact.
+uint16_t dg_float_to_bfloat16(float v);
+float dg_bfloat16_to_float(uint16_t b);
+uint16_t dg_float_to_float16(float v);
+float dg_float16_to_float(uint16_t h);
 
 #define DG_MAX_RANK 8
 
@@ -106,7 +120,7 @@ float *dg_tensor_f32(const dg_tensor *t);
 double *dg_tensor_f64(const dg_tensor *t);
 int32_t *dg_tensor_i32(const dg_tensor *t);
 int64_t *dg_tensor_i64(const dg_tensor *t);
-// Element i of a numeric tensor as double (bool as 0/1).
+// Element i of a numeric tensor as double (bool as 0/1, 16-bit floats exactly).
 double dg_tensor_get_as_double(const dg_tensor *t, int64_t i);
 
 #ifdef __cplusplus

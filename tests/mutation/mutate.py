@@ -78,6 +78,20 @@ MUTANTS = [
              "    bpf_padded(xp, g->n, hp, wp, g->c, rlo, rhi, clo, chi, dy, g->kh, g->kw, g->oh, g->ow, g->oc, df);\n",
              "g->kh * g->kw * g->c * g->oc", "df"),
     {
+        "name": "bfloat16_truncates",
+        "what": "float32 to bfloat16 truncates instead of rounding to nearest",
+        "file": "graph/tensor.c",
+        "edits": [("    u += 0x7fffu + ((u >> 16) & 1);\n", "")],
+        "tests": ["test_float16"],
+    },
+    {
+        "name": "float16_ties_away",
+        "what": "float32 to float16 rounds ties up instead of to even",
+        "file": "graph/tensor.c",
+        "edits": [("    m += 0xfffu + ((m >> 13) & 1);\n", "    m += 0x1000u;\n")],
+        "tests": ["test_float16"],
+    },
+    {
         "name": "conv_sparse_filter_drops_entry",
         "what": "the sparse filter gradient leaves out each image's last nonzero dy entry",
         "file": "executor/cpu/conv_direct.c",

@@ -138,6 +138,8 @@ static rt_header *full_header(int type) {
         dg_tensor_new(DG_BOOL, dg_shape_make(8, dims8), st),
         dg_tensor_new(DG_FLOAT64, dg_shape3(4, 0, 7), st),
         dg_tensor_new(DG_INT32, dg_shape1(1 << 20), st),
+        dg_tensor_new(DG_BFLOAT16, dg_shape2(3, 5), st),
+        dg_tensor_new(DG_FLOAT16, dg_shape1(7), st),
     };
     assert_ok(st);
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) {
@@ -542,6 +544,9 @@ static void test_tensor_descriptions(void **state) {
         {{DG_UINT8, 1, {5}, -1}, "byte count does not match uint8 [5]"},
         {{DG_INT64, 3, {big, big, big}, 0}, "byte count does not match int64"},
         {{DG_BOOL, 2, {big, 1 << 24}, 0}, "byte count does not match bool"},
+        {{DG_BFLOAT16, 1, {3}, 12}, "byte count does not match bfloat16 [3]"},
+        {{DG_FLOAT16, 2, {2, 2}, 4}, "byte count does not match float16 [2,2]"},
+        {{15, 1, {2}, 4}, "unknown dtype"},
         {{DG_FLOAT32, 9, {1, 1, 1, 1, 1, 1, 1, 1, 1}, 4}, "dims must be a list of at most 8"},
         {{DG_FLOAT32, -1, {0}, 4}, "dims must be a list of at most 8"},
         {{DG_FLOAT32, 2, {2, -1}, 8}, "tensors[0] dimension 1 is not a size"},

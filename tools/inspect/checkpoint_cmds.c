@@ -144,7 +144,7 @@ static void value_str(const dg_tensor *t, int64_t i, bool json, char *buf, size_
     default: v = dg_tensor_get_as_double(t, i); break;
     }
     if (json && !isfinite(v)) snprintf(buf, cap, "null");
-    else if (json) snprintf(buf, cap, "%.*g", dg_tensor_dtype(t) == DG_FLOAT32 ? 9 : 17, v);
+    else if (json) snprintf(buf, cap, "%.*g", dg_tensor_dtype(t) == DG_FLOAT64 ? 17 : 9, v);
     else snprintf(buf, cap, "%g", v);
 }
 
