@@ -16,6 +16,8 @@
  * Then the direct convolutions of cnn_replica (executor/cpu/conv_direct.c: forward, input and
  * filter gradients; one thread, as they run), as GFLOP/s of the im2col GEMM they stand for.
  *   build/bin/gemm_bench --conv_only      (just those; --only NAME_PART: the shapes so named)
+ * Then bfloat16 and float16 products (cpu_gemm16) beside float32 on the same shapes, with the
+ * kernel that ran them.
  * The first line says which CPU and kernels ran (dg_cpu_summary). */
 #include <math.h>
 #include <stdio.h>
@@ -180,6 +182,59 @@ static double time_gemm(gemm_fn f, const shape *s, double seconds) {
     return 2.0 * (double)s->M * (double)s->N * (double)s->K / best / 1e9;
 }
 
+// GFLOP/s of cpu_gemm16 (executor/cpu/gemm16.c) on shape s in dtype t, the inputs those of
+// time_gemm rounded to t.
+typedef struct gemm16_call {
+    dg_dtype t;
+    const shape *s;
+    const uint16_t *A, *B;
+    uint16_t *C;
+} gemm16_call;
+
+static void call_gemm16(void *ctx) {
+    gemm16_call *c = ctx;
+    const shape *s = c->s;
+    if (!cpu_gemm16(c->t, s->ta, s->tb, s->M, s->N, s->K, c->A, s->ta ? s->M : s->K, c->B, s->tb ? s->K : s->N,
+                    c->C, s->N)) {
+        fprintf(stderr, "gemm_bench: out of memory\n");
+        exit(1);
+    }
+}
+
+static uint16_t *filled16(dg_dtype t, int64_t n, int64_t mul, int mod, float off) {
+    float *f = filled(n, mul, mod, off);
+    uint16_t *h = malloc((size_t)n * sizeof *h);
+    if (!h) exit(1);
+    for (int64_t i = 0; i < n; i++) h[i] = t == DG_BFLOAT16 ? dg_float_to_bfloat16(f[i]) : dg_float_to_float16(f[i]);
+    free(f);
+    return h;
+}
+
+static double time_gemm16(dg_dtype t, const shape *s, double seconds) {
+    uint16_t *A = filled16(t, s->M * s->K, 7919, 13, 0.6f), *B = filled16(t, s->K * s->N, 104729, 11, 0.5f);
+    uint16_t *C = filled16(t, s->M * s->N, 1, 1, 0.0f);
+    gemm16_call c = {t, s, A, B, C};
+    double best = time_best(call_gemm16, &c, seconds);
+    float c0 = t == DG_BFLOAT16 ? dg_bfloat16_to_float(C[0]) : dg_float16_to_float(C[0]);
+    if (!isfinite(c0)) {
+        fprintf(stderr, "gemm_bench: %s in %s gave a non-finite result\n", s->name, dg_dtype_name(t));
+        exit(1);
+    }
+    free(A);
+    free(B);
+    free(C);
+    return 2.0 * (double)s->M * (double)s->N * (double)s->K / best / 1e9;
+}
+
+// The 16-bit products timed beside float32 on the same shapes (a 1024-wide MLP layer at batch
+// 256, its weight gradient, a transformer's, a large square).
+static const shape shapes16[] = {
+    {"mlp1024_forward_256x1024x1024", false, false, 256, 1024, 1024},
+    {"mlp1024_weight_grad_1024x1024x256", true, false, 1024, 1024, 256},
+    {"transformer_768x128x384", false, false, 768, 128, 384},
+    {"square_1024", false, false, 1024, 1024, 1024},
+};
+
 // The direct convolutions (executor/cpu/conv_direct.c) on cnn_replica's two layers, batch 100:
 // 5 x 5 windows, stride 1, 'SAME' padding; 1 -> 16 channels at 28 x 28, 16 -> 32 at 14 x 14.
 typedef enum { CONV_FWD, CONV_BP_INPUT, CONV_BP_FILTER } conv_pass;
@@ -312,6 +367,19 @@ int main(int argc, char **argv) {
                    (long long)shapes[s].K, g, g / peak_all, peak_all, peak_isa, threads);
             fflush(stdout);
         }
+    for (size_t s = 0; s < (conv_only ? 0 : sizeof shapes16 / sizeof *shapes16); s++) {
+        if (only && !strstr(shapes16[s].name, only)) continue;
+        double f32 = time_gemm(run_ours, &shapes16[s], seconds);
+        for (dg_dtype t = DG_BFLOAT16; t <= DG_FLOAT16; t = t == DG_BFLOAT16 ? DG_FLOAT16 : DG_FLOAT16 + 1) {
+            double g = time_gemm16(t, &shapes16[s], seconds);
+            double peak = has_peak ? fma_peak(widest) * threads : NAN;
+            printf("{\"bench\": \"gemm_bench\", \"metric\": \"%s\", \"provider\": \"distgraph\", \"dtype\": \"%s\", "
+                   "\"kernel\": \"%s\", \"value\": %.1f, \"unit\": \"GFLOP/s\", \"float32_value\": %.1f, "
+                   "\"vs_float32\": %.2f, \"of_float32_peak\": %.3f, \"threads\": %d}\n",
+                   shapes16[s].name, dg_dtype_name(t), cpu_gemm16_summary(t), g, f32, g / f32, g / peak, threads);
+            fflush(stdout);
+        }
+    }
     for (size_t i = 0; i < sizeof convs / sizeof *convs; i++) {
         if (only && !strstr(convs[i].name, only)) continue;
         double before = has_peak ? fma_peak(widest) : NAN;

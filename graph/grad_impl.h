@@ -12,6 +12,10 @@
     X(SparseSoftmaxCrossEntropyWithLogits) X(Sum) X(Mean) X(Max) X(Reshape) X(Cast)  \
     X(Concat) X(Split) X(Slice) X(Fill) X(BroadcastTo) X(SumToShape) X(Pow) X(Select)
 
+// Gradients flow through float32, float64 and the 16-bit floats (an op computing in a 16-bit
+// float has its gradient in it; a Cast's gradient casts back); not through integers or bool.
+static inline bool graph_dtype_differentiable(dg_dtype t) { return dg_dtype_is_float(t) || dg_dtype_is_float16_family(t); }
+
 #define DECLARE_GRAD(op) bool grad_##op(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx);
 GRAD_FNS(DECLARE_GRAD)
 #undef DECLARE_GRAD

@@ -319,7 +319,7 @@ bool grad_Reshape(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
 
 bool grad_Cast(dg_graph *g, dg_node *n, const dg_output *dy, dg_output *dx) {
     dg_dtype src = dg_output_dtype(in(n, 0));
-    if (dg_dtype_is_float(src) && dg_dtype_is_float(dg_output_dtype(dy[0])))
+    if (graph_dtype_differentiable(src) && graph_dtype_differentiable(dg_output_dtype(dy[0])))
         dx[0] = dg_cast(g, NULL, dy[0], src);
     return dg_graph_ok(g);
 }
@@ -548,7 +548,7 @@ bool dg_gradients_ex(dg_graph *g, const dg_output *ys, int n_ys, const dg_output
             if (xs[i].node == nd) dx[i] = dy[xs[i].index];
         bool has_float_input = false;
         for (int k = 0; k < nd->n_inputs; k++)
-            if ((mark[nd->inputs[k].node->id] & 3) == 3 && dg_dtype_is_float(dg_output_dtype(nd->inputs[k])))
+            if ((mark[nd->inputs[k].node->id] & 3) == 3 && graph_dtype_differentiable(dg_output_dtype(nd->inputs[k])))
                 has_float_input = true;
         if (any && has_float_input) {
             if (!nd->op->grad) {
@@ -565,7 +565,7 @@ bool dg_gradients_ex(dg_graph *g, const dg_output *ys, int n_ys, const dg_output
                 for (int k = 0; k < nd->n_inputs && ok; k++) {
                     dg_output src = nd->inputs[k];
                     if (!dxs[k].node || (mark[src.node->id] & 3) != 3) continue;
-                    if (!dg_dtype_is_float(dg_output_dtype(src))) continue;
+                    if (!graph_dtype_differentiable(dg_output_dtype(src))) continue;
                     if (!grads[src.node->id]) {
                         grads[src.node->id] = calloc((size_t)src.node->n_outputs, sizeof(contrib));
                         if (!grads[src.node->id]) abort();

@@ -25,6 +25,14 @@ static bool need_float(const dg_node *n, int i, dg_status *st) {
     return false;
 }
 
+// float32, float64 or a 16-bit float: ops with kernels for all of them (MatMul).
+static bool need_float_or_16(const dg_node *n, int i, dg_status *st) {
+    if (dg_dtype_is_float(in_dt(n, i)) || dg_dtype_is_float16_family(in_dt(n, i))) return true;
+    dg_status_setf(st, DG_INVALID_ARGUMENT, "input %d (\"%s\") must be float32, float64, bfloat16 or float16, got %s",
+                   i, n->inputs[i].node->name, dg_dtype_name(in_dt(n, i)));
+    return false;
+}
+
 static bool need_numeric(const dg_node *n, int i, dg_status *st) {
     dg_dtype t = in_dt(n, i);
     if (t == DG_FLOAT32 || t == DG_FLOAT64 || t == DG_INT32 || t == DG_INT64) return true;
@@ -214,7 +222,7 @@ static bool infer_addn(dg_node *n, dg_status *st) {
 }
 
 static bool infer_matmul(dg_node *n, dg_status *st) {
-    if (!need_float(n, 0, st) || !same_dtype(n, 0, 1, st)) return false;
+    if (!need_float_or_16(n, 0, st) || !same_dtype(n, 0, 1, st)) return false;
     if (!need_rank(n, 0, 2, st) || !need_rank(n, 1, 2, st)) return false;
     bool ta = false, tb = false;
     dg_node_attr_bool(n, "transpose_a", &ta);

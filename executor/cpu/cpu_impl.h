@@ -239,6 +239,12 @@ typedef struct cpu_gemm_info {
 } cpu_gemm_info;
 // Filled once per process. Returns: borrowed, static.
 const cpu_gemm_info *cpu_gemm_get_info(void);
+// C = op(A) op(B), all three bfloat16 or all float16 (t), row-major, sums in float32 rounded
+// once into C (gemm16.c). False when out of memory.
+bool cpu_gemm16(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                const void *B, int64_t ldb, void *C, int64_t ldc);
+// What runs t's products, in words ("oneDNN 2.6.3 brg:avx512_core_bf16", "through float32").
+const char *cpu_gemm16_summary(dg_dtype t);
 // The cores this process may run on (its affinity mask), at most 64.
 int exec_cpu_default_threads(void);
 // The threads a large GEMM is split over (exec_cpu_set_threads, exec_impl.h).

@@ -33,6 +33,12 @@ static bool matmul_compute(void *state, exec_ctx *ctx) {
         memset(o->data, 0, o->nbytes);
         return true;
     }
+    if (dg_dtype_is_float16_family(a->dtype)) {
+        if (!cpu_gemm16(a->dtype, m->ta, m->tb, M, N, K, a->data, a->shape.dims[1], b->data, b->shape.dims[1],
+                        o->data, N))
+            return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "out of memory for a %s product", dg_dtype_name(a->dtype));
+        return true;
+    }
     cpu_gemm(a->dtype, m->ta, m->tb, M, N, K, 1.0, a->data, a->shape.dims[1], b->data, b->shape.dims[1], 0.0,
              o->data, N);
     return true;
@@ -501,7 +507,7 @@ static bool cast_compute(void *state, exec_ctx *ctx) {
     {op, "CPU", mask, create, compute, destroy, expensive, false, false, NULL, false}
 
 const exec_kernel_def cpu_math_kernels[] = {
-    K("MatMul", DT_FLOATS, matmul_create, matmul_compute, free, true),
+    K("MatMul", DT_FLOATS | DT_FLOAT16S, matmul_create, matmul_compute, free, true),
     K("Add", DT_NUMERIC, bin_create, bin_compute, free, false),
     K("Sub", DT_NUMERIC, bin_create, bin_compute, free, false),
     K("Mul", DT_NUMERIC, bin_create, bin_compute, free, false),

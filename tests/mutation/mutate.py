@@ -92,6 +92,13 @@ MUTANTS = [
         "tests": ["test_float16"],
     },
     {
+        "name": "gemm16_drops_last_k",
+        "what": "the 16-bit product through float32 leaves out the last term of each sum",
+        "file": "executor/cpu/gemm16.c",
+        "edits": [("        cpu_gemm(DG_FLOAT32, ta, tb, M, N, K, 1.0,", "        cpu_gemm(DG_FLOAT32, ta, tb, M, N, K - 1, 1.0,")],
+        "tests": ["test_gemm16"],
+    },
+    {
         "name": "conv_sparse_filter_drops_entry",
         "what": "the sparse filter gradient leaves out each image's last nonzero dy entry",
         "file": "executor/cpu/conv_direct.c",
