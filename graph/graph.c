@@ -31,6 +31,10 @@ typedef struct collection {
     graph_strmap index;   // node name -> node
 } collection;
 
+typedef struct cast_entry {
+    dg_output from, to;
+} cast_entry;
+
 struct dg_graph {
     dg_node **nodes;
     int n_nodes, cap_nodes;
@@ -58,6 +62,9 @@ struct dg_graph {
     int64_t seed;
     bool has_seed;
     char *unique_last;        // last dg_graph_unique_name result
+    dg_dtype mixed;           // dg_graph_set_mixed_precision; DG_INVALID_DTYPE: off
+    cast_entry *casts;        // mixed precision's casts, one per (source output, dtype): graph_cast_remember
+    int n_casts, cap_casts;
 };
 
 #define GROW(arr, n, cap)                                                       \
@@ -135,6 +142,7 @@ void dg_graph_free(dg_graph **gp) {
     }
     free(g->collections);
     free(g->unique_last);
+    free(g->casts);
     free(g);
     *gp = NULL;
 }
@@ -908,4 +916,34 @@ dg_node *graph_insert_raw(dg_graph *g, const graph_op_def *def, const char *name
         n->cap_attrs = n_attrs;
     }
     return insert_node(g, n);
+}
+
+// ---- mixed precision ----
+
+bool dg_graph_set_mixed_precision(dg_graph *g, dg_dtype dtype, dg_status *st) {
+    if (!g) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "mixed precision: graph is NULL");
+        return false;
+    }
+    if (dtype != DG_INVALID_DTYPE && !dg_dtype_is_float16_family(dtype)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "mixed precision: %s is not bfloat16 or float16", dg_dtype_name(dtype));
+        return false;
+    }
+    g->mixed = dtype;
+    return true;
+}
+
+dg_dtype dg_graph_mixed_precision(const dg_graph *g) { return g ? g->mixed : DG_INVALID_DTYPE; }
+
+dg_output graph_cast_lookup(const dg_graph *g, dg_output x, dg_dtype to) {
+    for (int i = 0; i < g->n_casts; i++)
+        if (g->casts[i].from.node == x.node && g->casts[i].from.index == x.index &&
+            dg_output_dtype(g->casts[i].to) == to)
+            return g->casts[i].to;
+    return (dg_output){NULL, 0};
+}
+
+void graph_cast_remember(dg_graph *g, dg_output x, dg_output cast) {
+    GROW(g->casts, g->n_casts, g->cap_casts);
+    g->casts[g->n_casts++] = (cast_entry){x, cast};
 }

@@ -122,6 +122,10 @@ int64_t graph_random_seed(const dg_graph *g, bool *has_seed);
 // ---- builder protocol ----
 // Starts a node of op `type` named under the current name scope (name NULL: the type).
 // Returns NULL when the graph already holds an error or type is unknown (error recorded).
+// Mixed precision's casts, one per (x, dtype) in the graph: the one made for x to `to`, or
+// the null output; and the record of a new one (ops.c's cast_shared).
+dg_output graph_cast_lookup(const dg_graph *g, dg_output x, dg_dtype to);
+void graph_cast_remember(dg_graph *g, dg_output x, dg_output cast);
 dg_node *graph_begin(dg_graph *g, const char *type, const char *name);
 // Same, with the exact full name (no scope, no uniquifying); an existing name is an error.
 dg_node *graph_begin_absolute(dg_graph *g, const char *type, const char *full_name);

@@ -357,7 +357,30 @@ dg_node *dg_global_variables_initializer(dg_graph *g) {
 }
 
 // ---- math ----
+static dg_output matmul_node(dg_graph *g, const char *name, dg_output a, dg_output b, bool ta, bool tb);
+
+// x cast to the 16-bit float `to`: one Cast node per (x, to), made at the first call (under the
+// scopes then in force) and shared by later ones.
+static dg_output cast_shared(dg_graph *g, dg_output x, dg_dtype to) {
+    if (dg_output_dtype(x) == to) return x;
+    dg_output c = graph_cast_lookup(g, x, to);
+    if (c.node) return c;
+    c = dg_cast(g, to == DG_BFLOAT16 ? "CastToBfloat16" : "CastToFloat16", x, to);
+    if (c.node) graph_cast_remember(g, x, c);
+    return c;
+}
+
 dg_output dg_matmul(dg_graph *g, const char *name, dg_output a, dg_output b, bool ta, bool tb) {
+    if (!a.node || !b.node) return null_input(g, "MatMul");
+    dg_dtype mp = dg_graph_mixed_precision(g);
+    if (mp != DG_INVALID_DTYPE && dg_output_dtype(a) == DG_FLOAT32 && dg_output_dtype(b) == DG_FLOAT32) {
+        dg_output y = matmul_node(g, name, cast_shared(g, a, mp), cast_shared(g, b, mp), ta, tb);
+        return dg_cast(g, "CastToFloat32", y, DG_FLOAT32);
+    }
+    return matmul_node(g, name, a, b, ta, tb);
+}
+
+static dg_output matmul_node(dg_graph *g, const char *name, dg_output a, dg_output b, bool ta, bool tb) {
     if (!a.node || !b.node) return null_input(g, "MatMul");
     dg_node *n = graph_begin(g, "MatMul", name);
     graph_add_input(n, a);

@@ -38,54 +38,10 @@ bool dg_dtype_is_valid(dg_dtype t) { return dg_dtype_size(t) != 0; }
 bool dg_dtype_is_float(dg_dtype t) { return t == DG_FLOAT32 || t == DG_FLOAT64; }
 bool dg_dtype_is_float16_family(dg_dtype t) { return t == DG_BFLOAT16 || t == DG_FLOAT16; }
 
-static uint32_t float_bits(float v) {
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    return u;
-}
-
-static float bits_float(uint32_t u) {
-    float v;
-    memcpy(&v, &u, sizeof v);
-    return v;
-}
-
-uint16_t dg_float_to_bfloat16(float v) {
-    uint32_t u = float_bits(v);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   // NaN, made quiet
-    // Adding 0x7fff plus the lowest kept bit rounds to nearest with ties to even; a carry out
-    // of the fraction raises the exponent, and from the largest finite values gives infinity.
-    u += 0x7fffu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-
-float dg_bfloat16_to_float(uint16_t b) { return bits_float((uint32_t)b << 16); }
-
-uint16_t dg_float_to_float16(float v) {
-    uint32_t u = float_bits(v), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));   // NaN, quiet
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);   // rounds to 65520 or more: infinity
-    if (a < 0x38800000u) {
-        // Below float16's smallest normal (2^-14): a multiple of 2^-24. Adding 0.5 moves the
-        // value so that float32's own rounding (to nearest, ties to even) rounds it at 2^-24.
-        float r = bits_float(a) + 0.5f;
-        return (uint16_t)(sign | (float_bits(r) - float_bits(0.5f)));
-    }
-    // Normal: rebias the exponent (127 -> 15) and round the 13 dropped fraction bits.
-    uint32_t m = a - 0x38000000u;
-    m += 0xfffu + ((m >> 13) & 1);
-    return (uint16_t)(sign | (m >> 13));
-}
-
-float dg_float16_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1f) return bits_float(sign | 0x7f800000u | (m << 13));   // infinity or NaN
-    if (e == 0) {
-        float v = (float)m * 0x1p-24f;   // zero or subnormal: exact
-        return bits_float(sign | float_bits(v));
-    }
-    return bits_float(sign | ((e + 112) << 23) | (m << 13));
-}
+uint16_t dg_float_to_bfloat16(float v) { return tensor_f32_to_bf16(v); }
+float dg_bfloat16_to_float(uint16_t b) { return tensor_bf16_to_f32(b); }
+uint16_t dg_float_to_float16(float v) { return tensor_f32_to_f16(v); }
+float dg_float16_to_float(uint16_t h) { return tensor_f16_to_f32(h); }
 
 dg_shape dg_shape_unknown(void) {
     dg_shape s;

@@ -3,6 +3,7 @@
 #define DG_TENSOR_IMPL_H
 
 #include <stdatomic.h>
+#include <string.h>
 
 #include "distgraph/tensor.h"
 
@@ -22,6 +23,57 @@ struct dg_tensor {
                               // set by its kernels). Host code must not read such data:
                               // dg_tensor_copy refuses, exec_tensor_to_host copies it
 };
+
+// The 16-bit floats' conversions (dg_float_to_bfloat16 and its siblings, tensor.h), inline so
+// that the loops of Cast and of the 16-bit GEMM vectorise.
+static inline uint32_t tensor_float_bits(float v) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+
+static inline float tensor_bits_float(uint32_t u) {
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static inline uint16_t tensor_f32_to_bf16(float v) {
+    uint32_t u = tensor_float_bits(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   // NaN, made quiet
+    // Adding 0x7fff plus the lowest kept bit rounds to nearest with ties to even; a carry out
+    // of the fraction raises the exponent, and from the largest finite values gives infinity.
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float tensor_bf16_to_f32(uint16_t b) { return tensor_bits_float((uint32_t)b << 16); }
+
+static inline uint16_t tensor_f32_to_f16(float v) {
+    uint32_t u = tensor_float_bits(v), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));   // NaN, quiet
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);   // rounds to 65520 or more: infinity
+    if (a < 0x38800000u) {
+        // Below float16's smallest normal (2^-14): a multiple of 2^-24. Adding 0.5 moves the
+        // value so that float32's own rounding (to nearest, ties to even) rounds it at 2^-24.
+        float r = tensor_bits_float(a) + 0.5f;
+        return (uint16_t)(sign | (tensor_float_bits(r) - tensor_float_bits(0.5f)));
+    }
+    // Normal: rebias the exponent (127 -> 15) and round the 13 dropped fraction bits.
+    uint32_t m = a - 0x38000000u;
+    m += 0xfffu + ((m >> 13) & 1);
+    return (uint16_t)(sign | (m >> 13));
+}
+
+static inline float tensor_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f) return tensor_bits_float(sign | 0x7f800000u | (m << 13));   // infinity or NaN
+    if (e == 0) {
+        float v = (float)m * 0x1p-24f;   // zero or subnormal: exact
+        return tensor_bits_float(sign | tensor_float_bits(v));
+    }
+    return tensor_bits_float(sign | ((e + 112) << 23) | (m << 13));
+}
 
 // A tensor sharing t's buffer with another shape (same element count).
 // Returns: new, caller releases with dg_tensor_unref().

@@ -85,6 +85,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     int64_t task_index = -1, train_steps = p->train_steps, batch_size = p->batch_size, seed = 1, log_every = 100;
     int64_t wait_ms = 60000, rpc_timeout_ms = 30000, save_checkpoint_steps = 100, recovery_attempts = 3;
     const char *checkpoint_path = "", *slurm_jobs = "", *save_graph = "", *logdir = "", *trace_file = "";
+    const char *mixed_precision = "off";
     int64_t trace_step = 0;
     int64_t slurm_port_base = DG_SLURM_DEFAULT_PORT_BASE;
     int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000, wait_for_tasks_ms = 0;
@@ -140,6 +141,9 @@ int replica_main(int argc, char **argv, const replica_model *p) {
          "how long to wait for tasks (ps, workers) not up yet, logging every 5 s (default 0: no limit)"},
         {"existing_servers", FLAG_BOOL, &existing_servers,
          "start no server: train through the standing dg-server of this worker's task (dg://worker host)"},
+        {"mixed_precision", FLAG_STRING, &mixed_precision,
+         "bf16: the model's float32 products (MatMul) in bfloat16, variables and the rest in float32 "
+         "(dg_graph_set_mixed_precision); off (default)"},
     };
     // The program's flags, then the model's.
     int n_generic = (int)(sizeof defs / sizeof defs[0]), n_defs = n_generic + p->n_flags;
@@ -266,6 +270,13 @@ int replica_main(int argc, char **argv, const replica_model *p) {
         goto out;
     }
     g = dg_graph_new();
+    if (strcmp(mixed_precision, "bf16") == 0 || strcmp(mixed_precision, "bfloat16") == 0) {
+        if (!dg_graph_set_mixed_precision(g, DG_BFLOAT16, st)) goto out;
+    } else if (strcmp(mixed_precision, "off") != 0) {
+        fprintf(stderr, "--mixed_precision: \"%s\" is not bf16 or off (float16 needs loss scaling, which "
+                "distgraph does not have yet)\n", mixed_precision);
+        goto out;
+    }
     char worker_device[128];
     if (num_gpus > 0)
         snprintf(worker_device, sizeof worker_device, "/job:worker/task:%lld/device:GPU:%lld", (long long)task_index,

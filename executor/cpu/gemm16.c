@@ -24,18 +24,18 @@
 
 // ---- portable: through float32 ----
 
-static void to_f32(dg_dtype t, const uint16_t *s, float *d, int64_t n) {
+CPU_CLONES static void to_f32(dg_dtype t, const uint16_t *s, float *d, int64_t n) {
     if (t == DG_BFLOAT16)
-        for (int64_t i = 0; i < n; i++) d[i] = dg_bfloat16_to_float(s[i]);
+        for (int64_t i = 0; i < n; i++) d[i] = tensor_bf16_to_f32(s[i]);
     else
-        for (int64_t i = 0; i < n; i++) d[i] = dg_float16_to_float(s[i]);
+        for (int64_t i = 0; i < n; i++) d[i] = tensor_f16_to_f32(s[i]);
 }
 
-static void from_f32(dg_dtype t, const float *s, uint16_t *d, int64_t n) {
+CPU_CLONES static void from_f32(dg_dtype t, const float *s, uint16_t *d, int64_t n) {
     if (t == DG_BFLOAT16)
-        for (int64_t i = 0; i < n; i++) d[i] = dg_float_to_bfloat16(s[i]);
+        for (int64_t i = 0; i < n; i++) d[i] = tensor_f32_to_bf16(s[i]);
     else
-        for (int64_t i = 0; i < n; i++) d[i] = dg_float_to_float16(s[i]);
+        for (int64_t i = 0; i < n; i++) d[i] = tensor_f32_to_f16(s[i]);
 }
 
 // An r x c matrix with leading dimension ld, as float32 with leading dimension c.

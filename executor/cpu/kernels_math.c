@@ -459,14 +459,30 @@ static bool clip_grad_compute(void *state, exec_ctx *ctx) {
         }                                                                              \
     } while (0)
 
+// float32 to and from the 16-bit floats: loops the compiler vectorises (the conversions are
+// inline integer operations, tensor_impl.h).
+CPU_CLONES static void f32_to_bf16(const float *s, uint16_t *d, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = tensor_f32_to_bf16(s[i]);
+}
+CPU_CLONES static void f32_to_f16(const float *s, uint16_t *d, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = tensor_f32_to_f16(s[i]);
+}
+CPU_CLONES static void bf16_to_f32(const uint16_t *s, float *d, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = tensor_bf16_to_f32(s[i]);
+}
+CPU_CLONES static void f16_to_f32(const uint16_t *s, float *d, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = tensor_f16_to_f32(s[i]);
+}
+
 // To a 16-bit float: through float32 (from float64 that rounds twice, as TensorFlow's Cast does).
 static void cast_to_16(const dg_tensor *x, uint16_t *y, int64_t n, uint16_t (*to)(float)) {
     switch (x->dtype) {
-    case DG_FLOAT32: {
-        const float *s = x->data;
-        for (int64_t i = 0; i < n; i++) y[i] = to(s[i]);
+    case DG_FLOAT32:
+        if (to == dg_float_to_bfloat16)
+            f32_to_bf16(x->data, y, n);
+        else
+            f32_to_f16(x->data, y, n);
         break;
-    }
     default:
         if (to == (x->dtype == DG_BFLOAT16   ? dg_float_to_bfloat16
                    : x->dtype == DG_FLOAT16 ? dg_float_to_float16
@@ -486,7 +502,14 @@ static bool cast_compute(void *state, exec_ctx *ctx) {
     if (!o) return false;
     int64_t n = x->n_elements;
     switch (to) {
-    case DG_FLOAT32: CAST_TO(float); break;
+    case DG_FLOAT32:
+        if (x->dtype == DG_BFLOAT16)
+            bf16_to_f32(x->data, o->data, n);
+        else if (x->dtype == DG_FLOAT16)
+            f16_to_f32(x->data, o->data, n);
+        else
+            CAST_TO(float);
+        break;
     case DG_FLOAT64: CAST_TO(double); break;
     case DG_INT32: CAST_TO(int32_t); break;
     case DG_INT64: CAST_TO(int64_t); break;

@@ -33,6 +33,18 @@ void dg_graph_free(dg_graph **g);
 // The sticky builder status: OK, or the first error any builder call met.
 // Returns: borrowed, valid until dg_graph_free().
 const dg_status *dg_graph_status(const dg_graph *g);
+
+// Mixed precision while building (PyTorch's autocast, on the ops built after the call): with
+// dtype DG_BFLOAT16 or DG_FLOAT16, dg_matmul of two float32 operands casts them to dtype,
+// multiplies in dtype (sums in float32) and returns the product cast back to float32; each
+// float32 value is cast once however many products read it (a weight's cast serves its
+// forward product and its gradient's). Everything else stays float32: variables (the master
+// weights), their updates, reductions, softmax, normalisation. Gradients of the products are
+// computed in dtype and reach the variables in float32. DG_INVALID_DTYPE turns it off; any
+// other dtype is INVALID_ARGUMENT.
+bool dg_graph_set_mixed_precision(dg_graph *g, dg_dtype dtype, dg_status *st);
+// The dtype set by dg_graph_set_mixed_precision, DG_INVALID_DTYPE when off.
+dg_dtype dg_graph_mixed_precision(const dg_graph *g);
 bool dg_graph_ok(const dg_graph *g);
 // Copies the sticky status into st; returns true when it is OK.
 bool dg_graph_check(const dg_graph *g, dg_status *st);

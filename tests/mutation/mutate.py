@@ -80,14 +80,14 @@ MUTANTS = [
     {
         "name": "bfloat16_truncates",
         "what": "float32 to bfloat16 truncates instead of rounding to nearest",
-        "file": "graph/tensor.c",
+        "file": "graph/tensor_impl.h",
         "edits": [("    u += 0x7fffu + ((u >> 16) & 1);\n", "")],
         "tests": ["test_float16"],
     },
     {
         "name": "float16_ties_away",
         "what": "float32 to float16 rounds ties up instead of to even",
-        "file": "graph/tensor.c",
+        "file": "graph/tensor_impl.h",
         "edits": [("    m += 0xfffu + ((m >> 13) & 1);\n", "    m += 0x1000u;\n")],
         "tests": ["test_float16"],
     },
