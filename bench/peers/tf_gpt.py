@@ -29,6 +29,8 @@ from torch_gpt import Stream, add_common_args, load_text, schedule, windows  # n
 def main():
     ap = argparse.ArgumentParser()
     add_common_args(ap)
+    ap.add_argument("--bf16", action="store_true",
+                    help="TensorFlow's oneDNN bfloat16 rewrite (grappler's auto_mixed_precision_onednn_bfloat16)")
     a = ap.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
@@ -92,6 +94,9 @@ def main():
     with tf.control_dependencies([decay]):
         train = tf1.train.AdamOptimizer(lr_ph, 0.9, 0.99, 1e-8).apply_gradients(list(zip(grads, params)))
     cfg = tf1.ConfigProto(intra_op_parallelism_threads=a.threads, inter_op_parallelism_threads=1)
+    if a.bf16:
+        from tensorflow.core.protobuf import rewriter_config_pb2
+        cfg.graph_options.rewrite_options.auto_mixed_precision_onednn_bfloat16 = rewriter_config_pb2.RewriterConfig.ON
     stream = Stream(a.seed)
     warm = 5 if a.step_bench else 0
     losses = []
@@ -112,6 +117,7 @@ def main():
            "block": T, "n_layer": L, "n_embd": C, "first_loss": losses[0], "last_loss": losses[-1]}
     if a.step_bench:
         res["tokens_per_s"] = a.steps * B * T / dt
+        res["bf16"] = a.bf16
         res["ms_per_step"] = 1000 * dt / a.steps
     print(json.dumps(res))
     return 0

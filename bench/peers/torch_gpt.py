@@ -123,6 +123,9 @@ def main():
     ap = argparse.ArgumentParser()
     add_common_args(ap)
     ap.add_argument("--checkpoint", default="")
+    ap.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                    help="bf16: the forward pass under torch.autocast('cpu', bfloat16) (the peer of "
+                         "gpt_replica --mixed_precision bf16)")
     ap.add_argument("--beta1", type=float, default=0.9)
     ap.add_argument("--beta2", type=float, default=0.99)
     ap.add_argument("--eps", type=float, default=1e-8)
@@ -196,7 +199,8 @@ def main():
         if step == warm:
             t0 = time.perf_counter()
         x, y = batch(torch, data, n_train, stream, a.batch, T)
-        loss = forward(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            loss = forward(x, y)
         for p in params.values():
             p.grad = None
         loss.backward()
@@ -233,9 +237,10 @@ def main():
                 ws = [data[o:o + T + 1] for o in offs[k0:k0 + a.batch]]
                 x = torch.tensor([list(w[:T]) for w in ws], dtype=torch.long)
                 y = torch.tensor([list(w[1:]) for w in ws], dtype=torch.long)
-                tot += float(forward(x, y)) * len(ws)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+                    tot += float(forward(x, y)) * len(ws)
             val = tot / n
-    res = {"bench": "torch_gpt", "torch": torch.__version__, "threads": a.threads, "steps": a.steps,
+    res = {"bench": "torch_gpt", "torch": torch.__version__, "autocast": a.autocast, "threads": a.threads, "steps": a.steps,
            "batch": a.batch, "block": T, "n_layer": L, "n_embd": C, "first_loss": losses[0], "last_loss": losses[-1]}
     if val is not None:
         res["val_loss"] = val

@@ -57,6 +57,12 @@ bool dg_saver_save(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, i
 // *restored_step (may be NULL) gets the step. Borrows sess and store for the call.
 bool dg_saver_restore(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, int64_t step,
                       int64_t *restored_step, dg_status *st);
+// With convert true, dg_saver_restore reads a variable saved whole in another float dtype
+// (float32, float64, bfloat16, float16) and converts it as Cast does (to a 16-bit float through
+// float32, to nearest, ties to even). Off by default: a checkpoint of another dtype is
+// INVALID_ARGUMENT naming the variable and both dtypes. Slices of partitioned variables are not
+// converted.
+void dg_saver_set_convert_dtypes(dg_saver *sv, bool convert);
 // Number of variables and the name of variable i. Returns: borrowed, valid until
 // dg_saver_free().
 int dg_saver_num_variables(const dg_saver *sv);

@@ -21,7 +21,29 @@ struct dg_saver {
     dg_checkpoint_slice *slices;   // one per variable: its save-slice attributes (full_name
                                    // borrowed from the graph), full_name NULL when it has none
     bool has_slices;               // whether any variable is a slice (a partitioned variable's part)
+    bool convert_dtypes;           // dg_saver_set_convert_dtypes
 };
+
+void dg_saver_set_convert_dtypes(dg_saver *sv, bool convert) {
+    if (sv) sv->convert_dtypes = convert;
+}
+
+static bool float_dtype(dg_dtype t) { return dg_dtype_is_float(t) || dg_dtype_is_float16_family(t); }
+
+// dst (a float dtype) = src (another float dtype, as many elements), as Cast converts: through
+// float32 into a 16-bit float, rounding to nearest, ties to even.
+static void convert_floats(const dg_tensor *src, dg_tensor *dst) {
+    void *d = dg_tensor_data(dst);
+    for (int64_t i = 0; i < dg_tensor_num_elements(dst); i++) {
+        double v = dg_tensor_get_as_double(src, i);
+        switch (dg_tensor_dtype(dst)) {
+        case DG_FLOAT32: ((float *)d)[i] = (float)v; break;
+        case DG_FLOAT64: ((double *)d)[i] = v; break;
+        case DG_BFLOAT16: ((uint16_t *)d)[i] = dg_float_to_bfloat16((float)v); break;
+        default: ((uint16_t *)d)[i] = dg_float_to_float16((float)v); break;
+        }
+    }
+}
 
 dg_saver *dg_saver_new(dg_graph *g, dg_status *st) {
     dg_status_reset(st);
@@ -171,7 +193,7 @@ static bool holds_part_of(const dg_checkpoint_var *cv, const dg_checkpoint_slice
 // exactly the saver's variables: every difference is named. The dtypes, shapes and rows of
 // slices are checked by the store, whose errors name the file.
 static bool plan_restore(const dg_saver *sv, const dg_checkpoint_var *cv, const dg_checkpoint_slice *cs, int n_cv,
-                         int64_t step, dg_checkpoint_slice *req, dg_status *st) {
+                         int64_t step, dg_checkpoint_slice *req, dg_dtype *load, dg_status *st) {
     strbuf missing = {0}, extra = {0}, differ = {0};
     int n_missing = 0, n_extra = 0, n_differ = 0;
     char a[128], b[128];
@@ -182,12 +204,19 @@ static bool plan_restore(const dg_saver *sv, const dg_checkpoint_var *cv, const 
         dg_dtype dt = dg_output_dtype(sv->vars[i]);
         dg_shape sh = dg_output_shape(sv->vars[i]);
         req[i] = sv->slices[i];
+        load[i] = dt;
         if (!req[i].full_name) {
             int found = -1;
             for (int k = 0; k < n_cv && found < 0; k++)
                 if (strcmp(cv[k].name, name) == 0) found = k;
             if (found >= 0) {
                 used[found] = true;
+                // Another float dtype, converted on restore when the saver is asked to.
+                if (sv->convert_dtypes && cv[found].dtype != dt && float_dtype(cv[found].dtype) && float_dtype(dt) &&
+                    dg_shape_equal(&cv[found].shape, &sh)) {
+                    load[i] = cv[found].dtype;
+                    continue;
+                }
                 if (cv[found].dtype != dt || !dg_shape_equal(&cv[found].shape, &sh))
                     sb_addf(&differ, "%s%s (graph %s %s, checkpoint %s %s)", n_differ++ ? ", " : "", name,
                             dg_dtype_name(dt), dg_shape_str(&sh, a, sizeof a), dg_dtype_name(cv[found].dtype),
@@ -219,7 +248,9 @@ static bool plan_restore(const dg_saver *sv, const dg_checkpoint_var *cv, const 
         sb_addf(&msg, "the checkpoint of step %lld does not match the graph's variables", (long long)step);
         if (n_missing) sb_addf(&msg, "; missing from the checkpoint: %s", sb_str(&missing));
         if (n_extra) sb_addf(&msg, "; in the checkpoint but not in the graph: %s", sb_str(&extra));
-        if (n_differ) sb_addf(&msg, "; of another dtype or shape: %s", sb_str(&differ));
+        if (n_differ)
+            sb_addf(&msg, "; of another dtype or shape: %s%s", sb_str(&differ),
+                    sv->convert_dtypes ? "" : " (dg_saver_set_convert_dtypes converts between float dtypes)");
         dg_status_set(st, DG_INVALID_ARGUMENT, sb_str(&msg));
         free(msg.p);
     }
@@ -250,14 +281,15 @@ bool dg_saver_restore(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store
     if (n_cv < 0) return false;
     dg_checkpoint_slice *req = calloc((size_t)sv->n, sizeof *req);
     dg_tensor **vals = calloc((size_t)sv->n, sizeof *vals);
-    if (!req || !vals) abort();
+    dg_dtype *load = calloc((size_t)sv->n + 1, sizeof *load);   // the dtype each is read in
+    if (!req || !vals || !load) abort();
     // req's full names point into the graph, never into cs.
-    bool ok = plan_restore(sv, cv, cs, n_cv, step, req, st);
+    bool ok = plan_restore(sv, cv, cs, n_cv, step, req, load, st);
     free(cv);
     free(cs);
     const char **names = saver_names(sv);
     for (int i = 0; ok && i < sv->n; i++) {
-        vals[i] = dg_tensor_new(dg_output_dtype(sv->vars[i]), dg_output_shape(sv->vars[i]), st);
+        vals[i] = dg_tensor_new(load[i], dg_output_shape(sv->vars[i]), st);
         if (!vals[i]) {
             dg_status_prepend(st, "saver restore: variable \"%s\"", names[i]);
             ok = false;
@@ -265,6 +297,18 @@ bool dg_saver_restore(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store
     }
     int64_t got = step;
     if (ok) ok = dg_checkpoint_restore_slices(store, step, names, req, vals, sv->n, &got, st);
+    for (int i = 0; ok && i < sv->n; i++) {
+        if (load[i] == dg_output_dtype(sv->vars[i])) continue;
+        dg_tensor *t = dg_tensor_new(dg_output_dtype(sv->vars[i]), dg_output_shape(sv->vars[i]), st);
+        if (!t) {
+            dg_status_prepend(st, "saver restore: variable \"%s\"", names[i]);
+            ok = false;
+            break;
+        }
+        convert_floats(vals[i], t);
+        dg_tensor_unref(vals[i]);
+        vals[i] = t;
+    }
     if (ok) {
         ok = dg_session_run(sess, sv->values, vals, sv->n, NULL, NULL, 0, &sv->restore_all, 1, st);
         if (!ok) dg_status_prepend(st, "assigning the checkpoint of step %lld", (long long)got);
@@ -273,6 +317,7 @@ bool dg_saver_restore(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store
     for (int i = 0; i < sv->n; i++) dg_tensor_unref(vals[i]);
     free(vals);
     free(req);
+    free(load);
     free(names);
     return ok;
 }

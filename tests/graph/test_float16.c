@@ -219,7 +219,8 @@ static void test_errors(void **state) {
 }
 
 // A float16 variable saved and restored bit for bit through the saver; restored into a float32
-// variable of the same name: an error naming the variable and both dtypes.
+// variable of the same name: an error naming the variable and both dtypes, or, with
+// dg_saver_set_convert_dtypes, the values converted.
 static void test_checkpoint(void **state) {
     (void)state;
     char path[] = "/tmp/dg_test_float16_XXXXXX";
@@ -229,8 +230,8 @@ static void test_checkpoint(void **state) {
     unlink(path);
     dg_status *st = dg_status_new();
     uint16_t bits[3] = {dg_float_to_float16(0.1f), dg_float_to_float16(-65504.0f), 0x7e00};
-    for (int pass = 0; pass < 3; pass++) {
-        dg_dtype dt = pass == 2 ? DG_FLOAT32 : DG_FLOAT16;
+    for (int pass = 0; pass < 4; pass++) {
+        dg_dtype dt = pass >= 2 ? DG_FLOAT32 : DG_FLOAT16;
         dg_graph *g = dg_graph_new();
         dg_output v = dg_variable(g, "w", dt, dg_shape1(3), dg_init_zeros());
         dg_output init = dg_placeholder(g, "init", dt, dg_shape1(3));
@@ -253,9 +254,19 @@ static void test_checkpoint(void **state) {
             assert_int_equal(dg_tensor_dtype(out), DG_FLOAT16);
             assert_memory_equal(dg_tensor_data(out), bits, sizeof bits);
             dg_tensor_unref(out);
-        } else {
+        } else if (pass == 2) {
             assert_false(dg_saver_restore(sv, s, cs, -1, NULL, st));
             assert_status(st, DG_INVALID_ARGUMENT, "w (graph float32 [3], checkpoint float16 [3])");
+        } else {   // asked to convert: float16 to float32 is exact, NaN stays NaN
+            dg_saver_set_convert_dtypes(sv, true);
+            assert_true(dg_saver_restore(sv, s, cs, -1, NULL, st));
+            assert_ok(st);
+            dg_tensor *out = NULL;
+            assert_true(dg_session_run(s, NULL, NULL, 0, &v, &out, 1, NULL, 0, st));
+            const float *f = dg_tensor_f32(out);
+            assert_non_null(f);
+            assert_true(f[0] == dg_float16_to_float(bits[0]) && f[1] == -65504.0f && isnan(f[2]));
+            dg_tensor_unref(out);
         }
         dg_checkpoint_store_free(&cs);
         dg_session_free(&s);
