@@ -239,6 +239,11 @@ typedef struct cpu_gemm_info {
 } cpu_gemm_info;
 // Filled once per process. Returns: borrowed, static.
 const cpu_gemm_info *cpu_gemm_get_info(void);
+// Runs fn(ctx, i, n') for i in [0, n') on gemm.c's pool of intra-op threads and the calling
+// thread, n' <= n being the pieces the pool can take (its threads plus one), each piece once,
+// and returns when all are done. False, with nothing run, when n < 2 or the pool is running
+// another thread's job: the caller then does the work itself.
+bool cpu_parallel_for(int n, void (*fn)(void *ctx, int i, int n), void *ctx);
 // C = op(A) op(B), all three bfloat16 or all float16 (t), row-major, sums in float32 rounded
 // once into C (gemm16.c). False when out of memory.
 bool cpu_gemm16(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,

@@ -343,37 +343,45 @@ static gemm_args gemm_piece(const gemm_args *g, int i, int n) {
     return p;
 }
 
-// The pool: threads that sleep until a product is split among them.
+// The pool: threads that sleep until a job (a product, or any work in pieces) is split among
+// them.
 static struct {
-    pthread_mutex_t busy;   // held by the thread whose product the pool runs
+    pthread_mutex_t busy;   // held by the thread whose job the pool runs
     pthread_mutex_t mu;
     pthread_cond_t go, done;
     int n_threads;          // started so far
     uint64_t generation;
-    const gemm_args *job;
+    void (*fn)(void *ctx, int i, int n);   // the job: piece i of n; NULL between jobs
+    void *ctx;
     int n_pieces, next_piece, finished;
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          0, 0, NULL, 0, 0, 0};
+          0, 0, NULL, NULL, 0, 0, 0};
 
 static bool take_piece(int *i) {
     // under pool.mu
-    if (!pool.job || pool.next_piece >= pool.n_pieces) return false;
+    if (!pool.fn || pool.next_piece >= pool.n_pieces) return false;
     *i = pool.next_piece++;
     return true;
 }
 
-// Runs pieces of the pool's product while any are left; called and returns with pool.mu held.
+// Runs pieces of the pool's job while any are left; called and returns with pool.mu held.
 static void run_pieces_locked(void) {
     int i;
     while (take_piece(&i)) {
-        const gemm_args *g = pool.job;
+        void (*fn)(void *, int, int) = pool.fn;
+        void *ctx = pool.ctx;
         int n = pool.n_pieces;
         pthread_mutex_unlock(&pool.mu);
-        gemm_args p = gemm_piece(g, i, n);
-        if (p.M > 0 && p.N > 0) gemm_one(&p);
+        fn(ctx, i, n);
         pthread_mutex_lock(&pool.mu);
         if (++pool.finished == pool.n_pieces) pthread_cond_broadcast(&pool.done);
     }
+}
+
+// Piece i of n of the product ctx (a gemm_args).
+static void gemm_piece_run(void *ctx, int i, int n) {
+    gemm_args p = gemm_piece(ctx, i, n);
+    if (p.M > 0 && p.N > 0) gemm_one(&p);
 }
 
 static void *pool_main(void *arg) {
@@ -389,10 +397,8 @@ static void *pool_main(void *arg) {
     return NULL;
 }
 
-// Runs g in n pieces on the pool and this thread; false when the pool is another thread's now
-// or has no threads (nothing done then).
-static bool gemm_split(const gemm_args *g, int n) {
-    if (pthread_mutex_trylock(&pool.busy) != 0) return false;
+bool cpu_parallel_for(int n, void (*fn)(void *ctx, int i, int n), void *ctx) {
+    if (n < 2 || pthread_mutex_trylock(&pool.busy) != 0) return false;
     pthread_mutex_lock(&pool.mu);
     while (pool.n_threads < n - 1) {
         pthread_t th;
@@ -410,7 +416,8 @@ static bool gemm_split(const gemm_args *g, int n) {
         return false;
     }
     if (n > pool.n_threads + 1) n = pool.n_threads + 1;
-    pool.job = g;
+    pool.fn = fn;
+    pool.ctx = ctx;
     pool.n_pieces = n;
     pool.next_piece = 0;
     pool.finished = 0;
@@ -418,7 +425,8 @@ static bool gemm_split(const gemm_args *g, int n) {
     pthread_cond_broadcast(&pool.go);
     run_pieces_locked();
     while (pool.finished < pool.n_pieces) pthread_cond_wait(&pool.done, &pool.mu);
-    pool.job = NULL;
+    pool.fn = NULL;
+    pool.ctx = NULL;
     pthread_mutex_unlock(&pool.mu);
     pthread_mutex_unlock(&pool.busy);
     return true;
@@ -436,7 +444,7 @@ void cpu_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, dou
         int64_t by_shape = (M > N ? M : N) / 16;
         if (by_size < n) n = (int)by_size;
         if (by_shape < n) n = (int)by_shape;
-        if (n > 1 && gemm_split(&g, n)) return;
+        if (n > 1 && cpu_parallel_for(n, gemm_piece_run, &g)) return;
     }
     gemm_one(&g);
 }

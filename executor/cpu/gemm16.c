@@ -9,9 +9,12 @@
  * AVX512_FP16), under DG_GEMM=openblas and without oneDNN, the portable path: the operands converted to float32 in
  * blocks of rows, cpu_gemm's float32 product, C rounded back (to nearest, ties to even).
  *
+ * A product of at least 2^21 multiply-adds is split, as cpu_gemm's, into bands of rows of C (of
+ * columns when it has few rows) over the intra-op threads (cpu_parallel_for, gemm.c's pool).
  * Primitives are kept per thread for the last few shapes (a primitive's creation costs tens
  * of microseconds), each with its three memory objects, whose buffers are set at each call. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +222,43 @@ const char *cpu_gemm16_summary(dg_dtype t) {
     return t == DG_BFLOAT16 ? which.bf16 : "through float32";
 }
 
+static bool gemm16_one(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
+                       const uint16_t *B, int64_t ldb, uint16_t *C, int64_t ldc) {
+#ifdef DG_WITH_DNNL
+    if (t == DG_BFLOAT16 && which.dnnl_bf16 && gemm16_dnnl(ta, tb, M, N, K, A, lda, B, ldb, C, ldc)) return true;
+#endif
+    return gemm16_portable(t, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+}
+
+// ---- over the intra-op threads: bands of rows of C (of columns when it has few rows) ----
+
+#define GEMM16_SPLIT_MACS ((int64_t)1 << 21)   // as cpu_gemm's
+
+typedef struct gemm16_job {
+    dg_dtype t;
+    bool ta, tb, by_rows;
+    int64_t M, N, K, lda, ldb, ldc;
+    const uint16_t *A, *B;
+    uint16_t *C;
+    atomic_bool failed;
+} gemm16_job;
+
+static void gemm16_piece(void *ctx, int i, int n) {
+    gemm16_job *j = ctx;
+    int64_t total = j->by_rows ? j->M : j->N, step = (total + n - 1) / n;
+    if (step > 16) step = (step + 15) / 16 * 16;   // whole vectors and kernel blocks
+    int64_t lo = step * i, hi = lo + step < total ? lo + step : total;
+    if (lo >= hi) return;
+    bool ok;
+    if (j->by_rows)
+        ok = gemm16_one(j->t, j->ta, j->tb, hi - lo, j->N, j->K, j->A + (j->ta ? lo : lo * j->lda), j->lda, j->B,
+                        j->ldb, j->C + lo * j->ldc, j->ldc);
+    else
+        ok = gemm16_one(j->t, j->ta, j->tb, j->M, hi - lo, j->K, j->A, j->lda, j->B + (j->tb ? lo * j->ldb : lo),
+                        j->ldb, j->C + lo, j->ldc);
+    if (!ok) atomic_store(&j->failed, true);
+}
+
 bool cpu_gemm16(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
                 const void *B, int64_t ldb, void *C, int64_t ldc) {
     if (M == 0 || N == 0) return true;
@@ -227,8 +267,14 @@ bool cpu_gemm16(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, c
         return true;
     }
     pthread_once(&which_once, which_init);
-#ifdef DG_WITH_DNNL
-    if (t == DG_BFLOAT16 && which.dnnl_bf16 && gemm16_dnnl(ta, tb, M, N, K, A, lda, B, ldb, C, ldc)) return true;
-#endif
-    return gemm16_portable(t, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+    int n = exec_cpu_threads();
+    if (n > 1 && M * N * K >= GEMM16_SPLIT_MACS) {
+        // Pieces of at least 16 rows or columns, and of at least GEMM16_SPLIT_MACS / 2 each.
+        int64_t by_size = M * N * K / (GEMM16_SPLIT_MACS / 2), by_shape = (M > N ? M : N) / 16;
+        if (by_size < n) n = (int)by_size;
+        if (by_shape < n) n = (int)by_shape;
+        gemm16_job j = {t, ta, tb, M >= N || M >= 64 * n, M, N, K, lda, ldb, ldc, A, B, C, false};
+        if (n > 1 && cpu_parallel_for(n, gemm16_piece, &j)) return !atomic_load(&j.failed);
+    }
+    return gemm16_one(t, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
 }

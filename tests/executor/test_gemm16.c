@@ -64,7 +64,11 @@ static void check_matmul(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int
 
 static void test_matmul16(void **state) {
     (void)state;
-    const int64_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 65}, {64, 64, 64}, {100, 10, 100}, {31, 129, 300}};
+    // The last two are past 2^21 multiply-adds: split over the intra-op threads (three here, so
+    // the bands are uneven), by rows and, with few rows, by columns.
+    exec_cpu_set_threads(3);
+    const int64_t shapes[][3] = {{1, 1, 1},     {3, 5, 7},      {17, 33, 65},  {64, 64, 64},
+                                 {100, 10, 100}, {31, 129, 300}, {200, 96, 160}, {20, 600, 200}};
     uint64_t seed = 17;
     for (dg_dtype t = DG_BFLOAT16;; t = DG_FLOAT16) {
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
@@ -72,6 +76,7 @@ static void test_matmul16(void **state) {
                 check_matmul(t, tr & 1, tr & 2, shapes[s][0], shapes[s][1], shapes[s][2], &seed);
         if (t == DG_FLOAT16) break;
     }
+    exec_cpu_set_threads(0);   // the default again
 }
 
 // K = 0: zeros; the gradient of a bfloat16 MatMul is bfloat16 MatMuls.

@@ -99,6 +99,14 @@ MUTANTS = [
         "tests": ["test_gemm16"],
     },
     {
+        "name": "gemm16_split_skips_a_row",
+        "what": "a 16-bit product split over threads starts every band but the first one row (or column) late",
+        "file": "executor/cpu/gemm16.c",
+        "edits": [("    int64_t lo = step * i, hi = lo + step < total ? lo + step : total;\n",
+                   "    int64_t lo = step * i + (i > 0), hi = lo + step < total ? lo + step : total;\n")],
+        "tests": ["test_gemm16"],
+    },
+    {
         "name": "conv_sparse_filter_drops_entry",
         "what": "the sparse filter gradient leaves out each image's last nonzero dy entry",
         "file": "executor/cpu/conv_direct.c",
