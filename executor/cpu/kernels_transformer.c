@@ -5,6 +5,7 @@
  * row is read once more at most. The GPU kernels (executor/cuda/nn.cu) follow the same
  * formulas in the same order. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,27 +297,33 @@ static void att_mask_scores(dg_dtype t, void *s, int64_t rb, int64_t kend, int64
     }
 }
 
-static bool attention_compute(void *state, exec_ctx *ctx) {
-    const att_state *a = state;
-    dg_tensor *q = IN(0), *k = IN(1), *v = IN(2), *mask = ctx->n_inputs > 3 ? IN(3) : NULL;
-    cpu_attention_dims d;
-    if (!cpu_attention_check(ctx, q, k, v, mask, NULL, NULL, NULL, &d)) return false;
-    dg_tensor *out = exec_alloc_output(ctx, 0, q->dtype, d.out);
-    dg_tensor *lse = out ? exec_alloc_output(ctx, 1, q->dtype, d.lse) : NULL;
-    if (!lse) return false;
-    if (d.batches == 0 || d.Tq == 0) return true;
-    dg_dtype t = q->dtype;
+// The attention's (batch, head) matrices are independent: the forward pass and the gradient
+// split them over the intra-op threads (cpu_parallel_for), each piece with its own scores.
+typedef struct att_job {
+    const att_state *a;
+    const cpu_attention_dims *d;
+    dg_dtype t;
+    const dg_tensor *q, *k, *v, *out, *lse, *dout;   // dout NULL: the forward pass
+    dg_tensor *o, *l, *dq, *dk, *dv;
+    atomic_bool failed;                             // a piece found no memory for its scores
+} att_job;
+
+// Matrices [b0, b1) of the forward pass.
+static bool att_forward(const att_job *j, int64_t b0, int64_t b1) {
+    const att_state *a = j->a;
+    cpu_attention_dims d = *j->d;
+    dg_dtype t = j->t;
     size_t es = dg_dtype_size(t);
     int64_t br = d.Tq < ATT_ROWS ? d.Tq : ATT_ROWS;
     void *s = malloc((size_t)(br * (d.Tk ? d.Tk : 1)) * es);
-    if (!s) return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "attention: %lld x %lld scores", (long long)br, (long long)d.Tk);
+    if (!s) return false;
     double scale = cpu_attention_scale(a->scale, d.D);
-    for (int64_t b = 0; b < d.batches; b++) {
-        const char *qb = (const char *)q->data + b * d.Tq * d.D * (int64_t)es;
-        const char *kb = (const char *)k->data + b * d.Tk * d.D * (int64_t)es;
-        const char *vb = (const char *)v->data + b * d.Tk * d.Dv * (int64_t)es;
-        char *ob = (char *)out->data + b * d.Tq * d.Dv * (int64_t)es;
-        char *lb = (char *)lse->data + b * d.Tq * (int64_t)es;
+    for (int64_t b = b0; b < b1; b++) {
+        const char *qb = (const char *)j->q->data + b * d.Tq * d.D * (int64_t)es;
+        const char *kb = (const char *)j->k->data + b * d.Tk * d.D * (int64_t)es;
+        const char *vb = (const char *)j->v->data + b * d.Tk * d.Dv * (int64_t)es;
+        char *ob = (char *)j->o->data + b * d.Tq * d.Dv * (int64_t)es;
+        char *lb = (char *)j->l->data + b * d.Tq * (int64_t)es;
         for (int64_t i0 = 0; i0 < d.Tq; i0 += br) {
             int64_t rb = d.Tq - i0 < br ? d.Tq - i0 : br, kend = att_block_keys(a, i0, rb, d.Tq, d.Tk);
             att_gemm(t, false, true, rb, kend, d.D, scale, qb + i0 * d.D * (int64_t)es, d.D, kb, d.D, 0, s, kend);
@@ -327,6 +334,77 @@ static bool attention_compute(void *state, exec_ctx *ctx) {
         }
     }
     free(s);
+    return true;
+}
+
+// Matrices [b0, b1) of the gradient (dk and dv zeroed by the caller).
+static bool att_backward(const att_job *j, int64_t b0, int64_t b1) {
+    const att_state *a = j->a;
+    cpu_attention_dims d = *j->d;
+    dg_dtype t = j->t;
+    size_t es = dg_dtype_size(t);
+    int64_t br = d.Tq < ATT_ROWS ? d.Tq : ATT_ROWS, cols = d.Tk ? d.Tk : 1;
+    char *s = malloc(2 * (size_t)(br * cols) * es);
+    if (!s) return false;
+    char *dp = s + (size_t)(br * cols) * es;
+    double scale = cpu_attention_scale(a->scale, d.D);
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t qo = b * d.Tq * d.D, ko = b * d.Tk * d.D, vo = b * d.Tk * d.Dv, oo = b * d.Tq * d.Dv;
+        for (int64_t i0 = 0; i0 < d.Tq; i0 += br) {
+            int64_t rb = d.Tq - i0 < br ? d.Tq - i0 : br, kend = att_block_keys(a, i0, rb, d.Tq, d.Tk);
+            const char *qi = (const char *)j->q->data + (qo + i0 * d.D) * (int64_t)es;
+            const char *doi = (const char *)j->dout->data + (oo + i0 * d.Dv) * (int64_t)es;
+            const char *oi = (const char *)j->out->data + (oo + i0 * d.Dv) * (int64_t)es;
+            const char *li = (const char *)j->lse->data + (b * d.Tq + i0) * (int64_t)es;
+            const char *kb = (const char *)j->k->data + ko * (int64_t)es, *vb = (const char *)j->v->data + vo * (int64_t)es;
+            char *dqi = (char *)j->dq->data + (qo + i0 * d.D) * (int64_t)es;
+            char *dkb = (char *)j->dk->data + ko * (int64_t)es, *dvb = (char *)j->dv->data + vo * (int64_t)es;
+            att_gemm(t, false, true, rb, kend, d.D, scale, qi, d.D, kb, d.D, 0, s, kend);
+            if (d.mask) att_mask_scores(t, s, rb, kend, i0, &d, b);
+            att_gemm(t, false, true, rb, kend, d.Dv, 1, doi, d.Dv, vb, d.Dv, 0, dp, kend);
+            if (t == DG_FLOAT32)
+                att_softmax_grad_float((float *)s, (float *)dp, rb, kend, i0, a, d.Tq, d.Tk, (const float *)li,
+                                       (const float *)doi, (const float *)oi, d.Dv, d.mask != NULL);
+            else
+                att_softmax_grad_double((double *)s, (double *)dp, rb, kend, i0, a, d.Tq, d.Tk, (const double *)li,
+                                        (const double *)doi, (const double *)oi, d.Dv, d.mask != NULL);
+            att_gemm(t, true, false, kend, d.Dv, rb, 1, s, kend, doi, d.Dv, 1, dvb, d.Dv);          // dv += p^T dout
+            att_gemm(t, false, false, rb, d.D, kend, scale, dp, kend, kb, d.D, 0, dqi, d.D);         // dq = ds k
+            att_gemm(t, true, false, kend, d.D, rb, scale, dp, kend, qi, d.D, 1, dkb, d.D);           // dk += ds^T q
+        }
+    }
+    free(s);
+    return true;
+}
+
+static void att_piece(void *ctx, int i, int n) {
+    att_job *j = ctx;
+    int64_t B = j->d->batches, b0 = B * i / n, b1 = B * (i + 1) / n;
+    if (b0 < b1 && !(j->dout ? att_backward(j, b0, b1) : att_forward(j, b0, b1))) atomic_store(&j->failed, true);
+}
+
+// Runs the job over all its matrices: in pieces on the intra-op threads when there are several
+// matrices, on this thread otherwise (or when the pool is busy).
+static bool att_run(att_job *j) {
+    int64_t B = j->d->batches;
+    int n = exec_cpu_threads();
+    if (n > B) n = (int)B;
+    if (n > 1 && cpu_parallel_for(n, att_piece, j)) return !atomic_load(&j->failed);
+    return j->dout ? att_backward(j, 0, B) : att_forward(j, 0, B);
+}
+
+static bool attention_compute(void *state, exec_ctx *ctx) {
+    const att_state *a = state;
+    dg_tensor *q = IN(0), *k = IN(1), *v = IN(2), *mask = ctx->n_inputs > 3 ? IN(3) : NULL;
+    cpu_attention_dims d;
+    if (!cpu_attention_check(ctx, q, k, v, mask, NULL, NULL, NULL, &d)) return false;
+    dg_tensor *out = exec_alloc_output(ctx, 0, q->dtype, d.out);
+    dg_tensor *lse = out ? exec_alloc_output(ctx, 1, q->dtype, d.lse) : NULL;
+    if (!lse) return false;
+    if (d.batches == 0 || d.Tq == 0) return true;
+    att_job j = {a, &d, q->dtype, q, k, v, NULL, NULL, NULL, out, lse, NULL, NULL, NULL, false};
+    if (!att_run(&j))
+        return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "attention: no memory for the scores of %lld keys", (long long)d.Tk);
     return true;
 }
 
@@ -343,40 +421,10 @@ static bool attention_grad_compute(void *state, exec_ctx *ctx) {
     memset(dk->data, 0, dk->nbytes);   // sums over the blocks of query rows
     memset(dv->data, 0, dv->nbytes);
     if (d.batches == 0 || d.Tq == 0) return true;
-    dg_dtype t = q->dtype;
-    size_t es = dg_dtype_size(t);
-    int64_t br = d.Tq < ATT_ROWS ? d.Tq : ATT_ROWS, cols = d.Tk ? d.Tk : 1;
-    char *s = malloc(2 * (size_t)(br * cols) * es);
-    if (!s) return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "attention gradient: 2 x %lld x %lld scores", (long long)br,
-                             (long long)d.Tk);
-    char *dp = s + (size_t)(br * cols) * es;
-    double scale = cpu_attention_scale(a->scale, d.D);
-    for (int64_t b = 0; b < d.batches; b++) {
-        int64_t qo = b * d.Tq * d.D, ko = b * d.Tk * d.D, vo = b * d.Tk * d.Dv, oo = b * d.Tq * d.Dv;
-        for (int64_t i0 = 0; i0 < d.Tq; i0 += br) {
-            int64_t rb = d.Tq - i0 < br ? d.Tq - i0 : br, kend = att_block_keys(a, i0, rb, d.Tq, d.Tk);
-            const char *qi = (const char *)q->data + (qo + i0 * d.D) * (int64_t)es;
-            const char *doi = (const char *)dout->data + (oo + i0 * d.Dv) * (int64_t)es;
-            const char *oi = (const char *)out->data + (oo + i0 * d.Dv) * (int64_t)es;
-            const char *li = (const char *)lse->data + (b * d.Tq + i0) * (int64_t)es;
-            const char *kb = (const char *)k->data + ko * (int64_t)es, *vb = (const char *)v->data + vo * (int64_t)es;
-            char *dqi = (char *)dq->data + (qo + i0 * d.D) * (int64_t)es;
-            char *dkb = (char *)dk->data + ko * (int64_t)es, *dvb = (char *)dv->data + vo * (int64_t)es;
-            att_gemm(t, false, true, rb, kend, d.D, scale, qi, d.D, kb, d.D, 0, s, kend);
-            if (d.mask) att_mask_scores(t, s, rb, kend, i0, &d, b);
-            att_gemm(t, false, true, rb, kend, d.Dv, 1, doi, d.Dv, vb, d.Dv, 0, dp, kend);
-            if (t == DG_FLOAT32)
-                att_softmax_grad_float((float *)s, (float *)dp, rb, kend, i0, a, d.Tq, d.Tk, (const float *)li,
-                                       (const float *)doi, (const float *)oi, d.Dv, d.mask != NULL);
-            else
-                att_softmax_grad_double((double *)s, (double *)dp, rb, kend, i0, a, d.Tq, d.Tk, (const double *)li,
-                                        (const double *)doi, (const double *)oi, d.Dv, d.mask != NULL);
-            att_gemm(t, true, false, kend, d.Dv, rb, 1, s, kend, doi, d.Dv, 1, dvb, d.Dv);          // dv += p^T dout
-            att_gemm(t, false, false, rb, d.D, kend, scale, dp, kend, kb, d.D, 0, dqi, d.D);         // dq = ds k
-            att_gemm(t, true, false, kend, d.D, rb, scale, dp, kend, qi, d.D, 1, dkb, d.D);           // dk += ds^T q
-        }
-    }
-    free(s);
+    att_job j = {a, &d, q->dtype, q, k, v, out, lse, dout, NULL, NULL, dq, dk, dv, false};
+    if (!att_run(&j))
+        return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "attention gradient: no memory for 2 x %lld scores a row",
+                         (long long)d.Tk);
     return true;
 }
 
