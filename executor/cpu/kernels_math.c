@@ -121,13 +121,56 @@ DEFINE_RUN(double, run_f64)
 DEFINE_RUN(int32_t, run_i32)
 DEFINE_RUN(int64_t, run_i64)
 
+// Gelu (a: x, b NULL) and GeluGrad (a: dy, b: x), float only (gelu.c): large tensors in pieces
+// over the intra-op threads (cpu_parallel_for), each a run of whole 64-byte lines.
+#define GELU_SPLIT ((int64_t)1 << 15)
+
+typedef struct gelu_job {
+    dg_dtype t;
+    bool tanh_form;
+    const char *a, *b;
+    char *out;
+    int64_t n;
+} gelu_job;
+
+static void gelu_range(const gelu_job *j, int64_t lo, int64_t hi) {
+    size_t es = dg_dtype_size(j->t);
+    const char *a = j->a + lo * (int64_t)es, *b = j->b ? j->b + lo * (int64_t)es : NULL;
+    char *o = j->out + lo * (int64_t)es;
+    int64_t n = hi - lo;
+    if (j->t == DG_FLOAT32) {
+        if (b) cpu_gelu_grad_f32((const float *)a, (const float *)b, (float *)o, n, j->tanh_form);
+        else cpu_gelu_f32((const float *)a, (float *)o, n, j->tanh_form);
+    } else if (j->t == DG_FLOAT64) {
+        if (b) cpu_gelu_grad_f64((const double *)a, (const double *)b, (double *)o, n, j->tanh_form);
+        else cpu_gelu_f64((const double *)a, (double *)o, n, j->tanh_form);
+    }
+}
+
+static void gelu_piece(void *ctx, int i, int n) {
+    const gelu_job *j = ctx;
+    int64_t step = (j->n + n - 1) / n;
+    step = (step + 15) / 16 * 16;
+    int64_t lo = step * i, hi = lo + step < j->n ? lo + step : j->n;
+    if (lo < hi) gelu_range(j, lo, hi);
+}
+
+static void gelu_run(dg_dtype t, bool tanh_form, const char *a, const char *b, char *out, int64_t n) {
+    gelu_job j = {t, tanh_form, a, b, out, n};
+    int threads = exec_cpu_threads();
+    if (n >= 2 * GELU_SPLIT && threads > 1) {
+        int64_t by_size = n / GELU_SPLIT;
+        int pieces = by_size < threads ? (int)by_size : threads;
+        if (cpu_parallel_for(pieces, gelu_piece, &j)) return;
+    }
+    gelu_range(&j, 0, n);
+}
+
 static void run_any(dg_dtype t, binop op, const char *a, int64_t sa, const char *b, int64_t sb,
                     char *out, int64_t n) {
     // GeluGrad (dy, x): same shapes, float only (gelu.c).
     if (op == B_GELU_GRAD || op == B_GELU_TANH_GRAD) {
-        if (t == DG_FLOAT32) cpu_gelu_grad_f32((const float *)a, (const float *)b, (float *)out, n, op == B_GELU_TANH_GRAD);
-        if (t == DG_FLOAT64)
-            cpu_gelu_grad_f64((const double *)a, (const double *)b, (double *)out, n, op == B_GELU_TANH_GRAD);
+        gelu_run(t, op == B_GELU_TANH_GRAD, a, b, out, n);
         return;
     }
     switch (t) {
@@ -287,8 +330,7 @@ CPU_CLONES static bool un_compute(void *state, exec_ctx *ctx) {
     if (!o) return false;
     int64_t n = in->n_elements;
     if (op == U_GELU || op == U_GELU_TANH) {   // float only (gelu.c)
-        if (in->dtype == DG_FLOAT32) cpu_gelu_f32(in->data, o->data, n, op == U_GELU_TANH);
-        if (in->dtype == DG_FLOAT64) cpu_gelu_f64(in->data, o->data, n, op == U_GELU_TANH);
+        gelu_run(in->dtype, op == U_GELU_TANH, in->data, NULL, o->data, n);
         return true;
     }
     switch (in->dtype) {

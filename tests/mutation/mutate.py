@@ -107,6 +107,22 @@ MUTANTS = [
         "tests": ["test_gemm16"],
     },
     {
+        "name": "gelu_split_skips_one",
+        "what": "Gelu split over threads leaves out the first element of every piece but the first",
+        "file": "executor/cpu/kernels_math.c",
+        "edits": [("    int64_t lo = step * i, hi = lo + step < j->n ? lo + step : j->n;\n",
+                   "    int64_t lo = step * i + (i > 0), hi = lo + step < j->n ? lo + step : j->n;\n")],
+        "tests": ["test_parallel_pieces"],
+    },
+    {
+        "name": "attention_split_skips_a_matrix",
+        "what": "the attention split over threads leaves out the first matrix of every piece but the first",
+        "file": "executor/cpu/kernels_transformer.c",
+        "edits": [("    int64_t B = j->d->batches, b0 = B * i / n, b1 = B * (i + 1) / n;\n",
+                   "    int64_t B = j->d->batches, b0 = B * i / n + (i > 0), b1 = B * (i + 1) / n;\n")],
+        "tests": ["test_parallel_pieces"],
+    },
+    {
         "name": "conv_sparse_filter_drops_entry",
         "what": "the sparse filter gradient leaves out each image's last nonzero dy entry",
         "file": "executor/cpu/conv_direct.c",
