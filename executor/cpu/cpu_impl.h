@@ -244,6 +244,17 @@ const cpu_gemm_info *cpu_gemm_get_info(void);
 // and returns when all are done. False, with nothing run, when n < 2 or the pool is running
 // another thread's job: the caller then does the work itself.
 bool cpu_parallel_for(int n, void (*fn)(void *ctx, int i, int n), void *ctx);
+// Piece i of n of [0, total): [*lo, *hi), pieces of whole 16s (vectors and kernel blocks).
+void cpu_piece_range(int64_t total, int i, int n, int64_t *lo, int64_t *hi);
+// How many pieces an M x N x K product splits into over the intra-op threads (1: none; at least
+// 2^21 multiply-adds, pieces of at least 16 rows or columns), and whether by rows of C (else by
+// columns, when it has few rows).
+int cpu_gemm_split_pieces(int64_t M, int64_t N, int64_t K);
+bool cpu_gemm_split_by_rows(int64_t M, int64_t N, int n);
+// The 16-bit floats (t: bfloat16 or float16) to and from float32, n values (gemm16.c; loops the
+// compiler vectorises).
+void cpu_f16s_to_f32(dg_dtype t, const uint16_t *s, float *d, int64_t n);
+void cpu_f32_to_f16s(dg_dtype t, const float *s, uint16_t *d, int64_t n);
 // C = op(A) op(B), all three bfloat16 or all float16 (t), row-major, sums in float32 rounded
 // once into C (gemm16.c). False when out of memory.
 bool cpu_gemm16(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,

@@ -322,15 +322,32 @@ static void gemm_one(const gemm_args *g) {
 }
 
 // Piece i of n of g: a band of rows (or of columns) of C.
+void cpu_piece_range(int64_t total, int i, int n, int64_t *lo, int64_t *hi) {
+    int64_t step = (total + n - 1) / n;
+    if (step > 16) step = (step + 15) / 16 * 16;   // whole vectors and kernel blocks
+    *lo = step * i;
+    *hi = *lo + step < total ? *lo + step : total;
+    if (*lo > total) *lo = total;
+}
+
+bool cpu_gemm_split_by_rows(int64_t M, int64_t N, int n) { return M >= N || M >= 64 * n; }
+
+int cpu_gemm_split_pieces(int64_t M, int64_t N, int64_t K) {
+    int n = exec_cpu_threads();
+    if (n < 2 || M * N * K < GEMM_SPLIT_MACS) return 1;
+    // Pieces of at least 16 rows or columns, and of at least GEMM_SPLIT_MACS / 2 each.
+    int64_t by_size = M * N * K / (GEMM_SPLIT_MACS / 2), by_shape = (M > N ? M : N) / 16;
+    if (by_size < n) n = (int)by_size;
+    if (by_shape < n) n = (int)by_shape;
+    return n > 1 ? n : 1;
+}
+
 static gemm_args gemm_piece(const gemm_args *g, int i, int n) {
     gemm_args p = *g;
     size_t elem = g->t == DG_FLOAT32 ? sizeof(float) : sizeof(double);
-    bool by_rows = g->M >= g->N || g->M >= 64 * n;
-    int64_t total = by_rows ? g->M : g->N;
-    int64_t step = (total + n - 1) / n;
-    if (step > 16) step = (step + 15) / 16 * 16;   // whole vectors and kernel blocks
-    int64_t lo = step * i, hi = lo + step < total ? lo + step : total;
-    if (lo > total) lo = total;
+    bool by_rows = cpu_gemm_split_by_rows(g->M, g->N, n);
+    int64_t lo, hi;
+    cpu_piece_range(by_rows ? g->M : g->N, i, n, &lo, &hi);
     if (by_rows) {
         p.M = hi - lo;
         p.A = (const char *)g->A + (size_t)(g->ta ? lo : lo * g->lda) * elem;
@@ -437,14 +454,7 @@ void cpu_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, dou
     if (M == 0 || N == 0) return;
     cpu_gemm_get_info();   // oneDNN capped before its first product
     gemm_args g = {t, ta, tb, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc};
-    int n = exec_cpu_threads();
-    if (n > 1 && M * N * K >= GEMM_SPLIT_MACS) {
-        // Pieces of at least 16 rows or columns, and of at least GEMM_SPLIT_MACS / 2 each.
-        int64_t by_size = M * N * K / (GEMM_SPLIT_MACS / 2);
-        int64_t by_shape = (M > N ? M : N) / 16;
-        if (by_size < n) n = (int)by_size;
-        if (by_shape < n) n = (int)by_shape;
-        if (n > 1 && cpu_parallel_for(n, gemm_piece_run, &g)) return;
-    }
+    int n = cpu_gemm_split_pieces(M, N, K);
+    if (n > 1 && cpu_parallel_for(n, gemm_piece_run, &g)) return;
     gemm_one(&g);
 }

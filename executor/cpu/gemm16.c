@@ -27,14 +27,14 @@
 
 // ---- portable: through float32 ----
 
-CPU_CLONES static void to_f32(dg_dtype t, const uint16_t *s, float *d, int64_t n) {
+CPU_CLONES void cpu_f16s_to_f32(dg_dtype t, const uint16_t *s, float *d, int64_t n) {
     if (t == DG_BFLOAT16)
         for (int64_t i = 0; i < n; i++) d[i] = tensor_bf16_to_f32(s[i]);
     else
         for (int64_t i = 0; i < n; i++) d[i] = tensor_f16_to_f32(s[i]);
 }
 
-CPU_CLONES static void from_f32(dg_dtype t, const float *s, uint16_t *d, int64_t n) {
+CPU_CLONES void cpu_f32_to_f16s(dg_dtype t, const float *s, uint16_t *d, int64_t n) {
     if (t == DG_BFLOAT16)
         for (int64_t i = 0; i < n; i++) d[i] = tensor_f32_to_bf16(s[i]);
     else
@@ -45,7 +45,7 @@ CPU_CLONES static void from_f32(dg_dtype t, const float *s, uint16_t *d, int64_t
 static float *widen(dg_dtype t, const uint16_t *m, int64_t r, int64_t c, int64_t ld) {
     float *w = malloc((size_t)(r * c + 1) * sizeof *w);
     if (!w) return NULL;
-    for (int64_t i = 0; i < r; i++) to_f32(t, m + i * ld, w + i * c, c);
+    for (int64_t i = 0; i < r; i++) cpu_f16s_to_f32(t, m + i * ld, w + i * c, c);
     return w;
 }
 
@@ -57,7 +57,7 @@ static bool gemm16_portable(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, 
     bool ok = a && b && c;
     if (ok) {
         cpu_gemm(DG_FLOAT32, ta, tb, M, N, K, 1.0, a, ta ? M : K, b, tb ? K : N, 0.0, c, N);
-        for (int64_t i = 0; i < M; i++) from_f32(t, c + i * N, C + i * ldc, N);
+        for (int64_t i = 0; i < M; i++) cpu_f32_to_f16s(t, c + i * N, C + i * ldc, N);
     }
     free(a);
     free(b);
@@ -230,9 +230,8 @@ static bool gemm16_one(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64
     return gemm16_portable(t, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
 }
 
-// ---- over the intra-op threads: bands of rows of C (of columns when it has few rows) ----
-
-#define GEMM16_SPLIT_MACS ((int64_t)1 << 21)   // as cpu_gemm's
+// ---- over the intra-op threads: bands of rows of C (of columns when it has few rows), as
+// cpu_gemm splits ----
 
 typedef struct gemm16_job {
     dg_dtype t;
@@ -245,9 +244,8 @@ typedef struct gemm16_job {
 
 static void gemm16_piece(void *ctx, int i, int n) {
     gemm16_job *j = ctx;
-    int64_t total = j->by_rows ? j->M : j->N, step = (total + n - 1) / n;
-    if (step > 16) step = (step + 15) / 16 * 16;   // whole vectors and kernel blocks
-    int64_t lo = step * i, hi = lo + step < total ? lo + step : total;
+    int64_t lo, hi;
+    cpu_piece_range(j->by_rows ? j->M : j->N, i, n, &lo, &hi);
     if (lo >= hi) return;
     bool ok;
     if (j->by_rows)
@@ -267,14 +265,10 @@ bool cpu_gemm16(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, c
         return true;
     }
     pthread_once(&which_once, which_init);
-    int n = exec_cpu_threads();
-    if (n > 1 && M * N * K >= GEMM16_SPLIT_MACS) {
-        // Pieces of at least 16 rows or columns, and of at least GEMM16_SPLIT_MACS / 2 each.
-        int64_t by_size = M * N * K / (GEMM16_SPLIT_MACS / 2), by_shape = (M > N ? M : N) / 16;
-        if (by_size < n) n = (int)by_size;
-        if (by_shape < n) n = (int)by_shape;
-        gemm16_job j = {t, ta, tb, M >= N || M >= 64 * n, M, N, K, lda, ldb, ldc, A, B, C, false};
-        if (n > 1 && cpu_parallel_for(n, gemm16_piece, &j)) return !atomic_load(&j.failed);
+    int n = cpu_gemm_split_pieces(M, N, K);
+    if (n > 1) {
+        gemm16_job j = {t, ta, tb, cpu_gemm_split_by_rows(M, N, n), M, N, K, lda, ldb, ldc, A, B, C, false};
+        if (cpu_parallel_for(n, gemm16_piece, &j)) return !atomic_load(&j.failed);
     }
     return gemm16_one(t, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
 }

@@ -122,7 +122,7 @@ DEFINE_RUN(int32_t, run_i32)
 DEFINE_RUN(int64_t, run_i64)
 
 // Gelu (a: x, b NULL) and GeluGrad (a: dy, b: x), float only (gelu.c): large tensors in pieces
-// over the intra-op threads (cpu_parallel_for), each a run of whole 64-byte lines.
+// over the intra-op threads (cpu_parallel_for), each a run of whole 16s.
 #define GELU_SPLIT ((int64_t)1 << 15)
 
 typedef struct gelu_job {
@@ -149,9 +149,8 @@ static void gelu_range(const gelu_job *j, int64_t lo, int64_t hi) {
 
 static void gelu_piece(void *ctx, int i, int n) {
     const gelu_job *j = ctx;
-    int64_t step = (j->n + n - 1) / n;
-    step = (step + 15) / 16 * 16;
-    int64_t lo = step * i, hi = lo + step < j->n ? lo + step : j->n;
+    int64_t lo, hi;
+    cpu_piece_range(j->n, i, n, &lo, &hi);
     if (lo < hi) gelu_range(j, lo, hi);
 }
 
@@ -501,39 +500,17 @@ static bool clip_grad_compute(void *state, exec_ctx *ctx) {
         }                                                                              \
     } while (0)
 
-// float32 to and from the 16-bit floats: loops the compiler vectorises (the conversions are
-// inline integer operations, tensor_impl.h).
-CPU_CLONES static void f32_to_bf16(const float *s, uint16_t *d, int64_t n) {
-    for (int64_t i = 0; i < n; i++) d[i] = tensor_f32_to_bf16(s[i]);
-}
-CPU_CLONES static void f32_to_f16(const float *s, uint16_t *d, int64_t n) {
-    for (int64_t i = 0; i < n; i++) d[i] = tensor_f32_to_f16(s[i]);
-}
-CPU_CLONES static void bf16_to_f32(const uint16_t *s, float *d, int64_t n) {
-    for (int64_t i = 0; i < n; i++) d[i] = tensor_bf16_to_f32(s[i]);
-}
-CPU_CLONES static void f16_to_f32(const uint16_t *s, float *d, int64_t n) {
-    for (int64_t i = 0; i < n; i++) d[i] = tensor_f16_to_f32(s[i]);
-}
-
 // To a 16-bit float: through float32 (from float64 that rounds twice, as TensorFlow's Cast does).
-static void cast_to_16(const dg_tensor *x, uint16_t *y, int64_t n, uint16_t (*to)(float)) {
-    switch (x->dtype) {
-    case DG_FLOAT32:
-        if (to == dg_float_to_bfloat16)
-            f32_to_bf16(x->data, y, n);
-        else
-            f32_to_f16(x->data, y, n);
-        break;
-    default:
-        if (to == (x->dtype == DG_BFLOAT16   ? dg_float_to_bfloat16
-                   : x->dtype == DG_FLOAT16 ? dg_float_to_float16
-                                            : NULL)) {
-            memcpy(y, x->data, (size_t)n * sizeof *y);   // the same 16-bit float
-            break;
+static void cast_to_16(const dg_tensor *x, uint16_t *y, int64_t n, dg_dtype to) {
+    if (x->dtype == DG_FLOAT32) {
+        cpu_f32_to_f16s(to, x->data, y, n);
+    } else if (x->dtype == to) {
+        memcpy(y, x->data, (size_t)n * sizeof *y);
+    } else {   // the other types (the other 16-bit float too) through their float32 value
+        for (int64_t i = 0; i < n; i++) {
+            float v = (float)dg_tensor_get_as_double(x, i);
+            y[i] = to == DG_BFLOAT16 ? tensor_f32_to_bf16(v) : tensor_f32_to_f16(v);
         }
-        // The other types (the other 16-bit float too) through their float32 value.
-        for (int64_t i = 0; i < n; i++) y[i] = to((float)dg_tensor_get_as_double(x, i));
     }
 }
 
@@ -545,10 +522,8 @@ static bool cast_compute(void *state, exec_ctx *ctx) {
     int64_t n = x->n_elements;
     switch (to) {
     case DG_FLOAT32:
-        if (x->dtype == DG_BFLOAT16)
-            bf16_to_f32(x->data, o->data, n);
-        else if (x->dtype == DG_FLOAT16)
-            f16_to_f32(x->data, o->data, n);
+        if (dg_dtype_is_float16_family(x->dtype))
+            cpu_f16s_to_f32(x->dtype, x->data, o->data, n);
         else
             CAST_TO(float);
         break;
@@ -556,8 +531,8 @@ static bool cast_compute(void *state, exec_ctx *ctx) {
     case DG_INT32: CAST_TO(int32_t); break;
     case DG_INT64: CAST_TO(int64_t); break;
     case DG_UINT8: CAST_TO(uint8_t); break;
-    case DG_BFLOAT16: cast_to_16(x, o->data, n, dg_float_to_bfloat16); break;
-    case DG_FLOAT16: cast_to_16(x, o->data, n, dg_float_to_float16); break;
+    case DG_BFLOAT16:
+    case DG_FLOAT16: cast_to_16(x, o->data, n, to); break;
     case DG_BOOL: {
         uint8_t *y = o->data;
         for (int64_t i = 0; i < n; i++) y[i] = dg_tensor_get_as_double(x, i) != 0;

@@ -99,22 +99,6 @@ MUTANTS = [
         "tests": ["test_gemm16"],
     },
     {
-        "name": "gemm16_split_skips_a_row",
-        "what": "a 16-bit product split over threads starts every band but the first one row (or column) late",
-        "file": "executor/cpu/gemm16.c",
-        "edits": [("    int64_t lo = step * i, hi = lo + step < total ? lo + step : total;\n",
-                   "    int64_t lo = step * i + (i > 0), hi = lo + step < total ? lo + step : total;\n")],
-        "tests": ["test_gemm16"],
-    },
-    {
-        "name": "gelu_split_skips_one",
-        "what": "Gelu split over threads leaves out the first element of every piece but the first",
-        "file": "executor/cpu/kernels_math.c",
-        "edits": [("    int64_t lo = step * i, hi = lo + step < j->n ? lo + step : j->n;\n",
-                   "    int64_t lo = step * i + (i > 0), hi = lo + step < j->n ? lo + step : j->n;\n")],
-        "tests": ["test_parallel_pieces"],
-    },
-    {
         "name": "attention_split_skips_a_matrix",
         "what": "the attention split over threads leaves out the first matrix of every piece but the first",
         "file": "executor/cpu/kernels_transformer.c",
@@ -242,12 +226,11 @@ MUTANTS = [
     },
     {
         "name": "gemm_split_skips_a_row",
-        "what": "a GEMM split over threads starts every piece but the first one row (or column) late: "
-                "one row of C per piece keeps its old value",
+        "what": "work split over threads (cpu_piece_range: GEMMs of every dtype, Gelu) starts every piece but "
+                "the first one row, column or element late: one per piece keeps its old value",
         "file": "executor/cpu/gemm.c",
-        "edits": [("    int64_t lo = step * i, hi = lo + step < total ? lo + step : total;\n",
-                   "    int64_t lo = step * i + (i > 0), hi = lo + step < total ? lo + step : total;\n")],
-        "tests": ["test_cpu_gemm"],
+        "edits": [("    *lo = step * i;\n", "    *lo = step * i + (i > 0);\n")],
+        "tests": ["test_cpu_gemm", "test_gemm16", "test_parallel_pieces"],
     },
     {
         "name": "exp_regression_diverges",
