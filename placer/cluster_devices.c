@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "distgraph/cluster.h"
+#include "distgraph/cluster_spec.h"
 #include "distgraph/device_name.h"
 #include "distgraph/placer.h"
 

@@ -29,7 +29,7 @@ srcs_of() {
   # The transport room without trace_blob.c (the blob of trace notes, which reads the
   # executor's traces; nothing the transport runs calls it).
   transport=$(ls "$root"/runtime/transport/*.c | grep -v '/trace_blob\.c$')
-  all="$graph $(ls "$root"/placer/*.c "$root"/executor/*.c "$root"/executor/cpu/*.c "$root"/runtime/*/*.c)"
+  all="$graph $(ls "$root"/cluster/*.c "$root"/placer/*.c "$root"/executor/*.c "$root"/executor/cpu/*.c "$root"/runtime/*/*.c)"
   case $1 in
     wire) echo "$root/runtime/transport/wire.c $graph" ;;
     graph_load) echo "$graph" ;;
@@ -67,12 +67,12 @@ mkdir -p "$proto_out"
 if [ ! -f "$proto_out/tensorboard.pb-c.c" ] || [ "$root/proto/tensorboard.proto" -nt "$proto_out/tensorboard.pb-c.c" ]; then
   protoc-c --c_out="$proto_out" --proto_path="$root/proto" "$root/proto/tensorboard.proto"
 fi
-includes="-I$root/include -I$root/graph -I$root/placer -I$root/executor -I$root/executor/cpu -I$proto_out"
+includes="-I$root/include -I$root/graph -I$root/cluster -I$root/placer -I$root/executor -I$root/executor/cpu -I$proto_out"
 for room in transport server master session training; do includes="$includes -I$root/runtime/$room"; done
 cflags="-g -O1 -std=c11 -D_GNU_SOURCE -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter"
 sanitize="address,undefined -fno-sanitize-recover=undefined"
 # Any header changed since an object was made rebuilds it (simple, and the headers rarely move).
-newest_header=$(find "$root/include" "$root/graph" "$root/placer" "$root/executor" "$root/runtime" \
+newest_header=$(find "$root/include" "$root/graph" "$root/cluster" "$root/placer" "$root/executor" "$root/runtime" \
   -name '*.h' -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2-)
 stamp="$out/obj/flags"
 echo "$cc $cflags $sanitize $includes" | cmp -s - "$stamp" 2>/dev/null || {

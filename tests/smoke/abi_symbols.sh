@@ -50,14 +50,14 @@ if extra:
     sys.exit("FAIL: exported but declared in no public header: " + " ".join(extra))
 PY
 # Headers respect the layers: every function a public header declares is defined in one layer
-# (graph <- placer <- executor <- runtime), and a header includes only headers of its layer or
+# (graph <- cluster <- placer <- executor <- runtime), and a header includes only headers of its layer or
 # of layers to its left.
-for l in graph placer executor runtime; do
+for l in graph cluster placer executor runtime; do
     nm --defined-only "${DG_BIN_DIR}/../libdg_$l.a" 2> /dev/null | awk -v l="$l" '$2 == "T" && $3 ~ /^dg_/ {print $3, l}'
 done > "$tmp/layer_of"
 python3 - "$src/include/distgraph" "$tmp/layer_of" <<'PY'
 import glob, os, re, sys
-rank = {"graph": 0, "placer": 1, "executor": 2, "runtime": 3}
+rank = {"graph": 0, "cluster": 1, "placer": 2, "executor": 3, "runtime": 4}
 layer_of = dict(line.split() for line in open(sys.argv[2]))
 header_layer, bad = {}, []
 for f in sorted(glob.glob(sys.argv[1] + "/*.h")):

@@ -3,7 +3,7 @@
 
     tests/tools/include_line.py BUILD_DIR SOURCE_DIR
 
-The parts, left to right: the layers graph, placer, executor, the runtime's rooms transport,
+The parts, left to right: the layers graph, cluster, placer, executor, the runtime's rooms transport,
 server, master, session, training, then the tools. For each part this takes the compile
 command of one of its sources (BUILD_DIR/compile_commands.json: its include path, defines and
 warnings), and compiles a probe that includes one header of every folder of every part to its
@@ -24,6 +24,7 @@ import tempfile
 
 PARTS = [
     ("graph", ["graph"]),
+    ("cluster", ["cluster"]),
     ("placer", ["placer"]),
     ("executor", ["executor", "executor/cpu", "executor/cuda", "executor/cuda/kernels"]),
     ("runtime/transport", ["runtime/transport"]),

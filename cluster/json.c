@@ -1,6 +1,6 @@
 /* JSON parser reading what Python's json.loads reads (see json_impl.h), and Python's view of
  * the values it returns. Recursive descent; recursion depth is bounded by
- * PLACER_JSON_MAX_DEPTH, so hostile input cannot exhaust the stack. */
+ * CLUSTER_JSON_MAX_DEPTH, so hostile input cannot exhaust the stack. */
 #include "base_impl.h"
 #include "json_impl.h"
 
@@ -58,30 +58,30 @@ static void skip_ws(parser *p) {
     }
 }
 
-static placer_json *new_value(parser *p, placer_json_kind kind, size_t offset) {
-    placer_json *v = calloc(1, sizeof *v);
+static cluster_json *new_value(parser *p, cluster_json_kind kind, size_t offset) {
+    cluster_json *v = calloc(1, sizeof *v);
     if (!v) return oom(p, sizeof *v);
     v->kind = kind;
     v->offset = offset;
     return v;
 }
 
-void placer_json_free(placer_json **vp) {
+void cluster_json_free(cluster_json **vp) {
     if (!vp || !*vp) return;
-    placer_json *v = *vp;
+    cluster_json *v = *vp;
     free(v->str);
-    for (size_t i = 0; v->items && i < v->n; i++) placer_json_free(&v->items[i]);
+    for (size_t i = 0; v->items && i < v->n; i++) cluster_json_free(&v->items[i]);
     free(v->items);
     for (size_t i = 0; v->members && i < v->n; i++) {
         free(v->members[i].key);
-        placer_json_free(&v->members[i].value);
+        cluster_json_free(&v->members[i].value);
     }
     free(v->members);
     free(v);
     *vp = NULL;
 }
 
-static placer_json *parse_value(parser *p);
+static cluster_json *parse_value(parser *p);
 
 static bool match_word(parser *p, const char *word) {
     size_t n = strlen(word);
@@ -90,7 +90,7 @@ static bool match_word(parser *p, const char *word) {
     return true;
 }
 
-static placer_json *parse_number(parser *p) {
+static cluster_json *parse_number(parser *p) {
     size_t start = p->pos;
     const char *s = p->s;
     size_t i = start;
@@ -100,7 +100,7 @@ static placer_json *parse_number(parser *p) {
         p->pos = i;
         if (!match_word(p, "Infinity"))
             return fail(p, start, "unexpected '-' (expected a value)");
-        placer_json *v = new_value(p, PLACER_JSON_NUMBER, start);
+        cluster_json *v = new_value(p, CLUSTER_JSON_NUMBER, start);
         if (!v) return NULL;
         v->number = -INFINITY;
         v->is_float = true;
@@ -141,7 +141,7 @@ static placer_json *parse_number(parser *p) {
     }
     size_t n = i - start;
 
-    placer_json *v = new_value(p, PLACER_JSON_NUMBER, start);
+    cluster_json *v = new_value(p, CLUSTER_JSON_NUMBER, start);
     if (!v) return NULL;
     // The literal, kept for str() of integers past int64; strtod needs it terminated anyway.
     v->str = malloc(n + 1);
@@ -344,9 +344,9 @@ fail:
     return false;
 }
 
-static placer_json *parse_string(parser *p) {
+static cluster_json *parse_string(parser *p) {
     size_t start = p->pos;
-    placer_json *v = new_value(p, PLACER_JSON_STRING, start);
+    cluster_json *v = new_value(p, CLUSTER_JSON_STRING, start);
     if (!v) return NULL;
     if (!parse_string_raw(p, &v->str, &v->str_len, &v->str_is_utf8)) {
         free(v);
@@ -371,9 +371,9 @@ static bool grow(parser *p, void **arr, size_t *cap, size_t need, size_t elem) {
     return true;
 }
 
-static placer_json *parse_array(parser *p) {
+static cluster_json *parse_array(parser *p) {
     size_t start = p->pos;
-    placer_json *v = new_value(p, PLACER_JSON_ARRAY, start);
+    cluster_json *v = new_value(p, CLUSTER_JSON_ARRAY, start);
     if (!v) return NULL;
     size_t cap = 0;
     char d[24];
@@ -386,10 +386,10 @@ static placer_json *parse_array(parser *p) {
     }
     for (;;) {
         skip_ws(p);
-        placer_json *item = parse_value(p);
+        cluster_json *item = parse_value(p);
         if (!item) goto fail;
         if (!grow(p, (void **)&v->items, &cap, v->n + 1, sizeof *v->items)) {
-            placer_json_free(&item);
+            cluster_json_free(&item);
             goto fail;
         }
         v->items[v->n++] = item;
@@ -408,13 +408,13 @@ static placer_json *parse_array(parser *p) {
     v->src_len = p->pos - start;
     return v;
 fail:
-    placer_json_free(&v);
+    cluster_json_free(&v);
     return NULL;
 }
 
 static int cmp_member(const void *a, const void *b) {
-    const placer_json_member *x = *(placer_json_member *const *)a;
-    const placer_json_member *y = *(placer_json_member *const *)b;
+    const cluster_json_member *x = *(cluster_json_member *const *)a;
+    const cluster_json_member *y = *(cluster_json_member *const *)b;
     size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
     int c = memcmp(x->key, y->key, n);
     if (c) return c;
@@ -423,9 +423,9 @@ static int cmp_member(const void *a, const void *b) {
 
 // Duplicate keys are an error: Python keeps the last one silently, which hides mistakes
 // in hand-written TF_CONFIG. Sorting keeps this O(n log n) on huge objects.
-static bool check_duplicates(parser *p, placer_json *v) {
+static bool check_duplicates(parser *p, cluster_json *v) {
     if (v->n < 2) return true;
-    placer_json_member **sorted = malloc(v->n * sizeof *sorted);
+    cluster_json_member **sorted = malloc(v->n * sizeof *sorted);
     if (!sorted) {
         oom(p, v->n * sizeof *sorted);
         return false;
@@ -436,7 +436,7 @@ static bool check_duplicates(parser *p, placer_json *v) {
     for (size_t i = 1; i < v->n; i++) {
         if (cmp_member(&sorted[i - 1], &sorted[i]) == 0) {
             // Report the later occurrence in the source.
-            const placer_json_member *dup =
+            const cluster_json_member *dup =
                 sorted[i]->key_offset > sorted[i - 1]->key_offset ? sorted[i] : sorted[i - 1];
             fail(p, dup->key_offset, "duplicate key \"%.*s\" in object",
                  (int)(dup->key_len > 60 ? 60 : dup->key_len), dup->key);
@@ -448,9 +448,9 @@ static bool check_duplicates(parser *p, placer_json *v) {
     return ok;
 }
 
-static placer_json *parse_object(parser *p) {
+static cluster_json *parse_object(parser *p) {
     size_t start = p->pos;
-    placer_json *v = new_value(p, PLACER_JSON_OBJECT, start);
+    cluster_json *v = new_value(p, CLUSTER_JSON_OBJECT, start);
     if (!v) return NULL;
     size_t cap = 0;
     char d[24];
@@ -482,14 +482,14 @@ static placer_json *parse_object(parser *p) {
         }
         p->pos++;
         skip_ws(p);
-        placer_json *val = parse_value(p);
+        cluster_json *val = parse_value(p);
         if (!val) {
             free(key);
             goto fail;
         }
         if (!grow(p, (void **)&v->members, &cap, v->n + 1, sizeof *v->members)) {
             free(key);
-            placer_json_free(&val);
+            cluster_json_free(&val);
             goto fail;
         }
         v->members[v->n].key = key;
@@ -514,11 +514,11 @@ static placer_json *parse_object(parser *p) {
     v->src_len = p->pos - start;
     return v;
 fail:
-    placer_json_free(&v);
+    cluster_json_free(&v);
     return NULL;
 }
 
-static placer_json *parse_value(parser *p) {
+static cluster_json *parse_value(parser *p) {
     char d[24];
     if (p->pos >= p->len) return fail(p, p->pos, "unexpected end of input");
     size_t start = p->pos;
@@ -526,10 +526,10 @@ static placer_json *parse_value(parser *p) {
     switch (c) {
     case '{':
     case '[': {
-        if (p->depth >= PLACER_JSON_MAX_DEPTH)
-            return fail(p, start, "nesting deeper than %d levels", PLACER_JSON_MAX_DEPTH);
+        if (p->depth >= CLUSTER_JSON_MAX_DEPTH)
+            return fail(p, start, "nesting deeper than %d levels", CLUSTER_JSON_MAX_DEPTH);
         p->depth++;
-        placer_json *v = c == '{' ? parse_object(p) : parse_array(p);
+        cluster_json *v = c == '{' ? parse_object(p) : parse_array(p);
         p->depth--;
         return v;
     }
@@ -540,7 +540,7 @@ static placer_json *parse_value(parser *p) {
         const char *word = c == 'N' ? "NaN" : "Infinity";
         if (!match_word(p, word))
             return fail(p, start, "unexpected %s (expected a value)", describe(p, start, d, sizeof d));
-        placer_json *v = new_value(p, PLACER_JSON_NUMBER, start);
+        cluster_json *v = new_value(p, CLUSTER_JSON_NUMBER, start);
         if (!v) return NULL;
         v->number = c == 'N' ? NAN : INFINITY;
         v->is_float = true;
@@ -555,12 +555,12 @@ static placer_json *parse_value(parser *p) {
     case 't':
     case 'f':
     case 'n': {
-        placer_json_kind kind = c == 'n' ? PLACER_JSON_NULL : PLACER_JSON_BOOL;
+        cluster_json_kind kind = c == 'n' ? CLUSTER_JSON_NULL : CLUSTER_JSON_BOOL;
         const char *word = c == 't' ? "true" : c == 'f' ? "false" : "null";
         if (!match_word(p, word))
             return fail(p, start, "unexpected %s (expected a value)",
                         describe(p, start, d, sizeof d));
-        placer_json *v = new_value(p, kind, start);
+        cluster_json *v = new_value(p, kind, start);
         if (!v) return NULL;
         v->boolean = c == 't';
         v->src_len = p->pos - start;
@@ -572,24 +572,24 @@ static placer_json *parse_value(parser *p) {
     }
 }
 
-placer_json *placer_json_parse(const char *text, size_t len, const char *what, dg_status *st) {
+cluster_json *cluster_json_parse(const char *text, size_t len, const char *what, dg_status *st) {
     parser p = {.s = text ? text : "", .len = text ? len : 0, .what = what ? what : "JSON",
                 .st = st};
     skip_ws(&p);
-    placer_json *v = parse_value(&p);
+    cluster_json *v = parse_value(&p);
     if (!v) return NULL;
     skip_ws(&p);
     if (p.pos < p.len) {
         char d[24];
         fail(&p, p.pos, "unexpected %s after the value", describe(&p, p.pos, d, sizeof d));
-        placer_json_free(&v);
+        cluster_json_free(&v);
         return NULL;
     }
     return v;
 }
 
-const placer_json *placer_json_get(const placer_json *v, const char *key) {
-    if (!v || v->kind != PLACER_JSON_OBJECT) return NULL;
+const cluster_json *cluster_json_get(const cluster_json *v, const char *key) {
+    if (!v || v->kind != CLUSTER_JSON_OBJECT) return NULL;
     size_t n = strlen(key);
     for (size_t i = 0; i < v->n; i++)
         if (v->members[i].key_len == n && memcmp(v->members[i].key, key, n) == 0)
@@ -597,63 +597,63 @@ const placer_json *placer_json_get(const placer_json *v, const char *key) {
     return NULL;
 }
 
-const char *placer_json_kind_name(placer_json_kind k) {
+const char *cluster_json_kind_name(cluster_json_kind k) {
     switch (k) {
-    case PLACER_JSON_NULL: return "null";
-    case PLACER_JSON_BOOL: return "boolean";
-    case PLACER_JSON_NUMBER: return "number";
-    case PLACER_JSON_STRING: return "string";
-    case PLACER_JSON_ARRAY: return "array";
-    case PLACER_JSON_OBJECT: return "object";
+    case CLUSTER_JSON_NULL: return "null";
+    case CLUSTER_JSON_BOOL: return "boolean";
+    case CLUSTER_JSON_NUMBER: return "number";
+    case CLUSTER_JSON_STRING: return "string";
+    case CLUSTER_JSON_ARRAY: return "array";
+    case CLUSTER_JSON_OBJECT: return "object";
     }
     return "unknown";
 }
 
-bool placer_json_is_cstring(const placer_json *v) {
-    return v && v->kind == PLACER_JSON_STRING && v->str_is_utf8 && strlen(v->str) == v->str_len;
+bool cluster_json_is_cstring(const cluster_json *v) {
+    return v && v->kind == CLUSTER_JSON_STRING && v->str_is_utf8 && strlen(v->str) == v->str_len;
 }
 
 // ---- Python's view of a value ----
 
-const char *placer_json_py_type(const placer_json *v) {
+const char *cluster_json_py_type(const cluster_json *v) {
     switch (v->kind) {
-    case PLACER_JSON_NULL: return "NoneType";
-    case PLACER_JSON_BOOL: return "bool";
-    case PLACER_JSON_NUMBER: return v->is_float ? "float" : "int";
-    case PLACER_JSON_STRING: return "str";
-    case PLACER_JSON_ARRAY: return "list";
-    case PLACER_JSON_OBJECT: return "dict";
+    case CLUSTER_JSON_NULL: return "NoneType";
+    case CLUSTER_JSON_BOOL: return "bool";
+    case CLUSTER_JSON_NUMBER: return v->is_float ? "float" : "int";
+    case CLUSTER_JSON_STRING: return "str";
+    case CLUSTER_JSON_ARRAY: return "list";
+    case CLUSTER_JSON_OBJECT: return "dict";
     }
     return "object";
 }
 
-bool placer_json_py_truthy(const placer_json *v) {
+bool cluster_json_py_truthy(const cluster_json *v) {
     switch (v->kind) {
-    case PLACER_JSON_NULL: return false;
-    case PLACER_JSON_BOOL: return v->boolean;
-    case PLACER_JSON_NUMBER: return v->is_float ? v->number != 0.0 || isnan(v->number)
+    case CLUSTER_JSON_NULL: return false;
+    case CLUSTER_JSON_BOOL: return v->boolean;
+    case CLUSTER_JSON_NUMBER: return v->is_float ? v->number != 0.0 || isnan(v->number)
                                                 : !(v->is_int && v->integer == 0);
-    case PLACER_JSON_STRING: return v->str_len > 0;
-    case PLACER_JSON_ARRAY:
-    case PLACER_JSON_OBJECT: return v->n > 0;
+    case CLUSTER_JSON_STRING: return v->str_len > 0;
+    case CLUSTER_JSON_ARRAY:
+    case CLUSTER_JSON_OBJECT: return v->n > 0;
     }
     return false;
 }
 
-bool placer_json_py_str_eq(const placer_json *v, const char *s) {
-    return v->kind == PLACER_JSON_STRING && v->str_len == strlen(s) && memcmp(v->str, s, v->str_len) == 0;
+bool cluster_json_py_str_eq(const cluster_json *v, const char *s) {
+    return v->kind == CLUSTER_JSON_STRING && v->str_len == strlen(s) && memcmp(v->str, s, v->str_len) == 0;
 }
 
-int placer_json_py_contains(const placer_json *v, const char *key) {
+int cluster_json_py_contains(const cluster_json *v, const char *key) {
     size_t n = strlen(key);
     switch (v->kind) {
-    case PLACER_JSON_OBJECT:
-        return placer_json_get(v, key) != NULL;
-    case PLACER_JSON_ARRAY:
+    case CLUSTER_JSON_OBJECT:
+        return cluster_json_get(v, key) != NULL;
+    case CLUSTER_JSON_ARRAY:
         for (size_t i = 0; i < v->n; i++)
-            if (placer_json_py_str_eq(v->items[i], key)) return 1;
+            if (cluster_json_py_str_eq(v->items[i], key)) return 1;
         return 0;
-    case PLACER_JSON_STRING:
+    case CLUSTER_JSON_STRING:
         if (n == 0) return 1;
         for (size_t i = 0; i + n <= v->str_len; i++)
             if (memcmp(v->str + i, key, n) == 0) return 1;
@@ -710,12 +710,12 @@ static uint32_t decode_cp(const unsigned char *s, size_t len, size_t *n) {
     return cp;
 }
 
-placer_py_int placer_py_int_from_text(const char *text, size_t len, int64_t *out) {
+cluster_py_int cluster_py_int_from_text(const char *text, size_t len, int64_t *out) {
     // As CPython: non-ASCII spaces become ' ' and digits of any script their ASCII digit
     // (anything else non-ASCII makes the text invalid), then ASCII whitespace around an
     // optionally signed run of digits with single underscores between them.
     char *t = malloc(len + 1);
-    if (!t) return PLACER_PY_INT_VALUE_ERROR;
+    if (!t) return CLUSTER_PY_INT_VALUE_ERROR;
     size_t m = 0;
     const unsigned char *s = (const unsigned char *)text;
     for (size_t i = 0; i < len;) {
@@ -736,7 +736,7 @@ placer_py_int placer_py_int_from_text(const char *text, size_t len, int64_t *out
     while (b > a && strchr(" \t\n\v\f\r", t[b - 1]) && t[b - 1]) b--;
     bool neg = false;
     if (a < b && (t[a] == '+' || t[a] == '-')) neg = t[a++] == '-';
-    placer_py_int r = PLACER_PY_INT_OK;
+    cluster_py_int r = CLUSTER_PY_INT_OK;
     uint64_t mag = 0;
     bool big = false, any = false, prev_digit = false;
     for (size_t i = a; i < b; i++) {
@@ -746,7 +746,7 @@ placer_py_int placer_py_int_from_text(const char *text, size_t len, int64_t *out
             continue;
         }
         if (c < '0' || c > '9') {
-            r = PLACER_PY_INT_VALUE_ERROR;
+            r = CLUSTER_PY_INT_VALUE_ERROR;
             break;
         }
         prev_digit = any = true;
@@ -759,47 +759,47 @@ placer_py_int placer_py_int_from_text(const char *text, size_t len, int64_t *out
     }
     free(t);
     // Python refuses integers of more than 4300 digits too; either way it is no index.
-    if (r != PLACER_PY_INT_OK || !any) return PLACER_PY_INT_VALUE_ERROR;
+    if (r != CLUSTER_PY_INT_OK || !any) return CLUSTER_PY_INT_VALUE_ERROR;
     if (big || mag > (neg ? (uint64_t)INT64_MAX + 1u : (uint64_t)INT64_MAX)) {
         *out = neg ? INT64_MIN : INT64_MAX;
-        return PLACER_PY_INT_TOO_BIG;
+        return CLUSTER_PY_INT_TOO_BIG;
     }
     *out = neg ? (mag == (uint64_t)INT64_MAX + 1u ? INT64_MIN : -(int64_t)mag) : (int64_t)mag;
-    return PLACER_PY_INT_OK;
+    return CLUSTER_PY_INT_OK;
 }
 
-placer_py_int placer_json_py_int(const placer_json *v, int64_t *out) {
+cluster_py_int cluster_json_py_int(const cluster_json *v, int64_t *out) {
     switch (v->kind) {
-    case PLACER_JSON_BOOL:
+    case CLUSTER_JSON_BOOL:
         *out = v->boolean;
-        return PLACER_PY_INT_OK;
-    case PLACER_JSON_NUMBER:
+        return CLUSTER_PY_INT_OK;
+    case CLUSTER_JSON_NUMBER:
         if (!v->is_float) {
             if (v->is_int) {
                 *out = v->integer;
-                return PLACER_PY_INT_OK;
+                return CLUSTER_PY_INT_OK;
             }
             *out = v->str[0] == '-' ? INT64_MIN : INT64_MAX;
-            return PLACER_PY_INT_TOO_BIG;
+            return CLUSTER_PY_INT_TOO_BIG;
         }
-        if (isnan(v->number)) return PLACER_PY_INT_VALUE_ERROR;
-        if (isinf(v->number)) return PLACER_PY_INT_OVERFLOW;
+        if (isnan(v->number)) return CLUSTER_PY_INT_VALUE_ERROR;
+        if (isinf(v->number)) return CLUSTER_PY_INT_OVERFLOW;
         if (v->number >= 9223372036854775808.0 || v->number < -9223372036854775808.0) {
             *out = v->number < 0 ? INT64_MIN : INT64_MAX;
-            return PLACER_PY_INT_TOO_BIG;
+            return CLUSTER_PY_INT_TOO_BIG;
         }
         *out = (int64_t)trunc(v->number);
-        return PLACER_PY_INT_OK;
-    case PLACER_JSON_STRING:
-        return placer_py_int_from_text(v->str, v->str_len, out);
+        return CLUSTER_PY_INT_OK;
+    case CLUSTER_JSON_STRING:
+        return cluster_py_int_from_text(v->str, v->str_len, out);
     default:
-        return PLACER_PY_INT_TYPE_ERROR;
+        return CLUSTER_PY_INT_TYPE_ERROR;
     }
 }
 
 // ---- str() and repr() ----
 
-void placer_py_float_repr(double x, char *buf, size_t cap) {
+void cluster_py_float_repr(double x, char *buf, size_t cap) {
     if (isnan(x)) {
         snprintf(buf, cap, "nan");
         return;
@@ -855,7 +855,7 @@ void placer_py_float_repr(double x, char *buf, size_t cap) {
     snprintf(buf, cap, "%s", out);
 }
 
-void placer_buf_put(placer_buf *b, const char *s, size_t n) {
+void cluster_buf_put(cluster_buf *b, const char *s, size_t n) {
     if (b->failed) return;
     if (b->len + n + 1 > b->cap) {
         size_t ncap = b->cap ? b->cap * 2 : 64;
@@ -873,7 +873,7 @@ void placer_buf_put(placer_buf *b, const char *s, size_t n) {
     b->p[b->len] = '\0';
 }
 
-void placer_buf_str(placer_buf *b, const char *s) { placer_buf_put(b, s, strlen(s)); }
+void cluster_buf_str(cluster_buf *b, const char *s) { cluster_buf_put(b, s, strlen(s)); }
 
 // Python's str.isprintable(), except that unassigned code points count as printable (they
 // would need Unicode's full tables; Python escapes them).
@@ -892,10 +892,10 @@ static bool py_printable(uint32_t cp) {
     return true;
 }
 
-static void py_repr_str(placer_buf *b, const char *s, size_t len) {
+static void py_repr_str(cluster_buf *b, const char *s, size_t len) {
     bool has_single = memchr(s, '\'', len) != NULL, has_double = memchr(s, '"', len) != NULL;
     char quote = has_single && !has_double ? '"' : '\'';
-    placer_buf_put(b, &quote, 1);
+    cluster_buf_put(b, &quote, 1);
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < len;) {
         size_t k;
@@ -904,68 +904,68 @@ static void py_repr_str(placer_buf *b, const char *s, size_t len) {
         if (cp == (uint32_t)quote || cp == '\\') {
             esc[0] = '\\';
             esc[1] = (char)cp;
-            placer_buf_put(b, esc, 2);
+            cluster_buf_put(b, esc, 2);
         } else if (cp == '\t' || cp == '\n' || cp == '\r') {
             esc[0] = '\\';
             esc[1] = cp == '\t' ? 't' : cp == '\n' ? 'n' : 'r';
-            placer_buf_put(b, esc, 2);
+            cluster_buf_put(b, esc, 2);
         } else if (cp < 0x20 || cp == 0x7f) {
             snprintf(esc, sizeof esc, "\\x%02x", cp);
-            placer_buf_str(b, esc);
+            cluster_buf_str(b, esc);
         } else if (cp < 0x7f || py_printable(cp)) {
-            placer_buf_put(b, s + i, k);
+            cluster_buf_put(b, s + i, k);
         } else {
             snprintf(esc, sizeof esc, cp <= 0xff ? "\\x%02x" : cp <= 0xffff ? "\\u%04x" : "\\U%08x", cp);
-            placer_buf_str(b, esc);
+            cluster_buf_str(b, esc);
         }
         i += k;
     }
-    placer_buf_put(b, &quote, 1);
+    cluster_buf_put(b, &quote, 1);
 }
 
-static void py_format(placer_buf *b, const placer_json *v, bool repr) {
+static void py_format(cluster_buf *b, const cluster_json *v, bool repr) {
     char num[40];
     switch (v->kind) {
-    case PLACER_JSON_NULL: placer_buf_str(b, "None"); return;
-    case PLACER_JSON_BOOL: placer_buf_str(b, v->boolean ? "True" : "False"); return;
-    case PLACER_JSON_NUMBER:
+    case CLUSTER_JSON_NULL: cluster_buf_str(b, "None"); return;
+    case CLUSTER_JSON_BOOL: cluster_buf_str(b, v->boolean ? "True" : "False"); return;
+    case CLUSTER_JSON_NUMBER:
         if (v->is_float) {
-            placer_py_float_repr(v->number, num, sizeof num);
-            placer_buf_str(b, num);
+            cluster_py_float_repr(v->number, num, sizeof num);
+            cluster_buf_str(b, num);
         } else {
-            placer_buf_str(b, strcmp(v->str, "-0") == 0 ? "0" : v->str);   // json.loads reads -0 as 0
+            cluster_buf_str(b, strcmp(v->str, "-0") == 0 ? "0" : v->str);   // json.loads reads -0 as 0
         }
         return;
-    case PLACER_JSON_STRING:
+    case CLUSTER_JSON_STRING:
         if (repr)
             py_repr_str(b, v->str, v->str_len);
         else
-            placer_buf_put(b, v->str, v->str_len);
+            cluster_buf_put(b, v->str, v->str_len);
         return;
-    case PLACER_JSON_ARRAY:
-        placer_buf_str(b, "[");
+    case CLUSTER_JSON_ARRAY:
+        cluster_buf_str(b, "[");
         for (size_t i = 0; i < v->n; i++) {
-            if (i) placer_buf_str(b, ", ");
+            if (i) cluster_buf_str(b, ", ");
             py_format(b, v->items[i], true);
         }
-        placer_buf_str(b, "]");
+        cluster_buf_str(b, "]");
         return;
-    case PLACER_JSON_OBJECT:
-        placer_buf_str(b, "{");
+    case CLUSTER_JSON_OBJECT:
+        cluster_buf_str(b, "{");
         for (size_t i = 0; i < v->n; i++) {
-            if (i) placer_buf_str(b, ", ");
+            if (i) cluster_buf_str(b, ", ");
             py_repr_str(b, v->members[i].key, v->members[i].key_len);
-            placer_buf_str(b, ": ");
+            cluster_buf_str(b, ": ");
             py_format(b, v->members[i].value, true);
         }
-        placer_buf_str(b, "}");
+        cluster_buf_str(b, "}");
         return;
     }
 }
 
-char *placer_json_py_str(const placer_json *v) {
-    placer_buf b = {0};
-    placer_buf_put(&b, "", 0);
+char *cluster_json_py_str(const cluster_json *v) {
+    cluster_buf b = {0};
+    cluster_buf_put(&b, "", 0);
     py_format(&b, v, false);
     if (b.failed) {
         free(b.p);

@@ -1,4 +1,4 @@
-/* Tests for placer/cluster.c and its JSON parser placer/json.c, after TensorFlow's
+/* Tests for cluster/ (cluster specs, TF_CONFIG) and its JSON parser cluster/json.c, after TensorFlow's
  * server_lib_test.py (ClusterSpec), tfconfig_cluster_resolver_test.py, run_config_test.py and
  * multi_worker_util_test.py. test_tf_cluster_conformance.c holds the same functions to
  * TensorFlow's recorded answers; this file covers the API's own contract: messages, ownership,
@@ -15,9 +15,9 @@
 // ---------------------------------------------------------------------------------------
 // JSON parser
 
-static placer_json *json_ok(const char *text) {
+static cluster_json *json_ok(const char *text) {
     dg_status *st = dg_status_new();
-    placer_json *v = placer_json_parse(text, strlen(text), "JSON", st);
+    cluster_json *v = cluster_json_parse(text, strlen(text), "JSON", st);
     assert_ok(st);
     assert_non_null(v);
     dg_status_free(&st);
@@ -26,7 +26,7 @@ static placer_json *json_ok(const char *text) {
 
 static void json_bad(const char *text, size_t len, const char *needle) {
     dg_status *st = dg_status_new();
-    placer_json *v = placer_json_parse(text, len, "JSON", st);
+    cluster_json *v = cluster_json_parse(text, len, "JSON", st);
     assert_null(v);
     assert_status(st, DG_INVALID_ARGUMENT, needle);
     dg_status_free(&st);
@@ -36,118 +36,118 @@ static void json_bad_s(const char *text, const char *needle) { json_bad(text, st
 
 static void test_json_scalars(void **state) {
     (void)state;
-    placer_json *v = json_ok(" null ");
-    assert_int_equal(v->kind, PLACER_JSON_NULL);
+    cluster_json *v = json_ok(" null ");
+    assert_int_equal(v->kind, CLUSTER_JSON_NULL);
     assert_int_equal(v->offset, 1);
     assert_int_equal(v->src_len, 4);
-    placer_json_free(&v);
+    cluster_json_free(&v);
     assert_null(v);
-    placer_json_free(&v);
-    placer_json_free(NULL);
+    cluster_json_free(&v);
+    cluster_json_free(NULL);
 
     v = json_ok("true");
-    assert_int_equal(v->kind, PLACER_JSON_BOOL);
+    assert_int_equal(v->kind, CLUSTER_JSON_BOOL);
     assert_true(v->boolean);
-    placer_json_free(&v);
+    cluster_json_free(&v);
     v = json_ok("false");
     assert_false(v->boolean);
-    placer_json_free(&v);
+    cluster_json_free(&v);
 
     v = json_ok("-12");
-    assert_int_equal(v->kind, PLACER_JSON_NUMBER);
+    assert_int_equal(v->kind, CLUSTER_JSON_NUMBER);
     assert_true(v->is_int);
     assert_int_equal(v->integer, -12);
     assert_true(v->number == -12.0);
-    placer_json_free(&v);
+    cluster_json_free(&v);
 
     v = json_ok("1.5e2");
     assert_false(v->is_int);
     assert_true(v->number == 150.0);
-    placer_json_free(&v);
+    cluster_json_free(&v);
 
     v = json_ok("0");
     assert_true(v->is_int);
     assert_int_equal(v->integer, 0);
-    placer_json_free(&v);
+    cluster_json_free(&v);
 
     v = json_ok("9223372036854775807");
     assert_true(v->is_int);
     assert_true(v->integer == INT64_MAX);
-    placer_json_free(&v);
+    cluster_json_free(&v);
     v = json_ok("-9223372036854775808");
     assert_true(v->is_int);
     assert_true(v->integer == INT64_MIN);
-    placer_json_free(&v);
+    cluster_json_free(&v);
     v = json_ok("9223372036854775808");   // valid JSON, but not an int64
     assert_false(v->is_int);
-    placer_json_free(&v);
+    cluster_json_free(&v);
     v = json_ok("1E-400");   // underflow is fine
-    placer_json_free(&v);
+    cluster_json_free(&v);
 }
 
 static void test_json_strings(void **state) {
     (void)state;
-    placer_json *v = json_ok("\"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\"");
-    assert_int_equal(v->kind, PLACER_JSON_STRING);
+    cluster_json *v = json_ok("\"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\"");
+    assert_int_equal(v->kind, CLUSTER_JSON_STRING);
     assert_string_equal(v->str, "a\"b\\c/d\b\f\n\r\t");
-    placer_json_free(&v);
+    cluster_json_free(&v);
 
     v = json_ok("\"\\u0041\\u00e9\\u20AC\\ud83d\\ude00\"");
     assert_string_equal(v->str, "A\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80");
     assert_int_equal(v->str_len, 1 + 2 + 3 + 4);
-    assert_true(placer_json_is_cstring(v));
-    placer_json_free(&v);
+    assert_true(cluster_json_is_cstring(v));
+    cluster_json_free(&v);
 
     v = json_ok("\"x\\u0000y\"");
     assert_int_equal(v->str_len, 3);
-    assert_false(placer_json_is_cstring(v));
-    placer_json_free(&v);
+    assert_false(cluster_json_is_cstring(v));
+    cluster_json_free(&v);
 
     v = json_ok("\"caf\xc3\xa9 \xf0\x9f\x98\x80\"");   // raw UTF-8 passes through
     assert_string_equal(v->str, "caf\xc3\xa9 \xf0\x9f\x98\x80");
-    placer_json_free(&v);
+    cluster_json_free(&v);
 
     v = json_ok("\"\"");
     assert_string_equal(v->str, "");
-    placer_json_free(&v);
+    cluster_json_free(&v);
 }
 
 static void test_json_containers(void **state) {
     (void)state;
-    placer_json *v = json_ok("{\"a\": [1, 2, {\"b\": null}], \"c\": {}, \"d\": []}");
-    assert_int_equal(v->kind, PLACER_JSON_OBJECT);
+    cluster_json *v = json_ok("{\"a\": [1, 2, {\"b\": null}], \"c\": {}, \"d\": []}");
+    assert_int_equal(v->kind, CLUSTER_JSON_OBJECT);
     assert_int_equal(v->n, 3);
     assert_string_equal(v->members[0].key, "a");
-    const placer_json *a = placer_json_get(v, "a");
+    const cluster_json *a = cluster_json_get(v, "a");
     assert_non_null(a);
-    assert_int_equal(a->kind, PLACER_JSON_ARRAY);
+    assert_int_equal(a->kind, CLUSTER_JSON_ARRAY);
     assert_int_equal(a->n, 3);
     assert_int_equal(a->items[1]->integer, 2);
     assert_int_equal(a->offset, 6);
     assert_int_equal(a->src_len, strlen("[1, 2, {\"b\": null}]"));
-    assert_non_null(placer_json_get(a->items[2], "b"));
-    assert_null(placer_json_get(a, "b"));
-    assert_null(placer_json_get(v, "zz"));
-    assert_int_equal(placer_json_get(v, "c")->kind, PLACER_JSON_OBJECT);
-    assert_int_equal(placer_json_get(v, "c")->n, 0);
-    assert_int_equal(placer_json_get(v, "d")->n, 0);
-    placer_json_free(&v);
+    assert_non_null(cluster_json_get(a->items[2], "b"));
+    assert_null(cluster_json_get(a, "b"));
+    assert_null(cluster_json_get(v, "zz"));
+    assert_int_equal(cluster_json_get(v, "c")->kind, CLUSTER_JSON_OBJECT);
+    assert_int_equal(cluster_json_get(v, "c")->n, 0);
+    assert_int_equal(cluster_json_get(v, "d")->n, 0);
+    cluster_json_free(&v);
 
-    assert_string_equal(placer_json_kind_name(PLACER_JSON_ARRAY), "array");
-    assert_string_equal(placer_json_kind_name(PLACER_JSON_BOOL), "boolean");
+    assert_string_equal(cluster_json_kind_name(CLUSTER_JSON_ARRAY), "array");
+    assert_string_equal(cluster_json_kind_name(CLUSTER_JSON_BOOL), "boolean");
 }
 
 // What Python's json.loads reads beyond RFC 8259, as TensorFlow reads TF_CONFIG with it.
 static void test_json_python(void **state) {
     (void)state;
-    placer_json *v = json_ok("[NaN, Infinity, -Infinity, 1e999, -1e999, 1E-400]");
+    cluster_json *v = json_ok("[NaN, Infinity, -Infinity, 1e999, -1e999, 1E-400]");
     assert_true(isnan(v->items[0]->number) && v->items[0]->is_float);
     assert_true(isinf(v->items[1]->number) && v->items[1]->number > 0);
     assert_true(isinf(v->items[2]->number) && v->items[2]->number < 0);
     assert_true(isinf(v->items[3]->number) && v->items[3]->is_float);
     assert_true(isinf(v->items[4]->number) && v->items[4]->number < 0);
     assert_true(v->items[5]->number == 0.0);
-    placer_json_free(&v);
+    cluster_json_free(&v);
 
     // Lone surrogates and bytes that are not UTF-8 are kept (WTF-8) and marked.
     struct {
@@ -166,12 +166,12 @@ static void test_json_python(void **state) {
         v = json_ok(strs[i].json);
         assert_string_equal(v->str, strs[i].want);
         assert_int_equal(v->str_is_utf8, strs[i].is_utf8);
-        assert_int_equal(placer_json_is_cstring(v), strs[i].is_utf8);
-        placer_json_free(&v);
+        assert_int_equal(cluster_json_is_cstring(v), strs[i].is_utf8);
+        cluster_json_free(&v);
     }
     v = json_ok("{\"\\udc80\": 1}");
     assert_false(v->members[0].key_is_utf8);
-    placer_json_free(&v);
+    cluster_json_free(&v);
 
     // str(), int(), truthiness and `in`, as Python answers for the loaded value.
     struct {
@@ -189,61 +189,61 @@ static void test_json_python(void **state) {
     };
     for (size_t i = 0; i < sizeof strs2 / sizeof *strs2; i++) {
         v = json_ok(strs2[i].json);
-        char *s = placer_json_py_str(v);
+        char *s = cluster_json_py_str(v);
         if (strcmp(s, strs2[i].str) != 0) fail_msg("str(%s) = %s, want %s", strs2[i].json, s, strs2[i].str);
         free(s);
-        placer_json_free(&v);
+        cluster_json_free(&v);
     }
     struct {
         const char *json;
-        placer_py_int r;
+        cluster_py_int r;
         int64_t want;
     } ints[] = {
-        {"7", PLACER_PY_INT_OK, 7}, {"true", PLACER_PY_INT_OK, 1}, {"1.9", PLACER_PY_INT_OK, 1},
-        {"-0.5", PLACER_PY_INT_OK, 0}, {"\" -1_0 \"", PLACER_PY_INT_OK, -10}, {"\"\\u0661\\u0662\"", PLACER_PY_INT_OK, 12},
-        {"\"\\u00a05\\u3000\"", PLACER_PY_INT_OK, 5}, {"\"\\uff13\"", PLACER_PY_INT_OK, 3},
-        {"\"1.0\"", PLACER_PY_INT_VALUE_ERROR, 0}, {"\"1__0\"", PLACER_PY_INT_VALUE_ERROR, 0},
-        {"\"_1\"", PLACER_PY_INT_VALUE_ERROR, 0}, {"\"\\u001c1\"", PLACER_PY_INT_VALUE_ERROR, 0},
-        {"\"\"", PLACER_PY_INT_VALUE_ERROR, 0}, {"\"0x10\"", PLACER_PY_INT_VALUE_ERROR, 0},
-        {"NaN", PLACER_PY_INT_VALUE_ERROR, 0}, {"Infinity", PLACER_PY_INT_OVERFLOW, 0},
-        {"null", PLACER_PY_INT_TYPE_ERROR, 0}, {"[1]", PLACER_PY_INT_TYPE_ERROR, 0},
-        {"9223372036854775807", PLACER_PY_INT_OK, INT64_MAX}, {"9223372036854775808", PLACER_PY_INT_TOO_BIG, INT64_MAX},
-        {"-1e19", PLACER_PY_INT_TOO_BIG, INT64_MIN}, {"\"99999999999999999999\"", PLACER_PY_INT_TOO_BIG, INT64_MAX},
+        {"7", CLUSTER_PY_INT_OK, 7}, {"true", CLUSTER_PY_INT_OK, 1}, {"1.9", CLUSTER_PY_INT_OK, 1},
+        {"-0.5", CLUSTER_PY_INT_OK, 0}, {"\" -1_0 \"", CLUSTER_PY_INT_OK, -10}, {"\"\\u0661\\u0662\"", CLUSTER_PY_INT_OK, 12},
+        {"\"\\u00a05\\u3000\"", CLUSTER_PY_INT_OK, 5}, {"\"\\uff13\"", CLUSTER_PY_INT_OK, 3},
+        {"\"1.0\"", CLUSTER_PY_INT_VALUE_ERROR, 0}, {"\"1__0\"", CLUSTER_PY_INT_VALUE_ERROR, 0},
+        {"\"_1\"", CLUSTER_PY_INT_VALUE_ERROR, 0}, {"\"\\u001c1\"", CLUSTER_PY_INT_VALUE_ERROR, 0},
+        {"\"\"", CLUSTER_PY_INT_VALUE_ERROR, 0}, {"\"0x10\"", CLUSTER_PY_INT_VALUE_ERROR, 0},
+        {"NaN", CLUSTER_PY_INT_VALUE_ERROR, 0}, {"Infinity", CLUSTER_PY_INT_OVERFLOW, 0},
+        {"null", CLUSTER_PY_INT_TYPE_ERROR, 0}, {"[1]", CLUSTER_PY_INT_TYPE_ERROR, 0},
+        {"9223372036854775807", CLUSTER_PY_INT_OK, INT64_MAX}, {"9223372036854775808", CLUSTER_PY_INT_TOO_BIG, INT64_MAX},
+        {"-1e19", CLUSTER_PY_INT_TOO_BIG, INT64_MIN}, {"\"99999999999999999999\"", CLUSTER_PY_INT_TOO_BIG, INT64_MAX},
     };
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
         v = json_ok(ints[i].json);
         int64_t got = 0;
-        placer_py_int r = placer_json_py_int(v, &got);
-        if (r != ints[i].r || (r == PLACER_PY_INT_OK && got != ints[i].want))
+        cluster_py_int r = cluster_json_py_int(v, &got);
+        if (r != ints[i].r || (r == CLUSTER_PY_INT_OK && got != ints[i].want))
             fail_msg("int(%s): %d %lld, want %d %lld", ints[i].json, r, (long long)got, ints[i].r, (long long)ints[i].want);
-        placer_json_free(&v);
+        cluster_json_free(&v);
     }
     v = json_ok("{\"a\": [\"task\"], \"b\": \"prototype\", \"c\": 0, \"d\": NaN, \"e\": -0.0, \"f\": \"\"}");
-    assert_int_equal(placer_json_py_contains(v, "a"), 1);
-    assert_int_equal(placer_json_py_contains(v, "z"), 0);
-    assert_int_equal(placer_json_py_contains(placer_json_get(v, "a"), "task"), 1);
-    assert_int_equal(placer_json_py_contains(placer_json_get(v, "b"), "type"), 1);
-    assert_int_equal(placer_json_py_contains(placer_json_get(v, "c"), "type"), -1);
-    assert_false(placer_json_py_truthy(placer_json_get(v, "c")));
-    assert_true(placer_json_py_truthy(placer_json_get(v, "d")));
-    assert_false(placer_json_py_truthy(placer_json_get(v, "e")));
-    assert_false(placer_json_py_truthy(placer_json_get(v, "f")));
-    assert_true(placer_json_py_truthy(v));
-    assert_string_equal(placer_json_py_type(placer_json_get(v, "d")), "float");
-    placer_json_free(&v);
+    assert_int_equal(cluster_json_py_contains(v, "a"), 1);
+    assert_int_equal(cluster_json_py_contains(v, "z"), 0);
+    assert_int_equal(cluster_json_py_contains(cluster_json_get(v, "a"), "task"), 1);
+    assert_int_equal(cluster_json_py_contains(cluster_json_get(v, "b"), "type"), 1);
+    assert_int_equal(cluster_json_py_contains(cluster_json_get(v, "c"), "type"), -1);
+    assert_false(cluster_json_py_truthy(cluster_json_get(v, "c")));
+    assert_true(cluster_json_py_truthy(cluster_json_get(v, "d")));
+    assert_false(cluster_json_py_truthy(cluster_json_get(v, "e")));
+    assert_false(cluster_json_py_truthy(cluster_json_get(v, "f")));
+    assert_true(cluster_json_py_truthy(v));
+    assert_string_equal(cluster_json_py_type(cluster_json_get(v, "d")), "float");
+    cluster_json_free(&v);
 }
 
 static void test_json_depth(void **state) {
     (void)state;
     char buf[300];
-    int depth = PLACER_JSON_MAX_DEPTH;
+    int depth = CLUSTER_JSON_MAX_DEPTH;
     for (int i = 0; i < depth; i++) buf[i] = '[';
     for (int i = 0; i < depth; i++) buf[depth + i] = ']';
     buf[2 * depth] = '\0';
-    placer_json *v = json_ok(buf);
-    placer_json_free(&v);
+    cluster_json *v = json_ok(buf);
+    cluster_json_free(&v);
 
-    depth = PLACER_JSON_MAX_DEPTH + 1;
+    depth = CLUSTER_JSON_MAX_DEPTH + 1;
     for (int i = 0; i < depth; i++) buf[i] = '[';
     for (int i = 0; i < depth; i++) buf[depth + i] = ']';
     buf[2 * depth] = '\0';
@@ -1404,14 +1404,14 @@ static void test_fuzz(void **state) {
         dg_status_reset(st);
         char *exact = malloc(n ? n : 1);
         memcpy(exact, s, n);
-        placer_json *v = placer_json_parse(exact, n, "JSON", st);
+        cluster_json *v = cluster_json_parse(exact, n, "JSON", st);
         if (v) {
             n_json_ok++;
             assert_true(v->offset + v->src_len <= n);
         } else {
             assert_int_equal(dg_status_code(st), DG_INVALID_ARGUMENT);
         }
-        placer_json_free(&v);
+        cluster_json_free(&v);
         free(exact);
 
         dg_status_reset(st);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "distgraph/cluster.h"
+#include "distgraph/slurm.h"
 
 #define MAX_HOSTS 65536        // more is a malformed list ("n[0-999999999]"), not a cluster
 #define MAX_HOST_LEN 255

@@ -1,4 +1,4 @@
-/* Slurm cluster resolution (placer/slurm.c) as tables: node-list expansion, tasks per node and
+/* Slurm cluster resolution (cluster/slurm.c) as tables: node-list expansion, tasks per node and
  * the assignment of slots to jobs, after TensorFlow's SlurmClusterResolver, and bad input of
  * each kind answered with a status naming the fault. */
 #include <stdio.h>
