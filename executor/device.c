@@ -37,13 +37,6 @@ int exec_device_count(const char *name) {
     return t ? t->count() : 0;
 }
 
-// The type whose memory dg_tensor.device_mem names: the one without host memory.
-static const exec_device_type *memory_owner(void) {
-    for (int i = 0; i < N_TYPES; i++)
-        if (!types[i]->host_memory) return types[i];
-    return NULL;
-}
-
 char **exec_local_device_names(const char *task, int n_virtual_cpus, int *n) {
     *n = 0;
     int counts[N_TYPES], total = 0;
@@ -83,14 +76,14 @@ void exec_devices_configure(const exec_device_config *c) {
 }
 
 dg_tensor *exec_tensor_to_host(dg_tensor *t, dg_status *st) {
-    if (!t || t->device_mem == 0) return dg_tensor_ref(t);
-    const exec_device_type *owner = memory_owner();
-    if (!owner) {
-        dg_status_setf(st, DG_INTERNAL, "a tensor in the memory of device %d, but this build has "
-                       "no device type with memory of its own", t->device_mem - 1);
-        return NULL;
-    }
-    return owner->to_host(t, st);
+    if (!t || tensor_on_host(t)) return dg_tensor_ref(t);
+    // The type whose memory holds it, by name.
+    for (int i = 0; i < N_TYPES; i++)
+        if (strcmp(types[i]->name, t->mem.type) == 0 && !types[i]->host_memory && types[i]->to_host)
+            return types[i]->to_host(t, st);
+    dg_status_setf(st, DG_INTERNAL, "a tensor in the memory of %s:%d, but this build has no such "
+                   "device type with memory of its own", t->mem.type, t->mem.index);
+    return NULL;
 }
 
 int64_t exec_devices_release_all(void) {

@@ -66,7 +66,8 @@ struct exec_kernel_def;   // exec_impl.h
 
 typedef struct exec_device_type {
     const char *name;             // the type in device names, upper-case ("CPU", ...)
-    bool host_memory;             // its tensors live in host memory (dg_tensor.device_mem 0)
+    bool host_memory;             // its tensors live in host memory; else its kernels mark theirs
+                                  // with its name and the device's index (dg_tensor.mem)
     // Optional: whether node n, which has kernel k of this type, may run on this type (the
     // placer asks through exec_kernel_supports); NULL: every node with a kernel may. The GPU
     // keeps only floats in its memory, so it refuses a node with another output dtype unless
@@ -103,8 +104,9 @@ extern const exec_device_type exec_cuda_device_type;
 
 // ---- the registry ----
 
-// Number of device types in this build and the i-th (0: the CPU). At most one of them lacks
-// host_memory: dg_tensor.device_mem names a device of that type. Returns: borrowed, static.
+// Number of device types in this build and the i-th (0: the CPU). A type without host_memory
+// marks its tensors with its name (dg_tensor.mem.type) and the device's index. Returns:
+// borrowed, static.
 int exec_num_device_types(void);
 const exec_device_type *exec_device_type_at(int i);
 // The type named name (exact, upper-case as in canonical device names), or NULL when this

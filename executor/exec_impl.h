@@ -229,11 +229,11 @@ bool exec_kernel_supports(void *ctx, const dg_node *n, const char *device_type);
 dg_tensor *exec_alloc_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape);
 // The two halves of it, for devices with memory of their own. exec_reuse_output: the tensor
 // in output slot i when it can take dtype and shape in place (allocated by the slot, held by
-// nobody else, same dtype and byte count, in the memory device_mem names: 0 host, 1 + id that
-// device, as dg_tensor.device_mem), reshaped; otherwise the slot is emptied and NULL returned.
+// nobody else, same dtype and byte count, in the memory mem names: dg_tensor.mem), reshaped;
+// otherwise the slot is emptied and NULL returned.
 // exec_adopt_output: puts t, newly made for slot i, in it and returns it; NULL t (making it
 // failed) prefixes "output i" to the status.
-dg_tensor *exec_reuse_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape, int device_mem);
+dg_tensor *exec_reuse_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape, tensor_mem mem);
 dg_tensor *exec_adopt_output(exec_ctx *ctx, int i, dg_tensor *t);
 // Sets output i to t (takes a new reference), e.g. forwarding an input.
 void exec_set_output(exec_ctx *ctx, int i, dg_tensor *t);

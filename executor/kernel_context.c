@@ -15,11 +15,11 @@ bool exec_fail(exec_ctx *ctx, dg_code code, const char *fmt, ...) {
     return false;
 }
 
-dg_tensor *exec_reuse_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape, int device_mem) {
+dg_tensor *exec_reuse_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape, tensor_mem mem) {
     dg_tensor *t = ctx->outputs[i];
     // A device buffer is wrapped (it goes back to the device's cache), a host one is the tensor's.
-    if (t && ctx->owned[i] && t->dtype == dtype && t->device_mem == device_mem &&
-        (device_mem ? !t->base && atomic_load_explicit(&t->refs, memory_order_acquire) == 1
+    if (t && ctx->owned[i] && t->dtype == dtype && tensor_mem_same(t->mem, mem) &&
+        (mem.type ? !t->base && atomic_load_explicit(&t->refs, memory_order_acquire) == 1
                     : tensor_is_exclusive(t))) {
         int64_t n = tensor_shape_elements(&shape);
         if (n >= 0 && (size_t)n * dg_dtype_size(dtype) == t->nbytes) {
@@ -45,7 +45,7 @@ dg_tensor *exec_adopt_output(exec_ctx *ctx, int i, dg_tensor *t) {
 }
 
 dg_tensor *exec_alloc_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shape) {
-    dg_tensor *t = exec_reuse_output(ctx, i, dtype, shape, 0);
+    dg_tensor *t = exec_reuse_output(ctx, i, dtype, shape, TENSOR_MEM_HOST);
     return t ? t : exec_adopt_output(ctx, i, dg_tensor_new(dtype, shape, ctx->st));
 }
 

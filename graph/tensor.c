@@ -213,10 +213,10 @@ dg_tensor *dg_tensor_scalar_i64(int64_t v) { return scalar(DG_INT64, &v); }
 
 dg_tensor *dg_tensor_copy(const dg_tensor *t, dg_status *st) {
     dg_status_reset(st);
-    if (t->device_mem) {
-        dg_status_setf(st, DG_INTERNAL, "tensor: a %s tensor in the memory of device %d cannot be "
+    if (!tensor_on_host(t)) {
+        dg_status_setf(st, DG_INTERNAL, "tensor: a %s tensor in the memory of %s:%d cannot be "
                        "copied on the host (it should have been copied off the device first)",
-                       dg_dtype_name(t->dtype), t->device_mem - 1);
+                       dg_dtype_name(t->dtype), t->mem.type, t->mem.index);
         return NULL;
     }
     return dg_tensor_from_data(t->dtype, t->shape, t->data, st);
@@ -234,7 +234,7 @@ dg_tensor *tensor_view(dg_tensor *t, dg_shape shape, dg_status *st) {
         return NULL;
     }
     v->data = t->data;
-    v->device_mem = t->device_mem;
+    v->mem = t->mem;
     v->base = dg_tensor_ref(t);
     return v;
 }

@@ -7,6 +7,15 @@
 
 #include "distgraph/tensor.h"
 
+// The memory a tensor's data lives in: the host's, or that of one device, named by its device
+// type and index ("GPU", 1), as in device names (executor/device.h, exec_device_type.name). The
+// graph layer only carries it and prints it.
+typedef struct tensor_mem {
+    const char *type;   // NULL: host memory; else a static string
+    int index;          // the device's index within its type; 0 for the host
+} tensor_mem;
+#define TENSOR_MEM_HOST ((tensor_mem){NULL, 0})
+
 struct dg_tensor {
     atomic_int refs;
     dg_dtype dtype;
@@ -18,11 +27,17 @@ struct dg_tensor {
     void *dealloc_arg;
     dg_tensor *base;          // a view holds one reference to the tensor it aliases
     bool owns_data;           // data came from our aligned allocator
-    int device_mem;           // 0: data is host memory; 1 + id: memory of device id of the
-                              // one device type with memory of its own (executor/device.h;
-                              // set by its kernels). Host code must not read such data:
-                              // dg_tensor_copy refuses, exec_tensor_to_host copies it
+    tensor_mem mem;           // whose memory holds data (host unless a device's kernels set
+                              // it). Host code must not read device memory: dg_tensor_copy
+                              // refuses, exec_tensor_to_host copies it
 };
+
+// Whether two tensors' data live in the same memory (the host, or the same device).
+static inline bool tensor_mem_same(tensor_mem a, tensor_mem b) {
+    if (!a.type || !b.type) return a.type == b.type;
+    return a.index == b.index && (a.type == b.type || strcmp(a.type, b.type) == 0);
+}
+static inline bool tensor_on_host(const dg_tensor *t) { return !t->mem.type; }
 
 // The 16-bit floats' conversions (dg_float_to_bfloat16 and its siblings, tensor.h), inline so
 // that the loops of Cast and of the 16-bit GEMM vectorise.

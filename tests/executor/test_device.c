@@ -1,6 +1,7 @@
 /* executor/device.c and executor/cpu/cpu_device.c: the registry of device types (the CPU
  * first, every type complete and consistent), the CPU's device table, this process's device
- * names, which device names are accelerators, and host copies of host tensors. Holds with or
+ * names, which device names are accelerators, host copies of host tensors, and the memory a
+ * tensor names. Holds with or
  * without CUDA and with or without a GPU. */
 #include "testutil.h"
 
@@ -17,7 +18,6 @@ static void test_registry(void **state) {
     assert_ptr_equal(exec_device_type_at(0), &exec_cpu_device_type);
     assert_null(exec_device_type_at(-1));
     assert_null(exec_device_type_at(n));
-    int own_memory = 0;
     for (int i = 0; i < n; i++) {
         const exec_device_type *t = exec_device_type_at(i);
         assert_non_null(t->name);
@@ -33,11 +33,8 @@ static void test_registry(void **state) {
         assert_string_equal(ops->type, t->name);
         assert_true(ops->alloc && ops->free && ops->copy_to_device && ops->copy_to_host &&
                     ops->synchronize);
-        own_memory += !t->host_memory;
         for (int j = 0; j < i; j++) assert_string_not_equal(exec_device_type_at(j)->name, t->name);
     }
-    // dg_tensor.device_mem names a device of one type.
-    assert_true(own_memory <= 1);
     const exec_device_type *cpu = exec_device_type_find(DG_DEVICE_TYPE_CPU);
     assert_ptr_equal(cpu, &exec_cpu_device_type);
     assert_true(cpu->host_memory);
@@ -138,6 +135,45 @@ static void test_host_tensor_to_host(void **state) {
     dg_status_free(&st);
 }
 
+// A tensor names the memory that holds it by device type and index (dg_tensor.mem): views keep
+// it, and host code refuses to read memory no device type of this build owns, naming it.
+static void test_memory_identity(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    float v[4] = {1, 2, 3, 4};
+    dg_tensor *t = dg_tensor_from_data(DG_FLOAT32, dg_shape_make(1, (int64_t[]){4}), v, st);
+    assert_ok(st);
+    assert_true(tensor_on_host(t));
+    assert_true(tensor_mem_same(t->mem, TENSOR_MEM_HOST));
+    static const char elsewhere[] = "ELSEWHERE";   // a type name no device type of the build has
+    t->mem = (tensor_mem){elsewhere, 3};
+    assert_false(tensor_on_host(t));
+    assert_false(tensor_mem_same(t->mem, TENSOR_MEM_HOST));
+    assert_false(tensor_mem_same(t->mem, (tensor_mem){elsewhere, 2}));
+    assert_true(tensor_mem_same(t->mem, (tensor_mem){elsewhere, 3}));
+    // Types are compared by name, not by where the name is stored.
+    char copy[sizeof elsewhere];
+    memcpy(copy, elsewhere, sizeof elsewhere);
+    assert_true(tensor_mem_same(t->mem, (tensor_mem){copy, 3}));
+    copy[0] = 'X';
+    assert_false(tensor_mem_same(t->mem, (tensor_mem){copy, 3}));
+    dg_tensor *view = tensor_view(t, dg_shape_make(2, (int64_t[]){2, 2}), st);
+    assert_ok(st);
+    assert_true(tensor_mem_same(view->mem, t->mem));
+    assert_null(exec_tensor_to_host(view, st));
+    assert_status(st, DG_INTERNAL, "ELSEWHERE:3");
+    assert_null(dg_tensor_copy(t, st));
+    assert_status(st, DG_INTERNAL, "ELSEWHERE:3");
+    // A GPU tensor names the GPU type and its id; the CPU's memory is the host's.
+    const exec_device_type *gpu = exec_device_type_find(DG_DEVICE_TYPE_GPU);
+    if (gpu) assert_false(gpu->host_memory);
+    assert_true(exec_cpu_device_type.host_memory);
+    t->mem = TENSOR_MEM_HOST;
+    dg_tensor_unref(view);
+    dg_tensor_unref(t);
+    dg_status_free(&st);
+}
+
 static void test_configure_and_release(void **state) {
     (void)state;
     exec_devices_configure(&(exec_device_config){.allow_tf32 = false});
@@ -175,6 +211,7 @@ int main(void) {
         cmocka_unit_test(test_local_device_names),
         cmocka_unit_test(test_is_accelerator),
         cmocka_unit_test(test_host_tensor_to_host),
+        cmocka_unit_test(test_memory_identity),
         cmocka_unit_test(test_configure_and_release),
         cmocka_unit_test(test_kernel_registry_grows),
     };

@@ -1,5 +1,5 @@
 /* The GPU's device type (executor/device.h): what the executor and the runtime know of the
- * CUDA device. Float tensors live in the GPU's memory (dg_tensor.device_mem = 1 + GPU id),
+ * CUDA device. Float tensors live in the GPU's memory (dg_tensor.mem: "GPU" and the GPU's id),
  * every other dtype in host memory (gpu_impl.h). */
 #include "distgraph/device_name.h"
 #include "gpu_impl.h"

@@ -62,7 +62,16 @@ void *gpu_dev_create(const dg_node *n, const exec_env *env, dg_status *st) {
 
 // ---- tensors in device memory ----
 
-bool gpu_tensor_on_device(const dg_tensor *t) { return t && t->device_mem != 0; }
+// The GPU device type's name (exec_cuda_device_type.name) names the memory of its tensors.
+bool gpu_tensor_on_device(const dg_tensor *t) {
+    return t && t->mem.type && strcmp(t->mem.type, DG_DEVICE_TYPE_GPU) == 0;
+}
+
+tensor_mem gpu_mem(const exec_cuda_device *dev) { return (tensor_mem){DG_DEVICE_TYPE_GPU, dev->id}; }
+
+bool gpu_tensor_in(const dg_tensor *t, const exec_cuda_device *dev) {
+    return t && tensor_mem_same(t->mem, gpu_mem(dev));
+}
 
 static void release_block(void *data, size_t n_bytes, void *arg) {
     (void)n_bytes;
@@ -85,7 +94,7 @@ dg_tensor *gpu_tensor_new(exec_cuda_device *dev, dg_dtype dtype, dg_shape shape,
         exec_cuda_mem_free(dev, p);
         return NULL;
     }
-    t->device_mem = 1 + dev->id;
+    t->mem = gpu_mem(dev);
     return t;
 }
 
@@ -94,7 +103,7 @@ dg_tensor *gpu_alloc_output(exec_cuda_device *dev, exec_ctx *ctx, int i, dg_dtyp
     if (!gpu_dtype_on_device(dtype)) return exec_alloc_output(ctx, i, dtype, shape);
     // The slot's buffer is reused when nothing else holds it: same GPU, same byte count.
     // Under DG_GPU_POISON=1 a reused buffer is poisoned like a fresh one.
-    dg_tensor *t = exec_reuse_output(ctx, i, dtype, shape, 1 + dev->id);
+    dg_tensor *t = exec_reuse_output(ctx, i, dtype, shape, gpu_mem(dev));
     if (t) return exec_cuda_poison(dev, t->data, t->nbytes, ctx->st) ? t : NULL;
     return exec_adopt_output(ctx, i, gpu_tensor_new(dev, dtype, shape, ctx->st));
 }
@@ -110,10 +119,10 @@ static void release_pinned(void *data, size_t n_bytes, void *arg) {
 }
 
 dg_tensor *gpu_to_host(exec_cuda_device *dev, dg_tensor *t, dg_status *st) {
-    if (!t || !t->device_mem) return dg_tensor_ref(t);
-    if (t->device_mem != 1 + dev->id) {
-        dg_status_setf(st, DG_INTERNAL, "GPU:%d: a tensor of GPU:%d to copy to the host", dev->id,
-                       t->device_mem - 1);
+    if (!t || tensor_on_host(t)) return dg_tensor_ref(t);
+    if (!gpu_tensor_in(t, dev)) {
+        dg_status_setf(st, DG_INTERNAL, "GPU:%d: a tensor of %s:%d to copy to the host", dev->id,
+                       t->mem.type, t->mem.index);
         return NULL;
     }
     void *p = NULL;
@@ -132,11 +141,11 @@ dg_tensor *gpu_to_host(exec_cuda_device *dev, dg_tensor *t, dg_status *st) {
 }
 
 dg_tensor *gpu_to_device(exec_cuda_device *dev, dg_tensor *t, dg_status *st) {
-    if (!t || t->device_mem == 1 + dev->id || !gpu_dtype_on_device(t->dtype))
+    if (!t || gpu_tensor_in(t, dev) || !gpu_dtype_on_device(t->dtype))
         return dg_tensor_ref(t);
-    if (t->device_mem) {
-        dg_status_setf(st, DG_UNIMPLEMENTED, "GPU:%d: a tensor of GPU:%d: copies between GPUs go "
-                       "through the host", dev->id, t->device_mem - 1);
+    if (!tensor_on_host(t)) {
+        dg_status_setf(st, DG_UNIMPLEMENTED, "GPU:%d: a tensor of %s:%d: copies between devices go "
+                       "through the host", dev->id, t->mem.type, t->mem.index);
         return NULL;
     }
     dg_tensor *d = gpu_tensor_new(dev, t->dtype, t->shape, st);
@@ -161,7 +170,7 @@ void *gpu_host_bytes_to_device(exec_ctx *ctx, exec_cuda_device *dev, const void 
 
 void *gpu_host_input_to_device(exec_ctx *ctx, exec_cuda_device *dev, const dg_tensor *t,
                                const char *what) {
-    if (t->device_mem) {
+    if (!tensor_on_host(t)) {
         exec_fail(ctx, DG_INTERNAL, "%s (%s) is not in host memory", what,
                   dg_dtype_name(t->dtype));
         return NULL;
@@ -187,7 +196,7 @@ bool gpu_prepare_input_range(exec_ctx *ctx, exec_cuda_device *dev, int first, in
                              i, dg_dtype_name(x->dtype),
                              gpu_dtype_on_device(x0->dtype) ? dg_dtype_name(x0->dtype)
                                                             : "float32 or float64");
-        if (x->n_elements > 0 && x->device_mem != 1 + dev->id)
+        if (x->n_elements > 0 && !gpu_tensor_in(x, dev))
             return exec_fail(ctx, DG_INTERNAL, "input %d (%s, %lld elements) is not in the "
                              "memory of GPU:%d", i, dg_dtype_name(x->dtype),
                              (long long)x->n_elements, dev->id);
@@ -202,7 +211,11 @@ bool gpu_prepare_inputs(exec_ctx *ctx, exec_cuda_device *dev, int n) {
 // ---- host copies for code outside the kernels (exec_tensor_to_host) ----
 
 dg_tensor *gpu_any_to_host(dg_tensor *t, dg_status *st) {
-    if (!t || !t->device_mem) return dg_tensor_ref(t);
-    exec_cuda_device *dev = gpu_device(t->device_mem - 1, st);
+    if (!t || tensor_on_host(t)) return dg_tensor_ref(t);
+    if (!gpu_tensor_on_device(t)) {
+        dg_status_setf(st, DG_INTERNAL, "the GPU asked to copy a tensor of %s:%d", t->mem.type, t->mem.index);
+        return NULL;
+    }
+    exec_cuda_device *dev = gpu_device(t->mem.index, st);
     return dev ? gpu_to_host(dev, t, st) : NULL;
 }

@@ -32,8 +32,12 @@ exec_cuda_device *gpu_device(int id, dg_status *st);
 void *gpu_dev_create(const dg_node *n, const exec_env *env, dg_status *st);
 #define GPU_DEV(state) ((exec_cuda_device *)(state))
 
-// True when t's buffer is GPU memory.
+// True when t's buffer is GPU memory (of any GPU).
 bool gpu_tensor_on_device(const dg_tensor *t);
+// The memory identity of dev's tensors (dg_tensor.mem: the GPU device type and dev's id).
+tensor_mem gpu_mem(const exec_cuda_device *dev);
+// True when t's buffer is dev's memory.
+bool gpu_tensor_in(const dg_tensor *t, const exec_cuda_device *dev);
 // A tensor in dev's memory (uninitialised; poisoned under DG_GPU_POISON=1).
 // Returns: new, caller releases with dg_tensor_unref(); NULL with st set.
 dg_tensor *gpu_tensor_new(exec_cuda_device *dev, dg_dtype dtype, dg_shape shape, dg_status *st);

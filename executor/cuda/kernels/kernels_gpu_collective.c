@@ -23,7 +23,7 @@ static bool nccl_reduce(dg_tensor *const *ins, void *const *devices, int n, bool
     }
     for (int i = 0; i < n; i++) {
         const exec_cuda_device *di = devices[i];
-        bool usable = ins[i]->n_elements == 0 || ins[i]->device_mem == 1 + di->id;
+        bool usable = ins[i]->n_elements == 0 || gpu_tensor_in(ins[i], di);
         for (int j = 0; j < i && usable; j++)
             usable = ((const exec_cuda_device *)devices[j])->id != di->id;
         if (!usable) {

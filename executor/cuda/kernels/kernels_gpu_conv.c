@@ -44,7 +44,7 @@ static bool prepare(exec_ctx *ctx, conv_state *s, const int *floats, int n_float
         if (!gpu_dtype_on_device(x->dtype) || x->dtype != t)
             return exec_fail(ctx, DG_INVALID_ARGUMENT, "input %d is %s, the GPU kernel takes %s", floats[k],
                              dg_dtype_name(x->dtype), dg_dtype_name(t));
-        if (x->n_elements > 0 && x->device_mem != 1 + s->dev->id)
+        if (x->n_elements > 0 && !gpu_tensor_in(x, s->dev))
             return exec_fail(ctx, DG_INTERNAL, "input %d is not in the memory of GPU:%d", floats[k], s->dev->id);
     }
     return launched(ctx, s->dev, cudaSetDevice(s->dev->id)) && cpu_window_geom(ctx, &s->w, g);

@@ -423,7 +423,7 @@ static bool fill_compute(void *state, exec_ctx *ctx) {
             memcpy((char *)o->data + i * (int64_t)es, v->data, es);
         return true;
     }
-    if (v->device_mem != 1 + s->dev->id)
+    if (!gpu_tensor_in(v, s->dev))
         return exec_fail(ctx, DG_INTERNAL, "value (%s) is not in the memory of GPU:%d",
                          dg_dtype_name(v->dtype), s->dev->id);
     return launched(ctx, s->dev, cuda_launch_fill_from(is_f64(v), o->data, o->n_elements, v->data,

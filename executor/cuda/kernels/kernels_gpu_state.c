@@ -94,7 +94,7 @@ static void *assign_create(const dg_node *n, const exec_env *env, dg_status *st)
 static bool variable_compute(void *state, exec_ctx *ctx) {
     var_state *s = state;
     dg_tensor *t = exec_variable_get(s->v);
-    if (t && t->device_mem != 1 + s->dev->id) {
+    if (t && !gpu_tensor_in(t, s->dev)) {
         dg_tensor *d = gpu_to_device(s->dev, t, ctx->st);
         dg_tensor_unref(t);
         if (!d) return false;
@@ -113,11 +113,11 @@ static bool assign_compute(void *state, exec_ctx *ctx) {
     dg_tensor *val = IN(1);
     if (!exec_variable_check_shape(v, val, ctx->st)) return false;
     // An empty value may be anywhere (gpu_prepare_inputs): nothing of it is copied.
-    if (val->n_elements > 0 && val->device_mem != 1 + s->dev->id)
+    if (val->n_elements > 0 && !gpu_tensor_in(val, s->dev))
         return exec_fail(ctx, DG_INTERNAL, "assigning a value that is not in the memory of GPU:%d",
                          s->dev->id);
     dg_tensor *cur = exec_variable_get(v);
-    if (!cur || cur->device_mem != 1 + s->dev->id || cur->nbytes != val->nbytes) {
+    if (!cur || !gpu_tensor_in(cur, s->dev) || cur->nbytes != val->nbytes) {
         dg_tensor_unref(cur);
         if (!(cur = gpu_tensor_new(s->dev, val->dtype, val->shape, ctx->st))) return false;
         exec_variable_set(v, cur);
