@@ -78,3 +78,12 @@ bool cluster_tf_int_field(const char *src, const char *what, const cluster_json 
     }
     return cluster_tf_error(st, "%s must be an integer, got %s", what, cluster_raw(src, v, r, sizeof r));
 }
+
+bool cluster_tf_refuse(dg_status *st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    dg_status_vsetf(st, DG_INVALID_ARGUMENT, fmt, ap);
+    va_end(ap);
+    dg_status_prepend(st, "TF_CONFIG");
+    return false;
+}
