@@ -185,16 +185,7 @@ static cl_job *get_or_add_job(dg_cluster *c, const char *job, dg_status *st) {
     int pos = find_job(c, job);
     if (pos >= 0) return &c->jobs[pos];
     pos = -pos - 1;
-    if (c->n_jobs == c->cap) {
-        int ncap = c->cap ? c->cap * 2 : 4;
-        cl_job *nj = realloc(c->jobs, (size_t)ncap * sizeof *nj);
-        if (!nj) {
-            base_oom(st, "cluster", (size_t)ncap * sizeof *nj);
-            return NULL;
-        }
-        c->jobs = nj;
-        c->cap = ncap;
-    }
+    if (!BASE_GROW(c->jobs, c->n_jobs, c->cap, 1, "cluster", st)) return NULL;
     char *name = strdup(job);
     if (!name) {
         base_oom(st, "cluster", strlen(job) + 1);
@@ -230,15 +221,9 @@ static bool add_task(dg_cluster *c, const char *job, int task, const char *addr,
         free(a);
         return false;
     }
-    if (j->n_tasks == j->cap) {
-        int ncap = j->cap ? j->cap * 2 : 4;
-        cl_task *nt = realloc(j->tasks, (size_t)ncap * sizeof *nt);
-        if (!nt) {
-            free(a);
-            return base_oom(st, "cluster", (size_t)ncap * sizeof *nt);
-        }
-        j->tasks = nt;
-        j->cap = ncap;
+    if (!BASE_GROW(j->tasks, j->n_tasks, j->cap, 1, "cluster", st)) {
+        free(a);
+        return false;
     }
     int tpos = -cluster_find_task(j, task) - 1;
     memmove(&j->tasks[tpos + 1], &j->tasks[tpos], (size_t)(j->n_tasks - tpos) * sizeof *j->tasks);

@@ -2,14 +2,15 @@
  * node list and tasks per node give an ordered list of slots (host:port_base, host:port_base+1,
  * ... for each node in order); the jobs, taken in name order, get consecutive slots; this
  * process's rank (SLURM_PROCID) names its slot, hence its job and index. */
+#include "base_impl.h"
+#include "distgraph/slurm.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "distgraph/slurm.h"
 
 #define MAX_HOSTS 65536        // more is a malformed list ("n[0-999999999]"), not a cluster
 #define MAX_HOST_LEN 255
@@ -24,18 +25,11 @@ static bool push_host(hostvec *h, const char *s, size_t len, dg_status *st) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "more than %d hosts", MAX_HOSTS);
         return false;
     }
-    if (h->n == h->cap) {
-        int cap = h->cap ? 2 * h->cap : 16;
-        char **nv = realloc(h->v, (size_t)cap * sizeof *nv);
-        if (!nv) abort();
-        h->v = nv;
-        h->cap = cap;
-    }
     char *c = malloc(len + 1);
     if (!c) abort();
     memcpy(c, s, len);
     c[len] = '\0';
-    h->v[h->n++] = c;
+    BASE_PUSH(h->v, h->n, h->cap, c);   // at most MAX_HOSTS
     return true;
 }
 
@@ -239,12 +233,7 @@ static int expand_tasks_per_node(const char *spec, int **out, dg_status *st) {
             free(v);
             return -1;
         }
-        while (cap < n + times) {
-            cap = cap ? 2 * cap : 16;
-            int *nv = realloc(v, (size_t)cap * sizeof *nv);
-            if (!nv) abort();
-            v = nv;
-        }
+        base_reserve((void **)&v, sizeof *v, n, &cap, (int)times);   // at most MAX_HOSTS in all
         for (long k = 0; k < times; k++) v[n++] = (int)count;
     }
     *out = v;
@@ -267,7 +256,7 @@ static int parse_jobs(const char *spec, slurm_job **out, dg_status *st) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "Slurm jobs: none given (e.g. \"ps:1,worker:3\")");
         return -1;
     }
-    int n = 0;
+    int n = 0, cap = 0;
     slurm_job *v = NULL;
     const char *p = spec;
     while (*p) {
@@ -288,9 +277,7 @@ static int parse_jobs(const char *spec, slurm_job **out, dg_status *st) {
             free(v);
             return -1;
         }
-        slurm_job *nv = realloc(v, (size_t)(n + 1) * sizeof *nv);
-        if (!nv) abort();
-        v = nv;
+        base_reserve((void **)&v, sizeof *v, n, &cap, 1);   // a job per comma of a short string
         snprintf(v[n].name, sizeof v[n].name, "%.*s", (int)(colon - p), p);
         v[n].tasks = (int)count;
         for (int k = 0; k < n; k++)

@@ -55,6 +55,24 @@ static inline void base_reserve(void **items, size_t elem, int count, int *cap, 
     *items = p;
     *cap = c;
 }
+// The same for an array whose size comes from input (a user's graph or spec, a file, a peer):
+// out of memory, or a count past INT_MAX, is RESOURCE_EXHAUSTED naming what (st may be NULL),
+// and leaves *items and *cap as they were. Returns false then.
+static inline bool base_grow(void **items, size_t elem, int count, int *cap, int more, const char *what,
+                             dg_status *st) {
+    if (count + (int64_t)more <= *cap) return true;
+    int64_t c = *cap > 0 ? *cap : 8;
+    while (c < count + (int64_t)more) c *= 2;
+    if (c > INT32_MAX) c = INT32_MAX;
+    void *p = c >= count + (int64_t)more && (size_t)c <= SIZE_MAX / elem ? realloc(*items, (size_t)c * elem) : NULL;
+    if (!p) return base_oom(st, what, (size_t)c * elem);
+    *items = p;
+    *cap = (int)c;
+    return true;
+}
+// BASE_GROW(items, count, cap, more, what, st): base_grow with the element size of items.
+#define BASE_GROW(items, count, cap, more, what, st) \
+    base_grow((void **)&(items), sizeof *(items), (count), &(cap), (more), (what), (st))
 // BASE_PUSH(items, count, cap, value): appends value (count and cap are int lvalues).
 #define BASE_PUSH(items, count, cap, value)                                           \
     do {                                                                              \

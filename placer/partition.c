@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base_impl.h"
 #include "distgraph/placer.h"
 #include "graph_impl.h"
 
@@ -66,13 +67,7 @@ typedef struct ctx {
 } ctx;
 
 static const char *keep_key(ctx *c, char *key) {
-    if (c->n_keys == c->cap_keys) {
-        c->cap_keys = c->cap_keys ? c->cap_keys * 2 : 64;
-        char **nk = realloc(c->keys, (size_t)c->cap_keys * sizeof *nk);
-        if (!nk) abort();
-        c->keys = nk;
-    }
-    c->keys[c->n_keys++] = key;
+    BASE_PUSH(c->keys, c->n_keys, c->cap_keys, key);
     return key;
 }
 
@@ -220,7 +215,7 @@ dg_partitions *dg_partition_ex(dg_node *const *nodes_in, int n_nodes, const dg_o
     // Devices, sorted.
     graph_strmap seen = {0};
     char **devs = NULL;
-    int n_devs = 0;
+    int n_devs = 0, cap_devs = 0;
     for (int i = 0; i < n_nodes; i++) {
         const char *d = nodes[i]->assigned_device;
         if (!d || !*d) {
@@ -232,16 +227,10 @@ dg_partitions *dg_partition_ex(dg_node *const *nodes_in, int n_nodes, const dg_o
         }
         if (graph_strmap_get(&seen, d)) continue;
         graph_strmap_put(&seen, d, (void *)1);
-        char **nd = realloc(devs, (size_t)(n_devs + 1) * sizeof *nd);
-        if (!nd) abort();
-        devs = nd;
-        devs[n_devs++] = strdup(d);
+        BASE_PUSH(devs, n_devs, cap_devs, strdup(d));
     }
     if (client_device && !graph_strmap_get(&seen, client_device)) {
-        char **nd = realloc(devs, (size_t)(n_devs + 1) * sizeof *nd);
-        if (!nd) abort();
-        devs = nd;
-        devs[n_devs++] = strdup(client_device);
+        BASE_PUSH(devs, n_devs, cap_devs, strdup(client_device));
     }
     graph_strmap_clear(&seen);
     qsort(devs, (size_t)n_devs, sizeof *devs, cmp_str);
@@ -266,12 +255,7 @@ dg_partitions *dg_partition_ex(dg_node *const *nodes_in, int n_nodes, const dg_o
     // Data edges.
     for (int i = 0; i < n_nodes; i++) {
         dg_node *n = nodes[i];
-        if (n->n_inputs > cap_ins) {
-            cap_ins = n->n_inputs * 2;
-            dg_output *ni = realloc(ins, (size_t)cap_ins * sizeof *ni);
-            if (!ni) abort();
-            ins = ni;
-        }
+        base_reserve((void **)&ins, sizeof *ins, 0, &cap_ins, n->n_inputs);
         for (int k = 0; k < n->n_inputs; k++) {
             dg_output in = n->inputs[k];
             if (is_fed(feeds, n_feeds, in)) {

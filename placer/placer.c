@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base_impl.h"
 #include "distgraph/device_name.h"
 #include "distgraph/placer.h"
 #include "graph_impl.h"
@@ -139,12 +140,7 @@ bool dg_place(dg_node *const *nodes, int n_nodes, const char *const *devices, in
             spec_of[i] = (int)(intptr_t)v - 1;
             continue;
         }
-        if (n_specs == cap_specs) {
-            cap_specs = cap_specs ? cap_specs * 2 : 16;
-            dg_device_name *ns = realloc(specs, (size_t)cap_specs * sizeof *ns);
-            if (!ns) abort();
-            specs = ns;
-        }
+        base_reserve((void **)&specs, sizeof *specs, n_specs, &cap_specs, 1);
         if (!dg_device_name_parse(req, &specs[n_specs], st)) {
             dg_status_prepend(st, "node \"%s\" (%s)", nodes[i]->name, nodes[i]->op->name);
             goto done;
