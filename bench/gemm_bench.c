@@ -27,6 +27,7 @@
 
 #include "cpu/cpu_impl.h"
 #include "distgraph/distgraph.h"
+#include "exec_cpu_impl.h"
 #ifdef DG_WITH_BLAS
 #include <cblas.h>
 #endif

@@ -62,7 +62,7 @@ typedef struct exec_device_config {
 } exec_device_config;
 
 // One kind of device. Entries marked optional may be NULL.
-struct exec_kernel_def;   // exec_impl.h
+struct exec_kernel_def;   // exec_kernel_impl.h
 
 typedef struct exec_device_type {
     const char *name;             // the type in device names, upper-case ("CPU", ...)

@@ -4,12 +4,22 @@
  * pool is given, hands extra expensive ready nodes to it (TensorFlow's "inline the last ready
  * node" policy). Step bookkeeping is allocated once and reused; output buffers are kept
  * between steps and reused when nobody else holds them. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "distgraph/device_name.h"
-#include "exec_impl.h"
+#include "exec_executor_impl.h"
+#include "exec_fp_impl.h"
+#include "exec_fusion_impl.h"
+#include "exec_kernel_registry_impl.h"
+#include "exec_pool_impl.h"
+#include "exec_rendezvous_impl.h"
+#include "exec_trace_impl.h"
+#include "graph_impl.h"
 #include "ptrmap_impl.h"
 #include "status_impl.h"
 
@@ -526,7 +536,7 @@ static void submit(exec_step *s, int d) {
 // Drains a stack of ready nodes. Newly ready expensive nodes beyond the first go to the pool.
 static void drain_nodes(exec_step *s, int *stack, int top, int cap);
 
-// Kernels run with denormal floats flushed to zero (exec_fp_enter, exec_impl.h).
+// Kernels run with denormal floats flushed to zero (exec_fp_enter, exec_fp_impl.h).
 static void drain(exec_step *s, int *stack, int top, int cap) {
     unsigned fp = exec_fp_enter();
     drain_nodes(s, stack, top, cap);

@@ -13,7 +13,9 @@
 #include <string.h>
 
 #include "distgraph/device_name.h"
-#include "exec_impl.h"
+#include "exec_fusion_impl.h"
+#include "exec_kernel_registry_impl.h"
+#include "graph_impl.h"
 #include "ptrmap_impl.h"
 #include "status_impl.h"
 

@@ -1,11 +1,13 @@
-/* What kernels call on their context (exec_ctx, exec_impl.h): their outputs and their errors.
+/* What kernels call on their context (exec_ctx, exec_kernel_impl.h): their outputs and their errors.
  * Kept out of executor.c so that the kernel tables depend on this file, not on the scheduler
  * that runs them. Output slots keep their buffers between steps: an output is reused in place
  * when the step's slot allocated it and nothing else holds it. */
 #include <stdarg.h>
+#include <stdatomic.h>
 
-#include "exec_impl.h"
+#include "exec_kernel_impl.h"
 #include "status_impl.h"
+#include "tensor_impl.h"
 
 bool exec_fail(exec_ctx *ctx, dg_code code, const char *fmt, ...) {
     va_list ap;

@@ -1,11 +1,14 @@
 /* Kernel registry keyed by (op, device type, dtype). Registration is explicit and happens
  * once, on the first lookup: each device type of the registry (device.h) registers its own
  * kernels, so this file names no device. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base_impl.h"
-#include "exec_impl.h"
+#include "device.h"
+#include "exec_kernel_registry_impl.h"
+#include "graph_impl.h"
 
 static void init(void) {
     for (int i = 0; i < exec_num_device_types(); i++) exec_device_type_at(i)->register_kernels();

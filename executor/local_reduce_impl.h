@@ -8,7 +8,7 @@
 #ifndef DG_LOCAL_REDUCE_IMPL_H
 #define DG_LOCAL_REDUCE_IMPL_H
 
-#include "exec_impl.h"
+#include "exec_kernel_impl.h"
 
 typedef struct lar_round lar_round;
 

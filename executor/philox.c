@@ -2,7 +2,7 @@
  * counter-based generator, so the same (seed, seed2) gives the same stream on any device. */
 #include <math.h>
 
-#include "exec_impl.h"
+#include "exec_philox_impl.h"
 
 void exec_philox_init(exec_philox *p, uint64_t seed, uint64_t seed2) {
     p->key[0] = (uint32_t)seed;

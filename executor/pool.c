@@ -1,8 +1,9 @@
 /* A fixed thread pool. Idle workers block on a condition variable: on a 2-core machine a
  * spinning pool steals the cycles the caller's thread needs. */
+#include <pthread.h>
 #include <stdlib.h>
 
-#include "exec_impl.h"
+#include "exec_pool_impl.h"
 
 typedef struct task {
     exec_task_fn fn;

@@ -2,6 +2,7 @@
  * keyed by (step id, rendezvous key). Whichever side comes first waits in the table. A step
  * that fails is aborted: its waiting receivers are called with the error and later sends and
  * receives of that step fail at once, so no receiver waits forever on a dead sender. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +10,10 @@
 #include <time.h>
 
 #include "base_impl.h"
-#include "exec_impl.h"
+#include "exec_rendezvous_impl.h"
+#include "exec_trace_impl.h"
 #include "status_impl.h"
+#include "strmap_impl.h"
 
 typedef struct entry {
     struct entry *next;

@@ -4,7 +4,9 @@
 #include <string.h>
 
 #include "base_impl.h"
-#include "exec_impl.h"
+#include "exec_resources_impl.h"
+#include "strmap_impl.h"
+#include "tensor_impl.h"
 
 typedef struct exec_object {
     struct exec_object *next;

@@ -1,12 +1,13 @@
-/* What one task notes during a traced step (exec_impl.h, "step traces"). Only traced steps
+/* What one task notes during a traced step (exec_trace_impl.h). Only traced steps
  * come here, so the notes may allocate: one step is traced at a time, not every step. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "base_impl.h"
-#include "exec_impl.h"
+#include "exec_trace_impl.h"
 
 // Notes kept per step at most: a step's own nodes and transfers are far fewer, and a peer
 // sending values under a traced step's id must not grow them without bound.

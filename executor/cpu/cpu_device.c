@@ -5,7 +5,9 @@
 #include <string.h>
 
 #include "cpu_impl.h"
+#include "device.h"
 #include "distgraph/device_name.h"
+#include "exec_cpu_impl.h"
 
 // The ctx open gives for every CPU id (virtual CPUs share the host): the table's entries
 // ignore it, but an opened device is never NULL.

@@ -3,9 +3,11 @@
 #define DG_CPU_IMPL_H
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
-#include "exec_impl.h"
+#include "exec_kernel_impl.h"
+#include "exec_philox_impl.h"
 #include "nn_impl.h"
 
 #define IN(i) (ctx->inputs[i])
@@ -263,7 +265,7 @@ bool cpu_gemm16(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, c
 const char *cpu_gemm16_summary(dg_dtype t);
 // The cores this process may run on (its affinity mask), at most 64.
 int exec_cpu_default_threads(void);
-// The threads a large GEMM is split over (exec_cpu_set_threads, exec_impl.h).
+// The threads a large GEMM is split over (exec_cpu_set_threads, exec_cpu_impl.h).
 int exec_cpu_threads(void);
 // The state of every window op's kernel: its graph_window (free() destroys it).
 void *cpu_window_create(const dg_node *n, const exec_env *env, dg_status *st);

@@ -2,6 +2,8 @@
 #include <math.h>
 
 #include "cpu_impl.h"
+#include "exec_cpu_impl.h"
+#include "exec_kernel_registry_impl.h"
 
 void exec_cpu_register(void) {
     exec_register_kernels(cpu_state_kernels, cpu_n_state_kernels);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "cpu_impl.h"
+#include "exec_cpu_impl.h"
 
 // What the summary says of a provider's vectors: narrower than the CPU's (and not by the cap),
 // capped, or above the cap because the provider cannot be capped (OpenBLAS fixes its kernels

@@ -35,6 +35,8 @@
 #include <unistd.h>
 
 #include "cpu_impl.h"
+#include "exec_cpu_impl.h"
+#include "exec_fp_impl.h"
 #ifdef DG_WITH_BLAS
 #include <cblas.h>
 #endif

@@ -21,6 +21,10 @@
 #include "collective_impl.h"
 #include "cpu_impl.h"
 #include "distgraph/device_name.h"
+#include "exec_executor_impl.h"
+#include "exec_kernel_registry_impl.h"
+#include "exec_rendezvous_impl.h"
+#include "exec_resources_impl.h"
 #include "status_impl.h"
 
 // ---- the execution counter, one per (op, instance) and task, kept in the resources ----

@@ -11,6 +11,7 @@
  * float32 convolutions of stride 1 and output channels in multiples of 16 (the common case)
  * take the direct kernels of conv_direct.c instead, about twice as fast. */
 #include <float.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "cpu_impl.h"

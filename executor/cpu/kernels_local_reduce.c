@@ -5,6 +5,11 @@
 #include <string.h>
 
 #include "cpu_impl.h"
+#include "device.h"
+#include "exec_executor_impl.h"
+#include "exec_kernel_registry_impl.h"
+#include "exec_rendezvous_impl.h"
+#include "exec_resources_impl.h"
 #include "local_reduce_impl.h"
 #include "status_impl.h"
 

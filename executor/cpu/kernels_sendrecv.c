@@ -6,6 +6,8 @@
 #include <stdlib.h>
 
 #include "cpu_impl.h"
+#include "exec_executor_impl.h"
+#include "exec_rendezvous_impl.h"
 
 char *exec_rendezvous_key(const dg_node *n);
 char *exec_rendezvous_key(const dg_node *n) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "cpu_impl.h"
+#include "exec_kernel_registry_impl.h"
 
 // Index i of an int32 or int64 tensor.
 static inline int64_t index_at(const dg_tensor *t, int64_t i) {

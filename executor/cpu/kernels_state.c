@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "cpu_impl.h"
+#include "exec_resources_impl.h"
 
 // ---- Const, Placeholder, Identity, NoOp ----
 static void *const_create(const dg_node *n, const exec_env *env, dg_status *st) {

@@ -20,6 +20,10 @@
 #include <stdlib.h>
 
 #include "cpu_impl.h"
+#include "exec_executor_impl.h"
+#include "exec_kernel_registry_impl.h"
+#include "exec_rendezvous_impl.h"
+#include "exec_resources_impl.h"
 #include "status_impl.h"
 #include "timer_impl.h"
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cpu_impl.h"
+#include "exec_kernel_registry_impl.h"
 
 // The softmax loops below call exp or expf on whole rows: glibc's libmvec (2.35 on) has vector
 // versions, which <math.h> declares only under -ffast-math. Declared here (this file alone),

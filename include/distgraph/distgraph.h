@@ -18,10 +18,11 @@
  *   while building is in the graph as well.
  * - Process-wide settings are functions (dg_set_malloc_tuning), never options of one object.
  * - Headers follow the layers: graph (status, tensor, graph, ops, partitioned, train, strategy,
- *   sync_replicas, collective, device_name, serialize, version) <- placer (cluster,
- *   device_setter, placer) <- runtime (session, server, checkpoint, monitored_session,
- *   distribute); a
- *   header declares functions of its own layer and includes none to its right.
+ *   sync_replicas, collective, device_name, serialize, version) <- cluster (cluster_spec,
+ *   server_def, tf_config, slurm; cluster includes the four) <- placer (device_setter,
+ *   placer) <- executor (trace_event: the events it notes in a traced step,
+ *   types only) <- runtime (session, server, checkpoint, monitored_session, distribute,
+ *   trace); a header declares functions of its own layer and includes none to its right.
  * - The shared library exports exactly the functions of these headers (abi/distgraph.symbols);
  *   version.h gives the version, and the SONAME changes when the interface breaks. */
 #ifndef DISTGRAPH_DISTGRAPH_H

@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include "base_impl.h"
+#include "device.h"
 #include "distgraph/device_name.h"
 #include "distgraph/placer.h"
-#include "exec_impl.h"
+#include "exec_cpu_impl.h"
+#include "exec_executor_impl.h"
+#include "exec_kernel_registry_impl.h"
 #include "graph_impl.h"
 #include "master_impl.h"
 #include "server_impl.h"

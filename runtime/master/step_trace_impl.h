@@ -8,7 +8,7 @@
 #define DG_STEP_TRACE_IMPL_H
 
 #include "distgraph/trace.h"
-#include "exec_impl.h"
+#include "exec_trace_impl.h"
 
 // A trace of a step that began at origin_ns on this clock. Returns: new, caller frees with
 // dg_step_trace_free(); NULL when out of memory.

@@ -13,14 +13,17 @@
 #include <unistd.h>
 
 #include "base_impl.h"
+#include "device.h"
 #include "distgraph/device_name.h"
 #include "distgraph/placer.h"
 #include "distgraph/serialize.h"
+#include "exec_executor_impl.h"
 #include "keys_impl.h"
 #include "server_impl.h"
 #include "trace_blob_impl.h"
 #include "strmap_impl.h"
 #include "status_impl.h"
+#include "tensor_impl.h"
 
 #define DEFAULT_MAX_PING_ECHO_BYTES ((int64_t)64 << 10)
 #define DEFAULT_ORPHAN_TIMEOUT_MS 60000

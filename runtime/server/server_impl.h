@@ -8,7 +8,9 @@
 #define DG_SERVER_IMPL_H
 
 #include "distgraph/server.h"
-#include "exec_impl.h"
+#include "exec_pool_impl.h"
+#include "exec_rendezvous_impl.h"
+#include "exec_resources_impl.h"
 #include "transport_impl.h"
 
 // What a service, or a master running in this task, needs of its task (TensorFlow's

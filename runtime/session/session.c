@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "distgraph/session.h"
-#include "exec_impl.h"
+#include "exec_cpu_impl.h"
 #include "master_iface_impl.h"
 #include "master_impl.h"
 #include "step_trace_impl.h"

@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "distgraph/trace.h"
-#include "exec_impl.h"
+#include "distgraph/trace_event.h"
+#include "exec_trace_impl.h"
 
 // A task's clock in a blob: its offset from the sender's clock and how uncertain that is.
 typedef struct rt_trace_task {

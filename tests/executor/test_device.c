@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec_impl.h"
+#include "device.h"
+#include "exec_kernel_registry_impl.h"
 
 static void test_registry(void **state) {
     (void)state;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec_cpu_impl.h"
 #include "testutil.h"
 
 #include "cpu/cpu_impl.h"

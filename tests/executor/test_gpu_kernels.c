@@ -25,7 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec_impl.h"
+#include "device.h"
+#include "exec_kernel_registry_impl.h"
+#include "graph_impl.h"
 #ifdef DG_WITH_CUDA
 #include "cuda_alloc.h"
 #include "cuda_device.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #ifdef DG_WITH_CUDA
-#include "exec_impl.h"
+#include "exec_kernel_registry_impl.h"
 
 static const char *const devices[] = {"/job:localhost/replica:0/task:0/device:CPU:0",
                                       "/job:localhost/replica:0/task:0/device:GPU:0"};

@@ -7,7 +7,7 @@
 
 #include "testutil.h"
 
-#include "exec_impl.h"
+#include "exec_rendezvous_impl.h"
 
 typedef struct got {
     int calls;

@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 #include <zmq.h>
 
-#include "exec_impl.h"
+#include "device.h"
 #include "timer_impl.h"
 #include "wire_impl.h"
 

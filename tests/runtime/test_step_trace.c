@@ -10,7 +10,7 @@
 
 #include "testutil.h"
 
-#include "exec_impl.h"
+#include "exec_trace_impl.h"
 #include "step_trace_impl.h"
 #include "trace_blob_impl.h"
 

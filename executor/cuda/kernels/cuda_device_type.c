@@ -3,6 +3,7 @@
  * every other dtype in host memory (gpu_impl.h). */
 #include "distgraph/device_name.h"
 #include "gpu_impl.h"
+#include "graph_impl.h"
 
 // Only float tensors live in the GPU's memory: a node with another output dtype runs here only
 // when its kernel keeps such outputs on the host.

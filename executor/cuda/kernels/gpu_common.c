@@ -7,6 +7,7 @@
 #include "distgraph/device_name.h"
 #include "gpu_impl.h"
 #include "status_impl.h"
+#include "graph_impl.h"
 
 // ---- devices: opened on first use, kept for the life of the process ----
 

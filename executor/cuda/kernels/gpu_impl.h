@@ -15,7 +15,7 @@
 
 #include "cuda_alloc.h"
 #include "cuda_impl.h"
-#include "exec_impl.h"
+#include "exec_kernel_impl.h"
 
 // True for the dtypes that live in device memory on a GPU.
 static inline bool gpu_dtype_on_device(dg_dtype t) { return t == DG_FLOAT32 || t == DG_FLOAT64; }

@@ -1,4 +1,5 @@
 /* Registers the GPU kernels (called once, from executor/kernel_registry.c). */
+#include "exec_kernel_registry_impl.h"
 #include "gpu_impl.h"
 
 void exec_cuda_register(void) {

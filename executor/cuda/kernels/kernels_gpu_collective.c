@@ -6,6 +6,7 @@
 
 #include "gpu_impl.h"
 #include "local_reduce_impl.h"
+#include "tensor_impl.h"
 
 typedef struct gpu_lar {
     lar_kernel k;   // first: the group code sees a lar_kernel

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpu_impl.h"
+#include "exec_kernel_registry_impl.h"
 #include "gpu_impl.h"
 #include "launch_math.h"
 
