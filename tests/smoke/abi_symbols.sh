@@ -50,8 +50,8 @@ if extra:
     sys.exit("FAIL: exported but declared in no public header: " + " ".join(extra))
 PY
 # Headers respect the layers: every function a public header declares is defined in one layer
-# (graph <- cluster <- placer <- executor <- runtime), and a header includes only headers of its layer or
-# of layers to its left.
+# (graph <- cluster <- placer <- executor <- runtime), and a header, like each layer's sources,
+# includes only public headers of its layer or of layers to its left.
 for l in graph cluster placer executor runtime; do
     nm --defined-only "${DG_BIN_DIR}/../libdg_$l.a" 2> /dev/null | awk -v l="$l" '$2 == "T" && $3 ~ /^dg_/ {print $3, l}'
 done > "$tmp/layer_of"
@@ -78,7 +78,27 @@ for f in sorted(glob.glob(sys.argv[1] + "/*.h")):
         il = header_layer.get(inc)
         if il and rank[il] > rank[header_layer[h]]:
             bad.append(f"{h} ({header_layer[h]}) includes {inc} ({il}), a layer to its right")
-print(f"layers: {sum(1 for v in header_layer.values() if v)} headers, each of one layer")
+# A header without functions (types, or one that gathers others, as cluster.h) is of the layer
+# of the rightmost header it includes; the sources of each layer include public headers of
+# their layer or of layers to its left only (the include path cannot tell: every layer sees all
+# of include/distgraph/).
+includes = {os.path.basename(f): re.findall(r'#include "distgraph/([\w.]+)"', open(f).read())
+            for f in glob.glob(sys.argv[1] + "/*.h")}
+def layer(h, seen=()):
+    if header_layer.get(h) or h == "distgraph.h" or h in seen:
+        return header_layer.get(h)
+    ls = [l for l in (layer(i, seen + (h,)) for i in includes.get(h, [])) if l]
+    return max(ls, key=rank.get) if ls else None
+root = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[1])))
+n_src = 0
+for l in rank:
+    for f in sorted(glob.glob(f"{root}/{l}/**/*.[ch]", recursive=True) + glob.glob(f"{root}/{l}/**/*.cu", recursive=True)):
+        n_src += 1
+        for inc in re.findall(r'#include "distgraph/([\w.]+)"', open(f).read()):
+            il = layer(inc)
+            if il and rank[il] > rank[l]:
+                bad.append(f"{os.path.relpath(f, root)} ({l}) includes distgraph/{inc} ({il}), a layer to its right")
+print(f"layers: {sum(1 for v in header_layer.values() if v)} headers, each of one layer; {n_src} sources include none to their right")
 if bad:
     sys.exit("FAIL: " + "; ".join(bad))
 PY
