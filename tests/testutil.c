@@ -1,6 +1,7 @@
 #include "testutil.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <ftw.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -243,3 +245,36 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
 }
 
 void dg_test_rmtree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+void dg_test_tmpdir_make(dg_test_tmpdir *t, const char *prefix) {
+    int n = snprintf(t->dir, sizeof t->dir, "/tmp/%s_XXXXXX", prefix);
+    if (n < 0 || (size_t)n >= sizeof t->dir) fail_msg("temporary directory prefix \"%s\" is too long", prefix);
+    if (!mkdtemp(t->dir)) fail_msg("mkdtemp(%s): %s", t->dir, strerror(errno));
+    snprintf(t->path, sizeof t->path, "%s/ckpt.db", t->dir);
+}
+
+void dg_test_tmpdir_remove(dg_test_tmpdir *t) {
+    chmod(t->dir, 0700);
+    dg_test_rmtree(t->dir);
+}
+
+int dg_test_tmpdir_setup(void **state) {
+    dg_test_tmpdir *t = calloc(1, sizeof *t);
+    if (!t) return -1;
+    snprintf(t->dir, sizeof t->dir, "/tmp/dg_test_XXXXXX");
+    if (!mkdtemp(t->dir)) {
+        free(t);
+        return -1;
+    }
+    snprintf(t->path, sizeof t->path, "%s/ckpt.db", t->dir);
+    *state = t;
+    return 0;
+}
+
+int dg_test_tmpdir_teardown(void **state) {
+    dg_test_tmpdir *t = *state;
+    if (t) dg_test_tmpdir_remove(t);
+    free(t);
+    *state = NULL;
+    return 0;
+}

@@ -32,6 +32,20 @@ int dg_test_tsv_split(char *line, char **cells, int max);
 char *dg_test_tsv_unescape(char *cell);
 // Removes dir and everything under it (no symbolic link followed); errors are ignored.
 void dg_test_rmtree(const char *dir);
+// A fresh directory for one test: dir made by mkdtemp as /tmp/<prefix>_XXXXXX, and path, the
+// file dir/ckpt.db (not created), the checkpoint tests' store. dg_test_tmpdir_make fails the
+// test when the directory cannot be made; dg_test_tmpdir_remove restores the directory's
+// permissions (a test may take them away) and removes it with all it holds.
+typedef struct dg_test_tmpdir {
+    char dir[96];
+    char path[128];
+} dg_test_tmpdir;
+void dg_test_tmpdir_make(dg_test_tmpdir *t, const char *prefix);
+void dg_test_tmpdir_remove(dg_test_tmpdir *t);
+// The same as a cmocka fixture (cmocka_unit_test_setup_teardown or a group's): *state becomes
+// a new dg_test_tmpdir with the prefix "dg_test", freed by the teardown.
+int dg_test_tmpdir_setup(void **state);
+int dg_test_tmpdir_teardown(void **state);
 // Numeric comparisons: the one way a test here compares computed numbers with a reference
 // (docs/CONTRIBUTING.md, "Numeric checks"). A value got is close to its reference want when
 // both are finite and |got - want| <= atol + rtol * |want|; an infinity matches only the same

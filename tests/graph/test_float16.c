@@ -223,11 +223,9 @@ static void test_errors(void **state) {
 // dg_saver_set_convert_dtypes, the values converted.
 static void test_checkpoint(void **state) {
     (void)state;
-    char path[] = "/tmp/dg_test_float16_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    unlink(path);
+    dg_test_tmpdir td;   // the store and its -wal and -shm files go with the directory
+    dg_test_tmpdir_make(&td, "dg_float16");
+    const char *path = td.path;
     dg_status *st = dg_status_new();
     uint16_t bits[3] = {dg_float_to_float16(0.1f), dg_float_to_float16(-65504.0f), 0x7e00};
     for (int pass = 0; pass < 4; pass++) {
@@ -274,7 +272,7 @@ static void test_checkpoint(void **state) {
         dg_graph_free(&g);
         dg_status_reset(st);
     }
-    unlink(path);
+    dg_test_tmpdir_remove(&td);
     dg_status_free(&st);
 }
 

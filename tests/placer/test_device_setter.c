@@ -40,6 +40,26 @@ static void expect_graph_ok(const dg_graph *g) {
     assert_ok(st);
 }
 
+// The fixture of most tests here: a graph with the setter of o pushed (*fn: the setter, new),
+// the end of its scope (the setter popped, the graph checked), and both freed.
+static dg_graph *setter_graph(const dg_replica_device_setter_options *o, dg_device_fn **fn) {
+    *fn = setter(o);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device_fn(g, *fn);
+    return g;
+}
+
+static void end_setter(dg_graph *g) {
+    dg_graph_pop_device_fn(g);
+    expect_graph_ok(g);
+}
+
+static void free_setter_graph(dg_graph **g, dg_device_fn **fn) {
+    dg_graph_free(g);
+    dg_device_fn_free(fn);
+    assert_null(*fn);
+}
+
 // testPS2TasksWithClusterSpecClass
 static void test_round_robin_with_cluster(void **state) {
     (void)state;
@@ -65,8 +85,7 @@ static void test_round_robin_with_cluster(void **state) {
     assert_string_equal(dev(a), "/job:worker");
     assert_string_equal(dev(x), "/job:ps/task:0");   // wraps around
     assert_string_equal(dev(b), "");                  // outside the setter
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
     assert_null(fn);
 }
 
@@ -75,9 +94,8 @@ static void test_round_robin_ps_tasks(void **state) {
     (void)state;
     dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
     o.ps_tasks = 3;
-    dg_device_fn *fn = setter(&o);
-    dg_graph *g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    dg_device_fn *fn;
+    dg_graph *g = setter_graph(&o, &fn);
     const char *want[] = {"/job:ps/task:0", "/job:ps/task:1", "/job:ps/task:2", "/job:ps/task:0"};
     for (int i = 0; i < 4; i++) {
         char name[8];
@@ -85,10 +103,8 @@ static void test_round_robin_ps_tasks(void **state) {
         dg_output v = var(g, name, dg_shape1(1));
         assert_string_equal(dev(v), want[i]);
     }
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    end_setter(g);
+    free_setter_graph(&g, &fn);
 }
 
 // testCPUOverride
@@ -97,9 +113,8 @@ static void test_cpu_override(void **state) {
     dg_cluster *c = cluster_of("ps|ps0:2222,ps1:2222;worker|worker0:2222,worker1:2222,worker2:2222");
     dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
     o.cluster = c;
-    dg_device_fn *fn = setter(&o);
-    dg_graph *g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    dg_device_fn *fn;
+    dg_graph *g = setter_graph(&o, &fn);
     dg_graph_push_device(g, "/cpu:0");
     dg_output v = var(g, "v", dg_shape1(2));
     dg_graph_pop_device(g);
@@ -107,15 +122,13 @@ static void test_cpu_override(void **state) {
     dg_graph_push_device(g, "/cpu:0");
     dg_output a = dg_add(g, "a", v, w);
     dg_graph_pop_device(g);
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(v), "/job:ps/task:0/device:CPU:0");
     assert_string_equal(init_dev(v), "/job:ps/task:0/device:CPU:0");
     assert_string_equal(dev(w), "/job:ps/task:1");
     assert_string_equal(init_dev(w), "/job:ps/task:1");
     assert_string_equal(dev(a), "/job:worker/device:CPU:0");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
     dg_cluster_free(&c);
 }
 
@@ -125,9 +138,8 @@ static void test_pin_variable_to_job(void **state) {
     dg_cluster *c = cluster_of("ps|ps0:2222,ps1:2222;worker|worker0:2222");
     dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
     o.cluster = c;
-    dg_device_fn *fn = setter(&o);
-    dg_graph *g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    dg_device_fn *fn;
+    dg_graph *g = setter_graph(&o, &fn);
     dg_output v = var(g, "v", dg_shape1(2));
     dg_graph_push_device(g, "/job:moon");
     dg_output w = var(g, "w", dg_shape1(2));
@@ -136,8 +148,7 @@ static void test_pin_variable_to_job(void **state) {
     dg_graph_pop_device(g);
     dg_graph_pop_device(g);
     dg_output a = dg_add(g, "a", dg_add(g, NULL, v, w), x);
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(v), "/job:ps/task:0");
     assert_string_equal(init_dev(v), "/job:ps/task:0");
     assert_string_equal(dev(w), "/job:moon");
@@ -145,8 +156,7 @@ static void test_pin_variable_to_job(void **state) {
     assert_string_equal(dev(x), "/job:ps/task:1");
     assert_string_equal(init_dev(x), "/job:ps/task:1");
     assert_string_equal(dev(a), "/job:worker");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
     dg_cluster_free(&c);
 }
 
@@ -156,23 +166,20 @@ static void test_cpu_ps_device(void **state) {
     dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
     o.ps_tasks = 1;
     o.ps_device = "/cpu:0";
-    dg_device_fn *fn = setter(&o);
-    dg_graph *g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    dg_device_fn *fn;
+    dg_graph *g = setter_graph(&o, &fn);
     dg_output v = var(g, "v", dg_shape1(2));
     dg_graph_push_device(g, "/job:moon");
     dg_output w = var(g, "w", dg_shape1(2));
     dg_graph_pop_device(g);
     dg_output a = dg_add(g, "a", v, w);
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(v), "/device:CPU:0");
     assert_string_equal(init_dev(v), "/device:CPU:0");
     assert_string_equal(dev(w), "/job:moon/device:CPU:0");
     assert_string_equal(init_dev(w), "/job:moon/device:CPU:0");
     assert_string_equal(dev(a), "/job:worker");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
 }
 
 // testPS2TasksNoMerging
@@ -182,9 +189,8 @@ static void test_no_merging(void **state) {
     dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
     o.cluster = c;
     o.merge_devices = false;
-    dg_device_fn *fn = setter(&o);
-    dg_graph *g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    dg_device_fn *fn;
+    dg_graph *g = setter_graph(&o, &fn);
     dg_output v = var(g, "v", dg_shape1(2));
     dg_graph_push_device(g, "/job:ps");   // kept as is: no task without merging
     dg_output w = var(g, "w", dg_shape1(2));
@@ -194,8 +200,7 @@ static void test_no_merging(void **state) {
     dg_output b = dg_add(g, "b", v, w);
     dg_graph_pop_device(g);
     dg_output x = var(g, "x", dg_shape1(2));
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(v), "/job:ps/task:0");
     assert_string_equal(init_dev(v), "/job:ps/task:0");
     assert_string_equal(dev(w), "/job:ps");
@@ -203,8 +208,7 @@ static void test_no_merging(void **state) {
     assert_string_equal(dev(a), "/job:worker");
     assert_string_equal(dev(b), "/device:GPU:1");
     assert_string_equal(dev(x), "/job:ps/task:1");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
     dg_cluster_free(&c);
 }
 
@@ -216,36 +220,29 @@ static void test_custom_jobs(void **state) {
     o.cluster = c;
     o.ps_device = "/job:moon";
     o.worker_device = "/job:sun";
-    dg_device_fn *fn = setter(&o);
-    dg_graph *g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    dg_device_fn *fn;
+    dg_graph *g = setter_graph(&o, &fn);
     dg_output v = var(g, "v", dg_shape1(2));
     dg_output w = var(g, "w", dg_shape1(2));
     dg_output a = dg_add(g, "a", v, w);
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(v), "/job:moon/task:0");
     assert_string_equal(init_dev(v), "/job:moon/task:0");
     assert_string_equal(dev(w), "/job:moon/task:1");
     assert_string_equal(dev(a), "/job:sun");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
 
     o.ps_device = "/job:moon/cpu:0";
-    fn = setter(&o);
-    g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    g = setter_graph(&o, &fn);
     v = var(g, "v", dg_shape1(2));
     w = var(g, "w", dg_shape1(2));
     a = dg_add(g, "a", v, w);
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(v), "/job:moon/task:0/device:CPU:0");
     assert_string_equal(init_dev(v), "/job:moon/task:0/device:CPU:0");
     assert_string_equal(dev(w), "/job:moon/task:1/device:CPU:0");
     assert_string_equal(dev(a), "/job:sun");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
     dg_cluster_free(&c);
 }
 
@@ -255,9 +252,8 @@ static void test_worker_device_merge(void **state) {
     dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
     o.ps_tasks = 2;
     o.worker_device = "/job:worker/task:3/device:GPU:0";
-    dg_device_fn *fn = setter(&o);
-    dg_graph *g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    dg_device_fn *fn;
+    dg_graph *g = setter_graph(&o, &fn);
     dg_output v = var(g, "v", dg_shape1(2));
     dg_output a = dg_add(g, "a", v, v);
     dg_graph_push_device(g, "/device:CPU:0");
@@ -266,45 +262,35 @@ static void test_worker_device_merge(void **state) {
     dg_graph_push_device(g, "/job:other/task:1");
     dg_output d = dg_add(g, "d", v, v);
     dg_graph_pop_device(g);
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(v), "/job:ps/task:0");
     assert_string_equal(dev(a), "/job:worker/task:3/device:GPU:0");
     assert_string_equal(dev(b), "/job:worker/task:3/device:CPU:0");
     assert_string_equal(dev(d), "/job:other/task:1/device:GPU:0");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
 
     // An empty worker_device leaves non-ps ops alone.
     o.worker_device = "";
-    fn = setter(&o);
-    g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    g = setter_graph(&o, &fn);
     v = var(g, "v", dg_shape1(2));
     a = dg_add(g, "a", v, v);
     dg_graph_push_device(g, "/device:GPU:2");
     b = dg_add(g, "b", v, v);
     dg_graph_pop_device(g);
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(v), "/job:ps/task:0");
     assert_string_equal(dev(a), "");
     assert_string_equal(dev(b), "/device:GPU:2");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
 
     // An empty ps_device turns ps placement off: variables go to the worker device too.
     o.worker_device = NULL;   // the default "/job:worker"
     o.ps_device = "";
-    fn = setter(&o);
-    g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    g = setter_graph(&o, &fn);
     v = var(g, "v", dg_shape1(2));
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(v), "/job:worker");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
 }
 
 // No ps tasks: TensorFlow returns no device function, so nothing is placed.
@@ -314,21 +300,18 @@ static void test_no_ps_tasks(void **state) {
     dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
     o.cluster = c;
     o.ps_tasks = 5;   // the cluster wins, and it has no ps job
-    dg_device_fn *fn = setter(&o);
-    dg_graph *g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    dg_device_fn *fn;
+    dg_graph *g = setter_graph(&o, &fn);
     dg_output v = var(g, "v", dg_shape1(2));
     dg_output a = dg_add(g, "a", v, v);
     dg_graph_push_device(g, "/job:x/device:GPU:0");
     dg_output b = dg_add(g, "b", v, v);
     dg_graph_pop_device(g);
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(v), "");
     assert_string_equal(dev(a), "");
     assert_string_equal(dev(b), "/job:x/device:GPU:0");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
     dg_cluster_free(&c);
 
     // Defaults: ps_tasks 0 and no cluster; NULL options mean the defaults.
@@ -340,8 +323,7 @@ static void test_no_ps_tasks(void **state) {
         g = dg_graph_new();
         dg_graph_push_device_fn(g, fns[i]);
         v = var(g, "v", dg_shape1(2));
-        dg_graph_pop_device_fn(g);
-        expect_graph_ok(g);
+        end_setter(g);
         assert_string_equal(dev(v), "");
         dg_graph_free(&g);
         dg_device_fn_free(&fns[i]);
@@ -352,15 +334,11 @@ static void test_no_ps_tasks(void **state) {
     o = dg_replica_device_setter_options_default();
     o.cluster = c;
     o.ps_device = "/device:CPU:0";
-    fn = setter(&o);
-    g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    g = setter_graph(&o, &fn);
     v = var(g, "v", dg_shape1(2));
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(v), "");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
     dg_cluster_free(&c);
 }
 
@@ -373,19 +351,16 @@ static void test_sparse_ps_job(void **state) {
     assert_ok(st);
     dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
     o.cluster = c;
-    dg_device_fn *fn = setter(&o);
-    dg_graph *g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    dg_device_fn *fn;
+    dg_graph *g = setter_graph(&o, &fn);
     dg_output v0 = var(g, "v0", dg_shape1(2));
     dg_output v1 = var(g, "v1", dg_shape1(2));
     dg_output v2 = var(g, "v2", dg_shape1(2));
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(v0), "/job:ps/task:1");
     assert_string_equal(dev(v1), "/job:ps/task:4");
     assert_string_equal(dev(v2), "/job:ps/task:1");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
     dg_cluster_free(&c);
     dg_status_free(&st);
 }
@@ -398,31 +373,24 @@ static void test_custom_ps_ops(void **state) {
     o.ps_tasks = 2;
     o.ps_ops = ops;
     o.n_ps_ops = 1;
-    dg_device_fn *fn = setter(&o);
-    dg_graph *g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    dg_device_fn *fn;
+    dg_graph *g = setter_graph(&o, &fn);
     dg_output p = dg_placeholder(g, "p", DG_FLOAT32, dg_shape1(2));
     dg_output v = var(g, "v", dg_shape1(2));
     dg_output q = dg_placeholder(g, "q", DG_FLOAT32, dg_shape1(2));
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(p), "/job:ps/task:0");
     assert_string_equal(dev(v), "/job:worker");
     assert_string_equal(dev(q), "/job:ps/task:1");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
 
     // No ps ops at all: everything goes to the worker.
     o.n_ps_ops = 0;
-    fn = setter(&o);
-    g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    g = setter_graph(&o, &fn);
     v = var(g, "v", dg_shape1(2));
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(v), "/job:worker");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
 }
 
 // testByteSizeLoadFn: GreedyLoadBalancingStrategy with byte_size_load_fn.
@@ -432,9 +400,8 @@ static void test_greedy_bytes(void **state) {
     dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
     o.cluster = c;
     o.strategy = DG_PS_GREEDY_BYTES;
-    dg_device_fn *fn = setter(&o);
-    dg_graph *g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    dg_device_fn *fn;
+    dg_graph *g = setter_graph(&o, &fn);
     // float32: bytes = 4 * elements. Loads after each step in brackets.
     dg_output u = var(g, "u", dg_shape2(100, 10));   // 4000 -> task 0 [4000, 0, 0]
     dg_output v = var(g, "v", dg_shape1(10));        // 40 -> task 1 [4000, 40, 0]
@@ -443,8 +410,7 @@ static void test_greedy_bytes(void **state) {
     dg_output y = var(g, "y", dg_shape_scalar());    // 4 -> task 2 [4000, 240, 84]
     dg_output z = var(g, "z", dg_shape2(1000, 1));   // 4000 -> task 2 [4000, 240, 4084]
     dg_output a = dg_add(g, "a", v, v);
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(u), "/job:ps/task:0");
     assert_string_equal(dev(v), "/job:ps/task:1");
     assert_string_equal(dev(w), "/job:ps/task:2");
@@ -453,25 +419,20 @@ static void test_greedy_bytes(void **state) {
     assert_string_equal(dev(z), "/job:ps/task:2");
     assert_string_equal(init_dev(z), "/job:ps/task:2");
     assert_string_equal(dev(a), "/job:worker");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
 
     // Ties go to the lowest task; float64 counts 8 bytes per element.
-    fn = setter(&o);
-    g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    g = setter_graph(&o, &fn);
     dg_output d0 = dg_variable(g, "d0", DG_FLOAT64, dg_shape1(5), dg_init_zeros());   // 40
     dg_output f0 = var(g, "f0", dg_shape1(10));                                        // 40
     dg_output f1 = var(g, "f1", dg_shape1(10));                                        // 40
     dg_output f2 = var(g, "f2", dg_shape1(1));                                         // 4
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(d0), "/job:ps/task:0");
     assert_string_equal(dev(f0), "/job:ps/task:1");
     assert_string_equal(dev(f1), "/job:ps/task:2");
     assert_string_equal(dev(f2), "/job:ps/task:0");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
     dg_cluster_free(&c);
 }
 
@@ -511,8 +472,7 @@ static void test_greedy_errors(void **state) {
     dg_graph_push_device_fn(g, rr);
     p = dg_placeholder(g, "p", DG_FLOAT32, dg_shape2(-1, 10));
     n = dg_no_op(g, "noop");
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(p), "/job:ps/task:0");
     assert_string_equal(dg_node_requested_device(n), "/job:ps/task:1");
     dg_graph_free(&g);
@@ -566,9 +526,8 @@ static void test_malformed_devices_fail_their_ops(void **state) {
     dg_replica_device_setter_options o = dg_replica_device_setter_options_default();
     o.ps_tasks = 2;
     o.ps_device = "/job:ps/task:x";
-    dg_device_fn *fn = setter(&o);
-    dg_graph *g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    dg_device_fn *fn;
+    dg_graph *g = setter_graph(&o, &fn);
     dg_output p = dg_placeholder(g, "p", DG_FLOAT32, dg_shape1(2));
     expect_graph_ok(g);
     assert_string_equal(dev(p), "/job:worker");
@@ -577,34 +536,27 @@ static void test_malformed_devices_fail_their_ops(void **state) {
     assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT,
                   "replica_device_setter: ps_device: device \"/job:ps/task:x\": task \"x\" is not "
                   "an integer");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
 
     o = dg_replica_device_setter_options_default();
     o.ps_tasks = 2;
     o.worker_device = "/bogus:1";
-    fn = setter(&o);
-    g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    g = setter_graph(&o, &fn);
     v = var(g, "v", dg_shape1(2));
     assert_string_equal(dev(v), "/job:ps/task:0");
     p = dg_placeholder(g, "p", DG_FLOAT32, dg_shape1(2));
     assert_false(dg_output_ok(p));
     assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT,
                   "replica_device_setter: worker_device: device \"/bogus:1\": unknown attribute \"bogus\"");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
 
     // A setter with no ps tasks never reads them at all, as TensorFlow returns no function.
     o.ps_tasks = 0;
-    fn = setter(&o);
-    g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    g = setter_graph(&o, &fn);
     p = dg_placeholder(g, "p", DG_FLOAT32, dg_shape1(2));
     expect_graph_ok(g);
     assert_string_equal(dev(p), "");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
 }
 
 // Device strings are read as DeviceSpec reads them: "gpu" is GPU, local names work.
@@ -635,8 +587,7 @@ static void test_device_spec_reading(void **state) {
     assert_status(st, DG_INVALID_ARGUMENT,
                   "replica_device_setter: op \"p\": device \"/cpu:0/gpu:0\": multiple device types");
     dg_status_free(&st);
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
 }
 
 static void test_standard_ps_ops(void **state) {
@@ -686,9 +637,8 @@ static void test_greedy_user_load(void **state) {
     o.strategy = DG_PS_GREEDY;
     o.load_fn = table_load;
     o.load_ctx = &lc;
-    dg_device_fn *fn = setter(&o);
-    dg_graph *g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    dg_device_fn *fn;
+    dg_graph *g = setter_graph(&o, &fn);
     for (int i = 0; i < 9; i++) {
         char name[8], want_dev[32];
         snprintf(name, sizeof name, "v%d", i);
@@ -701,26 +651,21 @@ static void test_greedy_user_load(void **state) {
     dg_graph_push_device(g, "/job:other");
     dg_output w = var(g, "w", dg_shape1(1));
     dg_graph_pop_device(g);
-    dg_graph_pop_device_fn(g);
-    expect_graph_ok(g);
+    end_setter(g);
     assert_string_equal(dev(a), "/job:worker");
     assert_string_equal(dev(w), "/job:other");
     assert_int_equal(lc.next, 9);
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
 
     // A failing load function fails the node, naming it.
     lc.next = 0;
     lc.fail_at = 1;
-    fn = setter(&o);
-    g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    g = setter_graph(&o, &fn);
     (void)var(g, "v0", dg_shape1(1));
     dg_output v1 = dg_variable(g, "v1", DG_FLOAT32, dg_shape1(1), dg_init_zeros());
     assert_false(dg_output_ok(v1));
     assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "replica_device_setter: no load for \"v1\"");
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
 }
 
 static void test_byte_size_load_fn(void **state) {
@@ -768,8 +713,7 @@ static void test_choose_direct(void **state) {
     assert_false(fn->choose(fn->ctx, v.node, "/device:GPU:0", tiny, sizeof tiny, st));
     assert_status(st, DG_INVALID_ARGUMENT, "does not fit 6 bytes");
     dg_status_free(&st);
-    dg_graph_free(&g);
-    dg_device_fn_free(&fn);
+    free_setter_graph(&g, &fn);
     dg_device_fn_free(&fn);
     dg_device_fn_free(NULL);
 }

@@ -22,28 +22,8 @@
 // ---------------------------------------------------------------------------------------
 // Helpers
 
-typedef struct fixture {
-    char dir[64];
-    char path[128];   // dir/ckpt.db, not created
-} fixture;
-
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    if (!f) return -1;
-    snprintf(f->dir, sizeof f->dir, "/tmp/dg_ckpt_XXXXXX");
-    if (!mkdtemp(f->dir)) return -1;
-    snprintf(f->path, sizeof f->path, "%s/ckpt.db", f->dir);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    chmod(f->dir, 0700);
-    dg_test_rmtree(f->dir);
-    free(f);
-    return 0;
-}
+// A temporary directory, with path its ckpt.db (not created): testutil's fixture.
+typedef dg_test_tmpdir fixture;
 
 // A tensor whose bytes are a function of seed (bools 0/1): NaN payloads, denormals and
 // negative zeros all occur for floats, so "bit-exact" means more than "equal".
@@ -848,7 +828,7 @@ static void test_full_disk(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, dg_test_tmpdir_setup, dg_test_tmpdir_teardown)
         T(test_round_trip_every_dtype_and_shape),
         T(test_restore_subset_and_zero_variables),
         T(test_list_and_latest),

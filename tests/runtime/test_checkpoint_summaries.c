@@ -15,27 +15,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-typedef struct fixture {
-    char dir[64];
-    char path[128];   // dir/ckpt.db, not created
-} fixture;
-
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    if (!f) return -1;
-    snprintf(f->dir, sizeof f->dir, "/tmp/dg_sum_XXXXXX");
-    if (!mkdtemp(f->dir)) return -1;
-    snprintf(f->path, sizeof f->path, "%s/ckpt.db", f->dir);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    dg_test_rmtree(f->dir);
-    free(f);
-    return 0;
-}
+// A temporary directory, with path its ckpt.db (not created): testutil's fixture.
+typedef dg_test_tmpdir fixture;
 
 static dg_checkpoint_store *open_ok(const char *path, bool create) {
     dg_status *st = dg_status_new();
@@ -352,7 +333,7 @@ static void test_damaged_table(void **state) {
 }
 
 int main(void) {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, dg_test_tmpdir_setup, dg_test_tmpdir_teardown)
     const struct CMUnitTest tests[] = {
         T(test_round_trip),  T(test_list_info), T(test_earlier_tables), T(test_bad_arguments),
         T(test_read_only),   T(test_no_table),  T(test_damaged_table),

@@ -21,28 +21,6 @@ static int64_t now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-// ---- a temporary checkpoint file ----
-typedef struct tmpfile_path {
-    char dir[64];
-    char path[128];
-} tmpfile_path;
-
-static void tmp_make(tmpfile_path *t) {
-    snprintf(t->dir, sizeof t->dir, "/tmp/dg_mts_XXXXXX");
-    assert_non_null(mkdtemp(t->dir));
-    snprintf(t->path, sizeof t->path, "%s/ckpt.db", t->dir);
-}
-
-static void tmp_remove(tmpfile_path *t) {
-    char p[160];
-    const char *suffix[] = {"", "-wal", "-shm", "-journal"};
-    for (int i = 0; i < 4; i++) {
-        snprintf(p, sizeof p, "%s%s", t->path, suffix[i]);
-        unlink(p);
-    }
-    rmdir(t->dir);
-}
-
 // ---- a toy model: w += delta and global_step += 1 per train run; loss = log(w), computed
 // before the update of the same run ----
 typedef struct toy {
@@ -110,8 +88,8 @@ static int list_steps(const char *path, int64_t *steps, int cap) {
 
 // ---- initialization, then restore ----
 static void test_init_then_restore(void **state) {
-    tmpfile_path tp;
-    tmp_make(&tp);
+    dg_test_tmpdir tp;
+    dg_test_tmpdir_make(&tp, "dg_mts");
     dg_status *st = dg_status_new();
     toy a;
     build_toy(&a, 0.5f, NULL, NULL);
@@ -169,7 +147,7 @@ static void test_init_then_restore(void **state) {
     dg_session_hook_free(&stop);
     dg_graph_free(&a.g);
     dg_status_free(&st);
-    tmp_remove(&tp);
+    dg_test_tmpdir_remove(&tp);
 }
 
 // ---- roles apart from is_chief ----
@@ -194,8 +172,8 @@ static int64_t session_with_roles(const dg_mts_options *o, int runs, float *w0) 
 // Initializing, restoring and saving are separate roles: a non-chief that initializes (an
 // all-reduce worker), a chief that neither restores nor saves, a non-chief that restores.
 static void test_roles_apart(void **state) {
-    tmpfile_path tp;
-    tmp_make(&tp);
+    dg_test_tmpdir tp;
+    dg_test_tmpdir_make(&tp, "dg_mts");
     float w0;
     int64_t steps[8];
     dg_mts_options o = dg_mts_options_default();
@@ -237,7 +215,7 @@ static void test_roles_apart(void **state) {
     assert_status(st, DG_FAILED_PRECONDITION, "init_variables = DG_ROLE_YES");
     dg_graph_free(&t.g);
     dg_status_free(&st);
-    tmp_remove(&tp);
+    dg_test_tmpdir_remove(&tp);
 }
 
 // ---- stop at step ----
@@ -310,32 +288,32 @@ static void run_saving(const char *path, int64_t save_steps, int max_to_keep, in
 }
 
 static void test_save_every_n_steps_and_at_end(void **state) {
-    tmpfile_path tp;
-    tmp_make(&tp);
+    dg_test_tmpdir tp;
+    dg_test_tmpdir_make(&tp, "dg_mts");
     run_saving(tp.path, 3, 0, 10);
     int64_t steps[16];
     int n = list_steps(tp.path, steps, 16);
     int64_t want[] = {0, 3, 6, 9, 10};
     assert_int_equal(n, 5);
     for (int i = 0; i < 5; i++) assert_int_equal(steps[i], want[i]);
-    tmp_remove(&tp);
+    dg_test_tmpdir_remove(&tp);
 }
 
 static void test_max_to_keep(void **state) {
-    tmpfile_path tp;
-    tmp_make(&tp);
+    dg_test_tmpdir tp;
+    dg_test_tmpdir_make(&tp, "dg_mts");
     run_saving(tp.path, 3, 2, 10);
     int64_t steps[16];
     assert_int_equal(list_steps(tp.path, steps, 16), 2);
     assert_int_equal(steps[0], 9);
     assert_int_equal(steps[1], 10);
-    tmp_remove(&tp);
+    dg_test_tmpdir_remove(&tp);
 }
 
 // The checkpoint of a non-chief is not written, and a non-chief never opens the file.
 static void test_saver_api(void **state) {
-    tmpfile_path tp;
-    tmp_make(&tp);
+    dg_test_tmpdir tp;
+    dg_test_tmpdir_make(&tp, "dg_mts");
     dg_status *st = dg_status_new();
     toy t;
     build_toy(&t, 1, NULL, NULL);
@@ -379,7 +357,7 @@ static void test_saver_api(void **state) {
     assert_status(st, DG_FAILED_PRECONDITION, "no variables");
     dg_graph_free(&g);
     dg_status_free(&st);
-    tmp_remove(&tp);
+    dg_test_tmpdir_remove(&tp);
 }
 
 // ---- restore errors ----
@@ -392,8 +370,8 @@ static dg_graph *vars_graph(const char *const *names, const dg_dtype *types, con
 }
 
 static void test_restore_errors(void **state) {
-    tmpfile_path tp;
-    tmp_make(&tp);
+    dg_test_tmpdir tp;
+    dg_test_tmpdir_make(&tp, "dg_mts");
     dg_status *st = dg_status_new();
     const char *n1[] = {"a", "b", "c"};
     dg_dtype t1[] = {DG_FLOAT32, DG_FLOAT32, DG_FLOAT32};
@@ -450,7 +428,7 @@ static void test_restore_errors(void **state) {
     dg_graph_free(&g2);
     dg_graph_free(&g3);
     dg_status_free(&st);
-    tmp_remove(&tp);
+    dg_test_tmpdir_remove(&tp);
 }
 
 // ---- NaN guard ----
@@ -679,8 +657,8 @@ static void test_setup_hooks_run_first(void **state) {
 
 // Built-in and chief-only hooks come after the user's; a non-chief drops chief-only hooks.
 static void test_hook_lists(void **state) {
-    tmpfile_path tp;
-    tmp_make(&tp);
+    dg_test_tmpdir tp;
+    dg_test_tmpdir_make(&tp, "dg_mts");
     dg_status *st = dg_status_new();
     toy t;
     build_toy(&t, 1, NULL, NULL);
@@ -722,7 +700,7 @@ static void test_hook_lists(void **state) {
     assert_non_null(strstr(text, "w = [6, 6]"));
     assert_null(strstr(text, "w = [3, 3]"));
     dg_graph_free(&t.g);
-    tmp_remove(&tp);
+    dg_test_tmpdir_remove(&tp);
 
     // Non-chief (local, so the variables are never ready): the chief-only hook is not used.
     build_toy(&t, 1, NULL, NULL);
@@ -744,8 +722,8 @@ static void test_hook_lists(void **state) {
 
 // ---- summaries ----
 static void test_summary_saver(void **state) {
-    tmpfile_path tp;
-    tmp_make(&tp);
+    dg_test_tmpdir tp;
+    dg_test_tmpdir_make(&tp, "dg_mts");
     dg_status *st = dg_status_new();
     toy t;
     build_toy(&t, 1, NULL, NULL);
@@ -801,7 +779,7 @@ static void test_summary_saver(void **state) {
     sqlite3_close(db);
     dg_graph_free(&t.g);
     dg_status_free(&st);
-    tmp_remove(&tp);
+    dg_test_tmpdir_remove(&tp);
 }
 
 // ---- several threads run one monitored session ----
@@ -1064,8 +1042,8 @@ static void test_nonchief_waits_for_chief(void **state) {
 // The ps is freed and recreated on its port mid-training: the chief's next run fails, the
 // session is recreated, the newest checkpoint restored, and training goes on to the last step.
 static void test_recovery_after_ps_restart(void **state) {
-    tmpfile_path tp;
-    tmp_make(&tp);
+    dg_test_tmpdir tp;
+    dg_test_tmpdir_make(&tp, "dg_mts");
     dg_status *st = dg_status_new();
     dg_cluster *c = cluster3();
     dg_server *ps = start(c, "ps", 0, 1500), *w0 = start(c, "worker", 0, 1500);
@@ -1122,7 +1100,7 @@ static void test_recovery_after_ps_restart(void **state) {
     dg_server_free(&w0);
     dg_cluster_free(&c);
     dg_status_free(&st);
-    tmp_remove(&tp);
+    dg_test_tmpdir_remove(&tp);
 }
 
 static void test_bad_options(void **state) {

@@ -20,27 +20,8 @@
 #include "graph_impl.h"
 
 // ---- fixture: a temporary directory with ckpt.db in it ----
-typedef struct fixture {
-    char dir[64];
-    char path[128];
-} fixture;
-
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    if (!f) return -1;
-    snprintf(f->dir, sizeof f->dir, "/tmp/dg_part_XXXXXX");
-    if (!mkdtemp(f->dir)) return -1;
-    snprintf(f->path, sizeof f->path, "%s/ckpt.db", f->dir);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    dg_test_rmtree(f->dir);
-    free(f);
-    return 0;
-}
+// A temporary directory, with path its ckpt.db (not created): testutil's fixture.
+typedef dg_test_tmpdir fixture;
 
 // ---- the variable "emb": float32 [rows, 3], element (r, c) = 10 r + c + 0.25 ----
 static float emb_value(int64_t r, int64_t c) { return (float)(10 * r + c) + 0.25f; }
@@ -762,13 +743,13 @@ static void test_store_schema(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_two_parts_restore_into_three, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cluster_two_ps, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saver_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_regions, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_save_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_restore_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_schema, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_parts_restore_into_three, dg_test_tmpdir_setup, dg_test_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_two_ps, dg_test_tmpdir_setup, dg_test_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_saver_errors, dg_test_tmpdir_setup, dg_test_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_store_regions, dg_test_tmpdir_setup, dg_test_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_store_save_errors, dg_test_tmpdir_setup, dg_test_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_store_restore_errors, dg_test_tmpdir_setup, dg_test_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_store_schema, dg_test_tmpdir_setup, dg_test_tmpdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
