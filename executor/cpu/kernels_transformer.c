@@ -69,26 +69,11 @@ static void *ln_create(const dg_node *n, const exec_env *env, dg_status *st) {
 LN_FWD_ROWS(ln_fwd_f32, float)
 LN_FWD_ROWS(ln_fwd_f64, double)
 
-static bool layer_norm_compute(void *state, exec_ctx *ctx) {
-    double eps = ((ln_state *)state)->eps;
-    dg_tensor *x = IN(0), *gamma = IN(1), *beta = IN(2);
-    int64_t rows = 0, C = 0;
-    if (!cpu_layer_norm_check(ctx, x, gamma, beta, NULL, NULL, NULL, &rows, &C)) return false;
-    dg_shape rs = x->shape;
-    rs.rank--;
-    dg_tensor *y = exec_alloc_output(ctx, 0, x->dtype, x->shape);
-    dg_tensor *mean = y ? exec_alloc_output(ctx, 1, x->dtype, rs) : NULL;
-    dg_tensor *rstd = mean ? exec_alloc_output(ctx, 2, x->dtype, rs) : NULL;
-    if (!rstd) return false;
-    if (x->dtype == DG_FLOAT32) ln_fwd_f32(x->data, gamma->data, beta->data, y->data, mean->data, rstd->data, rows, C, eps);
-    else ln_fwd_f64(x->data, gamma->data, beta->data, y->data, mean->data, rstd->data, rows, C, eps);
-    return true;
-}
-
-// dx per row; dgamma and dbeta summed over the rows in float64 (acc: 2 C doubles).
+// dx per row; the rows' terms of dgamma and dbeta added into acc in float64 (2 C doubles: dgamma's,
+// then dbeta's).
 #define LN_BWD_ROWS(NAME, T)                                                                              \
     CPU_CLONES static void NAME(const T *dyy, const T *xx, const T *ga, const T *mm, const T *rr, T *dxx,   \
-                                T *dgg, T *dbb, double *acc, int64_t rows, int64_t C) {                   \
+                                double *acc, int64_t rows, int64_t C) {                                   \
         for (int64_t r = 0; r < rows; r++) {                                                              \
             const T *dyr = dyy + r * C, *xr = xx + r * C;                                                 \
             T *dxr = dxx + r * C;                                                                         \
@@ -113,13 +98,90 @@ static bool layer_norm_compute(void *state, exec_ctx *ctx) {
                 dxr[c] = (T)(rs * (d * (double)ga[c] - mg - xh * mgx));                                   \
             }                                                                                             \
         }                                                                                                 \
-        for (int64_t c = 0; c < C; c++) {                                                                 \
-            dgg[c] = (T)acc[c];                                                                           \
-            dbb[c] = (T)acc[C + c];                                                                       \
-        }                                                                                                 \
     }
 LN_BWD_ROWS(ln_bwd_f32, float)
 LN_BWD_ROWS(ln_bwd_f64, double)
+
+// LayerNorm and its gradient over the intra-op threads (cpu_parallel_for): the forward pass by
+// runs of rows; the gradient by chunks of rows, each with its own dgamma and dbeta sums.
+#define LN_SPLIT ((int64_t)1 << 15)   // elements below which one thread does it all
+#define LN_CHUNKS 64                  // the gradient's chunks, at most
+#define LN_MIN_CHUNK 16               // rows of a chunk, at least
+
+typedef struct ln_job {
+    bool f32;
+    const void *x, *gamma, *beta, *mean_in, *rstd_in, *dy;
+    void *y, *mean, *rstd, *dx;
+    double *acc;
+    int64_t rows, C, chunk_rows, n_chunks;
+    double eps;
+} ln_job;
+
+// Pieces for `units` runs of work over rows x C elements: 1 when small or on one thread.
+static int ln_pieces(int64_t units, int64_t rows, int64_t C) {
+    int threads = exec_cpu_threads();
+    if (threads < 2 || units < 2 || rows * C < 2 * LN_SPLIT) return 1;
+    return units < threads ? (int)units : threads;
+}
+
+static void ln_fwd_range(const ln_job *j, int64_t lo, int64_t hi) {
+    int64_t o = lo * j->C;
+    if (j->f32)
+        ln_fwd_f32((const float *)j->x + o, j->gamma, j->beta, (float *)j->y + o, (float *)j->mean + lo,
+                   (float *)j->rstd + lo, hi - lo, j->C, j->eps);
+    else
+        ln_fwd_f64((const double *)j->x + o, j->gamma, j->beta, (double *)j->y + o, (double *)j->mean + lo,
+                   (double *)j->rstd + lo, hi - lo, j->C, j->eps);
+}
+
+static void ln_fwd_piece(void *ctx, int i, int n) {
+    const ln_job *j = ctx;
+    int64_t lo, hi;
+    cpu_piece_range(j->rows, i, n, &lo, &hi);
+    if (lo < hi) ln_fwd_range(j, lo, hi);
+}
+
+static void ln_bwd_chunks(const ln_job *j, int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; k++) {
+        int64_t lo = k * j->chunk_rows, hi = lo + j->chunk_rows < j->rows ? lo + j->chunk_rows : j->rows;
+        int64_t o = lo * j->C;
+        double *acc = j->acc + k * 2 * j->C;
+        if (j->f32)
+            ln_bwd_f32((const float *)j->dy + o, (const float *)j->x + o, j->gamma, (const float *)j->mean_in + lo,
+                       (const float *)j->rstd_in + lo, (float *)j->dx + o, acc, hi - lo, j->C);
+        else
+            ln_bwd_f64((const double *)j->dy + o, (const double *)j->x + o, j->gamma,
+                       (const double *)j->mean_in + lo, (const double *)j->rstd_in + lo, (double *)j->dx + o, acc,
+                       hi - lo, j->C);
+    }
+}
+
+static void ln_bwd_piece(void *ctx, int i, int n) {
+    const ln_job *j = ctx;
+    int64_t lo, hi;
+    cpu_piece_range(j->n_chunks, i, n, &lo, &hi);
+    ln_bwd_chunks(j, lo, hi);
+}
+
+static bool layer_norm_compute(void *state, exec_ctx *ctx) {
+    double eps = ((ln_state *)state)->eps;
+    dg_tensor *x = IN(0), *gamma = IN(1), *beta = IN(2);
+    int64_t rows = 0, C = 0;
+    if (!cpu_layer_norm_check(ctx, x, gamma, beta, NULL, NULL, NULL, &rows, &C)) return false;
+    dg_shape rs = x->shape;
+    rs.rank--;
+    dg_tensor *y = exec_alloc_output(ctx, 0, x->dtype, x->shape);
+    dg_tensor *mean = y ? exec_alloc_output(ctx, 1, x->dtype, rs) : NULL;
+    dg_tensor *rstd = mean ? exec_alloc_output(ctx, 2, x->dtype, rs) : NULL;
+    if (!rstd) return false;
+    ln_job j = {.f32 = x->dtype == DG_FLOAT32, .x = x->data, .gamma = gamma->data, .beta = beta->data,
+                .y = y->data, .mean = mean->data, .rstd = rstd->data, .rows = rows, .C = C, .eps = eps};
+    int n = ln_pieces(rows, rows, C);
+    if (n > 1 && cpu_parallel_for(n, ln_fwd_piece, &j)) return true;
+    ln_fwd_range(&j, 0, rows);
+    return true;
+}
+
 
 static bool layer_norm_grad_compute(void *state, exec_ctx *ctx) {
     (void)state;
@@ -130,14 +192,32 @@ static bool layer_norm_grad_compute(void *state, exec_ctx *ctx) {
     dg_tensor *dgamma = dx ? exec_alloc_output(ctx, 1, x->dtype, dg_shape1(C)) : NULL;
     dg_tensor *dbeta = dgamma ? exec_alloc_output(ctx, 2, x->dtype, dg_shape1(C)) : NULL;
     if (!dbeta) return false;
-    double *acc = calloc((size_t)(2 * C + 1), sizeof *acc);
-    if (!acc) return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "LayerNormGrad: %lld sums", (long long)(2 * C));
-    if (x->dtype == DG_FLOAT32)
-        ln_bwd_f32(dy->data, x->data, gamma->data, mean->data, rstd->data, dx->data, dgamma->data, dbeta->data, acc,
-                   rows, C);
-    else
-        ln_bwd_f64(dy->data, x->data, gamma->data, mean->data, rstd->data, dx->data, dgamma->data, dbeta->data, acc,
-                   rows, C);
+    // The rows in LN_CHUNKS runs at most, each adding into sums of its own, added up in order:
+    // the same bits whatever the number of threads.
+    int64_t chunk_rows = rows > LN_CHUNKS * LN_MIN_CHUNK ? (rows + LN_CHUNKS - 1) / LN_CHUNKS : LN_MIN_CHUNK;
+    int64_t n_chunks = rows ? (rows + chunk_rows - 1) / chunk_rows : 0;
+    double *acc = calloc((size_t)(2 * C * n_chunks + 1), sizeof *acc);
+    if (!acc)
+        return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "LayerNormGrad: %lld sums", (long long)(2 * C * n_chunks));
+    ln_job j = {.f32 = x->dtype == DG_FLOAT32, .x = x->data, .gamma = gamma->data, .mean_in = mean->data,
+                .rstd_in = rstd->data, .dy = dy->data, .dx = dx->data, .acc = acc, .rows = rows, .C = C,
+                .chunk_rows = chunk_rows, .n_chunks = n_chunks};
+    int n = ln_pieces(n_chunks, rows, C);
+    if (!(n > 1 && cpu_parallel_for(n, ln_bwd_piece, &j))) ln_bwd_chunks(&j, 0, n_chunks);
+    for (int64_t c = 0; c < C; c++) {
+        double sg = 0, sb = 0;
+        for (int64_t k = 0; k < n_chunks; k++) {
+            sg += acc[k * 2 * C + c];
+            sb += acc[k * 2 * C + C + c];
+        }
+        if (j.f32) {
+            ((float *)dgamma->data)[c] = (float)sg;
+            ((float *)dbeta->data)[c] = (float)sb;
+        } else {
+            ((double *)dgamma->data)[c] = sg;
+            ((double *)dbeta->data)[c] = sb;
+        }
+    }
     free(acc);
     return true;
 }

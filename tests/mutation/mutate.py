@@ -107,6 +107,14 @@ MUTANTS = [
         "tests": ["test_parallel_pieces"],
     },
     {
+        "name": "layer_norm_grad_drops_a_chunk",
+        "what": "LayerNormGrad adds up the dgamma and dbeta sums of every chunk of rows but the last",
+        "file": "executor/cpu/kernels_transformer.c",
+        "edits": [("        for (int64_t k = 0; k < n_chunks; k++) {\n            sg += acc[k * 2 * C + c];",
+                   "        for (int64_t k = 0; k < n_chunks - 1; k++) {\n            sg += acc[k * 2 * C + c];")],
+        "tests": ["test_parallel_pieces"],
+    },
+    {
         "name": "conv_sparse_filter_drops_entry",
         "what": "the sparse filter gradient leaves out each image's last nonzero dy entry",
         "file": "executor/cpu/conv_direct.c",
@@ -140,7 +148,7 @@ MUTANTS = [
         "name": "layer_norm_nan",
         "what": "LayerNorm (CPU) writes NaN over y",
         "file": "executor/cpu/kernels_transformer.c",
-        "edits": [after("    else ln_fwd_f64(x->data, gamma->data, beta->data, y->data, mean->data, rstd->data, rows, C, eps);\n",
+        "edits": [after("    ln_fwd_range(&j, 0, rows);\n",
                         "    for (int64_t mut_i = 0; mut_i < y->n_elements; mut_i++) {\n"
                         "        if (y->dtype == DG_FLOAT32) ((float *)y->data)[mut_i] = __builtin_nanf(\"\");\n"
                         "        else ((double *)y->data)[mut_i] = __builtin_nan(\"\");\n"
