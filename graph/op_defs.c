@@ -606,20 +606,34 @@ static bool scalar_like_var(const dg_node *n, int i, dg_status *st) {
     return false;
 }
 
-static bool infer_apply_gd(dg_node *n, dg_status *st) {   // var, alpha, delta
-    return need_float(n, 0, st) && scalar_like_var(n, 1, st) && same_shape_as_var(n, 2, st) &&
-           out1(n, in_dt(n, 0), in_sh(n, 0), st);
+// The optional last input of ApplyGradientDescent, ApplyMomentum and ApplyAdam (input i when
+// given): a bool scalar, false to leave the variable and its slots as they are this step (the
+// loss scaler's skip, dg_minimize_with_loss_scale).
+static bool optional_gate(const dg_node *n, int i, dg_status *st) {
+    if (n->n_inputs <= i) return true;
+    dg_shape s = in_sh(n, i);
+    if (in_dt(n, i) == DG_BOOL && (s.rank == 0 || s.rank < 0)) return true;
+    char a[128];
+    dg_status_setf(st, DG_INVALID_ARGUMENT, "input %d (\"%s\"), whether to apply, must be a bool scalar, got %s %s", i,
+                   n->inputs[i].node->name, dg_dtype_name(in_dt(n, i)), dg_shape_str(&s, a, sizeof a));
+    return false;
 }
 
-static bool infer_apply_momentum(dg_node *n, dg_status *st) {   // var, accum, lr, grad, momentum
+static bool infer_apply_gd(dg_node *n, dg_status *st) {   // var, alpha, delta[, apply]
+    return need_float(n, 0, st) && scalar_like_var(n, 1, st) && same_shape_as_var(n, 2, st) &&
+           optional_gate(n, 3, st) && out1(n, in_dt(n, 0), in_sh(n, 0), st);
+}
+
+static bool infer_apply_momentum(dg_node *n, dg_status *st) {   // var, accum, lr, grad, momentum[, apply]
     return need_float(n, 0, st) && var_input(n, 1, st) && same_shape_as_var(n, 1, st) &&
            scalar_like_var(n, 2, st) && same_shape_as_var(n, 3, st) && scalar_like_var(n, 4, st) &&
-           out1(n, in_dt(n, 0), in_sh(n, 0), st);
+           optional_gate(n, 5, st) && out1(n, in_dt(n, 0), in_sh(n, 0), st);
 }
 
 static bool infer_apply_adam(dg_node *n, dg_status *st) {
-    // var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad
-    if (!need_float(n, 0, st) || !var_input(n, 1, st) || !var_input(n, 2, st)) return false;
+    // var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad[, apply]
+    if (!need_float(n, 0, st) || !var_input(n, 1, st) || !var_input(n, 2, st) || !optional_gate(n, 10, st))
+        return false;
     if (!same_shape_as_var(n, 1, st) || !same_shape_as_var(n, 2, st) || !same_shape_as_var(n, 9, st))
         return false;
     for (int i = 3; i <= 8; i++)
@@ -726,9 +740,9 @@ static const graph_op_def op_defs[] = {
     GRAPH_OP("Split", 1, 1, false, false, false, infer_split, grad_Split),
     GRAPH_OP("Slice", 1, 1, false, false, false, infer_slice, grad_Slice),
     GRAPH_OP("SliceGrad", 2, 2, false, false, false, infer_shape_to, NULL),
-    GRAPH_OP("ApplyGradientDescent", 3, 3, true, true, true, infer_apply_gd, NULL),
-    GRAPH_OP("ApplyMomentum", 5, 5, true, 2, true, infer_apply_momentum, NULL),
-    GRAPH_OP("ApplyAdam", 10, 10, true, 3, true, infer_apply_adam, NULL),
+    GRAPH_OP("ApplyGradientDescent", 3, 4, true, true, true, infer_apply_gd, NULL),
+    GRAPH_OP("ApplyMomentum", 5, 6, true, 2, true, infer_apply_momentum, NULL),
+    GRAPH_OP("ApplyAdam", 10, 11, true, 3, true, infer_apply_adam, NULL),
     GRAPH_OP("_Send", 1, 1, true, false, true, infer_send, NULL),
     GRAPH_OP("_Recv", 0, 0, true, false, true, infer_recv, NULL),
 };

@@ -253,9 +253,12 @@ static dg_node *adam_update(dg_graph *g, const char *op, const dg_optimizer *opt
     return u;
 }
 
-dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *grads,
-                                      const dg_output *vars, int n, dg_output global_step,
-                                      const char *name) {
+// apply_gradients; with gate (a bool scalar, else the null output) the updates apply only when it
+// is true: ApplyGradientDescent, ApplyMomentum and ApplyAdam take it as their last input, AdamW's
+// decay and Adam's beta powers keep their values when it is false, the global step advances
+// either way. Other kinds and sparse gradients are not gated (UNIMPLEMENTED).
+static dg_node *apply_gated(const dg_optimizer *opt, const dg_output *grads, const dg_output *vars, int n,
+                            dg_output global_step, const char *name, dg_output gate) {
     dg_graph *g = opt->graph;
     if (!dg_graph_ok(g)) return NULL;
     if (n < 1) {
@@ -285,6 +288,18 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
                                dg_node_name(vars[i].node));
             return NULL;
         }
+        dg_output sv, si;
+        if (gate.node && dg_gradient_is_sparse(grads[i], &sv, &si)) {
+            dg_graph_set_error(g, DG_UNIMPLEMENTED, "loss scaling: the gradient of \"%s\" is sparse (an embedding "
+                               "lookup's); the skip of a step with gradients that are not finite takes dense "
+                               "gradients only", dg_node_name(vars[i].node));
+            return NULL;
+        }
+    }
+    if (gate.node && opt->kind != DG_OPT_GRADIENT_DESCENT && opt->kind != DG_OPT_MOMENTUM && !is_adam(opt)) {
+        dg_graph_set_error(g, DG_UNIMPLEMENTED, "loss scaling: %s cannot skip a step yet; use gradient descent, "
+                           "momentum, Adam or AdamW", opt->name ? opt->name : "this optimizer");
+        return NULL;
     }
     if (!(opt->global_clipnorm >= 0 && opt->global_clipnorm < 1e300)) {
         dg_graph_set_error(g, DG_INVALID_ARGUMENT, "%s: global_clipnorm must be >= 0 (0: none), got %g",
@@ -364,7 +379,9 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
         dg_node *decay = NULL;
         if (decays(opt, v)) {
             dg_output rate = dg_mul(g, NULL, learning_rate(g, opt, vt), hyper(g, vt, "weight_decay", opt->weight_decay));
-            decay = dg_assign_sub(g, "weight_decay", v, dg_mul(g, NULL, rate, v)).node;
+            dg_output amount = dg_mul(g, NULL, rate, v);
+            if (gate.node) amount = dg_where(g, NULL, gate, amount, dg_zeros_like(g, NULL, amount));
+            decay = dg_assign_sub(g, "weight_decay", v, amount).node;
             if (decay) dg_graph_push_control_deps(g, &decay, 1);
         }
         if (sparse && opt->kind == DG_OPT_GRADIENT_DESCENT) {
@@ -431,6 +448,7 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
             }
             }
         }
+        if (u && gate.node) graph_add_input(u, gate);   // dense GD, momentum, Adam: checked above
         updates[i] = composed ? composed : graph_finish(u);
         if (decay) dg_graph_pop_control_deps(g);
         dg_graph_pop_colocate_with(g);
@@ -442,8 +460,14 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
         // beta powers advance after every update has read them.
         dg_graph_push_control_deps(g, updates, n);
         dg_graph_push_colocate_with(g, vars[0].node);
-        dg_output a1 = dg_assign(g, "update_beta1_power", b1p, dg_mul(g, NULL, b1p, hyper(g, t, "beta1", opt->beta1)));
-        dg_output a2 = dg_assign(g, "update_beta2_power", b2p, dg_mul(g, NULL, b2p, hyper(g, t, "beta2", opt->beta2)));
+        dg_output n1 = dg_mul(g, NULL, b1p, hyper(g, t, "beta1", opt->beta1));
+        dg_output n2 = dg_mul(g, NULL, b2p, hyper(g, t, "beta2", opt->beta2));
+        if (gate.node) {   // a skipped step leaves them
+            n1 = dg_where(g, NULL, gate, n1, b1p);
+            n2 = dg_where(g, NULL, gate, n2, b2p);
+        }
+        dg_output a1 = dg_assign(g, "update_beta1_power", b1p, n1);
+        dg_output a2 = dg_assign(g, "update_beta2_power", b2p, n2);
         dg_graph_pop_colocate_with(g);
         dg_graph_pop_control_deps(g);
         updates[n_up++] = a1.node;
@@ -476,6 +500,11 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
     return dg_graph_ok(g) ? train : NULL;
 }
 
+dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *grads, const dg_output *vars, int n,
+                                      dg_output global_step, const char *name) {
+    return apply_gated(opt, grads, vars, n, global_step, name, NUL);
+}
+
 dg_node *dg_optimizer_minimize(const dg_optimizer *opt, dg_output loss, dg_output global_step) {
     dg_graph *g = opt->graph;
     int cap = dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES);
@@ -487,4 +516,107 @@ dg_node *dg_optimizer_minimize(const dg_optimizer *opt, dg_output loss, dg_outpu
     free(grads);
     free(vars);
     return train;
+}
+
+// ---- dynamic loss scaling ----
+
+dg_loss_scale_options dg_loss_scale_options_default(void) {
+    dg_loss_scale_options o = {.initial_scale = 32768.0, .growth_interval = 2000, .multiplier = 2.0};
+    return o;
+}
+
+// Whether every gradient is finite: the sum of g * 0 over all of them is 0, NaN when any element
+// is an infinity or NaN (inf * 0 and NaN * 0 are NaN, and NaN spreads through the sums).
+static dg_output all_finite(dg_graph *g, const dg_output *grads, int n) {
+    dg_output *sums = calloc((size_t)n, sizeof *sums);
+    if (!sums) abort();
+    for (int i = 0; i < n; i++) {
+        dg_output z = dg_mul(g, NULL, grads[i], dg_scalar(g, NULL, dg_output_dtype(grads[i]), 0));
+        sums[i] = dg_sum(g, NULL, z, NULL, 0, false);
+        if (dg_output_dtype(sums[i]) != DG_FLOAT32) sums[i] = dg_cast(g, NULL, sums[i], DG_FLOAT32);
+    }
+    dg_output total = n == 1 ? sums[0] : dg_add_n(g, "sum_of_zeros", sums, n);
+    free(sums);
+    return dg_equal(g, "all_finite", total, dg_scalar(g, NULL, DG_FLOAT32, 0));
+}
+
+dg_node *dg_optimizer_minimize_with_loss_scale(const dg_optimizer *opt, dg_output loss, dg_output global_step,
+                                               const dg_loss_scale_options *o, dg_loss_scale *ls) {
+    dg_graph *g = opt->graph;
+    dg_loss_scale_options d = o ? *o : dg_loss_scale_options_default();
+    if (ls) memset(ls, 0, sizeof *ls);
+    if (!dg_graph_ok(g)) return NULL;
+    if (!(d.initial_scale >= 1 && d.initial_scale <= 1e30) || d.growth_interval < 1 ||
+        !(d.multiplier > 1 && d.multiplier <= 1e6)) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "loss scaling: initial_scale must be in [1, 1e30], growth_interval "
+                           ">= 1 and multiplier in (1, 1e6]; got %g, %lld and %g", d.initial_scale,
+                           (long long)d.growth_interval, d.multiplier);
+        return NULL;
+    }
+    if (!loss.node || !dg_dtype_is_float(dg_output_dtype(loss))) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "loss scaling: the loss must be a float tensor");
+        return NULL;
+    }
+    // The scale and its counters live with the global step (or the loss): not trainable.
+    dg_node *home = global_step.node ? global_step.node : loss.node;
+    dg_graph_push_name_scope(g, "loss_scale");
+    dg_graph_push_colocate_with(g, home);
+    dg_output scale = dg_variable_ex(g, "current", DG_FLOAT32, dg_shape_scalar(), dg_init_constant(d.initial_scale),
+                                     false);
+    dg_output good = dg_variable_ex(g, "good_steps", DG_INT64, dg_shape_scalar(), dg_init_zeros(), false);
+    dg_output skipped = dg_variable_ex(g, "skipped_steps", DG_INT64, dg_shape_scalar(), dg_init_zeros(), false);
+    dg_graph_pop_colocate_with(g);
+    dg_output scaled = dg_mul(g, "scaled_loss", loss, dg_output_dtype(loss) == DG_FLOAT32
+                                                          ? scale : dg_cast(g, NULL, scale, dg_output_dtype(loss)));
+    dg_graph_pop_name_scope(g);
+    int cap = dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES);
+    dg_output *grads = calloc((size_t)(cap ? cap : 1), sizeof *grads);
+    dg_output *vars = calloc((size_t)(cap ? cap : 1), sizeof *vars);
+    if (!grads || !vars) abort();
+    dg_node *train = NULL;
+    int n = dg_graph_ok(g) ? dg_optimizer_compute_gradients(opt, scaled, NULL, 0, grads, vars, cap) : -1;
+    if (n > 0) {
+        dg_graph_push_name_scope(g, "loss_scale");
+        dg_output finite = all_finite(g, grads, n);
+        dg_output inv = dg_div(g, "inverse", dg_scalar(g, NULL, DG_FLOAT32, 1), scale);
+        for (int i = 0; i < n; i++) {
+            dg_dtype gt = dg_output_dtype(grads[i]);
+            grads[i] = dg_mul(g, NULL, grads[i], gt == DG_FLOAT32 ? inv : dg_cast(g, NULL, inv, gt));
+        }
+        dg_graph_pop_name_scope(g);
+        train = apply_gated(opt, grads, vars, n, global_step, NULL, finite);
+        if (train) {
+            // After the updates, which read the scale through the gradients: a finite step counts
+            // towards growth (the scale times multiplier after growth_interval of them, when that
+            // is finite); one that is not halves the scale (not below 1) and is counted skipped.
+            dg_graph_push_name_scope(g, "loss_scale");
+            dg_graph_push_control_deps(g, &train, 1);
+            dg_graph_push_colocate_with(g, home);
+            dg_output good1 = dg_where(g, NULL, finite, dg_add(g, NULL, good, dg_scalar(g, NULL, DG_INT64, 1)),
+                                       dg_scalar(g, NULL, DG_INT64, 0));
+            dg_output grown = dg_mul(g, NULL, scale, dg_scalar(g, NULL, DG_FLOAT32, d.multiplier));
+            dg_output grow = dg_greater_equal(g, "grow", good1, dg_scalar(g, NULL, DG_INT64, (double)d.growth_interval));
+            dg_output halved = dg_maximum(g, NULL, dg_mul(g, NULL, scale, dg_scalar(g, NULL, DG_FLOAT32, 1 / d.multiplier)),
+                                          dg_scalar(g, NULL, DG_FLOAT32, 1));
+            dg_output grown_ok = dg_where(g, NULL, all_finite(g, &grown, 1), grown, scale);
+            dg_output next = dg_where(g, NULL, grow, grown_ok, dg_where(g, NULL, finite, scale, halved));
+            dg_node *ups[3] = {
+                dg_assign(g, "update_scale", scale, next).node,
+                dg_assign(g, "update_good_steps", good, dg_where(g, NULL, grow, dg_scalar(g, NULL, DG_INT64, 0), good1)).node,
+                dg_assign_add(g, "count_skipped", skipped, dg_where(g, NULL, finite, dg_scalar(g, NULL, DG_INT64, 0),
+                                                                     dg_scalar(g, NULL, DG_INT64, 1))).node,
+            };
+            dg_graph_pop_colocate_with(g);
+            dg_graph_pop_control_deps(g);
+            dg_node *all[4] = {train, ups[0], ups[1], ups[2]};
+            train = dg_graph_ok(g) ? dg_group(g, "train", all, 4) : NULL;
+            dg_graph_pop_name_scope(g);
+            if (ls && train) *ls = (dg_loss_scale){scale, good, skipped, finite};
+        }
+    } else if (n == 0 && dg_graph_ok(g)) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "loss scaling: the loss depends on no trainable variable");
+    }
+    free(grads);
+    free(vars);
+    return dg_graph_ok(g) ? train : NULL;
 }

@@ -53,12 +53,24 @@ static bool report_after_create(void *ctx, dg_monitored_session *ms, dg_session 
 // whole model on its own task; one packed all-reduce averages the gradients, every worker
 // applies the same update, and *bcast copies worker 0's values (restored from a checkpoint,
 // say) to every worker.
+// With float16 products (ls not NULL), the loss times *factor (a placeholder: 1, or 1e30 to force
+// an overflow) is minimized with dynamic loss scaling, whose scale and counters *ls gets.
 static bool build_model(dg_graph *g, const replica_model *p, double lr, int64_t seed, int64_t train_steps,
                         const dg_sync_replicas_options *so, dg_sync_replicas **sr, const dg_collective_group *grp,
-                        dg_node **bcast, replica_net *net, dg_node **train, dg_status *st) {
+                        dg_node **bcast, replica_net *net, dg_node **train, dg_loss_scale *ls, dg_output *factor,
+                        dg_status *st) {
     memset(net, 0, sizeof *net);
     if (!p->build(p->state, g, lr, seed, train_steps, net, st)) return false;
-    if (so) {
+    if (ls && (so || grp)) {
+        dg_status_setf(st, DG_UNIMPLEMENTED, "--mixed_precision fp16 (loss scaling) runs with one worker or "
+                       "between-graph ps training, not yet with --sync_replicas or --all_reduce; use bf16 there");
+        return false;
+    }
+    if (ls) {
+        *factor = dg_placeholder(g, "loss_factor", DG_FLOAT32, dg_shape_scalar());
+        dg_output scaled = dg_mul(g, "forced_loss", net->loss, *factor);
+        *train = dg_optimizer_minimize_with_loss_scale(&net->opt, scaled, net->global_step, NULL, ls);
+    } else if (so) {
         if (!(*sr = dg_sync_replicas_new(&net->opt, so, st))) return false;
         if (!(*train = dg_sync_replicas_minimize(*sr, net->loss, net->global_step, st))) return false;
     } else if (grp) {
@@ -86,7 +98,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     int64_t wait_ms = 60000, rpc_timeout_ms = 30000, save_checkpoint_steps = 100, recovery_attempts = 3;
     const char *checkpoint_path = "", *slurm_jobs = "", *save_graph = "", *logdir = "", *trace_file = "";
     const char *mixed_precision = "off";
-    int64_t trace_step = 0;
+    int64_t trace_step = 0, force_overflow_at = 0, force_overflow_steps = 3;
     int64_t slurm_port_base = DG_SLURM_DEFAULT_PORT_BASE;
     int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000, wait_for_tasks_ms = 0;
     double lr = p->learning_rate;
@@ -143,7 +155,10 @@ int replica_main(int argc, char **argv, const replica_model *p) {
          "start no server: train through the standing dg-server of this worker's task (dg://worker host)"},
         {"mixed_precision", FLAG_STRING, &mixed_precision,
          "bf16: the model's float32 products (MatMul) in bfloat16, variables and the rest in float32 "
-         "(dg_graph_set_mixed_precision); off (default)"},
+         "(dg_graph_set_mixed_precision); fp16: in float16, with dynamic loss scaling; off (default)"},
+        {"force_overflow_at", FLAG_INT, &force_overflow_at,
+         "with fp16: multiply the loss by 1e30 from this local step on (default 0: never), to see steps skipped"},
+        {"force_overflow_steps", FLAG_INT, &force_overflow_steps, "with --force_overflow_at: for this many steps (default 3)"},
     };
     // The program's flags, then the model's.
     int n_generic = (int)(sizeof defs / sizeof defs[0]), n_defs = n_generic + p->n_flags;
@@ -263,6 +278,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     dg_monitored_session *ms = NULL;
     dg_session_hook *stop = NULL, *mode_hook = NULL, *trace_hook = NULL;   // mode_hook: sync replicas or broadcast
     dg_sync_replicas *sr = NULL;
+    dg_tensor *factor_one = NULL, *factor_big = NULL;   // --mixed_precision fp16: the loss factor's feeds
     dg_node *bcast = NULL;
     dg_device_fn *setter = NULL;
     if (!p->load(p->state, seed + task_index, st)) {
@@ -270,11 +286,13 @@ int replica_main(int argc, char **argv, const replica_model *p) {
         goto out;
     }
     g = dg_graph_new();
+    bool fp16 = strcmp(mixed_precision, "fp16") == 0 || strcmp(mixed_precision, "float16") == 0;
     if (strcmp(mixed_precision, "bf16") == 0 || strcmp(mixed_precision, "bfloat16") == 0) {
         if (!dg_graph_set_mixed_precision(g, DG_BFLOAT16, st)) goto out;
+    } else if (fp16) {
+        if (!dg_graph_set_mixed_precision(g, DG_FLOAT16, st)) goto out;
     } else if (strcmp(mixed_precision, "off") != 0) {
-        fprintf(stderr, "--mixed_precision: \"%s\" is not bf16 or off (float16 needs loss scaling, which "
-                "distgraph does not have yet)\n", mixed_precision);
+        fprintf(stderr, "--mixed_precision: \"%s\" is not bf16, fp16 or off\n", mixed_precision);
         goto out;
     }
     char worker_device[128];
@@ -297,6 +315,10 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     }
     replica_net m;
     dg_node *train = NULL;
+    dg_loss_scale ls = {0};
+    dg_output loss_factor = {NULL, 0};
+    factor_one = dg_tensor_scalar_f32(1.0f);
+    factor_big = dg_tensor_scalar_f32(1e30f);
     dg_sync_replicas_options sro = dg_sync_replicas_options_default();
     sro.replicas_to_aggregate = (int)replicas_to_aggregate;
     sro.total_num_replicas = n_workers;
@@ -305,7 +327,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     dg_collective_group grp = dg_collective_group_make("worker", n_workers);
     grp.timeout_ms = sync_timeout_ms;
     bool built = build_model(g, p, lr, seed, train_steps, sync_replicas ? &sro : NULL, &sr, all_reduce ? &grp : NULL, &bcast, &m,
-                             &train, st);
+                             &train, fp16 ? &ls : NULL, &loss_factor, st);
     if (!built) {
         fail(st, "building the model");
         goto out;
@@ -408,7 +430,8 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     dg_output feeds[8];
     dg_tensor *vals[8];
     double t_start = now_s();
-    int64_t local_step = 0, global_step = 0;
+    int64_t local_step = 0, global_step = 0, skipped_steps = 0;
+    double loss_scale = 0;
     printf("Training begins @ %f\n", unix_s());
     while (!dg_monitored_session_should_stop(ms)) {
         int n_feeds = p->next_batch(p->state, feeds, vals, (int)(sizeof feeds / sizeof feeds[0]), st);
@@ -416,9 +439,23 @@ int replica_main(int argc, char **argv, const replica_model *p) {
             fail(st, "the next batch");
             goto out;
         }
-        dg_output fetches[2] = {m.global_step, m.loss};
-        dg_tensor *got[2] = {NULL, NULL};
-        if (!dg_monitored_session_run(ms, feeds, vals, n_feeds, fetches, got, m.log_loss ? 2 : 1, &train, 1, st)) {
+        dg_output fetches[4] = {m.global_step, m.loss, ls.skipped_steps, ls.scale};
+        dg_tensor *got[4] = {NULL, NULL, NULL, NULL};
+        int n_fetch = m.log_loss ? 2 : 1;
+        if (fp16) {   // the loss factor (1e30 while an overflow is forced), and the scaler's state
+            bool force = force_overflow_at > 0 && local_step + 1 >= force_overflow_at &&
+                         local_step + 1 < force_overflow_at + force_overflow_steps;
+            if (n_feeds + 1 > (int)(sizeof feeds / sizeof feeds[0])) {
+                dg_status_setf(st, DG_INTERNAL, "no room for the loss factor's feed");
+                fail(st, "the next batch");
+                goto out;
+            }
+            feeds[n_feeds] = loss_factor;
+            vals[n_feeds++] = force ? factor_big : factor_one;
+            if (!m.log_loss) fetches[1] = m.global_step;   // a placeholder slot: the loss is not asked for
+            n_fetch = 4;
+        }
+        if (!dg_monitored_session_run(ms, feeds, vals, n_feeds, fetches, got, n_fetch, &train, 1, st)) {
             // Sync: the chief closed the token queue at the last step.
             if (sync_replicas && dg_status_code(st) == DG_OUT_OF_RANGE) {
                 dg_status_reset(st);
@@ -428,9 +465,17 @@ int replica_main(int argc, char **argv, const replica_model *p) {
             goto out;
         }
         global_step = dg_tensor_i64(got[0])[0];
-        double step_loss = got[1] ? dg_tensor_get_as_double(got[1], 0) : 0;
-        dg_tensor_unref(got[0]);
-        dg_tensor_unref(got[1]);
+        double step_loss = got[1] && m.log_loss ? dg_tensor_get_as_double(got[1], 0) : 0;
+        if (fp16 && got[2] && got[3]) {
+            int64_t skipped_now = dg_tensor_i64(got[2])[0];
+            if (skipped_now > skipped_steps)
+                printf("%f: Worker %lld: local step %lld: gradients not finite, update skipped (loss scale now %g; "
+                       "%lld steps skipped so far)\n", unix_s(), (long long)task_index, (long long)local_step + 1,
+                       dg_tensor_get_as_double(got[3], 0), (long long)skipped_now);
+            skipped_steps = skipped_now;
+            loss_scale = dg_tensor_get_as_double(got[3], 0);
+        }
+        for (int k = 0; k < 4; k++) dg_tensor_unref(got[k]);
         local_step++;
         if (local_step % log_every == 0) {
             // The loss of the step's batch, before its update (when the model asks for it).
@@ -445,6 +490,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     printf("Training ends @ %f\n", unix_s());
     printf("Training elapsed time: %f s (%lld local steps, %.1f local steps/s)\n", elapsed,
            (long long)local_step, (double)local_step / elapsed);
+    if (fp16) printf("Loss scaling: scale %g, %lld steps skipped\n", loss_scale, (long long)skipped_steps);
     // The step this worker stops at (a restored chief may not have trained at all).
     if ((global_step = dg_monitored_session_global_step(ms, st)) < 0) {
         fail(st, "reading the global step");
@@ -474,6 +520,8 @@ out:
     p->free(p->state);
     dg_server_free(&server);
     dg_cluster_free(&cluster);
+    dg_tensor_unref(factor_one);
+    dg_tensor_unref(factor_big);
     dg_status_free(&st);
     return rc;
 }

@@ -141,6 +141,34 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
 // borrowed, valid until dg_graph_free(); NULL once the graph has an error.
 dg_node *dg_optimizer_minimize(const dg_optimizer *opt, dg_output loss, dg_output global_step);
 
+// Dynamic loss scaling, for products in float16 (dg_graph_set_mixed_precision), whose small
+// gradients would round to zero: tf.keras.mixed_precision.LossScaleOptimizer's dynamic scale.
+// Each step multiplies the loss by the scale, divides the gradients by it again, and applies
+// them only when every one is finite. A step whose gradients hold an infinity or NaN (the scale
+// was too large) changes no variable and no optimizer slot: the scale is divided by multiplier
+// (not below 1) and the step counted in skipped_steps. After growth_interval finite steps in a
+// row the scale is multiplied by multiplier (when the product is finite). The global step
+// advances either way, as Keras's iterations.
+typedef struct dg_loss_scale_options {
+    double initial_scale;      // 2^15 (Keras's default); in [1, 1e30]
+    int64_t growth_interval;   // 2000; >= 1
+    double multiplier;         // 2; in (1, 1e6]
+} dg_loss_scale_options;
+dg_loss_scale_options dg_loss_scale_options_default(void);
+// What the scaler keeps, to fetch or log (outputs of the graph).
+typedef struct dg_loss_scale {
+    dg_output scale;           // float32 scalar variable "loss_scale/current"
+    dg_output good_steps;      // int64 variable: finite steps since the scale last grew or halved
+    dg_output skipped_steps;   // int64 variable: steps skipped, their gradients not finite
+    dg_output finite;          // bool: whether this step's gradients were finite (it applied them)
+} dg_loss_scale;
+// minimize with dynamic loss scaling (o NULL: the defaults); *ls (may be NULL) gets the
+// scaler's outputs. Gradient descent, momentum, Adam and AdamW over dense gradients; another
+// optimizer, or a sparse gradient, is UNIMPLEMENTED naming it. Returns: the train op, borrowed,
+// valid until dg_graph_free(); NULL once the graph has an error.
+dg_node *dg_optimizer_minimize_with_loss_scale(const dg_optimizer *opt, dg_output loss, dg_output global_step,
+                                               const dg_loss_scale_options *o, dg_loss_scale *ls);
+
 #ifdef __cplusplus
 }
 #endif

@@ -107,6 +107,13 @@ MUTANTS = [
         "tests": ["test_parallel_pieces"],
     },
     {
+        "name": "loss_scale_never_skips",
+        "what": "the loss scaler builds the updates without their gate: a step whose gradients overflow is applied",
+        "file": "graph/train.c",
+        "edits": [("        if (u && gate.node) graph_add_input(u, gate);", "        if (u && gate.node && false) graph_add_input(u, gate);")],
+        "tests": ["test_loss_scale"],
+    },
+    {
         "name": "layer_norm_grad_drops_a_chunk",
         "what": "LayerNormGrad adds up the dgamma and dbeta sums of every chunk of rows but the last",
         "file": "executor/cpu/kernels_transformer.c",
