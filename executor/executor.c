@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base_impl.h"
 #include "device.h"
 #include "distgraph/device_name.h"
 #include "exec_executor_impl.h"
@@ -212,9 +213,9 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
     // Unique predecessor -> successor edges from data and control inputs.
     int n_edges = 0;
     for (int i = 0; i < n_nodes; i++) stamp[i] = -1;
-    int cap_edges = total_in + 16;
-    int *edge_src = malloc((size_t)cap_edges * sizeof *edge_src);
-    int *edge_dst = malloc((size_t)cap_edges * sizeof *edge_dst);
+    int cap_src = total_in + 16, cap_dst = cap_src;   // one per array, for base_reserve
+    int *edge_src = malloc((size_t)cap_src * sizeof *edge_src);
+    int *edge_dst = malloc((size_t)cap_dst * sizeof *edge_dst);
     if (!edge_src || !edge_dst) {
         free(edge_src);
         free(edge_dst);
@@ -236,14 +237,8 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
             if (pi < 0) continue;   // a control input outside the run set
             if (stamp[pi] == i) continue;
             stamp[pi] = i;
-            if (n_edges == cap_edges) {
-                cap_edges *= 2;
-                int *a = realloc(edge_src, (size_t)cap_edges * sizeof *a);
-                if (a) edge_src = a;
-                int *b = realloc(edge_dst, (size_t)cap_edges * sizeof *b);
-                if (b) edge_dst = b;
-                if (!a || !b) abort();
-            }
+            base_reserve((void **)&edge_src, sizeof *edge_src, n_edges, &cap_src, 1);
+            base_reserve((void **)&edge_dst, sizeof *edge_dst, n_edges, &cap_dst, 1);
             edge_src[n_edges] = pi;
             edge_dst[n_edges] = i;
             n_edges++;

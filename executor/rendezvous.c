@@ -471,12 +471,7 @@ int exec_rendezvous_drop_stale(exec_rendezvous *r, int64_t older_than_ms, bool (
             bool seen = false;
             for (int i = 0; i < n && !seen; i++) seen = steps[i] == e->step_id;
             if (seen) continue;
-            if (n == cap) {
-                cap = cap ? 2 * cap : 16;
-                int64_t *ns = realloc(steps, (size_t)cap * sizeof *ns);
-                if (!ns) break;
-                steps = ns;
-            }
+            if (!BASE_GROW(steps, n, cap, 1, "stale steps", NULL)) break;   // the rest wait for a later sweep
             steps[n++] = e->step_id;
         }
     pthread_mutex_unlock(&r->mu);

@@ -60,15 +60,9 @@ void exec_trace_add(exec_trace *t, const dg_trace_event *e) {
     c.device = strdup(e->device ? e->device : "");
     c.peer = strdup(e->peer ? e->peer : "");
     pthread_mutex_lock(&t->mu);
-    if (c.name && c.op && c.task && c.device && c.peer && t->n == t->cap && t->n < MAX_NOTES) {
-        int cap = t->cap ? 2 * t->cap : 64;
-        dg_trace_event *nev = realloc(t->ev, (size_t)cap * sizeof *nev);
-        if (nev) {
-            t->ev = nev;
-            t->cap = cap;
-        }
-    }
-    bool kept = c.name && c.op && c.task && c.device && c.peer && t->n < t->cap && t->n < MAX_NOTES;
+    // Past MAX_NOTES, or out of memory, the event is dropped without a word.
+    bool kept = c.name && c.op && c.task && c.device && c.peer && t->n < MAX_NOTES &&
+                BASE_GROW(t->ev, t->n, t->cap, 1, "trace", NULL);
     if (kept) t->ev[t->n++] = c;
     pthread_mutex_unlock(&t->mu);
     if (!kept) free_strings(&c);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base_impl.h"
 #include "distgraph/train.h"
 #include "grad_impl.h"
 
@@ -399,14 +400,7 @@ typedef struct contrib {
     int n, cap;
 } contrib;
 
-static void add_contrib(contrib *c, dg_output o) {
-    if (c->n == c->cap) {
-        c->cap = c->cap ? c->cap * 2 : 2;
-        c->items = realloc(c->items, (size_t)c->cap * sizeof *c->items);
-        if (!c->items) abort();
-    }
-    c->items[c->n++] = o;
-}
+static void add_contrib(contrib *c, dg_output o) { BASE_PUSH(c->items, c->n, c->cap, o); }
 
 // The sum of a node output's gradient contributions. Sparse ones of one table (IndexedSlices)
 // add up as TensorFlow's do: their rows and indices concatenated, still sparse; otherwise AddN

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base_impl.h"
 #include "distgraph/device_name.h"
 #include "distgraph/serialize.h"
 #include "graph_impl.h"
@@ -482,7 +483,7 @@ typedef struct loader {
     char name_q[128];    // its name, quoted for messages ("" if not known yet)
     char *device;        // the device scope pushed on g (owned), NULL if none
     pending *pend;
-    size_t n_pend, cap_pend;
+    int n_pend, cap_pend;
 } loader;
 
 // Writes s (n bytes) as a quoted, escaped, shortened string for messages.
@@ -774,15 +775,9 @@ static bool add_pending(loader *L, dg_node *owner, const msgpack_object *o, cons
                         bool is_initializer) {
     char *name = dup_str(L, o, what);
     if (!name) return false;
-    if (L->n_pend == L->cap_pend) {
-        size_t cap = L->cap_pend ? L->cap_pend * 2 : 64;
-        pending *np = realloc(L->pend, cap * sizeof *np);
-        if (!np) {
-            free(name);
-            return fail(L, DG_RESOURCE_EXHAUSTED, "%s: out of memory", what);
-        }
-        L->pend = np;
-        L->cap_pend = cap;
+    if (!BASE_GROW(L->pend, L->n_pend, L->cap_pend, 1, what, NULL)) {
+        free(name);
+        return fail(L, DG_RESOURCE_EXHAUSTED, "%s: out of memory", what);
     }
     pending p = {owner, name, is_initializer};
     L->pend[L->n_pend++] = p;
@@ -1055,15 +1050,15 @@ static bool resolve_pending(loader *L) {
     int *stamp = calloc((size_t)n_nodes + 1, sizeof *stamp);   // owner id + 1 of the last add
     if (!stamp) return fail(L, DG_RESOURCE_EXHAUSTED, "out of memory for %d nodes", n_nodes);
     bool ok = false;
-    size_t i = 0;
+    int i = 0;
     while (i < L->n_pend) {
         dg_node *owner = L->pend[i].owner;
-        size_t j = i;
+        int j = i;
         while (j < L->n_pend && L->pend[j].owner == owner) j++;
         L->node_index = owner->id;
         quote_c(L->name_q, sizeof L->name_q, dg_node_name(owner));
         // dg_node_add_control_input dedups by a linear scan; a stamp keeps this linear.
-        size_t want_n = (size_t)owner->n_ctrl + (j - i);
+        size_t want_n = (size_t)owner->n_ctrl + (size_t)(j - i);
         if (want_n > (size_t)owner->cap_ctrl) {
             dg_node **nc = realloc(owner->ctrl_inputs, want_n * sizeof *nc);
             if (!nc) {
@@ -1075,7 +1070,7 @@ static bool resolve_pending(loader *L) {
         }
         for (int k = 0; k < owner->n_ctrl; k++) stamp[owner->ctrl_inputs[k]->id] = owner->id + 1;
         int ctrl_i = 0;
-        for (size_t k = i; k < j; k++) {
+        for (int k = i; k < j; k++) {
             pending *p = &L->pend[k];
             dg_node *target = dg_graph_find(L->g, p->name);
             char q[128];
@@ -1297,7 +1292,7 @@ static dg_graph *load(const void *buf, size_t len, const char *label, dg_status 
     ok = true;
 done:
     msgpack_unpacked_destroy(&L.up);
-    for (size_t i = 0; i < L.n_pend; i++) free(L.pend[i].name);
+    for (int i = 0; i < L.n_pend; i++) free(L.pend[i].name);
     free(L.pend);
     free(L.device);
     if (!ok) dg_graph_free(&L.g);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base_impl.h"
 #include "distgraph/collective.h"
 #include "distgraph/device_name.h"
 #include "distgraph/strategy.h"
@@ -197,13 +198,7 @@ dg_output dg_strategy_variable(dg_strategy *s, const char *name, dg_dtype dtype,
         dg_status_prepend(st, "strategy variable \"%s\": the graph has an error", name ? name : "Variable");
         return NUL;
     }
-    if (s->n_vars == s->cap_vars) {
-        int cap = s->cap_vars ? 2 * s->cap_vars : 8;
-        strategy_var *nv = realloc(s->vars, (size_t)cap * sizeof *nv);
-        if (!nv) abort();
-        s->vars = nv;
-        s->cap_vars = cap;
-    }
+    base_reserve((void **)&s->vars, sizeof *s->vars, s->n_vars, &s->cap_vars, 1);
     dg_node **copies = calloc((size_t)n_copies(s), sizeof *copies);
     if (!copies) abort();
     dg_graph_push_device(g, s->kind == DG_STRATEGY_MIRRORED ? s->devices[0] : s->host);

@@ -53,7 +53,7 @@ struct master_session {
     char own_task[160];
     char client_device[200];
     char **answered;         // cluster: tasks known to answer (waited for once), under mu
-    int n_answered;
+    int n_answered, cap_answered;
     pthread_mutex_t run_mu;  // guards running and cancel (never held while waiting)
     dg_status cancel;        // set by master_session_abort: the session is going away
     struct running_step {    // steps running now, under run_mu
@@ -362,14 +362,7 @@ static bool list_cluster_devices(master_session *m, dg_status *st) {
             free(ep);
         }
         ok = got != NULL;
-        for (int k = 0; k < n_got; k++) {
-            if (n == cap) {
-                cap = cap ? 2 * cap : 16;
-                list = realloc(list, (size_t)cap * sizeof *list);
-                if (!list) abort();
-            }
-            list[n++] = got[k];
-        }
+        for (int k = 0; k < n_got; k++) BASE_PUSH(list, n, cap, got[k]);
         free(got);
     }
     if (!ok) {
@@ -409,10 +402,9 @@ static bool wait_for_task_locked(master_session *m, const char *task, const char
         !wc_wait_for_task(m->task->transport, ep, task, m->opts.wait_for_tasks_ms, 5000, m->own_task,
                           wait_cancelled, m, st))
         return false;
-    char **na = realloc(m->answered, (size_t)(m->n_answered + 1) * sizeof *na);
-    if (!na || !(na[m->n_answered] = strdup(task))) abort();
-    m->answered = na;
-    m->n_answered++;
+    char *copy = strdup(task);
+    if (!copy) abort();
+    BASE_PUSH(m->answered, m->n_answered, m->cap_answered, copy);
     return true;
 }
 
@@ -750,12 +742,7 @@ static bool running_add(master_session *m, int64_t step_id, const remote *remote
         pthread_mutex_unlock(&m->run_mu);
         return false;
     }
-    if (m->n_running == m->cap_running) {
-        m->cap_running = m->cap_running ? 2 * m->cap_running : 4;
-        struct running_step *nr = realloc(m->running, (size_t)m->cap_running * sizeof *nr);
-        if (!nr) abort();
-        m->running = nr;
-    }
+    base_reserve((void **)&m->running, sizeof *m->running, m->n_running, &m->cap_running, 1);
     m->running[m->n_running++] = (struct running_step){step_id, remotes, n_remotes};
     pthread_mutex_unlock(&m->run_mu);
     return true;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base_impl.h"
 #include "status_impl.h"
 #include "step_trace_impl.h"
 #include "trace_blob_impl.h"
@@ -48,13 +49,7 @@ void dg_step_trace_free(dg_step_trace **tp) {
 static void add_task(dg_step_trace *tr, const char *name, int64_t offset, int64_t unc) {
     for (int i = 0; i < tr->n_tasks; i++)
         if (strcmp(tr->tasks[i].name, name) == 0) return;
-    if (tr->n_tasks == tr->cap_tasks) {
-        int cap = tr->cap_tasks ? 2 * tr->cap_tasks : 4;
-        task_clock *nt = realloc(tr->tasks, (size_t)cap * sizeof *nt);
-        if (!nt) return;
-        tr->tasks = nt;
-        tr->cap_tasks = cap;
-    }
+    if (!BASE_GROW(tr->tasks, tr->n_tasks, tr->cap_tasks, 1, "step trace tasks", NULL)) return;
     char *copy = strdup(name);
     if (!copy) return;
     tr->tasks[tr->n_tasks++] = (task_clock){copy, offset, unc};
@@ -425,12 +420,7 @@ static int lane_for(lanes *L, int pid, const char *group, int rank, int64_t star
             L->l[i].last_end = end;
             return L->l[i].tid;
         }
-    if (L->n == L->cap) {
-        L->cap = L->cap ? 2 * L->cap : 32;
-        lane *nl = realloc(L->l, (size_t)L->cap * sizeof *nl);
-        if (!nl) abort();
-        L->l = nl;
-    }
+    base_reserve((void **)&L->l, sizeof *L->l, L->n, &L->cap, 1);
     lane *x = &L->l[L->n++];
     x->pid = pid;
     x->tid = ++L->next_tid;

@@ -73,7 +73,7 @@ struct dg_server {
     bool send_at_once;      // DG_SEND_AT_ONCE=1: no holding back (for measurements)
     graph_strmap routes;    // receiving device -> endpoint ("" for this task), under out_mu
     char **route_strs;      // keys and values of routes, owned
-    int n_route_strs;
+    int n_route_strs, cap_route_strs;
     rt_service services[RT_SERVER_MAX_SERVICES];   // [0]: the worker service of this file
     int n_services;
     int8_t service_of[RT_TYPE_MAX + 1];   // message type -> index in services, -1: none
@@ -181,11 +181,8 @@ static int route(void *ctx, int64_t step_id, const char *key, dg_tensor *t, dg_s
         char *k = strdup(dev), *v = strdup(local ? "" : ep);
         if (!k || !v) abort();
         pthread_mutex_lock(&s->out_mu);
-        char **nr = realloc(s->route_strs, (size_t)(s->n_route_strs + 2) * sizeof *nr);
-        if (!nr) abort();
-        s->route_strs = nr;
-        s->route_strs[s->n_route_strs++] = k;
-        s->route_strs[s->n_route_strs++] = v;
+        BASE_PUSH(s->route_strs, s->n_route_strs, s->cap_route_strs, k);
+        BASE_PUSH(s->route_strs, s->n_route_strs, s->cap_route_strs, v);
         graph_strmap_put(&s->routes, k, v);
         pthread_mutex_unlock(&s->out_mu);
         if (local) return 0;
@@ -472,14 +469,7 @@ static void peer_gone(void *ctx, const rt_peer *peer) {
     int64_t now = base_now_ms();
     pthread_mutex_lock(&s->mu);
     for (job *j = s->running; j; j = j->next_run)
-        if (rt_peer_equal(j->owner, peer)) {
-            if (n_steps == cap) {
-                cap = cap ? 2 * cap : 8;
-                steps = realloc(steps, (size_t)cap * sizeof *steps);
-                if (!steps) abort();
-            }
-            steps[n_steps++] = j->h->step_id;
-        }
+        if (rt_peer_equal(j->owner, peer)) BASE_PUSH(steps, n_steps, cap, j->h->step_id);
     for (int i = 0; i < s->n_graphs; i++)
         if (!s->graphs[i]->orphaned_ms && rt_peer_equal(s->graphs[i]->owner, peer)) s->graphs[i]->orphaned_ms = now;
     pthread_mutex_unlock(&s->mu);

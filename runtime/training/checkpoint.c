@@ -28,6 +28,7 @@
 #include <sqlite3.h>
 #include <zlib.h>
 
+#include "base_impl.h"
 #include "distgraph/checkpoint.h"
 #include "status_impl.h"
 
@@ -1068,15 +1069,9 @@ bool dg_checkpoint_save_slices(dg_checkpoint_store *s, int64_t global_step, cons
         for (;;) {
             SQ_STEP(s, q, rc, st);
             if (rc != SQLITE_ROW) break;
-            if (n_old == cap) {
-                cap = cap ? 2 * cap : 16;
-                int64_t *grown = realloc(old, (size_t)cap * sizeof *old);
-                if (!grown) {
-                    dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory",
-                                   s->path);
-                    goto fail;
-                }
-                old = grown;
+            if (!BASE_GROW(old, n_old, cap, 1, "old checkpoints", NULL)) {
+                dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory", s->path);
+                goto fail;
             }
             old[n_old++] = sqlite3_column_int64(q, 0);
         }
@@ -1162,15 +1157,9 @@ int dg_checkpoint_list(dg_checkpoint_store *s, int64_t **steps, dg_status *st) {
     for (;;) {
         SQ_STEP(s, q, rc, st);
         if (rc != SQLITE_ROW) break;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            int64_t *grown = realloc(*steps, (size_t)cap * sizeof **steps);
-            if (!grown) {
-                dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory",
-                               s->path);
-                goto fail;
-            }
-            *steps = grown;
+        if (!BASE_GROW(*steps, n, cap, 1, "checkpoint steps", NULL)) {
+            dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory", s->path);
+            goto fail;
         }
         (*steps)[n++] = sqlite3_column_int64(q, 0);
     }
@@ -1196,15 +1185,9 @@ int dg_checkpoint_list_info(dg_checkpoint_store *s, dg_checkpoint_info **infos, 
     for (;;) {
         SQ_STEP(s, q, rc, st);
         if (rc != SQLITE_ROW) break;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            dg_checkpoint_info *grown = realloc(*infos, (size_t)cap * sizeof **infos);
-            if (!grown) {
-                dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory",
-                               s->path);
-                goto fail;
-            }
-            *infos = grown;
+        if (!BASE_GROW(*infos, n, cap, 1, "checkpoint infos", NULL)) {
+            dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory", s->path);
+            goto fail;
         }
         (*infos)[n].step = sqlite3_column_int64(q, 0);
         (*infos)[n].created_unix_ms = sqlite3_column_int64(q, 1);
@@ -1229,7 +1212,7 @@ static int list_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_va
     }
     *vars = NULL;
     if (slices) *slices = NULL;
-    int n = 0, cap = 0, rc;
+    int n = 0, cap = 0, cap_sl = 0, cap_name_at = 0, rc;
     int64_t id, found, n_tensors = 0;
     sqlite3_stmt *joined = NULL;        // tensors LEFT JOIN slices, when slices are asked for and kept
     dg_checkpoint_slice *sl = NULL;     // with slices: one per variable, full names set at the end
@@ -1253,22 +1236,12 @@ static int list_variables(dg_checkpoint_store *s, int64_t step, dg_checkpoint_va
     for (;;) {
         SQ_STEP(s, q, rc, st);
         if (rc != SQLITE_ROW) break;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            dg_checkpoint_var *grown = realloc(*vars, (size_t)cap * sizeof **vars);
-            if (grown) *vars = grown;
-            if (grown && slices) {
-                dg_checkpoint_slice *g2 = realloc(sl, (size_t)cap * sizeof *sl);
-                if (g2) sl = g2;
-                size_t *g3 = g2 ? realloc(name_at, (size_t)cap * sizeof *name_at) : NULL;
-                if (g3) name_at = g3;
-                if (!g3) grown = NULL;
-            }
-            if (!grown) {
-                dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory",
-                               s->path);
-                goto fail;
-            }
+        // sl and name_at run beside *vars, each with a capacity of its own.
+        if (!BASE_GROW(*vars, n, cap, 1, "checkpoint variables", NULL) ||
+            (slices && (!BASE_GROW(sl, n, cap_sl, 1, "checkpoint slices", NULL) ||
+                        !BASE_GROW(name_at, n, cap_name_at, 1, "checkpoint slices", NULL)))) {
+            dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": out of memory", s->path);
+            goto fail;
         }
         dg_checkpoint_var *v = &(*vars)[n];
         const char *name = (const char *)sqlite3_column_text(q, 0);
@@ -1559,14 +1532,9 @@ static int find_pieces(dg_checkpoint_store *s, int64_t ckpt_id, int64_t step, bo
         for (;;) {
             SQ_STEP(s, q, rc, st);
             if (rc != SQLITE_ROW) break;
-            if (n == cap) {
-                cap = cap ? 2 * cap : 8;
-                piece *grown = realloc(p, (size_t)cap * sizeof *p);
-                if (!grown) {
-                    dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": %s: out of memory", s->path, what);
-                    goto fail;
-                }
-                p = grown;
+            if (!BASE_GROW(p, n, cap, 1, what, NULL)) {
+                dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "checkpoint \"%s\": %s: out of memory", s->path, what);
+                goto fail;
             }
             piece *k = &p[n];
             const char *name = (const char *)sqlite3_column_text(q, 0);
