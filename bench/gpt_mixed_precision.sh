@@ -4,8 +4,9 @@
 # (bench/peers/torch_gpt.py --autocast bf16) and, with TF_PYTHON set, TensorFlow's oneDNN
 # bfloat16 rewrite (bench/peers/tf_gpt.py --bf16), each also in float32; tokens per second
 # over STEPS_SPEED steps (default 200), one thread, ROUNDS rounds (default 3) back to back.
-# Then, unless VAL=0, the validation loss after STEPS steps (default 2000) with bfloat16
-# products and in float32 (seed 1). JSON lines; the kernels that ran in the first.
+# Then, unless VAL=0, the validation loss after STEPS steps (default 2000) in each of MODES
+# (default "off bf16 fp16": float32, bfloat16 products, float16 products with dynamic loss
+# scaling; seed 1). ROUNDS=0 gives the losses alone. JSON lines; the kernels that ran in the first.
 #   TF_PYTHON=VENV/bin/python bench/gpt_mixed_precision.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,17 +55,31 @@ EOF
 done
 
 [ "${VAL:-1}" = 0 ] && exit 0
-for mode in off bf16; do
+# The validation losses, each mode from the same seed; fp16 products train with dynamic loss
+# scaling (the steps it skipped are counted).
+MODES=${MODES:-off bf16 fp16}
+for mode in $MODES; do
     read -r P0 <<< "$(ports 1)"
     DG_INTRA_OP_THREADS=1 "$BIN/gpt_replica" --worker_hosts "127.0.0.1:$P0" --job_name worker --task_index 0 \
         --train_steps "$STEPS" --seed 1 --eval_windows 200 --log_every 1000000 --quiet --mixed_precision "$mode" \
         > "$TMP/val_$mode" 2>&1 || { cat "$TMP/val_$mode" >&2; exit 1; }
 done
-v32=$(sed -n 's/^After .* validation loss = \([0-9.]*\) .*/\1/p' "$TMP/val_off")
-vbf=$(sed -n 's/^After .* validation loss = \([0-9.]*\) .*/\1/p' "$TMP/val_bf16")
-python3 - "$v32" "$vbf" "$STEPS" <<'EOF'
-import json, sys
-v32, vbf, steps = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-print(json.dumps({"bench": "gpt_mixed_precision", "metric": "validation_loss", "steps": steps, "seed": 1,
-                  "float32": v32, "bf16": vbf, "relative_difference": round((vbf - v32) / v32, 5)}))
+python3 - "$TMP" "$STEPS" $MODES <<'EOF'
+import json, re, sys
+tmp, steps, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+line = {"bench": "gpt_mixed_precision", "metric": "validation_loss", "steps": steps, "seed": 1}
+for m in modes:
+    text = open(f"{tmp}/val_{m}").read()
+    v = re.search(r"^After .* validation loss = ([0-9.]+)", text, re.M)
+    if not v:
+        sys.exit(f"gpt_mixed_precision: no validation loss from --mixed_precision {m}")
+    line["float32" if m == "off" else m] = float(v.group(1))
+    s = re.search(r"^Loss scaling: scale (\S+), (\d+) steps skipped", text, re.M)
+    if s:
+        line[f"{m}_loss_scale"], line[f"{m}_skipped_steps"] = float(s.group(1)), int(s.group(2))
+if "float32" in line:
+    for m in modes:
+        if m != "off":
+            line[f"{m}_relative_difference"] = round((line[m] - line["float32"]) / line["float32"], 5)
+print(json.dumps(line))
 EOF
