@@ -460,13 +460,13 @@ static dg_node *apply_gated(const dg_optimizer *opt, const dg_output *grads, con
         // beta powers advance after every update has read them.
         dg_graph_push_control_deps(g, updates, n);
         dg_graph_push_colocate_with(g, vars[0].node);
+        // Built in this order (beta1's update whole, then beta2's): the nodes' names and ids do
+        // not vary. A skipped step (gate false) leaves them.
         dg_output n1 = dg_mul(g, NULL, b1p, hyper(g, t, "beta1", opt->beta1));
-        dg_output n2 = dg_mul(g, NULL, b2p, hyper(g, t, "beta2", opt->beta2));
-        if (gate.node) {   // a skipped step leaves them
-            n1 = dg_where(g, NULL, gate, n1, b1p);
-            n2 = dg_where(g, NULL, gate, n2, b2p);
-        }
+        if (gate.node) n1 = dg_where(g, NULL, gate, n1, b1p);
         dg_output a1 = dg_assign(g, "update_beta1_power", b1p, n1);
+        dg_output n2 = dg_mul(g, NULL, b2p, hyper(g, t, "beta2", opt->beta2));
+        if (gate.node) n2 = dg_where(g, NULL, gate, n2, b2p);
         dg_output a2 = dg_assign(g, "update_beta2_power", b2p, n2);
         dg_graph_pop_colocate_with(g);
         dg_graph_pop_control_deps(g);
