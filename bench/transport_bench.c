@@ -328,7 +328,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "transport_bench: bad flag value\n");
         return 2;
     }
-    if (!port) port = 30000 + (getpid() % 8000) * 4;
+    // Below the kernel's ephemeral range (32768 on, by default): a port from it may be taken
+    // meanwhile by any outgoing connection's local end (the bind then fails, "in use").
+    if (!port) port = 12000 + (getpid() % 4000) * 5;   // five ports each: 12000..31999
     char spec[128];
     snprintf(spec, sizeof spec, "bench|127.0.0.1:%d,127.0.0.1:%d", (int)port, (int)port + 1);
     char peer[64];
