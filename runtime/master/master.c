@@ -362,7 +362,12 @@ static bool list_cluster_devices(master_session *m, dg_status *st) {
             free(ep);
         }
         ok = got != NULL;
-        for (int k = 0; k < n_got; k++) BASE_PUSH(list, n, cap, got[k]);
+        // Sized by the tasks' answers: out of memory is a status, not an abort.
+        for (int k = 0; k < n_got; k++) {
+            if (ok && !BASE_GROW(list, n, cap, 1, "the cluster's device list", st)) ok = false;
+            if (ok) list[n++] = got[k];
+            else free(got[k]);
+        }
         free(got);
     }
     if (!ok) {
