@@ -30,6 +30,8 @@ struct dg_cluster {
     int cap;
 };
 
+// INVALID_ARGUMENT with the message, prefixed "what: " (what NULL: no prefix). Returns false.
+bool cluster_refuse(dg_status *st, const char *what, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 // Well-formed UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF.
 bool cluster_utf8_valid(const char *s);
 // A name or address given to the C API: INVALID_ARGUMENT naming what (a "job name") when s is

@@ -121,6 +121,15 @@ static bool check_address(const char *addr, dg_status *st) {
     return true;
 }
 
+bool cluster_refuse(dg_status *st, const char *what, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    dg_status_vsetf(st, DG_INVALID_ARGUMENT, fmt, ap);
+    va_end(ap);
+    if (what) dg_status_prepend(st, "%s", what);
+    return false;
+}
+
 // ---- storage ----
 
 dg_cluster *dg_cluster_new(void) { return calloc(1, sizeof(dg_cluster)); }

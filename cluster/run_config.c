@@ -31,23 +31,23 @@ static bool rc_validate_task(const dg_cluster *c, const char *src, const cluster
                              const char *chief, const cluster_json **type_out, int64_t *id_out,
                              dg_status *st) {
     const cl_job *cj = cluster_lookup_job(c, chief);
-    if (!cj) return cluster_tf_refuse(st, "\"cluster\" must have one \"%s\" task", chief);
+    if (!cj) return cluster_refuse(st, "TF_CONFIG", "\"cluster\" must have one \"%s\" task", chief);
     int64_t span = cluster_task_span(cj, st);
     if (span < 0) return dg_status_prepend(st, "TF_CONFIG: \"cluster\""), false;
     if (span > 1)
-        return cluster_tf_refuse(st, "\"cluster\" must have only one \"%s\" task, its tasks span 0..%lld", chief,
+        return cluster_refuse(st, "TF_CONFIG", "\"cluster\" must have only one \"%s\" task, its tasks span 0..%lld", chief,
                       (long long)span - 1);
     const cluster_json *type = NULL, *index = NULL;
     if (cluster_tf_dict_get(task_env, "type", &type, "\"task\"", st) < 0 ||
         cluster_tf_dict_get(task_env, "index", &index, "\"task\"", st) < 0)
         return dg_status_prepend(st, "TF_CONFIG"), false;
-    if (!type || !cluster_json_py_truthy(type)) return cluster_tf_refuse(st, "with a \"cluster\", \"task.type\" must be set");
-    if (!index || index->kind == CLUSTER_JSON_NULL) return cluster_tf_refuse(st, "with a \"cluster\", \"task.index\" must be set");
+    if (!type || !cluster_json_py_truthy(type)) return cluster_refuse(st, "TF_CONFIG", "with a \"cluster\", \"task.type\" must be set");
+    if (!index || index->kind == CLUSTER_JSON_NULL) return cluster_refuse(st, "TF_CONFIG", "with a \"cluster\", \"task.index\" must be set");
     int64_t id;
     bool big;
     if (!cluster_tf_int_field(src, "\"task.index\"", index, &id, &big, st) && !big)
         return dg_status_prepend(st, "TF_CONFIG"), false;
-    if (id < 0) return cluster_tf_refuse(st, "\"task.index\" must not be negative, got %lld", (long long)id);
+    if (id < 0) return cluster_refuse(st, "TF_CONFIG", "\"task.index\" must not be negative, got %lld", (long long)id);
     *type_out = type;
     *id_out = id;
     if (cluster_json_py_str_eq(type, "evaluator")) {
@@ -58,11 +58,11 @@ static bool rc_validate_task(const dg_cluster *c, const char *src, const cluster
     const cl_job *tj = type->kind == CLUSTER_JSON_STRING && cluster_json_is_cstring(type) ? cluster_lookup_job(c, type->str)
                                                                                           : NULL;
     char r[48];
-    if (!tj) return cluster_tf_refuse(st, "\"task.type\" %s is not a job of \"cluster\"", cluster_raw(src, type, r, sizeof r));
+    if (!tj) return cluster_refuse(st, "TF_CONFIG", "\"task.type\" %s is not a job of \"cluster\"", cluster_raw(src, type, r, sizeof r));
     int64_t tspan = cluster_task_span(tj, st);
     if (tspan < 0) return dg_status_prepend(st, "TF_CONFIG: \"cluster\""), false;
     if (big || id >= tspan)
-        return cluster_tf_refuse(st, "\"task.index\" %s is not a task of job \"%s\" (0..%lld)", cluster_raw(src, index, r, sizeof r),
+        return cluster_refuse(st, "TF_CONFIG", "\"task.index\" %s is not a task of job \"%s\" (0..%lld)", cluster_raw(src, index, r, sizeof r),
                       tj->name, (long long)tspan - 1);
     dg_status_reset(st);
     return true;
@@ -78,7 +78,7 @@ static bool rc_session_master(const dg_cluster *c, const cluster_json *root, con
     if (single) return (*out = strdup("")) != NULL || base_oom(st, "cluster", 1);
     const cl_job *j = cluster_lookup_job(c, type);
     const char *addr = job_tasks_at(j, cluster_task_span(j, st), id);
-    if (!addr) return cluster_tf_refuse(st, "job \"%s\" has no task %lld to be the master", type, (long long)id);
+    if (!addr) return cluster_refuse(st, "TF_CONFIG", "job \"%s\" has no task %lld to be the master", type, (long long)id);
     if (asprintf(out, "grpc://%s", addr) < 0) return base_oom(st, "cluster", 0);
     return true;
 }
@@ -102,7 +102,7 @@ static bool rc_global_id(const dg_cluster *c, const char *chief, const char *typ
             next += span;
         }
     }
-    return cluster_tf_refuse(st, "task type \"%s\" is not in the cluster", type);
+    return cluster_refuse(st, "TF_CONFIG", "task type \"%s\" is not in the cluster", type);
 }
 
 static bool rc_text(const cluster_json *root, const char *key, char **out, dg_status *st) {
@@ -132,7 +132,7 @@ static bool rc_distributed(dg_run_config *out, const char *src, const cluster_js
     if (!rc_validate_task(c, src, task_env, chief, &type, &id, st)) return false;
     bool evaluator = cluster_json_py_str_eq(type, "evaluator");
     bool master_mode = strcmp(chief, "master") == 0;
-    if (evaluator && master_mode) return cluster_tf_refuse(st, "with a \"master\" job, the evaluator is not supported");
+    if (evaluator && master_mode) return cluster_refuse(st, "TF_CONFIG", "with a \"master\" job, the evaluator is not supported");
     if (!(out->task_type = strdup(type->str))) return base_oom(st, "cluster", type->str_len + 1);
     out->task_id = id;
     out->is_chief = strcmp(out->task_type, chief) == 0;
@@ -166,8 +166,8 @@ static bool rc_local(dg_run_config *out, const char *src, const cluster_json *ro
     if (index && !cluster_tf_int_field(src, "\"task.index\"", index, &id, &big, st) && !big)
         return dg_status_prepend(st, "TF_CONFIG"), false;
     dg_status_reset(st);
-    if (type && !cluster_json_py_str_eq(type, "worker")) return cluster_tf_refuse(st, "without a \"cluster\", \"task.type\" must be \"worker\"");
-    if (big || id != 0) return cluster_tf_refuse(st, "without a \"cluster\", \"task.index\" must be 0");
+    if (type && !cluster_json_py_str_eq(type, "worker")) return cluster_refuse(st, "TF_CONFIG", "without a \"cluster\", \"task.type\" must be \"worker\"");
+    if (big || id != 0) return cluster_refuse(st, "TF_CONFIG", "without a \"cluster\", \"task.index\" must be 0");
     if (!(out->task_type = strdup("worker"))) return base_oom(st, "cluster", 7);
     out->is_chief = true;
     out->num_worker_replicas = 1;
@@ -178,7 +178,7 @@ static bool rc_local(dg_run_config *out, const char *src, const cluster_json *ro
 
 bool dg_run_config_parse(const char *tf_config, dg_run_config *out, dg_status *st) {
     dg_status_reset(st);
-    if (!out) return cluster_tf_error(st, "TF_CONFIG: NULL output");
+    if (!out) return cluster_refuse(st, NULL, "TF_CONFIG: NULL output");
     run_config_reset(out);
     // The one parser of TF_CONFIG; RunConfig's rules read its document and its cluster.
     dg_tf_resolver *r = dg_tf_resolver_new(tf_config, NULL, st);
@@ -194,14 +194,14 @@ bool dg_run_config_parse(const char *tf_config, dg_run_config *out, dg_status *s
     }
     if (v && v->kind != CLUSTER_JSON_NULL) {
         if (!cluster_json_py_truthy(v)) {
-            cluster_tf_refuse(st, "\"model_dir\" must not be empty");
+            cluster_refuse(st, "TF_CONFIG", "\"model_dir\" must not be empty");
             goto out;
         }
         if (!cluster_tf_str_or_none(v, &out->model_dir, st)) goto out;
     }
     v = cluster_json_get(root, "service");
     if (v && v->kind != CLUSTER_JSON_NULL && v->kind != CLUSTER_JSON_OBJECT) {
-        cluster_tf_refuse(st, "\"service\" must be an object, got a %s", cluster_json_py_type(v));
+        cluster_refuse(st, "TF_CONFIG", "\"service\" must be an object, got a %s", cluster_json_py_type(v));
         goto out;
     }
     // The document is a dict, so the resolver's `"cluster" in tf_config` is RunConfig's
@@ -214,7 +214,7 @@ bool dg_run_config_parse(const char *tf_config, dg_run_config *out, dg_status *s
     if (!task_env) task_env = &empty_task;
     if (out->cluster->n_jobs > 0 && dg_cluster_has_job(out->cluster, "master")) {
         if (dg_cluster_has_job(out->cluster, "chief")) {
-            cluster_tf_refuse(st, "with a \"master\" job, a \"chief\" job is not supported");
+            cluster_refuse(st, "TF_CONFIG", "with a \"master\" job, a \"chief\" job is not supported");
             goto out;
         }
         ok = rc_distributed(out, src, root, task_env, "master", st);

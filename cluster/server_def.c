@@ -4,7 +4,6 @@
 #include "distgraph/server_def.h"
 
 #include <limits.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

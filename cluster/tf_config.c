@@ -20,29 +20,29 @@
 static bool check_task(const dg_tf_config *cfg, bool index_big, dg_status *st) {
     const dg_cluster *c = cfg->cluster;
     if (dg_cluster_num_tasks(c, "chief") > 1)
-        return cluster_tf_refuse(st, "\"cluster\": job \"chief\" has %d tasks, at most 1 is allowed",
+        return cluster_refuse(st, "TF_CONFIG", "\"cluster\": job \"chief\" has %d tasks, at most 1 is allowed",
                       dg_cluster_num_tasks(c, "chief"));
     if (dg_cluster_num_tasks(c, "evaluator") > 1)
-        return cluster_tf_refuse(st, "\"cluster\": job \"evaluator\" has %d tasks, at most 1 is allowed",
+        return cluster_refuse(st, "TF_CONFIG", "\"cluster\": job \"evaluator\" has %d tasks, at most 1 is allowed",
                       dg_cluster_num_tasks(c, "evaluator"));
     if (cfg->task_type[0] == '\0') return true;
     const cl_job *j = cluster_lookup_job(c, cfg->task_type);
     bool evaluator = strcmp(cfg->task_type, "evaluator") == 0;
     if (index_big)
-        return cluster_tf_refuse(st, "\"task.index\" is out of range for job \"%s\"", cfg->task_type);
+        return cluster_refuse(st, "TF_CONFIG", "\"task.index\" is out of range for job \"%s\"", cfg->task_type);
     if (!j) {
         // The evaluator runs beside the cluster and need not be listed in it.
         if (evaluator) return true;
-        if (!c) return cluster_tf_refuse(st, "\"task.type\" is \"%s\" but there is no \"cluster\"",
+        if (!c) return cluster_refuse(st, "TF_CONFIG", "\"task.type\" is \"%s\" but there is no \"cluster\"",
                               cfg->task_type);
-        return cluster_tf_refuse(st, "\"task.type\" \"%s\" is not a job in \"cluster\"", cfg->task_type);
+        return cluster_refuse(st, "TF_CONFIG", "\"task.type\" \"%s\" is not a job in \"cluster\"", cfg->task_type);
     }
     if (cluster_find_task(j, cfg->task_index) < 0) {
         bool dense = j->n_tasks == 0 || (j->tasks[0].index == 0 && j->tasks[j->n_tasks - 1].index == j->n_tasks - 1);
         if (dense)
-            return cluster_tf_refuse(st, "\"task.index\" %d is out of range: job \"%s\" has %d task%s",
+            return cluster_refuse(st, "TF_CONFIG", "\"task.index\" %d is out of range: job \"%s\" has %d task%s",
                           cfg->task_index, j->name, j->n_tasks, j->n_tasks == 1 ? "" : "s");
-        return cluster_tf_refuse(st, "\"task.index\" %d is out of range: job \"%s\" has no task %d",
+        return cluster_refuse(st, "TF_CONFIG", "\"task.index\" %d is out of range: job \"%s\" has no task %d",
                       cfg->task_index, j->name, cfg->task_index);
     }
     return true;
@@ -85,7 +85,7 @@ static bool check_typos(const cluster_json *root, dg_status *st) {
         const char *k = root->members[i].key;
         for (size_t j = 0; j < sizeof ours / sizeof *ours; j++) {
             if (strcmp(k, ours[j]) != 0 && !cluster_json_get(root, ours[j]) && edit_distance_at_most2(k, ours[j]))
-                return cluster_tf_refuse(st, "unknown key \"%s\" at byte %zu (did you mean \"%s\"?)", k,
+                return cluster_refuse(st, "TF_CONFIG", "unknown key \"%s\" at byte %zu (did you mean \"%s\"?)", k,
                               root->members[i].key_offset, ours[j]);
         }
     }
@@ -99,7 +99,7 @@ bool dg_tf_config_parse(const char *json, dg_tf_config *out, dg_status *st) {
         return false;
     }
     tf_config_reset(out);
-    if (!json) return cluster_tf_refuse(st, "NULL string");
+    if (!json) return cluster_refuse(st, "TF_CONFIG", "NULL string");
     dg_tf_resolver *r = dg_tf_resolver_new(json, NULL, st);
     if (!r) return false;
     if (!check_typos(r->doc, st)) goto fail;
@@ -124,23 +124,23 @@ bool dg_tf_config_parse(const char *json, dg_tf_config *out, dg_status *st) {
     dg_status_reset(st);
     if (type || r->has_task_id) {
         if (!type) {
-            cluster_tf_refuse(st, "\"task\" has no \"type\"");
+            cluster_refuse(st, "TF_CONFIG", "\"task\" has no \"type\"");
             goto fail;
         }
         if (!r->has_task_id) {
-            cluster_tf_refuse(st, "\"task\" has no \"index\"");
+            cluster_refuse(st, "TF_CONFIG", "\"task\" has no \"index\"");
             goto fail;
         }
         if (type[0] == '\0') {
-            cluster_tf_refuse(st, "\"task.type\" is empty");
+            cluster_refuse(st, "TF_CONFIG", "\"task.type\" is empty");
             goto fail;
         }
         if (strlen(type) >= sizeof out->task_type) {
-            cluster_tf_refuse(st, "\"task.type\" \"%.40s...\" is longer than %zu bytes", type, sizeof out->task_type - 1);
+            cluster_refuse(st, "TF_CONFIG", "\"task.type\" \"%.40s...\" is longer than %zu bytes", type, sizeof out->task_type - 1);
             goto fail;
         }
         if (!cluster_utf8_valid(type)) {
-            cluster_tf_refuse(st, "\"task.type\" \"%s\" is not Unicode text", type);
+            cluster_refuse(st, "TF_CONFIG", "\"task.type\" \"%s\" is not Unicode text", type);
             goto fail;
         }
         memcpy(out->task_type, type, strlen(type) + 1);
@@ -150,7 +150,7 @@ bool dg_tf_config_parse(const char *json, dg_tf_config *out, dg_status *st) {
     if (!dg_tf_resolver_rpc_layer(r, &rpc, st)) goto fail;
     if (rpc) {
         if (strlen(rpc) >= sizeof out->rpc_layer) {
-            cluster_tf_refuse(st, "\"rpc_layer\" \"%s\" is longer than %zu bytes", rpc, sizeof out->rpc_layer - 1);
+            cluster_refuse(st, "TF_CONFIG", "\"rpc_layer\" \"%s\" is longer than %zu bytes", rpc, sizeof out->rpc_layer - 1);
             goto fail;
         }
         memcpy(out->rpc_layer, rpc, strlen(rpc) + 1);

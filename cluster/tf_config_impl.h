@@ -40,11 +40,6 @@ bool cluster_tf_replay(const dg_status *stored, dg_status *st);
 // runs in process (master ""). -1 on error (the span of an empty job), else 0 or 1.
 int cluster_tf_single_task(const dg_cluster *c, dg_status *st);
 
-// INVALID_ARGUMENT with the message prefixed "TF_CONFIG: " (what RunConfig and dg_tf_config
-// refuse); returns false.
-bool cluster_tf_refuse(dg_status *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-// INVALID_ARGUMENT with the message; returns false.
-bool cluster_tf_error(dg_status *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // `v[key] if key in v else default` (_get_value_in_tfconfig): 1 with *out set, 0 when absent,
 // -1 where Python raises TypeError (`in` on a number, or indexing a list or str by a str).
 int cluster_tf_lookup(const cluster_json *v, const char *key, const cluster_json **out, const char *where,

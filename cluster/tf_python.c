@@ -5,7 +5,6 @@
 #include "tf_config_impl.h"
 
 #include <limits.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,27 +12,19 @@
 
 #include "json_impl.h"
 
-bool cluster_tf_error(dg_status *st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    dg_status_vsetf(st, DG_INVALID_ARGUMENT, fmt, ap);
-    va_end(ap);
-    return false;
-}
-
 // `v[key] if key in v else default` (_get_value_in_tfconfig): 1 with *out set, 0 when absent,
 // -1 where Python raises TypeError (`in` on a number, or indexing a list or str by a str).
 int cluster_tf_lookup(const cluster_json *v, const char *key, const cluster_json **out, const char *where,
                      dg_status *st) {
     int in = cluster_json_py_contains(v, key);
     if (in < 0) {
-        cluster_tf_error(st, "%s must be an object to hold \"%s\", got %s (%s)", where, key, cluster_json_py_type(v),
+        cluster_refuse(st, NULL, "%s must be an object to hold \"%s\", got %s (%s)", where, key, cluster_json_py_type(v),
                  cluster_json_kind_name(v->kind));
         return -1;
     }
     if (in == 0) return 0;
     if (v->kind != CLUSTER_JSON_OBJECT) {
-        cluster_tf_error(st, "%s must be an object to hold \"%s\", got a %s that contains it", where, key,
+        cluster_refuse(st, NULL, "%s must be an object to hold \"%s\", got a %s that contains it", where, key,
                  cluster_json_kind_name(v->kind));
         return -1;
     }
@@ -45,7 +36,7 @@ int cluster_tf_lookup(const cluster_json *v, const char *key, const cluster_json
 int cluster_tf_dict_get(const cluster_json *v, const char *key, const cluster_json **out, const char *where,
                        dg_status *st) {
     if (v->kind != CLUSTER_JSON_OBJECT) {
-        cluster_tf_error(st, "%s must be an object, got %s (%s)", where, cluster_json_py_type(v),
+        cluster_refuse(st, NULL, "%s must be an object, got %s (%s)", where, cluster_json_py_type(v),
                  cluster_json_kind_name(v->kind));
         return -1;
     }
@@ -71,19 +62,10 @@ bool cluster_tf_int_field(const char *src, const char *what, const cluster_json 
     case CLUSTER_PY_INT_OK: return true;
     case CLUSTER_PY_INT_TOO_BIG:
         if (big) *big = true;
-        return cluster_tf_error(st, "%s %s does not fit 64 bits", what, cluster_raw(src, v, r, sizeof r));
+        return cluster_refuse(st, NULL, "%s %s does not fit 64 bits", what, cluster_raw(src, v, r, sizeof r));
     case CLUSTER_PY_INT_OVERFLOW:
     case CLUSTER_PY_INT_VALUE_ERROR:
     case CLUSTER_PY_INT_TYPE_ERROR: break;
     }
-    return cluster_tf_error(st, "%s must be an integer, got %s", what, cluster_raw(src, v, r, sizeof r));
-}
-
-bool cluster_tf_refuse(dg_status *st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    dg_status_vsetf(st, DG_INVALID_ARGUMENT, fmt, ap);
-    va_end(ap);
-    dg_status_prepend(st, "TF_CONFIG");
-    return false;
+    return cluster_refuse(st, NULL, "%s must be an integer, got %s", what, cluster_raw(src, v, r, sizeof r));
 }

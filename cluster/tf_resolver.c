@@ -6,7 +6,6 @@
 #include "distgraph/tf_config.h"
 
 #include <limits.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,7 +157,7 @@ dg_cluster *dg_tf_resolver_cluster_spec(const dg_tf_resolver *r, dg_status *st) 
 bool dg_tf_resolver_task_type(const dg_tf_resolver *r, const char **task_type, dg_status *st) {
     dg_status_reset(st);
     if (task_type) *task_type = NULL;
-    if (!r || !task_type) return cluster_tf_error(st, "TF_CONFIG resolver: NULL argument");
+    if (!r || !task_type) return cluster_refuse(st, NULL, "TF_CONFIG resolver: NULL argument");
     if (!cluster_tf_replay(&r->task_type_st, st)) return false;
     *task_type = r->task_type;
     return true;
@@ -166,7 +165,7 @@ bool dg_tf_resolver_task_type(const dg_tf_resolver *r, const char **task_type, d
 
 bool dg_tf_resolver_task_id(const dg_tf_resolver *r, bool *has_id, int64_t *task_id, dg_status *st) {
     dg_status_reset(st);
-    if (!r || !has_id || !task_id) return cluster_tf_error(st, "TF_CONFIG resolver: NULL argument");
+    if (!r || !has_id || !task_id) return cluster_refuse(st, NULL, "TF_CONFIG resolver: NULL argument");
     *has_id = false;
     *task_id = 0;
     if (!cluster_tf_replay(&r->task_id_st, st)) return false;
@@ -178,7 +177,7 @@ bool dg_tf_resolver_task_id(const dg_tf_resolver *r, bool *has_id, int64_t *task
 bool dg_tf_resolver_rpc_layer(const dg_tf_resolver *r, const char **rpc_layer, dg_status *st) {
     dg_status_reset(st);
     if (rpc_layer) *rpc_layer = NULL;
-    if (!r || !rpc_layer) return cluster_tf_error(st, "TF_CONFIG resolver: NULL argument");
+    if (!r || !rpc_layer) return cluster_refuse(st, NULL, "TF_CONFIG resolver: NULL argument");
     if (!cluster_tf_replay(&r->rpc_st, st)) return false;
     *rpc_layer = r->rpc_layer;
     return true;
@@ -275,7 +274,7 @@ char *dg_tf_resolver_master(const dg_tf_resolver *r, const char *task_type, bool
                             int64_t task_id, const char *rpc_layer, dg_status *st) {
     dg_status_reset(st);
     if (!r) {
-        cluster_tf_error(st, "TF_CONFIG resolver: NULL");
+        cluster_refuse(st, NULL, "TF_CONFIG resolver: NULL");
         return NULL;
     }
     // As TensorFlow: session_master first, then the cluster and the single-task rule, and only
@@ -307,7 +306,7 @@ int dg_tf_resolver_num_accelerators(const dg_tf_resolver *r, const char *task_ty
                                     dg_status *st) {
     dg_status_reset(st);
     if (!r || (n_devices > 0 && !devices) || n_devices < 0) {
-        cluster_tf_error(st, "TF_CONFIG resolver: NULL or negative argument");
+        cluster_refuse(st, NULL, "TF_CONFIG resolver: NULL or negative argument");
         return -1;
     }
     // task_type and task_id default to the resolver's; TensorFlow then asks master() for the
@@ -315,7 +314,7 @@ int dg_tf_resolver_num_accelerators(const dg_tf_resolver *r, const char *task_ty
     tf_task t;
     if (!resolve_call_task(r, task_type, has_task_id, task_id, &t, st)) return -1;
     if (t.id_big) {
-        cluster_tf_error(st, "TF_CONFIG: \"task.index\" does not fit 64 bits");
+        cluster_refuse(st, NULL, "TF_CONFIG: \"task.index\" does not fit 64 bits");
         return -1;
     }
     char *master = dg_tf_resolver_master(r, t.type, t.has_id, t.id, NULL, st);
