@@ -92,6 +92,11 @@ dg_tensor *exec_reuse_output(exec_ctx *ctx, int i, dg_dtype dtype, dg_shape shap
 dg_tensor *exec_adopt_output(exec_ctx *ctx, int i, dg_tensor *t);
 // Sets output i to t (takes a new reference), e.g. forwarding an input.
 void exec_set_output(exec_ctx *ctx, int i, dg_tensor *t);
+// The optional last input of an optimizer update (input i, when given): a bool scalar in host
+// memory, false to leave the variable and its slots as they are this step (the loss scaler's
+// skip). 1: skipped, output 0 forwards input 0; 0: apply; -1: not a bool scalar in host memory
+// (ctx->st set).
+int exec_update_skipped(exec_ctx *ctx, int i);
 // Sets an error on the kernel context naming the node. Returns false.
 bool exec_fail(exec_ctx *ctx, dg_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

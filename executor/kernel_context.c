@@ -57,3 +57,16 @@ void exec_set_output(exec_ctx *ctx, int i, dg_tensor *t) {
     ctx->outputs[i] = t;
     ctx->owned[i] = false;
 }
+
+int exec_update_skipped(exec_ctx *ctx, int i) {
+    if (ctx->n_inputs <= i) return 0;
+    const dg_tensor *gate = ctx->inputs[i];
+    if (gate->dtype != DG_BOOL || gate->n_elements != 1 || !tensor_on_host(gate)) {
+        exec_fail(ctx, DG_INVALID_ARGUMENT, "input %d, whether to apply, must be a bool scalar in host memory, got "
+                  "%s with %lld elements", i, dg_dtype_name(gate->dtype), (long long)gate->n_elements);
+        return -1;
+    }
+    if (((const bool *)gate->data)[0]) return 0;
+    exec_set_output(ctx, 0, ctx->inputs[0]);
+    return 1;
+}

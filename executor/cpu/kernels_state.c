@@ -186,22 +186,8 @@ static bool check_update(exec_ctx *ctx, const int *same, int n_same, const int *
     return true;
 }
 
-// The optional last input of an update (input i, a bool scalar): false leaves the variable and
-// its slots as they are this step (the loss scaler's skip). 1: skipped (output set), 0: apply,
-// -1: the input is not a bool scalar (a graph from elsewhere).
-static int update_skipped(exec_ctx *ctx, int i) {
-    if (ctx->n_inputs <= i) return 0;
-    const dg_tensor *gate = IN(i);
-    if (gate->dtype != DG_BOOL || gate->n_elements != 1)
-        return exec_fail(ctx, DG_INVALID_ARGUMENT, "input %d, whether to apply, must be a bool scalar, got %s with "
-                         "%lld elements", i, dg_dtype_name(gate->dtype), (long long)gate->n_elements) ? 0 : -1;
-    if (((const bool *)gate->data)[0]) return 0;
-    exec_set_output(ctx, 0, IN(0));
-    return 1;
-}
-
 static bool apply_gd_compute(void *state, exec_ctx *ctx) {
-    int skipped = update_skipped(ctx, 3);
+    int skipped = exec_update_skipped(ctx, 3);
     if (skipped) return skipped > 0;
     if (!check_update(ctx, (const int[]){2}, 1, (const int[]){1}, 1)) return false;
     dg_tensor *var = IN(0), *delta = IN(2);
@@ -246,7 +232,7 @@ static void *momentum_create(const dg_node *n, const exec_env *env, dg_status *s
     } while (0)
 
 static bool apply_momentum_compute(void *state, exec_ctx *ctx) {
-    int skipped = update_skipped(ctx, 5);
+    int skipped = exec_update_skipped(ctx, 5);
     if (skipped) return skipped > 0;
     if (!check_update(ctx, (const int[]){1, 3}, 2, (const int[]){2, 4}, 2)) return false;
     dg_tensor *var = IN(0), *accum = IN(1), *grad = IN(3);
@@ -285,7 +271,7 @@ static void adam_f64(double *restrict w, double *restrict m, double *restrict v,
 }
 
 static bool apply_adam_compute(void *state, exec_ctx *ctx) {
-    int skipped = update_skipped(ctx, 10);
+    int skipped = exec_update_skipped(ctx, 10);
     if (skipped) return skipped > 0;
     if (!check_update(ctx, (const int[]){1, 2, 9}, 3, (const int[]){3, 4, 5, 6, 7, 8}, 6)) return false;
     dg_tensor *var = IN(0), *mt = IN(1), *vt = IN(2), *grad = IN(9);

@@ -429,25 +429,9 @@ static bool cast_compute(void *state, exec_ctx *ctx) {
 }
 
 // ---- optimizer updates and AssignAdd/AssignSub: in place on input 0, the variable ----
-
-// The optional last input of an update (input i): a bool scalar, which lives in host memory
-// (the GPU keeps only floats), false to leave the variable and its slots as they are this step.
-// 1: skipped (output set), 0: apply, -1: not a bool scalar in host memory.
-static int update_skipped(exec_ctx *ctx, int i) {
-    if (ctx->n_inputs <= i) return 0;
-    const dg_tensor *gate = IN(i);
-    if (gate->dtype != DG_BOOL || gate->n_elements != 1 || !tensor_on_host(gate))
-        return exec_fail(ctx, DG_INVALID_ARGUMENT, "input %d, whether to apply, must be a bool scalar in host "
-                         "memory, got %s with %lld elements", i, dg_dtype_name(gate->dtype),
-                         (long long)gate->n_elements) ? 0 : -1;
-    if (((const bool *)gate->data)[0]) return 0;
-    exec_set_output(ctx, 0, IN(0));
-    return 1;
-}
-
 static bool apply_gd_compute(void *state, exec_ctx *ctx) {
     exec_cuda_device *dev = GPU_DEV(state);
-    int skipped = update_skipped(ctx, 3);
+    int skipped = exec_update_skipped(ctx, 3);
     if (skipped) return skipped > 0;
     if (!prepare(ctx, dev, 3)) return false;
     dg_tensor *var = IN(0), *alpha = IN(1), *delta = IN(2);
@@ -468,7 +452,7 @@ static void *momentum_create(const dg_node *n, const exec_env *env, dg_status *s
 static bool apply_momentum_compute(void *state, exec_ctx *ctx) {
     math_state *s = state;
     exec_cuda_device *dev = s->dev;
-    int skipped = update_skipped(ctx, 5);
+    int skipped = exec_update_skipped(ctx, 5);
     if (skipped) return skipped > 0;
     if (!prepare(ctx, dev, 5)) return false;
     dg_tensor *var = IN(0), *accum = IN(1), *lr = IN(2), *grad = IN(3), *mom = IN(4);
@@ -485,7 +469,7 @@ static bool apply_momentum_compute(void *state, exec_ctx *ctx) {
 
 static bool apply_adam_compute(void *state, exec_ctx *ctx) {
     exec_cuda_device *dev = GPU_DEV(state);
-    int skipped = update_skipped(ctx, 10);
+    int skipped = exec_update_skipped(ctx, 10);
     if (skipped) return skipped > 0;
     if (!prepare(ctx, dev, 10)) return false;
     static const char *scalars[] = {"beta1_power", "beta2_power", "lr", "beta1", "beta2",
