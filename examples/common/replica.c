@@ -439,9 +439,11 @@ int replica_main(int argc, char **argv, const replica_model *p) {
             fail(st, "the next batch");
             goto out;
         }
-        dg_output fetches[4] = {m.global_step, m.loss, ls.skipped_steps, ls.scale};
+        // The global step, the loss when the model logs it, the loss scaler's state with fp16.
+        dg_output fetches[4] = {m.global_step};
         dg_tensor *got[4] = {NULL, NULL, NULL, NULL};
-        int n_fetch = m.log_loss ? 2 : 1;
+        int n_fetch = 1, at_loss = -1, at_scaler = -1;
+        if (m.log_loss) fetches[at_loss = n_fetch++] = m.loss;
         if (fp16) {   // the loss factor (1e30 while an overflow is forced), and the scaler's state
             bool force = force_overflow_at > 0 && local_step + 1 >= force_overflow_at &&
                          local_step + 1 < force_overflow_at + force_overflow_steps;
@@ -452,8 +454,9 @@ int replica_main(int argc, char **argv, const replica_model *p) {
             }
             feeds[n_feeds] = loss_factor;
             vals[n_feeds++] = force ? factor_big : factor_one;
-            if (!m.log_loss) fetches[1] = m.global_step;   // a placeholder slot: the loss is not asked for
-            n_fetch = 4;
+            at_scaler = n_fetch;
+            fetches[n_fetch++] = ls.skipped_steps;
+            fetches[n_fetch++] = ls.scale;
         }
         if (!dg_monitored_session_run(ms, feeds, vals, n_feeds, fetches, got, n_fetch, &train, 1, st)) {
             // Sync: the chief closed the token queue at the last step.
@@ -465,17 +468,17 @@ int replica_main(int argc, char **argv, const replica_model *p) {
             goto out;
         }
         global_step = dg_tensor_i64(got[0])[0];
-        double step_loss = got[1] && m.log_loss ? dg_tensor_get_as_double(got[1], 0) : 0;
-        if (fp16 && got[2] && got[3]) {
-            int64_t skipped_now = dg_tensor_i64(got[2])[0];
+        double step_loss = at_loss >= 0 ? dg_tensor_get_as_double(got[at_loss], 0) : 0;
+        if (at_scaler >= 0) {
+            int64_t skipped_now = dg_tensor_i64(got[at_scaler])[0];
+            loss_scale = dg_tensor_get_as_double(got[at_scaler + 1], 0);
             if (skipped_now > skipped_steps)
                 printf("%f: Worker %lld: local step %lld: gradients not finite, update skipped (loss scale now %g; "
                        "%lld steps skipped so far)\n", unix_s(), (long long)task_index, (long long)local_step + 1,
-                       dg_tensor_get_as_double(got[3], 0), (long long)skipped_now);
+                       loss_scale, (long long)skipped_now);
             skipped_steps = skipped_now;
-            loss_scale = dg_tensor_get_as_double(got[3], 0);
         }
-        for (int k = 0; k < 4; k++) dg_tensor_unref(got[k]);
+        for (int k = 0; k < n_fetch; k++) dg_tensor_unref(got[k]);
         local_step++;
         if (local_step % log_every == 0) {
             // The loss of the step's batch, before its update (when the model asks for it).
