@@ -31,7 +31,7 @@ static bool infer_collective(dg_node *n, dg_status *st) {
         return false;
     }
     int64_t v;
-    if (!attr_int(n, "group_size", 1, 1 << 20, true, &v, st)) return false;
+    if (!attr_int(n, "group_size", 0, 1 << 20, true, &v, st)) return false;   // 0: elastic
     if (!attr_int(n, "instance_key", 0, INT32_MAX, true, &v, st)) return false;
     if (!attr_int(n, "timeout_ms", 1, INT32_MAX, false, &v, st)) return false;
     const char *final_op = dg_node_attr_string(n, "final_op");

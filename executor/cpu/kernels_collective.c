@@ -20,6 +20,7 @@
 
 #include "collective_impl.h"
 #include "cpu_impl.h"
+#include "exec_collective_group_impl.h"
 #include "distgraph/device_name.h"
 #include "exec_executor_impl.h"
 #include "exec_kernel_registry_impl.h"
@@ -31,6 +32,7 @@
 typedef struct coll_counter {
     pthread_mutex_t mu;
     int64_t next;
+    int64_t epoch;   // an elastic group's: the count starts again with each epoch
 } coll_counter;
 
 static void *counter_create(void *arg, dg_status *st) {
@@ -55,12 +57,18 @@ typedef struct coll_kernel {
     bool is_broadcast;
     bool mean;                 // final_op "Div"
     int algorithm;             // ALG_*
+    bool elastic;              // members from the task's collective groups, per execution
     int size, rank;
     int64_t instance;
     int64_t timeout_ms;
     size_t chunk_bytes, direct_bytes;
-    char **devices;            // rank -> "/job:J/replica:0/task:r/device:CPU:0", owned
+    char *job;                 // owned
+    int own_task;
+    int64_t epoch;             // of the members below (elastic), -1 before the first
+    int *tasks;                // rank -> task index, owned
+    char **devices;            // rank -> "/job:J/replica:0/task:t/device:CPU:0", owned
     coll_counter *counter;     // borrowed from the resources
+    exec_coll_groups *groups;  // borrowed from the resources
     pthread_mutex_t busy;      // one execution of this node at a time
     dg_tensor *pack_in, *pack_out;   // packed buffers reused between steps (multi-input)
 } coll_kernel;
@@ -73,6 +81,8 @@ static void coll_destroy(void *state) {
     if (k->devices)
         for (int r = 0; r < k->size; r++) free(k->devices[r]);
     free(k->devices);
+    free(k->tasks);
+    free(k->job);
     dg_tensor_unref(k->pack_in);
     dg_tensor_unref(k->pack_out);
     pthread_mutex_destroy(&k->busy);
@@ -86,6 +96,30 @@ static size_t env_bytes(const char *name, size_t dflt, size_t lo) {
     unsigned long long v = strtoull(s, &end, 10);
     if (*end || v < lo) return dflt;
     return (size_t)v & ~(size_t)7;
+}
+
+// Makes tasks (rank order, n of them) the members the next executions run among, with their
+// device names. false when out of memory (the old members are gone then).
+static bool set_members(coll_kernel *k, const int *tasks, int n) {
+    if (k->devices)
+        for (int r = 0; r < k->size; r++) free(k->devices[r]);
+    free(k->devices);
+    free(k->tasks);
+    k->size = 0;
+    k->devices = calloc((size_t)(n > 0 ? n : 1), sizeof *k->devices);
+    k->tasks = malloc((size_t)(n > 0 ? n : 1) * sizeof *k->tasks);
+    if (!k->devices || !k->tasks) return false;
+    for (int r = 0; r < n; r++) {
+        k->tasks[r] = tasks[r];
+        if (asprintf(&k->devices[r], "/job:%s/replica:0/task:%d/device:CPU:0", k->job, tasks[r]) < 0) {
+            k->devices[r] = NULL;
+            k->size = r;
+            return false;
+        }
+        if (tasks[r] == k->own_task) k->rank = r;
+    }
+    k->size = n;
+    return true;
 }
 
 static void *coll_create(const dg_node *n, const exec_env *env, dg_status *st) {
@@ -107,29 +141,39 @@ static void *coll_create(const dg_node *n, const exec_env *env, dg_status *st) {
     k->algorithm = hint && strcmp(hint, "ring") == 0     ? ALG_RING
                    : hint && strcmp(hint, "direct") == 0 ? ALG_DIRECT
                                                          : ALG_AUTO;
-    k->size = (int)size;
+    k->elastic = size == 0;
+    k->size = k->elastic ? 0 : (int)size;
+    k->epoch = -1;
     k->timeout_ms = timeout;
     k->chunk_bytes = env_bytes("DG_COLLECTIVE_CHUNK_BYTES", COLL_CHUNK_BYTES_DEFAULT, 4096);
     k->direct_bytes = env_bytes("DG_COLLECTIVE_DIRECT_BYTES", COLL_DIRECT_BYTES_DEFAULT, 0);
     const char *dev = n->assigned_device && *n->assigned_device ? n->assigned_device : env->device;
     dg_device_name dn;
-    if (k->size > 1) {
+    if (!(k->job = strdup(job ? job : ""))) goto oom;
+    if (k->size > 1 || k->elastic) {
         if (!dg_device_name_parse(dev ? dev : "", &dn, st)) goto fail;
-        if (!dn.has_job || !job || strcmp(dn.job, job) != 0 || !dn.has_task || dn.task >= k->size) {
+        if (k->elastic && (!dn.has_job || !job || strcmp(dn.job, job) != 0 || !dn.has_task)) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "runs on \"%s\", which is not a task of the elastic group's job %s",
+                           dev ? dev : "", job ? job : "");
+            goto fail;
+        }
+        if (!k->elastic && (!dn.has_job || !job || strcmp(dn.job, job) != 0 || !dn.has_task || dn.task >= k->size)) {
             dg_status_setf(st, DG_INVALID_ARGUMENT,
                            "runs on \"%s\", which is not one of the group's tasks /job:%s/task:0..%d",
                            dev ? dev : "", job ? job : "", k->size - 1);
             goto fail;
         }
+        k->own_task = dn.task;
         k->rank = dn.task;
     }
-    k->devices = calloc((size_t)k->size, sizeof *k->devices);
-    if (!k->devices) goto oom;
-    for (int r = 0; r < k->size; r++)
-        if (asprintf(&k->devices[r], "/job:%s/replica:0/task:%d/device:CPU:0", job ? job : "", r) < 0) {
-            k->devices[r] = NULL;
-            goto oom;
-        }
+    if (!k->elastic) {
+        int *tasks = malloc((size_t)(k->size > 0 ? k->size : 1) * sizeof *tasks);
+        if (!tasks) goto oom;
+        for (int r = 0; r < k->size; r++) tasks[r] = r;
+        bool made = set_members(k, tasks, k->size);
+        free(tasks);
+        if (!made) goto oom;
+    }
     char name[64];
     snprintf(name, sizeof name, "%s/%" PRId64, n->op->name, k->instance);
     k->counter = env->rm ? exec_resources_object(env->rm, "collective", name, counter_create, NULL,
@@ -139,6 +183,7 @@ static void *coll_create(const dg_node *n, const exec_env *env, dg_status *st) {
         if (dg_status_ok(st)) dg_status_set(st, DG_INTERNAL, "collective: no resource manager");
         goto fail;
     }
+    if (!(k->groups = exec_coll_groups_of(env->rm, st))) goto fail;
     return k;
 oom:
     dg_status_set(st, DG_RESOURCE_EXHAUSTED, "collective: out of memory");
@@ -529,6 +574,40 @@ static void on_step_abort(void *arg, const dg_status *why) {
     coll_cancel_unref(c);
 }
 
+// An elastic group: the members in force now, from the task's collective groups. This task
+// must be one of them.
+static bool elastic_members(coll_kernel *k, exec_ctx *ctx) {
+    int64_t epoch = -1;
+    int n = 0;
+    int *tasks = malloc(EXEC_COLL_MAX_MEMBERS * sizeof *tasks);
+    if (!tasks) return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "collective: out of memory");
+    if (!exec_coll_members(k->groups, k->job, &epoch, tasks, EXEC_COLL_MAX_MEMBERS, &n)) {
+        free(tasks);
+        return exec_fail(ctx, DG_FAILED_PRECONDITION,
+                         "%s instance %" PRId64 ": the elastic group of job %s has no members yet on this task "
+                         "(dg_server_set_collective_members)",
+                         op_word(k), k->instance, k->job);
+    }
+    bool ok = true;
+    if (epoch != k->epoch) {
+        int r = -1;
+        for (int i = 0; i < n; i++)
+            if (tasks[i] == k->own_task) r = i;
+        if (r < 0)
+            ok = exec_fail(ctx, DG_FAILED_PRECONDITION,
+                           "%s instance %" PRId64 ": /job:%s/task:%d is not a member of its group in epoch %" PRId64,
+                           op_word(k), k->instance, k->job, k->own_task, epoch);
+        else if (!set_members(k, tasks, n)) {
+            k->epoch = -1;
+            ok = exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "collective: out of memory");
+        }
+        else
+            k->epoch = epoch;
+    }
+    free(tasks);
+    return ok;
+}
+
 static bool coll_compute(void *state, exec_ctx *ctx) {
     coll_kernel *k = state;
     int n_in = ctx->n_inputs;
@@ -545,12 +624,23 @@ static bool coll_compute(void *state, exec_ctx *ctx) {
         if (pass == 0) f64_end = total;
     }
     pthread_mutex_lock(&k->busy);
-    pthread_mutex_lock(&k->counter->mu);
-    int64_t execution = k->counter->next++;
-    pthread_mutex_unlock(&k->counter->mu);
     bool ok = true;
     dg_tensor *in_base, *out_base;
     const exec_step_options *o = exec_step_opts(ctx->step);
+    if (k->elastic && !elastic_members(k, ctx)) {
+        ok = false;
+        goto out;
+    }
+    pthread_mutex_lock(&k->counter->mu);
+    if (k->elastic && k->counter->epoch != k->epoch) {
+        k->counter->epoch = k->epoch;
+        k->counter->next = 0;
+    }
+    int64_t execution = k->counter->next++;
+    pthread_mutex_unlock(&k->counter->mu);
+    // An elastic group's executions are numbered within their epoch, which the step id
+    // carries too: values of an epoch that ended never meet those of the next.
+    int64_t wire_execution = k->elastic ? ((k->epoch & 0xFFF) << 20) | (execution & 0xFFFFF) : execution;
     if (k->size > 1 && total > 0 && !o->rendezvous) {
         ok = exec_fail(ctx, DG_FAILED_PRECONDITION,
                        "%s instance %" PRId64 " of %d tasks needs a rendezvous: run it in a session "
@@ -580,7 +670,7 @@ static bool coll_compute(void *state, exec_ctx *ctx) {
     memset(&run, 0, sizeof run);
     run.k = k;
     run.rv = o->rendezvous;
-    run.step_id = coll_step_id(k->instance, execution);
+    run.step_id = coll_step_id(k->instance, wire_execution);
     run.execution = execution;
     run.st = ctx->st;
     pthread_mutex_init(&run.mu, NULL);
@@ -611,8 +701,18 @@ static bool coll_compute(void *state, exec_ctx *ctx) {
         }
         status_impl_clear(&why);
     }
+    // A member lost now or later ends the wait at once (exec_coll_task_lost).
+    int64_t watch_token = 0;
+    if (ok && run.rv && k->size > 1 && total > 0) {
+        dg_status why = DG_STATUS_INIT;
+        watch_token = exec_coll_watch(k->groups, k->job, k->tasks, k->size, run.rv, run.step_id, &why);
+        if (!watch_token)
+            ok = exec_fail(ctx, dg_status_code(&why), "%s instance %" PRId64 " (execution %" PRId64 "): %s",
+                           op_word(k), k->instance, execution, dg_status_message(&why));
+        status_impl_clear(&why);
+    }
     if (!ok) {
-        // The step was aborted before the collective began.
+        // The step was aborted, or a member lost, before the collective began.
     } else if (k->is_broadcast) {
         if (k->size > 1 && total > 0) ok = broadcast(&run, in_base, in_base->data, total);
     } else if (k->size == 1 || total == 0) {
@@ -626,6 +726,16 @@ static bool coll_compute(void *state, exec_ctx *ctx) {
                         : ring(&run, in_base, in_base->data, out_base, out_base->data, total, f64_end);
     }
     if (ok) wait_for_views(&run);
+    if (watch_token) exec_coll_unwatch(k->groups, watch_token);
+    if (!ok && watch_token && dg_status_code(ctx->st) == DG_ABORTED) {
+        // Ended by a member's loss (exec_coll_task_lost aborted the wait): say so, UNAVAILABLE,
+        // which a training loop tells from the other failures of a step.
+        dg_status lost = DG_STATUS_INIT;
+        if (!exec_coll_none_lost(k->groups, k->job, k->tasks, k->size, &lost))
+            dg_status_setf(ctx->st, DG_UNAVAILABLE, "%s instance %" PRId64 " (execution %" PRId64 "): %s",
+                           op_word(k), k->instance, execution, dg_status_message(&lost));
+        status_impl_clear(&lost);
+    }
     tracker_unref(run.views);
     if (cancel) {
         if (cancel_token && exec_rendezvous_forget_cancel(run.rv, cancel_token)) coll_cancel_unref(cancel);

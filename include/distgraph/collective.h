@@ -1,7 +1,8 @@
 /* Collectives across the tasks of a job: all-reduce and broadcast (TensorFlow's
  * CollectiveAllReduce / CollectiveBcast), and data-parallel training on them
  * (MultiWorkerMirroredStrategy). A group is the tasks 0..size-1 of one job; a collective's
- * rank is the task index of the device it runs on. Every task of the group builds the same
+ * rank is the task index of the device it runs on. An elastic group's members (and so the
+ * ranks) are set while the job runs. Every task of the group builds the same
  * collectives with the same instance keys and runs each once per step, in the same order
  * (independent collectives in one step need a control dependency between them). Each task
  * runs its graph in a session whose target is its own server (dg_server_target); values
@@ -20,12 +21,18 @@ extern "C" {
 #endif
 
 // The tasks taking part, and how long a collective waits for a peer's data before it fails
-// with DEADLINE_EXCEEDED naming the peer.
+// with DEADLINE_EXCEEDED naming the peer. A member whose connection closes (its process
+// exited) fails the collectives waiting on it at once, UNAVAILABLE naming it.
 typedef struct dg_collective_group {
     const char *job;        // e.g. "worker"; borrowed for the builder call
-    int size;               // tasks 0..size-1 of job, >= 1
+    int size;               // tasks 0..size-1 of job, >= 1; or DG_COLLECTIVE_ELASTIC
     int64_t timeout_ms;     // 0: 60000
 } dg_collective_group;
+
+// An elastic group's size: its members are the tasks of job that the task's server was last
+// told (dg_server_set_collective_members, distgraph/server.h), numbered by epochs, so that
+// workers can leave and join while a job runs (docs/ELASTIC.md).
+#define DG_COLLECTIVE_ELASTIC 0
 
 // An instance key the builder chooses: derived from the collective's node name (the same on
 // every rank that builds the same graph, since names are), distinct from every other key of

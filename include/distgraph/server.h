@@ -115,6 +115,14 @@ void dg_server_free(dg_server **s);
 const char *dg_server_target(const dg_server *s);
 // This task's canonical name, "/job:ps/replica:0/task:0". Returns: borrowed.
 const char *dg_server_task_name(const dg_server *s);
+// Sets the members of job's elastic collective groups on this task (DG_COLLECTIVE_ELASTIC,
+// distgraph/collective.h) for epoch: tasks of job in rank order, 1 to 1024 of them, no repeats.
+// The collectives this task runs from now on run among them, numbered within the epoch; every
+// member must be given the same epoch and members before it runs a collective of the epoch.
+// An epoch older than the one in force is FAILED_PRECONDITION, a task the cluster lacks
+// INVALID_ARGUMENT. Thread-safe; a collective running now finishes among its old members.
+bool dg_server_set_collective_members(dg_server *s, const char *job, int64_t epoch, const int *tasks, int n,
+                                      dg_status *st);
 // Blocks until dg_server_stop() (what a ps task does). With handle_signals, SIGINT and
 // SIGTERM also stop it.
 bool dg_server_join(dg_server *s, bool handle_signals, dg_status *st);

@@ -17,6 +17,7 @@
 #include "distgraph/device_name.h"
 #include "distgraph/placer.h"
 #include "distgraph/serialize.h"
+#include "exec_collective_group_impl.h"
 #include "exec_executor_impl.h"
 #include "keys_impl.h"
 #include "server_impl.h"
@@ -83,7 +84,18 @@ struct dg_server {
     struct job *running;     // RUN_GRAPH steps started and not done, under mu
     int64_t graphs_orphaned; // graphs freed because their master left, under mu
     int64_t values_expired;  // rendezvous values dropped by sweep_orphans, under mu
+    exec_coll_groups *groups;   // the task's collective groups (in rm)
+    // The peers that sent collective values here, and the task each named (I/O thread only):
+    // when such a peer's connection closes, that task is lost to the collectives.
+    struct peer_task *peer_tasks;
+    int n_peer_tasks, cap_peer_tasks;
 };
+
+typedef struct peer_task {
+    rt_peer *peer;
+    char job[DG_DEVICE_JOB_MAX];
+    int task;
+} peer_task;
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static dg_server *registry[64];
@@ -481,7 +493,92 @@ static void peer_gone(void *ctx, const rt_peer *peer) {
         status_impl_clear(&st);
     }
     free(steps);
+    for (int i = 0; i < s->n_peer_tasks;) {
+        peer_task *pt = &s->peer_tasks[i];
+        if (!rt_peer_equal(pt->peer, peer)) {
+            i++;
+            continue;
+        }
+        char why[200];
+        snprintf(why, sizeof why, "its connection to %s closed", s->task_name);
+        exec_coll_task_lost(s->groups, pt->job, pt->task, why);
+        rt_peer_free(pt->peer);
+        *pt = s->peer_tasks[--s->n_peer_tasks];
+    }
     sweep_orphans(s);
+}
+
+// A collective's value came from peer under key ("send_device;..."): that peer is the sending
+// task's connection (I/O thread). Only tasks of the cluster are noted, once per connection.
+static void note_collective_sender(dg_server *s, const rt_peer *peer, const char *key) {
+    const char *semi = strchr(key, ';');
+    char dev[DG_DEVICE_NAME_MAX];
+    if (!semi || (size_t)(semi - key) >= sizeof dev) return;
+    snprintf(dev, sizeof dev, "%.*s", (int)(semi - key), key);
+    dg_device_name dn;
+    if (!dg_device_name_parse(dev, &dn, NULL) || !dn.has_job || !dn.has_task ||
+        !dg_cluster_task_address(s->cluster, dn.job, dn.task, NULL))
+        return;
+    exec_coll_task_seen(s->groups, dn.job, dn.task);
+    for (int i = 0; i < s->n_peer_tasks; i++)
+        if (rt_peer_equal(s->peer_tasks[i].peer, peer)) return;
+    peer_task pt = {.peer = rt_peer_copy(peer), .task = dn.task};
+    if (!pt.peer) return;
+    snprintf(pt.job, sizeof pt.job, "%s", dn.job);
+    BASE_PUSH(s->peer_tasks, s->n_peer_tasks, s->cap_peer_tasks, pt);
+}
+
+// The task of the cluster at endpoint ("tcp://host:port"), into job and *task; false if none.
+static bool task_at(const dg_server *s, const char *endpoint, char *job, size_t cap, int *task) {
+    if (strncmp(endpoint, "tcp://", 6) != 0) return false;
+    const char *addr = endpoint + 6;
+    for (int j = 0; j < dg_cluster_num_jobs(s->cluster); j++) {
+        const char *name = dg_cluster_job(s->cluster, j);
+        for (int i = 0; i < dg_cluster_num_tasks(s->cluster, name); i++) {
+            int t = dg_cluster_task_index(s->cluster, name, i);
+            const char *a = dg_cluster_task_address(s->cluster, name, t, NULL);
+            if (a && strcmp(a, addr) == 0) {
+                snprintf(job, cap, "%s", name);
+                *task = t;
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+// The transport's outgoing connections (I/O thread): a task this one sends to that went away
+// is lost to the collectives until it is back.
+static void endpoint_down(void *ctx, const char *endpoint) {
+    dg_server *s = ctx;
+    char job[DG_DEVICE_JOB_MAX], why[400];
+    int task;
+    if (!task_at(s, endpoint, job, sizeof job, &task)) return;
+    snprintf(why, sizeof why, "the connection from %s to %s closed", s->task_name, endpoint);
+    exec_coll_task_lost(s->groups, job, task, why);
+}
+
+static void endpoint_up(void *ctx, const char *endpoint) {
+    dg_server *s = ctx;
+    char job[DG_DEVICE_JOB_MAX];
+    int task;
+    if (task_at(s, endpoint, job, sizeof job, &task)) exec_coll_task_seen(s->groups, job, task);
+}
+
+bool dg_server_set_collective_members(dg_server *s, const char *job, int64_t epoch, const int *tasks, int n,
+                                      dg_status *st) {
+    dg_status_reset(st);
+    if (!s || !job) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "dg_server_set_collective_members: needs a server and a job");
+        return false;
+    }
+    for (int i = 0; i < n && tasks; i++)
+        if (!dg_cluster_task_address(s->cluster, job, tasks[i], NULL)) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "collective group members: /job:%s/task:%d is not a task of the cluster",
+                           job, tasks[i]);
+            return false;
+        }
+    return exec_coll_set_members(s->groups, job, epoch, tasks, n, st);
 }
 
 static void release_graph(dg_server *s, registered *r) {
@@ -703,10 +800,12 @@ static void worker_handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts
     case RT_TENSOR:
         // One tensor under "key", or several under "names" (pushes merged by the sender).
         if (n == 1 && h->key && h->n_names == 0) {
+            if (h->step_id < 0) note_collective_sender(s, peer, h->key);
             exec_rendezvous_note_arrival(s->rv, h->step_id, h->key, dg_tensor_nbytes(ts[0]));
             if (!exec_rendezvous_deliver(s->rv, h->step_id, h->key, ts[0], &st))
                 dg_status_reset(&st);   // the step was aborted or ended: no longer wanted
         } else if (n >= 1 && h->n_names == n && !h->key) {
+            if (h->step_id < 0) note_collective_sender(s, peer, h->names[0]);
             for (int i = 0; i < n; i++) {
                 exec_rendezvous_note_arrival(s->rv, h->step_id, h->names[i], dg_tensor_nbytes(ts[i]));
                 if (!exec_rendezvous_deliver(s->rv, h->step_id, h->names[i], ts[i], &st)) dg_status_reset(&st);
@@ -922,7 +1021,8 @@ dg_server *rt_server_new(const dg_cluster *c, const char *job, int task, const d
     s->rm = exec_resources_new();
     s->rv = exec_rendezvous_new();
     s->pool = exec_pool_new(s->opts.service_threads, st);
-    if (!s->cluster || !s->rm || !s->rv || !s->pool) {
+    if (s->rm) s->groups = exec_coll_groups_of(s->rm, st);
+    if (!s->cluster || !s->rm || !s->rv || !s->pool || !s->groups) {
         if (dg_status_ok(st)) dg_status_set(st, DG_RESOURCE_EXHAUSTED, "server: out of memory");
         dg_server_free(&s);
         return NULL;
@@ -1024,6 +1124,8 @@ dg_server *rt_server_new(const dg_cluster *c, const char *job, int task, const d
     to.transfer_timeout_ms = s->opts.transfer_timeout_ms;
     to.reply_queue_messages = s->opts.reply_queue_messages;
     to.on_peer_gone = peer_gone;
+    to.on_endpoint_up = endpoint_up;
+    to.on_endpoint_down = endpoint_down;
     if (malloc_tuned) to.trim_threshold = TUNED_TRIM_THRESHOLD;
     to.keys = s->keys;
     s->tp = rt_transport_new(&to, handle, s, st);
@@ -1135,6 +1237,8 @@ void dg_server_free(dg_server **sp) {
     graph_strmap_clear(&s->routes);
     for (int i = 0; i < s->n_route_strs; i++) free(s->route_strs[i]);
     free(s->route_strs);
+    for (int i = 0; i < s->n_peer_tasks; i++) rt_peer_free(s->peer_tasks[i].peer);
+    free(s->peer_tasks);
     pthread_mutex_destroy(&s->out_mu);
     exec_resources_free(&s->rm);
     rt_keyring_free(&s->keys);

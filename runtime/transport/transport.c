@@ -534,8 +534,10 @@ static void on_dealer_monitor(rt_transport *t, int di) {
         case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
             d->up = true;
             d->cut_short = 0;
+            if (t->opts.on_endpoint_up) t->opts.on_endpoint_up(t->ctx, d->endpoint);
             break;
         case ZMQ_EVENT_DISCONNECTED:
+            if (d->up && t->opts.on_endpoint_down) t->opts.on_endpoint_down(t->ctx, d->endpoint);
             if (!d->up && t->curve && ++d->cut_short >= 3)
                 snprintf(why, sizeof why,
                          "closed the connection during the CurveZMQ handshake (%u times in a row): the server key "

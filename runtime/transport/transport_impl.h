@@ -73,6 +73,11 @@ typedef struct rt_transport_options {
     // Called on the I/O thread when the connection of a peer that has sent requests closes
     // (the peer exited, or its connection broke: a new one gets a new rt_peer). Borrowed peer.
     void (*on_peer_gone)(void *ctx, const rt_peer *peer);
+    // Called on the I/O thread when an outgoing connection to endpoint ("tcp://host:port") is
+    // made (its handshake succeeded) and when it closes after that (the peer exited, or the
+    // connection broke; ZeroMQ connects again by itself). NULL: not told.
+    void (*on_endpoint_up)(void *ctx, const char *endpoint);
+    void (*on_endpoint_down)(void *ctx, const char *endpoint);
 } rt_transport_options;
 
 #define RT_DEFAULT_BUSY_POLL_US 150

@@ -467,10 +467,10 @@ static void test_step_abort_ends_wait(void **state) {
 static void test_bad_attributes(void **state) {
     (void)state;
     dg_graph *g = dg_graph_new();
-    dg_collective_group grp = dg_collective_group_make("worker", 0);
+    dg_collective_group grp = dg_collective_group_make("worker", -1);
     dg_output x = dg_scalar(g, "x", DG_FLOAT32, 1), out;
     assert_false(dg_collective_all_reduce(g, "ar", &x, 1, &grp, 1, DG_REDUCE_SUM, NULL, &out));
-    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "\"group_size\" is 0");
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "\"group_size\" is -1");
     dg_graph_free(&g);
 
     g = dg_graph_new();
@@ -584,6 +584,208 @@ static void test_instance_keys_assigned(void **state) {
     dg_graph_free(&g2);
 }
 
+
+// ---- members lost and elastic groups (servers of their own: one of them goes away) ----
+typedef struct trio {
+    dg_cluster *cluster;
+    dg_server *servers[3];
+} trio;
+
+static void trio_start(trio *t) {
+    dg_status *st = dg_status_new();
+    char spec[256];
+    snprintf(spec, sizeof spec, "worker|127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", dg_test_free_port(),
+             dg_test_free_port(), dg_test_free_port());
+    t->cluster = dg_cluster_from_spec_string(spec, st);
+    assert_ok(st);
+    for (int r = 0; r < 3; r++) {
+        dg_server_options so = dg_server_options_default();
+        so.quiet = true;
+        t->servers[r] = dg_server_new(t->cluster, "worker", r, &so, st);
+        assert_ok(st);
+    }
+    dg_status_free(&st);
+}
+
+static void trio_restart(trio *t, int r) {
+    dg_status *st = dg_status_new();
+    dg_server_options so = dg_server_options_default();
+    so.quiet = true;
+    // The port was this process's own a moment ago; binding it again can race the close.
+    for (int tries = 0; tries < 50 && !t->servers[r]; tries++) {
+        dg_status_reset(st);
+        if (!(t->servers[r] = dg_server_new(t->cluster, "worker", r, &so, st))) usleep(20000);
+    }
+    assert_ok(st);
+    dg_status_free(&st);
+}
+
+static void trio_free(trio *t) {
+    for (int r = 0; r < 3; r++) dg_server_free(&t->servers[r]);
+    dg_cluster_free(&t->cluster);
+}
+
+// The graph of task `task`: x = task + 1 (float64), summed over the group and broadcast from its rank 0.
+static dg_graph *member_graph(int task, const dg_collective_group *grp, dg_output *sum, dg_output *bcast) {
+    dg_graph *g = dg_graph_new();
+    char dev[64];
+    snprintf(dev, sizeof dev, "/job:worker/task:%d", task);
+    dg_graph_push_device(g, dev);
+    dg_output x = dg_scalar(g, "x", DG_FLOAT64, task + 1);
+    assert_true(dg_collective_all_reduce(g, "sum", &x, 1, grp, DG_COLLECTIVE_KEY_AUTO, DG_REDUCE_SUM, NULL, sum));
+    dg_node *after = sum->node;
+    dg_graph_push_control_deps(g, &after, 1);
+    assert_true(dg_collective_broadcast(g, "bcast", &x, 1, grp, DG_COLLECTIVE_KEY_AUTO, bcast));
+    dg_graph_pop_control_deps(g);
+    dg_graph_pop_device(g);
+    assert_ok(dg_graph_status(g));
+    return g;
+}
+
+typedef struct member_run {
+    dg_session *s;
+    dg_output fetch[2];
+    dg_tensor *got[2];
+    dg_status *st;
+    double took_s;
+} member_run;
+
+static void *member_step(void *arg) {
+    member_run *m = arg;
+    double t0 = now_s();
+    dg_status_reset(m->st);
+    dg_session_run(m->s, NULL, NULL, 0, m->fetch, m->got, 2, NULL, 0, m->st);
+    m->took_s = now_s() - t0;
+    return NULL;
+}
+
+// Runs one step on the tasks listed (each on its own thread) and checks every one got `sum`
+// and `bcast`.
+static void members_step(member_run *runs, const int *tasks, int n, double sum, double bcast) {
+    pthread_t th[3];
+    for (int i = 0; i < n; i++) pthread_create(&th[i], NULL, member_step, &runs[tasks[i]]);
+    for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < n; i++) {
+        member_run *m = &runs[tasks[i]];
+        assert_ok(m->st);
+        assert_true(dg_tensor_f64(m->got[0])[0] == sum);
+        assert_true(dg_tensor_f64(m->got[1])[0] == bcast);
+        for (int k = 0; k < 2; k++) dg_tensor_free(&m->got[k]);
+    }
+}
+
+static void set_members(trio *t, int server, int64_t epoch, const int *tasks, int n) {
+    dg_status *st = dg_status_new();
+    assert_true(dg_server_set_collective_members(t->servers[server], "worker", epoch, tasks, n, st));
+    assert_ok(st);
+    dg_status_free(&st);
+}
+
+// A member whose server goes away ends the collectives waiting on it at once, UNAVAILABLE
+// naming it, though their timeout is two minutes (a bound of causality: nothing else ends them
+// within a minute); the next one fails before it waits.
+static void test_member_lost_fails_fast(void **state) {
+    (void)state;
+    trio t;
+    trio_start(&t);
+    dg_collective_group grp = dg_collective_group_make("worker", 3);
+    grp.timeout_ms = 120000;
+    member_run runs[3];
+    memset(runs, 0, sizeof runs);
+    dg_graph *graphs[3];
+    for (int r = 0; r < 3; r++) {
+        graphs[r] = member_graph(r, &grp, &runs[r].fetch[0], &runs[r].fetch[1]);
+        runs[r].st = dg_status_new();
+        runs[r].s = dg_session_new(graphs[r], dg_server_target(t.servers[r]), NULL, runs[r].st);
+        assert_ok(runs[r].st);
+    }
+    const int all[3] = {0, 1, 2};
+    members_step(runs, all, 3, 6, 1);   // every pair of tasks is connected now
+    // Tasks 0 and 1 begin the next step; task 2's server goes away while they wait for it.
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, member_step, &runs[r]);
+    usleep(300000);
+    dg_session_free(&runs[2].s);
+    dg_server_free(&t.servers[2]);
+    for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < 2; r++) {
+        assert_status(runs[r].st, DG_UNAVAILABLE, "member /job:worker/task:2 is lost");
+        print_message("task %d: failed after %.3f s (300 ms before the loss): %s\n", r, runs[r].took_s,
+                      dg_status_message(runs[r].st));
+        assert_true(runs[r].took_s < 60.0);
+    }
+    // The loss is remembered: the next step fails before it sends anything.
+    member_step(&runs[0]);
+    assert_status(runs[0].st, DG_UNAVAILABLE, "member /job:worker/task:2 is lost");
+    assert_true(runs[0].took_s < 60.0);
+    for (int r = 0; r < 3; r++) {
+        dg_session_free(&runs[r].s);
+        dg_graph_free(&graphs[r]);
+        dg_status_free(&runs[r].st);
+    }
+    trio_free(&t);
+}
+
+// An elastic group: three members, then two when task 2's server goes away, then three again
+// with task 2 back, then two in another rank order (task 2 is rank 0, so the broadcast gives its
+// value). Every sum and broadcast is checked on every member.
+static void test_elastic_membership(void **state) {
+    (void)state;
+    trio t;
+    trio_start(&t);
+    dg_collective_group grp = dg_collective_group_make("worker", DG_COLLECTIVE_ELASTIC);
+    grp.timeout_ms = 120000;
+    member_run runs[3];
+    memset(runs, 0, sizeof runs);
+    dg_graph *graphs[3];
+    for (int r = 0; r < 3; r++) {
+        graphs[r] = member_graph(r, &grp, &runs[r].fetch[0], &runs[r].fetch[1]);
+        runs[r].st = dg_status_new();
+        runs[r].s = dg_session_new(graphs[r], dg_server_target(t.servers[r]), NULL, runs[r].st);
+        assert_ok(runs[r].st);
+    }
+    // No members yet: the collective says what is missing.
+    member_step(&runs[0]);
+    assert_status(runs[0].st, DG_FAILED_PRECONDITION, "has no members yet");
+    const int all[3] = {0, 1, 2}, two[2] = {0, 1}, swapped[2] = {2, 0};
+    for (int r = 0; r < 3; r++) set_members(&t, r, 0, all, 3);
+    for (int step = 0; step < 3; step++) members_step(runs, all, 3, 6, 1);
+    // Task 2 goes; the others go on as two.
+    dg_session_free(&runs[2].s);
+    dg_server_free(&t.servers[2]);
+    for (int r = 0; r < 2; r++) set_members(&t, r, 1, two, 2);
+    for (int step = 0; step < 3; step++) members_step(runs, two, 2, 3, 1);
+    // An older epoch is refused; so is the same epoch with other members.
+    dg_status *st = dg_status_new();
+    assert_false(dg_server_set_collective_members(t.servers[0], "worker", 0, all, 3, st));
+    assert_status(st, DG_FAILED_PRECONDITION, "epoch 0 is older than the epoch 1 in force");
+    assert_false(dg_server_set_collective_members(t.servers[0], "worker", 1, all, 3, st));
+    assert_status(st, DG_FAILED_PRECONDITION, "epoch 1 was set before with other members");
+    const int dup[2] = {1, 1}, outside[2] = {0, 7};
+    assert_false(dg_server_set_collective_members(t.servers[0], "worker", 5, dup, 2, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "task 1 is named twice");
+    assert_false(dg_server_set_collective_members(t.servers[0], "worker", 5, outside, 2, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "/job:worker/task:7 is not a task of the cluster");
+    dg_status_free(&st);
+    // Task 2 comes back (a new server on its port) and joins in epoch 2.
+    trio_restart(&t, 2);
+    runs[2].s = dg_session_new(graphs[2], dg_server_target(t.servers[2]), NULL, runs[2].st);
+    assert_ok(runs[2].st);
+    for (int r = 0; r < 3; r++) set_members(&t, r, 2, all, 3);
+    for (int step = 0; step < 3; step++) members_step(runs, all, 3, 6, 1);
+    // Epoch 3: tasks 2 and 0, task 2 first; task 1 is not a member.
+    for (int r = 0; r < 3; r++) set_members(&t, r, 3, swapped, 2);
+    for (int step = 0; step < 2; step++) members_step(runs, swapped, 2, 4, 3);
+    member_step(&runs[1]);
+    assert_status(runs[1].st, DG_FAILED_PRECONDITION, "/job:worker/task:1 is not a member of its group in epoch 3");
+    for (int r = 0; r < 3; r++) {
+        dg_session_free(&runs[r].s);
+        dg_graph_free(&graphs[r]);
+        dg_status_free(&runs[r].st);
+    }
+    trio_free(&t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_instance_keys_assigned),
@@ -596,6 +798,8 @@ int main(void) {
         cmocka_unit_test(test_missing_peer_deadline),
         cmocka_unit_test(test_step_abort_ends_wait),
         cmocka_unit_test(test_bad_attributes),
+        cmocka_unit_test(test_member_lost_fails_fast),
+        cmocka_unit_test(test_elastic_membership),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
