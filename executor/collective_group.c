@@ -280,3 +280,15 @@ void exec_coll_task_seen(exec_coll_groups *g, const char *job, int task) {
 }
 
 int exec_coll_num_lost(exec_coll_groups *g) { return atomic_load(&g->n_lost); }
+
+int exec_coll_lost_tasks(exec_coll_groups *g, const char *job, int *tasks, int cap) {
+    int n = 0;
+    pthread_mutex_lock(&g->mu);
+    for (int i = 0; i < atomic_load(&g->n_lost); i++)
+        if (strcmp(g->lost[i].job, job) == 0) {
+            if (n < cap) tasks[n] = g->lost[i].task;
+            n++;
+        }
+    pthread_mutex_unlock(&g->mu);
+    return n;
+}

@@ -48,6 +48,8 @@ void exec_coll_task_lost(exec_coll_groups *g, const char *job, int task, const c
 // A value or a handshake came from task of job: it is not lost (any more). Cheap when nothing
 // is lost. Any thread.
 void exec_coll_task_seen(exec_coll_groups *g, const char *job, int task);
+// The tasks of job marked lost now: up to cap of them into tasks. Returns how many there are.
+int exec_coll_lost_tasks(exec_coll_groups *g, const char *job, int *tasks, int cap);
 // How many tasks are marked lost now (for tests and counters).
 int exec_coll_num_lost(exec_coll_groups *g);
 

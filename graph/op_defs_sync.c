@@ -132,6 +132,32 @@ static bool infer_queue_close(dg_node *n, dg_status *st) {
            vector_input(n, 1, DG_UINT8, "reason", st) && graph_set_num_outputs(n, 0, st);
 }
 
+// The coordinator of an elastic group (runtime/training/elastic.c): (task int64, kind int64,
+// epoch_seen int64, lost int64 [n], fingerprint int64) -> int64 [1 + members]: the epoch, then
+// its members in rank order. Attributes: shared_name, group_job, min_members (>= 1), barrier_timeout_ms (>= 1),
+// timeout_ms (>= 0; 0: no deadline).
+static bool infer_elastic_rendezvous(dg_node *n, dg_status *st) {
+    if (!need_shared_name(n, "elastic coordinator", st)) return false;
+    const char *job = dg_node_attr_string(n, "group_job");
+    int64_t min_members = 0, barrier = 0, timeout = 0;
+    if (!job || !*job || !dg_node_attr_int(n, "min_members", &min_members) || min_members < 1 ||
+        min_members > 1024 || !dg_node_attr_int(n, "barrier_timeout_ms", &barrier) || barrier < 1 ||
+        (dg_node_attr_int(n, "timeout_ms", &timeout) && timeout < 0)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT,
+                       "elastic coordinator \"%s\": needs \"group_job\", \"min_members\" in 1..1024, "
+                       "\"barrier_timeout_ms\" >= 1 and \"timeout_ms\" >= 0",
+                       dg_node_attr_string(n, "shared_name"));
+        return false;
+    }
+    if (!scalar_input(n, 0, DG_INT64, "task", st) || !scalar_input(n, 1, DG_INT64, "kind", st) ||
+        !scalar_input(n, 2, DG_INT64, "epoch_seen", st) || !vector_input(n, 3, DG_INT64, "lost", st) ||
+        !scalar_input(n, 4, DG_INT64, "fingerprint", st))
+        return false;
+    graph_set_num_outputs(n, 1, st);
+    graph_set_output(n, 0, DG_INT64, dg_shape1(-1));
+    return true;
+}
+
 #define S_(name_, lo, hi, infer_) {name_, lo, hi, true, false, true, infer_, NULL}
 
 static const graph_op_def sync_op_defs[] = {
@@ -144,6 +170,7 @@ static const graph_op_def sync_op_defs[] = {
     S_("QueueDequeue", 0, 0, infer_dequeue),
     S_("QueueSize", 0, 0, infer_queue_size),
     S_("QueueClose", 2, 2, infer_queue_close),
+    S_("ElasticRendezvous", 5, 5, infer_elastic_rendezvous),
 };
 
 int graph_sync_op_defs(const graph_op_def **defs) {

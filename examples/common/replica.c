@@ -79,7 +79,7 @@ static bool build_model(dg_graph *g, const replica_model *p, double lr, int64_t 
         *train = dg_optimizer_minimize(&net->opt, net->loss, net->global_step);
     }
     (void)dg_global_variables_initializer(g);
-    if (grp) *bcast = dg_collective_broadcast_variables(g, NULL, 0, grp, DG_COLLECTIVE_KEY_AUTO);
+    if (grp && bcast) *bcast = dg_collective_broadcast_variables(g, NULL, 0, grp, DG_COLLECTIVE_KEY_AUTO);
     return dg_graph_check(g, st);
 }
 
@@ -101,6 +101,8 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     int64_t trace_step = 0, force_overflow_at = 0, force_overflow_steps = 3;
     int64_t slurm_port_base = DG_SLURM_DEFAULT_PORT_BASE;
     int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000, wait_for_tasks_ms = 0;
+    int64_t elastic_min_workers = 0, elastic_commit_steps = 10, elastic_barrier_ms = 10000;
+    bool elastic = false;
     double lr = p->learning_rate;
     char steps_help[64], batch_help[64];
     snprintf(steps_help, sizeof steps_help, "global steps to train (default %lld)", (long long)p->train_steps);
@@ -148,6 +150,16 @@ int replica_main(int argc, char **argv, const replica_model *p) {
         {"all_reduce", FLAG_BOOL, &all_reduce,
          "train synchronously without ps: every worker holds the variables, gradients are averaged by "
          "all-reduce (MultiWorkerMirrored)"},
+        {"elastic", FLAG_BOOL, &elastic,
+         "with --all_reduce: workers may leave (killed) and join (started) while the job runs; the group "
+         "is coordinated by the first ps task, or worker 0 when there is none (docs/ELASTIC.md)"},
+        {"elastic_min_workers", FLAG_INT, &elastic_min_workers,
+         "elastic: workers the first epoch waits for (default: the number of workers in the cluster)"},
+        {"elastic_commit_steps", FLAG_INT, &elastic_commit_steps,
+         "elastic: commit the variables in memory every N steps, the most steps a failure undoes (default 10)"},
+        {"elastic_barrier_ms", FLAG_INT, &elastic_barrier_ms,
+         "elastic: how long members wait for each other at a commit before leaving out those missing "
+         "(default 10000)"},
         {"num_gpus", FLAG_INT, &num_gpus, "GPUs per worker machine: worker i computes on GPU i % num_gpus (default 0)"},
         {"wait_for_tasks_ms", FLAG_INT, &wait_for_tasks_ms,
          "how long to wait for tasks (ps, workers) not up yet, logging every 5 s (default 0: no limit)"},
@@ -234,6 +246,10 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     int n_workers = dg_cluster_num_tasks(cluster, "worker");
     if (sync_replicas && all_reduce) {
         fprintf(stderr, "%s: --sync_replicas and --all_reduce exclude each other\n", prog);
+        return 2;
+    }
+    if (elastic && !all_reduce) {
+        fprintf(stderr, "%s: --elastic needs --all_reduce\n", prog);
         return 2;
     }
     if (sync_replicas && replicas_to_aggregate == 0) replicas_to_aggregate = n_workers;
@@ -324,9 +340,10 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     sro.total_num_replicas = n_workers;
     sro.task_index = (int)task_index;
     sro.timeout_ms = sync_timeout_ms;
-    dg_collective_group grp = dg_collective_group_make("worker", n_workers);
+    dg_collective_group grp = dg_collective_group_make("worker", elastic ? DG_COLLECTIVE_ELASTIC : n_workers);
     grp.timeout_ms = sync_timeout_ms;
-    bool built = build_model(g, p, lr, seed, train_steps, sync_replicas ? &sro : NULL, &sr, all_reduce ? &grp : NULL, &bcast, &m,
+    bool built = build_model(g, p, lr, seed, train_steps, sync_replicas ? &sro : NULL, &sr, all_reduce ? &grp : NULL,
+                             elastic ? NULL : &bcast, &m,
                              &train, fp16 ? &ls : NULL, &loss_factor, st);
     if (!built) {
         fail(st, "building the model");
@@ -364,7 +381,23 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     // All-reduce: after each creation (and restore) every worker takes worker 0's values. The
     // stop hook reads the global step the broadcast brings; the broadcast hook's order
     // (DG_HOOK_ORDER_SETUP) runs it first wherever it is in the list.
-    if (all_reduce && !(mode_hook = dg_broadcast_variables_hook_new(bcast, st))) {
+    // Elastic: the elastic hook does the broadcast, after each epoch it enters.
+    if (elastic) {
+        dg_elastic_options eo = dg_elastic_options_default();
+        eo.server = server;
+        eo.coordinator = dg_cluster_has_job(cluster, "ps") ? "/job:ps/task:0" : "/job:worker/task:0";
+        eo.min_workers = elastic_min_workers > 0 ? (int)elastic_min_workers : n_workers;
+        eo.commit_steps = elastic_commit_steps;
+        eo.barrier_timeout_ms = elastic_barrier_ms;
+        if (!server) {
+            fprintf(stderr, "%s: --elastic runs with the worker's own server, not --existing_servers\n", prog);
+            goto out;
+        }
+        if (!(mode_hook = dg_elastic_hook_new(&eo, st))) {
+            fail(st, "elastic hook");
+            goto out;
+        }
+    } else if (all_reduce && !(mode_hook = dg_broadcast_variables_hook_new(bcast, st))) {
         fail(st, "broadcast hook");
         goto out;
     }
@@ -494,6 +527,11 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     printf("Training elapsed time: %f s (%lld local steps, %.1f local steps/s)\n", elapsed,
            (long long)local_step, (double)local_step / elapsed);
     if (fp16) printf("Loss scaling: scale %g, %lld steps skipped\n", loss_scale, (long long)skipped_steps);
+    dg_elastic_stats es;
+    if (elastic && dg_elastic_hook_stats(mode_hook, &es))
+        printf("Elastic: epoch %lld, %d members, rank %d; %lld epochs joined, %lld commits, %lld rollbacks undoing "
+               "%lld global steps\n", (long long)es.epoch, es.n_members, es.rank, (long long)es.epochs_joined,
+               (long long)es.commits, (long long)es.rollbacks, (long long)es.steps_rolled_back);
     // The step this worker stops at (a restored chief may not have trained at all).
     if ((global_step = dg_monitored_session_global_step(ms, st)) < 0) {
         fail(st, "reading the global step");

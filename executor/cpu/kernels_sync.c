@@ -1,5 +1,7 @@
-/* CPU kernels of synchronous replicas: conditional accumulators and the token queue
- * (TensorFlow's conditional_accumulator_base.cc and FIFOQueue, for int64 tokens).
+/* CPU kernels that make workers wait for each other: the conditional accumulators and the
+ * token queue of synchronous replicas (TensorFlow's conditional_accumulator_base.cc and
+ * FIFOQueue, for int64 tokens), and the coordinator of an elastic group (ElasticRendezvous,
+ * docs/ELASTIC.md).
  *
  * Resources live in the task's resource manager under (kind, shared_name) and are reference
  * counted: the manager holds one reference, each kernel instance one, each waiting kernel one,
@@ -19,12 +21,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base_impl.h"
 #include "cpu_impl.h"
 #include "exec_executor_impl.h"
 #include "exec_kernel_registry_impl.h"
 #include "exec_rendezvous_impl.h"
 #include "exec_resources_impl.h"
 #include "status_impl.h"
+#include "exec_collective_group_impl.h"
 #include "timer_impl.h"
 
 // ---- resources and waiters ----
@@ -53,6 +57,7 @@ struct waiter {
     dg_status err;             // an end that came before `registered` (the starter reports it)
     int num_required;          // TakeGradient
     int total_replicas;        // TakeGradient: replica ids 0..total-1 expected
+    int64_t task, kind, epoch_seen;   // ElasticRendezvous: who arrived, and why
     // Writes the deadline error into st (called under res->mu).
     void (*deadline_error)(waiter *w, dg_status *st);
 };
@@ -725,6 +730,323 @@ static bool queue_close_compute(void *state, exec_ctx *ctx) {
     return true;
 }
 
+
+// ---- the coordinator of an elastic group (ElasticRendezvous) ----
+// Workers arrive with their task, why they come (ELASTIC_*) and the epoch they are in. A
+// round ends when every member of the epoch in force has arrived, except those reported lost
+// (or, barrier_timeout_ms after the first arrival, with those that came): all arrivals get the
+// same answer, [epoch, members...]. The epoch stays when only its members came, each at a
+// commit of that epoch, with nobody lost; otherwise a new epoch begins: the members that came
+// with their state (not joining), in their old order, then the others by task index. The first
+// epoch forms once min_members tasks have come.
+enum { ELASTIC_COMMIT = 0, ELASTIC_JOIN = 1, ELASTIC_REFORM = 2 };
+
+typedef struct elastic_coord {
+    resource base;             // first: resource* and elastic_coord* convert
+    int min_members;
+    int64_t barrier_timeout_ms;
+    int64_t epoch;             // -1 before the first
+    int *members;              // of epoch, rank order
+    int n_members;
+    int *lost;                 // members reported lost in this round
+    int n_lost, cap_lost;
+    bool change;               // a joiner, a loss or a stale epoch came in this round
+    uint64_t barrier_timer;    // pending round deadline, 0: none
+    waiter **ready;            // ended by the round, finished after the lock is released
+    dg_tensor **ready_outs;
+    int n_ready, cap_ready, cap_ready_outs;
+    bool has_fingerprint;      // of the members' variables (names, types, shapes), set by the first
+    int64_t fingerprint;
+} elastic_coord;
+
+static void elastic_free(resource *r) {
+    elastic_coord *c = (elastic_coord *)r;
+    free(c->members);
+    free(c->lost);
+    free(c->ready);
+    free(c->ready_outs);
+    free(c);
+}
+
+typedef struct elastic_attrs {
+    const char *name;
+    int64_t min_members, barrier_timeout_ms;
+} elastic_attrs;
+
+static void *elastic_create(void *arg, dg_status *st) {
+    const elastic_attrs *a = arg;
+    elastic_coord *c = calloc(1, sizeof *c);
+    if (!c || !res_init(&c->base, a->name, elastic_free)) {
+        free(c);
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "elastic coordinator \"%s\": out of memory", a->name);
+        return NULL;
+    }
+    c->min_members = (int)a->min_members;
+    c->barrier_timeout_ms = a->barrier_timeout_ms;
+    c->epoch = -1;
+    return c;
+}
+
+static bool in_list(const int *xs, int n, int x) {
+    for (int i = 0; i < n; i++)
+        if (xs[i] == x) return true;
+    return false;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+// Whether task has arrived: a waiter in the list, or extra (the arrival being started).
+static const waiter *arrival_of(elastic_coord *c, const waiter *extra, int64_t task) {
+    if (extra && extra->task == task) return extra;
+    for (waiter *w = c->base.waiters; w; w = w->next)
+        if (w->task == task) return w;
+    return NULL;
+}
+
+static void barrier_deadline(void *arg);
+
+// Ends the round if it can (under the lock): every arrival but extra is moved to c->ready with
+// its answer, extra's answer goes to *extra_out. force: the round's deadline passed, so the
+// members missing are left out. Returns whether it ended.
+static bool elastic_round(elastic_coord *c, waiter *extra, dg_tensor **extra_out, bool force, dg_status *st) {
+    int n_arrived = 0;
+    for (waiter *w = c->base.waiters; w; w = w->next) n_arrived++;
+    if (extra) n_arrived++;
+    if (n_arrived == 0) return false;
+    bool change = c->change || c->epoch < 0;
+    if (c->epoch < 0) {
+        // Each task waits once (elastic_start replaces an earlier wait of its task).
+        if (n_arrived < c->min_members) return false;
+    } else {
+        for (waiter *w = c->base.waiters; w; w = w->next)
+            if (w->kind != ELASTIC_COMMIT || w->epoch_seen != c->epoch) change = true;
+        if (extra && (extra->kind != ELASTIC_COMMIT || extra->epoch_seen != c->epoch)) change = true;
+        for (int i = 0; i < c->n_members; i++) {
+            int m = c->members[i];
+            if (in_list(c->lost, c->n_lost, m)) {
+                change = true;
+                continue;
+            }
+            if (arrival_of(c, extra, m)) continue;
+            if (!force) return false;
+            change = true;   // missing at the deadline: left out
+        }
+    }
+    int *next = malloc((size_t)(n_arrived > 0 ? n_arrived : 1) * sizeof *next);
+    if (!next) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "elastic coordinator: out of memory");
+        return false;
+    }
+    int n_next = 0;
+    if (!change) {
+        memcpy(next, c->members, (size_t)c->n_members * sizeof *next);
+        n_next = c->n_members;
+    } else {
+        // The members that came with their state keep their order (the first is rank 0, whose
+        // values the others take), then the rest by task index.
+        for (int i = 0; i < c->n_members; i++) {
+            const waiter *a = arrival_of(c, extra, c->members[i]);
+            if (a && a->kind != ELASTIC_JOIN && !in_list(c->lost, c->n_lost, c->members[i]))
+                next[n_next++] = c->members[i];
+        }
+        int first_new = n_next;
+        for (waiter *w = c->base.waiters;; w = w->next) {
+            const waiter *a = w ? w : extra;
+            if (!a) break;
+            if (!in_list(next, n_next, (int)a->task)) next[n_next++] = (int)a->task;
+            if (!w) break;
+        }
+        qsort(next + first_new, (size_t)(n_next - first_new), sizeof *next, cmp_int);
+        free(c->members);
+        c->members = malloc((size_t)n_next * sizeof *c->members);
+        if (!c->members) abort();
+        memcpy(c->members, next, (size_t)n_next * sizeof *next);
+        c->n_members = n_next;
+        c->epoch++;
+    }
+    free(next);
+    c->n_lost = 0;
+    c->change = false;
+    if (c->barrier_timer && exec_timer_cancel(c->barrier_timer)) res_unref(&c->base);
+    c->barrier_timer = 0;
+    // The answer, one tensor per arrival.
+    for (waiter *w = c->base.waiters;; w = w->next) {
+        dg_tensor *t = dg_tensor_new(DG_INT64, dg_shape1(1 + c->n_members), NULL);
+        if (!t) abort();
+        dg_tensor_i64(t)[0] = c->epoch;
+        for (int i = 0; i < c->n_members; i++) dg_tensor_i64(t)[1 + i] = c->members[i];
+        if (!w) {
+            if (extra) *extra_out = t;
+            else dg_tensor_unref(t);
+            break;
+        }
+        w->done = true;
+        int k = c->n_ready;
+        BASE_PUSH(c->ready_outs, k, c->cap_ready_outs, t);
+        BASE_PUSH(c->ready, c->n_ready, c->cap_ready, w);
+    }
+    c->base.waiters = NULL;
+    return true;
+}
+
+// Finishes the arrivals a round ended (not under the lock).
+static void elastic_flush(elastic_coord *c) {
+    pthread_mutex_lock(&c->base.mu);
+    waiter **ws = c->ready;
+    dg_tensor **outs = c->ready_outs;
+    int n = c->n_ready;
+    c->ready = NULL;
+    c->ready_outs = NULL;
+    c->n_ready = c->cap_ready = c->cap_ready_outs = 0;
+    pthread_mutex_unlock(&c->base.mu);
+    finish_taken(ws, outs, NULL, n);
+    free(ws);
+    free(outs);
+}
+
+static void barrier_deadline(void *arg) {
+    elastic_coord *c = arg;
+    dg_status st = DG_STATUS_INIT;
+    pthread_mutex_lock(&c->base.mu);
+    c->barrier_timer = 0;
+    elastic_round(c, NULL, NULL, true, &st);
+    pthread_mutex_unlock(&c->base.mu);
+    elastic_flush(c);
+    status_impl_clear(&st);
+    res_unref(&c->base);   // the timer's reference
+}
+
+// park's try for an arrival (under the lock): the arrival's lost reports count, then the round
+// ends if it can; if not, the round's deadline starts with its first arrival.
+static bool elastic_try(resource *r, waiter *w, dg_tensor **out, dg_status *st) {
+    elastic_coord *c = (elastic_coord *)r;
+    if (elastic_round(c, w, out, false, st)) return true;
+    if (!dg_status_ok(st)) return true;
+    if (c->epoch >= 0 && !c->barrier_timer) {
+        res_ref(&c->base);
+        if (!(c->barrier_timer = exec_timer_add(c->barrier_timeout_ms, barrier_deadline, c))) res_unref(&c->base);
+    }
+    return false;
+}
+
+typedef struct elastic_kernel {
+    elastic_coord *c;          // one reference held
+    int64_t timeout_ms;
+} elastic_kernel;
+
+static void elastic_kernel_free(void *state) {
+    elastic_kernel *k = state;
+    res_unref(&k->c->base);
+    free(k);
+}
+
+static void *elastic_kernel_create(const dg_node *n, const exec_env *env, dg_status *st) {
+    elastic_attrs a = {dg_node_attr_string(n, "shared_name"), 1, 10000};
+    attr_int(n, "min_members", 1, &a.min_members);
+    attr_int(n, "barrier_timeout_ms", 10000, &a.barrier_timeout_ms);
+    if (!a.name || !*a.name || a.min_members < 1 || a.barrier_timeout_ms < 1) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "elastic coordinator: needs a shared_name, min_members >= 1 and "
+                      "barrier_timeout_ms >= 1");
+        return NULL;
+    }
+    elastic_coord *c = exec_resources_object(env->rm, "elastic_coordinator", a.name, elastic_create, &a,
+                                             res_destroy, st);
+    elastic_kernel *k = c ? calloc(1, sizeof *k) : NULL;
+    if (!k) {
+        if (c) dg_status_set(st, DG_RESOURCE_EXHAUSTED, "elastic coordinator kernel: out of memory");
+        return NULL;
+    }
+    res_ref(&c->base);
+    k->c = c;
+    attr_int(n, "timeout_ms", 0, &k->timeout_ms);
+    return k;
+}
+
+static void elastic_deadline_error(waiter *w, dg_status *st) {
+    dg_status_setf(st, DG_DEADLINE_EXCEEDED,
+                   "elastic coordinator \"%s\": task %lld waited %lld ms for the group's next round (are the "
+                   "other members alive, and do they reach their commits?)",
+                   w->res->name, (long long)w->task, (long long)w->timeout_ms);
+}
+
+static void elastic_start(void *state, exec_ctx *ctx, exec_async_handle h) {
+    elastic_kernel *k = state;
+    elastic_coord *c = k->c;
+    dg_status err = DG_STATUS_INIT;
+    const dg_tensor *lost = IN(3);
+    if (IN(0)->dtype != DG_INT64 || IN(0)->n_elements != 1 || IN(1)->dtype != DG_INT64 || IN(1)->n_elements != 1 ||
+        IN(2)->dtype != DG_INT64 || IN(2)->n_elements != 1 || lost->dtype != DG_INT64 || dg_tensor_rank(lost) != 1)
+        dg_status_setf(&err, DG_INVALID_ARGUMENT, "elastic coordinator \"%s\": needs int64 task, kind and epoch "
+                       "scalars and an int64 vector of lost tasks", c->base.name);
+    int64_t task = dg_status_ok(&err) ? dg_tensor_i64(IN(0))[0] : 0;
+    int64_t kind = dg_status_ok(&err) ? dg_tensor_i64(IN(1))[0] : 0;
+    if (dg_status_ok(&err) && (task < 0 || task > INT32_MAX || kind < ELASTIC_COMMIT || kind > ELASTIC_REFORM ||
+                               lost->n_elements > EXEC_COLL_MAX_MEMBERS || IN(4)->dtype != DG_INT64 ||
+                               IN(4)->n_elements != 1))
+        dg_status_setf(&err, DG_INVALID_ARGUMENT, "elastic coordinator \"%s\": task %lld, kind %lld, %lld lost "
+                       "tasks or the fingerprint out of range", c->base.name, (long long)task, (long long)kind,
+                       (long long)lost->n_elements);
+    if (dg_status_ok(&err)) {
+        // Every member trains the same variables: a worker built from another graph is refused,
+        // here and in its own error.
+        int64_t fp = dg_tensor_i64(IN(4))[0];
+        pthread_mutex_lock(&c->base.mu);
+        if (!c->has_fingerprint) {
+            c->has_fingerprint = true;
+            c->fingerprint = fp;
+        } else if (c->fingerprint != fp) {
+            dg_status_setf(&err, DG_FAILED_PRECONDITION,
+                           "elastic coordinator \"%s\": refused task %lld: its variables (names, types, shapes: "
+                           "fingerprint %016llx) are not the group's (%016llx); is it running another model?",
+                           c->base.name, (long long)task, (unsigned long long)fp, (unsigned long long)c->fingerprint);
+            fprintf(stderr, "distgraph: %s\n", dg_status_message(&err));
+        }
+        pthread_mutex_unlock(&c->base.mu);
+    }
+    if (!dg_status_ok(&err)) {
+        exec_async_done(h, NULL, &err);
+        status_impl_clear(&err);
+        return;
+    }
+    waiter *w = waiter_new(&c->base, ctx, h, k->timeout_ms);
+    if (!w) return;
+    w->deadline_error = elastic_deadline_error;
+    w->task = task;
+    w->kind = kind;
+    w->epoch_seen = dg_tensor_i64(IN(2))[0];
+    pthread_mutex_lock(&c->base.mu);
+    // A task that waits again (a new incarnation, or a retry) replaces its earlier wait.
+    waiter *old = NULL;
+    for (waiter **pp = &c->base.waiters; *pp; pp = &(*pp)->next)
+        if ((*pp)->task == task) {
+            old = *pp;
+            *pp = old->next;
+            old->next = NULL;
+            old->done = true;
+            break;
+        }
+    // Reported losses count for members of the epoch only (others cannot hold a round up).
+    for (int64_t i = 0; i < lost->n_elements; i++) {
+        int64_t t = dg_tensor_i64(lost)[i];
+        if (t >= 0 && t <= INT32_MAX && in_list(c->members, c->n_members, (int)t) &&
+            !in_list(c->lost, c->n_lost, (int)t))
+            BASE_PUSH(c->lost, c->n_lost, c->cap_lost, (int)t);
+    }
+    if (lost->n_elements > 0 || kind != ELASTIC_COMMIT) c->change = true;
+    pthread_mutex_unlock(&c->base.mu);
+    if (old) {
+        dg_status_setf(&err, DG_ABORTED, "elastic coordinator \"%s\": task %lld arrived again", c->base.name,
+                       (long long)task);
+        finish_taken(&old, NULL, &err, 1);
+        status_impl_clear(&err);
+    }
+    park(w, elastic_try);
+    elastic_flush(c);
+}
+
 #define SK(op, mask, create, compute, destroy, start) {op, "CPU", mask, create, compute, destroy, false, false, false, start, false}
 
 static const exec_kernel_def sync_kernels[] = {
@@ -737,6 +1059,7 @@ static const exec_kernel_def sync_kernels[] = {
     SK("QueueDequeue", DT_ALL, queue_kernel_create, NULL, queue_kernel_free, dequeue_start),
     SK("QueueSize", DT_ALL, queue_kernel_create, queue_size_compute, queue_kernel_free, NULL),
     SK("QueueClose", DT_ALL, queue_kernel_create, queue_close_compute, queue_kernel_free, NULL),
+    SK("ElasticRendezvous", DT_ALL, elastic_kernel_create, NULL, elastic_kernel_free, elastic_start),
 };
 
 void cpu_register_sync_kernels(void) {

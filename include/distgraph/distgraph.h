@@ -50,5 +50,6 @@
 #include "distgraph/sync_replicas.h"
 #include "distgraph/collective.h"
 #include "distgraph/distribute.h"
+#include "distgraph/elastic.h"
 
 #endif
