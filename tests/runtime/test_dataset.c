@@ -730,6 +730,8 @@ static void test_resume_with_saver(void **state) {
 
 // ---- bad input ----
 
+// Takes n_good elements of ds, then expects the error (code, and needle and needle2 in the
+// message) twice. Consumes ds.
 static void expect_next_error(dg_dataset *ds, int n_good, dg_code code, const char *needle, const char *needle2) {
     dg_status *st = dg_status_new();
     dg_iterator *it = dg_iterator_new(ds, st);
@@ -747,6 +749,7 @@ static void expect_next_error(dg_dataset *ds, int n_good, dg_code code, const ch
         if (needle2) assert_status(st, code, needle2);
     }
     dg_iterator_free(&it);
+    dg_dataset_free(&ds);
     dg_status_free(&st);
 }
 
