@@ -127,6 +127,32 @@ bool dg_checkpoint_restore_slices(dg_checkpoint_store *s, int64_t step, const ch
                                   const dg_checkpoint_slice *slices, dg_tensor *const *values, int n,
                                   int64_t *restored_step, dg_status *st);
 
+// ---- Named blobs ----
+// Bytes saved with a checkpoint under a name (an input pipeline's position, dataset.h), in the
+// same transaction as its tensors: a checkpoint has its blobs or does not exist. They go with
+// their checkpoint when it is replaced or pruned. Readers that know nothing of blobs
+// (dg_checkpoint_variables, dg_saver_restore, earlier releases) do not see them.
+
+typedef struct dg_checkpoint_blob {
+    const char *name;    // 1 to 255 bytes, unique in one save
+    const void *data;    // n_bytes bytes (may be NULL when n_bytes is 0)
+    size_t n_bytes;      // at most 512 MiB
+} dg_checkpoint_blob;
+
+// dg_checkpoint_save_slices, and n_blobs blobs saved with the checkpoint in the same
+// transaction (blobs may be NULL when n_blobs is 0). Also INVALID_ARGUMENT naming a blob of a
+// bad name or size, or a name given twice. Borrows every argument for the call.
+bool dg_checkpoint_save_with_blobs(dg_checkpoint_store *s, int64_t global_step, const char *const *names,
+                                   dg_tensor *const *values, const dg_checkpoint_slice *slices, int n,
+                                   const dg_checkpoint_blob *blobs, int n_blobs, int max_to_keep, dg_status *st);
+
+// Reads the blob name of the checkpoint of step (-1: newest). *data: new, caller frees with
+// free() (NULL on error); *n_bytes its size. NOT_FOUND for a missing step or a checkpoint
+// without that blob, DATA_LOSS for bytes that fail their CRC-32; all name the file.
+// *read_step (may be NULL) receives the step read.
+bool dg_checkpoint_read_blob(dg_checkpoint_store *s, int64_t step, const char *name, void **data, size_t *n_bytes,
+                             int64_t *read_step, dg_status *st);
+
 // ---- Scalar summaries ----
 // What the summary saver hook (monitored_session.h) writes and dg-inspect reads: rows of
 // (global step, tag, value, wall time) in the table `summaries` of the file, made by the first

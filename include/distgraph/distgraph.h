@@ -22,7 +22,7 @@
  *   server_def, tf_config, slurm; cluster includes the four) <- placer (device_setter,
  *   placer) <- executor (trace_event: the events it notes in a traced step,
  *   types only) <- runtime (session, server, checkpoint, monitored_session, distribute,
- *   trace); a header declares functions of its own layer and includes none to its right.
+ *   trace, dataset); a header declares functions of its own layer and includes none to its right.
  * - The shared library exports exactly the functions of these headers (abi/distgraph.symbols);
  *   version.h gives the version, and the SONAME changes when the interface breaks. */
 #ifndef DISTGRAPH_DISTGRAPH_H
@@ -51,5 +51,6 @@
 #include "distgraph/collective.h"
 #include "distgraph/distribute.h"
 #include "distgraph/elastic.h"
+#include "distgraph/dataset.h"
 
 #endif

@@ -57,6 +57,14 @@ bool dg_saver_save(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, i
 // *restored_step (may be NULL) gets the step. Borrows sess and store for the call.
 bool dg_saver_restore(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, int64_t step,
                       int64_t *restored_step, dg_status *st);
+// Fills *bytes (new, freed by the saver with free()) and *n_bytes with what to save; false
+// with st set fails the save.
+typedef bool (*dg_saver_blob_fn)(void *ctx, unsigned char **bytes, size_t *n_bytes, dg_status *st);
+// Every later dg_saver_save (and so the checkpoint saver hook) calls fn and saves its bytes
+// under name (1 to 255 bytes; ALREADY_EXISTS when added before) in the checkpoint's own
+// transaction (dg_checkpoint_save_with_blobs); read them back with dg_checkpoint_read_blob.
+// dg_saver_restore ignores them. Borrows ctx until dg_saver_free().
+bool dg_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn, void *ctx, dg_status *st);
 // With convert true, dg_saver_restore reads a variable saved whole in another float dtype
 // (float32, float64, bfloat16, float16) and converts it as Cast does (to a 16-bit float through
 // float32, to nearest, ties to even). Off by default: a checkpoint of another dtype is

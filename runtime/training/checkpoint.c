@@ -1004,15 +1004,160 @@ bool dg_checkpoint_save(dg_checkpoint_store *s, int64_t global_step, const char 
     return dg_checkpoint_save_slices(s, global_step, names, values, NULL, n, max_to_keep, st);
 }
 
+// ---- named blobs ----
+// Bytes saved with a checkpoint under a name, in the same transaction as its tensors (an input
+// pipeline's position: distgraph/dataset.h). The table is made by the first save holding a
+// blob; a trigger removes a checkpoint's blobs with it (replaced, pruned), also when an earlier
+// release deletes the checkpoint.
+
+#define BLOB_MAX_BYTES ((size_t)512 << 20)   // under SQLite's 10^9-byte value limit
+
+static bool find_checkpoint(dg_checkpoint_store *s, int64_t step, int64_t *id, int64_t *found,
+                            int64_t *n_tensors, dg_status *st);
+
+static const char blobs_sql[] =
+    "CREATE TABLE IF NOT EXISTS blobs(\n"
+    "  checkpoint_id INTEGER NOT NULL,      -- checkpoints.id\n"
+    "  name TEXT NOT NULL,\n"
+    "  crc32 INTEGER NOT NULL,              -- zlib CRC-32 of data\n"
+    "  data BLOB NOT NULL,\n"
+    "  PRIMARY KEY(checkpoint_id, name)\n"
+    ");\n"
+    "CREATE TRIGGER IF NOT EXISTS blobs_follow_checkpoints AFTER DELETE ON checkpoints BEGIN\n"
+    "  DELETE FROM blobs WHERE checkpoint_id = old.id;\n"
+    "END;\n";
+
+static bool check_blob_args(const dg_checkpoint_store *s, const dg_checkpoint_blob *blobs, int n_blobs,
+                            dg_status *st) {
+    if (n_blobs < 0 || (n_blobs > 0 && !blobs)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "checkpoint \"%s\": save: %d blobs, array %s", s->path, n_blobs,
+                       blobs ? "given" : "NULL");
+        return false;
+    }
+    for (int i = 0; i < n_blobs; i++) {
+        const dg_checkpoint_blob *b = &blobs[i];
+        size_t len = b->name ? strlen(b->name) : 0;
+        if (len < 1 || len > 255 || (!b->data && b->n_bytes) || b->n_bytes > BLOB_MAX_BYTES) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "checkpoint \"%s\": save: blob %d (\"%s\"): name of 1 to 255 bytes "
+                           "and at most %zu bytes of data needed, got %zu", s->path, i, b->name ? b->name : "(null)",
+                           BLOB_MAX_BYTES, b->n_bytes);
+            return false;
+        }
+        for (int k = 0; k < i; k++)
+            if (strcmp(blobs[k].name, b->name) == 0) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT, "checkpoint \"%s\": save: blob \"%s\" is given twice", s->path,
+                               b->name);
+                return false;
+            }
+    }
+    return true;
+}
+
+static bool save_blobs(dg_checkpoint_store *s, int64_t ckpt_id, const dg_checkpoint_blob *blobs, int n_blobs,
+                       dg_status *st) {
+    sqlite3_stmt *q = NULL;
+    int rc;
+    SQ_CHECK(s, sqlite3_exec(s->db, blobs_sql, NULL, NULL, NULL), st);
+    if (!prepare_on_demand(s, "INSERT INTO blobs(checkpoint_id, name, crc32, data) VALUES(?1, ?2, ?3, ?4)", "blobs",
+                           "(checkpoint_id, name, crc32, data)", &q, st))
+        goto fail;
+    for (int i = 0; i < n_blobs; i++) {
+        const dg_checkpoint_blob *b = &blobs[i];
+        uLong crc = crc32_z(crc32_z(0L, Z_NULL, 0), b->data ? b->data : (const void *)"", b->n_bytes);
+        SQ_CHECK(s, sqlite3_bind_int64(q, 1, ckpt_id), st);
+        SQ_CHECK(s, sqlite3_bind_text(q, 2, b->name, -1, SQLITE_STATIC), st);
+        SQ_CHECK(s, sqlite3_bind_int64(q, 3, (int64_t)crc), st);
+        SQ_CHECK(s, sqlite3_bind_blob64(q, 4, b->data ? b->data : (const void *)"", b->n_bytes, SQLITE_STATIC), st);
+        SQ_STEP(s, q, rc, st);
+        sqlite3_reset(q);
+        sqlite3_clear_bindings(q);
+    }
+    sqlite3_finalize(q);
+    return true;
+fail:
+    sqlite3_finalize(q);
+    return false;
+}
+
+bool dg_checkpoint_read_blob(dg_checkpoint_store *s, int64_t step, const char *name, void **data, size_t *n_bytes,
+                             int64_t *read_step, dg_status *st) {
+    dg_status_reset(st);
+    if (!s || !name || !data || !n_bytes) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: read blob with a NULL store, name or output");
+        return false;
+    }
+    *data = NULL;
+    *n_bytes = 0;
+    sqlite3_stmt *q = NULL;
+    int64_t id, found = -1;
+    bool has = false;
+    int rc;
+    set_doing(s, "reading blob \"%s\" of step %lld", name, (long long)step);
+    SQ_CHECK(s, sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL), st);
+    if (!find_checkpoint(s, step, &id, &found, NULL, st)) goto fail;
+    if (!has_table(s, "blobs", &has, st)) goto fail;
+    if (!has) {
+        dg_status_setf(st, DG_NOT_FOUND, "checkpoint \"%s\": step %lld holds no blob \"%s\" (the file has no blobs)",
+                       s->path, (long long)found, name);
+        goto fail;
+    }
+    if (!prepare_on_demand(s, "SELECT crc32, data FROM blobs WHERE checkpoint_id = ?1 AND name = ?2", "blobs",
+                           "(checkpoint_id, name, crc32, data)", &q, st))
+        goto fail;
+    SQ_CHECK(s, sqlite3_bind_int64(q, 1, id), st);
+    SQ_CHECK(s, sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC), st);
+    SQ_STEP(s, q, rc, st);
+    if (rc != SQLITE_ROW) {
+        dg_status_setf(st, DG_NOT_FOUND, "checkpoint \"%s\": step %lld holds no blob \"%s\"", s->path,
+                       (long long)found, name);
+        goto fail;
+    }
+    if (sqlite3_column_type(q, 1) != SQLITE_BLOB && sqlite3_column_type(q, 1) != SQLITE_NULL) {
+        dg_status_setf(st, DG_DATA_LOSS, "checkpoint \"%s\": blob \"%s\" of step %lld is not a blob", s->path, name,
+                       (long long)found);
+        goto fail;
+    }
+    size_t len = (size_t)sqlite3_column_bytes(q, 1);
+    const void *p = sqlite3_column_blob(q, 1);
+    uLong crc = crc32_z(crc32_z(0L, Z_NULL, 0), p ? p : (const void *)"", len);
+    if ((int64_t)crc != sqlite3_column_int64(q, 0)) {
+        dg_status_setf(st, DG_DATA_LOSS, "checkpoint \"%s\": blob \"%s\" of step %lld: CRC-32 mismatch over %zu bytes",
+                       s->path, name, (long long)found, len);
+        goto fail;
+    }
+    *data = malloc(len ? len : 1);
+    if (!*data) {
+        base_oom(st, "checkpoint blob", len);
+        goto fail;
+    }
+    if (len) memcpy(*data, p, len);
+    *n_bytes = len;
+    sqlite3_finalize(q);
+    end_call(s, true);
+    if (read_step) *read_step = found;
+    return true;
+fail:
+    sqlite3_finalize(q);
+    end_call(s, true);
+    return false;
+}
+
 bool dg_checkpoint_save_slices(dg_checkpoint_store *s, int64_t global_step, const char *const *names,
                                dg_tensor *const *values, const dg_checkpoint_slice *slices, int n,
                                int max_to_keep, dg_status *st) {
+    return dg_checkpoint_save_with_blobs(s, global_step, names, values, slices, n, NULL, 0, max_to_keep, st);
+}
+
+bool dg_checkpoint_save_with_blobs(dg_checkpoint_store *s, int64_t global_step, const char *const *names,
+                                   dg_tensor *const *values, const dg_checkpoint_slice *slices, int n,
+                                   const dg_checkpoint_blob *blobs, int n_blobs, int max_to_keep, dg_status *st) {
     dg_status_reset(st);
     if (!s) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "checkpoint: save on a NULL store");
         return false;
     }
     if (!check_save_args(s, global_step, names, values, n, max_to_keep, st)) return false;
+    if (!check_blob_args(s, blobs, n_blobs, st)) return false;
     bool has_slices = false;
     if (slices && !check_slice_args(s, global_step, names, values, slices, n, &has_slices, st)) return false;
     if (s->readonly_why) {
@@ -1057,6 +1202,11 @@ bool dg_checkpoint_save_slices(dg_checkpoint_store *s, int64_t global_step, cons
         if (!save_tensor(s, ckpt_id, names[i], values[i], &tensor_id, st)) goto fail;
         if (slices && slices[i].full_name && !save_slice_row(s, ins_slice, tensor_id, &slices[i], values[i], st))
             goto fail;
+    }
+
+    if (n_blobs > 0) {
+        set_doing(s, "saving the blobs of step %lld", (long long)global_step);
+        if (!save_blobs(s, ckpt_id, blobs, n_blobs, st)) goto fail;
     }
 
     if (max_to_keep > 0) {

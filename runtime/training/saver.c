@@ -8,8 +8,15 @@
 #include "distgraph/monitored_session.h"
 #include "distgraph/ops.h"
 #include "distgraph/partitioned.h"
+#include "base_impl.h"
 #include "status_impl.h"
 #include "training_impl.h"
+
+typedef struct saver_blob_source {
+    char name[256];
+    dg_saver_blob_fn fn;
+    void *ctx;   // borrowed
+} saver_blob_source;
 
 struct dg_saver {
     dg_graph *g;           // borrowed
@@ -22,7 +29,28 @@ struct dg_saver {
                                    // borrowed from the graph), full_name NULL when it has none
     bool has_slices;               // whether any variable is a slice (a partitioned variable's part)
     bool convert_dtypes;           // dg_saver_set_convert_dtypes
+    saver_blob_source *blobs;      // dg_saver_add_blob, in the order added
+    int n_blobs, cap_blobs;
 };
+
+bool dg_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn, void *ctx, dg_status *st) {
+    dg_status_reset(st);
+    size_t len = name ? strlen(name) : 0;
+    if (!sv || !fn || len < 1 || len > 255) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "saver add blob: NULL saver or function, or a name of %zu bytes "
+                       "(1 to 255)", len);
+        return false;
+    }
+    for (int i = 0; i < sv->n_blobs; i++)
+        if (strcmp(sv->blobs[i].name, name) == 0) {
+            dg_status_setf(st, DG_ALREADY_EXISTS, "saver add blob: \"%s\" is added already", name);
+            return false;
+        }
+    saver_blob_source b = {.fn = fn, .ctx = ctx};
+    memcpy(b.name, name, len + 1);
+    BASE_PUSH(sv->blobs, sv->n_blobs, sv->cap_blobs, b);
+    return true;
+}
 
 void dg_saver_set_convert_dtypes(dg_saver *sv, bool convert) {
     if (sv) sv->convert_dtypes = convert;
@@ -130,6 +158,7 @@ void dg_saver_free(dg_saver **svp) {
     free(sv->vars);
     free(sv->values);
     free(sv->slices);
+    free(sv->blobs);
     free(sv);
     *svp = NULL;
 }
@@ -161,19 +190,29 @@ bool dg_saver_save(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, i
     }
     dg_tensor **vals = calloc((size_t)sv->n, sizeof *vals);
     const char **names = saver_names(sv);
-    if (!vals) abort();
+    dg_checkpoint_blob *blobs = calloc((size_t)(sv->n_blobs ? sv->n_blobs : 1), sizeof *blobs);
+    if (!vals || !blobs) abort();
     bool ok = dg_session_run(sess, NULL, NULL, 0, sv->vars, vals, sv->n, NULL, 0, st);
-    if (!ok) {
-        dg_status_prepend(st, "saver save: fetching the variables");
-    } else {
+    if (!ok) dg_status_prepend(st, "saver save: fetching the variables");
+    for (int i = 0; ok && i < sv->n_blobs; i++) {
+        unsigned char *bytes = NULL;
+        blobs[i].name = sv->blobs[i].name;
+        ok = sv->blobs[i].fn(sv->blobs[i].ctx, &bytes, &blobs[i].n_bytes, st);
+        blobs[i].data = bytes;
+        if (!ok) dg_status_prepend(st, "saver save: blob \"%s\"", sv->blobs[i].name);
+    }
+    if (ok) {
         if (step < 0) step = dg_tensor_i64(vals[sv->global_step])[0];
-        // Parts of partitioned variables go in as slices of their full variables.
-        ok = dg_checkpoint_save_slices(store, step, names, vals, sv->has_slices ? sv->slices : NULL, sv->n,
-                                       max_to_keep, st);
+        // Parts of partitioned variables go in as slices of their full variables; the blobs
+        // go in the same transaction.
+        ok = dg_checkpoint_save_with_blobs(store, step, names, vals, sv->has_slices ? sv->slices : NULL, sv->n, blobs,
+                                           sv->n_blobs, max_to_keep, st);
         if (ok && saved_step) *saved_step = step;
         if (!ok) dg_status_prepend(st, "saver save: checkpoint of step %lld", (long long)step);
     }
     for (int i = 0; i < sv->n; i++) dg_tensor_unref(vals[i]);
+    for (int i = 0; i < sv->n_blobs; i++) free((void *)blobs[i].data);
+    free(blobs);
     free(vals);
     free(names);
     return ok;

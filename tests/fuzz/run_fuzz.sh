@@ -5,7 +5,7 @@
 #   tests/fuzz/run_fuzz.sh all SECONDS                              every target, side by side, then one
 #                                                                   summary line (what CI runs)
 #   tests/fuzz/run_fuzz.sh build [NAME...]                          build only
-# NAME is the part after fuzz_ (wire, graph_load, shm_desc, chunks, server, channel). Objects, binaries,
+# NAME is the part after fuzz_ (wire, graph_load, shm_desc, chunks, server, channel, records). Objects, binaries,
 # the working corpus (corpus_NAME, kept between runs), logs and crash files (crashes_NAME/) go to
 # $DG_FUZZ_DIR (default build-fuzz/ under the repository root); tests/fuzz/corpus/NAME holds the
 # committed seeds, read but never written. CC_FUZZ picks the compiler (default clang).
@@ -16,7 +16,7 @@ mode=${1:?$usage}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${DG_FUZZ_DIR:-$root/build-fuzz}
 cc=${CC_FUZZ:-clang}
-targets=(wire graph_load shm_desc chunks server channel)
+targets=(wire graph_load shm_desc chunks server channel records)
 command -v "$cc" >/dev/null || { echo "run_fuzz.sh: $cc not found (apt-get install clang libclang-rt-dev)" >&2; exit 2; }
 mkdir -p "$out/obj"
 
@@ -37,6 +37,8 @@ srcs_of() {
     channel) echo "$root/runtime/master/fast_channel.c $root/runtime/transport/shm.c $root/runtime/transport/wire.c $graph" ;;
     chunks) echo "$transport $graph" ;;
     server) echo "$all $proto_out/tensorboard.pb-c.c" ;;
+    # The data room calls the saver and the checkpoint store (an iterator's state in a checkpoint).
+    records) echo "$all $proto_out/tensorboard.pb-c.c" ;;
     *) echo "run_fuzz.sh: unknown target $1 (add its sources here)" >&2; return 2 ;;
   esac
 }
@@ -44,7 +46,7 @@ libs_of() {
   case $1 in
     wire|graph_load|shm_desc|channel) echo "-lmsgpackc -lm -lpthread" ;;
     chunks) echo "-lzmq -lmsgpackc -lm -lpthread" ;;
-    server) echo "-lzmq -lmsgpackc -lsqlite3 -lprotobuf-c -lz -lm -lpthread" ;;
+    server|records) echo "-lzmq -lmsgpackc -lsqlite3 -lprotobuf-c -lz -lm -lpthread" ;;
   esac
 }
 # libFuzzer limits per target. Headers are small: any single allocation over 512 MB while
@@ -58,6 +60,7 @@ flags_of() {
     channel) echo "-rss_limit_mb=2048 -max_len=65536" ;;
     chunks) echo "-rss_limit_mb=2048 -max_len=8192 -timeout=30" ;;
     server) echo "-rss_limit_mb=4096 -max_len=16384 -timeout=60" ;;
+    records) echo "-rss_limit_mb=2048 -malloc_limit_mb=512 -max_len=65536" ;;
   esac
 }
 
@@ -68,7 +71,7 @@ if [ ! -f "$proto_out/tensorboard.pb-c.c" ] || [ "$root/proto/tensorboard.proto"
   protoc-c --c_out="$proto_out" --proto_path="$root/proto" "$root/proto/tensorboard.proto"
 fi
 includes="-I$root/include -I$root/graph -I$root/cluster -I$root/placer -I$root/executor -I$root/executor/cpu -I$proto_out"
-for room in transport server master session training; do includes="$includes -I$root/runtime/$room"; done
+for room in transport server master session training data; do includes="$includes -I$root/runtime/$room"; done
 cflags="-g -O1 -std=c11 -D_GNU_SOURCE -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter"
 sanitize="address,undefined -fno-sanitize-recover=undefined"
 # Any header changed since an object was made rebuilds it (simple, and the headers rarely move).

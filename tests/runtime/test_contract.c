@@ -120,6 +120,35 @@ static void test_status_cleared_on_success(void **state) {
     dg_server_free(&b);
     dg_cluster_free(&c1);
 
+    // Datasets: a bad batch size, then a good one; each iterator call on a dirty status.
+    dg_tensor *rows = dg_tensor_new_zeros(DG_INT64, dg_shape1(3), st);
+    assert_null(dg_dataset_batch(dg_dataset_from_tensors(&rows, 1, st), 0, false, st));
+    assert_int_equal(dg_status_code(st), DG_INVALID_ARGUMENT);
+    dg_dataset *ds = dg_dataset_batch(dg_dataset_from_tensors(&rows, 1, st), 2, false, st);
+    assert_non_null(ds);
+    assert_ok(st);
+    dirty(st);
+    dg_iterator *it = dg_iterator_new(ds, st);
+    assert_ok(st);
+    dg_element e = {0};
+    bool end;
+    dirty(st);
+    assert_true(dg_iterator_next(it, &e, &end, st));
+    assert_ok(st);
+    unsigned char *bytes;
+    size_t nb;
+    dirty(st);
+    assert_true(dg_iterator_save(it, &bytes, &nb, st));
+    assert_ok(st);
+    dirty(st);
+    assert_true(dg_iterator_restore(it, bytes, nb, st));
+    assert_ok(st);
+    free(bytes);
+    dg_element_clear(&e);
+    dg_iterator_free(&it);
+    dg_dataset_free(&ds);
+    dg_tensor_unref(rows);
+
     dg_status_free(&st);
 }
 

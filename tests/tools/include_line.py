@@ -4,7 +4,7 @@
     tests/tools/include_line.py BUILD_DIR SOURCE_DIR
 
 The parts, left to right: the layers graph, cluster, placer, executor, the runtime's rooms transport,
-server, master, session, training, then the tools. For each part this takes the compile
+server, master, session, training, data, then the tools. For each part this takes the compile
 command of one of its sources (BUILD_DIR/compile_commands.json: its include path, defines and
 warnings), and compiles a probe that includes one header of every folder of every part to its
 right.
@@ -32,6 +32,7 @@ PARTS = [
     ("runtime/master", ["runtime/master"]),
     ("runtime/session", ["runtime/session"]),
     ("runtime/training", ["runtime/training"]),
+    ("runtime/data", ["runtime/data"]),
     ("tools", ["tools", "tools/inspect"]),
 ]
 
