@@ -135,7 +135,7 @@ static bool infer_queue_close(dg_node *n, dg_status *st) {
 // The coordinator of an elastic group (runtime/training/elastic.c): (task int64, kind int64,
 // epoch_seen int64, lost int64 [n], fingerprint int64) -> int64 [1 + members]: the epoch, then
 // its members in rank order. Attributes: shared_name, group_job, min_members (>= 1), barrier_timeout_ms (>= 1),
-// timeout_ms (>= 0; 0: no deadline).
+// timeout_ms (>= 0; 0: no deadline), log (0 or 1: a line per epoch on stderr).
 static bool infer_elastic_rendezvous(dg_node *n, dg_status *st) {
     if (!need_shared_name(n, "elastic coordinator", st)) return false;
     const char *job = dg_node_attr_string(n, "group_job");

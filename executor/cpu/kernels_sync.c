@@ -752,9 +752,12 @@ typedef struct elastic_coord {
     int n_lost, cap_lost;
     bool change;               // a joiner, a loss or a stale epoch came in this round
     uint64_t barrier_timer;    // pending round deadline, 0: none
+    int64_t round;             // rounds ended so far: a deadline of an ended round does nothing
+    struct barrier_arg *barrier_arg;   // the pending deadline's argument
     waiter **ready;            // ended by the round, finished after the lock is released
     dg_tensor **ready_outs;
     int n_ready, cap_ready, cap_ready_outs;
+    bool log;                  // a line on stderr per epoch (attribute "log")
     bool has_fingerprint;      // of the members' variables (names, types, shapes), set by the first
     int64_t fingerprint;
 } elastic_coord;
@@ -770,7 +773,7 @@ static void elastic_free(resource *r) {
 
 typedef struct elastic_attrs {
     const char *name;
-    int64_t min_members, barrier_timeout_ms;
+    int64_t min_members, barrier_timeout_ms, log;
 } elastic_attrs;
 
 static void *elastic_create(void *arg, dg_status *st) {
@@ -783,6 +786,7 @@ static void *elastic_create(void *arg, dg_status *st) {
     }
     c->min_members = (int)a->min_members;
     c->barrier_timeout_ms = a->barrier_timeout_ms;
+    c->log = a->log != 0;
     c->epoch = -1;
     return c;
 }
@@ -860,6 +864,22 @@ static bool elastic_round(elastic_coord *c, waiter *extra, dg_tensor **extra_out
             if (!w) break;
         }
         qsort(next + first_new, (size_t)(n_next - first_new), sizeof *next, cmp_int);
+        if (c->log) {
+            // One line per epoch on the coordinator's stderr: who is in, who came new, who left.
+            char in[512], came[256], left[256];
+            size_t a = 0, b = 0, d = 0;
+            in[0] = came[0] = left[0] = 0;
+            for (int i = 0; i < n_next && a + 16 < sizeof in; i++)
+                a += (size_t)snprintf(in + a, sizeof in - a, "%s%d", i ? "," : "", next[i]);
+            for (int i = first_new; i < n_next && b + 16 < sizeof came; i++)
+                b += (size_t)snprintf(came + b, sizeof came - b, "%s%d", b ? "," : "", next[i]);
+            for (int i = 0; i < c->n_members && d + 16 < sizeof left; i++)
+                if (!in_list(next, n_next, c->members[i]))
+                    d += (size_t)snprintf(left + d, sizeof left - d, "%s%d", d ? "," : "", c->members[i]);
+            fprintf(stderr, "%.6f: elastic coordinator %s: epoch %lld: members [%s]; new [%s]; left [%s]%s\n",
+                    (double)exec_timer_now_ms() / 1000.0, c->base.name, (long long)c->epoch + 1, in, came, left,
+                    force ? " (at the commit deadline: the members missing were left out)" : "");
+        }
         free(c->members);
         c->members = malloc((size_t)n_next * sizeof *c->members);
         if (!c->members) abort();
@@ -870,8 +890,14 @@ static bool elastic_round(elastic_coord *c, waiter *extra, dg_tensor **extra_out
     free(next);
     c->n_lost = 0;
     c->change = false;
-    if (c->barrier_timer && exec_timer_cancel(c->barrier_timer)) res_unref(&c->base);
+    c->round++;
+    // A cancelled deadline gives back its argument here; one running now frees it itself.
+    if (c->barrier_timer && exec_timer_cancel(c->barrier_timer)) {
+        free(c->barrier_arg);
+        res_unref(&c->base);   // never the last: the resources and the kernels hold it
+    }
     c->barrier_timer = 0;
+    c->barrier_arg = NULL;
     // The answer, one tensor per arrival.
     for (waiter *w = c->base.waiters;; w = w->next) {
         dg_tensor *t = dg_tensor_new(DG_INT64, dg_shape1(1 + c->n_members), NULL);
@@ -907,16 +933,27 @@ static void elastic_flush(elastic_coord *c) {
     free(outs);
 }
 
+// A round's deadline: the coordinator (one reference held) and the round it belongs to.
+typedef struct barrier_arg {
+    elastic_coord *c;
+    int64_t round;
+} barrier_arg;
+
 static void barrier_deadline(void *arg) {
-    elastic_coord *c = arg;
+    barrier_arg *b = arg;
+    elastic_coord *c = b->c;
     dg_status st = DG_STATUS_INIT;
     pthread_mutex_lock(&c->base.mu);
-    c->barrier_timer = 0;
-    elastic_round(c, NULL, NULL, true, &st);
+    if (c->round == b->round) {   // not ended meanwhile (a cancel that came too late)
+        c->barrier_timer = 0;
+        c->barrier_arg = NULL;
+        elastic_round(c, NULL, NULL, true, &st);
+    }
     pthread_mutex_unlock(&c->base.mu);
     elastic_flush(c);
     status_impl_clear(&st);
-    res_unref(&c->base);   // the timer's reference
+    res_unref(&c->base);
+    free(b);
 }
 
 // park's try for an arrival (under the lock): the arrival's lost reports count, then the round
@@ -926,8 +963,16 @@ static bool elastic_try(resource *r, waiter *w, dg_tensor **out, dg_status *st) 
     if (elastic_round(c, w, out, false, st)) return true;
     if (!dg_status_ok(st)) return true;
     if (c->epoch >= 0 && !c->barrier_timer) {
+        barrier_arg *b = malloc(sizeof *b);
+        if (!b) abort();
+        *b = (barrier_arg){c, c->round};
         res_ref(&c->base);
-        if (!(c->barrier_timer = exec_timer_add(c->barrier_timeout_ms, barrier_deadline, c))) res_unref(&c->base);
+        if (!(c->barrier_timer = exec_timer_add(c->barrier_timeout_ms, barrier_deadline, b))) {
+            res_unref(&c->base);
+            free(b);
+        } else {
+            c->barrier_arg = b;
+        }
     }
     return false;
 }
@@ -944,8 +989,9 @@ static void elastic_kernel_free(void *state) {
 }
 
 static void *elastic_kernel_create(const dg_node *n, const exec_env *env, dg_status *st) {
-    elastic_attrs a = {dg_node_attr_string(n, "shared_name"), 1, 10000};
+    elastic_attrs a = {dg_node_attr_string(n, "shared_name"), 1, 10000, 0};
     attr_int(n, "min_members", 1, &a.min_members);
+    attr_int(n, "log", 0, &a.log);
     attr_int(n, "barrier_timeout_ms", 10000, &a.barrier_timeout_ms);
     if (!a.name || !*a.name || a.min_members < 1 || a.barrier_timeout_ms < 1) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "elastic coordinator: needs a shared_name, min_members >= 1 and "

@@ -34,10 +34,11 @@ typedef struct dg_elastic_options {
     int64_t barrier_timeout_ms;
     int64_t join_timeout_ms;      // how long one wait for an epoch may take; 0: no limit
     FILE *log;                    // one line per epoch and rollback; NULL: stdout
+    bool coordinator_log;         // the coordinator writes a line per epoch on its stderr (default true)
 } dg_elastic_options;
 
 // {server NULL, job NULL, coordinator NULL, min_workers 1, commit_steps 10,
-//  barrier_timeout_ms 10000, join_timeout_ms 0, log NULL}.
+//  barrier_timeout_ms 10000, join_timeout_ms 0, log NULL, coordinator_log true}.
 dg_elastic_options dg_elastic_options_default(void);
 
 // The hook (order DG_HOOK_ORDER_SETUP: after a creation it brings the variables and the global

@@ -59,6 +59,7 @@ dg_elastic_options dg_elastic_options_default(void) {
     o.min_workers = 1;
     o.commit_steps = 10;
     o.barrier_timeout_ms = 10000;
+    o.coordinator_log = true;
     return o;
 }
 
@@ -142,6 +143,7 @@ static bool hook_begin(void *ctx, dg_graph *g, dg_status *st) {
         graph_set_attr_int(nd, "min_members", h->o.min_workers);
         graph_set_attr_int(nd, "barrier_timeout_ms", h->o.barrier_timeout_ms);
         graph_set_attr_int(nd, "timeout_ms", h->o.join_timeout_ms);
+        graph_set_attr_int(nd, "log", h->o.coordinator_log);
         nd = graph_finish(nd);
         h->answer = (dg_output){nd, 0};
     }

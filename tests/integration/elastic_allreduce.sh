@@ -107,5 +107,8 @@ for f in w1b w2b; do
     [ "$(ce_of "$D/$f")" = "$ce0" ] || fail "$f ends with other variables than worker 0 ($(ce_of "$D/$f") vs $ce0)"
 done
 echo "with kills: accuracy $acc (fault-free $ref); $(grep '^Elastic:' "$D/w0")"
-check_le "the accuracy lost to the kills" "$(awk -v a="$acc" -v r="$ref" 'BEGIN { printf "%.4f", r - a }')" 0.01
+# One run each: the restarted workers see other batches than the fault-free run, which moves the
+# accuracy at this length: 0.8676-0.8789 in 5 runs against 0.8786 fault-free; the long form,
+# bench/elastic_chaos.sh, compares means of longer runs with the 1-point bar.
+check_le "the accuracy lost to the kills" "$(awk -v a="$acc" -v r="$ref" 'BEGIN { printf "%.4f", r - a }')" 0.02
 echo "PASS elastic_allreduce"

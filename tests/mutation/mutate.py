@@ -114,6 +114,15 @@ MUTANTS = [
         "tests": ["test_loss_scale"],
     },
     {
+        "name": "elastic_survivors_not_first",
+        "what": "the elastic coordinator ranks a new epoch's members by task only, so a joiner can be rank 0 and "
+                "broadcast its fresh variables over the group's committed ones",
+        "file": "executor/cpu/kernels_sync.c",
+        "edits": [("            if (a && a->kind != ELASTIC_JOIN && !in_list(c->lost, c->n_lost, c->members[i]))",
+                   "            if (a && false && !in_list(c->lost, c->n_lost, c->members[i]))")],
+        "tests": ["test_elastic"],
+    },
+    {
         "name": "layer_norm_grad_drops_a_chunk",
         "what": "LayerNormGrad adds up the dgamma and dbeta sums of every chunk of rows but the last",
         "file": "executor/cpu/kernels_transformer.c",
