@@ -59,6 +59,12 @@ static void usage(FILE *f) {
         "                                  --ps_hosts h:p,... --worker_hosts h:p,...\n"
         "                                  appended; the servers stop when it is done\n"
         "  --timeout S        stop everything after S seconds (decimals allowed), exit 124\n"
+        "  --max_restarts K   a ps or worker task that fails (exits non-zero, or is killed by\n"
+        "                     a signal) is started again, the same command, after 0.5 s,\n"
+        "                     doubling up to 10 s, at most K times per task; the others go on\n"
+        "                     (default 0: a failure stops every task). For programs that\n"
+        "                     recover: a ps restores the chief's newest checkpoint, an elastic\n"
+        "                     worker (mnist_replica --all_reduce --elastic) joins the group\n"
         "  --keep_ps          do not stop the ps tasks when the workers are done; wait for\n"
         "                     them to exit by themselves (or for Ctrl-C, or --timeout)\n"
         "  --no_auth          no keys: any process that reaches a port may run graphs\n"
@@ -71,7 +77,8 @@ static void usage(FILE *f) {
         "  --version          the distgraph version\n"
         "Flags take their value as the next argument or after '=' (--ps=2). Options end at\n"
         "'--' or at the first argument that does not start with '-'.\n"
-        "\n"
+        "\n");
+    fprintf(f,
         "Threads: every task gets DG_INTRA_OP_THREADS = this host's cores / (N+M), at least 1,\n"
         "the threads one large op is split over, unless the environment sets it already.\n"
         "\n"        "Output: stdout and stderr of each task go to dg-launch's stdout, line by line, each\n"
@@ -83,7 +90,8 @@ static void usage(FILE *f) {
         "forever) get SIGTERM, and SIGKILL if they are still there after 5 s. When any task\n"
         "exits with a non-zero status or is killed by a signal, dg-launch reports it\n"
         "(\"dg-launch: worker 1 exited with status 3\", \"... killed by signal 9\") and stops\n"
-        "all other tasks the same way. SIGINT or SIGTERM to dg-launch stops all tasks (a second\n"
+        "all other tasks the same way (with --max_restarts, a ps or worker task with restarts\n"
+        "left is started again instead). SIGINT or SIGTERM to dg-launch stops all tasks (a second\n"
         "one kills them at once). Each task is its own process group and every signal goes to\n"
         "the whole group; tasks also get SIGKILL if dg-launch itself dies.\n"
         "\n"
@@ -121,6 +129,7 @@ typedef struct options {
     bool tf_config_mode;
     bool standing;            // --mode standing: dg-server tasks and one client
     double timeout_s;         // 0: none
+    long max_restarts;        // per ps or worker task
     bool keep_ps, quiet, no_auth;
     char **program;           // PROGRAM ARGS..., NULL-terminated (points into argv)
 } options;
@@ -169,7 +178,7 @@ static int parse_options(int argc, char **argv, options *o) {
             continue;
         }
         bool known = strcmp(flag, "ps") == 0 || strcmp(flag, "workers") == 0 || strcmp(flag, "base_port") == 0 ||
-                     strcmp(flag, "mode") == 0 || strcmp(flag, "timeout") == 0;
+                     strcmp(flag, "mode") == 0 || strcmp(flag, "timeout") == 0 || strcmp(flag, "max_restarts") == 0;
         if (!known) return usage_error("unknown flag \"--%s\"", flag);
         const char *v;
         if (eq) v = eq + 1;
@@ -181,6 +190,9 @@ static int parse_options(int argc, char **argv, options *o) {
         } else if (strcmp(flag, "workers") == 0) {
             if (!parse_long(v, 1, MAX_TASKS, &o->n_workers))
                 return usage_error("--workers must be an integer in 1..%d, got \"%s\"", MAX_TASKS, v);
+        } else if (strcmp(flag, "max_restarts") == 0) {
+            if (!parse_long(v, 0, 1000000, &o->max_restarts))
+                return usage_error("--max_restarts must be an integer in 0..1000000, got \"%s\"", v);
         } else if (strcmp(flag, "base_port") == 0) {
             if (!parse_long(v, 1, 65535, &o->base_port))
                 return usage_error("--base_port must be a port in 1..65535, got \"%s\"", v);
@@ -277,6 +289,8 @@ typedef struct task {
     bool stopped;        // got a stop signal from us, so its exit is not a failure
     int status;          // from waitpid, valid once !running
     char **argv, **envp; // prepared before fork
+    long restarts;       // times started again after a failure (--max_restarts)
+    int64_t restart_at;  // when to start it again, -1: not pending
 } task;
 
 static int wake_pipe[2] = {-1, -1};
@@ -632,7 +646,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dg-launch: out of memory\n");
         goto out;
     }
-    for (int i = 0; i < n; i++) tasks[i].fd = -1;
+    for (int i = 0; i < n; i++) {
+        tasks[i].fd = -1;
+        tasks[i].restart_at = -1;
+    }
     if (!pick_ports((int)(o.n_ps + o.n_workers), o.base_port, ports)) goto out;
 
     size_t hosts_cap = (size_t)n * 24 + 1;
@@ -758,10 +775,22 @@ int main(int argc, char **argv) {
                 t->running = false;
                 t->status = status;
                 read_output(t, true);
-                if (ph == RUNNING && !t->stopped && !exited_ok(t)) {
+                bool restartable = strcmp(t->job, "ps") == 0 || strcmp(t->job, "worker") == 0;
+                if (ph == RUNNING && !t->stopped && !exited_ok(t) && restartable && t->restarts < o.max_restarts) {
                     char why[64];
                     describe_exit(t, why, sizeof why);
-                    fprintf(stderr, "dg-launch: %s %d %s\n", t->job, t->index, why);
+                    int64_t backoff = 500;
+                    for (long k = 0; k < t->restarts && backoff < 10000; k++) backoff *= 2;
+                    if (backoff > 10000) backoff = 10000;
+                    t->restart_at = now_ms() + backoff;
+                    // One line per change of the job's tasks.
+                    fprintf(stderr, "dg-launch: %s %d %s; starting it again in %.1f s (restart %ld of %ld)\n", t->job,
+                            t->index, why, (double)backoff / 1000.0, t->restarts + 1, o.max_restarts);
+                } else if (ph == RUNNING && !t->stopped && !exited_ok(t)) {
+                    char why[64];
+                    describe_exit(t, why, sizeof why);
+                    fprintf(stderr, "dg-launch: %s %d %s%s\n", t->job, t->index, why,
+                            o.max_restarts > 0 && restartable ? " (no restarts left)" : "");
                     exit_code = 1;
                     ph = STOPPING;
                     kill_at = now_ms() + STOP_GRACE_MS;
@@ -772,11 +801,32 @@ int main(int argc, char **argv) {
                 break;
             }
         }
+        if (ph == RUNNING)
+            for (int i = 0; i < n; i++) {
+                task *t = &tasks[i];
+                if (t->restart_at < 0 || now_ms() < t->restart_at) continue;
+                t->restart_at = -1;
+                t->restarts++;
+                if (t->fd >= 0) {
+                    close(t->fd);
+                    t->fd = -1;
+                }
+                t->stopped = false;
+                if (start_task(t)) {
+                    fprintf(stderr, "dg-launch: %s %d started again (pid %d)\n", t->job, t->index, (int)t->pid);
+                } else {
+                    exit_code = 1;
+                    ph = STOPPING;
+                    kill_at = now_ms() + STOP_GRACE_MS;
+                    for (int k = 0; k < n; k++) signal_group(&tasks[k], SIGTERM);
+                }
+            }
         if (ph == RUNNING) {
             bool workers_done = true, all_done = true;
             for (int i = 0; i < n; i++) {
-                if (tasks[i].running) all_done = false;
-                if (tasks[i].running && tasks[i].waited) workers_done = false;
+                bool alive = tasks[i].running || tasks[i].restart_at >= 0;
+                if (alive) all_done = false;
+                if (alive && tasks[i].waited) workers_done = false;
             }
             if (all_done || (workers_done && !o.keep_ps)) {
                 if (!all_done && o.standing) note(o.quiet, "the client exited with status 0, stopping the servers");
@@ -829,6 +879,9 @@ int main(int argc, char **argv) {
         // members after their task exited (nothing else would wake us for those).
         int64_t wait_ms = 1000;
         if (ph == RUNNING && deadline >= 0 && deadline - now < wait_ms) wait_ms = deadline > now ? deadline - now : 0;
+        for (int i = 0; i < n && ph == RUNNING; i++)
+            if (tasks[i].restart_at >= 0 && tasks[i].restart_at - now < wait_ms)
+                wait_ms = tasks[i].restart_at > now ? tasks[i].restart_at - now : 0;
         if (ph != RUNNING) wait_ms = 50;
         int r = poll(pfd, (nfds_t)n_pfd, (int)wait_ms);
         if (r < 0 && errno != EINTR) {
