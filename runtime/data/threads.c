@@ -181,7 +181,7 @@ static bool map_save(data_iter *base, data_wr *w, dg_status *st) {
         const map_slot *s = &it->ring[(it->head + k) % P];
         data_put_i64(w, s->index);
         put_status(w, s->st);
-        if (!data_put_element(w, &s->out)) return base_oom(st, "map state", 0);
+        if (!data_put_element(w, &s->out)) return data_wr_oom(w, "map state", st);
     }
     return it->input->ops->save(it->input, w, st);
 }
@@ -327,6 +327,7 @@ static void *prefetch_run(void *arg) {
         } else {
             it->done = true;
             if (r < 0) dg_status_copy(it->err, st);
+            dg_element_clear(&e);   // a part the input made before failing
         }
         pthread_cond_broadcast(&it->consume);
     }
@@ -375,7 +376,7 @@ static bool prefetch_save(data_iter *base, data_wr *w, dg_status *st) {
     data_put_u64(w, (uint64_t)it->count);
     bool ok = true;
     for (int k = 0; k < it->count && ok; k++) ok = data_put_element(w, &it->buf[(it->head + k) % it->cap]);
-    if (!ok) base_oom(st, "prefetch state", 0);
+    if (!ok) data_wr_oom(w, "prefetch state", st);
     // The producer waits (paused) while its input is written.
     ok = ok && it->input->ops->save(it->input, w, st);
     it->paused = false;
