@@ -1,7 +1,9 @@
 /* dg-tfrecord: writes TFRecord shards from IDX image/label pairs or text files, and checks
  * TFRecord files. Record layouts in docs/DATASETS.md; uses the public API only. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,9 +23,13 @@ static const char usage[] =
     "  dg-tfrecord count FILE...\n"
     "      Reads every record of the TFRecord files, checking each CRC-32C; prints\n"
     "      \"FILE: N records, B bytes\" per file and exits 1 on the first damaged record.\n"
-    "Shards: record i goes to shard i mod N (default 1), written to\n"
+    "Shards: record i goes to shard i mod N (1 to 4096, default 1), written to\n"
     "PREFIX-SSSSS-of-NNNNN.tfrecord (TensorFlow's naming), so each shard holds every N-th\n"
-    "example; a reader (dg_dataset_tfrecord, tf.data.TFRecordDataset) reads them as they are.\n";
+    "example; a reader (dg_dataset_tfrecord, tf.data.TFRecordDataset) reads them as they are.\n"
+    "Shards are written under a temporary name (NAME.tmp-PID) and renamed once all are\n"
+    "complete: a failed run leaves no shard of that name behind.\n";
+
+#define MAX_SHARDS 4096
 
 static int fail(const char *what, const dg_status *st) {
     fprintf(stderr, "dg-tfrecord: %s: %s: %s\n", what, dg_code_name(dg_status_code(st)), dg_status_message(st));
@@ -32,28 +38,33 @@ static int fail(const char *what, const dg_status *st) {
 
 typedef struct shards {
     dg_tfrecord_writer **w;
-    char **paths;
-    int n;
+    char **paths;   // the final names
+    char **tmp;     // what is written until every shard is complete
+    int n;          // entries of w, paths and tmp (set once they are allocated)
     int64_t written;
+    bool renamed;
 } shards;
 
 static bool shards_open(shards *s, const char *prefix, int n, dg_status *st) {
-    s->n = n;
     s->w = calloc((size_t)n, sizeof *s->w);
     s->paths = calloc((size_t)n, sizeof *s->paths);
-    if (!s->w || !s->paths) {
-        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "out of memory");
+    s->tmp = calloc((size_t)n, sizeof *s->tmp);
+    if (!s->w || !s->paths || !s->tmp) {
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "out of memory for %d shards", n);
         return false;
     }
+    s->n = n;
     for (int i = 0; i < n; i++) {
-        size_t len = strlen(prefix) + 40;
+        size_t len = strlen(prefix) + 64;
         s->paths[i] = malloc(len);
-        if (!s->paths[i]) {
-            dg_status_set(st, DG_RESOURCE_EXHAUSTED, "out of memory");
+        s->tmp[i] = malloc(len);
+        if (!s->paths[i] || !s->tmp[i]) {
+            dg_status_set(st, DG_RESOURCE_EXHAUSTED, "out of memory for a shard's name");
             return false;
         }
         snprintf(s->paths[i], len, "%s-%05d-of-%05d.tfrecord", prefix, i, n);
-        s->w[i] = dg_tfrecord_writer_new(s->paths[i], st);
+        snprintf(s->tmp[i], len, "%s.tmp-%ld", s->paths[i], (long)getpid());
+        s->w[i] = dg_tfrecord_writer_new(s->tmp[i], st);
         if (!s->w[i]) return false;
     }
     return true;
@@ -63,21 +74,34 @@ static bool shards_write(shards *s, const void *data, size_t n, dg_status *st) {
     return dg_tfrecord_writer_write(s->w[s->written++ % s->n], data, n, st);
 }
 
+// Closes every shard (fsync), then renames them to their names: a shard of the final name is
+// always complete.
 static bool shards_close(shards *s, dg_status *st) {
-    for (int i = 0; i < s->n; i++) {
+    for (int i = 0; i < s->n; i++)
         if (!dg_tfrecord_writer_close(s->w[i], true, st)) return false;
+    for (int i = 0; i < s->n; i++) {
+        if (rename(s->tmp[i], s->paths[i]) != 0) {
+            dg_status_setf(st, DG_UNAVAILABLE, "renaming \"%s\" to \"%s\": %s", s->tmp[i], s->paths[i],
+                           strerror(errno));
+            return false;
+        }
         printf("%s\n", s->paths[i]);
     }
+    s->renamed = true;
     return true;
 }
 
+// Frees the writers; the temporary files of a run that did not finish are removed.
 static void shards_free(shards *s) {
     for (int i = 0; i < s->n; i++) {
         dg_tfrecord_writer_free(&s->w[i]);
-        if (s->paths) free(s->paths[i]);
+        if (!s->renamed && s->tmp[i]) unlink(s->tmp[i]);
+        free(s->paths[i]);
+        free(s->tmp[i]);
     }
     free(s->w);
     free(s->paths);
+    free(s->tmp);
 }
 
 static int64_t label_of(const dg_tensor *t) {
@@ -203,8 +227,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--shards") && has_value) {
             char *end;
             long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > 99999) {
-                fprintf(stderr, "dg-tfrecord: --shards takes 1 to 99999, got \"%s\"\n", argv[i]);
+            if (*end || v < 1 || v > MAX_SHARDS) {
+                fprintf(stderr, "dg-tfrecord: --shards takes 1 to %d (a file open for each), got \"%s\"\n",
+                        MAX_SHARDS, argv[i]);
                 free(files);
                 return 2;
             }

@@ -55,18 +55,22 @@ dg_file_source_options dg_file_source_options_default(void);
 // The records of TFRecord files, in file order: each element is one uint8 tensor [length] of
 // the record's bytes. A damaged record (a CRC mismatch, a length or data cut short, a length
 // over max_record_bytes or past the file's end) is DATA_LOSS naming the file and the record's
-// byte offset. opts may be NULL for the defaults. Borrows files for the call.
+// byte offset; with skip_corrupt, a record whose length is over max_record_bytes is skipped
+// alone (its length passed its CRC), other damage to a length ends the file. opts may be NULL
+// for the defaults. Borrows files for the call.
 dg_dataset *dg_dataset_tfrecord(const char *const *files, int n_files, const dg_file_source_options *opts,
                                 dg_status *st);
 // The lines of text files: each element is one uint8 tensor [length] of a line's bytes,
-// without its "\n" (or "\r\n"); a last line without "\n" counts. A line over
-// max_record_bytes is RESOURCE_EXHAUSTED naming the file and offset.
+// without its "\n" (or "\r\n"); a last line without "\n" counts. A file is read up to the size
+// it had when the iterator opened it. A line over max_record_bytes is RESOURCE_EXHAUSTED naming
+// the file and offset; a read error is DATA_LOSS and, with skip_corrupt, ends that file.
 dg_dataset *dg_dataset_text_lines(const char *const *files, int n_files, const dg_file_source_options *opts,
                                   dg_status *st);
 // Records of record_bytes bytes each (> 0) after header_bytes and before footer_bytes of each
 // file (tf.data's FixedLengthRecordDataset): each element is one uint8 tensor [record_bytes].
-// A body that is not a whole number of records is DATA_LOSS naming the file (with
-// skip_corrupt, the partial record is skipped and counted).
+// A body that is not a whole number of records, or a file shorter than header and footer, is
+// DATA_LOSS naming the file (with skip_corrupt, the partial record or the file is skipped and
+// counted). header_bytes + footer_bytes must not overflow int64 (INVALID_ARGUMENT).
 dg_dataset *dg_dataset_fixed_records(const char *const *files, int n_files, int64_t record_bytes,
                                      int64_t header_bytes, int64_t footer_bytes,
                                      const dg_file_source_options *opts, dg_status *st);
@@ -94,7 +98,9 @@ typedef bool (*dg_map_fn)(void *ctx, const dg_element *in, dg_element *out, dg_s
 // iterator's own; the output keeps the input's order. ctx is borrowed for the dataset's life.
 dg_dataset *dg_dataset_map(dg_dataset *input, dg_map_fn fn, void *ctx, int parallelism, dg_status *st);
 
-// Sets *keep; false with st set fails next like dg_map_fn. Called from the iterator's thread.
+// Sets *keep; false with st set fails next like dg_map_fn. Called from one thread at a time:
+// the one calling dg_iterator_next, or a prefetch stage's thread when one is above the filter
+// (then not the caller's thread).
 typedef bool (*dg_filter_fn)(void *ctx, const dg_element *e, bool *keep, dg_status *st);
 dg_dataset *dg_dataset_filter(dg_dataset *input, dg_filter_fn fn, void *ctx, dg_status *st);
 
@@ -113,11 +119,23 @@ dg_dataset *dg_dataset_batch(dg_dataset *input, int64_t batch_size, bool drop_re
 // dg_dataset_batch where components may differ in shape (not in rank or dtype): each is padded
 // at the end of each dimension to padded_shapes[c] (a dimension of -1: the batch's largest;
 // padded_shapes NULL: the largest in every dimension) with padding_values[c] (NULL: zeros).
-// An element larger than its padded shape is INVALID_ARGUMENT at next. Borrows the arrays
+// An element larger than its padded shape is INVALID_ARGUMENT at next. A component's padded
+// batch over 1 GiB (its size follows the data: one long line pads every other) is
+// RESOURCE_EXHAUSTED at next, naming the sizes, before it is allocated. Borrows the arrays
 // for the call (n_components entries each; n_components 0 when both are NULL).
 dg_dataset *dg_dataset_padded_batch(dg_dataset *input, int64_t batch_size, bool drop_remainder,
                                     const dg_shape *padded_shapes, const double *padding_values,
                                     int n_components, dg_status *st);
+// Options of a padded batch.
+typedef struct dg_padded_batch_options {
+    int64_t max_batch_bytes;   // a component's batch over this (>= 1) is RESOURCE_EXHAUSTED; default 1 GiB
+} dg_padded_batch_options;
+dg_padded_batch_options dg_padded_batch_options_default(void);
+// dg_dataset_padded_batch with options (NULL: the defaults; borrowed for the call).
+dg_dataset *dg_dataset_padded_batch_with_options(dg_dataset *input, int64_t batch_size, bool drop_remainder,
+                                                 const dg_shape *padded_shapes, const double *padding_values,
+                                                 int n_components, const dg_padded_batch_options *opts,
+                                                 dg_status *st);
 
 // Repeats the input count times (-1: forever). A pass that yields nothing ends the repetition.
 dg_dataset *dg_dataset_repeat(dg_dataset *input, int64_t count, dg_status *st);
@@ -171,15 +189,22 @@ bool dg_element_feed(const dg_element *e, const dg_output *feeds, int n, dg_tens
 // new, caller frees with free(). Waits for the work in flight of map and prefetch stages.
 bool dg_iterator_save(dg_iterator *it, unsigned char **bytes, size_t *n_bytes, dg_status *st);
 // Puts the iterator where the saved one was; it must walk the same dataset description (the
-// same stages and arguments), else INVALID_ARGUMENT naming the first stage that differs. Bytes
-// that fail their checksum are DATA_LOSS. Borrows bytes for the call.
+// same stages and arguments; a file source's description holds a hash of its files' names and
+// their sizes when the dataset was made), else INVALID_ARGUMENT naming the first stage that
+// differs. A file open in the state whose size changed since is FAILED_PRECONDITION naming it.
+// Bytes that fail their checksum are DATA_LOSS. Borrows bytes for the call.
 bool dg_iterator_restore(dg_iterator *it, const void *bytes, size_t n_bytes, dg_status *st);
 
 // Saves the iterator's position under name (1 to 255 bytes) with every checkpoint sv saves,
-// in the same transaction as the variables (dg_saver_add_blob). Borrows it until sv is freed.
+// in the same transaction as the variables (dg_saver_add_blob). Either may be freed first:
+// dg_iterator_free removes the blob from sv (dg_saver_remove_blob), and a freed saver leaves
+// the iterator nothing to detach. Borrows sv until then.
 bool dg_iterator_attach_saver(dg_iterator *it, dg_saver *sv, const char *name, dg_status *st);
 // Restores the position saved under name in the checkpoint of step (-1: newest) of store;
-// NOT_FOUND when the checkpoint holds none. Borrows store for the call.
+// NOT_FOUND when the checkpoint holds none. Pass the step the variables came from (the
+// restored_step of dg_saver_restore, or dg_monitored_session_restored_step), not -1: a
+// checkpoint written since (by another process) would pair the variables of one step with the
+// input position of another. Borrows store for the call.
 bool dg_iterator_restore_checkpoint(dg_iterator *it, dg_checkpoint_store *store, int64_t step, const char *name,
                                     dg_status *st);
 
@@ -190,7 +215,9 @@ typedef struct dg_tfrecord_writer dg_tfrecord_writer;
 // FAILED_PRECONDITION, naming the file. Returns: new, caller frees with dg_tfrecord_writer_free()
 // (which closes the file without reporting; call dg_tfrecord_writer_close to know it is written).
 dg_tfrecord_writer *dg_tfrecord_writer_new(const char *path, dg_status *st);
-// Appends one record: the length, its masked CRC-32C, the bytes, their masked CRC-32C.
+// Appends one record: the length, its masked CRC-32C, the bytes, their masked CRC-32C. After a
+// failed write (which may leave part of a record in the file) every later write, and the
+// close, is FAILED_PRECONDITION naming the file.
 bool dg_tfrecord_writer_write(dg_tfrecord_writer *w, const void *data, size_t n_bytes, dg_status *st);
 // Flushes and closes the file (fsync when sync); a full disk is RESOURCE_EXHAUSTED naming it.
 bool dg_tfrecord_writer_close(dg_tfrecord_writer *w, bool sync, dg_status *st);

@@ -18,9 +18,12 @@
 // ---- state encoding: little-endian integers, length-prefixed bytes ----
 typedef struct data_wr {
     unsigned char *buf;
-    size_t len, cap;
+    int len, cap;          // a state is at most 2 GiB less a byte
     bool failed;           // out of memory: every later put does nothing
+    size_t need;           // the size the failed put asked for
 } data_wr;
+// A failed writer's RESOURCE_EXHAUSTED for what, naming the bytes it needed. Returns false.
+bool data_wr_oom(const data_wr *w, const char *what, dg_status *st);
 void data_put_u64(data_wr *w, uint64_t v);
 void data_put_i64(data_wr *w, int64_t v);
 void data_put_bytes(data_wr *w, const void *p, size_t n);   // length, then the bytes

@@ -2,37 +2,37 @@
  * iterator over the chain of stage iterators, the state's framing and the encoding of
  * elements in it, feeding a session from an element, and the iterator's state in checkpoints.
  * The saved state is "DGIT", a format version, the CRC-32C of the rest, then the chain's
- * descriptions (a restore into another pipeline is refused by name), the counters, and each
- * stage's own state from the top down (data_impl.h). */
+ * descriptions (a restore into another pipeline is refused by name), whether the iterator
+ * ended, each stage's own state from the top down (data_impl.h), and last the counters: the
+ * stages' states wait for the threads of map and prefetch stages, whose sources count skipped
+ * records meanwhile. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base_impl.h"
 #include "crc32c_impl.h"
 #include "data_impl.h"
+#include "training_impl.h"
 
 #define STATE_MAGIC "DGIT"
-#define STATE_VERSION 1
+#define STATE_VERSION 2       // 2: counters after the stages, file sizes in file sources' states
 #define STATE_HEAD_BYTES 12   // magic, version (u32), CRC-32C of the rest (u32)
 
 // ---- state encoding ----
 
 static void put_raw(data_wr *w, const void *p, size_t n) {
     if (w->failed) return;
-    if (w->len + n > w->cap) {
-        size_t c = w->cap ? w->cap : 256;
-        while (c < w->len + n) c *= 2;
-        unsigned char *b = realloc(w->buf, c);
-        if (!b) {
-            w->failed = true;
-            return;
-        }
-        w->buf = b;
-        w->cap = c;
+    if (n > (size_t)INT32_MAX - (size_t)w->len ||
+        !BASE_GROW(w->buf, w->len, w->cap, (int)n, "iterator state", NULL)) {
+        w->failed = true;
+        w->need = (size_t)w->len + n;
+        return;
     }
     if (n) memcpy(w->buf + w->len, p, n);
-    w->len += n;
+    w->len += (int)n;
 }
+
+bool data_wr_oom(const data_wr *w, const char *what, dg_status *st) { return base_oom(st, what, w->need); }
 
 void data_put_u64(data_wr *w, uint64_t v) {
     unsigned char b[8];
@@ -226,6 +226,15 @@ void dg_dataset_free(dg_dataset **dsp) {
 
 // ---- iterators ----
 
+// An attachment to a saver (dg_iterator_attach_saver): the saver's blob context. The iterator
+// owns it; the saver borrows it until it lets go (removed or freed), which clears sv, so
+// whichever of the two is freed first leaves the other nothing dangling.
+typedef struct iterator_link {
+    dg_iterator *it;
+    dg_saver *sv;   // NULL once the saver let go
+    char name[256];
+} iterator_link;
+
 struct dg_iterator {
     const dg_dataset *ds;   // borrowed
     data_ctx ctx;
@@ -233,6 +242,8 @@ struct dg_iterator {
     int64_t position;       // elements handed out
     bool ended;
     dg_status *error;       // the error that ended the iterator; OK while none
+    iterator_link **links;  // dg_iterator_attach_saver, owned
+    int n_links, cap_links;
 };
 
 // The chain's descriptions, top down, separated by " <- ".
@@ -268,6 +279,13 @@ dg_iterator *dg_iterator_new(const dg_dataset *ds, dg_status *st) {
 void dg_iterator_free(dg_iterator **itp) {
     if (!itp || !*itp) return;
     dg_iterator *it = *itp;
+    // Out of the savers first: a save after this would read a freed iterator.
+    for (int i = 0; i < it->n_links; i++) {
+        iterator_link *l = it->links[i];
+        if (l->sv) dg_saver_remove_blob(l->sv, l->name, NULL);
+        free(l);
+    }
+    free(it->links);
     data_iter_free(it->root);
     dg_status_free(&it->error);
     free(it);
@@ -324,19 +342,23 @@ bool dg_iterator_save(dg_iterator *it, unsigned char **bytes, size_t *n_bytes, d
     data_wr chain = {0};
     chain_desc(it->ds, &chain);
     put_raw(&w, "\0\0\0\0\0\0\0\0", 8);   // version and CRC, filled below
-    data_put_bytes(&w, chain.buf, chain.len);
+    data_put_bytes(&w, chain.buf, (size_t)chain.len);
+    if (chain.failed) w.failed = true;
     free(chain.buf);
-    data_put_i64(&w, it->position);
-    data_put_i64(&w, (int64_t)atomic_load(&it->ctx.n_skipped));
     data_put_u64(&w, it->ended);
     if (!it->ended && !it->root->ops->save(it->root, &w, st)) {
         free(w.buf);
         dg_status_prepend(st, "iterator save");
         return false;
     }
+    // The counters after the stages: saving a prefetch stage pauses its producer, whose
+    // source may skip records until then; those skips are in the state written above.
+    data_put_i64(&w, it->position);
+    data_put_i64(&w, (int64_t)atomic_load(&it->ctx.n_skipped));
     if (w.failed) {
+        bool r = data_wr_oom(&w, "iterator save", st);
         free(w.buf);
-        return base_oom(st, "iterator save", w.cap * 2);
+        return r;
     }
     uint32_t v = STATE_VERSION, crc = data_crc32c(0, w.buf + STATE_HEAD_BYTES, w.len - STATE_HEAD_BYTES);
     for (int i = 0; i < 4; i++) {
@@ -344,7 +366,7 @@ bool dg_iterator_save(dg_iterator *it, unsigned char **bytes, size_t *n_bytes, d
         w.buf[8 + i] = (unsigned char)(crc >> (8 * i));
     }
     *bytes = w.buf;
-    *n_bytes = w.len;
+    *n_bytes = (size_t)w.len;
     return true;
 }
 
@@ -376,8 +398,9 @@ static bool restore_into(dg_iterator *it, const unsigned char *b, size_t n, dg_s
     if (!ok) return false;
     int64_t pos, skipped;
     uint64_t ended;
-    if (!data_get_i64(&r, &pos, st) || !data_get_i64(&r, &skipped, st) || !data_get_u64(&r, &ended, st)) return false;
+    if (!data_get_u64(&r, &ended, st)) return false;
     if (!ended && !it->root->ops->restore(it->root, &r, st)) return false;
+    if (!data_get_i64(&r, &pos, st) || !data_get_i64(&r, &skipped, st)) return false;
     if (r.off != r.len) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "iterator state: %zu bytes left over after the last stage",
                        r.len - r.off);
@@ -423,16 +446,28 @@ bool dg_iterator_restore(dg_iterator *it, const void *bytes, size_t n_bytes, dg_
 // ---- checkpoints ----
 
 static bool save_blob(void *ctx, unsigned char **bytes, size_t *n_bytes, dg_status *st) {
-    return dg_iterator_save(ctx, bytes, n_bytes, st);
+    return dg_iterator_save(((iterator_link *)ctx)->it, bytes, n_bytes, st);
 }
+
+static void release_link(void *ctx) { ((iterator_link *)ctx)->sv = NULL; }
 
 bool dg_iterator_attach_saver(dg_iterator *it, dg_saver *sv, const char *name, dg_status *st) {
     dg_status_reset(st);
-    if (!it) {
-        dg_status_set(st, DG_INVALID_ARGUMENT, "iterator attach: iterator is NULL");
+    if (!it || !sv || !name || strlen(name) > 255) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "iterator attach: NULL iterator, saver or name, or a name over 255 bytes");
         return false;
     }
-    return dg_saver_add_blob(sv, name, save_blob, it, st);
+    iterator_link *l = calloc(1, sizeof *l);
+    if (!l) return base_oom(st, "iterator attach", sizeof *l);
+    l->it = it;
+    l->sv = sv;
+    memcpy(l->name, name, strlen(name) + 1);
+    if (!training_saver_add_blob(sv, name, save_blob, l, release_link, st)) {
+        free(l);
+        return false;
+    }
+    BASE_PUSH(it->links, it->n_links, it->cap_links, l);
+    return true;
 }
 
 bool dg_iterator_restore_checkpoint(dg_iterator *it, dg_checkpoint_store *store, int64_t step, const char *name,

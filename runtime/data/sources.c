@@ -1,9 +1,11 @@
 /* The sources (distgraph/dataset.h): TFRecord files, text lines and fixed-size records (one
  * file iterator for the three, which also interleaves them), IDX arrays and tensors in
- * memory. Everything read from a file is bounded by the file's size or by the record limit
- * before it is allocated; damage is DATA_LOSS naming the file and the byte offset. A file
- * source's state is its interleave cycle and each open file's index and byte offset, so a
- * restore reopens the files and seeks. */
+ * memory. Everything read from a file is bounded by the file's size (taken when it is opened)
+ * or by the record limit before it is allocated; damage is DATA_LOSS naming the file and the
+ * byte offset. A file source's state is its interleave cycle and each open file's index, byte
+ * offset and size, so a restore reopens the files, checks they kept their sizes, and seeks;
+ * its description holds a hash of the files' names and sizes, so a state restores only into
+ * the files it was saved from. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 
 #define DEFAULT_MAX_RECORD_BYTES ((int64_t)256 << 20)
 #define FILE_BUFFER_BYTES ((size_t)256 << 10)
+#define TEXT_WINDOW_BYTES ((size_t)256 << 10)
 
 dg_file_source_options dg_file_source_options_default(void) {
     return (dg_file_source_options){.skip_corrupt = false, .max_record_bytes = DEFAULT_MAX_RECORD_BYTES};
@@ -24,7 +27,7 @@ dg_file_source_options dg_file_source_options_default(void) {
 
 // Opens path for reading: NOT_FOUND naming a missing file, another failure by its errno.
 static FILE *open_file(const char *what, const char *path, int64_t *size, dg_status *st) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = fopen(path, "rbe");   // close-on-exec: a child the program starts does not inherit it
     struct stat sb;
     if (!f || fstat(fileno(f), &sb) != 0) {
         int e = errno;
@@ -75,6 +78,27 @@ static char **copy_files(const char *what, const char *const *files, int n, dg_s
 
 // ---- file sources: TFRecord, text lines, fixed records ----
 
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+// FNV-1a over each name and its size now (-1 for a file that cannot be read now: it is
+// NOT_FOUND when the iterator reaches it).
+static uint64_t files_hash(char *const *files, int n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++) {
+        struct stat sb;
+        int64_t size = stat(files[i], &sb) == 0 ? (int64_t)sb.st_size : -1;
+        unsigned char le[8];
+        for (int k = 0; k < 8; k++) le[k] = (unsigned char)((uint64_t)size >> (8 * k));
+        h = fnv1a(h, files[i], strlen(files[i]) + 1);
+        h = fnv1a(h, le, 8);
+    }
+    return h;
+}
+
 enum { K_TFRECORD, K_TEXT, K_FIXED };
 static const char *const kind_name[] = {"TFRecord", "text", "fixed-record"};
 
@@ -82,6 +106,7 @@ typedef struct file_params {
     int kind;
     char **files;
     int n_files;
+    uint64_t files_hash;   // of the names and the sizes when the dataset was made
     dg_file_source_options opts;
     int64_t record_bytes, header_bytes, footer_bytes;   // K_FIXED
     int cycle_length, block_length;                     // 1, 1: one file after the other
@@ -92,7 +117,10 @@ typedef struct file_reader {
     FILE *f;           // NULL: the slot is empty
     int file;          // index into files
     int64_t offset;    // of the next record
-    int64_t size;      // the file's bytes
+    int64_t size;      // the file's bytes when it was opened: reading stops there
+    // Text: bytes read past offset, win[wpos, wlen); the stream stands at offset + wlen - wpos.
+    unsigned char *win;   // TEXT_WINDOW_BYTES, kept for the slot's next file
+    size_t wpos, wlen;
 } file_reader;
 
 typedef struct file_iter {
@@ -101,20 +129,31 @@ typedef struct file_iter {
     file_reader *slots;       // cycle_length
     int cycle_index, block_index, next_file, n_open;
     bool end_of_input;
-    unsigned char *buf;       // the record being read
-    size_t cap;
+    unsigned char *buf;       // a text line that spans two windows
+    int cap;
 } file_iter;
 
 static void reader_close(file_reader *r) {
     if (r->f) fclose(r->f);
     r->f = NULL;
+    r->wpos = r->wlen = 0;
 }
 
 static bool reader_open(const file_params *p, file_reader *r, int file, int64_t offset, dg_status *st) {
     const char *path = p->files[file];
     r->f = open_file(kind_name[p->kind], path, &r->size, st);
     if (!r->f) return false;
-    setvbuf(r->f, NULL, _IOFBF, FILE_BUFFER_BYTES);
+    r->wpos = r->wlen = 0;
+    if (p->kind == K_TEXT) {
+        // Lines are scanned in a window of our own, filled by reads of its size.
+        if (!r->win && !(r->win = malloc(TEXT_WINDOW_BYTES))) {
+            reader_close(r);
+            return base_oom(st, "text file window", TEXT_WINDOW_BYTES);
+        }
+        setvbuf(r->f, NULL, _IONBF, 0);
+    } else {
+        setvbuf(r->f, NULL, _IOFBF, FILE_BUFFER_BYTES);
+    }
     r->file = file;
     if (offset < 0) offset = p->kind == K_FIXED ? p->header_bytes : 0;
     if (p->kind == K_FIXED && p->header_bytes + p->footer_bytes > r->size) {
@@ -133,51 +172,65 @@ static bool reader_open(const file_params *p, file_reader *r, int file, int64_t 
     return true;
 }
 
-static bool grow_buf(file_iter *it, size_t need, const char *path, dg_status *st) {
-    if (need <= it->cap && it->buf) return true;
-    size_t c = it->cap ? it->cap : 256;
-    while (c < need) c *= 2;
-    unsigned char *b = realloc(it->buf, c);
-    if (!b) {
-        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "file \"%s\": out of memory for a record of %zu bytes", path, need);
-        return false;
-    }
-    it->buf = b;
-    it->cap = c;
-    return true;
-}
-
-// One line into it->buf (*n bytes, no "\n" or "\r\n"): 1, 0 at the end, -1 on error.
-static int read_line(file_iter *it, file_reader *r, size_t *n, dg_status *st) {
+// One line (without "\n" or "\r\n") as *line (borrowed: the window or it->buf, valid until the
+// next read) of *n bytes: 1, 0 at the file's end (its size when opened), -1 on error. After a
+// read error the reader stands at the end: the stream's error cannot be read past.
+static int read_line(file_iter *it, file_reader *r, const unsigned char **line, size_t *n, dg_status *st) {
+    if (r->offset >= r->size) return 0;
     const char *path = it->p->files[r->file];
-    int64_t start = r->offset;
-    size_t len = 0;
-    int c;
-    while ((c = getc(r->f)) != EOF) {
-        r->offset++;
-        if (c == '\n') break;
-        if ((int64_t)len >= it->p->opts.max_record_bytes) {
+    const int64_t start = r->offset, max = it->p->opts.max_record_bytes;
+    size_t len = 0;   // bytes gathered in it->buf when the line spans windows
+    for (;;) {
+        if (r->wpos == r->wlen) {
+            int64_t at = r->offset;   // the stream stands here: the window is empty
+            if (at >= r->size) break;  // a last line without "\n"
+            size_t want = r->size - at < (int64_t)TEXT_WINDOW_BYTES ? (size_t)(r->size - at) : TEXT_WINDOW_BYTES;
+            size_t got = fread(r->win, 1, want, r->f);
+            if (got == 0) {
+                dg_status_setf(st, DG_DATA_LOSS, "text file \"%s\": read failed at byte %lld: %s", path,
+                               (long long)at, ferror(r->f) ? strerror(errno) : "the file shrank");
+                clearerr(r->f);
+                r->offset = r->size;
+                return -1;
+            }
+            r->wpos = 0;
+            r->wlen = got;
+        }
+        unsigned char *p = r->win + r->wpos;
+        size_t avail = r->wlen - r->wpos;
+        unsigned char *nl = memchr(p, '\n', avail);
+        size_t take = nl ? (size_t)(nl - p) : avail;
+        if ((int64_t)(len + take) > max) {
             dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "text file \"%s\": line at byte %lld is longer than the limit "
-                           "of %lld bytes", path, (long long)start, (long long)it->p->opts.max_record_bytes);
+                           "of %lld bytes", path, (long long)start, (long long)max);
             return -1;
         }
-        if (!grow_buf(it, len + 1, path, st)) return -1;
-        it->buf[len++] = (unsigned char)c;
-    }
-    if (c == EOF) {
-        if (ferror(r->f)) {
-            dg_status_setf(st, DG_DATA_LOSS, "text file \"%s\": read failed at byte %lld: %s", path,
-                           (long long)r->offset, strerror(errno));
+        size_t step = take + (nl ? 1 : 0);
+        r->wpos += step;
+        r->offset += (int64_t)step;
+        if (nl && len == 0) {   // the whole line lies in the window: no copy
+            *line = p;
+            *n = take;
+            goto strip;
+        }
+        if (take > (size_t)INT32_MAX - len ||
+            !BASE_GROW(it->buf, (int)len, it->cap, (int)take, "text line", st)) {
+            dg_status_prepend(st, "text file \"%s\": line at byte %lld", path, (long long)start);
             return -1;
         }
-        if (len == 0) return 0;
+        memcpy(it->buf + len, p, take);
+        len += take;
+        if (nl) break;
     }
-    if (len && it->buf[len - 1] == '\r') len--;
+    *line = it->buf;
     *n = len;
+strip:
+    if (*n && (*line)[*n - 1] == '\r') (*n)--;
     return 1;
 }
 
-static int read_fixed(file_iter *it, file_reader *r, size_t *n, dg_status *st) {
+// One record read straight into a new tensor *t.
+static int read_fixed(file_iter *it, file_reader *r, dg_tensor **t, dg_status *st) {
     const file_params *p = it->p;
     const char *path = p->files[r->file];
     int64_t body_end = r->size - p->footer_bytes;
@@ -189,15 +242,21 @@ static int read_fixed(file_iter *it, file_reader *r, size_t *n, dg_status *st) {
         r->offset = body_end;
         return -1;
     }
-    if (!grow_buf(it, (size_t)p->record_bytes, path, st)) return -1;
-    if (fread(it->buf, 1, (size_t)p->record_bytes, r->f) != (size_t)p->record_bytes) {
+    *t = dg_tensor_new(DG_UINT8, dg_shape1(p->record_bytes), st);
+    if (!*t) {
+        dg_status_prepend(st, "fixed-record file \"%s\": record at byte %lld", path, (long long)r->offset);
+        return -1;
+    }
+    if (fread(dg_tensor_data(*t), 1, (size_t)p->record_bytes, r->f) != (size_t)p->record_bytes) {
         dg_status_setf(st, DG_DATA_LOSS, "fixed-record file \"%s\": record at byte %lld: read failed (%s)", path,
                        (long long)r->offset, ferror(r->f) ? strerror(errno) : "the file shrank");
+        dg_tensor_unref(*t);
+        *t = NULL;
+        clearerr(r->f);
         r->offset = body_end;
         return -1;
     }
     r->offset += p->record_bytes;
-    *n = (size_t)p->record_bytes;
     return 1;
 }
 
@@ -205,27 +264,29 @@ static int read_fixed(file_iter *it, file_reader *r, size_t *n, dg_status *st) {
 static int reader_next(file_iter *it, file_reader *r, dg_element *out, dg_status *st) {
     const file_params *p = it->p;
     for (;;) {
-        size_t n = 0;
+        dg_tensor *t = NULL;
         int got;
         if (p->kind == K_TFRECORD) {
-            got = data_tfrecord_read(r->f, p->files[r->file], r->size, p->opts.max_record_bytes, &r->offset,
-                                     &it->buf, &it->cap, &n, st);
+            got = data_tfrecord_read(r->f, p->files[r->file], r->size, p->opts.max_record_bytes, &r->offset, &t, st);
         } else if (p->kind == K_TEXT) {
-            got = read_line(it, r, &n, st);
+            const unsigned char *line = NULL;
+            size_t n = 0;
+            got = read_line(it, r, &line, &n, st);
+            if (got > 0 && !(t = dg_tensor_from_data(DG_UINT8, dg_shape1((int64_t)n), line, st))) got = -1;
         } else {
-            got = read_fixed(it, r, &n, st);
+            got = read_fixed(it, r, &t, st);
         }
         if (got < 0 && p->opts.skip_corrupt && dg_status_code(st) == DG_DATA_LOSS) {
             atomic_fetch_add(&it->base.ctx->n_skipped, 1);
             dg_status_reset(st);
             // After a bad record the reader either stands past it or at the file's end; the
-            // stream must stand there too.
-            if (fseeko(r->f, (off_t)r->offset, SEEK_SET) != 0) r->offset = r->size;
+            // stream must stand there too, without the error of a failed read.
+            clearerr(r->f);
+            r->wpos = r->wlen = 0;
+            if (r->offset < r->size && fseeko(r->f, (off_t)r->offset, SEEK_SET) != 0) r->offset = r->size;
             continue;
         }
         if (got <= 0) return got;
-        dg_tensor *t = dg_tensor_from_data(DG_UINT8, dg_shape1((int64_t)n), it->buf, st);
-        if (!t) return -1;
         out->components[0] = t;
         out->n = 1;
         return 1;
@@ -258,7 +319,15 @@ static int file_next(data_iter *base, dg_element *out, dg_status *st) {
                 it->end_of_input = true;
                 continue;
             }
-            if (!reader_open(it->p, r, it->next_file, -1, st)) return -1;
+            if (!reader_open(it->p, r, it->next_file, -1, st)) {
+                // A fixed-record file shorter than its header and footer holds no record to
+                // find: skipped whole, counted once.
+                if (!it->p->opts.skip_corrupt || dg_status_code(st) != DG_DATA_LOSS) return -1;
+                atomic_fetch_add(&it->base.ctx->n_skipped, 1);
+                dg_status_reset(st);
+                it->next_file++;
+                continue;
+            }
             it->next_file++;
             it->n_open++;
         } else {
@@ -277,6 +346,7 @@ static bool file_save(data_iter *base, data_wr *w, dg_status *st) {
     for (int i = 0; i < it->p->cycle_length; i++) {
         data_put_i64(w, it->slots[i].f ? it->slots[i].file : -1);
         data_put_i64(w, it->slots[i].offset);
+        data_put_i64(w, it->slots[i].size);
     }
     return true;
 }
@@ -299,16 +369,24 @@ static bool file_restore(data_iter *base, data_rd *r, dg_status *st) {
     it->next_file = (int)nf;
     it->end_of_input = eoi != 0;
     for (int i = 0; i < p->cycle_length; i++) {
-        int64_t file, off;
-        if (!data_get_i64(r, &file, st) || !data_get_i64(r, &off, st)) return false;
+        int64_t file, off, size;
+        if (!data_get_i64(r, &file, st) || !data_get_i64(r, &off, st) || !data_get_i64(r, &size, st)) return false;
         if (file < -1 || file >= p->n_files || off < 0) {
             dg_status_setf(st, DG_INVALID_ARGUMENT, "iterator state: %s files: slot %d holds file %lld at byte %lld",
                            kind_name[p->kind], i, (long long)file, (long long)off);
             return false;
         }
         if (file >= 0) {
-            if (!reader_open(p, &it->slots[i], (int)file, off, st)) return false;
+            file_reader *fr = &it->slots[i];
+            if (!reader_open(p, fr, (int)file, off, st)) return false;
             it->n_open++;
+            // The offsets mean something only in the file they were read from.
+            if (fr->size != size) {
+                dg_status_setf(st, DG_FAILED_PRECONDITION, "%s file \"%s\": %lld bytes, %lld when the state was saved "
+                               "(the file changed since the state was saved)", kind_name[p->kind], p->files[file],
+                               (long long)fr->size, (long long)size);
+                return false;
+            }
         }
     }
     return true;
@@ -316,7 +394,10 @@ static bool file_restore(data_iter *base, data_rd *r, dg_status *st) {
 
 static void file_free(data_iter *base) {
     file_iter *it = (file_iter *)base;
-    for (int i = 0; it->slots && i < it->p->cycle_length; i++) reader_close(&it->slots[i]);
+    for (int i = 0; it->slots && i < it->p->cycle_length; i++) {
+        reader_close(&it->slots[i]);
+        free(it->slots[i].win);
+    }
     free(it->slots);
     free(it->buf);
     free(it);
@@ -348,7 +429,8 @@ static void file_params_free(dg_dataset *ds) {
 
 static void file_desc(dg_dataset *ds) {
     const file_params *p = ds->params;
-    int n = snprintf(ds->desc, sizeof ds->desc, "%s(%d files", kind_name[p->kind], p->n_files);
+    int n = snprintf(ds->desc, sizeof ds->desc, "%s(%d files, names and sizes %016llx", kind_name[p->kind], p->n_files,
+                     (unsigned long long)p->files_hash);
     if (p->kind == K_FIXED)
         n += snprintf(ds->desc + n, sizeof ds->desc - (size_t)n, ", record %lld, header %lld, footer %lld",
                       (long long)p->record_bytes, (long long)p->header_bytes, (long long)p->footer_bytes);
@@ -364,10 +446,10 @@ static dg_dataset *file_source(int kind, const char *const *files, int n_files, 
     dg_file_source_options o = opts ? *opts : dg_file_source_options_default();
     if (o.max_record_bytes <= 0) o.max_record_bytes = DEFAULT_MAX_RECORD_BYTES;
     if (kind == K_FIXED && (record_bytes <= 0 || header_bytes < 0 || footer_bytes < 0 ||
-                            record_bytes > o.max_record_bytes)) {
+                            record_bytes > o.max_record_bytes || header_bytes > INT64_MAX - footer_bytes)) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "fixed-record dataset: record %lld bytes (1 to %lld), header %lld, "
-                       "footer %lld (>= 0)", (long long)record_bytes, (long long)o.max_record_bytes,
-                       (long long)header_bytes, (long long)footer_bytes);
+                       "footer %lld (>= 0, their sum under 2^63)", (long long)record_bytes,
+                       (long long)o.max_record_bytes, (long long)header_bytes, (long long)footer_bytes);
         return NULL;
     }
     file_params *p = calloc(1, sizeof *p);
@@ -387,6 +469,7 @@ static dg_dataset *file_source(int kind, const char *const *files, int n_files, 
         return NULL;
     }
     p->n_files = n_files;
+    p->files_hash = files_hash(p->files, n_files);
     dg_dataset *ds = data_dataset_new(NULL, p, file_params_free, file_make, st);
     if (!ds) {
         free_strings(p->files, n_files);
@@ -546,7 +629,10 @@ static int idx_next(data_iter *base, dg_element *out, dg_status *st) {
     for (int i = 0; i < p->n_files; i++) {
         const idx_file *x = &p->files[i];
         dg_tensor *t = dg_tensor_new(x->dtype, dg_shape_make(x->rank, x->dims), st);
-        if (!t) return -1;
+        if (!t) {
+            dg_element_clear(out);
+            return -1;
+        }
         out->components[out->n++] = t;
         unsigned char *d = dg_tensor_data(t);
         int64_t off = x->header_bytes + it->index * x->element_bytes;
@@ -555,6 +641,8 @@ static int idx_next(data_iter *base, dg_element *out, dg_status *st) {
             dg_status_setf(st, DG_DATA_LOSS, "IDX file \"%s\": element %lld at byte %lld: read failed (%s)", x->path,
                            (long long)it->index, (long long)off,
                            ferror(it->f[i]) ? strerror(errno) : "the file shrank");
+            clearerr(it->f[i]);
+            dg_element_clear(out);   // no part of an element leaves on an error
             return -1;
         }
         // Values are big-endian in the file.
@@ -691,7 +779,10 @@ static int tensor_next(data_iter *base, dg_element *out, dg_status *st) {
         size_t bytes = dg_tensor_nbytes(src) / (size_t)p->n_elements;
         dg_tensor *t = dg_tensor_from_data(dg_tensor_dtype(src), es,
                                            (const unsigned char *)dg_tensor_data(src) + (size_t)it->index * bytes, st);
-        if (!t) return -1;
+        if (!t) {
+            dg_element_clear(out);
+            return -1;
+        }
         out->components[out->n++] = t;
     }
     it->index++;

@@ -1,6 +1,7 @@
 /* TFRecord records (tfrecord_impl.h): the reader of one record and the public writer. Lengths
  * read from a file are checked against the bytes the file has left before anything is
- * allocated, so a damaged length never becomes a huge allocation. */
+ * allocated, so a damaged length never becomes a huge allocation. A writer whose write failed
+ * refuses later writes: the file may end in a torn record. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,13 +28,21 @@ static void put_le32(unsigned char *p, uint32_t v) {
 }
 
 int data_tfrecord_read(FILE *f, const char *path, int64_t file_bytes, int64_t max_bytes, int64_t *offset,
-                       unsigned char **buf, size_t *cap, size_t *n, dg_status *st) {
+                       dg_tensor **out, dg_status *st) {
     int64_t at = *offset;
+    *out = NULL;
     if (at >= file_bytes) return 0;
     unsigned char head[12], foot[4];
-    if (file_bytes - at < 12 || fread(head, 1, 12, f) != 12) {
+    if (file_bytes - at < 12) {
         dg_status_setf(st, DG_DATA_LOSS, "TFRecord file \"%s\": record at byte %lld: truncated length (%lld bytes left, "
                        "12 needed)", path, (long long)at, (long long)(file_bytes - at));
+        *offset = file_bytes;
+        return -1;
+    }
+    if (fread(head, 1, 12, f) != 12) {
+        dg_status_setf(st, DG_DATA_LOSS, "TFRecord file \"%s\": record at byte %lld: read failed (%s)", path,
+                       (long long)at, ferror(f) ? strerror(errno) : "the file shrank");
+        clearerr(f);
         *offset = file_bytes;
         return -1;
     }
@@ -46,42 +55,43 @@ int data_tfrecord_read(FILE *f, const char *path, int64_t file_bytes, int64_t ma
     }
     uint64_t len = le64(head);
     int64_t left = file_bytes - at - 12;
+    bool fits = left >= 4 && len <= (uint64_t)(left - 4);
     if (len > (uint64_t)max_bytes) {
         dg_status_setf(st, DG_DATA_LOSS, "TFRecord file \"%s\": record at byte %lld: length %llu is over the limit "
                        "of %lld bytes", path, (long long)at, (unsigned long long)len, (long long)max_bytes);
-        *offset = file_bytes;
+        // The length passed its CRC: the next record follows this one when it fits in the file.
+        *offset = fits ? at + 16 + (int64_t)len : file_bytes;
         return -1;
     }
-    if (left < 4 || len > (uint64_t)(left - 4)) {
+    if (!fits) {
         dg_status_setf(st, DG_DATA_LOSS, "TFRecord file \"%s\": record at byte %lld: truncated data (length %llu, "
                        "%lld bytes left)", path, (long long)at, (unsigned long long)len, (long long)left);
         *offset = file_bytes;
         return -1;
     }
-    if (len > *cap || !*buf) {
-        size_t c = len > 64 ? (size_t)len : 64;
-        unsigned char *p = realloc(*buf, c);
-        if (!p) {
-            dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "TFRecord file \"%s\": record at byte %lld: out of memory "
-                           "for %llu bytes", path, (long long)at, (unsigned long long)len);
-            return -1;
-        }
-        *buf = p;
-        *cap = c;
+    // Straight into the element's tensor: one copy of the bytes, from the stream's buffer.
+    dg_tensor *t = dg_tensor_new(DG_UINT8, dg_shape1((int64_t)len), st);
+    if (!t) {
+        dg_status_prepend(st, "TFRecord file \"%s\": record at byte %lld", path, (long long)at);
+        return -1;
     }
-    if (fread(*buf, 1, (size_t)len, f) != (size_t)len || fread(foot, 1, 4, f) != 4) {
+    unsigned char *data = dg_tensor_data(t);
+    if (fread(data, 1, (size_t)len, f) != (size_t)len || fread(foot, 1, 4, f) != 4) {
         dg_status_setf(st, DG_DATA_LOSS, "TFRecord file \"%s\": record at byte %lld: read failed (%s)", path,
                        (long long)at, ferror(f) ? strerror(errno) : "the file shrank");
+        clearerr(f);
+        dg_tensor_unref(t);
         *offset = file_bytes;
         return -1;
     }
     *offset = at + 16 + (int64_t)len;
-    if (data_crc32c(0, *buf, (size_t)len) != data_crc32c_unmask(le32(foot))) {
+    if (data_crc32c(0, data, (size_t)len) != data_crc32c_unmask(le32(foot))) {
         dg_status_setf(st, DG_DATA_LOSS, "TFRecord file \"%s\": record at byte %lld: corrupted data (CRC-32C "
                        "mismatch, %llu bytes)", path, (long long)at, (unsigned long long)len);
+        dg_tensor_unref(t);
         return -1;
     }
-    *n = (size_t)len;
+    *out = t;
     return 1;
 }
 
@@ -90,6 +100,7 @@ int data_tfrecord_read(FILE *f, const char *path, int64_t file_bytes, int64_t ma
 struct dg_tfrecord_writer {
     FILE *f;
     char *path;
+    bool failed;   // a write failed, perhaps part way: the file may end in a torn record
 };
 
 static dg_code code_of_errno(int e) {
@@ -124,7 +135,7 @@ dg_tfrecord_writer *dg_tfrecord_writer_new(const char *path, dg_status *st) {
         base_oom(st, "TFRecord writer", strlen(path));
         return NULL;
     }
-    w->f = fopen(path, "wb");
+    w->f = fopen(path, "wbe");
     if (!w->f) {
         int e = errno;
         dg_status_setf(st, code_of_errno(e), "TFRecord writer: cannot create \"%s\": %s", path, strerror(e));
@@ -140,6 +151,11 @@ bool dg_tfrecord_writer_write(dg_tfrecord_writer *w, const void *data, size_t n_
         dg_status_set(st, DG_INVALID_ARGUMENT, "TFRecord writer: write on a NULL or closed writer, or NULL data");
         return false;
     }
+    if (w->failed) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "TFRecord writer: \"%s\": an earlier write failed; the file may "
+                       "end in a partial record", w->path);
+        return false;
+    }
     unsigned char head[12], foot[4];
     put_le64(head, (uint64_t)n_bytes);
     put_le32(head + 8, data_crc32c_mask(data_crc32c(0, head, 8)));
@@ -147,6 +163,7 @@ bool dg_tfrecord_writer_write(dg_tfrecord_writer *w, const void *data, size_t n_
     if (fwrite(head, 1, 12, w->f) != 12 || (n_bytes && fwrite(data, 1, n_bytes, w->f) != n_bytes) ||
         fwrite(foot, 1, 4, w->f) != 4) {
         int e = errno;
+        w->failed = true;
         dg_status_setf(st, code_of_errno(e), "TFRecord writer: writing \"%s\": %s", w->path, strerror(e));
         return false;
     }
@@ -166,7 +183,13 @@ bool dg_tfrecord_writer_close(dg_tfrecord_writer *w, bool sync, dg_status *st) {
         e = errno;
     }
     w->f = NULL;
-    if (!ok) dg_status_setf(st, code_of_errno(e), "TFRecord writer: closing \"%s\": %s", w->path, strerror(e));
+    if (!ok) {
+        dg_status_setf(st, code_of_errno(e), "TFRecord writer: closing \"%s\": %s", w->path, strerror(e));
+    } else if (w->failed) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "TFRecord writer: closing \"%s\": an earlier write failed; the file "
+                       "may end in a partial record", w->path);
+        ok = false;
+    }
     return ok;
 }
 

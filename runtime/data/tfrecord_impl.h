@@ -10,15 +10,18 @@
 #include <stdio.h>
 
 #include "distgraph/status.h"
+#include "distgraph/tensor.h"
 
 // Reads the record at *offset of f (path for messages, file_bytes its size; f positioned at
-// *offset) into *buf (grown as needed, capacity *cap; caller frees). Returns 1 with *n bytes
-// and *offset past the record, 0 at the file's end (*offset == file_bytes), -1 with DATA_LOSS
-// naming the file and the record's offset: a length or CRC cut short, a length over max_bytes
-// or past the file's end, a CRC that does not match. After -1, *offset is where reading may go
-// on: past the record when only the data's CRC failed, else the file's end (a length that
-// cannot be trusted leaves no next record to find).
+// *offset) into *out, a uint8 tensor [length] (new, caller unrefs). Returns 1 with *offset
+// past the record, 0 at the file's end (*offset >= file_bytes), -1 with DATA_LOSS naming the
+// file and the record's offset: a length or CRC cut short, a length over max_bytes or past the
+// file's end, a CRC that does not match, a failed read (RESOURCE_EXHAUSTED out of memory).
+// After -1, *out is NULL and *offset is where reading may go on: past the record when its
+// length passed its CRC and the record fits in the file (the data's CRC failed, or the length
+// is over max_bytes), else the file's end (a length that cannot be trusted leaves no next
+// record to find); a failed read's error is cleared from f.
 int data_tfrecord_read(FILE *f, const char *path, int64_t file_bytes, int64_t max_bytes, int64_t *offset,
-                       unsigned char **buf, size_t *cap, size_t *n, dg_status *st);
+                       dg_tensor **out, dg_status *st);
 
 #endif

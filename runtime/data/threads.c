@@ -1,10 +1,13 @@
 /* The stages that run threads (distgraph/dataset.h): the parallel map and prefetch.
  *
- * Map: the consumer's thread pulls inputs into a ring of `parallelism` slots and hands them to
- * worker threads; outputs leave in the ring's order, so the order is the input's whatever
- * finishes first. Only the consumer's thread touches the input, so saving waits for the slots
- * in flight to finish and writes their results, followed by the input's state (which is
- * already past them).
+ * Map: the consumer's thread pulls inputs into a ring of twice `parallelism` slots and hands
+ * them to `parallelism` worker threads; outputs leave in the ring's order, so the order is the
+ * input's whatever finishes first. The ring is twice the workers so that they have work queued
+ * while the consumer waits for the head; a worker wakes the consumer only when it completes the
+ * head slot (the one the consumer waits for), or every slot while a save waits; a head no
+ * worker has taken yet the consumer runs itself instead of sleeping. Only the
+ * consumer's thread touches the input, so saving waits for the slots in flight to finish and
+ * writes their results, followed by the input's state (which is already past them).
  *
  * Prefetch: one producer thread pulls the input into a buffer. To save, the consumer pauses
  * the producer between two of its pulls (`busy` false), writes the buffer and then the input's
@@ -61,8 +64,10 @@ typedef struct map_iter {
     data_iter *input;
     bool input_done;
     int64_t n_in;            // elements taken from the input
-    map_slot *ring;          // p->parallelism slots; [head, head + count) are in use
+    map_slot *ring;          // n_slots slots; [head, head + count) are in use
+    int n_slots;             // 2 * parallelism with worker threads, 1 without
     int head, count;
+    bool saving;             // map_save waits for every slot: workers wake it on each
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     pthread_t *threads;
@@ -81,12 +86,12 @@ static void run_slot(const map_params *p, map_slot *s) {
 
 static void *map_worker(void *arg) {
     map_iter *it = arg;
-    const int P = it->p->parallelism;
+    const int S = it->n_slots;
     pthread_mutex_lock(&it->mu);
     for (;;) {
         map_slot *s = NULL;
         for (int k = 0; k < it->count && !s; k++) {
-            map_slot *c = &it->ring[(it->head + k) % P];
+            map_slot *c = &it->ring[(it->head + k) % S];
             if (c->state == SLOT_PENDING) s = c;
         }
         if (!s) {
@@ -99,7 +104,8 @@ static void *map_worker(void *arg) {
         run_slot(it->p, s);
         pthread_mutex_lock(&it->mu);
         s->state = SLOT_DONE;
-        pthread_cond_broadcast(&it->done);
+        // Only the consumer waits on done: for the head slot, or for all of them in a save.
+        if (s == &it->ring[it->head] || it->saving) pthread_cond_signal(&it->done);
     }
     pthread_mutex_unlock(&it->mu);
     return NULL;
@@ -122,11 +128,11 @@ static bool start_workers(map_iter *it, dg_status *st) {
 
 static int map_next(data_iter *base, dg_element *out, dg_status *st) {
     map_iter *it = (map_iter *)base;
-    const int P = it->p->parallelism;
+    const int S = it->n_slots;
     if (!start_workers(it, st)) return -1;
     // Pull inputs into free slots; only this thread touches the input and adds slots.
-    while (it->count < P && !it->input_done) {
-        map_slot *s = &it->ring[(it->head + it->count) % P];
+    while (it->count < S && !it->input_done) {
+        map_slot *s = &it->ring[(it->head + it->count) % S];
         s->in.n = s->out.n = 0;
         dg_status_reset(s->st);
         int r = it->input->ops->next(it->input, &s->in, s->st);
@@ -153,9 +159,21 @@ static int map_next(data_iter *base, dg_element *out, dg_status *st) {
     if (it->count == 0) return 0;
     map_slot *s = &it->ring[it->head];
     pthread_mutex_lock(&it->mu);
-    while (s->state != SLOT_DONE) pthread_cond_wait(&it->done, &it->mu);
+    while (s->state != SLOT_DONE) {
+        if (s->state == SLOT_PENDING) {
+            // No worker has taken the head yet: running it here costs less than sleeping
+            // until a worker has, and the order stays the ring's.
+            s->state = SLOT_RUNNING;
+            pthread_mutex_unlock(&it->mu);
+            run_slot(it->p, s);
+            pthread_mutex_lock(&it->mu);
+            s->state = SLOT_DONE;
+            break;
+        }
+        pthread_cond_wait(&it->done, &it->mu);
+    }
     s->state = SLOT_EMPTY;
-    it->head = (it->head + 1) % P;
+    it->head = (it->head + 1) % S;
     it->count--;
     pthread_mutex_unlock(&it->mu);
     if (!dg_status_ok(s->st)) {
@@ -169,19 +187,21 @@ static int map_next(data_iter *base, dg_element *out, dg_status *st) {
 
 static bool map_save(data_iter *base, data_wr *w, dg_status *st) {
     map_iter *it = (map_iter *)base;
-    const int P = it->p->parallelism;
+    const int S = it->n_slots;
     pthread_mutex_lock(&it->mu);
+    it->saving = true;
     for (int k = 0; k < it->count; k++)
-        while (it->ring[(it->head + k) % P].state != SLOT_DONE) pthread_cond_wait(&it->done, &it->mu);
+        while (it->ring[(it->head + k) % S].state != SLOT_DONE) pthread_cond_wait(&it->done, &it->mu);
+    it->saving = false;
     pthread_mutex_unlock(&it->mu);
     data_put_u64(w, it->input_done);
     data_put_i64(w, it->n_in);
     data_put_u64(w, (uint64_t)it->count);
     for (int k = 0; k < it->count; k++) {
-        const map_slot *s = &it->ring[(it->head + k) % P];
+        const map_slot *s = &it->ring[(it->head + k) % S];
         data_put_i64(w, s->index);
         put_status(w, s->st);
-        if (!data_put_element(w, &s->out)) return base_oom(st, "map state", 0);
+        if (!data_put_element(w, &s->out)) return data_wr_oom(w, "map state", st);
     }
     return it->input->ops->save(it->input, w, st);
 }
@@ -190,9 +210,9 @@ static bool map_restore(data_iter *base, data_rd *r, dg_status *st) {
     map_iter *it = (map_iter *)base;
     uint64_t done, count;
     if (!data_get_u64(r, &done, st) || !data_get_i64(r, &it->n_in, st) || !data_get_u64(r, &count, st)) return false;
-    if (count > (uint64_t)it->p->parallelism) {
-        dg_status_setf(st, DG_INVALID_ARGUMENT, "iterator state: %llu map results for a parallelism of %d",
-                       (unsigned long long)count, it->p->parallelism);
+    if (count > (uint64_t)it->n_slots) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "iterator state: %llu map results for a parallelism of %d (%d slots)",
+                       (unsigned long long)count, it->p->parallelism, it->n_slots);
         return false;
     }
     it->input_done = done != 0;
@@ -215,7 +235,7 @@ static void map_free(data_iter *base) {
     // Workers run what is pending, then see stop and leave; the slots are freed after the join.
     for (int i = 0; i < it->n_threads; i++) pthread_join(it->threads[i], NULL);
     free(it->threads);
-    for (int i = 0; it->ring && i < it->p->parallelism; i++) {
+    for (int i = 0; it->ring && i < it->n_slots; i++) {
         dg_element_clear(&it->ring[i].in);
         dg_element_clear(&it->ring[i].out);
         dg_status_free(&it->ring[i].st);
@@ -244,12 +264,13 @@ static data_iter *map_make(const dg_dataset *ds, data_ctx *ctx, int64_t epoch, d
     pthread_mutex_init(&it->mu, NULL);
     pthread_cond_init(&it->work, NULL);
     pthread_cond_init(&it->done, NULL);
-    it->ring = calloc((size_t)p->parallelism, sizeof *it->ring);
+    it->n_slots = p->parallelism == 1 ? 1 : 2 * p->parallelism;
+    it->ring = calloc((size_t)it->n_slots, sizeof *it->ring);
     bool ok = it->ring != NULL;
-    for (int i = 0; ok && i < p->parallelism; i++) ok = (it->ring[i].st = dg_status_new()) != NULL;
+    for (int i = 0; ok && i < it->n_slots; i++) ok = (it->ring[i].st = dg_status_new()) != NULL;
     if (!ok) {
         map_free(&it->base);
-        base_oom(st, "map", (size_t)p->parallelism * sizeof(map_slot));
+        base_oom(st, "map", (size_t)it->n_slots * sizeof(map_slot));
         return NULL;
     }
     it->input = data_make_input(ds, ctx, epoch, st);
@@ -327,6 +348,7 @@ static void *prefetch_run(void *arg) {
         } else {
             it->done = true;
             if (r < 0) dg_status_copy(it->err, st);
+            dg_element_clear(&e);   // a part the input made before failing
         }
         pthread_cond_broadcast(&it->consume);
     }
@@ -375,7 +397,7 @@ static bool prefetch_save(data_iter *base, data_wr *w, dg_status *st) {
     data_put_u64(w, (uint64_t)it->count);
     bool ok = true;
     for (int k = 0; k < it->count && ok; k++) ok = data_put_element(w, &it->buf[(it->head + k) % it->cap]);
-    if (!ok) base_oom(st, "prefetch state", 0);
+    if (!ok) data_wr_oom(w, "prefetch state", st);
     // The producer waits (paused) while its input is written.
     ok = ok && it->input->ops->save(it->input, w, st);
     it->paused = false;

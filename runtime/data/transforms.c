@@ -172,7 +172,10 @@ static int shuffle_next(data_iter *base, dg_element *out, dg_status *st) {
         if (!BASE_GROW(it->buf, it->n, it->cap, 1, "shuffle buffer", st)) return -1;
         it->buf[it->n].n = 0;
         int r = it->u.input->ops->next(it->u.input, &it->buf[it->n], st);
-        if (r < 0) return -1;
+        if (r < 0) {
+            dg_element_clear(&it->buf[it->n]);   // a part the input made before failing
+            return -1;
+        }
         if (r == 0) it->input_done = true;
         else it->n++;
     }
@@ -188,7 +191,7 @@ static bool shuffle_save(data_iter *base, data_wr *w, dg_status *st) {
     data_put_u64(w, it->input_done);
     data_put_u64(w, (uint64_t)it->n);
     for (int i = 0; i < it->n; i++)
-        if (!data_put_element(w, &it->buf[i])) return base_oom(st, "shuffle state", 0);
+        if (!data_put_element(w, &it->buf[i])) return data_wr_oom(w, "shuffle state", st);
     return input_save(base, w, st);
 }
 static bool shuffle_restore(data_iter *base, data_rd *r, dg_status *st) {
@@ -248,6 +251,7 @@ typedef struct batch_params {
     bool padded;
     int n_shapes;                                    // padded_shapes given for n components
     int n_values;                                    // padding_values given for n components
+    int64_t max_batch_bytes;                         // a padded batch's limit per component
     dg_shape shapes[DG_ELEMENT_MAX_COMPONENTS];
     double values[DG_ELEMENT_MAX_COMPONENTS];        // padding values (zeros when not given)
 } batch_params;
@@ -302,7 +306,10 @@ static int batch_next(data_iter *base, dg_element *out, dg_status *st) {
     int ret = -1;
     while (!it->input_done && k < p->batch_size) {
         int r = it->u.input->ops->next(it->u.input, &it->parts[k], st);
-        if (r < 0) goto done;
+        if (r < 0) {
+            dg_element_clear(&it->parts[k]);   // a part the input made before failing
+            goto done;
+        }
         if (r == 0) it->input_done = true;
         else k++;
     }
@@ -362,6 +369,22 @@ static int batch_next(data_iter *base, dg_element *out, dg_status *st) {
         int64_t dims[DG_MAX_RANK];
         dims[0] = k;
         for (int d = 0; d < target.rank; d++) dims[d + 1] = target.dims[d];
+        if (p->padded) {
+            // The padded size comes from the data (the largest element) or from the padded
+            // shapes: checked before it is allocated.
+            int64_t bytes = k;
+            bool over = __builtin_mul_overflow(bytes, (int64_t)dg_dtype_size(dt), &bytes);
+            for (int d = 0; d < target.rank && !over; d++) over = __builtin_mul_overflow(bytes, target.dims[d], &bytes);
+            if (over || bytes > p->max_batch_bytes) {
+                char nb[32];
+                if (over) snprintf(nb, sizeof nb, "over 2^63");
+                else snprintf(nb, sizeof nb, "%lld", (long long)bytes);
+                dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "%s: component %d: a batch of %lld x %s %s is %s bytes, over "
+                               "max_batch_bytes %lld", it->u.ds->desc, c, (long long)k,
+                               dg_shape_str(&target, a, sizeof a), dg_dtype_name(dt), nb, (long long)p->max_batch_bytes);
+                goto done;
+            }
+        }
         dg_tensor *t = dg_tensor_new(dt, dg_shape_make(target.rank + 1, dims), st);
         if (!t) goto done;
         out->components[out->n++] = t;
@@ -430,21 +453,39 @@ dg_dataset *dg_dataset_batch(dg_dataset *input, int64_t batch_size, bool drop_re
                      drop_remainder ? ", drop remainder" : "");
 }
 
+#define DEFAULT_MAX_BATCH_BYTES ((int64_t)1 << 30)
+
+dg_padded_batch_options dg_padded_batch_options_default(void) {
+    return (dg_padded_batch_options){.max_batch_bytes = DEFAULT_MAX_BATCH_BYTES};
+}
+
 dg_dataset *dg_dataset_padded_batch(dg_dataset *input, int64_t batch_size, bool drop_remainder,
                                     const dg_shape *padded_shapes, const double *padding_values,
                                     int n_components, dg_status *st) {
+    return dg_dataset_padded_batch_with_options(input, batch_size, drop_remainder, padded_shapes, padding_values,
+                                                n_components, NULL, st);
+}
+
+dg_dataset *dg_dataset_padded_batch_with_options(dg_dataset *input, int64_t batch_size, bool drop_remainder,
+                                                 const dg_shape *padded_shapes, const double *padding_values,
+                                                 int n_components, const dg_padded_batch_options *opts,
+                                                 dg_status *st) {
+    dg_padded_batch_options o = opts ? *opts : dg_padded_batch_options_default();
     batch_params *p = calloc(1, sizeof *p);
-    char bad[128];
-    snprintf(bad, sizeof bad, "batch_size %lld (1 to %lld), %d components (0 to %d)", (long long)batch_size,
-             (long long)MAX_BATCH, n_components, DG_ELEMENT_MAX_COMPONENTS);
+    char bad[192];
+    snprintf(bad, sizeof bad, "batch_size %lld (1 to %lld), %d components (0 to %d), max_batch_bytes %lld (>= 1)",
+             (long long)batch_size, (long long)MAX_BATCH, n_components, DG_ELEMENT_MAX_COMPONENTS,
+             (long long)o.max_batch_bytes);
     bool ok = batch_size >= 1 && batch_size <= MAX_BATCH && n_components >= 0 &&
-              n_components <= DG_ELEMENT_MAX_COMPONENTS && (n_components == 0 || padded_shapes || padding_values);
+              n_components <= DG_ELEMENT_MAX_COMPONENTS && (n_components == 0 || padded_shapes || padding_values) &&
+              o.max_batch_bytes >= 1;
     for (int c = 0; ok && padded_shapes && c < n_components; c++)
         if (padded_shapes[c].rank < 0 || padded_shapes[c].rank >= DG_MAX_RANK) ok = false;
     if (!start("padded batch", &input, p, ok, bad, st)) return NULL;
     p->batch_size = batch_size;
     p->drop_remainder = drop_remainder;
     p->padded = true;
+    p->max_batch_bytes = o.max_batch_bytes;
     // Without shapes every dimension pads to the batch's largest; without values, zeros.
     p->n_shapes = padded_shapes ? n_components : 0;
     p->n_values = padding_values ? n_components : 0;

@@ -1101,8 +1101,10 @@ bool dg_checkpoint_read_blob(dg_checkpoint_store *s, int64_t step, const char *n
                        s->path, (long long)found, name);
         goto fail;
     }
-    if (!prepare_on_demand(s, "SELECT crc32, data FROM blobs WHERE checkpoint_id = ?1 AND name = ?2", "blobs",
-                           "(checkpoint_id, name, crc32, data)", &q, st))
+    // The length first (length() reads the record's header, not the bytes): a size over what
+    // a save may write is damage, refused before anything is allocated.
+    if (!prepare_on_demand(s, "SELECT crc32, typeof(data), length(data), rowid FROM blobs WHERE checkpoint_id = ?1 "
+                           "AND name = ?2", "blobs", "(checkpoint_id, name, crc32, data)", &q, st))
         goto fail;
     SQ_CHECK(s, sqlite3_bind_int64(q, 1, id), st);
     SQ_CHECK(s, sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC), st);
@@ -1112,32 +1114,54 @@ bool dg_checkpoint_read_blob(dg_checkpoint_store *s, int64_t step, const char *n
                        (long long)found, name);
         goto fail;
     }
-    if (sqlite3_column_type(q, 1) != SQLITE_BLOB && sqlite3_column_type(q, 1) != SQLITE_NULL) {
+    const char *type = (const char *)sqlite3_column_text(q, 1);
+    if (!type || (strcmp(type, "blob") != 0 && strcmp(type, "null") != 0)) {
         dg_status_setf(st, DG_DATA_LOSS, "checkpoint \"%s\": blob \"%s\" of step %lld is not a blob", s->path, name,
                        (long long)found);
         goto fail;
     }
-    size_t len = (size_t)sqlite3_column_bytes(q, 1);
-    const void *p = sqlite3_column_blob(q, 1);
-    uLong crc = crc32_z(crc32_z(0L, Z_NULL, 0), p ? p : (const void *)"", len);
-    if ((int64_t)crc != sqlite3_column_int64(q, 0)) {
-        dg_status_setf(st, DG_DATA_LOSS, "checkpoint \"%s\": blob \"%s\" of step %lld: CRC-32 mismatch over %zu bytes",
-                       s->path, name, (long long)found, len);
+    int64_t want_crc = sqlite3_column_int64(q, 0), len64 = sqlite3_column_int64(q, 2);
+    int64_t rowid = sqlite3_column_int64(q, 3);
+    if (len64 < 0 || (uint64_t)len64 > BLOB_MAX_BYTES) {
+        dg_status_setf(st, DG_DATA_LOSS, "checkpoint \"%s\": blob \"%s\" of step %lld holds %lld bytes, over the "
+                       "%zu a save writes", s->path, name, (long long)found, (long long)len64, BLOB_MAX_BYTES);
         goto fail;
     }
+    size_t len = (size_t)len64;
+    sqlite3_finalize(q);
+    q = NULL;
     *data = malloc(len ? len : 1);
     if (!*data) {
         base_oom(st, "checkpoint blob", len);
         goto fail;
     }
-    if (len) memcpy(*data, p, len);
+    if (len) {
+        // Incremental blob I/O reads into our buffer: SQLite holds no second copy.
+        sqlite3_blob *bl = NULL;
+        rc = sqlite3_blob_open(s->db, "main", "blobs", "data", rowid, 0, &bl);
+        if (rc == SQLITE_OK && sqlite3_blob_bytes(bl) != (int)len) rc = SQLITE_CORRUPT;
+        if (rc == SQLITE_OK) rc = sqlite3_blob_read(bl, *data, (int)len, 0);
+        if (bl) sqlite3_blob_close(bl);
+        if (rc != SQLITE_OK) {
+            dg_status_setf(st, rc == SQLITE_CORRUPT ? DG_DATA_LOSS : DG_UNAVAILABLE, "checkpoint \"%s\": reading "
+                           "blob \"%s\" of step %lld: %s", s->path, name, (long long)found, sqlite3_errstr(rc));
+            goto fail;
+        }
+    }
+    uLong crc = crc32_z(crc32_z(0L, Z_NULL, 0), len ? *data : (const void *)"", len);
+    if ((int64_t)crc != want_crc) {
+        dg_status_setf(st, DG_DATA_LOSS, "checkpoint \"%s\": blob \"%s\" of step %lld: CRC-32 mismatch over %zu bytes",
+                       s->path, name, (long long)found, len);
+        goto fail;
+    }
     *n_bytes = len;
-    sqlite3_finalize(q);
     end_call(s, true);
     if (read_step) *read_step = found;
     return true;
 fail:
     sqlite3_finalize(q);
+    free(*data);
+    *data = NULL;
     end_call(s, true);
     return false;
 }

@@ -15,7 +15,8 @@
 typedef struct saver_blob_source {
     char name[256];
     dg_saver_blob_fn fn;
-    void *ctx;   // borrowed
+    void *ctx;                    // borrowed
+    void (*release)(void *ctx);   // called when the saver lets go of ctx; may be NULL
 } saver_blob_source;
 
 struct dg_saver {
@@ -33,7 +34,8 @@ struct dg_saver {
     int n_blobs, cap_blobs;
 };
 
-bool dg_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn, void *ctx, dg_status *st) {
+bool training_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn, void *ctx,
+                             void (*release)(void *ctx), dg_status *st) {
     dg_status_reset(st);
     size_t len = name ? strlen(name) : 0;
     if (!sv || !fn || len < 1 || len > 255) {
@@ -46,10 +48,33 @@ bool dg_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn, void
             dg_status_setf(st, DG_ALREADY_EXISTS, "saver add blob: \"%s\" is added already", name);
             return false;
         }
-    saver_blob_source b = {.fn = fn, .ctx = ctx};
+    saver_blob_source b = {.fn = fn, .ctx = ctx, .release = release};
     memcpy(b.name, name, len + 1);
     BASE_PUSH(sv->blobs, sv->n_blobs, sv->cap_blobs, b);
     return true;
+}
+
+bool dg_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn, void *ctx, dg_status *st) {
+    return training_saver_add_blob(sv, name, fn, ctx, NULL, st);
+}
+
+bool dg_saver_remove_blob(dg_saver *sv, const char *name, dg_status *st) {
+    dg_status_reset(st);
+    if (!sv || !name) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "saver remove blob: NULL saver or name");
+        return false;
+    }
+    for (int i = 0; i < sv->n_blobs; i++) {
+        if (strcmp(sv->blobs[i].name, name) != 0) continue;
+        saver_blob_source b = sv->blobs[i];
+        // Kept in the order added: saves call the sources in that order.
+        memmove(&sv->blobs[i], &sv->blobs[i + 1], (size_t)(sv->n_blobs - i - 1) * sizeof *sv->blobs);
+        sv->n_blobs--;
+        if (b.release) b.release(b.ctx);
+        return true;
+    }
+    dg_status_setf(st, DG_NOT_FOUND, "saver remove blob: no blob \"%s\" is added", name);
+    return false;
 }
 
 void dg_saver_set_convert_dtypes(dg_saver *sv, bool convert) {
@@ -158,6 +183,8 @@ void dg_saver_free(dg_saver **svp) {
     free(sv->vars);
     free(sv->values);
     free(sv->slices);
+    for (int i = 0; i < sv->n_blobs; i++)
+        if (sv->blobs[i].release) sv->blobs[i].release(sv->blobs[i].ctx);
     free(sv->blobs);
     free(sv);
     *svp = NULL;

@@ -21,6 +21,12 @@ typedef struct training_run_state {
     atomic_bool stop_requested, last_run_failed, closed;
 } training_run_state;
 
+// dg_saver_add_blob, with release(ctx) (may be NULL) called when the saver lets go of ctx:
+// dg_saver_remove_blob or dg_saver_free. A source that must not outlive its context (an
+// iterator, runtime/data/dataset.c) learns so that it need not detach from a freed saver.
+bool training_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn, void *ctx,
+                             void (*release)(void *ctx), dg_status *st);
+
 // A hook named name around ctx, its callbacks for the caller to set. Out of memory:
 // RESOURCE_EXHAUSTED, free_ctx(ctx) called, NULL. Returns: new, free with dg_session_hook_free().
 dg_session_hook *training_new_hook(const char *name, void *ctx, void (*free_ctx)(void *), dg_status *st);

@@ -2,8 +2,9 @@
 # dg-tfrecord: --help names the record layout; an IDX pair of 5 examples (3x2 uint8 images,
 # uint8 labels) becomes 2 shards holding examples 0, 2, 4 and 1, 3, each record the label as 8
 # bytes little-endian and then the 6 pixels; text lines become records; `count` reads them
-# back and fails, naming the file and the offset, on a damaged record. Bytes are checked with od,
-# not with the tool's own reading.
+# back and fails, naming the file and the offset, on a damaged record; a failed run leaves no
+# shard behind, and --shards is bounded. Bytes are checked with od, not with the tool's own
+# reading.
 set -euo pipefail
 tool="${DG_BIN_DIR:?}/dg-tfrecord"
 [ -x "$tool" ] || { echo "FAIL: no $tool"; exit 1; }
@@ -45,4 +46,13 @@ cp "$s0" "$tmp/bad.tfrecord"
 printf '\xff' | dd of="$tmp/bad.tfrecord" bs=1 seek=45 conv=notrunc status=none
 if "$tool" count "$tmp/bad.tfrecord" 2>"$tmp/err"; then fail "a damaged record passed"; fi
 grep -q "DATA_LOSS.*bad.tfrecord\": record at byte 30: corrupted data" "$tmp/err" || fail "damage: $(cat "$tmp/err")"
-echo "dg-tfrecord: layout, shards, text records and damage checked"
+# Shards are complete or absent: no temporary file stays after a run, and a run that fails
+# part way (its second input is missing) leaves neither shards nor temporary files.
+[ -z "$(find "$tmp" -name '*.tmp-*')" ] || fail "temporary files left: $(find "$tmp" -name '*.tmp-*')"
+if "$tool" text --out "$tmp/half" --shards 2 "$tmp/t.txt" "$tmp/none.txt" 2>"$tmp/err"; then fail "a missing input passed"; fi
+grep -q "NOT_FOUND.*none.txt" "$tmp/err" || fail "missing input not named: $(cat "$tmp/err")"
+[ -z "$(find "$tmp" -name 'half*')" ] || fail "a failed run left: $(find "$tmp" -name 'half*')"
+# More shards than files a process should hold open: refused by name.
+if "$tool" text --out "$tmp/many" --shards 5000 "$tmp/t.txt" 2>"$tmp/err"; then fail "--shards 5000 passed"; fi
+grep -q -- "--shards takes 1 to 4096" "$tmp/err" || fail "--shards 5000: $(cat "$tmp/err")"
+echo "dg-tfrecord: layout, shards, text records, damage, temporary names and the shard limit checked"
