@@ -8,6 +8,10 @@ Modes:
   allreduce  1 coordinator (the ps task) + 3 workers, --all_reduce --elastic
   grow       all-reduce from 2 workers to 4 and back to 2 (the two added ones SIGKILLed), against a
              fixed run of 2
+  tfps       the other peer: TensorFlow's ParameterServerStrategy with a ClusterCoordinator
+             (bench/peers/tf_ps_coordinator.py, TF_PYTHON: a venv with tensorflow-cpu): 1 ps, 3 workers
+             and the coordinator; workers killed as above, the ps killed once (TensorFlow then
+             fails the coordinator, which must be started again by hand: counted, not retried)
   torchrun   the peer: 3 torchrun agents (--nnodes 1:4, c10d rendezvous, DDP over gloo,
              --max_restarts) of bench/peers/torch_elastic.py, the same model; a kill takes an agent
              and its worker, and the agent is started again after 0-5 s (Debian's python3-torch)
@@ -38,12 +42,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("DG_BIN_DIR", os.path.join(ROOT, "build", "bin"))
 # Global steps per mode: runs of one to two minutes on 2 cores, so that several kills land.
-DEFAULT_STEPS = {"async": 150000, "sync": 30000, "allreduce": 40000, "grow": 40000, "torchrun": 30000}
+DEFAULT_STEPS = {"async": 150000, "sync": 30000, "allreduce": 40000, "grow": 40000, "torchrun": 15000,
+                 "tfps": 10000}
 STEPS = None   # the mode's, set by main
 RUNS = int(os.environ.get("RUNS", "1"))
 SEED = int(os.environ.get("SEED", "1"))
 DEADLINE_S = float(os.environ.get("DEADLINE_S", "900"))
 TORCH_PYTHON = os.environ.get("TORCH_PYTHON", "/usr/bin/python3")   # Debian's, with python3-torch
+TF_PYTHON = os.environ.get("TF_PYTHON", "python3")
 
 STEP_RE = re.compile(r"^([0-9.]+): Worker (\d+): training step (\d+) done \(global step: (\d+)\)")
 EPOCH_RE = re.compile(r"^([0-9.]+): elastic: /job:worker/task:(\d+): epoch (\d+) \(([^)]*)\)")
@@ -283,7 +289,10 @@ def run_torchrun(chaos, rng):
         log = os.path.join(tmp, "agent%d_%d.log" % (i, len(logs.get(i, []))))
         logs.setdefault(i, []).append(log)
         agents[i] = subprocess.Popen(
+            # --redirects/--tee 1: under Python 3.11 Debian's torch 1.13 cannot parse their default "0"
+            # (Std.from_str finds no zero flag), so the worker's stdout is teed explicitly.
             [TORCH_PYTHON, "-m", "torch.distributed.run", "--nnodes", "1:4", "--nproc_per_node", "1",
+             "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(tmp, "torch_logs"),
              "--max_restarts", "100", "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:%d" % port,
              "--rdzv_id", "chaos", script, "--steps", str(STEPS), "--ckpt", os.path.join(tmp, "ckpt.pt"),
              "--seed", str(SEED)],
@@ -357,6 +366,90 @@ def run_torchrun(chaos, rng):
             "resume_s": resume, "join_s": [], "steps_redone": redone, "accuracy": acc, "tmp": tmp}
 
 
+def run_tfps(chaos, rng):
+    """TensorFlow's ParameterServerStrategy: a ps, 3 workers and the coordinator."""
+    tmp = tempfile.mkdtemp(prefix="dg-chaos-tf-")
+    ports = free_ports(5)
+    cluster = json.dumps({"ps": ["127.0.0.1:%d" % ports[0]],
+                          "worker": ["127.0.0.1:%d" % p for p in ports[1:4]], "chief": ["127.0.0.1:%d" % ports[4]]})
+    script = os.path.join(ROOT, "bench", "peers", "tf_ps_coordinator.py")
+    procs, n_logs = {}, {}
+
+    def start(role, i, extra=()):
+        k = (role, i)
+        n_logs[k] = n_logs.get(k, 0) + 1
+        log = os.path.join(tmp, "%s%d_%d.log" % (role, i, n_logs[k]))
+        procs[k] = subprocess.Popen([TF_PYTHON, script, "--role", role, "--index", str(i), "--cluster", cluster]
+                                    + list(extra), stdout=open(log, "w"), stderr=subprocess.STDOUT)
+        return log
+
+    start("ps", 0)
+    for i in range(3):
+        start("worker", i)
+    chief_log = start("chief", 0, ["--steps", str(STEPS), "--seed", str(SEED)])
+    t0 = time.time()
+    kills, pending, ps_kills, hang = [], [], [], False
+    next_kill = t0 + rng.uniform(10, 15)
+    ps_kill_at = t0 + rng.uniform(20, 40) if chaos else None
+
+    def progress():
+        out = []
+        for line in open(chief_log, errors="replace"):
+            m = TORCH_STEP_RE.match(line)
+            if m:
+                out.append((float(m.group(1)), int(m.group(2))))
+        return out
+
+    while procs[("chief", 0)].poll() is None:
+        now = time.time()
+        if now - t0 > DEADLINE_S:
+            hang = True
+            break
+        if chaos and now >= next_kill:
+            alive = [i for i in range(3) if procs[("worker", i)].poll() is None]
+            step = max((s for _, s in progress()), default=0)
+            if alive and step < STEPS * 0.9:
+                v = rng.choice(alive)
+                procs[("worker", v)].kill()
+                procs[("worker", v)].wait()
+                kills.append((time.time(), step))
+                pending.append((time.time() + rng.uniform(0, 5), v))
+            next_kill = now + rng.uniform(10, 15)
+        if ps_kill_at and now >= ps_kill_at:
+            procs[("ps", 0)].kill()
+            procs[("ps", 0)].wait()
+            ps_kills.append(time.time())
+            time.sleep(1)
+            start("ps", 0)
+            ps_kill_at = None
+        for due, i in list(pending):
+            if time.time() >= due:
+                pending.remove((due, i))
+                start("worker", i)
+        time.sleep(0.05)
+    wall = time.time() - t0
+    chief_rc = procs[("chief", 0)].poll()
+    for p in procs.values():
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    prog = progress()
+    acc = None
+    for line in open(chief_log, errors="replace"):
+        m = TORCH_DONE_RE.match(line)
+        if m:
+            acc = float(m.group(1))
+    resume = []
+    for t_kill, step in kills:
+        after = [t for t, s in prog if t >= t_kill]
+        resume.append(round(min(after) - t_kill, 3) if after else None)
+    gaps = [b[0] - a[0] for a, b in zip(prog, prog[1:])]
+    return {"wall_s": round(wall, 1), "hang": hang, "kills": len(kills), "ps_kills": len(ps_kills),
+            "survivors_exit_0": None, "coordinator_exit": chief_rc, "resume_s": resume, "join_s": [],
+            "steps_done": prog[-1][1] if prog else 0, "progress_interval_s": round(statistics.median(gaps), 3) if gaps else None,
+            "accuracy": acc, "tmp": tmp}
+
+
 def main():
     modes = sys.argv[1:] or ["async", "sync", "allreduce", "grow"]
     cpu = subprocess.run([os.path.join(BIN, "dg-inspect"), "cpu"], capture_output=True, text=True).stdout.strip()
@@ -365,7 +458,7 @@ def main():
         STEPS = int(os.environ.get("STEPS", DEFAULT_STEPS.get(mode, 30000)))
         for r in range(RUNS):
             rng = random.Random(SEED * 1000 + r)
-            runner = run_torchrun if mode == "torchrun" else lambda c, g: run(mode, c, g)
+            runner = {"torchrun": run_torchrun, "tfps": run_tfps}.get(mode, lambda c, g: run(mode, c, g))
             base = runner(False, rng)
             chaos = runner(True, rng)
             res = [x for x in chaos["resume_s"] if x is not None]
@@ -375,7 +468,8 @@ def main():
                 "fault_free": {"accuracy": base["accuracy"], "wall_s": base["wall_s"], "hang": base["hang"]},
                 "chaos": {k: chaos.get(k) for k in ("accuracy", "wall_s", "hang", "kills", "ps_kills",
                                                     "survivors_exit_0", "resume_s", "join_s", "steps_redone",
-                                                    "ps_resume_s")},
+                                                    "ps_resume_s", "coordinator_exit", "steps_done",
+                                                    "progress_interval_s")},
                 "resume_s_max": max(res) if res else None, "join_s_max": max(joins) if joins else None,
                 "resumed_all": len(res) == len(chaos["resume_s"]),
                 "accuracy_lost": None if base["accuracy"] is None or chaos["accuracy"] is None

@@ -438,6 +438,12 @@ int replica_main(int argc, char **argv, const replica_model *p) {
         fflush(stdout);
     }
     ms = dg_monitored_session_new(g, &mo, st);
+    if (!ms && elastic && dg_status_code(st) == DG_OUT_OF_RANGE) {
+        // Started after the group finished: nothing left to train.
+        printf("Worker %lld: %s\n", (long long)task_index, dg_status_message(st));
+        rc = 0;
+        goto out;
+    }
     if (!ms) {
         fail(st, "creating the monitored session");
         goto out;

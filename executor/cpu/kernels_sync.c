@@ -739,7 +739,7 @@ static bool queue_close_compute(void *state, exec_ctx *ctx) {
 // commit of that epoch, with nobody lost; otherwise a new epoch begins: the members that came
 // with their state (not joining), in their old order, then the others by task index. The first
 // epoch forms once min_members tasks have come.
-enum { ELASTIC_COMMIT = 0, ELASTIC_JOIN = 1, ELASTIC_REFORM = 2 };
+enum { ELASTIC_COMMIT = 0, ELASTIC_JOIN = 1, ELASTIC_REFORM = 2, ELASTIC_DONE = 3 };
 
 typedef struct elastic_coord {
     resource base;             // first: resource* and elastic_coord* convert
@@ -758,6 +758,7 @@ typedef struct elastic_coord {
     dg_tensor **ready_outs;
     int n_ready, cap_ready, cap_ready_outs;
     bool log;                  // a line on stderr per epoch (attribute "log")
+    bool finished;             // a member came with ELASTIC_DONE: the job has ended; joiners get [-2]
     bool has_fingerprint;      // of the members' variables (names, types, shapes), set by the first
     int64_t fingerprint;
 } elastic_coord;
@@ -1018,6 +1019,14 @@ static void elastic_deadline_error(waiter *w, dg_status *st) {
                    w->res->name, (long long)w->task, (long long)w->timeout_ms);
 }
 
+// [v]: an answer without members (the epoch to a finished member, -2 to a late joiner).
+static dg_tensor *answer1(int64_t v) {
+    dg_tensor *t = dg_tensor_new(DG_INT64, dg_shape1(1), NULL);
+    if (!t) abort();
+    dg_tensor_i64(t)[0] = v;
+    return t;
+}
+
 static void elastic_start(void *state, exec_ctx *ctx, exec_async_handle h) {
     elastic_kernel *k = state;
     elastic_coord *c = k->c;
@@ -1029,7 +1038,7 @@ static void elastic_start(void *state, exec_ctx *ctx, exec_async_handle h) {
                        "scalars and an int64 vector of lost tasks", c->base.name);
     int64_t task = dg_status_ok(&err) ? dg_tensor_i64(IN(0))[0] : 0;
     int64_t kind = dg_status_ok(&err) ? dg_tensor_i64(IN(1))[0] : 0;
-    if (dg_status_ok(&err) && (task < 0 || task > INT32_MAX || kind < ELASTIC_COMMIT || kind > ELASTIC_REFORM ||
+    if (dg_status_ok(&err) && (task < 0 || task > INT32_MAX || kind < ELASTIC_COMMIT || kind > ELASTIC_DONE ||
                                lost->n_elements > EXEC_COLL_MAX_MEMBERS || IN(4)->dtype != DG_INT64 ||
                                IN(4)->n_elements != 1))
         dg_status_setf(&err, DG_INVALID_ARGUMENT, "elastic coordinator \"%s\": task %lld, kind %lld, %lld lost "
@@ -1056,6 +1065,45 @@ static void elastic_start(void *state, exec_ctx *ctx, exec_async_handle h) {
         exec_async_done(h, NULL, &err);
         status_impl_clear(&err);
         return;
+    }
+    if (kind == ELASTIC_DONE || kind == ELASTIC_JOIN) {
+        // A member that finished the job: it holds no round up any more, and the joiners
+        // waiting (and any that come later) are told the job has ended, [-2].
+        waiter **ended = NULL;
+        dg_tensor **outs = NULL;
+        int n_ended = 0, cap_ended = 0, cap_outs = 0;
+        pthread_mutex_lock(&c->base.mu);
+        bool answer_now = kind == ELASTIC_DONE || c->finished;
+        if (kind == ELASTIC_DONE) {
+            c->finished = true;
+            if (in_list(c->members, c->n_members, (int)task) && !in_list(c->lost, c->n_lost, (int)task))
+                BASE_PUSH(c->lost, c->n_lost, c->cap_lost, (int)task);
+            for (waiter **pp = &c->base.waiters; *pp;) {
+                waiter *x = *pp;
+                if (x->kind != ELASTIC_JOIN) {
+                    pp = &x->next;
+                    continue;
+                }
+                *pp = x->next;
+                x->next = NULL;
+                x->done = true;
+                int k2 = n_ended;
+                BASE_PUSH(outs, k2, cap_outs, answer1(-2));
+                BASE_PUSH(ended, n_ended, cap_ended, x);
+            }
+            dg_status ignore = DG_STATUS_INIT;
+            elastic_round(c, NULL, NULL, false, &ignore);   // the others may wait for it no longer
+            status_impl_clear(&ignore);
+        }
+        pthread_mutex_unlock(&c->base.mu);
+        finish_taken(ended, outs, NULL, n_ended);
+        free(ended);
+        free(outs);
+        elastic_flush(c);
+        if (answer_now) {
+            exec_async_done(h, answer1(kind == ELASTIC_DONE ? c->epoch : -2), NULL);
+            return;
+        }
     }
     waiter *w = waiter_new(&c->base, ctx, h, k->timeout_ms);
     if (!w) return;

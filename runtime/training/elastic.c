@@ -29,7 +29,7 @@
 #include "training_impl.h"
 
 // Why a worker comes to the coordinator (the op's "kind"; kernels_sync.c has the same numbers).
-enum { KIND_COMMIT = 0, KIND_JOIN = 1, KIND_REFORM = 2 };
+enum { KIND_COMMIT = 0, KIND_JOIN = 1, KIND_REFORM = 2, KIND_DONE = 3 };
 
 typedef struct elastic_hook {
     dg_elastic_options o;
@@ -269,6 +269,12 @@ static bool hook_after_create(void *ctx, dg_monitored_session *ms, dg_session *s
     int kind = h->joined ? KIND_REFORM : KIND_JOIN;
     dg_tensor *answer = NULL;
     if (!rendezvous(h, sess, kind, &answer, st)) return false;
+    if (dg_tensor_num_elements(answer) == 1 && dg_tensor_i64(answer)[0] == -2) {
+        dg_tensor_unref(answer);
+        dg_status_setf(st, DG_OUT_OF_RANGE, "elastic: the job had ended (its members finished) before /job:%s/task:%d "
+                       "could join", h->job, h->task);
+        return false;
+    }
     h->joined = true;
     bool ok = enter_epoch(h, answer, kind == KIND_JOIN ? "joined" : "after a failure", st);
     dg_tensor_unref(answer);
@@ -310,6 +316,21 @@ static bool hook_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const
     // the commit just taken, so the commit stands.
     if (ok && h->stats.epoch != before) ok = run_broadcast(h, sess, st);
     return ok;
+}
+
+// At the end: tell the coordinator this member is done, so that the others' commits do not wait
+// for it and workers that come later are told the job has ended. A coordinator already gone
+// changes nothing.
+static bool hook_end(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_status *st) {
+    (void)ms;
+    (void)st;
+    elastic_hook *h = ctx;
+    if (!h->joined) return true;
+    dg_status *ignored = dg_status_new();
+    dg_tensor *answer = NULL;
+    if (rendezvous(h, sess, KIND_DONE, &answer, ignored)) dg_tensor_unref(answer);
+    dg_status_free(&ignored);
+    return true;
 }
 
 dg_session_hook *dg_elastic_hook_new(const dg_elastic_options *o, dg_status *st) {
@@ -365,6 +386,7 @@ dg_session_hook *dg_elastic_hook_new(const dg_elastic_options *o, dg_status *st)
     hk->begin = hook_begin;
     hk->after_create_session = hook_after_create;
     hk->after_run = hook_after_run;
+    hk->end = hook_end;
     hk->order = DG_HOOK_ORDER_SETUP;
     return hk;
 }

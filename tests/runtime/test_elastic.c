@@ -207,6 +207,37 @@ static void test_refusals(void **state) {
     coord_free(&c);
 }
 
+// A member that finished: the member still at its commit goes on without it, a joiner waiting
+// and one that comes later are told the job has ended ([-2]).
+static void test_done(void **state) {
+    (void)state;
+    coord c;
+    coord_new(&c, 2, 60000);
+    arrival r1[2] = {at(&c, 0, JOIN, -1), at(&c, 1, JOIN, -1)};
+    round_of(r1, 2);
+    const int64_t m0[2] = {0, 1};
+    for (int i = 0; i < 2; i++) expect_answer(&r1[i], 0, m0, 2);
+    done(r1, 2);
+    arrival r2[3] = {at(&c, 0, COMMIT, 0), at(&c, 2, JOIN, -1), at(&c, 1, 3, 0)};
+    r2[2].delay_ms = 200;
+    round_of(r2, 3);
+    const int64_t m1[1] = {0};
+    expect_answer(&r2[0], 1, m1, 1);   // task 1 is done: a new epoch of task 0 alone
+    const int64_t ended[1] = {-2};
+    assert_ok(r2[1].st);
+    assert_int_equal(dg_tensor_num_elements(r2[1].answer), 1);
+    assert_int_equal(dg_tensor_i64(r2[1].answer)[0], ended[0]);
+    assert_ok(r2[2].st);
+    assert_true(r2[0].took_s < 30 && r2[1].took_s < 30);
+    done(r2, 3);
+    arrival r3[1] = {at(&c, 3, JOIN, -1)};
+    round_of(r3, 1);
+    assert_ok(r3[0].st);
+    assert_int_equal(dg_tensor_i64(r3[0].answer)[0], -2);
+    done(r3, 1);
+    coord_free(&c);
+}
+
 static void test_hook_options(void **state) {
     (void)state;
     dg_status *st = dg_status_new();
@@ -253,6 +284,7 @@ int main(void) {
         cmocka_unit_test(test_epochs),
         cmocka_unit_test(test_commit_deadline),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_done),
         cmocka_unit_test(test_hook_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
