@@ -220,7 +220,7 @@ def run(mode, chaos, rng):
                         m = EPOCH_RE.match(line)
                         if m and m.group(4) == "after a failure" and float(m.group(1)) >= t_kill:
                             epochs.append(float(m.group(1)))
-            after = epochs or after
+            after = epochs + after   # whichever comes first: the next epoch, or a newer step
         resume.append(min(after) - t_kill if after else None)
     # Steps redone: all-reduce rolls back to its commit; a restarted ps restores the chief's
     # newest checkpoint.

@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "base_impl.h"
 #include "cpu_impl.h"
@@ -877,8 +878,10 @@ static bool elastic_round(elastic_coord *c, waiter *extra, dg_tensor **extra_out
             for (int i = 0; i < c->n_members && d + 16 < sizeof left; i++)
                 if (!in_list(next, n_next, c->members[i]))
                     d += (size_t)snprintf(left + d, sizeof left - d, "%s%d", d ? "," : "", c->members[i]);
+            struct timespec wall;
+            clock_gettime(CLOCK_REALTIME, &wall);   // Unix time, as the workers' lines
             fprintf(stderr, "%.6f: elastic coordinator %s: epoch %lld: members [%s]; new [%s]; left [%s]%s\n",
-                    (double)exec_timer_now_ms() / 1000.0, c->base.name, (long long)c->epoch + 1, in, came, left,
+                    (double)wall.tv_sec + wall.tv_nsec * 1e-9, c->base.name, (long long)c->epoch + 1, in, came, left,
                     force ? " (at the commit deadline: the members missing were left out)" : "");
         }
         free(c->members);
@@ -1122,14 +1125,17 @@ static void elastic_start(void *state, exec_ctx *ctx, exec_async_handle h) {
             old->done = true;
             break;
         }
-    // Reported losses count for members of the epoch only (others cannot hold a round up).
+    // Reported losses count for members of the epoch only (others cannot hold a round up, and
+    // a worker's old marks of tasks long gone change nothing).
     for (int64_t i = 0; i < lost->n_elements; i++) {
         int64_t t = dg_tensor_i64(lost)[i];
-        if (t >= 0 && t <= INT32_MAX && in_list(c->members, c->n_members, (int)t) &&
-            !in_list(c->lost, c->n_lost, (int)t))
+        if (t >= 0 && t <= INT32_MAX && t != task && in_list(c->members, c->n_members, (int)t) &&
+            !in_list(c->lost, c->n_lost, (int)t)) {
             BASE_PUSH(c->lost, c->n_lost, c->cap_lost, (int)t);
+            c->change = true;
+        }
     }
-    if (lost->n_elements > 0 || kind != ELASTIC_COMMIT) c->change = true;
+    if (kind != ELASTIC_COMMIT) c->change = true;
     pthread_mutex_unlock(&c->base.mu);
     if (old) {
         dg_status_setf(&err, DG_ABORTED, "elastic coordinator \"%s\": task %lld arrived again", c->base.name,

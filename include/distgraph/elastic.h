@@ -32,7 +32,7 @@ typedef struct dg_elastic_options {
     // At a commit, members wait for each other this long after the first came; those that did
     // not come are left out of the next epoch.
     int64_t barrier_timeout_ms;
-    int64_t join_timeout_ms;      // how long one wait for an epoch may take; 0: no limit
+    int64_t join_timeout_ms;      // how long the waits for one epoch may take in all; 0: no limit
     FILE *log;                    // one line per epoch and rollback; NULL: stdout
     bool coordinator_log;         // the coordinator writes a line per epoch on its stderr (default true)
 } dg_elastic_options;

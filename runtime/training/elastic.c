@@ -30,6 +30,8 @@
 
 // Why a worker comes to the coordinator (the op's "kind"; kernels_sync.c has the same numbers).
 enum { KIND_COMMIT = 0, KIND_JOIN = 1, KIND_REFORM = 2, KIND_DONE = 3 };
+// The longest one wait at the coordinator lasts before the task comes again (rendezvous).
+#define POLL_MS 500
 
 typedef struct elastic_hook {
     dg_elastic_options o;
@@ -142,7 +144,7 @@ static bool hook_begin(void *ctx, dg_graph *g, dg_status *st) {
         graph_set_attr_string(nd, "group_job", h->job);
         graph_set_attr_int(nd, "min_members", h->o.min_workers);
         graph_set_attr_int(nd, "barrier_timeout_ms", h->o.barrier_timeout_ms);
-        graph_set_attr_int(nd, "timeout_ms", h->o.join_timeout_ms);
+        graph_set_attr_int(nd, "timeout_ms", POLL_MS);
         graph_set_attr_int(nd, "log", h->o.coordinator_log);
         nd = graph_finish(nd);
         h->answer = (dg_output){nd, 0};
@@ -194,16 +196,13 @@ static bool take_commit(elastic_hook *h, dg_session *sess, dg_status *st) {
     return true;
 }
 
-// Waits at the coordinator; on success *answer is [epoch, members...] (new).
-static bool rendezvous(elastic_hook *h, dg_session *sess, int kind, dg_tensor **answer, dg_status *st) {
+// One wait at the coordinator, naming the tasks this task's server knows to be lost.
+static bool rendezvous_once(elastic_hook *h, dg_session *sess, int kind, dg_tensor **answer, dg_status *st) {
     int lost[EXEC_COLL_MAX_MEMBERS];
-    int n_lost = 0;
-    if (kind == KIND_REFORM) {
-        exec_coll_groups *grp = exec_coll_groups_of(rt_server_env(h->o.server)->resources, st);
-        if (!grp) return false;
-        n_lost = exec_coll_lost_tasks(grp, h->job, lost, EXEC_COLL_MAX_MEMBERS);
-        if (n_lost > EXEC_COLL_MAX_MEMBERS) n_lost = EXEC_COLL_MAX_MEMBERS;
-    }
+    exec_coll_groups *grp = exec_coll_groups_of(rt_server_env(h->o.server)->resources, st);
+    if (!grp) return false;
+    int n_lost = exec_coll_lost_tasks(grp, h->job, lost, EXEC_COLL_MAX_MEMBERS);
+    if (n_lost > EXEC_COLL_MAX_MEMBERS) n_lost = EXEC_COLL_MAX_MEMBERS;
     dg_tensor *vals[5] = {dg_tensor_scalar_i64(h->task), dg_tensor_scalar_i64(kind),
                           dg_tensor_scalar_i64(h->stats.epoch), dg_tensor_new(DG_INT64, dg_shape1(n_lost), st),
                           dg_tensor_scalar_i64(h->fingerprint)};
@@ -218,6 +217,20 @@ static bool rendezvous(elastic_hook *h, dg_session *sess, int kind, dg_tensor **
     }
     for (int i = 0; i < 5; i++) dg_tensor_unref(vals[i]);
     return ok;
+}
+
+// Waits at the coordinator; on success *answer is [epoch, members...] (new). A wait lasts at
+// most POLL_MS there; then this task comes again with what its server has learnt meanwhile, so
+// a member that died before reaching a commit is reported by the others (whose connections to
+// it closed) instead of holding the round up until its deadline.
+static bool rendezvous(elastic_hook *h, dg_session *sess, int kind, dg_tensor **answer, dg_status *st) {
+    int64_t start = base_now_ms();
+    for (;;) {
+        if (rendezvous_once(h, sess, kind, answer, st)) return true;
+        bool polled = dg_status_code(st) == DG_DEADLINE_EXCEEDED && strstr(dg_status_message(st), "elastic coordinator");
+        if (!polled || (h->o.join_timeout_ms > 0 && base_now_ms() - start >= h->o.join_timeout_ms)) return false;
+        dg_status_reset(st);
+    }
 }
 
 // Puts the epoch in answer in force on this task and says so.
