@@ -268,7 +268,6 @@ int main(int argc, char **argv) {
     s.eval_windows = 200;
     s.train_records = "";
     s.shuffle_buffer = 10000;
-    s.in.prog = "gpt_replica";
     const flag_def flags[] = {
         {"data_dir", FLAG_STRING, &s.data_dir, "the fortune files (default " GPT_DEFAULT_DATA_DIR ")"},
         {"gpu_config", FLAG_BOOL, &s.gpu_config,

@@ -184,7 +184,6 @@ int mnist_replica_main(int argc, char **argv, const char *name, bool cnn, int64_
     s.hidden = 100;
     s.tfrecord = "";
     s.shuffle_buffer = 10000;
-    s.in.prog = name;
     const flag_def flags[] = {
         {"hidden_units", FLAG_INT, &s.hidden, "hidden layer width of the MLP (default 100)"},
         {"data_dir", FLAG_STRING, &s.data_dir, "IDX files (default " MNIST_DEFAULT_DIR "); the test images always come from here"},

@@ -15,7 +15,6 @@
 #define REPLICA_INPUT_BLOB "input"
 
 typedef struct replica_input {
-    const char *prog;          // in messages
     int64_t task;
     dg_dataset *ds;
     dg_iterator *it;
