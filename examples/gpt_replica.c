@@ -9,8 +9,13 @@
  * 1.0. --gpu_config selects the GPU configuration (6 layers, 6 heads, width 384, context 256,
  * dropout 0.2; give it --batch_size 64). Progress lines give each step's loss; the end gives the validation
  * loss, the mean over --eval_windows fixed windows of the last 10% of the text.
+ * With --train_records the training windows come through a dataset (docs/DATASETS.md, "The
+ * examples"): files cut into records of context + 1 bytes (the text's training part, written by
+ * `gpt_replica write_train_text --out FILE`), each worker its shard, shuffled, repeated; the
+ * chief's checkpoints keep the input's position.
  *   build/bin/gpt_replica --worker_hosts localhost:2223 --job_name worker --task_index 0
  *   build/bin/dg-launch --ps 0 --workers 2 -- build/bin/gpt_replica --all_reduce */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +23,7 @@
 #include "gpt_model.h"
 #include "mlp_model.h"   // model_training_value
 #include "replica.h"
+#include "replica_input.h"
 
 typedef struct gpt_state {
     const char *data_dir;
@@ -29,6 +35,9 @@ typedef struct gpt_state {
     gpt_model m;
     int32_t *x, *y;
     dg_tensor *xt, *yt, *on;
+    const char *train_records;   // --train_records ("": windows drawn from the text in memory)
+    int64_t shuffle_buffer, seed;
+    replica_input in;
 } gpt_state;
 
 static bool check_flags(void *state, int64_t batch_size) {
@@ -49,10 +58,10 @@ static bool check_flags(void *state, int64_t batch_size) {
     s->batch = batch_size;
     if (s->cfg.n_embd % s->cfg.n_head != 0 || !(s->weight_decay >= 0 && s->weight_decay < 1e30) ||
         s->warmup_steps < 0 || s->lr_end_step < 0 || s->eval_windows < 1 || !(s->min_lr >= 0 && s->min_lr < 1e30) ||
-        !(s->beta2 > 0 && s->beta2 < 1) || !(s->grad_clip >= 0 && s->grad_clip < 1e30)) {
+        !(s->beta2 > 0 && s->beta2 < 1) || !(s->grad_clip >= 0 && s->grad_clip < 1e30) || s->shuffle_buffer < 1) {
         fprintf(stderr, "gpt_replica: bad model flags: --n_embd must be a multiple of --n_head; --weight_decay, "
                         "--warmup_steps, --lr_end_step, --min_lr and --grad_clip finite and >= 0; --beta2 in (0, 1); "
-                        "--eval_windows >= 1\n");
+                        "--eval_windows and --shuffle_buffer >= 1\n");
         return false;
     }
     return true;
@@ -60,6 +69,7 @@ static bool check_flags(void *state, int64_t batch_size) {
 
 static bool load(void *state, int64_t seed, dg_status *st) {
     gpt_state *s = state;
+    s->seed = seed;   // --seed + the task: the shuffle's seed with --train_records
     if (!gpt_text_load(s->data_dir, (uint64_t)seed, &s->text, st)) return false;
     int64_t T = s->cfg.block_size, train = s->text.n_train, val = s->text.n - s->text.n_train;
     if (train < T + 2 || val < T + 1) {
@@ -88,6 +98,63 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
     return dg_graph_check(g, st);
 }
 
+// A record of context + 1 bytes -> the context (int32 [T]) and its next bytes (int32 [T]): the
+// idx and targets of the model. ctx: the gpt_state (the context length).
+static bool window(void *ctx, const dg_element *in, dg_element *out, dg_status *st) {
+    int64_t T = ((const gpt_state *)ctx)->cfg.block_size;
+    const dg_tensor *rec = in->components[0];
+    if ((int64_t)dg_tensor_nbytes(rec) != T + 1) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "a record of %zu bytes, not %lld", dg_tensor_nbytes(rec),
+                       (long long)(T + 1));
+        return false;
+    }
+    const unsigned char *b = dg_tensor_data(rec);
+    dg_tensor *x = dg_tensor_new(DG_INT32, dg_shape1(T), st), *y = x ? dg_tensor_new(DG_INT32, dg_shape1(T), st) : NULL;
+    if (!y) {
+        dg_tensor_unref(x);
+        return false;
+    }
+    int32_t *xv = dg_tensor_i32(x), *yv = dg_tensor_i32(y);
+    for (int64_t i = 0; i < T; i++) {
+        xv[i] = b[i];
+        yv[i] = b[i + 1];
+    }
+    out->components[0] = x;
+    out->components[1] = y;
+    out->n = 2;
+    return true;
+}
+
+// With --train_records: the files cut into records of block_size + 1 bytes (a file's last
+// partial record is skipped and counted: dg_iterator_skipped) -> this worker's shard -> shuffle
+// -> repeat -> windows on 2 threads -> batch -> prefetch. The records do not overlap: each epoch
+// sees the same windows (at multiples of block_size + 1 in each file) in another order, where
+// the arrays' batches take windows at any offset.
+static bool after_session(void *state, dg_monitored_session *ms, int64_t task, int n_workers,
+                          const char *checkpoint_path, dg_status *st) {
+    gpt_state *s = state;
+    if (!*s->train_records) return true;
+    char **files;
+    int n_files;
+    if (!replica_input_files(s->train_records, NULL, &files, &n_files, st)) return false;
+    dg_file_source_options fo = dg_file_source_options_default();
+    fo.skip_corrupt = true;
+    dg_dataset *ds = dg_dataset_fixed_records((const char *const *)files, n_files, s->cfg.block_size + 1, 0, 0, &fo, st);
+    replica_input_files_free(files, n_files);
+    ds = dg_dataset_shard(ds, n_workers, task, st);
+    ds = dg_dataset_shuffle(ds, s->shuffle_buffer, (uint64_t)s->seed, st);
+    ds = dg_dataset_repeat(ds, -1, st);
+    ds = dg_dataset_map(ds, window, s, 2, st);
+    ds = dg_dataset_batch(ds, s->batch, true, st);
+    ds = dg_dataset_prefetch(ds, DG_PREFETCH_AUTO, st);
+    s->in.task = task;
+    if (!replica_input_start(&s->in, ds, ms, checkpoint_path, st)) {
+        dg_status_prepend(st, "--train_records %s", s->train_records);
+        return false;
+    }
+    return true;
+}
+
 static int next_batch(void *state, dg_output *feeds, dg_tensor **vals, int cap, dg_status *st) {
     gpt_state *s = state;
     if (cap < 3) {
@@ -95,6 +162,15 @@ static int next_batch(void *state, dg_output *feeds, dg_tensor **vals, int cap, 
         return -1;
     }
     int64_t T = s->cfg.block_size, n = s->batch * T;
+    if (*s->train_records) {
+        if (!s->on && !(s->on = model_training_value(true, st))) return -1;
+        if (!replica_input_next(&s->in, st)) return -1;
+        feeds[0] = s->m.idx;
+        feeds[1] = s->m.targets;
+        feeds[2] = s->m.training;
+        vals[2] = s->on;
+        return dg_element_feed(&s->in.batch, feeds, 2, vals, st) ? 3 : -1;
+    }
     if (!s->xt) {
         s->x = malloc((size_t)n * sizeof *s->x);
         s->y = malloc((size_t)n * sizeof *s->y);
@@ -124,6 +200,7 @@ static bool evaluate(void *state, dg_session *sess, int64_t task, int64_t global
         return false;
     printf("After %lld training step(s), validation loss = %.6f (worker %lld, %lld windows of %lld bytes)\n",
            (long long)global_step, loss, (long long)task, (long long)s->eval_windows, (long long)s->cfg.block_size);
+    replica_input_report(&s->in);
     return true;
 }
 
@@ -135,9 +212,49 @@ static void free_state(void *state) {
     free(s->x);
     free(s->y);
     gpt_text_free(&s->text);
+    replica_input_free(&s->in);
+}
+
+// gpt_replica write_train_text --out FILE [--data_dir DIR]: the training part of the text (the
+// first 90% of the fortunes, the bytes the arrays' batches draw from) into FILE, for
+// --train_records; the validation part stays out of it.
+static int write_train_text(int argc, char **argv) {
+    const char *data_dir = GPT_DEFAULT_DATA_DIR, *out = "";
+    const flag_def flags[] = {
+        {"data_dir", FLAG_STRING, &data_dir, "the fortune files (default " GPT_DEFAULT_DATA_DIR ")"},
+        {"out", FLAG_STRING, &out, "the file to write"},
+    };
+    bool help;
+    if (!flags_parse(argc, argv, flags, 2, "usage: gpt_replica write_train_text --out FILE [--data_dir DIR]", &help))
+        return 2;
+    if (help) return 0;
+    if (!*out) {
+        fprintf(stderr, "gpt_replica write_train_text: --out FILE is needed\n");
+        return 2;
+    }
+    dg_status *st = dg_status_new();
+    gpt_text t;
+    int rc = 1;
+    if (!gpt_text_load(data_dir, 1, &t, st)) {
+        fprintf(stderr, "gpt_replica write_train_text: %s\n", dg_status_message(st));
+    } else {
+        FILE *f = fopen(out, "wb");
+        bool ok = f && fwrite(t.bytes, 1, (size_t)t.n_train, f) == (size_t)t.n_train;
+        if (f && fclose(f) != 0) ok = false;
+        if (ok) {
+            printf("%s: %lld training bytes of %lld\n", out, (long long)t.n_train, (long long)t.n);
+            rc = 0;
+        } else {
+            fprintf(stderr, "gpt_replica write_train_text: %s: %s\n", out, strerror(errno));
+        }
+        gpt_text_free(&t);
+    }
+    dg_status_free(&st);
+    return rc;
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "write_train_text") == 0) return write_train_text(argc - 1, argv + 1);
     gpt_state s;
     memset(&s, 0, sizeof s);
     s.data_dir = GPT_DEFAULT_DATA_DIR;
@@ -149,6 +266,8 @@ int main(int argc, char **argv) {
     s.beta2 = 0.99;
     s.grad_clip = 1.0;
     s.eval_windows = 200;
+    s.train_records = "";
+    s.shuffle_buffer = 10000;
     const flag_def flags[] = {
         {"data_dir", FLAG_STRING, &s.data_dir, "the fortune files (default " GPT_DEFAULT_DATA_DIR ")"},
         {"gpu_config", FLAG_BOOL, &s.gpu_config,
@@ -166,13 +285,22 @@ int main(int argc, char **argv) {
         {"beta2", FLAG_DOUBLE, &s.beta2, "AdamW's beta2 (default 0.99)"},
         {"grad_clip", FLAG_DOUBLE, &s.grad_clip, "clip the gradients at this global norm, 0: none (default 1.0)"},
         {"eval_windows", FLAG_INT, &s.eval_windows, "validation windows at the end (default 200)"},
+        {"train_records", FLAG_STRING, &s.train_records,
+         "train on windows read through a dataset: these files (a directory's files or a glob pattern; `gpt_replica "
+         "write_train_text --out FILE` writes the text's training part) cut into records of context + 1 bytes, each "
+         "worker its shard, shuffled; the chief's checkpoints keep its input position (docs/DATASETS.md)"},
+        {"shuffle_buffer", FLAG_INT, &s.shuffle_buffer, "with --train_records: the shuffle buffer in windows (default 10000)"},
+        {"print_batch_hash", FLAG_BOOL, &s.in.print_hash,
+         "with --train_records: print a hash of each training batch (to compare the batches of two runs)"},
     };
     replica_model m = {
-        .name = "gpt_replica", .usage = "usage: gpt_replica [flags]", .what = "gpt_replica", .train_steps = 2000,
+        .name = "gpt_replica",
+        .usage = "usage: gpt_replica [flags]\n       gpt_replica write_train_text --out FILE [--data_dir DIR]", .what = "gpt_replica", .train_steps = 2000,
         .batch_size = 12, .learning_rate = 1e-3,
         .lr_help = "AdamW's peak learning rate, after the warmup (default 0.001)", .flags = flags,
         .n_flags = (int)(sizeof flags / sizeof flags[0]), .state = &s, .check_flags = check_flags, .load = load,
-        .build = build, .next_batch = next_batch, .evaluate = evaluate, .free = free_state,
+        .build = build, .next_batch = next_batch, .evaluate = evaluate, .after_session = after_session,
+        .free = free_state,
     };
     return replica_main(argc, argv, &m);
 }

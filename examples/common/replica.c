@@ -448,6 +448,10 @@ int replica_main(int argc, char **argv, const replica_model *p) {
         fail(st, "creating the monitored session");
         goto out;
     }
+    if (p->after_session && !p->after_session(p->state, ms, task_index, n_workers, checkpoint_path, st)) {
+        fail(st, "after creating the monitored session");
+        goto out;
+    }
     dg_session *s = dg_monitored_session_session(ms);
     if (print_placement) {
         for (int i = 0; i < dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES); i++) {

@@ -42,6 +42,14 @@ typedef struct replica_model {
     // The next training batch: its feeds and values (owned by the model, at most cap), returns
     // how many; -1 with st set on failure.
     int (*next_batch)(void *state, dg_output *feeds, dg_tensor **vals, int cap, dg_status *st);
+    // Optional (NULL: none): called once on a worker, right after its monitored session ms
+    // exists (the chief has restored or initialized the variables), with this worker's index, the
+    // cluster's number of workers and --checkpoint_path ("" when none): where a model that reads
+    // its batches through a dataset makes its iterator, takes its worker's shard, attaches it to
+    // the chief's saver and restores its position (examples/common/replica_input.h). false with
+    // st set.
+    bool (*after_session)(void *state, dg_monitored_session *ms, int64_t task, int n_workers,
+                          const char *checkpoint_path, dg_status *st);
     // After training, on this worker: evaluates and prints the result lines.
     bool (*evaluate)(void *state, dg_session *s, int64_t task, int64_t global_step, dg_status *st);
     void (*free)(void *state);   // the data and buffers (the graph is freed by replica.c)
