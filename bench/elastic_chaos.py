@@ -222,6 +222,14 @@ def run(mode, chaos, rng):
                             epochs.append(float(m.group(1)))
             after = epochs + after   # whichever comes first: the next epoch, or a newer step
         resume.append(min(after) - t_kill if after else None)
+    # The longest pause in the survivors' progress in the 10 s after each kill (their lines come
+    # every 10 steps): a stall shows here even when a line logged just after the kill was
+    # computed before it.
+    stalls = []
+    for t_kill, victim, step in job.killed:
+        ts = sorted(t for t, w, g in lines if w != victim and t_kill - 0.5 <= t <= t_kill + 10)
+        gaps = [b - a for a, b in zip(ts, ts[1:]) if b >= t_kill]
+        stalls.append(round(max(gaps), 3) if gaps else None)
     # Steps redone: all-reduce rolls back to its commit; a restarted ps restores the chief's
     # newest checkpoint.
     redone = []
@@ -268,7 +276,7 @@ def run(mode, chaos, rng):
     return {"wall_s": round(wall, 1), "hang": hang, "kills": len(job.killed), "ps_kills": len(job.ps_kills),
             "survivors_exit_0": survivors_ok, "resume_s": [None if r is None else round(r, 3) for r in resume],
             "join_s": [None if j is None else round(j, 3) for j in join], "accuracy": acc,
-            "steps_redone": redone, "ps_resume_s": ps_resume,
+            "steps_redone": redone, "ps_resume_s": ps_resume, "stall_s": stalls,
             "accuracies": accs, "tmp": tmp}
 
 
@@ -313,7 +321,7 @@ def run_torchrun(chaos, rng):
     for i in range(3):
         start(i)
     kills, pending, hang = [], [], False
-    next_kill = t0 + rng.uniform(10, 15)
+    next_kill = None   # the kills begin once training has (its rendezvous waits for more agents first)
     while True:
         now = time.time()
         if all(a.poll() is not None for a in agents.values()) and not pending:
@@ -321,14 +329,16 @@ def run_torchrun(chaos, rng):
         if now - t0 > DEADLINE_S:
             hang = True
             break
-        if chaos and now >= next_kill:
+        if next_kill is None and progress():
+            next_kill = now + rng.uniform(10, 15)
+        if chaos and next_kill is not None and now >= next_kill:
             alive = [i for i, a in agents.items() if a.poll() is None]
             step = max((s for _, s in progress()), default=0)
             if alive and step < STEPS * 0.9:
                 v = rng.choice(alive)
                 os.killpg(agents[v].pid, signal.SIGKILL)
                 agents[v].wait()
-                kills.append((time.time(), step))
+                kills.append((time.time(), step, v))
                 pending.append((time.time() + rng.uniform(0, 5), v))
             next_kill = now + rng.uniform(10, 15)
         for due, i in list(pending):
@@ -337,6 +347,7 @@ def run_torchrun(chaos, rng):
                 start(i)
         time.sleep(0.05)
     wall = time.time() - t0
+    codes = [a.poll() for a in agents.values()]
     for a in agents.values():
         if a.poll() is None:
             try:
@@ -357,12 +368,16 @@ def run_torchrun(chaos, rng):
                 if m:
                     acc = float(m.group(1))
     resume, redone = [], []
-    for t_kill, step in kills:
-        after = [t for t, s in prog if t >= t_kill]
+    for t_kill, step, _ in kills:
+        # Every worker starts again from the checkpoint: training resumes with the first step
+        # after the first restore that followed the kill.
+        r = sorted((t, s) for t, s in restored if t >= t_kill)
+        after = [t for t, s in prog if r and t >= r[0][0]]
         resume.append(round(min(after) - t_kill, 3) if after else None)
-        r = [s for t, s in restored if t >= t_kill]
-        redone.append(step - min(r) if r else None)
+        redone.append(step - r[0][1] if r else None)
+    # Agent 0 hosts the c10d rendezvous store (its endpoint): killing it ends the job.
     return {"wall_s": round(wall, 1), "hang": hang, "kills": len(kills), "ps_kills": 0, "survivors_exit_0": None,
+            "killed_agents": [v for _, _, v in kills], "agent_exit_codes": codes,
             "resume_s": resume, "join_s": [], "steps_redone": redone, "accuracy": acc, "tmp": tmp}
 
 
@@ -469,7 +484,8 @@ def main():
                 "chaos": {k: chaos.get(k) for k in ("accuracy", "wall_s", "hang", "kills", "ps_kills",
                                                     "survivors_exit_0", "resume_s", "join_s", "steps_redone",
                                                     "ps_resume_s", "coordinator_exit", "steps_done",
-                                                    "progress_interval_s")},
+                                                    "progress_interval_s", "killed_agents", "agent_exit_codes",
+                                                    "stall_s")},
                 "resume_s_max": max(res) if res else None, "join_s_max": max(joins) if joins else None,
                 "resumed_all": len(res) == len(chaos["resume_s"]),
                 "accuracy_lost": None if base["accuracy"] is None or chaos["accuracy"] is None
