@@ -674,6 +674,26 @@ static void members_step(member_run *runs, const int *tasks, int n, double sum, 
     }
 }
 
+// A graph and a session per task of t, on its server.
+static void members_open(trio *t, const dg_collective_group *grp, member_run *runs, dg_graph **graphs) {
+    memset(runs, 0, 3 * sizeof *runs);
+    for (int r = 0; r < 3; r++) {
+        graphs[r] = member_graph(r, grp, &runs[r].fetch[0], &runs[r].fetch[1]);
+        runs[r].st = dg_status_new();
+        runs[r].s = dg_session_new(graphs[r], dg_server_target(t->servers[r]), NULL, runs[r].st);
+        assert_ok(runs[r].st);
+    }
+}
+
+static void members_close(trio *t, member_run *runs, dg_graph **graphs) {
+    for (int r = 0; r < 3; r++) {
+        dg_session_free(&runs[r].s);
+        dg_graph_free(&graphs[r]);
+        dg_status_free(&runs[r].st);
+    }
+    trio_free(t);
+}
+
 static void set_members(trio *t, int server, int64_t epoch, const int *tasks, int n) {
     dg_status *st = dg_status_new();
     assert_true(dg_server_set_collective_members(t->servers[server], "worker", epoch, tasks, n, st));
@@ -691,14 +711,8 @@ static void test_member_lost_fails_fast(void **state) {
     dg_collective_group grp = dg_collective_group_make("worker", 3);
     grp.timeout_ms = 120000;
     member_run runs[3];
-    memset(runs, 0, sizeof runs);
     dg_graph *graphs[3];
-    for (int r = 0; r < 3; r++) {
-        graphs[r] = member_graph(r, &grp, &runs[r].fetch[0], &runs[r].fetch[1]);
-        runs[r].st = dg_status_new();
-        runs[r].s = dg_session_new(graphs[r], dg_server_target(t.servers[r]), NULL, runs[r].st);
-        assert_ok(runs[r].st);
-    }
+    members_open(&t, &grp, runs, graphs);
     const int all[3] = {0, 1, 2};
     members_step(runs, all, 3, 6, 1);   // every pair of tasks is connected now
     // Tasks 0 and 1 begin the next step; task 2's server goes away while they wait for it.
@@ -718,12 +732,7 @@ static void test_member_lost_fails_fast(void **state) {
     member_step(&runs[0]);
     assert_status(runs[0].st, DG_UNAVAILABLE, "member /job:worker/task:2 is lost");
     assert_true(runs[0].took_s < 60.0);
-    for (int r = 0; r < 3; r++) {
-        dg_session_free(&runs[r].s);
-        dg_graph_free(&graphs[r]);
-        dg_status_free(&runs[r].st);
-    }
-    trio_free(&t);
+    members_close(&t, runs, graphs);
 }
 
 // An elastic group: three members, then two when task 2's server goes away, then three again
@@ -736,14 +745,8 @@ static void test_elastic_membership(void **state) {
     dg_collective_group grp = dg_collective_group_make("worker", DG_COLLECTIVE_ELASTIC);
     grp.timeout_ms = 120000;
     member_run runs[3];
-    memset(runs, 0, sizeof runs);
     dg_graph *graphs[3];
-    for (int r = 0; r < 3; r++) {
-        graphs[r] = member_graph(r, &grp, &runs[r].fetch[0], &runs[r].fetch[1]);
-        runs[r].st = dg_status_new();
-        runs[r].s = dg_session_new(graphs[r], dg_server_target(t.servers[r]), NULL, runs[r].st);
-        assert_ok(runs[r].st);
-    }
+    members_open(&t, &grp, runs, graphs);
     // No members yet: the collective says what is missing.
     member_step(&runs[0]);
     assert_status(runs[0].st, DG_FAILED_PRECONDITION, "has no members yet");
@@ -778,12 +781,7 @@ static void test_elastic_membership(void **state) {
     for (int step = 0; step < 2; step++) members_step(runs, swapped, 2, 4, 3);
     member_step(&runs[1]);
     assert_status(runs[1].st, DG_FAILED_PRECONDITION, "/job:worker/task:1 is not a member of its group in epoch 3");
-    for (int r = 0; r < 3; r++) {
-        dg_session_free(&runs[r].s);
-        dg_graph_free(&graphs[r]);
-        dg_status_free(&runs[r].st);
-    }
-    trio_free(&t);
+    members_close(&t, runs, graphs);
 }
 
 int main(void) {
