@@ -26,6 +26,7 @@ against the fault-free run of the same mode.
   bench/elastic_chaos.sh [MODE...]        (default: async sync allreduce grow)
   STEPS=30000 RUNS=1 SEED=1 bench/elastic_chaos.sh allreduce
   TORCH_PYTHON=/usr/bin/python3 bench/elastic_chaos.sh torchrun
+  TORCH_SPARE_STORE=1 bench/elastic_chaos.sh torchrun    (never kill agent 0, which hosts the c10d store)
 """
 import json
 import os
@@ -320,6 +321,8 @@ def run_torchrun(chaos, rng):
     t0 = time.time()
     for i in range(3):
         start(i)
+        if i == 0:
+            time.sleep(1)   # agent 0 binds the rendezvous endpoint first, so it hosts the c10d store
     kills, pending, hang = [], [], False
     next_kill = None   # the kills begin once training has (its rendezvous waits for more agents first)
     while True:
@@ -334,6 +337,8 @@ def run_torchrun(chaos, rng):
         if chaos and next_kill is not None and now >= next_kill:
             alive = [i for i, a in agents.items() if a.poll() is None]
             step = max((s for _, s in progress()), default=0)
+            if os.environ.get("TORCH_SPARE_STORE") == "1":
+                alive = [i for i in alive if i != 0]   # agent 0 hosts the c10d store: spare it
             if alive and step < STEPS * 0.9:
                 v = rng.choice(alive)
                 os.killpg(agents[v].pid, signal.SIGKILL)
