@@ -409,8 +409,7 @@ def run_tfps(chaos, rng):
     chief_log = start("chief", 0, ["--steps", str(STEPS), "--seed", str(SEED)])
     t0 = time.time()
     kills, pending, ps_kills, hang = [], [], [], False
-    next_kill = t0 + rng.uniform(10, 15)
-    ps_kill_at = t0 + rng.uniform(20, 40) if chaos else None
+    next_kill = ps_kill_at = None   # the kills begin once training has (TensorFlow starts slowly)
 
     def progress():
         out = []
@@ -425,7 +424,10 @@ def run_tfps(chaos, rng):
         if now - t0 > DEADLINE_S:
             hang = True
             break
-        if chaos and now >= next_kill:
+        if next_kill is None and progress():
+            next_kill = now + rng.uniform(10, 15)
+            ps_kill_at = now + rng.uniform(20, 40) if chaos else None
+        if chaos and next_kill is not None and now >= next_kill:
             alive = [i for i in range(3) if procs[("worker", i)].poll() is None]
             step = max((s for _, s in progress()), default=0)
             if alive and step < STEPS * 0.9:

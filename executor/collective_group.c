@@ -10,7 +10,6 @@
 
 #include "base_impl.h"
 #include "exec_collective_group_impl.h"
-#include "status_impl.h"
 
 typedef struct membership {
     char *job;
@@ -30,8 +29,8 @@ typedef struct watch {
     char *job;
     int n;
     int *tasks;
-    exec_rendezvous *rv;
-    int64_t step_id;
+    void (*on_lost)(void *arg);
+    void *arg;
 } watch;
 
 struct exec_coll_groups {
@@ -201,20 +200,15 @@ bool exec_coll_none_lost(exec_coll_groups *g, const char *job, const int *tasks,
     return ok;
 }
 
-int64_t exec_coll_watch(exec_coll_groups *g, const char *job, const int *tasks, int n, exec_rendezvous *rv,
-                        int64_t step_id, dg_status *st) {
+int64_t exec_coll_watch(exec_coll_groups *g, const char *job, const int *tasks, int n, void (*on_lost)(void *arg),
+                        void *arg) {
     int *copy = malloc((size_t)(n > 0 ? n : 1) * sizeof *copy);
     if (!copy) abort();
     memcpy(copy, tasks, (size_t)n * sizeof *copy);
     pthread_mutex_lock(&g->mu);
-    if (!none_lost(g, job, tasks, n, st)) {
-        pthread_mutex_unlock(&g->mu);
-        free(copy);
-        return 0;
-    }
     int64_t token = ++g->next_token;
     BASE_PUSH(g->watches, g->n_watches, g->cap_watches,
-              ((watch){.token = token, .job = dup_or_abort(job), .n = n, .tasks = copy, .rv = rv, .step_id = step_id}));
+              ((watch){.token = token, .job = dup_or_abort(job), .n = n, .tasks = copy, .on_lost = on_lost, .arg = arg}));
     pthread_mutex_unlock(&g->mu);
     return token;
 }
@@ -232,15 +226,6 @@ void exec_coll_unwatch(exec_coll_groups *g, int64_t token) {
 }
 
 void exec_coll_task_lost(exec_coll_groups *g, const char *job, int task, const char *why) {
-    char *msg = NULL;
-    if (asprintf(&msg, "member /job:%s/task:%d is lost: %s", job, task, why) < 0) abort();
-    dg_status st = DG_STATUS_INIT;
-    dg_status_set(&st, DG_UNAVAILABLE, msg);
-    // The steps to abort are collected under the lock and aborted after it: an abort runs the
-    // waiting kernel's callback, which may take this lock to unwatch.
-    exec_rendezvous **rvs = NULL;
-    int64_t *steps = NULL;
-    int n_hit = 0, cap_rv = 0, cap_steps = 0;
     pthread_mutex_lock(&g->mu);
     int li = lost_index(g, job, task);
     if (li >= 0) {
@@ -252,23 +237,17 @@ void exec_coll_task_lost(exec_coll_groups *g, const char *job, int task, const c
         g->lost[n] = (lost_task){.job = dup_or_abort(job), .task = task, .why = dup_or_abort(why)};
         atomic_store(&g->n_lost, n + 1);
     }
+    // Under the lock, so that no execution is told after it unwatched (on_lost only wakes it).
     for (int i = 0; i < g->n_watches; i++) {
         watch *w = &g->watches[i];
         if (strcmp(w->job, job) != 0) continue;
         for (int j = 0; j < w->n; j++)
             if (w->tasks[j] == task) {
-                int k = n_hit;
-                BASE_PUSH(rvs, k, cap_rv, w->rv);
-                BASE_PUSH(steps, n_hit, cap_steps, w->step_id);
+                w->on_lost(w->arg);
                 break;
             }
     }
     pthread_mutex_unlock(&g->mu);
-    for (int i = 0; i < n_hit; i++) exec_rendezvous_abort(rvs[i], steps[i], &st);
-    free(rvs);
-    free(steps);
-    free(msg);
-    status_impl_clear(&st);
 }
 
 void exec_coll_task_seen(exec_coll_groups *g, const char *job, int task) {

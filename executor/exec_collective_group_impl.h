@@ -11,7 +11,6 @@
 #include <stdint.h>
 
 #include "distgraph/status.h"
-#include "exec_rendezvous_impl.h"
 #include "exec_resources_impl.h"
 
 // Most members an elastic group may have.
@@ -33,17 +32,17 @@ bool exec_coll_set_members(exec_coll_groups *g, const char *job, int64_t epoch, 
 // are). false when none was set.
 bool exec_coll_members(exec_coll_groups *g, const char *job, int64_t *epoch, int *tasks, int cap, int *n);
 
-// An execution among tasks of job (borrowed for the call) waits on step_id of rv: when one of
-// them is lost, that step is aborted with UNAVAILABLE naming it. Returns a token for
-// exec_coll_unwatch; 0 with st UNAVAILABLE when one of them is lost already.
-int64_t exec_coll_watch(exec_coll_groups *g, const char *job, const int *tasks, int n, exec_rendezvous *rv,
-                        int64_t step_id, dg_status *st);
+// An execution among tasks of job (borrowed for the call) is told through on_lost(arg) when one
+// of them is lost (called with the registry's lock held: it must not block or call back into
+// the registry). Returns a token for exec_coll_unwatch (after which on_lost is not called).
+int64_t exec_coll_watch(exec_coll_groups *g, const char *job, const int *tasks, int n, void (*on_lost)(void *arg),
+                        void *arg);
 void exec_coll_unwatch(exec_coll_groups *g, int64_t token);
 // false with st UNAVAILABLE naming the first of tasks of job that is lost now; true if none is.
 bool exec_coll_none_lost(exec_coll_groups *g, const char *job, const int *tasks, int n, dg_status *st);
 
 // The connection to task of job closed (why: what the transport saw). Marks it lost until it
-// is seen again and aborts the executions that wait on it. Any thread.
+// is seen again and tells the executions among it. Any thread.
 void exec_coll_task_lost(exec_coll_groups *g, const char *job, int task, const char *why);
 // A value or a handshake came from task of job: it is not lost (any more). Cheap when nothing
 // is lost. Any thread.

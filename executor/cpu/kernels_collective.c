@@ -256,7 +256,18 @@ typedef struct coll_run {
     dg_status err;          // the posted receive's error
     dg_status *st;          // the kernel's status
     struct view_tracker *views;   // one reference held
+    int64_t lost_events;    // members of the execution lost so far (exec_coll_task_lost), under mu
 } coll_run;
+
+// A member of the execution was lost: a receive waiting for it looks (exec_coll_watch's
+// callback, under the registry's lock: it only wakes the waiter).
+static void on_member_lost(void *arg) {
+    coll_run *r = arg;
+    pthread_mutex_lock(&r->mu);
+    r->lost_events++;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
 
 static const char *op_word(const coll_kernel *k) { return k->is_broadcast ? "broadcast" : "all-reduce"; }
 
@@ -386,14 +397,38 @@ static dg_tensor *recv_from(coll_run *r, int from, const char *tag, size_t len) 
         deadline.tv_sec++;
         deadline.tv_nsec -= 1000000000;
     }
+    // A value already here is taken even from a member lost since (it finished and left); one
+    // not here from a lost member never comes: that ends the wait at once.
+    dg_status lost = DG_STATUS_INIT;
+    bool from_lost = false;
     pthread_mutex_lock(&r->mu);
     int rc = 0;
-    while (!r->has_result && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&r->cv, &r->mu, &deadline);
+    int64_t seen = -1;
+    while (!r->has_result && rc != ETIMEDOUT) {
+        if (r->lost_events != seen) {
+            seen = r->lost_events;
+            pthread_mutex_unlock(&r->mu);
+            status_impl_clear(&lost);
+            from_lost = !exec_coll_none_lost(k->groups, k->job, &k->tasks[from], 1, &lost);
+            pthread_mutex_lock(&r->mu);
+            if (from_lost) break;
+            continue;
+        }
+        rc = pthread_cond_timedwait(&r->cv, &r->mu, &deadline);
+    }
     bool arrived = r->has_result;
     dg_tensor *t = r->got;
     r->got = NULL;
     pthread_mutex_unlock(&r->mu);
     int tl = task_len(k->devices[from]);
+    if (!arrived && from_lost) {
+        dg_status_setf(r->st, DG_UNAVAILABLE, "%s instance %" PRId64 " (execution %" PRId64 "): %s", op_word(k),
+                       k->instance, r->execution, dg_status_message(&lost));
+        status_impl_clear(&lost);
+        cancel_receive(r, r->st);
+        return NULL;
+    }
+    status_impl_clear(&lost);
     if (!arrived) {
         dg_status_setf(r->st, DG_DEADLINE_EXCEEDED,
                        "%s instance %" PRId64 " (execution %" PRId64 "): no data from %.*s within %" PRId64 " ms",
@@ -701,18 +736,12 @@ static bool coll_compute(void *state, exec_ctx *ctx) {
         }
         status_impl_clear(&why);
     }
-    // A member lost now or later ends the wait at once (exec_coll_task_lost).
+    // A member lost now or later ends a receive still waiting for it at once (recv_from).
     int64_t watch_token = 0;
-    if (ok && run.rv && k->size > 1 && total > 0) {
-        dg_status why = DG_STATUS_INIT;
-        watch_token = exec_coll_watch(k->groups, k->job, k->tasks, k->size, run.rv, run.step_id, &why);
-        if (!watch_token)
-            ok = exec_fail(ctx, dg_status_code(&why), "%s instance %" PRId64 " (execution %" PRId64 "): %s",
-                           op_word(k), k->instance, execution, dg_status_message(&why));
-        status_impl_clear(&why);
-    }
+    if (ok && run.rv && k->size > 1 && total > 0)
+        watch_token = exec_coll_watch(k->groups, k->job, k->tasks, k->size, on_member_lost, &run);
     if (!ok) {
-        // The step was aborted, or a member lost, before the collective began.
+        // The step was aborted before the collective began.
     } else if (k->is_broadcast) {
         if (k->size > 1 && total > 0) ok = broadcast(&run, in_base, in_base->data, total);
     } else if (k->size == 1 || total == 0) {
@@ -727,15 +756,6 @@ static bool coll_compute(void *state, exec_ctx *ctx) {
     }
     if (ok) wait_for_views(&run);
     if (watch_token) exec_coll_unwatch(k->groups, watch_token);
-    if (!ok && watch_token && dg_status_code(ctx->st) == DG_ABORTED) {
-        // Ended by a member's loss (exec_coll_task_lost aborted the wait): say so, UNAVAILABLE,
-        // which a training loop tells from the other failures of a step.
-        dg_status lost = DG_STATUS_INIT;
-        if (!exec_coll_none_lost(k->groups, k->job, k->tasks, k->size, &lost))
-            dg_status_setf(ctx->st, DG_UNAVAILABLE, "%s instance %" PRId64 " (execution %" PRId64 "): %s",
-                           op_word(k), k->instance, execution, dg_status_message(&lost));
-        status_impl_clear(&lost);
-    }
     tracker_unref(run.views);
     if (cancel) {
         if (cancel_token && exec_rendezvous_forget_cancel(run.rv, cancel_token)) coll_cancel_unref(cancel);

@@ -728,10 +728,49 @@ static void test_member_lost_fails_fast(void **state) {
                       dg_status_message(runs[r].st));
         assert_true(runs[r].took_s < 60.0);
     }
-    // The loss is remembered: the next step fails before it sends anything.
-    member_step(&runs[0]);
-    assert_status(runs[0].st, DG_UNAVAILABLE, "member /job:worker/task:2 is lost");
-    assert_true(runs[0].took_s < 60.0);
+    // The loss is remembered: in the next step the wait for task 2's value ends at once.
+    for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, member_step, &runs[r]);
+    for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < 2; r++) {
+        assert_status(runs[r].st, DG_UNAVAILABLE, "member /job:worker/task:2 is lost");
+        assert_true(runs[r].took_s < 60.0);
+    }
+    members_close(&t, runs, graphs);
+}
+
+// A member that sent its values and then left (it finished) is not missed: the others take
+// what it sent. Task 0 broadcasts alone, its server goes, then tasks 1 and 2 receive its value.
+static void test_member_left_after_sending(void **state) {
+    (void)state;
+    trio t;
+    trio_start(&t);
+    dg_collective_group grp = dg_collective_group_make("worker", 3);
+    grp.timeout_ms = 120000;
+    member_run runs[3];
+    memset(runs, 0, sizeof runs);
+    dg_graph *graphs[3];
+    const int all[3] = {0, 1, 2}, rest[2] = {1, 2};
+    for (int r = 0; r < 3; r++) {
+        graphs[r] = dg_graph_new();
+        char dev[64];
+        snprintf(dev, sizeof dev, "/job:worker/task:%d", r);
+        dg_graph_push_device(graphs[r], dev);
+        dg_output x = dg_scalar(graphs[r], "x", DG_FLOAT64, r + 1);
+        assert_true(dg_collective_broadcast(graphs[r], "bcast", &x, 1, &grp, 4700, &runs[r].fetch[0]));
+        runs[r].fetch[1] = runs[r].fetch[0];
+        dg_graph_pop_device(graphs[r]);
+        runs[r].st = dg_status_new();
+        runs[r].s = dg_session_new(graphs[r], dg_server_target(t.servers[r]), NULL, runs[r].st);
+        assert_ok(runs[r].st);
+    }
+    members_step(runs, all, 3, 1, 1);   // every task is connected to task 0 now
+    member_step(&runs[0]);              // task 0 sends its next value and is done
+    assert_ok(runs[0].st);
+    for (int k = 0; k < 2; k++) dg_tensor_free(&runs[0].got[k]);
+    usleep(300000);                     // the value is at tasks 1 and 2 (loopback)
+    dg_session_free(&runs[0].s);
+    dg_server_free(&t.servers[0]);
+    members_step(runs, rest, 2, 1, 1);  // they take it, though task 0 is gone
     members_close(&t, runs, graphs);
 }
 
@@ -797,6 +836,7 @@ int main(void) {
         cmocka_unit_test(test_step_abort_ends_wait),
         cmocka_unit_test(test_bad_attributes),
         cmocka_unit_test(test_member_lost_fails_fast),
+        cmocka_unit_test(test_member_left_after_sending),
         cmocka_unit_test(test_elastic_membership),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
