@@ -185,7 +185,7 @@ static bool none_lost(exec_coll_groups *g, const char *job, const int *tasks, in
     for (int i = 0; i < n; i++) {
         int li = lost_index(g, job, tasks[i]);
         if (li >= 0) {
-            dg_status_setf(st, DG_UNAVAILABLE, "member /job:%s/task:%d is lost: %s", job, tasks[i], g->lost[li].why);
+            if (st) dg_status_setf(st, DG_UNAVAILABLE, "member /job:%s/task:%d is lost: %s", job, tasks[i], g->lost[li].why);
             return false;
         }
     }

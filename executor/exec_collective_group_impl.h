@@ -38,7 +38,8 @@ bool exec_coll_members(exec_coll_groups *g, const char *job, int64_t *epoch, int
 int64_t exec_coll_watch(exec_coll_groups *g, const char *job, const int *tasks, int n, void (*on_lost)(void *arg),
                         void *arg);
 void exec_coll_unwatch(exec_coll_groups *g, int64_t token);
-// false with st UNAVAILABLE naming the first of tasks of job that is lost now; true if none is.
+// false with st (may be NULL) UNAVAILABLE naming the first of tasks of job that is lost now;
+// true if none is.
 bool exec_coll_none_lost(exec_coll_groups *g, const char *job, const int *tasks, int n, dg_status *st);
 
 // The connection to task of job closed (why: what the transport saw). Marks it lost until it

@@ -516,6 +516,137 @@ static bool ring(coll_run *r, dg_tensor *in_base, const char *in, dg_tensor *out
 }
 
 // ---- direct exchange: every rank sends everything to every other and sums in rank order ----
+// Every rank's value is asked for at once, so that a member lost before sending fails the
+// execution as soon as that is known, whichever value this rank would have waited for first
+// (a live member may have given up on this execution: it failed where this rank did not).
+typedef struct direct_slot {
+    coll_run *r;
+    dg_tensor *got;
+    bool done;
+    dg_status err;
+} direct_slot;
+
+static void on_recv_slot(void *arg, int unused, dg_tensor *t, const dg_status *st) {
+    (void)unused;
+    direct_slot *d = arg;
+    coll_run *r = d->r;
+    pthread_mutex_lock(&r->mu);
+    if (t) d->got = t;
+    else dg_status_copy(&d->err, st);
+    d->done = true;
+    r->outstanding--;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+// The values of every other rank (got[from], new references), each exactly len bytes; false
+// with r->st set (DEADLINE_EXCEEDED, a lost member UNAVAILABLE, or a receive's error).
+static bool recv_all(coll_run *r, dg_tensor **got, size_t len) {
+    const coll_kernel *k = r->k;
+    int n = k->size;
+    direct_slot *slots = calloc((size_t)n, sizeof *slots);
+    bool *waiting = calloc((size_t)n, sizeof *waiting);
+    if (!slots || !waiting) {
+        free(slots);
+        free(waiting);
+        dg_status_set(r->st, DG_RESOURCE_EXHAUSTED, "all-reduce: out of memory");
+        return false;
+    }
+    for (int from = 0; from < n; from++) {
+        slots[from].r = r;
+        slots[from].done = from == k->rank;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->outstanding += n - 1;
+    pthread_mutex_unlock(&r->mu);
+    for (int from = 0; from < n; from++) {
+        if (from == k->rank) continue;
+        char key[512];
+        make_key(key, sizeof key, r, from, k->rank, "d");
+        exec_rendezvous_recv_async(r->rv, r->step_id, key, on_recv_slot, &slots[from], 0);
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += k->timeout_ms / 1000;
+    deadline.tv_nsec += (k->timeout_ms % 1000) * 1000000;
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+    }
+    dg_status lost = DG_STATUS_INIT;
+    int lost_from = -1, missing = -1, rc = 0;
+    int64_t seen = -1;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        missing = -1;
+        for (int from = 0; from < n && missing < 0; from++)
+            if (!slots[from].done) missing = from;
+        if (missing < 0 || rc == ETIMEDOUT) break;
+        if (r->lost_events != seen) {
+            // A member whose value has not come and who is lost: it never will.
+            seen = r->lost_events;
+            for (int from = 0; from < n; from++) waiting[from] = !slots[from].done;
+            pthread_mutex_unlock(&r->mu);
+            for (int from = 0; from < n && lost_from < 0; from++)
+                if (waiting[from] && !exec_coll_none_lost(k->groups, k->job, &k->tasks[from], 1, &lost)) lost_from = from;
+            pthread_mutex_lock(&r->mu);
+            if (lost_from >= 0 && !slots[lost_from].done) break;
+            if (lost_from >= 0) {   // it came meanwhile
+                lost_from = -1;
+                status_impl_clear(&lost);
+            }
+            continue;
+        }
+        rc = pthread_cond_timedwait(&r->cv, &r->mu, &deadline);
+    }
+    pthread_mutex_unlock(&r->mu);
+    bool ok = missing < 0;
+    if (!ok) {
+        if (lost_from >= 0)
+            dg_status_setf(r->st, DG_UNAVAILABLE, "all-reduce instance %" PRId64 " (execution %" PRId64 "): %s",
+                           k->instance, r->execution, dg_status_message(&lost));
+        else
+            dg_status_setf(r->st, DG_DEADLINE_EXCEEDED,
+                           "all-reduce instance %" PRId64 " (execution %" PRId64 "): no data from %.*s within %" PRId64 " ms",
+                           k->instance, r->execution, task_len(k->devices[missing]), k->devices[missing], k->timeout_ms);
+        // Ends the receives still posted, and waits until no callback can touch the slots.
+        exec_rendezvous_abort(r->rv, r->step_id, r->st);
+        pthread_mutex_lock(&r->mu);
+        while (r->outstanding > 0) pthread_cond_wait(&r->cv, &r->mu);
+        pthread_mutex_unlock(&r->mu);
+    }
+    status_impl_clear(&lost);
+    for (int from = 0; from < n; from++) {
+        if (from == k->rank) continue;
+        direct_slot *d = &slots[from];
+        if (ok && !d->got) {
+            dg_status_setf(r->st, dg_status_code(&d->err) != DG_OK ? dg_status_code(&d->err) : DG_INTERNAL,
+                           "all-reduce instance %" PRId64 " (execution %" PRId64 "): waiting for %.*s: %s", k->instance,
+                           r->execution, task_len(k->devices[from]), k->devices[from], dg_status_message(&d->err));
+            ok = false;
+        } else if (ok && d->got->nbytes != len) {
+            dg_status_setf(r->st, DG_INVALID_ARGUMENT,
+                           "all-reduce instance %" PRId64 " (execution %" PRId64 "): %.*s sent %zu bytes for \"d\", "
+                           "expected %zu (do all ranks give the same shapes?)",
+                           k->instance, r->execution, task_len(k->devices[from]), k->devices[from], d->got->nbytes, len);
+            ok = false;
+        }
+        if (ok) got[from] = d->got;
+        else dg_tensor_unref(d->got);
+        status_impl_clear(&d->err);
+    }
+    if (!ok)
+        for (int from = 0; from < n; from++) {
+            if (from != k->rank && got[from]) {
+                dg_tensor_unref(got[from]);
+                got[from] = NULL;
+            }
+        }
+    free(slots);
+    free(waiting);
+    return ok;
+}
+
 static bool direct(coll_run *r, dg_tensor *in_base, const char *in, char *out, size_t total,
                    size_t f64_end) {
     const coll_kernel *k = r->k;
@@ -528,9 +659,7 @@ static bool direct(coll_run *r, dg_tensor *in_base, const char *in, char *out, s
         dg_status_set(r->st, DG_RESOURCE_EXHAUSTED, "all-reduce: out of memory");
         return false;
     }
-    bool ok = true;
-    for (int from = 0; from < n && ok; from++)
-        if (from != k->rank) ok = (got[from] = recv_from(r, from, "d", total)) != NULL;
+    bool ok = recv_all(r, got, total);
     if (ok) {
         // ((x0 + x1) + x2) + ...: the same order, so the same bits, on every rank.
         const char *x0 = k->rank == 0 ? in : got[0]->data;

@@ -325,9 +325,9 @@ static bool hook_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const
     int64_t before = h->stats.epoch;
     bool ok = enter_epoch(h, answer, "at a commit", st);
     dg_tensor_unref(answer);
-    // A new epoch (someone joined, or did not come): everyone takes rank 0's values, which are
-    // the commit just taken, so the commit stands.
-    if (ok && h->stats.epoch != before) ok = run_broadcast(h, sess, st);
+    // A new epoch (someone joined, or did not come): everyone takes rank 0's values, and commits
+    // them (they are not this member's commit when rank 0 had gone back to an older one).
+    if (ok && h->stats.epoch != before) ok = run_broadcast(h, sess, st) && take_commit(h, sess, st);
     return ok;
 }
 
