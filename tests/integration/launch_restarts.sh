@@ -9,7 +9,7 @@ source "$(dirname "$0")/common.bash"
     --train_steps 8000 --log_every 200 --quiet > "$TMP/out" 2> "$TMP/err" & L=$!; PIDS+=($L)
 for _ in $(seq 300); do grep -q "^\[worker2\] .*training step" "$TMP/out" && break; sleep 0.1; done
 grep -q "^\[worker2\] .*training step" "$TMP/out" || { cat "$TMP/out" "$TMP/err"; fail "worker 2 never trained"; }
-W2=$(pgrep -f -- "--task_index 2" | head -1)
+W2=$(pgrep -P "$L" -f -- "--task_index 2" | head -1)   # dg-launch's own child: other tests run beside
 [ -n "$W2" ] || fail "no worker 2 process"
 kill -9 "$W2"
 rc=0
