@@ -595,6 +595,14 @@ static bool idx_header(const char *path, idx_file *out, int64_t *n0, dg_status *
         }
     }
     out->rank = nd - 1;
+    // An element of a zero dimension is empty, but its other dimensions must still make a shape
+    // a tensor can have (their product fits in 64 bits), or no element could be made.
+    dg_shape esh = dg_shape_make(out->rank, out->dims);
+    if (dg_shape_num_elements(&esh) < 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "IDX file \"%s\": the dimensions of an element (%d of them) multiply "
+                       "past 2^63", path, out->rank);
+        goto done;
+    }
     out->header_bytes = 4 + 4 * (int64_t)nd;
     out->element_bytes = count * (int64_t)dg_dtype_size(out->dtype);
     int64_t body = size - out->header_bytes;

@@ -872,6 +872,13 @@ static void test_bad_idx_and_fixed(void **state) {
     snprintf(needle, sizeof needle, "IDX file \"%s\": header says 4294967295x2x2 uint8 values, the file holds 8 bytes",
              img);
     assert_status(st, DG_INVALID_ARGUMENT, needle);
+    // Empty elements (a zero dimension) whose other dimensions multiply past 2^63: no tensor
+    // could hold one, so the header is refused (the fuzz target found it).
+    unsigned char huge[36] = {0, 0, 0x08, 8, 0x25, 0x3e, 0x3e, 0x3e, 0x3e, 0, 0, 0, 0x04, 0x41, 0, 0, 0x0a, 0x0a,
+                              0x0a, 0x0a, 0x0a, 0, 0, 0, 0, 0xd9, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0xfb, 0};
+    write_file(img, huge, sizeof huge);
+    assert_null(dg_dataset_idx(pair, 1, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "multiply past 2^63");
     // Bad magic, no dimensions, a cut header.
     ib[0] = 1;
     write_file(img, ib, sizeof ib);
