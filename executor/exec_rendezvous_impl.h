@@ -46,7 +46,8 @@ void exec_rendezvous_close(exec_rendezvous *r, const dg_status *why);
 void exec_rendezvous_trace(exec_rendezvous *r, int64_t step_id, exec_trace *t);
 // A value from another task arrived for step_id (the transport calls it before delivering).
 void exec_rendezvous_note_arrival(exec_rendezvous *r, int64_t step_id, const char *key, uint64_t bytes);
-// Drops whatever the step left behind.
+// Drops whatever the step left behind; a receive of it still waiting fails (ABORTED), and so
+// do its cancellers, so that the step ends.
 void exec_rendezvous_end_step(exec_rendezvous *r, int64_t step_id);
 // Abort marks held (a hash set by step id; past 100000 the oldest are dropped).
 int exec_rendezvous_num_abort_marks(exec_rendezvous *r);

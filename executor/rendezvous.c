@@ -361,17 +361,36 @@ void exec_rendezvous_abort(exec_rendezvous *r, int64_t step_id, const dg_status 
 }
 
 void exec_rendezvous_end_step(exec_rendezvous *r, int64_t step_id) {
-    entry *dead = NULL;
+    entry *dead = NULL, *waiting = NULL;
+    canceller *cancel = NULL;
     pthread_mutex_lock(&r->mu);
     for (int b = 0; b < N_BUCKETS; b++)
         for (entry **pp = &r->buckets[b]; *pp;) {
             entry *e = *pp;
             if (e->step_id == step_id) {
                 *pp = e->next;
-                e->next = dead;
-                dead = e;
+                // A receive still waiting (a step ended while it ran: only a peer that sends
+                // END_STEP out of turn does that) is failed, not dropped, or its step never ends.
+                if (e->cb) {
+                    e->next = waiting;
+                    waiting = e;
+                } else {
+                    e->next = dead;
+                    dead = e;
+                }
             } else {
                 pp = &e->next;
+            }
+        }
+    if (waiting)
+        for (canceller **pp = &r->cancellers; *pp;) {
+            canceller *c = *pp;
+            if (c->step_id == step_id) {
+                *pp = c->next;
+                c->next = cancel;
+                cancel = c;
+            } else {
+                pp = &c->next;
             }
         }
     for (aborted *a = r->abort_buckets[abort_bucket(step_id)]; a; a = a->next)
@@ -384,6 +403,20 @@ void exec_rendezvous_end_step(exec_rendezvous *r, int64_t step_id) {
         next = e->next;
         free_entry(e);
     }
+    if (!waiting) return;
+    dg_status err = DG_STATUS_INIT;
+    dg_status_setf(&err, DG_ABORTED, "step %lld was ended while it still waited for a value", (long long)step_id);
+    for (entry *e = waiting, *next; e; e = next) {
+        next = e->next;
+        e->cb(e->cb_arg, e->cb_node, NULL, &err);
+        free_entry(e);
+    }
+    for (canceller *c = cancel, *next; c; c = next) {
+        next = c->next;
+        c->fn(c->arg, &err);
+        free(c);
+    }
+    status_impl_clear(&err);
 }
 
 void exec_rendezvous_close(exec_rendezvous *r, const dg_status *why) {

@@ -111,10 +111,43 @@ static void test_drop_stale(void **state) {
     exec_rendezvous_free(&r);
 }
 
+static void on_cancel(void *arg, const dg_status *why) {
+    got *g = arg;
+    g->calls++;
+    g->code = dg_status_code(why);
+}
+
+// A step ended while one of its receives waited (a peer's END_STEP out of turn): the receive
+// fails and the step's cancellers run, so that the step ends instead of waiting for ever; a
+// receive of another step is not touched.
+static void test_end_step_fails_waiting(void **state) {
+    (void)state;
+    exec_rendezvous *r = exec_rendezvous_new();
+    got g = {0, DG_OK, NULL}, other = {0, DG_OK, NULL}, c = {0, DG_OK, NULL};
+    exec_rendezvous_recv_async(r, 9, "k;0", on_recv, &g, 0);
+    exec_rendezvous_recv_async(r, 10, "k;0", on_recv, &other, 0);
+    dg_status *st = dg_status_new();
+    assert_true(exec_rendezvous_on_cancel(r, 9, on_cancel, &c, st) != 0);
+    assert_int_equal(g.calls, 0);
+    exec_rendezvous_end_step(r, 9);
+    assert_int_equal(g.calls, 1);
+    assert_int_equal(g.code, DG_ABORTED);
+    assert_null(g.t);
+    assert_int_equal(c.calls, 1);
+    assert_int_equal(c.code, DG_ABORTED);
+    assert_int_equal(other.calls, 0);
+    dg_status_set(st, DG_CANCELLED, "the test is done");
+    exec_rendezvous_abort(r, 10, st);
+    assert_int_equal(other.calls, 1);
+    dg_status_free(&st);
+    exec_rendezvous_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_abort_marks),
         cmocka_unit_test(test_drop_stale),
+        cmocka_unit_test(test_end_step_fails_waiting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
