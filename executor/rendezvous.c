@@ -303,6 +303,21 @@ void exec_rendezvous_recv_async(exec_rendezvous *r, int64_t step_id, const char 
     pthread_mutex_unlock(&r->mu);
 }
 
+// Fails the receives taken out of the table (waiting) and runs the cancellers taken out of
+// their list (cancel) with err, freeing both lists. Called without the lock.
+static void fail_waiting(entry *waiting, canceller *cancel, const dg_status *err) {
+    for (entry *e = waiting, *next; e; e = next) {
+        next = e->next;
+        e->cb(e->cb_arg, e->cb_node, NULL, err);
+        free_entry(e);
+    }
+    for (canceller *c = cancel, *next; c; c = next) {
+        next = c->next;
+        c->fn(c->arg, err);
+        free(c);
+    }
+}
+
 void exec_rendezvous_abort(exec_rendezvous *r, int64_t step_id, const dg_status *why) {
     entry *waiting = NULL;
     pthread_mutex_lock(&r->mu);
@@ -347,16 +362,7 @@ void exec_rendezvous_abort(exec_rendezvous *r, int64_t step_id, const dg_status 
     dg_status err = DG_STATUS_INIT;
     dg_status_setf(&err, DG_ABORTED, "step %lld was aborted: %s", (long long)step_id,
                    dg_status_message(why));
-    for (entry *e = waiting, *next; e; e = next) {
-        next = e->next;
-        e->cb(e->cb_arg, e->cb_node, NULL, &err);
-        free_entry(e);
-    }
-    for (canceller *c = cancel, *next; c; c = next) {
-        next = c->next;
-        c->fn(c->arg, &err);
-        free(c);
-    }
+    fail_waiting(waiting, cancel, &err);
     status_impl_clear(&err);
 }
 
@@ -406,16 +412,7 @@ void exec_rendezvous_end_step(exec_rendezvous *r, int64_t step_id) {
     if (!waiting) return;
     dg_status err = DG_STATUS_INIT;
     dg_status_setf(&err, DG_ABORTED, "step %lld was ended while it still waited for a value", (long long)step_id);
-    for (entry *e = waiting, *next; e; e = next) {
-        next = e->next;
-        e->cb(e->cb_arg, e->cb_node, NULL, &err);
-        free_entry(e);
-    }
-    for (canceller *c = cancel, *next; c; c = next) {
-        next = c->next;
-        c->fn(c->arg, &err);
-        free(c);
-    }
+    fail_waiting(waiting, cancel, &err);
     status_impl_clear(&err);
 }
 

@@ -378,6 +378,19 @@ static void cancel_receive(coll_run *r, const dg_status *why) {
     pthread_mutex_unlock(&r->mu);
 }
 
+// Now plus ms on CLOCK_MONOTONIC, for pthread_cond_timedwait.
+static struct timespec timeout_deadline(int64_t ms) {
+    struct timespec d;
+    clock_gettime(CLOCK_MONOTONIC, &d);
+    d.tv_sec += ms / 1000;
+    d.tv_nsec += (ms % 1000) * 1000000;
+    if (d.tv_nsec >= 1000000000) {
+        d.tv_sec++;
+        d.tv_nsec -= 1000000000;
+    }
+    return d;
+}
+
 // Receives the value rank `from` sent under tag, waiting at most timeout_ms for it. The
 // value must hold exactly len bytes. Returns: new reference, NULL with r->st set.
 static dg_tensor *recv_from(coll_run *r, int from, const char *tag, size_t len) {
@@ -389,14 +402,7 @@ static dg_tensor *recv_from(coll_run *r, int from, const char *tag, size_t len) 
     r->outstanding++;
     pthread_mutex_unlock(&r->mu);
     exec_rendezvous_recv_async(r->rv, r->step_id, key, on_recv, r, 0);
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += k->timeout_ms / 1000;
-    deadline.tv_nsec += (k->timeout_ms % 1000) * 1000000;
-    if (deadline.tv_nsec >= 1000000000) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000;
-    }
+    struct timespec deadline = timeout_deadline(k->timeout_ms);
     // A value already here is taken even from a member lost since (it finished and left); one
     // not here from a lost member never comes: that ends the wait at once.
     dg_status lost = DG_STATUS_INIT;
@@ -565,14 +571,7 @@ static bool recv_all(coll_run *r, dg_tensor **got, size_t len) {
         make_key(key, sizeof key, r, from, k->rank, "d");
         exec_rendezvous_recv_async(r->rv, r->step_id, key, on_recv_slot, &slots[from], 0);
     }
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += k->timeout_ms / 1000;
-    deadline.tv_nsec += (k->timeout_ms % 1000) * 1000000;
-    if (deadline.tv_nsec >= 1000000000) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000;
-    }
+    struct timespec deadline = timeout_deadline(k->timeout_ms);
     dg_status lost = DG_STATUS_INIT;
     int lost_from = -1, missing = -1, rc = 0;
     int64_t seen = -1;
