@@ -5,6 +5,8 @@ TMP=$(mktemp -d)
 PIDS=()
 cleanup() {
     for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
+    # DG_TEST_KEEP=DIR keeps every process's log there, for a failure seen once.
+    [ -n "${DG_TEST_KEEP:-}" ] && cp -r "$TMP" "$DG_TEST_KEEP/$(basename "$0" .sh).$$" 2>/dev/null
     rm -rf "$TMP"
 }
 trap cleanup EXIT
