@@ -51,6 +51,11 @@ typedef struct dg_file_source_options {
     int64_t max_record_bytes;  // a record (or line) claiming more bytes is refused; default 256 MiB
 } dg_file_source_options;
 dg_file_source_options dg_file_source_options_default(void);
+// A file that is a pipe or a device (/dev/stdin, a FIFO fed by another program) is a stream:
+// read to its end, which falls between records (a record cut short there is DATA_LOSS). The
+// position of an iterator that has read from a stream is saved, but restoring it is
+// FAILED_PRECONDITION naming the file (a stream cannot go back); a fixed-record stream may
+// have a header, not a footer (INVALID_ARGUMENT), and IDX files must be regular files.
 
 // The records of TFRecord files, in file order: each element is one uint8 tensor [length] of
 // the record's bytes. A damaged record (a CRC mismatch, a length or data cut short, a length
@@ -61,8 +66,8 @@ dg_file_source_options dg_file_source_options_default(void);
 dg_dataset *dg_dataset_tfrecord(const char *const *files, int n_files, const dg_file_source_options *opts,
                                 dg_status *st);
 // The lines of text files: each element is one uint8 tensor [length] of a line's bytes,
-// without its "\n" (or "\r\n"); a last line without "\n" counts. A file is read up to the size
-// it had when the iterator opened it. A line over max_record_bytes is RESOURCE_EXHAUSTED naming
+// without its "\n" (or "\r\n"); a last line without "\n" counts. A regular file is read up to
+// the size it had when the iterator opened it. A line over max_record_bytes is RESOURCE_EXHAUSTED naming
 // the file and offset; a read error is DATA_LOSS and, with skip_corrupt, ends that file.
 dg_dataset *dg_dataset_text_lines(const char *const *files, int n_files, const dg_file_source_options *opts,
                                   dg_status *st);

@@ -41,7 +41,8 @@ static FILE *open_file(const char *what, const char *path, int64_t *size, dg_sta
         dg_status_setf(st, DG_INVALID_ARGUMENT, "%s file \"%s\": is a directory", what, path);
         return NULL;
     }
-    *size = (int64_t)sb.st_size;
+    // A pipe, a socket or a device has no size: it is read to its end (DATA_STREAM_BYTES).
+    *size = S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : DATA_STREAM_BYTES;
     return f;
 }
 
@@ -139,6 +140,35 @@ static void reader_close(file_reader *r) {
     r->wpos = r->wlen = 0;
 }
 
+// A stream (a pipe, a device) starts at its first record: the header of fixed records is read
+// past; a position further in cannot be gone back to, and a footer cannot be found before the end.
+static bool stream_open(const file_params *p, file_reader *r, int64_t offset, int64_t first, dg_status *st) {
+    const char *path = p->files[r->file];
+    if (offset != first) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "%s file \"%s\" is a pipe or a device: it cannot be read again from "
+                       "byte %lld (a saved position in a stream cannot be restored)", kind_name[p->kind], path,
+                       (long long)offset);
+        reader_close(r);
+        return false;
+    }
+    if (p->kind == K_FIXED && p->footer_bytes > 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "fixed-record file \"%s\" is a pipe or a device: its %lld-byte footer "
+                       "cannot be told from records before the end", path, (long long)p->footer_bytes);
+        reader_close(r);
+        return false;
+    }
+    for (int64_t i = 0; i < first; i++) {
+        if (fgetc(r->f) == EOF) {
+            dg_status_setf(st, DG_DATA_LOSS, "fixed-record file \"%s\": the stream ended in its %lld-byte header",
+                           path, (long long)p->header_bytes);
+            reader_close(r);
+            return false;
+        }
+    }
+    r->offset = offset;
+    return true;
+}
+
 static bool reader_open(const file_params *p, file_reader *r, int file, int64_t offset, dg_status *st) {
     const char *path = p->files[file];
     r->f = open_file(kind_name[p->kind], path, &r->size, st);
@@ -155,7 +185,9 @@ static bool reader_open(const file_params *p, file_reader *r, int file, int64_t 
         setvbuf(r->f, NULL, _IOFBF, FILE_BUFFER_BYTES);
     }
     r->file = file;
-    if (offset < 0) offset = p->kind == K_FIXED ? p->header_bytes : 0;
+    int64_t first = p->kind == K_FIXED ? p->header_bytes : 0;
+    if (offset < 0) offset = first;
+    if (r->size == DATA_STREAM_BYTES) return stream_open(p, r, offset, first, st);
     if (p->kind == K_FIXED && p->header_bytes + p->footer_bytes > r->size) {
         dg_status_setf(st, DG_DATA_LOSS, "fixed-record file \"%s\": %lld bytes, shorter than its header and footer "
                        "(%lld + %lld)", path, (long long)r->size, (long long)p->header_bytes, (long long)p->footer_bytes);
@@ -186,6 +218,11 @@ static int read_line(file_iter *it, file_reader *r, const unsigned char **line, 
             if (at >= r->size) break;  // a last line without "\n"
             size_t want = r->size - at < (int64_t)TEXT_WINDOW_BYTES ? (size_t)(r->size - at) : TEXT_WINDOW_BYTES;
             size_t got = fread(r->win, 1, want, r->f);
+            if (got == 0 && r->size == DATA_STREAM_BYTES && feof(r->f) && !ferror(r->f)) {
+                r->size = at;   // the stream's end, found
+                if (len == 0) return 0;
+                break;
+            }
             if (got == 0) {
                 dg_status_setf(st, DG_DATA_LOSS, "text file \"%s\": read failed at byte %lld: %s", path,
                                (long long)at, ferror(r->f) ? strerror(errno) : "the file shrank");
@@ -247,9 +284,17 @@ static int read_fixed(file_iter *it, file_reader *r, dg_tensor **t, dg_status *s
         dg_status_prepend(st, "fixed-record file \"%s\": record at byte %lld", path, (long long)r->offset);
         return -1;
     }
-    if (fread(dg_tensor_data(*t), 1, (size_t)p->record_bytes, r->f) != (size_t)p->record_bytes) {
+    size_t got = fread(dg_tensor_data(*t), 1, (size_t)p->record_bytes, r->f);
+    if (got == 0 && r->size == DATA_STREAM_BYTES && feof(r->f) && !ferror(r->f)) {
+        dg_tensor_unref(*t);
+        *t = NULL;
+        r->size = r->offset;   // the stream's end, found
+        return 0;
+    }
+    if (got != (size_t)p->record_bytes) {
         dg_status_setf(st, DG_DATA_LOSS, "fixed-record file \"%s\": record at byte %lld: read failed (%s)", path,
-                       (long long)r->offset, ferror(r->f) ? strerror(errno) : "the file shrank");
+                       (long long)r->offset, ferror(r->f) ? strerror(errno) :
+                       r->size == DATA_STREAM_BYTES ? "truncated: the stream ended" : "the file shrank");
         dg_tensor_unref(*t);
         *t = NULL;
         clearerr(r->f);
@@ -282,6 +327,7 @@ static int reader_next(file_iter *it, file_reader *r, dg_element *out, dg_status
             // After a bad record the reader either stands past it or at the file's end; the
             // stream must stand there too, without the error of a failed read.
             clearerr(r->f);
+            if (r->size == DATA_STREAM_BYTES) continue;   // read past the record already
             r->wpos = r->wlen = 0;
             if (r->offset < r->size && fseeko(r->f, (off_t)r->offset, SEEK_SET) != 0) r->offset = r->size;
             continue;
@@ -547,6 +593,11 @@ static bool idx_header(const char *path, idx_file *out, int64_t *n0, dg_status *
     if (!f) return false;
     unsigned char h[4 + 4 * 255];
     bool ok = false;
+    if (size == DATA_STREAM_BYTES) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "IDX file \"%s\": is a pipe or a device; IDX elements are read "
+                       "where they lie, so the file must be a regular one", path);
+        goto done;
+    }
     if (fread(h, 1, 4, f) != 4) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "IDX file \"%s\": %lld bytes, shorter than the 4-byte magic", path,
                        (long long)size);

@@ -39,9 +39,11 @@ int data_tfrecord_read(FILE *f, const char *path, int64_t file_bytes, int64_t ma
         *offset = file_bytes;
         return -1;
     }
-    if (fread(head, 1, 12, f) != 12) {
+    size_t n_head = fread(head, 1, 12, f);
+    if (n_head == 0 && file_bytes == DATA_STREAM_BYTES && feof(f) && !ferror(f)) return 0;   // the stream's end
+    if (n_head != 12) {
         dg_status_setf(st, DG_DATA_LOSS, "TFRecord file \"%s\": record at byte %lld: read failed (%s)", path,
-                       (long long)at, ferror(f) ? strerror(errno) : "the file shrank");
+                       (long long)at, ferror(f) ? strerror(errno) : file_bytes == DATA_STREAM_BYTES ? "the stream ended" : "the file shrank");
         clearerr(f);
         *offset = file_bytes;
         return -1;
@@ -61,6 +63,19 @@ int data_tfrecord_read(FILE *f, const char *path, int64_t file_bytes, int64_t ma
                        "of %lld bytes", path, (long long)at, (unsigned long long)len, (long long)max_bytes);
         // The length passed its CRC: the next record follows this one when it fits in the file.
         *offset = fits ? at + 16 + (int64_t)len : file_bytes;
+        if (file_bytes == DATA_STREAM_BYTES) {   // no seeking in a stream: read past the record
+            unsigned char skip[4096];
+            for (uint64_t left_bytes = len + 4; left_bytes > 0;) {
+                size_t want_bytes = left_bytes < sizeof skip ? (size_t)left_bytes : sizeof skip;
+                size_t got = fread(skip, 1, want_bytes, f);
+                if (got == 0) {
+                    clearerr(f);
+                    *offset = file_bytes;
+                    break;
+                }
+                left_bytes -= got;
+            }
+        }
         return -1;
     }
     if (!fits) {
@@ -78,7 +93,7 @@ int data_tfrecord_read(FILE *f, const char *path, int64_t file_bytes, int64_t ma
     unsigned char *data = dg_tensor_data(t);
     if (fread(data, 1, (size_t)len, f) != (size_t)len || fread(foot, 1, 4, f) != 4) {
         dg_status_setf(st, DG_DATA_LOSS, "TFRecord file \"%s\": record at byte %lld: read failed (%s)", path,
-                       (long long)at, ferror(f) ? strerror(errno) : "the file shrank");
+                       (long long)at, ferror(f) ? strerror(errno) : file_bytes == DATA_STREAM_BYTES ? "the stream ended" : "the file shrank");
         clearerr(f);
         dg_tensor_unref(t);
         *offset = file_bytes;

@@ -21,6 +21,10 @@
 // length passed its CRC and the record fits in the file (the data's CRC failed, or the length
 // is over max_bytes), else the file's end (a length that cannot be trusted leaves no next
 // record to find); a failed read's error is cleared from f.
+// A stream (a pipe, a device: distgraph/dataset.h) is read with file_bytes DATA_STREAM_BYTES: its
+// end is where reading meets end-of-file between records (0), a record cut short there is
+// DATA_LOSS, and a record over max_bytes is read past (f cannot seek).
+#define DATA_STREAM_BYTES INT64_MAX
 int data_tfrecord_read(FILE *f, const char *path, int64_t file_bytes, int64_t max_bytes, int64_t *offset,
                        dg_tensor **out, dg_status *st);
 

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -1351,6 +1353,163 @@ static void test_restore_iterator_at_saver_step(void **state) {
     dg_status_free(&st);
 }
 
+// ---- pipes and devices ----
+
+// Makes path a FIFO and starts a child that writes n bytes of data into it in pieces of at most
+// chunk bytes (so that reads come back short), then exits; returns its pid. The child gives up
+// after 30 s when nobody opens the FIFO, and dies quietly when the reader goes away.
+static pid_t feed_fifo(const char *path, const void *data, size_t n, size_t chunk) {
+    unlink(path);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(30);
+        int fd = open(path, O_WRONLY);
+        if (fd < 0) _exit(1);
+        const unsigned char *p = data;
+        for (size_t at = 0; at < n;) {
+            size_t k = n - at < chunk ? n - at : chunk;
+            ssize_t w = write(fd, p + at, k);
+            if (w <= 0) _exit(2);
+            at += (size_t)w;
+        }
+        close(fd);
+        _exit(0);
+    }
+    return pid;
+}
+
+static void reap(pid_t pid) {
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+}
+
+// The same file read as a regular file and through a pipe gives the same elements: text lines
+// over several windows (the last without "\n"), TFRecord records (one over the limit, skipped
+// by reading past it), fixed records after a header. A stream cut inside a record is DATA_LOSS;
+// a position in a pipe cannot be restored, a fixed footer cannot be found, and IDX needs a
+// regular file: each says so, naming the file.
+static void test_pipes(void **state) {
+    dg_test_tmpdir *tp = *state;
+    char fifo[256], path[256];
+    snprintf(fifo, sizeof fifo, "%s/pipe", tp->dir);
+    snprintf(path, sizeof path, "%s/regular", tp->dir);
+    dg_status *st = dg_status_new();
+    const char *in_pipe[] = {fifo}, *in_file[] = {path};
+    static uint64_t want[50000], got[50000];
+
+    // Text: 40,000 lines (about 500 KB, two windows and more), "\r\n" once, no final "\n".
+    size_t cap = 1 << 20, n = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    for (int i = 0; i < 40000; i++) n += (size_t)snprintf(text + n, cap - n, i == 7 ? "line %d\r\n" : "line %d\n", i);
+    n += (size_t)snprintf(text + n, cap - n, "the last line");
+    write_file(path, text, n);
+    dg_dataset *ds = dg_dataset_text_lines(in_file, 1, NULL, st);
+    dg_iterator *it = dg_iterator_new(ds, st);
+    assert_ok(st);
+    int n_want = take_hashes(it, want, -1);
+    assert_int_equal(n_want, 40001);
+    dg_iterator_free(&it);
+    dg_dataset_free(&ds);
+    pid_t child = feed_fifo(fifo, text, n, 65536 + 7);
+    ds = dg_dataset_text_lines(in_pipe, 1, NULL, st);
+    it = dg_iterator_new(ds, st);
+    assert_ok(st);
+    assert_int_equal(take_hashes(it, got, -1), n_want);
+    assert_memory_equal(got, want, sizeof want[0] * (size_t)n_want);
+    dg_iterator_free(&it);
+    dg_dataset_free(&ds);
+    reap(child);
+
+    // TFRecord: records 0-5 (8, 21, 34, 47, 10, 23 bytes), 47 over the limit of 40: skipped.
+    write_records(path, 0, 6);
+    size_t n_rec;
+    unsigned char *rec = read_all(path, &n_rec);
+    child = feed_fifo(fifo, rec, n_rec, 5);
+    dg_file_source_options o = dg_file_source_options_default();
+    o.max_record_bytes = 40;
+    o.skip_corrupt = true;
+    ds = dg_dataset_tfrecord(in_pipe, 1, &o, st);
+    it = dg_iterator_new(ds, st);
+    assert_ok(st);
+    int64_t ids[8];
+    dg_element e = {0};
+    bool end = false;
+    int n_ids = 0;
+    while (n_ids < 8) {
+        assert_true(dg_iterator_next(it, &e, &end, st));
+        if (end) break;
+        memcpy(&ids[n_ids++], dg_tensor_data(e.components[0]), 8);
+    }
+    dg_element_clear(&e);
+    const int64_t want_ids[] = {0, 1, 2, 4, 5};
+    assert_int_equal(n_ids, 5);
+    assert_memory_equal(ids, want_ids, sizeof want_ids);
+    assert_int_equal(dg_iterator_skipped(it), 1);
+    dg_iterator_free(&it);
+    dg_dataset_free(&ds);
+    reap(child);
+    // Cut 3 bytes into the second record's data: one record, then DATA_LOSS.
+    child = feed_fifo(fifo, rec, 24 + 12 + 3, 4096);
+    expect_next_error(dg_dataset_tfrecord(in_pipe, 1, NULL, st), 1, DG_DATA_LOSS, fifo,
+                      "record at byte 24: read failed (the stream ended)");
+    reap(child);
+
+    // Fixed records of 4 bytes after a 3-byte header; the last one cut short.
+    child = feed_fifo(fifo, "HDRaaaabbbbcccc", 15, 2);
+    ds = dg_dataset_fixed_records(in_pipe, 1, 4, 3, 0, NULL, st);
+    it = dg_iterator_new(ds, st);
+    assert_ok(st);
+    assert_int_equal(take_hashes(it, got, -1), 3);
+    dg_iterator_free(&it);
+    dg_dataset_free(&ds);
+    reap(child);
+    child = feed_fifo(fifo, "HDRaaaabb", 9, 4096);
+    expect_next_error(dg_dataset_fixed_records(in_pipe, 1, 4, 3, 0, NULL, st), 1, DG_DATA_LOSS,
+                      "record at byte 7: read failed (truncated: the stream ended)", fifo);
+    reap(child);
+    child = feed_fifo(fifo, "HDRaaaaFT", 9, 4096);
+    expect_next_error(dg_dataset_fixed_records(in_pipe, 1, 4, 3, 2, NULL, st), 0, DG_INVALID_ARGUMENT,
+                      "is a pipe or a device: its 2-byte footer", fifo);
+    reap(child);
+
+    // A saved position in a pipe: restoring it is refused (the stream cannot go back).
+    child = feed_fifo(fifo, text, n, 65536);
+    ds = dg_dataset_text_lines(in_pipe, 1, NULL, st);
+    it = dg_iterator_new(ds, st);
+    assert_int_equal(take_hashes(it, got, 2), 2);
+    unsigned char *saved = NULL;
+    size_t n_saved = 0;
+    assert_true(dg_iterator_save(it, &saved, &n_saved, st));
+    dg_iterator_free(&it);
+    reap(child);
+    child = feed_fifo(fifo, text, n, 65536);
+    it = dg_iterator_new(ds, st);
+    assert_false(dg_iterator_restore(it, saved, n_saved, st));
+    assert_status(st, DG_FAILED_PRECONDITION, "cannot be read again from byte 14");
+    assert_status(st, DG_FAILED_PRECONDITION, fifo);
+    dg_status_reset(st);
+    dg_iterator_free(&it);
+    dg_dataset_free(&ds);
+    kill(child, SIGKILL);   // its reader may be gone before it wrote
+    reap(child);
+    free(saved);
+
+    // IDX elements are read where they lie: a pipe is refused when the dataset is made.
+    child = feed_fifo(fifo, "\0\0\x08\x01\0\0\0\x02xy", 10, 4096);
+    const char *idx_files[] = {fifo};
+    assert_null(dg_dataset_idx(idx_files, 1, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "is a pipe or a device");
+    dg_status_reset(st);
+    reap(child);
+
+    free(rec);
+    free(text);
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crc32c_vectors),
@@ -1381,6 +1540,7 @@ int main(void) {
                                         dg_test_tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_restore_iterator_at_saver_step, dg_test_tmpdir_setup,
                                         dg_test_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_pipes, dg_test_tmpdir_setup, dg_test_tmpdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
