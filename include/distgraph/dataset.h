@@ -201,7 +201,12 @@ bool dg_iterator_save(dg_iterator *it, unsigned char **bytes, size_t *n_bytes, d
 bool dg_iterator_restore(dg_iterator *it, const void *bytes, size_t n_bytes, dg_status *st);
 
 // Saves the iterator's position under name (1 to 255 bytes) with every checkpoint sv saves,
-// in the same transaction as the variables (dg_saver_add_blob). Either may be freed first:
+// in the same transaction as the variables (dg_saver_add_blob), and puts it back whenever sv
+// restores variables (dg_saver_restore; a monitored session's recovery): to the position saved
+// in that checkpoint, or to the start when the checkpoint has none (it was saved before the
+// iterator was attached); a position that does not restore fails dg_saver_restore, naming the
+// blob. Restoring the first time, before attaching, is dg_iterator_restore_checkpoint's work.
+// Either may be freed first:
 // dg_iterator_free removes the blob from sv (dg_saver_remove_blob), and a freed saver leaves
 // the iterator nothing to detach. Borrows sv until then.
 bool dg_iterator_attach_saver(dg_iterator *it, dg_saver *sv, const char *name, dg_status *st);

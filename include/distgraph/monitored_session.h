@@ -63,7 +63,8 @@ typedef bool (*dg_saver_blob_fn)(void *ctx, unsigned char **bytes, size_t *n_byt
 // Every later dg_saver_save (and so the checkpoint saver hook) calls fn and saves its bytes
 // under name (1 to 255 bytes; ALREADY_EXISTS when added before) in the checkpoint's own
 // transaction (dg_checkpoint_save_with_blobs); read them back with dg_checkpoint_read_blob.
-// dg_saver_restore ignores them. Borrows ctx until dg_saver_free() or dg_saver_remove_blob().
+// dg_saver_restore leaves these blobs alone (an iterator attached with dg_iterator_attach_saver
+// is restored with the variables). Borrows ctx until dg_saver_free() or dg_saver_remove_blob().
 bool dg_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn, void *ctx, dg_status *st);
 // Stops saving the blob name: later saves do not call its function, and the saver no longer
 // borrows its ctx. NOT_FOUND when no blob of that name is added.

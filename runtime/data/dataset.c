@@ -412,34 +412,34 @@ static bool restore_into(dg_iterator *it, const unsigned char *b, size_t n, dg_s
     return true;
 }
 
+// A fresh chain at the start (stages restore only before their first element); a chain that
+// cannot be made ends the iterator with that error.
+static bool remake_chain(dg_iterator *it, dg_status *st) {
+    data_iter_free(it->root);
+    it->position = 0;
+    it->ended = false;
+    atomic_store(&it->ctx.n_skipped, 0);
+    dg_status_reset(it->error);
+    it->root = it->ds->make(it->ds, &it->ctx, 0, st);
+    if (!it->root) dg_status_copy(it->error, st);
+    return it->root != NULL;
+}
+
 bool dg_iterator_restore(dg_iterator *it, const void *bytes, size_t n_bytes, dg_status *st) {
     dg_status_reset(st);
     if (!it || (!bytes && n_bytes)) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "iterator restore: NULL iterator or bytes");
         return false;
     }
-    // Into a fresh chain: stages restore only before their first element.
-    for (int attempt = 0; attempt < 2; attempt++) {
-        data_iter_free(it->root);
-        it->position = 0;
-        it->ended = false;
-        atomic_store(&it->ctx.n_skipped, 0);
-        dg_status_reset(it->error);
-        dg_status *mk = attempt ? dg_status_new() : st;
-        it->root = it->ds->make(it->ds, &it->ctx, 0, mk);
-        if (attempt) {
-            // The failed restore leaves the iterator at the start, or ended by the error of remaking it.
-            if (!it->root) dg_status_copy(it->error, mk);
-            dg_status_free(&mk);
-            return false;
-        }
-        if (!it->root) {
-            dg_status_copy(it->error, st);
-            dg_status_prepend(st, "iterator restore");
-            return false;
-        }
-        if (restore_into(it, bytes, n_bytes, st)) return true;
+    if (!remake_chain(it, st)) {
+        dg_status_prepend(st, "iterator restore");
+        return false;
     }
+    if (restore_into(it, bytes, n_bytes, st)) return true;
+    // A failed restore leaves the iterator at the start (or ended by the error of remaking it).
+    dg_status *ignored = dg_status_new();
+    remake_chain(it, ignored);
+    dg_status_free(&ignored);
     return false;
 }
 
@@ -450,6 +450,16 @@ static bool save_blob(void *ctx, unsigned char **bytes, size_t *n_bytes, dg_stat
 }
 
 static void release_link(void *ctx) { ((iterator_link *)ctx)->sv = NULL; }
+
+// The saver restored variables (a restart, or a monitored session's recovery): the iterator goes
+// where it was when they were saved, or back to its start when that checkpoint precedes it.
+static bool restore_blob(void *ctx, const void *bytes, size_t n_bytes, dg_status *st) {
+    dg_iterator *it = ((iterator_link *)ctx)->it;
+    if (bytes) return dg_iterator_restore(it, bytes, n_bytes, st);
+    if (remake_chain(it, st)) return true;
+    dg_status_prepend(st, "iterator rewind");
+    return false;
+}
 
 bool dg_iterator_attach_saver(dg_iterator *it, dg_saver *sv, const char *name, dg_status *st) {
     dg_status_reset(st);
@@ -462,7 +472,7 @@ bool dg_iterator_attach_saver(dg_iterator *it, dg_saver *sv, const char *name, d
     l->it = it;
     l->sv = sv;
     memcpy(l->name, name, strlen(name) + 1);
-    if (!training_saver_add_blob(sv, name, save_blob, l, release_link, st)) {
+    if (!training_saver_add_blob(sv, name, save_blob, restore_blob, l, release_link, st)) {
         free(l);
         return false;
     }

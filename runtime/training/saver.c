@@ -15,6 +15,7 @@
 typedef struct saver_blob_source {
     char name[256];
     dg_saver_blob_fn fn;
+    training_blob_restore_fn restore;   // may be NULL: dg_saver_restore leaves the blob alone
     void *ctx;                    // borrowed
     void (*release)(void *ctx);   // called when the saver lets go of ctx; may be NULL
 } saver_blob_source;
@@ -34,8 +35,8 @@ struct dg_saver {
     int n_blobs, cap_blobs;
 };
 
-bool training_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn, void *ctx,
-                             void (*release)(void *ctx), dg_status *st) {
+bool training_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn, training_blob_restore_fn restore,
+                             void *ctx, void (*release)(void *ctx), dg_status *st) {
     dg_status_reset(st);
     size_t len = name ? strlen(name) : 0;
     if (!sv || !fn || len < 1 || len > 255) {
@@ -48,14 +49,14 @@ bool training_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn
             dg_status_setf(st, DG_ALREADY_EXISTS, "saver add blob: \"%s\" is added already", name);
             return false;
         }
-    saver_blob_source b = {.fn = fn, .ctx = ctx, .release = release};
+    saver_blob_source b = {.fn = fn, .restore = restore, .ctx = ctx, .release = release};
     memcpy(b.name, name, len + 1);
     BASE_PUSH(sv->blobs, sv->n_blobs, sv->cap_blobs, b);
     return true;
 }
 
 bool dg_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn, void *ctx, dg_status *st) {
-    return training_saver_add_blob(sv, name, fn, ctx, NULL, st);
+    return training_saver_add_blob(sv, name, fn, NULL, ctx, NULL, st);
 }
 
 bool dg_saver_remove_blob(dg_saver *sv, const char *name, dg_status *st) {
@@ -326,6 +327,29 @@ static bool plan_restore(const dg_saver *sv, const dg_checkpoint_var *cv, const 
     return ok;
 }
 
+// Gives each blob source that restores (an iterator) its blob of the checkpoint of step, or
+// NULL when the checkpoint has none.
+static bool restore_blobs(dg_saver *sv, dg_checkpoint_store *store, int64_t step, dg_status *st) {
+    for (int i = 0; i < sv->n_blobs; i++) {
+        const saver_blob_source *b = &sv->blobs[i];
+        if (!b->restore) continue;
+        void *bytes = NULL;
+        size_t n = 0;
+        bool ok = dg_checkpoint_read_blob(store, step, b->name, &bytes, &n, NULL, st);
+        if (!ok && dg_status_code(st) == DG_NOT_FOUND) {
+            dg_status_reset(st);
+            ok = true;
+        }
+        ok = ok && b->restore(b->ctx, bytes, n, st);
+        free(bytes);
+        if (!ok) {
+            dg_status_prepend(st, "saver restore: blob \"%s\" of the checkpoint of step %lld", b->name, (long long)step);
+            return false;
+        }
+    }
+    return true;
+}
+
 bool dg_saver_restore(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store, int64_t step,
                       int64_t *restored_step, dg_status *st) {
     dg_status_reset(st);
@@ -379,6 +403,7 @@ bool dg_saver_restore(dg_saver *sv, dg_session *sess, dg_checkpoint_store *store
         ok = dg_session_run(sess, sv->values, vals, sv->n, NULL, NULL, 0, &sv->restore_all, 1, st);
         if (!ok) dg_status_prepend(st, "assigning the checkpoint of step %lld", (long long)got);
     }
+    ok = ok && restore_blobs(sv, store, got, st);
     if (ok && restored_step) *restored_step = got;
     for (int i = 0; i < sv->n; i++) dg_tensor_unref(vals[i]);
     free(vals);

@@ -24,8 +24,12 @@ typedef struct training_run_state {
 // dg_saver_add_blob, with release(ctx) (may be NULL) called when the saver lets go of ctx:
 // dg_saver_remove_blob or dg_saver_free. A source that must not outlive its context (an
 // iterator, runtime/data/dataset.c) learns so that it need not detach from a freed saver.
-bool training_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn, void *ctx,
-                             void (*release)(void *ctx), dg_status *st);
+// restore (may be NULL) is called by every dg_saver_restore after the variables are assigned,
+// with the blob's bytes in the checkpoint restored (borrowed for the call), or NULL and 0 when
+// that checkpoint has none: the state it had when the variables had those values.
+typedef bool (*training_blob_restore_fn)(void *ctx, const void *bytes, size_t n_bytes, dg_status *st);
+bool training_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn, training_blob_restore_fn restore,
+                             void *ctx, void (*release)(void *ctx), dg_status *st);
 
 // A hook named name around ctx, its callbacks for the caller to set. Out of memory:
 // RESOURCE_EXHAUSTED, free_ctx(ctx) called, NULL. Returns: new, free with dg_session_hook_free().

@@ -114,6 +114,14 @@ MUTANTS = [
         "tests": ["test_loss_scale"],
     },
     {
+        "name": "saver_leaves_iterator",
+        "what": "a saver's restore leaves an attached iterator where it is, so the batches after a recovery are not "
+                "those after the checkpoint's step",
+        "file": "runtime/training/saver.c",
+        "edits": [("        if (!b->restore) continue;", "        if (b->restore) continue;")],
+        "tests": ["test_dataset"],
+    },
+    {
         "name": "elastic_survivors_not_first",
         "what": "the elastic coordinator ranks a new epoch's members by task only, so a joiner can be rank 0 and "
                 "broadcast its fresh variables over the group's committed ones",

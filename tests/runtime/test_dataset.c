@@ -718,7 +718,8 @@ static void test_resume_with_saver(void **state) {
     assert_true(dg_saver_save(sv, s, store, 6, 0, NULL, st));
     assert_ok(st);
     dg_iterator_free(&it);
-    // The saver still restores the variables (it ignores blobs), and the iterator its position.
+    // The saver still restores the variables (the freed iterator's blob is no longer its own),
+    // and the iterator its position.
     assert_true(dg_saver_restore(sv, s, store, -1, NULL, st));
     assert_ok(st);
     it = dg_iterator_new(ds, st);
@@ -742,6 +743,83 @@ static void test_resume_with_saver(void **state) {
     dg_element_clear(&e);
     (void)w;
     dg_iterator_free(&it);
+    dg_dataset_free(&ds);
+    dg_checkpoint_store_free(&store);
+    dg_saver_free(&sv);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+// An iterator attached to a saver goes back with the variables whenever the saver restores them
+// (a monitored session's recovery does): to where it was at that checkpoint, or to its start
+// when the checkpoint was saved before it was attached. Checked against an uninterrupted pass.
+static void test_saver_restore_moves_iterator(void **state) {
+    dg_test_tmpdir *tp = *state;
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    dg_output w = dg_variable(g, "w", DG_FLOAT32, dg_shape1(1), dg_init_constant(0));
+    dg_output wv = dg_placeholder(g, "wv", DG_FLOAT32, dg_shape1(1));
+    dg_node *set_w = dg_assign(g, "set_w", w, wv).node;
+    dg_node *init = dg_global_variables_initializer(g);
+    dg_saver *sv = dg_saver_new(g, st);
+    dg_session *s = dg_session_new(g, "local", NULL, st);
+    assert_ok(st);
+    assert_true(dg_session_run(s, NULL, NULL, 0, NULL, NULL, 0, &init, 1, st));
+    dg_dataset *ds = dg_dataset_prefetch(dg_dataset_batch(dg_dataset_shuffle(range_ds(60), 16, 9, st), 2, false, st),
+                                         DG_PREFETCH_AUTO, st);
+    uint64_t full[32], got[32];
+    dg_iterator *it = dg_iterator_new(ds, st);
+    assert_int_equal(take_hashes(it, full, -1), 30);
+    dg_iterator_free(&it);
+    dg_checkpoint_store *store = dg_checkpoint_store_new(tp->path, true, st);
+    assert_true(dg_saver_save(sv, s, store, 1, 0, NULL, st));   // before the iterator: no blob
+    it = dg_iterator_new(ds, st);
+    assert_true(dg_iterator_attach_saver(it, sv, "input", st));
+    assert_int_equal(take_hashes(it, got, 7), 7);
+    dg_tensor *v = dg_tensor_new(DG_FLOAT32, dg_shape1(1), st);
+    dg_tensor_f32(v)[0] = 7;
+    assert_true(dg_session_run(s, &wv, &v, 1, NULL, NULL, 0, &set_w, 1, st));
+    assert_true(dg_saver_save(sv, s, store, 7, 0, NULL, st));
+    assert_int_equal(take_hashes(it, got, 5), 5);   // batches 7-11, then a failure
+    assert_memory_equal(got, full + 7, sizeof got[0] * 5);
+    // Back to step 7: w is 7 again and the next batches are 7, 8, ... once more.
+    dg_tensor_f32(v)[0] = -1;
+    assert_true(dg_session_run(s, &wv, &v, 1, NULL, NULL, 0, &set_w, 1, st));
+    int64_t step = -1;
+    assert_true(dg_saver_restore(sv, s, store, 7, &step, st));
+    assert_int_equal(step, 7);
+    dg_tensor *wt = NULL;
+    assert_true(dg_session_run(s, NULL, NULL, 0, &w, &wt, 1, NULL, 0, st));
+    assert_true(dg_tensor_f32(wt)[0] == 7.0f);
+    dg_tensor_unref(wt);
+    assert_int_equal(dg_iterator_position(it), 7);
+    assert_int_equal(take_hashes(it, got, -1), 23);
+    assert_memory_equal(got, full + 7, sizeof got[0] * 23);
+    // Back to step 1, saved before the iterator was attached: it starts again.
+    assert_true(dg_saver_restore(sv, s, store, 1, &step, st));
+    assert_int_equal(dg_iterator_position(it), 0);
+    assert_int_equal(take_hashes(it, got, -1), 30);
+    assert_memory_equal(got, full, sizeof got[0] * 30);
+    // A blob that does not restore fails the saver's restore, naming the blob and the step.
+    void *bytes = NULL;
+    size_t n = 0;
+    assert_true(dg_checkpoint_read_blob(store, 7, "input", &bytes, &n, NULL, st));
+    dg_dataset *other = dg_dataset_batch(range_ds(60), 2, false, st);
+    dg_iterator *it2 = dg_iterator_new(other, st);
+    assert_true(dg_iterator_attach_saver(it2, sv, "other", st));
+    dg_checkpoint_blob blob = {.name = "other", .data = bytes, .n_bytes = n};
+    const char *names[] = {"w"};
+    dg_tensor *vals[1] = {v};
+    assert_true(dg_checkpoint_save_with_blobs(store, 9, names, vals, NULL, 1, &blob, 1, 0, st));
+    dg_iterator_free(&it);   // detaches "input": the checkpoint of step 9 lacks it anyway
+    assert_false(dg_saver_restore(sv, s, store, 9, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "blob \"other\" of the checkpoint of step 9");
+    dg_status_reset(st);
+    free(bytes);
+    dg_iterator_free(&it2);
+    dg_dataset_free(&other);
+    dg_tensor_unref(v);
     dg_dataset_free(&ds);
     dg_checkpoint_store_free(&store);
     dg_saver_free(&sv);
@@ -1541,6 +1619,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_restore_iterator_at_saver_step, dg_test_tmpdir_setup,
                                         dg_test_tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_pipes, dg_test_tmpdir_setup, dg_test_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_saver_restore_moves_iterator, dg_test_tmpdir_setup,
+                                        dg_test_tmpdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
