@@ -5,6 +5,8 @@ tests/integration/elastic_allreduce.sh). Prints one JSON line per run.
 Modes:
   async      1 ps + 3 workers, asynchronous; the ps (which the chief's checkpoints restore) killed once
   sync       1 ps + 3 workers, sync replicas aggregating 2 of 3 (a backup worker); the ps killed once
+  synclive   1 ps + 3 workers, sync replicas aggregating all 3 while they live (--sync_live_probe_ms
+             200: the chief averages the gradients of the workers that answer); the ps killed once
   allreduce  1 coordinator (the ps task) + 3 workers, --all_reduce --elastic
   grow       all-reduce from 2 workers to 4 and back to 2 (the two added ones SIGKILLed), against a
              fixed run of 2
@@ -43,7 +45,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("DG_BIN_DIR", os.path.join(ROOT, "build", "bin"))
 # Global steps per mode: runs of one to two minutes on 2 cores, so that several kills land.
-DEFAULT_STEPS = {"async": 150000, "sync": 30000, "allreduce": 40000, "grow": 40000, "torchrun": 15000,
+DEFAULT_STEPS = {"async": 150000, "sync": 30000, "synclive": 30000, "allreduce": 40000, "grow": 40000, "torchrun": 15000,
                  "tfps": 10000}
 STEPS = None   # the mode's, set by main
 RUNS = int(os.environ.get("RUNS", "1"))
@@ -78,13 +80,15 @@ class Job:
                       ",".join("127.0.0.1:%d" % p for p in ports[1:])]
         self.ckpt = os.path.join(tmp, "ckpt.db")
         common = ["--train_steps", str(STEPS), "--log_every", "10", "--quiet", "--seed", str(SEED)]
-        if mode in ("async", "sync"):
+        if mode in ("async", "sync", "synclive"):
             common += ["--checkpoint_path", self.ckpt, "--save_checkpoint_steps", "500", "--rpc_timeout_ms", "2000",
                        "--recovery_attempts", "60"]
         if mode == "async":
             common += ["--learning_rate", "0.005"]
         if mode == "sync":
             common += ["--sync_replicas", "--replicas_to_aggregate", "2", "--sync_timeout_ms", "10000"]
+        if mode == "synclive":
+            common += ["--sync_replicas", "--sync_live_probe_ms", "200", "--sync_timeout_ms", "10000"]
         if mode in ("allreduce", "grow"):
             common += ["--all_reduce", "--elastic", "--elastic_min_workers", "2" if mode == "grow" else "3"]
         if mode == "grow" and not chaos:   # the fixed-size run: 2 workers, no elasticity
@@ -156,7 +160,7 @@ def run(mode, chaos, rng):
     never_killed = set(first)
     next_kill = t0 + rng.uniform(10, 15)
     pending = []             # (time, task) restarts due
-    ps_kill_at = t0 + rng.uniform(20, 40) if chaos and mode in ("async", "sync") else None
+    ps_kill_at = t0 + rng.uniform(20, 40) if chaos and mode in ("async", "sync", "synclive") else None
     grow_at = shrink_at = None
     if mode == "grow" and chaos:
         grow_at, shrink_at = t0 + 15, t0 + 40

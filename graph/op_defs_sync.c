@@ -105,6 +105,14 @@ static bool infer_cancel_take(dg_node *n, dg_status *st) {
     return accum_attrs(n, &dt, &sh, st) && graph_set_num_outputs(n, 0, st);
 }
 
+// (live int32 scalar) -> nothing: a take needs at most live gradients (0: no cap).
+static bool infer_set_live(dg_node *n, dg_status *st) {
+    dg_dtype dt;
+    dg_shape sh;
+    return accum_attrs(n, &dt, &sh, st) && scalar_input(n, 0, DG_INT32, "live", st) &&
+           graph_set_num_outputs(n, 0, st);
+}
+
 // (tokens int64 [n]) -> nothing.
 static bool infer_enqueue_many(dg_node *n, dg_status *st) {
     return need_shared_name(n, "queue", st) && vector_input(n, 0, DG_INT64, "values", st) &&
@@ -166,6 +174,7 @@ static const graph_op_def sync_op_defs[] = {
     S_("AccumulatorSetGlobalStep", 1, 1, infer_set_global_step),
     S_("AccumulatorNumAccumulated", 0, 0, infer_num_accumulated),
     S_("AccumulatorCancelTake", 0, 0, infer_cancel_take),
+    S_("AccumulatorSetLiveReplicas", 1, 1, infer_set_live),
     S_("QueueEnqueueMany", 1, 1, infer_enqueue_many),
     S_("QueueDequeue", 0, 0, infer_dequeue),
     S_("QueueSize", 0, 0, infer_queue_size),

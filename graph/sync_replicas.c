@@ -20,8 +20,8 @@ struct dg_sync_replicas {
     bool built;
     int n;                      // variables
     dg_output *num_acc;         // per variable, NumAccumulated
-    dg_node *train, *chief_apply, *chief_init, *local_init, *close, *cancel;
-    dg_output num_required, new_gs, local_step, close_code, close_reason, queue_size;
+    dg_node *train, *chief_apply, *chief_init, *local_init, *close, *cancel, *set_live, *enqueue_extra;
+    dg_output num_required, new_gs, local_step, close_code, close_reason, queue_size, live, num_tokens, extra_tokens;
 };
 
 dg_sync_replicas_options dg_sync_replicas_options_default(void) {
@@ -111,8 +111,9 @@ dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output 
     dg_node **applies = calloc((size_t)n, sizeof *applies);
     dg_node **set_steps = calloc((size_t)n + 1, sizeof *set_steps);
     dg_node **cancels = calloc((size_t)n, sizeof *cancels);
+    dg_node **set_lives = calloc((size_t)n, sizeof *set_lives);
     dg_output *takes = calloc((size_t)n, sizeof *takes);
-    if (!sr->num_acc || !applies || !set_steps || !cancels || !takes) abort();
+    if (!sr->num_acc || !applies || !set_steps || !cancels || !set_lives || !takes) abort();
     const dg_sync_replicas_options *o = &sr->o;
     dg_graph_push_name_scope(g, "sync_replicas");
     // The local step lives on this worker: colocated with an op the device scopes put here
@@ -130,6 +131,7 @@ dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output 
     dg_output ls_init = dg_assign(g, "local_step_init", sr->local_step, gs);
     if (anchor) dg_graph_pop_colocate_with(g);
     sr->num_required = dg_placeholder(g, "num_required", DG_INT32, dg_shape_scalar());
+    sr->live = dg_placeholder(g, "live_replicas", DG_INT32, dg_shape_scalar());
     for (int i = 0; i < n && dg_graph_ok(g); i++) {
         char shared[600];
         snprintf(shared, sizeof shared, "%s/grad_accum", dg_node_name(vars[i].node));
@@ -157,6 +159,11 @@ dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output 
         if (c) sr->num_acc[i] = out0(graph_finish(c));
         dg_node *x = accum_op(g, "AccumulatorCancelTake", "cancel_take", shared, vars[i]);
         if (x) cancels[i] = graph_finish(x);
+        dg_node *l = accum_op(g, "AccumulatorSetLiveReplicas", "set_live_replicas", shared, vars[i]);
+        if (l) {
+            graph_add_input(l, sr->live);
+            set_lives[i] = graph_finish(l);
+        }
         dg_graph_pop_colocate_with(g);
     }
     // The worker: gradients in, then a token: the step its next gradients are computed at.
@@ -185,7 +192,8 @@ dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output 
             // gs reads the variable's buffer, which the apply has updated in place.
             sr->new_gs = dg_identity(g, "new_global_step", gs);
             int64_t n_tokens = o->total_num_replicas;
-            dg_output tokens = dg_fill(g, "tokens", dg_const_i64s(g, "num_tokens", &n_tokens, 1), sr->new_gs);
+            sr->num_tokens = dg_const_i64s(g, "num_tokens", &n_tokens, 1);   // fed to follow the live workers
+            dg_output tokens = dg_fill(g, "tokens", sr->num_tokens, sr->new_gs);
             dg_node *enq = queue_op(g, "QueueEnqueueMany", "enqueue_tokens");
             if (enq) {
                 graph_add_input(enq, tokens);
@@ -201,6 +209,7 @@ dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output 
         sr->chief_init = dg_group(g, "chief_init", set_steps, n + 1);
         sr->local_init = dg_group(g, "local_step_init_op", &ls_init.node, 1);
         sr->cancel = dg_group(g, "cancel_takes", cancels, n);
+        sr->set_live = dg_group(g, "set_live_replicas", set_lives, n);
         sr->close_code = dg_placeholder(g, "close_code", DG_INT32, dg_shape_scalar());
         sr->close_reason = dg_placeholder(g, "close_reason", DG_UINT8, dg_shape1(-1));
         dg_graph_push_colocate_with(g, gs.node);
@@ -210,6 +219,12 @@ dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output 
             graph_add_input(cl, sr->close_reason);
             sr->close = graph_finish(cl);
         }
+        sr->extra_tokens = dg_placeholder(g, "extra_tokens", DG_INT64, dg_shape1(-1));
+        dg_node *ex = queue_op(g, "QueueEnqueueMany", "enqueue_extra_tokens");
+        if (ex) {
+            graph_add_input(ex, sr->extra_tokens);
+            sr->enqueue_extra = graph_finish(ex);
+        }
         dg_node *qs = queue_op(g, "QueueSize", "queue_size");
         if (qs) sr->queue_size = out0(graph_finish(qs));
         dg_graph_pop_colocate_with(g);
@@ -218,6 +233,7 @@ dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output 
     free(applies);
     free(set_steps);
     free(cancels);
+    free(set_lives);
     free(takes);
     if (!dg_graph_check(g, st)) return NULL;
     return sr->train;
@@ -248,6 +264,17 @@ dg_node *dg_sync_replicas_local_step_init_op(const dg_sync_replicas *sr) { retur
 dg_output dg_sync_replicas_local_step(const dg_sync_replicas *sr) { return sr->local_step; }
 dg_node *dg_sync_replicas_cancel_take_op(const dg_sync_replicas *sr) { return sr->cancel; }
 dg_output dg_sync_replicas_queue_size(const dg_sync_replicas *sr) { return sr->queue_size; }
+dg_output dg_sync_replicas_num_tokens(const dg_sync_replicas *sr) { return sr->num_tokens; }
+
+dg_node *dg_sync_replicas_enqueue_tokens_op(const dg_sync_replicas *sr, dg_output *tokens) {
+    if (tokens) *tokens = sr->extra_tokens;
+    return sr->enqueue_extra;
+}
+
+dg_node *dg_sync_replicas_set_live_op(const dg_sync_replicas *sr, dg_output *live) {
+    if (live) *live = sr->live;
+    return sr->set_live;
+}
 int dg_sync_replicas_num_variables(const dg_sync_replicas *sr) { return sr->n; }
 const dg_sync_replicas_options *dg_sync_replicas_options_of(const dg_sync_replicas *sr) { return &sr->o; }
 

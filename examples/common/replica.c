@@ -101,7 +101,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     int64_t trace_step = 0, force_overflow_at = 0, force_overflow_steps = 3;
     int64_t slurm_port_base = DG_SLURM_DEFAULT_PORT_BASE;
     int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000, wait_for_tasks_ms = 0;
-    int64_t elastic_min_workers = 0, elastic_commit_steps = 10, elastic_barrier_ms = 10000;
+    int64_t elastic_min_workers = 0, elastic_commit_steps = 10, elastic_barrier_ms = 10000, sync_live_probe_ms = 0;
     bool elastic = false;
     double lr = p->learning_rate;
     char steps_help[64], batch_help[64];
@@ -147,6 +147,9 @@ int replica_main(int argc, char **argv, const replica_model *p) {
          "sync: gradients averaged per step (default: the number of workers; fewer: backup workers)"},
         {"sync_timeout_ms", FLAG_INT, &sync_timeout_ms,
          "sync: how long the chief waits for one step's gradients before failing (default 60000)"},
+        {"sync_live_probe_ms", FLAG_INT, &sync_live_probe_ms,
+         "sync: the chief probes the other workers this often and averages the gradients of those that "
+         "answer, so a lost worker holds no step (default 0: off, every step waits for replicas_to_aggregate)"},
         {"all_reduce", FLAG_BOOL, &all_reduce,
          "train synchronously without ps: every worker holds the variables, gradients are averaged by "
          "all-reduce (MultiWorkerMirrored)"},
@@ -184,10 +187,10 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     if (help) return 0;
     if (train_steps < 0 || batch_size < 1 || log_every < 1 || save_checkpoint_steps < 0 || recovery_attempts < 1 ||
         recovery_attempts > 1000000 || wait_ms < 0 || replicas_to_aggregate < 0 || num_gpus < 0 ||
-        sync_timeout_ms < 1) {
+        sync_timeout_ms < 1 || sync_live_probe_ms < 0 || (sync_live_probe_ms > 0 && sync_live_probe_ms < 10)) {
         fprintf(stderr, "%s: bad --train_steps, --batch_size, --log_every, "
                         "--save_checkpoint_steps, --recovery_attempts, --wait_for_chief_ms, "
-                        "--replicas_to_aggregate, --num_gpus or --sync_timeout_ms\n", prog);
+                        "--replicas_to_aggregate, --num_gpus, --sync_timeout_ms or --sync_live_probe_ms (0, or >= 10)\n", prog);
         return 2;
     }
     if (p->check_flags && !p->check_flags(p->state, batch_size)) return 2;
@@ -376,6 +379,12 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     dg_session_hook report_h = {.name = "report", .ctx = &report, .after_create_session = report_after_create};
     if (sync_replicas && !(mode_hook = dg_sync_replicas_hook_new(sr, is_chief, master, train_steps, st))) {
         fail(st, "sync replicas hook");
+        goto out;
+    }
+    if (sync_replicas && sync_live_probe_ms > 0 &&
+        (!server || !dg_sync_replicas_hook_follow_live_workers(mode_hook, server, "worker", sync_live_probe_ms, st))) {
+        if (!server) dg_status_set(st, DG_INVALID_ARGUMENT, "--sync_live_probe_ms needs the worker's own server");
+        fail(st, "sync replicas: following the live workers");
         goto out;
     }
     // All-reduce: after each creation (and restore) every worker takes worker 0's values. The

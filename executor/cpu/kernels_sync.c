@@ -246,6 +246,7 @@ typedef struct accum {
     int64_t global_step;       // gradients of older local steps are stale
     int64_t *last_step;        // per replica id: the last local step it contributed; -1 never
     int n_replicas;
+    int live;                  // AccumulatorSetLiveReplicas: a take needs at most this many; 0: no cap
 } accum;
 
 static void accum_free(resource *r) {
@@ -326,7 +327,8 @@ static void *accum_kernel_create(const dg_node *n, const exec_env *env, dg_statu
 // Takes the average if enough gradients are in; called under the lock.
 static bool accum_try_take(resource *r, waiter *w, dg_tensor **out, dg_status *st) {
     accum *a = (accum *)r;
-    if (a->count < w->num_required) return false;
+    int need = a->live > 0 && a->live < w->num_required ? a->live : w->num_required;
+    if (a->count < need) return false;
     dg_tensor *t = dg_tensor_new(a->dtype, a->shape, st);
     if (!t) {
         dg_status_prepend(st, "accumulator \"%s\"", r->name);
@@ -462,6 +464,31 @@ static bool set_global_step_compute(void *state, exec_ctx *ctx) {
     }
     a->global_step = step;
     pthread_mutex_unlock(&a->base.mu);
+    return true;
+}
+
+// How many replicas are alive (the chief's hook probes them): a take waiting for more
+// gradients than that ends with those it has, when it has that many.
+static bool set_live_compute(void *state, exec_ctx *ctx) {
+    accum_kernel *k = state;
+    accum *a = k->a;
+    if (IN(0)->dtype != DG_INT32 || IN(0)->n_elements != 1 || dg_tensor_i32(IN(0))[0] < 0)
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "accumulator \"%s\": the live replica count must be an int32 "
+                         "scalar >= 0", a->base.name);
+    waiter *taken = NULL;
+    dg_tensor *out = NULL;
+    dg_status st = DG_STATUS_INIT;
+    pthread_mutex_lock(&a->base.mu);
+    a->live = dg_tensor_i32(IN(0))[0];
+    waiter *w = a->base.waiters;
+    if (w && accum_try_take(&a->base, w, &out, &st)) {
+        w->done = true;
+        unlink_waiter(&a->base, w);
+        taken = w;
+    }
+    pthread_mutex_unlock(&a->base.mu);
+    if (taken) finish_taken(&taken, &out, dg_status_ok(&st) ? NULL : &st, 1);
+    status_impl_clear(&st);
     return true;
 }
 
@@ -1155,6 +1182,7 @@ static const exec_kernel_def sync_kernels[] = {
     SK("AccumulatorSetGlobalStep", DT_ALL, accum_kernel_create, set_global_step_compute, accum_kernel_free, NULL),
     SK("AccumulatorNumAccumulated", DT_ALL, accum_kernel_create, num_accumulated_compute, accum_kernel_free, NULL),
     SK("AccumulatorCancelTake", DT_ALL, accum_kernel_create, cancel_take_compute, accum_kernel_free, NULL),
+    SK("AccumulatorSetLiveReplicas", DT_ALL, accum_kernel_create, set_live_compute, accum_kernel_free, NULL),
     SK("QueueEnqueueMany", DT_ALL, queue_kernel_create, enqueue_many_compute, queue_kernel_free, NULL),
     SK("QueueDequeue", DT_ALL, queue_kernel_create, NULL, queue_kernel_free, dequeue_start),
     SK("QueueSize", DT_ALL, queue_kernel_create, queue_size_compute, queue_kernel_free, NULL),

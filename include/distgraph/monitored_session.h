@@ -14,6 +14,7 @@
 
 #include "distgraph/checkpoint.h"
 #include "distgraph/graph.h"
+#include "distgraph/server.h"
 #include "distgraph/session.h"
 #include "distgraph/sync_replicas.h"
 #include "distgraph/status.h"
@@ -232,6 +233,17 @@ dg_session_hook *dg_sync_replicas_hook_new(dg_sync_replicas *sr, bool is_chief, 
 // The apply loop's error, if it stopped on one (copied into st; returns false). True while it
 // runs or after a clean stop.
 bool dg_sync_replicas_hook_status(const dg_session_hook *h, dg_status *st);
+// Makes the chief's hook follow the live workers (before the session is created; a no-op on
+// other workers): every probe_ms (>= 10) the chief PINGs each other task of job in server's
+// cluster through server (its own task). While only k of the workers answer (the chief
+// included, at most total_num_replicas), a step averages min(replicas_to_aggregate, k)
+// gradients, a take already waiting ends as soon as it has them, and the chief enqueues k
+// tokens per step instead of total_num_replicas: a killed worker holds the chief for about a
+// probe, not for timeout_ms. A worker counts again once its server answers, and the next takes
+// wait for its gradients (up to timeout_ms). Each change is a line on stdout. Borrows server
+// until the hook is freed. INVALID_ARGUMENT for a missing argument or a job not in the cluster.
+bool dg_sync_replicas_hook_follow_live_workers(dg_session_hook *h, dg_server *server, const char *job,
+                                               int64_t probe_ms, dg_status *st);
 
 // ---- the monitored session ----
 // Whether a task takes one of the session's roles; DG_ROLE_DEFAULT follows is_chief.

@@ -7,16 +7,25 @@
  * A session compiles a signature on its first run, and two sessions compiling one graph at
  * once would both write its nodes' placements; so every signature the loop runs is compiled
  * in after_create_session, on the creating thread, before the loop starts (the apply op once
- * with num_required 0, which every take rejects before touching its accumulator). */
+ * with num_required 0, which every take rejects before touching its accumulator).
+ *
+ * Following the live workers (dg_sync_replicas_hook_follow_live_workers), a probe thread of the
+ * chief PINGs every other worker task through the chief's server every probe_ms. When the count
+ * that answers changes, it sets the accumulators' live count (a waiting take ends with the
+ * gradients of the live workers) and the apply loop enqueues one token per live worker. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "distgraph/device_name.h"
 #include "distgraph/ops.h"
 #include "distgraph/monitored_session.h"
 #include "distgraph/sync_replicas.h"
+#include "base_impl.h"
+#include "server_impl.h"
+#include "status_impl.h"
 
 typedef struct sync_hook {
     dg_sync_replicas *sr;       // borrowed
@@ -33,6 +42,17 @@ typedef struct sync_hook {
     pthread_t thread;
     dg_session *sess;           // the loop's own session (chief), owned
     int64_t step;               // the global step the loop last saw
+
+    // Following the live workers: the tasks probed (endpoints, owned), and what they answered.
+    dg_server *server;          // borrowed; NULL: not following
+    int64_t probe_ms;
+    char **endpoints;           // per task of the job but the chief's own, NULL for it
+    int *tasks;
+    int n_tasks;
+    bool *alive;                // under mu
+    int n_live;                 // under mu: the chief and the tasks that answered, capped at total
+    bool has_prober;            // the probe thread exists (joinable)
+    pthread_t prober;
 } sync_hook;
 
 static bool run_close(sync_hook *h, dg_session *sess, int32_t code, const char *reason, dg_status *st) {
@@ -52,16 +72,132 @@ static bool run_close(sync_hook *h, dg_session *sess, int32_t code, const char *
 }
 
 static bool run_apply(sync_hook *h, int32_t num_required, int64_t *new_step, dg_status *st) {
-    dg_output feed = dg_sync_replicas_num_required(h->sr);
+    dg_output feeds[2] = {dg_sync_replicas_num_required(h->sr), dg_sync_replicas_num_tokens(h->sr)};
     dg_output fetch = dg_sync_replicas_new_global_step(h->sr);
     dg_node *target = dg_sync_replicas_chief_apply_op(h->sr);
-    dg_tensor *nr = dg_tensor_from_data(DG_INT32, dg_shape_scalar(), &num_required, st);
+    pthread_mutex_lock(&h->mu);
+    int64_t n_tokens = h->n_live;   // following: one token per live worker
+    pthread_mutex_unlock(&h->mu);
+    dg_tensor *vals[2] = {dg_tensor_from_data(DG_INT32, dg_shape_scalar(), &num_required, st),
+                          h->server ? dg_tensor_from_data(DG_INT64, dg_shape1(1), &n_tokens, st) : NULL};
     dg_tensor *out = NULL;
-    bool ok = nr && dg_session_run(h->sess, &feed, &nr, 1, &fetch, &out, 1, &target, 1, st);
+    bool ok = vals[0] && (!h->server || vals[1]) &&
+              dg_session_run(h->sess, feeds, vals, h->server ? 2 : 1, &fetch, &out, 1, &target, 1, st);
     if (ok) *new_step = dg_tensor_i64(out)[0];
     dg_tensor_unref(out);
-    dg_tensor_unref(nr);
+    dg_tensor_unref(vals[0]);
+    dg_tensor_unref(vals[1]);
     return ok;
+}
+
+// ---- following the live workers ----
+
+// Whether the task at endpoint answers a PING within timeout_ms.
+static bool task_answers(dg_server *server, const char *endpoint, int64_t timeout_ms) {
+    rt_header *h = malloc(sizeof *h);
+    if (!h) return false;
+    rt_header_init(h, RT_PING);
+    rt_header *resp = NULL;
+    dg_status st = DG_STATUS_INIT;
+    bool ok = rt_call_sync(rt_server_env(server)->transport, endpoint, h, NULL, 0, timeout_ms, &resp, NULL, NULL, &st);
+    if (resp) {
+        rt_header_clear(resp);
+        free(resp);
+    }
+    status_impl_clear(&st);
+    return ok;
+}
+
+// n tokens carrying step, for workers that came back.
+static bool run_extra_tokens(sync_hook *h, dg_session *sess, int n, int64_t step, dg_status *st) {
+    dg_output feed;
+    dg_node *op = dg_sync_replicas_enqueue_tokens_op(h->sr, &feed);
+    dg_tensor *v = dg_tensor_new(DG_INT64, dg_shape1(n), st);
+    if (v)
+        for (int i = 0; i < n; i++) dg_tensor_i64(v)[i] = step;
+    bool ok = v && dg_session_run(sess, &feed, &v, 1, NULL, NULL, 0, &op, 1, st);
+    dg_tensor_unref(v);
+    if (!ok) dg_status_prepend(st, "sync replicas: enqueuing %d tokens for workers that came back", n);
+    return ok;
+}
+
+static bool run_set_live(sync_hook *h, dg_session *sess, int32_t live, dg_status *st) {
+    dg_output feed;
+    dg_node *op = dg_sync_replicas_set_live_op(h->sr, &feed);
+    dg_tensor *v = dg_tensor_from_data(DG_INT32, dg_shape_scalar(), &live, st);
+    bool ok = v && dg_session_run(sess, &feed, &v, 1, NULL, NULL, 0, &op, 1, st);
+    dg_tensor_unref(v);
+    if (!ok) dg_status_prepend(st, "sync replicas: setting the live worker count %d", live);
+    return ok;
+}
+
+// One round of probes: which tasks answer now, and how many workers are live (the chief
+// included, at most total_num_replicas). Says on stdout which tasks were lost or came back.
+static int probe_round(sync_hook *h, bool quiet) {
+    const dg_sync_replicas_options *o = dg_sync_replicas_options_of(h->sr);
+    int n_live = 1;
+    for (int i = 0; i < h->n_tasks; i++) {
+        if (!h->endpoints[i]) continue;
+        bool up = task_answers(h->server, h->endpoints[i], h->probe_ms);
+        pthread_mutex_lock(&h->mu);
+        bool was = h->alive[i];
+        h->alive[i] = up;
+        pthread_mutex_unlock(&h->mu);
+        if (up) n_live++;
+        if (!quiet && up != was)
+            printf("sync replicas: worker task %d %s\n", h->tasks[i], up ? "answers again" : "is lost (no answer)");
+    }
+    return n_live < o->total_num_replicas ? n_live : o->total_num_replicas;
+}
+
+static bool prober_stopped(sync_hook *h) {
+    pthread_mutex_lock(&h->mu);
+    bool stop = h->stop;
+    pthread_mutex_unlock(&h->mu);
+    return stop;
+}
+
+static void *prober(void *arg) {
+    sync_hook *h = arg;
+    const dg_sync_replicas_options *o = dg_sync_replicas_options_of(h->sr);
+    dg_status *st = dg_status_new();
+    while (!prober_stopped(h)) {
+        int64_t start = base_now_ms();
+        int n_live = probe_round(h, false);
+        pthread_mutex_lock(&h->mu);
+        int before = h->n_live;
+        pthread_mutex_unlock(&h->mu);
+        if (n_live != before && !prober_stopped(h)) {
+            // The count first, then the cap: the tokens of the step being taken follow the live workers.
+            pthread_mutex_lock(&h->mu);
+            h->n_live = n_live;
+            int64_t step = h->step;
+            pthread_mutex_unlock(&h->mu);
+            // A worker that came back may have given its first gradients to an apply that
+            // enqueued tokens for the others only: one more token each, or it would wait for
+            // one while the next take waits for it.
+            bool ok = run_set_live(h, h->sess, n_live, st) &&
+                      (n_live <= before || run_extra_tokens(h, h->sess, n_live - before, step, st));
+            if (ok) {
+                printf("sync replicas: %d of %d workers live: a step averages %d gradients, %d tokens\n", n_live,
+                       o->total_num_replicas, n_live < o->replicas_to_aggregate ? n_live : o->replicas_to_aggregate,
+                       n_live);
+            } else if (!prober_stopped(h)) {
+                fprintf(stderr, "distgraph: %s\n", dg_status_message(st));
+            }
+            fflush(stdout);
+            dg_status_reset(st);
+        }
+        int64_t left = h->probe_ms - (base_now_ms() - start);
+        while (left > 0 && !prober_stopped(h)) {
+            int64_t nap = left < 50 ? left : 50;
+            struct timespec ts = {0, (long)nap * 1000000L};
+            nanosleep(&ts, NULL);
+            left -= nap;
+        }
+    }
+    dg_status_free(&st);
+    return NULL;
 }
 
 static void *loop(void *arg) {
@@ -146,6 +282,8 @@ static void stop_loop(sync_hook *h) {
         dg_status_free(&st);
         pthread_join(h->thread, NULL);
     }
+    if (h->has_prober) pthread_join(h->prober, NULL);   // it sees stop within 50 ms and a probe
+    h->has_prober = false;
     pthread_mutex_lock(&h->mu);
     h->has_thread = false;
     h->finished = false;
@@ -199,6 +337,18 @@ static bool after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, 
             ok = false;
         }
     }
+    if (ok && h->server) {
+        // The live count now (compiling the set-live signature here too), then the probes go on
+        // on their own thread.
+        int n_live = probe_round(h, true);
+        ok = run_set_live(h, h->sess, n_live, st) && run_extra_tokens(h, h->sess, 0, 0, st);
+        pthread_mutex_lock(&h->mu);
+        h->n_live = n_live;
+        pthread_mutex_unlock(&h->mu);
+        if (ok && n_live < dg_sync_replicas_options_of(h->sr)->total_num_replicas)
+            printf("sync replicas: %d of %d workers answer at the start\n", n_live,
+                   dg_sync_replicas_options_of(h->sr)->total_num_replicas);
+    }
     dg_output gs = dg_sync_replicas_local_step(h->sr);   // just set from the global step
     dg_tensor *v = NULL;
     if (ok && (ok = dg_session_run(h->sess, NULL, NULL, 0, &gs, &v, 1, NULL, 0, st))) step = dg_tensor_i64(v)[0];
@@ -216,6 +366,14 @@ static bool after_create(void *ctx, dg_monitored_session *ms, dg_session *sess, 
     ok = pthread_create(&h->thread, NULL, loop, h) == 0;
     h->has_thread = ok;
     pthread_mutex_unlock(&h->mu);
+    if (ok && h->server) {
+        h->has_prober = pthread_create(&h->prober, NULL, prober, h) == 0;
+        if (!h->has_prober) {
+            stop_loop(h);
+            dg_status_set(st, DG_RESOURCE_EXHAUSTED, "sync replicas: cannot start the probe thread");
+            return false;
+        }
+    }
     if (!ok) {
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "sync replicas: cannot start the apply loop's thread");
         dg_session_free(&h->sess);
@@ -241,6 +399,10 @@ static bool hook_end(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_s
 static void hook_free(void *ctx) {
     sync_hook *h = ctx;
     stop_loop(h);
+    for (int i = 0; i < h->n_tasks; i++) free(h->endpoints[i]);
+    free(h->endpoints);
+    free(h->tasks);
+    free(h->alive);
     dg_status_free(&h->err);
     free(h->master);
     pthread_cond_destroy(&h->cv);
@@ -286,4 +448,49 @@ bool dg_sync_replicas_hook_status(const dg_session_hook *h, dg_status *st) {
         return false;
     }
     return loop_status(h->ctx, st);
+}
+
+bool dg_sync_replicas_hook_follow_live_workers(dg_session_hook *hook, dg_server *server, const char *job,
+                                               int64_t probe_ms, dg_status *st) {
+    dg_status_reset(st);
+    if (!hook || hook->free_ctx != hook_free || !server || !job || probe_ms < 10) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "sync replicas follow live workers: needs a sync replicas hook, a "
+                      "server, a job and probe_ms >= 10");
+        return false;
+    }
+    sync_hook *h = hook->ctx;
+    if (!h->is_chief) return true;   // only the chief's apply loop takes gradients
+    if (h->server) {
+        dg_status_set(st, DG_ALREADY_EXISTS, "sync replicas follow live workers: called already");
+        return false;
+    }
+    const rt_task_env *env = rt_server_env(server);
+    dg_device_name own;
+    if (!dg_device_name_parse(env->task_name, &own, st)) return false;
+    int n = dg_cluster_num_tasks(env->cluster, job);
+    if (n < 1) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "sync replicas follow live workers: the cluster has no job \"%s\"",
+                       job);
+        return false;
+    }
+    h->endpoints = calloc((size_t)n, sizeof *h->endpoints);
+    h->tasks = calloc((size_t)n, sizeof *h->tasks);
+    h->alive = calloc((size_t)n, sizeof *h->alive);
+    if (!h->endpoints || !h->tasks || !h->alive) return base_oom(st, "sync replicas follow live workers", (size_t)n);
+    h->n_tasks = n;
+    for (int i = 0; i < n; i++) {
+        int t = dg_cluster_task_index(env->cluster, job, i);
+        h->tasks[i] = t;
+        h->alive[i] = true;   // until a probe says otherwise: a loss is what is reported
+        if (strcmp(own.job, job) == 0 && own.task == t) continue;   // the chief itself
+        const char *addr = dg_cluster_task_address(env->cluster, job, t, NULL);
+        if (!addr || !(h->endpoints[i] = rt_endpoint_of(addr, st))) {
+            if (dg_status_ok(st)) dg_status_setf(st, DG_INVALID_ARGUMENT, "task %d of job %s has no address", t, job);
+            return false;
+        }
+    }
+    h->server = server;
+    h->probe_ms = probe_ms;
+    h->n_live = dg_sync_replicas_options_of(h->sr)->total_num_replicas;
+    return true;
 }

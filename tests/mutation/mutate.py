@@ -114,6 +114,14 @@ MUTANTS = [
         "tests": ["test_loss_scale"],
     },
     {
+        "name": "live_cap_ignored",
+        "what": "a take ignores the live worker count, so a lost worker holds every step for the take's deadline",
+        "file": "executor/cpu/kernels_sync.c",
+        "edits": [("    int need = a->live > 0 && a->live < w->num_required ? a->live : w->num_required;",
+                   "    int need = w->num_required;")],
+        "tests": ["test_sync_replicas"],
+    },
+    {
         "name": "saver_leaves_iterator",
         "what": "a saver's restore leaves an attached iterator where it is, so the batches after a recovery are not "
                 "those after the checkpoint's step",

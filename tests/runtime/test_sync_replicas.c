@@ -53,8 +53,8 @@ typedef struct local_acc {
     dg_graph *g;
     dg_session *s;
     dg_output step, grad, num_required, new_step, count;
-    dg_node *apply, *set_step;
-    dg_output take;
+    dg_node *apply, *set_step, *set_live;
+    dg_output take, live;
 } local_acc;
 
 static void local_acc_build(local_acc *a, int64_t timeout_ms, int total_replicas, int replica) {
@@ -78,6 +78,10 @@ static void local_acc_build(local_acc *a, int64_t timeout_ms, int total_replicas
     graph_add_input(n, a->new_step);
     a->set_step = graph_finish(n);
     a->count = (dg_output){graph_finish(accum_node(g, "AccumulatorNumAccumulated", "acc", DG_FLOAT64, dg_shape1(3))), 0};
+    a->live = dg_placeholder(g, "live", DG_INT32, dg_shape_scalar());
+    n = accum_node(g, "AccumulatorSetLiveReplicas", "acc", DG_FLOAT64, dg_shape1(3));
+    graph_add_input(n, a->live);
+    a->set_live = graph_finish(n);
     assert_ok(dg_graph_status(g));
     dg_status *st = dg_status_new();
     a->s = dg_session_new(g, "local", NULL, st);
@@ -216,6 +220,85 @@ static void test_take_deadline_names_missing_replicas(void **state) {
                   "task 1 (never contributed), worker task 2 (never contributed)");
     assert_int_equal(acc_count(&a), 1);   // nothing was taken
     assert_int_equal(exec_timer_pending(), 0);
+    dg_status_free(&st);
+    local_acc_free(&a);
+}
+
+// AccumulatorSetLiveReplicas: a take waiting for 3 gradients with 2 in ends, with the average of
+// those 2, as soon as the live count drops to 2; with the cap lifted (0) a take needs its
+// num_required again; a negative count is refused.
+typedef struct take_job {
+    local_acc *a;
+    int32_t num_required;
+    dg_tensor *out;
+    dg_status *st;
+} take_job;
+
+static void *take_thread(void *arg) {
+    take_job *j = arg;
+    j->out = acc_take(j->a, j->num_required, j->st);
+    return NULL;
+}
+
+static bool acc_set_live(local_acc *a, int32_t n, dg_status *st) {
+    dg_tensor *v = i32(n);
+    bool ok = dg_session_run(a->s, &a->live, &v, 1, NULL, NULL, 0, &a->set_live, 1, st);
+    dg_tensor_unref(v);
+    return ok;
+}
+
+static void nap_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void test_live_count_ends_waiting_take(void **state) {
+    (void)state;
+    local_acc a;
+    local_acc_build(&a, 20000, 3, 0);
+    dg_status *st = dg_status_new();
+    double g1[3] = {1, 2, 3}, g2[3] = {3, 4, 5}, g3[3] = {5, 6, 7};
+    assert_true(acc_apply(&a, 0, g1, 3, st));
+    assert_true(acc_apply(&a, 0, g2, 3, st));
+    take_job j = {&a, 3, NULL, dg_status_new()};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, take_thread, &j), 0);
+    nap_ms(200);
+    assert_int_equal(acc_count(&a), 2);   // the take still waits for a third
+    int64_t t0 = now_ms();
+    assert_true(acc_set_live(&a, 2, st));
+    pthread_join(t, NULL);
+    assert_ok(j.st);
+    assert_non_null(j.out);
+    assert_true(now_ms() - t0 < 10000);   // ended by the count, not by its 20 s deadline
+    const double *avg = dg_tensor_data(j.out);
+    assert_true(avg[0] == 2.0 && avg[1] == 3.0 && avg[2] == 4.0);
+    dg_tensor_unref(j.out);
+    assert_int_equal(acc_count(&a), 0);
+    // Capped at 2, a take of 3 ends with 2 at once.
+    assert_true(acc_apply(&a, 1, g1, 3, st));
+    assert_true(acc_apply(&a, 1, g2, 3, st));
+    dg_tensor *two = acc_take(&a, 3, st);
+    assert_ok(st);
+    assert_non_null(two);
+    dg_tensor_unref(two);
+    // The cap lifted (0), a take of 3 with 2 in waits until the third comes.
+    assert_true(acc_set_live(&a, 0, st));
+    assert_true(acc_apply(&a, 2, g1, 3, st));
+    assert_true(acc_apply(&a, 2, g2, 3, st));
+    j = (take_job){&a, 3, NULL, j.st};
+    assert_int_equal(pthread_create(&t, NULL, take_thread, &j), 0);
+    nap_ms(200);
+    assert_int_equal(acc_count(&a), 2);
+    assert_true(acc_apply(&a, 2, g3, 3, st));
+    pthread_join(t, NULL);
+    assert_ok(j.st);
+    avg = dg_tensor_data(j.out);
+    assert_true(avg[0] == 3.0 && avg[1] == 4.0 && avg[2] == 5.0);
+    dg_tensor_unref(j.out);
+    assert_false(acc_set_live(&a, -1, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "live replica count must be an int32 scalar >= 0");
+    dg_status_free(&j.st);
     dg_status_free(&st);
     local_acc_free(&a);
 }
@@ -761,6 +844,7 @@ int main(void) {
         cmocka_unit_test(test_accumulator_average_and_stale),
         cmocka_unit_test(test_accumulator_bad_inputs),
         cmocka_unit_test(test_take_deadline_names_missing_replicas),
+        cmocka_unit_test(test_live_count_ends_waiting_take),
         cmocka_unit_test(test_token_queue),
         cmocka_unit_test(test_exact_2_workers),
         cmocka_unit_test(test_exact_4_workers),
