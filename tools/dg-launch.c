@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <arpa/inet.h>
 #include <time.h>
@@ -43,6 +44,14 @@ static void usage(FILE *f) {
         "Options:\n"
         "  --ps N             number of ps tasks (0 or more, default 0)\n"
         "  --workers M        number of worker tasks (1 or more, required)\n"
+        "  --workers MIN:MAX  a range, for programs whose workers come and go (an elastic\n"
+        "                     all-reduce): the cluster has MAX worker tasks, workers\n"
+        "                     0..MIN-1 start, and --control adds or removes the others\n"
+        "  --control PATH     makes PATH a FIFO (it must not exist; removed at the end) and\n"
+        "                     reads lines from it while the job runs: \"add [N]\" starts a\n"
+        "                     worker that is not running (the lowest, or N), \"remove [N]\"\n"
+        "                     stops one with SIGTERM (the highest, or N; not below MIN), and\n"
+        "                     \"status\"; each change is one line: the workers running now\n"
         "  --base_port P      use the first N+M free ports from P upward (P, P+1, ... when\n"
         "                     they are free); default: ports the kernel picks as free\n"
         "  --mode MODE        how a task learns the cluster (default flags):\n"
@@ -124,7 +133,9 @@ static void note(bool quiet, const char *fmt, ...) {
 // ---- options ----
 
 typedef struct options {
-    long n_ps, n_workers;
+    long n_ps, n_workers;     // n_workers: the most (--workers MIN:MAX's MAX)
+    long min_workers;         // started at first, and the fewest a remove leaves
+    const char *control;      // --control: a FIFO created here for add/remove/status lines
     long base_port;           // 0: kernel-picked ports
     bool tf_config_mode;
     bool standing;            // --mode standing: dg-server tasks and one client
@@ -178,7 +189,8 @@ static int parse_options(int argc, char **argv, options *o) {
             continue;
         }
         bool known = strcmp(flag, "ps") == 0 || strcmp(flag, "workers") == 0 || strcmp(flag, "base_port") == 0 ||
-                     strcmp(flag, "mode") == 0 || strcmp(flag, "timeout") == 0 || strcmp(flag, "max_restarts") == 0;
+                     strcmp(flag, "mode") == 0 || strcmp(flag, "timeout") == 0 || strcmp(flag, "max_restarts") == 0 ||
+                     strcmp(flag, "control") == 0;
         if (!known) return usage_error("unknown flag \"--%s\"", flag);
         const char *v;
         if (eq) v = eq + 1;
@@ -188,8 +200,16 @@ static int parse_options(int argc, char **argv, options *o) {
             if (!parse_long(v, 0, MAX_TASKS, &o->n_ps))
                 return usage_error("--ps must be an integer in 0..%d, got \"%s\"", MAX_TASKS, v);
         } else if (strcmp(flag, "workers") == 0) {
-            if (!parse_long(v, 1, MAX_TASKS, &o->n_workers))
-                return usage_error("--workers must be an integer in 1..%d, got \"%s\"", MAX_TASKS, v);
+            const char *colon = strchr(v, ':');
+            char lo[32];
+            snprintf(lo, sizeof lo, "%.*s", colon ? (int)(colon - v < 31 ? colon - v : 31) : 31, v);
+            if (!parse_long(lo, 1, MAX_TASKS, &o->min_workers) ||
+                !parse_long(colon ? colon + 1 : v, o->min_workers, MAX_TASKS, &o->n_workers))
+                return usage_error("--workers must be M or MIN:MAX with 1 <= MIN <= MAX <= %d, got \"%s\"", MAX_TASKS,
+                                   v);
+        } else if (strcmp(flag, "control") == 0) {
+            if (!*v || *v == '-') return usage_error("--control needs the path of a FIFO to make, got \"%s\"", v);
+            o->control = v;
         } else if (strcmp(flag, "max_restarts") == 0) {
             if (!parse_long(v, 0, 1000000, &o->max_restarts))
                 return usage_error("--max_restarts must be an integer in 0..1000000, got \"%s\"", v);
@@ -211,6 +231,8 @@ static int parse_options(int argc, char **argv, options *o) {
         }
     }
     if (o->n_workers < 0) return usage_error("--workers is required");
+    if (o->standing && (o->min_workers != o->n_workers || o->control))
+        return usage_error("--mode standing takes a fixed number of workers and no --control");
     if (o->n_ps + o->n_workers > MAX_TASKS) return usage_error("at most %d tasks in all", MAX_TASKS);
     if (i >= argc) return usage_error("no PROGRAM given (dg-launch ... -- PROGRAM ARGS...)");
     o->program = argv + i;
@@ -291,6 +313,8 @@ typedef struct task {
     char **argv, **envp; // prepared before fork
     long restarts;       // times started again after a failure (--max_restarts)
     int64_t restart_at;  // when to start it again, -1: not pending
+    bool standby;        // a worker of --workers MIN:MAX not started (yet), or removed: not waited for
+    int64_t remove_kill_at;   // a removed worker still running then gets SIGKILL; -1: none
 } task;
 
 static int wake_pipe[2] = {-1, -1};
@@ -625,6 +649,131 @@ static void signal_group(task *t, int sig) {
     kill(-t->pid, sig);
 }
 
+// ---- the worker range (--workers MIN:MAX) and the control FIFO (--control) ----
+
+static bool worker_active(const task *t) {
+    return strcmp(t->job, "worker") == 0 && !t->standby && (t->running || t->restart_at >= 0);
+}
+
+// One line per change of the job's workers: what changed, who runs now, the range.
+static void print_members(const task *tasks, int n, const options *o, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void print_members(const task *tasks, int n, const options *o, const char *fmt, ...) {
+    char what[160], list[MAX_TASKS * 6 + 8];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    size_t len = 0;
+    int k = 0;
+    list[0] = 0;
+    for (int i = 0; i < n && len + 8 < sizeof list; i++)
+        if (worker_active(&tasks[i]))
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k++ ? "," : "", tasks[i].index);
+    fprintf(stderr, "dg-launch: %s; workers [%s] (%d, range %ld..%ld)\n", what, list, k, o->min_workers, o->n_workers);
+}
+
+typedef struct control {
+    int rd, wr;            // the FIFO, opened both ways so that a writer closing it is no end
+    char line[256];
+    size_t n;
+    bool overlong;         // the line being read passed 255 bytes: dropped up to its newline
+    bool made;             // the FIFO is ours to remove
+} control;
+
+// "add [N]", "remove [N]" or "status" from the control FIFO.
+static void control_command(const char *cmd, task *tasks, int n, const options *o) {
+    char verb[16] = "";
+    long which = -1;
+    char extra[8] = "";
+    char num[32] = "";
+    int got = sscanf(cmd, "%15s %31s %7s", verb, num, extra);
+    if (got < 1) return;   // an empty line
+    if (got == 3 || (got == 2 && !parse_long(num, 0, o->n_workers - 1, &which))) {
+        fprintf(stderr, "dg-launch: control: \"%s\": expected add [N], remove [N] or status, N a worker in 0..%ld\n",
+                cmd, o->n_workers - 1);
+        return;
+    }
+    task *workers = tasks + o->n_ps;
+    int active = 0;
+    for (int i = 0; i < o->n_workers; i++) active += worker_active(&workers[i]);
+    if (strcmp(verb, "status") == 0 && which < 0) {
+        print_members(tasks, n, o, "status");
+    } else if (strcmp(verb, "add") == 0) {
+        task *t = NULL;
+        for (int i = 0; i < o->n_workers && !t; i++)
+            if ((which < 0 || i == which) && workers[i].standby && !workers[i].running) t = &workers[i];
+        if (!t) {
+            if (which >= 0)
+                fprintf(stderr, "dg-launch: control: add: worker %ld %s\n", which,
+                        workers[which].running ? "runs (or is still stopping)" : "is not free");
+            else
+                fprintf(stderr, "dg-launch: control: add: all %ld workers run (--workers ..%ld)\n", o->n_workers,
+                        o->n_workers);
+            return;
+        }
+        if (t->fd >= 0) {
+            close(t->fd);
+            t->fd = -1;
+        }
+        t->standby = false;
+        t->waited = true;
+        t->stopped = false;
+        t->restarts = 0;
+        t->remove_kill_at = -1;
+        if (start_task(t)) {
+            print_members(tasks, n, o, "worker %d added (pid %d)", t->index, (int)t->pid);
+        } else {
+            t->standby = true;
+            t->waited = false;
+        }
+    } else if (strcmp(verb, "remove") == 0) {
+        if (active <= o->min_workers) {
+            fprintf(stderr, "dg-launch: control: remove refused: %d workers run, the least --workers allows is %ld\n",
+                    active, o->min_workers);
+            return;
+        }
+        task *t = NULL;
+        for (int i = (int)o->n_workers - 1; i >= 0 && !t; i--)
+            if ((which < 0 || i == which) && worker_active(&workers[i])) t = &workers[i];
+        if (!t) {
+            fprintf(stderr, "dg-launch: control: remove: worker %ld does not run\n", which);
+            return;
+        }
+        t->standby = true;
+        t->waited = false;
+        t->restart_at = -1;
+        if (t->running) {
+            signal_group(t, SIGTERM);
+            t->remove_kill_at = now_ms() + STOP_GRACE_MS;
+        }
+        print_members(tasks, n, o, "worker %d removed (SIGTERM)", t->index);
+    } else {
+        fprintf(stderr, "dg-launch: control: unknown command \"%s\" (add [N], remove [N], status)\n", cmd);
+    }
+}
+
+// Reads what the FIFO has and runs each whole line.
+static void control_read(control *c, task *tasks, int n, const options *o) {
+    char b[512];
+    ssize_t got;
+    while ((got = read(c->rd, b, sizeof b)) > 0) {
+        for (ssize_t i = 0; i < got; i++) {
+            if (b[i] == '\n') {
+                c->line[c->n] = 0;
+                if (c->overlong) fprintf(stderr, "dg-launch: control: a line over 255 bytes, ignored\n");
+                else control_command(c->line, tasks, n, o);
+                c->n = 0;
+                c->overlong = false;
+            } else if (c->n + 1 < sizeof c->line) {
+                c->line[c->n++] = b[i];
+            } else {
+                c->overlong = true;
+            }
+        }
+    }
+}
+
 // ---- main loop ----
 
 typedef enum phase { RUNNING, STOPPING, KILLED } phase;
@@ -649,7 +798,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         tasks[i].fd = -1;
         tasks[i].restart_at = -1;
+        tasks[i].remove_kill_at = -1;
     }
+    control ctl = {.rd = -1, .wr = -1};
     if (!pick_ports((int)(o.n_ps + o.n_workers), o.base_port, ports)) goto out;
 
     size_t hosts_cap = (size_t)n * 24 + 1;
@@ -664,7 +815,8 @@ int main(int argc, char **argv) {
         bool is_ps = i < o.n_ps, is_client = i == o.n_ps + o.n_workers;
         t->job = is_client ? "client" : is_ps ? "ps" : "worker";
         t->index = is_client ? 0 : is_ps ? i : i - (int)o.n_ps;
-        t->waited = o.standing ? is_client : !is_ps;
+        t->standby = !is_ps && !is_client && t->index >= o.min_workers;   // --workers MIN:MAX: MIN start
+        t->waited = o.standing ? is_client : !is_ps && !t->standby;
         snprintf(t->name, sizeof t->name, "%s%d", t->job, t->index);
         char *list = is_ps ? ps_hosts : worker_hosts;
         size_t len = strlen(list);
@@ -738,8 +890,23 @@ int main(int argc, char **argv) {
     // Orphans of the tasks become our children, so waitpid reaps them and a group whose
     // members are all dead does not linger as zombies (PID 1 in a container may not reap).
     prctl(PR_SET_CHILD_SUBREAPER, 1);
-    struct pollfd *pfd = calloc((size_t)n + 1, sizeof *pfd);
-    task **pfd_task = calloc((size_t)n + 1, sizeof *pfd_task);
+    if (o.control) {
+        if (mkfifo(o.control, 0600) != 0) {
+            fprintf(stderr, "dg-launch: --control %s: %s (dg-launch makes the FIFO, and removes it at the end)\n",
+                    o.control, strerror(errno));
+            goto out;
+        }
+        ctl.made = true;
+        ctl.rd = open(o.control, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        ctl.wr = ctl.rd >= 0 ? open(o.control, O_WRONLY | O_CLOEXEC) : -1;
+        if (ctl.wr < 0) {
+            fprintf(stderr, "dg-launch: --control %s: %s\n", o.control, strerror(errno));
+            goto out;
+        }
+        note(o.quiet, "control: write \"add [N]\", \"remove [N]\" or \"status\" lines to %s", o.control);
+    }
+    struct pollfd *pfd = calloc((size_t)n + 2, sizeof *pfd);
+    task **pfd_task = calloc((size_t)n + 2, sizeof *pfd_task);
     if (!pfd || !pfd_task) {
         fprintf(stderr, "dg-launch: out of memory\n");
         free(pfd);
@@ -754,13 +921,14 @@ int main(int argc, char **argv) {
     int exit_code = 0;
 
     for (int i = 0; i < n; i++)
-        if (!start_task(&tasks[i])) {
+        if (!tasks[i].standby && !start_task(&tasks[i])) {
             exit_code = 1;
             ph = STOPPING;
             kill_at = now_ms() + STOP_GRACE_MS;
             for (int k = 0; k < i; k++) signal_group(&tasks[k], SIGTERM);
             break;
         }
+    if (ph == RUNNING && (o.min_workers < o.n_workers || o.control)) print_members(tasks, n, &o, "started");
 
     for (;;) {
         int got_signal = 0;
@@ -775,6 +943,13 @@ int main(int argc, char **argv) {
                 t->running = false;
                 t->status = status;
                 read_output(t, true);
+                if (t->standby) {   // removed by a control command: its end is no failure
+                    char why[64];
+                    describe_exit(t, why, sizeof why);
+                    t->remove_kill_at = -1;
+                    note(o.quiet, "%s %d (removed) %s", t->job, t->index, why);
+                    break;
+                }
                 bool restartable = strcmp(t->job, "ps") == 0 || strcmp(t->job, "worker") == 0;
                 if (ph == RUNNING && !t->stopped && !exited_ok(t) && restartable && t->restarts < o.max_restarts) {
                     char why[64];
@@ -821,6 +996,16 @@ int main(int argc, char **argv) {
                     for (int k = 0; k < n; k++) signal_group(&tasks[k], SIGTERM);
                 }
             }
+        for (int i = 0; i < n && ph == RUNNING; i++) {
+            task *t = &tasks[i];
+            if (t->remove_kill_at < 0 || now_ms() < t->remove_kill_at) continue;
+            t->remove_kill_at = -1;
+            if (group_alive(t)) {
+                note(false, "%s %d (removed) did not stop within %d s, sending SIGKILL", t->job, t->index,
+                     STOP_GRACE_MS / 1000);
+                signal_group(t, SIGKILL);
+            }
+        }
         if (ph == RUNNING) {
             bool workers_done = true, all_done = true;
             for (int i = 0; i < n; i++) {
@@ -830,7 +1015,7 @@ int main(int argc, char **argv) {
             }
             if (all_done || (workers_done && !o.keep_ps)) {
                 if (!all_done && o.standing) note(o.quiet, "the client exited with status 0, stopping the servers");
-                else if (!all_done) note(o.quiet, "all %ld workers exited with status 0, stopping the ps tasks", o.n_workers);
+                else if (!all_done) note(o.quiet, "the workers exited with status 0, stopping the ps tasks");
                 ph = STOPPING;
                 kill_at = now_ms() + STOP_GRACE_MS;
                 // Every group, also of tasks that are done, so nothing they started stays.
@@ -869,6 +1054,13 @@ int main(int argc, char **argv) {
         pfd[n_pfd].fd = wake_pipe[0];
         pfd[n_pfd].events = POLLIN;
         pfd_task[n_pfd++] = NULL;
+        int ctl_slot = -1;
+        if (ctl.rd >= 0 && ph == RUNNING) {
+            ctl_slot = n_pfd;
+            pfd[n_pfd].fd = ctl.rd;
+            pfd[n_pfd].events = POLLIN;
+            pfd_task[n_pfd++] = NULL;
+        }
         for (int i = 0; i < n; i++)
             if (tasks[i].fd >= 0) {
                 pfd[n_pfd].fd = tasks[i].fd;
@@ -879,9 +1071,12 @@ int main(int argc, char **argv) {
         // members after their task exited (nothing else would wake us for those).
         int64_t wait_ms = 1000;
         if (ph == RUNNING && deadline >= 0 && deadline - now < wait_ms) wait_ms = deadline > now ? deadline - now : 0;
-        for (int i = 0; i < n && ph == RUNNING; i++)
+        for (int i = 0; i < n && ph == RUNNING; i++) {
             if (tasks[i].restart_at >= 0 && tasks[i].restart_at - now < wait_ms)
                 wait_ms = tasks[i].restart_at > now ? tasks[i].restart_at - now : 0;
+            if (tasks[i].remove_kill_at >= 0 && tasks[i].remove_kill_at - now < wait_ms)
+                wait_ms = tasks[i].remove_kill_at > now ? tasks[i].remove_kill_at - now : 0;
+        }
         if (ph != RUNNING) wait_ms = 50;
         int r = poll(pfd, (nfds_t)n_pfd, (int)wait_ms);
         if (r < 0 && errno != EINTR) {
@@ -899,8 +1094,11 @@ int main(int argc, char **argv) {
                 for (ssize_t k = 0; k < got; k++)
                     if (b[k] != SIGCHLD) got_signal = b[k];
         }
-        for (int k = 1; k < n_pfd; k++)
-            if (pfd[k].revents) read_output(pfd_task[k], false);
+        for (int k = 1; k < n_pfd; k++) {
+            if (!pfd[k].revents) continue;
+            if (k == ctl_slot) control_read(&ctl, tasks, n, &o);
+            else read_output(pfd_task[k], false);
+        }
         if (got_signal) {
             if (ph == RUNNING) {
                 fprintf(stderr, "dg-launch: got %s, stopping all tasks\n", signal_name(got_signal));
@@ -922,6 +1120,9 @@ int main(int argc, char **argv) {
     free(pfd_task);
     rc = exit_code;
 out:
+    if (ctl.rd >= 0) close(ctl.rd);
+    if (ctl.wr >= 0) close(ctl.wr);
+    if (ctl.made) unlink(o.control);
     remove_job_keys();
     if (tasks)
         for (int i = 0; i < n; i++) free_task(&tasks[i], &o);

@@ -228,7 +228,8 @@ echo "ok: --keep_ps"
 help=$(guard "$launch" --help) || fail "--help exits $?"
 grep -q -- "--keep_ps" <<< "$help" || fail "--help does not document --keep_ps"
 for bad in "--ps 1 -- true" "--workers 0 -- true" "--workers 1 --mode grpc -- true" "--workers 1 --bogus -- true" \
-           "--workers 1" "--workers 1 --timeout -1 -- true"; do
+           "--workers 1" "--workers 1 --timeout -1 -- true" "--workers 3:2 -- true" "--workers 0:2 -- true" \
+           "--workers 2: -- true" "--workers 1:2 --mode standing -- true" "--workers 1 --control -- true"; do
     set +e
     # shellcheck disable=SC2086
     msg=$(guard "$launch" $bad 2>&1)
@@ -242,5 +243,13 @@ guard "$launch" --workers 1 -- "$tmp/no-such-program" > "$tmp/out" 2> "$tmp/err"
 rc=$?
 set -e
 [ "$rc" -eq 1 ] && grep -q "cannot run" "$tmp/out" || fail "missing program: exit $rc"
+# --control's FIFO must be new: an existing path is refused and left as it was.
+touch "$tmp/ctl"
+set +e
+guard "$launch" --workers 1 --control "$tmp/ctl" -- true > "$tmp/out" 2> "$tmp/err"
+rc=$?
+set -e
+[ "$rc" -eq 1 ] && grep -q "control $tmp/ctl: File exists" "$tmp/err" && [ -f "$tmp/ctl" ] ||
+    fail "--control on an existing file: exit $rc, $(cat "$tmp/err")"
 echo "ok: usage"
 echo "dg_launch smoke: all passed"
