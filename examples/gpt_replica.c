@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "distgraph/partitioned.h"
 #include "gpt_model.h"
 #include "mlp_model.h"   // model_training_value
 #include "replica.h"
@@ -28,7 +29,7 @@
 typedef struct gpt_state {
     const char *data_dir;
     bool gpu_config;
-    int64_t n_layer, n_head, n_embd, block_size, warmup_steps, eval_windows, batch, lr_end_step;
+    int64_t n_layer, n_head, n_embd, block_size, warmup_steps, eval_windows, batch, lr_end_step, wte_parts;
     double dropout, weight_decay, min_lr, beta2, grad_clip;
     gpt_config cfg;
     gpt_text text;
@@ -44,9 +45,10 @@ static bool check_flags(void *state, int64_t batch_size) {
     gpt_state *s = state;
     // -1 (--n_layer, --dropout) or 0 (the others): the configuration's value.
     if (s->n_layer < -1 || s->n_head < 0 || s->n_embd < 0 || s->block_size < 0 ||
-        !(s->dropout == -1 || (s->dropout >= 0 && s->dropout < 1))) {
+        !(s->dropout == -1 || (s->dropout >= 0 && s->dropout < 1)) || s->wte_parts < 0 ||
+        s->wte_parts > DG_MAX_PARTITIONS) {
         fprintf(stderr, "gpt_replica: --n_layer, --n_head, --n_embd and --block_size must be >= 0 (0: the "
-                        "configuration's), --dropout in [0, 1)\n");
+                        "configuration's), --dropout in [0, 1), --wte_parts in 0..%d\n", DG_MAX_PARTITIONS);
         return false;
     }
     s->cfg = s->gpu_config ? gpt_config_gpu() : gpt_config_cpu();
@@ -55,6 +57,7 @@ static bool check_flags(void *state, int64_t batch_size) {
     if (s->n_embd > 0) s->cfg.n_embd = s->n_embd;
     if (s->block_size > 0) s->cfg.block_size = s->block_size;
     if (s->dropout >= 0) s->cfg.dropout = s->dropout;
+    s->cfg.wte_parts = (int)s->wte_parts;
     s->batch = batch_size;
     if (s->cfg.n_embd % s->cfg.n_head != 0 || !(s->weight_decay >= 0 && s->weight_decay < 1e30) ||
         s->warmup_steps < 0 || s->lr_end_step < 0 || s->eval_windows < 1 || !(s->min_lr >= 0 && s->min_lr < 1e30) ||
@@ -277,6 +280,9 @@ int main(int argc, char **argv) {
         {"n_embd", FLAG_INT, &s.n_embd, "width (default: the configuration's)"},
         {"block_size", FLAG_INT, &s.block_size, "context in bytes (default: the configuration's)"},
         {"dropout", FLAG_DOUBLE, &s.dropout, "dropout rate (default: the configuration's)"},
+        {"wte_parts", FLAG_INT, &s.wte_parts,
+         "the token embedding (tied to the output projection) as a partitioned variable of N parts, spread over the "
+         "ps tasks (default 0: one variable)"},
         {"weight_decay", FLAG_DOUBLE, &s.weight_decay, "AdamW's decoupled weight decay, matrices only (default 0.1)"},
         {"warmup_steps", FLAG_INT, &s.warmup_steps, "linear warmup of the learning rate (default 100)"},
         {"min_lr", FLAG_DOUBLE, &s.min_lr, "the learning rate at the cosine decay's end (default 1e-4)"},

@@ -149,6 +149,7 @@ int main(int argc, char **argv) {
     dg_node *assigns[512];
     const char *names[512];
     dg_tensor *values[512] = {NULL};
+    dg_checkpoint_slice regions[512];
     int n_vars = 0;
     dg_checkpoint_store *store = NULL;
     dg_session *s = NULL;
@@ -174,14 +175,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpt_sample: %d variables: at most 512\n", n_vars);
         goto out;
     }
+    // Each variable is read as the whole region of its name, so a token embedding saved in parts
+    // (gpt_replica --wte_parts) is assembled from them.
     for (int i = 0; i < n_vars; i++) {
         vars[i] = (dg_output){dg_graph_collection_get(g, DG_GLOBAL_VARIABLES, i), 0};
         names[i] = dg_node_name(vars[i].node);
         vals_ph[i] = dg_placeholder(g, NULL, DG_FLOAT32, dg_output_shape(vars[i]));
         assigns[i] = dg_assign(g, NULL, vars[i], vals_ph[i]).node;
+        regions[i] = (dg_checkpoint_slice){.full_name = names[i], .full_shape = dg_output_shape(vars[i])};
+        if (!(values[i] = dg_tensor_new(DG_FLOAT32, dg_output_shape(vars[i]), st))) goto out;
     }
     if (!dg_graph_check(g, st) || !(store = dg_checkpoint_store_new(ckpt, false, st)) ||
-        !dg_checkpoint_restore(store, step, names, n_vars, values, &restored, st) ||
+        !dg_checkpoint_restore_slices(store, step, names, regions, values, n_vars, &restored, st) ||
         !(s = dg_session_new(g, "local", NULL, st)) ||
         !dg_session_run(s, vals_ph, values, n_vars, NULL, NULL, 0, assigns, n_vars, st)) {
         fprintf(stderr, "gpt_sample: %s: %s: %s (the model flags must be gpt_replica's)\n", ckpt,

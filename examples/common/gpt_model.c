@@ -10,10 +10,11 @@
 #include <sys/stat.h>
 
 #include "distgraph/embedding.h"
+#include "distgraph/partitioned.h"
 #include "mlp_model.h"   // model_training_value
 
-gpt_config gpt_config_cpu(void) { return (gpt_config){256, 4, 4, 128, 64, 0.0}; }
-gpt_config gpt_config_gpu(void) { return (gpt_config){256, 6, 6, 384, 256, 0.2}; }
+gpt_config gpt_config_cpu(void) { return (gpt_config){256, 4, 4, 128, 64, 0.0, 0}; }
+gpt_config gpt_config_gpu(void) { return (gpt_config){256, 6, 6, 384, 256, 0.2, 0}; }
 
 // The variable of that full name: the graph's own when it has one (the decoder shares the
 // training graph's), else a new one. Names are given whole (no name scope is pushed while the
@@ -26,6 +27,44 @@ static dg_output var(dg_graph *g, const char *name, dg_shape shape, dg_initializ
 
 static dg_output weight(dg_graph *g, const char *name, int64_t rows, int64_t cols, double stddev, int64_t seed) {
     return var(g, name, dg_shape2(rows, cols), dg_init_random_normal(0, stddev, seed));
+}
+
+// The token embedding, made or found by name: the whole table [vocab, C] (the parts
+// concatenated when partitioned), and in parts[0..*n) the variables a lookup reads.
+static dg_output token_table(dg_graph *g, const gpt_config *c, double stddev, int64_t seed, dg_output *parts, int *n) {
+    if (c->wte_parts <= 1) {
+        *n = 1;
+        return parts[0] = weight(g, "wte", c->vocab, c->n_embd, stddev, seed);
+    }
+    if (c->wte_parts > DG_MAX_PARTITIONS) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "gpt: %d parts of the token embedding, at most %d", c->wte_parts,
+                           DG_MAX_PARTITIONS);
+        *n = 0;
+        return (dg_output){NULL, 0};
+    }
+    dg_node *first = dg_graph_find(g, "wte/part_0");
+    if (first) {   // the decoder in the training graph: the same parts
+        *n = 0;
+        for (int i = 0; i < c->wte_parts; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "wte/part_%d", i);
+            dg_node *v = dg_graph_find(g, name);
+            if (!v) break;
+            parts[(*n)++] = (dg_output){v, 0};
+        }
+    } else {
+        dg_partitioned_variable pv = dg_partitioned_variable_new(g, "wte", DG_FLOAT32, dg_shape2(c->vocab, c->n_embd),
+                                                                 dg_init_random_normal(0, stddev, seed),
+                                                                 dg_fixed_size_partitioner(c->wte_parts));
+        *n = pv.n;
+        for (int i = 0; i < pv.n; i++) parts[i] = pv.parts[i];
+    }
+    if (*n != c->wte_parts) {
+        if (dg_graph_ok(g))
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "gpt: the token embedding has %d parts, not %d", *n, c->wte_parts);
+        return (dg_output){NULL, 0};
+    }
+    return dg_concat(g, NULL, parts, *n, 0);
 }
 
 static dg_output vec(dg_graph *g, const char *name, int64_t n, double v) {
@@ -80,10 +119,15 @@ bool gpt_build(dg_graph *g, const gpt_config *c, int64_t seed, gpt_model *m) {
     m->idx = dg_placeholder(g, "idx", DG_INT32, dg_shape2(-1, T));
     m->targets = dg_placeholder(g, "targets", DG_INT32, dg_shape2(-1, T));
     m->training = dg_placeholder(g, "training", DG_BOOL, dg_shape_scalar());
-    dg_output wte = weight(g, "wte", c->vocab, C, std, seed), wpe = weight(g, "wpe", T, C, std, seed + 1);
+    dg_output parts[DG_MAX_PARTITIONS];
+    int n_parts = 0;
+    dg_output wte = token_table(g, c, std, seed, parts, &n_parts), wpe = weight(g, "wpe", T, C, std, seed + 1);
+    if (!dg_graph_ok(g)) return false;
     // Token rows [B * T, C] plus each position's row (broadcast over the batch).
     const int64_t btc[3] = {-1, T, C}, bt_c[2] = {-1, C};
-    dg_output tok = dg_embedding_lookup(g, "tok_emb", wte, dg_reshape(g, NULL, m->idx, rows, 1));
+    dg_output ids = dg_reshape(g, NULL, m->idx, rows, 1);
+    dg_output tok = n_parts > 1 ? dg_embedding_lookup_sharded(g, "tok_emb", parts, n_parts, ids, DG_PARTITION_DIV)
+                                : dg_embedding_lookup(g, "tok_emb", wte, ids);
     dg_output x = dg_reshape(g, NULL, dg_add(g, "emb", dg_reshape(g, NULL, tok, btc, 3), wpe), bt_c, 2);
     x = dropout(g, x, c, m->training, seed + 2);
     for (int64_t l = 0; l < c->n_layer; l++) {
@@ -127,7 +171,10 @@ bool gpt_build_decoder(dg_graph *g, const gpt_config *c, gpt_decoder *d) {
     d->tok = dg_placeholder(g, "decode_token", DG_INT32, dg_shape1(1));
     d->pos = dg_placeholder(g, "decode_position", DG_INT32, dg_shape1(1));
     dg_output off = dg_scalar(g, NULL, DG_BOOL, 0);   // dropout off
-    dg_output wte = weight(g, "wte", c->vocab, C, 0.02, 0), wpe = weight(g, "wpe", T, C, 0.02, 0);
+    dg_output parts[DG_MAX_PARTITIONS];
+    int n_parts = 0;
+    dg_output wte = token_table(g, c, 0.02, 0, parts, &n_parts), wpe = weight(g, "wpe", T, C, 0.02, 0);
+    if (!dg_graph_ok(g)) return false;
     dg_output x = dg_add(g, NULL, dg_gather(g, NULL, wte, d->tok), dg_gather(g, NULL, wpe, d->pos));   // [1, C]
     for (int64_t l = 0; l < c->n_layer; l++) {
         char layer[32], pk[48], pv[48];

@@ -14,6 +14,12 @@ typedef struct gpt_config {
     int64_t n_layer, n_head, n_embd;
     int64_t block_size;   // the context: every sequence is this long
     double dropout;       // after the embeddings, each attention projection and each MLP
+    // The token embedding as a partitioned variable of this many parts ("wte/part_<i>", rows
+    // split as TensorFlow's fixed-size partitioner does; a replica device setter spreads them
+    // over the ps tasks); 0 or 1: one variable "wte". Tied either way: the output projection
+    // is the concatenation of the parts, so each part's gradient is its rows' sparse gradient
+    // from the lookup plus its slice of the projection's dense one.
+    int wte_parts;
 } gpt_config;
 
 // nanoGPT's CPU configuration (4 layers, 4 heads, width 128, context 64, dropout 0) and its

@@ -55,12 +55,23 @@ static bool report_after_create(void *ctx, dg_monitored_session *ms, dg_session 
 // say) to every worker.
 // With float16 products (ls not NULL), the loss times *factor (a placeholder: 1, or 1e30 to force
 // an overflow) is minimized with dynamic loss scaling, whose scale and counters *ls gets.
+// scale_workers > 0 (--elastic_lr_scaling): the learning rate times the elastic group's members
+// over scale_workers.
 static bool build_model(dg_graph *g, const replica_model *p, double lr, int64_t seed, int64_t train_steps,
                         const dg_sync_replicas_options *so, dg_sync_replicas **sr, const dg_collective_group *grp,
                         dg_node **bcast, replica_net *net, dg_node **train, dg_loss_scale *ls, dg_output *factor,
-                        dg_status *st) {
+                        int scale_workers, dg_status *st) {
     memset(net, 0, sizeof *net);
     if (!p->build(p->state, g, lr, seed, train_steps, net, st)) return false;
+    if (scale_workers > 0) {
+        dg_output members = dg_elastic_members(g, st);
+        if (!members.node) return false;
+        dg_output base = net->opt.learning_rate_tensor.node ? net->opt.learning_rate_tensor
+                                                            : dg_scalar(g, "base_learning_rate", DG_FLOAT32, lr);
+        net->opt.learning_rate_tensor =
+            dg_mul(g, "elastic_learning_rate", base,
+                   dg_div(g, NULL, members, dg_scalar(g, "reference_workers", DG_FLOAT32, scale_workers)));
+    }
     if (ls && (so || grp)) {
         dg_status_setf(st, DG_UNIMPLEMENTED, "--mixed_precision fp16 (loss scaling) runs with one worker or "
                        "between-graph ps training, not yet with --sync_replicas or --all_reduce; use bf16 there");
@@ -102,7 +113,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     int64_t slurm_port_base = DG_SLURM_DEFAULT_PORT_BASE;
     int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000, wait_for_tasks_ms = 0;
     int64_t elastic_min_workers = 0, elastic_commit_steps = 10, elastic_barrier_ms = 10000, sync_live_probe_ms = 0;
-    bool elastic = false;
+    bool elastic = false, elastic_lr_scaling = false;
     double lr = p->learning_rate;
     char steps_help[64], batch_help[64];
     snprintf(steps_help, sizeof steps_help, "global steps to train (default %lld)", (long long)p->train_steps);
@@ -160,6 +171,9 @@ int replica_main(int argc, char **argv, const replica_model *p) {
          "elastic: workers the first epoch waits for (default: the number of workers in the cluster)"},
         {"elastic_commit_steps", FLAG_INT, &elastic_commit_steps,
          "elastic: commit the variables in memory every N steps, the most steps a failure undoes (default 10)"},
+        {"elastic_lr_scaling", FLAG_BOOL, &elastic_lr_scaling,
+         "elastic: the learning rate follows the group's size, --learning_rate times the members over the "
+         "cluster's workers (Horovod's rule; default: it stays)"},
         {"elastic_barrier_ms", FLAG_INT, &elastic_barrier_ms,
          "elastic: how long members wait for each other at a commit before leaving out those missing "
          "(default 10000)"},
@@ -347,7 +361,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     grp.timeout_ms = sync_timeout_ms;
     bool built = build_model(g, p, lr, seed, train_steps, sync_replicas ? &sro : NULL, &sr, all_reduce ? &grp : NULL,
                              elastic ? NULL : &bcast, &m,
-                             &train, fp16 ? &ls : NULL, &loss_factor, st);
+                             &train, fp16 ? &ls : NULL, &loss_factor, elastic && elastic_lr_scaling ? n_workers : 0, st);
     if (!built) {
         fail(st, "building the model");
         goto out;
@@ -494,8 +508,9 @@ int replica_main(int argc, char **argv, const replica_model *p) {
         // The global step, the loss when the model logs it, the loss scaler's state with fp16.
         dg_output fetches[4] = {m.global_step};
         dg_tensor *got[4] = {NULL, NULL, NULL, NULL};
-        int n_fetch = 1, at_loss = -1, at_scaler = -1;
+        int n_fetch = 1, at_loss = -1, at_scaler = -1, at_lr = -1;
         if (m.log_loss) fetches[at_loss = n_fetch++] = m.loss;
+        if (elastic && elastic_lr_scaling) fetches[at_lr = n_fetch++] = m.opt.learning_rate_tensor;
         if (fp16) {   // the loss factor (1e30 while an overflow is forced), and the scaler's state
             bool force = force_overflow_at > 0 && local_step + 1 >= force_overflow_at &&
                          local_step + 1 < force_overflow_at + force_overflow_steps;
@@ -521,6 +536,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
         }
         global_step = dg_tensor_i64(got[0])[0];
         double step_loss = at_loss >= 0 ? dg_tensor_get_as_double(got[at_loss], 0) : 0;
+        double step_lr = at_lr >= 0 ? dg_tensor_get_as_double(got[at_lr], 0) : 0;
         if (at_scaler >= 0) {
             int64_t skipped_now = dg_tensor_i64(got[at_scaler])[0];
             loss_scale = dg_tensor_get_as_double(got[at_scaler + 1], 0);
@@ -534,8 +550,10 @@ int replica_main(int argc, char **argv, const replica_model *p) {
         local_step++;
         if (local_step % log_every == 0) {
             // The loss of the step's batch, before its update (when the model asks for it).
-            char lossbuf[48] = "";
+            char lossbuf[96] = "";
             if (m.log_loss) snprintf(lossbuf, sizeof lossbuf, ", loss %.6f", step_loss);
+            if (at_lr >= 0) snprintf(lossbuf + strlen(lossbuf), sizeof lossbuf - strlen(lossbuf), ", learning rate %g",
+                                     step_lr);
             printf("%f: Worker %lld: training step %lld done (global step: %lld)%s\n", unix_s(), (long long)task_index,
                    (long long)local_step, (long long)global_step, lossbuf);
             fflush(stdout);

@@ -346,6 +346,22 @@ static bool accum_try_take(resource *r, waiter *w, dg_tensor **out, dg_status *s
     return true;
 }
 
+// Under the lock: the first waiting take, ended if the accumulator can now serve it (its
+// average in *out, or an error in st); NULL when there is none or it must wait on.
+static waiter *serve_waiting(accum *a, dg_tensor **out, dg_status *st) {
+    waiter *w = a->base.waiters;
+    if (!w || !accum_try_take(&a->base, w, out, st)) return NULL;
+    w->done = true;
+    unlink_waiter(&a->base, w);
+    return w;
+}
+
+// After the lock: gives a take served by serve_waiting its average or error.
+static void finish_served(waiter *taken, dg_tensor *out, dg_status *st) {
+    if (taken) finish_taken(&taken, &out, dg_status_ok(st) ? NULL : st, 1);
+    status_impl_clear(st);
+}
+
 static void take_deadline_error(waiter *w, dg_status *st) {
     accum *a = (accum *)w->res;
     size_t cap = 256 + 64 * (size_t)(w->total_replicas > 0 ? w->total_replicas : 0);
@@ -433,16 +449,10 @@ static bool apply_gradient_compute(void *state, exec_ctx *ctx) {
         if (a->count == 0 || local_step > a->newest) a->newest = local_step;
         a->count++;
         if (k->replica >= 0) a->last_step[k->replica] = local_step;
-        waiter *w = a->base.waiters;
-        if (w && accum_try_take(&a->base, w, &out, &st)) {
-            w->done = true;
-            unlink_waiter(&a->base, w);
-            taken = w;
-        }
+        taken = serve_waiting(a, &out, &st);
     }
     pthread_mutex_unlock(&a->base.mu);
-    if (taken) finish_taken(&taken, &out, dg_status_ok(&st) ? NULL : &st, 1);
-    status_impl_clear(&st);
+    finish_served(taken, out, &st);
     return true;
 }
 
@@ -475,20 +485,13 @@ static bool set_live_compute(void *state, exec_ctx *ctx) {
     if (IN(0)->dtype != DG_INT32 || IN(0)->n_elements != 1 || dg_tensor_i32(IN(0))[0] < 0)
         return exec_fail(ctx, DG_INVALID_ARGUMENT, "accumulator \"%s\": the live replica count must be an int32 "
                          "scalar >= 0", a->base.name);
-    waiter *taken = NULL;
     dg_tensor *out = NULL;
     dg_status st = DG_STATUS_INIT;
     pthread_mutex_lock(&a->base.mu);
     a->live = dg_tensor_i32(IN(0))[0];
-    waiter *w = a->base.waiters;
-    if (w && accum_try_take(&a->base, w, &out, &st)) {
-        w->done = true;
-        unlink_waiter(&a->base, w);
-        taken = w;
-    }
+    waiter *taken = serve_waiting(a, &out, &st);
     pthread_mutex_unlock(&a->base.mu);
-    if (taken) finish_taken(&taken, &out, dg_status_ok(&st) ? NULL : &st, 1);
-    status_impl_clear(&st);
+    finish_served(taken, out, &st);
     return true;
 }
 

@@ -5,8 +5,9 @@
  * members, numbered by epochs. When a member is lost, the collectives waiting on it fail at once
  * (UNAVAILABLE), the monitored session recovers, and the hook rolls back to the last commit,
  * forms the next epoch with the live members and gives them rank 0's values; a new worker joins
- * at the next commit. The learning rate and each worker's batch stay as they are: the gradient is
- * the mean over the members of the epoch. docs/ELASTIC.md has the details. */
+ * at the next commit. The learning rate and each worker's batch stay as they are (the gradient is
+ * the mean over the members of the epoch), unless the learning rate is made to follow
+ * dg_elastic_members. docs/ELASTIC.md has the details. */
 #ifndef DISTGRAPH_ELASTIC_H
 #define DISTGRAPH_ELASTIC_H
 
@@ -47,6 +48,16 @@ dg_elastic_options dg_elastic_options_default(void);
 // elastic group. Borrows o for the call (the server must outlive the hook). Returns: new, caller
 // frees with dg_session_hook_free(); NULL with st set (INVALID_ARGUMENT naming the option).
 dg_session_hook *dg_elastic_hook_new(const dg_elastic_options *o, dg_status *st);
+
+// The number of members of the epoch this worker is in, as a float32 scalar: a local variable
+// of this worker that the elastic hook sets in every epoch it enters (before any step of it).
+// For a learning rate that follows the group's size, Horovod's rule (lr * members /
+// reference_workers: the gradient averages over more examples with more members) with
+// dg_optimizer.learning_rate_tensor; docs/ELASTIC.md. Call it under the worker's device scope
+// before the monitored session is made (the hook finds it when it begins); a second call
+// returns the same output. Read only in a session with the elastic hook (it initializes it).
+// Returns: borrowed, valid until the graph is freed; {NULL, 0} with st set on error.
+dg_output dg_elastic_members(dg_graph *g, dg_status *st);
 
 // What the hook has seen so far.
 typedef struct dg_elastic_stats {

@@ -28,6 +28,8 @@
 #include "status_impl.h"
 #include "training_impl.h"
 
+#define MEMBERS_COLLECTION "elastic_members"   // dg_elastic_members' variable
+
 // Why a worker comes to the coordinator (the op's "kind"; kernels_sync.c has the same numbers).
 enum { KIND_COMMIT = 0, KIND_JOIN = 1, KIND_REFORM = 2, KIND_DONE = 3 };
 // The longest one wait at the coordinator lasts before the task comes again (rendezvous).
@@ -47,6 +49,8 @@ typedef struct elastic_hook {
     dg_output *values;            // a placeholder per variable, for the rollback
     int n_vars;
     dg_node *rollback, *broadcast;
+    dg_output members_value;      // dg_elastic_members: its value fed to set_members
+    dg_node *set_members;         // NULL: the graph has no dg_elastic_members
     // State.
     bool joined;                  // came to the coordinator once in this process
     dg_tensor **commit;           // the last commit, one copy per variable (NULL: none yet)
@@ -151,6 +155,13 @@ static bool hook_begin(void *ctx, dg_graph *g, dg_status *st) {
     }
     dg_graph_pop_device(g);
     dg_graph_push_device(g, own);
+    if (dg_graph_collection_size(g, MEMBERS_COLLECTION) > 0 && dg_graph_ok(g)) {
+        dg_output members = {dg_graph_collection_get(g, MEMBERS_COLLECTION, 0), 0};
+        h->members_value = dg_placeholder(g, "members_value", DG_FLOAT32, dg_shape_scalar());
+        dg_graph_push_colocate_with(g, members.node);
+        h->set_members = dg_assign(g, "set_members", members, h->members_value).node;
+        dg_graph_pop_colocate_with(g);
+    }
     dg_collective_group grp = dg_collective_group_make(h->job, DG_COLLECTIVE_ELASTIC);
     if (dg_graph_ok(g)) h->broadcast = dg_collective_broadcast_variables(g, h->vars, h->n_vars, &grp, DG_COLLECTIVE_KEY_AUTO);
     dg_graph_pop_device(g);
@@ -233,8 +244,19 @@ static bool rendezvous(elastic_hook *h, dg_session *sess, int kind, dg_tensor **
     }
 }
 
-// Puts the epoch in answer in force on this task and says so.
-static bool enter_epoch(elastic_hook *h, const dg_tensor *answer, const char *why, dg_status *st) {
+// dg_elastic_members := the epoch's members.
+static bool set_members(elastic_hook *h, dg_session *sess, dg_status *st) {
+    if (!h->set_members) return true;
+    float n = (float)h->stats.n_members;
+    dg_tensor *v = dg_tensor_from_data(DG_FLOAT32, dg_shape_scalar(), &n, st);
+    bool ok = v && dg_session_run(sess, &h->members_value, &v, 1, NULL, NULL, 0, &h->set_members, 1, st);
+    dg_tensor_unref(v);
+    if (!ok) dg_status_prepend(st, "elastic: setting the members count of epoch %lld", (long long)h->stats.epoch);
+    return ok;
+}
+
+// Puts the epoch in answer in force on this task (its members count too) and says so.
+static bool enter_epoch(elastic_hook *h, dg_session *sess, const dg_tensor *answer, const char *why, dg_status *st) {
     int64_t n = dg_tensor_num_elements(answer) - 1;
     if (n < 1 || n > EXEC_COLL_MAX_MEMBERS) {
         dg_status_setf(st, DG_INTERNAL, "elastic: the coordinator answered %lld members", (long long)n);
@@ -267,7 +289,8 @@ static bool enter_epoch(elastic_hook *h, const dg_tensor *answer, const char *wh
                 h->job, h->task, (long long)a[0], why, (long long)n, list, rank);
         fflush(h->log);
     }
-    return true;
+    // Every creation too: a session made for a recovery reads a fresh variable.
+    return set_members(h, sess, st);
 }
 
 static bool run_broadcast(elastic_hook *h, dg_session *sess, dg_status *st) {
@@ -289,7 +312,7 @@ static bool hook_after_create(void *ctx, dg_monitored_session *ms, dg_session *s
         return false;
     }
     h->joined = true;
-    bool ok = enter_epoch(h, answer, kind == KIND_JOIN ? "joined" : "after a failure", st);
+    bool ok = enter_epoch(h, sess, answer, kind == KIND_JOIN ? "joined" : "after a failure", st);
     dg_tensor_unref(answer);
     if (ok && h->commit) {
         // Back to the last commit: the failed step may have updated some members and not others.
@@ -323,7 +346,7 @@ static bool hook_after_run(void *ctx, const dg_run_context *rc, dg_tensor *const
     dg_tensor *answer = NULL;
     if (!rendezvous(h, sess, KIND_COMMIT, &answer, st)) return false;
     int64_t before = h->stats.epoch;
-    bool ok = enter_epoch(h, answer, "at a commit", st);
+    bool ok = enter_epoch(h, sess, answer, "at a commit", st);
     dg_tensor_unref(answer);
     // A new epoch (someone joined, or did not come): everyone takes rank 0's values, and commits
     // them (they are not this member's commit when rank 0 had gone back to an older one).
@@ -408,4 +431,34 @@ bool dg_elastic_hook_stats(const dg_session_hook *h, dg_elastic_stats *out) {
     if (!h || h->free_ctx != hook_free || !out) return false;
     *out = ((const elastic_hook *)h->ctx)->stats;
     return true;
+}
+
+dg_output dg_elastic_members(dg_graph *g, dg_status *st) {
+    dg_status_reset(st);
+    dg_output none = {NULL, 0};
+    if (!g) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "elastic members: the graph is NULL");
+        return none;
+    }
+    if (dg_graph_collection_size(g, MEMBERS_COLLECTION) > 0)
+        return (dg_output){dg_graph_collection_get(g, MEMBERS_COLLECTION, 0), 0};
+    // A local variable of this worker: colocated with an op the device scopes put here (a
+    // device setter would send a variable to a ps). It is in no variable collection, so
+    // checkpoints, initializers and the broadcast leave it alone: the hook sets it.
+    dg_node *anchor = dg_no_op(g, "elastic_members_anchor");
+    if (anchor) dg_graph_push_colocate_with(g, anchor);
+    dg_node *v = graph_begin(g, "VariableV2", "elastic_members");
+    if (v) {
+        graph_set_attr_type(v, "dtype", DG_FLOAT32);
+        graph_set_attr_shape(v, "shape", dg_shape_scalar());
+        v = graph_finish(v);
+    }
+    if (anchor) dg_graph_pop_colocate_with(g);
+    if (!v || !dg_graph_ok(g)) {
+        dg_status_copy(st, dg_graph_status(g));
+        if (dg_status_ok(st)) dg_status_set(st, DG_INTERNAL, "elastic members: the variable was not made");
+        return none;
+    }
+    dg_graph_add_to_collection(g, MEMBERS_COLLECTION, v);
+    return (dg_output){v, 0};
 }

@@ -5,12 +5,14 @@
 # stop them again (SIGTERM), and the group goes on with 0 and 1. Each change is one dg-launch
 # line naming the workers running; a remove below MIN, a bad command and a worker out of range
 # are refused with a message; the job ends with status 0, both workers with the same test
-# accuracy, and the FIFO is removed.
+# accuracy, and the FIFO is removed. With --elastic_lr_scaling the learning rate follows the
+# group's size: worker 0's progress lines show the base rate times 2/4 with 2 members, 4/4 once
+# workers 2 and 3 are in, and 2/4 again at the end.
 source "$(dirname "$0")/common.bash"
 CTL="$TMP/control"
 OUT="$TMP/out"
 "$BIN/dg-launch" --ps 1 --workers 2:4 --control "$CTL" --timeout 240 -- "$BIN/mnist_replica" --all_reduce --elastic \
-    --elastic_min_workers 2 --train_steps 30000 --log_every 1000 --quiet > "$OUT" 2>&1 &
+    --elastic_min_workers 2 --elastic_lr_scaling --train_steps 30000 --log_every 200 --quiet > "$OUT" 2>&1 &
 LAUNCH=$!
 PIDS+=($LAUNCH)
 # wait_line PATTERN: up to 60 s for a line of the launch's output matching PATTERN.
@@ -54,4 +56,14 @@ a0=$(sed -n 's/^\[worker0\] Worker 0: validation accuracy = \([0-9.]*\) .*/\1/p'
 a1=$(sed -n 's/^\[worker1\] Worker 1: validation accuracy = \([0-9.]*\) .*/\1/p' "$OUT")
 check_ge "worker 0's test accuracy" "$a0" 0.80
 [ "$a0" = "$a1" ] || fail "workers 0 and 1 end with other variables ($a0, $a1)"
+# The learning rate on worker 0's progress lines, in order (--learning_rate's default: 0.01).
+sed -n 's/^\[worker0\] .*training step .*learning rate \([0-9.e-]*\)$/\1/p' "$OUT" > "$TMP/lr"
+first=$(head -1 "$TMP/lr")
+last=$(tail -1 "$TMP/lr")
+check_number "the first learning rate" "$first"
+awk -v a="$first" 'BEGIN { exit !(a > 0.00499 && a < 0.00501) }' || fail "2 of 4 members: learning rate $first, not 0.005"
+awk -v a="$last" 'BEGIN { exit !(a > 0.00499 && a < 0.00501) }' || fail "back to 2 members: learning rate $last, not 0.005"
+awk '$1 > 0.00999 && $1 < 0.01001 { found = 1 } END { exit !found }' "$TMP/lr" ||
+    fail "4 of 4 members: no learning rate 0.01 ($(sort -u "$TMP/lr" | tr '\n' ' '))"
+echo "learning rates seen: $(sort -u "$TMP/lr" | tr '\n' ' ')"
 echo "PASS launch_worker_range (accuracy $a0)"

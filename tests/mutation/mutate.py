@@ -114,6 +114,15 @@ MUTANTS = [
         "tests": ["test_loss_scale"],
     },
     {
+        "name": "tied_parts_lose_dense_gradient",
+        "what": "the GPT's output projection through the partitioned token embedding passes no gradient, so each "
+                "part trains on its lookup's sparse gradient alone",
+        "file": "examples/common/gpt_model.c",
+        "edits": [("    return dg_concat(g, NULL, parts, *n, 0);",
+                   "    return dg_stop_gradient(g, NULL, dg_concat(g, NULL, parts, *n, 0));")],
+        "tests": ["test_gpt_model"],
+    },
+    {
         "name": "live_cap_ignored",
         "what": "a take ignores the live worker count, so a lost worker holds every step for the take's deadline",
         "file": "executor/cpu/kernels_sync.c",
