@@ -30,6 +30,7 @@ wait_line "elastic: /job:worker/task:2: epoch [0-9]* (joined): 3 members"
 control "add 3"
 wait_line "dg-launch: worker 3 added (pid [0-9]*); workers \[0,1,2,3\] (4, range 2..4)"
 wait_line "elastic: /job:worker/task:3: epoch [0-9]* (joined): 4 members"
+wait_line "^\[worker0\] .*training step .*learning rate 0.01$"   # 4 of 4 members: the whole rate
 control "add"
 wait_line "dg-launch: control: add: all 4 workers run"
 control status
