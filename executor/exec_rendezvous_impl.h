@@ -24,6 +24,12 @@ typedef int (*exec_route_fn)(void *ctx, int64_t step_id, const char *key, dg_ten
 // nodes, so values leave together rather than one message each).
 typedef void (*exec_flush_fn)(void *ctx, int64_t step_id);
 void exec_rendezvous_set_router(exec_rendezvous *r, exec_route_fn fn, exec_flush_fn flush, void *ctx);
+// Tells the task of device (another task's, or this one's: then nothing) that step_id failed
+// with why, so that its receives for the step fail at once (the router's ctx; set by the
+// server). A collective that fails tells its other members this way.
+typedef void (*exec_abort_remote_fn)(void *ctx, int64_t step_id, const char *device, const dg_status *why);
+void exec_rendezvous_set_remote_abort(exec_rendezvous *r, exec_abort_remote_fn fn);
+void exec_rendezvous_abort_remote(exec_rendezvous *r, int64_t step_id, const char *device, const dg_status *why);
 void exec_rendezvous_flush(exec_rendezvous *r, int64_t step_id);
 // Puts a value into this task's table (values arriving from other tasks come in here).
 bool exec_rendezvous_deliver(exec_rendezvous *r, int64_t step_id, const char *key, dg_tensor *t,

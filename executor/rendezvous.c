@@ -52,6 +52,7 @@ typedef struct aborted {
 struct exec_rendezvous {
     exec_route_fn route;     // sends values bound for other tasks; NULL: all local
     exec_flush_fn flush;
+    exec_abort_remote_fn abort_remote;   // NULL: no other task to tell
     void *route_ctx;
     pthread_mutex_t mu;
     entry *buckets[N_BUCKETS];
@@ -162,6 +163,12 @@ void exec_rendezvous_set_router(exec_rendezvous *r, exec_route_fn fn, exec_flush
     r->route = fn;
     r->flush = flush;
     r->route_ctx = ctx;
+}
+
+void exec_rendezvous_set_remote_abort(exec_rendezvous *r, exec_abort_remote_fn fn) { r->abort_remote = fn; }
+
+void exec_rendezvous_abort_remote(exec_rendezvous *r, int64_t step_id, const char *device, const dg_status *why) {
+    if (r->abort_remote && device) r->abort_remote(r->route_ctx, step_id, device, why);
 }
 
 void exec_rendezvous_flush(exec_rendezvous *r, int64_t step_id) {

@@ -893,6 +893,12 @@ static bool coll_compute(void *state, exec_ctx *ctx) {
         // Drop what peers sent for this execution, and whatever they send for it later.
         exec_rendezvous_end_step(run.rv, run.step_id);
         exec_rendezvous_abort(run.rv, run.step_id, ctx->st);
+        // The other members may wait for this one, some of them for nobody they know is lost
+        // (in a ring only the neighbours of a lost member see it go): their receives of this
+        // execution fail now, with this failure, instead of at their timeout.
+        if (k->size > 1 && total > 0)
+            for (int m = 0; m < k->size; m++)
+                if (m != k->rank) exec_rendezvous_abort_remote(run.rv, run.step_id, k->devices[m], ctx->st);
     }
     pthread_mutex_destroy(&run.mu);
     pthread_cond_destroy(&run.cv);

@@ -222,6 +222,28 @@ static int route(void *ctx, int64_t step_id, const char *key, dg_tensor *t, dg_s
     return 1;
 }
 
+// A step failed here that another task takes part in (a collective's execution): that task's
+// receives for it fail at once with why, named as coming from here (one-way ABORT_STEP).
+static void abort_remote(void *ctx, int64_t step_id, const char *device, const dg_status *why) {
+    dg_server *s = ctx;
+    char task[160];
+    if (!rt_task_of_device(device, task, sizeof task) || strcmp(task, s->task_name) == 0) return;
+    dg_status ignored = DG_STATUS_INIT;
+    char *ep = rt_task_endpoint(&s->env, device, &ignored);
+    status_impl_clear(&ignored);
+    if (!ep) return;
+    rt_header *h = malloc(sizeof *h);
+    if (!h) abort();
+    rt_header_init(h, RT_ABORT_STEP);
+    h->step_id = step_id;
+    h->code = dg_status_code(why) != DG_OK ? dg_status_code(why) : DG_ABORTED;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s failed it: %s", s->task_name, dg_status_message(why));
+    rt_header_set_message(h, msg);
+    rt_push(s->tp, ep, h, NULL, 0);
+    free(ep);
+}
+
 // Sends the values held for a step: one message per destination task.
 static void flush(void *ctx, int64_t step_id) {
     dg_server *s = ctx;
@@ -1028,6 +1050,7 @@ dg_server *rt_server_new(const dg_cluster *c, const char *job, int task, const d
         return NULL;
     }
     exec_rendezvous_set_router(s->rv, route, flush, s);
+    exec_rendezvous_set_remote_abort(s->rv, abort_remote);
     s->env = (rt_task_env){.server = s, .task_name = s->task_name, .cluster = s->cluster, .resources = s->rm,
                            .rendezvous = s->rv, .pool = s->pool, .rpc_timeout_ms = s->opts.rpc_timeout_ms,
                            .quiet = s->opts.quiet, .options = &s->opts};

@@ -114,6 +114,15 @@ MUTANTS = [
         "tests": ["test_loss_scale"],
     },
     {
+        "name": "collective_failure_not_told",
+        "what": "a member whose collective fails does not tell the others, so in a ring a member away from the "
+                "lost one waits out the group's timeout",
+        "file": "executor/cpu/kernels_collective.c",
+        "edits": [("                if (m != k->rank) exec_rendezvous_abort_remote(run.rv, run.step_id, k->devices[m], ctx->st);",
+                   "                if (m != k->rank && false) exec_rendezvous_abort_remote(run.rv, run.step_id, k->devices[m], ctx->st);")],
+        "tests": ["test_collective"],
+    },
+    {
         "name": "tied_parts_lose_dense_gradient",
         "what": "the GPT's output projection through the partitioned token embedding passes no gradient, so each "
                 "part trains on its lookup's sparse gradient alone",

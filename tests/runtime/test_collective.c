@@ -738,6 +738,97 @@ static void test_member_lost_fails_fast(void **state) {
     members_close(&t, runs, graphs);
 }
 
+// A ring of 4 where task 2 goes: tasks 1 and 3, its neighbours, see it go; task 0 has no
+// connection to it and only waits for task 3's value. The member that fails tells the others
+// (ABORT_STEP for the execution), so task 0 fails at once too, naming the lost member, though
+// the group's timeout is 30 s. Before, task 0 waited out that timeout.
+typedef struct ring_run {
+    dg_session *s;
+    dg_output sum;
+    dg_tensor *got;
+    dg_status *st;
+    double took_s;
+} ring_run;
+
+static void *ring_step(void *arg) {
+    ring_run *m = arg;
+    double t0 = now_s();
+    dg_status_reset(m->st);
+    dg_session_run(m->s, NULL, NULL, 0, &m->sum, &m->got, 1, NULL, 0, m->st);
+    m->took_s = now_s() - t0;
+    return NULL;
+}
+
+static void test_ring_loss_reaches_non_neighbours(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    char spec[256];
+    snprintf(spec, sizeof spec, "worker|127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", dg_test_free_port(),
+             dg_test_free_port(), dg_test_free_port(), dg_test_free_port());
+    dg_cluster *cl = dg_cluster_from_spec_string(spec, st);
+    assert_ok(st);
+    dg_server *srv[4];
+    dg_graph *graphs[4];
+    ring_run runs[4];
+    memset(runs, 0, sizeof runs);
+    dg_collective_group grp = dg_collective_group_make("worker", 4);
+    grp.timeout_ms = 30000;
+    for (int r = 0; r < 4; r++) {
+        dg_server_options so = dg_server_options_default();
+        so.quiet = true;
+        srv[r] = dg_server_new(cl, "worker", r, &so, st);
+        assert_ok(st);
+        graphs[r] = dg_graph_new();
+        char dev[64];
+        snprintf(dev, sizeof dev, "/job:worker/task:%d", r);
+        dg_graph_push_device(graphs[r], dev);
+        double v[64];
+        for (int i = 0; i < 64; i++) v[i] = r + 1;
+        dg_tensor *x = dg_tensor_from_data(DG_FLOAT64, dg_shape1(64), v, st);
+        dg_output xo = dg_const(graphs[r], "x", x);
+        dg_tensor_unref(x);
+        assert_true(dg_collective_all_reduce(graphs[r], "sum", &xo, 1, &grp, 4800, DG_REDUCE_SUM, "ring", &runs[r].sum));
+        dg_graph_pop_device(graphs[r]);
+        assert_ok(dg_graph_status(graphs[r]));
+        runs[r].st = dg_status_new();
+        runs[r].s = dg_session_new(graphs[r], dg_server_target(srv[r]), NULL, runs[r].st);
+        assert_ok(runs[r].st);
+    }
+    pthread_t th[4];
+    for (int r = 0; r < 4; r++) pthread_create(&th[r], NULL, ring_step, &runs[r]);
+    for (int r = 0; r < 4; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < 4; r++) {
+        assert_ok(runs[r].st);
+        assert_true(dg_tensor_f64(runs[r].got)[0] == 10.0 && dg_tensor_f64(runs[r].got)[63] == 10.0);
+        dg_tensor_free(&runs[r].got);
+    }
+    const int alive[3] = {0, 1, 3};
+    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, ring_step, &runs[alive[i]]);
+    usleep(300000);
+    dg_session_free(&runs[2].s);
+    dg_server_free(&srv[2]);
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        ring_run *m = &runs[alive[i]];
+        print_message("task %d: failed after %.3f s (300 ms before the loss): %s\n", alive[i], m->took_s,
+                      dg_status_message(m->st));
+        assert_false(dg_status_ok(m->st));
+        assert_non_null(strstr(dg_status_message(m->st), "member /job:worker/task:2 is lost"));
+        assert_true(m->took_s < 15.0);   // half the group's timeout (a loaded machine's slack)
+    }
+    // Task 0 heard it from a neighbour: its step was aborted (a recovery follows, as after
+    // UNAVAILABLE), naming who told it.
+    assert_status(runs[0].st, DG_ABORTED, "/job:worker/replica:0/task:3 failed it: ");
+    for (int r = 0; r < 4; r++) {
+        dg_session_free(&runs[r].s);
+        dg_graph_free(&graphs[r]);
+        dg_status_free(&runs[r].st);
+        dg_server_free(&srv[r]);
+    }
+    dg_cluster_free(&cl);
+    dg_status_free(&st);
+}
+
 // A member that sent its values and then left (it finished) is not missed: the others take
 // what it sent. Task 0 broadcasts alone, its server goes, then tasks 1 and 2 receive its value.
 static void test_member_left_after_sending(void **state) {
@@ -837,6 +928,7 @@ int main(void) {
         cmocka_unit_test(test_bad_attributes),
         cmocka_unit_test(test_member_lost_fails_fast),
         cmocka_unit_test(test_member_left_after_sending),
+        cmocka_unit_test(test_ring_loss_reaches_non_neighbours),
         cmocka_unit_test(test_elastic_membership),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
