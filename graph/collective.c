@@ -7,6 +7,7 @@
 
 #include "distgraph/collective.h"
 #include "graph_impl.h"
+#include "train_impl.h"
 
 dg_collective_group dg_collective_group_make(const char *job, int size) {
     dg_collective_group grp = {job, size, 0};
@@ -166,6 +167,17 @@ dg_node *dg_all_reduce_minimize(const dg_optimizer *opt, dg_output loss, const d
     free(used);
     free(mean);
     return train;
+}
+
+dg_node *dg_all_reduce_minimize_with_loss_scale(const dg_optimizer *opt, dg_output loss, dg_output global_step,
+                                                const dg_collective_group *group, int64_t instance_key,
+                                                const dg_loss_scale_options *o, dg_loss_scale *ls) {
+    if (!group) {
+        if (ls) memset(ls, 0, sizeof *ls);
+        dg_graph_set_error(opt->graph, DG_INVALID_ARGUMENT, "all_reduce_minimize_with_loss_scale: no group");
+        return NULL;
+    }
+    return graph_minimize_with_loss_scale(opt, loss, global_step, o, ls, group, instance_key);
 }
 
 dg_node *dg_collective_broadcast_variables(dg_graph *g, const dg_output *vars, int n_vars,

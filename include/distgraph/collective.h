@@ -77,6 +77,14 @@ bool dg_collective_broadcast(dg_graph *g, const char *name, const dg_output *xs,
 dg_node *dg_all_reduce_minimize(const dg_optimizer *opt, dg_output loss, const dg_output *vars,
                                 int n_vars, dg_output global_step, const dg_collective_group *group,
                                 int64_t instance_key);
+// dg_all_reduce_minimize with dynamic loss scaling (dg_optimizer_minimize_with_loss_scale, o
+// NULL: its defaults): the scaled gradients over the trainable variables are averaged, then
+// checked, so every worker skips the same steps and its scale (a global variable: broadcast
+// with the others) stays the same. Returns: the train op, borrowed, valid until dg_graph_free();
+// NULL once the graph has an error.
+dg_node *dg_all_reduce_minimize_with_loss_scale(const dg_optimizer *opt, dg_output loss, dg_output global_step,
+                                                const dg_collective_group *group, int64_t instance_key,
+                                                const dg_loss_scale_options *o, dg_loss_scale *ls);
 // Assigns rank 0's values to vars (NULL: every float32/float64/int32/int64 global variable at
 // the time of the call, the global step and optimizer slots included when built after them) with one
 // CollectiveBroadcast. Run it on every rank once the variables are initialized, in a run of

@@ -36,7 +36,7 @@ def conv_nan(name, what, anchor, n, p):
 
 
 # The build targets a test needs beyond its own name (an integration test runs programs).
-EXTRA_TARGETS = {"exp_regression": ["exp_regression", "dg-launch"]}
+EXTRA_TARGETS = {"exp_regression": ["exp_regression", "dg-launch"], "allreduce_loss_scale": ["mnist_replica"]}
 
 
 def build_targets(tests):
@@ -112,6 +112,14 @@ MUTANTS = [
         "file": "graph/train.c",
         "edits": [("        if (u && gate.node) graph_add_input(u, gate);", "        if (u && gate.node && false) graph_add_input(u, gate);")],
         "tests": ["test_loss_scale"],
+    },
+    {
+        "name": "loss_scale_without_all_reduce",
+        "what": "loss scaling under all-reduce checks each worker's own gradients and averages none, so a worker "
+                "applies what another skipped and the copies of the model part",
+        "file": "graph/train.c",
+        "edits": [("    if (n > 0 && group) {", "    if (n > 0 && group && false) {")],
+        "tests": ["allreduce_loss_scale"],
     },
     {
         "name": "collective_failure_not_told",
