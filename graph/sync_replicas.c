@@ -21,7 +21,7 @@ struct dg_sync_replicas {
     int n;                      // variables
     dg_output *num_acc;         // per variable, NumAccumulated
     dg_node *train, *chief_apply, *chief_init, *local_init, *close, *cancel, *set_live, *enqueue_extra;
-    dg_output num_required, new_gs, local_step, close_code, close_reason, queue_size, live, num_tokens, extra_tokens;
+    dg_output num_required, new_gs, local_step, close_code, close_reason, queue_size, live, extra_tokens;
 };
 
 dg_sync_replicas_options dg_sync_replicas_options_default(void) {
@@ -109,9 +109,9 @@ dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output 
     sr->n = n;
     sr->num_acc = calloc((size_t)n, sizeof *sr->num_acc);
     dg_node **applies = calloc((size_t)n, sizeof *applies);
-    dg_node **set_steps = calloc((size_t)n + 1, sizeof *set_steps);
+    dg_node **set_steps = calloc((size_t)n + 2, sizeof *set_steps);
     dg_node **cancels = calloc((size_t)n, sizeof *cancels);
-    dg_node **set_lives = calloc((size_t)n, sizeof *set_lives);
+    dg_node **set_lives = calloc((size_t)n + 1, sizeof *set_lives);
     dg_output *takes = calloc((size_t)n, sizeof *takes);
     if (!sr->num_acc || !applies || !set_steps || !cancels || !set_lives || !takes) abort();
     const dg_sync_replicas_options *o = &sr->o;
@@ -132,6 +132,26 @@ dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output 
     if (anchor) dg_graph_pop_colocate_with(g);
     sr->num_required = dg_placeholder(g, "num_required", DG_INT32, dg_shape_scalar());
     sr->live = dg_placeholder(g, "live_replicas", DG_INT32, dg_shape_scalar());
+    // The tokens an apply enqueues, [count], with the global step (and the queue): like the local
+    // step, in no collection, set by the chief's init and by set_live_replicas.
+    dg_graph_push_colocate_with(g, gs.node);
+    dg_node *tc = graph_begin(g, "VariableV2", "token_count");
+    if (tc) {
+        graph_set_attr_type(tc, "dtype", DG_INT64);
+        graph_set_attr_shape(tc, "shape", dg_shape1(1));
+        tc = graph_finish(tc);
+    }
+    dg_output token_count = out0(tc);
+    int64_t total = o->total_num_replicas;
+    dg_output tc_init = dg_assign(g, "token_count_init", token_count, dg_const_i64s(g, "total_tokens", &total, 1));
+    // live > 0: that many tokens; 0 (no cap): total_num_replicas again.
+    const int64_t one[1] = {1};
+    dg_output live64 = dg_cast(g, NULL, sr->live, DG_INT64);
+    dg_output tc_live = dg_assign(g, "token_count_live", token_count,
+                                  dg_reshape(g, NULL, dg_where(g, NULL, dg_greater(g, NULL, live64, dg_scalar(g, NULL, DG_INT64, 0)),
+                                                               live64, dg_scalar(g, NULL, DG_INT64, (double)total)),
+                                             one, 1));
+    dg_graph_pop_colocate_with(g);
     for (int i = 0; i < n && dg_graph_ok(g); i++) {
         char shared[600];
         snprintf(shared, sizeof shared, "%s/grad_accum", dg_node_name(vars[i].node));
@@ -191,9 +211,9 @@ dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output 
             dg_graph_push_colocate_with(g, gs.node);
             // gs reads the variable's buffer, which the apply has updated in place.
             sr->new_gs = dg_identity(g, "new_global_step", gs);
-            int64_t n_tokens = o->total_num_replicas;
-            sr->num_tokens = dg_const_i64s(g, "num_tokens", &n_tokens, 1);   // fed to follow the live workers
-            dg_output tokens = dg_fill(g, "tokens", sr->num_tokens, sr->new_gs);
+            // As many tokens as the token count holds once the takes are done (set_live_replicas
+            // changes it while they wait): total_num_replicas, or the live workers.
+            dg_output tokens = dg_fill(g, "tokens", dg_identity(g, "num_tokens", token_count), sr->new_gs);
             dg_node *enq = queue_op(g, "QueueEnqueueMany", "enqueue_tokens");
             if (enq) {
                 graph_add_input(enq, tokens);
@@ -206,10 +226,12 @@ dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output 
     }
     if (dg_graph_ok(g)) {
         set_steps[n] = ls_init.node;
-        sr->chief_init = dg_group(g, "chief_init", set_steps, n + 1);
+        set_steps[n + 1] = tc_init.node;
+        sr->chief_init = dg_group(g, "chief_init", set_steps, n + 2);
         sr->local_init = dg_group(g, "local_step_init_op", &ls_init.node, 1);
         sr->cancel = dg_group(g, "cancel_takes", cancels, n);
-        sr->set_live = dg_group(g, "set_live_replicas", set_lives, n);
+        set_lives[n] = tc_live.node;
+        sr->set_live = dg_group(g, "set_live_replicas", set_lives, n + 1);
         sr->close_code = dg_placeholder(g, "close_code", DG_INT32, dg_shape_scalar());
         sr->close_reason = dg_placeholder(g, "close_reason", DG_UINT8, dg_shape1(-1));
         dg_graph_push_colocate_with(g, gs.node);
@@ -264,7 +286,6 @@ dg_node *dg_sync_replicas_local_step_init_op(const dg_sync_replicas *sr) { retur
 dg_output dg_sync_replicas_local_step(const dg_sync_replicas *sr) { return sr->local_step; }
 dg_node *dg_sync_replicas_cancel_take_op(const dg_sync_replicas *sr) { return sr->cancel; }
 dg_output dg_sync_replicas_queue_size(const dg_sync_replicas *sr) { return sr->queue_size; }
-dg_output dg_sync_replicas_num_tokens(const dg_sync_replicas *sr) { return sr->num_tokens; }
 
 dg_node *dg_sync_replicas_enqueue_tokens_op(const dg_sync_replicas *sr, dg_output *tokens) {
     if (tokens) *tokens = sr->extra_tokens;

@@ -785,6 +785,7 @@ int main(int argc, char **argv) {
     if (rc) return rc;
 
     int n = (int)(o.n_ps + o.n_workers) + (o.standing ? 1 : 0);
+    control ctl = {.rd = -1, .wr = -1};   // before the first goto out, which reads it
     task *tasks = calloc((size_t)n, sizeof *tasks);
     int *ports = calloc((size_t)n, sizeof *ports);
     char *ps_hosts = NULL, *worker_hosts = NULL, *cluster_json = NULL;
@@ -800,7 +801,6 @@ int main(int argc, char **argv) {
         tasks[i].restart_at = -1;
         tasks[i].remove_kill_at = -1;
     }
-    control ctl = {.rd = -1, .wr = -1};
     if (!pick_ports((int)(o.n_ps + o.n_workers), o.base_port, ports)) goto out;
 
     size_t hosts_cap = (size_t)n * 24 + 1;

@@ -80,10 +80,9 @@ dg_node *dg_sync_replicas_cancel_take_op(const dg_sync_replicas *sr);
 // Following the live workers (dg_sync_replicas_hook_follow_live_workers does it): the op sets,
 // on every accumulator, how many workers are alive (feed *live, an int32 scalar; 0: no cap); a
 // take then needs min(num_required, live) gradients, and one waiting ends as soon as it has
-// that many. num_tokens (an int64 [1] constant, total_num_replicas) may be fed with the chief
-// apply op to enqueue another number of tokens: one per live worker.
+// that many. It also sets the number of tokens an apply enqueues (read once its takes are
+// done): live, or total_num_replicas for 0 (the chief init sets that).
 dg_node *dg_sync_replicas_set_live_op(const dg_sync_replicas *sr, dg_output *live);
-dg_output dg_sync_replicas_num_tokens(const dg_sync_replicas *sr);
 // Enqueues the tokens fed to *tokens (int64 [n], the global steps they carry): one for each
 // worker that came back, whose first gradients an apply may have taken with fewer tokens.
 dg_node *dg_sync_replicas_enqueue_tokens_op(const dg_sync_replicas *sr, dg_output *tokens);

@@ -63,9 +63,9 @@ int data_tfrecord_read(FILE *f, const char *path, int64_t file_bytes, int64_t ma
                        "of %lld bytes", path, (long long)at, (unsigned long long)len, (long long)max_bytes);
         // The length passed its CRC: the next record follows this one when it fits in the file.
         *offset = fits ? at + 16 + (int64_t)len : file_bytes;
-        if (file_bytes == DATA_STREAM_BYTES) {   // no seeking in a stream: read past the record
+        if (file_bytes == DATA_STREAM_BYTES && fits) {   // no seeking in a stream: read past the record
             unsigned char skip[4096];
-            for (uint64_t left_bytes = len + 4; left_bytes > 0;) {
+            for (uint64_t left_bytes = len + 4; left_bytes > 0;) {   // fits: len + 4 does not wrap
                 size_t want_bytes = left_bytes < sizeof skip ? (size_t)left_bytes : sizeof skip;
                 size_t got = fread(skip, 1, want_bytes, f);
                 if (got == 0) {

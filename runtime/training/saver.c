@@ -336,7 +336,9 @@ static bool restore_blobs(dg_saver *sv, dg_checkpoint_store *store, int64_t step
         void *bytes = NULL;
         size_t n = 0;
         bool ok = dg_checkpoint_read_blob(store, step, b->name, &bytes, &n, NULL, st);
-        if (!ok && dg_status_code(st) == DG_NOT_FOUND) {
+        // A checkpoint without the blob (saved before it was added) is an answer; a checkpoint
+        // gone since the variables were read (pruned by another process) is not.
+        if (!ok && dg_status_code(st) == DG_NOT_FOUND && strstr(dg_status_message(st), "holds no blob")) {
             dg_status_reset(st);
             ok = true;
         }

@@ -12,7 +12,8 @@
  * Following the live workers (dg_sync_replicas_hook_follow_live_workers), a probe thread of the
  * chief PINGs every other worker task through the chief's server every probe_ms. When the count
  * that answers changes, it sets the accumulators' live count (a waiting take ends with the
- * gradients of the live workers) and the apply loop enqueues one token per live worker. */
+ * gradients of the live workers) and the number of tokens an apply enqueues (one per live
+ * worker), and gives each worker that came back one token. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +51,7 @@ typedef struct sync_hook {
     int *tasks;
     int n_tasks;
     bool *alive;                // under mu
-    int n_live;                 // under mu: the chief and the tasks that answered, capped at total
+    int n_live;                 // under mu: the live count in force (the chief and the tasks that answered, capped at total)
     bool has_prober;            // the probe thread exists (joinable)
     pthread_t prober;
 } sync_hook;
@@ -72,21 +73,15 @@ static bool run_close(sync_hook *h, dg_session *sess, int32_t code, const char *
 }
 
 static bool run_apply(sync_hook *h, int32_t num_required, int64_t *new_step, dg_status *st) {
-    dg_output feeds[2] = {dg_sync_replicas_num_required(h->sr), dg_sync_replicas_num_tokens(h->sr)};
+    dg_output feed = dg_sync_replicas_num_required(h->sr);
     dg_output fetch = dg_sync_replicas_new_global_step(h->sr);
     dg_node *target = dg_sync_replicas_chief_apply_op(h->sr);
-    pthread_mutex_lock(&h->mu);
-    int64_t n_tokens = h->n_live;   // following: one token per live worker
-    pthread_mutex_unlock(&h->mu);
-    dg_tensor *vals[2] = {dg_tensor_from_data(DG_INT32, dg_shape_scalar(), &num_required, st),
-                          h->server ? dg_tensor_from_data(DG_INT64, dg_shape1(1), &n_tokens, st) : NULL};
+    dg_tensor *nr = dg_tensor_from_data(DG_INT32, dg_shape_scalar(), &num_required, st);
     dg_tensor *out = NULL;
-    bool ok = vals[0] && (!h->server || vals[1]) &&
-              dg_session_run(h->sess, feeds, vals, h->server ? 2 : 1, &fetch, &out, 1, &target, 1, st);
+    bool ok = nr && dg_session_run(h->sess, &feed, &nr, 1, &fetch, &out, 1, &target, 1, st);
     if (ok) *new_step = dg_tensor_i64(out)[0];
     dg_tensor_unref(out);
-    dg_tensor_unref(vals[0]);
-    dg_tensor_unref(vals[1]);
+    dg_tensor_unref(nr);
     return ok;
 }
 
@@ -168,16 +163,21 @@ static void *prober(void *arg) {
         int before = h->n_live;
         pthread_mutex_unlock(&h->mu);
         if (n_live != before && !prober_stopped(h)) {
-            // The count first, then the cap: the tokens of the step being taken follow the live workers.
             pthread_mutex_lock(&h->mu);
-            h->n_live = n_live;
             int64_t step = h->step;
             pthread_mutex_unlock(&h->mu);
-            // A worker that came back may have given its first gradients to an apply that
-            // enqueued tokens for the others only: one more token each, or it would wait for
-            // one while the next take waits for it.
+            // The cap and the token count (an apply waiting in its takes enqueues the new
+            // count). A worker that came back may have given its first gradients to an apply
+            // that enqueued tokens for the others only: one more token each, or it would wait
+            // for one while the next take waits for it (a token too many costs one step).
             bool ok = run_set_live(h, h->sess, n_live, st) &&
                       (n_live <= before || run_extra_tokens(h, h->sess, n_live - before, step, st));
+            // Kept only once in force: a failed change is tried again on the next round.
+            if (ok) {
+                pthread_mutex_lock(&h->mu);
+                h->n_live = n_live;
+                pthread_mutex_unlock(&h->mu);
+            }
             if (ok) {
                 printf("sync replicas: %d of %d workers live: a step averages %d gradients, %d tokens\n", n_live,
                        o->total_num_replicas, n_live < o->replicas_to_aggregate ? n_live : o->replicas_to_aggregate,
@@ -396,13 +396,22 @@ static bool hook_end(void *ctx, dg_monitored_session *ms, dg_session *sess, dg_s
     return loop_status(h, st);
 }
 
-static void hook_free(void *ctx) {
-    sync_hook *h = ctx;
-    stop_loop(h);
-    for (int i = 0; i < h->n_tasks; i++) free(h->endpoints[i]);
+// The tasks to probe, freed (the hook follows nobody after this).
+static void drop_tasks(sync_hook *h) {
+    for (int i = 0; h->endpoints && i < h->n_tasks; i++) free(h->endpoints[i]);
     free(h->endpoints);
     free(h->tasks);
     free(h->alive);
+    h->endpoints = NULL;
+    h->tasks = NULL;
+    h->alive = NULL;
+    h->n_tasks = 0;
+}
+
+static void hook_free(void *ctx) {
+    sync_hook *h = ctx;
+    stop_loop(h);
+    drop_tasks(h);
     dg_status_free(&h->err);
     free(h->master);
     pthread_cond_destroy(&h->cv);
@@ -476,8 +485,11 @@ bool dg_sync_replicas_hook_follow_live_workers(dg_session_hook *hook, dg_server 
     h->endpoints = calloc((size_t)n, sizeof *h->endpoints);
     h->tasks = calloc((size_t)n, sizeof *h->tasks);
     h->alive = calloc((size_t)n, sizeof *h->alive);
-    if (!h->endpoints || !h->tasks || !h->alive) return base_oom(st, "sync replicas follow live workers", (size_t)n);
     h->n_tasks = n;
+    if (!h->endpoints || !h->tasks || !h->alive) {
+        drop_tasks(h);
+        return base_oom(st, "sync replicas follow live workers", (size_t)n);
+    }
     for (int i = 0; i < n; i++) {
         int t = dg_cluster_task_index(env->cluster, job, i);
         h->tasks[i] = t;
@@ -486,6 +498,7 @@ bool dg_sync_replicas_hook_follow_live_workers(dg_session_hook *hook, dg_server 
         const char *addr = dg_cluster_task_address(env->cluster, job, t, NULL);
         if (!addr || !(h->endpoints[i] = rt_endpoint_of(addr, st))) {
             if (dg_status_ok(st)) dg_status_setf(st, DG_INVALID_ARGUMENT, "task %d of job %s has no address", t, job);
+            drop_tasks(h);
             return false;
         }
     }

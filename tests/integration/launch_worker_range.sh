@@ -21,7 +21,8 @@ wait_line() {
     tail -n 30 "$OUT"
     fail "no line \"$1\" in dg-launch's output"
 }
-control() { echo "$1" > "$CTL"; }
+# A write to a FIFO nobody reads would block: a dg-launch gone is a failure, not a hang.
+control() { timeout 10 bash -c 'echo "$1" > "$2"' _ "$1" "$CTL" || fail "could not write \"$1\" to the control FIFO"; }
 wait_line "dg-launch: started; workers \[0,1\] (2, range 2..4)"
 wait_line "\[worker0\] Training begins"
 control add

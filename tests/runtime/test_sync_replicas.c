@@ -263,7 +263,7 @@ static void test_live_count_ends_waiting_take(void **state) {
     take_job j = {&a, 3, NULL, dg_status_new()};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, take_thread, &j), 0);
-    nap_ms(200);
+    nap_ms(500);   // the take parks meanwhile (were it late, the cap would serve it at once: no failure)
     assert_int_equal(acc_count(&a), 2);   // the take still waits for a third
     int64_t t0 = now_ms();
     assert_true(acc_set_live(&a, 2, st));
