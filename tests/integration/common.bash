@@ -40,6 +40,18 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 }
 fail() { echo "FAIL: $*"; exit 1; }
+# wait_ok DEADLINE NAME PID LOG...: waits for PID until SECONDS reaches DEADLINE. Still running
+# then is a hang (its threads' stacks are printed); a non-zero exit fails with the logs' tails.
+wait_ok() {
+    local deadline=$1 name=$2 pid=$3
+    shift 3
+    while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt "$deadline" ]; do sleep 0.2; done
+    if kill -0 "$pid" 2>/dev/null; then
+        stacks "$pid" "$name"
+        fail "$name still runs after the deadline (a hang)"
+    fi
+    wait "$pid" || { tail -n 20 "$@"; fail "$name exited with an error"; }
+}
 # stacks PID NAME: every thread's stack of a process that seems to hang (gdb, from scripts/setup.sh),
 # so that a rare hang seen once says where it waited.
 stacks() {

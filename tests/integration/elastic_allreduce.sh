@@ -53,14 +53,7 @@ run_job() {   # run_job DIR KILLS: the coordinator and workers 0-2; KILLS=1 kill
         done
     fi
     local deadline=$((SECONDS + 240))
-    for i in 0 1 2; do
-        while kill -0 "${pid_of[$i]}" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
-        if kill -0 "${pid_of[$i]}" 2>/dev/null; then
-            stacks "${pid_of[$i]}" "worker $i"
-            fail "worker $i still runs after the deadline (a hang)"
-        fi
-        wait "${pid_of[$i]}" || { tail -20 "$dir"/w*; fail "worker $i exited with an error"; }
-    done
+    for i in 0 1 2; do wait_ok "$deadline" "worker $i" "${pid_of[$i]}" "$dir"/w*; done
     kill "$ps" 2>/dev/null || true
     wait "$ps" 2>/dev/null || true   # its port is free for the next job
 }

@@ -33,14 +33,7 @@ sleep 1
 pid_of[2]=$!
 PIDS+=($!)
 deadline=$((SECONDS + 180))
-for i in 0 1 2; do
-    while kill -0 "${pid_of[$i]}" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
-    if kill -0 "${pid_of[$i]}" 2>/dev/null; then
-        stacks "${pid_of[$i]}" "worker $i"
-        fail "worker $i still runs after the deadline (a hang)"
-    fi
-    wait "${pid_of[$i]}" || { tail -20 "$TMP"/w*; fail "worker $i exited with an error"; }
-done
+for i in 0 1 2; do wait_ok "$deadline" "worker $i" "${pid_of[$i]}" "$TMP"/w*; done
 grep "sync replicas:" "$TMP/w0"
 grep -q "sync replicas: worker task 2 is lost" "$TMP/w0" || fail "the chief never said worker task 2 was lost"
 grep -q "sync replicas: 2 of 3 workers live" "$TMP/w0" || fail "the chief never went on with 2 of 3 workers"
