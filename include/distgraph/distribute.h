@@ -60,8 +60,9 @@ bool dg_distribution_kind_parse(const char *name, dg_distribution_kind *out, dg_
 
 typedef struct dg_distribution_options {
     dg_distribution_kind kind;
-    // The kinds that span a cluster: the cluster (borrowed for the call; NULL: read TF_CONFIG)
-    // and this process's task in it (job_name NULL: TF_CONFIG's task).
+    // The kinds that span a cluster: the cluster (borrowed for the call; NULL: from slurm when
+    // set, else TF_CONFIG) and this process's task in it (job_name NULL: the task Slurm or
+    // TF_CONFIG gives).
     const dg_cluster *cluster;
     const char *job_name;           // "worker" or "ps"
     int task_index;
@@ -74,6 +75,10 @@ typedef struct dg_distribution_options {
     // How long a collective (all-reduce, broadcast) or a synchronous step waits for a peer
     // before failing with DEADLINE_EXCEEDED naming it; 0: 60000.
     int64_t peer_timeout_ms;
+    // The cluster kinds: the cluster and task from the Slurm job step this process runs in
+    // (srun), as dg_slurm_from_env resolves them with these options (jobs "ps:1,worker:2");
+    // borrowed for the call. NULL: not from Slurm. Ignored when cluster is set.
+    const dg_slurm_options *slurm;
 } dg_distribution_options;
 
 // The kind's options: num_devices 2, everything else zero (the cluster from TF_CONFIG).

@@ -107,7 +107,7 @@ void dg_distribution_free(dg_distribution **dp) {
     *dp = NULL;
 }
 
-// The cluster and task of a cluster kind: from the options, or TF_CONFIG.
+// The cluster and task of a cluster kind: from the options, Slurm's environment, or TF_CONFIG.
 static bool find_task(dg_distribution *d, const dg_distribution_options *o, dg_status *st) {
     if (o->cluster) {
         if (!o->job_name) {
@@ -123,7 +123,12 @@ static bool find_task(dg_distribution *d, const dg_distribution_options *o, dg_s
         return true;
     }
     dg_tf_config cfg;
-    if (!dg_tf_config_from_env(&cfg, st)) {
+    if (o->slurm) {
+        if (!dg_slurm_from_env(o->slurm, &cfg, st)) {
+            dg_status_prepend(st, "distribution %s: the cluster from Slurm", dg_distribution_kind_name(d->kind));
+            return false;
+        }
+    } else if (!dg_tf_config_from_env(&cfg, st)) {
         dg_status_prepend(st, "distribution %s: no cluster given, and TF_CONFIG", dg_distribution_kind_name(d->kind));
         return false;
     }
@@ -133,7 +138,8 @@ static bool find_task(dg_distribution *d, const dg_distribution_options *o, dg_s
     d->task = o->job_name ? o->task_index : cfg.task_index;
     dg_tf_config_clear(&cfg);
     if (!d->cluster) {
-        dg_status_set(st, DG_INVALID_ARGUMENT, "distribution: TF_CONFIG has no \"cluster\"");
+        dg_status_set(st, DG_INVALID_ARGUMENT, o->slurm ? "distribution: Slurm gave no cluster"
+                                                        : "distribution: TF_CONFIG has no \"cluster\"");
         return false;
     }
     return true;

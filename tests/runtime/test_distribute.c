@@ -241,12 +241,54 @@ static void test_one_worker_and_refusals(void **state) {
     dg_status_free(&st);
 }
 
+// The cluster from a Slurm job step's environment (as srun sets it): 2 tasks on one node, this
+// process rank 0, so worker 0 of 2 (multi-worker mirrored), its server on the port base. Outside
+// a job step, NOT_FOUND naming Slurm.
+static void test_cluster_from_slurm(void **state) {
+    (void)state;
+    const char *vars[] = {"SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE", "SLURM_JOB_NODELIST",
+                          "SLURM_TASKS_PER_NODE", "SLURM_PROCID"};
+    for (int i = 0; i < 5; i++) unsetenv(vars[i]);
+    dg_status *st = dg_status_new();
+    dg_server_options so = dg_server_options_default();
+    so.quiet = true;
+    int port = dg_test_free_port();
+    dg_slurm_options sl = {.jobs = "worker:2", .port_base = port};
+    dg_distribution_options o = dg_distribution_options_default(DG_DISTRIBUTE_MULTI_WORKER_MIRRORED);
+    o.slurm = &sl;
+    o.server_options = &so;
+    assert_null(dg_distribution_new(&o, st));
+    assert_int_equal(dg_status_code(st), DG_NOT_FOUND);
+    assert_non_null(strstr(dg_status_message(st), "the cluster from Slurm"));
+    setenv("SLURM_JOB_NODELIST", "127.0.0.1", 1);
+    setenv("SLURM_TASKS_PER_NODE", "2", 1);
+    setenv("SLURM_PROCID", "0", 1);
+    dg_distribution *d = dg_distribution_new(&o, st);
+    assert_ok(st);
+    assert_false(dg_distribution_is_ps(d));
+    assert_true(dg_distribution_is_chief(d));
+    assert_int_equal(dg_distribution_worker_index(d), 0);
+    assert_int_equal(dg_distribution_num_replicas_in_sync(d), 2);
+    char want[64];
+    snprintf(want, sizeof want, "127.0.0.1:%d", port);
+    assert_non_null(strstr(dg_server_target(dg_distribution_server(d)), want));
+    dg_distribution_free(&d);
+    // A rank beyond the jobs' tasks is refused by the resolver, named.
+    setenv("SLURM_PROCID", "2", 1);
+    assert_null(dg_distribution_new(&o, st));
+    assert_int_equal(dg_status_code(st), DG_INVALID_ARGUMENT);
+    assert_non_null(strstr(dg_status_message(st), "the cluster from Slurm"));
+    for (int i = 0; i < 5; i++) unsetenv(vars[i]);
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mirrored_step_matches_float64),
         cmocka_unit_test(test_replicas_must_agree),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_one_worker_and_refusals),
+        cmocka_unit_test(test_cluster_from_slurm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
