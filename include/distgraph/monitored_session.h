@@ -70,11 +70,11 @@ bool dg_saver_add_blob(dg_saver *sv, const char *name, dg_saver_blob_fn fn, void
 // Stops saving the blob name: later saves do not call its function, and the saver no longer
 // borrows its ctx. NOT_FOUND when no blob of that name is added.
 bool dg_saver_remove_blob(dg_saver *sv, const char *name, dg_status *st);
-// With convert true, dg_saver_restore reads a variable saved whole in another float dtype
+// With convert true, dg_saver_restore reads a variable saved in another float dtype
 // (float32, float64, bfloat16, float16) and converts it as Cast does (to a 16-bit float through
 // float32, to nearest, ties to even). Off by default: a checkpoint of another dtype is
-// INVALID_ARGUMENT naming the variable and both dtypes. Slices of partitioned variables are not
-// converted.
+// INVALID_ARGUMENT naming the variable and both dtypes. Parts of partitioned variables (and a
+// variable saved as parts) are converted the same way.
 void dg_saver_set_convert_dtypes(dg_saver *sv, bool convert);
 // Number of variables and the name of variable i. Returns: borrowed, valid until
 // dg_saver_free().

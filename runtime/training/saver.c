@@ -302,9 +302,16 @@ static bool plan_restore(const dg_saver *sv, const dg_checkpoint_var *cv, const 
             memset(req[i].offset, 0, sizeof req[i].offset);
         }
         bool any = false;
+        dg_dtype saved = dt;
         for (int k = 0; k < n_cv; k++)
-            if (holds_part_of(cv, cs, k, req[i].full_name)) used[k] = any = true;
+            if (holds_part_of(cv, cs, k, req[i].full_name)) {
+                used[k] = any = true;
+                saved = cv[k].dtype;
+            }
         if (!any) sb_addf(&missing, "%s%s (a slice of %s)", n_missing++ ? ", " : "", name, req[i].full_name);
+        // Saved in another float dtype: read in it and converted, when the saver is asked to
+        // (parts that disagree on their dtype are refused by the store).
+        if (any && sv->convert_dtypes && saved != dt && float_dtype(saved) && float_dtype(dt)) load[i] = saved;
     }
     for (int k = 0; k < n_cv; k++)
         if (!used[k]) sb_addf(&extra, "%s%s", n_extra++ ? ", " : "", cv[k].name);

@@ -276,12 +276,80 @@ static void test_checkpoint(void **state) {
     dg_status_free(&st);
 }
 
+// A partitioned variable (3 parts) saved in float32 and restored into float16 parts, and into a
+// whole float16 variable of the same full name: refused without conversion (naming the dtypes),
+// converted to nearest with dg_saver_set_convert_dtypes, row for row.
+static void test_checkpoint_parts_converted(void **state) {
+    (void)state;
+    dg_test_tmpdir td;
+    dg_test_tmpdir_make(&td, "dg_float16_parts");
+    dg_status *st = dg_status_new();
+    float full[8 * 2];
+    for (int i = 0; i < 16; i++) full[i] = 0.1f * (float)i - 0.55f;
+    dg_checkpoint_store *cs = dg_checkpoint_store_new(td.path, true, st);
+    assert_ok(st);
+    for (int pass = 0; pass < 4; pass++) {
+        dg_dtype dt = pass == 0 ? DG_FLOAT32 : DG_FLOAT16;
+        dg_graph *g = dg_graph_new();
+        dg_output var;   // pass 3: the whole table as one variable
+        dg_partitioned_variable pv = {0};
+        if (pass < 3) {
+            dg_tensor *init = dg_tensor_from_data(DG_FLOAT32, dg_shape2(8, 2), full, st);
+            pv = dg_partitioned_variable_new(g, "t", dt, dg_shape2(8, 2),
+                                             pass == 0 ? dg_init_tensor(init) : dg_init_zeros(),
+                                             dg_fixed_size_partitioner(3));
+            dg_tensor_unref(init);
+            assert_int_equal(pv.n, 3);
+        } else {
+            var = dg_variable(g, "t", dt, dg_shape2(8, 2), dg_init_zeros());
+        }
+        dg_node *init = dg_global_variables_initializer(g);
+        dg_saver *sv = dg_saver_new(g, st);
+        dg_session *s = dg_session_new(g, "local", NULL, st);
+        assert_ok(st);
+        assert_true(dg_session_run_target(s, init, st));
+        if (pass == 0) {
+            assert_true(dg_saver_save(sv, s, cs, 1, 0, NULL, st));
+        } else if (pass == 1) {
+            assert_false(dg_saver_restore(sv, s, cs, -1, NULL, st));
+            assert_status(st, DG_INVALID_ARGUMENT, "float32");
+            assert_status(st, DG_INVALID_ARGUMENT, "float16");
+        } else {
+            dg_saver_set_convert_dtypes(sv, true);
+            assert_true(dg_saver_restore(sv, s, cs, -1, NULL, st));
+            assert_ok(st);
+            int n_parts = pass == 2 ? 3 : 1;
+            int64_t row = 0;
+            for (int p = 0; p < n_parts; p++) {
+                dg_output v = pass == 2 ? pv.parts[p] : var;
+                dg_tensor *out = NULL;
+                assert_true(dg_session_run(s, NULL, NULL, 0, &v, &out, 1, NULL, 0, st));
+                assert_int_equal(dg_tensor_dtype(out), DG_FLOAT16);
+                const uint16_t *h = dg_tensor_data(out);
+                for (int64_t e = 0; e < dg_tensor_num_elements(out); e++)
+                    assert_int_equal(h[e], dg_float_to_float16(full[row * 2 + e]));
+                row += dg_tensor_num_elements(out) / 2;
+                dg_tensor_unref(out);
+            }
+            assert_int_equal(row, 8);
+        }
+        dg_session_free(&s);
+        dg_saver_free(&sv);
+        dg_graph_free(&g);
+        dg_status_reset(st);
+    }
+    dg_checkpoint_store_free(&cs);
+    dg_test_tmpdir_remove(&td);
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conversions),
         cmocka_unit_test(test_cast),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_checkpoint_parts_converted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
