@@ -169,6 +169,23 @@ dg_node *dg_all_reduce_minimize(const dg_optimizer *opt, dg_output loss, const d
     return train;
 }
 
+typedef struct reduce_ctx {
+    const dg_collective_group *group;
+    int64_t instance_key;
+} reduce_ctx;
+
+// The loss scaler's gradients, averaged over the group in place.
+static bool all_reduce_gradients(void *ctx, dg_graph *g, dg_output *grads, int n) {
+    const reduce_ctx *r = ctx;
+    dg_output *mean = calloc((size_t)n, sizeof *mean);
+    if (!mean) abort();
+    bool ok = dg_collective_all_reduce(g, "allreduce_gradients", grads, n, r->group, r->instance_key, DG_REDUCE_MEAN,
+                                       NULL, mean);
+    if (ok) memcpy(grads, mean, (size_t)n * sizeof *grads);
+    free(mean);
+    return ok;
+}
+
 dg_node *dg_all_reduce_minimize_with_loss_scale(const dg_optimizer *opt, dg_output loss, dg_output global_step,
                                                 const dg_collective_group *group, int64_t instance_key,
                                                 const dg_loss_scale_options *o, dg_loss_scale *ls) {
@@ -177,7 +194,8 @@ dg_node *dg_all_reduce_minimize_with_loss_scale(const dg_optimizer *opt, dg_outp
         dg_graph_set_error(opt->graph, DG_INVALID_ARGUMENT, "all_reduce_minimize_with_loss_scale: no group");
         return NULL;
     }
-    return graph_minimize_with_loss_scale(opt, loss, global_step, o, ls, group, instance_key);
+    reduce_ctx r = {group, instance_key};
+    return graph_minimize_with_loss_scale(opt, loss, global_step, o, ls, all_reduce_gradients, &r);
 }
 
 dg_node *dg_collective_broadcast_variables(dg_graph *g, const dg_output *vars, int n_vars,

@@ -542,12 +542,12 @@ static dg_output all_finite(dg_graph *g, const dg_output *grads, int n) {
 
 dg_node *dg_optimizer_minimize_with_loss_scale(const dg_optimizer *opt, dg_output loss, dg_output global_step,
                                                const dg_loss_scale_options *o, dg_loss_scale *ls) {
-    return graph_minimize_with_loss_scale(opt, loss, global_step, o, ls, NULL, 0);
+    return graph_minimize_with_loss_scale(opt, loss, global_step, o, ls, NULL, NULL);
 }
 
 dg_node *graph_minimize_with_loss_scale(const dg_optimizer *opt, dg_output loss, dg_output global_step,
                                         const dg_loss_scale_options *o, dg_loss_scale *ls,
-                                        const dg_collective_group *group, int64_t instance_key) {
+                                        graph_gradient_transform transform, void *ctx) {
     dg_graph *g = opt->graph;
     dg_loss_scale_options d = o ? *o : dg_loss_scale_options_default();
     if (ls) memset(ls, 0, sizeof *ls);
@@ -581,19 +581,10 @@ dg_node *graph_minimize_with_loss_scale(const dg_optimizer *opt, dg_output loss,
     if (!grads || !vars) abort();
     dg_node *train = NULL;
     int n = dg_graph_ok(g) ? dg_optimizer_compute_gradients(opt, scaled, NULL, 0, grads, vars, cap) : -1;
-    // All-reduce: the scaled gradients are averaged first, so every worker checks the same
-    // values (an infinity anywhere is in every mean) and skips the same steps; the scale, a
-    // global variable that starts equal, then stays equal everywhere.
-    if (n > 0 && group) {
-        dg_output *mean = calloc((size_t)n, sizeof *mean);
-        if (!mean) abort();
-        if (dg_collective_all_reduce(g, "allreduce_gradients", grads, n, group, instance_key, DG_REDUCE_MEAN, NULL,
-                                     mean))
-            memcpy(grads, mean, (size_t)n * sizeof *grads);
-        else
-            n = -1;
-        free(mean);
-    }
+    // All-reduce (the transform): the scaled gradients are averaged first, so every worker
+    // checks the same values (an infinity anywhere is in every mean) and skips the same steps;
+    // the scale, a global variable that starts equal, then stays equal everywhere.
+    if (n > 0 && transform && !transform(ctx, g, grads, n)) n = -1;
     if (n > 0) {
         dg_graph_push_name_scope(g, "loss_scale");
         dg_output finite = all_finite(g, grads, n);

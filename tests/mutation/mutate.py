@@ -118,7 +118,8 @@ MUTANTS = [
         "what": "loss scaling under all-reduce checks each worker's own gradients and averages none, so a worker "
                 "applies what another skipped and the copies of the model part",
         "file": "graph/train.c",
-        "edits": [("    if (n > 0 && group) {", "    if (n > 0 && group && false) {")],
+        "edits": [("    if (n > 0 && transform && !transform(ctx, g, grads, n)) n = -1;",
+                   "    if (n > 0 && transform && false && !transform(ctx, g, grads, n)) n = -1;")],
         "tests": ["allreduce_loss_scale"],
     },
     {
