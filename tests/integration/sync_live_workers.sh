@@ -4,8 +4,9 @@
 # Worker 2 is SIGKILLed mid-training, then started again 1 s later. Checked from the programs'
 # own timestamps and messages:
 # - the chief says worker task 2 is lost and that 2 of 3 workers are live, and its global step
-#   moves again within 1.5 s of the kill (without following, it waits --sync_timeout_ms, 20 s
-#   here, and fails: sync_missing_worker.sh);
+#   moves again within 3 s of the kill (0.25-0.6 s here; without following, it waits
+#   --sync_timeout_ms, 20 s here, and fails: sync_missing_worker.sh; bench/elastic_chaos.sh
+#   synclive measures the resume under chaos);
 # - the restarted worker is counted again (3 of 3 live) and trains;
 # - every process ends with status 0, under a hard deadline, and the test accuracy is >= 0.80.
 source "$(dirname "$0")/common.bash"
@@ -48,7 +49,7 @@ moved=$(awk -v t="$killed" -v s="$at_kill" -F': ' '$1 + 0 >= t + 0 && match($0, 
 check_number "the time the chief's global step moved on after the kill" "$moved"
 gap=$(awk -v a="$moved" -v b="$killed" 'BEGIN { printf "%.3f", a - b }')
 echo "worker 2 killed at global step $at_kill: the chief's global step passed $((at_kill + 10)) after $gap s"
-check_le "seconds from the kill to the chief's next steps" "$gap" 1.5
+check_le "seconds from the kill to the chief's next steps" "$gap" 3.0
 acc=$(sed -n 's/^Worker 0: validation accuracy = \([0-9.]*\) .*/\1/p' "$TMP/w0")
 check_ge "the chief's test accuracy" "$acc" 0.80
 echo "PASS sync_live_workers (resumed after $gap s; accuracy $acc)"
