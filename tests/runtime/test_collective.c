@@ -747,8 +747,9 @@ static void test_member_lost_fails_fast(void **state) {
     members_close(&t, runs, graphs);
 }
 
-// A ring of 4 where task 2 goes: tasks 1 and 3, its neighbours, see it go; task 0 has no
-// connection to it and only waits for task 3's value. The member that fails tells the others
+// A ring of 4 where task 2 goes: task 3 receives from it and sees it go; task 0 has no
+// connection to it and only waits for task 3's value (task 1, which sends to it, hears of the
+// loss from task 0 or sees it itself). The member that fails tells the others
 // (ABORT_STEP for the execution), so task 0 fails at once too, naming the lost member, though
 // the group's timeout is 30 s. Before, task 0 waited out that timeout.
 typedef struct ring_run {
