@@ -8,6 +8,7 @@
 #include "distgraph/ops.h"
 #include "distgraph/sync_replicas.h"
 #include "graph_impl.h"
+#include "train_impl.h"
 
 #define TOKEN_QUEUE "sync_token_q"
 
@@ -22,6 +23,9 @@ struct dg_sync_replicas {
     dg_output *num_acc;         // per variable, NumAccumulated
     dg_node *train, *chief_apply, *chief_init, *local_init, *close, *cancel, *set_live, *enqueue_extra;
     dg_output num_required, new_gs, local_step, close_code, close_reason, queue_size, live, extra_tokens;
+    bool scaled;                // minimize_with_loss_scale: the chief applies through the scaler
+    graph_loss_scaler scaler;
+    dg_loss_scale *ls;          // borrowed for the build
 };
 
 dg_sync_replicas_options dg_sync_replicas_options_default(void) {
@@ -205,7 +209,10 @@ dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output 
     // The chief: the averages through the wrapped optimizer (which increments the global step),
     // then one token per replica holding the new step.
     if (dg_graph_ok(g)) {
-        dg_node *applied = dg_optimizer_apply_gradients(&sr->opt, takes, vars, n, gs, "apply");
+        // With loss scaling the averages are of scaled gradients, each computed at the step the
+        // take is for (older ones are stale), hence under the scale the apply reads.
+        dg_node *applied = sr->scaled ? graph_loss_scale_apply(&sr->opt, &sr->scaler, takes, vars, n, gs, sr->ls)
+                                      : dg_optimizer_apply_gradients(&sr->opt, takes, vars, n, gs, "apply");
         if (applied) {
             dg_graph_push_control_deps(g, &applied, 1);
             dg_graph_push_colocate_with(g, gs.node);
@@ -274,6 +281,23 @@ dg_node *dg_sync_replicas_minimize(dg_sync_replicas *sr, dg_output loss, dg_outp
     else dg_graph_check(g, st);
     free(grads);
     free(vars);
+    return train;
+}
+
+dg_node *dg_sync_replicas_minimize_with_loss_scale(dg_sync_replicas *sr, dg_output loss, dg_output gs,
+                                                  const dg_loss_scale_options *o, dg_loss_scale *ls, dg_status *st) {
+    dg_status_reset(st);
+    if (ls) memset(ls, 0, sizeof *ls);
+    dg_output scaled;
+    if (sr->built || !graph_loss_scale_begin(sr->g, loss, gs, o, &sr->scaler, &scaled)) {
+        if (sr->built) dg_graph_set_error(sr->g, DG_FAILED_PRECONDITION, "sync replicas: the ops are built already");
+        dg_graph_check(sr->g, st);
+        return NULL;
+    }
+    sr->scaled = true;
+    sr->ls = ls;
+    dg_node *train = dg_sync_replicas_minimize(sr, scaled, gs, st);
+    sr->ls = NULL;
     return train;
 }
 

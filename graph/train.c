@@ -545,36 +545,92 @@ dg_node *dg_optimizer_minimize_with_loss_scale(const dg_optimizer *opt, dg_outpu
     return graph_minimize_with_loss_scale(opt, loss, global_step, o, ls, NULL, NULL);
 }
 
-dg_node *graph_minimize_with_loss_scale(const dg_optimizer *opt, dg_output loss, dg_output global_step,
-                                        const dg_loss_scale_options *o, dg_loss_scale *ls,
-                                        graph_gradient_transform transform, void *ctx) {
-    dg_graph *g = opt->graph;
-    dg_loss_scale_options d = o ? *o : dg_loss_scale_options_default();
-    if (ls) memset(ls, 0, sizeof *ls);
-    if (!dg_graph_ok(g)) return NULL;
+bool graph_loss_scale_begin(dg_graph *g, dg_output loss, dg_output global_step, const dg_loss_scale_options *o,
+                            graph_loss_scaler *sc, dg_output *scaled) {
+    memset(sc, 0, sizeof *sc);
+    sc->o = o ? *o : dg_loss_scale_options_default();
+    const dg_loss_scale_options d = sc->o;
+    if (!dg_graph_ok(g)) return false;
     if (!(d.initial_scale >= 1 && d.initial_scale <= 1e30) || d.growth_interval < 1 ||
         !(d.multiplier > 1 && d.multiplier <= 1e6)) {
         dg_graph_set_error(g, DG_INVALID_ARGUMENT, "loss scaling: initial_scale must be in [1, 1e30], growth_interval "
                            ">= 1 and multiplier in (1, 1e6]; got %g, %lld and %g", d.initial_scale,
                            (long long)d.growth_interval, d.multiplier);
-        return NULL;
+        return false;
     }
     if (!loss.node || !dg_dtype_is_float(dg_output_dtype(loss))) {
         dg_graph_set_error(g, DG_INVALID_ARGUMENT, "loss scaling: the loss must be a float tensor");
-        return NULL;
+        return false;
     }
     // The scale and its counters live with the global step (or the loss): not trainable.
-    dg_node *home = global_step.node ? global_step.node : loss.node;
+    sc->home = global_step.node ? global_step.node : loss.node;
     dg_graph_push_name_scope(g, "loss_scale");
-    dg_graph_push_colocate_with(g, home);
-    dg_output scale = dg_variable_ex(g, "current", DG_FLOAT32, dg_shape_scalar(), dg_init_constant(d.initial_scale),
-                                     false);
-    dg_output good = dg_variable_ex(g, "good_steps", DG_INT64, dg_shape_scalar(), dg_init_zeros(), false);
-    dg_output skipped = dg_variable_ex(g, "skipped_steps", DG_INT64, dg_shape_scalar(), dg_init_zeros(), false);
+    dg_graph_push_colocate_with(g, sc->home);
+    sc->scale = dg_variable_ex(g, "current", DG_FLOAT32, dg_shape_scalar(), dg_init_constant(d.initial_scale), false);
+    sc->good = dg_variable_ex(g, "good_steps", DG_INT64, dg_shape_scalar(), dg_init_zeros(), false);
+    sc->skipped = dg_variable_ex(g, "skipped_steps", DG_INT64, dg_shape_scalar(), dg_init_zeros(), false);
     dg_graph_pop_colocate_with(g);
-    dg_output scaled = dg_mul(g, "scaled_loss", loss, dg_output_dtype(loss) == DG_FLOAT32
-                                                          ? scale : dg_cast(g, NULL, scale, dg_output_dtype(loss)));
+    *scaled = dg_mul(g, "scaled_loss", loss, dg_output_dtype(loss) == DG_FLOAT32
+                                                 ? sc->scale : dg_cast(g, NULL, sc->scale, dg_output_dtype(loss)));
     dg_graph_pop_name_scope(g);
+    return dg_graph_ok(g);
+}
+
+dg_node *graph_loss_scale_apply(const dg_optimizer *opt, const graph_loss_scaler *sc, dg_output *grads,
+                                const dg_output *vars, int n, dg_output global_step, dg_loss_scale *ls) {
+    dg_graph *g = opt->graph;
+    const dg_loss_scale_options d = sc->o;
+    dg_output scale = sc->scale, good = sc->good, skipped = sc->skipped;
+    dg_node *home = sc->home;
+    if (ls) memset(ls, 0, sizeof *ls);
+    if (!dg_graph_ok(g)) return NULL;
+    dg_graph_push_name_scope(g, "loss_scale");
+    dg_output finite = all_finite(g, grads, n);
+    dg_output inv = dg_div(g, "inverse", dg_scalar(g, NULL, DG_FLOAT32, 1), scale);
+    for (int i = 0; i < n; i++) {
+        dg_dtype gt = dg_output_dtype(grads[i]);
+        grads[i] = dg_mul(g, NULL, grads[i], gt == DG_FLOAT32 ? inv : dg_cast(g, NULL, inv, gt));
+    }
+    dg_graph_pop_name_scope(g);
+    dg_node *train = apply_gated(opt, grads, vars, n, global_step, NULL, finite);
+    if (!train) return NULL;
+    // After the updates, which read the scale through the gradients: a finite step counts
+    // towards growth (the scale times multiplier after growth_interval of them, when that
+    // is finite); one that is not halves the scale (not below 1) and is counted skipped.
+    dg_graph_push_name_scope(g, "loss_scale");
+    dg_graph_push_control_deps(g, &train, 1);
+    dg_graph_push_colocate_with(g, home);
+    dg_output good1 = dg_where(g, NULL, finite, dg_add(g, NULL, good, dg_scalar(g, NULL, DG_INT64, 1)),
+                               dg_scalar(g, NULL, DG_INT64, 0));
+    dg_output grown = dg_mul(g, NULL, scale, dg_scalar(g, NULL, DG_FLOAT32, d.multiplier));
+    dg_output grow = dg_greater_equal(g, "grow", good1, dg_scalar(g, NULL, DG_INT64, (double)d.growth_interval));
+    dg_output halved = dg_maximum(g, NULL, dg_mul(g, NULL, scale, dg_scalar(g, NULL, DG_FLOAT32, 1 / d.multiplier)),
+                                  dg_scalar(g, NULL, DG_FLOAT32, 1));
+    dg_output grown_ok = dg_where(g, NULL, all_finite(g, &grown, 1), grown, scale);
+    dg_output next = dg_where(g, NULL, grow, grown_ok, dg_where(g, NULL, finite, scale, halved));
+    dg_node *ups[3] = {
+        dg_assign(g, "update_scale", scale, next).node,
+        dg_assign(g, "update_good_steps", good, dg_where(g, NULL, grow, dg_scalar(g, NULL, DG_INT64, 0), good1)).node,
+        dg_assign_add(g, "count_skipped", skipped, dg_where(g, NULL, finite, dg_scalar(g, NULL, DG_INT64, 0),
+                                                             dg_scalar(g, NULL, DG_INT64, 1))).node,
+    };
+    dg_graph_pop_colocate_with(g);
+    dg_graph_pop_control_deps(g);
+    dg_node *all[4] = {train, ups[0], ups[1], ups[2]};
+    train = dg_graph_ok(g) ? dg_group(g, "train", all, 4) : NULL;
+    dg_graph_pop_name_scope(g);
+    if (ls && train) *ls = (dg_loss_scale){scale, good, skipped, finite};
+    return train;
+}
+
+dg_node *graph_minimize_with_loss_scale(const dg_optimizer *opt, dg_output loss, dg_output global_step,
+                                        const dg_loss_scale_options *o, dg_loss_scale *ls,
+                                        graph_gradient_transform transform, void *ctx) {
+    dg_graph *g = opt->graph;
+    if (ls) memset(ls, 0, sizeof *ls);
+    graph_loss_scaler sc;
+    dg_output scaled;
+    if (!graph_loss_scale_begin(g, loss, global_step, o, &sc, &scaled)) return NULL;
     int cap = dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES);
     dg_output *grads = calloc((size_t)(cap ? cap : 1), sizeof *grads);
     dg_output *vars = calloc((size_t)(cap ? cap : 1), sizeof *vars);
@@ -586,43 +642,7 @@ dg_node *graph_minimize_with_loss_scale(const dg_optimizer *opt, dg_output loss,
     // the scale, a global variable that starts equal, then stays equal everywhere.
     if (n > 0 && transform && !transform(ctx, g, grads, n)) n = -1;
     if (n > 0) {
-        dg_graph_push_name_scope(g, "loss_scale");
-        dg_output finite = all_finite(g, grads, n);
-        dg_output inv = dg_div(g, "inverse", dg_scalar(g, NULL, DG_FLOAT32, 1), scale);
-        for (int i = 0; i < n; i++) {
-            dg_dtype gt = dg_output_dtype(grads[i]);
-            grads[i] = dg_mul(g, NULL, grads[i], gt == DG_FLOAT32 ? inv : dg_cast(g, NULL, inv, gt));
-        }
-        dg_graph_pop_name_scope(g);
-        train = apply_gated(opt, grads, vars, n, global_step, NULL, finite);
-        if (train) {
-            // After the updates, which read the scale through the gradients: a finite step counts
-            // towards growth (the scale times multiplier after growth_interval of them, when that
-            // is finite); one that is not halves the scale (not below 1) and is counted skipped.
-            dg_graph_push_name_scope(g, "loss_scale");
-            dg_graph_push_control_deps(g, &train, 1);
-            dg_graph_push_colocate_with(g, home);
-            dg_output good1 = dg_where(g, NULL, finite, dg_add(g, NULL, good, dg_scalar(g, NULL, DG_INT64, 1)),
-                                       dg_scalar(g, NULL, DG_INT64, 0));
-            dg_output grown = dg_mul(g, NULL, scale, dg_scalar(g, NULL, DG_FLOAT32, d.multiplier));
-            dg_output grow = dg_greater_equal(g, "grow", good1, dg_scalar(g, NULL, DG_INT64, (double)d.growth_interval));
-            dg_output halved = dg_maximum(g, NULL, dg_mul(g, NULL, scale, dg_scalar(g, NULL, DG_FLOAT32, 1 / d.multiplier)),
-                                          dg_scalar(g, NULL, DG_FLOAT32, 1));
-            dg_output grown_ok = dg_where(g, NULL, all_finite(g, &grown, 1), grown, scale);
-            dg_output next = dg_where(g, NULL, grow, grown_ok, dg_where(g, NULL, finite, scale, halved));
-            dg_node *ups[3] = {
-                dg_assign(g, "update_scale", scale, next).node,
-                dg_assign(g, "update_good_steps", good, dg_where(g, NULL, grow, dg_scalar(g, NULL, DG_INT64, 0), good1)).node,
-                dg_assign_add(g, "count_skipped", skipped, dg_where(g, NULL, finite, dg_scalar(g, NULL, DG_INT64, 0),
-                                                                     dg_scalar(g, NULL, DG_INT64, 1))).node,
-            };
-            dg_graph_pop_colocate_with(g);
-            dg_graph_pop_control_deps(g);
-            dg_node *all[4] = {train, ups[0], ups[1], ups[2]};
-            train = dg_graph_ok(g) ? dg_group(g, "train", all, 4) : NULL;
-            dg_graph_pop_name_scope(g);
-            if (ls && train) *ls = (dg_loss_scale){scale, good, skipped, finite};
-        }
+        train = graph_loss_scale_apply(opt, &sc, grads, vars, n, global_step, ls);
     } else if (n == 0 && dg_graph_ok(g)) {
         dg_graph_set_error(g, DG_INVALID_ARGUMENT, "loss scaling: the loss depends on no trainable variable");
     }

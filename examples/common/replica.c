@@ -72,17 +72,18 @@ static bool build_model(dg_graph *g, const replica_model *p, double lr, int64_t 
             dg_mul(g, "elastic_learning_rate", base,
                    dg_div(g, NULL, members, dg_scalar(g, "reference_workers", DG_FLOAT32, scale_workers)));
     }
-    if (ls && so) {
-        dg_status_setf(st, DG_UNIMPLEMENTED, "--mixed_precision fp16 (loss scaling) runs with one worker, "
-                       "between-graph ps training or --all_reduce, not yet with --sync_replicas; use bf16 there");
-        return false;
-    }
     if (ls) {
         *factor = dg_placeholder(g, "loss_factor", DG_FLOAT32, dg_shape_scalar());
         dg_output scaled = dg_mul(g, "forced_loss", net->loss, *factor);
-        *train = grp ? dg_all_reduce_minimize_with_loss_scale(&net->opt, scaled, net->global_step, grp,
-                                                               DG_COLLECTIVE_KEY_AUTO, NULL, ls)
-                     : dg_optimizer_minimize_with_loss_scale(&net->opt, scaled, net->global_step, NULL, ls);
+        if (so) {
+            if (!(*sr = dg_sync_replicas_new(&net->opt, so, st))) return false;
+            if (!(*train = dg_sync_replicas_minimize_with_loss_scale(*sr, scaled, net->global_step, NULL, ls, st)))
+                return false;
+        } else {
+            *train = grp ? dg_all_reduce_minimize_with_loss_scale(&net->opt, scaled, net->global_step, grp,
+                                                                   DG_COLLECTIVE_KEY_AUTO, NULL, ls)
+                         : dg_optimizer_minimize_with_loss_scale(&net->opt, scaled, net->global_step, NULL, ls);
+        }
     } else if (so) {
         if (!(*sr = dg_sync_replicas_new(&net->opt, so, st))) return false;
         if (!(*train = dg_sync_replicas_minimize(*sr, net->loss, net->global_step, st))) return false;

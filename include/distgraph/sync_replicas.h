@@ -56,6 +56,13 @@ dg_node *dg_sync_replicas_apply_gradients(dg_sync_replicas *sr, const dg_output 
 // compute_gradients over the trainable variables, then apply_gradients. Returns: the train op,
 // borrowed, valid until the graph is freed; NULL with st set on error.
 dg_node *dg_sync_replicas_minimize(dg_sync_replicas *sr, dg_output loss, dg_output global_step, dg_status *st);
+// minimize with dynamic loss scaling (dg_optimizer_minimize_with_loss_scale, o NULL: its
+// defaults): each worker pushes the gradients of the loss times the scale (a variable with the
+// global step), and the chief checks the averages it takes: when any is not finite the step is
+// skipped for everyone (no variable or slot changes, the global step advances) and the scale
+// halves. *ls (may be NULL) gets the scaler's outputs. Call instead of minimize.
+dg_node *dg_sync_replicas_minimize_with_loss_scale(dg_sync_replicas *sr, dg_output loss, dg_output global_step,
+                                                  const dg_loss_scale_options *o, dg_loss_scale *ls, dg_status *st);
 
 // The ops, NULL (or the null output) before apply_gradients. Returns: borrowed, valid until
 // the graph is freed.

@@ -123,6 +123,15 @@ MUTANTS = [
         "tests": ["allreduce_loss_scale"],
     },
     {
+        "name": "sync_loss_scale_not_checked",
+        "what": "sync replicas with loss scaling apply the chief's averages unchecked and scaled, so an overflow "
+                "reaches the variables",
+        "file": "graph/sync_replicas.c",
+        "edits": [("        dg_node *applied = sr->scaled ? graph_loss_scale_apply(",
+                   "        dg_node *applied = false ? graph_loss_scale_apply(")],
+        "tests": ["allreduce_loss_scale"],
+    },
+    {
         "name": "collective_failure_not_told",
         "what": "a member whose collective fails does not tell the others, so in a ring a member away from the "
                 "lost one waits out the group's timeout",
