@@ -442,16 +442,7 @@ void exec_rendezvous_close(exec_rendezvous *r, const dg_status *why) {
     canceller *cancel = r->cancellers;
     r->cancellers = NULL;
     pthread_mutex_unlock(&r->mu);
-    for (entry *e = waiting, *next; e; e = next) {
-        next = e->next;
-        e->cb(e->cb_arg, e->cb_node, NULL, why);
-        free_entry(e);
-    }
-    for (canceller *c = cancel, *next; c; c = next) {
-        next = c->next;
-        c->fn(c->arg, why);
-        free(c);
-    }
+    fail_waiting(waiting, cancel, why);
 }
 
 int64_t exec_rendezvous_on_cancel(exec_rendezvous *r, int64_t step_id, exec_cancel_fn fn, void *arg,

@@ -9,27 +9,30 @@
 # dg_sync_replicas_minimize_with_loss_scale): the chief checks the averages it takes, so the
 # three steps are skipped for both workers, which read the same scale and skip count.
 source "$(dirname "$0")/common.bash"
+# two_workers LOG HOSTS FLAGS: workers 0 and 1 (1 forcing the overflow), their logs LOG0 and
+# LOG1, both waited for (status 0, within 180 s).
+two_workers() {
+    local log=$1 hosts=$2 flags=$3 pids=() w
+    for w in 0 1; do
+        local extra=""
+        [ "$w" = 1 ] && extra="--force_overflow_at 100"
+        # shellcheck disable=SC2086
+        "$BIN/mnist_replica" --job_name worker --task_index "$w" $hosts $flags $extra > "$log$w" 2>&1 &
+        pids+=($!)
+        PIDS+=($!)
+    done
+    local deadline=$((SECONDS + 180))
+    for w in 0 1; do wait_ok "$deadline" "worker $w" "${pids[$w]}" "$log"0 "$log"1; done
+}
 read -r P0 P1 <<< "$(free_ports 2)"
-H="--worker_hosts 127.0.0.1:$P0,127.0.0.1:$P1"
-A="--all_reduce --mixed_precision fp16 --train_steps 2000 --log_every 500 --quiet"
-"$BIN/mnist_replica" --job_name worker --task_index 0 $H $A > "$TMP/w0" 2>&1 &
-W0=$!
-PIDS+=($W0)
-"$BIN/mnist_replica" --job_name worker --task_index 1 $H $A --force_overflow_at 100 > "$TMP/w1" 2>&1 &
-W1=$!
-PIDS+=($W1)
-for w in 0 1; do
-    pid=$W0
-    [ "$w" = 1 ] && pid=$W1
-    timeout 180 tail --pid="$pid" -f /dev/null || fail "worker $w still runs after 180 s"
-    wait "$pid" || { tail -n 20 "$TMP/w$w"; fail "worker $w exited with an error"; }
-done
+two_workers "$TMP/w" "--worker_hosts 127.0.0.1:$P0,127.0.0.1:$P1" \
+    "--all_reduce --mixed_precision fp16 --train_steps 2000 --log_every 500 --quiet"
 skips() { sed -n 's/.*Worker [01]: local step \([0-9]*\): gradients not finite, update skipped (loss scale now \([0-9]*\);.*/\1 \2/p' "$1"; }
-skips "$TMP/w0" > "$TMP/s0"
-skips "$TMP/w1" > "$TMP/s1"
-cat "$TMP/s1"
-[ "$(tr '\n' ' ' < "$TMP/s1")" = "100 16384 101 8192 102 4096 " ] || fail "worker 1's skips: $(tr '\n' ' ' < "$TMP/s1")"
-cmp -s "$TMP/s0" "$TMP/s1" || fail "worker 0 skipped other steps than worker 1: $(tr '\n' ' ' < "$TMP/s0")"
+skips "$TMP/w0" > "$TMP/skips0"
+skips "$TMP/w1" > "$TMP/skips1"
+cat "$TMP/skips1"
+[ "$(tr '\n' ' ' < "$TMP/skips1")" = "100 16384 101 8192 102 4096 " ] || fail "worker 1's skips: $(tr '\n' ' ' < "$TMP/skips1")"
+cmp -s "$TMP/skips0" "$TMP/skips1" || fail "worker 0 skipped other steps than worker 1: $(tr '\n' ' ' < "$TMP/skips0")"
 ce() { sed -n 's/^After [0-9]* training step(s), validation cross entropy = \([0-9.]*\)$/\1/p' "$1"; }
 c0=$(ce "$TMP/w0")
 c1=$(ce "$TMP/w1")
@@ -43,18 +46,9 @@ ar_acc=$acc
 # Sync replicas: the variables, the scale and its counters on the ps.
 read -r PP P0 P1 <<< "$(free_ports 3)"
 H="--ps_hosts 127.0.0.1:$PP --worker_hosts 127.0.0.1:$P0,127.0.0.1:$P1"
-S="--sync_replicas --mixed_precision fp16 --train_steps 2000 --log_every 500 --quiet"
 "$BIN/mnist_replica" --job_name ps --task_index 0 $H --quiet > "$TMP/ps" 2>&1 &
 PIDS+=($!)
-"$BIN/mnist_replica" --job_name worker --task_index 0 $H $S > "$TMP/s0" 2>&1 &
-W0=$!
-PIDS+=($W0)
-"$BIN/mnist_replica" --job_name worker --task_index 1 $H $S --force_overflow_at 100 > "$TMP/s1" 2>&1 &
-W1=$!
-PIDS+=($W1)
-deadline=$((SECONDS + 180))
-wait_ok "$deadline" "sync worker 0" "$W0" "$TMP/s0" "$TMP/s1"
-wait_ok "$deadline" "sync worker 1" "$W1" "$TMP/s0" "$TMP/s1"
+two_workers "$TMP/s" "$H" "--sync_replicas --mixed_precision fp16 --train_steps 2000 --log_every 500 --quiet"
 scales() { sed -n 's/.*gradients not finite, update skipped (loss scale now \([0-9]*\);.*/\1/p' "$1" | tr '\n' ' '; }
 for w in 0 1; do
     [ "$(scales "$TMP/s$w")" = "16384 8192 4096 " ] || { cat "$TMP/s$w"; fail "sync worker $w saw scales \"$(scales "$TMP/s$w")\""; }
