@@ -1,5 +1,6 @@
-/* Test and benchmark hooks over a server's transport (ping.c): a PING echo and one-way pushes,
- * for the transport's tests and bench/transport_bench.c. Not public: the installed headers and
+/* Hooks over a server's transport (ping.c): a PING echo and one-way pushes, for the
+ * transport's tests and bench/transport_bench.c; the sync replicas chief probes its workers
+ * with the PING (runtime/training/sync_replicas_hook.c). Not public: the installed headers and
  * the shared library leave them out. The task address is "host:port" as in a cluster spec
  * ("tcp://" and "dg://" prefixes are accepted). */
 #ifndef DG_PING_IMPL_H

@@ -25,6 +25,7 @@
 #include "distgraph/monitored_session.h"
 #include "distgraph/sync_replicas.h"
 #include "base_impl.h"
+#include "ping_impl.h"
 #include "server_impl.h"
 #include "status_impl.h"
 
@@ -89,16 +90,8 @@ static bool run_apply(sync_hook *h, int32_t num_required, int64_t *new_step, dg_
 
 // Whether the task at endpoint answers a PING within timeout_ms.
 static bool task_answers(dg_server *server, const char *endpoint, int64_t timeout_ms) {
-    rt_header *h = malloc(sizeof *h);
-    if (!h) return false;
-    rt_header_init(h, RT_PING);
-    rt_header *resp = NULL;
     dg_status st = DG_STATUS_INIT;
-    bool ok = rt_call_sync(rt_server_env(server)->transport, endpoint, h, NULL, 0, timeout_ms, &resp, NULL, NULL, &st);
-    if (resp) {
-        rt_header_clear(resp);
-        free(resp);
-    }
+    bool ok = rt_server_ping(server, endpoint, NULL, 0, timeout_ms, NULL, NULL, &st);
     status_impl_clear(&st);
     return ok;
 }
