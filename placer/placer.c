@@ -1,4 +1,5 @@
-/* The placer: colocation groups by union-find, one merged device request per group, then the
+/* The placer: colocation groups by union-find, one merged device request per group, the
+ * devices each group may take (placer_groups_build, shared with the automatic placer), then the
  * first device (accelerators before CPUs, then in the given order) that matches the request, passes
  * the filters and has a kernel for every member. Linear in nodes + edges, times devices. */
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include "distgraph/device_name.h"
 #include "distgraph/placer.h"
 #include "graph_impl.h"
+#include "placer_impl.h"
 
 dg_placement_options dg_placement_options_default(void) {
     dg_placement_options o;
@@ -37,7 +39,7 @@ static int type_rank(const char *type) { return strcmp(type, DG_DEVICE_TYPE_CPU)
 typedef struct group {
     dg_device_name spec;
     int first_requester;   // local index of the node whose request set the spec, -1 if none
-    int device;            // chosen device index, -1 before
+    int index;             // the group's number (placer_groups), -1 before
 } group;
 
 static void list_devices(char *buf, size_t cap, const char *const *devices, const int *order, int n) {
@@ -53,9 +55,9 @@ static void list_devices(char *buf, size_t cap, const char *const *devices, cons
     if (n == 0) snprintf(buf, cap, "none");
 }
 
-bool dg_place(dg_node *const *nodes, int n_nodes, const char *const *devices, int n_devices,
-              const dg_placement_options *opts_in, dg_status *st) {
-    dg_status_reset(st);
+bool placer_groups_build(dg_node *const *nodes, int n_nodes, const char *const *devices, int n_devices,
+                         const dg_placement_options *opts_in, placer_groups *out, dg_status *st) {
+    memset(out, 0, sizeof *out);
     dg_placement_options opts = opts_in ? *opts_in : dg_placement_options_default();
     bool ok = false;
     dg_device_name *devs = calloc((size_t)n_devices + 1, sizeof *devs);
@@ -150,7 +152,7 @@ bool dg_place(dg_node *const *nodes, int n_nodes, const char *const *devices, in
     }
     for (int i = 0; i < n_nodes; i++) {
         groups[i].first_requester = -1;
-        groups[i].device = -1;
+        groups[i].index = -1;
         head[i] = -1;
     }
     for (int i = 0; i < n_nodes; i++) {
@@ -196,11 +198,31 @@ bool dg_place(dg_node *const *nodes, int n_nodes, const char *const *devices, in
         if (t == n_types && n_types < 8) snprintf(types[n_types++], DG_DEVICE_TYPE_MAX, "%s", devs[d].type);
         type_of[k] = t < 8 ? t : 7;
     }
-    // Choose a device per group.
+    // The devices each group may take: those meeting its request (or, under soft placement
+    // when none does, its task), and dg_place's choice among them.
+    int n_groups = 0;
+    for (int i = 0; i < n_nodes; i++)
+        if (find(parent, i) == i) groups[i].index = n_groups++;
+    out->n_nodes = n_nodes;
+    out->n_groups = n_groups;
+    out->n_devices = n_devices;
+    out->group_of = malloc(((size_t)n_nodes + 1) * sizeof *out->group_of);
+    out->allowed = calloc(((size_t)n_groups + 1) * (size_t)n_devices, 1);
+    out->first = malloc(((size_t)n_groups + 1) * sizeof *out->first);
+    out->pinned = calloc((size_t)n_groups + 1, sizeof *out->pinned);
+    if (!out->group_of || !out->allowed || !out->first || !out->pinned) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "placer: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n_nodes; i++) out->group_of[i] = groups[find(parent, i)].index;
     for (int i = 0; i < n_nodes; i++) {
         int r = find(parent, i);
         if (r != i) continue;
         group *gr = &groups[r];
+        int gi = gr->index;
+        uint8_t *allow = out->allowed + (size_t)gi * (size_t)n_devices;
+        out->first[gi] = -1;
+        out->pinned[gi] = gr->first_requester >= 0;
         bool type_ok[8];
         for (int t = 0; t < n_types; t++) {
             type_ok[t] = true;
@@ -214,23 +236,24 @@ bool dg_place(dg_node *const *nodes, int n_nodes, const char *const *devices, in
             dg_device_name_merge_override(&tmp, &want);
             want = tmp;
         }
-        for (int attempt = 0; attempt < 2 && gr->device < 0; attempt++) {
+        for (int attempt = 0; attempt < 2 && out->first[gi] < 0; attempt++) {
             if (attempt == 1) {
                 if (!opts.allow_soft_placement) break;
                 want.has_type = want.has_id = false;   // soft placement: any device of the task
             }
-            for (int k = 0; k < n_order && gr->device < 0; k++) {
+            for (int k = 0; k < n_order; k++) {
                 int d = order[k];
                 bool kernel = k < 64 ? type_ok[type_of[k]] : true;
-                if (kernel && dg_device_name_matches(&want, &devs[d])) gr->device = d;
+                if (!kernel || !dg_device_name_matches(&want, &devs[d])) continue;
+                allow[d] = 1;
+                if (out->first[gi] < 0) out->first[gi] = d;
             }
         }
     }
-    // Groups whose root is below a member: handled by the loop above since the root is the
-    // lowest index. Report failures, then assign.
+    // Report the first node whose group has no device.
     for (int i = 0; i < n_nodes; i++) {
         int r = find(parent, i);
-        if (groups[r].device >= 0) continue;
+        if (out->first[groups[r].index] >= 0) continue;
         char avail[1024];
         list_devices(avail, sizeof avail, devices, order, n_order);
         dg_node *n = nodes[i];
@@ -246,11 +269,6 @@ bool dg_place(dg_node *const *nodes, int n_nodes, const char *const *devices, in
                        avail);
         goto done;
     }
-    for (int i = 0; i < n_nodes; i++) {
-        const char *dev = devices[groups[find(parent, i)].device];
-        if (!nodes[i]->assigned_device || strcmp(nodes[i]->assigned_device, dev) != 0)
-            graph_set_assigned_device(nodes[i], dev);
-    }
     ok = true;
 done:
     free(devs);
@@ -264,5 +282,28 @@ done:
     free(specs);
     graph_strmap_clear(&spec_index);
     graph_strmap_clear(&coloc_index);
+    if (!ok) placer_groups_clear(out);
     return ok;
+}
+
+void placer_groups_clear(placer_groups *g) {
+    free(g->group_of);
+    free(g->allowed);
+    free(g->first);
+    free(g->pinned);
+    memset(g, 0, sizeof *g);
+}
+
+bool dg_place(dg_node *const *nodes, int n_nodes, const char *const *devices, int n_devices,
+              const dg_placement_options *opts, dg_status *st) {
+    dg_status_reset(st);
+    placer_groups pg;
+    if (!placer_groups_build(nodes, n_nodes, devices, n_devices, opts, &pg, st)) return false;
+    for (int i = 0; i < n_nodes; i++) {
+        const char *dev = devices[pg.first[pg.group_of[i]]];
+        if (!nodes[i]->assigned_device || strcmp(nodes[i]->assigned_device, dev) != 0)
+            graph_set_assigned_device(nodes[i], dev);
+    }
+    placer_groups_clear(&pg);
+    return true;
 }

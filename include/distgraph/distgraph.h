@@ -42,6 +42,7 @@
 #include "distgraph/cluster.h"
 #include "distgraph/device_setter.h"
 #include "distgraph/placer.h"
+#include "distgraph/auto_place.h"
 #include "distgraph/serialize.h"
 #include "distgraph/server.h"
 #include "distgraph/checkpoint.h"

@@ -1,0 +1,594 @@
+/* The automatic placer. Over a placement problem (simulate.c) and the colocation groups of the
+ * placer (placer_groups_build), three list placers after Baechi (Jeon et al., SoCC 2020), each
+ * keeping every device's static bytes under its cap:
+ * - m-TOPO: groups in topological order fill one device up to an equal share of the bytes,
+ *   then the next;
+ * - m-ETF: ops taken in the order their inputs become ready, each on the device where it can
+ *   start earliest (its inputs' transfers counted);
+ * - m-SCT: m-ETF, except that an op that is the favourite child of its parent (the child its
+ *   largest output goes to) stays on the parent's device unless it would start later there by
+ *   more than the transfer it saves. Baechi picks favourite children by a linear program; this
+ *   picks by bytes.
+ * The automatic placer simulates the three, keeps the fastest, and spends its time budget on
+ * moves of one colocation group at a time, taken from the simulated step's critical path and
+ * kept only when the simulated step gets shorter: it is never slower than the best of them. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base_impl.h"
+#include "graph_impl.h"
+#include "placer_impl.h"
+
+dg_auto_place_options dg_auto_place_options_default(void) {
+    dg_auto_place_options o;
+    memset(&o, 0, sizeof o);
+    o.placer = DG_AUTO_PLACER_AUTO;
+    o.seed = 1;
+    o.placement = dg_placement_options_default();
+    return o;
+}
+
+const char *dg_auto_placer_name(dg_auto_placer p) {
+    switch (p) {
+    case DG_AUTO_PLACER_AUTO: return "auto";
+    case DG_AUTO_PLACER_M_TOPO: return "m-topo";
+    case DG_AUTO_PLACER_M_ETF: return "m-etf";
+    case DG_AUTO_PLACER_M_SCT: return "m-sct";
+    }
+    return "unknown";
+}
+
+void dg_step_estimate_clear(dg_step_estimate *e) {
+    if (!e) return;
+    free(e->busy_s);
+    free(e->peak_bytes);
+    free(e->static_bytes);
+    memset(e, 0, sizeof *e);
+}
+
+void dg_auto_place_report_clear(dg_auto_place_report *r) {
+    if (!r) return;
+    dg_step_estimate_clear(&r->estimate);
+    memset(r, 0, sizeof *r);
+}
+
+// ---- shared state of the placers ----
+
+typedef struct ap {
+    const placer_problem *p;
+    const placer_groups *pg;
+    const int64_t *caps;     // n_dev, 0: none; NULL: none
+    int64_t *group_bytes;    // per group
+    int *member_start, *members;   // CSR: each group's nodes
+    // One placer's run:
+    int64_t *used;           // per device
+    int *gdev;               // per group, -1 before
+    int *dev;                // per node
+} ap;
+
+static bool fits(const ap *a, int g, int d) {
+    int64_t cap = a->caps ? a->caps[d] : 0;
+    return cap <= 0 || a->used[d] + a->group_bytes[g] <= cap;
+}
+
+static bool allowed(const ap *a, int g, int d) { return a->pg->allowed[(size_t)g * a->p->n_dev + d] != 0; }
+
+static void put(ap *a, int g, int d) {
+    a->gdev[g] = d;
+    a->used[d] += a->group_bytes[g];
+    for (int k = a->member_start[g]; k < a->member_start[g + 1]; k++) a->dev[a->members[k]] = d;
+}
+
+static void reset(ap *a) {
+    for (int d = 0; d < a->p->n_dev; d++) a->used[d] = 0;
+    for (int g = 0; g < a->pg->n_groups; g++) a->gdev[g] = -1;
+    for (int i = 0; i < a->p->n; i++) a->dev[i] = -1;
+}
+
+static bool no_room(const ap *a, int v, dg_status *st) {
+    const dg_node *n = a->p->nodes[v];
+    int g = a->pg->group_of[v];
+    char room[512];
+    size_t o = 0;
+    room[0] = 0;
+    for (int d = 0; d < a->p->n_dev && o < sizeof room; d++) {
+        if (!allowed(a, g, d)) continue;
+        int64_t cap = a->caps ? a->caps[d] : 0;
+        o += (size_t)snprintf(room + o, sizeof room - o, "%s%s %lld of %lld bytes used", o ? "; " : "",
+                              a->p->devices[d], (long long)a->used[d], (long long)cap);
+    }
+    dg_status_setf(st, DG_RESOURCE_EXHAUSTED,
+                   "automatic placement: no device may take node \"%s\" (%s) under the memory caps: its "
+                   "colocation group holds %lld bytes (%s)",
+                   n->name, n->op->name, (long long)a->group_bytes[g], room);
+    return false;
+}
+
+// ---- m-TOPO ----
+
+static bool place_topo(ap *a, dg_status *st) {
+    const placer_problem *p = a->p;
+    int nd = p->n_dev;
+    int64_t total = 0;
+    for (int g = 0; g < a->pg->n_groups; g++) total += a->group_bytes[g];
+    int64_t share = total / nd + 1;
+    int cur = 0;
+    reset(a);
+    for (int k = 0; k < p->n; k++) {
+        int v = p->topo[k], g = a->pg->group_of[v];
+        if (a->gdev[g] >= 0) continue;
+        int chosen = -1;
+        // Under the share, from the device being filled on; then anywhere under the caps.
+        for (int j = 0; j < nd && chosen < 0; j++) {
+            int d = (cur + j) % nd;
+            int64_t cap = a->caps && a->caps[d] > 0 && a->caps[d] < share ? a->caps[d] : share;
+            if (allowed(a, g, d) && a->used[d] + a->group_bytes[g] <= cap) chosen = d;
+        }
+        for (int j = 0; j < nd && chosen < 0; j++) {
+            int d = (cur + j) % nd;
+            if (allowed(a, g, d) && fits(a, g, d)) chosen = d;
+        }
+        if (chosen < 0) return no_room(a, v, st);
+        put(a, g, chosen);
+        if (chosen == cur && a->used[cur] >= share && cur < nd - 1) cur++;
+        else if (allowed(a, g, cur) && chosen != cur && cur < nd - 1 && a->used[cur] + a->group_bytes[g] > share) cur++;
+    }
+    return true;
+}
+
+// ---- m-ETF and m-SCT ----
+
+typedef struct ready_item {
+    double t;
+    int rank, v;
+} ready_item;
+
+static bool ready_less(const ready_item *x, const ready_item *y) {
+    return x->t < y->t || (x->t == y->t && x->rank < y->rank);
+}
+
+static void ready_push(ready_item *h, int *n, ready_item it) {
+    int i = (*n)++;
+    while (i > 0) {
+        int parent = (i - 1) / 2;
+        if (!ready_less(&it, &h[parent])) break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = it;
+}
+
+static ready_item ready_pop(ready_item *h, int *n) {
+    ready_item top = h[0], last = h[--*n];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && ready_less(&h[c + 1], &h[c])) c++;
+        if (!ready_less(&h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0) h[i] = last;
+    return top;
+}
+
+// When v can start on d: the device free, and every input there.
+static double start_on(const ap *a, const double *finish, const double *dev_free, int v, int d) {
+    const placer_problem *p = a->p;
+    double t = dev_free[d];
+    for (int e = p->pred_start[v]; e < p->pred_start[v + 1]; e++) {
+        int u = p->pred[e], du = a->dev[u];
+        double arr = finish[u];
+        if (du != d) {
+            size_t ch = (size_t)du * p->n_dev + d;
+            arr += p->lat[ch] + (double)p->gid_bytes[p->pred_gid[e]] * p->inv_bw[ch];
+        }
+        if (arr > t) t = arr;
+    }
+    return t;
+}
+
+static bool place_etf(ap *a, bool sct, dg_status *st) {
+    const placer_problem *p = a->p;
+    int n = p->n, nd = p->n_dev;
+    bool ok = false;
+    double *finish = calloc((size_t)n + 1, sizeof *finish);
+    double *dev_free = calloc((size_t)nd + 1, sizeof *dev_free);
+    int *pending = malloc(((size_t)n + 1) * sizeof *pending);
+    int *rank = malloc(((size_t)n + 1) * sizeof *rank);
+    int *fav_parent = malloc(((size_t)n + 1) * sizeof *fav_parent);
+    ready_item *heap = malloc(((size_t)n + 1) * sizeof *heap);
+    int n_heap = 0;
+    if (!finish || !dev_free || !pending || !rank || !fav_parent || !heap) {
+        base_oom(st, "automatic placement", (size_t)n * sizeof *heap);
+        goto out;
+    }
+    reset(a);
+    for (int k = 0; k < n; k++) rank[p->topo[k]] = k;
+    for (int v = 0; v < n; v++) fav_parent[v] = -1;
+    if (sct) {
+        // Each op's favourite child: the reader of its most bytes; a child keeps the parent
+        // that sends it the most of those that chose it.
+        int64_t *fav_bytes = calloc((size_t)n + 1, sizeof *fav_bytes);
+        if (!fav_bytes) {
+            base_oom(st, "automatic placement", (size_t)n * sizeof *fav_bytes);
+            goto out;
+        }
+        for (int u = 0; u < n; u++) {
+            int best = -1;
+            int64_t bb = -1;
+            for (int e = p->succ_start[p->out_start[u]]; e < p->succ_start[p->out_start[u + 1]]; e++)
+                if (p->gid_bytes[p->succ_gid[e]] > bb) {
+                    bb = p->gid_bytes[p->succ_gid[e]];
+                    best = p->succ[e];
+                }
+            if (best >= 0 && bb > fav_bytes[best]) {
+                fav_bytes[best] = bb;
+                fav_parent[best] = u;
+            }
+        }
+        free(fav_bytes);
+    }
+    for (int v = 0; v < n; v++) {
+        pending[v] = p->n_in[v];
+        if (pending[v] == 0) ready_push(heap, &n_heap, (ready_item){0, rank[v], v});
+    }
+    while (n_heap > 0) {
+        int v = ready_pop(heap, &n_heap).v;
+        int g = a->pg->group_of[v];
+        int best = -1;
+        double best_t = INFINITY;
+        if (a->gdev[g] >= 0) {
+            best = a->gdev[g];
+            best_t = start_on(a, finish, dev_free, v, best);
+        } else {
+            for (int d = 0; d < nd; d++) {
+                if (!allowed(a, g, d) || !fits(a, g, d)) continue;
+                double t = start_on(a, finish, dev_free, v, d);
+                double c = p->cost[(size_t)v * p->n_types + p->dev_type[d]];
+                double bc = best >= 0 ? p->cost[(size_t)v * p->n_types + p->dev_type[best]] : 0;
+                if (t < best_t || (t == best_t && t + c < best_t + bc)) {
+                    best = d;
+                    best_t = t;
+                }
+            }
+            if (best < 0) {
+                no_room(a, v, st);
+                goto out;
+            }
+            int fp = fav_parent[v];
+            if (fp >= 0 && a->dev[fp] != best && allowed(a, g, a->dev[fp]) && fits(a, g, a->dev[fp])) {
+                int d = a->dev[fp];
+                size_t ch = (size_t)d * nd + best;
+                int64_t bytes = 0;
+                for (int e = p->pred_start[v]; e < p->pred_start[v + 1]; e++)
+                    if (p->pred[e] == fp && p->gid_bytes[p->pred_gid[e]] > bytes) bytes = p->gid_bytes[p->pred_gid[e]];
+                double saved = p->lat[ch] + (double)bytes * p->inv_bw[ch];
+                double t = start_on(a, finish, dev_free, v, d);
+                if (t <= best_t + saved) {
+                    best = d;
+                    best_t = t;
+                }
+            }
+            put(a, g, best);
+        }
+        finish[v] = best_t + p->cost[(size_t)v * p->n_types + p->dev_type[best]];
+        dev_free[best] = finish[v];
+        for (int e = p->succ_start[p->out_start[v]]; e < p->succ_start[p->out_start[v + 1]]; e++) {
+            int w = p->succ[e];
+            if (--pending[w] == 0) {
+                double t = 0;
+                for (int f = p->pred_start[w]; f < p->pred_start[w + 1]; f++)
+                    if (finish[p->pred[f]] > t) t = finish[p->pred[f]];
+                ready_push(heap, &n_heap, (ready_item){t, rank[w], w});
+            }
+        }
+    }
+    ok = true;
+out:
+    free(finish);
+    free(dev_free);
+    free(pending);
+    free(rank);
+    free(fav_parent);
+    free(heap);
+    return ok;
+}
+
+// ---- refinement under the simulator ----
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+static void move_group(ap *a, int g, int d) {
+    a->used[a->gdev[g]] -= a->group_bytes[g];
+    put(a, g, d);
+}
+
+// Moves groups of the critical path while the simulated step gets shorter, until the
+// deadline or until many moves in a row did not help. Returns the moves kept.
+static int refine(ap *a, placer_sim *sim, double *step, double deadline, uint64_t seed) {
+    const placer_problem *p = a->p;
+    int nd = p->n_dev, kept = 0, misses = 0;
+    uint64_t rng = seed ? seed : 1;
+    int *path = malloc(((size_t)p->n + 1) * sizeof *path);
+    if (!path) return 0;
+    int n_path = 0;
+    bool stale = true;
+    while (base_now_s() < deadline && misses < 400 + nd * 50) {
+        if (stale) {
+            n_path = 0;
+            for (int v = sim->last; v >= 0 && n_path < p->n; v = sim->crit[v]) path[n_path++] = v;
+            stale = false;
+        }
+        if (n_path == 0) break;
+        int v = path[rng_next(&rng) % (uint64_t)n_path];
+        int g = a->pg->group_of[v], from = a->gdev[g];
+        // Towards the device of the op that held it up, or to another device.
+        int to;
+        int c = sim->crit[v];
+        if (c >= 0 && a->dev[c] != from && (rng_next(&rng) & 1)) to = a->dev[c];
+        else to = (int)(rng_next(&rng) % (uint64_t)nd);
+        if (to == from || !allowed(a, g, to)) {
+            misses++;
+            continue;
+        }
+        a->used[from] -= a->group_bytes[g];
+        bool room = fits(a, g, to);
+        a->used[from] += a->group_bytes[g];
+        if (!room) {
+            misses++;
+            continue;
+        }
+        move_group(a, g, to);
+        double t = placer_simulate(p, a->dev, sim);
+        if (t >= 0 && t < *step * (1 - 1e-9)) {
+            *step = t;
+            kept++;
+            misses = 0;
+            stale = true;
+        } else {
+            move_group(a, g, from);
+            misses++;
+        }
+    }
+    // The simulation's times must be those of the placement kept.
+    placer_simulate(p, a->dev, sim);
+    free(path);
+    return kept;
+}
+
+// ---- public calls ----
+
+static bool fill_estimate(const placer_problem *p, const int *dev, placer_sim *sim, dg_step_estimate *est,
+                          dg_status *st) {
+    memset(est, 0, sizeof *est);
+    est->n_devices = p->n_dev;
+    est->busy_s = calloc((size_t)p->n_dev + 1, sizeof *est->busy_s);
+    est->peak_bytes = calloc((size_t)p->n_dev + 1, sizeof *est->peak_bytes);
+    est->static_bytes = calloc((size_t)p->n_dev + 1, sizeof *est->static_bytes);
+    if (!est->busy_s || !est->peak_bytes || !est->static_bytes) {
+        dg_step_estimate_clear(est);
+        return base_oom(st, "step estimate", (size_t)p->n_dev * 8);
+    }
+    est->step_s = sim->step_s;
+    est->n_ops = p->n;
+    for (int d = 0; d < p->n_dev; d++) est->busy_s[d] = sim->busy[d];
+    for (int v = 0; v < p->n; v++) est->static_bytes[dev[v]] += p->static_bytes[v];
+    for (int x = 0; x < sim->n_xfers; x++) est->transfer_bytes += p->gid_bytes[sim->xfers[x].gid];
+    est->n_transfers = sim->n_xfers;
+    if (!placer_sim_peak_memory(p, dev, sim, est->peak_bytes, st)) {
+        dg_step_estimate_clear(est);
+        return false;
+    }
+    return true;
+}
+
+bool dg_simulate_step(dg_node *const *nodes, int n_nodes, const char *const *devices, int n_devices,
+                      const dg_cost_model *m_in, dg_step_estimate *est, dg_status *st) {
+    dg_status_reset(st);
+    memset(est, 0, sizeof *est);
+    dg_cost_model *own = m_in ? NULL : dg_cost_model_new();
+    const dg_cost_model *m = m_in ? m_in : own;
+    placer_problem p;
+    placer_sim sim;
+    memset(&sim, 0, sizeof sim);
+    graph_strmap index = {0};
+    int *dev = NULL;
+    bool ok = false;
+    if (!m) return base_oom(st, "cost model", sizeof(dg_cost_model));
+    if (!placer_problem_build(&p, nodes, n_nodes, devices, n_devices, m, 0, st)) goto out_model;
+    dev = malloc(((size_t)n_nodes + 1) * sizeof *dev);
+    if (!dev) {
+        base_oom(st, "simulation", (size_t)n_nodes * sizeof *dev);
+        goto out;
+    }
+    for (int d = 0; d < n_devices; d++) graph_strmap_put(&index, devices[d], (void *)(intptr_t)(d + 1));
+    for (int i = 0; i < n_nodes; i++) {
+        const char *a = nodes[i]->assigned_device;
+        void *v = a ? graph_strmap_get(&index, a) : NULL;
+        if (!v) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "simulation: node \"%s\" (%s) is %s%s%s", nodes[i]->name,
+                           nodes[i]->op->name, a ? "on device \"" : "not placed", a ? a : "",
+                           a ? "\", which is not among the devices given" : "");
+            goto out;
+        }
+        dev[i] = (int)(intptr_t)v - 1;
+    }
+    if (placer_simulate(&p, dev, &sim) < 0) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "simulation: out of memory");
+        goto out;
+    }
+    ok = fill_estimate(&p, dev, &sim, est, st);
+out:
+    free(dev);
+    graph_strmap_clear(&index);
+    placer_sim_clear(&sim);
+    placer_problem_clear(&p);
+out_model:
+    dg_cost_model_free(&own);
+    return ok;
+}
+
+bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *devices, int n_devices,
+                         const dg_auto_place_options *opts_in, dg_auto_place_report *report, dg_status *st) {
+    dg_status_reset(st);
+    double t0 = base_now_s();
+    if (report) memset(report, 0, sizeof *report);
+    dg_auto_place_options opts = opts_in ? *opts_in : dg_auto_place_options_default();
+    if ((int)opts.placer < 0 || (int)opts.placer > 3) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "automatic placement: no placer %d", (int)opts.placer);
+        return false;
+    }
+    if (n_devices <= 0 || !devices) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "automatic placement: no devices to place on");
+        return false;
+    }
+    if (opts.unknown_dim < 0) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "automatic placement: unknown_dim must be at least 0, got %lld",
+                       (long long)opts.unknown_dim);
+        return false;
+    }
+    for (int d = 0; opts.memory_caps && d < n_devices; d++)
+        if (opts.memory_caps[d] < 0) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "automatic placement: the memory cap of %s is negative (%lld)",
+                           devices[d], (long long)opts.memory_caps[d]);
+            return false;
+        }
+    dg_cost_model *own = opts.cost ? NULL : dg_cost_model_new();
+    const dg_cost_model *m = opts.cost ? opts.cost : own;
+    if (!m) return base_oom(st, "cost model", sizeof(dg_cost_model));
+    placer_groups pg;
+    placer_problem p;
+    placer_sim sim;
+    memset(&pg, 0, sizeof pg);
+    memset(&p, 0, sizeof p);
+    memset(&sim, 0, sizeof sim);
+    ap a;
+    memset(&a, 0, sizeof a);
+    int *best_dev = NULL;
+    bool ok = false;
+    if (!placer_groups_build(nodes, n_nodes, devices, n_devices, &opts.placement, &pg, st)) goto out;
+    if (!placer_problem_build(&p, nodes, n_nodes, devices, n_devices, m, opts.unknown_dim, st)) goto out;
+    a.p = &p;
+    a.pg = &pg;
+    a.caps = opts.memory_caps;
+    a.group_bytes = calloc((size_t)pg.n_groups + 1, sizeof *a.group_bytes);
+    a.member_start = calloc((size_t)pg.n_groups + 2, sizeof *a.member_start);
+    a.members = malloc(((size_t)n_nodes + 1) * sizeof *a.members);
+    a.used = calloc((size_t)n_devices + 1, sizeof *a.used);
+    a.gdev = malloc(((size_t)pg.n_groups + 1) * sizeof *a.gdev);
+    a.dev = malloc(((size_t)n_nodes + 1) * sizeof *a.dev);
+    best_dev = malloc(((size_t)n_nodes + 1) * sizeof *best_dev);
+    if (!a.group_bytes || !a.member_start || !a.members || !a.used || !a.gdev || !a.dev || !best_dev) {
+        base_oom(st, "automatic placement", (size_t)n_nodes * 8);
+        goto out;
+    }
+    for (int v = 0; v < n_nodes; v++) {
+        a.group_bytes[pg.group_of[v]] += p.static_bytes[v];
+        a.member_start[pg.group_of[v] + 1]++;
+    }
+    for (int g = 0; g < pg.n_groups; g++) a.member_start[g + 1] += a.member_start[g];
+    {
+        int *fill = calloc((size_t)pg.n_groups + 1, sizeof *fill);
+        if (!fill) {
+            base_oom(st, "automatic placement", (size_t)pg.n_groups * sizeof *fill);
+            goto out;
+        }
+        for (int v = 0; v < n_nodes; v++) {
+            int g = pg.group_of[v];
+            a.members[a.member_start[g] + fill[g]++] = v;
+        }
+        free(fill);
+    }
+    double best_step = INFINITY;
+    dg_auto_placer best_kind = DG_AUTO_PLACER_M_TOPO;
+    bool have_err = false;
+    for (int k = DG_AUTO_PLACER_M_TOPO; k <= DG_AUTO_PLACER_M_SCT; k++) {
+        if (opts.placer != DG_AUTO_PLACER_AUTO && (int)opts.placer != k) continue;
+        // The first placer that fails says why; a later one's success clears it.
+        dg_status *kst = have_err ? NULL : st;
+        bool placed = k == DG_AUTO_PLACER_M_TOPO ? place_topo(&a, kst) : place_etf(&a, k == DG_AUTO_PLACER_M_SCT, kst);
+        if (!placed) {
+            have_err = true;
+            continue;
+        }
+        double t = placer_simulate(&p, a.dev, &sim);
+        if (t < 0) {
+            dg_status_set(st, DG_RESOURCE_EXHAUSTED, "automatic placement: out of memory simulating");
+            goto out;
+        }
+        if (report) report->candidate_step_s[k] = t;
+        if (t < best_step) {
+            best_step = t;
+            best_kind = (dg_auto_placer)k;
+            memcpy(best_dev, a.dev, (size_t)n_nodes * sizeof *best_dev);
+        }
+    }
+    if (!isfinite(best_step)) goto out;
+    dg_status_reset(st);
+    // Start again from the best: its groups, its devices' bytes.
+    reset(&a);
+    for (int v = 0; v < n_nodes; v++) {
+        int g = pg.group_of[v];
+        if (a.gdev[g] < 0) put(&a, g, best_dev[v]);
+    }
+    placer_simulate(&p, a.dev, &sim);
+    int moves = 0;
+    if (opts.placer == DG_AUTO_PLACER_AUTO && opts.time_budget_s >= 0) {
+        double budget = opts.time_budget_s > 0 ? opts.time_budget_s : fmin(8.0, 20e-6 * n_nodes);
+        double step = best_step;
+        moves = refine(&a, &sim, &step, base_now_s() + budget, opts.seed);
+        best_step = step;
+    }
+    for (int i = 0; i < n_nodes; i++) {
+        const char *d = devices[a.dev[i]];
+        if (!nodes[i]->assigned_device || strcmp(nodes[i]->assigned_device, d) != 0)
+            graph_set_assigned_device(nodes[i], d);
+    }
+    if (report) {
+        report->chosen = opts.placer == DG_AUTO_PLACER_AUTO && moves > 0 ? DG_AUTO_PLACER_AUTO : best_kind;
+        report->predicted_step_s = best_step;
+        report->n_moves = moves;
+        if (!fill_estimate(&p, a.dev, &sim, &report->estimate, st)) goto out;
+        report->seconds = base_now_s() - t0;
+    }
+    ok = true;
+out:
+    free(a.group_bytes);
+    free(a.member_start);
+    free(a.members);
+    free(a.used);
+    free(a.gdev);
+    free(a.dev);
+    free(best_dev);
+    placer_sim_clear(&sim);
+    placer_problem_clear(&p);
+    placer_groups_clear(&pg);
+    dg_cost_model_free(&own);
+    return ok;
+}
+
+bool dg_auto_place(dg_graph *g, const char *const *devices, int n_devices, const dg_auto_place_options *opts,
+                   dg_auto_place_report *report, dg_status *st) {
+    dg_status_reset(st);
+    if (!g) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "automatic placement: no graph");
+        return false;
+    }
+    int n = dg_graph_num_nodes(g);
+    dg_node **nodes = malloc(((size_t)n + 1) * sizeof *nodes);
+    if (!nodes) return base_oom(st, "automatic placement", (size_t)n * sizeof *nodes);
+    for (int i = 0; i < n; i++) nodes[i] = dg_graph_node(g, i);
+    bool ok = dg_auto_place_nodes(nodes, n, devices, n_devices, opts, report, st);
+    free(nodes);
+    return ok;
+}

@@ -1,0 +1,119 @@
+/* What the placers share: colocation groups and the devices each group may take. dg_place
+ * (placer.c) takes each group's first allowed device; the automatic placer (auto_place.c)
+ * chooses among the allowed ones under a cost model. */
+#ifndef DG_PLACER_IMPL_H
+#define DG_PLACER_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "distgraph/auto_place.h"
+#include "distgraph/placer.h"
+#include "strmap_impl.h"
+
+typedef struct placer_groups {
+    int n_nodes, n_groups, n_devices;
+    int *group_of;      // node (index into the nodes given) -> group, groups numbered in order
+                        // of their oldest member
+    uint8_t *allowed;   // n_groups x n_devices: 1 where the group may go (request, soft
+                        // placement, filters and kernels all met)
+    int *first;         // n_groups: dg_place's choice (accelerators first, then given order)
+    bool *pinned;       // n_groups: some member requested a device (job, task, type or id)
+} placer_groups;
+
+// Unites colocation groups (explicit lists, ops with their variables by reference), merges
+// each group's requests and finds the devices it may take. On failure sets st naming the node
+// and the devices there were, as dg_place reports it. Returns false then, with *out empty.
+bool placer_groups_build(dg_node *const *nodes, int n_nodes, const char *const *devices, int n_devices,
+                         const dg_placement_options *opts, placer_groups *out, dg_status *st);
+void placer_groups_clear(placer_groups *g);
+
+
+// ---- the cost model (cost_model.c) ----
+
+enum { PLACER_MAX_TYPES = 8, PLACER_MAX_HOSTS = 4096 };
+
+typedef struct placer_host {
+    char *job;     // owned
+    int task;
+    int host;      // index among distinct hosts
+} placer_host;
+
+struct dg_cost_model {
+    char types[PLACER_MAX_TYPES][32];
+    dg_device_perf perf[PLACER_MAX_TYPES];
+    int n_types;
+    dg_link_perf links[3];
+    placer_host *hosts;   // owned; empty: every task on one host
+    int n_hosts, cap_hosts;
+    graph_strmap measured;   // "type\tnode name" -> 1 + index into measured_items
+    struct placer_measured { char *key; double s; } *measured_items;   // keys owned
+    int n_measured, cap_measured;
+};
+
+// The figures of device_type (a known one, else the CPU's).
+const dg_device_perf *placer_device_perf(const dg_cost_model *m, const char *device_type);
+// The host number of /job:J/task:T (-1 when not known: the same host as every other).
+int placer_task_host(const dg_cost_model *m, const char *job, int task);
+// An output's bytes: its shape's elements (unknown dimensions as unknown_dim) times its dtype's
+// size; -1 when a dimension is unknown and unknown_dim is 0.
+int64_t placer_output_bytes(const dg_node *n, int i, int64_t unknown_dim);
+// Node n's FLOPs and bytes (unknown dimensions as unknown_dim); false when a size it needs is
+// unknown.
+bool placer_op_work(const dg_node *n, int64_t unknown_dim, double *flops, double *bytes);
+// Whether n costs nothing but its overhead (constants, variables, views, NoOp).
+bool placer_op_is_free(const dg_node *n);
+
+// ---- a placement problem and its simulation (simulate.c) ----
+
+// The nodes to place as arrays the simulator and placers walk: edges by index, each op's time
+// on each device, each output's bytes, each device pair's link.
+typedef struct placer_problem {
+    int n, n_dev;
+    dg_node *const *nodes;
+    const char *const *devices;
+    int *dev_type;           // n_dev: index into the cost model's types
+    int n_types;
+    double *cost;            // n x n_types seconds
+    int *out_start;          // n + 1: node u's outputs are gid out_start[u] .. out_start[u+1]-1,
+                             // the last of them its control "output"
+    int64_t *gid_bytes;      // bytes of each output (control: 4, a dummy scalar)
+    int *succ_start, *succ, *succ_gid;   // CSR, each node's out-edges sorted by output
+    int *pred_start, *pred, *pred_gid;   // CSR, in-edges
+    int *n_in;               // in-edges per node
+    int64_t *persist;        // n: bytes of the variable a VariableV2 holds (never freed)
+    int64_t *static_bytes;   // n: persist plus the outputs
+    double *lat, *inv_bw;    // n_dev x n_dev links (0 on the diagonal)
+    int *topo;               // a topological order (by id where free)
+} placer_problem;
+
+// Builds the problem of nodes over devices (complete names); unknown dimensions stand for
+// unknown_dim (0: an error naming the node and output). False with st set on error.
+bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const char *const *devices, int n_dev,
+                          const dg_cost_model *m, int64_t unknown_dim, dg_status *st);
+void placer_problem_clear(placer_problem *p);
+
+// One simulation's scratch and results, reused between runs.
+typedef struct placer_sim {
+    double *start, *finish;  // per node
+    int *crit;               // per node: the predecessor whose arrival made it ready, -1 none
+    int *pending;            // scratch
+    double *dev_free, *chan_free, *busy;
+    int *stamp_gid, *stamp_xfer;   // per device: the last transfer made, for one per tensor
+    struct placer_xfer { int gid, src, dst; double start, end, arrive; } *xfers;
+    int n_xfers, cap_xfers;
+    int *edge_xfer;          // per out-edge: its transfer, -1 local
+    struct placer_event { double t; int64_t seq; int kind, id; } *heap;
+    int n_heap, cap_heap;
+    double step_s;
+    int last;                // the node that finished last
+} placer_sim;
+
+// Simulates the problem with node i on device dev[i]. Returns the step time; -1 when a
+// cycle leaves nodes that never run. The simulation's times stay in sim.
+double placer_simulate(const placer_problem *p, const int *dev, placer_sim *sim);
+void placer_sim_clear(placer_sim *sim);
+// The bytes alive at once on each device (peak, n_dev long) of the last simulation.
+bool placer_sim_peak_memory(const placer_problem *p, const int *dev, placer_sim *sim, int64_t *peak, dg_status *st);
+
+#endif

@@ -1,0 +1,493 @@
+/* The automatic placer's parts: the cost model's FLOPs and bytes (against counts by hand), its
+ * calibration files and their errors, the step simulator (hand-computed steps and memory, and on
+ * random graphs a schedule checked for validity independently of how it was made), the placers
+ * (requests, colocation, caps, never slower than their start) and their errors. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "placer_impl.h"
+#include "testutil.h"
+
+#define D0 "/job:worker/replica:0/task:0/device:CPU:0"
+#define D1 "/job:worker/replica:0/task:0/device:CPU:1"
+#define D2 "/job:worker/replica:0/task:1/device:CPU:0"
+static const char *DEVS[] = {D0, D1, D2};
+
+// 1 GFLOP/s, 1 GB/s, no overhead; links 10 us + 1 GB/s: times easy to add by hand.
+static dg_cost_model *simple_model(void) {
+    dg_cost_model *m = dg_cost_model_new();
+    dg_status *st = dg_status_new();
+    assert_true(dg_cost_model_set_device(m, "CPU", (dg_device_perf){1e9, 1e9, 0}, st));
+    for (int k = 0; k < 3; k++) assert_true(dg_cost_model_set_link(m, (dg_link_kind)k, (dg_link_perf){1e-5, 1e9}, st));
+    dg_status_free(&st);
+    return m;
+}
+
+static dg_node **all_nodes(dg_graph *g, int *n) {
+    *n = dg_graph_num_nodes(g);
+    dg_node **nodes = malloc((size_t)*n * sizeof *nodes);
+    for (int i = 0; i < *n; i++) nodes[i] = dg_graph_node(g, i);
+    return nodes;
+}
+
+static void place_as_requested(dg_graph *g) {
+    int n;
+    dg_node **nodes = all_nodes(g, &n);
+    dg_status *st = dg_status_new();
+    assert_true(dg_place(nodes, n, DEVS, 3, NULL, st));
+    free(nodes);
+    dg_status_free(&st);
+}
+
+static void simulate(dg_graph *g, const dg_cost_model *m, dg_step_estimate *est) {
+    int n;
+    dg_node **nodes = all_nodes(g, &n);
+    dg_status *st = dg_status_new();
+    bool ok = dg_simulate_step(nodes, n, DEVS, 3, m, est, st);
+    assert_ok(st);
+    assert_true(ok);
+    free(nodes);
+    dg_status_free(&st);
+}
+
+static void test_op_work(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_output a = dg_placeholder(g, "a", DG_FLOAT32, dg_shape2(7, 5));
+    dg_output b = dg_placeholder(g, "b", DG_FLOAT32, dg_shape2(5, 3));
+    dg_output mm = dg_matmul(g, "mm", a, b, false, false);
+    dg_output at = dg_placeholder(g, "at", DG_FLOAT32, dg_shape2(5, 7));
+    dg_output mt = dg_matmul(g, "mt", at, b, true, false);
+    int64_t xd[4] = {2, 9, 9, 3}, fd[4] = {3, 3, 3, 4};
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape_make(4, xd));
+    dg_output f = dg_placeholder(g, "f", DG_FLOAT32, dg_shape_make(4, fd));
+    dg_output y = dg_conv2d(g, "y", x, f, 1, 1, DG_PADDING_VALID);
+    dg_output r = dg_relu(g, "r", mm);
+    assert_true(dg_graph_ok(g));
+    dg_cost_model *m = dg_cost_model_new();
+    double fl, by;
+    // [7,5] x [5,3]: 7*3 outputs of 5 multiply-adds; bytes: 35 + 15 read, 21 written, 4 each.
+    dg_cost_model_op_seconds(m, mm.node, "CPU", &fl, &by);
+    assert_true(fl == 2.0 * 7 * 3 * 5);
+    assert_true(by == 4.0 * (35 + 15 + 21));
+    dg_cost_model_op_seconds(m, mt.node, "CPU", &fl, &by);
+    assert_true(fl == 2.0 * 7 * 3 * 5);
+    // VALID 3x3 over 9x9: 7x7 outputs, 4 channels, each 3*3*3 multiply-adds, batch 2.
+    dg_cost_model_op_seconds(m, y.node, "CPU", &fl, &by);
+    assert_true(fl == 2.0 * (2 * 7 * 7 * 4) * (3 * 3 * 3));
+    // Relu of 21 floats: 21 read, 21 written; its time is the bytes' at 10 GB/s plus 2 us.
+    double t = dg_cost_model_op_seconds(m, r.node, "CPU", &fl, &by);
+    assert_true(by == 4.0 * 42);
+    assert_true(fabs(t - (2e-6 + 168 / 10e9)) < 1e-15);
+    // A measured time replaces the estimate, for its device type only.
+    dg_status *st = dg_status_new();
+    assert_true(dg_cost_model_set_measured(m, "r", "CPU", 0.25, st));
+    assert_true(dg_cost_model_op_seconds(m, r.node, "CPU", NULL, NULL) == 0.25);
+    assert_true(dg_cost_model_op_seconds(m, r.node, "GPU", NULL, NULL) < 0.001);
+    assert_false(dg_cost_model_set_measured(m, "r", "CPU", NAN, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "finite");
+    // Links: same task, same host, other hosts (from the cluster's addresses).
+    assert_true(dg_cost_model_transfer_seconds(m, D0, D0, 1e6) == 0);
+    assert_true(fabs(dg_cost_model_transfer_seconds(m, D0, D1, 2e4) - (2e-6 + 2e4 / 20e9)) < 1e-15);
+    assert_true(fabs(dg_cost_model_transfer_seconds(m, D0, D2, 5e3) - (20e-6 + 5e3 / 5e9)) < 1e-15);
+    dg_cluster *c = dg_cluster_from_spec_string("worker|10.0.0.1:2222;10.0.0.2:2222", st);
+    assert_non_null(c);
+    assert_true(dg_cost_model_set_hosts(m, c, st));
+    assert_true(fabs(dg_cost_model_transfer_seconds(m, D0, D2, 5e3) - (100e-6 + 5e3 / 1.25e9)) < 1e-15);
+    dg_cluster_free(&c);
+    dg_status_free(&st);
+    dg_cost_model_free(&m);
+    dg_graph_free(&g);
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_calibration_files(void **state) {
+    dg_test_tmpdir *t = *state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/cost.json", t->dir);
+    dg_cost_model *m = dg_cost_model_new();
+    dg_status *st = dg_status_new();
+    assert_true(dg_cost_model_set_device(m, "CPU", (dg_device_perf){3e10, 4e9, 5e-6}, st));
+    assert_true(dg_cost_model_set_link(m, DG_LINK_SAME_HOST, (dg_link_perf){7e-6, 3e9}, st));
+    assert_true(dg_cost_model_save(m, path, st));
+    dg_cost_model *m2 = dg_cost_model_new();
+    assert_true(dg_cost_model_load(m2, path, st));
+    assert_ok(st);
+    const dg_device_perf *p = placer_device_perf(m2, "CPU");
+    assert_true(p->flops_per_s == 3e10 && p->bytes_per_s == 4e9 && p->op_overhead_s == 5e-6);
+    assert_true(m2->links[DG_LINK_SAME_HOST].latency_s == 7e-6 && m2->links[DG_LINK_SAME_HOST].bytes_per_s == 3e9);
+    // Wrong files name the file and key, and change nothing.
+    write_file(path, "{\"devices\": {\"CPU\": {\"flops_per_s\": -1, \"bytes_per_s\": 1, \"op_overhead_s\": 0}}}");
+    assert_false(dg_cost_model_load(m2, path, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "positive");
+    assert_true(placer_device_perf(m2, "CPU")->flops_per_s == 3e10);
+    write_file(path, "{\"devices\": {\"CPU\": {\"flops_per_s\": \"fast\"}}}");
+    assert_false(dg_cost_model_load(m2, path, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "devices.CPU.flops_per_s must be a number");
+    write_file(path, "{\"links\": {\"same_task\": {\"latency_s\": 1e-6}}}");
+    assert_false(dg_cost_model_load(m2, path, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "links.same_task.bytes_per_s");
+    write_file(path, "{\"devices\": [1, 2");
+    assert_false(dg_cost_model_load(m2, path, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "cost.json");
+    write_file(path, "[]");
+    assert_false(dg_cost_model_load(m2, path, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "top level");
+    snprintf(path, sizeof path, "%s/none.json", t->dir);
+    assert_false(dg_cost_model_load(m2, path, st));
+    assert_status(st, DG_NOT_FOUND, "none.json");
+    dg_status_free(&st);
+    dg_cost_model_free(&m);
+    dg_cost_model_free(&m2);
+}
+
+// A chain x -> r1 on D0, then r2 and r3 of r1 on D1 and their sum s: Relu of 1000 floats
+// reads and writes 8000 bytes, 8 us at 1 GB/s; the transfer of r1's 4000 bytes takes 10 us +
+// 4 us, once for both readers; the Add reads 8000 and writes 4000 bytes, 12 us.
+static void test_simulated_chain(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, D0);
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape1(1000));
+    dg_output r1 = dg_relu(g, "r1", x);
+    dg_graph_pop_device(g);
+    dg_graph_push_device(g, D1);
+    dg_output r2 = dg_relu(g, "r2", r1);
+    dg_output r3 = dg_relu(g, "r3", r1);
+    dg_add(g, "s", r2, r3);
+    dg_graph_pop_device(g);
+    place_as_requested(g);
+    dg_cost_model *m = simple_model();
+    dg_step_estimate est;
+    simulate(g, m, &est);
+    // r1 ends at 8 us, arrives at 22 us; r2 runs 22-30, r3 30-38, s 38-50.
+    assert_true(fabs(est.step_s - 50e-6) < 1e-12);
+    assert_int_equal(est.n_transfers, 1);
+    assert_int_equal(est.transfer_bytes, 4000);
+    assert_true(fabs(est.busy_s[0] - 8e-6) < 1e-12 && fabs(est.busy_s[1] - 28e-6) < 1e-12);
+    // Memory on D0: x and r1 (8000) while r1 runs. D1: the received r1 with r2 and r3 (12000)
+    // until r3 ends; then r2, r3 and s.
+    assert_int_equal(est.peak_bytes[0], 8000);
+    assert_int_equal(est.peak_bytes[1], 12000);
+    assert_int_equal(est.static_bytes[0], 8000);
+    assert_int_equal(est.static_bytes[1], 12000);
+    dg_step_estimate_clear(&est);
+    // On one device: 8 + 8 + 8 + 12 us, no transfer; r1, r2 and r3 alive at once (12000).
+    dg_graph_clear_devices(g);
+    dg_graph *h = g;
+    int n;
+    dg_node **nodes = all_nodes(h, &n);
+    dg_status *st = dg_status_new();
+    const char *one[1] = {D0};
+    assert_true(dg_place(nodes, n, one, 1, NULL, st));
+    assert_true(dg_simulate_step(nodes, n, one, 1, m, &est, st));
+    assert_true(fabs(est.step_s - 36e-6) < 1e-12);
+    assert_int_equal(est.n_transfers, 0);
+    assert_int_equal(est.peak_bytes[0], 12000);
+    dg_step_estimate_clear(&est);
+    free(nodes);
+    dg_status_free(&st);
+    dg_cost_model_free(&m);
+    dg_graph_free(&g);
+}
+
+// Two tensors from D0 to D1 share one channel: the second waits for the first's bytes.
+static void test_simulated_channel_contention(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, D0);
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape1(1000));
+    dg_output y = dg_placeholder(g, "y", DG_FLOAT32, dg_shape1(1000));
+    dg_graph_pop_device(g);
+    dg_graph_push_device(g, D1);
+    dg_output s = dg_add(g, "s", x, y);
+    dg_graph_pop_device(g);
+    (void)s;
+    place_as_requested(g);
+    dg_cost_model *m = simple_model();
+    dg_step_estimate est;
+    simulate(g, m, &est);
+    // x: 0-4 us on the wire, arrives 14; y: 4-8, arrives 18; Add reads 8000 and writes 4000
+    // bytes: 12 us. Step 30 us.
+    assert_true(fabs(est.step_s - 30e-6) < 1e-12);
+    assert_int_equal(est.n_transfers, 2);
+    // A variable stays: its bytes count on its device from the start.
+    dg_step_estimate_clear(&est);
+    dg_cost_model_free(&m);
+    dg_graph_free(&g);
+}
+
+// Random graphs, random placements: the schedule the simulator made must be valid (every op
+// starts after its inputs are on its device; a device runs one op at a time) and work-conserving
+// (a device is not idle while an op waits for it), checked from its times alone.
+static void test_simulated_schedules_are_valid(void **state) {
+    (void)state;
+    uint64_t rng = 99;
+    for (int trial = 0; trial < 40; trial++) {
+        dg_graph *g = dg_graph_new();
+        int n = 5 + (int)dg_test_uniform(&rng, 0, 40);
+        dg_output *outs = malloc((size_t)n * sizeof *outs);
+        for (int i = 0; i < n; i++) {
+            int64_t len = 100 * (1 + (int64_t)dg_test_uniform(&rng, 0, 20));
+            if (i < 3) {
+                outs[i] = dg_placeholder(g, NULL, DG_FLOAT32, dg_shape2(len, 10));
+                continue;
+            }
+            dg_output a = outs[(int)dg_test_uniform(&rng, 0, i)];
+            dg_output b = outs[(int)dg_test_uniform(&rng, 0, i)];
+            dg_shape sa = dg_output_shape(a), sb = dg_output_shape(b);
+            outs[i] = sa.dims[0] == sb.dims[0] ? dg_add(g, NULL, a, b) : dg_relu(g, NULL, a);
+        }
+        assert_true(dg_graph_ok(g));
+        int nn;
+        dg_node **nodes = all_nodes(g, &nn);
+        dg_cost_model *m = simple_model();
+        placer_problem p;
+        dg_status *st = dg_status_new();
+        assert_true(placer_problem_build(&p, nodes, nn, DEVS, 3, m, 0, st));
+        int *dev = malloc((size_t)nn * sizeof *dev);
+        for (int i = 0; i < nn; i++) dev[i] = (int)dg_test_uniform(&rng, 0, 3);
+        placer_sim sim;
+        memset(&sim, 0, sizeof sim);
+        double step = placer_simulate(&p, dev, &sim);
+        assert_true(step > 0);
+        double max_finish = 0;
+        for (int v = 0; v < nn; v++) {
+            double c = p.cost[(size_t)v * p.n_types + p.dev_type[dev[v]]];
+            assert_true(fabs(sim.finish[v] - sim.start[v] - c) < 1e-15);
+            if (sim.finish[v] > max_finish) max_finish = sim.finish[v];
+            // Inputs there: a local one when its op ends, a remote one when a transfer of that
+            // tensor to this device has arrived.
+            double ready = 0;
+            for (int e = p.pred_start[v]; e < p.pred_start[v + 1]; e++) {
+                int u = p.pred[e];
+                double arr = sim.finish[u];
+                if (dev[u] != dev[v]) {
+                    arr = INFINITY;
+                    for (int x = 0; x < sim.n_xfers; x++)
+                        if (sim.xfers[x].gid == p.pred_gid[e] && sim.xfers[x].dst == dev[v]) {
+                            assert_true(sim.xfers[x].start >= sim.finish[u] - 1e-15);
+                            arr = sim.xfers[x].arrive;
+                        }
+                }
+                assert_true(isfinite(arr));
+                if (arr > ready) ready = arr;
+            }
+            assert_true(sim.start[v] >= ready - 1e-15);
+            // Idle only if busy: when v waited past its ready time, some op of its device ran
+            // just before it started.
+            if (sim.start[v] > ready + 1e-15) {
+                bool busy = false;
+                for (int w = 0; w < nn && !busy; w++)
+                    busy = w != v && dev[w] == dev[v] && sim.start[w] < sim.start[v] &&
+                           fabs(sim.finish[w] - sim.start[v]) < 1e-15;
+                assert_true(busy);
+            }
+            for (int w = 0; w < nn; w++)
+                if (w != v && dev[w] == dev[v])
+                    assert_true(sim.finish[w] <= sim.start[v] + 1e-15 || sim.finish[v] <= sim.start[w] + 1e-15);
+        }
+        assert_true(step == max_finish);
+        // The same placement simulates to the same step (deterministic).
+        assert_true(placer_simulate(&p, dev, &sim) == step);
+        placer_sim_clear(&sim);
+        placer_problem_clear(&p);
+        free(dev);
+        free(nodes);
+        free(outs);
+        dg_status_free(&st);
+        dg_cost_model_free(&m);
+        dg_graph_free(&g);
+    }
+}
+
+// A two-layer model with Adam: the placers keep each variable with its update and slots, keep
+// pinned nodes where they were asked, stay under the caps, and AUTO is never slower than the
+// best of the three.
+static dg_graph *model(bool pin) {
+    dg_graph *g = dg_graph_new();
+    if (pin) dg_graph_push_device(g, "/job:worker/task:1");
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(64, 256));
+    if (pin) dg_graph_pop_device(g);
+    dg_output h = x;
+    for (int l = 0; l < 4; l++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", l);
+        dg_output w = dg_variable(g, name, DG_FLOAT32, dg_shape2(256, 256), dg_init_zeros());
+        h = dg_relu(g, NULL, dg_matmul(g, NULL, h, w, false, false));
+    }
+    dg_output loss = dg_sum(g, "loss", h, NULL, 0, false);
+    dg_optimizer opt = dg_adam(g, 0.1);
+    assert_non_null(dg_optimizer_minimize(&opt, loss, (dg_output){NULL, 0}));
+    assert_true(dg_graph_ok(g));
+    return g;
+}
+
+static int dev_index(const char *d) {
+    for (int i = 0; i < 3; i++)
+        if (strcmp(DEVS[i], d) == 0) return i;
+    return -1;
+}
+
+static void test_placers_honour_constraints(void **state) {
+    (void)state;
+    dg_cost_model *m = simple_model();
+    dg_status *st = dg_status_new();
+    for (int k = 0; k <= 3; k++) {
+        dg_graph *g = model(true);
+        // Total static bytes on one device, then caps of 45% of it on each of three.
+        dg_auto_place_options o = dg_auto_place_options_default();
+        o.cost = m;
+        o.placer = DG_AUTO_PLACER_M_TOPO;
+        o.time_budget_s = -1;
+        dg_auto_place_report r;
+        assert_true(dg_auto_place(g, DEVS, 3, &o, &r, st));
+        int64_t total = r.estimate.static_bytes[0] + r.estimate.static_bytes[1] + r.estimate.static_bytes[2];
+        dg_auto_place_report_clear(&r);
+        int64_t caps[3] = {total * 45 / 100, total * 45 / 100, total * 45 / 100};
+        o.placer = (dg_auto_placer)k;
+        o.memory_caps = caps;
+        o.time_budget_s = 0.2;
+        bool ok = dg_auto_place(g, DEVS, 3, &o, &r, st);
+        assert_ok(st);
+        assert_true(ok);
+        for (int d = 0; d < 3; d++) assert_true(r.estimate.static_bytes[d] <= caps[d]);
+        for (int d = 0; d < 3; d++) assert_true(r.estimate.peak_bytes[d] <= r.estimate.static_bytes[d]);
+        const char *w0 = dg_node_assigned_device(dg_graph_find(g, "w0"));
+        assert_string_equal(dg_node_assigned_device(dg_graph_find(g, "w0/Adam")), w0);
+        assert_string_equal(dg_node_assigned_device(dg_graph_find(g, "Adam/update_w0/ApplyAdam")), w0);
+        assert_string_equal(dg_node_assigned_device(dg_graph_find(g, "x")), D2);
+        // Its own simulation agrees with the report's.
+        dg_step_estimate est;
+        simulate(g, m, &est);
+        assert_true(fabs(est.step_s - r.predicted_step_s) <= 1e-12 * r.predicted_step_s);
+        dg_step_estimate_clear(&est);
+        if (k == DG_AUTO_PLACER_AUTO) {
+            double best = INFINITY;
+            for (int j = 1; j <= 3; j++)
+                if (r.candidate_step_s[j] > 0 && r.candidate_step_s[j] < best) best = r.candidate_step_s[j];
+            assert_true(isfinite(best));
+            assert_true(r.predicted_step_s <= best);
+        } else {
+            assert_true(r.chosen == (dg_auto_placer)k);
+            assert_true(r.predicted_step_s == r.candidate_step_s[k]);
+        }
+        dg_auto_place_report_clear(&r);
+        dg_graph_free(&g);
+    }
+    dg_status_free(&st);
+    dg_cost_model_free(&m);
+}
+
+// Parallel branches of equal work: m-ETF spreads them; a single device would take four times.
+static void test_etf_spreads_parallel_work(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(64, 64));
+    dg_output outs[4];
+    for (int b = 0; b < 4; b++) {
+        dg_output w = dg_placeholder(g, NULL, DG_FLOAT32, dg_shape2(64, 64));
+        dg_output h = x;
+        for (int l = 0; l < 8; l++) h = dg_matmul(g, NULL, h, w, false, false);
+        outs[b] = h;
+    }
+    dg_output s = dg_add(g, NULL, dg_add(g, NULL, outs[0], outs[1]), dg_add(g, NULL, outs[2], outs[3]));
+    (void)s;
+    dg_cost_model *m = simple_model();
+    dg_status *st = dg_status_new();
+    dg_auto_place_options o = dg_auto_place_options_default();
+    o.cost = m;
+    o.placer = DG_AUTO_PLACER_M_ETF;
+    dg_auto_place_report r;
+    assert_true(dg_auto_place(g, DEVS, 3, &o, &r, st));
+    // One MatMul: 2*64^3 FLOPs at 1 GFLOP/s = 524 us; 32 of them on one device: 16.8 ms.
+    double serial = 32 * 2.0 * 64 * 64 * 64 / 1e9;
+    assert_true(r.predicted_step_s < 0.5 * serial);
+    int used[3] = {0, 0, 0};
+    for (int i = 0; i < dg_graph_num_nodes(g); i++) used[dev_index(dg_node_assigned_device(dg_graph_node(g, i)))]++;
+    assert_true(used[0] > 0 && used[1] > 0 && used[2] > 0);
+    dg_auto_place_report_clear(&r);
+    dg_status_free(&st);
+    dg_cost_model_free(&m);
+    dg_graph_free(&g);
+}
+
+static void test_bad_input(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    dg_auto_place_options o = dg_auto_place_options_default();
+    // Caps no placement fits: the variable and its Adam slots need 3 x 256 KiB together.
+    dg_graph *g = model(false);
+    int64_t caps[3] = {100000, 100000, 100000};
+    o.memory_caps = caps;
+    assert_false(dg_auto_place(g, DEVS, 3, &o, NULL, st));
+    assert_status(st, DG_RESOURCE_EXHAUSTED, "under the memory caps");
+    assert_status(st, DG_RESOURCE_EXHAUSTED, "bytes");
+    for (int i = 0; i < dg_graph_num_nodes(g); i++) assert_string_equal(dg_node_assigned_device(dg_graph_node(g, i)), "");
+    caps[1] = -5;
+    assert_false(dg_auto_place(g, DEVS, 3, &o, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "negative");
+    o.memory_caps = NULL;
+    assert_false(dg_auto_place(g, DEVS, 0, &o, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "no devices");
+    dg_graph_free(&g);
+    // A node pinned to a device that does not exist.
+    g = dg_graph_new();
+    dg_graph_push_device(g, "/job:worker/task:7");
+    dg_relu(g, "lost", dg_placeholder(g, "p", DG_FLOAT32, dg_shape1(4)));
+    dg_graph_pop_device(g);
+    assert_false(dg_auto_place(g, DEVS, 3, &o, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "task:7");
+    dg_graph_free(&g);
+    // Unknown shapes: named, unless unknown_dim stands for them.
+    g = dg_graph_new();
+    dg_output p = dg_placeholder(g, "batch", DG_FLOAT32, dg_shape2(-1, 8));
+    dg_relu(g, "act", p);
+    assert_false(dg_auto_place(g, DEVS, 3, &o, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "\"batch\" (Placeholder) output 0 has shape [?, 8]");
+    o.unknown_dim = 32;
+    assert_true(dg_auto_place(g, DEVS, 3, &o, NULL, st));
+    assert_ok(st);
+    // Simulating nodes not placed, or placed off the list.
+    int n;
+    dg_node **nodes = all_nodes(g, &n);
+    dg_step_estimate est;
+    dg_graph *g2 = dg_graph_new();
+    dg_output q = dg_placeholder(g2, "q", DG_FLOAT32, dg_shape1(3));
+    dg_relu(g2, "unplaced", q);
+    int n2;
+    dg_node **nodes2 = all_nodes(g2, &n2);
+    assert_false(dg_simulate_step(nodes2, n2, DEVS, 3, NULL, &est, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "\"q\" (Placeholder) is not placed");
+    const char *other[1] = {"/job:ps/replica:0/task:0/device:CPU:0"};
+    assert_true(dg_place(nodes2, n2, DEVS, 3, NULL, st));
+    assert_false(dg_simulate_step(nodes2, n2, other, 1, NULL, &est, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "which is not among the devices given");
+    free(nodes2);
+    dg_graph_free(&g2);
+    free(nodes);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_op_work),
+        cmocka_unit_test_setup_teardown(test_calibration_files, dg_test_tmpdir_setup, dg_test_tmpdir_teardown),
+        cmocka_unit_test(test_simulated_chain),
+        cmocka_unit_test(test_simulated_channel_contention),
+        cmocka_unit_test(test_simulated_schedules_are_valid),
+        cmocka_unit_test(test_placers_honour_constraints),
+        cmocka_unit_test(test_etf_spreads_parallel_work),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
