@@ -36,6 +36,7 @@ const char *dg_auto_placer_name(dg_auto_placer p) {
     case DG_AUTO_PLACER_M_TOPO: return "m-topo";
     case DG_AUTO_PLACER_M_ETF: return "m-etf";
     case DG_AUTO_PLACER_M_SCT: return "m-sct";
+    case DG_AUTO_PLACER_METIS: return "metis";
     }
     return "unknown";
 }
@@ -54,47 +55,78 @@ void dg_auto_place_report_clear(dg_auto_place_report *r) {
     memset(r, 0, sizeof *r);
 }
 
-// ---- shared state of the placers ----
-
-typedef struct ap {
-    const placer_problem *p;
-    const placer_groups *pg;
-    const int64_t *caps;     // n_dev, 0: none; NULL: none
-    int64_t *group_bytes;    // per group
-    int *member_start, *members;   // CSR: each group's nodes
-    // One placer's run:
-    int64_t *used;           // per device
-    int *gdev;               // per group, -1 before
-    int *dev;                // per node
-} ap;
-
-static bool fits(const ap *a, int g, int d) {
+bool placer_fits(const placer_state *a, int g, int d) {
     int64_t cap = a->caps ? a->caps[d] : 0;
     return cap <= 0 || a->used[d] + a->group_bytes[g] <= cap;
 }
 
-static bool allowed(const ap *a, int g, int d) { return a->pg->allowed[(size_t)g * a->p->n_dev + d] != 0; }
+bool placer_allowed(const placer_state *a, int g, int d) { return a->pg->allowed[(size_t)g * a->p->n_dev + d] != 0; }
 
-static void put(ap *a, int g, int d) {
+void placer_put(placer_state *a, int g, int d) {
     a->gdev[g] = d;
     a->used[d] += a->group_bytes[g];
     for (int k = a->member_start[g]; k < a->member_start[g + 1]; k++) a->dev[a->members[k]] = d;
 }
 
-static void reset(ap *a) {
+void placer_reset(placer_state *a) {
     for (int d = 0; d < a->p->n_dev; d++) a->used[d] = 0;
     for (int g = 0; g < a->pg->n_groups; g++) a->gdev[g] = -1;
     for (int i = 0; i < a->p->n; i++) a->dev[i] = -1;
 }
 
-static bool no_room(const ap *a, int v, dg_status *st) {
+// Free ops without inputs (variables, constants, placeholders) wait for their first reader:
+// their group goes where it goes (a variable beside the op that reads it first).
+static bool is_lazy(const placer_state *a, int v) {
+    return a->p->n_in[v] == 0 && a->gdev[a->pg->group_of[v]] < 0 && placer_op_is_free(a->p->nodes[v]);
+}
+
+// The bytes device d takes if v goes there: its group's (if not placed) and its waiting inputs'.
+static int64_t need_bytes(const placer_state *a, int v) {
+    int g = a->pg->group_of[v];
+    int64_t b = a->gdev[g] < 0 ? a->group_bytes[g] : 0;
+    for (int e = a->p->pred_start[v]; e < a->p->pred_start[v + 1]; e++) {
+        int gu = a->pg->group_of[a->p->pred[e]];
+        if (a->gdev[gu] < 0 && gu != g) b += a->group_bytes[gu];
+    }
+    return b;
+}
+
+static bool room_for(const placer_state *a, int v, int d) {
+    int64_t cap = a->caps ? a->caps[d] : 0;
+    return cap <= 0 || a->used[d] + need_bytes(a, v) <= cap;
+}
+
+// After v went to d: its waiting inputs' groups go there too where they may (else wait on).
+static void pull_inputs(placer_state *a, int v, int d) {
+    for (int e = a->p->pred_start[v]; e < a->p->pred_start[v + 1]; e++) {
+        int gu = a->pg->group_of[a->p->pred[e]];
+        if (a->gdev[gu] < 0 && placer_allowed(a, gu, d) && placer_fits(a, gu, d)) placer_put(a, gu, d);
+    }
+}
+
+
+// Groups no reader pulled: each on the allowed device with the fewest bytes that has room.
+bool placer_place_leftovers(placer_state *a, dg_status *st) {
+    for (int v = 0; v < a->p->n; v++) {
+        int g = a->pg->group_of[v];
+        if (a->gdev[g] >= 0) continue;
+        int best = -1;
+        for (int d = 0; d < a->p->n_dev; d++)
+            if (placer_allowed(a, g, d) && placer_fits(a, g, d) && (best < 0 || a->used[d] < a->used[best])) best = d;
+        if (best < 0) return placer_no_room(a, v, st);
+        placer_put(a, g, best);
+    }
+    return true;
+}
+
+bool placer_no_room(const placer_state *a, int v, dg_status *st) {
     const dg_node *n = a->p->nodes[v];
     int g = a->pg->group_of[v];
     char room[512];
     size_t o = 0;
     room[0] = 0;
     for (int d = 0; d < a->p->n_dev && o < sizeof room; d++) {
-        if (!allowed(a, g, d)) continue;
+        if (!placer_allowed(a, g, d)) continue;
         int64_t cap = a->caps ? a->caps[d] : 0;
         o += (size_t)snprintf(room + o, sizeof room - o, "%s%s %lld of %lld bytes used", o ? "; " : "",
                               a->p->devices[d], (long long)a->used[d], (long long)cap);
@@ -108,34 +140,39 @@ static bool no_room(const ap *a, int v, dg_status *st) {
 
 // ---- m-TOPO ----
 
-static bool place_topo(ap *a, dg_status *st) {
+static bool place_topo(placer_state *a, dg_status *st) {
     const placer_problem *p = a->p;
     int nd = p->n_dev;
     int64_t total = 0;
     for (int g = 0; g < a->pg->n_groups; g++) total += a->group_bytes[g];
     int64_t share = total / nd + 1;
     int cur = 0;
-    reset(a);
+    placer_reset(a);
     for (int k = 0; k < p->n; k++) {
         int v = p->topo[k], g = a->pg->group_of[v];
-        if (a->gdev[g] >= 0) continue;
+        if (a->gdev[g] >= 0 || is_lazy(a, v)) {
+            if (a->gdev[g] >= 0) pull_inputs(a, v, a->gdev[g]);
+            continue;
+        }
         int chosen = -1;
+        int64_t need = need_bytes(a, v);
         // Under the share, from the device being filled on; then anywhere under the caps.
         for (int j = 0; j < nd && chosen < 0; j++) {
             int d = (cur + j) % nd;
             int64_t cap = a->caps && a->caps[d] > 0 && a->caps[d] < share ? a->caps[d] : share;
-            if (allowed(a, g, d) && a->used[d] + a->group_bytes[g] <= cap) chosen = d;
+            if (placer_allowed(a, g, d) && a->used[d] + need <= cap) chosen = d;
         }
         for (int j = 0; j < nd && chosen < 0; j++) {
             int d = (cur + j) % nd;
-            if (allowed(a, g, d) && fits(a, g, d)) chosen = d;
+            if (placer_allowed(a, g, d) && room_for(a, v, d)) chosen = d;
         }
-        if (chosen < 0) return no_room(a, v, st);
-        put(a, g, chosen);
+        if (chosen < 0) return placer_no_room(a, v, st);
+        placer_put(a, g, chosen);
+        pull_inputs(a, v, chosen);
         if (chosen == cur && a->used[cur] >= share && cur < nd - 1) cur++;
-        else if (allowed(a, g, cur) && chosen != cur && cur < nd - 1 && a->used[cur] + a->group_bytes[g] > share) cur++;
+        else if (placer_allowed(a, g, cur) && chosen != cur && cur < nd - 1 && a->used[cur] + need > share) cur++;
     }
-    return true;
+    return placer_place_leftovers(a, st);
 }
 
 // ---- m-ETF and m-SCT ----
@@ -176,13 +213,13 @@ static ready_item ready_pop(ready_item *h, int *n) {
 }
 
 // When v can start on d: the device free, and every input there.
-static double start_on(const ap *a, const double *finish, const double *dev_free, int v, int d) {
+static double start_on(const placer_state *a, const double *finish, const double *dev_free, int v, int d) {
     const placer_problem *p = a->p;
     double t = dev_free[d];
     for (int e = p->pred_start[v]; e < p->pred_start[v + 1]; e++) {
         int u = p->pred[e], du = a->dev[u];
         double arr = finish[u];
-        if (du != d) {
+        if (du >= 0 && du != d) {
             size_t ch = (size_t)du * p->n_dev + d;
             arr += p->lat[ch] + (double)p->gid_bytes[p->pred_gid[e]] * p->inv_bw[ch];
         }
@@ -191,7 +228,7 @@ static double start_on(const ap *a, const double *finish, const double *dev_free
     return t;
 }
 
-static bool place_etf(ap *a, bool sct, dg_status *st) {
+static bool place_etf(placer_state *a, bool sct, dg_status *st) {
     const placer_problem *p = a->p;
     int n = p->n, nd = p->n_dev;
     bool ok = false;
@@ -206,7 +243,7 @@ static bool place_etf(ap *a, bool sct, dg_status *st) {
         base_oom(st, "automatic placement", (size_t)n * sizeof *heap);
         goto out;
     }
-    reset(a);
+    placer_reset(a);
     for (int k = 0; k < n; k++) rank[p->topo[k]] = k;
     for (int v = 0; v < n; v++) fav_parent[v] = -1;
     if (sct) {
@@ -241,12 +278,18 @@ static bool place_etf(ap *a, bool sct, dg_status *st) {
         int g = a->pg->group_of[v];
         int best = -1;
         double best_t = INFINITY;
+        if (is_lazy(a, v)) {
+            finish[v] = 0;
+            for (int e = p->succ_start[p->out_start[v]]; e < p->succ_start[p->out_start[v + 1]]; e++)
+                if (--pending[p->succ[e]] == 0) ready_push(heap, &n_heap, (ready_item){0, rank[p->succ[e]], p->succ[e]});
+            continue;
+        }
         if (a->gdev[g] >= 0) {
             best = a->gdev[g];
             best_t = start_on(a, finish, dev_free, v, best);
         } else {
             for (int d = 0; d < nd; d++) {
-                if (!allowed(a, g, d) || !fits(a, g, d)) continue;
+                if (!placer_allowed(a, g, d) || !room_for(a, v, d)) continue;
                 double t = start_on(a, finish, dev_free, v, d);
                 double c = p->cost[(size_t)v * p->n_types + p->dev_type[d]];
                 double bc = best >= 0 ? p->cost[(size_t)v * p->n_types + p->dev_type[best]] : 0;
@@ -256,11 +299,12 @@ static bool place_etf(ap *a, bool sct, dg_status *st) {
                 }
             }
             if (best < 0) {
-                no_room(a, v, st);
+                placer_no_room(a, v, st);
                 goto out;
             }
             int fp = fav_parent[v];
-            if (fp >= 0 && a->dev[fp] != best && allowed(a, g, a->dev[fp]) && fits(a, g, a->dev[fp])) {
+            if (fp >= 0 && a->dev[fp] >= 0 && a->dev[fp] != best && placer_allowed(a, g, a->dev[fp]) &&
+                room_for(a, v, a->dev[fp])) {
                 int d = a->dev[fp];
                 size_t ch = (size_t)d * nd + best;
                 int64_t bytes = 0;
@@ -273,8 +317,9 @@ static bool place_etf(ap *a, bool sct, dg_status *st) {
                     best_t = t;
                 }
             }
-            put(a, g, best);
+            placer_put(a, g, best);
         }
+        pull_inputs(a, v, best);
         finish[v] = best_t + p->cost[(size_t)v * p->n_types + p->dev_type[best]];
         dev_free[best] = finish[v];
         for (int e = p->succ_start[p->out_start[v]]; e < p->succ_start[p->out_start[v + 1]]; e++) {
@@ -287,7 +332,7 @@ static bool place_etf(ap *a, bool sct, dg_status *st) {
             }
         }
     }
-    ok = true;
+    ok = placer_place_leftovers(a, st);
 out:
     free(finish);
     free(dev_free);
@@ -308,14 +353,14 @@ static uint64_t rng_next(uint64_t *s) {
     return *s = x;
 }
 
-static void move_group(ap *a, int g, int d) {
+static void move_group(placer_state *a, int g, int d) {
     a->used[a->gdev[g]] -= a->group_bytes[g];
-    put(a, g, d);
+    placer_put(a, g, d);
 }
 
 // Moves groups of the critical path while the simulated step gets shorter, until the
 // deadline or until many moves in a row did not help. Returns the moves kept.
-static int refine(ap *a, placer_sim *sim, double *step, double deadline, uint64_t seed) {
+static int refine(placer_state *a, placer_sim *sim, double *step, double deadline, uint64_t seed) {
     const placer_problem *p = a->p;
     int nd = p->n_dev, kept = 0, misses = 0;
     uint64_t rng = seed ? seed : 1;
@@ -337,12 +382,12 @@ static int refine(ap *a, placer_sim *sim, double *step, double deadline, uint64_
         int c = sim->crit[v];
         if (c >= 0 && a->dev[c] != from && (rng_next(&rng) & 1)) to = a->dev[c];
         else to = (int)(rng_next(&rng) % (uint64_t)nd);
-        if (to == from || !allowed(a, g, to)) {
+        if (to == from || !placer_allowed(a, g, to)) {
             misses++;
             continue;
         }
         a->used[from] -= a->group_bytes[g];
-        bool room = fits(a, g, to);
+        bool room = placer_fits(a, g, to);
         a->used[from] += a->group_bytes[g];
         if (!room) {
             misses++;
@@ -438,13 +483,146 @@ out_model:
     return ok;
 }
 
+// ---- the step's nodes, and the rest ----
+
+typedef struct step_nodes {
+    int n;
+    dg_node **nodes;    // the step's nodes, in the order given
+    int *group_of;      // their groups
+    int *index;         // per node given: its index among the step's, -1 outside the step
+    int *dev_all;       // per node given: its device at the end
+} step_nodes;
+
+static void step_nodes_clear(step_nodes *s) {
+    free(s->nodes);
+    free(s->group_of);
+    free(s->index);
+    free(s->dev_all);
+    memset(s, 0, sizeof *s);
+}
+
+// The nodes targets need (inputs and control inputs, transitively, within the nodes given);
+// every node when there are no targets.
+static bool step_nodes_find(step_nodes *s, dg_node *const *nodes, int n, const int *group_of,
+                            const dg_node *const *targets, int n_targets, dg_status *st) {
+    memset(s, 0, sizeof *s);
+    int max_id = -1;
+    for (int i = 0; i < n; i++)
+        if (nodes[i]->id > max_id) max_id = nodes[i]->id;
+    int *local = malloc(((size_t)max_id + 2) * sizeof *local);
+    int *stack = malloc(((size_t)n + 1) * sizeof *stack);
+    s->nodes = malloc(((size_t)n + 1) * sizeof *s->nodes);
+    s->group_of = malloc(((size_t)n + 1) * sizeof *s->group_of);
+    s->index = malloc(((size_t)n + 1) * sizeof *s->index);
+    s->dev_all = malloc(((size_t)n + 1) * sizeof *s->dev_all);
+    bool ok = false;
+    if (!local || !stack || !s->nodes || !s->group_of || !s->index || !s->dev_all) {
+        base_oom(st, "automatic placement", (size_t)n * sizeof *stack);
+        goto out;
+    }
+    for (int i = 0; i <= max_id; i++) local[i] = -1;
+    for (int i = 0; i < n; i++) {
+        local[nodes[i]->id] = i;
+        s->index[i] = n_targets > 0 ? -1 : 0;
+        s->dev_all[i] = -1;
+    }
+    if (n_targets > 0) {
+        int top = 0;
+        for (int t = 0; t < n_targets; t++) {
+            const dg_node *x = targets[t];
+            int i = x && x->id <= max_id ? local[x->id] : -1;
+            if (i < 0 || nodes[i] != x) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT, "automatic placement: target %d (%s) is not among the nodes "
+                               "to place", t, x ? x->name : "null");
+                goto out;
+            }
+            if (s->index[i] < 0) {
+                s->index[i] = 0;
+                stack[top++] = i;
+            }
+        }
+        while (top > 0) {
+            dg_node *x = nodes[stack[--top]];
+            for (int k = 0; k < x->n_inputs + x->n_ctrl; k++) {
+                dg_node *u = k < x->n_inputs ? x->inputs[k].node : x->ctrl_inputs[k - x->n_inputs];
+                int j = u->id <= max_id ? local[u->id] : -1;
+                if (j >= 0 && nodes[j] == u && s->index[j] < 0) {
+                    s->index[j] = 0;
+                    stack[top++] = j;
+                }
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (s->index[i] < 0) continue;
+        s->index[i] = s->n;
+        s->group_of[s->n] = group_of[i];
+        s->nodes[s->n++] = nodes[i];
+    }
+    ok = true;
+out:
+    free(local);
+    free(stack);
+    if (!ok) step_nodes_clear(s);
+    return ok;
+}
+
+// Devices of every node given: the step's as placed; the rest (initializers and what else the
+// step does not run) with their group where it has a device, else beside a reader that has one
+// (readers first: latest node first), else beside an input, else on the least filled device
+// they may take. Outside the caps: they do not run in the step.
+static bool place_rest(step_nodes *s, dg_node *const *nodes, int n, const placer_groups *pg, int *gdev,
+                       const placer_state *a, dg_status *st) {
+    int max_id = -1;
+    for (int i = 0; i < n; i++)
+        if (nodes[i]->id > max_id) max_id = nodes[i]->id;
+    int *by_id = malloc(((size_t)max_id + 2) * sizeof *by_id);
+    if (!by_id) return base_oom(st, "automatic placement", (size_t)max_id * sizeof *by_id);
+    for (int i = 0; i <= max_id; i++) by_id[i] = -1;
+    for (int i = 0; i < n; i++) by_id[nodes[i]->id] = i;
+    for (int i = 0; i < n; i++) {
+        if (s->index[i] >= 0) s->dev_all[i] = a->dev[s->index[i]];
+        else if (gdev[pg->group_of[i]] >= 0) s->dev_all[i] = gdev[pg->group_of[i]];
+    }
+    // Readers to inputs, latest first; then inputs to readers.
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k <= max_id; k++) {
+            int id = pass == 0 ? max_id - k : k, i = by_id[id];
+            if (i < 0) continue;
+            dg_node *x = nodes[i];
+            for (int j = 0; j < x->n_inputs + x->n_ctrl; j++) {
+                dg_node *u = j < x->n_inputs ? x->inputs[j].node : x->ctrl_inputs[j - x->n_inputs];
+                int ui = u->id <= max_id ? by_id[u->id] : -1;
+                if (ui < 0 || nodes[ui] != u) continue;
+                int from = pass == 0 ? i : ui, to = pass == 0 ? ui : i;
+                int d = s->dev_all[from], g = pg->group_of[to];
+                if (d < 0 || s->dev_all[to] >= 0 || gdev[g] >= 0 || !pg->allowed[(size_t)g * pg->n_devices + d]) continue;
+                gdev[g] = d;
+                s->dev_all[to] = d;
+            }
+            // A group member given a device gives it to its group's other members below.
+        }
+    for (int i = 0; i < n; i++) {
+        int g = pg->group_of[i];
+        if (gdev[g] < 0) {
+            int best = -1;
+            for (int d = 0; d < pg->n_devices; d++)
+                if (pg->allowed[(size_t)g * pg->n_devices + d] && (best < 0 || a->used[d] < a->used[best])) best = d;
+            gdev[g] = best;
+        }
+        s->dev_all[i] = gdev[g];
+    }
+    free(by_id);
+    return true;
+}
+
 bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *devices, int n_devices,
                          const dg_auto_place_options *opts_in, dg_auto_place_report *report, dg_status *st) {
     dg_status_reset(st);
     double t0 = base_now_s();
     if (report) memset(report, 0, sizeof *report);
     dg_auto_place_options opts = opts_in ? *opts_in : dg_auto_place_options_default();
-    if ((int)opts.placer < 0 || (int)opts.placer > 3) {
+    if ((int)opts.placer < 0 || (int)opts.placer > 4) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "automatic placement: no placer %d", (int)opts.placer);
         return false;
     }
@@ -472,29 +650,37 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
     memset(&pg, 0, sizeof pg);
     memset(&p, 0, sizeof p);
     memset(&sim, 0, sizeof sim);
-    ap a;
+    placer_state a;
     memset(&a, 0, sizeof a);
     int *best_dev = NULL;
     bool ok = false;
+    step_nodes sn;
+    memset(&sn, 0, sizeof sn);
+    placer_groups spg;   // the groups of the step's nodes (numbered as pg's)
     if (!placer_groups_build(nodes, n_nodes, devices, n_devices, &opts.placement, &pg, st)) goto out;
-    if (!placer_problem_build(&p, nodes, n_nodes, devices, n_devices, m, opts.unknown_dim, st)) goto out;
+    if (!step_nodes_find(&sn, nodes, n_nodes, pg.group_of, opts.targets, opts.n_targets, st)) goto out;
+    int n_step = sn.n;
+    spg = pg;
+    spg.group_of = sn.group_of;
+    spg.n_nodes = n_step;
+    if (!placer_problem_build(&p, sn.nodes, n_step, devices, n_devices, m, opts.unknown_dim, st)) goto out;
     a.p = &p;
-    a.pg = &pg;
+    a.pg = &spg;
     a.caps = opts.memory_caps;
     a.group_bytes = calloc((size_t)pg.n_groups + 1, sizeof *a.group_bytes);
     a.member_start = calloc((size_t)pg.n_groups + 2, sizeof *a.member_start);
-    a.members = malloc(((size_t)n_nodes + 1) * sizeof *a.members);
+    a.members = malloc(((size_t)n_step + 1) * sizeof *a.members);
     a.used = calloc((size_t)n_devices + 1, sizeof *a.used);
     a.gdev = malloc(((size_t)pg.n_groups + 1) * sizeof *a.gdev);
-    a.dev = malloc(((size_t)n_nodes + 1) * sizeof *a.dev);
-    best_dev = malloc(((size_t)n_nodes + 1) * sizeof *best_dev);
+    a.dev = malloc(((size_t)n_step + 1) * sizeof *a.dev);
+    best_dev = malloc(((size_t)n_step + 1) * sizeof *best_dev);
     if (!a.group_bytes || !a.member_start || !a.members || !a.used || !a.gdev || !a.dev || !best_dev) {
         base_oom(st, "automatic placement", (size_t)n_nodes * 8);
         goto out;
     }
-    for (int v = 0; v < n_nodes; v++) {
-        a.group_bytes[pg.group_of[v]] += p.static_bytes[v];
-        a.member_start[pg.group_of[v] + 1]++;
+    for (int v = 0; v < n_step; v++) {
+        a.group_bytes[spg.group_of[v]] += p.static_bytes[v];
+        a.member_start[spg.group_of[v] + 1]++;
     }
     for (int g = 0; g < pg.n_groups; g++) a.member_start[g + 1] += a.member_start[g];
     {
@@ -503,20 +689,52 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
             base_oom(st, "automatic placement", (size_t)pg.n_groups * sizeof *fill);
             goto out;
         }
-        for (int v = 0; v < n_nodes; v++) {
-            int g = pg.group_of[v];
+        for (int v = 0; v < n_step; v++) {
+            int g = spg.group_of[v];
             a.members[a.member_start[g] + fill[g]++] = v;
         }
         free(fill);
     }
     double best_step = INFINITY;
     dg_auto_placer best_kind = DG_AUTO_PLACER_M_TOPO;
+    // The candidates: each list placer once; METIS for a few part counts (from the fewest
+    // devices whose caps hold the bytes to all of them) and two compute balances.
+    typedef struct cand {
+        dg_auto_placer kind;
+        int parts;
+        double ub;
+    } cand;
+    cand cands[32];
+    int n_cands = 0;
+    for (int k = DG_AUTO_PLACER_M_TOPO; k <= DG_AUTO_PLACER_M_SCT; k++)
+        if (opts.placer == DG_AUTO_PLACER_AUTO || (int)opts.placer == k) cands[n_cands++] = (cand){(dg_auto_placer)k, 0, 0};
+    if ((opts.placer == DG_AUTO_PLACER_AUTO || opts.placer == DG_AUTO_PLACER_METIS) && n_devices >= 2) {
+        int max_k = n_devices < 64 ? n_devices : 64, ks[4], n_ks = 0;
+        int64_t total = 0;
+        for (int g = 0; g < pg.n_groups; g++) total += a.group_bytes[g];
+        int min_k = 2;
+        while (min_k < max_k && opts.memory_caps && opts.memory_caps[0] > 0 &&
+               (double)total / min_k > 0.9 * (double)opts.memory_caps[0])
+            min_k++;
+        int want[4] = {min_k, min_k + 1, (min_k + max_k) / 2, max_k};
+        for (int i = 0; i < 4; i++) {
+            bool dup = want[i] > max_k;
+            for (int j = 0; j < n_ks && !dup; j++) dup = ks[j] == want[i];
+            if (!dup) ks[n_ks++] = want[i];
+        }
+        for (int i = 0; i < n_ks; i++) {
+            cands[n_cands++] = (cand){DG_AUTO_PLACER_METIS, ks[i], 1.1};
+            if (opts.placer == DG_AUTO_PLACER_AUTO) cands[n_cands++] = (cand){DG_AUTO_PLACER_METIS, ks[i], 2.0};
+        }
+    }
     bool have_err = false;
-    for (int k = DG_AUTO_PLACER_M_TOPO; k <= DG_AUTO_PLACER_M_SCT; k++) {
-        if (opts.placer != DG_AUTO_PLACER_AUTO && (int)opts.placer != k) continue;
+    for (int c = 0; c < n_cands; c++) {
+        int k = (int)cands[c].kind;
         // The first placer that fails says why; a later one's success clears it.
         dg_status *kst = have_err ? NULL : st;
-        bool placed = k == DG_AUTO_PLACER_M_TOPO ? place_topo(&a, kst) : place_etf(&a, k == DG_AUTO_PLACER_M_SCT, kst);
+        bool placed = k == DG_AUTO_PLACER_M_TOPO   ? place_topo(&a, kst)
+                      : k == DG_AUTO_PLACER_METIS ? placer_metis(&a, cands[c].parts, cands[c].ub, opts.seed, kst)
+                                                  : place_etf(&a, k == DG_AUTO_PLACER_M_SCT, kst);
         if (!placed) {
             have_err = true;
             continue;
@@ -526,31 +744,32 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
             dg_status_set(st, DG_RESOURCE_EXHAUSTED, "automatic placement: out of memory simulating");
             goto out;
         }
-        if (report) report->candidate_step_s[k] = t;
+        if (report && (report->candidate_step_s[k] == 0 || t < report->candidate_step_s[k])) report->candidate_step_s[k] = t;
         if (t < best_step) {
             best_step = t;
             best_kind = (dg_auto_placer)k;
-            memcpy(best_dev, a.dev, (size_t)n_nodes * sizeof *best_dev);
+            memcpy(best_dev, a.dev, (size_t)n_step * sizeof *best_dev);
         }
     }
     if (!isfinite(best_step)) goto out;
     dg_status_reset(st);
     // Start again from the best: its groups, its devices' bytes.
-    reset(&a);
-    for (int v = 0; v < n_nodes; v++) {
-        int g = pg.group_of[v];
-        if (a.gdev[g] < 0) put(&a, g, best_dev[v]);
+    placer_reset(&a);
+    for (int v = 0; v < n_step; v++) {
+        int g = spg.group_of[v];
+        if (a.gdev[g] < 0) placer_put(&a, g, best_dev[v]);
     }
     placer_simulate(&p, a.dev, &sim);
     int moves = 0;
     if (opts.placer == DG_AUTO_PLACER_AUTO && opts.time_budget_s >= 0) {
-        double budget = opts.time_budget_s > 0 ? opts.time_budget_s : fmin(8.0, 20e-6 * n_nodes);
+        double budget = opts.time_budget_s > 0 ? opts.time_budget_s : fmin(8.0, fmax(0.25, 20e-6 * n_step));
         double step = best_step;
         moves = refine(&a, &sim, &step, base_now_s() + budget, opts.seed);
         best_step = step;
     }
+    if (!place_rest(&sn, nodes, n_nodes, &pg, a.gdev, &a, st)) goto out;
     for (int i = 0; i < n_nodes; i++) {
-        const char *d = devices[a.dev[i]];
+        const char *d = devices[sn.dev_all[i]];
         if (!nodes[i]->assigned_device || strcmp(nodes[i]->assigned_device, d) != 0)
             graph_set_assigned_device(nodes[i], d);
     }
@@ -570,6 +789,7 @@ out:
     free(a.gdev);
     free(a.dev);
     free(best_dev);
+    step_nodes_clear(&sn);
     placer_sim_clear(&sim);
     placer_problem_clear(&p);
     placer_groups_clear(&pg);

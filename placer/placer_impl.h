@@ -116,4 +116,32 @@ void placer_sim_clear(placer_sim *sim);
 // The bytes alive at once on each device (peak, n_dev long) of the last simulation.
 bool placer_sim_peak_memory(const placer_problem *p, const int *dev, placer_sim *sim, int64_t *peak, dg_status *st);
 
+// ---- one run of a placer (auto_place.c, metis_place.c) ----
+
+typedef struct placer_state {
+    const placer_problem *p;
+    const placer_groups *pg;
+    const int64_t *caps;     // n_dev, 0: none; NULL: none
+    int64_t *group_bytes;    // per group: its members' static bytes
+    int *member_start, *members;   // CSR: each group's nodes
+    int64_t *used;           // per device: static bytes placed there
+    int *gdev;               // per group, -1 before
+    int *dev;                // per node, -1 before
+} placer_state;
+
+bool placer_allowed(const placer_state *a, int g, int d);
+// Whether group g fits under device d's cap.
+bool placer_fits(const placer_state *a, int g, int d);
+void placer_put(placer_state *a, int g, int d);
+void placer_reset(placer_state *a);
+// Groups not placed yet, each on the allowed device with the fewest bytes that has room.
+bool placer_place_leftovers(placer_state *a, dg_status *st);
+// RESOURCE_EXHAUSTED naming node v, its group's bytes and each allowed device's room.
+bool placer_no_room(const placer_state *a, int v, dg_status *st);
+// METIS (metis_place.c): the groups cut into k parts (2 <= k <= devices) with the fewest bytes
+// between them, balancing compute within imbalance ub_compute and bytes under the caps; parts
+// mapped to devices, then groups a device may not take or has no room for moved. False with
+// st set when the caps cannot be met that way.
+bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_status *st);
+
 #endif

@@ -2,8 +2,9 @@
  * or from its FLOPs and bytes against the type's throughput; links as latency plus bytes over
  * bandwidth), a step simulator (one compute stream per device, one channel per direction of
  * each device pair, memory by liveness), and placers that choose devices by them: Baechi's
- * m-TOPO, m-ETF and m-SCT, and the automatic placer (the best of those, improved under the
- * simulator within a time budget). docs/PLACEMENT.md says how each works and what it honours.
+ * m-TOPO, m-ETF and m-SCT, METIS's balanced cut of fewest bytes, and the automatic placer (the
+ * best of those, improved under the simulator within a time budget). docs/PLACEMENT.md says how
+ * each works and what it honours.
  * A cost model is not thread-safe while it is changed; reading it from threads is. */
 #ifndef DISTGRAPH_AUTO_PLACE_H
 #define DISTGRAPH_AUTO_PLACE_H
@@ -90,22 +91,28 @@ bool dg_simulate_step(dg_node *const *nodes, int n_nodes, const char *const *dev
 void dg_step_estimate_clear(dg_step_estimate *est);
 
 typedef enum dg_auto_placer {
-    DG_AUTO_PLACER_AUTO = 0,   // the best of the three below, refined under the simulator
+    DG_AUTO_PLACER_AUTO = 0,   // the best of the four below, refined under the simulator
     DG_AUTO_PLACER_M_TOPO = 1,
     DG_AUTO_PLACER_M_ETF = 2,
     DG_AUTO_PLACER_M_SCT = 3,
+    DG_AUTO_PLACER_METIS = 4,  // METIS's k-way cut of fewest bytes, balanced (libmetis)
 } dg_auto_placer;
 
 typedef struct dg_auto_place_options {
     dg_auto_placer placer;
     const dg_cost_model *cost;      // NULL: the nominal model
     const int64_t *memory_caps;     // per device (n_devices), bytes; NULL or 0 entries: no cap
-    double time_budget_s;           // refinement; 0: by graph size (20 us a node, at most 8 s);
+    double time_budget_s;           // refinement; 0: by graph size (20 us a node, 0.25 s to 8 s);
                                     // negative: none
     uint64_t seed;                  // refinement's random moves
     int64_t unknown_dim;            // what an unknown dimension stands for; 0: an unknown
                                     // shape is an error naming the node
     dg_placement_options placement; // soft placement, default device, filters, kernels
+    // The step's fetches and targets (the train op): only the nodes they need are costed,
+    // simulated and kept under the caps; the others (initializers) go beside their readers.
+    // NULL: every node is in the step.
+    const dg_node *const *targets;
+    int n_targets;
 } dg_auto_place_options;
 
 dg_auto_place_options dg_auto_place_options_default(void);
@@ -113,7 +120,7 @@ dg_auto_place_options dg_auto_place_options_default(void);
 typedef struct dg_auto_place_report {
     dg_auto_placer chosen;          // which placer's result was kept (AUTO: the refined one)
     double predicted_step_s;        // of the placement made
-    double candidate_step_s[4];     // indexed by dg_auto_placer: each placer's prediction, 0 when
+    double candidate_step_s[5];     // indexed by dg_auto_placer: each placer's prediction, 0 when
                                     // not run or infeasible
     double seconds;                 // wall time of the whole placement
     int n_moves;                    // refinement moves kept
