@@ -57,6 +57,18 @@ static dg_graph *build(const place_model_config *c, const devices *expert, dg_no
     return g;
 }
 
+// s as a JSON string (quotes, backslashes and control characters escaped).
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
 static int64_t sum64(const int64_t *v, int n) {
     int64_t s = 0;
     for (int i = 0; i < n; i++) s += v[i];
@@ -144,8 +156,10 @@ static int models_mode(const char *which, const char *type, const dg_cost_model 
                     double secs = now_s() - t0;
                     if (!ok) {
                         printf("{\"bench\": \"auto_place\", \"model\": \"%s\", \"devices\": %d, \"memory_cap\": %.2f, "
-                               "\"placer\": \"%s\", \"error\": \"%s\"}\n",
-                               name, d.n, caps_frac[ci], dg_auto_placer_name(which_p), dg_status_message(st));
+                               "\"placer\": \"%s\", \"error\": ",
+                               name, d.n, caps_frac[ci], dg_auto_placer_name(which_p));
+                        json_str(stdout, dg_status_message(st));
+                        printf("}\n");
                         failures += which_p == DG_AUTO_PLACER_AUTO;
                     } else {
                         bool fits = under_caps(&r.estimate, caps);

@@ -70,30 +70,82 @@ void placer_put(placer_state *a, int g, int d) {
 
 void placer_reset(placer_state *a) {
     for (int d = 0; d < a->p->n_dev; d++) a->used[d] = 0;
+    memset(a->recv, 0, ((size_t)a->p->out_start[a->p->n] + 1) * sizeof *a->recv);
     for (int g = 0; g < a->pg->n_groups; g++) a->gdev[g] = -1;
     for (int i = 0; i < a->p->n; i++) a->dev[i] = -1;
 }
 
-// Free ops without inputs (variables, constants, placeholders) wait for their first reader:
-// their group goes where it goes (a variable beside the op that reads it first).
+// Free ops without inputs (variables, constants, placeholders) that asked for no device wait
+// for their first reader: their group goes where it goes (a variable beside the op that reads
+// it first).
 static bool is_lazy(const placer_state *a, int v) {
-    return a->p->n_in[v] == 0 && a->gdev[a->pg->group_of[v]] < 0 && placer_op_is_free(a->p->nodes[v]);
+    int g = a->pg->group_of[v];
+    return a->p->n_in[v] == 0 && a->gdev[g] < 0 && !a->pg->pinned[g] && placer_op_is_free(a->p->nodes[v]);
 }
 
-// The bytes device d takes if v goes there: its group's (if not placed) and its waiting inputs'.
-static int64_t need_bytes(const placer_state *a, int v) {
-    int g = a->pg->group_of[v];
-    int64_t b = a->gdev[g] < 0 ? a->group_bytes[g] : 0;
-    for (int e = a->p->pred_start[v]; e < a->p->pred_start[v + 1]; e++) {
-        int gu = a->pg->group_of[a->p->pred[e]];
-        if (a->gdev[gu] < 0 && gu != g) b += a->group_bytes[gu];
+// Bytes of v's inputs on other devices that d has no copy of yet (beyond 64 devices copies are
+// not told apart: charged each time, an overestimate).
+static int64_t recv_bytes(const placer_state *a, int v, int d, bool charge) {
+    const placer_problem *p = a->p;
+    int64_t b = 0;
+    for (int e = p->pred_start[v]; e < p->pred_start[v + 1]; e++) {
+        int du = a->dev[p->pred[e]], gid = p->pred_gid[e];
+        if (du < 0 || du == d) continue;
+        uint64_t bit = d < 64 ? (uint64_t)1 << d : 0;
+        if (bit && (a->recv[gid] & bit)) continue;
+        b += p->gid_bytes[gid];
+        if (charge) a->recv[gid] |= bit;
     }
     return b;
 }
 
+// After v went to d: d holds copies of its inputs from elsewhere.
+static void charge_inputs(placer_state *a, int v, int d) { a->used[d] += recv_bytes(a, v, d, true); }
+
+// The copies device d would hold of what group g's members read from outside the group, from
+// producers not on d (placed elsewhere, or not yet placed: a reservation, so that members
+// placed with the group later stay under the cap). charge: mark them held on d.
+static int64_t group_inputs(placer_state *a, int g, int d, bool charge) {
+    const placer_problem *p = a->p;
+    int mark = ++a->gid_mark_next;
+    int64_t b = 0;
+    uint64_t bit = d < 64 ? (uint64_t)1 << d : 0;
+    for (int k = a->member_start[g]; k < a->member_start[g + 1]; k++) {
+        int v = a->members[k];
+        for (int e = p->pred_start[v]; e < p->pred_start[v + 1]; e++) {
+            int u = p->pred[e], gid = p->pred_gid[e];
+            if (a->pg->group_of[u] == g || a->dev[u] == d || a->gid_mark[gid] == mark) continue;
+            if (bit && (a->recv[gid] & bit)) continue;
+            a->gid_mark[gid] = mark;
+            b += p->gid_bytes[gid];
+            if (charge) a->recv[gid] |= bit;
+        }
+    }
+    return b;
+}
+
+// The bytes device d takes if v goes there: its group's and the copies its group reads (if the
+// group is not placed), its waiting inputs' groups and copies of its inputs from elsewhere.
+static int64_t need_bytes(const placer_state *a_in, int v, int d) {
+    placer_state *a = (placer_state *)a_in;   // only the scratch marks change
+    int g = a->pg->group_of[v];
+    int64_t b = a->gdev[g] < 0 ? a->group_bytes[g] + (d >= 0 ? group_inputs(a, g, d, false) : 0) : 0;
+    for (int e = a->p->pred_start[v]; e < a->p->pred_start[v + 1]; e++) {
+        int gu = a->pg->group_of[a->p->pred[e]];
+        if (a->gdev[gu] < 0 && gu != g) b += a->group_bytes[gu];
+    }
+    return b + (d >= 0 && a->gdev[g] >= 0 ? recv_bytes(a, v, d, false) : 0);
+}
+
+// Places group g on d with the copies it reads.
+static void put_charged(placer_state *a, int g, int d) {
+    a->used[d] += group_inputs(a, g, d, true);
+    placer_put(a, g, d);
+}
+
 static bool room_for(const placer_state *a, int v, int d) {
     int64_t cap = a->caps ? a->caps[d] : 0;
-    return cap <= 0 || a->used[d] + need_bytes(a, v) <= cap;
+    return cap <= 0 || a->used[d] + need_bytes(a, v, d) <= cap;
 }
 
 // After v went to d: its waiting inputs' groups go there too where they may (else wait on).
@@ -131,10 +183,15 @@ bool placer_no_room(const placer_state *a, int v, dg_status *st) {
         o += (size_t)snprintf(room + o, sizeof room - o, "%s%s %lld of %lld bytes used", o ? "; " : "",
                               a->p->devices[d], (long long)a->used[d], (long long)cap);
     }
+    int64_t with_inputs = need_bytes(a, v, -1);
+    char inputs[96] = "";
+    if (a->gdev[g] < 0 && with_inputs > a->group_bytes[g])
+        snprintf(inputs, sizeof inputs, ", %lld with the variables and constants it reads first",
+                 (long long)with_inputs);
     dg_status_setf(st, DG_RESOURCE_EXHAUSTED,
                    "automatic placement: no device may take node \"%s\" (%s) under the memory caps: its "
-                   "colocation group holds %lld bytes (%s)",
-                   n->name, n->op->name, (long long)a->group_bytes[g], room);
+                   "colocation group holds %lld bytes%s (%s)",
+                   n->name, n->op->name, (long long)a->group_bytes[g], inputs, room);
     return false;
 }
 
@@ -151,26 +208,30 @@ static bool place_topo(placer_state *a, dg_status *st) {
     for (int k = 0; k < p->n; k++) {
         int v = p->topo[k], g = a->pg->group_of[v];
         if (a->gdev[g] >= 0 || is_lazy(a, v)) {
-            if (a->gdev[g] >= 0) pull_inputs(a, v, a->gdev[g]);
+            if (a->gdev[g] >= 0) {
+                pull_inputs(a, v, a->gdev[g]);
+                charge_inputs(a, v, a->gdev[g]);
+            }
             continue;
         }
         int chosen = -1;
-        int64_t need = need_bytes(a, v);
         // Under the share, from the device being filled on; then anywhere under the caps.
         for (int j = 0; j < nd && chosen < 0; j++) {
             int d = (cur + j) % nd;
             int64_t cap = a->caps && a->caps[d] > 0 && a->caps[d] < share ? a->caps[d] : share;
-            if (placer_allowed(a, g, d) && a->used[d] + need <= cap) chosen = d;
+            if (placer_allowed(a, g, d) && a->used[d] + need_bytes(a, v, d) <= cap) chosen = d;
         }
         for (int j = 0; j < nd && chosen < 0; j++) {
             int d = (cur + j) % nd;
             if (placer_allowed(a, g, d) && room_for(a, v, d)) chosen = d;
         }
         if (chosen < 0) return placer_no_room(a, v, st);
-        placer_put(a, g, chosen);
+        bool cur_full = chosen != cur && placer_allowed(a, g, cur) && a->used[cur] + need_bytes(a, v, cur) > share;
+        put_charged(a, g, chosen);
         pull_inputs(a, v, chosen);
+        charge_inputs(a, v, chosen);
         if (chosen == cur && a->used[cur] >= share && cur < nd - 1) cur++;
-        else if (placer_allowed(a, g, cur) && chosen != cur && cur < nd - 1 && a->used[cur] + need > share) cur++;
+        else if (cur_full && cur < nd - 1) cur++;
     }
     return placer_place_leftovers(a, st);
 }
@@ -317,9 +378,10 @@ static bool place_etf(placer_state *a, bool sct, dg_status *st) {
                     best_t = t;
                 }
             }
-            placer_put(a, g, best);
+            put_charged(a, g, best);
         }
         pull_inputs(a, v, best);
+        charge_inputs(a, v, best);
         finish[v] = best_t + p->cost[(size_t)v * p->n_types + p->dev_type[best]];
         dev_free[best] = finish[v];
         for (int e = p->succ_start[p->out_start[v]]; e < p->succ_start[p->out_start[v + 1]]; e++) {
@@ -353,6 +415,15 @@ static uint64_t rng_next(uint64_t *s) {
     return *s = x;
 }
 
+// The first device over its cap with these bytes, or -1.
+static int over_cap_device(const placer_state *a, const int64_t *usage) {
+    for (int d = 0; a->caps && d < a->p->n_dev; d++)
+        if (a->caps[d] > 0 && usage[d] > a->caps[d]) return d;
+    return -1;
+}
+
+static bool over_caps(const placer_state *a, const int64_t *usage) { return over_cap_device(a, usage) >= 0; }
+
 static void move_group(placer_state *a, int g, int d) {
     a->used[a->gdev[g]] -= a->group_bytes[g];
     placer_put(a, g, d);
@@ -365,7 +436,14 @@ static int refine(placer_state *a, placer_sim *sim, double *step, double deadlin
     int nd = p->n_dev, kept = 0, misses = 0;
     uint64_t rng = seed ? seed : 1;
     int *path = malloc(((size_t)p->n + 1) * sizeof *path);
-    if (!path) return 0;
+    int *stamp = malloc(((size_t)nd + 1) * sizeof *stamp);
+    int64_t *usage = malloc(((size_t)nd + 1) * sizeof *usage);
+    if (!path || !stamp || !usage) {
+        free(path);
+        free(stamp);
+        free(usage);
+        return 0;
+    }
     int n_path = 0;
     bool stale = true;
     while (base_now_s() < deadline && misses < 400 + nd * 50) {
@@ -394,6 +472,13 @@ static int refine(placer_state *a, placer_sim *sim, double *step, double deadlin
             continue;
         }
         move_group(a, g, to);
+        // The exact bytes, copies received included, must stay under the caps.
+        placer_static_usage(p, a->dev, usage, stamp);
+        if (over_caps(a, usage)) {
+            move_group(a, g, from);
+            misses++;
+            continue;
+        }
         double t = placer_simulate(p, a->dev, sim);
         if (t >= 0 && t < *step * (1 - 1e-9)) {
             *step = t;
@@ -405,9 +490,12 @@ static int refine(placer_state *a, placer_sim *sim, double *step, double deadlin
             misses++;
         }
     }
-    // The simulation's times must be those of the placement kept.
+    // The simulation's times and the bytes must be those of the placement kept.
     placer_simulate(p, a->dev, sim);
+    placer_static_usage(p, a->dev, a->used, stamp);
     free(path);
+    free(stamp);
+    free(usage);
     return kept;
 }
 
@@ -427,7 +515,13 @@ static bool fill_estimate(const placer_problem *p, const int *dev, placer_sim *s
     est->step_s = sim->step_s;
     est->n_ops = p->n;
     for (int d = 0; d < p->n_dev; d++) est->busy_s[d] = sim->busy[d];
-    for (int v = 0; v < p->n; v++) est->static_bytes[dev[v]] += p->static_bytes[v];
+    int *stamp = malloc(((size_t)p->n_dev + 1) * sizeof *stamp);
+    if (!stamp) {
+        dg_step_estimate_clear(est);
+        return base_oom(st, "step estimate", (size_t)p->n_dev * sizeof *stamp);
+    }
+    placer_static_usage(p, dev, est->static_bytes, stamp);
+    free(stamp);
     for (int x = 0; x < sim->n_xfers; x++) est->transfer_bytes += p->gid_bytes[sim->xfers[x].gid];
     est->n_transfers = sim->n_xfers;
     if (!placer_sim_peak_memory(p, dev, sim, est->peak_bytes, st)) {
@@ -483,6 +577,25 @@ out_model:
     return ok;
 }
 
+// Groups with a member already placed may take only that device (where they still may).
+static void keep_assigned(placer_groups *pg, dg_node *const *nodes, int n, const char *const *devices, int n_dev) {
+    graph_strmap index = {0};
+    for (int d = 0; d < n_dev; d++) graph_strmap_put(&index, devices[d], (void *)(intptr_t)(d + 1));
+    for (int i = 0; i < n; i++) {
+        const char *a = nodes[i]->assigned_device;
+        void *v = a && a[0] ? graph_strmap_get(&index, a) : NULL;
+        if (!v) continue;
+        int d = (int)(intptr_t)v - 1, g = pg->group_of[i];
+        uint8_t *allow = pg->allowed + (size_t)g * n_dev;
+        if (!allow[d]) continue;
+        memset(allow, 0, (size_t)n_dev);
+        allow[d] = 1;
+        pg->first[g] = d;
+        pg->pinned[g] = true;
+    }
+    graph_strmap_clear(&index);
+}
+
 // ---- the step's nodes, and the rest ----
 
 typedef struct step_nodes {
@@ -501,8 +614,59 @@ static void step_nodes_clear(step_nodes *s) {
     memset(s, 0, sizeof *s);
 }
 
+// Without targets the step is every node but the variables' initializers: a variable's
+// initializing Assign, what only initializers read, and readers of nothing else (the init
+// NoOp). Marks those -1 in s->index.
+static bool drop_initializers(step_nodes *s, dg_node *const *nodes, int n, const int *local, int max_id,
+                              dg_status *st) {
+    int *readers = calloc((size_t)n + 1, sizeof *readers), *init_readers = calloc((size_t)n + 1, sizeof *init_readers);
+    int *order = malloc(((size_t)n + 1) * sizeof *order);
+    bool *init = calloc((size_t)n + 1, sizeof *init), *var_init = calloc((size_t)n + 1, sizeof *var_init);
+    bool ok = readers && init_readers && order && init && var_init;
+    if (!ok) base_oom(st, "automatic placement", (size_t)n * sizeof *readers);
+#define EACH_INPUT(x, u_index, body)                                                            \
+    for (int k_ = 0; k_ < (x)->n_inputs + (x)->n_ctrl; k_++) {                                  \
+        dg_node *u_ = k_ < (x)->n_inputs ? (x)->inputs[k_].node : (x)->ctrl_inputs[k_ - (x)->n_inputs]; \
+        int u_index = u_->id <= max_id ? local[u_->id] : -1;                                    \
+        if (u_index < 0 || nodes[u_index] != u_) continue;                                      \
+        body;                                                                                   \
+    }
+    for (int i = 0; ok && i < n; i++) {
+        dg_node *x = nodes[i];
+        EACH_INPUT(x, u, readers[u]++);
+        if (x->var_initializer) {
+            int a = x->var_initializer->id <= max_id ? local[x->var_initializer->id] : -1;
+            if (a >= 0 && nodes[a] == x->var_initializer) var_init[a] = true;
+        }
+    }
+    // Readers before what they read: the latest node first (ids are in build order).
+    int m = 0;
+    for (int id = max_id; ok && id >= 0; id--)
+        if (local[id] >= 0) order[m++] = local[id];
+    for (int k = 0; ok && k < m; k++) {
+        int i = order[k];
+        init[i] = var_init[i] || (readers[i] > 0 && init_readers[i] == readers[i]);
+        if (init[i]) EACH_INPUT(nodes[i], u, init_readers[u]++);
+    }
+    for (int i = 0; ok && i < n; i++) {
+        if (init[i] || readers[i] > 0) continue;
+        bool all = nodes[i]->n_inputs + nodes[i]->n_ctrl > 0;
+        EACH_INPUT(nodes[i], u, all = all && init[u]);
+        init[i] = all;
+    }
+#undef EACH_INPUT
+    for (int i = 0; ok && i < n; i++)
+        if (init[i]) s->index[i] = -1;
+    free(readers);
+    free(init_readers);
+    free(order);
+    free(init);
+    free(var_init);
+    return ok;
+}
+
 // The nodes targets need (inputs and control inputs, transitively, within the nodes given);
-// every node when there are no targets.
+// without targets, every node but the initializers.
 static bool step_nodes_find(step_nodes *s, dg_node *const *nodes, int n, const int *group_of,
                             const dg_node *const *targets, int n_targets, dg_status *st) {
     memset(s, 0, sizeof *s);
@@ -526,6 +690,7 @@ static bool step_nodes_find(step_nodes *s, dg_node *const *nodes, int n, const i
         s->index[i] = n_targets > 0 ? -1 : 0;
         s->dev_all[i] = -1;
     }
+    if (n_targets == 0 && !drop_initializers(s, nodes, n, local, max_id, st)) goto out;
     if (n_targets > 0) {
         int top = 0;
         for (int t = 0; t < n_targets; t++) {
@@ -652,12 +817,14 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
     memset(&sim, 0, sizeof sim);
     placer_state a;
     memset(&a, 0, sizeof a);
-    int *best_dev = NULL;
+    int *best_dev = NULL, *stamp = NULL;
+    int64_t *usage = NULL;
     bool ok = false;
     step_nodes sn;
     memset(&sn, 0, sizeof sn);
     placer_groups spg;   // the groups of the step's nodes (numbered as pg's)
     if (!placer_groups_build(nodes, n_nodes, devices, n_devices, &opts.placement, &pg, st)) goto out;
+    if (opts.keep_assigned) keep_assigned(&pg, nodes, n_nodes, devices, n_devices);
     if (!step_nodes_find(&sn, nodes, n_nodes, pg.group_of, opts.targets, opts.n_targets, st)) goto out;
     int n_step = sn.n;
     spg = pg;
@@ -673,8 +840,13 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
     a.used = calloc((size_t)n_devices + 1, sizeof *a.used);
     a.gdev = malloc(((size_t)pg.n_groups + 1) * sizeof *a.gdev);
     a.dev = malloc(((size_t)n_step + 1) * sizeof *a.dev);
+    a.recv = calloc((size_t)p.out_start[n_step] + 1, sizeof *a.recv);
+    a.gid_mark = calloc((size_t)p.out_start[n_step] + 1, sizeof *a.gid_mark);
     best_dev = malloc(((size_t)n_step + 1) * sizeof *best_dev);
-    if (!a.group_bytes || !a.member_start || !a.members || !a.used || !a.gdev || !a.dev || !best_dev) {
+    usage = malloc(((size_t)n_devices + 1) * sizeof *usage);
+    stamp = malloc(((size_t)n_devices + 1) * sizeof *stamp);
+    if (!a.group_bytes || !a.member_start || !a.members || !a.used || !a.gdev || !a.dev || !a.recv || !a.gid_mark || !best_dev ||
+        !usage || !stamp) {
         base_oom(st, "automatic placement", (size_t)n_nodes * 8);
         goto out;
     }
@@ -739,6 +911,19 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
             have_err = true;
             continue;
         }
+        // Copies of received tensors count too: a placement over a cap with them is dropped.
+        placer_static_usage(&p, a.dev, usage, stamp);
+        int over = over_cap_device(&a, usage);
+        if (over >= 0) {
+            if (!have_err)
+                dg_status_setf(st, DG_RESOURCE_EXHAUSTED,
+                               "automatic placement: %s's placement puts %lld bytes on %s (with the copies of "
+                               "tensors it receives), over its cap of %lld",
+                               dg_auto_placer_name((dg_auto_placer)k), (long long)usage[over], devices[over],
+                               (long long)opts.memory_caps[over]);
+            have_err = true;
+            continue;
+        }
         double t = placer_simulate(&p, a.dev, &sim);
         if (t < 0) {
             dg_status_set(st, DG_RESOURCE_EXHAUSTED, "automatic placement: out of memory simulating");
@@ -759,6 +944,7 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         int g = spg.group_of[v];
         if (a.gdev[g] < 0) placer_put(&a, g, best_dev[v]);
     }
+    placer_static_usage(&p, a.dev, a.used, stamp);
     placer_simulate(&p, a.dev, &sim);
     int moves = 0;
     if (opts.placer == DG_AUTO_PLACER_AUTO && opts.time_budget_s >= 0) {
@@ -788,7 +974,11 @@ out:
     free(a.used);
     free(a.gdev);
     free(a.dev);
+    free(a.recv);
+    free(a.gid_mark);
     free(best_dev);
+    free(usage);
+    free(stamp);
     step_nodes_clear(&sn);
     placer_sim_clear(&sim);
     placer_problem_clear(&p);

@@ -109,6 +109,10 @@ typedef struct placer_sim {
     int last;                // the node that finished last
 } placer_sim;
 
+// The bytes each device holds with node i on dev[i] (used, n_dev long): its nodes' static
+// bytes, and one copy of each tensor it receives from another device.
+void placer_static_usage(const placer_problem *p, const int *dev, int64_t *used, int *stamp);
+
 // Simulates the problem with node i on device dev[i]. Returns the step time; -1 when a
 // cycle leaves nodes that never run. The simulation's times stay in sim.
 double placer_simulate(const placer_problem *p, const int *dev, placer_sim *sim);
@@ -127,6 +131,9 @@ typedef struct placer_state {
     int64_t *used;           // per device: static bytes placed there
     int *gdev;               // per group, -1 before
     int *dev;                // per node, -1 before
+    uint64_t *recv;          // per output: the devices (of the first 64) charged a copy of it
+    int *gid_mark;           // per output: scratch marks, gid_mark_next a fresh value
+    int gid_mark_next;
 } placer_state;
 
 bool placer_allowed(const placer_state *a, int g, int d);

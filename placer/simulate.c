@@ -140,7 +140,8 @@ bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const
                 goto fail;
             }
             p->gid_bytes[p->out_start[i] + k] = b;
-            p->static_bytes[i] += b;
+            // An op that updates a variable in place (Assign*, Apply*) hands back its buffer.
+            if (graph_num_ref_inputs(nd) == 0) p->static_bytes[i] += b;
         }
         p->gid_bytes[p->out_start[i + 1] - 1] = 4;
         if (strcmp(nd->op->name, "VariableV2") == 0) p->persist[i] = p->static_bytes[i];
@@ -231,6 +232,24 @@ fail:
     free(queue);
     placer_problem_clear(p);
     return false;
+}
+
+void placer_static_usage(const placer_problem *p, const int *dev, int64_t *used, int *stamp) {
+    for (int d = 0; d < p->n_dev; d++) {
+        used[d] = 0;
+        stamp[d] = -1;
+    }
+    for (int u = 0; u < p->n; u++) {
+        int du = dev[u];
+        used[du] += p->static_bytes[u];
+        for (int gid = p->out_start[u]; gid < p->out_start[u + 1]; gid++)
+            for (int e = p->succ_start[gid]; e < p->succ_start[gid + 1]; e++) {
+                int dv = dev[p->succ[e]];
+                if (dv == du || stamp[dv] == gid) continue;
+                stamp[dv] = gid;
+                used[dv] += p->gid_bytes[gid];
+            }
+    }
 }
 
 // ---- simulation ----
@@ -417,7 +436,8 @@ bool placer_sim_peak_memory(const placer_problem *p, const int *dev, placer_sim 
     for (int u = 0; u < p->n; u++) {
         int du = dev[u];
         cur[du] += p->persist[u];
-        if (p->persist[u] > 0) continue;   // a variable's output is the variable
+        // A variable's output is the variable; an in-place update's is the variable's buffer.
+        if (p->persist[u] > 0 || graph_num_ref_inputs(p->nodes[u]) > 0) continue;
         for (int gid = p->out_start[u]; gid < p->out_start[u + 1] - 1; gid++) {
             double free_t = s->finish[u];
             for (int e = p->succ_start[gid]; e < p->succ_start[gid + 1]; e++) {

@@ -11,12 +11,13 @@ set -euo pipefail
 # integration test that finds a process hanging prints its threads' stacks. libdnnl-dev (oneDNN)
 # runs float32 GEMM with the widest vectors the CPU has (executor/cpu/gemm.c); qemu-user runs
 # the kernels' tests as on a CPU without AVX-512 (tests/smoke/narrow_cpu_qemu.sh). fortunes: the
-# text gpt_replica trains on (/usr/share/games/fortunes).
+# text gpt_replica trains on (/usr/share/games/fortunes). libmetis-dev: METIS partitions graphs
+# for the automatic placer (placer/metis_place.c).
 PKGS=(build-essential cmake pkg-config libzmq3-dev libmsgpack-dev libsqlite3-dev
       libopenblas-dev zlib1g-dev libcmocka-dev dataset-fashion-mnist valgrind python3 iperf3
       clang libclang-rt-dev llvm protobuf-c-compiler libprotobuf-c-dev python3-venv
       libcairo2-dev fonts-dejavu-core gdb libdnnl-dev
-      qemu-user fortunes)
+      qemu-user fortunes libmetis-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,9 +1,10 @@
 /* dg-mlp-graph: writes the MNIST-replica MLP (784 -> 100 ReLU -> 10, sparse softmax cross
  * entropy, Adam, global step; the model of examples/common/mlp_model.c) built under a replica
  * device setter to a graph file, for dg-inspect and the docs.
- *   dg-mlp-graph FILE [--cluster_spec 'ps|h:1,h:2;worker|h:3'] [--hidden_units N]
+ *   dg-mlp-graph FILE [--cluster_spec 'ps|h:1,h:2;worker|h:3'] [--hidden_units N] [--no_devices]
  * The default cluster has two ps tasks and one worker; variables go round robin over the ps
- * tasks in creation order, everything else to /job:worker/task:0. */
+ * tasks in creation order, everything else to /job:worker/task:0. --no_devices: no setter, no
+ * node asks for a device (for dg-inspect place --auto). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,10 +15,11 @@
 #define DEFAULT_CLUSTER "ps|127.0.0.1:2222,127.0.0.1:2223;worker|127.0.0.1:2224"
 
 static int usage(FILE *f) {
-    fprintf(f, "usage: dg-mlp-graph FILE [--cluster_spec SPEC] [--hidden_units N]\n"
+    fprintf(f, "usage: dg-mlp-graph FILE [--cluster_spec SPEC] [--hidden_units N] [--no_devices]\n"
                "  writes the MNIST-replica MLP (Adam, global step) placed by a replica device\n"
                "  setter over SPEC's ps tasks (default \"%s\")\n"
                "  --hidden_units N   hidden layer width (default 100)\n"
+               "  --no_devices       no setter: no node asks for a device\n"
                "  --help, --version\n"
                "Exit status: 0 when the file is written, 1 when it cannot be, 2 for bad arguments.\n",
                DEFAULT_CLUSTER);
@@ -50,6 +52,7 @@ static bool build_mlp(dg_graph *g, int64_t pixels, int64_t hidden, double lr, in
 int main(int argc, char **argv) {
     const char *path = NULL, *spec = DEFAULT_CLUSTER;
     long hidden = 100;
+    bool no_devices = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return usage(stdout);
@@ -66,6 +69,8 @@ int main(int argc, char **argv) {
             spec = argv[++i];
         } else if (strncmp(a, "--cluster_spec=", 15) == 0) {
             spec = a + 15;
+        } else if (strcmp(a, "--no_devices") == 0) {
+            no_devices = true;
         } else if (strcmp(a, "--hidden_units") == 0 && i + 1 < argc) {
             char *end;
             hidden = strtol(argv[++i], &end, 10);
@@ -93,9 +98,9 @@ int main(int argc, char **argv) {
     fn = dg_replica_device_setter_new(&o, st);
     if (!fn) goto out;
     g = dg_graph_new();
-    dg_graph_push_device_fn(g, fn);
+    if (!no_devices) dg_graph_push_device_fn(g, fn);
     bool ok = build_mlp(g, 784, hidden, 0.01, 1, st);
-    dg_graph_pop_device_fn(g);
+    if (!no_devices) dg_graph_pop_device_fn(g);
     if (!ok || !dg_graph_save(g, path, st)) goto out;
     printf("wrote %s: %d nodes, %d ps tasks\n", path, dg_graph_num_nodes(g), dg_cluster_num_tasks(c, "ps"));
     rc = 0;

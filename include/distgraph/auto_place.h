@@ -110,9 +110,12 @@ typedef struct dg_auto_place_options {
     dg_placement_options placement; // soft placement, default device, filters, kernels
     // The step's fetches and targets (the train op): only the nodes they need are costed,
     // simulated and kept under the caps; the others (initializers) go beside their readers.
-    // NULL: every node is in the step.
+    // NULL: every node but the variables' initializers (and what only they read) is in it.
     const dg_node *const *targets;
     int n_targets;
+    // Nodes already placed (an assigned device among devices) keep their device, and so does
+    // the rest of their colocation group: a graph placed before grows without moving.
+    bool keep_assigned;
 } dg_auto_place_options;
 
 dg_auto_place_options dg_auto_place_options_default(void);

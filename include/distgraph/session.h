@@ -54,6 +54,13 @@ typedef struct dg_session_options {
     // pair is); key_name NULL: "client".
     const char *key_dir;
     const char *key_name;
+    // Automatic placement (docs/PLACEMENT.md): the first step places the whole graph with
+    // dg_auto_place over the session's devices (a cluster's: every task's), honouring requests
+    // and colocation; nodes added later are placed by later steps, and a node keeps its device
+    // once it has one. Without it a node with no request goes to the first device that matches.
+    bool auto_place;
+    const char *auto_place_cost_file;   // a calibration (dg-inspect calibrate); NULL: nominal
+    int64_t auto_place_unknown_dim;     // what an unknown dimension (the batch) stands for; 0: 32
 } dg_session_options;
 
 dg_session_options dg_session_options_default(void);

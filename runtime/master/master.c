@@ -8,6 +8,7 @@
 #include "base_impl.h"
 #include "device.h"
 #include "distgraph/device_name.h"
+#include "distgraph/auto_place.h"
 #include "distgraph/placer.h"
 #include "exec_cpu_impl.h"
 #include "exec_executor_impl.h"
@@ -66,6 +67,8 @@ struct master_session {
     char **placed;           // those lines, under mu, until master_session_take_placement
     int n_placed, cap_placed;
     int64_t placed_dropped;  // lines past PLACEMENT_LOG_MAX since the last take
+    int auto_placed;         // auto_place: the graph's nodes placed so far (under mu)
+    dg_cost_model *cost;     // auto_place: the cost model, loaded on first use
 };
 
 // At most this many placement lines wait for a remote client; the rest are counted.
@@ -159,6 +162,7 @@ void master_session_free(master_session **mp) {
     free(m->cache);
     dg_device_list_free(m->devices, m->n_devices);
     dg_device_list_free(m->answered, m->n_answered);
+    dg_cost_model_free(&m->cost);
     free(m->running);
     for (int i = 0; i < m->n_placed; i++) free(m->placed[i]);
     free(m->placed);
@@ -432,6 +436,46 @@ static bool register_remote(master_session *m, dg_graph *pg, const char *dev, co
     return true;
 }
 
+// Automatic placement (opts.auto_place): the graph's nodes not placed yet, with those placed
+// before kept where they are, over the session's devices (no default device: every task's may
+// take them). Says on standard error what it predicts and how long it took.
+static bool auto_place_graph(master_session *m, const dg_placement_options *base, dg_status *st) {
+    int n = dg_graph_num_nodes(m->graph);
+    if (n <= m->auto_placed) return true;
+    if (!m->cost) {
+        m->cost = dg_cost_model_new();
+        if (!m->cost) return base_oom(st, "cost model", sizeof(void *));
+        if (m->opts.auto_place_cost_file && !dg_cost_model_load(m->cost, m->opts.auto_place_cost_file, st)) {
+            dg_cost_model_free(&m->cost);
+            dg_status_prepend(st, "session: auto_place_cost_file");
+            return false;
+        }
+        if (m->task && !dg_cost_model_set_hosts(m->cost, m->task->cluster, st)) return false;
+    }
+    dg_node **all = malloc(((size_t)n + 1) * sizeof *all);
+    if (!all) return base_oom(st, "automatic placement", (size_t)n * sizeof *all);
+    for (int i = 0; i < n; i++) all[i] = dg_graph_node(m->graph, i);
+    dg_auto_place_options o = dg_auto_place_options_default();
+    o.placement = *base;
+    o.placement.default_device = NULL;
+    o.cost = m->cost;
+    o.unknown_dim = m->opts.auto_place_unknown_dim > 0 ? m->opts.auto_place_unknown_dim : 32;
+    o.keep_assigned = true;
+    dg_auto_place_report r;
+    bool ok = dg_auto_place_nodes(all, n, (const char *const *)m->devices, m->n_devices, &o, &r, st);
+    free(all);
+    if (!ok) {
+        dg_status_prepend(st, "session: automatic placement");
+        return false;
+    }
+    fprintf(stderr, "distgraph: automatic placement of %d nodes on %d devices (%s): predicted step %.3f ms, "
+            "placed in %.2f s\n", n - m->auto_placed, m->n_devices, dg_auto_placer_name(r.chosen),
+            r.predicted_step_s * 1e3, r.seconds);
+    dg_auto_place_report_clear(&r);
+    m->auto_placed = n;
+    return true;
+}
+
 // Prune, place, partition, register, compile. Local masters place over this process's
 // devices; cluster masters over every task's (default device: their own task), with their
 // own CPU as the client. Partitions of this process's task become one local executable; the
@@ -445,7 +489,8 @@ static bool compile(master_session *m, const dg_output *feeds, int n_feeds, cons
     po.supports = exec_kernel_supports;
     if (m->task) po.default_device = m->own_task;
     bool ok = (!m->task || m->devices_listed || !wants_accelerator(run, n_run) || list_cluster_devices(m, st)) &&
-              dg_place(run, n_run, (const char *const *)m->devices, m->n_devices, &po, st);
+              (m->opts.auto_place ? auto_place_graph(m, &po, st)
+                                  : dg_place(run, n_run, (const char *const *)m->devices, m->n_devices, &po, st));
     if (ok && m->opts.log_device_placement)
         for (int i = 0; i < n_run; i++) {
             if (!m->collect_placement) {

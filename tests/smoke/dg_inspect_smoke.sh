@@ -3,7 +3,9 @@
 # worker); dg-inspect lists it (table and JSON), places it (variables round robin over the ps
 # tasks in creation order: hid_w, sm_w, global_step on ps 0; hid_b, sm_b on ps 1), partitions
 # it (Send/Recv pairs between the ps tasks and the worker) and draws it as well-formed SVG.
-# Bad input (truncated file, garbage, missing file, bad cluster spec, unplaceable graph) exits
+# place --auto honours the requests and colocation, keeps devices under --memory_cap, and prints
+# its prediction; an unscoped graph is spread. Bad input (truncated file, garbage, missing file,
+# bad cluster spec, unplaceable graph, unknown shapes, caps nothing fits, a bad cost file) exits
 # 1 with a message naming the problem, never a crash.
 set -euo pipefail
 bin="${DG_BIN_DIR:?}"
@@ -112,6 +114,43 @@ expect_fail "NOT_FOUND: graph file \"$tmp/missing.graph\"" graph "$tmp/missing.g
 expect_fail "INVALID_ARGUMENT" place "$tmp/mlp.graph" --cluster_spec 'ps|'
 # A cluster without the ps tasks the graph asks for cannot place it.
 expect_fail "placing: INVALID_ARGUMENT" place "$tmp/mlp.graph" --cluster_spec 'worker|127.0.0.1:2224' --no_soft_placement
+# place --auto: the scoped graph keeps its requests; an unscoped one (dg-mlp-graph
+# --no_devices) is spread by the cost model, variables with their Adam slots and updates, each
+# device under --memory_cap; the prediction and each device's load and bytes are printed.
+out=$("$inspect" place "$tmp/mlp.graph" --cluster_spec "$spec" --auto --unknown_dim 100) || fail "place --auto"
+check_place hid_w "$ps0"
+check_place sm_b "$ps1"
+grep -Eq '^automatic placement \((auto|m-topo|m-etf|m-sct|metis), [0-9.]+ s\): predicted step [0-9.]+ ms' <<<"$out" \
+    || fail "no prediction line"
+"$bin/dg-mlp-graph" "$tmp/free.graph" --no_devices > /dev/null || fail "dg-mlp-graph --no_devices"
+spec2='worker|127.0.0.1:2224;127.0.0.1:2225'
+# The cap: 60% of the bytes the graph holds on one device.
+"$inspect" place "$tmp/free.graph" --cluster_spec "$spec2" --auto --unknown_dim 100 --json > "$tmp/one.json" \
+    || fail "place --auto --json"
+cap=$(python3 -c 'import json,sys; print(int(0.6 * sum(d["static_bytes"] for d in json.load(open(sys.argv[1]))["auto"]["devices"])))' "$tmp/one.json")
+"$inspect" place "$tmp/free.graph" --cluster_spec "$spec2" --auto --unknown_dim 100 --memory_cap "$cap" --json \
+    > "$tmp/auto.json" || fail "place --auto --memory_cap $cap --json"
+python3 - "$tmp/auto.json" "$cap" <<'EOF' || fail "place --auto --json"
+import json, sys
+d, cap = json.load(open(sys.argv[1])), int(sys.argv[2])
+p, a = d["placement"], d["auto"]
+assert p["hid_w/Adam"] == p["hid_w"] and p["Adam/update_hid_w/ApplyAdam"] == p["hid_w"], p
+assert a["predicted_step_ms"] > 0 and len(a["devices"]) == 2, a
+for dev in a["devices"]:
+    assert 0 < dev["static_bytes"] <= cap and dev["peak_bytes"] <= dev["static_bytes"], dev
+    assert 0 <= dev["load"] <= 1, dev
+assert len(set(p.values())) == 2, "both devices used under the cap"
+EOF
+"$inspect" svg "$tmp/free.graph" --cluster_spec "$spec2" --auto --unknown_dim 100 -o "$tmp/auto.svg" > /dev/null \
+    || fail "svg --auto"
+python3 -c 'import xml.dom.minidom,sys; xml.dom.minidom.parse(sys.argv[1])' "$tmp/auto.svg" || fail "svg --auto is not XML"
+expect_fail 'node "x" \(Placeholder\) output 0 has shape \[\?, 784\]' place "$tmp/free.graph" --cluster_spec "$spec2" --auto
+expect_fail 'RESOURCE_EXHAUSTED: .*under the memory caps' place "$tmp/free.graph" --cluster_spec "$spec2" --auto \
+    --unknown_dim 100 --memory_cap 1000
+printf '{"devices": {"CPU": {"flops_per_s": 0}}}' > "$tmp/cost.json"
+expect_fail "cost.json: devices.CPU.bytes_per_s must be a number" place "$tmp/free.graph" --cluster_spec "$spec2" \
+    --auto --unknown_dim 100 --cost "$tmp/cost.json"
+
 set +e
 "$inspect" bogus "$tmp/mlp.graph" > /dev/null 2>&1
 rc=$?

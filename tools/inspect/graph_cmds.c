@@ -118,13 +118,95 @@ typedef struct placed {
     dg_node **nodes;
     int n_nodes;
     dg_partitions *parts;
+    bool have_report;
+    dg_auto_place_report report;   // --auto
 } placed;
 
 static void placed_free(placed *p) {
     dg_partitions_free(&p->parts);
+    if (p->have_report) dg_auto_place_report_clear(&p->report);
     if (p->devices) dg_device_list_free(p->devices, p->n_devices);
     dg_cluster_free(&p->cluster);
     free(p->nodes);
+}
+
+// --auto: dg_auto_place with the calibration, caps and unknown dimension asked for.
+static bool auto_place(const inspect_options *o, placed *p, const dg_placement_options *po, dg_status *st) {
+    dg_cost_model *cost = dg_cost_model_new();
+    if (!cost) inspect_die_status("cost model", st);
+    bool ok = (!o->cost_file || dg_cost_model_load(cost, o->cost_file, st)) && dg_cost_model_set_hosts(cost, p->cluster, st);
+    if (!ok) {
+        inspect_die_status("--cost", st);
+        dg_cost_model_free(&cost);
+        return false;
+    }
+    int64_t *caps = inspect_xcalloc((size_t)p->n_devices + 1, sizeof *caps);
+    for (int d = 0; d < p->n_devices; d++) caps[d] = o->memory_cap;
+    dg_auto_place_options ao = dg_auto_place_options_default();
+    ao.placement = *po;
+    ao.cost = cost;
+    ao.memory_caps = caps;
+    ao.unknown_dim = o->unknown_dim;
+    ok = dg_auto_place_nodes(p->nodes, p->n_nodes, (const char *const *)p->devices, p->n_devices, &ao, &p->report, st);
+    p->have_report = ok;
+    if (!ok) inspect_die_status("automatic placement", st);
+    free(caps);
+    dg_cost_model_free(&cost);
+    return ok;
+}
+
+// What --auto predicts: the step, the placers' candidates, each device's load and memory.
+static void print_report(const placed *p, bool json) {
+    const dg_auto_place_report *r = &p->report;
+    const dg_step_estimate *e = &r->estimate;
+    if (json) {
+        printf("\"auto\": {\"placer\": \"%s\", \"predicted_step_ms\": %.6g, \"placement_s\": %.3f, "
+               "\"transfers\": %lld, \"transfer_bytes\": %lld, \"candidates_ms\": {",
+               dg_auto_placer_name(r->chosen), r->predicted_step_s * 1e3, r->seconds, (long long)e->n_transfers,
+               (long long)e->transfer_bytes);
+        bool first = true;
+        for (int k = 1; k < 5; k++)
+            if (r->candidate_step_s[k] > 0) {
+                printf("%s\"%s\": %.6g", first ? "" : ", ", dg_auto_placer_name((dg_auto_placer)k),
+                       r->candidate_step_s[k] * 1e3);
+                first = false;
+            }
+        printf("}, \"devices\": [");
+        for (int d = 0; d < e->n_devices; d++) {
+            printf("%s{\"device\": ", d ? ", " : "");
+            inspect_json_str(stdout, p->devices[d]);
+            printf(", \"busy_ms\": %.6g, \"load\": %.4f, \"static_bytes\": %lld, \"peak_bytes\": %lld}",
+                   e->busy_s[d] * 1e3, e->step_s > 0 ? e->busy_s[d] / e->step_s : 0, (long long)e->static_bytes[d],
+                   (long long)e->peak_bytes[d]);
+        }
+        printf("]}");
+        return;
+    }
+    printf("automatic placement (%s, %.2f s): predicted step %.3f ms, %lld transfers of %.1f MB in all\n",
+           dg_auto_placer_name(r->chosen), r->seconds, r->predicted_step_s * 1e3, (long long)e->n_transfers,
+           (double)e->transfer_bytes / 1e6);
+    printf("candidates:");
+    for (int k = 1; k < 5; k++)
+        if (r->candidate_step_s[k] > 0) printf(" %s %.3f ms", dg_auto_placer_name((dg_auto_placer)k), r->candidate_step_s[k] * 1e3);
+    printf("\n");
+    static const char *const head[5] = {"device", "busy ms", "load", "bytes held", "peak bytes"};
+    inspect_table t;
+    inspect_table_init(&t, head, 5);
+    for (int d = 0; d < e->n_devices; d++) {
+        char **row = inspect_table_add(&t);
+        char buf[64];
+        row[0] = inspect_xstrdup(p->devices[d]);
+        snprintf(buf, sizeof buf, "%.3f", e->busy_s[d] * 1e3);
+        row[1] = inspect_xstrdup(buf);
+        snprintf(buf, sizeof buf, "%.0f%%", e->step_s > 0 ? 100 * e->busy_s[d] / e->step_s : 0);
+        row[2] = inspect_xstrdup(buf);
+        snprintf(buf, sizeof buf, "%lld", (long long)e->static_bytes[d]);
+        row[3] = inspect_xstrdup(buf);
+        snprintf(buf, sizeof buf, "%lld", (long long)e->peak_bytes[d]);
+        row[4] = inspect_xstrdup(buf);
+    }
+    inspect_table_print(&t, 5);
+    inspect_table_free(&t);
 }
 
 static bool place(const inspect_options *o, dg_graph *g, placed *p, bool partition, dg_status *st) {
@@ -149,7 +231,9 @@ static bool place(const inspect_options *o, dg_graph *g, placed *p, bool partiti
     for (int i = 0; i < p->n_nodes; i++) p->nodes[i] = dg_graph_node(g, i);
     dg_placement_options po = dg_placement_options_default();
     po.allow_soft_placement = o->soft_placement;
-    if (!dg_place(p->nodes, p->n_nodes, (const char *const *)p->devices, p->n_devices, &po, st)) {
+    if (o->auto_place) {
+        if (!auto_place(o, p, &po, st)) return false;
+    } else if (!dg_place(p->nodes, p->n_nodes, (const char *const *)p->devices, p->n_devices, &po, st)) {
         inspect_die_status("placing", st);
         return false;
     }
@@ -167,6 +251,8 @@ int inspect_cmd_place(const inspect_options *o, dg_graph *g, dg_status *st) {
     int rc = 1;
     if (!place(o, g, &p, false, st)) goto out;
     if (o->json) {
+        // With --auto: {"placement": {node: device, ...}, "auto": {what it predicts}}.
+        if (p.have_report) printf("{\"placement\": ");
         printf("{");
         for (int i = 0; i < p.n_nodes; i++) {
             printf("%s\n  ", i ? "," : "");
@@ -174,7 +260,13 @@ int inspect_cmd_place(const inspect_options *o, dg_graph *g, dg_status *st) {
             printf(": ");
             inspect_json_str(stdout, dg_node_assigned_device(p.nodes[i]));
         }
-        printf("%s}\n", p.n_nodes ? "\n" : "");
+        printf("%s}", p.n_nodes ? "\n" : "");
+        if (p.have_report) {
+            printf(",\n");
+            print_report(&p, true);
+            printf("}");
+        }
+        printf("\n");
     } else {
         inspect_table t;
         inspect_table_init(&t, NULL, 4);
@@ -188,6 +280,7 @@ int inspect_cmd_place(const inspect_options *o, dg_graph *g, dg_status *st) {
         inspect_table_print(&t, 4);
         inspect_table_free(&t);
         printf("%d nodes placed on %d devices\n", p.n_nodes, p.n_devices);
+        if (p.have_report) print_report(&p, false);
     }
     rc = 0;
 out:

@@ -19,6 +19,10 @@ typedef struct inspect_options {
     const char *cmd, *file, *cluster_spec, *out;   // borrowed from argv
     int gpus_per_task;
     bool json, soft_placement, hide_init;
+    bool auto_place;            // place, partition, svg: --auto (dg_auto_place)
+    const char *cost_file;      // --cost: a calibration for --auto
+    int64_t memory_cap;         // --memory_cap: bytes a device may hold under --auto, 0 none
+    int64_t unknown_dim;        // --unknown_dim: what an unknown dimension stands for, 0 an error
     int64_t step;       // variables: --step, -1 the newest
     int64_t n_values;   // variables: --values, 0 none
     const char **tags;  // plot: --tag, in order, without repeats (strings borrowed from argv)

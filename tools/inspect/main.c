@@ -2,7 +2,9 @@
  * checkpoint files (written by dg_checkpoint_save and the summary saver hook), TensorBoard
  * event files, and running servers.
  *   dg-inspect graph FILE [--json]                 nodes: inputs, devices, output dtype/shape
- *   dg-inspect place FILE --cluster_spec SPEC      node -> device on SPEC's devices
+ *   dg-inspect place FILE --cluster_spec SPEC      node -> device on SPEC's devices; with
+ *                                                  --auto placed automatically, with the
+ *                                                  predicted step, each device's load, memory
  *   dg-inspect partition FILE --cluster_spec SPEC  per-device node lists and Send/Recv pairs
  *   dg-inspect svg FILE --cluster_spec SPEC -o OUT.svg
  *   dg-inspect checkpoints CKPT [--json]           step, time written, variables, bytes
@@ -56,6 +58,11 @@ static int usage(FILE *f) {
             "  --cluster_spec SPEC   \"ps|host:port,host:port;worker|host:port\"\n"
             "  --gpus_per_task N     GPUs per task besides /device:CPU:0 (default 0)\n"
             "  --no_soft_placement   fail instead of falling back to another device\n"
+            "  --auto                place automatically (dg_auto_place: cost model, simulator); place\n"
+            "                        also prints the predicted step, each device's load and memory\n"
+            "  --cost FILE           --auto: a calibration (dg-inspect calibrate); default: nominal\n"
+            "  --memory_cap BYTES    --auto: bytes each device may hold (default: no cap)\n"
+            "  --unknown_dim N       --auto: what an unknown dimension (a batch) stands for\n"
             "  --json                JSON instead of a table (all but svg and plot)\n"
             "  -o, --output FILE     where svg and plot write (plot: .svg or .png)\n"
             "  --step N              variables: the checkpoint of global step N\n"
@@ -134,7 +141,8 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         const char *opt = a, *val = NULL;
         static const char *const valued[] = {"--cluster_spec", "--gpus_per_task", "-o", "--output",
-                                             "--step", "--values", "--tag", NULL};
+                                             "--step", "--values", "--tag", "--cost", "--memory_cap",
+                                             "--unknown_dim", NULL};
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             rc = usage(stdout);
             goto done;
@@ -166,6 +174,12 @@ int main(int argc, char **argv) {
             } else if (strcmp(opt, "--gpus_per_task") == 0) {
                 if (!parse_int(opt, val, 0, 1024, &v)) goto done;
                 o.gpus_per_task = (int)v;
+            } else if (strcmp(opt, "--cost") == 0) {
+                o.cost_file = val;
+            } else if (strcmp(opt, "--memory_cap") == 0) {
+                if (!parse_int(opt, val, 0, INT64_MAX, &o.memory_cap)) goto done;
+            } else if (strcmp(opt, "--unknown_dim") == 0) {
+                if (!parse_int(opt, val, 0, INT64_MAX, &o.unknown_dim)) goto done;
             } else if (strcmp(opt, "--step") == 0) {
                 if (!parse_int(opt, val, 0, INT64_MAX, &o.step)) goto done;
                 has_step = true;
@@ -183,6 +197,8 @@ int main(int argc, char **argv) {
             }
         } else if (strcmp(a, "--json") == 0) {
             o.json = true;
+        } else if (strcmp(a, "--auto") == 0) {
+            o.auto_place = true;
         } else if (strcmp(a, "--no_soft_placement") == 0) {
             o.soft_placement = false;
         } else if (strcmp(a, "--hide_init") == 0) {

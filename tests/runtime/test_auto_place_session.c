@@ -1,0 +1,137 @@
+/* Sessions with automatic placement (dg_session_options.auto_place): a model with parallel
+ * branches and no device scope spreads over a session's virtual CPUs, trains to the same
+ * numbers as the same model on one device, and keeps its variables where they were placed when
+ * the graph grows. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+typedef struct model {
+    dg_graph *g;
+    dg_output x, loss, w[4];
+    dg_node *train, *init;
+} model;
+
+// Four branches of three MatMuls each from one input, summed: independent work to spread.
+static void build(model *m) {
+    m->g = dg_graph_new();
+    dg_graph *g = m->g;
+    m->x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(32, 48));
+    dg_output outs[4];
+    for (int b = 0; b < 4; b++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", b);
+        m->w[b] = dg_variable(g, name, DG_FLOAT32, dg_shape2(48, 48), dg_init_random_normal(0, 0.2, 11 + b));
+        dg_output h = m->x;
+        for (int l = 0; l < 3; l++) h = dg_tanh(g, NULL, dg_matmul(g, NULL, h, m->w[b], false, false));
+        outs[b] = h;
+    }
+    m->loss = dg_sum(g, "loss", dg_square(g, NULL, dg_add_n(g, NULL, outs, 4)), NULL, 0, false);
+    dg_optimizer opt = dg_gradient_descent(g, 0.001);
+    m->train = dg_optimizer_minimize(&opt, m->loss, (dg_output){NULL, 0});
+    m->init = dg_global_variables_initializer(g);
+    assert_true(dg_graph_ok(g));
+}
+
+// Three steps; the loss of each and the weights after.
+static void train(dg_session *s, model *m, double *losses, float *w_after) {
+    dg_status *st = dg_status_new();
+    assert_true(dg_session_run(s, NULL, NULL, 0, NULL, NULL, 0, &m->init, 1, st));
+    dg_tensor *xv = dg_tensor_new(DG_FLOAT32, dg_shape2(32, 48), st);
+    float *x = dg_tensor_data(xv);
+    for (int i = 0; i < 32 * 48; i++) x[i] = (float)sin(0.37 * i);
+    for (int k = 0; k < 3; k++) {
+        dg_tensor *lv = NULL;
+        assert_true(dg_session_run(s, &m->x, &xv, 1, &m->loss, &lv, 1, &m->train, 1, st));
+        assert_ok(st);
+        losses[k] = *(float *)dg_tensor_data(lv);
+        dg_tensor_free(&lv);
+    }
+    dg_tensor *wv = NULL;
+    assert_true(dg_session_run(s, NULL, NULL, 0, &m->w[2], &wv, 1, NULL, 0, st));
+    memcpy(w_after, dg_tensor_data(wv), 48 * 48 * sizeof(float));
+    dg_tensor_free(&wv);
+    dg_tensor_free(&xv);
+    dg_status_free(&st);
+}
+
+static void test_auto_placed_session_trains_as_one_device(void **state) {
+    (void)state;
+    model a, b;
+    build(&a);
+    build(&b);
+    dg_status *st = dg_status_new();
+    dg_session_options o = dg_session_options_default();
+    o.n_virtual_cpus = 3;
+    o.auto_place = true;
+    dg_session *sa = dg_session_new(a.g, "local", &o, st);
+    assert_ok(st);
+    dg_session *sb = dg_session_new(b.g, "local", NULL, st);
+    assert_ok(st);
+    double la[3], lb[3];
+    float *wa = malloc(48 * 48 * sizeof *wa), *wb = malloc(48 * 48 * sizeof *wb);
+    train(sa, &a, la, wa);
+    train(sb, &b, lb, wb);
+    // The one-device run is the reference: same numbers within float32 rounding of sums
+    // taken in another order.
+    for (int k = 0; k < 3; k++) assert_true(isfinite(lb[k]) && dg_test_is_close(la[k], lb[k], 0, 1e-5));
+    double *ref = malloc(48 * 48 * sizeof *ref);
+    for (int i = 0; i < 48 * 48; i++) ref[i] = wb[i];
+    assert_close_f32(wa, ref, 48 * 48, 1e-6, 1e-5);
+    // The branches went to more than one device.
+    int n = dg_graph_num_nodes(a.g), devs = 0;
+    const char *seen[4] = {0};
+    for (int i = 0; i < n; i++) {
+        const char *d = dg_node_assigned_device(dg_graph_node(a.g, i));
+        if (!d[0]) continue;
+        int j;
+        for (j = 0; j < devs && strcmp(seen[j], d) != 0; j++) {}
+        if (j == devs && devs < 4) seen[devs++] = d;
+    }
+    assert_true(devs >= 2);
+    // The graph grows: the new node is placed, the variables stay.
+    char before[4][128];
+    for (int bi = 0; bi < 4; bi++) snprintf(before[bi], sizeof before[bi], "%s", dg_node_assigned_device(a.w[bi].node));
+    dg_output doubled = dg_add(a.g, "doubled", a.w[1], a.w[3]);
+    dg_tensor *dv = NULL;
+    assert_true(dg_session_run(sa, NULL, NULL, 0, &doubled, &dv, 1, NULL, 0, st));
+    assert_ok(st);
+    dg_tensor_free(&dv);
+    assert_true(dg_node_assigned_device(doubled.node)[0] != 0);
+    for (int bi = 0; bi < 4; bi++) assert_string_equal(before[bi], dg_node_assigned_device(a.w[bi].node));
+    free(ref);
+    free(wa);
+    free(wb);
+    dg_session_free(&sa);
+    dg_session_free(&sb);
+    dg_graph_free(&a.g);
+    dg_graph_free(&b.g);
+    dg_status_free(&st);
+}
+
+static void test_auto_place_bad_cost_file(void **state) {
+    (void)state;
+    model m;
+    build(&m);
+    dg_status *st = dg_status_new();
+    dg_session_options o = dg_session_options_default();
+    o.auto_place = true;
+    o.auto_place_cost_file = "/nonexistent/cost.json";
+    dg_session *s = dg_session_new(m.g, "local", &o, st);
+    assert_ok(st);
+    assert_false(dg_session_run(s, NULL, NULL, 0, NULL, NULL, 0, &m.init, 1, st));
+    assert_status(st, DG_NOT_FOUND, "auto_place_cost_file");
+    dg_session_free(&s);
+    dg_graph_free(&m.g);
+    dg_status_free(&st);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_auto_placed_session_trains_as_one_device),
+        cmocka_unit_test(test_auto_place_bad_cost_file),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
