@@ -55,149 +55,11 @@ void dg_auto_place_report_clear(dg_auto_place_report *r) {
     memset(r, 0, sizeof *r);
 }
 
-bool placer_fits(const placer_state *a, int g, int d) {
-    int64_t cap = a->caps ? a->caps[d] : 0;
-    return cap <= 0 || a->used[d] + a->group_bytes[g] <= cap;
-}
-
-bool placer_allowed(const placer_state *a, int g, int d) { return a->pg->allowed[(size_t)g * a->p->n_dev + d] != 0; }
-
-void placer_put(placer_state *a, int g, int d) {
-    a->gdev[g] = d;
-    a->used[d] += a->group_bytes[g];
-    for (int k = a->member_start[g]; k < a->member_start[g + 1]; k++) a->dev[a->members[k]] = d;
-}
-
-void placer_reset(placer_state *a) {
-    for (int d = 0; d < a->p->n_dev; d++) a->used[d] = 0;
-    memset(a->recv, 0, ((size_t)a->p->out_start[a->p->n] + 1) * sizeof *a->recv);
-    for (int g = 0; g < a->pg->n_groups; g++) a->gdev[g] = -1;
-    for (int i = 0; i < a->p->n; i++) a->dev[i] = -1;
-}
-
-// Free ops without inputs (variables, constants, placeholders) that asked for no device wait
-// for their first reader: their group goes where it goes (a variable beside the op that reads
-// it first).
-static bool is_lazy(const placer_state *a, int v) {
-    int g = a->pg->group_of[v];
-    return a->p->n_in[v] == 0 && a->gdev[g] < 0 && !a->pg->pinned[g] && placer_op_is_free(a->p->nodes[v]);
-}
-
-// Bytes of v's inputs on other devices that d has no copy of yet (beyond 64 devices copies are
-// not told apart: charged each time, an overestimate).
-static int64_t recv_bytes(const placer_state *a, int v, int d, bool charge) {
-    const placer_problem *p = a->p;
-    int64_t b = 0;
-    for (int e = p->pred_start[v]; e < p->pred_start[v + 1]; e++) {
-        int du = a->dev[p->pred[e]], gid = p->pred_gid[e];
-        if (du < 0 || du == d) continue;
-        uint64_t bit = d < 64 ? (uint64_t)1 << d : 0;
-        if (bit && (a->recv[gid] & bit)) continue;
-        b += p->gid_bytes[gid];
-        if (charge) a->recv[gid] |= bit;
-    }
-    return b;
-}
-
-// After v went to d: d holds copies of its inputs from elsewhere.
-static void charge_inputs(placer_state *a, int v, int d) { a->used[d] += recv_bytes(a, v, d, true); }
-
-// The copies device d would hold of what group g's members read from outside the group, from
-// producers not on d (placed elsewhere, or not yet placed: a reservation, so that members
-// placed with the group later stay under the cap). charge: mark them held on d.
-static int64_t group_inputs(placer_state *a, int g, int d, bool charge) {
-    const placer_problem *p = a->p;
-    int mark = ++a->gid_mark_next;
-    int64_t b = 0;
-    uint64_t bit = d < 64 ? (uint64_t)1 << d : 0;
-    for (int k = a->member_start[g]; k < a->member_start[g + 1]; k++) {
-        int v = a->members[k];
-        for (int e = p->pred_start[v]; e < p->pred_start[v + 1]; e++) {
-            int u = p->pred[e], gid = p->pred_gid[e];
-            if (a->pg->group_of[u] == g || a->dev[u] == d || a->gid_mark[gid] == mark) continue;
-            if (bit && (a->recv[gid] & bit)) continue;
-            a->gid_mark[gid] = mark;
-            b += p->gid_bytes[gid];
-            if (charge) a->recv[gid] |= bit;
-        }
-    }
-    return b;
-}
-
-// The bytes device d takes if v goes there: its group's and the copies its group reads (if the
-// group is not placed), its waiting inputs' groups and copies of its inputs from elsewhere.
-static int64_t need_bytes(const placer_state *a_in, int v, int d) {
-    placer_state *a = (placer_state *)a_in;   // only the scratch marks change
-    int g = a->pg->group_of[v];
-    int64_t b = a->gdev[g] < 0 ? a->group_bytes[g] + (d >= 0 ? group_inputs(a, g, d, false) : 0) : 0;
-    for (int e = a->p->pred_start[v]; e < a->p->pred_start[v + 1]; e++) {
-        int gu = a->pg->group_of[a->p->pred[e]];
-        if (a->gdev[gu] < 0 && gu != g) b += a->group_bytes[gu];
-    }
-    return b + (d >= 0 && a->gdev[g] >= 0 ? recv_bytes(a, v, d, false) : 0);
-}
-
-// Places group g on d with the copies it reads.
-static void put_charged(placer_state *a, int g, int d) {
-    a->used[d] += group_inputs(a, g, d, true);
-    placer_put(a, g, d);
-}
-
-static bool room_for(const placer_state *a, int v, int d) {
-    int64_t cap = a->caps ? a->caps[d] : 0;
-    return cap <= 0 || a->used[d] + need_bytes(a, v, d) <= cap;
-}
-
-// After v went to d: its waiting inputs' groups go there too where they may (else wait on).
-static void pull_inputs(placer_state *a, int v, int d) {
-    for (int e = a->p->pred_start[v]; e < a->p->pred_start[v + 1]; e++) {
-        int gu = a->pg->group_of[a->p->pred[e]];
-        if (a->gdev[gu] < 0 && placer_allowed(a, gu, d) && placer_fits(a, gu, d)) placer_put(a, gu, d);
-    }
-}
-
-
-// Groups no reader pulled: each on the allowed device with the fewest bytes that has room.
-bool placer_place_leftovers(placer_state *a, dg_status *st) {
-    for (int v = 0; v < a->p->n; v++) {
-        int g = a->pg->group_of[v];
-        if (a->gdev[g] >= 0) continue;
-        int best = -1;
-        for (int d = 0; d < a->p->n_dev; d++)
-            if (placer_allowed(a, g, d) && placer_fits(a, g, d) && (best < 0 || a->used[d] < a->used[best])) best = d;
-        if (best < 0) return placer_no_room(a, v, st);
-        placer_put(a, g, best);
-    }
-    return true;
-}
-
-bool placer_no_room(const placer_state *a, int v, dg_status *st) {
-    const dg_node *n = a->p->nodes[v];
-    int g = a->pg->group_of[v];
-    char room[512];
-    size_t o = 0;
-    room[0] = 0;
-    for (int d = 0; d < a->p->n_dev && o < sizeof room; d++) {
-        if (!placer_allowed(a, g, d)) continue;
-        int64_t cap = a->caps ? a->caps[d] : 0;
-        o += (size_t)snprintf(room + o, sizeof room - o, "%s%s %lld of %lld bytes used", o ? "; " : "",
-                              a->p->devices[d], (long long)a->used[d], (long long)cap);
-    }
-    int64_t with_inputs = need_bytes(a, v, -1);
-    char inputs[96] = "";
-    if (a->gdev[g] < 0 && with_inputs > a->group_bytes[g])
-        snprintf(inputs, sizeof inputs, ", %lld with the variables and constants it reads first",
-                 (long long)with_inputs);
-    dg_status_setf(st, DG_RESOURCE_EXHAUSTED,
-                   "automatic placement: no device may take node \"%s\" (%s) under the memory caps: its "
-                   "colocation group holds %lld bytes%s (%s)",
-                   n->name, n->op->name, (long long)a->group_bytes[g], inputs, room);
-    return false;
-}
-
 // ---- m-TOPO ----
 
-static bool place_topo(placer_state *a, dg_status *st) {
+// follow: gradient ops not grouped with the op they differentiate (sums of gradients, their
+// seeds) go where their largest input is, when it has room, instead of the device being filled.
+static bool place_topo(placer_state *a, bool follow, dg_status *st) {
     const placer_problem *p = a->p;
     int nd = p->n_dev;
     int64_t total = 0;
@@ -207,33 +69,201 @@ static bool place_topo(placer_state *a, dg_status *st) {
     placer_reset(a);
     for (int k = 0; k < p->n; k++) {
         int v = p->topo[k], g = a->pg->group_of[v];
-        if (a->gdev[g] >= 0 || is_lazy(a, v)) {
+        if (a->gdev[g] >= 0 || placer_is_lazy(a, v)) {
             if (a->gdev[g] >= 0) {
-                pull_inputs(a, v, a->gdev[g]);
-                charge_inputs(a, v, a->gdev[g]);
+                placer_pull_inputs(a, v, a->gdev[g]);
+                placer_charge_inputs(a, v, a->gdev[g]);
             }
             continue;
         }
         int chosen = -1;
+        if (follow && strncmp(p->nodes[v]->name, "gradients", 9) == 0) {
+            int64_t best = -1;
+            for (int e = p->pred_start[v]; e < p->pred_start[v + 1]; e++) {
+                int du = a->dev[p->pred[e]];
+                if (du >= 0 && p->gid_bytes[p->pred_gid[e]] > best && placer_allowed(a, g, du) &&
+                    placer_room_for(a, v, du)) {
+                    best = p->gid_bytes[p->pred_gid[e]];
+                    chosen = du;
+                }
+            }
+            if (chosen >= 0) {
+                placer_put_charged(a, g, chosen);
+                placer_pull_inputs(a, v, chosen);
+                placer_charge_inputs(a, v, chosen);
+                continue;
+            }
+        }
         // Under the share, from the device being filled on; then anywhere under the caps.
         for (int j = 0; j < nd && chosen < 0; j++) {
             int d = (cur + j) % nd;
             int64_t cap = a->caps && a->caps[d] > 0 && a->caps[d] < share ? a->caps[d] : share;
-            if (placer_allowed(a, g, d) && a->used[d] + need_bytes(a, v, d) <= cap) chosen = d;
+            if (placer_allowed(a, g, d) && a->used[d] + placer_need_bytes(a, v, d) <= cap) chosen = d;
         }
         for (int j = 0; j < nd && chosen < 0; j++) {
             int d = (cur + j) % nd;
-            if (placer_allowed(a, g, d) && room_for(a, v, d)) chosen = d;
+            if (placer_allowed(a, g, d) && placer_room_for(a, v, d)) chosen = d;
         }
         if (chosen < 0) return placer_no_room(a, v, st);
-        bool cur_full = chosen != cur && placer_allowed(a, g, cur) && a->used[cur] + need_bytes(a, v, cur) > share;
-        put_charged(a, g, chosen);
-        pull_inputs(a, v, chosen);
-        charge_inputs(a, v, chosen);
+        bool cur_full = chosen != cur && placer_allowed(a, g, cur) && a->used[cur] + placer_need_bytes(a, v, cur) > share;
+        placer_put_charged(a, g, chosen);
+        placer_pull_inputs(a, v, chosen);
+        placer_charge_inputs(a, v, chosen);
         if (chosen == cur && a->used[cur] >= share && cur < nd - 1) cur++;
         else if (cur_full && cur < nd - 1) cur++;
     }
     return placer_place_leftovers(a, st);
+}
+
+// ---- chains: contiguous runs with the fewest bytes between them ----
+
+typedef struct pos_item {
+    int64_t key;
+    int g;
+} pos_item;
+
+static int pos_cmp(const void *x, const void *y) {
+    const pos_item *a = x, *b = y;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
+    return a->g - b->g;
+}
+
+// Groups in the order the step first needs them (a node with inputs at its rank, in build or
+// topological order, one without at its first reader's) cut into at most one run per device, each run's bytes
+// under cap_factor times its device's cap (no cap: one run), where the runs' boundaries carry
+// the fewest bytes (a dynamic program with a sliding-window minimum, O(groups x devices)); run
+// j goes to device j. Gradient ops not grouped with what they differentiate then go beside
+// their largest input. What an expert does to a chain of layers, without the layers' names.
+static bool place_chain(placer_state *a, double cap_factor, bool by_build, dg_status *st) {
+    const placer_problem *p = a->p;
+    int n = p->n, nd = p->n_dev, ng = a->pg->n_groups;
+    bool ok = false;
+    int *rank = malloc(((size_t)n + 1) * sizeof *rank), *pos_of = malloc(((size_t)ng + 1) * sizeof *pos_of);
+    pos_item *order = malloc(((size_t)ng + 1) * sizeof *order);
+    double *cut = calloc((size_t)ng + 2, sizeof *cut);
+    int64_t *prefix = calloc((size_t)ng + 2, sizeof *prefix);
+    double *dp = malloc(((size_t)ng + 1) * 2 * sizeof *dp);
+    int *from = malloc(((size_t)ng + 1) * (size_t)(nd + 1) * sizeof *from);
+    int *deque = malloc(((size_t)ng + 1) * sizeof *deque);
+    bool *follower = calloc((size_t)ng + 1, sizeof *follower);
+    if (!rank || !pos_of || !order || !cut || !prefix || !dp || !from || !deque || !follower) {
+        base_oom(st, "automatic placement", (size_t)ng * (size_t)(nd + 1) * sizeof *from);
+        goto out;
+    }
+    placer_reset(a);
+    // by_build: the order the nodes were given in (a graph's build order: layer after layer as
+    // the program wrote them), else a topological order (ready first).
+    for (int k = 0; k < n; k++) rank[by_build ? k : p->topo[k]] = k;
+    for (int g = 0; g < ng; g++) {
+        order[g] = (pos_item){INT64_MAX, g};
+        follower[g] = true;
+    }
+    for (int v = 0; v < n; v++) {
+        int64_t key = rank[v];
+        if (p->n_in[v] == 0) {
+            key = INT64_MAX;
+            for (int e = p->succ_start[p->out_start[v]]; e < p->succ_start[p->out_start[v + 1]]; e++)
+                if (rank[p->succ[e]] < key) key = rank[p->succ[e]];
+            if (key == INT64_MAX) key = rank[v];
+        }
+        int g = a->pg->group_of[v];
+        if (key < order[g].key) order[g].key = key;
+        if (strncmp(p->nodes[v]->name, "gradients", 9) != 0 || a->pg->pinned[g]) follower[g] = false;
+    }
+    // Followers (groups of unpaired gradient ops only) are left out of the runs.
+    int m = 0;
+    for (int g = 0; g < ng; g++)
+        if (!follower[g]) order[m++] = order[g];
+    qsort(order, (size_t)m, sizeof *order, pos_cmp);
+    for (int g = 0; g < ng; g++) pos_of[g] = -1;
+    for (int i = 0; i < m; i++) pos_of[order[i].g] = i;
+    for (int i = 0; i < m; i++) prefix[i + 1] = prefix[i] + a->group_bytes[order[i].g];
+    // cut[b]: bytes of tensors made before boundary b (between positions b-1 and b) and read at
+    // or after it: each output adds its bytes to boundaries (its position, its last reader's].
+    for (int u = 0; u < n; u++) {
+        int pu = pos_of[a->pg->group_of[u]];
+        if (pu < 0) continue;
+        for (int gid = p->out_start[u]; gid < p->out_start[u + 1]; gid++) {
+            int last = -1;
+            for (int e = p->succ_start[gid]; e < p->succ_start[gid + 1]; e++) {
+                int pv = pos_of[a->pg->group_of[p->succ[e]]];
+                if (pv > last) last = pv;
+            }
+            if (last > pu) {
+                cut[pu + 1] += (double)p->gid_bytes[gid];
+                cut[last + 1] -= (double)p->gid_bytes[gid];
+            }
+        }
+    }
+    for (int b = 1; b <= m; b++) cut[b] += cut[b - 1];
+    // dp over runs: best[j][i] = the least cut bytes of the first i positions in j runs.
+    int64_t cap = INT64_MAX;
+    for (int d = 0; a->caps && d < nd; d++)
+        if (a->caps[d] > 0 && (int64_t)((double)a->caps[d] * cap_factor) < cap) cap = (int64_t)((double)a->caps[d] * cap_factor);
+    double *prev = dp, *cur = dp + m + 1;
+    for (int i = 0; i <= m; i++) prev[i] = i == 0 ? 0 : INFINITY;
+    int runs = -1;
+    for (int j = 1; j <= nd && runs < 0; j++) {
+        int head = 0, tail = 0, lo = 0;
+        cur[0] = INFINITY;
+        for (int i = 1; i <= m; i++) {
+            // Candidate starts t of the last run (positions t..i-1), cost prev[t] + cut[t].
+            int t = i - 1;
+            if (isfinite(prev[t])) {
+                double c = prev[t] + (t > 0 ? cut[t] : 0);
+                while (tail > head && prev[deque[tail - 1]] + (deque[tail - 1] > 0 ? cut[deque[tail - 1]] : 0) >= c) tail--;
+                deque[tail++] = t;
+            }
+            while (prefix[i] - prefix[lo] > cap) lo++;
+            while (tail > head && deque[head] < lo) head++;
+            cur[i] = tail > head ? prev[deque[head]] + (deque[head] > 0 ? cut[deque[head]] : 0) : INFINITY;
+            from[(size_t)i * (nd + 1) + j] = tail > head ? deque[head] : -1;
+        }
+        if (isfinite(cur[m])) runs = j;
+        double *tmp = prev;
+        prev = cur;
+        cur = tmp;
+    }
+    if (runs < 0) {
+        dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "automatic placement: no %d runs of the step's ops fit the caps", nd);
+        goto out;
+    }
+    // Back through the runs: run j (1-based) gets device j-1 where its groups may go.
+    for (int j = runs, i = m; j >= 1; j--) {
+        int t = from[(size_t)i * (nd + 1) + j];
+        for (int q = t; q < i; q++) {
+            int g = order[q].g, d = j - 1;
+            if (placer_allowed(a, g, d)) placer_put(a, g, d);
+        }
+        i = t;
+    }
+    // Followers beside their largest placed input.
+    for (int k = 0; k < n; k++) {
+        int v = p->topo[k], g = a->pg->group_of[v];
+        if (!follower[g] || a->gdev[g] >= 0) continue;
+        int best = -1;
+        int64_t bb = -1;
+        for (int e = p->pred_start[v]; e < p->pred_start[v + 1]; e++) {
+            int du = a->dev[p->pred[e]];
+            if (du >= 0 && p->gid_bytes[p->pred_gid[e]] > bb && placer_allowed(a, g, du)) {
+                bb = p->gid_bytes[p->pred_gid[e]];
+                best = du;
+            }
+        }
+        if (best >= 0) placer_put(a, g, best);
+    }
+    ok = placer_place_leftovers(a, st);
+out:
+    free(rank);
+    free(pos_of);
+    free(order);
+    free(cut);
+    free(prefix);
+    free(dp);
+    free(from);
+    free(deque);
+    free(follower);
+    return ok;
 }
 
 // ---- m-ETF and m-SCT ----
@@ -339,7 +369,7 @@ static bool place_etf(placer_state *a, bool sct, dg_status *st) {
         int g = a->pg->group_of[v];
         int best = -1;
         double best_t = INFINITY;
-        if (is_lazy(a, v)) {
+        if (placer_is_lazy(a, v)) {
             finish[v] = 0;
             for (int e = p->succ_start[p->out_start[v]]; e < p->succ_start[p->out_start[v + 1]]; e++)
                 if (--pending[p->succ[e]] == 0) ready_push(heap, &n_heap, (ready_item){0, rank[p->succ[e]], p->succ[e]});
@@ -350,7 +380,7 @@ static bool place_etf(placer_state *a, bool sct, dg_status *st) {
             best_t = start_on(a, finish, dev_free, v, best);
         } else {
             for (int d = 0; d < nd; d++) {
-                if (!placer_allowed(a, g, d) || !room_for(a, v, d)) continue;
+                if (!placer_allowed(a, g, d) || !placer_room_for(a, v, d)) continue;
                 double t = start_on(a, finish, dev_free, v, d);
                 double c = p->cost[(size_t)v * p->n_types + p->dev_type[d]];
                 double bc = best >= 0 ? p->cost[(size_t)v * p->n_types + p->dev_type[best]] : 0;
@@ -365,7 +395,7 @@ static bool place_etf(placer_state *a, bool sct, dg_status *st) {
             }
             int fp = fav_parent[v];
             if (fp >= 0 && a->dev[fp] >= 0 && a->dev[fp] != best && placer_allowed(a, g, a->dev[fp]) &&
-                room_for(a, v, a->dev[fp])) {
+                placer_room_for(a, v, a->dev[fp])) {
                 int d = a->dev[fp];
                 size_t ch = (size_t)d * nd + best;
                 int64_t bytes = 0;
@@ -378,10 +408,10 @@ static bool place_etf(placer_state *a, bool sct, dg_status *st) {
                     best_t = t;
                 }
             }
-            put_charged(a, g, best);
+            placer_put_charged(a, g, best);
         }
-        pull_inputs(a, v, best);
-        charge_inputs(a, v, best);
+        placer_pull_inputs(a, v, best);
+        placer_charge_inputs(a, v, best);
         finish[v] = best_t + p->cost[(size_t)v * p->n_types + p->dev_type[best]];
         dev_free[best] = finish[v];
         for (int e = p->succ_start[p->out_start[v]]; e < p->succ_start[p->out_start[v + 1]]; e++) {
@@ -497,6 +527,112 @@ static int refine(placer_state *a, placer_sim *sim, double *step, double deadlin
     free(stamp);
     free(usage);
     return kept;
+}
+
+// The longest path of op times through the step, each op on the fastest device type, with no
+// transfer: no placement's step is shorter.
+static double critical_path(const placer_problem *p) {
+    double *done = calloc((size_t)p->n + 1, sizeof *done), best = 0;
+    if (!done) return 0;
+    for (int k = 0; k < p->n; k++) {
+        int v = p->topo[k];
+        double start = 0, c = INFINITY;
+        for (int e = p->pred_start[v]; e < p->pred_start[v + 1]; e++)
+            if (done[p->pred[e]] > start) start = done[p->pred[e]];
+        for (int d = 0; d < p->n_dev; d++) {
+            double x = p->cost[(size_t)v * p->n_types + p->dev_type[d]];
+            if (x < c) c = x;
+        }
+        done[v] = start + c;
+        if (done[v] > best) best = done[v];
+    }
+    free(done);
+    return best;
+}
+
+static int uf_find(int *parent, int x) {
+    while (parent[x] != x) {
+        parent[x] = parent[parent[x]];
+        x = parent[x];
+    }
+    return x;
+}
+
+// The op a gradient op differentiates, by the names TensorFlow's gradients give
+// ("gradients/<op>_grad/...", "gradients_3/<scope>/<op>_grad/..."): the index of <op> among
+// the problem's nodes, or -1.
+static int forward_op(const placer_problem *p, const graph_strmap *names, const char *name) {
+    if (strncmp(name, "gradients", 9) != 0) return -1;
+    const char *slash = strchr(name, '/');
+    const char *grad = slash ? strstr(slash, "_grad/") : NULL;
+    if (!grad || grad - slash - 1 <= 0 || grad - slash - 1 >= 1024) return -1;
+    char fwd[1024];
+    memcpy(fwd, slash + 1, (size_t)(grad - slash - 1));
+    fwd[grad - slash - 1] = 0;
+    void *v = graph_strmap_get(names, fwd);
+    (void)p;
+    return v ? (int)(intptr_t)v - 1 : -1;
+}
+
+// Groups in is grouped further: each gradient op's group with its forward op's, where the two
+// may share a device. out gets the merged groups (allowed devices: both groups'; pinned:
+// either). An expert's gradients-beside-their-ops, found without scopes.
+static bool pair_gradients(const placer_problem *p, const placer_groups *in, placer_groups *out, dg_status *st) {
+    memset(out, 0, sizeof *out);
+    int ng = in->n_groups, nd = in->n_devices;
+    int *parent = malloc(((size_t)ng + 1) * sizeof *parent), *num = malloc(((size_t)ng + 1) * sizeof *num);
+    uint8_t *allow = malloc(((size_t)ng + 1) * (size_t)nd);
+    graph_strmap names = {0};
+    bool ok = parent && num && allow;
+    for (int v = 0; ok && v < p->n; v++) ok = graph_strmap_put(&names, p->nodes[v]->name, (void *)(intptr_t)(v + 1));
+    if (!ok) {
+        base_oom(st, "automatic placement", (size_t)ng * sizeof *parent);
+        goto out;
+    }
+    memcpy(allow, in->allowed, (size_t)ng * (size_t)nd);
+    for (int g = 0; g < ng; g++) parent[g] = g;
+    for (int v = 0; v < p->n; v++) {
+        int f = forward_op(p, &names, p->nodes[v]->name);
+        if (f < 0) continue;
+        int a = uf_find(parent, in->group_of[v]), b = uf_find(parent, in->group_of[f]);
+        if (a == b) continue;
+        bool common = false;
+        for (int d = 0; d < nd && !common; d++) common = allow[(size_t)a * nd + d] && allow[(size_t)b * nd + d];
+        if (!common) continue;
+        for (int d = 0; d < nd; d++) allow[(size_t)b * nd + d] &= allow[(size_t)a * nd + d];
+        parent[a] = b;
+    }
+    int n_out = 0;
+    for (int g = 0; g < ng; g++) num[g] = uf_find(parent, g) == g ? n_out++ : -1;
+    out->n_nodes = in->n_nodes;
+    out->n_groups = n_out;
+    out->n_devices = nd;
+    out->group_of = malloc(((size_t)in->n_nodes + 1) * sizeof *out->group_of);
+    out->allowed = calloc(((size_t)n_out + 1) * (size_t)nd, 1);
+    out->first = malloc(((size_t)n_out + 1) * sizeof *out->first);
+    out->pinned = calloc((size_t)n_out + 1, sizeof *out->pinned);
+    if (!out->group_of || !out->allowed || !out->first || !out->pinned) {
+        placer_groups_clear(out);
+        ok = base_oom(st, "automatic placement", (size_t)in->n_nodes * sizeof *out->group_of);
+        goto out;
+    }
+    for (int v = 0; v < in->n_nodes; v++) out->group_of[v] = num[uf_find(parent, in->group_of[v])];
+    for (int g = 0; g < ng; g++) {
+        int r = num[uf_find(parent, g)];
+        out->pinned[r] = out->pinned[r] || in->pinned[g];
+        if (num[g] >= 0) memcpy(out->allowed + (size_t)r * nd, allow + (size_t)g * nd, (size_t)nd);
+    }
+    for (int r = 0; r < n_out; r++) {
+        out->first[r] = -1;
+        for (int d = 0; d < nd && out->first[r] < 0; d++)
+            if (out->allowed[(size_t)r * nd + d]) out->first[r] = d;
+    }
+out:
+    free(parent);
+    free(num);
+    free(allow);
+    graph_strmap_clear(&names);
+    return ok;
 }
 
 // ---- public calls ----
@@ -817,9 +953,13 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
     memset(&sim, 0, sizeof sim);
     placer_state a;
     memset(&a, 0, sizeof a);
-    int *best_dev = NULL, *stamp = NULL;
+    int *best_dev = NULL, *cand_dev = NULL, *stamp = NULL;
     int64_t *usage = NULL;
     bool ok = false;
+    placer_state paired;     // AUTO: the state over groups with gradients beside their ops
+    placer_groups paired_pg;
+    memset(&paired, 0, sizeof paired);
+    memset(&paired_pg, 0, sizeof paired_pg);
     step_nodes sn;
     memset(&sn, 0, sizeof sn);
     placer_groups spg;   // the groups of the step's nodes (numbered as pg's)
@@ -831,41 +971,19 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
     spg.group_of = sn.group_of;
     spg.n_nodes = n_step;
     if (!placer_problem_build(&p, sn.nodes, n_step, devices, n_devices, m, opts.unknown_dim, st)) goto out;
-    a.p = &p;
-    a.pg = &spg;
-    a.caps = opts.memory_caps;
-    a.group_bytes = calloc((size_t)pg.n_groups + 1, sizeof *a.group_bytes);
-    a.member_start = calloc((size_t)pg.n_groups + 2, sizeof *a.member_start);
-    a.members = malloc(((size_t)n_step + 1) * sizeof *a.members);
-    a.used = calloc((size_t)n_devices + 1, sizeof *a.used);
-    a.gdev = malloc(((size_t)pg.n_groups + 1) * sizeof *a.gdev);
-    a.dev = malloc(((size_t)n_step + 1) * sizeof *a.dev);
-    a.recv = calloc((size_t)p.out_start[n_step] + 1, sizeof *a.recv);
-    a.gid_mark = calloc((size_t)p.out_start[n_step] + 1, sizeof *a.gid_mark);
+    if (!placer_state_init(&a, &p, &spg, opts.memory_caps, st)) goto out;
     best_dev = malloc(((size_t)n_step + 1) * sizeof *best_dev);
+    cand_dev = malloc(((size_t)n_step + 1) * sizeof *cand_dev);
     usage = malloc(((size_t)n_devices + 1) * sizeof *usage);
     stamp = malloc(((size_t)n_devices + 1) * sizeof *stamp);
-    if (!a.group_bytes || !a.member_start || !a.members || !a.used || !a.gdev || !a.dev || !a.recv || !a.gid_mark || !best_dev ||
-        !usage || !stamp) {
+    if (!best_dev || !cand_dev || !usage || !stamp) {
         base_oom(st, "automatic placement", (size_t)n_nodes * 8);
         goto out;
     }
-    for (int v = 0; v < n_step; v++) {
-        a.group_bytes[spg.group_of[v]] += p.static_bytes[v];
-        a.member_start[spg.group_of[v] + 1]++;
-    }
-    for (int g = 0; g < pg.n_groups; g++) a.member_start[g + 1] += a.member_start[g];
-    {
-        int *fill = calloc((size_t)pg.n_groups + 1, sizeof *fill);
-        if (!fill) {
-            base_oom(st, "automatic placement", (size_t)pg.n_groups * sizeof *fill);
+    // AUTO also tries m-TOPO and METIS with each gradient op grouped with the op it differentiates.
+    if (opts.placer == DG_AUTO_PLACER_AUTO) {
+        if (!pair_gradients(&p, &spg, &paired_pg, st) || !placer_state_init(&paired, &p, &paired_pg, opts.memory_caps, st))
             goto out;
-        }
-        for (int v = 0; v < n_step; v++) {
-            int g = spg.group_of[v];
-            a.members[a.member_start[g] + fill[g]++] = v;
-        }
-        free(fill);
     }
     double best_step = INFINITY;
     dg_auto_placer best_kind = DG_AUTO_PLACER_M_TOPO;
@@ -875,11 +993,21 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         dg_auto_placer kind;
         int parts;
         double ub;
+        bool paired;   // over the groups with gradients beside their ops
     } cand;
-    cand cands[32];
+    cand cands[40];
     int n_cands = 0;
     for (int k = DG_AUTO_PLACER_M_TOPO; k <= DG_AUTO_PLACER_M_SCT; k++)
-        if (opts.placer == DG_AUTO_PLACER_AUTO || (int)opts.placer == k) cands[n_cands++] = (cand){(dg_auto_placer)k, 0, 0};
+        if (opts.placer == DG_AUTO_PLACER_AUTO || (int)opts.placer == k) cands[n_cands++] = (cand){(dg_auto_placer)k, 0, 0, false};
+    if (opts.placer == DG_AUTO_PLACER_AUTO) {
+        cands[n_cands++] = (cand){DG_AUTO_PLACER_M_TOPO, 0, 0, true};
+        // Chains (reported as m-TOPO, their kin): runs under 90% and 75% of the caps, in
+        // topological order (parts -1) and in build order (-2).
+        for (int order = -1; order >= -2; order--) {
+            cands[n_cands++] = (cand){DG_AUTO_PLACER_M_TOPO, order, 0.9, true};
+            cands[n_cands++] = (cand){DG_AUTO_PLACER_M_TOPO, order, 0.75, true};
+        }
+    }
     if ((opts.placer == DG_AUTO_PLACER_AUTO || opts.placer == DG_AUTO_PLACER_METIS) && n_devices >= 2) {
         int max_k = n_devices < 64 ? n_devices : 64, ks[4], n_ks = 0;
         int64_t total = 0;
@@ -895,24 +1023,37 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
             if (!dup) ks[n_ks++] = want[i];
         }
         for (int i = 0; i < n_ks; i++) {
-            cands[n_cands++] = (cand){DG_AUTO_PLACER_METIS, ks[i], 1.1};
-            if (opts.placer == DG_AUTO_PLACER_AUTO) cands[n_cands++] = (cand){DG_AUTO_PLACER_METIS, ks[i], 2.0};
+            cands[n_cands++] = (cand){DG_AUTO_PLACER_METIS, ks[i], 1.1, false};
+            if (opts.placer == DG_AUTO_PLACER_AUTO) {
+                cands[n_cands++] = (cand){DG_AUTO_PLACER_METIS, ks[i], 2.0, false};
+                cands[n_cands++] = (cand){DG_AUTO_PLACER_METIS, ks[i], 1.1, true};
+                cands[n_cands++] = (cand){DG_AUTO_PLACER_METIS, ks[i], 2.0, true};
+            }
         }
     }
     bool have_err = false;
+    // DG_AUTO_PLACE_VERBOSE=1: each candidate's prediction on standard error.
+    const char *verbose_env = getenv("DG_AUTO_PLACE_VERBOSE");
+    bool verbose = verbose_env && verbose_env[0] && strcmp(verbose_env, "0") != 0;
     for (int c = 0; c < n_cands; c++) {
         int k = (int)cands[c].kind;
         // The first placer that fails says why; a later one's success clears it.
         dg_status *kst = have_err ? NULL : st;
-        bool placed = k == DG_AUTO_PLACER_M_TOPO   ? place_topo(&a, kst)
-                      : k == DG_AUTO_PLACER_METIS ? placer_metis(&a, cands[c].parts, cands[c].ub, opts.seed, kst)
-                                                  : place_etf(&a, k == DG_AUTO_PLACER_M_SCT, kst);
+        placer_state *s = cands[c].paired ? &paired : &a;
+        bool placed = k == DG_AUTO_PLACER_M_TOPO && cands[c].parts < 0 ? place_chain(s, cands[c].ub, cands[c].parts == -2, kst)
+                      : k == DG_AUTO_PLACER_M_TOPO ? place_topo(s, cands[c].paired, kst)
+                      : k == DG_AUTO_PLACER_METIS ? placer_metis(s, cands[c].parts, cands[c].ub, opts.seed, kst)
+                                                  : place_etf(s, k == DG_AUTO_PLACER_M_SCT, kst);
         if (!placed) {
+            if (verbose)
+                fprintf(stderr, "automatic placement: candidate %s%s failed%s%s\n", dg_auto_placer_name((dg_auto_placer)k),
+                        cands[c].paired ? " (gradients beside their ops)" : "", kst ? ": " : "", kst ? dg_status_message(kst) : "");
             have_err = true;
             continue;
         }
+        memcpy(cand_dev, s->dev, (size_t)n_step * sizeof *cand_dev);
         // Copies of received tensors count too: a placement over a cap with them is dropped.
-        placer_static_usage(&p, a.dev, usage, stamp);
+        placer_static_usage(&p, cand_dev, usage, stamp);
         int over = over_cap_device(&a, usage);
         if (over >= 0) {
             if (!have_err)
@@ -924,7 +1065,12 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
             have_err = true;
             continue;
         }
-        double t = placer_simulate(&p, a.dev, &sim);
+        double t = placer_simulate(&p, cand_dev, &sim);
+        if (verbose)
+            fprintf(stderr, "automatic placement: candidate %s%s%s (%d parts, balance %.2f): predicted step %.3f ms\n",
+                    dg_auto_placer_name((dg_auto_placer)k), cands[c].paired ? ", gradients beside their ops" : "",
+                    cands[c].parts == -1 ? ", chain in topological order" : cands[c].parts == -2 ? ", chain in build order" : "",
+                    cands[c].parts > 0 ? cands[c].parts : 0, cands[c].ub, t * 1e3);
         if (t < 0) {
             dg_status_set(st, DG_RESOURCE_EXHAUSTED, "automatic placement: out of memory simulating");
             goto out;
@@ -933,11 +1079,12 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         if (t < best_step) {
             best_step = t;
             best_kind = (dg_auto_placer)k;
-            memcpy(best_dev, a.dev, (size_t)n_step * sizeof *best_dev);
+            memcpy(best_dev, cand_dev, (size_t)n_step * sizeof *best_dev);
         }
     }
     if (!isfinite(best_step)) goto out;
     dg_status_reset(st);
+    if (report) report->critical_path_s = critical_path(&p);
     // Start again from the best: its groups, its devices' bytes.
     placer_reset(&a);
     for (int v = 0; v < n_step; v++) {
@@ -948,7 +1095,7 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
     placer_simulate(&p, a.dev, &sim);
     int moves = 0;
     if (opts.placer == DG_AUTO_PLACER_AUTO && opts.time_budget_s >= 0) {
-        double budget = opts.time_budget_s > 0 ? opts.time_budget_s : fmin(8.0, fmax(0.25, 20e-6 * n_step));
+        double budget = opts.time_budget_s > 0 ? opts.time_budget_s : fmin(4.0, fmax(0.2, 10e-6 * n_step));
         double step = best_step;
         moves = refine(&a, &sim, &step, base_now_s() + budget, opts.seed);
         best_step = step;
@@ -963,20 +1110,18 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         report->chosen = opts.placer == DG_AUTO_PLACER_AUTO && moves > 0 ? DG_AUTO_PLACER_AUTO : best_kind;
         report->predicted_step_s = best_step;
         report->n_moves = moves;
+        report->n_simulations = sim.runs;
+        report->simulated_ops_per_s = sim.run_s > 0 ? (double)sim.runs * n_step / sim.run_s : 0;
         if (!fill_estimate(&p, a.dev, &sim, &report->estimate, st)) goto out;
         report->seconds = base_now_s() - t0;
     }
     ok = true;
 out:
-    free(a.group_bytes);
-    free(a.member_start);
-    free(a.members);
-    free(a.used);
-    free(a.gdev);
-    free(a.dev);
-    free(a.recv);
-    free(a.gid_mark);
+    placer_state_clear(&a);
+    placer_state_clear(&paired);
+    placer_groups_clear(&paired_pg);
     free(best_dev);
+    free(cand_dev);
     free(usage);
     free(stamp);
     step_nodes_clear(&sn);

@@ -107,6 +107,8 @@ typedef struct placer_sim {
     int n_heap, cap_heap;
     double step_s;
     int last;                // the node that finished last
+    int runs;                // simulations run, and their seconds in all
+    double run_s;
 } placer_sim;
 
 // The bytes each device holds with node i on dev[i] (used, n_dev long): its nodes' static
@@ -136,6 +138,10 @@ typedef struct placer_state {
     int gid_mark_next;
 } placer_state;
 
+// A state over problem p with groups pg (their bytes and members); caps borrowed.
+bool placer_state_init(placer_state *a, const placer_problem *p, const placer_groups *pg, const int64_t *caps,
+                       dg_status *st);
+void placer_state_clear(placer_state *a);
 bool placer_allowed(const placer_state *a, int g, int d);
 // Whether group g fits under device d's cap.
 bool placer_fits(const placer_state *a, int g, int d);
@@ -145,6 +151,17 @@ void placer_reset(placer_state *a);
 bool placer_place_leftovers(placer_state *a, dg_status *st);
 // RESOURCE_EXHAUSTED naming node v, its group's bytes and each allowed device's room.
 bool placer_no_room(const placer_state *a, int v, dg_status *st);
+// Whether v is a free op without inputs that asked for no device (it waits for its reader).
+bool placer_is_lazy(const placer_state *a, int v);
+// The bytes device d takes if v goes there (d -1: without copies of inputs).
+int64_t placer_need_bytes(const placer_state *a, int v, int d);
+bool placer_room_for(const placer_state *a, int v, int d);
+// Group g onto d with the copies of what it reads from outside (a reservation).
+void placer_put_charged(placer_state *a, int g, int d);
+// v is on d: its waiting inputs' groups go there too where they may; d holds copies of the
+// rest of its inputs from elsewhere.
+void placer_pull_inputs(placer_state *a, int v, int d);
+void placer_charge_inputs(placer_state *a, int v, int d);
 // METIS (metis_place.c): the groups cut into k parts (2 <= k <= devices) with the fewest bytes
 // between them, balancing compute within imbalance ub_compute and bytes under the caps; parts
 // mapped to devices, then groups a device may not take or has no room for moved. False with

@@ -339,6 +339,7 @@ static bool sim_alloc(const placer_problem *p, placer_sim *s) {
 
 double placer_simulate(const placer_problem *p, const int *dev, placer_sim *s) {
     if (!sim_alloc(p, s)) return -1;
+    double t0 = base_now_s();
     int nd = p->n_dev;
     for (int d = 0; d < nd; d++) {
         s->dev_free[d] = s->busy[d] = 0;
@@ -399,6 +400,8 @@ double placer_simulate(const placer_problem *p, const int *dev, placer_sim *s) {
         }
     }
     s->step_s = end;
+    s->runs++;
+    s->run_s += base_now_s() - t0;
     return done == p->n ? end : -1;
 }
 

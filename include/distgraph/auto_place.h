@@ -102,7 +102,7 @@ typedef struct dg_auto_place_options {
     dg_auto_placer placer;
     const dg_cost_model *cost;      // NULL: the nominal model
     const int64_t *memory_caps;     // per device (n_devices), bytes; NULL or 0 entries: no cap
-    double time_budget_s;           // refinement; 0: by graph size (20 us a node, 0.25 s to 8 s);
+    double time_budget_s;           // refinement; 0: by graph size (10 us a node, 0.2 s to 4 s);
                                     // negative: none
     uint64_t seed;                  // refinement's random moves
     int64_t unknown_dim;            // what an unknown dimension stands for; 0: an unknown
@@ -125,8 +125,12 @@ typedef struct dg_auto_place_report {
     double predicted_step_s;        // of the placement made
     double candidate_step_s[5];     // indexed by dg_auto_placer: each placer's prediction, 0 when
                                     // not run or infeasible
+    double critical_path_s;         // the longest path of op times (fastest devices, no
+                                    // transfers): no placement's step is shorter
     double seconds;                 // wall time of the whole placement
     int n_moves;                    // refinement moves kept
+    int n_simulations;              // steps simulated, and ops simulated a second in them
+    double simulated_ops_per_s;
     dg_step_estimate estimate;      // the simulated step of the placement made
 } dg_auto_place_report;
 

@@ -124,10 +124,11 @@ grep -Eq '^automatic placement \((auto|m-topo|m-etf|m-sct|metis), [0-9.]+ s\): p
     || fail "no prediction line"
 "$bin/dg-mlp-graph" "$tmp/free.graph" --no_devices > /dev/null || fail "dg-mlp-graph --no_devices"
 spec2='worker|127.0.0.1:2224;127.0.0.1:2225'
-# The cap: 60% of the bytes the graph holds on one device.
+# The cap: 80% of the bytes the graph holds on one device (hid_w with its Adam slots and
+# gradient is more than half of them).
 "$inspect" place "$tmp/free.graph" --cluster_spec "$spec2" --auto --unknown_dim 100 --json > "$tmp/one.json" \
     || fail "place --auto --json"
-cap=$(python3 -c 'import json,sys; print(int(0.6 * sum(d["static_bytes"] for d in json.load(open(sys.argv[1]))["auto"]["devices"])))' "$tmp/one.json")
+cap=$(python3 -c 'import json,sys; print(int(0.8 * sum(d["static_bytes"] for d in json.load(open(sys.argv[1]))["auto"]["devices"])))' "$tmp/one.json")
 "$inspect" place "$tmp/free.graph" --cluster_spec "$spec2" --auto --unknown_dim 100 --memory_cap "$cap" --json \
     > "$tmp/auto.json" || fail "place --auto --memory_cap $cap --json"
 python3 - "$tmp/auto.json" "$cap" <<'EOF' || fail "place --auto --json"

@@ -40,6 +40,7 @@ int inspect_cmd_summaries(const inspect_options *o);
 int inspect_cmd_plot(const inspect_options *o);
 int inspect_cmd_events(const inspect_options *o);
 int inspect_cmd_server(const inspect_options *o);
+int inspect_cmd_calibrate(const inspect_options *o);
 
 // ---- helpers (inspect.c) ----
 

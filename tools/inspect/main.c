@@ -14,6 +14,8 @@
  *   dg-inspect plot CKPT --tag T [--tag U ...] -o OUT.svg|OUT.png
  *                                                  value against step, as SVG or PNG (800x480)
  *   dg-inspect events FILE [--json]                every event of a TensorBoard event file
+ *   dg-inspect calibrate [-o FILE]                 measures this machine for the automatic
+ *                                                  placer's cost model (docs/PLACEMENT.md)
  *   dg-inspect server dg://HOST:PORT [--json]     a running task's counters: registered
  *                                                  partitions, remote sessions, running steps
  * SPEC is "ps|h:1,h:2;worker|h:3"; every task has /device:CPU:0 and --gpus_per_task GPUs.
@@ -54,6 +56,8 @@ static int usage(FILE *f) {
             "commands on this machine:\n"
             "  cpu                             the CPU, its vector instructions, what runs\n"
             "                                  float32 and float64 GEMM, intra-op threads\n"
+            "  calibrate [-o FILE]             measure compute, memory, op and link costs for\n"
+            "                                  the automatic placer (--cost FILE)\n"
             "options:\n"
             "  --cluster_spec SPEC   \"ps|host:port,host:port;worker|host:port\"\n"
             "  --gpus_per_task N     GPUs per task besides /device:CPU:0 (default 0)\n"
@@ -124,6 +128,20 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "--version") == 0) {
         printf("dg-inspect (distgraph) %s\n", dg_version());
         return 0;
+    }
+    if (strcmp(argv[1], "calibrate") == 0) {
+        // calibrate [-o FILE]
+        for (int i = 2; i < argc; i++) {
+            if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) && i + 1 < argc) {
+                o.out = argv[++i];
+            } else if (strncmp(argv[i], "--output=", 9) == 0) {
+                o.out = argv[i] + 9;
+            } else {
+                fprintf(stderr, "dg-inspect: calibrate takes only -o FILE, got \"%s\"\n", argv[i]);
+                return usage(stderr);
+            }
+        }
+        return inspect_cmd_calibrate(&o);
     }
     if (strcmp(argv[1], "cpu") == 0) {
         if (argc > 2) {

@@ -1,0 +1,212 @@
+/* auto_place_train: a model without a single device scope, placed over two tasks by the
+ * automatic placer (dg_session_options.auto_place), or by hand as an expert splits it (its
+ * layers in two halves, one per task, gradients beside their ops); trained on the same random
+ * batches either way. Prints the median step time, the placer's prediction of it, where the ops
+ * went and the loss at the first and last step.
+ *   --model transformer|inception|gnmt, --placement auto|manual
+ *   build/bin/dg-launch --ps 1 --workers 1 -- build/bin/auto_place_train --placement auto
+ * The worker task trains; the second task only holds and runs its part, so it runs as a "ps"
+ * task (dg-launch stops it when the worker is done). bench/auto_place_e2e.sh compares the two
+ * placements. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "flags.h"
+#include "place_models.h"
+
+static const char *const TASKS[2] = {"/job:worker/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:0/device:CPU:0"};
+
+typedef struct split {
+    const place_model_config *c;
+} split;
+
+// The expert's split: units in order, the first half on the worker, the rest on the ps task.
+static const char *unit_task(void *ctx, int unit) {
+    split *s = ctx;
+    return place_model_expert_device(s->c, unit, 2) == 0 ? "/job:worker/task:0" : "/job:ps/task:0";
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static uint64_t next_u64(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+// Random values for every placeholder the step needs: ints below the vocabulary (labels below
+// 1000 for the CNN), floats in [-1, 1).
+static int feeds_make(dg_node **step, int n_step, const place_model_config *c, dg_output *feeds, dg_tensor **vals,
+                      int max, dg_status *st) {
+    int n = 0;
+    uint64_t rng = 42;
+    for (int i = 0; i < n_step && n < max; i++) {
+        if (strcmp(dg_node_op_type(step[i]), "Placeholder") != 0) continue;
+        dg_output o = {step[i], 0};
+        dg_shape sh = dg_output_shape(o);
+        dg_tensor *t = dg_tensor_new(dg_output_dtype(o), sh, st);
+        if (!t) return -1;
+        int64_t e = dg_shape_num_elements(&sh);
+        if (dg_output_dtype(o) == DG_INT32) {
+            int32_t *v = dg_tensor_data(t);
+            int64_t hi = c->kind == PLACE_INCEPTION ? 1000 : c->vocab;
+            for (int64_t k = 0; k < e; k++) v[k] = (int32_t)(next_u64(&rng) % (uint64_t)hi);
+        } else {
+            float *v = dg_tensor_data(t);
+            for (int64_t k = 0; k < e; k++) v[k] = (float)((double)(next_u64(&rng) >> 11) / 4503599627370496.0 - 1.0);
+        }
+        feeds[n] = o;
+        vals[n++] = t;
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *job = "worker", *worker_hosts = "", *ps_hosts = "", *model = "transformer", *placement = "auto",
+               *cost_file = "";
+    int64_t task_index = 0, steps = 30, layers = 0, length = 0, vocab = 0, units = 0, batch = 0;
+    bool quiet = false;
+    flag_def defs[] = {
+        {"model", FLAG_STRING, &model, "transformer, inception or gnmt"},
+        {"placement", FLAG_STRING, &placement, "auto (the automatic placer) or manual (the expert's halves)"},
+        {"job_name", FLAG_STRING, &job, "worker (trains) or ps (holds its part)"},
+        {"task_index", FLAG_INT, &task_index, "0"},
+        {"worker_hosts", FLAG_STRING, &worker_hosts, "one host:port"},
+        {"ps_hosts", FLAG_STRING, &ps_hosts, "one host:port"},
+        {"train_steps", FLAG_INT, &steps, "steps; the median step is over those after the fifth"},
+        {"layers", FLAG_INT, &layers, "blocks / modules / LSTM layers (0: the model's small default)"},
+        {"length", FLAG_INT, &length, "sequence length, or image side (0: default)"},
+        {"vocab", FLAG_INT, &vocab, "vocabulary (0: default)"},
+        {"units", FLAG_INT, &units, "width, or input channels (0: default)"},
+        {"batch", FLAG_INT, &batch, "batch (0: default)"},
+        {"cost", FLAG_STRING, &cost_file, "a calibration (dg-inspect calibrate) for the placer and the prediction"},
+        {"quiet", FLAG_BOOL, &quiet, "no server log lines"},
+    };
+    bool help;
+    if (!flags_parse(argc, argv, defs, sizeof defs / sizeof defs[0], "usage: auto_place_train [flags]", &help)) return 2;
+    if (help) return 0;
+    place_model_config c;
+    if (strcmp(model, "transformer") == 0) c = (place_model_config){PLACE_TRANSFORMER, 8, 4, 64, 1000, 128};
+    else if (strcmp(model, "inception") == 0) c = (place_model_config){PLACE_INCEPTION, 4, 4, 9, 0, 32};
+    else if (strcmp(model, "gnmt") == 0) c = (place_model_config){PLACE_GNMT, 16, 2, 8, 1000, 128};
+    else {
+        fprintf(stderr, "auto_place_train: --model must be transformer, inception or gnmt\n");
+        return 2;
+    }
+    if (layers) c.layers = layers;
+    if (length) c.length = length;
+    if (vocab) c.vocab = vocab;
+    if (units) c.units = units;
+    if (batch) c.batch = batch;
+    bool manual = strcmp(placement, "manual") == 0;
+    if ((!manual && strcmp(placement, "auto") != 0) || steps < 6 || c.layers < 1 || c.length < 1 || c.units < 1 ||
+        c.batch < 1 || (c.kind != PLACE_INCEPTION && c.vocab < 2) || c.length > 4096 || c.layers > 16) {
+        fprintf(stderr, "auto_place_train: --placement auto|manual; train_steps >= 6; sizes positive (layers <= 16, "
+                        "length <= 4096)\n");
+        return 2;
+    }
+    dg_status *st = dg_status_new();
+    dg_cluster *cl = dg_cluster_from_flags(ps_hosts, worker_hosts, st);
+    if (!cl || dg_cluster_num_tasks(cl, "worker") != 1 || dg_cluster_num_tasks(cl, "ps") != 1 ||
+        (strcmp(job, "worker") && strcmp(job, "ps")) || task_index != 0) {
+        fprintf(stderr, "auto_place_train: needs one worker and one ps task (--worker_hosts, --ps_hosts, "
+                        "--job_name worker|ps, --task_index 0)%s%s\n", cl ? "" : ": ", cl ? "" : dg_status_message(st));
+        return 2;
+    }
+    dg_server_options so = dg_server_options_default();
+    so.quiet = quiet;
+    dg_server *server = dg_server_new(cl, job, 0, &so, st);
+    if (!server) {
+        fprintf(stderr, "auto_place_train: %s\n", dg_status_message(st));
+        return 1;
+    }
+    int rc = 1;
+    if (strcmp(job, "ps") == 0) {   // the second task only holds and runs its part
+        dg_server_join(server, true, st);
+        rc = 0;
+        goto done;
+    }
+    dg_graph *g = dg_graph_new();
+    split sp = {&c};
+    dg_output loss;
+    dg_node *train = place_model_build(g, &c, manual ? unit_task : NULL, &sp, &loss);
+    dg_cost_model *cost = dg_cost_model_new();
+    dg_session *s = NULL;
+    int n_step = 0, n_feeds = 0;
+    dg_node **step = NULL;
+    dg_output feeds[4096 * 3 + 8];
+    dg_tensor *vals[4096 * 3 + 8];
+    double *ms = calloc((size_t)steps, sizeof *ms), first = NAN, last = NAN;
+    if (!train) {
+        fprintf(stderr, "auto_place_train: building the model: %s\n", dg_status_message(dg_graph_status(g)));
+        goto out;
+    }
+    if ((cost_file[0] && !dg_cost_model_load(cost, cost_file, st)) || !dg_cost_model_set_hosts(cost, cl, st)) {
+        fprintf(stderr, "auto_place_train: %s\n", dg_status_message(st));
+        goto out;
+    }
+    dg_session_options o = dg_session_options_default();
+    o.auto_place = !manual;
+    o.auto_place_cost_file = cost_file[0] ? cost_file : NULL;
+    s = dg_session_new(g, dg_server_target(server), &o, st);
+    if (!s || !dg_session_run_target(s, dg_global_variables_initializer(g), st)) {
+        fprintf(stderr, "auto_place_train: %s\n", dg_status_message(st));
+        goto out;
+    }
+    step = place_model_step_nodes(g, &train, 1, &n_step);
+    n_feeds = feeds_make(step, n_step, &c, feeds, vals, (int)(sizeof feeds / sizeof *feeds), st);
+    if (n_feeds < 0) goto out;
+    printf("%s, %s placement over 2 tasks: %d ops a step\n", place_model_name(c.kind), placement, n_step);
+    for (int64_t k = 0; k < steps; k++) {
+        struct timespec t0, t1;
+        dg_tensor *lv = NULL;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (!dg_session_run(s, feeds, vals, n_feeds, &loss, &lv, 1, &train, 1, st)) {
+            fprintf(stderr, "auto_place_train: step %lld: %s\n", (long long)k, dg_status_message(st));
+            goto out;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        ms[k] = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+        last = dg_tensor_f32(lv)[0];
+        if (k == 0) first = last;
+        dg_tensor_unref(lv);
+    }
+    // Where the ops went, and what the cost model predicted for this placement.
+    int on_worker = 0;
+    for (int i = 0; i < n_step; i++) on_worker += strcmp(dg_node_assigned_device(step[i]), TASKS[0]) == 0;
+    dg_step_estimate est;
+    double predicted = -1;
+    if (dg_simulate_step(step, n_step, TASKS, 2, cost, &est, st)) {
+        predicted = est.step_s * 1e3;
+        dg_step_estimate_clear(&est);
+    } else {
+        fprintf(stderr, "auto_place_train: predicting: %s\n", dg_status_message(st));
+    }
+    qsort(ms + 5, (size_t)(steps - 5), sizeof *ms, cmp_double);
+    double median = ms[5 + (steps - 5) / 2];
+    printf("ops: %d on the worker, %d on the ps task\n", on_worker, n_step - on_worker);
+    printf("loss: first %.4f, last %.4f\n", first, last);
+    printf("step: median %.3f ms over %lld steps, predicted %.3f ms\n", median, (long long)(steps - 5), predicted);
+    rc = isfinite(first) && isfinite(last) && last < first ? 0 : 3;
+    if (rc) fprintf(stderr, "auto_place_train: the loss did not fall (%g -> %g)\n", first, last);
+out:
+    for (int i = 0; i < n_feeds; i++) dg_tensor_unref(vals[i]);
+    free(step);
+    free(ms);
+    dg_session_free(&s);
+    dg_cost_model_free(&cost);
+    dg_graph_free(&g);
+done:
+    dg_server_free(&server);
+    dg_cluster_free(&cl);
+    dg_status_free(&st);
+    return rc;
+}
