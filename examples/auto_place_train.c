@@ -2,7 +2,9 @@
  * automatic placer (dg_session_options.auto_place), or by hand as an expert splits it (its
  * layers in two halves, one per task, gradients beside their ops); trained on the same random
  * batches either way. Prints the median step time, the placer's prediction of it, where the ops
- * went and the loss at the first and last step.
+ * went and the loss at the first and last step. First (--profile, the default) it times each op
+ * of the model on one CPU in this process (a traced step, dg_step_trace_measure): the placer
+ * and the prediction then use those times.
  *   --model transformer|inception|gnmt, --placement auto|manual
  *   build/bin/dg-launch --ps 1 --workers 1 -- build/bin/auto_place_train --placement auto
  * The worker task trains; the second task only holds and runs its part, so it runs as a "ps"
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "flags.h"
 #include "place_models.h"
@@ -69,11 +72,42 @@ static int feeds_make(dg_node **step, int n_step, const place_model_config *c, d
     return n;
 }
 
+// Runs the model (built again, no device asked for) in a local session on one CPU: two steps,
+// then a traced one whose kernel times go into cost. Returns the ops measured; -1 on error.
+static int profile_model(const place_model_config *c, const dg_output *feeds_in, dg_tensor *const *vals, int n_feeds,
+                         dg_cost_model *cost, dg_status *st) {
+    dg_graph *g = dg_graph_new();
+    dg_output loss;
+    dg_node *train = place_model_build(g, c, NULL, NULL, &loss);
+    dg_session *s = train ? dg_session_new(g, "local", NULL, st) : NULL;
+    int n = -1;
+    dg_output *feeds = malloc(((size_t)n_feeds + 1) * sizeof *feeds);
+    bool ok = s && feeds && dg_session_run_target(s, dg_global_variables_initializer(g), st);
+    // The same placeholders by name in this graph.
+    for (int i = 0; ok && i < n_feeds; i++) {
+        feeds[i] = (dg_output){dg_graph_find(g, dg_node_name(feeds_in[i].node)), 0};
+        ok = feeds[i].node != NULL;
+    }
+    dg_step_trace *trace = NULL;
+    dg_run_options ro = {.trace = true};
+    for (int k = 0; ok && k < 3; k++)
+        ok = dg_session_run_with_options(s, k == 2 ? &ro : NULL, feeds, vals, n_feeds, NULL, NULL, 0, &train, 1,
+                                         k == 2 ? &trace : NULL, st);
+    if (ok && trace) n = dg_step_trace_measure(trace, cost, st);
+    else if (ok || (!train && dg_status_ok(st))) dg_status_set(st, DG_INTERNAL, "no trace of the profiled step");
+    dg_step_trace_free(&trace);
+    free(feeds);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    return n;
+}
+
 int main(int argc, char **argv) {
     const char *job = "worker", *worker_hosts = "", *ps_hosts = "", *model = "transformer", *placement = "auto",
-               *cost_file = "";
+               *cost_file = "", *trace_path = "";
     int64_t task_index = 0, steps = 30, layers = 0, length = 0, vocab = 0, units = 0, batch = 0;
-    bool quiet = false;
+    bool quiet = false, profile = true;
+    char profiled[64] = "";
     flag_def defs[] = {
         {"model", FLAG_STRING, &model, "transformer, inception or gnmt"},
         {"placement", FLAG_STRING, &placement, "auto (the automatic placer) or manual (the expert's halves)"},
@@ -88,6 +122,8 @@ int main(int argc, char **argv) {
         {"units", FLAG_INT, &units, "width, or input channels (0: default)"},
         {"batch", FLAG_INT, &batch, "batch (0: default)"},
         {"cost", FLAG_STRING, &cost_file, "a calibration (dg-inspect calibrate) for the placer and the prediction"},
+        {"trace", FLAG_STRING, &trace_path, "write the last step's timeline here (Chrome trace-event JSON)"},
+        {"profile", FLAG_BOOL, &profile, "profile the model on one CPU first; the placer and the prediction use its times"},
         {"quiet", FLAG_BOOL, &quiet, "no server log lines"},
     };
     bool help;
@@ -153,38 +189,64 @@ int main(int argc, char **argv) {
         fprintf(stderr, "auto_place_train: %s\n", dg_status_message(st));
         goto out;
     }
+    step = place_model_step_nodes(g, &train, 1, &n_step);
+    n_feeds = feeds_make(step, n_step, &c, feeds, vals, (int)(sizeof feeds / sizeof *feeds), st);
+    if (n_feeds < 0) goto out;
+    // Profile: the same model in this process on one CPU, a traced step's kernel times into the
+    // cost model, which the placer and the predictions then use.
+    if (profile) {
+        int measured = profile_model(&c, feeds, vals, n_feeds, cost, st);
+        if (measured < 0) {
+            fprintf(stderr, "auto_place_train: profiling: %s\n", dg_status_message(st));
+            goto out;
+        }
+        snprintf(profiled, sizeof profiled, "/tmp/auto_place_train_XXXXXX");
+        int fd = mkstemp(profiled);
+        if (fd < 0 || (close(fd), !dg_cost_model_save(cost, profiled, st))) {
+            fprintf(stderr, "auto_place_train: writing the profile: %s\n", fd < 0 ? "mkstemp failed" : dg_status_message(st));
+            goto out;
+        }
+        printf("profiled %d ops on one CPU\n", measured);
+    }
     dg_session_options o = dg_session_options_default();
     o.auto_place = !manual;
-    o.auto_place_cost_file = cost_file[0] ? cost_file : NULL;
+    o.auto_place_cost_file = profiled[0] ? profiled : cost_file[0] ? cost_file : NULL;
     s = dg_session_new(g, dg_server_target(server), &o, st);
     if (!s || !dg_session_run_target(s, dg_global_variables_initializer(g), st)) {
         fprintf(stderr, "auto_place_train: %s\n", dg_status_message(st));
         goto out;
     }
-    step = place_model_step_nodes(g, &train, 1, &n_step);
-    n_feeds = feeds_make(step, n_step, &c, feeds, vals, (int)(sizeof feeds / sizeof *feeds), st);
-    if (n_feeds < 0) goto out;
     printf("%s, %s placement over 2 tasks: %d ops a step\n", place_model_name(c.kind), placement, n_step);
     for (int64_t k = 0; k < steps; k++) {
         struct timespec t0, t1;
         dg_tensor *lv = NULL;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        if (!dg_session_run(s, feeds, vals, n_feeds, &loss, &lv, 1, &train, 1, st)) {
+        dg_run_options ro = {.trace = trace_path[0] && k == steps - 1};
+        dg_step_trace *tr = NULL;
+        if (!dg_session_run_with_options(s, &ro, feeds, vals, n_feeds, &loss, &lv, 1, &train, 1, &tr, st)) {
             fprintf(stderr, "auto_place_train: step %lld: %s\n", (long long)k, dg_status_message(st));
             goto out;
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (tr && !dg_step_trace_write_chrome(tr, trace_path, st))
+            fprintf(stderr, "auto_place_train: %s\n", dg_status_message(st));
+        dg_step_trace_free(&tr);
         ms[k] = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
         last = dg_tensor_f32(lv)[0];
         if (k == 0) first = last;
         dg_tensor_unref(lv);
     }
     // Where the ops went, and what the cost model predicted for this placement.
-    int on_worker = 0;
-    for (int i = 0; i < n_step; i++) on_worker += strcmp(dg_node_assigned_device(step[i]), TASKS[0]) == 0;
+    // Fed placeholders are not placed (their values come from the client): left out.
+    int on_worker = 0, n_placed = 0;
+    for (int i = 0; i < n_step; i++) {
+        const char *d = dg_node_assigned_device(step[i]);
+        on_worker += strcmp(d, TASKS[0]) == 0;
+        if (d[0]) step[n_placed++] = step[i];
+    }
     dg_step_estimate est;
     double predicted = -1;
-    if (dg_simulate_step(step, n_step, TASKS, 2, cost, &est, st)) {
+    if (dg_simulate_step(step, n_placed, TASKS, 2, cost, &est, st)) {
         predicted = est.step_s * 1e3;
         dg_step_estimate_clear(&est);
     } else {
@@ -192,12 +254,13 @@ int main(int argc, char **argv) {
     }
     qsort(ms + 5, (size_t)(steps - 5), sizeof *ms, cmp_double);
     double median = ms[5 + (steps - 5) / 2];
-    printf("ops: %d on the worker, %d on the ps task\n", on_worker, n_step - on_worker);
+    printf("ops: %d on the worker, %d on the ps task\n", on_worker, n_placed - on_worker);
     printf("loss: first %.4f, last %.4f\n", first, last);
     printf("step: median %.3f ms over %lld steps, predicted %.3f ms\n", median, (long long)(steps - 5), predicted);
     rc = isfinite(first) && isfinite(last) && last < first ? 0 : 3;
     if (rc) fprintf(stderr, "auto_place_train: the loss did not fall (%g -> %g)\n", first, last);
 out:
+    if (profiled[0]) unlink(profiled);
     for (int i = 0; i < n_feeds; i++) dg_tensor_unref(vals[i]);
     free(step);
     free(ms);

@@ -374,8 +374,36 @@ bool dg_cost_model_load(dg_cost_model *m, const char *path, dg_status *st) {
             ok = false;
         }
     }
-    cluster_json_free(&root);
+    // Measured times: checked whole first, so that a wrong one changes nothing.
+    const cluster_json *meas = ok ? cluster_json_get(root, "measured") : NULL;
+    if (ok && meas && meas->kind != CLUSTER_JSON_OBJECT) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "cost model file %s: \"measured\" must be an object", path);
+        ok = false;
+    }
+    for (size_t i = 0; ok && meas && i < meas->n; i++) {
+        const cluster_json_member *ty = &meas->members[i];
+        if (ty->value->kind != CLUSTER_JSON_OBJECT || strlen(ty->key) != ty->key_len || !ty->key[0]) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "cost model file %s: measured.%.40s must be an object", path, ty->key);
+            ok = false;
+        }
+        for (size_t k = 0; ok && k < ty->value->n; k++) {
+            const cluster_json_member *nm = &ty->value->members[k];
+            double v = nm->value->kind == CLUSTER_JSON_NUMBER ? nm->value->number : -1;
+            if (!(v >= 0) || !isfinite(v) || strlen(nm->key) != nm->key_len) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT,
+                               "cost model file %s: measured.%.40s.%.80s must be a finite number of seconds, at least 0",
+                               path, ty->key, nm->key);
+                ok = false;
+            }
+        }
+    }
     if (ok) *m = tmp;
+    for (size_t i = 0; ok && meas && i < meas->n; i++) {
+        const cluster_json_member *ty = &meas->members[i];
+        for (size_t k = 0; ok && k < ty->value->n; k++)
+            ok = dg_cost_model_set_measured(m, ty->value->members[k].key, ty->key, ty->value->members[k].value->number, st);
+    }
+    cluster_json_free(&root);
     return ok;
 }
 
@@ -394,7 +422,39 @@ bool dg_cost_model_save(const dg_cost_model *m, const char *path, dg_status *st)
     for (int k = 0; k < 3; k++)
         fprintf(f, "%s\"%s\": {\"latency_s\": %.6g, \"bytes_per_s\": %.6g}", k ? ", " : "", link_names[k],
                 m->links[k].latency_s, m->links[k].bytes_per_s);
-    fprintf(f, "}}\n");
+    fprintf(f, "}");
+    // Measured times: "measured": {"CPU": {"node name": seconds, ...}, ...}.
+    if (m->n_measured > 0) {
+        fprintf(f, ", \"measured\": {");
+        // One object per device type (each key is "type\tname"), in the order first measured.
+        const char *done_types[64];
+        int n_done = 0;
+        for (int i = 0; i < m->n_measured; i++) {
+            const char *key = m->measured_items[i].key, *tab = strchr(key, '\t');
+            size_t tl = (size_t)(tab - key);
+            bool seen = false;
+            for (int k = 0; k < n_done && !seen; k++) seen = strncmp(done_types[k], key, tl + 1) == 0;   // "type\t"
+            if (seen || n_done == 64) continue;
+            done_types[n_done++] = key;
+            fprintf(f, "%s\"%.*s\": {", n_done > 1 ? ", " : "", (int)tl, key);
+            bool first = true;
+            for (int j = i; j < m->n_measured; j++) {
+                const char *kj = m->measured_items[j].key;
+                if (strncmp(kj, key, tl + 1) != 0) continue;
+                fprintf(f, "%s\"", first ? "" : ", ");
+                for (const unsigned char *c = (const unsigned char *)kj + tl + 1; *c; c++) {
+                    if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+                    else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
+                    else fputc(*c, f);
+                }
+                fprintf(f, "\": %.6g", m->measured_items[j].s);
+                first = false;
+            }
+            fprintf(f, "}");
+        }
+        fprintf(f, "}");
+    }
+    fprintf(f, "}\n");
     if (fclose(f) != 0) {
         dg_status_setf(st, DG_UNAVAILABLE, "cost model file %s: %s", path, strerror(errno));
         return false;

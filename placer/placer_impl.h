@@ -84,6 +84,8 @@ typedef struct placer_problem {
     int64_t *persist;        // n: bytes of the variable a VariableV2 holds (never freed)
     int64_t *static_bytes;   // n: persist plus the outputs
     double *lat, *inv_bw;    // n_dev x n_dev links (0 on the diagonal)
+    double *copy;            // n_dev x n_dev: seconds a byte keeps each end's stream busy (CPUs of
+                             // two tasks copy what they send and receive), 0 where none
     int *topo;               // a topological order (by id where free)
 } placer_problem;
 

@@ -32,6 +32,7 @@ void placer_problem_clear(placer_problem *p) {
     free(p->static_bytes);
     free(p->lat);
     free(p->inv_bw);
+    free(p->copy);
     free(p->topo);
     memset(p, 0, sizeof *p);
 }
@@ -214,6 +215,7 @@ bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const
     // Links.
     ALLOC(p->lat, (size_t)n_dev * n_dev);
     ALLOC(p->inv_bw, (size_t)n_dev * n_dev);
+    ALLOC(p->copy, (size_t)n_dev * n_dev);
     for (int a = 0; a < n_dev; a++)
         for (int b = 0; b < n_dev; b++) {
             if (a == b) continue;
@@ -221,6 +223,13 @@ bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const
             double t = dg_cost_model_transfer_seconds(m, devices[a], devices[b], 1e9);
             p->lat[(size_t)a * n_dev + b] = l;
             p->inv_bw[(size_t)a * n_dev + b] = (t - l) / 1e9;
+            // Between the CPUs of two tasks the bytes are copied by those CPUs: the sender's
+            // and the receiver's streams are busy for the transfer's bandwidth time.
+            dg_device_name da, db;
+            if (dg_device_name_parse(devices[a], &da, NULL) && dg_device_name_parse(devices[b], &db, NULL) &&
+                strcasecmp(da.type, "CPU") == 0 && strcasecmp(db.type, "CPU") == 0 &&
+                (strcmp(da.job, db.job) != 0 || da.task != db.task || da.replica != db.replica))
+                p->copy[(size_t)a * n_dev + b] = p->inv_bw[(size_t)a * n_dev + b];
         }
     free(local);
     free(fill);
@@ -381,6 +390,12 @@ double placer_simulate(const placer_problem *p, const int *dev, placer_sim *s) {
                     size_t ch = (size_t)du * nd + dv;
                     double st = ev.t > s->chan_free[ch] ? ev.t : s->chan_free[ch];
                     double occ = (double)p->gid_bytes[gid] * p->inv_bw[ch];
+                    if (p->copy[ch] > 0) {   // the sender's CPU copies it out
+                        double c = (double)p->gid_bytes[gid] * p->copy[ch];
+                        if (st < s->dev_free[du]) st = s->dev_free[du];
+                        s->dev_free[du] = st + c;
+                        s->busy[du] += c;
+                    }
                     s->chan_free[ch] = st + occ;
                     base_reserve((void **)&s->xfers, sizeof *s->xfers, s->n_xfers, &s->cap_xfers, 1);
                     int x = s->n_xfers++;
@@ -393,9 +408,17 @@ double placer_simulate(const placer_problem *p, const int *dev, placer_sim *s) {
         } else {
             struct placer_xfer *x = &s->xfers[ev.id];
             int gid = x->gid, src = x->src, dst = x->dst;
+            double ready = ev.t;
+            size_t ch = (size_t)dev[src] * nd + dst;
+            if (p->copy[ch] > 0) {   // the receiver's CPU copies it in
+                double c = (double)p->gid_bytes[gid] * p->copy[ch];
+                ready = (ev.t > s->dev_free[dst] ? ev.t : s->dev_free[dst]) + c;
+                s->dev_free[dst] = ready;
+                s->busy[dst] += c;
+            }
             for (int e = p->succ_start[gid]; e < p->succ_start[gid + 1]; e++) {
                 int v = p->succ[e];
-                if (dev[v] == dst && --s->pending[v] == 0) run_op(p, dev, s, v, ev.t, src, &seq);
+                if (dev[v] == dst && --s->pending[v] == 0) run_op(p, dev, s, v, ready, src, &seq);
             }
         }
     }

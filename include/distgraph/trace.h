@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "distgraph/auto_place.h"
 #include "distgraph/status.h"
 #include "distgraph/trace_event.h"
 
@@ -58,6 +59,11 @@ int64_t dg_step_trace_busy_ns(const dg_step_trace *t);
 // written is an error naming it and the system's reason.
 bool dg_step_trace_write_chrome(const dg_step_trace *t, const char *path, dg_status *st);
 void dg_step_trace_free(dg_step_trace **t);
+
+// Gives the automatic placer's cost model each op's measured time (dg_cost_model_set_measured:
+// its kernel's duration, for its device's type): profile a step on one placement, then place
+// (docs/PLACEMENT.md). Returns the ops measured; -1 with st set on error.
+int dg_step_trace_measure(const dg_step_trace *t, dg_cost_model *m, dg_status *st);
 
 #ifdef __cplusplus
 }

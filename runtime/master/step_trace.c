@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base_impl.h"
+#include "distgraph/device_name.h"
 #include "status_impl.h"
 #include "step_trace_impl.h"
 #include "trace_blob_impl.h"
@@ -537,4 +538,23 @@ bool dg_step_trace_write_chrome(const dg_step_trace *t, const char *path, dg_sta
         return false;
     }
     return true;
+}
+
+int dg_step_trace_measure(const dg_step_trace *t, dg_cost_model *m, dg_status *st) {
+    dg_status_reset(st);
+    if (!t || !m) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "dg_step_trace_measure: no trace or no cost model");
+        return -1;
+    }
+    int n = 0;
+    for (int i = 0; i < dg_step_trace_num_events(t); i++) {
+        const dg_trace_event *e = dg_step_trace_event(t, i);
+        if (e->kind != DG_TRACE_OP || !e->name || !e->device || !e->device[0]) continue;
+        dg_device_name dn;
+        if (!dg_device_name_parse(e->device, &dn, NULL) || !dn.has_type) continue;
+        double s = (double)(e->end_ns - e->start_ns) * 1e-9;
+        if (!dg_cost_model_set_measured(m, e->name, dn.type, s > 0 ? s : 0, st)) return -1;
+        n++;
+    }
+    return n;
 }

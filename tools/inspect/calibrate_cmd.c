@@ -1,7 +1,7 @@
 /* dg-inspect calibrate: measures this machine for the automatic placer's cost model and writes
  * a calibration file (docs/PLACEMENT.md): the CPU's dense arithmetic (a 512^3 float32 MatMul),
- * its memory traffic (an Add of two 4M-float vectors), the cost of one op (a chain of tiny
- * Adds), and the links between two CPUs of one process and between two tasks of this host
+ * its memory traffic (Adds of 4M-float vectors), the cost of one op (a chain of 1x1 MatMuls),
+ * and the links between two CPUs of one process and between two tasks of this host
  * (two servers in this process on 127.0.0.1, talking as two processes do). Each figure is a
  * median of runs; the figures it writes are printed as they are measured. */
 #include <arpa/inet.h>
@@ -160,12 +160,13 @@ int inspect_cmd_calibrate(const inspect_options *o) {
         // Two Adds: each reads 2 and writes 1 vector of 16 MB.
         cpu.bytes_per_s = 6.0 * (double)n * 4 / times[k / 2];
     }
-    {   // One op: a chain of 200 Adds of one float.
+    {   // One op: a chain of 200 MatMuls of 1x1 (elementwise chains would be fused into one).
         dg_graph *g = dg_graph_new();
-        dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape1(1)), h = x;
-        for (int i = 0; i < 200; i++) h = dg_add(g, NULL, h, x);
+        dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(1, 1)), h = x;
+        for (int i = 0; i < 200; i++) h = dg_matmul(g, NULL, h, x, false, false);
         dg_session *s = dg_session_new(g, "local", &so, st);
-        dg_tensor *v = filled(1, st);
+        dg_tensor *v = dg_tensor_new(DG_FLOAT32, dg_shape2(1, 1), st);
+        if (v) *(float *)dg_tensor_data(v) = 1.0f;
         double t = s && v ? time_runs(s, h.node, &x, v, budget, st) : -1;
         dg_tensor_unref(v);
         dg_session_free(&s);
