@@ -4,7 +4,8 @@
 # sizes) trains on two tasks (processes on 127.0.0.1, one per core) with no device scope and
 # automatic placement, and with an expert's manual split (its layers in two halves, gradients
 # beside their ops), ROUNDS times each (default 3) of STEPS steps (default 30), alternately.
-# First dg-inspect calibrate measures this machine; the placer and the predictions use it.
+# First dg-inspect calibrate measures this machine, and each run profiles its model on one CPU
+# (auto_place_train --profile): the placer and the predictions use both.
 # JSON lines: per model and placement, the median of the runs' median step (ms), the placer's
 # prediction for that placement (ms) and its error; per model the speed of auto over manual.
 #   ROUNDS=3 STEPS=30 MODELS="transformer inception gnmt" bench/auto_place_e2e.sh
@@ -16,7 +17,9 @@ MODELS=${MODELS:-transformer inception gnmt}
 BIN=${DG_BIN_DIR:-build/bin}
 source bench/lib.bash
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-"$BIN/dg-inspect" calibrate -o "$TMP/cost.json" > "$TMP/calibrate.out" 2>&1 || { cat "$TMP/calibrate.out" >&2; exit 1; }
+# One thread an op, as dg-launch gives each of the two tasks on two cores.
+DG_INTRA_OP_THREADS=1 "$BIN/dg-inspect" calibrate -o "$TMP/cost.json" > "$TMP/calibrate.out" 2>&1 \
+    || { cat "$TMP/calibrate.out" >&2; exit 1; }
 echo "{\"bench\": \"auto_place_e2e\", \"cpu\": \"$cpu\", \"calibration\": $(cat "$TMP/cost.json")}"
 for model in $MODELS; do
     for placement in manual auto; do : > "$TMP/$model.$placement"; : > "$TMP/$model.$placement.pred"; done

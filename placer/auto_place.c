@@ -9,9 +9,12 @@
  *   largest output goes to) stays on the parent's device unless it would start later there by
  *   more than the transfer it saves. Baechi picks favourite children by a linear program; this
  *   picks by bytes.
- * The automatic placer simulates the three, keeps the fastest, and spends its time budget on
- * moves of one colocation group at a time, taken from the simulated step's critical path and
- * kept only when the simulated step gets shorter: it is never slower than the best of them. */
+ * Then chains (contiguous runs of the step's groups cut where the fewest bytes cross) and
+ * gradients grouped with the ops they differentiate, as starts for the automatic placer, which
+ * simulates those, the three and METIS's cuts (metis_place.c), keeps the fastest that fits the
+ * caps, and spends its time budget on moves of one colocation group at a time, taken from the
+ * simulated step's critical path and kept only when the simulated step gets shorter: it is
+ * never slower than the best of them. The state the placers share is in placer_state.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -89,6 +89,17 @@ static bool unknown_size(const dg_node *n, int64_t unknown_dim, dg_status *st) {
         }                                                                                      \
     } while (0)
 
+// Input i of nd (data inputs, then control inputs) as an edge from node *u's output *gid (a
+// control input: u's control "output"); false when its source is not among the nodes.
+static bool input_edge(const placer_problem *p, dg_node *const *nodes, const int *local, int max_id, const dg_node *nd,
+                       int i, int *u, int *gid) {
+    dg_node *src = i < nd->n_inputs ? nd->inputs[i].node : nd->ctrl_inputs[i - nd->n_inputs];
+    if (src->id > max_id || local[src->id] < 0 || nodes[local[src->id]] != src) return false;
+    *u = local[src->id];
+    *gid = i < nd->n_inputs ? p->out_start[*u] + nd->inputs[i].index : p->out_start[*u + 1] - 1;
+    return true;
+}
+
 bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const char *const *devices, int n_dev,
                           const dg_cost_model *m, int64_t unknown_dim, dg_status *st) {
     memset(p, 0, sizeof *p);
@@ -154,11 +165,8 @@ bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const
     int64_t n_edges = 0;
     for (int v = 0; v < n; v++) {
         dg_node *nd = nodes[v];
-        for (int i = 0; i < nd->n_inputs + nd->n_ctrl; i++) {
-            dg_node *src = i < nd->n_inputs ? nd->inputs[i].node : nd->ctrl_inputs[i - nd->n_inputs];
-            if (src->id > max_id || local[src->id] < 0 || nodes[local[src->id]] != src) continue;
-            int u = local[src->id];
-            int gid = i < nd->n_inputs ? p->out_start[u] + nd->inputs[i].index : p->out_start[u + 1] - 1;
+        for (int i = 0, u, gid; i < nd->n_inputs + nd->n_ctrl; i++) {
+            if (!input_edge(p, nodes, local, max_id, nd, i, &u, &gid)) continue;
             p->succ_start[gid + 1]++;
             p->pred_start[v + 1]++;
             n_edges++;
@@ -178,11 +186,8 @@ bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const
     ALLOC(fill, n_gid);
     for (int v = 0; v < n; v++) {
         dg_node *nd = nodes[v];
-        for (int i = 0; i < nd->n_inputs + nd->n_ctrl; i++) {
-            dg_node *src = i < nd->n_inputs ? nd->inputs[i].node : nd->ctrl_inputs[i - nd->n_inputs];
-            if (src->id > max_id || local[src->id] < 0 || nodes[local[src->id]] != src) continue;
-            int u = local[src->id];
-            int gid = i < nd->n_inputs ? p->out_start[u] + nd->inputs[i].index : p->out_start[u + 1] - 1;
+        for (int i = 0, u, gid; i < nd->n_inputs + nd->n_ctrl; i++) {
+            if (!input_edge(p, nodes, local, max_id, nd, i, &u, &gid)) continue;
             int e = p->succ_start[gid] + fill[gid]++;
             p->succ[e] = v;
             p->succ_gid[e] = gid;

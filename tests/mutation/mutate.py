@@ -158,6 +158,38 @@ MUTANTS = [
         "tests": ["test_sync_replicas"],
     },
     {
+        "name": "sim_channels_never_busy",
+        "what": "the step simulator lets every transfer start at once, as if a device pair's channel carried any number "
+                "of tensors together",
+        "file": "placer/simulate.c",
+        "edits": [("                    double st = ev.t > s->chan_free[ch] ? ev.t : s->chan_free[ch];",
+                   "                    double st = ev.t;")],
+        "tests": ["test_auto_place"],
+    },
+    {
+        "name": "auto_place_ignores_copies_in_caps",
+        "what": "the automatic placer checks its candidates against the caps without the copies of the tensors each "
+                "device receives",
+        "file": "placer/simulate.c",
+        "edits": [after("        int du = dev[u];\n        used[du] += p->static_bytes[u];\n", "        continue;\n")],
+        "tests": ["test_auto_place"],
+    },
+    {
+        "name": "sim_no_copy_between_tasks",
+        "what": "the simulator lets the CPUs of two tasks exchange tensors without copying them",
+        "file": "placer/simulate.c",
+        "edits": [("                p->copy[(size_t)a * n_dev + b] = p->inv_bw[(size_t)a * n_dev + b];",
+                   "                p->copy[(size_t)a * n_dev + b] = 0;")],
+        "tests": ["test_auto_place"],
+    },
+    {
+        "name": "refine_keeps_worse_moves",
+        "what": "the refinement keeps every move, also those that make the simulated step longer",
+        "file": "placer/auto_place.c",
+        "edits": [("        if (t >= 0 && t < *step * (1 - 1e-9)) {", "        if (t >= 0) {")],
+        "tests": ["test_auto_place"],
+    },
+    {
         "name": "saver_leaves_iterator",
         "what": "a saver's restore leaves an attached iterator where it is, so the batches after a recovery are not "
                 "those after the checkpoint's step",

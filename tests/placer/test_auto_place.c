@@ -125,7 +125,20 @@ static void test_calibration_files(void **state) {
     const dg_device_perf *p = placer_device_perf(m2, "CPU");
     assert_true(p->flops_per_s == 3e10 && p->bytes_per_s == 4e9 && p->op_overhead_s == 5e-6);
     assert_true(m2->links[DG_LINK_SAME_HOST].latency_s == 7e-6 && m2->links[DG_LINK_SAME_HOST].bytes_per_s == 3e9);
+    // Measured times go through the file, node names with quotes included.
+    assert_true(dg_cost_model_set_measured(m, "a \"quoted\" node", "CPU", 0.125, st));
+    assert_true(dg_cost_model_set_measured(m, "b", "GPU", 0.5, st));
+    assert_true(dg_cost_model_save(m, path, st));
+    dg_cost_model *m3 = dg_cost_model_new();
+    assert_true(dg_cost_model_load(m3, path, st));
+    assert_int_equal(m3->n_measured, 2);
+    dg_cost_model_free(&m3);
     // Wrong files name the file and key, and change nothing.
+    write_file(path, "{\"devices\": {\"CPU\": {\"flops_per_s\": 9e9, \"bytes_per_s\": 1e9, \"op_overhead_s\": 0}}, "
+                     "\"measured\": {\"CPU\": {\"n\": -1}}}");
+    assert_false(dg_cost_model_load(m2, path, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "measured.CPU.n must be a finite number of seconds");
+    assert_true(placer_device_perf(m2, "CPU")->flops_per_s == 3e10);
     write_file(path, "{\"devices\": {\"CPU\": {\"flops_per_s\": -1, \"bytes_per_s\": 1, \"op_overhead_s\": 0}}}");
     assert_false(dg_cost_model_load(m2, path, st));
     assert_status(st, DG_INVALID_ARGUMENT, "positive");
@@ -227,9 +240,11 @@ static void test_simulated_channel_contention(void **state) {
     dg_graph_free(&g);
 }
 
-// Random graphs, random placements: the schedule the simulator made must be valid (every op
-// starts after its inputs are on its device; a device runs one op at a time) and work-conserving
-// (a device is not idle while an op waits for it), checked from its times alone.
+// Random graphs, random placements on three CPUs of one task (no copies between tasks, which
+// test_simulated_copies_between_tasks covers): the schedule the simulator made must be valid
+// (every op starts after its inputs are on its device; a device runs one op at a time) and
+// work-conserving (a device is not idle while an op waits for it), checked from its times alone.
+static const char *TASK0[] = {D0, D1, "/job:worker/replica:0/task:0/device:CPU:2"};
 static void test_simulated_schedules_are_valid(void **state) {
     (void)state;
     uint64_t rng = 99;
@@ -254,7 +269,7 @@ static void test_simulated_schedules_are_valid(void **state) {
         dg_cost_model *m = simple_model();
         placer_problem p;
         dg_status *st = dg_status_new();
-        assert_true(placer_problem_build(&p, nodes, nn, DEVS, 3, m, 0, st));
+        assert_true(placer_problem_build(&p, nodes, nn, TASK0, 3, m, 0, st));
         int *dev = malloc((size_t)nn * sizeof *dev);
         for (int i = 0; i < nn; i++) dev[i] = (int)dg_test_uniform(&rng, 0, 3);
         placer_sim sim;
@@ -463,6 +478,137 @@ static void test_etf_spreads_parallel_work(void **state) {
     dg_graph_free(&g);
 }
 
+// Between the CPUs of two tasks each end copies the bytes: x -> r1 on D0 (task 0), r2 on D2
+// (task 1). r1 ends at 8 us; D0 copies r1 out from 8 to 12 us (4000 bytes at 1 GB/s); it arrives
+// at 8 + 4 + 10 = 22 us; D2 copies it in from 22 to 26 us; r2 runs 26-34 us.
+static void test_simulated_copies_between_tasks(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, D0);
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape1(1000));
+    dg_output r1 = dg_relu(g, "r1", x);
+    dg_graph_pop_device(g);
+    dg_graph_push_device(g, D2);
+    dg_relu(g, "r2", r1);
+    dg_graph_pop_device(g);
+    place_as_requested(g);
+    dg_cost_model *m = simple_model();
+    dg_step_estimate est;
+    simulate(g, m, &est);
+    assert_true(fabs(est.step_s - 34e-6) < 1e-12);
+    assert_true(fabs(est.busy_s[0] - 12e-6) < 1e-12 && fabs(est.busy_s[2] - 12e-6) < 1e-12);
+    dg_step_estimate_clear(&est);
+    dg_cost_model_free(&m);
+    dg_graph_free(&g);
+}
+
+// No placement's step is shorter than the critical path the report gives: over random graphs,
+// every placer's prediction, and random placements simulated directly, are at least it.
+static void test_critical_path_bounds_every_step(void **state) {
+    (void)state;
+    uint64_t rng = 7;
+    dg_cost_model *m = simple_model();
+    dg_status *st = dg_status_new();
+    for (int trial = 0; trial < 20; trial++) {
+        dg_graph *g = dg_graph_new();
+        int n = 6 + (int)dg_test_uniform(&rng, 0, 30);
+        dg_output outs[64];
+        for (int i = 0; i < n; i++) {
+            if (i < 2) {
+                outs[i] = dg_placeholder(g, NULL, DG_FLOAT32, dg_shape2(32, 32));
+                continue;
+            }
+            dg_output a = outs[(int)dg_test_uniform(&rng, 0, i)], b = outs[(int)dg_test_uniform(&rng, 0, i)];
+            outs[i] = dg_test_uniform(&rng, 0, 1) < 0.5 ? dg_matmul(g, NULL, a, b, false, false) : dg_add(g, NULL, a, b);
+        }
+        dg_auto_place_options o = dg_auto_place_options_default();
+        o.cost = m;
+        o.time_budget_s = 0.01;
+        dg_auto_place_report r;
+        assert_true(dg_auto_place(g, DEVS, 3, &o, &r, st));
+        assert_true(r.critical_path_s > 0);
+        assert_true(r.critical_path_s <= r.predicted_step_s * (1 + 1e-12));
+        for (int k = 1; k <= 4; k++)
+            if (r.candidate_step_s[k] > 0) assert_true(r.critical_path_s <= r.candidate_step_s[k] * (1 + 1e-12));
+        // The critical path by hand: each op's time (all CPUs alike) after its inputs' longest.
+        int nn;
+        dg_node **nodes = all_nodes(g, &nn);
+        double *done = calloc((size_t)nn, sizeof *done), longest = 0;
+        for (int i = 0; i < nn; i++) {
+            double start = 0;
+            for (int k = 0; k < dg_node_num_inputs(nodes[i]); k++) {
+                dg_node *u = dg_node_input(nodes[i], k).node;
+                if (done[u->id] > start) start = done[u->id];
+            }
+            done[i] = start + dg_cost_model_op_seconds(m, nodes[i], "CPU", NULL, NULL);
+            if (done[i] > longest) longest = done[i];
+        }
+        assert_true(fabs(longest - r.critical_path_s) <= 1e-12 * longest);
+        free(done);
+        free(nodes);
+        dg_auto_place_report_clear(&r);
+        dg_graph_free(&g);
+    }
+    dg_status_free(&st);
+    dg_cost_model_free(&m);
+}
+
+// A chain of layers whose weights do not fit on one device: the automatic placement is at
+// least as fast as the expert's layer-wise split of the same model (units in equal runs,
+// gradients beside their ops), and under the caps.
+static dg_graph *chain_model(const char *const *unit_dev, int n_units, dg_node **train) {
+    dg_graph *g = dg_graph_new();
+    dg_output h = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(16, 128));
+    for (int l = 0; l < 8; l++) {
+        if (unit_dev) dg_graph_push_device(g, unit_dev[l * n_units / 8]);
+        char name[16];
+        snprintf(name, sizeof name, "w%d", l);
+        dg_output w = dg_variable(g, name, DG_FLOAT32, dg_shape2(128, 128), dg_init_zeros());
+        h = dg_tanh(g, NULL, dg_matmul(g, NULL, h, w, false, false));
+        if (unit_dev) dg_graph_pop_device(g);
+    }
+    dg_output loss = dg_sum(g, "loss", h, NULL, 0, false);
+    dg_optimizer opt = dg_momentum(g, 0.1, 0.9, false);
+    opt.colocate_gradients_with_ops = true;
+    *train = dg_optimizer_minimize(&opt, loss, (dg_output){NULL, 0});
+    assert_non_null(*train);
+    return g;
+}
+
+static void test_chain_at_least_as_fast_as_expert(void **state) {
+    (void)state;
+    dg_cost_model *m = simple_model();
+    dg_status *st = dg_status_new();
+    dg_node *train;
+    dg_graph *ge = chain_model(DEVS, 3, &train);
+    int n;
+    dg_node **step = needed(ge, train, &n);
+    assert_true(dg_place(step, n, DEVS, 3, NULL, st));
+    dg_step_estimate ex;
+    assert_true(dg_simulate_step(step, n, DEVS, 3, m, &ex, st));
+    int64_t total = ex.static_bytes[0] + ex.static_bytes[1] + ex.static_bytes[2], caps[3];
+    for (int d = 0; d < 3; d++) caps[d] = total / 2;
+    dg_graph *ga = chain_model(NULL, 0, &train);
+    dg_auto_place_options o = dg_auto_place_options_default();
+    o.cost = m;
+    o.memory_caps = caps;
+    const dg_node *targets[1] = {train};
+    o.targets = targets;
+    o.n_targets = 1;
+    dg_auto_place_report r;
+    assert_true(dg_auto_place(ga, DEVS, 3, &o, &r, st));
+    assert_ok(st);
+    for (int d = 0; d < 3; d++) assert_true(r.estimate.static_bytes[d] <= caps[d]);
+    assert_true(r.predicted_step_s <= ex.step_s * (1 + 1e-9));
+    dg_auto_place_report_clear(&r);
+    dg_step_estimate_clear(&ex);
+    free(step);
+    dg_graph_free(&ge);
+    dg_graph_free(&ga);
+    dg_status_free(&st);
+    dg_cost_model_free(&m);
+}
+
 static void test_bad_input(void **state) {
     (void)state;
     dg_status *st = dg_status_new();
@@ -530,6 +676,9 @@ int main(void) {
         cmocka_unit_test(test_simulated_schedules_are_valid),
         cmocka_unit_test(test_placers_honour_constraints),
         cmocka_unit_test(test_etf_spreads_parallel_work),
+        cmocka_unit_test(test_simulated_copies_between_tasks),
+        cmocka_unit_test(test_critical_path_bounds_every_step),
+        cmocka_unit_test(test_chain_at_least_as_fast_as_expert),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -111,6 +111,44 @@ static void test_auto_placed_session_trains_as_one_device(void **state) {
     dg_status_free(&st);
 }
 
+// A traced step's kernel times become the cost model's measured times, op by op.
+static void test_measured_from_a_trace(void **state) {
+    (void)state;
+    model m;
+    build(&m);
+    dg_status *st = dg_status_new();
+    dg_session *s = dg_session_new(m.g, "local", NULL, st);
+    assert_true(dg_session_run(s, NULL, NULL, 0, NULL, NULL, 0, &m.init, 1, st));
+    dg_tensor *xv = dg_tensor_new_zeros(DG_FLOAT32, dg_shape2(32, 48), st);
+    dg_run_options ro = {.trace = true};
+    dg_step_trace *tr = NULL;
+    assert_true(dg_session_run_with_options(s, &ro, &m.x, &xv, 1, NULL, NULL, 0, &m.train, 1, &tr, st));
+    assert_non_null(tr);
+    dg_cost_model *cm = dg_cost_model_new();
+    int n = dg_step_trace_measure(tr, cm, st);
+    assert_ok(st);
+    int ops = 0;
+    for (int i = 0; i < dg_step_trace_num_events(tr); i++) {
+        const dg_trace_event *e = dg_step_trace_event(tr, i);
+        if (e->kind != DG_TRACE_OP) continue;
+        ops++;
+        dg_node *node = dg_graph_find(m.g, e->name);
+        if (!node) continue;   // a fused kernel's name
+        double want = (double)(e->end_ns - e->start_ns) * 1e-9;
+        assert_true(fabs(dg_cost_model_op_seconds(cm, node, "CPU", NULL, NULL) - want) <= 1e-12);
+    }
+    assert_true(ops > 10);
+    assert_int_equal(n, ops);
+    assert_int_equal(dg_step_trace_measure(tr, NULL, st), -1);
+    assert_status(st, DG_INVALID_ARGUMENT, "no trace or no cost model");
+    dg_cost_model_free(&cm);
+    dg_step_trace_free(&tr);
+    dg_tensor_free(&xv);
+    dg_session_free(&s);
+    dg_graph_free(&m.g);
+    dg_status_free(&st);
+}
+
 static void test_auto_place_bad_cost_file(void **state) {
     (void)state;
     model m;
@@ -131,6 +169,7 @@ static void test_auto_place_bad_cost_file(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_auto_placed_session_trains_as_one_device),
+        cmocka_unit_test(test_measured_from_a_trace),
         cmocka_unit_test(test_auto_place_bad_cost_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
