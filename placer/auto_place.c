@@ -180,6 +180,10 @@ static bool place_chain(placer_state *a, double cap_factor, bool by_build, dg_st
     qsort(order, (size_t)m, sizeof *order, pos_cmp);
     for (int g = 0; g < ng; g++) pos_of[g] = -1;
     for (int i = 0; i < m; i++) pos_of[order[i].g] = i;
+    if (m == 0) {   // nothing but followers: beside their inputs, or anywhere
+        ok = placer_place_leftovers(a, st);
+        goto out;
+    }
     for (int i = 0; i < m; i++) prefix[i + 1] = prefix[i] + a->group_bytes[order[i].g];
     // cut[b]: bytes of tensors made before boundary b (between positions b-1 and b) and read at
     // or after it: each output adds its bytes to boundaries (its position, its last reader's].
@@ -934,6 +938,11 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         dg_status_set(st, DG_INVALID_ARGUMENT, "automatic placement: no devices to place on");
         return false;
     }
+    if (opts.n_targets < 0 || (opts.n_targets > 0 && !opts.targets)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "automatic placement: %d targets%s", opts.n_targets,
+                       opts.n_targets > 0 ? " and no array of them" : "");
+        return false;
+    }
     if (opts.unknown_dim < 0) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "automatic placement: unknown_dim must be at least 0, got %lld",
                        (long long)opts.unknown_dim);
@@ -1085,7 +1094,12 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
             memcpy(best_dev, cand_dev, (size_t)n_step * sizeof *best_dev);
         }
     }
-    if (!isfinite(best_step)) goto out;
+    if (!isfinite(best_step)) {
+        if (dg_status_ok(st))
+            dg_status_set(st, DG_INVALID_ARGUMENT, "automatic placement: no candidate has a finite predicted step "
+                                                   "(check the cost model's figures)");
+        goto out;
+    }
     dg_status_reset(st);
     if (report) report->critical_path_s = critical_path(&p);
     // Start again from the best: its groups, its devices' bytes.
@@ -1104,11 +1118,7 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         best_step = step;
     }
     if (!place_rest(&sn, nodes, n_nodes, &pg, a.gdev, &a, st)) goto out;
-    for (int i = 0; i < n_nodes; i++) {
-        const char *d = devices[sn.dev_all[i]];
-        if (!nodes[i]->assigned_device || strcmp(nodes[i]->assigned_device, d) != 0)
-            graph_set_assigned_device(nodes[i], d);
-    }
+    // The report before the devices: a failure leaves the nodes as they were.
     if (report) {
         report->chosen = opts.placer == DG_AUTO_PLACER_AUTO && moves > 0 ? DG_AUTO_PLACER_AUTO : best_kind;
         report->predicted_step_s = best_step;
@@ -1116,8 +1126,13 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         report->n_simulations = sim.runs;
         report->simulated_ops_per_s = sim.run_s > 0 ? (double)sim.runs * n_step / sim.run_s : 0;
         if (!fill_estimate(&p, a.dev, &sim, &report->estimate, st)) goto out;
-        report->seconds = base_now_s() - t0;
     }
+    for (int i = 0; i < n_nodes; i++) {
+        const char *d = devices[sn.dev_all[i]];
+        if (!nodes[i]->assigned_device || strcmp(nodes[i]->assigned_device, d) != 0)
+            graph_set_assigned_device(nodes[i], d);
+    }
+    if (report) report->seconds = base_now_s() - t0;
     ok = true;
 out:
     placer_state_clear(&a);

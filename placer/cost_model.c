@@ -43,7 +43,10 @@ void dg_cost_model_free(dg_cost_model **mp) {
     *mp = NULL;
 }
 
-static bool positive(double v) { return v > 0 && isfinite(v); }
+// Rates from 1 to 1e18 a second, times from 0 to 1e4 s: figures a machine can have, and that
+// keep every product of the simulator finite.
+static bool rate_ok(double v) { return v >= 1 && v <= 1e18; }
+static bool time_ok(double v) { return v >= 0 && v <= 1e4; }
 
 bool dg_cost_model_set_device(dg_cost_model *m, const char *type, dg_device_perf perf, dg_status *st) {
     dg_status_reset(st);
@@ -51,11 +54,10 @@ bool dg_cost_model_set_device(dg_cost_model *m, const char *type, dg_device_perf
         dg_status_set(st, DG_INVALID_ARGUMENT, "cost model: a device type is a non-empty name of under 32 bytes");
         return false;
     }
-    if (!positive(perf.flops_per_s) || !positive(perf.bytes_per_s) || !(perf.op_overhead_s >= 0) ||
-        !isfinite(perf.op_overhead_s)) {
+    if (!rate_ok(perf.flops_per_s) || !rate_ok(perf.bytes_per_s) || !time_ok(perf.op_overhead_s)) {
         dg_status_setf(st, DG_INVALID_ARGUMENT,
-                       "cost model: device type %s: flops_per_s and bytes_per_s must be positive and "
-                       "op_overhead_s at least 0, all finite (got %g, %g, %g)",
+                       "cost model: device type %s: flops_per_s and bytes_per_s must be positive (1 to 1e18) "
+                       "and op_overhead_s from 0 to 1e4 seconds (got %g, %g, %g)",
                        type, perf.flops_per_s, perf.bytes_per_s, perf.op_overhead_s);
         return false;
     }
@@ -79,10 +81,10 @@ bool dg_cost_model_set_link(dg_cost_model *m, dg_link_kind kind, dg_link_perf pe
         dg_status_setf(st, DG_INVALID_ARGUMENT, "cost model: no link kind %d", (int)kind);
         return false;
     }
-    if (!positive(perf.bytes_per_s) || !(perf.latency_s >= 0) || !isfinite(perf.latency_s)) {
+    if (!rate_ok(perf.bytes_per_s) || !time_ok(perf.latency_s)) {
         dg_status_setf(st, DG_INVALID_ARGUMENT,
-                       "cost model: link %s: bytes_per_s must be positive and latency_s at least 0, both "
-                       "finite (got %g, %g)",
+                       "cost model: link %s: bytes_per_s must be positive (1 to 1e18) and latency_s from 0 to "
+                       "1e4 seconds (got %g, %g)",
                        link_names[kind], perf.bytes_per_s, perf.latency_s);
         return false;
     }
@@ -114,13 +116,22 @@ bool dg_cost_model_set_hosts(dg_cost_model *m, const dg_cluster *c, dg_status *s
                     ok = false;
                     break;
                 }
-                names[n_names++] = strndup(addr, len);
+                if (!(names[n_names] = strndup(addr, len))) {
+                    ok = base_oom(st, "cost model hosts", len);
+                    break;
+                }
+                n_names++;
             }
             if (!BASE_GROW(m->hosts, m->n_hosts, m->cap_hosts, 1, "cost model tasks", st)) {
                 ok = false;
                 break;
             }
-            m->hosts[m->n_hosts++] = (placer_host){strdup(job), task, h};
+            char *jc = strdup(job);
+            if (!jc) {
+                ok = base_oom(st, "cost model tasks", strlen(job));
+                break;
+            }
+            m->hosts[m->n_hosts++] = (placer_host){jc, task, h};
         }
     }
     for (int h = 0; h < n_names; h++) free(names[h]);
@@ -137,9 +148,9 @@ int placer_task_host(const dg_cost_model *m, const char *job, int task) {
 bool dg_cost_model_set_measured(dg_cost_model *m, const char *node_name, const char *type, double seconds,
                                 dg_status *st) {
     dg_status_reset(st);
-    if (!node_name || !type || !(seconds >= 0) || !isfinite(seconds)) {
-        dg_status_setf(st, DG_INVALID_ARGUMENT, "cost model: a measured time needs a node, a device type and "
-                       "a finite time of at least 0 (node %s: %g)", node_name ? node_name : "(null)", seconds);
+    if (!node_name || !type || !type[0] || strchr(type, '\t') || !time_ok(seconds)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "cost model: a measured time needs a node, a device type (no tab) "
+                       "and a time from 0 to 1e4 seconds (node %s: %g)", node_name ? node_name : "(null)", seconds);
         return false;
     }
     char *key = malloc(strlen(type) + strlen(node_name) + 2);
@@ -171,13 +182,16 @@ const dg_device_perf *placer_device_perf(const dg_cost_model *m, const char *typ
 
 // ---- work of an op ----
 
+// Elements of s (unknown dimensions as unknown_dim); -1 when unknown; capped at 2^50 (a size
+// no device holds, which keeps every sum of them far from overflowing).
 static int64_t elements(dg_shape s, int64_t unknown_dim) {
     if (s.rank < 0) return -1;
+    const int64_t cap = (int64_t)1 << 50;
     int64_t e = 1;
     for (int i = 0; i < s.rank; i++) {
         int64_t d = s.dims[i] >= 0 ? s.dims[i] : unknown_dim;
         if (d <= 0 && s.dims[i] < 0) return -1;
-        e *= d;
+        if (__builtin_mul_overflow(e, d, &e) || e > cap) e = cap;
     }
     return e;
 }
@@ -186,7 +200,7 @@ int64_t placer_output_bytes(const dg_node *n, int i, int64_t unknown_dim) {
     int64_t e = elements(n->out_shapes[i], unknown_dim);
     if (e < 0) return -1;
     size_t sz = dg_dtype_size(n->out_dtypes[i]);
-    return e * (int64_t)(sz ? sz : 8);
+    return e * (int64_t)(sz ? sz : 8);   // at most 2^53
 }
 
 static int64_t input_bytes(const dg_node *n, int i, int64_t unknown_dim) {
@@ -258,14 +272,27 @@ bool placer_op_work(const dg_node *n, int64_t unknown_dim, double *flops_out, do
 
 double dg_cost_model_op_seconds(const dg_cost_model *m, const dg_node *n, const char *type, double *flops,
                                 double *bytes) {
+    return placer_op_seconds(m, n, type, 1, flops, bytes);
+}
+
+double placer_op_seconds(const dg_cost_model *m, const dg_node *n, const char *type, int64_t unknown_dim,
+                         double *flops, double *bytes) {
     double f = 0, b = 0;
-    bool known = placer_op_work(n, 1, &f, &b);
+    bool known = placer_op_work(n, unknown_dim > 0 ? unknown_dim : 1, &f, &b);
     if (flops) *flops = known ? f : -1;
     if (bytes) *bytes = known ? b : -1;
     if (m->n_measured > 0) {
-        char key[512];
-        snprintf(key, sizeof key, "%s\t%s", type, n->name);
-        void *v = graph_strmap_get(&m->measured, key);
+        size_t len = strlen(type) + strlen(n->name) + 2;
+        char small[256], *key = len <= sizeof small ? small : malloc(len);
+        void *v = NULL;
+        if (key) {
+            size_t tl = strlen(type);
+            memcpy(key, type, tl);
+            key[tl] = '\t';
+            memcpy(key + tl + 1, n->name, len - tl - 1);   // with its NUL
+            v = graph_strmap_get(&m->measured, key);
+            if (key != small) free(key);
+        }
         if (v) return m->measured_items[(intptr_t)v - 1].s;
     }
     const dg_device_perf *p = placer_device_perf(m, type);
@@ -274,17 +301,21 @@ double dg_cost_model_op_seconds(const dg_cost_model *m, const dg_node *n, const 
     return p->op_overhead_s + (c > t ? c : t);
 }
 
-double dg_cost_model_transfer_seconds(const dg_cost_model *m, const char *a, const char *b, double bytes) {
-    if (strcmp(a, b) == 0) return 0;
+dg_link_perf placer_link(const dg_cost_model *m, const char *a, const char *b) {
     dg_device_name da, db;
-    if (!dg_device_name_parse(a, &da, NULL) || !dg_device_name_parse(b, &db, NULL))
-        return m->links[DG_LINK_OTHER_HOST].latency_s + bytes / m->links[DG_LINK_OTHER_HOST].bytes_per_s;
+    if (!dg_device_name_parse(a, &da, NULL) || !dg_device_name_parse(b, &db, NULL)) return m->links[DG_LINK_OTHER_HOST];
     dg_link_kind k = DG_LINK_SAME_TASK;
     if (strcmp(da.job, db.job) != 0 || da.task != db.task || da.replica != db.replica) {
         int ha = placer_task_host(m, da.job, da.task), hb = placer_task_host(m, db.job, db.task);
         k = ha >= 0 && hb >= 0 && ha != hb ? DG_LINK_OTHER_HOST : DG_LINK_SAME_HOST;
     }
-    return m->links[k].latency_s + bytes / m->links[k].bytes_per_s;
+    return m->links[k];
+}
+
+double dg_cost_model_transfer_seconds(const dg_cost_model *m, const char *a, const char *b, double bytes) {
+    if (strcmp(a, b) == 0) return 0;
+    dg_link_perf l = placer_link(m, a, b);
+    return l.latency_s + bytes / l.bytes_per_s;
 }
 
 // ---- calibration files ----
@@ -349,6 +380,11 @@ bool dg_cost_model_load(dg_cost_model *m, const char *path, dg_status *st) {
         char where[96];
         snprintf(where, sizeof where, "devices.%.40s", mb->key);
         dg_device_perf p;
+        if (strlen(mb->key) != mb->key_len) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "cost model file %s: a device type holds a NUL character", path);
+            ok = false;
+            break;
+        }
         ok = mb->value->kind == CLUSTER_JSON_OBJECT &&
              read_number(mb->value, "flops_per_s", where, path, &p.flops_per_s, st) &&
              read_number(mb->value, "bytes_per_s", where, path, &p.bytes_per_s, st) &&
@@ -361,6 +397,10 @@ bool dg_cost_model_load(dg_cost_model *m, const char *path, dg_status *st) {
         }
     }
     const cluster_json *links = ok ? cluster_json_get(root, "links") : NULL;
+    if (links && links->kind != CLUSTER_JSON_OBJECT) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "cost model file %s: \"links\" must be an object", path);
+        ok = false;
+    }
     for (int k = 0; ok && links && k < 3; k++) {
         const cluster_json *l = cluster_json_get(links, link_names[k]);
         if (!l) continue;
@@ -389,9 +429,10 @@ bool dg_cost_model_load(dg_cost_model *m, const char *path, dg_status *st) {
         for (size_t k = 0; ok && k < ty->value->n; k++) {
             const cluster_json_member *nm = &ty->value->members[k];
             double v = nm->value->kind == CLUSTER_JSON_NUMBER ? nm->value->number : -1;
-            if (!(v >= 0) || !isfinite(v) || strlen(nm->key) != nm->key_len) {
+            if (!time_ok(v) || strlen(nm->key) != nm->key_len || strchr(ty->key, '\t')) {
                 dg_status_setf(st, DG_INVALID_ARGUMENT,
-                               "cost model file %s: measured.%.40s.%.80s must be a finite number of seconds, at least 0",
+                               "cost model file %s: measured.%.40s.%.80s must be a finite number of seconds, from 0 "
+                               "to 1e4",
                                path, ty->key, nm->key);
                 ok = false;
             }
@@ -407,6 +448,18 @@ bool dg_cost_model_load(dg_cost_model *m, const char *path, dg_status *st) {
     return ok;
 }
 
+// len bytes of s as a JSON string.
+static void json_string(FILE *f, const char *s, size_t len) {
+    fputc('"', f);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
 bool dg_cost_model_save(const dg_cost_model *m, const char *path, dg_status *st) {
     dg_status_reset(st);
     FILE *f = fopen(path, "w");
@@ -415,9 +468,12 @@ bool dg_cost_model_save(const dg_cost_model *m, const char *path, dg_status *st)
         return false;
     }
     fprintf(f, "{\"devices\": {");
-    for (int t = 0; t < m->n_types; t++)
-        fprintf(f, "%s\"%s\": {\"flops_per_s\": %.6g, \"bytes_per_s\": %.6g, \"op_overhead_s\": %.6g}",
-                t ? ", " : "", m->types[t], m->perf[t].flops_per_s, m->perf[t].bytes_per_s, m->perf[t].op_overhead_s);
+    for (int t = 0; t < m->n_types; t++) {
+        fprintf(f, "%s", t ? ", " : "");
+        json_string(f, m->types[t], strlen(m->types[t]));
+        fprintf(f, ": {\"flops_per_s\": %.6g, \"bytes_per_s\": %.6g, \"op_overhead_s\": %.6g}",
+                m->perf[t].flops_per_s, m->perf[t].bytes_per_s, m->perf[t].op_overhead_s);
+    }
     fprintf(f, "}, \"links\": {");
     for (int k = 0; k < 3; k++)
         fprintf(f, "%s\"%s\": {\"latency_s\": %.6g, \"bytes_per_s\": %.6g}", k ? ", " : "", link_names[k],
@@ -426,28 +482,25 @@ bool dg_cost_model_save(const dg_cost_model *m, const char *path, dg_status *st)
     // Measured times: "measured": {"CPU": {"node name": seconds, ...}, ...}.
     if (m->n_measured > 0) {
         fprintf(f, ", \"measured\": {");
-        // One object per device type (each key is "type\tname"), in the order first measured.
-        const char *done_types[64];
+        // One object per device type (each key is "type\tname"), in the order first measured:
+        // an item starts its type's object when no earlier item has that type.
         int n_done = 0;
         for (int i = 0; i < m->n_measured; i++) {
             const char *key = m->measured_items[i].key, *tab = strchr(key, '\t');
             size_t tl = (size_t)(tab - key);
             bool seen = false;
-            for (int k = 0; k < n_done && !seen; k++) seen = strncmp(done_types[k], key, tl + 1) == 0;   // "type\t"
-            if (seen || n_done == 64) continue;
-            done_types[n_done++] = key;
-            fprintf(f, "%s\"%.*s\": {", n_done > 1 ? ", " : "", (int)tl, key);
+            for (int k = 0; k < i && !seen; k++) seen = strncmp(m->measured_items[k].key, key, tl + 1) == 0;
+            if (seen) continue;
+            fprintf(f, "%s", n_done++ ? ", " : "");
+            json_string(f, key, tl);
+            fprintf(f, ": {");
             bool first = true;
             for (int j = i; j < m->n_measured; j++) {
                 const char *kj = m->measured_items[j].key;
                 if (strncmp(kj, key, tl + 1) != 0) continue;
-                fprintf(f, "%s\"", first ? "" : ", ");
-                for (const unsigned char *c = (const unsigned char *)kj + tl + 1; *c; c++) {
-                    if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
-                    else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
-                    else fputc(*c, f);
-                }
-                fprintf(f, "\": %.6g", m->measured_items[j].s);
+                fprintf(f, "%s", first ? "" : ", ");
+                json_string(f, kj + tl + 1, strlen(kj + tl + 1));
+                fprintf(f, ": %.6g", m->measured_items[j].s);
                 first = false;
             }
             fprintf(f, "}");

@@ -109,6 +109,7 @@ bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_s
             if (a->caps[d] > 0 && (min_cap == 0 || a->caps[d] < min_cap)) min_cap = a->caps[d];
         if (min_cap > 0) mem_ub = (double)min_cap / (btot / k);
     }
+    if (btot <= 0) mem_ub = 1.5;
     if (mem_ub < 1.001) {
         dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "METIS placement: %d parts of %.0f bytes each exceed the caps", k,
                        btot / k);
@@ -128,10 +129,13 @@ bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_s
     // Parts to devices: the largest part first, each to the free device the fewest of its
     // groups are barred from.
     {
-        int map[64], taken[64] = {0};
+        int map[64];
         double psize[64] = {0};
+        bool *taken = calloc((size_t)nd + 1, sizeof *taken);
         int64_t *bad = calloc((size_t)k * (size_t)nd, sizeof *bad);
-        if (!bad) {
+        if (!bad || !taken) {
+            free(bad);
+            free(taken);
             base_oom(st, "METIS placement", (size_t)k * (size_t)nd * sizeof *bad);
             goto out;
         }
@@ -146,11 +150,12 @@ bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_s
                 if (map[q] < 0 && (bp < 0 || psize[q] > psize[bp])) bp = q;
             int bd = -1;
             for (int d = 0; d < nd; d++)
-                if ((d >= 64 || !taken[d]) && (bd < 0 || bad[(size_t)bp * nd + d] < bad[(size_t)bp * nd + bd])) bd = d;
+                if (!taken[d] && (bd < 0 || bad[(size_t)bp * nd + d] < bad[(size_t)bp * nd + bd])) bd = d;
             map[bp] = bd;
-            if (bd < 64) taken[bd] = 1;
+            taken[bd] = true;
         }
         free(bad);
+        free(taken);
         placer_reset(a);
         // Groups where their part's device may take them; the rest after.
         for (int g = 0; g < ng; g++) {

@@ -74,6 +74,9 @@ bool placer_groups_build(dg_node *const *nodes, int n_nodes, const char *const *
     dg_device_name *specs = NULL;
     int n_specs = 0, cap_specs = 0;
     graph_strmap spec_index = {0}, coloc_index = {0};
+    char (*types)[DG_DEVICE_TYPE_MAX] = NULL;
+    int *type_of = NULL;
+    bool *type_ok = NULL;
     if (!devs || !order || !parent || !spec_of || !groups || !local || !head || !next_member) {
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "placer: out of memory");
         goto done;
@@ -189,14 +192,20 @@ bool placer_groups_build(dg_node *const *nodes, int n_nodes, const char *const *
         next_member[i] = head[r];
         head[r] = i;
     }
-    // Device types, each checked once per group.
-    char types[8][DG_DEVICE_TYPE_MAX];
-    int n_types = 0, type_of[64];
-    for (int k = 0; k < n_order && k < 64; k++) {
+    // Device types, each checked once per group (every device's, however many).
+    types = malloc(((size_t)n_order + 1) * sizeof *types);
+    type_of = malloc(((size_t)n_order + 1) * sizeof *type_of);
+    type_ok = malloc(((size_t)n_order + 1) * sizeof *type_ok);
+    if (!types || !type_of || !type_ok) {
+        dg_status_set(st, DG_RESOURCE_EXHAUSTED, "placer: out of memory");
+        goto done;
+    }
+    int n_types = 0;
+    for (int k = 0; k < n_order; k++) {
         int d = order[k], t;
         for (t = 0; t < n_types && strcmp(types[t], devs[d].type) != 0; t++) {}
-        if (t == n_types && n_types < 8) snprintf(types[n_types++], DG_DEVICE_TYPE_MAX, "%s", devs[d].type);
-        type_of[k] = t < 8 ? t : 7;
+        if (t == n_types) snprintf(types[n_types++], DG_DEVICE_TYPE_MAX, "%s", devs[d].type);
+        type_of[k] = t;
     }
     // The devices each group may take: those meeting its request (or, under soft placement
     // when none does, its task), and dg_place's choice among them.
@@ -223,7 +232,6 @@ bool placer_groups_build(dg_node *const *nodes, int n_nodes, const char *const *
         uint8_t *allow = out->allowed + (size_t)gi * (size_t)n_devices;
         out->first[gi] = -1;
         out->pinned[gi] = gr->first_requester >= 0;
-        bool type_ok[8];
         for (int t = 0; t < n_types; t++) {
             type_ok[t] = true;
             if (opts.supports)
@@ -243,7 +251,7 @@ bool placer_groups_build(dg_node *const *nodes, int n_nodes, const char *const *
             }
             for (int k = 0; k < n_order; k++) {
                 int d = order[k];
-                bool kernel = k < 64 ? type_ok[type_of[k]] : true;
+                bool kernel = type_ok[type_of[k]];
                 if (!kernel || !dg_device_name_matches(&want, &devs[d])) continue;
                 allow[d] = 1;
                 if (out->first[gi] < 0) out->first[gi] = d;
@@ -282,6 +290,9 @@ done:
     free(specs);
     graph_strmap_clear(&spec_index);
     graph_strmap_clear(&coloc_index);
+    free(types);
+    free(type_of);
+    free(type_ok);
     if (!ok) placer_groups_clear(out);
     return ok;
 }

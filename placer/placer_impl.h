@@ -53,6 +53,8 @@ struct dg_cost_model {
 
 // The figures of device_type (a known one, else the CPU's).
 const dg_device_perf *placer_device_perf(const dg_cost_model *m, const char *device_type);
+// The link between devices a and b (complete names; an unreadable one: other hosts).
+dg_link_perf placer_link(const dg_cost_model *m, const char *a, const char *b);
 // The host number of /job:J/task:T (-1 when not known: the same host as every other).
 int placer_task_host(const dg_cost_model *m, const char *job, int task);
 // An output's bytes: its shape's elements (unknown dimensions as unknown_dim) times its dtype's
@@ -61,6 +63,9 @@ int64_t placer_output_bytes(const dg_node *n, int i, int64_t unknown_dim);
 // Node n's FLOPs and bytes (unknown dimensions as unknown_dim); false when a size it needs is
 // unknown.
 bool placer_op_work(const dg_node *n, int64_t unknown_dim, double *flops, double *bytes);
+// dg_cost_model_op_seconds with unknown dimensions as unknown_dim (0: as 1).
+double placer_op_seconds(const dg_cost_model *m, const dg_node *n, const char *device_type, int64_t unknown_dim,
+                         double *flops, double *bytes);
 // Whether n costs nothing but its overhead (constants, variables, views, NoOp).
 bool placer_op_is_free(const dg_node *n);
 

@@ -136,7 +136,8 @@ bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const
             unknown_size(nd, unknown_dim, st);
             goto fail;
         }
-        for (int t = 0; t < m->n_types; t++) p->cost[(size_t)i * m->n_types + t] = dg_cost_model_op_seconds(m, nd, m->types[t], NULL, NULL);
+        for (int t = 0; t < m->n_types; t++)
+            p->cost[(size_t)i * m->n_types + t] = placer_op_seconds(m, nd, m->types[t], unknown_dim, NULL, NULL);
         p->out_start[i + 1] = p->out_start[i] + nd->n_outputs + 1;
     }
     int n_gid = p->out_start[n];
@@ -224,10 +225,9 @@ bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const
     for (int a = 0; a < n_dev; a++)
         for (int b = 0; b < n_dev; b++) {
             if (a == b) continue;
-            double l = dg_cost_model_transfer_seconds(m, devices[a], devices[b], 0);
-            double t = dg_cost_model_transfer_seconds(m, devices[a], devices[b], 1e9);
-            p->lat[(size_t)a * n_dev + b] = l;
-            p->inv_bw[(size_t)a * n_dev + b] = (t - l) / 1e9;
+            dg_link_perf lk = placer_link(m, devices[a], devices[b]);
+            p->lat[(size_t)a * n_dev + b] = lk.latency_s;
+            p->inv_bw[(size_t)a * n_dev + b] = 1.0 / lk.bytes_per_s;
             // Between the CPUs of two tasks the bytes are copied by those CPUs: the sender's
             // and the receiver's streams are busy for the transfer's bandwidth time.
             dg_device_name da, db;
@@ -467,8 +467,9 @@ bool placer_sim_peak_memory(const placer_problem *p, const int *dev, placer_sim 
     for (int u = 0; u < p->n; u++) {
         int du = dev[u];
         cur[du] += p->persist[u];
-        // A variable's output is the variable; an in-place update's is the variable's buffer.
-        if (p->persist[u] > 0 || graph_num_ref_inputs(p->nodes[u]) > 0) continue;
+        // A variable's output is the variable; an in-place update's is the variable's buffer:
+        // neither is allocated again here, but copies of them elsewhere live until read.
+        bool in_place = p->persist[u] > 0 || graph_num_ref_inputs(p->nodes[u]) > 0;
         for (int gid = p->out_start[u]; gid < p->out_start[u + 1] - 1; gid++) {
             double free_t = s->finish[u];
             for (int e = p->succ_start[gid]; e < p->succ_start[gid + 1]; e++) {
@@ -480,7 +481,7 @@ bool placer_sim_peak_memory(const placer_problem *p, const int *dev, placer_sim 
                     if (s->finish[v] > x_free[x]) x_free[x] = s->finish[v];
                 }
             }
-            if (p->gid_bytes[gid] == 0) continue;
+            if (p->gid_bytes[gid] == 0 || in_place) continue;
             ev[k++] = (mem_event){s->start[u], p->gid_bytes[gid], du};
             ev[k++] = (mem_event){free_t, -p->gid_bytes[gid], du};
         }

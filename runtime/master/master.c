@@ -450,7 +450,10 @@ static bool auto_place_graph(master_session *m, const dg_placement_options *base
             dg_status_prepend(st, "session: auto_place_cost_file");
             return false;
         }
-        if (m->task && !dg_cost_model_set_hosts(m->cost, m->task->cluster, st)) return false;
+        if (m->task && !dg_cost_model_set_hosts(m->cost, m->task->cluster, st)) {
+            dg_cost_model_free(&m->cost);
+            return false;
+        }
     }
     dg_node **all = malloc(((size_t)n + 1) * sizeof *all);
     if (!all) return base_oom(st, "automatic placement", (size_t)n * sizeof *all);

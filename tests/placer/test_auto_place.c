@@ -88,7 +88,18 @@ static void test_op_work(void **state) {
     assert_true(dg_cost_model_op_seconds(m, r.node, "CPU", NULL, NULL) == 0.25);
     assert_true(dg_cost_model_op_seconds(m, r.node, "GPU", NULL, NULL) < 0.001);
     assert_false(dg_cost_model_set_measured(m, "r", "CPU", NAN, st));
-    assert_status(st, DG_INVALID_ARGUMENT, "finite");
+    assert_status(st, DG_INVALID_ARGUMENT, "from 0 to 1e4 seconds");
+    // Figures that would make the simulator's products infinite are refused.
+    assert_false(dg_cost_model_set_device(m, "CPU", (dg_device_perf){1e-310, 1e9, 0}, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "1 to 1e18");
+    assert_false(dg_cost_model_set_link(m, DG_LINK_SAME_HOST, (dg_link_perf){1e300, 1e9}, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "latency_s from 0 to 1e4");
+    // An unknown batch stands for unknown_dim in FLOPs as in bytes: [?, 5] x [5, 3] at 32 rows.
+    dg_output ub = dg_placeholder(g, "ub", DG_FLOAT32, dg_shape2(-1, 5));
+    dg_output umm = dg_matmul(g, "umm", ub, b, false, false);
+    placer_op_seconds(m, umm.node, "CPU", 32, &fl, &by);
+    assert_true(fl == 2.0 * 32 * 3 * 5);
+    assert_true(by == 4.0 * (32 * 5 + 15 + 32 * 3));
     // Links: same task, same host, other hosts (from the cluster's addresses).
     assert_true(dg_cost_model_transfer_seconds(m, D0, D0, 1e6) == 0);
     assert_true(fabs(dg_cost_model_transfer_seconds(m, D0, D1, 2e4) - (2e-6 + 2e4 / 20e9)) < 1e-15);
@@ -627,6 +638,10 @@ static void test_bad_input(void **state) {
     o.memory_caps = NULL;
     assert_false(dg_auto_place(g, DEVS, 0, &o, NULL, st));
     assert_status(st, DG_INVALID_ARGUMENT, "no devices");
+    o.n_targets = 2;   // and no array of them
+    assert_false(dg_auto_place(g, DEVS, 3, &o, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "2 targets and no array of them");
+    o.n_targets = 0;
     dg_graph_free(&g);
     // A node pinned to a device that does not exist.
     g = dg_graph_new();

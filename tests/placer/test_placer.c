@@ -1,5 +1,6 @@
 /* The placer: requests honoured, colocation groups kept together, soft placement, default
  * device, device filters, kernel support, and the errors for what cannot be placed. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -302,6 +303,37 @@ static void test_colocated_gradients_leave_ops_on_gpu(void **state) {
     dg_graph_free(&g);
 }
 
+// Kernels are checked on every device, past the 64th too: with 70 GPUs and an op only the CPU
+// runs, a request for GPU:66 is refused without soft placement and lands on the CPU with it.
+static void test_kernels_checked_on_many_devices(void **state) {
+    (void)state;
+    char names[71][64];
+    const char *devs[71];
+    for (int i = 0; i < 70; i++) {
+        snprintf(names[i], sizeof names[i], "/job:worker/replica:0/task:0/device:GPU:%d", i);
+        devs[i] = names[i];
+    }
+    devs[70] = "/job:worker/replica:0/task:0/device:CPU:0";
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, "/job:worker/task:0/device:GPU:66");
+    dg_relu(g, "r", dg_placeholder(g, "x", DG_FLOAT32, dg_shape1(4)));
+    dg_graph_pop_device(g);
+    int n;
+    dg_node **nodes = all_nodes(g, &n);
+    dg_status *st = dg_status_new();
+    dg_placement_options o = dg_placement_options_default();
+    o.supports = cpu_only;
+    o.allow_soft_placement = false;
+    assert_false(dg_place(nodes, n, devs, 71, &o, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "cannot place node");
+    o.allow_soft_placement = true;
+    assert_true(dg_place(nodes, n, devs, 71, &o, st));
+    assert_string_equal(dg_node_assigned_device(dg_graph_find(g, "r")), devs[70]);
+    free(nodes);
+    dg_status_free(&st);
+    dg_graph_free(&g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_requests_and_colocation),
@@ -310,6 +342,7 @@ int main(void) {
         cmocka_unit_test(test_filters_and_bad_devices),
         cmocka_unit_test(test_gradients_beside_their_ops),
         cmocka_unit_test(test_colocated_gradients_leave_ops_on_gpu),
+        cmocka_unit_test(test_kernels_checked_on_many_devices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -133,7 +133,10 @@ static void placed_free(placed *p) {
 // --auto: dg_auto_place with the calibration, caps and unknown dimension asked for.
 static bool auto_place(const inspect_options *o, placed *p, const dg_placement_options *po, dg_status *st) {
     dg_cost_model *cost = dg_cost_model_new();
-    if (!cost) inspect_die_status("cost model", st);
+    if (!cost) {
+        fprintf(stderr, "dg-inspect: cost model: out of memory\n");
+        return false;
+    }
     bool ok = (!o->cost_file || dg_cost_model_load(cost, o->cost_file, st)) && dg_cost_model_set_hosts(cost, p->cluster, st);
     if (!ok) {
         inspect_die_status("--cost", st);
