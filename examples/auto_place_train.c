@@ -2,9 +2,10 @@
  * automatic placer (dg_session_options.auto_place), or by hand as an expert splits it (its
  * layers in two halves, one per task, gradients beside their ops); trained on the same random
  * batches either way. Prints the median step time, the placer's prediction of it, where the ops
- * went and the loss at the first and last step. First (--profile, the default) it times each op
- * of the model on one CPU in this process (a traced step, dg_step_trace_measure): the placer
- * and the prediction then use those times.
+ * went and the loss at the first and last step. First (--profile split, the default) it runs a
+ * traced step of the model on the expert's split over the two tasks (dg_step_trace_measure:
+ * each op's time, and the link's latency and bandwidth under load): the placer and the
+ * predictions then use those figures.
  *   --model transformer|inception|gnmt, --placement auto|manual
  *   build/bin/dg-launch --ps 1 --workers 1 -- build/bin/auto_place_train --placement auto
  * The worker task trains; the second task only holds and runs its part, so it runs as a "ps"
@@ -72,14 +73,18 @@ static int feeds_make(dg_node **step, int n_step, const place_model_config *c, d
     return n;
 }
 
-// Runs the model (built again, no device asked for) in a local session on one CPU: two steps,
-// then a traced one whose kernel times go into cost. Returns the ops measured; -1 on error.
-static int profile_model(const place_model_config *c, const dg_output *feeds_in, dg_tensor *const *vals, int n_feeds,
-                         dg_cost_model *cost, dg_status *st) {
+// Runs the model, built again, on target ("local": one CPU of this process, nothing asked
+// for; a server's target: the expert's split over the two tasks): two steps, then a traced one
+// whose kernel times (and, split, whose transfers' times) go into cost. Returns the ops
+// measured; -1 on error.
+static int profile_model(const place_model_config *c, const char *target, const dg_output *feeds_in,
+                         dg_tensor *const *vals, int n_feeds, dg_cost_model *cost, dg_status *st) {
     dg_graph *g = dg_graph_new();
     dg_output loss;
-    dg_node *train = place_model_build(g, c, NULL, NULL, &loss);
-    dg_session *s = train ? dg_session_new(g, "local", NULL, st) : NULL;
+    bool local = strcmp(target, "local") == 0;
+    split sp = {c};
+    dg_node *train = place_model_build(g, c, local ? NULL : unit_task, &sp, &loss);
+    dg_session *s = train ? dg_session_new(g, target, NULL, st) : NULL;
     int n = -1;
     dg_output *feeds = malloc(((size_t)n_feeds + 1) * sizeof *feeds);
     bool ok = s && feeds && dg_session_run_target(s, dg_global_variables_initializer(g), st);
@@ -106,7 +111,8 @@ int main(int argc, char **argv) {
     const char *job = "worker", *worker_hosts = "", *ps_hosts = "", *model = "transformer", *placement = "auto",
                *cost_file = "", *trace_path = "";
     int64_t task_index = 0, steps = 30, layers = 0, length = 0, vocab = 0, units = 0, batch = 0;
-    bool quiet = false, profile = true;
+    bool quiet = false;
+    const char *profile = "split";
     char profiled[64] = "";
     flag_def defs[] = {
         {"model", FLAG_STRING, &model, "transformer, inception or gnmt"},
@@ -123,7 +129,8 @@ int main(int argc, char **argv) {
         {"batch", FLAG_INT, &batch, "batch (0: default)"},
         {"cost", FLAG_STRING, &cost_file, "a calibration (dg-inspect calibrate) for the placer and the prediction"},
         {"trace", FLAG_STRING, &trace_path, "write the last step's timeline here (Chrome trace-event JSON)"},
-        {"profile", FLAG_BOOL, &profile, "profile the model on one CPU first; the placer and the prediction use its times"},
+        {"profile", FLAG_STRING, &profile, "split (a traced step on the expert's split: op and link times), local (op "
+                                           "times on one CPU) or none; the placer and the prediction use them"},
         {"quiet", FLAG_BOOL, &quiet, "no server log lines"},
     };
     bool help;
@@ -143,6 +150,10 @@ int main(int argc, char **argv) {
     if (units) c.units = units;
     if (batch) c.batch = batch;
     bool manual = strcmp(placement, "manual") == 0;
+    if (strcmp(profile, "split") && strcmp(profile, "local") && strcmp(profile, "none")) {
+        fprintf(stderr, "auto_place_train: --profile must be split, local or none\n");
+        return 2;
+    }
     if ((!manual && strcmp(placement, "auto") != 0) || steps < 6 || c.layers < 1 || c.length < 1 || c.units < 1 ||
         c.batch < 1 || (c.kind != PLACE_INCEPTION && c.vocab < 2) || c.length > 4096 || c.layers > 16) {
         fprintf(stderr, "auto_place_train: --placement auto|manual; train_steps >= 6; sizes positive (layers <= 16, "
@@ -194,8 +205,9 @@ int main(int argc, char **argv) {
     if (n_feeds < 0) goto out;
     // Profile: the same model in this process on one CPU, a traced step's kernel times into the
     // cost model, which the placer and the predictions then use.
-    if (profile) {
-        int measured = profile_model(&c, feeds, vals, n_feeds, cost, st);
+    if (strcmp(profile, "none") != 0) {
+        int measured = profile_model(&c, strcmp(profile, "local") == 0 ? "local" : dg_server_target(server), feeds,
+                                     vals, n_feeds, cost, st);
         if (measured < 0) {
             fprintf(stderr, "auto_place_train: profiling: %s\n", dg_status_message(st));
             goto out;
@@ -206,7 +218,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "auto_place_train: writing the profile: %s\n", fd < 0 ? "mkstemp failed" : dg_status_message(st));
             goto out;
         }
-        printf("profiled %d ops on one CPU\n", measured);
+        dg_link_perf lk = dg_cost_model_link(cost, DG_LINK_SAME_HOST);
+        printf("profiled %d ops (%s); link between the tasks: %.1f us + %.2f GB/s\n", measured,
+               strcmp(profile, "local") == 0 ? "on one CPU" : "on the expert's split", lk.latency_s * 1e6,
+               lk.bytes_per_s / 1e9);
     }
     dg_session_options o = dg_session_options_default();
     o.auto_place = !manual;

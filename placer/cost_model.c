@@ -301,15 +301,20 @@ double placer_op_seconds(const dg_cost_model *m, const dg_node *n, const char *t
     return p->op_overhead_s + (c > t ? c : t);
 }
 
-dg_link_perf placer_link(const dg_cost_model *m, const char *a, const char *b) {
+dg_link_kind dg_cost_model_link_kind(const dg_cost_model *m, const char *a, const char *b) {
     dg_device_name da, db;
-    if (!dg_device_name_parse(a, &da, NULL) || !dg_device_name_parse(b, &db, NULL)) return m->links[DG_LINK_OTHER_HOST];
-    dg_link_kind k = DG_LINK_SAME_TASK;
-    if (strcmp(da.job, db.job) != 0 || da.task != db.task || da.replica != db.replica) {
-        int ha = placer_task_host(m, da.job, da.task), hb = placer_task_host(m, db.job, db.task);
-        k = ha >= 0 && hb >= 0 && ha != hb ? DG_LINK_OTHER_HOST : DG_LINK_SAME_HOST;
-    }
-    return m->links[k];
+    if (!a || !b || !dg_device_name_parse(a, &da, NULL) || !dg_device_name_parse(b, &db, NULL)) return DG_LINK_OTHER_HOST;
+    if (strcmp(da.job, db.job) == 0 && da.task == db.task && da.replica == db.replica) return DG_LINK_SAME_TASK;
+    int ha = placer_task_host(m, da.job, da.task), hb = placer_task_host(m, db.job, db.task);
+    return ha >= 0 && hb >= 0 && ha != hb ? DG_LINK_OTHER_HOST : DG_LINK_SAME_HOST;
+}
+
+dg_link_perf dg_cost_model_link(const dg_cost_model *m, dg_link_kind kind) {
+    return m->links[(int)kind >= 0 && (int)kind <= 2 ? kind : DG_LINK_OTHER_HOST];
+}
+
+dg_link_perf placer_link(const dg_cost_model *m, const char *a, const char *b) {
+    return m->links[dg_cost_model_link_kind(m, a, b)];
 }
 
 double dg_cost_model_transfer_seconds(const dg_cost_model *m, const char *a, const char *b, double bytes) {

@@ -65,6 +65,10 @@ bool dg_cost_model_save(const dg_cost_model *m, const char *path, dg_status *st)
 // and bytes plus the overhead), and the FLOPs and bytes it was made of (either may be NULL).
 double dg_cost_model_op_seconds(const dg_cost_model *m, const dg_node *n, const char *device_type,
                                 double *flops, double *bytes);
+// Which link joins devices (or tasks: "/job:ps/replica:0/task:0") a and b.
+dg_link_kind dg_cost_model_link_kind(const dg_cost_model *m, const char *a, const char *b);
+// The figures of a link kind.
+dg_link_perf dg_cost_model_link(const dg_cost_model *m, dg_link_kind kind);
 // A transfer of bytes from device a to device b (complete names); 0 when a equals b.
 double dg_cost_model_transfer_seconds(const dg_cost_model *m, const char *a, const char *b, double bytes);
 

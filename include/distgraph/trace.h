@@ -61,8 +61,11 @@ bool dg_step_trace_write_chrome(const dg_step_trace *t, const char *path, dg_sta
 void dg_step_trace_free(dg_step_trace **t);
 
 // Gives the automatic placer's cost model each op's measured time (dg_cost_model_set_measured:
-// its kernel's duration, for its device's type): profile a step on one placement, then place
-// (docs/PLACEMENT.md). Returns the ops measured; -1 with st set on error.
+// its kernel's duration, for its device's type) and, from the step's transfers between tasks
+// (at least 3 of a link kind), that link's latency: the 10th percentile of their times beyond
+// their bytes at the link's bandwidth (the rest waited behind other tensors, which the simulator
+// adds itself). Profile a step on one placement, then place (docs/PLACEMENT.md). Returns the
+// ops measured; -1 with st set on error.
 int dg_step_trace_measure(const dg_step_trace *t, dg_cost_model *m, dg_status *st);
 
 #ifdef __cplusplus

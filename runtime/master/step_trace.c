@@ -540,6 +540,29 @@ bool dg_step_trace_write_chrome(const dg_step_trace *t, const char *path, dg_sta
     return true;
 }
 
+// A link kind's transfers in a step: each one's time beyond its bytes at the link's bandwidth.
+typedef struct link_samples {
+    double *extra;
+    int n, cap;
+} link_samples;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// The latency: the 10th percentile of the transfers' extra time. A transfer's recorded time
+// also holds its wait behind the tensors sent before it on the same link, which the simulator
+// adds itself; the fastest of them show the link's own latency.
+static void link_samples_set(dg_cost_model *m, dg_link_kind kind, link_samples *ls) {
+    if (ls->n < 3) return;
+    qsort(ls->extra, (size_t)ls->n, sizeof *ls->extra, cmp_double);
+    dg_link_perf out = dg_cost_model_link(m, kind);
+    double lat = ls->extra[ls->n / 10];
+    out.latency_s = lat > 0 ? lat : 0;
+    dg_cost_model_set_link(m, kind, out, NULL);   // out of range: the figures stay
+}
+
 int dg_step_trace_measure(const dg_step_trace *t, dg_cost_model *m, dg_status *st) {
     dg_status_reset(st);
     if (!t || !m) {
@@ -547,14 +570,34 @@ int dg_step_trace_measure(const dg_step_trace *t, dg_cost_model *m, dg_status *s
         return -1;
     }
     int n = 0;
+    link_samples links[3];
+    memset(links, 0, sizeof links);
     for (int i = 0; i < dg_step_trace_num_events(t); i++) {
         const dg_trace_event *e = dg_step_trace_event(t, i);
+        if (e->kind == DG_TRACE_TRANSFER && e->peer && e->peer[0] && e->task && strcmp(e->peer, e->task) != 0 &&
+            e->end_ns >= e->start_ns) {
+            dg_link_kind k = dg_cost_model_link_kind(m, e->peer, e->task);
+            double d = (double)(e->end_ns - e->start_ns) * 1e-9 - (double)e->bytes / dg_cost_model_link(m, k).bytes_per_s;
+            if (!BASE_GROW(links[k].extra, links[k].n, links[k].cap, 1, "step trace links", st)) {
+                for (int j = 0; j < 3; j++) free(links[j].extra);
+                return -1;
+            }
+            links[k].extra[links[k].n++] = d;
+            continue;
+        }
         if (e->kind != DG_TRACE_OP || !e->name || !e->device || !e->device[0]) continue;
         dg_device_name dn;
         if (!dg_device_name_parse(e->device, &dn, NULL) || !dn.has_type) continue;
         double s = (double)(e->end_ns - e->start_ns) * 1e-9;
-        if (!dg_cost_model_set_measured(m, e->name, dn.type, s > 0 ? s : 0, st)) return -1;
+        if (!dg_cost_model_set_measured(m, e->name, dn.type, s > 0 ? s : 0, st)) {
+            for (int j = 0; j < 3; j++) free(links[j].extra);
+            return -1;
+        }
         n++;
+    }
+    for (int k = 0; k < 3; k++) {
+        link_samples_set(m, (dg_link_kind)k, &links[k]);
+        free(links[k].extra);
     }
     return n;
 }

@@ -46,7 +46,7 @@ libs_of() {
   case $1 in
     wire|graph_load|shm_desc|channel) echo "-lmsgpackc -lm -lpthread" ;;
     chunks) echo "-lzmq -lmsgpackc -lm -lpthread" ;;
-    server|records) echo "-lzmq -lmsgpackc -lsqlite3 -lprotobuf-c -lz -lm -lpthread" ;;
+    server|records) echo "-lzmq -lmsgpackc -lsqlite3 -lprotobuf-c -lz -lmetis -lm -lpthread" ;;
   esac
 }
 # libFuzzer limits per target. Headers are small: any single allocation over 512 MB while
