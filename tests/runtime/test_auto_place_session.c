@@ -149,6 +149,72 @@ static void test_measured_from_a_trace(void **state) {
     dg_status_free(&st);
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// Two tasks in this process: a traced step whose tensors cross between them sets the same-host
+// link's latency to the 10th percentile of the transfers' times beyond their bytes, computed
+// here again from the trace's own events; the bandwidth stays.
+static void test_link_latency_from_a_trace(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    char spec[96];
+    snprintf(spec, sizeof spec, "worker|127.0.0.1:%d;127.0.0.1:%d", dg_test_free_port(), dg_test_free_port());
+    dg_cluster *c = dg_cluster_from_spec_string(spec, st);
+    assert_non_null(c);
+    dg_server_options so = dg_server_options_default();
+    so.quiet = true;
+    dg_server *sv[2];
+    for (int t = 0; t < 2; t++) {
+        sv[t] = dg_server_new(c, "worker", t, &so, st);
+        assert_ok(st);
+    }
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape1(4096));
+    dg_output h = x;
+    for (int k = 0; k < 8; k++) {
+        dg_graph_push_device(g, k % 2 ? "/job:worker/task:1" : "/job:worker/task:0");
+        h = dg_tanh(g, NULL, dg_add(g, NULL, h, x));
+        dg_graph_pop_device(g);
+    }
+    dg_session *s = dg_session_new(g, dg_server_target(sv[0]), NULL, st);
+    assert_ok(st);
+    dg_tensor *xv = dg_tensor_new_zeros(DG_FLOAT32, dg_shape1(4096), st);
+    dg_run_options ro = {.trace = true};
+    dg_step_trace *tr = NULL;
+    assert_true(dg_session_run_with_options(s, &ro, &x, &xv, 1, NULL, NULL, 0, &h.node, 1, &tr, st));
+    assert_non_null(tr);
+    dg_cost_model *cm = dg_cost_model_new();
+    assert_true(dg_cost_model_set_hosts(cm, c, st));
+    dg_link_perf before = dg_cost_model_link(cm, DG_LINK_SAME_HOST);
+    double extra[256];
+    int n = 0;
+    for (int i = 0; i < dg_step_trace_num_events(tr) && n < 256; i++) {
+        const dg_trace_event *e = dg_step_trace_event(tr, i);
+        if (e->kind != DG_TRACE_TRANSFER || !e->peer[0] || strcmp(e->peer, e->task) == 0) continue;
+        extra[n++] = (double)(e->end_ns - e->start_ns) * 1e-9 - (double)e->bytes / before.bytes_per_s;
+    }
+    assert_true(n >= 3);
+    qsort(extra, (size_t)n, sizeof *extra, cmp_double);
+    double want = extra[n / 10] > 0 ? extra[n / 10] : 0;
+    assert_true(dg_step_trace_measure(tr, cm, st) > 0);
+    dg_link_perf after = dg_cost_model_link(cm, DG_LINK_SAME_HOST);
+    assert_true(fabs(after.latency_s - want) <= 1e-12);
+    assert_true(after.bytes_per_s == before.bytes_per_s);
+    dg_link_perf task = dg_cost_model_link(cm, DG_LINK_SAME_TASK);
+    assert_true(task.latency_s == 2e-6);   // no transfer inside a task: unchanged
+    dg_cost_model_free(&cm);
+    dg_step_trace_free(&tr);
+    dg_tensor_free(&xv);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    for (int t = 0; t < 2; t++) dg_server_free(&sv[t]);
+    dg_cluster_free(&c);
+    dg_status_free(&st);
+}
+
 static void test_auto_place_bad_cost_file(void **state) {
     (void)state;
     model m;
@@ -170,6 +236,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_auto_placed_session_trains_as_one_device),
         cmocka_unit_test(test_measured_from_a_trace),
+        cmocka_unit_test(test_link_latency_from_a_trace),
         cmocka_unit_test(test_auto_place_bad_cost_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
