@@ -8,6 +8,7 @@
  * predictions then use those figures.
  *   --model transformer|inception|gnmt, --placement auto|manual
  *   build/bin/dg-launch --ps 1 --workers 1 -- build/bin/auto_place_train --placement auto
+ *   build/bin/auto_place_train --local --placement auto        (two CPUs of one process)
  * The worker task trains; the second task only holds and runs its part, so it runs as a "ps"
  * task (dg-launch stops it when the worker is done). bench/auto_place_e2e.sh compares the two
  * placements. */
@@ -21,16 +22,24 @@
 #include "flags.h"
 #include "place_models.h"
 
-static const char *const TASKS[2] = {"/job:worker/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:0/device:CPU:0"};
+// The two devices: the CPUs of the two tasks, or (--local) two CPUs of this process; the
+// scopes that ask for them.
+static const char *const TASK_DEVICES[2] = {"/job:worker/replica:0/task:0/device:CPU:0",
+                                            "/job:ps/replica:0/task:0/device:CPU:0"};
+static const char *const TASK_SCOPES[2] = {"/job:worker/task:0", "/job:ps/task:0"};
+static const char *const LOCAL_DEVICES[2] = {"/job:localhost/replica:0/task:0/device:CPU:0",
+                                             "/job:localhost/replica:0/task:0/device:CPU:1"};
+static const char *const LOCAL_SCOPES[2] = {"/device:CPU:0", "/device:CPU:1"};
+static const char *const *DEVICES = TASK_DEVICES, *const *SCOPES = TASK_SCOPES;
 
 typedef struct split {
     const place_model_config *c;
 } split;
 
-// The expert's split: units in order, the first half on the worker, the rest on the ps task.
+// The expert's split: units in order, the first half on the first device, the rest on the other.
 static const char *unit_task(void *ctx, int unit) {
     split *s = ctx;
-    return place_model_expert_device(s->c, unit, 2) == 0 ? "/job:worker/task:0" : "/job:ps/task:0";
+    return SCOPES[place_model_expert_device(s->c, unit, 2) == 0 ? 0 : 1];
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -73,18 +82,18 @@ static int feeds_make(dg_node **step, int n_step, const place_model_config *c, d
     return n;
 }
 
-// Runs the model, built again, on target ("local": one CPU of this process, nothing asked
-// for; a server's target: the expert's split over the two tasks): two steps, then a traced one
-// whose kernel times (and, split, whose transfers' times) go into cost. Returns the ops
-// measured; -1 on error.
-static int profile_model(const place_model_config *c, const char *target, const dg_output *feeds_in,
-                         dg_tensor *const *vals, int n_feeds, dg_cost_model *cost, dg_status *st) {
+// Runs the model, built again, on target with session options so (split_it: the expert's split
+// over the two devices, else nothing asked for): two steps, then a traced one whose kernel
+// times (and whose transfers' times between tasks) go into cost. Returns the ops measured; -1
+// on error.
+static int profile_model(const place_model_config *c, const char *target, bool split_it, const dg_session_options *so,
+                         const dg_output *feeds_in, dg_tensor *const *vals, int n_feeds, dg_cost_model *cost,
+                         dg_status *st) {
     dg_graph *g = dg_graph_new();
     dg_output loss;
-    bool local = strcmp(target, "local") == 0;
     split sp = {c};
-    dg_node *train = place_model_build(g, c, local ? NULL : unit_task, &sp, &loss);
-    dg_session *s = train ? dg_session_new(g, target, NULL, st) : NULL;
+    dg_node *train = place_model_build(g, c, split_it ? unit_task : NULL, &sp, &loss);
+    dg_session *s = train ? dg_session_new(g, target, so, st) : NULL;
     int n = -1;
     dg_output *feeds = malloc(((size_t)n_feeds + 1) * sizeof *feeds);
     bool ok = s && feeds && dg_session_run_target(s, dg_global_variables_initializer(g), st);
@@ -111,7 +120,7 @@ int main(int argc, char **argv) {
     const char *job = "worker", *worker_hosts = "", *ps_hosts = "", *model = "transformer", *placement = "auto",
                *cost_file = "", *trace_path = "";
     int64_t task_index = 0, steps = 30, layers = 0, length = 0, vocab = 0, units = 0, batch = 0;
-    bool quiet = false;
+    bool quiet = false, local = false;
     const char *profile = "split";
     char profiled[64] = "";
     flag_def defs[] = {
@@ -131,6 +140,8 @@ int main(int argc, char **argv) {
         {"trace", FLAG_STRING, &trace_path, "write the last step's timeline here (Chrome trace-event JSON)"},
         {"profile", FLAG_STRING, &profile, "split (a traced step on the expert's split: op and link times), local (op "
                                            "times on one CPU) or none; the placer and the prediction use them"},
+        {"local", FLAG_BOOL, &local, "two CPUs of this process (a local session with a virtual CPU, an op "
+                                     "at a time each) instead of two tasks"},
         {"quiet", FLAG_BOOL, &quiet, "no server log lines"},
     };
     bool help;
@@ -161,22 +172,36 @@ int main(int argc, char **argv) {
         return 2;
     }
     dg_status *st = dg_status_new();
-    dg_cluster *cl = dg_cluster_from_flags(ps_hosts, worker_hosts, st);
-    if (!cl || dg_cluster_num_tasks(cl, "worker") != 1 || dg_cluster_num_tasks(cl, "ps") != 1 ||
-        (strcmp(job, "worker") && strcmp(job, "ps")) || task_index != 0) {
-        fprintf(stderr, "auto_place_train: needs one worker and one ps task (--worker_hosts, --ps_hosts, "
-                        "--job_name worker|ps, --task_index 0)%s%s\n", cl ? "" : ": ", cl ? "" : dg_status_message(st));
-        return 2;
+    dg_cluster *cl = NULL;
+    dg_server *server = NULL;
+    // Local: two CPUs of this process, one thread each and an op at a time on each.
+    dg_session_options local_opts = dg_session_options_default();
+    local_opts.n_virtual_cpus = 1;
+    local_opts.inter_op_threads = 2;
+    local_opts.intra_op_threads = 1;
+    if (local) {
+        DEVICES = LOCAL_DEVICES;
+        SCOPES = LOCAL_SCOPES;
+    } else {
+        cl = dg_cluster_from_flags(ps_hosts, worker_hosts, st);
+        if (!cl || dg_cluster_num_tasks(cl, "worker") != 1 || dg_cluster_num_tasks(cl, "ps") != 1 ||
+            (strcmp(job, "worker") && strcmp(job, "ps")) || task_index != 0) {
+            fprintf(stderr, "auto_place_train: needs one worker and one ps task (--worker_hosts, --ps_hosts, "
+                            "--job_name worker|ps, --task_index 0), or --local%s%s\n", cl ? "" : ": ",
+                    cl ? "" : dg_status_message(st));
+            return 2;
+        }
+        dg_server_options so = dg_server_options_default();
+        so.quiet = quiet;
+        server = dg_server_new(cl, job, 0, &so, st);
+        if (!server) {
+            fprintf(stderr, "auto_place_train: %s\n", dg_status_message(st));
+            return 1;
+        }
     }
-    dg_server_options so = dg_server_options_default();
-    so.quiet = quiet;
-    dg_server *server = dg_server_new(cl, job, 0, &so, st);
-    if (!server) {
-        fprintf(stderr, "auto_place_train: %s\n", dg_status_message(st));
-        return 1;
-    }
+    const char *target = local ? "local" : dg_server_target(server);
     int rc = 1;
-    if (strcmp(job, "ps") == 0) {   // the second task only holds and runs its part
+    if (!local && strcmp(job, "ps") == 0) {   // the second task only holds and runs its part
         dg_server_join(server, true, st);
         rc = 0;
         goto done;
@@ -196,7 +221,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "auto_place_train: building the model: %s\n", dg_status_message(dg_graph_status(g)));
         goto out;
     }
-    if ((cost_file[0] && !dg_cost_model_load(cost, cost_file, st)) || !dg_cost_model_set_hosts(cost, cl, st)) {
+    if ((cost_file[0] && !dg_cost_model_load(cost, cost_file, st)) || (cl && !dg_cost_model_set_hosts(cost, cl, st))) {
         fprintf(stderr, "auto_place_train: %s\n", dg_status_message(st));
         goto out;
     }
@@ -206,8 +231,9 @@ int main(int argc, char **argv) {
     // Profile: the same model in this process on one CPU, a traced step's kernel times into the
     // cost model, which the placer and the predictions then use.
     if (strcmp(profile, "none") != 0) {
-        int measured = profile_model(&c, strcmp(profile, "local") == 0 ? "local" : dg_server_target(server), feeds,
-                                     vals, n_feeds, cost, st);
+        bool on_one = strcmp(profile, "local") == 0;
+        int measured = profile_model(&c, on_one ? "local" : target, !on_one, local || on_one ? &local_opts : NULL,
+                                     feeds, vals, n_feeds, cost, st);
         if (measured < 0) {
             fprintf(stderr, "auto_place_train: profiling: %s\n", dg_status_message(st));
             goto out;
@@ -218,20 +244,20 @@ int main(int argc, char **argv) {
             fprintf(stderr, "auto_place_train: writing the profile: %s\n", fd < 0 ? "mkstemp failed" : dg_status_message(st));
             goto out;
         }
-        dg_link_perf lk = dg_cost_model_link(cost, DG_LINK_SAME_HOST);
-        printf("profiled %d ops (%s); link between the tasks: %.1f us + %.2f GB/s\n", measured,
-               strcmp(profile, "local") == 0 ? "on one CPU" : "on the expert's split", lk.latency_s * 1e6,
-               lk.bytes_per_s / 1e9);
+        dg_link_perf lk = dg_cost_model_link(cost, local ? DG_LINK_SAME_TASK : DG_LINK_SAME_HOST);
+        printf("profiled %d ops (%s); link between the devices: %.1f us + %.2f GB/s\n", measured,
+               on_one ? "on one CPU" : "on the expert's split", lk.latency_s * 1e6, lk.bytes_per_s / 1e9);
     }
-    dg_session_options o = dg_session_options_default();
+    dg_session_options o = local ? local_opts : dg_session_options_default();
     o.auto_place = !manual;
     o.auto_place_cost_file = profiled[0] ? profiled : cost_file[0] ? cost_file : NULL;
-    s = dg_session_new(g, dg_server_target(server), &o, st);
+    s = dg_session_new(g, target, &o, st);
     if (!s || !dg_session_run_target(s, dg_global_variables_initializer(g), st)) {
         fprintf(stderr, "auto_place_train: %s\n", dg_status_message(st));
         goto out;
     }
-    printf("%s, %s placement over 2 tasks: %d ops a step\n", place_model_name(c.kind), placement, n_step);
+    printf("%s, %s placement over 2 %s: %d ops a step\n", place_model_name(c.kind), placement,
+           local ? "CPUs of this process" : "tasks", n_step);
     for (int64_t k = 0; k < steps; k++) {
         struct timespec t0, t1;
         dg_tensor *lv = NULL;
@@ -256,12 +282,12 @@ int main(int argc, char **argv) {
     int on_worker = 0, n_placed = 0;
     for (int i = 0; i < n_step; i++) {
         const char *d = dg_node_assigned_device(step[i]);
-        on_worker += strcmp(d, TASKS[0]) == 0;
+        on_worker += strcmp(d, DEVICES[0]) == 0;
         if (d[0]) step[n_placed++] = step[i];
     }
     dg_step_estimate est;
     double predicted = -1;
-    if (dg_simulate_step(step, n_placed, TASKS, 2, cost, &est, st)) {
+    if (dg_simulate_step(step, n_placed, DEVICES, 2, cost, &est, st)) {
         predicted = est.step_s * 1e3;
         dg_step_estimate_clear(&est);
     } else {
@@ -269,7 +295,8 @@ int main(int argc, char **argv) {
     }
     qsort(ms + 5, (size_t)(steps - 5), sizeof *ms, cmp_double);
     double median = ms[5 + (steps - 5) / 2];
-    printf("ops: %d on the worker, %d on the ps task\n", on_worker, n_placed - on_worker);
+    printf("ops: %d on the %s, %d on the %s\n", on_worker, local ? "first CPU" : "worker", n_placed - on_worker,
+           local ? "second CPU" : "ps task");
     printf("loss: first %.4f, last %.4f\n", first, last);
     printf("step: median %.3f ms over %lld steps, predicted %.3f ms\n", median, (long long)(steps - 5), predicted);
     rc = isfinite(first) && isfinite(last) && last < first ? 0 : 3;
