@@ -297,7 +297,7 @@ int main(int argc, char **argv) {
     double median = ms[5 + (steps - 5) / 2];
     printf("ops: %d on the %s, %d on the %s\n", on_worker, local ? "first CPU" : "worker", n_placed - on_worker,
            local ? "second CPU" : "ps task");
-    printf("loss: first %.4f, last %.4f\n", first, last);
+    printf("loss: first %.6f, last %.6f\n", first, last);
     printf("step: median %.3f ms over %lld steps, predicted %.3f ms\n", median, (long long)(steps - 5), predicted);
     rc = isfinite(first) && isfinite(last) && last < first ? 0 : 3;
     if (rc) fprintf(stderr, "auto_place_train: the loss did not fall (%g -> %g)\n", first, last);
