@@ -612,6 +612,14 @@ void dg_graph_push_variable_scope(dg_graph *g, const char *name, bool reuse) {
     dg_graph_push_name_scope(g, name);
 }
 
+void graph_push_variable_reuse(dg_graph *g) {
+    GROW(g->var_scopes, g->n_var_scopes, g->cap_var_scopes);
+    var_scope s = {strdup(g->n_var_scopes ? g->var_scopes[g->n_var_scopes - 1].name : ""), true};
+    if (!s.name) abort();
+    g->var_scopes[g->n_var_scopes++] = s;
+    graph_push_absolute_scope(g, current_scope(g));
+}
+
 void dg_graph_pop_variable_scope(dg_graph *g) {
     if (g->n_var_scopes == 0) {
         dg_graph_set_error(g, DG_FAILED_PRECONDITION, "pop_variable_scope without a matching push");

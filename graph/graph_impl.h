@@ -164,6 +164,9 @@ void graph_node_error(dg_graph *g, const dg_node *n, dg_code code, const char *f
 // Pushes a name scope whose prefix is exactly full (no uniquifying); pop with
 // dg_graph_pop_name_scope.
 void graph_push_absolute_scope(dg_graph *g, const char *full);
+// Pushes a variable scope of the current one's name that reuses variables (dg_get_variable
+// finds them), and the current name scope again; pop with dg_graph_pop_variable_scope.
+void graph_push_variable_reuse(dg_graph *g);
 // Builds a node of `type` with the given inputs and no attributes; the null output on error.
 dg_output graph_build(dg_graph *g, const char *type, const char *name, const dg_output *ins,
                       int n_ins);

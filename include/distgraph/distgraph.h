@@ -17,7 +17,7 @@
  *   arguments, report through their status like every other fallible call; a failure met
  *   while building is in the graph as well.
  * - Process-wide settings are functions (dg_set_malloc_tuning), never options of one object.
- * - Headers follow the layers: graph (status, tensor, graph, ops, partitioned, train, strategy,
+ * - Headers follow the layers: graph (status, tensor, graph, ops, partitioned, train, pipeline, strategy,
  *   sync_replicas, collective, device_name, serialize, version) <- cluster (cluster_spec,
  *   server_def, tf_config, slurm; cluster includes the four) <- placer (device_setter,
  *   placer) <- executor (trace_event: the events it notes in a traced step,
@@ -35,6 +35,7 @@
 #include "distgraph/ops.h"
 #include "distgraph/partitioned.h"
 #include "distgraph/train.h"
+#include "distgraph/pipeline.h"
 #include "distgraph/embedding.h"
 #include "distgraph/strategy.h"
 #include "distgraph/session.h"
