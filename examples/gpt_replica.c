@@ -9,6 +9,11 @@
  * 1.0. --gpu_config selects the GPU configuration (6 layers, 6 heads, width 384, context 256,
  * dropout 0.2; give it --batch_size 64). Progress lines give each step's loss; the end gives the validation
  * loss, the mean over --eval_windows fixed windows of the last 10% of the text.
+ * With --pipeline_stages P the model is cut into P stages (docs/PIPELINES.md): the worker runs the
+ * first and is the client, ps task k runs stage k + 1, and each global batch runs as
+ * --micro_batches micro-batches under --schedule (gpipe, 1f1b, interleaved with --chunks stages
+ * per process, zb-h1), optionally recomputing activations (--recompute):
+ *   build/bin/dg-launch --ps 1 --workers 1 -- build/bin/gpt_replica --pipeline_stages 2 --micro_batches 4
  * With --train_records the training windows come through a dataset (docs/DATASETS.md, "The
  * examples"): files cut into records of context + 1 bytes (the text's training part, written by
  * `gpt_replica write_train_text --out FILE`), each worker its shard, shuffled, repeated; the
@@ -37,6 +42,11 @@ typedef struct gpt_state {
     int32_t *x, *y;
     dg_tensor *xt, *yt, *on;
     const char *train_records;   // --train_records ("": windows drawn from the text in memory)
+    int64_t pipeline_stages, micro_batches, chunks;   // --pipeline_stages 0: no pipeline
+    const char *schedule;
+    bool recompute;
+    dg_pipeline pipe;
+    gpt_pipeline_arg pipe_arg;
     int64_t shuffle_buffer, seed;
     replica_input in;
 } gpt_state;
@@ -59,6 +69,23 @@ static bool check_flags(void *state, int64_t batch_size) {
     if (s->dropout >= 0) s->cfg.dropout = s->dropout;
     s->cfg.wte_parts = (int)s->wte_parts;
     s->batch = batch_size;
+    dg_pipeline_schedule sch;
+    if (s->pipeline_stages < 0 || s->pipeline_stages > 64 || s->micro_batches < 1 || s->chunks < 0 ||
+        !dg_pipeline_schedule_parse(s->schedule, &sch)) {
+        fprintf(stderr, "gpt_replica: --pipeline_stages in 0..64, --micro_batches >= 1, --chunks >= 0, --schedule one "
+                        "of gpipe, 1f1b, interleaved, zb-h1\n");
+        return false;
+    }
+    if (s->pipeline_stages > 0 && (batch_size % s->micro_batches != 0 || s->eval_windows % s->micro_batches != 0)) {
+        fprintf(stderr, "gpt_replica: --batch_size %lld and --eval_windows %lld must be multiples of --micro_batches "
+                        "%lld\n", (long long)batch_size, (long long)s->eval_windows, (long long)s->micro_batches);
+        return false;
+    }
+    if (s->pipeline_stages > 0 && *s->train_records) {
+        fprintf(stderr, "gpt_replica: --pipeline_stages reads its windows from the text in memory, not "
+                        "--train_records\n");
+        return false;
+    }
     if (s->cfg.n_embd % s->cfg.n_head != 0 || !(s->weight_decay >= 0 && s->weight_decay < 1e30) ||
         s->warmup_steps < 0 || s->lr_end_step < 0 || s->eval_windows < 1 || !(s->min_lr >= 0 && s->min_lr < 1e30) ||
         !(s->beta2 > 0 && s->beta2 < 1) || !(s->grad_clip >= 0 && s->grad_clip < 1e30) || s->shuffle_buffer < 1) {
@@ -88,7 +115,29 @@ static bool load(void *state, int64_t seed, dg_status *st) {
 static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t train_steps, replica_net *net,
                   dg_status *st) {
     gpt_state *s = state;
-    if (!gpt_build(g, &s->cfg, seed, &s->m)) return dg_graph_check(g, st);
+    char devs[64][32];
+    const char *dev[64];
+    if (s->pipeline_stages > 0) {
+        // Stage 0 on the worker (the client), stage k on ps task k - 1; with the interleaved
+        // schedule each process holds --chunks stages.
+        dg_pipeline_schedule sch = DG_PIPELINE_1F1B;
+        (void)dg_pipeline_schedule_parse(s->schedule, &sch);
+        for (int k = 0; k < s->pipeline_stages; k++) {
+            if (k == 0) snprintf(devs[k], sizeof devs[k], "/job:worker/task:0");
+            else snprintf(devs[k], sizeof devs[k], "/job:ps/task:%d", k - 1);
+            dev[k] = devs[k];
+        }
+        dg_pipeline_options po = dg_pipeline_options_default();
+        po.devices = dev;
+        po.n_devices = (int)s->pipeline_stages;
+        po.schedule = sch;
+        po.chunks = sch == DG_PIPELINE_INTERLEAVED_1F1B ? (s->chunks > 0 ? (int)s->chunks : 2) : 1;
+        po.micro_batches = (int)s->micro_batches;
+        po.recompute = s->recompute;
+        if (!gpt_build_pipeline(g, &s->cfg, seed, &po, &s->pipe_arg, &s->m, &s->pipe, st)) return false;
+    } else if (!gpt_build(g, &s->cfg, seed, &s->m)) {
+        return dg_graph_check(g, st);
+    }
     net->loss = s->m.loss;
     net->global_step = s->m.global_step;
     net->log_loss = true;
@@ -98,6 +147,9 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
     int64_t decay = (s->lr_end_step > 0 ? s->lr_end_step : train_steps) - s->warmup_steps;
     net->opt.learning_rate_tensor = dg_warmup_cosine_decay(g, "lr_schedule", s->m.global_step, lr, s->warmup_steps,
                                                            decay > 0 ? decay : 1, s->min_lr < lr ? s->min_lr : lr);
+    if (s->pipeline_stages > 0)   // the pipeline's accumulated gradients, applied once a step
+        net->train = dg_optimizer_apply_gradients(&net->opt, s->pipe.grads, s->pipe.vars, s->pipe.n_vars,
+                                                  s->m.global_step, "train");
     return dg_graph_check(g, st);
 }
 
@@ -216,6 +268,7 @@ static void free_state(void *state) {
     free(s->y);
     gpt_text_free(&s->text);
     replica_input_free(&s->in);
+    dg_pipeline_free(&s->pipe);
 }
 
 // gpt_replica write_train_text --out FILE [--data_dir DIR]: the training part of the text (the
@@ -271,6 +324,8 @@ int main(int argc, char **argv) {
     s.eval_windows = 200;
     s.train_records = "";
     s.shuffle_buffer = 10000;
+    s.micro_batches = 1;
+    s.schedule = "1f1b";
     const flag_def flags[] = {
         {"data_dir", FLAG_STRING, &s.data_dir, "the fortune files (default " GPT_DEFAULT_DATA_DIR ")"},
         {"gpu_config", FLAG_BOOL, &s.gpu_config,
@@ -296,6 +351,15 @@ int main(int argc, char **argv) {
          "write_train_text --out FILE` writes the text's training part) cut into records of context + 1 bytes, each "
          "worker its shard, shuffled; the chief's checkpoints keep its input position (docs/DATASETS.md)"},
         {"shuffle_buffer", FLAG_INT, &s.shuffle_buffer, "with --train_records: the shuffle buffer in windows (default 10000)"},
+        {"pipeline_stages", FLAG_INT, &s.pipeline_stages,
+         "cut the model into this many pipeline stages: the worker runs stage 0, ps task k stage k + 1 (run with "
+         "--ps P-1 --workers 1; default 0: no pipeline; docs/PIPELINES.md)"},
+        {"micro_batches", FLAG_INT, &s.micro_batches,
+         "with --pipeline_stages: micro-batches a global batch runs as (default 1: the naive split)"},
+        {"schedule", FLAG_STRING, &s.schedule, "with --pipeline_stages: gpipe, 1f1b, interleaved or zb-h1 (default 1f1b)"},
+        {"chunks", FLAG_INT, &s.chunks, "with --schedule interleaved: stages per process (default 2)"},
+        {"recompute", FLAG_BOOL, &s.recompute,
+         "with --pipeline_stages: recompute each stage's activations in its backward pass instead of keeping them"},
         {"print_batch_hash", FLAG_BOOL, &s.in.print_hash,
          "with --train_records: print a hash of each training batch (to compare the batches of two runs)"},
     };

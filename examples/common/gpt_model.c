@@ -22,7 +22,8 @@ gpt_config gpt_config_gpu(void) { return (gpt_config){256, 6, 6, 384, 256, 0.2, 
 static dg_output var(dg_graph *g, const char *name, dg_shape shape, dg_initializer init) {
     dg_node *n = dg_graph_find(g, name);
     if (n && strcmp(dg_node_op_type(n), "VariableV2") == 0) return (dg_output){n, 0};
-    return dg_variable(g, name, DG_FLOAT32, shape, init);
+    // By its name alone whatever name scope is in force (a pipeline's stages build under one).
+    return dg_get_variable(g, name, DG_FLOAT32, shape, init);
 }
 
 static dg_output weight(dg_graph *g, const char *name, int64_t rows, int64_t cols, double stddev, int64_t seed) {
@@ -107,47 +108,126 @@ static dg_output dropout(dg_graph *g, dg_output x, const gpt_config *c, dg_outpu
     return c->dropout > 0 ? dg_dropout(g, NULL, x, c->dropout, training, seed) : x;
 }
 
-bool gpt_build(dg_graph *g, const gpt_config *c, int64_t seed, gpt_model *m) {
-    memset(m, 0, sizeof *m);
+static bool check_config(dg_graph *g, const gpt_config *c) {
     if (c->n_head < 1 || c->n_embd % c->n_head != 0 || c->n_layer < 0 || c->block_size < 1 || c->vocab < 1) {
         dg_graph_set_error(g, DG_INVALID_ARGUMENT, "gpt: n_embd %lld must be a multiple of n_head %lld, "
                            "block_size and vocab >= 1", (long long)c->n_embd, (long long)c->n_head);
         return false;
     }
+    return true;
+}
+
+static double proj_stddev(const gpt_config *c) { return 0.02 / sqrt(2.0 * (double)(c->n_layer > 0 ? c->n_layer : 1)); }
+
+// Token and position embeddings of idx [?, T]: rows [? * T, C], dropped out.
+static dg_output embed(dg_graph *g, const gpt_config *c, int64_t seed, dg_output idx, dg_output training) {
     const int64_t T = c->block_size, C = c->n_embd, rows[1] = {-1};
-    const double std = 0.02, proj_std = 0.02 / sqrt(2.0 * (double)(c->n_layer > 0 ? c->n_layer : 1));
-    m->idx = dg_placeholder(g, "idx", DG_INT32, dg_shape2(-1, T));
-    m->targets = dg_placeholder(g, "targets", DG_INT32, dg_shape2(-1, T));
-    m->training = dg_placeholder(g, "training", DG_BOOL, dg_shape_scalar());
     dg_output parts[DG_MAX_PARTITIONS];
     int n_parts = 0;
-    dg_output wte = token_table(g, c, std, seed, parts, &n_parts), wpe = weight(g, "wpe", T, C, std, seed + 1);
-    if (!dg_graph_ok(g)) return false;
+    dg_output wte = token_table(g, c, 0.02, seed, parts, &n_parts), wpe = weight(g, "wpe", T, C, 0.02, seed + 1);
+    if (!dg_graph_ok(g)) return (dg_output){NULL, 0};
     // Token rows [B * T, C] plus each position's row (broadcast over the batch).
     const int64_t btc[3] = {-1, T, C}, bt_c[2] = {-1, C};
-    dg_output ids = dg_reshape(g, NULL, m->idx, rows, 1);
+    dg_output ids = dg_reshape(g, NULL, idx, rows, 1);
     dg_output tok = n_parts > 1 ? dg_embedding_lookup_sharded(g, "tok_emb", parts, n_parts, ids, DG_PARTITION_DIV)
                                 : dg_embedding_lookup(g, "tok_emb", wte, ids);
     dg_output x = dg_reshape(g, NULL, dg_add(g, "emb", dg_reshape(g, NULL, tok, btc, 3), wpe), bt_c, 2);
-    x = dropout(g, x, c, m->training, seed + 2);
-    for (int64_t l = 0; l < c->n_layer; l++) {
-        char layer[32];
-        snprintf(layer, sizeof layer, "h%lld", (long long)l);
-        int64_t s = seed + 10 * (l + 1);
-        // Attention: q, k, v from one projection, split, per head; causal; projected back.
-        dg_output qkv = linear(g, layer, "attn", layer_norm(g, layer, "ln_1", x, C), C, 3 * C, std, s);
-        dg_output part[3];
-        dg_split(g, NULL, qkv, 1, 3, part);
-        dg_output a = dg_attention(g, NULL, heads(g, part[0], c), heads(g, part[1], c), heads(g, part[2], c), true, 0);
-        a = linear(g, layer, "attn_proj", merge_heads(g, a, c), C, C, proj_std, s + 1);
-        x = dg_add(g, NULL, x, dropout(g, a, c, m->training, s + 2));
-        x = mlp_half(g, layer, x, c, m->training, s, std, proj_std);
-    }
-    x = layer_norm(g, "", "ln_f", x, C);
-    m->logits = dg_matmul(g, "logits", x, wte, false, true);   // tied: the token embedding again
-    m->loss = dg_sparse_softmax_cross_entropy(g, "loss", m->logits, dg_reshape(g, NULL, m->targets, rows, 1));
+    return dropout(g, x, c, training, seed + 2);
+}
+
+// Block l on x [rows, C]: attention and the MLP, each with its residual.
+static dg_output block(dg_graph *g, const gpt_config *c, int64_t l, dg_output x, dg_output training, int64_t seed) {
+    const int64_t C = c->n_embd;
+    const double std = 0.02, proj_std = proj_stddev(c);
+    char layer[32];
+    snprintf(layer, sizeof layer, "h%lld", (long long)l);
+    int64_t s = seed + 10 * (l + 1);
+    // Attention: q, k, v from one projection, split, per head; causal; projected back.
+    dg_output qkv = linear(g, layer, "attn", layer_norm(g, layer, "ln_1", x, C), C, 3 * C, std, s);
+    dg_output part[3];
+    dg_split(g, NULL, qkv, 1, 3, part);
+    dg_output a = dg_attention(g, NULL, heads(g, part[0], c), heads(g, part[1], c), heads(g, part[2], c), true, 0);
+    a = linear(g, layer, "attn_proj", merge_heads(g, a, c), C, C, proj_std, s + 1);
+    x = dg_add(g, NULL, x, dropout(g, a, c, training, s + 2));
+    return mlp_half(g, layer, x, c, training, s, std, proj_std);
+}
+
+// The final LayerNorm, the logits through the token embedding again (tied, as GPT-2) and the
+// mean cross entropy against targets [?, T].
+static dg_output head(dg_graph *g, const gpt_config *c, int64_t seed, dg_output x, dg_output targets, dg_output *logits) {
+    const int64_t rows[1] = {-1};
+    dg_output parts[DG_MAX_PARTITIONS];
+    int n_parts = 0;
+    dg_output wte = token_table(g, c, 0.02, seed, parts, &n_parts);
+    x = layer_norm(g, "", "ln_f", x, c->n_embd);
+    *logits = dg_matmul(g, "logits", x, wte, false, true);
+    return dg_sparse_softmax_cross_entropy(g, "loss", *logits, dg_reshape(g, NULL, targets, rows, 1));
+}
+
+bool gpt_build(dg_graph *g, const gpt_config *c, int64_t seed, gpt_model *m) {
+    memset(m, 0, sizeof *m);
+    if (!check_config(g, c)) return false;
+    const int64_t T = c->block_size;
+    m->idx = dg_placeholder(g, "idx", DG_INT32, dg_shape2(-1, T));
+    m->targets = dg_placeholder(g, "targets", DG_INT32, dg_shape2(-1, T));
+    m->training = dg_placeholder(g, "training", DG_BOOL, dg_shape_scalar());
+    dg_output x = embed(g, c, seed, m->idx, m->training);
+    if (!dg_graph_ok(g)) return false;
+    for (int64_t l = 0; l < c->n_layer; l++) x = block(g, c, l, x, m->training, seed);
+    m->loss = head(g, c, seed, x, m->targets, &m->logits);
     m->global_step = dg_global_step(g);
     return dg_graph_ok(g);
+}
+
+// The blocks of stage k of S: [k L / S, (k + 1) L / S).
+static int64_t first_block(const gpt_config *c, int k, int S) { return (int64_t)k * c->n_layer / S; }
+
+int gpt_pipeline_stage(dg_graph *g, int stage, int mb, const dg_output *in, int n_in, dg_output *out, int cap,
+                       void *arg) {
+    (void)mb;
+    const gpt_pipeline_arg *a = arg;
+    const gpt_config *c = &a->c;
+    if (n_in != 2 || cap < 2) {
+        dg_graph_set_error(g, DG_INTERNAL, "gpt stage %d: %d inputs, not the activations and the targets", stage, n_in);
+        return -1;
+    }
+    dg_output x = stage == 0 ? embed(g, c, a->seed, in[0], a->training) : in[0];
+    for (int64_t l = first_block(c, stage, a->n_stages); l < first_block(c, stage + 1, a->n_stages); l++)
+        x = block(g, c, l, x, a->training, a->seed);
+    if (stage == a->n_stages - 1) {
+        dg_output logits;
+        out[0] = head(g, c, a->seed, x, in[1], &logits);
+        return dg_graph_ok(g) ? 1 : -1;
+    }
+    out[0] = x;
+    out[1] = in[1];   // the targets travel with the activations to the last stage
+    return dg_graph_ok(g) ? 2 : -1;
+}
+
+bool gpt_build_pipeline(dg_graph *g, const gpt_config *c, int64_t seed, const dg_pipeline_options *o,
+                        gpt_pipeline_arg *arg, gpt_model *m, dg_pipeline *p, dg_status *st) {
+    memset(m, 0, sizeof *m);
+    memset(p, 0, sizeof *p);
+    if (!check_config(g, c)) return dg_graph_check(g, st);
+    const int S = o->n_devices * (o->chunks > 0 ? o->chunks : 1);
+    if (c->wte_parts > 1 || S < 1 || S > c->n_layer) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "gpt pipeline: %d stages of %lld blocks (at least one block a stage), "
+                       "and the token embedding in one part", S, (long long)c->n_layer);
+        return false;
+    }
+    const int64_t T = c->block_size;
+    m->idx = dg_placeholder(g, "idx", DG_INT32, dg_shape2(-1, T));
+    m->targets = dg_placeholder(g, "targets", DG_INT32, dg_shape2(-1, T));
+    m->training = dg_placeholder(g, "training", DG_BOOL, dg_shape_scalar());
+    *arg = (gpt_pipeline_arg){*c, seed, S, m->training};
+    dg_pipeline_options po = *o;
+    po.stage_fn = gpt_pipeline_stage;
+    po.arg = arg;
+    dg_output batch[2] = {m->idx, m->targets};
+    if (!dg_pipeline_build(g, &po, batch, 2, p, st)) return false;
+    m->loss = p->loss;
+    m->global_step = dg_global_step(g);
+    return dg_graph_check(g, st);
 }
 
 static dg_output mlp_half(dg_graph *g, const char *layer, dg_output x, const gpt_config *c, dg_output training,

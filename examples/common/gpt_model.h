@@ -44,6 +44,28 @@ typedef struct gpt_model {
 // dg_graph_ok(g).
 bool gpt_build(dg_graph *g, const gpt_config *c, int64_t seed, gpt_model *m);
 
+// The network cut into pipeline stages (distgraph/pipeline.h, docs/PIPELINES.md): stage k of S
+// holds blocks [k L / S, (k + 1) L / S); stage 0 also the embeddings, the last stage the final
+// LayerNorm, the tied output projection and the loss. The activations [? * T, C] and the
+// targets travel from stage to stage. Variables are named as gpt_build names them, with the same
+// initial values for the same seed.
+typedef struct gpt_pipeline_arg {
+    gpt_config c;
+    int64_t seed;
+    int n_stages;
+    dg_output training;
+} gpt_pipeline_arg;
+// The stage function (arg: a gpt_pipeline_arg).
+int gpt_pipeline_stage(dg_graph *g, int stage, int mb, const dg_output *in, int n_in, dg_output *out, int cap,
+                       void *arg);
+// The placeholders of gpt_build and the pipeline of o (its devices, chunks, micro-batches and
+// schedule; the stage function is gpt_pipeline_stage over *arg, which must outlive the build):
+// m->loss is the pipeline's mean loss, m->logits stays null; *p gets the variables and their
+// accumulated gradients. Every stage needs at least one block; the token embedding is one
+// variable. false with st set.
+bool gpt_build_pipeline(dg_graph *g, const gpt_config *c, int64_t seed, const dg_pipeline_options *o,
+                        gpt_pipeline_arg *arg, gpt_model *m, dg_pipeline *p, dg_status *st);
+
 // The decoder for sampling (gpt_sample): one new position at a time with a key/value cache
 // kept by the caller. Feeds: the token and its position (int32 [1]) and, per layer, the cached
 // keys and values of the positions before it (float32 [1, n_head, P, n_embd / n_head], P >= 0);

@@ -63,6 +63,16 @@ static bool build_model(dg_graph *g, const replica_model *p, double lr, int64_t 
                         int scale_workers, dg_status *st) {
     memset(net, 0, sizeof *net);
     if (!p->build(p->state, g, lr, seed, train_steps, net, st)) return false;
+    if (net->train) {
+        if (so || grp || ls || scale_workers > 0) {
+            dg_status_set(st, DG_INVALID_ARGUMENT, "this model trains itself (a pipeline): without --sync_replicas, "
+                          "--all_reduce, --elastic or --mixed_precision fp16");
+            return false;
+        }
+        *train = net->train;
+        (void)dg_global_variables_initializer(g);
+        return dg_graph_check(g, st);
+    }
     if (scale_workers > 0) {
         dg_output members = dg_elastic_members(g, st);
         if (!members.node) return false;
@@ -367,6 +377,11 @@ int replica_main(int argc, char **argv, const replica_model *p) {
                              &train, fp16 ? &ls : NULL, &loss_factor, elastic && elastic_lr_scaling ? n_workers : 0, st);
     if (!built) {
         fail(st, "building the model");
+        goto out;
+    }
+    if (m.train && n_workers > 1) {
+        fprintf(stderr, "%s: a pipeline runs with one worker (its first stage and the client) and a ps task for each "
+                        "further stage; the cluster has %d workers\n", prog, n_workers);
         goto out;
     }
     if (all_reduce)

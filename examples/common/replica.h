@@ -18,6 +18,10 @@ typedef struct replica_net {
     dg_output global_step;
     dg_optimizer opt;        // its optimizer (the strategy wraps it)
     bool log_loss;           // the progress lines give the step's loss
+    // A model that builds its own training (a pipeline over the ps tasks: gpt_replica
+    // --pipeline_stages) sets its train op here: replica.c runs it as it is, with one worker and
+    // no strategy (--sync_replicas, --all_reduce and fp16 loss scaling are refused).
+    dg_node *train;
 } replica_net;
 
 typedef struct replica_model {
