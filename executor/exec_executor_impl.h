@@ -46,6 +46,10 @@ bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **f
 typedef void (*exec_done_fn)(void *arg, const dg_status *st);
 bool exec_graph_start(exec_graph *eg, const exec_step_options *opts, exec_done_fn done, void *arg,
                       dg_status *st);
+// A graph compiled without a pool (no inter-op threads) still continues its async completions
+// (a _Recv's value arriving on an I/O thread) on this pool when it is not light, so that the
+// I/O thread goes back to its messages. Borrowed; set before the first step.
+void exec_graph_set_completion_pool(exec_graph *eg, exec_pool *pool);
 // No expensive kernel and at most about a million output elements (by static shapes): cheap
 // enough to run on an I/O thread.
 bool exec_graph_is_light(const exec_graph *eg);

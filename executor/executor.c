@@ -35,6 +35,8 @@ typedef struct exec_node {
     int n_out, out_off;     // value slots
     int n_succ, succ_off;   // succ[succ_off ...], unique successors
     int pending0;           // unique predecessors
+    bool urgent;            // a _Send: run before the other ready nodes, so that the tensor leaves
+                            // while this task goes on (a pipeline stage's next micro-batch)
 } exec_node;
 
 struct exec_graph {
@@ -50,6 +52,8 @@ struct exec_graph {
     int *roots;
     int n_roots;
     exec_pool *pool;    // borrowed, may be NULL
+    exec_pool *completion_pool;   // borrowed, may be NULL: where async completions continue
+                                  // when pool is NULL (exec_graph_set_completion_pool)
     bool light;         // no expensive (or blocking) kernel
     exec_env env;
     char *device;       // owned copy of env.device
@@ -85,6 +89,8 @@ struct exec_step {
 
 const exec_step_options *exec_step_opts(const exec_step *s) { return &s->opts; }
 int exec_graph_num_nodes(const exec_graph *eg) { return eg->n; }
+void exec_graph_set_completion_pool(exec_graph *eg, exec_pool *pool) { eg->completion_pool = pool; }
+
 bool exec_graph_is_light(const exec_graph *eg) { return eg->light; }
 int exec_graph_num_fetches(const exec_graph *eg) { return eg->n_fetches; }
 
@@ -303,6 +309,7 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
             node_env.device = en->node->assigned_device;
         }
         en->def = exec_kernel_find(en->node->op->name, node_type, t);
+        en->urgent = strcmp(en->node->op->name, "_Send") == 0;
         if (!en->def) {
             dg_status_setf(st, DG_INVALID_ARGUMENT, "node \"%s\" (%s): no %s kernel for dtype %s",
                            en->node->name, en->node->op->name, node_type, dg_dtype_name(t));
@@ -525,7 +532,7 @@ static void pool_task(void *arg, int i);
 static void submit(exec_step *s, int d) {
     if (s->trace_t0) s->trace_t0[d] = exec_trace_now_ns();
     if (s->async) atomic_fetch_add_explicit(&s->remaining, 1, memory_order_relaxed);
-    exec_pool_submit(s->eg->pool, pool_task, s, d);
+    exec_pool_submit(s->eg->pool ? s->eg->pool : s->eg->completion_pool, pool_task, s, d);
 }
 
 // Drains a stack of ready nodes. Newly ready expensive nodes beyond the first go to the pool.
@@ -538,11 +545,23 @@ static void drain(exec_step *s, int *stack, int top, int cap) {
     exec_fp_leave(fp);
 }
 
+// How long values a _Send handed to the rendezvous may wait while this thread goes on computing:
+// the server holds small values back to merge them into one message per task (the sends of a
+// backward pass), which the drain's end sends; a drain that runs long (a pipeline stage's next
+// micro-batch) sends them after this much time instead.
+#define SEND_HOLD_NS 100000
+
 static void drain_nodes(exec_step *s, int *stack, int top, int cap) {
     exec_graph *eg = s->eg;
+    int64_t held_since = 0;   // when a send this drain ran last found nothing held
     while (top > 0) {
         int i = stack[--top];
         exec_node *en = &eg->nodes[i];
+        if (held_since && !en->urgent && base_now_ns() - held_since > SEND_HOLD_NS) {
+            exec_rendezvous_flush(s->opts.rendezvous, s->opts.step_id);
+            held_since = 0;
+        }
+        if (en->urgent && !held_since && s->opts.rendezvous) held_since = base_now_ns();
         // Successors are written above the stack top, then kept or handed off.
         int *out = stack + top;
         int room = cap - top;
@@ -568,15 +587,24 @@ static void drain_nodes(exec_step *s, int *stack, int top, int cap) {
             finish_one(s, 1);
             continue;
         }
-        int kept = 0;
+        int kept = 0, urgent = 0;
         for (int k = 0; k < n_ready; k++) {
             int d = out[k];
             if (eg->pool && kept > 0 && eg->nodes[d].def->expensive &&
                 !atomic_load_explicit(&s->aborted, memory_order_relaxed))
                 submit(s, d);
             else
-                stack[top + kept++] = d;
+                urgent += eg->nodes[(stack[top + kept++] = d)].urgent;
         }
+        // Sends on top of the stack: popped first, before work their node's other successors
+        // start (TensorFlow sends as soon as a value is ready, too).
+        for (int k = kept - 1, w = kept - 1; urgent > 0 && k >= 0; k--)
+            if (eg->nodes[stack[top + k]].urgent) {
+                int d = stack[top + k];
+                memmove(&stack[top + k], &stack[top + k + 1], (size_t)(w - k) * sizeof *stack);
+                stack[top + w--] = d;
+                urgent--;
+            }
         top += kept;
         finish_one(s, 1);
     }
@@ -694,7 +722,7 @@ static void async_completed(exec_step *s, int node) {
         s->n_inbox += n;
         pthread_mutex_unlock(&s->mu);
         finish_one(s, 1);   // never the last unit: the runner holds one
-    } else if (!eg->light && eg->pool) {
+    } else if (!eg->light && (eg->pool || eg->completion_pool)) {
         // Expensive or blocking work stays off the completing thread (an I/O thread, say).
         for (int k = 0; k < n; k++) submit(s, ready[k]);
         finish_one(s, 1);

@@ -396,6 +396,7 @@ static void do_register(job *j) {
         snprintf(cpu, sizeof cpu, "%s/device:CPU:0", s->task_name);
         exec_env env = {s->rm, cpu, 1};
         if (dg_status_ok(&st)) eg = exec_graph_new(nodes, n, NULL, 0, NULL, 0, &env, NULL, &st);
+        if (eg) exec_graph_set_completion_pool(eg, s->pool);
         free(nodes);
     }
     if (!eg) {
@@ -885,6 +886,8 @@ static void worker_handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts
         snprintf(line, sizeof line, "abort_marks=%d", exec_rendezvous_num_abort_marks(s->rv));
         rt_header_add_name(r, line);
         rt_transport_stats tps = rt_transport_get_stats(s->tp);
+        int64_t tensor_bytes, tensor_peak;
+        dg_tensor_memory(&tensor_bytes, &tensor_peak);
         const struct { const char *name; long long v; } counters[] = {
             {"connections", (long long)tps.connections},
             {"max_connections", (long long)tps.max_connections},
@@ -899,6 +902,8 @@ static void worker_handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts
             {"bad_messages", (long long)tps.bad_messages},
             {"shm_frames_sent", (long long)tps.shm_frames_sent},
             {"shm_frames_received", (long long)tps.shm_frames_received},
+            {"tensor_bytes", (long long)tensor_bytes},        // this process's (dg_tensor_memory)
+            {"tensor_bytes_peak", (long long)tensor_peak},
         };
         for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
             snprintf(line, sizeof line, "%s=%lld", counters[i].name, counters[i].v);
