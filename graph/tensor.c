@@ -153,12 +153,36 @@ static dg_tensor *tensor_alloc_header(dg_dtype dtype, dg_shape shape, dg_status 
     return t;
 }
 
+// The bytes of live buffers dg_tensor_new made, and the most at once (dg_tensor_memory).
+static _Atomic int64_t live_bytes, peak_bytes;
+
+static size_t buffer_bytes(size_t nbytes) {
+    size_t alloc = (nbytes + 63) & ~(size_t)63;
+    return alloc ? alloc : 64;
+}
+
+static void note_alloc(size_t bytes) {
+    int64_t now = atomic_fetch_add_explicit(&live_bytes, (int64_t)bytes, memory_order_relaxed) + (int64_t)bytes;
+    int64_t peak = atomic_load_explicit(&peak_bytes, memory_order_relaxed);
+    while (now > peak &&
+           !atomic_compare_exchange_weak_explicit(&peak_bytes, &peak, now, memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+
+void dg_tensor_memory(int64_t *live, int64_t *peak) {
+    if (live) *live = atomic_load_explicit(&live_bytes, memory_order_relaxed);
+    if (peak) *peak = atomic_load_explicit(&peak_bytes, memory_order_relaxed);
+}
+
+void dg_tensor_memory_reset_peak(void) {
+    atomic_store_explicit(&peak_bytes, atomic_load_explicit(&live_bytes, memory_order_relaxed), memory_order_relaxed);
+}
+
 dg_tensor *dg_tensor_new(dg_dtype dtype, dg_shape shape, dg_status *st) {
     dg_status_reset(st);
     dg_tensor *t = tensor_alloc_header(dtype, shape, st);
     if (!t) return NULL;
-    size_t alloc = (t->nbytes + 63) & ~(size_t)63;
-    if (alloc == 0) alloc = 64;
+    size_t alloc = buffer_bytes(t->nbytes);
     t->data = aligned_alloc(64, alloc);
     if (!t->data) {
         char sb[128];
@@ -168,6 +192,7 @@ dg_tensor *dg_tensor_new(dg_dtype dtype, dg_shape shape, dg_status *st) {
         return NULL;
     }
     t->owns_data = true;
+    note_alloc(alloc);
     return t;
 }
 
@@ -253,8 +278,10 @@ void dg_tensor_unref(dg_tensor *t) {
     if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
     if (t->base)
         dg_tensor_unref(t->base);
-    else if (t->owns_data)
+    else if (t->owns_data) {
         free(t->data);
+        atomic_fetch_sub_explicit(&live_bytes, (int64_t)buffer_bytes(t->nbytes), memory_order_relaxed);
+    }
     else if (t->dealloc)
         t->dealloc(t->data, t->nbytes, t->dealloc_arg);
     free(t);

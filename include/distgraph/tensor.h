@@ -81,6 +81,13 @@ typedef void (*dg_deallocator)(void *data, size_t n_bytes, void *arg);
 // A tensor with a fresh, 64-byte aligned, uninitialised host buffer. The shape must be
 // fully defined. Returns: new (one reference), caller releases with dg_tensor_unref().
 dg_tensor *dg_tensor_new(dg_dtype dtype, dg_shape shape, dg_status *st);
+// The host memory of the buffers dg_tensor_new made (kernels' outputs included) that are alive
+// in this process: *live bytes now and *peak, the most at once since the process started or
+// since the last dg_tensor_memory_reset_peak. Either pointer may be NULL. A task's server
+// reports both ("tensor_bytes", "tensor_bytes_peak": dg_server_query_counters).
+void dg_tensor_memory(int64_t *live, int64_t *peak);
+// Sets the peak to the bytes alive now.
+void dg_tensor_memory_reset_peak(void);
 // Same, buffer filled with zeros. Returns: new (one reference), caller releases with
 // dg_tensor_unref().
 dg_tensor *dg_tensor_new_zeros(dg_dtype dtype, dg_shape shape, dg_status *st);
