@@ -255,6 +255,12 @@ static bool evaluate(void *state, dg_session *sess, int64_t task, int64_t global
         return false;
     printf("After %lld training step(s), validation loss = %.6f (worker %lld, %lld windows of %lld bytes)\n",
            (long long)global_step, loss, (long long)task, (long long)s->eval_windows, (long long)s->cfg.block_size);
+    if (s->pipeline_stages > 0) {   // this process runs stage 0; dg-inspect server gives the others'
+        int64_t live, peak;
+        dg_tensor_memory(&live, &peak);
+        printf("Pipeline stage 0: tensor memory peak %.3f MiB, %.3f MiB alive after training\n", peak / 1048576.0,
+               live / 1048576.0);
+    }
     replica_input_report(&s->in);
     return true;
 }

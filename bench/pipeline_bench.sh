@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# pipeline_bench: gpt_replica's GPT (the CPU configuration, --n_layer LAYERS, batch BATCH) cut
+# into pipeline stages, one process per stage on this machine (127.0.0.1; each process one
+# intra-op thread), against the naive split of the same model (the same stages, one
+# micro-batch: one stage computes while the other waits) and against PyTorch's pipeline of the
+# same model and schedule (bench/peers/torch_gpt_pipeline.py, when PyTorch imports). For each
+# run: steps/s over STEPS steps after WARM, the bubble measured from a traced step
+# (bench/pipeline_bubble.py) beside the closed form of the schedule, and each stage's peak
+# tensor memory beyond what it holds after training (the activations; dg_tensor_memory: stage 0
+# prints its own, dg-inspect server gives the others'). JSON lines.
+#   bench/pipeline_bench.sh                 # p = 2, m = 8, every schedule; then p = 4
+#   STAGES="2" SCHEDULES="1f1b" bench/pipeline_bench.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${DG_BIN_DIR:-build/bin}
+STEPS=${STEPS:-30}
+WARM=${WARM:-10}
+BATCH=${BATCH:-64}
+M=${M:-8}
+LAYERS=${LAYERS:-4}
+STAGES=${STAGES:-"2 4"}
+SCHEDULES=${SCHEDULES:-"gpipe 1f1b interleaved zb-h1"}
+source bench/lib.bash
+export DG_INTRA_OP_THREADS=1
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+cores=$(nproc)
+echo "{\"bench\": \"pipeline_bench\", \"cpu\": \"$cpu\", \"cores\": $cores, \"gemm\": \"$("$BIN/dg-inspect" cpu 2>/dev/null | sed -n 's/^GEMM //p' | head -1 | tr -d '"')\", \"batch\": $BATCH, \"layers\": $LAYERS, \"steps\": $STEPS}"
+
+# theory SCHEDULE P M V: the bubble of the schedule's closed form (F = B = W).
+theory() {
+    awk -v s="$1" -v p="$2" -v m="$3" -v v="$4" 'BEGIN {
+        if (s == "interleaved") b = ((p - 1) / v) / (m + (p - 1) / v)
+        else if (s == "zb-h1") b = (p - 1) / (3 * m + p - 1)
+        else b = (p - 1) / (m + p - 1)
+        printf "%.4f", b }'
+}
+
+# run NAME P M SCHEDULE [FLAGS...]: one training run of P processes; one JSON line.
+run() {
+    local name=$1 p=$2 m=$3 sch=$4
+    shift 4
+    local ports_line
+    ports_line=$(ports "$p")
+    read -r -a pt <<< "$ports_line"
+    local ps="" k
+    for ((k = 1; k < p; k++)); do ps+="${ps:+,}127.0.0.1:${pt[$k]}"; done
+    local args=(--worker_hosts "127.0.0.1:${pt[0]}" --ps_hosts "$ps" --pipeline_stages "$p" --micro_batches "$m"
+                --schedule "$sch" --batch_size "$BATCH" --n_layer "$LAYERS" --train_steps $((WARM + STEPS))
+                --log_every 1 --eval_windows "$BATCH" --quiet --trace_step $((WARM - 1))
+                --trace_file "$TMP/$name.json" "$@")
+    local pids=()
+    for ((k = 1; k < p; k++)); do
+        "$BIN/gpt_replica" "${args[@]}" --job_name ps --task_index $((k - 1)) > "$TMP/$name.ps$k" 2>&1 &
+        pids+=($!)
+        PIDS+=($!)
+    done
+    "$BIN/gpt_replica" "${args[@]}" --job_name worker --task_index 0 > "$TMP/$name.w" 2>&1 ||
+        { cat "$TMP/$name.w" >&2; exit 1; }
+    local mem
+    mem=$(sed -n 's/^Pipeline stage 0: tensor memory peak \([0-9.]*\) MiB, \([0-9.]*\) MiB alive.*/\1 \2/p' "$TMP/$name.w" |
+          awk '{ printf "%.3f", $1 - $2 }')
+    for ((k = 1; k < p; k++)); do
+        "$BIN/dg-inspect" server "127.0.0.1:${pt[$k]}" > "$TMP/$name.c$k" 2>&1 || true
+        kill "${pids[$((k - 1))]}" 2> /dev/null || true
+        mem+=", $(awk '$1 == "tensor_bytes_peak" { p = $2 } $1 == "tensor_bytes" { l = $2 }
+                       END { printf "%.3f", (p - l) / 1048576 }' "$TMP/$name.c$k")"
+    done
+    wait "${pids[@]}" 2> /dev/null || true
+    local rate
+    rate=$(awk -v a="$WARM" -v b=$((WARM + STEPS)) '
+        / training step [0-9]+ done/ { for (i = 1; i <= NF; i++) if ($i == "step") n = $(i + 1); t[n] = $1 + 0 }
+        END { printf "%.3f", (b - a) / (t[b] - t[a]) }' "$TMP/$name.w")
+    local bub v=1
+    [ "$sch" = interleaved ] && v=2
+    bub=$(python3 bench/pipeline_bubble.py "$TMP/$name.json")
+    echo "{\"bench\": \"pipeline_bench\", \"run\": \"$name\", \"stages\": $p, \"micro_batches\": $m, \"schedule\": \"$sch\", \"flags\": \"$*\", \"steps_per_s\": $rate, \"bubble_theory\": $(theory "$sch" "$p" "$m" "$v"), \"measured\": $bub, \"peak_activation_mib\": [$mem]}"
+    echo "$rate" > "$TMP/$name.rate"
+}
+
+for p in $STAGES; do
+    run "naive_p$p" "$p" 1 gpipe
+    naive=$(cat "$TMP/naive_p$p.rate")
+    for sch in $SCHEDULES; do
+        [ "$sch" = interleaved ] && [ $((LAYERS % (2 * p))) -ne 0 ] && continue
+        run "${sch}_p${p}" "$p" "$M" "$sch"
+        echo "{\"bench\": \"pipeline_bench\", \"metric\": \"speedup_over_naive\", \"stages\": $p, \"schedule\": \"$sch\", \"micro_batches\": $M, \"value\": $(awk -v a="$(cat "$TMP/${sch}_p${p}.rate")" -v b="$naive" 'BEGIN { printf "%.3f", a / b }'), \"ideal\": $(awk -v p="$p" -v m="$M" 'BEGIN { printf "%.3f", p * m / (m + p - 1) }')}"
+    done
+    if [ "$p" -eq 2 ]; then
+        run "gpipe_recompute_p$p" "$p" "$M" gpipe --recompute
+        run "1f1b_recompute_p$p" "$p" "$M" 1f1b --recompute
+    fi
+done
+
+# PyTorch's pipeline of the same model and schedule (1F1B), p = 2.
+if python3 -c 'import torch' 2> /dev/null; then
+    for sch in 1f1b gpipe; do
+        python3 bench/peers/torch_gpt_pipeline.py --stages 2 --micro_batches "$M" --schedule "$sch" --batch "$BATCH" \
+            --n_layer "$LAYERS" --steps "$STEPS" --warm "$WARM" --threads 1 > "$TMP/torch_$sch" 2>&1 ||
+            { cat "$TMP/torch_$sch" >&2; exit 1; }
+        tail -1 "$TMP/torch_$sch"
+        t=$(python3 -c 'import json,sys; print(json.loads(sys.stdin.readlines()[-1])["steps_per_s"])' < "$TMP/torch_$sch")
+        [ -f "$TMP/${sch}_p2.rate" ] &&
+            echo "{\"bench\": \"pipeline_bench\", \"metric\": \"speed_over_torch\", \"stages\": 2, \"schedule\": \"$sch\", \"micro_batches\": $M, \"value\": $(awk -v a="$(cat "$TMP/${sch}_p2.rate")" -v b="$t" 'BEGIN { printf "%.3f", a / b }'), \"torch_steps_per_s\": $t}"
+    done
+else
+    echo "{\"bench\": \"pipeline_bench\", \"metric\": \"speed_over_torch\", \"skipped\": \"PyTorch does not import (apt-get install python3-torch)\"}"
+fi
