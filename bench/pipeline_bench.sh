@@ -7,7 +7,9 @@
 # run: steps/s over STEPS steps after WARM, the bubble measured from a traced step
 # (bench/pipeline_bubble.py) beside the closed form of the schedule, and each stage's peak
 # tensor memory beyond what it holds after training (the activations; dg_tensor_memory: stage 0
-# prints its own, dg-inspect server gives the others'). JSON lines.
+# prints its own, dg-inspect server gives the others'). Each run is taken ROUNDS times (default 3)
+# and the medians reported; with at least as many cores as stages each process is pinned to a
+# core of its own (taskset; PIN=0: not). JSON lines.
 #   bench/pipeline_bench.sh                 # p = 2, m = 8, every schedule; then p = 4
 #   STAGES="2" SCHEDULES="1f1b" bench/pipeline_bench.sh
 set -euo pipefail
@@ -20,11 +22,14 @@ M=${M:-8}
 LAYERS=${LAYERS:-4}
 STAGES=${STAGES:-"2 4"}
 SCHEDULES=${SCHEDULES:-"gpipe 1f1b interleaved zb-h1"}
+ROUNDS=${ROUNDS:-3}
+PIN=${PIN:-1}
+PY=${PY:-/usr/bin/python3}   # the system Python, where Debian's PyTorch is
 source bench/lib.bash
 export DG_INTRA_OP_THREADS=1
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 cores=$(nproc)
-echo "{\"bench\": \"pipeline_bench\", \"cpu\": \"$cpu\", \"cores\": $cores, \"gemm\": \"$("$BIN/dg-inspect" cpu 2>/dev/null | sed -n 's/^GEMM //p' | head -1 | tr -d '"')\", \"batch\": $BATCH, \"layers\": $LAYERS, \"steps\": $STEPS}"
+echo "{\"bench\": \"pipeline_bench\", \"cpu\": \"$cpu\", \"cores\": $cores, \"kernels\": \"$(DG_INTRA_OP_THREADS=1 "$BIN/dg-inspect" cpu 2>/dev/null | head -1 | tr -d '"')\", \"batch\": $BATCH, \"layers\": $LAYERS, \"steps\": $STEPS}"
 
 # theory SCHEDULE P M V: the bubble of the schedule's closed form (F = B = W).
 theory() {
@@ -35,8 +40,9 @@ theory() {
         printf "%.4f", b }'
 }
 
-# run NAME P M SCHEDULE [FLAGS...]: one training run of P processes; one JSON line.
-run() {
+# once NAME P M SCHEDULE [FLAGS...]: one training run of P processes; writes NAME.rate (steps/s),
+# NAME.bubble (the measured JSON) and NAME.mem (each stage's peak activation MiB).
+once() {
     local name=$1 p=$2 m=$3 sch=$4
     shift 4
     local ports_line
@@ -48,13 +54,16 @@ run() {
                 --schedule "$sch" --batch_size "$BATCH" --n_layer "$LAYERS" --train_steps $((WARM + STEPS))
                 --log_every 1 --eval_windows "$BATCH" --quiet --trace_step $((WARM - 1))
                 --trace_file "$TMP/$name.json" "$@")
+    local pin=()
     local pids=()
     for ((k = 1; k < p; k++)); do
-        "$BIN/gpt_replica" "${args[@]}" --job_name ps --task_index $((k - 1)) > "$TMP/$name.ps$k" 2>&1 &
+        [ "$PIN" = 1 ] && [ "$cores" -ge "$p" ] && pin=(taskset -c "$k")
+        "${pin[@]}" "$BIN/gpt_replica" "${args[@]}" --job_name ps --task_index $((k - 1)) > "$TMP/$name.ps$k" 2>&1 &
         pids+=($!)
         PIDS+=($!)
     done
-    "$BIN/gpt_replica" "${args[@]}" --job_name worker --task_index 0 > "$TMP/$name.w" 2>&1 ||
+    [ "$PIN" = 1 ] && [ "$cores" -ge "$p" ] && pin=(taskset -c 0)
+    "${pin[@]}" "$BIN/gpt_replica" "${args[@]}" --job_name worker --task_index 0 > "$TMP/$name.w" 2>&1 ||
         { cat "$TMP/$name.w" >&2; exit 1; }
     local mem
     mem=$(sed -n 's/^Pipeline stage 0: tensor memory peak \([0-9.]*\) MiB, \([0-9.]*\) MiB alive.*/\1 \2/p' "$TMP/$name.w" |
@@ -66,14 +75,30 @@ run() {
                        END { printf "%.3f", (p - l) / 1048576 }' "$TMP/$name.c$k")"
     done
     wait "${pids[@]}" 2> /dev/null || true
-    local rate
-    rate=$(awk -v a="$WARM" -v b=$((WARM + STEPS)) '
+    awk -v a="$WARM" -v b=$((WARM + STEPS)) '
         / training step [0-9]+ done/ { for (i = 1; i <= NF; i++) if ($i == "step") n = $(i + 1); t[n] = $1 + 0 }
-        END { printf "%.3f", (b - a) / (t[b] - t[a]) }' "$TMP/$name.w")
-    local bub v=1
+        END { printf "%.3f\n", (b - a) / (t[b] - t[a]) }' "$TMP/$name.w" > "$TMP/$name.rate"
+    "$PY" bench/pipeline_bubble.py "$TMP/$name.json" > "$TMP/$name.bubble"
+    echo "$mem" > "$TMP/$name.mem"
+}
+
+# run NAME P M SCHEDULE [FLAGS...]: ROUNDS runs; one JSON line of the medians (the bubble's run
+# is the one of the median bubble); NAME.rate holds the median steps/s.
+run() {
+    local name=$1 p=$2 m=$3 sch=$4 r
+    shift 4
+    : > "$TMP/$name.rates"
+    : > "$TMP/$name.bubbles"
+    for ((r = 0; r < ROUNDS; r++)); do
+        once "$name.$r" "$p" "$m" "$sch" "$@"
+        cat "$TMP/$name.$r.rate" >> "$TMP/$name.rates"
+        echo "$("$PY" -c 'import json,sys; print(json.load(sys.stdin)["bubble"])' < "$TMP/$name.$r.bubble") $r" >> "$TMP/$name.bubbles"
+    done
+    local rate mid v=1
+    rate=$(median < "$TMP/$name.rates")
+    mid=$(sort -n "$TMP/$name.bubbles" | awk -v n="$ROUNDS" 'NR == int((n + 1) / 2) { print $2 }')
     [ "$sch" = interleaved ] && v=2
-    bub=$(python3 bench/pipeline_bubble.py "$TMP/$name.json")
-    echo "{\"bench\": \"pipeline_bench\", \"run\": \"$name\", \"stages\": $p, \"micro_batches\": $m, \"schedule\": \"$sch\", \"flags\": \"$*\", \"steps_per_s\": $rate, \"bubble_theory\": $(theory "$sch" "$p" "$m" "$v"), \"measured\": $bub, \"peak_activation_mib\": [$mem]}"
+    echo "{\"bench\": \"pipeline_bench\", \"run\": \"$name\", \"stages\": $p, \"micro_batches\": $m, \"schedule\": \"$sch\", \"flags\": \"$*\", \"rounds\": $ROUNDS, \"pinned\": $([ "$PIN" = 1 ] && [ "$cores" -ge "$p" ] && echo true || echo false), \"steps_per_s\": $rate, \"steps_per_s_rounds\": [$(paste -sd, "$TMP/$name.rates")], \"bubble_theory\": $(theory "$sch" "$p" "$m" "$v"), \"bubble_rounds\": [$(cut -d' ' -f1 "$TMP/$name.bubbles" | paste -sd,)], \"measured\": $(cat "$TMP/$name.$mid.bubble"), \"peak_activation_mib\": [$(cat "$TMP/$name.$mid.mem")]}"
     echo "$rate" > "$TMP/$name.rate"
 }
 
@@ -92,9 +117,9 @@ for p in $STAGES; do
 done
 
 # PyTorch's pipeline of the same model and schedule (1F1B), p = 2.
-if python3 -c 'import torch' 2> /dev/null; then
+if "$PY" -c 'import torch' 2> /dev/null; then
     for sch in 1f1b gpipe; do
-        python3 bench/peers/torch_gpt_pipeline.py --stages 2 --micro_batches "$M" --schedule "$sch" --batch "$BATCH" \
+        "$PY" bench/peers/torch_gpt_pipeline.py --stages 2 --micro_batches "$M" --schedule "$sch" --batch "$BATCH" \
             --n_layer "$LAYERS" --steps "$STEPS" --warm "$WARM" --threads 1 > "$TMP/torch_$sch" 2>&1 ||
             { cat "$TMP/torch_$sch" >&2; exit 1; }
         tail -1 "$TMP/torch_$sch"

@@ -135,6 +135,12 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
         po.micro_batches = (int)s->micro_batches;
         po.recompute = s->recompute;
         if (!gpt_build_pipeline(g, &s->cfg, seed, &po, &s->pipe_arg, &s->m, &s->pipe, st)) return false;
+        // Which task runs which stage: an error names the task.
+        printf("Pipeline of %d stages, %lld micro-batches, %s:", s->pipe.n_stages, (long long)s->micro_batches,
+               dg_pipeline_schedule_name(sch));
+        for (int k = 0; k < s->pipe.n_stages; k++) printf(" stage %d on %s%s", k, dev[k % po.n_devices],
+                                                          k + 1 < s->pipe.n_stages ? "," : "\n");
+        fflush(stdout);
     } else if (!gpt_build(g, &s->cfg, seed, &s->m)) {
         return dg_graph_check(g, st);
     }

@@ -4,6 +4,7 @@
  * pool is given, hands extra expensive ready nodes to it (TensorFlow's "inline the last ready
  * node" policy). Step bookkeeping is allocated once and reused; output buffers are kept
  * between steps and reused when nobody else holds them. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -43,6 +44,7 @@ struct exec_graph {
     exec_node *nodes;
     int n;
     int *input_slots;
+    int *uses0;         // per value slot: the inputs that read it (a fetched one: never released)
     int *succ;
     int n_values;       // produced outputs, then feeds
     int feed_base, n_feeds;
@@ -64,12 +66,14 @@ struct exec_graph {
 struct exec_step {
     exec_graph *eg;
     atomic_int *pending;
+    atomic_int *uses;       // per value slot: readers still to run this step
     dg_tensor **values;
     bool *owned;
     dg_tensor **inbuf;
     int *ready;             // the caller's stack of ready nodes
     int *inbox;             // nodes made ready by async completions, under mu
     int n_inbox;
+    bool runner_active;     // under mu: a thread runs this started step's nodes (async_run)
     atomic_int remaining;
     atomic_bool aborted;
     pthread_mutex_t mu;
@@ -112,6 +116,7 @@ void exec_graph_free(exec_graph **egp) {
     exec_fused_free(&eg->fused);
     free(eg->nodes);
     free(eg->input_slots);
+    free(eg->uses0);
     free(eg->succ);
     free(eg->fetch_slots);
     free(eg->fetch_copy);
@@ -356,6 +361,12 @@ exec_graph *exec_graph_new(dg_node *const *nodes, int n_nodes, const dg_output *
         eg->fetch_slots[i] = eg->nodes[ni].out_off + o.index;
         eg->fetch_copy[i] = eg->nodes[ni].def->output_is_ref;
     }
+    // How many inputs read each value: a step releases a large one after its last reader.
+    eg->uses0 = calloc((size_t)eg->n_values + 1, sizeof *eg->uses0);
+    if (!eg->uses0) abort();
+    for (int i = 0; i < eg->n; i++)
+        for (int k = 0; k < eg->nodes[i].n_in; k++) eg->uses0[eg->input_slots[eg->nodes[i].in_off + k]]++;
+    for (int i = 0; i < eg->n_fetches; i++) eg->uses0[eg->fetch_slots[i]] = INT_MAX / 2;
     ptrmap_free(&index);
     free(stamp);
     free(pred_count);
@@ -375,6 +386,7 @@ static exec_step *step_new(exec_graph *eg) {
     if (!s) return NULL;
     s->eg = eg;
     s->pending = calloc((size_t)eg->n + 1, sizeof *s->pending);
+    s->uses = calloc((size_t)eg->n_values + 1, sizeof *s->uses);
     s->values = calloc((size_t)eg->n_values + 1, sizeof *s->values);
     s->owned = calloc((size_t)eg->n_values + 1, sizeof *s->owned);
     int total_in = 0;
@@ -384,7 +396,7 @@ static exec_step *step_new(exec_graph *eg) {
     s->inbox = malloc(((size_t)eg->n + 1) * sizeof *s->inbox);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    if (!s->pending || !s->values || !s->owned || !s->inbuf || !s->ready || !s->inbox) {
+    if (!s->pending || !s->uses || !s->values || !s->owned || !s->inbuf || !s->ready || !s->inbox) {
         step_free(s);
         return NULL;
     }
@@ -412,6 +424,7 @@ static void step_free(exec_step *s) {
     if (s->values)
         for (int v = 0; v < s->eg->n_values; v++) dg_tensor_unref(s->values[v]);
     free(s->pending);
+    free(s->uses);
     free(s->values);
     free(s->owned);
     free(s->inbuf);
@@ -446,6 +459,26 @@ static void trace_node(exec_step *s, const exec_node *en, dg_trace_kind kind, in
     dg_trace_event e = {.kind = kind, .name = en->node->name, .op = en->node->op->name, .device = dev,
                         .start_ns = t0, .end_ns = exec_trace_now_ns(), .thread = exec_trace_thread()};
     exec_trace_add(s->opts.trace, &e);
+}
+
+// Values at least this large are released after their last reader in a step (TensorFlow frees
+// every tensor so); smaller ones keep their buffers for the next step's output in the same slot
+// (exec_reuse_output), which saves the allocation. A pipeline's micro-batches then hold only the
+// activations the schedule keeps alive, not every micro-batch's.
+#define RELEASE_MIN_BYTES ((size_t)64 << 10)
+
+// Node en has run (or was skipped): the values it read that nobody else reads this step go.
+static void release_inputs(exec_step *s, const exec_node *en) {
+    exec_graph *eg = s->eg;
+    for (int k = 0; k < en->n_in; k++) {
+        int v = eg->input_slots[en->in_off + k];
+        if (atomic_fetch_sub_explicit(&s->uses[v], 1, memory_order_acq_rel) != 1) continue;
+        dg_tensor *t = s->values[v];
+        if (!t || t->nbytes < RELEASE_MIN_BYTES) continue;
+        s->values[v] = NULL;
+        s->owned[v] = false;
+        dg_tensor_unref(t);
+    }
 }
 
 // Runs node i (unless the step is aborted) and returns how many successors became ready;
@@ -500,6 +533,7 @@ static int run_node(exec_step *s, int i, int *out) {
         if (!ok) record_error(s, en, &kst);
         status_impl_clear(&kst);
     }
+    release_inputs(s, en);
     int n_ready = 0;
     for (int k = 0; k < en->n_succ; k++) {
         int d = eg->succ[en->succ_off + k];
@@ -530,7 +564,7 @@ static void pool_task(void *arg, int i);
 // Hands node d to the pool. A started (async) step counts the task as a runner token, so the
 // step cannot end while the task still has work to look at (see async_run).
 static void submit(exec_step *s, int d) {
-    if (s->trace_t0) s->trace_t0[d] = exec_trace_now_ns();
+    if (s->trace_t0 && d >= 0) s->trace_t0[d] = exec_trace_now_ns();
     if (s->async) atomic_fetch_add_explicit(&s->remaining, 1, memory_order_relaxed);
     exec_pool_submit(s->eg->pool ? s->eg->pool : s->eg->completion_pool, pool_task, s, d);
 }
@@ -635,6 +669,7 @@ void exec_async_done(exec_async_handle h, dg_tensor *out, const dg_status *st) {
     } else {
         dg_tensor_unref(out);
     }
+    release_inputs(s, en);
     if (s->async) {
         async_completed(s, h.node);
         return;
@@ -654,6 +689,10 @@ void exec_async_done(exec_async_handle h, dg_tensor *out, const dg_status *st) {
 
 static void pool_task(void *arg, int i) {
     exec_step *s = arg;
+    if (i < 0) {   // a runner for what waits in the inbox (async_completed)
+        async_run(s, NULL, 0);
+        return;
+    }
     if (s->trace_t0) trace_node(s, &s->eg->nodes[i], DG_TRACE_QUEUED, s->trace_t0[i]);
     if (s->async) {
         async_run(s, &i, 1);   // releases the token submit() took
@@ -679,7 +718,8 @@ static void pool_task(void *arg, int i) {
 
 static _Thread_local exec_step *tls_running;
 
-// Runs nodes[0..n) and everything they make ready, then releases one token.
+// Runs nodes[0..n) and everything they make ready, then what the inbox holds, then releases
+// one token.
 static void async_run(exec_step *s, const int *nodes, int n) {
     exec_graph *eg = s->eg;
     exec_rendezvous *rv = s->opts.rendezvous;
@@ -688,14 +728,16 @@ static void async_run(exec_step *s, const int *nodes, int n) {
     if (!stack) abort();
     exec_step *outer = tls_running;
     tls_running = s;
-    memcpy(stack, nodes, (size_t)n * sizeof *stack);
-    for (int k = n; k > 0;) {
-        drain(s, stack, k, eg->n);
+    if (n > 0) memcpy(stack, nodes, (size_t)n * sizeof *stack);
+    for (int k = n;;) {
+        if (k > 0) drain(s, stack, k, eg->n);
         pthread_mutex_lock(&s->mu);
         k = s->n_inbox;
         memcpy(stack, s->inbox, (size_t)k * sizeof *stack);
         s->n_inbox = 0;
+        if (k == 0) s->runner_active = false;
         pthread_mutex_unlock(&s->mu);
+        if (k == 0) break;
     }
     tls_running = outer;
     free(stack);
@@ -722,9 +764,21 @@ static void async_completed(exec_step *s, int node) {
         s->n_inbox += n;
         pthread_mutex_unlock(&s->mu);
         finish_one(s, 1);   // never the last unit: the runner holds one
-    } else if (!eg->light && (eg->pool || eg->completion_pool)) {
+    } else if (!eg->light && eg->pool) {
         // Expensive or blocking work stays off the completing thread (an I/O thread, say).
         for (int k = 0; k < n; k++) submit(s, ready[k]);
+        finish_one(s, 1);
+    } else if (!eg->light && eg->completion_pool) {
+        // No inter-op threads: one thread at a time runs the step (a pipeline stage's process
+        // uses one core). The one running takes these from the inbox; when none runs, a pool
+        // thread starts to.
+        pthread_mutex_lock(&s->mu);
+        memcpy(s->inbox + s->n_inbox, ready, (size_t)n * sizeof *ready);
+        s->n_inbox += n;
+        bool start = !s->runner_active && n > 0;
+        if (start) s->runner_active = true;
+        pthread_mutex_unlock(&s->mu);
+        if (start) submit(s, -1);
         finish_one(s, 1);
     } else {
         async_run(s, ready, n);   // releases the node's own unit
@@ -767,10 +821,12 @@ static exec_step *step_begin(exec_graph *eg, const exec_step_options *opts, int 
     }
     for (int i = 0; i < eg->n; i++)
         atomic_store_explicit(&s->pending[i], eg->nodes[i].pending0, memory_order_relaxed);
+    for (int v = 0; v < eg->n_values; v++) atomic_store_explicit(&s->uses[v], eg->uses0[v], memory_order_relaxed);
     atomic_store(&s->remaining, remaining);
     atomic_store(&s->aborted, false);
     s->done = false;
     s->n_inbox = 0;
+    s->runner_active = false;
     status_impl_clear(&s->status);
     return s;
 }
@@ -784,6 +840,7 @@ bool exec_graph_start(exec_graph *eg, const exec_step_options *opts, exec_done_f
     exec_step *s = step_begin(eg, opts, eg->n + 1, st);   // + the starter's token
     if (!s) return false;
     s->async = true;
+    s->runner_active = true;   // this thread, in async_run below
     s->done_fn = done;
     s->done_arg = arg;
     async_run(s, eg->roots, eg->n_roots);

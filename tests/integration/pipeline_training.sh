@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# gpt_replica --pipeline_stages 2: the GPT cut into two stages, one process each (the worker
+# stage 0 and the client, the ps stage 1), trained on the same batches as the same model in one
+# process. 500 steps of 1F1B with 4 micro-batches: every step's loss and the validation loss
+# within 1e-4 of the one process's; 40 steps of each other schedule (GPipe, interleaved with 2 chunks,
+# ZB-H1) and of 1F1B with recomputation: every step's loss within 1e-4. Then the stage process is
+# killed mid-training: the client's step fails within 60 s naming the task of stage 1 (its
+# first line says which task runs which stage), and nothing hangs.
+source "$(dirname "$0")/common.bash"
+COMMON=(--log_every 1 --eval_windows 48 --quiet --lr_end_step 500)
+losses() { sed -n 's/.*training step \([0-9]*\) done (global step: [0-9]*), loss \(.*\)$/\1 \2/p' "$1"; }
+val() { sed -n 's/.*After [0-9]* training step(s), validation loss = \([^ ]*\) .*/\1/p' "$1"; }
+
+# pipeline NAME STEPS FLAGS...: stage 1 on a ps task, stage 0 on the worker; waits for both.
+pipeline() {
+    local name=$1 steps=$2
+    shift 2
+    read -r PW PP <<< "$(free_ports 2)"
+    local args=(--worker_hosts "127.0.0.1:$PW" --ps_hosts "127.0.0.1:$PP" --pipeline_stages 2 --train_steps "$steps"
+                "${COMMON[@]}" "$@")
+    "$BIN/gpt_replica" "${args[@]}" --job_name ps --task_index 0 > "$TMP/$name.ps" 2>&1 &
+    local ps=$!
+    PIDS+=($ps)
+    "$BIN/gpt_replica" "${args[@]}" --job_name worker --task_index 0 > "$TMP/$name" 2>&1 & local w=$!
+    PIDS+=($w)
+    wait_ok $((SECONDS + 300)) "the pipelined client ($name)" "$w" "$TMP/$name" "$TMP/$name.ps"
+    kill "$ps" 2>/dev/null || true
+    wait "$ps" 2>/dev/null || true
+}
+
+# The reference: one process, 500 steps.
+read -r P0 <<< "$(free_ports 1)"
+"$BIN/gpt_replica" --worker_hosts "127.0.0.1:$P0" --job_name worker --task_index 0 --train_steps 500 "${COMMON[@]}" \
+    > "$TMP/one" 2>&1 || { tail -20 "$TMP/one"; fail "gpt_replica (one process) failed"; }
+losses "$TMP/one" > "$TMP/one.losses"
+[ "$(wc -l < "$TMP/one.losses")" -eq 500 ] || fail "expected 500 loss lines from the one process"
+while read -r _ l; do check_number "a step's loss" "$l"; done < "$TMP/one.losses"
+
+pipeline 1f1b 500 --micro_batches 4 --schedule 1f1b
+losses "$TMP/1f1b" > "$TMP/1f1b.losses"
+[ "$(wc -l < "$TMP/1f1b.losses")" -eq 500 ] || { tail "$TMP/1f1b"; fail "expected 500 loss lines from the pipeline"; }
+# Float sums in another order (the micro-batches' gradients added): measured within 5e-7
+# relative over 500 steps.
+paste "$TMP/one.losses" "$TMP/1f1b.losses" | awk '
+    { d = ($2 - $4) / $2; if (d < 0) d = -d; if (!(d <= 1e-4)) { print "step " $1 ": " $2 " vs " $4; bad = 1 }
+      if (d > m) m = d }
+    END { printf "1F1B, 500 steps: every loss within %.1e (relative) of the one process'"'"'s\n", m; exit bad }' ||
+    fail "the 1F1B pipeline's loss curve differs from the one process's"
+v1=$(val "$TMP/one")
+vp=$(val "$TMP/1f1b")
+check_number "the one process's validation loss" "$v1"
+check_number "the pipeline's validation loss" "$vp"
+awk -v a="$v1" -v b="$vp" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4) }' ||
+    fail "validation loss $vp after 500 pipelined steps, $v1 in one process"
+check_le "the validation loss after 500 steps" "$vp" 3.0
+echo "500 steps: validation loss $v1 in one process, $vp pipelined"
+
+for run in "gpipe --micro_batches 4 --schedule gpipe" "interleaved --micro_batches 4 --schedule interleaved --chunks 2" \
+           "zb-h1 --micro_batches 4 --schedule zb-h1" "recompute --micro_batches 2 --schedule 1f1b --recompute"; do
+    read -r name flags <<< "$run"
+    # shellcheck disable=SC2086
+    pipeline "$name" 40 $flags
+    losses "$TMP/$name" > "$TMP/$name.losses"
+    [ "$(wc -l < "$TMP/$name.losses")" -eq 40 ] || { tail "$TMP/$name"; fail "$name: expected 40 loss lines"; }
+    head -40 "$TMP/one.losses" | paste - "$TMP/$name.losses" | awk -v n="$name" '
+        { d = $2 - $4; if (d < 0) d = -d; if (!(d <= 1e-4)) { print n " step " $1 ": " $2 " vs " $4; bad = 1 }
+          if (d > m) m = d }
+        END { printf "%s: 40 steps, every loss within %.1e of the one process'"'"'s\n", n, m; exit bad }' ||
+        fail "$name: the losses differ from the one process's"
+done
+
+# A stage killed mid-step: the client fails within 60 s naming stage 1's task, nothing hangs.
+read -r PW PP <<< "$(free_ports 2)"
+args=(--worker_hosts "127.0.0.1:$PW" --ps_hosts "127.0.0.1:$PP" --pipeline_stages 2 --micro_batches 4
+      --train_steps 100000 --log_every 1 --quiet --rpc_timeout_ms 10000)
+"$BIN/gpt_replica" "${args[@]}" --job_name ps --task_index 0 > "$TMP/kill.ps" 2>&1 & PS=$!
+PIDS+=($PS)
+"$BIN/gpt_replica" "${args[@]}" --job_name worker --task_index 0 > "$TMP/kill" 2>&1 & W=$!
+PIDS+=($W)
+s=$(wait_step "$TMP/kill" 20 1200)
+[ -n "$s" ] && [ "$s" -ge 20 ] || { tail "$TMP/kill"; fail "the pipeline never reached step 20"; }
+kill -9 "$PS"
+start=$SECONDS
+while kill -0 "$W" 2>/dev/null && [ $((SECONDS - start)) -lt 60 ]; do sleep 0.2; done
+if kill -0 "$W" 2>/dev/null; then
+    stacks "$W" "the client"
+    tail -20 "$TMP/kill"
+    fail "the client still runs 60 s after stage 1's process was killed"
+fi
+rc=0
+wait "$W" || rc=$?
+tail -3 "$TMP/kill"
+[ "$rc" -ne 0 ] || fail "the client exited 0 although stage 1's process is gone"
+grep -q "stage 1 on /job:ps/task:0" "$TMP/kill" || fail "the client does not say which task runs stage 1"
+tail -1 "$TMP/kill" | grep -q "/job:ps/replica:0/task:0" || fail "the client's error does not name stage 1's task"
+echo "stage 1 killed after step $s: the client failed $((SECONDS - start)) s later, naming its task"
+echo "PASS pipeline_training"
