@@ -6,7 +6,11 @@ time (the union of its kernels' intervals within the window), and its idle fract
 JSON line: the mean over tasks ("bubble"), each task's, the window in ms, and each task's pieces
 in the order they ran ("F0 F1 B0 ...", a piece at the start of its first kernel).
 
-  bench/pipeline_bubble.py TRACE.json [--name pipeline]
+  bench/pipeline_bubble.py TRACE.json [--name pipeline] [--svg FILE]
+
+--svg also draws the pieces as a picture: one lane per task, each piece a box from its first
+kernel's start to its last kernel's end (forward passes blue, backward passes orange), labelled
+with its micro-batch.
 """
 import argparse
 import collections
@@ -27,10 +31,36 @@ def union_length(intervals):
     return total + (cur[1] - cur[0] if cur else 0.0)
 
 
+def write_svg(path, tasks, spans, lo, hi):
+    width, lane, left = 960, 34, 190
+    scale = (width - left - 10) / (hi - lo)
+    lanes = sorted(tasks, key=lambda t: ("worker" not in t, t))
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" '
+           'font-size="11">' % (width, lane * len(lanes) + 40)]
+    for i, t in enumerate(lanes):
+        y = 10 + i * lane
+        out.append('<text x="4" y="%d">%s</text>' % (y + 20, t))
+        for (tk, ph, mb, _), (s0, s1) in sorted(spans.items()):
+            if tk != t:
+                continue
+            x = left + (s0 - lo) * scale
+            w = max(1.0, (s1 - s0) * scale)
+            out.append('<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" stroke="white"/>'
+                       % (x, y + 4, w, lane - 8, "#4a78c2" if ph == "F" else "#e08a2c"))
+            out.append('<text x="%.1f" y="%d" fill="white">%s%d</text>' % (x + 2, y + 21, ph, mb))
+    y = 10 + len(lanes) * lane
+    out.append('<text x="%d" y="%d">0 ms</text>' % (left, y + 14))
+    out.append('<text x="%d" y="%d" text-anchor="end">%.0f ms</text>' % (width - 10, y + 14, (hi - lo) / 1000))
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
     ap.add_argument("--name", default="pipeline")
+    ap.add_argument("--svg", default="")
     a = ap.parse_args()
     d = json.load(open(a.trace))
     ev = d["traceEvents"] if isinstance(d, dict) else d
@@ -57,6 +87,14 @@ def main():
     idle = {t: 1 - union_length(busy[t]) / (hi - lo) for t in tasks}
     order = {t: " ".join("%s%d" % (k[2], k[3]) for k, _ in sorted(((k, v) for k, v in first.items() if k[0] == t),
                                                                  key=lambda kv: kv[1])) for t in tasks}
+    if a.svg:
+        spans = {}
+        for e, m in pipe:
+            key = (task.get(e["pid"], str(e["pid"])), "F" if m.group(3) == "fwd" else "B", int(m.group(2)),
+                   int(m.group(1)))
+            s0, s1 = spans.get(key, (e["ts"], e["ts"] + e["dur"]))
+            spans[key] = (min(s0, e["ts"]), max(s1, e["ts"] + e["dur"]))
+        write_svg(a.svg, tasks, spans, lo, hi)
     print(json.dumps({"window_ms": round((hi - lo) / 1000, 3), "bubble": round(sum(idle.values()) / len(idle), 4),
                       "tasks": {t: round(v, 4) for t, v in idle.items()}, "order": order}))
     return 0

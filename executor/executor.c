@@ -582,20 +582,29 @@ static void drain(exec_step *s, int *stack, int top, int cap) {
 // How long values a _Send handed to the rendezvous may wait while this thread goes on computing:
 // the server holds small values back to merge them into one message per task (the sends of a
 // backward pass), which the drain's end sends; a drain that runs long (a pipeline stage's next
-// micro-batch) sends them after this much time instead.
+// micro-batch) sends them after this much time instead, and at once when they hold at least
+// SEND_NOW_BYTES (an activation another stage waits for: merging saves nothing there).
 #define SEND_HOLD_NS 100000
+#define SEND_NOW_BYTES ((size_t)64 << 10)
 
 static void drain_nodes(exec_step *s, int *stack, int top, int cap) {
     exec_graph *eg = s->eg;
     int64_t held_since = 0;   // when a send this drain ran last found nothing held
+    size_t held_bytes = 0;    // what the sends since then handed over
     while (top > 0) {
         int i = stack[--top];
         exec_node *en = &eg->nodes[i];
-        if (held_since && !en->urgent && base_now_ns() - held_since > SEND_HOLD_NS) {
+        if (held_since && !en->urgent &&
+            (held_bytes >= SEND_NOW_BYTES || base_now_ns() - held_since > SEND_HOLD_NS)) {
             exec_rendezvous_flush(s->opts.rendezvous, s->opts.step_id);
             held_since = 0;
+            held_bytes = 0;
         }
-        if (en->urgent && !held_since && s->opts.rendezvous) held_since = base_now_ns();
+        if (en->urgent && s->opts.rendezvous) {
+            if (!held_since) held_since = base_now_ns();
+            const dg_tensor *v = en->n_in > 0 ? s->values[eg->input_slots[en->in_off]] : NULL;
+            if (v) held_bytes += v->nbytes;
+        }
         // Successors are written above the stack top, then kept or handed off.
         int *out = stack + top;
         int room = cap - top;

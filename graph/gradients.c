@@ -455,6 +455,110 @@ static void pop_beside(dg_graph *g, const dg_node *nd, bool colocate) {
     dg_graph_pop_device(g);
 }
 
+// Links the LocalAllReduce nodes of each group (one "shared_name") in a ring: next[id] is the
+// group's next member, -1 for every other node.
+static void link_groups(dg_graph *g, int n_nodes, int *next) {
+    int *ids = malloc(((size_t)n_nodes + 1) * sizeof *ids), n = 0;
+    if (!ids) abort();
+    for (int id = 0; id < n_nodes; id++) {
+        next[id] = -1;
+        if (strcmp(dg_graph_node(g, id)->op->name, "LocalAllReduce") == 0) ids[n++] = id;
+    }
+    for (int i = 0; i < n; i++) {
+        if (next[ids[i]] >= 0) continue;
+        const char *si = dg_node_attr_string(dg_graph_node(g, ids[i]), "shared_name");
+        int prev = ids[i];
+        for (int j = i + 1; j < n && si; j++) {
+            const char *sj = dg_node_attr_string(dg_graph_node(g, ids[j]), "shared_name");
+            if (sj && strcmp(si, sj) == 0) {
+                next[prev] = ids[j];
+                prev = ids[j];
+            }
+        }
+        next[prev] = ids[i];
+    }
+    free(ids);
+}
+
+// The gradient of a LocalAllReduce group (every member outputs the sum, or mean, of every
+// member's input): each input's gradient is the same reduction of every member's output
+// gradient, one LocalAllReduce group on the members' devices (a member no gradient reaches
+// gives zeros). Built once, when the first member is met (all members' consumers are newer
+// than every member, so their gradients are complete); group_dx[member id] keeps the answers,
+// and each member's contributions are replaced by their sum, so it is not built twice.
+static bool local_all_reduce_grad(dg_graph *g, dg_node *nd, contrib **grads, dg_output *group_dx,
+                                  const unsigned char *mark, int n_nodes) {
+    if (group_dx[nd->id].node) return true;
+    const char *shared = dg_node_attr_string(nd, "shared_name");
+    int64_t size = 0;
+    dg_node_attr_int(nd, "num_devices", &size);
+    const char *red = dg_node_attr_string(nd, "reduction");
+    if (!shared || size < 1 || size > 4096) {
+        graph_node_error(g, nd, DG_INTERNAL, "a LocalAllReduce without its group");
+        return false;
+    }
+    dg_node **members = calloc((size_t)size, sizeof *members);
+    dg_output *dys = calloc((size_t)size, sizeof *dys), *outs = calloc((size_t)size, sizeof *outs);
+    const char **devs = calloc((size_t)size, sizeof *devs);
+    if (!members || !dys || !outs || !devs) abort();
+    for (int id = 0; id < n_nodes; id++) {
+        dg_node *m = dg_graph_node(g, id);
+        const char *ms;
+        int64_t rank;
+        if (strcmp(m->op->name, "LocalAllReduce") != 0 || !(ms = dg_node_attr_string(m, "shared_name")) ||
+            strcmp(ms, shared) != 0 || !dg_node_attr_int(m, "rank", &rank) || rank < 0 || rank >= size)
+            continue;
+        members[rank] = m;
+    }
+    bool ok = true;
+    for (int64_t r = 0; r < size && ok; r++) {
+        dg_node *m = members[r];
+        if (!m) {
+            graph_node_error(g, nd, DG_INTERNAL, "rank %lld of its LocalAllReduce group is not in the graph",
+                             (long long)r);
+            ok = false;
+            break;
+        }
+        devs[r] = m->requested_device;
+        contrib *c = grads[m->id];
+        dys[r] = c ? aggregate(g, c) : NUL;
+        if (c && c->n > 1) {   // its own turn finds the sum
+            c->items[0] = dys[r];
+            c->n = 1;
+        }
+        if (!dys[r].node) {
+            dg_graph_push_device(g, "");
+            dg_graph_push_device(g, devs[r]);
+            dys[r] = dg_zeros_like(g, NULL, (dg_output){m, 0});
+            dg_graph_pop_device(g);
+            dg_graph_pop_device(g);
+        }
+    }
+    if (ok) {
+        dg_graph_push_device(g, "");
+        ok = graph_local_all_reduce(g, "LocalAllReduceGrad", dys, devs, (int)size, red && strcmp(red, "mean") == 0,
+                                    outs);
+        dg_graph_pop_device(g);
+        for (int64_t r = 0; ok && r < size; r++) {
+            group_dx[members[r]->id] = outs[r];
+            // Every member's input gets its gradient now: a member whose own output no
+            // gradient reaches is never visited.
+            dg_output in = members[r]->inputs[0];
+            if ((mark[in.node->id] & 3) != 3 || !graph_dtype_differentiable(dg_output_dtype(in))) continue;
+            if (!grads[in.node->id]) {
+                grads[in.node->id] = calloc((size_t)in.node->n_outputs, sizeof(contrib));
+                if (!grads[in.node->id]) abort();
+            }
+            add_contrib(&grads[in.node->id][in.index], outs[r]);
+        }
+    }
+    free(members);
+    free(dys);
+    free(outs);
+    free(devs);
+    return ok && dg_graph_ok(g);
+}
+
 bool dg_gradients(dg_graph *g, const dg_output *ys, int n_ys, const dg_output *xs, int n_xs,
                   const dg_output *grad_ys, dg_output *dx) {
     return dg_gradients_ex(g, ys, n_ys, xs, n_xs, grad_ys, NULL, dx);
@@ -479,12 +583,18 @@ bool dg_gradients_ex(dg_graph *g, const dg_output *ys, int n_ys, const dg_output
     // Nodes are created after their data inputs, so ids order the graph topologically.
     unsigned char *mark = calloc((size_t)n_nodes, 1);   // 1: from xs, 2: to ys
     contrib **grads = calloc((size_t)n_nodes, sizeof *grads);
-    if (!mark || !grads) abort();
+    dg_output *group_dx = calloc((size_t)n_nodes + 1, sizeof *group_dx);   // LocalAllReduce members'
+    if (!mark || !grads || !group_dx) abort();
     int lo = n_nodes;
     for (int i = 0; i < n_xs; i++) {
         mark[xs[i].node->id] |= 1;
         if (xs[i].node->id < lo) lo = xs[i].node->id;
     }
+    // The members of each LocalAllReduce group, linked in a ring (lar_next; -1: not a member):
+    // every member's output depends on every member's input.
+    int *lar_next = malloc(((size_t)n_nodes + 1) * sizeof *lar_next);
+    if (!lar_next) abort();
+    link_groups(g, n_nodes, lar_next);
     for (int id = lo; id < n_nodes; id++) {
         dg_node *nd = dg_graph_node(g, id);
         if (mark[id] & 1) continue;
@@ -493,6 +603,8 @@ bool dg_gradients_ex(dg_graph *g, const dg_output *ys, int n_ys, const dg_output
                 mark[id] |= 1;
                 break;
             }
+        if ((mark[id] & 1) && lar_next[id] >= 0)
+            for (int m = lar_next[id]; m != id; m = lar_next[m]) mark[m] |= 1;
     }
     int hi = -1;
     for (int i = 0; i < n_ys; i++) {
@@ -503,7 +615,14 @@ bool dg_gradients_ex(dg_graph *g, const dg_output *ys, int n_ys, const dg_output
         if (!(mark[id] & 2)) continue;
         dg_node *nd = dg_graph_node(g, id);
         for (int k = 0; k < nd->n_inputs; k++) mark[nd->inputs[k].node->id] |= 2;
+        if (lar_next[id] >= 0)
+            for (int m = lar_next[id]; m != id; m = lar_next[m]) {
+                mark[m] |= 2;
+                dg_node *mn = dg_graph_node(g, m);
+                for (int k = 0; k < mn->n_inputs; k++) mark[mn->inputs[k].node->id] |= 2;
+            }
     }
+    free(lar_next);
 
     bool ok = true;
     dg_graph_push_name_scope(g, "gradients");
@@ -544,7 +663,10 @@ bool dg_gradients_ex(dg_graph *g, const dg_output *ys, int n_ys, const dg_output
         for (int k = 0; k < nd->n_inputs; k++)
             if ((mark[nd->inputs[k].node->id] & 3) == 3 && graph_dtype_differentiable(dg_output_dtype(nd->inputs[k])))
                 has_float_input = true;
-        if (any && has_float_input) {
+        bool group = strcmp(nd->op->name, "LocalAllReduce") == 0;
+        if (any && group) {
+            ok = local_all_reduce_grad(g, nd, grads, group_dx, mark, n_nodes);
+        } else if (any && has_float_input) {
             if (!nd->op->grad) {
                 if (!nd->op->no_gradient)
                     graph_node_error(g, nd, DG_INVALID_ARGUMENT,
@@ -581,6 +703,7 @@ bool dg_gradients_ex(dg_graph *g, const dg_output *ys, int n_ys, const dg_output
         free(grads[id]);
     }
     free(grads);
+    free(group_dx);
     free(mark);
     return ok && dg_graph_ok(g);
 }

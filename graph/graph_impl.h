@@ -86,6 +86,10 @@ struct graph_op_def {
 const graph_op_def *graph_op_lookup(const char *type);
 // Op tables kept in their own files: set *defs to the table and return its length.
 int graph_collective_op_defs(const graph_op_def **defs);   // op_defs_collective.c
+// One LocalAllReduce group (dg_local_all_reduce): node r on devices[r] reads xs[r]; out[r] its
+// output; mean: the mean, else the sum. false with the graph's error set. op_defs_collective.c
+bool graph_local_all_reduce(dg_graph *g, const char *name, const dg_output *xs, const char *const *devices, int n,
+                            bool mean, dg_output *out);
 int graph_sync_op_defs(const graph_op_def **defs);         // op_defs_sync.c
 int graph_nn_op_defs(const graph_op_def **defs);           // op_defs_nn.c
 int graph_array_op_defs(const graph_op_def **defs);        // op_defs_array.c

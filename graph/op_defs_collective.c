@@ -92,6 +92,46 @@ static bool infer_local_all_reduce(dg_node *n, dg_status *st) {
     return true;
 }
 
+// The nodes of one LocalAllReduce group (dg_local_all_reduce; gradients.c builds the group of
+// a group's gradient with it): node r on devices[r] with input xs[r], named "<name>_<r>", the
+// group named after the first node.
+bool graph_local_all_reduce(dg_graph *g, const char *name, const dg_output *xs, const char *const *devices, int n,
+                            bool mean, dg_output *out) {
+    for (int i = 0; out && i < n; i++) out[i] = (dg_output){NULL, 0};
+    if (!dg_graph_ok(g)) return false;
+    if (n < 1 || !xs || !devices || !out) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "LocalAllReduce \"%s\": needs at least one input "
+                           "and device, and an output array", name ? name : "LocalAllReduce");
+        return false;
+    }
+    // The group is named after the first node, which the graph makes unique.
+    char shared[512] = "";
+    for (int r = 0; r < n; r++) {
+        if (!xs[r].node || !devices[r]) {
+            dg_graph_set_error(g, DG_INVALID_ARGUMENT, "LocalAllReduce \"%s\": input or device %d is "
+                               "missing", name ? name : "LocalAllReduce", r);
+            return false;
+        }
+        char node_name[640];
+        snprintf(node_name, sizeof node_name, "%s_%d", name ? name : "LocalAllReduce", r);
+        dg_graph_push_device(g, devices[r]);
+        dg_node *nd = graph_begin(g, "LocalAllReduce", node_name);
+        if (nd) {
+            if (r == 0) snprintf(shared, sizeof shared, "%s", nd->name);
+            graph_add_input(nd, xs[r]);
+            graph_set_attr_int(nd, "num_devices", n);
+            graph_set_attr_int(nd, "rank", r);
+            graph_set_attr_string(nd, "shared_name", shared);
+            graph_set_attr_string(nd, "reduction", mean ? "mean" : "sum");
+            nd = graph_finish(nd);
+        }
+        dg_graph_pop_device(g);
+        if (!nd) return false;
+        out[r] = (dg_output){nd, 0};
+    }
+    return true;
+}
+
 // Stateful: a collective is never pruned as constant or merged with another node, since
 // every rank must run each instance exactly once per step.
 static const graph_op_def collective_op_defs[] = {

@@ -17,7 +17,8 @@
  *   arguments, report through their status like every other fallible call; a failure met
  *   while building is in the graph as well.
  * - Process-wide settings are functions (dg_set_malloc_tuning), never options of one object.
- * - Headers follow the layers: graph (status, tensor, graph, ops, partitioned, train, pipeline, strategy,
+ * - Headers follow the layers: graph (status, tensor, graph, ops, partitioned, train, pipeline,
+ *   tensor_parallel, strategy,
  *   sync_replicas, collective, device_name, serialize, version) <- cluster (cluster_spec,
  *   server_def, tf_config, slurm; cluster includes the four) <- placer (device_setter,
  *   placer) <- executor (trace_event: the events it notes in a traced step,
@@ -36,6 +37,7 @@
 #include "distgraph/partitioned.h"
 #include "distgraph/train.h"
 #include "distgraph/pipeline.h"
+#include "distgraph/tensor_parallel.h"
 #include "distgraph/embedding.h"
 #include "distgraph/strategy.h"
 #include "distgraph/session.h"
