@@ -39,7 +39,9 @@ def write_svg(path, tasks, spans, lo, hi):
            'font-size="11">' % (width, lane * len(lanes) + 40)]
     for i, t in enumerate(lanes):
         y = 10 + i * lane
-        out.append('<text x="4" y="%d">%s</text>' % (y + 20, t))
+        stages = sorted({k[3] for k in spans if k[0] == t})
+        out.append('<text x="4" y="%d">stage %s: %s</text>' % (y + 20, ",".join(map(str, stages)),
+                                                              t.replace("/replica:0", "")))
         for (tk, ph, mb, _), (s0, s1) in sorted(spans.items()):
             if tk != t:
                 continue
