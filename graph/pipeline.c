@@ -156,6 +156,22 @@ static int call_stage(builder *b, int stage, int mb, const char *what, const dg_
     return n;
 }
 
+// Marks in mark (indexed by id - lo) the nodes among [lo, hi) that stack's nodes depend on
+// through their inputs (and control inputs, with ctrl), those nodes included. Empties stack.
+static bool mark_ancestors(dg_graph *g, int lo, int hi, piece *stack, bool ctrl, unsigned char *mark) {
+    bool ok = true;
+    while (ok && stack->n > 0) {
+        int x = stack->ids[--stack->n];
+        if (x < lo || x >= hi || mark[x - lo]) continue;
+        mark[x - lo] = 1;
+        dg_node *xn = dg_graph_node(g, x);
+        for (int k = 0; k < xn->n_inputs && ok; k++) ok = piece_add(stack, xn->inputs[k].node->id);
+        for (int k = 0; ctrl && k < xn->n_ctrl && ok; k++) ok = piece_add(stack, xn->ctrl_inputs[k]->id);
+    }
+    stack->n = 0;
+    return ok;
+}
+
 // Marks in skip (indexed by id - lo) the variables made among [lo, hi) and their
 // initializers: they run in the initializing step, never in a piece.
 static bool skip_variables(dg_graph *g, int lo, int hi, unsigned char *skip) {
@@ -166,13 +182,7 @@ static bool skip_variables(dg_graph *g, int lo, int hi, unsigned char *skip) {
         if (strcmp(nd->op->name, "VariableV2") != 0) continue;
         skip[id - lo] = 1;
         if (nd->var_initializer) ok = piece_add(&stack, nd->var_initializer->id);
-        while (ok && stack.n > 0) {
-            int x = stack.ids[--stack.n];
-            if (x < lo || x >= hi || skip[x - lo]) continue;
-            skip[x - lo] = 1;
-            dg_node *xn = dg_graph_node(g, x);
-            for (int k = 0; k < xn->n_inputs && ok; k++) ok = piece_add(&stack, xn->inputs[k].node->id);
-        }
+        ok = ok && mark_ancestors(g, lo, hi, &stack, false, skip);
     }
     free(stack.ids);
     return ok;
@@ -304,14 +314,7 @@ static bool backward(builder *b, int stage, int mb) {
     bool mem = mark != NULL;
     for (int j = 0; j < n_in && split && mem; j++)
         if (c->d_in[j].node) mem = piece_add(&stack, c->d_in[j].node->id);
-    while (mem && stack.n > 0) {
-        int x = stack.ids[--stack.n];
-        if (x < lo || x >= hi || mark[x - lo]) continue;
-        mark[x - lo] = 1;
-        dg_node *xn = dg_graph_node(g, x);
-        for (int k = 0; k < xn->n_inputs && mem; k++) mem = piece_add(&stack, xn->inputs[k].node->id);
-        for (int k = 0; k < xn->n_ctrl && mem; k++) mem = piece_add(&stack, xn->ctrl_inputs[k]->id);
-    }
+    mem = mem && mark_ancestors(g, lo, hi, &stack, true, mark);
     for (int id = lo; id < hi && mem; id++) mem = piece_add(&c->part[!split || mark[id - lo] ? PIPE_B : PIPE_W], id);
     free(stack.ids);
     free(mark);

@@ -112,6 +112,25 @@ def read_checkpoint(path, step=0):
     return out
 
 
+def draw_weights(torch, seed, C, L, T, V):
+    """The model's weights drawn here (no checkpoint): N(0, 0.02), the residual projections
+    N(0, 0.02/sqrt(2 n_layer)), biases 0, LayerNorm scales 1; named as gpt_model.c names them."""
+    g = torch.Generator().manual_seed(seed)
+    ps = 0.02 / math.sqrt(2 * L)
+    w = {"wte": torch.randn(V, C, generator=g) * 0.02, "wpe": torch.randn(T, C, generator=g) * 0.02,
+         "ln_f/gamma": torch.ones(C), "ln_f/beta": torch.zeros(C)}
+    for l in range(L):
+        p = "h%d/" % l
+        for n, (i, o, s) in {"attn": (C, 3 * C, 0.02), "attn_proj": (C, C, ps), "fc": (C, 4 * C, 0.02),
+                             "mlp_proj": (4 * C, C, ps)}.items():
+            w[p + n + "/w"] = torch.randn(i, o, generator=g) * s
+            w[p + n + "/b"] = torch.zeros(o)
+        for n in ("ln_1", "ln_2"):
+            w[p + n + "/gamma"] = torch.ones(C)
+            w[p + n + "/beta"] = torch.zeros(C)
+    return w
+
+
 def schedule(step, peak, warmup, decay, final):
     if step < warmup:
         return peak * step / warmup
@@ -145,19 +164,7 @@ def main():
     if a.checkpoint:
         w = {k: torch.from_numpy(v) for k, v in read_checkpoint(a.checkpoint).items()}
     else:
-        g = torch.Generator().manual_seed(a.seed)
-        ps = 0.02 / math.sqrt(2 * L)
-        w = {"wte": torch.randn(V, C, generator=g) * 0.02, "wpe": torch.randn(T, C, generator=g) * 0.02,
-             "ln_f/gamma": torch.ones(C), "ln_f/beta": torch.zeros(C)}
-        for l in range(L):
-            p = "h%d/" % l
-            for n, (i, o, s) in {"attn": (C, 3 * C, 0.02), "attn_proj": (C, C, ps), "fc": (C, 4 * C, 0.02),
-                                 "mlp_proj": (4 * C, C, ps)}.items():
-                w[p + n + "/w"] = torch.randn(i, o, generator=g) * s
-                w[p + n + "/b"] = torch.zeros(o)
-            for n in ("ln_1", "ln_2"):
-                w[p + n + "/gamma"] = torch.ones(C)
-                w[p + n + "/beta"] = torch.zeros(C)
+        w = draw_weights(torch, a.seed, C, L, T, V)
     names = ["wte", "wpe", "ln_f/gamma", "ln_f/beta"]
     for l in range(L):
         for n in ("ln_1/gamma", "ln_1/beta", "attn/w", "attn/b", "attn_proj/w", "attn_proj/b", "ln_2/gamma",

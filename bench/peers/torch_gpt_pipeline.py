@@ -23,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_gpt import Stream, add_common_args, load_text, windows  # noqa: E402
+from torch_gpt import Stream, add_common_args, draw_weights, load_text, windows  # noqa: E402
 
 
 def stage_blocks(k, stages, n_layer):
@@ -42,19 +42,7 @@ def run(rank, a, port):
     first, last = rank == 0, rank == p - 1
     ends = dist.new_group([0, p - 1]) if p > 1 else None
     C, H, L, T, V = a.n_embd, a.n_head, a.n_layer, a.block, 256
-    g = torch.Generator().manual_seed(a.seed)
-    ps = 0.02 / math.sqrt(2 * L)
-    full = {"wte": torch.randn(V, C, generator=g) * 0.02, "wpe": torch.randn(T, C, generator=g) * 0.02,
-            "ln_f/gamma": torch.ones(C), "ln_f/beta": torch.zeros(C)}
-    for l in range(L):
-        pre = "h%d/" % l
-        for n, (i, o, s) in {"attn": (C, 3 * C, 0.02), "attn_proj": (C, C, ps), "fc": (C, 4 * C, 0.02),
-                             "mlp_proj": (4 * C, C, ps)}.items():
-            full[pre + n + "/w"] = torch.randn(i, o, generator=g) * s
-            full[pre + n + "/b"] = torch.zeros(o)
-        for n in ("ln_1", "ln_2"):
-            full[pre + n + "/gamma"] = torch.ones(C)
-            full[pre + n + "/beta"] = torch.zeros(C)
+    full = draw_weights(torch, a.seed, C, L, T, V)
     blocks = list(stage_blocks(rank, p, L))
     names = [k for k in full if any(k.startswith("h%d/" % l) for l in blocks)]
     if first:
