@@ -43,6 +43,7 @@ typedef struct gpt_state {
     dg_tensor *xt, *yt, *on;
     const char *train_records;   // --train_records ("": windows drawn from the text in memory)
     int64_t pipeline_stages, micro_batches, chunks;   // --pipeline_stages 0: no pipeline
+    int64_t pipeline_groups;                          // data parallelism across pipelines
     const char *schedule;
     bool recompute;
     dg_pipeline pipe;
@@ -71,14 +72,17 @@ static bool check_flags(void *state, int64_t batch_size) {
     s->batch = batch_size;
     dg_pipeline_schedule sch;
     if (s->pipeline_stages < 0 || s->pipeline_stages > 64 || s->micro_batches < 1 || s->chunks < 0 ||
+        s->pipeline_groups < 1 || s->pipeline_groups > 16 || s->pipeline_stages * s->pipeline_groups > 64 ||
         !dg_pipeline_schedule_parse(s->schedule, &sch)) {
-        fprintf(stderr, "gpt_replica: --pipeline_stages in 0..64, --micro_batches >= 1, --chunks >= 0, --schedule one "
-                        "of gpipe, 1f1b, interleaved, zb-h1\n");
+        fprintf(stderr, "gpt_replica: --pipeline_stages in 0..64, --pipeline_groups in 1..16 (at most 64 processes in "
+                        "all), --micro_batches >= 1, --chunks >= 0, --schedule one of gpipe, 1f1b, interleaved, zb-h1\n");
         return false;
     }
-    if (s->pipeline_stages > 0 && (batch_size % s->micro_batches != 0 || s->eval_windows % s->micro_batches != 0)) {
+    int64_t per = s->micro_batches * s->pipeline_groups;
+    if (s->pipeline_stages > 0 && (batch_size % per != 0 || s->eval_windows % per != 0)) {
         fprintf(stderr, "gpt_replica: --batch_size %lld and --eval_windows %lld must be multiples of --micro_batches "
-                        "%lld\n", (long long)batch_size, (long long)s->eval_windows, (long long)s->micro_batches);
+                        "times --pipeline_groups (%lld)\n", (long long)batch_size, (long long)s->eval_windows,
+                (long long)per);
         return false;
     }
     if (s->pipeline_stages > 0 && *s->train_records) {
@@ -119,10 +123,12 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
     const char *dev[64];
     if (s->pipeline_stages > 0) {
         // Stage 0 on the worker (the client), stage k on ps task k - 1; with the interleaved
-        // schedule each process holds --chunks stages.
+        // schedule each process holds --chunks stages. With --pipeline_groups G, group i's
+        // stage k runs on process i P + k of the same order.
         dg_pipeline_schedule sch = DG_PIPELINE_1F1B;
         (void)dg_pipeline_schedule_parse(s->schedule, &sch);
-        for (int k = 0; k < s->pipeline_stages; k++) {
+        int n_proc = (int)(s->pipeline_stages * s->pipeline_groups);
+        for (int k = 0; k < n_proc; k++) {
             if (k == 0) snprintf(devs[k], sizeof devs[k], "/job:worker/task:0");
             else snprintf(devs[k], sizeof devs[k], "/job:ps/task:%d", k - 1);
             dev[k] = devs[k];
@@ -134,12 +140,17 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
         po.chunks = sch == DG_PIPELINE_INTERLEAVED_1F1B ? (s->chunks > 0 ? (int)s->chunks : 2) : 1;
         po.micro_batches = (int)s->micro_batches;
         po.recompute = s->recompute;
-        if (!gpt_build_pipeline(g, &s->cfg, seed, &po, &s->pipe_arg, &s->m, &s->pipe, st)) return false;
+        if (!gpt_build_pipeline(g, &s->cfg, seed, &po, (int)s->pipeline_groups, &s->pipe_arg, &s->m, &s->pipe, st))
+            return false;
         // Which task runs which stage: an error names the task.
-        printf("Pipeline of %d stages, %lld micro-batches, %s:", s->pipe.n_stages, (long long)s->micro_batches,
-               dg_pipeline_schedule_name(sch));
-        for (int k = 0; k < s->pipe.n_stages; k++) printf(" stage %d on %s%s", k, dev[k % po.n_devices],
-                                                          k + 1 < s->pipe.n_stages ? "," : "\n");
+        for (int gi = 0; gi < s->pipeline_groups; gi++) {
+            if (s->pipeline_groups > 1) printf("Pipeline group %d of %lld: ", gi, (long long)s->pipeline_groups);
+            printf("Pipeline of %d stages, %lld micro-batches, %s:", s->pipe.n_stages, (long long)s->micro_batches,
+                   dg_pipeline_schedule_name(sch));
+            for (int k = 0; k < s->pipe.n_stages; k++)
+                printf(" stage %d on %s%s", k, dev[gi * po.n_devices + k % po.n_devices],
+                       k + 1 < s->pipe.n_stages ? "," : "\n");
+        }
         fflush(stdout);
     } else if (!gpt_build(g, &s->cfg, seed, &s->m)) {
         return dg_graph_check(g, st);
@@ -337,6 +348,7 @@ int main(int argc, char **argv) {
     s.train_records = "";
     s.shuffle_buffer = 10000;
     s.micro_batches = 1;
+    s.pipeline_groups = 1;
     s.schedule = "1f1b";
     const flag_def flags[] = {
         {"data_dir", FLAG_STRING, &s.data_dir, "the fortune files (default " GPT_DEFAULT_DATA_DIR ")"},
@@ -370,6 +382,9 @@ int main(int argc, char **argv) {
          "with --pipeline_stages: micro-batches a global batch runs as (default 1: the naive split)"},
         {"schedule", FLAG_STRING, &s.schedule, "with --pipeline_stages: gpipe, 1f1b, interleaved or zb-h1 (default 1f1b)"},
         {"chunks", FLAG_INT, &s.chunks, "with --schedule interleaved: stages per process (default 2)"},
+        {"pipeline_groups", FLAG_INT, &s.pipeline_groups,
+         "with --pipeline_stages P: data parallelism across G pipelines of P processes each (--ps G*P-1 --workers 1), "
+         "each on its part of the batch, sharing the first group's variables (default 1)"},
         {"recompute", FLAG_BOOL, &s.recompute,
          "with --pipeline_stages: recompute each stage's activations in its backward pass instead of keeping them"},
         {"print_batch_hash", FLAG_BOOL, &s.in.print_hash,

@@ -204,15 +204,44 @@ int gpt_pipeline_stage(dg_graph *g, int stage, int mb, const dg_output *in, int 
     return dg_graph_ok(g) ? 2 : -1;
 }
 
-bool gpt_build_pipeline(dg_graph *g, const gpt_config *c, int64_t seed, const dg_pipeline_options *o,
+// The mean over the groups' pipelines of each variable's gradient (the groups read the same
+// variables, made by group 0's stages), on the variable's device, into p; frees the groups'.
+static bool average_groups(dg_graph *g, dg_pipeline *pg, int groups, dg_pipeline *p, dg_status *st) {
+    p->vars = malloc((size_t)(pg[0].n_vars + 1) * sizeof *p->vars);
+    p->grads = malloc((size_t)(pg[0].n_vars + 1) * sizeof *p->grads);
+    dg_output *terms = malloc((size_t)groups * sizeof *terms);
+    bool ok = p->vars && p->grads && terms;
+    if (!ok) dg_status_set(st, DG_RESOURCE_EXHAUSTED, "gpt pipeline groups: out of memory");
+    for (int i = 0; ok && i < pg[0].n_vars; i++) {
+        int n = 0;
+        for (int gi = 0; gi < groups; gi++)
+            for (int j = 0; j < pg[gi].n_vars; j++)
+                if (pg[gi].vars[j].node == pg[0].vars[i].node) terms[n++] = pg[gi].grads[j];
+        dg_graph_push_device(g, "");
+        dg_graph_push_device(g, dg_node_requested_device(pg[0].vars[i].node));
+        p->vars[i] = pg[0].vars[i];
+        p->grads[i] = dg_mul(g, NULL, dg_add_n(g, NULL, terms, n), dg_scalar(g, NULL, DG_FLOAT32, 1.0 / groups));
+        dg_graph_pop_device(g);
+        dg_graph_pop_device(g);
+    }
+    if (ok) {
+        p->n_vars = pg[0].n_vars;
+        p->n_stages = pg[0].n_stages;
+    }
+    free(terms);
+    for (int gi = 0; gi < groups; gi++) dg_pipeline_free(&pg[gi]);
+    return ok && dg_graph_check(g, st);
+}
+
+bool gpt_build_pipeline(dg_graph *g, const gpt_config *c, int64_t seed, const dg_pipeline_options *o, int groups,
                         gpt_pipeline_arg *arg, gpt_model *m, dg_pipeline *p, dg_status *st) {
     memset(m, 0, sizeof *m);
     memset(p, 0, sizeof *p);
     if (!check_config(g, c)) return dg_graph_check(g, st);
     const int S = o->n_devices * (o->chunks > 0 ? o->chunks : 1);
-    if (c->wte_parts > 1 || S < 1 || S > c->n_layer) {
+    if (c->wte_parts > 1 || S < 1 || S > c->n_layer || groups < 1 || groups > 16) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "gpt pipeline: %d stages of %lld blocks (at least one block a stage), "
-                       "and the token embedding in one part", S, (long long)c->n_layer);
+                       "1 to 16 groups, and the token embedding in one part", S, (long long)c->n_layer);
         return false;
     }
     const int64_t T = c->block_size;
@@ -224,8 +253,38 @@ bool gpt_build_pipeline(dg_graph *g, const gpt_config *c, int64_t seed, const dg
     po.stage_fn = gpt_pipeline_stage;
     po.arg = arg;
     dg_output batch[2] = {m->idx, m->targets};
-    if (!dg_pipeline_build(g, &po, batch, 2, p, st)) return false;
-    m->loss = p->loss;
+    if (groups == 1) {
+        if (!dg_pipeline_build(g, &po, batch, 2, p, st)) return false;
+        m->loss = p->loss;
+    } else {
+        // Data parallelism across groups: group i gets the i-th part of the batch and its own
+        // devices (o->devices holds every group's, group by group); the groups share group 0's
+        // variables, and their gradients are averaged where each variable lives.
+        dg_output idx[16], tgt[16], losses[16];
+        dg_pipeline pg[16];
+        memset(pg, 0, sizeof pg);
+        dg_split(g, "group_idx", m->idx, 0, groups, idx);
+        dg_split(g, "group_targets", m->targets, 0, groups, tgt);
+        bool ok = dg_graph_check(g, st);
+        for (int gi = 0; ok && gi < groups; gi++) {
+            char name[32];
+            snprintf(name, sizeof name, gi == 0 ? "pipeline" : "pipeline_g%d", gi);
+            po.name = name;
+            po.devices = o->devices + (size_t)gi * (size_t)o->n_devices;
+            dg_output b[2] = {idx[gi], tgt[gi]};
+            ok = dg_pipeline_build(g, &po, b, 2, &pg[gi], st);
+            losses[gi] = pg[gi].loss;
+        }
+        if (!ok) {
+            for (int gi = 0; gi < groups; gi++) dg_pipeline_free(&pg[gi]);
+            return false;
+        }
+        m->loss = dg_mul(g, "loss", dg_add_n(g, NULL, losses, groups), dg_scalar(g, NULL, DG_FLOAT32, 1.0 / groups));
+        if (!average_groups(g, pg, groups, p, st)) {
+            dg_pipeline_free(p);
+            return false;
+        }
+    }
     m->global_step = dg_global_step(g);
     return dg_graph_check(g, st);
 }

@@ -62,8 +62,10 @@ int gpt_pipeline_stage(dg_graph *g, int stage, int mb, const dg_output *in, int 
 // schedule; the stage function is gpt_pipeline_stage over *arg, which must outlive the build):
 // m->loss is the pipeline's mean loss, m->logits stays null; *p gets the variables and their
 // accumulated gradients. Every stage needs at least one block; the token embedding is one
-// variable. false with st set.
-bool gpt_build_pipeline(dg_graph *g, const gpt_config *c, int64_t seed, const dg_pipeline_options *o,
+// variable. groups > 1: data parallelism across that many pipelines, o->devices holding each
+// group's devices in turn (groups x n_devices): group i trains on the i-th part of the batch
+// with group 0's variables, and p's gradients are the groups' mean. false with st set.
+bool gpt_build_pipeline(dg_graph *g, const gpt_config *c, int64_t seed, const dg_pipeline_options *o, int groups,
                         gpt_pipeline_arg *arg, gpt_model *m, dg_pipeline *p, dg_status *st);
 
 // The decoder for sampling (gpt_sample): one new position at a time with a key/value cache

@@ -3,7 +3,8 @@
 # stage 0 and the client, the ps stage 1), trained on the same batches as the same model in one
 # process. 500 steps of 1F1B with 4 micro-batches: every step's loss and the validation loss
 # within 1e-4 of the one process's; 40 steps of each other schedule (GPipe, interleaved with 2 chunks,
-# ZB-H1) and of 1F1B with recomputation: every step's loss within 1e-4. Then the stage process is
+# ZB-H1), of 1F1B with recomputation, and of two pipeline groups (data parallelism across 2
+# pipelines of 2 stages, 4 processes): every step's loss within 1e-4. Then the stage process is
 # killed mid-training: the client's step fails within 60 s naming the task of stage 1 (its
 # first line says which task runs which stage), and nothing hangs.
 source "$(dirname "$0")/common.bash"
@@ -68,6 +69,31 @@ for run in "gpipe --micro_batches 4 --schedule gpipe" "interleaved --micro_batch
         END { printf "%s: 40 steps, every loss within %.1e of the one process'"'"'s\n", n, m; exit bad }' ||
         fail "$name: the losses differ from the one process's"
 done
+
+# Data parallelism across two pipelines of two stages (4 processes, each group half the batch,
+# sharing the first group's variables): the same losses as one process.
+read -r PW P1 P2 P3 <<< "$(free_ports 4)"
+args=(--worker_hosts "127.0.0.1:$PW" --ps_hosts "127.0.0.1:$P1,127.0.0.1:$P2,127.0.0.1:$P3" --pipeline_stages 2
+      --pipeline_groups 2 --micro_batches 2 --train_steps 40 "${COMMON[@]}")
+gps=()
+for t in 0 1 2; do
+    "$BIN/gpt_replica" "${args[@]}" --job_name ps --task_index "$t" > "$TMP/groups.ps$t" 2>&1 &
+    gps+=($!)
+    PIDS+=($!)
+done
+"$BIN/gpt_replica" "${args[@]}" --job_name worker --task_index 0 > "$TMP/groups" 2>&1 & GW=$!
+PIDS+=($GW)
+wait_ok $((SECONDS + 300)) "the client of two pipeline groups" "$GW" "$TMP/groups"
+kill "${gps[@]}" 2>/dev/null || true
+grep -q "Pipeline group 1 of 2: .*stage 0 on /job:ps/task:1, stage 1 on /job:ps/task:2" "$TMP/groups" ||
+    fail "the second group's stages are not on ps tasks 1 and 2"
+losses "$TMP/groups" > "$TMP/groups.losses"
+[ "$(wc -l < "$TMP/groups.losses")" -eq 40 ] || { tail "$TMP/groups"; fail "groups: expected 40 loss lines"; }
+head -40 "$TMP/one.losses" | paste - "$TMP/groups.losses" | awk '
+    { d = $2 - $4; if (d < 0) d = -d; if (!(d <= 1e-4)) { print "groups step " $1 ": " $2 " vs " $4; bad = 1 }
+      if (d > m) m = d }
+    END { printf "2 groups of 2 stages: 40 steps, every loss within %.1e of the one process'"'"'s\n", m; exit bad }' ||
+    fail "two pipeline groups: the losses differ from the one process's"
 
 # A stage killed mid-step: the client fails within 60 s naming stage 1's task, nothing hangs.
 read -r PW PP <<< "$(free_ports 2)"
