@@ -44,6 +44,8 @@ typedef struct gpt_state {
     const char *train_records;   // --train_records ("": windows drawn from the text in memory)
     int64_t pipeline_stages, micro_batches, chunks;   // --pipeline_stages 0: no pipeline
     int64_t pipeline_groups;                          // data parallelism across pipelines
+    int64_t tensor_parallel;                          // 0: off; N: the blocks split over N devices
+    const char *tp_device_type;
     const char *schedule;
     bool recompute;
     dg_pipeline pipe;
@@ -76,6 +78,12 @@ static bool check_flags(void *state, int64_t batch_size) {
         !dg_pipeline_schedule_parse(s->schedule, &sch)) {
         fprintf(stderr, "gpt_replica: --pipeline_stages in 0..64, --pipeline_groups in 1..16 (at most 64 processes in "
                         "all), --micro_batches >= 1, --chunks >= 0, --schedule one of gpipe, 1f1b, interleaved, zb-h1\n");
+        return false;
+    }
+    if (s->tensor_parallel < 0 || s->tensor_parallel > 64 || (s->tensor_parallel > 0 && s->pipeline_stages > 0) ||
+        (strcmp(s->tp_device_type, "CPU") != 0 && strcmp(s->tp_device_type, "GPU") != 0)) {
+        fprintf(stderr, "gpt_replica: --tensor_parallel in 0..64, not with --pipeline_stages; --tp_device_type CPU or "
+                        "GPU\n");
         return false;
     }
     int64_t per = s->micro_batches * s->pipeline_groups;
@@ -151,6 +159,17 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
                 printf(" stage %d on %s%s", k, dev[gi * po.n_devices + k % po.n_devices],
                        k + 1 < s->pipe.n_stages ? "," : "\n");
         }
+        fflush(stdout);
+    } else if (s->tensor_parallel > 0) {
+        // The worker's devices: /device:CPU:0 .. N-1 (--virtual_cpus N-1) or its GPUs.
+        for (int r = 0; r < s->tensor_parallel; r++) {
+            snprintf(devs[r], sizeof devs[r], "/job:worker/task:0/device:%s:%d", s->tp_device_type, r);
+            dev[r] = devs[r];
+        }
+        if (!gpt_build_tensor_parallel(g, &s->cfg, seed, dev, (int)s->tensor_parallel, &s->m))
+            return dg_graph_check(g, st);
+        printf("Tensor parallel over %lld devices:", (long long)s->tensor_parallel);
+        for (int r = 0; r < s->tensor_parallel; r++) printf(" %s%s", dev[r], r + 1 < s->tensor_parallel ? "," : "\n");
         fflush(stdout);
     } else if (!gpt_build(g, &s->cfg, seed, &s->m)) {
         return dg_graph_check(g, st);
@@ -349,6 +368,7 @@ int main(int argc, char **argv) {
     s.shuffle_buffer = 10000;
     s.micro_batches = 1;
     s.pipeline_groups = 1;
+    s.tp_device_type = "CPU";
     s.schedule = "1f1b";
     const flag_def flags[] = {
         {"data_dir", FLAG_STRING, &s.data_dir, "the fortune files (default " GPT_DEFAULT_DATA_DIR ")"},
@@ -387,6 +407,10 @@ int main(int argc, char **argv) {
          "each on its part of the batch, sharing the first group's variables (default 1)"},
         {"recompute", FLAG_BOOL, &s.recompute,
          "with --pipeline_stages: recompute each stage's activations in its backward pass instead of keeping them"},
+        {"tensor_parallel", FLAG_INT, &s.tensor_parallel,
+         "split each block's matrices over N devices of the worker (attention by heads, the MLP by hidden units; "
+         "CPU devices need --virtual_cpus N-1; default 0: not split)"},
+        {"tp_device_type", FLAG_STRING, &s.tp_device_type, "with --tensor_parallel: CPU (default) or GPU"},
         {"print_batch_hash", FLAG_BOOL, &s.in.print_hash,
          "with --train_records: print a hash of each training batch (to compare the batches of two runs)"},
     };

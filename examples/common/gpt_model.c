@@ -11,6 +11,7 @@
 
 #include "distgraph/embedding.h"
 #include "distgraph/partitioned.h"
+#include "distgraph/tensor_parallel.h"
 #include "mlp_model.h"   // model_training_value
 
 gpt_config gpt_config_cpu(void) { return (gpt_config){256, 4, 4, 128, 64, 0.0, 0}; }
@@ -175,6 +176,72 @@ bool gpt_build(dg_graph *g, const gpt_config *c, int64_t seed, gpt_model *m) {
     if (!dg_graph_ok(g)) return false;
     for (int64_t l = 0; l < c->n_layer; l++) x = block(g, c, l, x, m->training, seed);
     m->loss = head(g, c, seed, x, m->targets, &m->logits);
+    m->global_step = dg_global_step(g);
+    return dg_graph_ok(g);
+}
+
+bool gpt_build_tensor_parallel(dg_graph *g, const gpt_config *c, int64_t seed, const char *const *devices, int n,
+                               gpt_model *m) {
+    memset(m, 0, sizeof *m);
+    if (!check_config(g, c)) return false;
+    if (n < 1 || n > 64 || c->n_head % n != 0 || c->dropout != 0 || c->wte_parts > 1) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "gpt tensor parallel: %d devices must divide the %lld heads; no "
+                           "dropout (the copies would drop different units); the token embedding in one part",
+                           n, (long long)c->n_head);
+        return false;
+    }
+    const int64_t T = c->block_size, C = c->n_embd;
+    const double std = 0.02, proj_std = proj_stddev(c);
+    m->idx = dg_placeholder(g, "idx", DG_INT32, dg_shape2(-1, T));
+    m->targets = dg_placeholder(g, "targets", DG_INT32, dg_shape2(-1, T));
+    m->training = dg_placeholder(g, "training", DG_BOOL, dg_shape_scalar());
+    dg_tp_group grp = {devices, n};
+    dg_output xs[64], h[64], y[64];
+    // The embeddings and the head on the first device; the blocks' matrices split over all of
+    // them, the layer norms and residuals computed on each (the same values everywhere).
+    dg_graph_push_device(g, "");
+    dg_graph_push_device(g, devices[0]);
+    dg_output x = embed(g, c, seed, m->idx, m->training);
+    dg_graph_pop_device(g);
+    dg_graph_pop_device(g);
+    for (int r = 0; r < n; r++) xs[r] = x;
+    for (int64_t l = 0; l < c->n_layer && dg_graph_ok(g); l++) {
+        char layer[32];
+        snprintf(layer, sizeof layer, "h%lld", (long long)l);
+        int64_t s = seed + 10 * (l + 1);
+        for (int r = 0; r < n; r++) {
+            dg_graph_push_device(g, "");
+            dg_graph_push_device(g, devices[r]);
+            h[r] = layer_norm(g, layer, "ln_1", xs[r], C);
+            dg_graph_pop_device(g);
+            dg_graph_pop_device(g);
+        }
+        dg_tp_attention(g, layer, &grp, h, T, C, c->n_head, true, dg_init_random_normal(0, std, s),
+                        dg_init_random_normal(0, proj_std, s + 1), y);
+        for (int r = 0; r < n && dg_graph_ok(g); r++) {
+            dg_graph_push_device(g, "");
+            dg_graph_push_device(g, devices[r]);
+            xs[r] = dg_add(g, NULL, xs[r], y[r]);
+            h[r] = layer_norm(g, layer, "ln_2", xs[r], C);
+            dg_graph_pop_device(g);
+            dg_graph_pop_device(g);
+        }
+        dg_tp_mlp(g, layer, &grp, h, C, 4 * C, dg_init_random_normal(0, std, s + 3),
+                  dg_init_random_normal(0, proj_std, s + 4), y);
+        for (int r = 0; r < n && dg_graph_ok(g); r++) {
+            dg_graph_push_device(g, "");
+            dg_graph_push_device(g, devices[r]);
+            xs[r] = dg_add(g, NULL, xs[r], y[r]);
+            dg_graph_pop_device(g);
+            dg_graph_pop_device(g);
+        }
+    }
+    if (!dg_graph_ok(g)) return false;
+    dg_graph_push_device(g, "");
+    dg_graph_push_device(g, devices[0]);
+    m->loss = head(g, c, seed, xs[0], m->targets, &m->logits);
+    dg_graph_pop_device(g);
+    dg_graph_pop_device(g);
     m->global_step = dg_global_step(g);
     return dg_graph_ok(g);
 }

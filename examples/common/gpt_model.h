@@ -68,6 +68,15 @@ int gpt_pipeline_stage(dg_graph *g, int stage, int mb, const dg_output *in, int 
 bool gpt_build_pipeline(dg_graph *g, const gpt_config *c, int64_t seed, const dg_pipeline_options *o, int groups,
                         gpt_pipeline_arg *arg, gpt_model *m, dg_pipeline *p, dg_status *st);
 
+// The network with each block's matrices split over n devices of one task
+// (distgraph/tensor_parallel.h): attention by heads, the MLP by hidden units, a LocalAllReduce
+// after each (two a block forward, two backward); the embeddings and the head on devices[0], the
+// layer norms and residuals on every device. Shards are "h<l>/attn/kernel/part_<r>" and the like
+// (checkpoints are not the unsplit model's); with n = 1 the single shard is drawn as gpt_build
+// draws the whole matrix. No dropout. Returns dg_graph_ok(g).
+bool gpt_build_tensor_parallel(dg_graph *g, const gpt_config *c, int64_t seed, const char *const *devices, int n,
+                               gpt_model *m);
+
 // The decoder for sampling (gpt_sample): one new position at a time with a key/value cache
 // kept by the caller. Feeds: the token and its position (int32 [1]) and, per layer, the cached
 // keys and values of the positions before it (float32 [1, n_head, P, n_embd / n_head], P >= 0);

@@ -124,6 +124,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     const char *mixed_precision = "off";
     int64_t trace_step = 0, force_overflow_at = 0, force_overflow_steps = 3;
     int64_t slurm_port_base = DG_SLURM_DEFAULT_PORT_BASE;
+    int64_t virtual_cpus = 0;
     int64_t replicas_to_aggregate = 0, num_gpus = 0, sync_timeout_ms = 60000, wait_for_tasks_ms = 0;
     int64_t elastic_min_workers = 0, elastic_commit_steps = 10, elastic_barrier_ms = 10000, sync_live_probe_ms = 0;
     bool elastic = false, elastic_lr_scaling = false;
@@ -191,6 +192,8 @@ int replica_main(int argc, char **argv, const replica_model *p) {
          "elastic: how long members wait for each other at a commit before leaving out those missing "
          "(default 10000)"},
         {"num_gpus", FLAG_INT, &num_gpus, "GPUs per worker machine: worker i computes on GPU i % num_gpus (default 0)"},
+        {"virtual_cpus", FLAG_INT, &virtual_cpus,
+         "extra CPU devices of this task, /device:CPU:1 .. N (gpt_replica --tensor_parallel's shards; default 0)"},
         {"wait_for_tasks_ms", FLAG_INT, &wait_for_tasks_ms,
          "how long to wait for tasks (ps, workers) not up yet, logging every 5 s (default 0: no limit)"},
         {"existing_servers", FLAG_BOOL, &existing_servers,
@@ -291,6 +294,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     dg_server_options so = dg_server_options_default();
     so.quiet = quiet;
     so.rpc_timeout_ms = rpc_timeout_ms;
+    so.n_virtual_cpus = virtual_cpus >= 0 && virtual_cpus <= 64 ? (int)virtual_cpus : -1;   // refused below
     if (sync_replicas) {
         // A worker's step waits on the ps for its token (up to twice the take's deadline) inside
         // a remote call (the wait holds no thread of the ps).

@@ -35,6 +35,9 @@ typedef struct dg_server_options {
     const char *key_dir;
     bool quiet;                    // no log lines
     int service_threads;           // threads running registered graphs (default 4)
+    // Extra CPU devices of the task (/device:CPU:1 ... n), as dg_session_options' for a local
+    // session: the shards of tensor-parallel layers, say, on one host's cores (0 to 64; default 0).
+    int n_virtual_cpus;
     // After each message the server's I/O thread, and a thread waiting for an answer to a
     // synchronous call, poll for this many microseconds more (yielding the CPU in between)
     // before they sleep. Where waking a sleeping thread is slow (virtual machines) this halves

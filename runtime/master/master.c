@@ -245,7 +245,8 @@ static bool all_fed(const dg_output *feeds, int n_feeds, dg_node *n) {
 }
 
 // Nodes needed for the fetches and targets, stopping at fed outputs (and at control inputs
-// whose outputs are all fed).
+// whose outputs are all fed). A LocalAllReduce member brings its whole group: each member waits
+// for every other's input, so a step that ran one alone would never finish.
 static dg_node **prune(dg_graph *g, const dg_output *feeds, int n_feeds, const dg_output *fetches,
                        int n_fetches, dg_node *const *targets, int n_targets, int *n_out) {
     int n_nodes = dg_graph_num_nodes(g);
@@ -264,8 +265,27 @@ static dg_node **prune(dg_graph *g, const dg_output *feeds, int n_feeds, const d
             seen[targets[i]->id] = 1;
             stack[top++] = targets[i];
         }
+    int *groups = NULL, n_groups = -1;   // the LocalAllReduce nodes, found when one is met
     while (top > 0) {
         dg_node *n = stack[--top];
+        if (strcmp(n->op->name, "LocalAllReduce") == 0) {
+            if (n_groups < 0) {
+                groups = malloc(((size_t)n_nodes + 1) * sizeof *groups);
+                if (!groups) abort();
+                n_groups = 0;
+                for (int i = 0; i < n_nodes; i++)
+                    if (strcmp(dg_graph_node(g, i)->op->name, "LocalAllReduce") == 0) groups[n_groups++] = i;
+            }
+            const char *mine = dg_node_attr_string(n, "shared_name");
+            for (int i = 0; i < n_groups && mine; i++) {
+                dg_node *m = dg_graph_node(g, groups[i]);
+                const char *theirs = dg_node_attr_string(m, "shared_name");
+                if (!seen[m->id] && theirs && strcmp(theirs, mine) == 0) {
+                    seen[m->id] = 1;
+                    stack[top++] = m;
+                }
+            }
+        }
         for (int k = 0; k < n->n_inputs; k++) {
             dg_output in = n->inputs[k];
             if (is_fed(feeds, n_feeds, in.node, in.index) || seen[in.node->id]) continue;
@@ -282,6 +302,7 @@ static dg_node **prune(dg_graph *g, const dg_output *feeds, int n_feeds, const d
     for (int i = 0; i < n_nodes; i++)
         if (seen[i]) stack[k++] = dg_graph_node(g, i);
     free(seen);
+    free(groups);
     *n_out = k;
     return stack;
 }

@@ -730,7 +730,8 @@ void rt_server_add_devices(dg_server *s, rt_header *h) {
 }
 
 char **rt_task_device_list(const rt_task_env *env, int *n) {
-    char **list = exec_local_device_names(env->task_name, 0, n);
+    int virt = env->options ? env->options->n_virtual_cpus : 0;
+    char **list = exec_local_device_names(env->task_name, virt > 0 && virt <= 64 ? virt : 0, n);
     if (!list) abort();
     return list;
 }
@@ -1037,6 +1038,11 @@ dg_server *rt_server_new(const dg_cluster *c, const char *job, int task, const d
     pthread_once(&malloc_once, tune_malloc);
     if (s->opts.rpc_timeout_ms <= 0) s->opts.rpc_timeout_ms = 30000;
     if (s->opts.service_threads <= 0) s->opts.service_threads = 4;
+    if (s->opts.n_virtual_cpus < 0 || s->opts.n_virtual_cpus > 64) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "server: n_virtual_cpus must be in 0..64, got %d", s->opts.n_virtual_cpus);
+        free(s);
+        return NULL;
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->out_mu, NULL);
     pthread_cond_init(&s->cv, NULL);

@@ -4,7 +4,8 @@
 # process. 500 steps of 1F1B with 4 micro-batches: every step's loss and the validation loss
 # within 1e-4 of the one process's; 40 steps of each other schedule (GPipe, interleaved with 2 chunks,
 # ZB-H1), of 1F1B with recomputation, and of two pipeline groups (data parallelism across 2
-# pipelines of 2 stages, 4 processes): every step's loss within 1e-4. Then the stage process is
+# pipelines of 2 stages, 4 processes): every step's loss within 1e-4. Tensor parallelism 1 way
+# gives the same losses, 2 ways over a virtual CPU losses within 0.2. Then the stage process is
 # killed mid-training: the client's step fails within 60 s naming the task of stage 1 (its
 # first line says which task runs which stage), and nothing hangs.
 source "$(dirname "$0")/common.bash"
@@ -94,6 +95,28 @@ head -40 "$TMP/one.losses" | paste - "$TMP/groups.losses" | awk '
       if (d > m) m = d }
     END { printf "2 groups of 2 stages: 40 steps, every loss within %.1e of the one process'"'"'s\n", m; exit bad }' ||
     fail "two pipeline groups: the losses differ from the one process's"
+
+# Tensor parallelism in one process: --tensor_parallel 1 draws the one shard as the unsplit
+# model draws the matrix (the same losses); 2 ways over a virtual CPU trains as well (other
+# shards, other draws: close, not equal).
+for tp in 1 2; do
+    read -r PT <<< "$(free_ports 1)"
+    "$BIN/gpt_replica" --worker_hosts "127.0.0.1:$PT" --job_name worker --task_index 0 --train_steps 40 "${COMMON[@]}" \
+        --tensor_parallel "$tp" --virtual_cpus $((tp - 1)) > "$TMP/tp$tp" 2>&1 & TPW=$!
+    PIDS+=($TPW)
+    wait_ok $((SECONDS + 300)) "gpt_replica --tensor_parallel $tp" "$TPW" "$TMP/tp$tp"
+    losses "$TMP/tp$tp" > "$TMP/tp$tp.losses"
+    [ "$(wc -l < "$TMP/tp$tp.losses")" -eq 40 ] || { tail "$TMP/tp$tp"; fail "tensor parallel $tp: expected 40 loss lines"; }
+    check_number "tensor parallel $tp: the validation loss" "$(val "$TMP/tp$tp")"
+done
+grep -q "Tensor parallel over 2 devices: /job:worker/task:0/device:CPU:0, /job:worker/task:0/device:CPU:1" "$TMP/tp2" ||
+    fail "tensor parallel 2: not on the worker's two CPU devices"
+head -40 "$TMP/one.losses" | paste - "$TMP/tp1.losses" "$TMP/tp2.losses" | awk '
+    { d = $2 - $4; if (d < 0) d = -d; if (!(d <= 1e-4)) { print "tp 1 step " $1 ": " $2 " vs " $4; bad = 1 }
+      e = $2 - $6; if (e < 0) e = -e; if (!(e <= 0.2)) { print "tp 2 step " $1 ": " $2 " vs " $6; bad = 1 }
+      if (e > m) m = e }
+    END { printf "tensor parallel: 1 way as the unsplit model, 2 ways within %.3f of it over 40 steps\n", m; exit bad }' ||
+    fail "tensor parallelism: the losses differ from the unsplit model's"
 
 # A stage killed mid-step: the client fails within 60 s naming stage 1's task, nothing hangs.
 read -r PW PP <<< "$(free_ports 2)"

@@ -187,6 +187,38 @@ static void test_one_way_is_the_plain_block(void **state) {
     check_block(1);
 }
 
+// A step that fetches one device's output of a row-parallel layer runs the whole
+// LocalAllReduce group (each member waits for the others): it finishes, with the sum.
+static void test_one_copy_fetched_runs_the_group(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_status *st = dg_status_new();
+    const char *devs[2] = {"/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"};
+    dg_tp_group grp = {devs, 2};
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(2, 4)), xs[2], ys[2];
+    dg_split(g, NULL, x, 1, 2, xs);
+    assert_true(dg_tp_row_linear(g, "row", &grp, xs, 4, 3, dg_init_ones(), ys));
+    dg_node *init = dg_global_variables_initializer(g);
+    dg_session *s = dg_test_local_session(g, 2, 0, st);
+    assert_true(dg_session_run(s, NULL, NULL, 0, NULL, NULL, 0, &init, 1, st));
+    dg_tensor *xv = dg_tensor_new(DG_FLOAT32, dg_shape2(2, 4), st), *got = NULL;
+    float *xp = dg_tensor_data(xv);
+    for (int i = 0; i < 8; i++) xp[i] = (float)(i + 1);
+    assert_true(dg_session_run(s, &x, &xv, 1, &ys[1], &got, 1, NULL, 0, st));
+    assert_ok(st);
+    const float *y = dg_tensor_data(got);
+    // Ones for the weights, zero bias: each output is its row's sum.
+    for (int j = 0; j < 3; j++) {
+        assert_true(dg_test_is_close(y[j], 10, 0, 1e-6));
+        assert_true(dg_test_is_close(y[3 + j], 26, 0, 1e-6));
+    }
+    dg_tensor_free(&got);
+    dg_tensor_free(&xv);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
 static void test_bad_splits_are_named(void **state) {
     (void)state;
     dg_graph *g = dg_graph_new();
@@ -214,6 +246,7 @@ int main(void) {
         cmocka_unit_test(test_one_way_is_the_plain_block),
         cmocka_unit_test(test_block_two_ways_equals_unsplit),
         cmocka_unit_test(test_block_four_ways_equals_unsplit),
+        cmocka_unit_test(test_one_copy_fetched_runs_the_group),
         cmocka_unit_test(test_bad_splits_are_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
