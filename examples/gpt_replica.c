@@ -39,6 +39,8 @@ typedef struct gpt_state {
     gpt_config cfg;
     gpt_text text;
     gpt_model m;
+    gpt_model eval;              // with a pipeline: the plain forward pass, for the validation loss
+    bool has_eval;
     int32_t *x, *y;
     dg_tensor *xt, *yt, *on;
     const char *train_records;   // --train_records ("": windows drawn from the text in memory)
@@ -150,6 +152,11 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
         po.recompute = s->recompute;
         if (!gpt_build_pipeline(g, &s->cfg, seed, &po, (int)s->pipeline_groups, &s->pipe_arg, &s->m, &s->pipe, st))
             return false;
+        // The validation loss through the plain forward pass over the same variables (on the
+        // worker, reading each stage's): the pipeline's loss alone would also run the backward
+        // pieces its schedule orders before later forwards.
+        if (!gpt_build(g, &s->cfg, seed, &s->eval)) return dg_graph_check(g, st);
+        s->has_eval = true;
         // Which task runs which stage: an error names the task.
         for (int gi = 0; gi < s->pipeline_groups; gi++) {
             if (s->pipeline_groups > 1) printf("Pipeline group %d of %lld: ", gi, (long long)s->pipeline_groups);
@@ -287,7 +294,7 @@ static int next_batch(void *state, dg_output *feeds, dg_tensor **vals, int cap, 
 static bool evaluate(void *state, dg_session *sess, int64_t task, int64_t global_step, dg_status *st) {
     gpt_state *s = state;
     double loss;
-    if (!gpt_validation_loss(sess, &s->m, &s->text, s->eval_windows, s->batch, s->cfg.block_size, &loss, st))
+    if (!gpt_validation_loss(sess, s->has_eval ? &s->eval : &s->m, &s->text, s->eval_windows, s->batch, s->cfg.block_size, &loss, st))
         return false;
     printf("After %lld training step(s), validation loss = %.6f (worker %lld, %lld windows of %lld bytes)\n",
            (long long)global_step, loss, (long long)task, (long long)s->eval_windows, (long long)s->cfg.block_size);
