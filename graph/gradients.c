@@ -455,31 +455,6 @@ static void pop_beside(dg_graph *g, const dg_node *nd, bool colocate) {
     dg_graph_pop_device(g);
 }
 
-// Links the LocalAllReduce nodes of each group (one "shared_name") in a ring: next[id] is the
-// group's next member, -1 for every other node.
-static void link_groups(dg_graph *g, int n_nodes, int *next) {
-    int *ids = malloc(((size_t)n_nodes + 1) * sizeof *ids), n = 0;
-    if (!ids) abort();
-    for (int id = 0; id < n_nodes; id++) {
-        next[id] = -1;
-        if (strcmp(dg_graph_node(g, id)->op->name, "LocalAllReduce") == 0) ids[n++] = id;
-    }
-    for (int i = 0; i < n; i++) {
-        if (next[ids[i]] >= 0) continue;
-        const char *si = dg_node_attr_string(dg_graph_node(g, ids[i]), "shared_name");
-        int prev = ids[i];
-        for (int j = i + 1; j < n && si; j++) {
-            const char *sj = dg_node_attr_string(dg_graph_node(g, ids[j]), "shared_name");
-            if (sj && strcmp(si, sj) == 0) {
-                next[prev] = ids[j];
-                prev = ids[j];
-            }
-        }
-        next[prev] = ids[i];
-    }
-    free(ids);
-}
-
 // The gradient of a LocalAllReduce group (every member outputs the sum, or mean, of every
 // member's input): each input's gradient is the same reduction of every member's output
 // gradient, one LocalAllReduce group on the members' devices (a member no gradient reaches
@@ -487,13 +462,12 @@ static void link_groups(dg_graph *g, int n_nodes, int *next) {
 // than every member, so their gradients are complete); group_dx[member id] keeps the answers,
 // and each member's contributions are replaced by their sum, so it is not built twice.
 static bool local_all_reduce_grad(dg_graph *g, dg_node *nd, contrib **grads, dg_output *group_dx,
-                                  const unsigned char *mark, int n_nodes) {
+                                  const unsigned char *mark, const int *ring) {
     if (group_dx[nd->id].node) return true;
-    const char *shared = dg_node_attr_string(nd, "shared_name");
     int64_t size = 0;
     dg_node_attr_int(nd, "num_devices", &size);
     const char *red = dg_node_attr_string(nd, "reduction");
-    if (!shared || size < 1 || size > 4096) {
+    if (ring[nd->id] < 0 || size < 1 || size > 4096) {
         graph_node_error(g, nd, DG_INTERNAL, "a LocalAllReduce without its group");
         return false;
     }
@@ -501,15 +475,13 @@ static bool local_all_reduce_grad(dg_graph *g, dg_node *nd, contrib **grads, dg_
     dg_output *dys = calloc((size_t)size, sizeof *dys), *outs = calloc((size_t)size, sizeof *outs);
     const char **devs = calloc((size_t)size, sizeof *devs);
     if (!members || !dys || !outs || !devs) abort();
-    for (int id = 0; id < n_nodes; id++) {
+    int id = nd->id;
+    do {
         dg_node *m = dg_graph_node(g, id);
-        const char *ms;
         int64_t rank;
-        if (strcmp(m->op->name, "LocalAllReduce") != 0 || !(ms = dg_node_attr_string(m, "shared_name")) ||
-            strcmp(ms, shared) != 0 || !dg_node_attr_int(m, "rank", &rank) || rank < 0 || rank >= size)
-            continue;
-        members[rank] = m;
-    }
+        if (dg_node_attr_int(m, "rank", &rank) && rank >= 0 && rank < size) members[rank] = m;
+        id = ring[id];
+    } while (id != nd->id);
     bool ok = true;
     for (int64_t r = 0; r < size && ok; r++) {
         dg_node *m = members[r];
@@ -594,7 +566,7 @@ bool dg_gradients_ex(dg_graph *g, const dg_output *ys, int n_ys, const dg_output
     // every member's output depends on every member's input.
     int *lar_next = malloc(((size_t)n_nodes + 1) * sizeof *lar_next);
     if (!lar_next) abort();
-    link_groups(g, n_nodes, lar_next);
+    graph_local_all_reduce_rings(g, n_nodes, lar_next);
     for (int id = lo; id < n_nodes; id++) {
         dg_node *nd = dg_graph_node(g, id);
         if (mark[id] & 1) continue;
@@ -622,7 +594,6 @@ bool dg_gradients_ex(dg_graph *g, const dg_output *ys, int n_ys, const dg_output
                 for (int k = 0; k < mn->n_inputs; k++) mark[mn->inputs[k].node->id] |= 2;
             }
     }
-    free(lar_next);
 
     bool ok = true;
     dg_graph_push_name_scope(g, "gradients");
@@ -665,7 +636,7 @@ bool dg_gradients_ex(dg_graph *g, const dg_output *ys, int n_ys, const dg_output
                 has_float_input = true;
         bool group = strcmp(nd->op->name, "LocalAllReduce") == 0;
         if (any && group) {
-            ok = local_all_reduce_grad(g, nd, grads, group_dx, mark, n_nodes);
+            ok = local_all_reduce_grad(g, nd, grads, group_dx, mark, lar_next);
         } else if (any && has_float_input) {
             if (!nd->op->grad) {
                 if (!nd->op->no_gradient)
@@ -704,6 +675,7 @@ bool dg_gradients_ex(dg_graph *g, const dg_output *ys, int n_ys, const dg_output
     }
     free(grads);
     free(group_dx);
+    free(lar_next);
     free(mark);
     return ok && dg_graph_ok(g);
 }

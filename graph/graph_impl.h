@@ -90,6 +90,10 @@ int graph_collective_op_defs(const graph_op_def **defs);   // op_defs_collective
 // output; mean: the mean, else the sum. false with the graph's error set. op_defs_collective.c
 bool graph_local_all_reduce(dg_graph *g, const char *name, const dg_output *xs, const char *const *devices, int n,
                             bool mean, dg_output *out);
+// Links the LocalAllReduce nodes among the first n_nodes of g by group (one "shared_name") in
+// rings: next[id] is the group's next member (itself when alone), -1 for every other node.
+// next holds n_nodes entries. op_defs_collective.c
+void graph_local_all_reduce_rings(dg_graph *g, int n_nodes, int *next);
 int graph_sync_op_defs(const graph_op_def **defs);         // op_defs_sync.c
 int graph_nn_op_defs(const graph_op_def **defs);           // op_defs_nn.c
 int graph_array_op_defs(const graph_op_def **defs);        // op_defs_array.c

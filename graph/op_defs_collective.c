@@ -3,6 +3,7 @@
  * (a broadcast also takes int32/int64) give n outputs of the same dtypes and shapes. Attributes are checked here, when the node
  * is built, so a bad group is an error naming the node rather than a hang at run time. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "graph_impl.h"
@@ -130,6 +131,30 @@ bool graph_local_all_reduce(dg_graph *g, const char *name, const dg_output *xs, 
         out[r] = (dg_output){nd, 0};
     }
     return true;
+}
+
+// graph_impl.h: the LocalAllReduce groups of the first n_nodes nodes as rings.
+void graph_local_all_reduce_rings(dg_graph *g, int n_nodes, int *next) {
+    int *ids = malloc(((size_t)n_nodes + 1) * sizeof *ids), n = 0;
+    if (!ids) abort();
+    for (int id = 0; id < n_nodes; id++) {
+        next[id] = -1;
+        if (strcmp(dg_graph_node(g, id)->op->name, "LocalAllReduce") == 0) ids[n++] = id;
+    }
+    for (int i = 0; i < n; i++) {
+        if (next[ids[i]] >= 0) continue;
+        const char *si = dg_node_attr_string(dg_graph_node(g, ids[i]), "shared_name");
+        int prev = ids[i];
+        for (int j = i + 1; j < n && si; j++) {
+            const char *sj = dg_node_attr_string(dg_graph_node(g, ids[j]), "shared_name");
+            if (sj && strcmp(si, sj) == 0) {
+                next[prev] = ids[j];
+                prev = ids[j];
+            }
+        }
+        next[prev] = ids[i];
+    }
+    free(ids);
 }
 
 // Stateful: a collective is never pruned as constant or merged with another node, since

@@ -180,6 +180,17 @@ bool gpt_build(dg_graph *g, const gpt_config *c, int64_t seed, gpt_model *m) {
     return dg_graph_ok(g);
 }
 
+// Pushes device dev alone (the scopes and functions in force no longer apply); pop with off_device.
+static void on_device(dg_graph *g, const char *dev) {
+    dg_graph_push_device(g, "");
+    dg_graph_push_device(g, dev);
+}
+
+static void off_device(dg_graph *g) {
+    dg_graph_pop_device(g);
+    dg_graph_pop_device(g);
+}
+
 bool gpt_build_tensor_parallel(dg_graph *g, const gpt_config *c, int64_t seed, const char *const *devices, int n,
                                gpt_model *m) {
     memset(m, 0, sizeof *m);
@@ -199,49 +210,39 @@ bool gpt_build_tensor_parallel(dg_graph *g, const gpt_config *c, int64_t seed, c
     dg_output xs[64], h[64], y[64];
     // The embeddings and the head on the first device; the blocks' matrices split over all of
     // them, the layer norms and residuals computed on each (the same values everywhere).
-    dg_graph_push_device(g, "");
-    dg_graph_push_device(g, devices[0]);
+    on_device(g, devices[0]);
     dg_output x = embed(g, c, seed, m->idx, m->training);
-    dg_graph_pop_device(g);
-    dg_graph_pop_device(g);
+    off_device(g);
     for (int r = 0; r < n; r++) xs[r] = x;
     for (int64_t l = 0; l < c->n_layer && dg_graph_ok(g); l++) {
         char layer[32];
         snprintf(layer, sizeof layer, "h%lld", (long long)l);
         int64_t s = seed + 10 * (l + 1);
         for (int r = 0; r < n; r++) {
-            dg_graph_push_device(g, "");
-            dg_graph_push_device(g, devices[r]);
+            on_device(g, devices[r]);
             h[r] = layer_norm(g, layer, "ln_1", xs[r], C);
-            dg_graph_pop_device(g);
-            dg_graph_pop_device(g);
+            off_device(g);
         }
         dg_tp_attention(g, layer, &grp, h, T, C, c->n_head, true, dg_init_random_normal(0, std, s),
                         dg_init_random_normal(0, proj_std, s + 1), y);
         for (int r = 0; r < n && dg_graph_ok(g); r++) {
-            dg_graph_push_device(g, "");
-            dg_graph_push_device(g, devices[r]);
+            on_device(g, devices[r]);
             xs[r] = dg_add(g, NULL, xs[r], y[r]);
             h[r] = layer_norm(g, layer, "ln_2", xs[r], C);
-            dg_graph_pop_device(g);
-            dg_graph_pop_device(g);
+            off_device(g);
         }
         dg_tp_mlp(g, layer, &grp, h, C, 4 * C, dg_init_random_normal(0, std, s + 3),
                   dg_init_random_normal(0, proj_std, s + 4), y);
         for (int r = 0; r < n && dg_graph_ok(g); r++) {
-            dg_graph_push_device(g, "");
-            dg_graph_push_device(g, devices[r]);
+            on_device(g, devices[r]);
             xs[r] = dg_add(g, NULL, xs[r], y[r]);
-            dg_graph_pop_device(g);
-            dg_graph_pop_device(g);
+            off_device(g);
         }
     }
     if (!dg_graph_ok(g)) return false;
-    dg_graph_push_device(g, "");
-    dg_graph_push_device(g, devices[0]);
+    on_device(g, devices[0]);
     m->loss = head(g, c, seed, xs[0], m->targets, &m->logits);
-    dg_graph_pop_device(g);
-    dg_graph_pop_device(g);
+    off_device(g);
     m->global_step = dg_global_step(g);
     return dg_graph_ok(g);
 }
@@ -284,12 +285,10 @@ static bool average_groups(dg_graph *g, dg_pipeline *pg, int groups, dg_pipeline
         for (int gi = 0; gi < groups; gi++)
             for (int j = 0; j < pg[gi].n_vars; j++)
                 if (pg[gi].vars[j].node == pg[0].vars[i].node) terms[n++] = pg[gi].grads[j];
-        dg_graph_push_device(g, "");
-        dg_graph_push_device(g, dg_node_requested_device(pg[0].vars[i].node));
+        on_device(g, dg_node_requested_device(pg[0].vars[i].node));
         p->vars[i] = pg[0].vars[i];
         p->grads[i] = dg_mul(g, NULL, dg_add_n(g, NULL, terms, n), dg_scalar(g, NULL, DG_FLOAT32, 1.0 / groups));
-        dg_graph_pop_device(g);
-        dg_graph_pop_device(g);
+        off_device(g);
     }
     if (ok) {
         p->n_vars = pg[0].n_vars;

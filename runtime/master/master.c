@@ -265,26 +265,19 @@ static dg_node **prune(dg_graph *g, const dg_output *feeds, int n_feeds, const d
             seen[targets[i]->id] = 1;
             stack[top++] = targets[i];
         }
-    int *groups = NULL, n_groups = -1;   // the LocalAllReduce nodes, found when one is met
+    int *ring = NULL;   // the LocalAllReduce groups (graph_local_all_reduce_rings), once one is met
     while (top > 0) {
         dg_node *n = stack[--top];
         if (strcmp(n->op->name, "LocalAllReduce") == 0) {
-            if (n_groups < 0) {
-                groups = malloc(((size_t)n_nodes + 1) * sizeof *groups);
-                if (!groups) abort();
-                n_groups = 0;
-                for (int i = 0; i < n_nodes; i++)
-                    if (strcmp(dg_graph_node(g, i)->op->name, "LocalAllReduce") == 0) groups[n_groups++] = i;
+            if (!ring) {
+                if (!(ring = malloc(((size_t)n_nodes + 1) * sizeof *ring))) abort();
+                graph_local_all_reduce_rings(g, n_nodes, ring);
             }
-            const char *mine = dg_node_attr_string(n, "shared_name");
-            for (int i = 0; i < n_groups && mine; i++) {
-                dg_node *m = dg_graph_node(g, groups[i]);
-                const char *theirs = dg_node_attr_string(m, "shared_name");
-                if (!seen[m->id] && theirs && strcmp(theirs, mine) == 0) {
-                    seen[m->id] = 1;
-                    stack[top++] = m;
+            for (int m = ring[n->id]; m >= 0 && m != n->id; m = ring[m])
+                if (!seen[m]) {
+                    seen[m] = 1;
+                    stack[top++] = dg_graph_node(g, m);
                 }
-            }
         }
         for (int k = 0; k < n->n_inputs; k++) {
             dg_output in = n->inputs[k];
@@ -302,7 +295,7 @@ static dg_node **prune(dg_graph *g, const dg_output *feeds, int n_feeds, const d
     for (int i = 0; i < n_nodes; i++)
         if (seen[i]) stack[k++] = dg_graph_node(g, i);
     free(seen);
-    free(groups);
+    free(ring);
     *n_out = k;
     return stack;
 }
