@@ -4,11 +4,15 @@
  *   multi_worker_mirrored         worker tasks, each holding the variables (all-reduce)
  *   parameter_server              ps tasks holding the variables, asynchronous workers
  *   sync_replicas                 ps tasks, every step averaging the workers' gradients
- * Prints the loss as it trains and, on the chief, the accuracy on the 10,000 test images.
+ *   ps_coordinator                ps tasks holding the variables, standing workers, one
+ *                                 coordinator process handing each step to a free worker
+ * Prints the loss as it trains and the accuracy on the 10,000 test images.
  *   build/bin/strategies --strategy mirrored
  *   build/bin/dg-launch --workers 2 -- build/bin/strategies --strategy multi_worker_mirrored
  *   build/bin/dg-launch --ps 1 --workers 2 -- build/bin/strategies --strategy sync_replicas
- * The cluster comes from --ps_hosts/--worker_hosts with --job_name/--task_index, or TF_CONFIG. */
+ *   build/bin/dg-launch --ps 1 --workers 2 --mode coordinator -- build/bin/strategies --strategy ps_coordinator
+ * The cluster comes from --ps_hosts/--worker_hosts with --job_name/--task_index (the
+ * coordinator's job is "chief"), or TF_CONFIG. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,9 +91,11 @@ int main(int argc, char **argv) {
     bool quiet = false;
     flag_def defs[] = {
         {"strategy", FLAG_STRING, &strategy,
-         "mirrored, central_storage, multi_worker_mirrored, parameter_server or sync_replicas (default mirrored)"},
+         "mirrored, central_storage, multi_worker_mirrored, parameter_server, sync_replicas or ps_coordinator "
+         "(default mirrored)"},
         {"num_devices", FLAG_INT, &num_devices, "mirrored, central_storage: replicas, one per CPU (default 2)"},
-        {"job_name", FLAG_STRING, &job, "worker or ps (default: TF_CONFIG's task)"},
+        {"job_name", FLAG_STRING, &job, "worker, ps, or chief (ps_coordinator's coordinator) (default: TF_CONFIG's "
+         "task)"},
         {"task_index", FLAG_INT, &task_index, "this task's index in its job"},
         {"ps_hosts", FLAG_STRING, &ps_hosts, "comma list of host:port"},
         {"worker_hosts", FLAG_STRING, &worker_hosts, "comma list of host:port (none: TF_CONFIG)"},
@@ -100,6 +106,7 @@ int main(int argc, char **argv) {
         {"peer_timeout_ms", FLAG_INT, &peer_timeout_ms, "how long a step waits for another task (default 60000)"},
         {"checkpoint_path", FLAG_STRING, &checkpoint_path, "SQLite checkpoint file of the chief (default: none)"},
         {"log_every", FLAG_INT, &log_every, "loss line every N local steps (default 500)"},
+
         {"seed", FLAG_INT, &seed, "initialization; batches are shuffled by seed + worker (default 1)"},
         {"data_dir", FLAG_STRING, &data_dir, "IDX files (default " MNIST_DEFAULT_DIR ")"},
         {"quiet", FLAG_BOOL, &quiet, "no server log lines"},
@@ -139,7 +146,7 @@ int main(int argc, char **argv) {
     dg_cluster_free(&cluster);
     if (!d) return fail("the distribution", st);
     int rc = 1;
-    if (dg_distribution_is_ps(d)) {   // holds variables and serves until the launcher stops it
+    if (dg_distribution_only_serves(d)) {   // a ps task (or a coordinated worker) serves until stopped
         rc = dg_distribution_join(d, st) ? 0 : fail("serving", st);
         dg_distribution_free(&d);
         dg_status_free(&st);
@@ -172,8 +179,16 @@ int main(int argc, char **argv) {
         fail("the session", st);
         goto out;
     }
-    printf("%s: worker %d of %d, %d replica(s) in sync%s\n", strategy, worker, dg_distribution_num_workers(d),
-           dg_distribution_num_replicas_in_sync(d), dg_distribution_is_chief(d) ? " (chief)" : "");
+    // Who speaks: a worker, or ps_coordinator's coordinator (worker index -1).
+    char who[32];
+    if (worker >= 0) snprintf(who, sizeof who, "worker %d", worker);
+    else snprintf(who, sizeof who, "coordinator");
+    if (worker >= 0)
+        printf("%s: worker %d of %d, %d replica(s) in sync%s\n", strategy, worker, dg_distribution_num_workers(d),
+               dg_distribution_num_replicas_in_sync(d), dg_distribution_is_chief(d) ? " (chief)" : "");
+    else
+        printf("%s: coordinator of %d workers, %d replica(s) in sync (chief)\n", strategy,
+               dg_distribution_num_workers(d), dg_distribution_num_replicas_in_sync(d));
     xb = malloc((size_t)(batch * data.train.dim) * sizeof *xb);
     yb = malloc((size_t)batch * sizeof *yb);
     if (!xb || !yb) {
@@ -188,7 +203,7 @@ int main(int argc, char **argv) {
         goto out;
     }
     double t0 = now_s();
-    int64_t local = 0, gs = 0;
+    int64_t local = 0, gs = 0, next_log = 1;
     while (!dg_monitored_session_should_stop(ms)) {
         mnist_next_batch(&data.train, batch, xb, yb);
         dg_tensor *vals[2] = {xt, yt}, *got[2] = {NULL, NULL};
@@ -197,12 +212,18 @@ int main(int argc, char **argv) {
             fail("training", st);
             goto out;
         }
-        if (!got[0]) break;   // sync replicas: the chief ended training
+        // Nothing fetched: sync replicas' chief ended training, or no step of ps_coordinator's
+        // finished since the last call (the steps run on the workers while this loop goes on).
         local++;
-        gs = dg_tensor_i64(got[1])[0];
-        if (local % log_every == 0 || local == 1)
-            printf("worker %d: local step %lld (global step %lld): loss %.4f\n", worker, (long long)local, (long long)gs,
-                   dg_tensor_f32(got[0])[0]);
+        if (got[0]) {
+            gs = dg_tensor_i64(got[1])[0];
+            if (local >= next_log) {
+                printf("%s: local step %lld (global step %lld): loss %.4f\n", who, (long long)local, (long long)gs,
+                       dg_tensor_f32(got[0])[0]);
+                fflush(stdout);
+                next_log = (local / log_every + 1) * log_every;
+            }
+        }
         dg_tensor_unref(got[0]);
         dg_tensor_unref(got[1]);
     }
@@ -212,7 +233,16 @@ int main(int argc, char **argv) {
         fail("evaluating", st);
         goto out;
     }
-    printf("worker %d: %lld local steps in %.2f s, global step %lld; test accuracy %.4f, cross entropy %.4f\n", worker,
+    if (worker < 0) {   // the coordinator: the global step every worker's steps reached
+        dg_tensor *g_end = NULL;
+        if (!dg_session_run(dg_monitored_session_session(ms), NULL, NULL, 0, &step.global_step, &g_end, 1, NULL, 0, st)) {
+            fail("reading the global step", st);
+            goto out;
+        }
+        gs = dg_tensor_i64(g_end)[0];
+        dg_tensor_unref(g_end);
+    }
+    printf("%s: %lld local steps in %.2f s, global step %lld; test accuracy %.4f, cross entropy %.4f\n", who,
            (long long)local, took, (long long)gs, acc, loss);
     rc = isfinite(loss) && acc > 0 ? 0 : 3;
 out:

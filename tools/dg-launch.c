@@ -67,6 +67,12 @@ static void usage(FILE *f) {
         "                                  as a client, with --master dg://<worker 0>\n"
         "                                  --ps_hosts h:p,... --worker_hosts h:p,...\n"
         "                                  appended; the servers stop when it is done\n"
+        "                       coordinator  as standing, but PROGRAM runs once as the\n"
+        "                                  coordinator of a parameter-server job\n"
+        "                                  (TensorFlow 2's ParameterServerStrategy): it gets\n"
+        "                                  TF_CONFIG with a \"chief\" job beside ps and\n"
+        "                                  worker and task {\"type\": \"chief\", \"index\": 0},\n"
+        "                                  and nothing appended\n"
         "  --timeout S        stop everything after S seconds (decimals allowed), exit 124\n"
         "  --max_restarts K   a ps or worker task that fails (exits non-zero, or is killed by\n"
         "                     a signal) is started again, the same command, after 0.5 s,\n"
@@ -138,7 +144,8 @@ typedef struct options {
     const char *control;      // --control: a FIFO created here for add/remove/status lines
     long base_port;           // 0: kernel-picked ports
     bool tf_config_mode;
-    bool standing;            // --mode standing: dg-server tasks and one client
+    bool standing;            // --mode standing or coordinator: dg-server tasks and one client
+    bool coordinator;         // --mode coordinator: the client is the chief, told by TF_CONFIG
     double timeout_s;         // 0: none
     long max_restarts;        // per ps or worker task
     bool keep_ps, quiet, no_auth;
@@ -218,9 +225,11 @@ static int parse_options(int argc, char **argv, options *o) {
                 return usage_error("--base_port must be a port in 1..65535, got \"%s\"", v);
         } else if (strcmp(flag, "mode") == 0) {
             o->tf_config_mode = strcmp(v, "tf_config") == 0;
-            o->standing = strcmp(v, "standing") == 0;
+            o->coordinator = strcmp(v, "coordinator") == 0;
+            o->standing = o->coordinator || strcmp(v, "standing") == 0;
             if (!o->tf_config_mode && !o->standing && strcmp(v, "flags") != 0)
-                return usage_error("--mode must be \"flags\", \"tf_config\" or \"standing\", got \"%s\"", v);
+                return usage_error("--mode must be \"flags\", \"tf_config\", \"standing\" or \"coordinator\", got "
+                                   "\"%s\"", v);
         } else {
             char *end;
             errno = 0;
@@ -232,7 +241,9 @@ static int parse_options(int argc, char **argv, options *o) {
     }
     if (o->n_workers < 0) return usage_error("--workers is required");
     if (o->standing && (o->min_workers != o->n_workers || o->control))
-        return usage_error("--mode standing takes a fixed number of workers and no --control");
+        return usage_error("--mode %s takes a fixed number of workers and no --control",
+                           o->coordinator ? "coordinator" : "standing");
+    if (o->coordinator && o->n_ps < 1) return usage_error("--mode coordinator needs --ps 1 or more");
     if (o->n_ps + o->n_workers > MAX_TASKS) return usage_error("at most %d tasks in all", MAX_TASKS);
     if (i >= argc) return usage_error("no PROGRAM given (dg-launch ... -- PROGRAM ARGS...)");
     o->program = argv + i;
@@ -423,6 +434,9 @@ static bool exited_ok(const task *t) {
 
 // Standing mode: the dg-server beside dg-launch, the cluster spec, the client's --master.
 static char standing_server_path[4200], standing_spec[MAX_TASKS * 24 + 32], standing_master[64];
+// Coordinator mode: "\"chief\": [\"127.0.0.1:<port>\"]", the coordinator's place in TF_CONFIG (no
+// task serves there: the coordinator is a client of the others).
+static char coordinator_job[64];
 // The job's key directory ("DG_KEY_DIR=<dir>" for the tasks' environment; "" for none).
 static char key_dir_env[4200];
 static char key_dir[4096];
@@ -498,6 +512,8 @@ static bool prepare_task(task *t, const options *o, const char *ps_hosts, const 
         t->argv[k++] = (char *)t->job;
         t->argv[k++] = "--task_index";
         if (!(t->argv[k++] = strdup(index))) return false;
+    } else if (o->coordinator) {   // the coordinator: its task from TF_CONFIG
+        for (int i = 0; i < n_prog; i++) t->argv[k++] = o->program[i];
     } else if (o->standing) {   // the client
         for (int i = 0; i < n_prog; i++) t->argv[k++] = o->program[i];
         t->argv[k++] = "--master";
@@ -534,12 +550,16 @@ static bool prepare_task(task *t, const options *o, const char *ps_hosts, const 
             t->envp[k++] = environ[i];
     if (key_dir_env[0]) t->envp[k++] = key_dir_env;
     if (threads_env[0]) t->envp[k++] = threads_env;
-    if (o->tf_config_mode) {
-        size_t n = strlen(cluster_json) + strlen(t->job) + 80;
+    if (o->tf_config_mode || (o->coordinator && strcmp(t->job, "client") == 0)) {
+        size_t n = strlen(cluster_json) + strlen(coordinator_job) + strlen(t->job) + 80;
         char *e = malloc(n);
         if (!e) return false;
-        snprintf(e, n, "TF_CONFIG={\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}", cluster_json,
-                 t->job, t->index);
+        if (o->coordinator)   // {"chief": [...], "ps": ...}: the chief job first, then the others
+            snprintf(e, n, "TF_CONFIG={\"cluster\": {%s, %s, \"task\": {\"type\": \"chief\", \"index\": 0}}",
+                     coordinator_job, cluster_json + 1);
+        else
+            snprintf(e, n, "TF_CONFIG={\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}", cluster_json,
+                     t->job, t->index);
         t->envp[k++] = e;
     }
     t->envp[k] = NULL;
@@ -554,7 +574,7 @@ static void free_task(task *t, const options *o) {
         while (o->program[n_prog]) n_prog++;
         free(t->argv[n_prog + 3]);
     }
-    if (t->envp && o->tf_config_mode) {
+    if (t->envp && (o->tf_config_mode || o->coordinator)) {
         for (int k = 0; t->envp[k]; k++)
             if (strncmp(t->envp[k], "TF_CONFIG=", 10) == 0) free(t->envp[k]);
     }
@@ -801,7 +821,9 @@ int main(int argc, char **argv) {
         tasks[i].restart_at = -1;
         tasks[i].remove_kill_at = -1;
     }
-    if (!pick_ports((int)(o.n_ps + o.n_workers), o.base_port, ports)) goto out;
+    if (!pick_ports((int)(o.n_ps + o.n_workers) + (o.coordinator ? 1 : 0), o.base_port, ports)) goto out;
+    if (o.coordinator)
+        snprintf(coordinator_job, sizeof coordinator_job, "\"chief\": [\"127.0.0.1:%d\"]", ports[o.n_ps + o.n_workers]);
 
     size_t hosts_cap = (size_t)n * 24 + 1;
     ps_hosts = calloc(1, hosts_cap);
@@ -913,7 +935,8 @@ int main(int argc, char **argv) {
         free(pfd_task);
         goto out;
     }
-    note(o.quiet, "cluster %s; %s mode", cluster_json, o.standing ? "standing" : o.tf_config_mode ? "tf_config" : "flags");
+    note(o.quiet, "cluster %s; %s mode", cluster_json,
+         o.coordinator ? "coordinator" : o.standing ? "standing" : o.tf_config_mode ? "tf_config" : "flags");
     int64_t start = now_ms();
     int64_t deadline = o.timeout_s > 0 ? start + (int64_t)(o.timeout_s * 1000.0 + 0.5) : -1;
     phase ph = RUNNING;

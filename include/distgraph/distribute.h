@@ -50,10 +50,16 @@ typedef enum dg_distribution_kind {
     // The variables on the ps tasks; each step averages replicas_to_aggregate workers'
     // gradients (TensorFlow 1's SyncReplicasOptimizer).
     DG_DISTRIBUTE_SYNC_REPLICAS = 4,
+    // TensorFlow 2's ParameterServerStrategy with a ClusterCoordinator: the variables on the ps
+    // tasks, the worker tasks only serve, and one coordinator process (the "chief" task) runs
+    // the program: each dg_distribution_run queues a training step that runs on whichever
+    // worker is free, so the workers train asynchronously. A step whose worker fails runs
+    // again on another (at least once); a worker that comes back takes work again.
+    DG_DISTRIBUTE_PS_COORDINATOR = 5,
 } dg_distribution_kind;
 
 // "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server",
-// "sync_replicas". Returns: static.
+// "sync_replicas", "ps_coordinator". Returns: static.
 const char *dg_distribution_kind_name(dg_distribution_kind kind);
 // The kind of one of those names; INVALID_ARGUMENT listing them for anything else.
 bool dg_distribution_kind_parse(const char *name, dg_distribution_kind *out, dg_status *st);
@@ -64,7 +70,7 @@ typedef struct dg_distribution_options {
     // set, else TF_CONFIG) and this process's task in it (job_name NULL: the task Slurm or
     // TF_CONFIG gives).
     const dg_cluster *cluster;
-    const char *job_name;           // "worker" or "ps"
+    const char *job_name;           // "worker" or "ps"; "chief" for ps_coordinator's coordinator
     int task_index;
     const dg_server_options *server_options;   // NULL: the defaults
     // The one-process kinds: the devices (device_type NULL: "CPU"; extra CPUs are virtual).
@@ -89,6 +95,8 @@ typedef struct dg_distribution dg_distribution;
 // The distribution of this process. The kinds that span a cluster start this task's server
 // (dg_server_new) and check the cluster: a ps job for the parameter-server kinds, none for
 // multi-worker mirrored, this task among them (INVALID_ARGUMENT naming what is missing).
+// ps_coordinator's coordinator (job "chief", which the cluster may list or not) starts no
+// server: it is a client of the workers' and the ps tasks' masters.
 // Returns: new, caller frees with dg_distribution_free() after the session of its graph and
 // before that graph; NULL with st set.
 dg_distribution *dg_distribution_new(const dg_distribution_options *o, dg_status *st);
@@ -97,14 +105,17 @@ void dg_distribution_free(dg_distribution **d);
 dg_distribution_kind dg_distribution_get_kind(const dg_distribution *d);
 // A ps task: it holds variables and serves (dg_distribution_join); it builds no model.
 bool dg_distribution_is_ps(const dg_distribution *d);
-// The chief: worker 0, or the one process of the one-process kinds. It restores and saves
-// checkpoints and writes summaries.
+// A task that only serves until stopped (dg_distribution_join) and builds no model: a ps
+// task, or a worker of ps_coordinator (the coordinator runs the steps there).
+bool dg_distribution_only_serves(const dg_distribution *d);
+// The chief: worker 0, ps_coordinator's coordinator, or the one process of the one-process
+// kinds. It restores and saves checkpoints and writes summaries.
 bool dg_distribution_is_chief(const dg_distribution *d);
 // Replicas whose gradients one step averages: the devices (one-process kinds), the workers
-// (multi-worker mirrored), replicas_to_aggregate (sync replicas), 1 (asynchronous ps).
+// (multi-worker mirrored), replicas_to_aggregate (sync replicas), 1 (the asynchronous kinds).
 int dg_distribution_num_replicas_in_sync(const dg_distribution *d);
-// This process's index among the workers (0 for the one-process kinds; -1 on a ps task) and
-// their number.
+// This process's index among the workers (0 for the one-process kinds; -1 on a ps task and
+// on ps_coordinator's coordinator) and their number.
 int dg_distribution_worker_index(const dg_distribution *d);
 int dg_distribution_num_workers(const dg_distribution *d);
 // This task's server (NULL for the one-process kinds). Returns: borrowed.
@@ -148,12 +159,14 @@ typedef struct dg_distributed_step {
     int n_outputs;
 } dg_distributed_step;
 
-// Builds the training step into g (a ps task has none to build): the global step, the
+// Builds the training step into g (a task that only serves has none to build): the global step, the
 // variables and the replicas through model_fn (1 <= n_outputs <= DG_DISTRIBUTE_MAX_OUTPUTS),
 // the gradients (each replica's on its device), their reduction and opt's update, where the
 // kind puts them. batch_inputs (dim 0 the batch, e.g. placeholders) are split evenly over the
 // devices of the one-process kinds (their known dim 0 must divide by num_devices); each worker
-// of the cluster kinds feeds its own batch. opt->graph must be g. Call once per graph.
+// of the cluster kinds feeds its own batch (ps_coordinator: each step its batch, built once
+// with the computation on "/job:worker", which the master of the worker that runs a step
+// places on itself). opt->graph must be g. Call once per graph.
 // Returns false with st set; on success fills *out. Borrows its arguments for the call, and g
 // until dg_distribution_free (which frees what it built for g: free it before the graph).
 bool dg_distribution_minimize(dg_distribution *d, dg_graph *g, const dg_optimizer *opt, dg_model_fn model_fn,
@@ -166,7 +179,12 @@ bool dg_distribution_minimize(dg_distribution *d, dg_graph *g, const dg_optimize
 // hooks: every replica stops at global step last_step (-1: no stop hook); the chief
 // initializes or restores (o->checkpoint_path), saves and writes summaries; multi-worker
 // mirrored workers all initialize and take the chief's values by broadcast; sync replicas run
-// their hook. o->hooks run after the distribution's. Returns: new, caller frees with
+// their hook. ps_coordinator: the monitored session is the coordinator's, on ps task 0's
+// master (it initializes or restores, saves, and runs the hooks once per step with no feeds,
+// so hooks may fetch only what needs none); the steps run on the workers through sessions of
+// their own, which the coordinator's threads open now and again after a worker failed (the
+// workers may start in any order; one that is down takes work when it answers).
+// o->hooks run after the distribution's. Returns: new, caller frees with
 // dg_monitored_session_free() before freeing the distribution; NULL with st set.
 dg_monitored_session *dg_distribution_session_new(dg_distribution *d, dg_graph *g, int64_t last_step,
                                                   const dg_mts_options *o, dg_status *st);
@@ -174,9 +192,20 @@ dg_monitored_session *dg_distribution_session_new(dg_distribution *d, dg_graph *
 // that a synchronous kind reports as OUT_OF_RANGE (the chief closed the token queue at the
 // last step) requests the session's stop and returns true with nothing fetched (fetched[i]
 // NULL). Other errors as dg_monitored_session_run.
+// ps_coordinator: queues the step (the feed values are copied) for the next free worker and
+// returns while it runs; fetched receives the fetches of the newest step that finished since
+// the last call (the same fetches asked), or NULLs when none did. The step that reaches the
+// session's last step waits for every step queued, so the loop ends with all of them run, the
+// global step exactly last_step (a step given back after its worker failed may have updated
+// the variables once already). Fails with the first error of a step that was not a worker's
+// failure, or UNAVAILABLE when no worker has answered for peer_timeout_ms.
 bool dg_distribution_run(dg_distribution *d, dg_monitored_session *ms, const dg_distributed_step *step,
                          const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
                          const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_status *st);
+
+// ps_coordinator: waits until every step queued has run (TensorFlow's coordinator.join());
+// fails as dg_distribution_run. The other kinds: true at once.
+bool dg_distribution_wait(dg_distribution *d, dg_status *st);
 
 #ifdef __cplusplus
 }

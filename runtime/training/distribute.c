@@ -3,13 +3,15 @@
  * kinds are a dg_strategy (graph/strategy.c) over this process's devices; multi-worker
  * mirrored is an all-reduce of the gradients and a broadcast of worker 0's values
  * (distgraph/collective.h); the parameter-server kinds are the replica device setter, and for
- * sync replicas the sync replicas optimizer and its hook. The monitored session gets the
- * kind's roles and hooks (docs/GUIDE.md). Built on the public API only. */
+ * sync replicas the sync replicas optimizer and its hook; ps_coordinator runs the steps through
+ * the cluster coordinator (coordinator.c). The monitored session gets the kind's roles and
+ * hooks (docs/GUIDE.md). Built on the public API only, and the coordinator's internal one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base_impl.h"
+#include "coordinator_impl.h"
 #include "distgraph/collective.h"
 #include "distgraph/device_setter.h"
 #include "distgraph/distribute.h"
@@ -19,8 +21,8 @@
 static const dg_output NUL = {NULL, 0};
 
 static const char *const KIND_NAMES[] = {"mirrored", "central_storage", "multi_worker_mirrored", "parameter_server",
-                                         "sync_replicas"};
-#define N_KINDS 5
+                                         "sync_replicas", "ps_coordinator"};
+#define N_KINDS 6
 
 // A variable the first replica created: what the later ones must ask for.
 typedef struct dist_var {
@@ -49,6 +51,14 @@ struct dg_distribution {
     dg_sync_replicas *sr;
     dg_device_fn *setter;
     dg_node *bcast;
+    // ps_coordinator's coordinator: the steps' runner, and what dg_distribution_run counts.
+    bool coordinator;               // this process is the coordinator (job "chief")
+    bool log;
+    training_coordinator *coord;
+    int64_t last_step, start_step, n_scheduled;
+    bool started;
+    dg_node *train;                 // what dg_distribution_minimize built
+    dg_output global_step;
     dist_var *vars;
     int n_vars, cap_vars;
     // Hooks made for sessions, and the lists given to them (borrowed by the sessions).
@@ -97,6 +107,7 @@ void dg_distribution_free(dg_distribution **dp) {
     for (int i = 0; i < d->n_lists; i++) free(d->lists[i]);
     free(d->lists);
     dg_sync_replicas_free(&d->sr);
+    training_coordinator_free(&d->coord);
     dg_strategy_free(&d->strategy);
     dg_device_fn_free(&d->setter);
     for (int i = 0; i < d->n_vars; i++) free(d->vars[i].name);
@@ -145,15 +156,30 @@ static bool find_task(dg_distribution *d, const dg_distribution_options *o, dg_s
     return true;
 }
 
-// The cluster fits the kind, and this task is one of its ps or worker tasks.
+// The cluster fits the kind, and this task is one of its ps or worker tasks (or
+// ps_coordinator's coordinator, its "chief").
 static bool check_cluster(dg_distribution *d, dg_status *st) {
     const char *kind = dg_distribution_kind_name(d->kind);
     bool wants_ps = d->kind != DG_DISTRIBUTE_MULTI_WORKER_MIRRORED;
+    bool coordinated = d->kind == DG_DISTRIBUTE_PS_COORDINATOR;
     d->n_workers = dg_cluster_num_tasks(d->cluster, "worker");
     d->n_ps = dg_cluster_num_tasks(d->cluster, "ps");
     for (int i = 0; i < dg_cluster_num_jobs(d->cluster); i++) {
         const char *j = dg_cluster_job(d->cluster, i);
+        if (coordinated && strcmp(j, "chief") == 0) {
+            if (dg_cluster_num_tasks(d->cluster, "chief") != 1) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT, "distribution %s: the \"chief\" job (the coordinator) has "
+                               "%d tasks; it takes one", kind, dg_cluster_num_tasks(d->cluster, "chief"));
+                return false;
+            }
+            continue;
+        }
         if (strcmp(j, "worker") != 0 && strcmp(j, "ps") != 0) {
+            if (coordinated) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT, "distribution %s: the cluster has a \"%s\" job; it takes "
+                               "\"worker\" and \"ps\" tasks and one \"chief\" (the coordinator)", kind, j);
+                return false;
+            }
             dg_status_setf(st, DG_INVALID_ARGUMENT, "distribution %s: the cluster has a \"%s\" job; it takes "
                            "\"worker\" tasks%s (worker 0 is the chief)", kind, j, wants_ps ? " and \"ps\" tasks" : "");
             return false;
@@ -174,12 +200,19 @@ static bool check_cluster(dg_distribution *d, dg_status *st) {
                        d->n_ps == 1 ? "" : "s");
         return false;
     }
-    if (strcmp(d->job, "worker") != 0 && strcmp(d->job, "ps") != 0) {
-        dg_status_setf(st, DG_INVALID_ARGUMENT, "distribution %s: this task's job is \"%s\", not \"worker\" or "
-                       "\"ps\"", kind, d->job);
+    d->coordinator = coordinated && strcmp(d->job, "chief") == 0;
+    if (strcmp(d->job, "worker") != 0 && strcmp(d->job, "ps") != 0 && !d->coordinator) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "distribution %s: this task's job is \"%s\", not \"worker\"%s or "
+                       "\"ps\"", kind, d->job, coordinated ? ", \"chief\" (the coordinator)" : "");
         return false;
     }
-    if (!dg_cluster_check_task(d->cluster, d->job, d->task, st)) {
+    if (d->coordinator && !dg_cluster_has_job(d->cluster, "chief")) {
+        if (d->task != 0) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "distribution %s: the coordinator is chief task 0, not %d", kind,
+                           d->task);
+            return false;
+        }
+    } else if (!dg_cluster_check_task(d->cluster, d->job, d->task, st)) {
         dg_status_prepend(st, "distribution %s: this task", kind);
         return false;
     }
@@ -230,6 +263,8 @@ dg_distribution *dg_distribution_new(const dg_distribution_options *o, dg_status
     // Sync replicas: each worker's step waits on the ps for its token (sync_replicas.h).
     if (d->kind == DG_DISTRIBUTE_SYNC_REPLICAS && strcmp(d->job, "ps") == 0 && so.service_threads < d->n_workers + 3)
         so.service_threads = d->n_workers + 3;
+    d->log = !so.quiet;
+    if (d->coordinator) return d;   // a client of the other tasks' masters: no server of its own
     if (!(d->server = dg_server_new(d->cluster, d->job, d->task, &so, st))) goto fail;
     return d;
 fail:
@@ -239,7 +274,12 @@ fail:
 
 dg_distribution_kind dg_distribution_get_kind(const dg_distribution *d) { return d->kind; }
 bool dg_distribution_is_ps(const dg_distribution *d) { return !d->one_process && strcmp(d->job, "ps") == 0; }
+bool dg_distribution_only_serves(const dg_distribution *d) {
+    return dg_distribution_is_ps(d) ||
+           (d->kind == DG_DISTRIBUTE_PS_COORDINATOR && !d->one_process && strcmp(d->job, "worker") == 0);
+}
 bool dg_distribution_is_chief(const dg_distribution *d) {
+    if (d->kind == DG_DISTRIBUTE_PS_COORDINATOR) return d->coordinator;
     return d->one_process || (strcmp(d->job, "worker") == 0 && d->task == 0);
 }
 int dg_distribution_num_replicas_in_sync(const dg_distribution *d) {
@@ -252,15 +292,15 @@ int dg_distribution_num_replicas_in_sync(const dg_distribution *d) {
     }
 }
 int dg_distribution_worker_index(const dg_distribution *d) {
-    return d->one_process ? 0 : dg_distribution_is_ps(d) ? -1 : d->task;
+    return d->one_process ? 0 : dg_distribution_is_ps(d) || d->coordinator ? -1 : d->task;
 }
 int dg_distribution_num_workers(const dg_distribution *d) { return d->n_workers; }
 dg_server *dg_distribution_server(const dg_distribution *d) { return d->server; }
 
 bool dg_distribution_join(dg_distribution *d, dg_status *st) {
     if (!d->server) {
-        dg_status_setf(st, DG_FAILED_PRECONDITION, "distribution %s: one process, no server to join",
-                       dg_distribution_kind_name(d->kind));
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "distribution %s: %s, no server to join",
+                       dg_distribution_kind_name(d->kind), d->coordinator ? "the coordinator" : "one process");
         return false;
     }
     return dg_server_join(d->server, true, st);
@@ -402,7 +442,10 @@ static bool minimize_local(dg_distribution *d, dg_graph *g, const dg_optimizer *
 static bool minimize_cluster(dg_distribution *d, dg_graph *g, const dg_optimizer *opt, dg_model_fn fn, void *ctx,
                              const dg_output *inputs, int n_out, dg_distributed_step *out, dg_status *st) {
     char worker[96];
-    snprintf(worker, sizeof worker, "/job:worker/task:%d", d->task);
+    // ps_coordinator: one graph for every worker; the master of the worker that runs a step
+    // puts what asks for "/job:worker" on its own task.
+    if (d->coordinator) snprintf(worker, sizeof worker, "/job:worker");
+    else snprintf(worker, sizeof worker, "/job:worker/task:%d", d->task);
     bool mwm = d->kind == DG_DISTRIBUTE_MULTI_WORKER_MIRRORED;
     if (mwm) {
         dg_graph_push_device(g, worker);
@@ -454,9 +497,9 @@ bool dg_distribution_minimize(dg_distribution *d, dg_graph *g, const dg_optimize
                        "a model function and 1..%d outputs (got %d)", kind, DG_DISTRIBUTE_MAX_OUTPUTS, n_outputs);
         return false;
     }
-    if (dg_distribution_is_ps(d)) {
-        dg_status_setf(st, DG_FAILED_PRECONDITION, "distribution %s: this is ps task %d, which builds no model (it "
-                       "serves: dg_distribution_join)", kind, d->task);
+    if (dg_distribution_only_serves(d)) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "distribution %s: this is %s task %d, which builds no model (it "
+                       "serves: dg_distribution_join)", kind, d->job, d->task);
         return false;
     }
     if (d->g) {
@@ -471,6 +514,10 @@ bool dg_distribution_minimize(dg_distribution *d, dg_graph *g, const dg_optimize
     bool ok = d->one_process ? minimize_local(d, g, opt, model_fn, ctx, batch_inputs, n_inputs, n_outputs, out, st)
                              : minimize_cluster(d, g, opt, model_fn, ctx, batch_inputs, n_outputs, out, st);
     if (!ok) dg_status_prepend(st, "distribution %s", kind);
+    else {
+        d->train = out->train;
+        d->global_step = out->global_step;
+    }
     return ok;
 }
 
@@ -479,6 +526,29 @@ static bool keep_hook(dg_distribution *d, dg_session_hook *h) {
     if (!h) return false;
     BASE_PUSH(d->hooks, d->n_hooks, d->cap_hooks, h);
     return true;
+}
+
+// ps_coordinator: a session on every worker's master, and the threads that run the steps there.
+static bool start_coordinator(dg_distribution *d, dg_graph *g, const dg_session_options *so, int64_t last_step,
+                              dg_status *st) {
+    char **targets = calloc((size_t)d->n_workers, sizeof *targets);
+    if (!targets) abort();
+    bool ok = true;
+    for (int i = 0; i < d->n_workers && ok; i++) {
+        const char *a = dg_cluster_task_address(d->cluster, "worker", i, st);
+        ok = a && asprintf(&targets[i], "dg://%s", a) >= 0;
+        if (a && !ok) abort();
+    }
+    if (ok)
+        ok = (d->coord = training_coordinator_new(g, d->train, d->global_step, (const char *const *)targets, d->n_workers, so,
+                                                  d->peer_timeout_ms, d->log, st)) != NULL;
+    for (int i = 0; i < d->n_workers; i++) free(targets[i]);
+    free(targets);
+    if (!ok) dg_status_prepend(st, "distribution %s", dg_distribution_kind_name(d->kind));
+    d->last_step = last_step;
+    d->started = false;
+    d->n_scheduled = 0;
+    return ok;
 }
 
 dg_monitored_session *dg_distribution_session_new(dg_distribution *d, dg_graph *g, int64_t last_step,
@@ -496,12 +566,25 @@ dg_monitored_session *dg_distribution_session_new(dg_distribution *d, dg_graph *
     mo.session_options = &so;
     mo.is_chief = chief;
     mo.init_variables = mo.restore = mo.save_checkpoints = mo.write_summaries = DG_ROLE_DEFAULT;
+    char ps0[300];
     if (d->one_process) {
         mo.master = NULL;
         if (strcmp(d->device_type, "CPU") == 0 && so.n_virtual_cpus < d->num_devices - 1)
             so.n_virtual_cpus = d->num_devices - 1;
+    } else if (d->coordinator) {
+        // The coordinator's own session (initialize, restore, save, hooks) on ps task 0's master:
+        // the variables live on the ps tasks, and losing a ps ends the job anyway.
+        const char *a = dg_cluster_task_address(d->cluster, "ps", 0, st);
+        if (!a) return NULL;
+        snprintf(ps0, sizeof ps0, "dg://%s", a);
+        mo.master = ps0;
     } else {
         mo.master = dg_server_target(d->server);
+    }
+    if (d->coordinator && d->coord) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "distribution %s: the coordinator has a session already (one per "
+                       "distribution)", kind);
+        return NULL;
     }
     // The distribution's hooks first: the stop step, then what the kind needs.
     dg_session_hook *mine[2];
@@ -527,15 +610,65 @@ dg_monitored_session *dg_distribution_session_new(dg_distribution *d, dg_graph *
     mo.hooks = list;
     mo.n_hooks = n_mine + n_user;
     dg_monitored_session *ms = dg_monitored_session_new(g, &mo, st);
-    if (!ms) dg_status_prepend(st, "distribution %s: %s %d's session", kind, d->one_process ? "process" : d->job,
-                               d->task);
+    if (!ms) {
+        dg_status_prepend(st, "distribution %s: %s %d's session", kind, d->one_process ? "process" : d->job, d->task);
+        return NULL;
+    }
+    if (d->coordinator && !start_coordinator(d, g, &so, last_step, st)) {
+        dg_monitored_session_free(&ms);
+        return NULL;
+    }
     return ms;
+}
+
+// ps_coordinator: the step queued for a free worker; the session's hooks run once with no feeds.
+static bool run_coordinated(dg_distribution *d, dg_monitored_session *ms, const dg_distributed_step *step,
+                            const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
+                            const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_status *st) {
+    const char *kind = dg_distribution_kind_name(d->kind);
+    if (!d->coord) {
+        dg_status_setf(st, DG_FAILED_PRECONDITION, "distribution %s: no session: dg_distribution_session_new first",
+                       kind);
+        return false;
+    }
+    if (!d->started) {   // where this session starts: 0, or the step a checkpoint restored
+        dg_tensor *gs = NULL;
+        if (!dg_session_run(dg_monitored_session_session(ms), NULL, NULL, 0, &step->global_step, &gs, 1, NULL, 0, st)) {
+            dg_status_prepend(st, "distribution %s: reading the global step", kind);
+            return false;
+        }
+        d->start_step = dg_tensor_i64(gs)[0];
+        dg_tensor_unref(gs);
+        d->started = true;
+    }
+    bool bounded = d->last_step >= 0;
+    bool over = bounded && d->start_step + d->n_scheduled >= d->last_step;
+    if (!over) {
+        if (!training_coordinator_schedule(d->coord, feeds, feed_values, n_feeds, fetches, n_fetches, st)) return false;
+        d->n_scheduled++;
+    }
+    // The last step waits for every step queued, so that the loop ends with all of them run.
+    if (bounded && d->start_step + d->n_scheduled >= d->last_step && !training_coordinator_wait(d->coord, st))
+        return false;
+    training_coordinator_take_latest(d->coord, fetched, n_fetches);
+    dg_tensor *gs = NULL;
+    if (!dg_monitored_session_run(ms, NULL, NULL, 0, &step->global_step, &gs, 1, NULL, 0, st)) return false;
+    dg_tensor_unref(gs);
+    if (over) dg_monitored_session_request_stop(ms);
+    return true;
+}
+
+bool dg_distribution_wait(dg_distribution *d, dg_status *st) {
+    dg_status_reset(st);
+    return !d->coord || training_coordinator_wait(d->coord, st);
 }
 
 bool dg_distribution_run(dg_distribution *d, dg_monitored_session *ms, const dg_distributed_step *step,
                          const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
                          const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_status *st) {
     for (int i = 0; i < n_fetches; i++) fetched[i] = NULL;
+    if (d->coordinator)
+        return run_coordinated(d, ms, step, feeds, feed_values, n_feeds, fetches, fetched, n_fetches, st);
     if (dg_monitored_session_run(ms, feeds, feed_values, n_feeds, fetches, fetched, n_fetches, &step->train, 1, st))
         return true;
     // Sync replicas: the chief closed the token queue at the last step; a worker's next take

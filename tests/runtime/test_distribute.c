@@ -2,8 +2,10 @@
  * same step computed by hand in float64; a one-worker multi-worker mirrored job on a real
  * server; and the errors a user meets: an unknown kind, a cluster that does not fit the kind,
  * a model function whose replicas make other variables, minimize on a ps task or twice, a
- * session for another graph. The kinds training for real across processes are
- * tests/integration/strategies.sh and tests/smoke/guide_programs.sh. */
+ * session for another graph; ps_coordinator's steps, run by its coordinator on a worker, against
+ * gradient descent in float64, and a step's own error given back to the program. The kinds
+ * training for real across processes are tests/integration/strategies.sh,
+ * coordinator_strategy.sh and tests/smoke/guide_programs.sh. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +133,8 @@ static void test_bad_options(void **state) {
     assert_status(st, DG_INVALID_ARGUMENT, "unknown kind \"mirrorred\" (mirrored, central_storage");
     assert_true(dg_distribution_kind_parse("sync_replicas", &k, st));
     assert_int_equal(k, DG_DISTRIBUTE_SYNC_REPLICAS);
+    assert_true(dg_distribution_kind_parse("ps_coordinator", &k, st));
+    assert_int_equal(k, DG_DISTRIBUTE_PS_COORDINATOR);
     assert_string_equal(dg_distribution_kind_name(DG_DISTRIBUTE_PARAMETER_SERVER), "parameter_server");
     struct {
         dg_distribution_kind kind;
@@ -151,6 +155,16 @@ static void test_bad_options(void **state) {
          "distribution parameter_server: this task"},
         {DG_DISTRIBUTE_PARAMETER_SERVER, "ps|127.0.0.1:1;worker|127.0.0.1:2", "evaluator", 0, 0, DG_INVALID_ARGUMENT,
          "this task's job is \"evaluator\""},
+        {DG_DISTRIBUTE_PS_COORDINATOR, "chief|127.0.0.1:3,127.0.0.1:4;ps|127.0.0.1:1;worker|127.0.0.1:2", "chief", 0,
+         0, DG_INVALID_ARGUMENT, "the \"chief\" job (the coordinator) has 2 tasks"},
+        {DG_DISTRIBUTE_PS_COORDINATOR, "evaluator|127.0.0.1:3;ps|127.0.0.1:1;worker|127.0.0.1:2", "chief", 0, 0,
+         DG_INVALID_ARGUMENT, "a \"evaluator\" job; it takes \"worker\" and \"ps\" tasks and one \"chief\""},
+        {DG_DISTRIBUTE_PS_COORDINATOR, "ps|127.0.0.1:1;worker|127.0.0.1:2", "chief", 1, 0, DG_INVALID_ARGUMENT,
+         "the coordinator is chief task 0, not 1"},
+        {DG_DISTRIBUTE_PS_COORDINATOR, "worker|127.0.0.1:2", "chief", 0, 0, DG_INVALID_ARGUMENT,
+         "no \"ps\" job to hold the variables"},
+        {DG_DISTRIBUTE_PARAMETER_SERVER, "ps|127.0.0.1:1;worker|127.0.0.1:2", "chief", 0, 0, DG_INVALID_ARGUMENT,
+         "this task's job is \"chief\", not \"worker\" or \"ps\""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dg_cluster *c = cluster_of(cases[i].spec);
@@ -282,6 +296,142 @@ static void test_cluster_from_slurm(void **state) {
     dg_status_free(&st);
 }
 
+// A task of a cluster of one ps and one worker, servers in this process.
+static dg_distribution *coordinated_task(const char *spec, const char *job, dg_status *st) {
+    dg_cluster *c = cluster_of(spec);
+    dg_server_options so = dg_server_options_default();
+    so.quiet = getenv("DG_TEST_VERBOSE") == NULL;
+    dg_distribution_options o = dg_distribution_options_default(DG_DISTRIBUTE_PS_COORDINATOR);
+    o.cluster = c;
+    o.job_name = job;
+    o.server_options = &so;
+    o.peer_timeout_ms = 10000;
+    dg_distribution *d = dg_distribution_new(&o, st);
+    dg_cluster_free(&c);
+    return d;
+}
+
+// ps_coordinator with one ps and one worker (servers in this process) and the coordinator: the
+// ps and the worker only serve and build no model; the coordinator's 20 steps run on the worker
+// one after another (one worker), so the variables are 20 steps of gradient descent on the
+// batch, computed here in float64; the global step ends at exactly 20, and the fetched losses
+// are the float64 losses of the steps they come from. A step's own error (a feed of the wrong
+// shape) comes back to the program, naming the worker.
+static void test_ps_coordinator(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    char spec[128];
+    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", dg_test_free_port(), dg_test_free_port());
+    dg_distribution *ps = coordinated_task(spec, "ps", st);
+    assert_ok(st);
+    dg_distribution *worker = coordinated_task(spec, "worker", st);
+    assert_ok(st);
+    dg_distribution *d = coordinated_task(spec, "chief", st);
+    assert_ok(st);
+    assert_true(dg_distribution_only_serves(ps));
+    assert_true(dg_distribution_only_serves(worker));
+    assert_false(dg_distribution_is_ps(worker));
+    assert_false(dg_distribution_is_chief(worker));
+    assert_false(dg_distribution_only_serves(d));
+    assert_true(dg_distribution_is_chief(d));
+    assert_null(dg_distribution_server(d));
+    assert_int_equal(dg_distribution_worker_index(d), -1);
+    assert_int_equal(dg_distribution_num_workers(d), 1);
+    assert_int_equal(dg_distribution_num_replicas_in_sync(d), 1);
+    dg_graph *g = dg_graph_new();
+    dg_output in[2] = {dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(-1, 2)),
+                       dg_placeholder(g, "y", DG_FLOAT32, dg_shape2(-1, 1))};
+    dg_optimizer opt = dg_gradient_descent(g, 0.05);
+    dg_distributed_step step;
+    assert_false(dg_distribution_minimize(worker, g, &opt, linear, NULL, in, 2, 1, &step, st));
+    assert_status(st, DG_FAILED_PRECONDITION, "this is worker task 0, which builds no model");
+    assert_true(dg_distribution_minimize(d, g, &opt, linear, NULL, in, 2, 1, &step, st));
+    assert_ok(st);
+    dg_monitored_session *ms = dg_distribution_session_new(d, g, 20, NULL, st);
+    assert_ok(st);
+    dg_tensor *v[2] = {dg_tensor_from_data(DG_FLOAT32, dg_shape2(4, 2), X, st),
+                       dg_tensor_from_data(DG_FLOAT32, dg_shape2(4, 1), Y, st)};
+    // The reference: w, b and the loss before each step, in float64.
+    double w[2] = {0, 0}, b = 0, loss_before[21];
+    for (int k = 0; k <= 20; k++) {
+        double gw[2] = {0, 0}, gb = 0, l = 0;
+        for (int i = 0; i < 4; i++) {
+            double e = X[i][0] * w[0] + X[i][1] * w[1] + b - Y[i];
+            l += e * e / 4;
+            gw[0] += 2 * e * X[i][0] / 4;
+            gw[1] += 2 * e * X[i][1] / 4;
+            gb += 2 * e / 4;
+        }
+        loss_before[k] = l;
+        if (k == 20) break;
+        w[0] -= 0.05 * gw[0];
+        w[1] -= 0.05 * gw[1];
+        b -= 0.05 * gb;
+    }
+    int runs = 0, got_losses = 0;
+    dg_output fetch[2] = {step.outputs[0], step.global_step};
+    while (!dg_monitored_session_should_stop(ms)) {
+        dg_tensor *got[2] = {NULL, NULL};
+        assert_true(dg_distribution_run(d, ms, &step, in, v, 2, fetch, got, 2, st));
+        assert_ok(st);
+        runs++;
+        assert_true((got[0] == NULL) == (got[1] == NULL));
+        if (got[0]) {   // the loss of the step that took the global step from k to k + 1
+            int64_t k = dg_tensor_i64(got[1])[0];
+            assert_true(k >= 0 && k < 20);
+            assert_close(dg_tensor_f32(got[0])[0], loss_before[k], 1e-6, 1e-5);
+            got_losses++;
+        }
+        dg_tensor_unref(got[0]);
+        dg_tensor_unref(got[1]);
+        assert_true(runs <= 21);
+    }
+    assert_int_equal(runs, 20);
+    assert_true(got_losses >= 1);
+    assert_true(dg_distribution_wait(d, st));
+    dg_session *s = dg_monitored_session_session(ms);
+    assert_int_equal(dg_monitored_session_global_step(ms, st), 20);
+    assert_close(fetch_f32(s, g, "w", 0), w[0], 1e-6, 1e-5);
+    assert_close(fetch_f32(s, g, "w", 1), w[1], 1e-6, 1e-5);
+    assert_close(fetch_f32(s, g, "b", 0), b, 1e-6, 1e-5);
+    // A step that fails on its own (x of 3 columns): the program hears of it, not a retry.
+    dg_tensor *bad = dg_tensor_new(DG_FLOAT32, dg_shape2(4, 3), st);
+    memset(dg_tensor_data(bad), 0, dg_tensor_nbytes(bad));
+    dg_tensor *bv[2] = {bad, v[1]};
+    dg_monitored_session_free(&ms);
+    ms = dg_distribution_session_new(d, g, -1, NULL, st);
+    assert_null(ms);
+    assert_status(st, DG_FAILED_PRECONDITION, "the coordinator has a session already");
+    dg_distribution_free(&d);
+    d = coordinated_task(spec, "chief", st);
+    assert_ok(st);
+    dg_graph *g2 = dg_graph_new();
+    dg_output in2[2] = {dg_placeholder(g2, "x", DG_FLOAT32, dg_shape2(-1, -1)),
+                        dg_placeholder(g2, "y", DG_FLOAT32, dg_shape2(-1, 1))};
+    dg_optimizer opt2 = dg_gradient_descent(g2, 0.05);
+    assert_true(dg_distribution_minimize(d, g2, &opt2, linear, NULL, in2, 2, 1, &step, st));
+    ms = dg_distribution_session_new(d, g2, -1, NULL, st);
+    assert_ok(st);
+    bool ok = dg_distribution_run(d, ms, &step, in2, bv, 2, NULL, NULL, 0, st);
+    if (ok) ok = dg_distribution_wait(d, st);
+    assert_false(ok);
+    // The kernel's error, or its abort as another task of the step saw it first.
+    assert_true(dg_status_code(st) == DG_INVALID_ARGUMENT || dg_status_code(st) == DG_ABORTED);
+    assert_non_null(strstr(dg_status_message(st), "a step on worker 0 (dg://127.0.0.1:"));
+    assert_non_null(strstr(dg_status_message(st), "inner dimensions differ, 3 vs 2"));
+    assert_false(dg_distribution_run(d, ms, &step, in2, v, 2, NULL, NULL, 0, st));   // kept
+    assert_non_null(strstr(dg_status_message(st), "a step on worker 0"));
+    dg_tensor_unref(bad);
+    for (int i = 0; i < 2; i++) dg_tensor_unref(v[i]);
+    dg_monitored_session_free(&ms);
+    dg_distribution_free(&d);
+    dg_distribution_free(&worker);
+    dg_distribution_free(&ps);
+    dg_graph_free(&g);
+    dg_graph_free(&g2);
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mirrored_step_matches_float64),
@@ -289,6 +439,7 @@ int main(void) {
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_one_worker_and_refusals),
         cmocka_unit_test(test_cluster_from_slurm),
+        cmocka_unit_test(test_ps_coordinator),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
