@@ -36,7 +36,8 @@ def conv_nan(name, what, anchor, n, p):
 
 
 # The build targets a test needs beyond its own name (an integration test runs programs).
-EXTRA_TARGETS = {"exp_regression": ["exp_regression", "dg-launch"], "allreduce_loss_scale": ["mnist_replica"]}
+EXTRA_TARGETS = {"exp_regression": ["exp_regression", "dg-launch"], "allreduce_loss_scale": ["mnist_replica"],
+                 "coordinator_strategy": ["strategies", "dg-server"]}
 
 
 def build_targets(tests):
@@ -234,6 +235,24 @@ MUTANTS = [
         "file": "runtime/training/saver.c",
         "edits": [("        if (!b->restore) continue;", "        if (b->restore) continue;")],
         "tests": ["test_dataset"],
+    },
+    {
+        "name": "coordinator_drops_lost_step",
+        "what": "ps_coordinator's coordinator drops the step of a worker it lost instead of giving it back to the "
+                "queue, so a job with a worker killed runs one step fewer than it asked",
+        "file": "runtime/training/coordinator.c",
+        "edits": [("            push(c, k, true);\n            c->rescheduled++;",
+                   "            closure_free(k);\n            c->rescheduled++;")],
+        "tests": ["coordinator_strategy"],
+    },
+    {
+        "name": "coordinator_last_step_no_wait",
+        "what": "ps_coordinator's last step does not wait for the queued ones, so the loop sees the stop a step late "
+                "and the global step is read before every step ran",
+        "file": "runtime/training/distribute.c",
+        "edits": [("    if (bounded && d->start_step + d->n_scheduled >= d->last_step && !training_coordinator_wait(d->coord, st))",
+                   "    if (false && !training_coordinator_wait(d->coord, st))")],
+        "tests": ["test_distribute"],
     },
     {
         "name": "elastic_survivors_not_first",
