@@ -578,6 +578,8 @@ dg_monitored_session *dg_distribution_session_new(dg_distribution *d, dg_graph *
         if (!a) return NULL;
         snprintf(ps0, sizeof ps0, "dg://%s", a);
         mo.master = ps0;
+        // Every wait has a deadline: a ps that never answers fails the session, naming it.
+        if (so.wait_for_tasks_ms == 0) so.wait_for_tasks_ms = d->peer_timeout_ms;
     } else {
         mo.master = dg_server_target(d->server);
     }
