@@ -10,7 +10,7 @@
 #include "train_impl.h"
 
 dg_collective_group dg_collective_group_make(const char *job, int size) {
-    dg_collective_group grp = {job, size, 0};
+    dg_collective_group grp = {job, size, 0, 0};
     return grp;
 }
 
@@ -94,6 +94,15 @@ bool dg_collective_all_reduce(dg_graph *g, const char *name, const dg_output *xs
     }
     graph_set_attr_string(nd, "final_op", op == DG_REDUCE_MEAN ? "Div" : "Id");
     if (hint) graph_set_attr_string(nd, "communication_hint", hint);
+    if (group->wire_dtype == DG_BFLOAT16) {
+        graph_set_attr_string(nd, "wire_dtype", "bfloat16");
+    } else if (group->wire_dtype != 0 && group->wire_dtype != DG_FLOAT32) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "all-reduce \"%s\": the group's wire_dtype is %s; it takes "
+                           "float32 (0: as computed) or bfloat16", dg_node_name(nd), dg_dtype_name(group->wire_dtype));
+        graph_finish(nd);   // discards it: the graph has an error
+        for (int i = 0; i < n; i++) out[i] = (dg_output){NULL, 0};
+        return false;
+    }
     return finish(nd, n, out);
 }
 

@@ -48,6 +48,13 @@ static bool infer_collective(dg_node *n, dg_status *st) {
                        n->op->name, hint);
         return false;
     }
+    const char *wire = dg_node_attr_string(n, "wire_dtype");
+    bool wire16 = wire && strcmp(wire, "bfloat16") == 0;
+    if (wire && strcmp(wire, "float32") != 0 && !(wire16 && strcmp(n->op->name, "CollectiveAllReduce") == 0)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: \"wire_dtype\" must be \"float32\"%s, got \"%s\"", n->op->name,
+                       strcmp(n->op->name, "CollectiveAllReduce") == 0 ? " or \"bfloat16\"" : "", wire);
+        return false;
+    }
     if (!graph_set_num_outputs(n, n->n_inputs, st)) return false;
     for (int i = 0; i < n->n_inputs; i++) {
         dg_output in = n->inputs[i];
@@ -57,6 +64,11 @@ static bool infer_collective(dg_node *n, dg_status *st) {
         if (t != DG_FLOAT32 && t != DG_FLOAT64 && !(bcast && (t == DG_INT32 || t == DG_INT64))) {
             dg_status_setf(st, DG_INVALID_ARGUMENT, "input %d (\"%s\") must be float32 or float64%s, got %s",
                            i, in.node->name, bcast ? " (or int32, int64)" : "", dg_dtype_name(t));
+            return false;
+        }
+        if (wire16 && t != DG_FLOAT32) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "input %d (\"%s\") is %s: wire_dtype bfloat16 takes float32 "
+                           "values only", i, in.node->name, dg_dtype_name(t));
             return false;
         }
         graph_set_output(n, i, t, dg_output_shape(in));

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "distgraph/device_name.h"
 #include "graph_impl.h"
+#include "status_impl.h"
 #include "train_impl.h"
 
 static const dg_output NUL = {NULL, 0};
@@ -505,6 +507,43 @@ dg_node *dg_optimizer_apply_gradients(const dg_optimizer *opt, const dg_output *
     return apply_gated(opt, grads, vars, n, global_step, name, NUL);
 }
 
+// Whether two device requests name different jobs or tasks (both must name them to differ).
+static bool other_task(const dg_node *a, const dg_node *b) {
+    dg_device_name x, y;
+    dg_status st = DG_STATUS_INIT;
+    bool ok = dg_device_name_parse(a->requested_device, &x, &st) && dg_device_name_parse(b->requested_device, &y, &st);
+    status_impl_clear(&st);
+    return ok && ((x.has_job && y.has_job && strcmp(x.job, y.job) != 0) ||
+                  (x.has_task && y.has_task && x.task != y.task));
+}
+
+// opt->gradient_wire_dtype: the dense float32 gradients that cross to their variable's task go
+// as bfloat16 (cast beside the gradient, cast back beside the variable).
+static void gradients_on_the_wire(const dg_optimizer *opt, dg_output *grads, const dg_output *vars, int n) {
+    dg_graph *g = opt->graph;
+    if (opt->gradient_wire_dtype == 0 || opt->gradient_wire_dtype == DG_FLOAT32) return;
+    if (opt->gradient_wire_dtype != DG_BFLOAT16) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "%s: gradient_wire_dtype is %s; it takes float32 (0: as "
+                           "computed) or bfloat16", opt->name ? opt->name : "optimizer",
+                           dg_dtype_name(opt->gradient_wire_dtype));
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        dg_output sv, si;
+        if (!grads[i].node || dg_gradient_is_sparse(grads[i], &sv, &si) || dg_output_dtype(grads[i]) != DG_FLOAT32 ||
+            !other_task(grads[i].node, vars[i].node))
+            continue;
+        char name[600];
+        snprintf(name, sizeof name, "%s/gradient_wire_bfloat16", dg_node_name(vars[i].node));
+        dg_graph_push_colocate_with(g, grads[i].node);
+        dg_output half = dg_cast(g, dg_graph_unique_name(g, name), grads[i], DG_BFLOAT16);
+        dg_graph_pop_colocate_with(g);
+        dg_graph_push_colocate_with(g, vars[i].node);
+        grads[i] = dg_cast(g, NULL, half, DG_FLOAT32);
+        dg_graph_pop_colocate_with(g);
+    }
+}
+
 dg_node *dg_optimizer_minimize(const dg_optimizer *opt, dg_output loss, dg_output global_step) {
     dg_graph *g = opt->graph;
     int cap = dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES);
@@ -512,6 +551,7 @@ dg_node *dg_optimizer_minimize(const dg_optimizer *opt, dg_output loss, dg_outpu
     dg_output *vars = calloc((size_t)(cap ? cap : 1), sizeof *vars);
     if (!grads || !vars) abort();
     int n = dg_optimizer_compute_gradients(opt, loss, NULL, 0, grads, vars, cap);
+    if (n > 0) gradients_on_the_wire(opt, grads, vars, n);
     dg_node *train = n < 0 ? NULL : dg_optimizer_apply_gradients(opt, grads, vars, n, global_step, NULL);
     free(grads);
     free(vars);

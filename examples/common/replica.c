@@ -60,9 +60,10 @@ static bool report_after_create(void *ctx, dg_monitored_session *ms, dg_session 
 static bool build_model(dg_graph *g, const replica_model *p, double lr, int64_t seed, int64_t train_steps,
                         const dg_sync_replicas_options *so, dg_sync_replicas **sr, const dg_collective_group *grp,
                         dg_node **bcast, replica_net *net, dg_node **train, dg_loss_scale *ls, dg_output *factor,
-                        int scale_workers, dg_status *st) {
+                        int scale_workers, dg_dtype wire, dg_status *st) {
     memset(net, 0, sizeof *net);
     if (!p->build(p->state, g, lr, seed, train_steps, net, st)) return false;
+    net->opt.gradient_wire_dtype = wire;   // the ps push (dg_optimizer_minimize); grp has the all-reduce's
     if (net->train) {
         if (so || grp || ls || scale_workers > 0) {
             dg_status_set(st, DG_INVALID_ARGUMENT, "this model trains itself (a pipeline): without --sync_replicas, "
@@ -121,7 +122,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     int64_t task_index = -1, train_steps = p->train_steps, batch_size = p->batch_size, seed = 1, log_every = 100;
     int64_t wait_ms = 60000, rpc_timeout_ms = 30000, save_checkpoint_steps = 100, recovery_attempts = 3;
     const char *checkpoint_path = "", *slurm_jobs = "", *save_graph = "", *logdir = "", *trace_file = "";
-    const char *mixed_precision = "off";
+    const char *mixed_precision = "off", *gradient_wire = "float32";
     int64_t trace_step = 0, force_overflow_at = 0, force_overflow_steps = 3;
     int64_t slurm_port_base = DG_SLURM_DEFAULT_PORT_BASE;
     int64_t virtual_cpus = 0;
@@ -201,6 +202,9 @@ int replica_main(int argc, char **argv, const replica_model *p) {
         {"mixed_precision", FLAG_STRING, &mixed_precision,
          "bf16: the model's float32 products (MatMul) in bfloat16, variables and the rest in float32 "
          "(dg_graph_set_mixed_precision); fp16: in float16, with dynamic loss scaling; off (default)"},
+        {"gradient_wire", FLAG_STRING, &gradient_wire,
+         "bf16: gradients travel as bfloat16 (half the bytes), summed and applied in float32: the all-reduce's "
+         "(--all_reduce) or the push to the ps (asynchronous); float32 (default)"},
         {"force_overflow_at", FLAG_INT, &force_overflow_at,
          "with fp16: multiply the loss by 1e30 from this local step on (default 0: never), to see steps skipped"},
         {"force_overflow_steps", FLAG_INT, &force_overflow_steps, "with --force_overflow_at: for this many steps (default 3)"},
@@ -283,6 +287,18 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     }
     if (elastic && !all_reduce) {
         fprintf(stderr, "%s: --elastic needs --all_reduce\n", prog);
+        return 2;
+    }
+    dg_dtype wire = 0;
+    if (strcmp(gradient_wire, "bf16") == 0 || strcmp(gradient_wire, "bfloat16") == 0) {
+        wire = DG_BFLOAT16;
+    } else if (strcmp(gradient_wire, "float32") != 0) {
+        fprintf(stderr, "%s: --gradient_wire \"%s\" is not bf16 or float32\n", prog, gradient_wire);
+        return 2;
+    }
+    if (wire && (sync_replicas || strcmp(mixed_precision, "off") != 0)) {
+        fprintf(stderr, "%s: --gradient_wire bf16 works with --all_reduce and the asynchronous ps, without "
+                "--sync_replicas or --mixed_precision\n", prog);
         return 2;
     }
     if (sync_replicas && replicas_to_aggregate == 0) replicas_to_aggregate = n_workers;
@@ -376,9 +392,11 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     sro.timeout_ms = sync_timeout_ms;
     dg_collective_group grp = dg_collective_group_make("worker", elastic ? DG_COLLECTIVE_ELASTIC : n_workers);
     grp.timeout_ms = sync_timeout_ms;
+    grp.wire_dtype = wire;
     bool built = build_model(g, p, lr, seed, train_steps, sync_replicas ? &sro : NULL, &sr, all_reduce ? &grp : NULL,
                              elastic ? NULL : &bcast, &m,
-                             &train, fp16 ? &ls : NULL, &loss_factor, elastic && elastic_lr_scaling ? n_workers : 0, st);
+                             &train, fp16 ? &ls : NULL, &loss_factor, elastic && elastic_lr_scaling ? n_workers : 0,
+                             wire, st);
     if (!built) {
         fail(st, "building the model");
         goto out;
@@ -586,6 +604,20 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     printf("Training elapsed time: %f s (%lld local steps, %.1f local steps/s)\n", elapsed,
            (long long)local_step, (double)local_step / elapsed);
     if (fp16) printf("Loss scaling: scale %g, %lld steps skipped\n", loss_scale, (long long)skipped_steps);
+    if (server) {   // what this task sent (gradients to the ps or the all-reduce, and the rest)
+        char **names = NULL;
+        int64_t *values = NULL;
+        int n_counters = 0;
+        dg_status *cst = dg_status_new();
+        if (dg_server_query_counters(dg_server_target(server), NULL, NULL, 2000, &names, &values, &n_counters, cst))
+            for (int i = 0; i < n_counters; i++)
+                if (strcmp(names[i], "tensor_bytes_sent") == 0 && local_step > 0)
+                    printf("Worker %lld: transport: %lld tensor bytes sent, %.0f per local step (gradients as %s)\n",
+                           (long long)task_index, (long long)values[i], (double)values[i] / (double)local_step,
+                           wire ? "bfloat16" : "float32");
+        dg_server_counters_free(names, values, n_counters);
+        dg_status_free(&cst);
+    }
     dg_elastic_stats es;
     if (elastic && dg_elastic_hook_stats(mode_hook, &es))
         printf("Elastic: epoch %lld, %d members, rank %d; %lld epochs joined, %lld commits, %lld rollbacks undoing "

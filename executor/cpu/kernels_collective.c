@@ -27,6 +27,7 @@
 #include "exec_rendezvous_impl.h"
 #include "exec_resources_impl.h"
 #include "status_impl.h"
+#include "tensor_impl.h"
 
 // ---- the execution counter, one per (op, instance) and task, kept in the resources ----
 typedef struct coll_counter {
@@ -71,6 +72,7 @@ typedef struct coll_kernel {
     exec_coll_groups *groups;  // borrowed from the resources
     pthread_mutex_t busy;      // one execution of this node at a time
     dg_tensor *pack_in, *pack_out;   // packed buffers reused between steps (multi-input)
+    bool wire16;               // wire_dtype "bfloat16": float32 values travel as bfloat16
 } coll_kernel;
 
 enum { ALG_AUTO, ALG_RING, ALG_DIRECT };
@@ -138,6 +140,8 @@ static void *coll_create(const dg_node *n, const exec_env *env, dg_status *st) {
     const char *final_op = dg_node_attr_string(n, "final_op");
     const char *hint = dg_node_attr_string(n, "communication_hint");
     k->mean = final_op && strcmp(final_op, "Div") == 0;
+    const char *wire = dg_node_attr_string(n, "wire_dtype");
+    k->wire16 = !k->is_broadcast && wire && strcmp(wire, "bfloat16") == 0;
     k->algorithm = hint && strcmp(hint, "ring") == 0     ? ALG_RING
                    : hint && strcmp(hint, "direct") == 0 ? ALG_DIRECT
                                                          : ALG_AUTO;
@@ -239,6 +243,30 @@ static void combine(size_t f64_end, size_t off, size_t len, char *out, const cha
         if (a) add_f32((float *)(out + n64), (const float *)(a + n64), (const float *)(b + n64), n32 / 4, (float)div);
         else acc_f32((float *)(out + n64), (const float *)(b + n64), n32 / 4, (float)div);
     }
+}
+
+// ---- bfloat16 on the wire (wire_dtype "bfloat16"; every value float32) ----
+// What travels is each float32 rounded to bfloat16 (to nearest, ties to even); what arrives is
+// widened and summed in float32. The ranks agree bit for bit as without it: the ring's owner of
+// a segment keeps its final value as it sends it (a bfloat16 value), and the direct exchange
+// sums the same widened values, this rank's own rounded alike, in rank order.
+CPU_CLONES static void to_wire16(uint16_t *restrict o, const float *restrict f, size_t n) {
+    for (size_t i = 0; i < n; i++) o[i] = tensor_f32_to_bf16(f[i]);
+}
+
+CPU_CLONES static void from_wire16(float *restrict o, const uint16_t *restrict b, size_t n) {
+    for (size_t i = 0; i < n; i++) o[i] = tensor_bf16_to_f32(b[i]);
+}
+
+// o = (a + widened b) / div, a NULL: o += widened b.
+CPU_CLONES static void add_wire16(float *restrict o, const float *restrict a, const uint16_t *restrict b, size_t n,
+                                  float div) {
+    for (size_t i = 0; i < n; i++) o[i] = ((a ? a[i] : o[i]) + tensor_bf16_to_f32(b[i])) / div;
+}
+
+// Rounds p to the values bfloat16 holds.
+static void round16(float *p, size_t n) {
+    for (size_t i = 0; i < n; i++) p[i] = tensor_bf16_to_f32(tensor_f32_to_bf16(p[i]));
 }
 
 // ---- one execution ----
@@ -366,6 +394,16 @@ static bool send_tensor(coll_run *r, dg_tensor *t, int to, const char *tag) {
     return send_view(r, t, t->data, t->nbytes, to, tag);
 }
 
+// Sends the float32 values data[0, len) (bytes) as bfloat16: len / 2 bytes.
+static bool send_wire16(coll_run *r, const char *data, size_t len, int to, const char *tag) {
+    dg_tensor *t = dg_tensor_new(DG_UINT8, dg_shape1((int64_t)(len / 2)), r->st);
+    if (!t) return false;
+    to_wire16(t->data, (const float *)data, len / 4);
+    bool ok = send_tensor(r, t, to, tag);
+    dg_tensor_unref(t);
+    return ok;
+}
+
 // Fails the posted receive (if its callback has not run) and waits until no callback can
 // touch r any more. The step stays aborted in the rendezvous, so values peers send for it
 // later are dropped instead of kept.
@@ -485,12 +523,13 @@ static bool ring(coll_run *r, dg_tensor *in_base, const char *in, dg_tensor *out
     size_t chunk = k->chunk_bytes;
     char tag[64];
     size_t off, len;
+    bool w16 = k->wire16;   // values travel as bfloat16: half the bytes of float32
     // Phase 0 sends this rank's own segment of the input as it is.
     segment(total, n, send_seg(me, n, 0), &off, &len);
     for (size_t c = 0; c < n_chunks(len, chunk); c++) {
         size_t a = off + c * chunk, l = len - c * chunk < chunk ? len - c * chunk : chunk;
         snprintf(tag, sizeof tag, "r0.%zu", c);
-        if (!send_view(r, in_base, in + a, l, right, tag)) return false;
+        if (!(w16 ? send_wire16(r, in + a, l, right, tag) : send_view(r, in_base, in + a, l, right, tag))) return false;
     }
     exec_rendezvous_flush(r->rv, r->step_id);
     int last = 2 * n - 3;
@@ -499,15 +538,25 @@ static bool ring(coll_run *r, dg_tensor *in_base, const char *in, dg_tensor *out
         for (size_t c = 0; c < n_chunks(len, chunk); c++) {
             size_t a = off + c * chunk, l = len - c * chunk < chunk ? len - c * chunk : chunk;
             snprintf(tag, sizeof tag, "r%d.%zu", p, c);
-            dg_tensor *t = recv_from(r, left, tag, l);
+            dg_tensor *t = recv_from(r, left, tag, w16 ? l / 2 : l);
             if (!t) return false;
             bool ok = true;
             snprintf(tag, sizeof tag, "r%d.%zu", p + 1, c);
-            if (p < n - 1) {
+            if (p < n - 1 && w16) {
+                // The same in float32 from the widened sum so far; the owner keeps its final value
+                // as the others will receive it.
+                add_wire16((float *)(out + a), (const float *)(in + a), t->data, l / 4,
+                           p == n - 2 && k->mean ? (float)n : 1.0f);
+                if (p == n - 2) round16((float *)(out + a), l / 4);
+                if (p < last) ok = send_wire16(r, out + a, l, right, tag);
+            } else if (p < n - 1) {
                 // Reduce-scatter: the sum so far plus this rank's input; the owner (phase n-2)
                 // also applies the final op before anyone sees the value.
                 combine(f64_end, a, l, out + a, in + a, t->data, p == n - 2 && k->mean ? n : 1);
                 if (p < last) ok = send_view(r, out_base, out + a, l, right, tag);
+            } else if (w16) {
+                from_wire16((float *)(out + a), t->data, l / 4);
+                if (p < last) ok = send_tensor(r, t, right, tag);
             } else {
                 // All-gather: the owner's final value, copied and passed on unchanged.
                 memcpy(out + a, t->data, l);
@@ -651,15 +700,33 @@ static bool direct(coll_run *r, dg_tensor *in_base, const char *in, char *out, s
     const coll_kernel *k = r->k;
     int n = k->size;
     for (int to = 0; to < n; to++)
-        if (to != k->rank && !send_view(r, in_base, in, total, to, "d")) return false;
+        if (to != k->rank &&
+            !(k->wire16 ? send_wire16(r, in, total, to, "d") : send_view(r, in_base, in, total, to, "d")))
+            return false;
     exec_rendezvous_flush(r->rv, r->step_id);
     dg_tensor **got = calloc((size_t)(n > 0 ? n : 1), sizeof *got);
     if (!got) {
         dg_status_set(r->st, DG_RESOURCE_EXHAUSTED, "all-reduce: out of memory");
         return false;
     }
-    bool ok = recv_all(r, got, total);
-    if (ok) {
+    bool ok = recv_all(r, got, k->wire16 ? total / 2 : total);
+    if (ok && k->wire16) {
+        // Every rank's value as the others receive it, this rank's own rounded alike, summed in
+        // float32 in rank order.
+        float *mine = malloc(total ? total : 1);
+        if (!mine) abort();
+        memcpy(mine, in, total);
+        round16(mine, total / 4);
+        for (int j = 0; j < n; j++) {
+            float *o = (float *)out;
+            float div = j == n - 1 && k->mean ? (float)n : 1.0f;
+            if (j == 0 && k->rank == 0) memcpy(o, mine, total);
+            else if (j == 0) from_wire16(o, got[0]->data, total / 4);
+            else if (j == k->rank) acc_f32(o, mine, total / 4, div);
+            else add_wire16(o, NULL, got[j]->data, total / 4, div);
+        }
+        free(mine);
+    } else if (ok) {
         // ((x0 + x1) + x2) + ...: the same order, so the same bits, on every rank.
         const char *x0 = k->rank == 0 ? in : got[0]->data;
         const char *x1 = k->rank == 1 ? in : got[1]->data;
@@ -785,6 +852,11 @@ static bool coll_compute(void *state, exec_ctx *ctx) {
                 total += IN(i)->nbytes;
             }
         if (pass == 0) f64_end = total;
+    }
+    if (k->wire16 && f64_end > 0) {
+        free(pos);
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "all-reduce instance %" PRId64 ": wire_dtype bfloat16 takes "
+                         "float32 values only", k->instance);
     }
     pthread_mutex_lock(&k->busy);
     bool ok = true;

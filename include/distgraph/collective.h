@@ -27,6 +27,11 @@ typedef struct dg_collective_group {
     const char *job;        // e.g. "worker"; borrowed for the builder call
     int size;               // tasks 0..size-1 of job, >= 1; or DG_COLLECTIVE_ELASTIC
     int64_t timeout_ms;     // 0: 60000
+    // What an all-reduce's float32 values travel as between tasks: 0 (or DG_FLOAT32) as they
+    // are; DG_BFLOAT16 rounded to bfloat16 (half the bytes), widened and summed in float32 on
+    // arrival, every rank ending with the same values (about 3 significant digits: each value
+    // sent is rounded once). float64 inputs are refused with it. Broadcasts ignore it.
+    dg_dtype wire_dtype;
 } dg_collective_group;
 
 // An elastic group's size: its members are the tasks of job that the task's server was last
@@ -40,7 +45,7 @@ typedef struct dg_collective_group {
 // collective of the same type in the graph is an error (ALREADY_EXISTS naming both).
 #define DG_COLLECTIVE_KEY_AUTO ((int64_t)-1)
 
-// {job, size, 0}.
+// {job, size, 0, 0}.
 dg_collective_group dg_collective_group_make(const char *job, int size);
 
 typedef enum dg_reduce_op {

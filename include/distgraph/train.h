@@ -78,6 +78,11 @@ typedef struct dg_optimizer {
     // gradient is clipped (and applied) as a dense one. Under the mirrored strategy each copy
     // computes the norm on its own device: copies on devices that round differently can drift.
     double global_clipnorm;
+    // DG_BFLOAT16: minimize sends each dense float32 gradient whose device request names another
+    // job or task than its variable's (a worker's gradient of a ps task's variable) as
+    // bfloat16, half the bytes: cast where it is computed, cast back to float32 beside the
+    // variable, which is updated in float32. 0: as computed.
+    dg_dtype gradient_wire_dtype;
 } dg_optimizer;
 
 dg_optimizer dg_gradient_descent(dg_graph *g, double learning_rate);

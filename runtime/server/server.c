@@ -903,6 +903,7 @@ static void worker_handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts
             {"bad_messages", (long long)tps.bad_messages},
             {"shm_frames_sent", (long long)tps.shm_frames_sent},
             {"shm_frames_received", (long long)tps.shm_frames_received},
+            {"tensor_bytes_sent", (long long)tps.tensor_bytes_sent},   // payload, TCP or shared memory
             {"tensor_bytes", (long long)tensor_bytes},        // this process's (dg_tensor_memory)
             {"tensor_bytes_peak", (long long)tensor_peak},
         };

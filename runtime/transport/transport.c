@@ -312,6 +312,7 @@ static bool send_frames(rt_transport *t, void *sock, const rt_peer *peer, const 
         }
         zmq_msg_t f;
         unsigned char desc[RT_SHM_DESC_BYTES];
+        __atomic_add_fetch(&t->stats.tensor_bytes_sent, (uint64_t)len, __ATOMIC_RELAXED);
         if (len == 0) {
             zmq_msg_init(&f);
         } else if (shm && rt_shm_put(shm, data, len, desc)) {
@@ -1856,6 +1857,7 @@ rt_transport_stats rt_transport_get_stats(rt_transport *t) {
     s.refused_peers = __atomic_load_n(&t->stats.refused_peers, __ATOMIC_RELAXED);
     s.shm_frames_sent = __atomic_load_n(&t->stats.shm_frames_sent, __ATOMIC_RELAXED);
     s.shm_frames_received = __atomic_load_n(&t->stats.shm_frames_received, __ATOMIC_RELAXED);
+    s.tensor_bytes_sent = __atomic_load_n(&t->stats.tensor_bytes_sent, __ATOMIC_RELAXED);
     s.connections = __atomic_load_n(&t->stats.connections, __ATOMIC_RELAXED);
     s.max_connections = __atomic_load_n(&t->stats.max_connections, __ATOMIC_RELAXED);
     s.connections_closed = __atomic_load_n(&t->stats.connections_closed, __ATOMIC_RELAXED);

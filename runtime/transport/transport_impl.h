@@ -128,6 +128,7 @@ typedef struct rt_transport_stats {
     uint64_t refused_peers;   // failed CurveZMQ handshakes
     uint64_t shm_frames_sent;       // tensor frames sent through shared memory
     uint64_t shm_frames_received;   // ... and received
+    uint64_t tensor_bytes_sent;     // tensor payload bytes sent to peers, by either path
     // Limits (bound transports):
     int64_t connections;            // accepted connections open now
     int max_connections;            // the cap in force (after the descriptor limit)

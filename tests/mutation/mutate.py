@@ -237,6 +237,14 @@ MUTANTS = [
         "tests": ["test_dataset"],
     },
     {
+        "name": "wire16_owner_keeps_float32",
+        "what": "the ring all-reduce with bfloat16 on the wire leaves the owner's final value in float32 while the "
+                "others receive it rounded, so the ranks end apart",
+        "file": "executor/cpu/kernels_collective.c",
+        "edits": [("                if (p == n - 2) round16((float *)(out + a), l / 4);\n", "")],
+        "tests": ["test_collective"],
+    },
+    {
         "name": "coordinator_drops_lost_step",
         "what": "ps_coordinator's coordinator drops the step of a worker it lost instead of giving it back to the "
                 "queue, so a job with a worker killed runs one step fewer than it asked",

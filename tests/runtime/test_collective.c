@@ -127,14 +127,17 @@ static double stored(const dg_tensor *x, int64_t e) { return dg_tensor_get_as_do
 
 // Builds on every rank of a group of n the given cases, chained by control dependencies (so
 // every rank runs them in one order), runs them once, and checks each output against the
-// float64 sum (or mean) of what the ranks gave, and that all ranks got the same bits.
-static void check_all_reduce(int n, const char *hint, dg_reduce_op op, const ar_case *cs, int n_cs,
-                             int64_t key_base) {
+// float64 sum (or mean) of what the ranks gave, and that all ranks got the same bits. wire
+// DG_BFLOAT16: the values travel as bfloat16, so each rounding (one per value sent, at most n)
+// is bfloat16's (relative 2^-9), and the ring's outputs (more than one rank) are bfloat16 values.
+static void check_all_reduce_wire(int n, const char *hint, dg_reduce_op op, const ar_case *cs, int n_cs,
+                                  int64_t key_base, dg_dtype wire) {
     rank_job jobs[MAX_RANKS];
     memset(jobs, 0, sizeof jobs);
     dg_tensor *inputs[MAX_RANKS][8][4];
     dg_collective_group grp = dg_collective_group_make("worker", n);
     grp.timeout_ms = 20000;
+    grp.wire_dtype = wire;
     for (int r = 0; r < n; r++) {
         dg_graph *g = jobs[r].g = dg_graph_new();
         dg_node *prev = NULL;
@@ -161,7 +164,7 @@ static void check_all_reduce(int n, const char *hint, dg_reduce_op op, const ar_
             dg_dtype t = cs[c].dtype[i];
             assert_int_equal(dg_tensor_dtype(y), t);
             assert_int_equal(dg_tensor_num_elements(y), cs[c].len[i]);
-            double eps = t == DG_FLOAT32 ? 6e-8 : 1.2e-16;
+            double eps = wire == DG_BFLOAT16 ? 0x1p-9 : t == DG_FLOAT32 ? 6e-8 : 1.2e-16;
             for (int64_t e = 0; e < cs[c].len[i]; e++) {
                 double ref = 0, mag = 0;
                 for (int r = 0; r < n; r++) {
@@ -179,11 +182,56 @@ static void check_all_reduce(int n, const char *hint, dg_reduce_op op, const ar_
             }
             for (int r = 1; r < n; r++)
                 assert_memory_equal(dg_tensor_data(jobs[r].got[f]), dg_tensor_data(y), dg_tensor_nbytes(y));
+            bool ring = hint && strcmp(hint, "ring") == 0;
+            for (int64_t e = 0; wire == DG_BFLOAT16 && ring && n > 1 && e < cs[c].len[i]; e++) {
+                float v = dg_tensor_f32(y)[e];
+                if (dg_bfloat16_to_float(dg_float_to_bfloat16(v)) != v)
+                    fail_msg("n=%d hint=%s case %d element %lld: %.9g is not a bfloat16 value", n,
+                             hint ? hint : "auto", c, (long long)e, (double)v);
+            }
         }
     for (int r = 0; r < n; r++)
         for (int c = 0; c < n_cs; c++)
             for (int i = 0; i < cs[c].n_inputs; i++) dg_tensor_unref(inputs[r][c][i]);
     free_group(jobs, n);
+}
+
+static void check_all_reduce(int n, const char *hint, dg_reduce_op op, const ar_case *cs, int n_cs,
+                             int64_t key_base) {
+    check_all_reduce_wire(n, hint, op, cs, n_cs, key_base, 0);
+}
+
+// Float32 values over the wire as bfloat16 (dg_collective_group.wire_dtype), every group size,
+// algorithm and op; float64 inputs and other wire dtypes refused when the graph is built.
+static void test_all_reduce_wire_bfloat16(void **state) {
+    (void)state;
+    static const ar_case wire_cases[] = {
+        {1, {DG_FLOAT32}, {0}},
+        {1, {DG_FLOAT32}, {7}},
+        {1, {DG_FLOAT32}, {1001}},
+        {2, {DG_FLOAT32, DG_FLOAT32}, {2, 70001}},
+    };
+    int64_t key = 5000;
+    const char *hints[] = {"ring", "direct", NULL};
+    for (int n = 1; n <= MAX_RANKS; n++)
+        for (int h = 0; h < 3; h++)
+            for (int op = 0; op < 2; op++) {
+                check_all_reduce_wire(n, hints[h], (dg_reduce_op)op, wire_cases, 4, key, DG_BFLOAT16);
+                key += 4;
+            }
+    dg_graph *g = dg_graph_new();
+    dg_collective_group grp = dg_collective_group_make("worker", 2);
+    grp.wire_dtype = DG_BFLOAT16;
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT64, dg_shape1(3)), out;
+    assert_false(dg_collective_all_reduce(g, "ar", &x, 1, &grp, 1, DG_REDUCE_SUM, NULL, &out));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "is float64: wire_dtype bfloat16 takes float32 values only");
+    dg_graph_free(&g);
+    g = dg_graph_new();
+    grp.wire_dtype = DG_INT32;
+    x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape1(3));
+    assert_false(dg_collective_all_reduce(g, "ar", &x, 1, &grp, 1, DG_REDUCE_SUM, NULL, &out));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "the group's wire_dtype is int32");
+    dg_graph_free(&g);
 }
 
 static void test_all_reduce_sizes(void **state) {
@@ -928,6 +976,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_instance_keys_assigned),
         cmocka_unit_test(test_all_reduce_sizes),
+        cmocka_unit_test(test_all_reduce_wire_bfloat16),
         cmocka_unit_test(test_all_reduce_big),
         cmocka_unit_test(test_all_reduce_repeats),
         cmocka_unit_test(test_exactness_sgd),
