@@ -533,13 +533,14 @@ static void gradients_on_the_wire(const dg_optimizer *opt, dg_output *grads, con
         if (!grads[i].node || dg_gradient_is_sparse(grads[i], &sv, &si) || dg_output_dtype(grads[i]) != DG_FLOAT32 ||
             !other_task(grads[i].node, vars[i].node))
             continue;
-        char name[600];
+        char name[600], back[600];
         snprintf(name, sizeof name, "%s/gradient_wire_bfloat16", dg_node_name(vars[i].node));
+        snprintf(back, sizeof back, "%s/gradient_wire_float32", dg_node_name(vars[i].node));
         dg_graph_push_colocate_with(g, grads[i].node);
-        dg_output half = dg_cast(g, dg_graph_unique_name(g, name), grads[i], DG_BFLOAT16);
+        dg_output half = dg_cast(g, name, grads[i], DG_BFLOAT16);
         dg_graph_pop_colocate_with(g);
         dg_graph_push_colocate_with(g, vars[i].node);
-        grads[i] = dg_cast(g, NULL, half, DG_FLOAT32);
+        grads[i] = dg_cast(g, back, half, DG_FLOAT32);
         dg_graph_pop_colocate_with(g);
     }
 }

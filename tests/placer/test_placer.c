@@ -257,6 +257,67 @@ static void test_gradients_beside_their_ops(void **state) {
     assert_int_equal(on_ps, away0);              // exactly those move, to ps 1
 }
 
+// gradient_wire_dtype bfloat16: the model split over worker 0 and ps 1, minimized from worker
+// 0's scope (every gradient computed there). The gradients of ps 1's variables (w2, b2) leave
+// worker 0 as bfloat16 (a Cast placed on worker 0) and are widened on ps 1 (a Cast placed there,
+// feeding the update); w1's gradient stays on worker 0 and gets no cast.
+static void test_gradient_wire_bfloat16_casts(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, "/job:worker/task:0");
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(-1, 4));
+    dg_output w1 = dg_variable(g, "w1", DG_FLOAT32, dg_shape2(4, 3), dg_init_zeros());
+    dg_output h = dg_relu(g, "h", dg_matmul(g, NULL, x, w1, false, false));
+    dg_graph_pop_device(g);
+    dg_graph_push_device(g, "/job:ps/task:1");
+    dg_output w2 = dg_variable(g, "w2", DG_FLOAT32, dg_shape2(3, 2), dg_init_zeros());
+    dg_output b2 = dg_variable(g, "b2", DG_FLOAT32, dg_shape1(2), dg_init_zeros());
+    dg_graph_pop_device(g);
+    dg_graph_push_device(g, "/job:worker/task:0");
+    dg_output logits = dg_bias_add(g, "logits", dg_matmul(g, NULL, h, w2, false, false), b2);
+    dg_output loss = dg_mean(g, "loss", dg_square(g, NULL, logits), NULL, 0, false);
+    dg_optimizer opt = dg_gradient_descent(g, 0.1);
+    opt.gradient_wire_dtype = DG_BFLOAT16;
+    assert_non_null(dg_optimizer_minimize(&opt, loss, (dg_output){NULL, 0}));
+    dg_graph_pop_device(g);
+    dg_status *st = dg_status_new();
+    dg_placement_options o = dg_placement_options_default();
+    assert_true(place(g, &o, st));
+    assert_ok(st);
+    const char *wire_names[] = {"w2/gradient_wire_bfloat16", "b2/gradient_wire_bfloat16"};
+    for (int i = 0; i < 2; i++) {
+        dg_node *half = dg_graph_find(g, wire_names[i]);
+        assert_non_null(half);
+        assert_string_equal(dg_node_op_type(half), "Cast");
+        assert_int_equal(dg_node_output_dtype(half, 0), DG_BFLOAT16);
+        assert_non_null(strstr(dg_node_assigned_device(half), "/job:worker/replica:0/task:0/"));
+        // Its one consumer widens it on ps 1.
+        int consumers = 0;
+        for (int k = 0; k < dg_graph_num_nodes(g); k++) {
+            dg_node *n = dg_graph_node(g, k);
+            for (int j = 0; j < dg_node_num_inputs(n); j++)
+                if (dg_node_input(n, j).node == half) {
+                    consumers++;
+                    assert_string_equal(dg_node_op_type(n), "Cast");
+                    assert_int_equal(dg_node_output_dtype(n, 0), DG_FLOAT32);
+                    assert_non_null(strstr(dg_node_assigned_device(n), "/job:ps/replica:0/task:1/"));
+                }
+        }
+        assert_int_equal(consumers, 1);
+    }
+    assert_null(dg_graph_find(g, "w1/gradient_wire_bfloat16"));   // no crossing, no cast
+    dg_status_free(&st);
+    dg_graph_free(&g);
+    // Another dtype is refused, named.
+    g = dg_graph_new();
+    w1 = dg_variable(g, "w1", DG_FLOAT32, dg_shape1(2), dg_init_zeros());
+    opt = dg_gradient_descent(g, 0.1);
+    opt.gradient_wire_dtype = DG_FLOAT16;
+    assert_null(dg_optimizer_minimize(&opt, dg_mean(g, NULL, w1, NULL, 0, false), (dg_output){NULL, 0}));
+    assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "gradient_wire_dtype is float16");
+    dg_graph_free(&g);
+}
+
 static bool floats_on_gpu(void *ctx, const dg_node *n, const char *type) {
     (void)ctx;
     if (strcmp(type, "GPU") != 0) return true;
@@ -341,6 +402,7 @@ int main(void) {
         cmocka_unit_test(test_unsatisfiable_colocation),
         cmocka_unit_test(test_filters_and_bad_devices),
         cmocka_unit_test(test_gradients_beside_their_ops),
+        cmocka_unit_test(test_gradient_wire_bfloat16_casts),
         cmocka_unit_test(test_colocated_gradients_leave_ops_on_gpu),
         cmocka_unit_test(test_kernels_checked_on_many_devices),
     };
