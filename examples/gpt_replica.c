@@ -291,6 +291,12 @@ static int next_batch(void *state, dg_output *feeds, dg_tensor **vals, int cap, 
     return 3;
 }
 
+// A failed step of a pipeline: which stage's task it was (the error names the task).
+static void explain_failure(void *state, dg_status *st) {
+    gpt_state *s = state;
+    if (s->pipeline_stages > 0) (void)dg_pipeline_name_stage(&s->pipe, st);
+}
+
 static bool evaluate(void *state, dg_session *sess, int64_t task, int64_t global_step, dg_status *st) {
     gpt_state *s = state;
     double loss;
@@ -428,7 +434,7 @@ int main(int argc, char **argv) {
         .lr_help = "AdamW's peak learning rate, after the warmup (default 0.001)", .flags = flags,
         .n_flags = (int)(sizeof flags / sizeof flags[0]), .state = &s, .check_flags = check_flags, .load = load,
         .build = build, .next_batch = next_batch, .evaluate = evaluate, .after_session = after_session,
-        .free = free_state,
+        .explain_failure = explain_failure, .free = free_state,
     };
     return replica_main(argc, argv, &m);
 }

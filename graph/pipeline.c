@@ -8,10 +8,12 @@
 #include <string.h>
 
 #include "base_impl.h"
+#include "distgraph/device_name.h"
 #include "distgraph/ops.h"
 #include "distgraph/train.h"
 #include "graph_impl.h"
 #include "pipeline_impl.h"
+#include "status_impl.h"
 
 #define MAX_STAGE_OUTPUTS 64
 #define MAX_BATCH_INPUTS 64
@@ -24,7 +26,51 @@ void dg_pipeline_free(dg_pipeline *p) {
     if (!p) return;
     free(p->vars);
     free(p->grads);
+    for (int k = 0; p->stage_devices && k < p->n_stages; k++) free(p->stage_devices[k]);
+    free(p->stage_devices);
     memset(p, 0, sizeof *p);
+}
+
+// The last position in msg where the task of device dev is named ("/job:J/task:T" or
+// "/job:J/replica:R/task:T", T not followed by a digit); -1 when it is not.
+static long last_mention(const char *msg, const char *dev) {
+    dg_device_name d;
+    dg_status st = DG_STATUS_INIT;
+    bool ok = dg_device_name_parse(dev, &d, &st);
+    status_impl_clear(&st);
+    if (!ok || !d.has_job || !d.has_task) return -1;
+    long last = -1;
+    char pat[2][DG_DEVICE_NAME_MAX + 64];
+    snprintf(pat[0], sizeof pat[0], "/job:%s/task:%d", d.job, d.task);
+    snprintf(pat[1], sizeof pat[1], "/job:%s/replica:%d/task:%d", d.job, d.has_replica ? d.replica : 0, d.task);
+    for (int i = 0; i < 2; i++)
+        for (const char *p = strstr(msg, pat[i]); p; p = strstr(p + 1, pat[i])) {
+            char next = p[strlen(pat[i])];
+            if ((next < '0' || next > '9') && p - msg > last) last = (long)(p - msg);
+        }
+    return last;
+}
+
+bool dg_pipeline_name_stage(const dg_pipeline *p, dg_status *st) {
+    if (!p || !st || dg_status_ok(st) || !p->stage_devices) return false;
+    const char *msg = dg_status_message(st);
+    long best = -1;
+    for (int k = 0; k < p->n_stages; k++) {
+        long at = last_mention(msg, p->stage_devices[k]);
+        if (at > best) best = at;
+    }
+    if (best < 0) return false;
+    char names[256] = "";
+    int n = 0, first = -1;
+    for (int k = 0; k < p->n_stages; k++)
+        if (last_mention(msg, p->stage_devices[k]) == best) {
+            size_t len = strlen(names);
+            snprintf(names + len, sizeof names - len, "%s%d", n ? ", " : "", k);
+            if (first < 0) first = k;
+            n++;
+        }
+    dg_status_prepend(st, "pipeline stage%s %s (on %s)", n > 1 ? "s" : "", names, p->stage_devices[first]);
+    return true;
 }
 
 // The nodes of one piece, ascending (the order they were made in: a topological order).
@@ -502,6 +548,9 @@ bool dg_pipeline_build(dg_graph *g, const dg_pipeline_options *o, const dg_outpu
             }
             p->n_vars = b.n_vars;
             p->n_stages = b.S;
+            if (!(p->stage_devices = calloc((size_t)b.S, sizeof *p->stage_devices))) abort();
+            for (int k = 0; k < b.S; k++)
+                if (!(p->stage_devices[k] = strdup(o->devices[k % o->n_devices]))) abort();
         }
     }
     for (size_t c = 0; b.cells && c < n_cells; c++)

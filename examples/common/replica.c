@@ -571,6 +571,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
                 dg_status_reset(st);
                 break;
             }
+            if (p->explain_failure) p->explain_failure(p->state, st);
             fail(st, "training step");
             goto out;
         }

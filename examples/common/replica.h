@@ -54,6 +54,9 @@ typedef struct replica_model {
     // st set.
     bool (*after_session)(void *state, dg_monitored_session *ms, int64_t task, int n_workers,
                           const char *checkpoint_path, dg_status *st);
+    // Optional (NULL: none): a failed training step's status, to say more of it before it is
+    // printed (gpt_replica names the pipeline stage whose task failed).
+    void (*explain_failure)(void *state, dg_status *st);
     // After training, on this worker: evaluates and prints the result lines.
     bool (*evaluate)(void *state, dg_session *s, int64_t task, int64_t global_step, dg_status *st);
     void (*free)(void *state);   // the data and buffers (the graph is freed by replica.c)

@@ -97,6 +97,7 @@ typedef struct dg_pipeline {
     int n_vars;
     dg_output *vars, *grads;
     int n_stages;
+    char **stage_devices;   // stage k's device or task as the options gave it; owned
 } dg_pipeline;
 
 // Splits each of batch[0..n_batch) into micro_batches along its first axis and builds the
@@ -106,6 +107,12 @@ typedef struct dg_pipeline {
 bool dg_pipeline_build(dg_graph *g, const dg_pipeline_options *o, const dg_output *batch, int n_batch, dg_pipeline *p,
                        dg_status *st);
 void dg_pipeline_free(dg_pipeline *p);
+
+// An error of a step (st) that names the task of one of p's stages, as a lost or unreachable
+// task's does: prepends "pipeline stage K (on DEVICE)" (or "pipeline stages K, L (on ...)" when
+// the task holds several) for the task the message names last, which is its innermost cause;
+// returns whether it named one. st unchanged otherwise.
+bool dg_pipeline_name_stage(const dg_pipeline *p, dg_status *st);
 
 // What a schedule does with pieces of fixed times: the step's length (its makespan, in the
 // times' unit), the bubble (the mean over devices of the idle fraction of the step), and the

@@ -6,7 +6,7 @@
 # ZB-H1), of 1F1B with recomputation, and of two pipeline groups (data parallelism across 2
 # pipelines of 2 stages, 4 processes): every step's loss within 1e-4. Tensor parallelism 1 way
 # gives the same losses, 2 ways over a virtual CPU losses within 0.2. Then the stage process is
-# killed mid-training: the client's step fails within 60 s naming the task of stage 1 (its
+# killed mid-training: the client's step fails within 60 s naming stage 1 and its task (its
 # first line says which task runs which stage), and nothing hangs.
 source "$(dirname "$0")/common.bash"
 COMMON=(--log_every 1 --eval_windows 48 --quiet --lr_end_step 500)
@@ -118,7 +118,7 @@ head -40 "$TMP/one.losses" | paste - "$TMP/tp1.losses" "$TMP/tp2.losses" | awk '
     END { printf "tensor parallel: 1 way as the unsplit model, 2 ways within %.3f of it over 40 steps\n", m; exit bad }' ||
     fail "tensor parallelism: the losses differ from the unsplit model's"
 
-# A stage killed mid-step: the client fails within 60 s naming stage 1's task, nothing hangs.
+# A stage killed mid-step: the client fails within 60 s naming stage 1 and its task, nothing hangs.
 read -r PW PP <<< "$(free_ports 2)"
 args=(--worker_hosts "127.0.0.1:$PW" --ps_hosts "127.0.0.1:$PP" --pipeline_stages 2 --micro_batches 4
       --train_steps 100000 --log_every 1 --quiet --rpc_timeout_ms 10000)
@@ -142,5 +142,7 @@ tail -3 "$TMP/kill"
 [ "$rc" -ne 0 ] || fail "the client exited 0 although stage 1's process is gone"
 grep -q "stage 1 on /job:ps/task:0" "$TMP/kill" || fail "the client does not say which task runs stage 1"
 tail -1 "$TMP/kill" | grep -q "/job:ps/replica:0/task:0" || fail "the client's error does not name stage 1's task"
-echo "stage 1 killed after step $s: the client failed $((SECONDS - start)) s later, naming its task"
+tail -1 "$TMP/kill" | grep -q "training step: UNAVAILABLE: pipeline stage 1 (on /job:ps/task:0): " ||
+    fail "the client's error does not name stage 1"
+echo "stage 1 killed after step $s: the client failed $((SECONDS - start)) s later, naming the stage and its task"
 echo "PASS pipeline_training"

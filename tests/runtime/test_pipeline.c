@@ -385,6 +385,54 @@ static void expect_build_error(int kind, int m, const char *needle) {
     dg_status_free(&st);
 }
 
+// The stage an error concerns, named from the task the message names last: stages over two
+// tasks (interleaved, two chunks each: stages 0 and 2 on the worker, 1 and 3 on ps 0).
+static void test_errors_name_the_stage(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_status *st = dg_status_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(BATCH, WIDTH));
+    dg_output y = dg_placeholder(g, "y", DG_INT32, dg_shape1(BATCH));
+    mlp model = {4, LAYERS / 4};
+    const char *devs[2] = {"/job:worker/task:0", "/job:ps/task:0"};
+    dg_pipeline_options o = dg_pipeline_options_default();
+    o.devices = devs;
+    o.n_devices = 2;
+    o.chunks = 2;
+    o.micro_batches = 4;
+    o.schedule = DG_PIPELINE_INTERLEAVED_1F1B;
+    o.stage_fn = stage_fn;
+    o.arg = &model;
+    dg_output batch[2] = {x, y};
+    dg_pipeline p;
+    assert_true(dg_pipeline_build(g, &o, batch, 2, &p, st));
+    assert_ok(st);
+    struct {
+        const char *msg, *want;   // want NULL: nothing named
+    } cases[] = {
+        {"/job:ps/replica:0/task:0 at tcp://127.0.0.1:1 did not answer",
+         "pipeline stages 1, 3 (on /job:ps/task:0): /job:ps/replica:0/task:0 at"},
+        {"node a on /job:ps/replica:0/task:0/device:CPU:0: waiting for /job:worker/replica:0/task:0: gone",
+         "pipeline stages 0, 2 (on /job:worker/task:0): node a"},
+        {"task /job:ps/task:0 is lost", "pipeline stages 1, 3 (on /job:ps/task:0): task"},
+        {"task /job:ps/task:01 and /job:ps/replica:0/task:10 are lost", NULL},
+        {"no task named here", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dg_status_set(st, DG_UNAVAILABLE, cases[i].msg);
+        bool named = dg_pipeline_name_stage(&p, st);
+        assert_int_equal(named, cases[i].want != NULL);
+        assert_int_equal(dg_status_code(st), DG_UNAVAILABLE);
+        if (cases[i].want) assert_non_null(strstr(dg_status_message(st), cases[i].want));
+        else assert_string_equal(dg_status_message(st), cases[i].msg);
+    }
+    dg_status_reset(st);
+    assert_false(dg_pipeline_name_stage(&p, st));   // no error: nothing to name
+    dg_pipeline_free(&p);
+    dg_status_free(&st);
+    dg_graph_free(&g);
+}
+
 static void test_bad_pipelines_are_named(void **state) {
     (void)state;
     expect_build_error(0, 2, "the last stage's first output must be the loss");
@@ -413,6 +461,7 @@ int main(void) {
         cmocka_unit_test(test_recomputation_gives_the_same_gradients),
         cmocka_unit_test(test_devices_run_pieces_in_schedule_order),
         cmocka_unit_test(test_bad_pipelines_are_named),
+        cmocka_unit_test(test_errors_name_the_stage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
