@@ -129,7 +129,7 @@ static bool load(void *state, int64_t seed, dg_status *st) {
 static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t train_steps, replica_net *net,
                   dg_status *st) {
     gpt_state *s = state;
-    char devs[64][32];
+    char devs[64][64];
     const char *dev[64];
     if (s->pipeline_stages > 0) {
         // Stage 0 on the worker (the client), stage k on ps task k - 1; with the interleaved
@@ -168,9 +168,16 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
         }
         fflush(stdout);
     } else if (s->tensor_parallel > 0) {
-        // The worker's devices: /device:CPU:0 .. N-1 (--virtual_cpus N-1) or its GPUs.
+        // This worker's devices: /device:CPU:0 .. N-1 (--virtual_cpus N-1) or its GPUs. With
+        // --all_reduce each worker is one tensor-parallel group, and the groups train as data
+        // parallel replicas (Megatron's 2-D layout).
+        if (net->variables_on_ps) {
+            dg_status_set(st, DG_INVALID_ARGUMENT, "--tensor_parallel keeps each shard on this worker's devices: run "
+                          "it alone or with --all_reduce (data parallel groups), not with ps tasks");
+            return false;
+        }
         for (int r = 0; r < s->tensor_parallel; r++) {
-            snprintf(devs[r], sizeof devs[r], "/job:worker/task:0/device:%s:%d", s->tp_device_type, r);
+            snprintf(devs[r], sizeof devs[r], "%s/device:%s:%d", net->task_device, s->tp_device_type, r);
             dev[r] = devs[r];
         }
         if (!gpt_build_tensor_parallel(g, &s->cfg, seed, dev, (int)s->tensor_parallel, &s->m))

@@ -60,8 +60,11 @@ static bool report_after_create(void *ctx, dg_monitored_session *ms, dg_session 
 static bool build_model(dg_graph *g, const replica_model *p, double lr, int64_t seed, int64_t train_steps,
                         const dg_sync_replicas_options *so, dg_sync_replicas **sr, const dg_collective_group *grp,
                         dg_node **bcast, replica_net *net, dg_node **train, dg_loss_scale *ls, dg_output *factor,
-                        int scale_workers, dg_dtype wire, dg_status *st) {
+                        int scale_workers, dg_dtype wire, const char *task_device, bool variables_on_ps,
+                        dg_status *st) {
     memset(net, 0, sizeof *net);
+    net->task_device = task_device;
+    net->variables_on_ps = variables_on_ps;
     if (!p->build(p->state, g, lr, seed, train_steps, net, st)) return false;
     net->opt.gradient_wire_dtype = wire;   // the ps push (dg_optimizer_minimize); grp has the all-reduce's
     if (net->train) {
@@ -367,6 +370,8 @@ int replica_main(int argc, char **argv, const replica_model *p) {
                  (long long)(task_index % num_gpus));
     else
         snprintf(worker_device, sizeof worker_device, "/job:worker/task:%lld", (long long)task_index);
+    char task_device[64];
+    snprintf(task_device, sizeof task_device, "/job:worker/task:%lld", (long long)task_index);
     dg_replica_device_setter_options ro = dg_replica_device_setter_options_default();
     ro.cluster = cluster;
     ro.worker_device = worker_device;
@@ -396,7 +401,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     bool built = build_model(g, p, lr, seed, train_steps, sync_replicas ? &sro : NULL, &sr, all_reduce ? &grp : NULL,
                              elastic ? NULL : &bcast, &m,
                              &train, fp16 ? &ls : NULL, &loss_factor, elastic && elastic_lr_scaling ? n_workers : 0,
-                             wire, st);
+                             wire, task_device, !all_reduce && dg_cluster_num_tasks(cluster, "ps") > 0, st);
     if (!built) {
         fail(st, "building the model");
         goto out;

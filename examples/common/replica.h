@@ -22,6 +22,11 @@ typedef struct replica_net {
     // --pipeline_stages) sets its train op here: replica.c runs it as it is, with one worker and
     // no strategy (--sync_replicas, --all_reduce and fp16 loss scaling are refused).
     dg_node *train;
+    // Set before the model's build: this worker's task ("/job:worker/task:N"), for a model that
+    // places its own devices (gpt_replica --tensor_parallel: the task's CPUs or GPUs), and
+    // whether the replica device setter puts the variables on ps tasks.
+    const char *task_device;
+    bool variables_on_ps;
 } replica_net;
 
 typedef struct replica_model {

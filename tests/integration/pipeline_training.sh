@@ -118,6 +118,40 @@ head -40 "$TMP/one.losses" | paste - "$TMP/tp1.losses" "$TMP/tp2.losses" | awk '
     END { printf "tensor parallel: 1 way as the unsplit model, 2 ways within %.3f of it over 40 steps\n", m; exit bad }' ||
     fail "tensor parallelism: the losses differ from the unsplit model's"
 
+# Tensor parallelism inside each worker, data parallelism across 2 workers (--all_reduce):
+# 1 way gives plain data parallelism's losses; 2 ways puts each worker's shards on its own CPUs,
+# and both workers end with the same variables (the same validation loss), close to plain data
+# parallelism's (other shards, other draws). With ps tasks it is refused.
+for tp in 0 1 2; do
+    extra=()
+    [ "$tp" -gt 0 ] && extra=(--tensor_parallel "$tp" --virtual_cpus $((tp - 1)))
+    "$BIN/dg-launch" --workers 2 --timeout 300 -- "$BIN/gpt_replica" --all_reduce --train_steps 40 "${COMMON[@]}" \
+        "${extra[@]}" > "$TMP/dp$tp" 2>&1 || { tail -20 "$TMP/dp$tp"; fail "tensor parallel $tp with --all_reduce failed"; }
+    for w in 0 1; do
+        sed -n "s/^\[worker$w\] //p" "$TMP/dp$tp" > "$TMP/dp$tp.w$w"
+        losses "$TMP/dp$tp.w$w" > "$TMP/dp$tp.w$w.losses"
+        [ "$(wc -l < "$TMP/dp$tp.w$w.losses")" -eq 40 ] || fail "tp $tp + all-reduce: worker $w has not 40 loss lines"
+        check_number "tp $tp + all-reduce: worker $w's validation loss" "$(val "$TMP/dp$tp.w$w")"
+    done
+    [ "$(val "$TMP/dp$tp.w0")" = "$(val "$TMP/dp$tp.w1")" ] ||
+        fail "tp $tp + all-reduce: the workers' validation losses differ (their variables do)"
+done
+grep -q "^\[worker1\] Tensor parallel over 2 devices: /job:worker/task:1/device:CPU:0, /job:worker/task:1/device:CPU:1" \
+    "$TMP/dp2" || fail "tp 2 + all-reduce: worker 1's shards are not on its own CPUs"
+for w in 0 1; do
+    cmp -s "$TMP/dp0.w$w.losses" "$TMP/dp1.w$w.losses" || fail "tp 1 + all-reduce: worker $w's losses are not plain data parallelism's"
+done
+v0=$(val "$TMP/dp0.w0")
+v2=$(val "$TMP/dp2.w0")
+awk -v a="$v0" -v b="$v2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.1) }' ||
+    fail "tp 2 + all-reduce: validation loss $v2, data parallelism alone $v0"
+echo "tensor parallel inside workers, data parallel across 2: 1 way as data parallelism alone, 2 ways $v2 against $v0"
+read -r PW PP <<< "$(free_ports 2)"
+rc=0
+"$BIN/gpt_replica" --worker_hosts "127.0.0.1:$PW" --ps_hosts "127.0.0.1:$PP" --job_name worker --task_index 0 \
+    --tensor_parallel 2 --virtual_cpus 1 --train_steps 1 --quiet > "$TMP/tp_ps" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && grep -q "not with ps tasks" "$TMP/tp_ps" || { cat "$TMP/tp_ps"; fail "tensor parallelism with ps tasks ran"; }
+
 # A stage killed mid-step: the client fails within 60 s naming stage 1 and its task, nothing hangs.
 read -r PW PP <<< "$(free_ports 2)"
 args=(--worker_hosts "127.0.0.1:$PW" --ps_hosts "127.0.0.1:$PP" --pipeline_stages 2 --micro_batches 4
