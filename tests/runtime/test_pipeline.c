@@ -139,18 +139,14 @@ static void fill_batch(dg_tensor *x, dg_tensor *y) {
 }
 
 // One step's gradients of a pipeline against the unpipelined model's in the same graph.
-static void check_step(dg_pipeline_schedule sch, int n_devices, int chunks, int m, bool recompute) {
-    dg_graph *g = dg_graph_new();
+// The test MLP's pipeline into g over devs (chunks stages each), fed by placeholders x [BATCH,
+// WIDTH] and y [BATCH] (batch[0], batch[1]); *model must outlive the build.
+static void build_test_pipeline(dg_graph *g, mlp *model, const char *const *devs, int n_devices, int chunks, int m,
+                                dg_pipeline_schedule sch, bool recompute, dg_output batch[2], dg_pipeline *p) {
     dg_status *st = dg_status_new();
-    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(BATCH, WIDTH));
-    dg_output y = dg_placeholder(g, "y", DG_INT32, dg_shape1(BATCH));
-    mlp model = {n_devices * chunks, LAYERS / (n_devices * chunks)};
-    char names[4][48];
-    const char *devs[4];
-    for (int d = 0; d < n_devices; d++) {
-        snprintf(names[d], sizeof names[d], "/job:localhost/replica:0/task:0/device:CPU:%d", d);
-        devs[d] = names[d];
-    }
+    batch[0] = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(BATCH, WIDTH));
+    batch[1] = dg_placeholder(g, "y", DG_INT32, dg_shape1(BATCH));
+    *model = (mlp){n_devices * chunks, LAYERS / (n_devices * chunks)};
     dg_pipeline_options o = dg_pipeline_options_default();
     o.devices = devs;
     o.n_devices = n_devices;
@@ -159,11 +155,26 @@ static void check_step(dg_pipeline_schedule sch, int n_devices, int chunks, int 
     o.schedule = sch;
     o.recompute = recompute;
     o.stage_fn = stage_fn;
-    o.arg = &model;
-    dg_output batch[2] = {x, y};
-    dg_pipeline p;
-    assert_true(dg_pipeline_build(g, &o, batch, 2, &p, st));
+    o.arg = model;
+    assert_true(dg_pipeline_build(g, &o, batch, 2, p, st));
     assert_ok(st);
+    dg_status_free(&st);
+}
+
+static void check_step(dg_pipeline_schedule sch, int n_devices, int chunks, int m, bool recompute) {
+    dg_graph *g = dg_graph_new();
+    dg_status *st = dg_status_new();
+    char names[4][48];
+    const char *devs[4];
+    for (int d = 0; d < n_devices; d++) {
+        snprintf(names[d], sizeof names[d], "/job:localhost/replica:0/task:0/device:CPU:%d", d);
+        devs[d] = names[d];
+    }
+    mlp model;
+    dg_output batch[2];
+    dg_pipeline p;
+    build_test_pipeline(g, &model, devs, n_devices, chunks, m, sch, recompute, batch, &p);
+    dg_output x = batch[0], y = batch[1];
     assert_int_equal(p.n_vars, 2 * LAYERS);
     for (int l = 0; l < LAYERS; l++) {   // in the order the stages read them
         char w[16];
@@ -269,20 +280,11 @@ typedef struct span {
 static void check_order(dg_pipeline_schedule sch, const char *const want[2]) {
     dg_graph *g = dg_graph_new();
     dg_status *st = dg_status_new();
-    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(BATCH, WIDTH));
-    dg_output y = dg_placeholder(g, "y", DG_INT32, dg_shape1(BATCH));
-    mlp model = {2, LAYERS / 2};
     const char *devs[2] = {"/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"};
-    dg_pipeline_options o = dg_pipeline_options_default();
-    o.devices = devs;
-    o.n_devices = 2;
-    o.micro_batches = 4;
-    o.schedule = sch;
-    o.stage_fn = stage_fn;
-    o.arg = &model;
-    dg_output batch[2] = {x, y};
+    mlp model;
+    dg_output batch[2];
     dg_pipeline p;
-    assert_true(dg_pipeline_build(g, &o, batch, 2, &p, st));
+    build_test_pipeline(g, &model, devs, 2, 1, 4, sch, false, batch, &p);
     dg_node *init = dg_global_variables_initializer(g);
     dg_session *s = dg_test_local_session(g, 2, 4, st);
     assert_true(dg_session_run(s, NULL, NULL, 0, NULL, NULL, 0, &init, 1, st));
@@ -391,22 +393,11 @@ static void test_errors_name_the_stage(void **state) {
     (void)state;
     dg_graph *g = dg_graph_new();
     dg_status *st = dg_status_new();
-    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(BATCH, WIDTH));
-    dg_output y = dg_placeholder(g, "y", DG_INT32, dg_shape1(BATCH));
-    mlp model = {4, LAYERS / 4};
     const char *devs[2] = {"/job:worker/task:0", "/job:ps/task:0"};
-    dg_pipeline_options o = dg_pipeline_options_default();
-    o.devices = devs;
-    o.n_devices = 2;
-    o.chunks = 2;
-    o.micro_batches = 4;
-    o.schedule = DG_PIPELINE_INTERLEAVED_1F1B;
-    o.stage_fn = stage_fn;
-    o.arg = &model;
-    dg_output batch[2] = {x, y};
+    mlp model;
+    dg_output batch[2];
     dg_pipeline p;
-    assert_true(dg_pipeline_build(g, &o, batch, 2, &p, st));
-    assert_ok(st);
+    build_test_pipeline(g, &model, devs, 2, 2, 4, DG_PIPELINE_INTERLEAVED_1F1B, false, batch, &p);
     struct {
         const char *msg, *want;   // want NULL: nothing named
     } cases[] = {
