@@ -127,6 +127,7 @@ dg_node *dg_all_reduce_minimize(const dg_optimizer *opt, dg_output loss, const d
                                 int64_t instance_key) {
     dg_graph *g = opt->graph;
     if (!dg_graph_ok(g)) return NULL;
+    if (!graph_no_gradient_wire(opt, "all_reduce_minimize", "set the group's wire_dtype instead")) return NULL;
     int cap = vars ? n_vars : dg_graph_collection_size(g, DG_TRAINABLE_VARIABLES);
     dg_output *grads = calloc((size_t)(cap > 0 ? cap : 1), sizeof *grads);
     dg_output *used = calloc((size_t)(cap > 0 ? cap : 1), sizeof *used);
@@ -169,6 +170,10 @@ dg_node *dg_all_reduce_minimize_with_loss_scale(const dg_optimizer *opt, dg_outp
     if (!group) {
         if (ls) memset(ls, 0, sizeof *ls);
         dg_graph_set_error(opt->graph, DG_INVALID_ARGUMENT, "all_reduce_minimize_with_loss_scale: no group");
+        return NULL;
+    }
+    if (!graph_no_gradient_wire(opt, "all_reduce_minimize_with_loss_scale", "set the group's wire_dtype instead")) {
+        if (ls) memset(ls, 0, sizeof *ls);
         return NULL;
     }
     reduce_ctx r = {group, instance_key};

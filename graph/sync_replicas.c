@@ -49,6 +49,12 @@ dg_sync_replicas *dg_sync_replicas_new(const dg_optimizer *opt, const dg_sync_re
                        d.total_num_replicas, d.task_index, (long long)d.timeout_ms, (long long)d.token_timeout_ms);
         return NULL;
     }
+    if (opt->gradient_wire_dtype != 0 && opt->gradient_wire_dtype != DG_FLOAT32) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "sync replicas: the optimizer's gradient_wire_dtype (%s) is for "
+                       "dg_optimizer_minimize's push to a ps; leave it 0 here",
+                       dg_dtype_name(opt->gradient_wire_dtype));
+        return NULL;
+    }
     if (d.token_timeout_ms == 0) d.token_timeout_ms = 2 * d.timeout_ms;
     dg_sync_replicas *sr = calloc(1, sizeof *sr);
     if (!sr) {

@@ -581,8 +581,20 @@ static dg_output all_finite(dg_graph *g, const dg_output *grads, int n) {
     return dg_equal(g, "all_finite", total, dg_scalar(g, NULL, DG_FLOAT32, 0));
 }
 
+bool graph_no_gradient_wire(const dg_optimizer *opt, const char *what, const char *instead) {
+    if (opt->gradient_wire_dtype == 0 || opt->gradient_wire_dtype == DG_FLOAT32) return true;
+    dg_graph_set_error(opt->graph, DG_INVALID_ARGUMENT, "%s: the optimizer's gradient_wire_dtype (%s) is for "
+                       "dg_optimizer_minimize's push to a ps; %s", what, dg_dtype_name(opt->gradient_wire_dtype),
+                       instead);
+    return false;
+}
+
 dg_node *dg_optimizer_minimize_with_loss_scale(const dg_optimizer *opt, dg_output loss, dg_output global_step,
                                                const dg_loss_scale_options *o, dg_loss_scale *ls) {
+    if (!graph_no_gradient_wire(opt, "minimize_with_loss_scale", "leave it 0 with loss scaling")) {
+        if (ls) memset(ls, 0, sizeof *ls);
+        return NULL;
+    }
     return graph_minimize_with_loss_scale(opt, loss, global_step, o, ls, NULL, NULL);
 }
 

@@ -4,6 +4,10 @@
 
 #include "distgraph/train.h"
 
+// A trainer that does not send gradients as dg_optimizer_minimize does (what) refuses an
+// optimizer whose gradient_wire_dtype is set: INVALID_ARGUMENT on the graph, false.
+bool graph_no_gradient_wire(const dg_optimizer *opt, const char *what, const char *instead);
+
 // Rewrites the n gradients in place before they are checked (an all-reduce of them); false
 // once the graph has an error.
 typedef bool (*graph_gradient_transform)(void *ctx, dg_graph *g, dg_output *grads, int n);

@@ -66,7 +66,8 @@ static bool build_model(dg_graph *g, const replica_model *p, double lr, int64_t 
     net->task_device = task_device;
     net->variables_on_ps = variables_on_ps;
     if (!p->build(p->state, g, lr, seed, train_steps, net, st)) return false;
-    net->opt.gradient_wire_dtype = wire;   // the ps push (dg_optimizer_minimize); grp has the all-reduce's
+    // The ps push (dg_optimizer_minimize); the all-reduce's wire dtype is its group's.
+    if (!grp && !so && !ls) net->opt.gradient_wire_dtype = wire;
     if (net->train) {
         if (so || grp || ls || scale_workers > 0) {
             dg_status_set(st, DG_INVALID_ARGUMENT, "this model trains itself (a pipeline): without --sync_replicas, "

@@ -29,8 +29,10 @@ typedef struct dg_collective_group {
     int64_t timeout_ms;     // 0: 60000
     // What an all-reduce's float32 values travel as between tasks: 0 (or DG_FLOAT32) as they
     // are; DG_BFLOAT16 rounded to bfloat16 (half the bytes), widened and summed in float32 on
-    // arrival, every rank ending with the same values (about 3 significant digits: each value
-    // sent is rounded once). float64 inputs are refused with it. Broadcasts ignore it.
+    // arrival, every rank ending with the same values (about 3 significant digits: the direct
+    // exchange rounds each input once; the ring rounds each partial sum as it passes a rank, so
+    // its error grows with the group, and the two give different bits). float64 inputs are
+    // refused with it. Broadcasts ignore it.
     dg_dtype wire_dtype;
 } dg_collective_group;
 

@@ -194,11 +194,14 @@ dg_monitored_session *dg_distribution_session_new(dg_distribution *d, dg_graph *
 // NULL). Other errors as dg_monitored_session_run.
 // ps_coordinator: queues the step (the feed values are copied) for the next free worker and
 // returns while it runs; fetched receives the fetches of the newest step that finished since
-// the last call (the same fetches asked), or NULLs when none did. The step that reaches the
-// session's last step waits for every step queued, so the loop ends with all of them run, the
-// global step exactly last_step (a step given back after its worker failed may have updated
-// the variables once already). Fails with the first error of a step that was not a worker's
-// failure, or UNAVAILABLE when no worker has answered for peer_timeout_ms.
+// the last call (when it fetched the same outputs), or NULLs when none did. The coordinator
+// stops by the steps it scheduled: the call that schedules the one that reaches the session's
+// last step waits for every step queued and requests the stop, so the loop ends with all of
+// them run and the global step at last_step (past it by any step given back after its worker
+// failed that had updated the variables already: each step runs at least once). Fails with the
+// first error of a step whose worker still answers, or UNAVAILABLE when no worker has answered
+// for peer_timeout_ms. The coordinator's threads read g until dg_distribution_free (they send
+// it to workers that come back): add no node to g meanwhile.
 bool dg_distribution_run(dg_distribution *d, dg_monitored_session *ms, const dg_distributed_step *step,
                          const dg_output *feeds, dg_tensor *const *feed_values, int n_feeds,
                          const dg_output *fetches, dg_tensor **fetched, int n_fetches, dg_status *st);

@@ -99,6 +99,7 @@ typedef struct dg_pipeline {
     int n_stages;
     char **stage_devices;   // stage k's device or task as the options gave it; owned
 } dg_pipeline;
+// (A dg_pipeline owns its arrays: free it once, never a copy as well.)
 
 // Splits each of batch[0..n_batch) into micro_batches along its first axis and builds the
 // pipeline into g. false (the graph's sticky status and st name the option or the stage) on

@@ -78,10 +78,12 @@ typedef struct dg_optimizer {
     // gradient is clipped (and applied) as a dense one. Under the mirrored strategy each copy
     // computes the norm on its own device: copies on devices that round differently can drift.
     double global_clipnorm;
-    // DG_BFLOAT16: minimize sends each dense float32 gradient whose device request names another
-    // job or task than its variable's (a worker's gradient of a ps task's variable) as
-    // bfloat16, half the bytes: cast where it is computed, cast back to float32 beside the
-    // variable, which is updated in float32. 0: as computed.
+    // DG_BFLOAT16: dg_optimizer_minimize sends each dense float32 gradient whose device request
+    // names another job or task than its variable's (a worker's gradient of a ps task's
+    // variable) as bfloat16, half the bytes: cast where it is computed, cast back to float32
+    // beside the variable, which is updated in float32. 0: as computed. Only minimize does
+    // this: loss scaling, sync replicas and the all-reduce minimize refuse it (the all-reduce
+    // takes dg_collective_group.wire_dtype); apply_gradients ignores it.
     dg_dtype gradient_wire_dtype;
 } dg_optimizer;
 

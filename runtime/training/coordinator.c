@@ -1,13 +1,14 @@
 /* The cluster coordinator of the ps_coordinator distribution (distgraph/distribute.h): TensorFlow
  * 2's ClusterCoordinator for C. One thread per worker task holds a session on that worker's
  * master and runs the closures the program schedules (a training step: its feeds, copied, its
- * fetches and the train op), each on whichever worker is free. A step that fails with an error
- * a lost task gives (UNAVAILABLE, ABORTED, DEADLINE_EXCEEDED, CANCELLED) while the worker no
- * longer answers a probe (a read of the global step through its session) goes back to the
- * queue, and the worker is set aside; its thread tries a fresh session every retry interval and
- * takes work again once the worker answers. Any other error, one whose worker still answers
- * (a kernel's error reaches the other tasks as ABORTED), or a step's MAX_TRIES-th failure is
- * the program's: it is kept and given to the next call. Built on the public session API only. */
+ * fetches and the train op), each on whichever worker is free. A step that fails while its
+ * worker no longer answers a probe (a read of the global step through its session: a lost task,
+ * or a restarted one that forgot the session) goes back to the queue, and the worker is set
+ * aside; its thread asks the worker's server for its counters after a backoff (0.5 s doubling
+ * to 5 s) and opens a fresh session once it answers. An error whose worker still answers (a
+ * kernel's error reaches the other tasks as ABORTED), or a step's MAX_TRIES-th failure, is the
+ * program's: it is kept and given to the next call. A step counts as in flight until it is
+ * settled so, so a wait never ends while one is being probed. Built on the public API only. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -16,16 +17,18 @@
 #include <time.h>
 
 #include "coordinator_impl.h"
+#include "distgraph/server.h"
 #include "training_impl.h"
 
 #define RETRY_FIRST_MS 500
 #define RETRY_MAX_MS 5000
-#define RECONNECT_WAIT_MS 1000   // how long a fresh session waits for a returning worker's master
+#define PING_MS 1000             // how long a set-aside worker's server has to answer
 #define MAX_TRIES 5              // a step that failed on this many workers fails the job
 
 typedef struct closure {
     int n_feeds, n_fetches;
     int tries;
+    int64_t id;          // its number in the order scheduled
     dg_output *feeds, *fetches;
     dg_tensor **values;   // owned copies of the feed values
 } closure;
@@ -55,7 +58,10 @@ struct training_coordinator {
     int q_len, q_cap;
     int64_t in_flight, finished, rescheduled;
     dg_tensor **latest;  // the newest finished step's fetches, not yet handed out
+    dg_output *latest_of;   // ... and what they are
     int n_latest;
+    int64_t latest_id;   // the step they come from (-1: none yet)
+    int64_t next_id;
     dg_status *error;    // the first step error that is not a worker's
     bool closing;
     int n_workers, n_alive;
@@ -72,21 +78,31 @@ static void closure_free(closure *k) {
     free(k);
 }
 
-// Waits on the condition until it is signalled or ms pass. Called with c->mu held.
-static void wait_ms(training_coordinator *c, int64_t ms) {
+// Now plus ms on CLOCK_MONOTONIC (the condition's clock).
+static struct timespec deadline_in(int64_t ms) {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_sec += (time_t)(ms / 1000);
     ts.tv_nsec += (long)(ms % 1000) * 1000000L;
     if (ts.tv_nsec >= 1000000000L) {
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
+    return ts;
+}
+
+// Waits on the condition until it is signalled or ms pass. Called with c->mu held.
+static void wait_ms(training_coordinator *c, int64_t ms) {
+    struct timespec ts = deadline_in(ms);
     (void)pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 }
 
-bool training_coordinator_worker_error(dg_code code) {
-    return code == DG_UNAVAILABLE || code == DG_ABORTED || code == DG_DEADLINE_EXCEEDED || code == DG_CANCELLED;
+// Waits the whole ms (however often the condition is signalled) or until closing. Called with
+// c->mu held.
+static void sleep_ms(training_coordinator *c, int64_t ms) {
+    struct timespec until = deadline_in(ms);
+    while (!c->closing && pthread_cond_timedwait(&c->cv, &c->mu, &until) != ETIMEDOUT) {
+    }
 }
 
 // Called with c->mu held.
@@ -128,12 +144,15 @@ static void set_dead(coord_worker *w, const dg_status *why) {
     pthread_cond_broadcast(&c->cv);
 }
 
-// A set-aside worker: a fresh session, when its master answers.
+// A set-aside worker: a fresh session, once its server answers within PING_MS (the session's
+// own options, its wait for the ps tasks included, stay the program's).
 static bool reconnect(coord_worker *w, dg_status *st) {
     dg_session_free(&w->s);
-    dg_session_options so = w->c->so;
-    so.wait_for_tasks_ms = RECONNECT_WAIT_MS;
-    w->s = dg_session_new(w->c->g, w->target, &so, st);
+    const dg_session_options *so = &w->c->so;
+    dg_server_stats stats;
+    if (!dg_server_query_stats(w->target, so->curve_public_key, so->curve_secret_key, PING_MS, &stats, st))
+        return false;
+    w->s = dg_session_new(w->c->g, w->target, so, st);
     return w->s != NULL;
 }
 
@@ -159,7 +178,7 @@ static void *worker_main(void *arg) {
     pthread_mutex_lock(&c->mu);
     while (!c->closing) {
         if (!w->alive) {
-            if (retry > 0) wait_ms(c, retry);
+            if (retry > 0) sleep_ms(c, retry);
             if (c->closing) break;
             pthread_mutex_unlock(&c->mu);
             bool back = reconnect(w, st);
@@ -195,17 +214,24 @@ static void *worker_main(void *arg) {
         bool ok = dg_session_run(w->s, k->feeds, k->values, k->n_feeds, k->fetches, got, k->n_fetches, &c->train, 1,
                                  st);
         pthread_mutex_lock(&c->mu);
-        c->in_flight--;
         if (ok) {
             w->steps++;
             c->finished++;
-            for (int i = 0; i < c->n_latest; i++) dg_tensor_unref(c->latest[i]);
-            free(c->latest);
-            c->latest = got;
-            c->n_latest = k->n_fetches;
+            if (k->id > c->latest_id) {   // a step given back may finish after later ones
+                for (int i = 0; i < c->n_latest; i++) dg_tensor_unref(c->latest[i]);
+                free(c->latest);
+                free(c->latest_of);
+                c->latest = got;
+                c->latest_of = k->fetches;
+                k->fetches = NULL;
+                c->n_latest = k->n_fetches;
+                c->latest_id = k->id;
+            } else {
+                for (int i = 0; i < k->n_fetches; i++) dg_tensor_unref(got[i]);
+                free(got);
+            }
             closure_free(k);
-        } else if (training_coordinator_worker_error(dg_status_code(st)) && ++k->tries < MAX_TRIES &&
-                   !answers(w)) {
+        } else if (++k->tries < MAX_TRIES && !answers(w)) {
             free(got);
             push(c, k, true);
             c->rescheduled++;
@@ -222,6 +248,7 @@ static void *worker_main(void *arg) {
             }
             closure_free(k);
         }
+        c->in_flight--;   // settled: finished, given back or failed
         pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->mu);
@@ -241,7 +268,12 @@ training_coordinator *training_coordinator_new(dg_graph *g, dg_node *train, dg_o
         return NULL;
     }
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    c->latest_id = -1;
     c->g = g;
     c->train = train;
     c->probe = probe;
@@ -259,8 +291,9 @@ training_coordinator *training_coordinator_new(dg_graph *g, dg_node *train, dg_o
         snprintf(w->target, sizeof w->target, "%s", worker_targets[i]);
     }
     for (int i = 0; i < n_workers; i++) {
-        if (pthread_create(&c->workers[i].thread, NULL, worker_main, &c->workers[i]) != 0) {
-            dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "coordinator: cannot start a thread: %s", strerror(errno));
+        int rc = pthread_create(&c->workers[i].thread, NULL, worker_main, &c->workers[i]);
+        if (rc != 0) {
+            dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "coordinator: cannot start a thread: %s", strerror(rc));
             training_coordinator_free(&c);
             return NULL;
         }
@@ -314,6 +347,7 @@ bool training_coordinator_schedule(training_coordinator *c, const dg_output *fee
             return false;
         }
     pthread_mutex_lock(&c->mu);
+    k->id = c->next_id++;
     // At most one step waits per live worker: the program's loop stays a step or two ahead.
     bool ok;
     while ((ok = healthy(c, st)) && c->q_len >= (c->n_alive > 0 ? c->n_alive : 1)) wait_ms(c, 100);
@@ -326,10 +360,13 @@ bool training_coordinator_schedule(training_coordinator *c, const dg_output *fee
     return ok;
 }
 
-int training_coordinator_take_latest(training_coordinator *c, dg_tensor **fetched, int n) {
+int training_coordinator_take_latest(training_coordinator *c, const dg_output *fetches, dg_tensor **fetched, int n) {
     pthread_mutex_lock(&c->mu);
     int got = 0;
-    if (c->latest && c->n_latest == n) {
+    bool same = c->latest && c->n_latest == n;
+    for (int i = 0; same && i < n; i++)
+        same = c->latest_of[i].node == fetches[i].node && c->latest_of[i].index == fetches[i].index;
+    if (same) {
         for (int i = 0; i < n; i++) fetched[i] = c->latest[i];
         free(c->latest);
         c->latest = NULL;
@@ -384,6 +421,7 @@ void training_coordinator_free(training_coordinator **cp) {
     free(c->queue);
     for (int i = 0; i < c->n_latest; i++) dg_tensor_unref(c->latest[i]);
     free(c->latest);
+    free(c->latest_of);
     dg_status_free(&c->error);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);

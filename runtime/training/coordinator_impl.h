@@ -36,15 +36,14 @@ void training_coordinator_free(training_coordinator **c);
 // the last one failed).
 bool training_coordinator_schedule(training_coordinator *c, const dg_output *feeds, dg_tensor *const *values,
                                    int n_feeds, const dg_output *fetches, int n_fetches, dg_status *st);
-// The fetches of the newest step that finished since the last call, when it fetched n values:
-// fetched[0..n-1] receive them (caller unrefs) and n is returned; otherwise 0 and nothing set.
-int training_coordinator_take_latest(training_coordinator *c, dg_tensor **fetched, int n);
+// The fetches of the newest step (in the order scheduled) that finished since the last call,
+// when it fetched these n: fetched[0..n-1] receive them (caller unrefs) and n is returned;
+// otherwise 0 and nothing set.
+int training_coordinator_take_latest(training_coordinator *c, const dg_output *fetches, dg_tensor **fetched, int n);
 // Waits until no step is queued or running; fails as training_coordinator_schedule.
 bool training_coordinator_wait(training_coordinator *c, dg_status *st);
 // Steps finished, steps given back after a worker failed, workers answering now (each may be
 // NULL).
 void training_coordinator_counts(training_coordinator *c, int64_t *finished, int64_t *rescheduled, int *alive);
-// An error of the worker (the step may run elsewhere), not of the program.
-bool training_coordinator_worker_error(dg_code code);
 
 #endif

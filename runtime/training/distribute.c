@@ -591,7 +591,7 @@ dg_monitored_session *dg_distribution_session_new(dg_distribution *d, dg_graph *
     // The distribution's hooks first: the stop step, then what the kind needs.
     dg_session_hook *mine[2];
     int n_mine = 0;
-    if (last_step >= 0) {
+    if (last_step >= 0 && !d->coordinator) {   // the coordinator stops by the steps it scheduled
         if (!keep_hook(d, dg_stop_at_last_step_hook_new(last_step, st))) return NULL;
         mine[n_mine++] = d->hooks[d->n_hooks - 1];
     }
@@ -643,20 +643,21 @@ static bool run_coordinated(dg_distribution *d, dg_monitored_session *ms, const 
         dg_tensor_unref(gs);
         d->started = true;
     }
+    // The stop comes from the steps scheduled, not from the global step: a step given back after
+    // its worker failed may have counted twice there.
     bool bounded = d->last_step >= 0;
-    bool over = bounded && d->start_step + d->n_scheduled >= d->last_step;
-    if (!over) {
+    if (!(bounded && d->start_step + d->n_scheduled >= d->last_step)) {
         if (!training_coordinator_schedule(d->coord, feeds, feed_values, n_feeds, fetches, n_fetches, st)) return false;
         d->n_scheduled++;
     }
     // The last step waits for every step queued, so that the loop ends with all of them run.
-    if (bounded && d->start_step + d->n_scheduled >= d->last_step && !training_coordinator_wait(d->coord, st))
-        return false;
-    training_coordinator_take_latest(d->coord, fetched, n_fetches);
+    bool last = bounded && d->start_step + d->n_scheduled >= d->last_step;
+    if (last && !training_coordinator_wait(d->coord, st)) return false;
     dg_tensor *gs = NULL;
     if (!dg_monitored_session_run(ms, NULL, NULL, 0, &step->global_step, &gs, 1, NULL, 0, st)) return false;
     dg_tensor_unref(gs);
-    if (over) dg_monitored_session_request_stop(ms);
+    training_coordinator_take_latest(d->coord, fetches, fetched, n_fetches);
+    if (last) dg_monitored_session_request_stop(ms);
     return true;
 }
 

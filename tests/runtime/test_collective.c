@@ -232,6 +232,21 @@ static void test_all_reduce_wire_bfloat16(void **state) {
     assert_false(dg_collective_all_reduce(g, "ar", &x, 1, &grp, 1, DG_REDUCE_SUM, NULL, &out));
     assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "the group's wire_dtype is int32");
     dg_graph_free(&g);
+    // The optimizer's gradient_wire_dtype is the ps push's: the all-reduce minimize names the
+    // group's option instead, and loss scaling refuses it too.
+    for (int k = 0; k < 2; k++) {
+        g = dg_graph_new();
+        dg_output w = dg_variable(g, "w", DG_FLOAT32, dg_shape1(3), dg_init_zeros());
+        dg_optimizer opt = dg_gradient_descent(g, 0.1);
+        opt.gradient_wire_dtype = DG_BFLOAT16;
+        dg_output loss = dg_mean(g, NULL, dg_square(g, NULL, w), NULL, 0, false);
+        grp = dg_collective_group_make("worker", 2);
+        dg_loss_scale ls;
+        if (k == 0) assert_null(dg_all_reduce_minimize(&opt, loss, NULL, 0, (dg_output){NULL, 0}, &grp, 7));
+        else assert_null(dg_optimizer_minimize_with_loss_scale(&opt, loss, (dg_output){NULL, 0}, NULL, &ls));
+        assert_status(dg_graph_status(g), DG_INVALID_ARGUMENT, "gradient_wire_dtype (bfloat16) is for");
+        dg_graph_free(&g);
+    }
 }
 
 static void test_all_reduce_sizes(void **state) {
