@@ -52,6 +52,7 @@ typedef struct gpt_state {
     bool recompute;
     dg_pipeline pipe;
     gpt_pipeline_arg pipe_arg;
+    char stage_dev[64][64];      // with a pipeline: process k's task, group by group
     int64_t shuffle_buffer, seed;
     replica_input in;
 } gpt_state;
@@ -129,7 +130,7 @@ static bool load(void *state, int64_t seed, dg_status *st) {
 static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t train_steps, replica_net *net,
                   dg_status *st) {
     gpt_state *s = state;
-    char devs[64][64];
+    char (*devs)[64] = s->stage_dev;
     const char *dev[64];
     if (s->pipeline_stages > 0) {
         // Stage 0 on the worker (the client), stage k on ps task k - 1; with the interleaved
@@ -298,10 +299,25 @@ static int next_batch(void *state, dg_output *feeds, dg_tensor **vals, int cap, 
     return 3;
 }
 
-// A failed step of a pipeline: which stage's task it was (the error names the task).
+// A failed step of a pipeline: which stage's task it was (the error names the task). With
+// pipeline groups, each group's stages in turn (their tasks differ).
 static void explain_failure(void *state, dg_status *st) {
     gpt_state *s = state;
-    if (s->pipeline_stages > 0) (void)dg_pipeline_name_stage(&s->pipe, st);
+    if (s->pipeline_stages <= 0) return;
+    if (s->pipeline_groups <= 1) {
+        (void)dg_pipeline_name_stage(&s->pipe, st);
+        return;
+    }
+    char *devs[64];
+    int S = s->pipe.n_stages, P = (int)s->pipeline_stages;
+    for (int gi = 0; gi < s->pipeline_groups && S <= 64; gi++) {
+        for (int k = 0; k < S; k++) devs[k] = s->stage_dev[gi * P + k % P];
+        dg_pipeline one = {.n_stages = S, .stage_devices = devs};
+        if (dg_pipeline_name_stage(&one, st)) {
+            dg_status_prepend(st, "pipeline group %d", gi);
+            return;
+        }
+    }
 }
 
 static bool evaluate(void *state, dg_session *sess, int64_t task, int64_t global_step, dg_status *st) {
