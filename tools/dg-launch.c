@@ -622,8 +622,15 @@ static bool start_task(task *t) {
         return false;
     }
     pid_t launcher = getpid();
+    // Signals wait until the child has its default handlers: run between fork and exec, this
+    // process's handler would write into the wake pipe the child shares, and a stop signal
+    // meant for the task would read as one sent to dg-launch.
+    sigset_t all, old;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
     pid_t pid = fork();
     if (pid < 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
         fprintf(stderr, "dg-launch: cannot fork %s: %s\n", t->name, strerror(errno));
         close(p[0]);
         close(p[1]);
@@ -631,8 +638,9 @@ static bool start_task(task *t) {
     }
     if (pid == 0) {
         close(p[0]);
-        child_exec(t, p[1], launcher);
+        child_exec(t, p[1], launcher);   // resets the handlers, then unblocks
     }
+    sigprocmask(SIG_SETMASK, &old, NULL);
     // Also set here, so the group exists before the first signal we might send to it.
     setpgid(pid, pid);
     close(p[1]);
