@@ -254,12 +254,11 @@ MUTANTS = [
         "tests": ["coordinator_strategy"],
     },
     {
-        "name": "coordinator_last_step_no_wait",
-        "what": "ps_coordinator's last step does not wait for the queued ones, so the loop sees the stop a step late "
-                "and the global step is read before every step ran",
+        "name": "coordinator_never_stops",
+        "what": "ps_coordinator's run never requests the stop once it has scheduled the last step, so the training "
+                "loop goes on past the session's last step",
         "file": "runtime/training/distribute.c",
-        "edits": [("    if (bounded && d->start_step + d->n_scheduled >= d->last_step && !training_coordinator_wait(d->coord, st))",
-                   "    if (false && !training_coordinator_wait(d->coord, st))")],
+        "edits": [("    if (last) dg_monitored_session_request_stop(ms);\n", "")],
         "tests": ["test_distribute"],
     },
     {

@@ -388,6 +388,8 @@ static void test_ps_coordinator(void **state) {
     }
     assert_int_equal(runs, 20);
     assert_true(got_losses >= 1);
+    // The loop ended with every step run: the last call waited for them.
+    assert_int_equal(dg_monitored_session_global_step(ms, st), 20);
     assert_true(dg_distribution_wait(d, st));
     dg_session *s = dg_monitored_session_session(ms);
     assert_int_equal(dg_monitored_session_global_step(ms, st), 20);
