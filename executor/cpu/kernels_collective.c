@@ -250,14 +250,6 @@ static void combine(size_t f64_end, size_t off, size_t len, char *out, const cha
 // widened and summed in float32. The ranks agree bit for bit as without it: the ring's owner of
 // a segment keeps its final value as it sends it (a bfloat16 value), and the direct exchange
 // sums the same widened values, this rank's own rounded alike, in rank order.
-CPU_CLONES static void to_wire16(uint16_t *restrict o, const float *restrict f, size_t n) {
-    for (size_t i = 0; i < n; i++) o[i] = tensor_f32_to_bf16(f[i]);
-}
-
-CPU_CLONES static void from_wire16(float *restrict o, const uint16_t *restrict b, size_t n) {
-    for (size_t i = 0; i < n; i++) o[i] = tensor_bf16_to_f32(b[i]);
-}
-
 // o = (a + widened b) / div, a NULL: o += widened b.
 CPU_CLONES static void add_wire16(float *restrict o, const float *restrict a, const uint16_t *restrict b, size_t n,
                                   float div) {
@@ -398,7 +390,7 @@ static bool send_tensor(coll_run *r, dg_tensor *t, int to, const char *tag) {
 static bool send_wire16(coll_run *r, const char *data, size_t len, int to, const char *tag) {
     dg_tensor *t = dg_tensor_new(DG_UINT8, dg_shape1((int64_t)(len / 2)), r->st);
     if (!t) return false;
-    to_wire16(t->data, (const float *)data, len / 4);
+    cpu_f32_to_f16s(DG_BFLOAT16, (const float *)data, t->data, (int64_t)(len / 4));
     bool ok = send_tensor(r, t, to, tag);
     dg_tensor_unref(t);
     return ok;
@@ -555,7 +547,7 @@ static bool ring(coll_run *r, dg_tensor *in_base, const char *in, dg_tensor *out
                 combine(f64_end, a, l, out + a, in + a, t->data, p == n - 2 && k->mean ? n : 1);
                 if (p < last) ok = send_view(r, out_base, out + a, l, right, tag);
             } else if (w16) {
-                from_wire16((float *)(out + a), t->data, l / 4);
+                cpu_f16s_to_f32(DG_BFLOAT16, t->data, (float *)(out + a), (int64_t)(l / 4));
                 if (p < last) ok = send_tensor(r, t, right, tag);
             } else {
                 // All-gather: the owner's final value, copied and passed on unchanged.
@@ -721,7 +713,7 @@ static bool direct(coll_run *r, dg_tensor *in_base, const char *in, char *out, s
             float *o = (float *)out;
             float div = j == n - 1 && k->mean ? (float)n : 1.0f;
             if (j == 0 && k->rank == 0) memcpy(o, mine, total);
-            else if (j == 0) from_wire16(o, got[0]->data, total / 4);
+            else if (j == 0) cpu_f16s_to_f32(DG_BFLOAT16, got[0]->data, o, (int64_t)(total / 4));
             else if (j == k->rank) acc_f32(o, mine, total / 4, div);
             else add_wire16(o, NULL, got[j]->data, total / 4, div);
         }

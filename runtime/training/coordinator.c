@@ -385,14 +385,6 @@ bool training_coordinator_wait(training_coordinator *c, dg_status *st) {
     return ok;
 }
 
-void training_coordinator_counts(training_coordinator *c, int64_t *finished, int64_t *rescheduled, int *alive) {
-    pthread_mutex_lock(&c->mu);
-    if (finished) *finished = c->finished;
-    if (rescheduled) *rescheduled = c->rescheduled;
-    if (alive) *alive = c->n_alive;
-    pthread_mutex_unlock(&c->mu);
-}
-
 void training_coordinator_free(training_coordinator **cp) {
     training_coordinator *c = cp ? *cp : NULL;
     if (!c) return;

@@ -42,8 +42,5 @@ bool training_coordinator_schedule(training_coordinator *c, const dg_output *fee
 int training_coordinator_take_latest(training_coordinator *c, const dg_output *fetches, dg_tensor **fetched, int n);
 // Waits until no step is queued or running; fails as training_coordinator_schedule.
 bool training_coordinator_wait(training_coordinator *c, dg_status *st);
-// Steps finished, steps given back after a worker failed, workers answering now (each may be
-// NULL).
-void training_coordinator_counts(training_coordinator *c, int64_t *finished, int64_t *rescheduled, int *alive);
 
 #endif
