@@ -3,7 +3,9 @@
  *   {"bench": "gemm_bench", "metric": "fma_peak", "isa": "avx512", "value": ..., "unit": "GFLOP/s"}
  *   one line per shape and provider: "distgraph" (cpu_gemm: the dispatch of executor/cpu/gemm.c,
  *   whatever it chose) and "openblas" (cblas_sgemm as the system's OpenBLAS comes, when built
- *   with it), with GFLOP/s and the fraction of the widest peak.
+ *   with it), with GFLOP/s and the fraction of the widest peak. Shapes whose A is mostly zero
+ *   (*_sparse*) also run as "distgraph_dense": cpu_gemm without its sparse products. Their
+ *   GFLOP/s count the dense product's multiply-adds, the zeros' too.
  * The peak is a loop of independent fused multiply-adds on 12 registers (no memory), the most a
  * core can do; a GEMM's fraction of it says how much of the machine it uses. A virtual
  * machine's core can run at half speed for seconds while its host is busy elsewhere, so each
@@ -86,29 +88,38 @@ typedef struct shape {
     const char *name;
     bool ta, tb;
     int64_t M, N, K;
+    double density;   // > 0: only this fraction of A's entries is nonzero (spread at random)
 } shape;
 
 static const shape shapes[] = {
-    {"mlp_forward_100x784x100", false, false, 100, 100, 784},
-    {"mlp_weight_grad_784x100x100", true, false, 784, 100, 100},
-    {"mlp_input_grad_100x784x100", false, true, 100, 784, 100},
-    {"mlp_logits_100x10x100", false, false, 100, 10, 100},
-    {"cnn_im2col_conv1_4096x16x25", false, false, 4096, 16, 25},
-    {"cnn_im2col_conv2_1310x32x400", false, false, 1310, 32, 400},
-    {"cnn_dense_100x128x1568", false, false, 100, 128, 1568},
-    {"transformer_768x128x384", false, false, 768, 128, 384},
-    {"transformer_768x512x128", false, false, 768, 512, 128},
-    {"gpt_qkv_768x384x128", false, false, 768, 384, 128},
-    {"gpt_fc_768x512x128", false, false, 768, 512, 128},
-    {"gpt_mlp_proj_768x128x512", false, false, 768, 128, 512},
-    {"gpt_qkv_input_grad_768x128x384", false, true, 768, 128, 384},
-    {"gpt_mlp_proj_input_grad_768x512x128", false, true, 768, 512, 128},
-    {"gpt_qkv_weight_grad_128x384x768", true, false, 128, 384, 768},
-    {"gpt_fc_weight_grad_128x512x768", true, false, 128, 512, 768},
-    {"gpt_mlp_proj_weight_grad_512x128x768", true, false, 512, 128, 768},
-    {"square_512", false, false, 512, 512, 512},
-    {"square_1024", false, false, 1024, 1024, 1024},
-    {"square_2048", false, false, 2048, 2048, 2048},
+    {"mlp_forward_100x784x100", false, false, 100, 100, 784, 0},
+    {"mlp_weight_grad_784x100x100", true, false, 784, 100, 100, 0},
+    {"mlp_input_grad_100x784x100", false, true, 100, 784, 100, 0},
+    {"mlp_logits_100x10x100", false, false, 100, 10, 100, 0},
+    {"cnn_im2col_conv1_4096x16x25", false, false, 4096, 16, 25, 0},
+    {"cnn_im2col_conv2_1310x32x400", false, false, 1310, 32, 400, 0},
+    {"cnn_dense_100x128x1568", false, false, 100, 128, 1568, 0},
+    {"transformer_768x128x384", false, false, 768, 128, 384, 0},
+    {"transformer_768x512x128", false, false, 768, 512, 128, 0},
+    {"gpt_qkv_768x384x128", false, false, 768, 384, 128, 0},
+    {"gpt_fc_768x512x128", false, false, 768, 512, 128, 0},
+    {"gpt_mlp_proj_768x128x512", false, false, 768, 128, 512, 0},
+    {"gpt_qkv_input_grad_768x128x384", false, true, 768, 128, 384, 0},
+    {"gpt_mlp_proj_input_grad_768x512x128", false, true, 768, 512, 128, 0},
+    {"gpt_qkv_weight_grad_128x384x768", true, false, 128, 384, 768, 0},
+    {"gpt_fc_weight_grad_128x512x768", true, false, 128, 512, 768, 0},
+    {"gpt_mlp_proj_weight_grad_512x128x768", true, false, 512, 128, 768, 0},
+    // Fashion-MNIST's pixels are half zeros: the MLP's first layer on them, and around the
+    // density where executor/cpu/gemm_sparse.c gives way to the dense GEMM.
+    {"mlp_forward_sparse50_100x100x784", false, false, 100, 100, 784, 0.5},
+    {"mlp_weight_grad_sparse50_784x100x100", true, false, 784, 100, 100, 0.5},
+    {"mlp_forward_sparse30_100x100x784", false, false, 100, 100, 784, 0.3},
+    {"mlp_forward_sparse58_100x100x784", false, false, 100, 100, 784, 0.58},
+    {"mlp_weight_grad_sparse58_784x100x100", true, false, 784, 100, 100, 0.58},
+    {"transformer_sparse50_768x512x128", false, false, 768, 512, 128, 0.5},
+    {"square_512", false, false, 512, 512, 512, 0},
+    {"square_1024", false, false, 1024, 1024, 1024, 0},
+    {"square_2048", false, false, 2048, 2048, 2048, 0},
 };
 
 typedef void (*gemm_fn)(const shape *s, const float *A, const float *B, float *C);
@@ -167,9 +178,23 @@ static void call_gemm(void *ctx) {
     c->f(c->s, c->A, c->B, c->C);
 }
 
+// The dense GEMM alone (cpu_gemm with the sparse products turned off), beside run_ours on
+// the shapes with a mostly-zero A.
+static void run_dense(const shape *s, const float *A, const float *B, float *C) {
+    cpu_gemm_set_sparse(false);
+    run_ours(s, A, B, C);
+    cpu_gemm_set_sparse(true);
+}
+
 // GFLOP/s of f on shape s.
 static double time_gemm(gemm_fn f, const shape *s, double seconds) {
     float *A = filled(s->M * s->K, 7919, 13, 0.6f), *B = filled(s->K * s->N, 104729, 11, 0.5f);
+    uint64_t h = 88172645463325252u;   // xorshift
+    for (int64_t i = 0; s->density > 0 && i < s->M * s->K; i++) {
+        h ^= h << 13, h ^= h >> 7, h ^= h << 17;
+        if ((double)(h >> 11) * 0x1p-53 >= s->density) A[i] = 0;
+        else if (A[i] == 0) A[i] = 0.25f;
+    }
     float *C = filled(s->M * s->N, 1, 1, 0.0f);
     gemm_call c = {f, s, A, B, C};
     double best = time_best(call_gemm, &c, seconds);
@@ -230,10 +255,10 @@ static double time_gemm16(dg_dtype t, const shape *s, double seconds) {
 // The 16-bit products timed beside float32 on the same shapes (a 1024-wide MLP layer at batch
 // 256, its weight gradient, a transformer's, a large square).
 static const shape shapes16[] = {
-    {"mlp1024_forward_256x1024x1024", false, false, 256, 1024, 1024},
-    {"mlp1024_weight_grad_1024x1024x256", true, false, 1024, 1024, 256},
-    {"transformer_768x128x384", false, false, 768, 128, 384},
-    {"square_1024", false, false, 1024, 1024, 1024},
+    {"mlp1024_forward_256x1024x1024", false, false, 256, 1024, 1024, 0},
+    {"mlp1024_weight_grad_1024x1024x256", true, false, 1024, 1024, 256, 0},
+    {"transformer_768x128x384", false, false, 768, 128, 384, 0},
+    {"square_1024", false, false, 1024, 1024, 1024, 0},
 };
 
 // The direct convolutions (executor/cpu/conv_direct.c) on cnn_replica's two layers, batch 100:
@@ -349,6 +374,7 @@ int main(int argc, char **argv) {
         const char *name;
         gemm_fn f;
     } providers[] = {{"distgraph", run_ours},
+                     {"distgraph_dense", run_dense},
 #ifdef DG_WITH_BLAS
                      {"openblas", run_openblas}
 #endif
@@ -356,6 +382,7 @@ int main(int argc, char **argv) {
     for (size_t s = 0; s < (conv_only ? 0 : sizeof shapes / sizeof *shapes); s++)
         for (size_t p = 0; p < sizeof providers / sizeof *providers; p++) {
             if (only && !strstr(shapes[s].name, only)) continue;
+            if (providers[p].f == run_dense && !(shapes[s].density > 0)) continue;   // the same as ours
             double before = has_peak ? fma_peak(widest) : NAN;
             double g = time_gemm(providers[p].f, &shapes[s], seconds);
             double after = has_peak ? fma_peak(widest) : NAN;

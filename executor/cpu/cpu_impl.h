@@ -236,6 +236,7 @@ typedef struct cpu_gemm_info {
     char f32_provider[32], f32_kernel[48];   // e.g. "oneDNN 2.6.3", "avx512_core_vnni"
     cpu_isa f32_isa;
     bool f32_openblas;              // DG_GEMM=openblas
+    bool f32_sparse;                // cpu_gemm_sparse_f32 tried first (DG_GEMM_SPARSE=0: never)
     char f64_provider[32], f64_kernel[48];   // e.g. "OpenBLAS", "SkylakeX"
     cpu_isa f64_isa;
 } cpu_gemm_info;
@@ -253,6 +254,15 @@ void cpu_piece_range(int64_t total, int i, int n, int64_t *lo, int64_t *hi);
 // columns, when it has few rows).
 int cpu_gemm_split_pieces(int64_t M, int64_t N, int64_t K);
 bool cpu_gemm_split_by_rows(int64_t M, int64_t N, int n);
+// C = op(A) B in float32 (alpha 1, beta 0) from A's nonzero entries alone, when A is mostly
+// zero and B finite (gemm_sparse.c); false, with nothing written, when that does not apply.
+// cpu_gemm_sparse_calls counts the products so run, in every thread.
+bool cpu_gemm_sparse_f32(bool ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                         int64_t ldb, float *C, int64_t ldc);
+extern _Atomic int64_t cpu_gemm_sparse_calls;
+// Turns cpu_gemm's use of cpu_gemm_sparse_f32 off or back on, for the whole process (benches
+// and tests set it between products).
+void cpu_gemm_set_sparse(bool on);
 // The 16-bit floats (t: bfloat16 or float16) to and from float32, n values (gemm16.c; loops the
 // compiler vectorises).
 void cpu_f16s_to_f32(dg_dtype t, const uint16_t *s, float *d, int64_t n);

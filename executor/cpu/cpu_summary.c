@@ -18,16 +18,17 @@ static const char *isa_note(const cpu_gemm_info *i, cpu_isa used) {
 }
 
 const char *exec_cpu_summary(void) {
-    static __thread char line[512];
+    static __thread char line[640];
     const cpu_gemm_info *i = cpu_gemm_get_info();
     char feats[64] = "";
     snprintf(feats, sizeof feats, "%s%s%s%s", i->has_vnni ? " vnni" : "", i->has_bf16 ? " bf16" : "",
              i->has_fp16 ? " fp16" : "", i->has_amx ? " amx" : "");
     snprintf(line, sizeof line,
-             "%s; vector ISA %s%s%s%s; GEMM float32 %s %s%s, float64 %s %s%s, bfloat16 %s, float16 %s; "
+             "%s; vector ISA %s%s%s%s; GEMM float32 %s %s%s%s, float64 %s %s%s, bfloat16 %s, float16 %s; "
              "intra-op threads %d",
              i->model, cpu_isa_name(i->cpu), *feats ? " (" : "", *feats ? feats + 1 : "", *feats ? ")" : "",
-             i->f32_provider, i->f32_kernel, isa_note(i, i->f32_isa), i->f64_provider, i->f64_kernel,
+             i->f32_provider, i->f32_kernel, isa_note(i, i->f32_isa),
+             i->f32_sparse ? " (a mostly-zero A: its nonzeros only)" : "", i->f64_provider, i->f64_kernel,
              isa_note(i, i->f64_isa), cpu_gemm16_summary(DG_BFLOAT16), cpu_gemm16_summary(DG_FLOAT16),
              exec_cpu_threads());
     return line;

@@ -177,6 +177,10 @@ static void info_init(void) {
             info.capped = true;
         }
     }
+    const char *sparse = getenv("DG_GEMM_SPARSE");
+    info.f32_sparse = !(sparse && strcmp(sparse, "0") == 0);
+    if (sparse && *sparse && strcmp(sparse, "0") != 0 && strcmp(sparse, "1") != 0)
+        fprintf(stderr, "distgraph: DG_GEMM_SPARSE=\"%s\" is not 0 or 1: ignored\n", sparse);
     snprintf(info.f32_provider, sizeof info.f32_provider, "reference loops");
     snprintf(info.f32_kernel, sizeof info.f32_kernel, "compiler's %s", "baseline");
     info.f32_isa = CPU_ISA_BASELINE;
@@ -229,6 +233,11 @@ static void info_init(void) {
 const cpu_gemm_info *cpu_gemm_get_info(void) {
     pthread_once(&info_once, info_init);
     return &info;
+}
+
+void cpu_gemm_set_sparse(bool on) {
+    cpu_gemm_get_info();
+    info.f32_sparse = on;
 }
 
 // ---- threads ----
@@ -294,6 +303,9 @@ typedef struct gemm_args {
 
 static void gemm_one(const gemm_args *g) {
     int64_t M = g->M, N = g->N, K = g->K;
+    if (g->t == DG_FLOAT32 && info.f32_sparse && !g->tb && g->alpha == 1 && g->beta == 0 &&
+        cpu_gemm_sparse_f32(g->ta, M, N, K, g->A, g->lda, g->B, g->ldb, g->C, g->ldc))
+        return;
 #ifdef DG_WITH_DNNL
     if (g->t == DG_FLOAT32 && !info.f32_openblas) {
         static __thread bool one_thread;

@@ -6,6 +6,7 @@
  * those DG_MAX_CPU_ISA caps it to (CTest runs this test a second time with
  * DG_MAX_CPU_ISA=avx2: test_cpu_gemm_avx2). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,12 +52,22 @@ static void *randoms(dg_dtype t, int64_t n, uint64_t *seed) {
     return p;
 }
 
-// One product checked: every element within the rounding of a K-term sum in the dtype.
-static void check(dg_dtype t, const shape *s, double alpha, double beta, int pad, uint64_t *seed) {
+// One product checked: every element within the rounding of a K-term sum in the dtype. With
+// density > 0, only about that fraction of A's entries is nonzero (some zeros are -0), as
+// behind a ReLU or in an image's background.
+static void check_sparse(dg_dtype t, const shape *s, double alpha, double beta, int pad, double density,
+                         uint64_t *seed) {
     int64_t arows = s->ta ? s->K : s->M, acols = s->ta ? s->M : s->K;
     int64_t brows = s->tb ? s->N : s->K, bcols = s->tb ? s->K : s->N;
     int64_t lda = acols + pad, ldb = bcols + pad, ldc = s->N + pad;
     void *A = randoms(t, arows * lda, seed), *B = randoms(t, brows * ldb, seed);
+    for (int64_t i = 0; density > 0 && i < arows * lda; i++) {
+        double u = dg_test_uniform(seed, 0, 1);
+        if (u < density) continue;
+        double z = u < density + (1 - density) / 8 ? -0.0 : 0.0;
+        if (t == DG_FLOAT32) ((float *)A)[i] = (float)z;
+        else ((double *)A)[i] = z;
+    }
     void *C = randoms(t, s->M * ldc, seed), *C0 = randoms(t, s->M * ldc, seed);
     size_t e = t == DG_FLOAT32 ? sizeof(float) : sizeof(double);
     memcpy(C0, C, (size_t)(s->M * ldc) * e);
@@ -92,6 +103,10 @@ static void check(dg_dtype t, const shape *s, double alpha, double beta, int pad
     free(C);
     free(C0);
     free(want);
+}
+
+static void check(dg_dtype t, const shape *s, double alpha, double beta, int pad, uint64_t *seed) {
+    check_sparse(t, s, alpha, beta, pad, 0, seed);
 }
 
 // Kept small enough for memcheck (the reference is a triple loop): the split ones hold just
@@ -147,6 +162,105 @@ static void test_nan_propagates(void **state) {
             if (i == 3) assert_true(isnan(C[i * N + j]));
             else assert_true(C[i * N + j] == 0);
         }
+}
+
+// Products whose A is mostly zero visit only its nonzeros (executor/cpu/gemm_sparse.c): A B and
+// A^T B, widths that are and are not multiples of 16, one panel and several, chunks of B's rows
+// with and without a remainder, padded leading dimensions, one thread and pieces on several.
+// Each must agree with float64, and the sparse kernels must have run (the counter), except
+// where they must not: alpha or beta not (1, 0), B transposed, A dense, N or K below 16.
+static const struct sparse_case {
+    shape s;
+    double density;
+    bool sparse;   // the sparse kernels must run
+} sparse_cases[] = {
+    {{false, false, 100, 100, 784}, 0.5, true},   {{true, false, 784, 100, 100}, 0.5, true},   // the MLP's
+    {{false, false, 37, 16, 16}, 0.3, true},      {{true, false, 33, 17, 19}, 0.3, true},
+    {{false, false, 20, 130, 70}, 0.4, true},     {{true, false, 45, 300, 40}, 0.2, true},
+    {{false, false, 64, 1000, 33}, 0.5, true},    {{false, false, 17, 64, 200}, 0.05, true},
+    {{false, false, 50, 100, 100}, 0.9, false},   {{false, true, 50, 100, 100}, 0.3, false},
+    {{false, false, 50, 15, 100}, 0.3, false},    {{false, false, 50, 100, 15}, 0.3, false},
+    {{false, false, 700, 40, 100}, 0.3, true},    {{true, false, 700, 40, 100}, 0.3, true},   // split over threads
+};
+
+static void test_sparse_products(void **state) {
+    (void)state;
+    uint64_t seed = 77;
+    for (int threads = 1; threads <= 4; threads += 3) {
+        exec_cpu_set_threads(threads);
+        for (size_t i = 0; i < sizeof sparse_cases / sizeof *sparse_cases; i++) {
+            const struct sparse_case *c = &sparse_cases[i];
+            for (int pad = 0; pad <= 5; pad += 5) {
+                int64_t before = atomic_load(&cpu_gemm_sparse_calls);
+                check_sparse(DG_FLOAT32, &c->s, 1.0, 0.0, pad, c->density, &seed);
+                bool ran = atomic_load(&cpu_gemm_sparse_calls) > before;
+                if (ran != c->sparse)
+                    fail_msg("case %zu (%c M=%lld N=%lld K=%lld density %.2f pad %d threads %d): the sparse kernels %s",
+                             i, c->s.ta ? 'T' : 'N', (long long)c->s.M, (long long)c->s.N, (long long)c->s.K,
+                             c->density, pad, threads, ran ? "ran" : "did not run");
+            }
+            // alpha and beta other than (1, 0) go to the dense GEMM, and are right there.
+            int64_t before = atomic_load(&cpu_gemm_sparse_calls);
+            check_sparse(DG_FLOAT32, &c->s, -0.5, 1.25, 3, c->density, &seed);
+            assert_int_equal(atomic_load(&cpu_gemm_sparse_calls), before);
+        }
+    }
+    // Turned off, they never run.
+    cpu_gemm_set_sparse(false);
+    int64_t before = atomic_load(&cpu_gemm_sparse_calls);
+    check_sparse(DG_FLOAT32, &sparse_cases[0].s, 1.0, 0.0, 0, 0.5, &seed);
+    assert_int_equal(atomic_load(&cpu_gemm_sparse_calls), before);
+    cpu_gemm_set_sparse(true);
+    exec_cpu_set_threads(0);
+}
+
+// An A too long for one block of lists (gemm_sparse.c lists 2^20 of A's entries at a time):
+// its rows go in two blocks.
+static void test_sparse_blocks(void **state) {
+    (void)state;
+    exec_cpu_set_threads(1);
+    uint64_t seed = 78;
+    const shape s[] = {{false, false, 150, 16, 8000}, {true, false, 150, 16, 8000}};
+    for (int i = 0; i < 2; i++) {
+        int64_t before = atomic_load(&cpu_gemm_sparse_calls);
+        check_sparse(DG_FLOAT32, &s[i], 1.0, 0.0, 0, 0.3, &seed);
+        assert_int_equal(atomic_load(&cpu_gemm_sparse_calls), before + 1);
+    }
+    exec_cpu_set_threads(0);
+}
+
+// A zero of A times an infinity or a NaN of B is a NaN, as in the dense product: where B is
+// not finite, the product is the dense GEMM's. A NaN of A is not zero and is carried.
+static void test_sparse_not_finite(void **state) {
+    (void)state;
+    exec_cpu_set_threads(1);
+    enum { M = 48, N = 40, K = 64 };
+    static float A[M * K], B[K * N], C[M * N];
+    const float bad[] = {INFINITY, -INFINITY, NAN};
+    for (int v = 0; v < 3; v++) {
+        for (int i = 0; i < M * K; i++) A[i] = i % 4 == 0 ? 1.0f : 0.0f;   // column 5 of A is all zeros
+        for (int i = 0; i < K * N; i++) B[i] = 0.5f;
+        B[5 * N + 7] = bad[v];   // meets only zeros of A
+        int64_t before = atomic_load(&cpu_gemm_sparse_calls);
+        cpu_gemm(DG_FLOAT32, false, false, M, N, K, 1.0, A, K, B, N, 0.0, C, N);
+        assert_int_equal(atomic_load(&cpu_gemm_sparse_calls), before);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                if (j == 7) assert_true(isnan(C[i * N + j]));
+                else assert_true(C[i * N + j] == 16 * 0.5f);
+            }
+    }
+    for (int i = 0; i < K * N; i++) B[i] = 0.5f;
+    A[3 * K + 8] = NAN;
+    int64_t before = atomic_load(&cpu_gemm_sparse_calls);
+    cpu_gemm(DG_FLOAT32, false, false, M, N, K, 1.0, A, K, B, N, 0.0, C, N);
+    assert_int_equal(atomic_load(&cpu_gemm_sparse_calls), before + 1);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            if (i == 3) assert_true(isnan(C[i * N + j]));
+            else assert_true(C[i * N + j] == 16 * 0.5f);
+        }
+    exec_cpu_set_threads(0);
 }
 
 // What runs the GEMM: never narrower vectors than the CPU has, unless DG_MAX_CPU_ISA says so.
@@ -212,7 +326,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_widest_isa),     cmocka_unit_test(test_f32_one_thread), cmocka_unit_test(test_f32_threads),
         cmocka_unit_test(test_f64),            cmocka_unit_test(test_nan_propagates),
-        cmocka_unit_test(test_threads_from_env),
+        cmocka_unit_test(test_threads_from_env), cmocka_unit_test(test_sparse_products),
+        cmocka_unit_test(test_sparse_blocks),  cmocka_unit_test(test_sparse_not_finite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

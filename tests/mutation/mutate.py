@@ -293,6 +293,20 @@ MUTANTS = [
         "tests": ["test_conv_direct"],
     },
     {
+        "name": "gemm_sparse_ignores_infinity",
+        "what": "a product from a mostly-zero A keeps its own result where B holds an infinity or a NaN",
+        "file": "executor/cpu/gemm_sparse.c",
+        "edits": [("    return !any;\n", "    return any || !any;\n")],
+        "tests": ["test_cpu_gemm"],
+    },
+    {
+        "name": "gemm_sparse_skips_empty_first_chunk",
+        "what": "a row of C whose first chunk of A has no nonzeros keeps what C held there",
+        "file": "executor/cpu/gemm_sparse.c",
+        "edits": [("                if (lo == hi && k0 > 0) continue;\n", "                if (lo == hi) continue;\n")],
+        "tests": ["test_cpu_gemm"],
+    },
+    {
         "name": "ring_all_reduce_nan",
         "what": "the ring all-reduce's owner of each segment writes NaN (all bits set) over its final value",
         "file": "executor/cpu/kernels_collective.c",
