@@ -17,7 +17,7 @@ REPS=${REPS:-3}
 peers=${PEER_DIR:-../shared/peers}
 [ -f "$peers/torch_mlp.py" ] || { echo "peer script $peers/torch_mlp.py not found (set PEER_DIR)"; exit 2; }
 ours() { env "$@" build/bin/step_bench 2>/dev/null | sed -n 's/.*"median_step", "value": \([0-9.]*\).*/\1/p'; }
-peer() { "$@" --step-bench --threads 1 | sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p'; }
+peer() { "$@" --step-bench --threads 1 2>/dev/null | sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p'; }
 names=(distgraph distgraph_dense distgraph_openblas torch)
 [ -n "${TF_PYTHON:-}" ] && names+=(tensorflow)
 declare -A runs
