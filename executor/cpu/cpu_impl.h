@@ -255,10 +255,13 @@ void cpu_piece_range(int64_t total, int i, int n, int64_t *lo, int64_t *hi);
 int cpu_gemm_split_pieces(int64_t M, int64_t N, int64_t K);
 bool cpu_gemm_split_by_rows(int64_t M, int64_t N, int n);
 // C = op(A) B in float32 (alpha 1, beta 0) from A's nonzero entries alone, when A is mostly
-// zero and B finite (gemm_sparse.c); false, with nothing written, when that does not apply.
+// zero and B finite, with vectors up to cap where it picks them (gemm_sparse.c; its kernels'
+// clones pick theirs from the CPU itself); false when that does not apply, C then unwritten or,
+// for a B found not finite on the way, written with something else (the dense GEMM writes it
+// again).
 // cpu_gemm_sparse_calls counts the products so run, in every thread.
 bool cpu_gemm_sparse_f32(bool ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
-                         int64_t ldb, float *C, int64_t ldc);
+                         int64_t ldb, float *C, int64_t ldc, cpu_isa cap);
 extern _Atomic int64_t cpu_gemm_sparse_calls;
 // Turns cpu_gemm's use of cpu_gemm_sparse_f32 off or back on, for the whole process (benches
 // and tests set it between products).

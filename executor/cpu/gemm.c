@@ -46,7 +46,8 @@
 #endif
 
 #ifndef DG_WITH_BLAS
-// C = alpha op(A) op(B) + beta C, row-major; the loop order keeps B and C rows streaming.
+// C = alpha op(A) op(B) + beta C, row-major; the loop order keeps B and C rows streaming. A zero
+// of A is multiplied like any value (0 x inf is a NaN, as in the libraries' kernels).
 #define DEFINE_GEMM(T, NAME)                                                                      \
     static void NAME(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A,      \
                      int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {            \
@@ -55,7 +56,6 @@
             for (int64_t j = 0; j < N; j++) c[j] = beta == 0 ? 0 : beta * c[j];                   \
             for (int64_t k = 0; k < K; k++) {                                                     \
                 T a = alpha * (ta ? A[k * lda + i] : A[i * lda + k]);                             \
-                if (a == 0) continue;                                                             \
                 if (tb)                                                                           \
                     for (int64_t j = 0; j < N; j++) c[j] += a * B[j * ldb + k];                   \
                 else                                                                              \
@@ -304,7 +304,7 @@ typedef struct gemm_args {
 static void gemm_one(const gemm_args *g) {
     int64_t M = g->M, N = g->N, K = g->K;
     if (g->t == DG_FLOAT32 && info.f32_sparse && !g->tb && g->alpha == 1 && g->beta == 0 &&
-        cpu_gemm_sparse_f32(g->ta, M, N, K, g->A, g->lda, g->B, g->ldb, g->C, g->ldc))
+        cpu_gemm_sparse_f32(g->ta, M, N, K, g->A, g->lda, g->B, g->ldb, g->C, g->ldc, info.cap))
         return;
 #ifdef DG_WITH_DNNL
     if (g->t == DG_FLOAT32 && !info.f32_openblas) {

@@ -99,10 +99,10 @@ __attribute__((target("avx512f"))) static int32_t list_avx512(const float *a, in
 #endif
 
 // Lists rows [0, M) of a (row stride lda) into l.
-static void list_rows(const float *a, int64_t M, int64_t K, int64_t lda, const row_lists *l) {
+static void list_rows(const float *a, int64_t M, int64_t K, int64_t lda, const row_lists *l, cpu_isa cap) {
     int32_t n = 0;
 #ifdef SPARSE_AVX512
-    if (cpu_gemm_get_info()->cap >= CPU_ISA_AVX512) {
+    if (cap >= CPU_ISA_AVX512) {
         for (int64_t r = 0; r < M; r++) n = list_avx512(a + r * lda, K, n, l->k, l->val, l->start + r * (l->q + 1));
         return;
     }
@@ -110,11 +110,13 @@ static void list_rows(const float *a, int64_t M, int64_t K, int64_t lda, const r
     for (int64_t r = 0; r < M; r++) n = list_scalar(a + r * lda, K, n, l->k, l->val, l->start + r * (l->q + 1));
 }
 
-// c[0 .. w) (+)= sum over entries [lo, hi) of val * bc[k * 16 NV][0 .. w), 16 <= w <= 16 NV,
-// in NV vectors; the sums start from zero when first, else from c. bc's vectors are aligned.
+// c[0 .. w) (+)= sum over entries [lo, hi) of val * bc[(k - k0) * 16 NV][0 .. w), 16 <= w <=
+// 16 NV, in NV vectors; the sums start from zero when first, else from c. bc's vectors are
+// aligned.
 #define DEFINE_PANEL(NV)                                                                           \
     static inline __attribute__((always_inline)) void panel_##NV(const row_lists *l, int32_t lo, int32_t hi, \
-                                                                 const float *bc, int64_t w, bool first, float *c) { \
+                                                                 const float *bc, uint32_t k0, int64_t w,      \
+                                                                 bool first, float *c) {                       \
         const int64_t last = w - 16;                                                               \
         v16 acc[NV];                                                                               \
         for (int v = 0; v < NV - 1; v++) acc[v] = first ? (v16){0} : load16(c + 16 * v);           \
@@ -122,7 +124,7 @@ static void list_rows(const float *a, int64_t M, int64_t K, int64_t lda, const r
         for (int32_t i = lo; i < hi; i++) {                                                        \
             const float x = l->val[i];                                                             \
             const v16 a = {x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};                         \
-            const v16 *b = (const v16 *)(bc + (size_t)l->k[i] * (16 * NV));                        \
+            const v16 *b = (const v16 *)(bc + (size_t)(l->k[i] - k0) * (16 * NV));                 \
             for (int v = 0; v < NV; v++) acc[v] += a * b[v];                                       \
         }                                                                                          \
         for (int v = 0; v < NV - 1; v++) store16(c + 16 * v, acc[v]);                              \
@@ -188,7 +190,6 @@ CPU_CLONES static bool sparse_rows(const row_lists *l, int64_t M, int64_t N, int
                     d[v] = x;
                 }
             }
-            const float *base = bc - k0 * 16 * nv;
             int64_t q0 = k0 / 16, q1 = (k1 + 15) / 16;
             for (int64_t r = 0; r < M; r++) {
                 const int32_t *st = l->start + r * (l->q + 1);
@@ -196,14 +197,14 @@ CPU_CLONES static bool sparse_rows(const row_lists *l, int64_t M, int64_t N, int
                 if (lo == hi && k0 > 0) continue;
                 float *c = C + r * ldc + j0;
                 switch (nv) {
-                case 1: panel_1(l, lo, hi, base, w, k0 == 0, c); break;
-                case 2: panel_2(l, lo, hi, base, w, k0 == 0, c); break;
-                case 3: panel_3(l, lo, hi, base, w, k0 == 0, c); break;
-                case 4: panel_4(l, lo, hi, base, w, k0 == 0, c); break;
-                case 5: panel_5(l, lo, hi, base, w, k0 == 0, c); break;
-                case 6: panel_6(l, lo, hi, base, w, k0 == 0, c); break;
-                case 7: panel_7(l, lo, hi, base, w, k0 == 0, c); break;
-                default: panel_8(l, lo, hi, base, w, k0 == 0, c); break;
+                case 1: panel_1(l, lo, hi, bc, (uint32_t)k0, w, k0 == 0, c); break;
+                case 2: panel_2(l, lo, hi, bc, (uint32_t)k0, w, k0 == 0, c); break;
+                case 3: panel_3(l, lo, hi, bc, (uint32_t)k0, w, k0 == 0, c); break;
+                case 4: panel_4(l, lo, hi, bc, (uint32_t)k0, w, k0 == 0, c); break;
+                case 5: panel_5(l, lo, hi, bc, (uint32_t)k0, w, k0 == 0, c); break;
+                case 6: panel_6(l, lo, hi, bc, (uint32_t)k0, w, k0 == 0, c); break;
+                case 7: panel_7(l, lo, hi, bc, (uint32_t)k0, w, k0 == 0, c); break;
+                default: panel_8(l, lo, hi, bc, (uint32_t)k0, w, k0 == 0, c); break;
                 }
             }
         }
@@ -249,10 +250,10 @@ __attribute__((target("avx512f"))) static void tile_avx512(const float *a, int64
 }
 #endif
 
-static void turn_round(int64_t M, int64_t K, const float *A, int64_t lda, float *at) {
+static void turn_round(int64_t M, int64_t K, const float *A, int64_t lda, float *at, cpu_isa cap) {
     int64_t m16 = 0, k16 = 0;
 #ifdef SPARSE_AVX512
-    if (cpu_gemm_get_info()->cap >= CPU_ISA_AVX512) {
+    if (cap >= CPU_ISA_AVX512) {
         m16 = M / 16 * 16;
         k16 = K / 16 * 16;
         for (int64_t m0 = 0; m0 < m16; m0 += 16)
@@ -277,10 +278,10 @@ CPU_CLONES static bool mostly_zero(bool ta, int64_t M, int64_t K, const float *A
 }
 
 bool cpu_gemm_sparse_f32(bool ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
-                         int64_t ldb, float *C, int64_t ldc) {
-    if (N < 16 || K < 16 || M < 1 || K > UINT32_MAX / 16 || !mostly_zero(ta, M, K, A, lda)) return false;
-    // Rows of C a block at a time, so the lists (and A turned round) take at most a few tens of
-    // megabytes however large A is.
+                         int64_t ldb, float *C, int64_t ldc, cpu_isa cap) {
+    if (N < 16 || K < 16 || M < 1 || K > SCRATCH_ENTRIES || !mostly_zero(ta, M, K, A, lda)) return false;
+    // Rows of C a block at a time, so the lists (and A turned round) take at most about 12 MB
+    // however large A is.
     int64_t block = SCRATCH_ENTRIES / K;
     if (block < 1) block = 1;
     if (block > M) block = M;
@@ -299,10 +300,10 @@ bool cpu_gemm_sparse_f32(bool ta, int64_t M, int64_t N, int64_t K, const float *
     for (int64_t i0 = 0; i0 < M && finite; i0 += block) {
         int64_t rows = M - i0 < block ? M - i0 : block;
         if (ta) {
-            turn_round(rows, K, A + i0, lda, at);
-            list_rows(at, rows, K, K, &l);
+            turn_round(rows, K, A + i0, lda, at, cap);
+            list_rows(at, rows, K, K, &l, cap);
         } else {
-            list_rows(A + i0 * lda, rows, K, lda, &l);
+            list_rows(A + i0 * lda, rows, K, lda, &l, cap);
         }
         finite = sparse_rows(&l, rows, N, K, B, ldb, C + i0 * ldc, ldc, bc);
     }

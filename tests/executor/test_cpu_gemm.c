@@ -181,6 +181,9 @@ static const struct sparse_case {
     {{false, false, 50, 100, 100}, 0.9, false},   {{false, true, 50, 100, 100}, 0.3, false},
     {{false, false, 50, 15, 100}, 0.3, false},    {{false, false, 50, 100, 15}, 0.3, false},
     {{false, false, 700, 40, 100}, 0.3, true},    {{true, false, 700, 40, 100}, 0.3, true},   // split over threads
+    {{false, false, 20, 700, 160}, 0.3, true},    // split by columns (few rows)
+    {{false, false, 20, 130, 200}, 0.4, true},    {{true, false, 45, 300, 200}, 0.3, true},   // panels and chunks
+    {{false, false, 30, 100, 128}, 0.4, true},    // K two whole chunks (of 64 rows, for 7 vectors)
 };
 
 static void test_sparse_products(void **state) {
@@ -220,12 +223,38 @@ static void test_sparse_blocks(void **state) {
     (void)state;
     exec_cpu_set_threads(1);
     uint64_t seed = 78;
-    const shape s[] = {{false, false, 150, 16, 8000}, {true, false, 150, 16, 8000}};
-    for (int i = 0; i < 2; i++) {
+    const shape s[] = {{false, false, 150, 16, 8000}, {true, false, 150, 16, 8000}, {false, false, 150, 20, 8000}};
+    for (int i = 0; i < 3; i++) {
         int64_t before = atomic_load(&cpu_gemm_sparse_calls);
         check_sparse(DG_FLOAT32, &s[i], 1.0, 0.0, 0, 0.3, &seed);
         assert_int_equal(atomic_load(&cpu_gemm_sparse_calls), before + 1);
     }
+    exec_cpu_set_threads(0);
+}
+
+// Rows whose nonzeros all fall in some chunks of B's rows: a row of C with none in the first
+// chunk must still start from zero, one with none in a later chunk keeps its sums. C starts as
+// garbage; A's row r is nonzero only in k of [64 (r % 4), 64 (r % 4) + 20), and row 5 is all
+// zeros.
+static void test_sparse_empty_chunks(void **state) {
+    (void)state;
+    exec_cpu_set_threads(1);
+    enum { M = 8, N = 100, K = 256 };
+    static float A[M * K], B[K * N], C[M * N];
+    for (int r = 0; r < M; r++)
+        for (int k = 0; k < K; k++)
+            A[r * K + k] = r != 5 && k >= 64 * (r % 4) && k < 64 * (r % 4) + 20 ? (float)(1 + (r + k) % 3) : 0.0f;
+    for (int i = 0; i < K * N; i++) B[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < M * N; i++) C[i] = 12345.0f;
+    int64_t before = atomic_load(&cpu_gemm_sparse_calls);
+    cpu_gemm(DG_FLOAT32, false, false, M, N, K, 1.0, A, K, B, N, 0.0, C, N);
+    assert_int_equal(atomic_load(&cpu_gemm_sparse_calls), before + 1);
+    for (int r = 0; r < M; r++)
+        for (int j = 0; j < N; j++) {
+            double want = 0;   // small integers: exact in float32 in any order
+            for (int k = 0; k < K; k++) want += (double)A[r * K + k] * B[k * N + j];
+            if (C[r * N + j] != want) fail_msg("C[%d][%d] = %g, want %g", r, j, (double)C[r * N + j], want);
+        }
     exec_cpu_set_threads(0);
 }
 
@@ -327,7 +356,8 @@ int main(void) {
         cmocka_unit_test(test_widest_isa),     cmocka_unit_test(test_f32_one_thread), cmocka_unit_test(test_f32_threads),
         cmocka_unit_test(test_f64),            cmocka_unit_test(test_nan_propagates),
         cmocka_unit_test(test_threads_from_env), cmocka_unit_test(test_sparse_products),
-        cmocka_unit_test(test_sparse_blocks),  cmocka_unit_test(test_sparse_not_finite),
+        cmocka_unit_test(test_sparse_blocks),  cmocka_unit_test(test_sparse_empty_chunks),
+        cmocka_unit_test(test_sparse_not_finite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
