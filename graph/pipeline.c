@@ -150,19 +150,23 @@ static bool is_trainable(dg_graph *g, dg_node *v) {
     return false;
 }
 
-// The trainable variables the nodes [lo, hi) read directly, each once, into vs (at most cap).
+// The trainable variables the nodes [lo, hi) read, each once, into vs (at most cap): directly,
+// or through a cast. Under dg_graph_set_mixed_precision a variable's 16-bit cast is made once,
+// by the first micro-batch whose stage reads it, and the later micro-batches' products read
+// that cast: the variable is theirs too, and their gradients reach it through the cast.
 static int read_variables(builder *b, int lo, int hi, dg_output *vs, int cap) {
     int n = 0;
     for (int id = lo; id < hi; id++) {
         dg_node *nd = dg_graph_node(b->g, id);
         for (int k = 0; k < nd->n_inputs; k++) {
-            dg_output in = dg_node_input(nd, k);
-            if (strcmp(dg_node_op_type(in.node), "VariableV2") != 0 || !is_trainable(b->g, in.node)) continue;
+            dg_node *v = dg_node_input(nd, k).node;
+            if (strcmp(dg_node_op_type(v), "Cast") == 0 && v->n_inputs == 1) v = dg_node_input(v, 0).node;
+            if (strcmp(dg_node_op_type(v), "VariableV2") != 0 || !is_trainable(b->g, v)) continue;
             bool seen = false;
-            for (int j = 0; j < n && !seen; j++) seen = vs[j].node == in.node;
+            for (int j = 0; j < n && !seen; j++) seen = vs[j].node == v;
             if (seen) continue;
             if (n == cap) return -1;
-            vs[n++] = (dg_output){in.node, 0};
+            vs[n++] = (dg_output){v, 0};
         }
     }
     return n;

@@ -307,6 +307,13 @@ MUTANTS = [
         "tests": ["test_cpu_gemm"],
     },
     {
+        "name": "pipeline_mixed_precision_first_micro_batch_only",
+        "what": "a pipeline's stage looks for the variables it reads only among its nodes' direct inputs, so under mixed precision the later micro-batches (which read the first one's casts) add nothing to the gradients",
+        "file": "graph/pipeline.c",
+        "edits": [("            if (strcmp(dg_node_op_type(v), \"Cast\") == 0 && v->n_inputs == 1) v = dg_node_input(v, 0).node;\n", "")],
+        "tests": ["test_pipeline"],
+    },
+    {
         "name": "ring_all_reduce_nan",
         "what": "the ring all-reduce's owner of each segment writes NaN (all bits set) over its final value",
         "file": "executor/cpu/kernels_collective.c",
