@@ -48,6 +48,7 @@ typedef struct gpt_state {
     int64_t pipeline_groups;                          // data parallelism across pipelines
     int64_t tensor_parallel;                          // 0: off; N: the blocks split over N devices
     const char *tp_device_type;
+    bool tp_tasks;                                    // shard r on task r (worker, ps 0, ps 1, ...)
     const char *schedule;
     bool recompute;
     dg_pipeline pipe;
@@ -172,13 +173,23 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
         // This worker's devices: /device:CPU:0 .. N-1 (--virtual_cpus N-1) or its GPUs. With
         // --all_reduce each worker is one tensor-parallel group, and the groups train as data
         // parallel replicas (Megatron's 2-D layout).
-        if (net->variables_on_ps) {
+        // With --tp_tasks, shard r on task r instead (the worker, then ps task r - 1), each
+        // shard's variables with it: the ps tasks then hold shards, not the variables.
+        if (net->variables_on_ps && !s->tp_tasks) {
             dg_status_set(st, DG_INVALID_ARGUMENT, "--tensor_parallel keeps each shard on this worker's devices: run "
-                          "it alone or with --all_reduce (data parallel groups), not with ps tasks");
+                          "it alone, with --all_reduce (data parallel groups), or with --tp_tasks (a shard on each "
+                          "task, the worker and N-1 ps tasks)");
+            return false;
+        }
+        if (s->tp_tasks && (!net->variables_on_ps || strcmp(net->task_device, "/job:worker/task:0") != 0)) {
+            dg_status_set(st, DG_INVALID_ARGUMENT, "--tp_tasks puts shard r on task r: one worker and N-1 ps tasks "
+                          "(--ps_hosts), without --all_reduce");
             return false;
         }
         for (int r = 0; r < s->tensor_parallel; r++) {
-            snprintf(devs[r], sizeof devs[r], "%s/device:%s:%d", net->task_device, s->tp_device_type, r);
+            if (!s->tp_tasks) snprintf(devs[r], sizeof devs[r], "%s/device:%s:%d", net->task_device, s->tp_device_type, r);
+            else if (r == 0) snprintf(devs[r], sizeof devs[r], "/job:worker/task:0/device:%s:0", s->tp_device_type);
+            else snprintf(devs[r], sizeof devs[r], "/job:ps/task:%d/device:%s:0", r - 1, s->tp_device_type);
             dev[r] = devs[r];
         }
         if (!gpt_build_tensor_parallel(g, &s->cfg, seed, dev, (int)s->tensor_parallel, &s->m))
@@ -447,6 +458,9 @@ int main(int argc, char **argv) {
          "split each block's matrices over N devices of the worker (attention by heads, the MLP by hidden units; "
          "CPU devices need --virtual_cpus N-1; default 0: not split)"},
         {"tp_device_type", FLAG_STRING, &s.tp_device_type, "with --tensor_parallel: CPU (default) or GPU"},
+        {"tp_tasks", FLAG_BOOL, &s.tp_tasks,
+         "with --tensor_parallel N: shard r on task r (the worker, then ps task r - 1; N-1 ps tasks), its partial "
+         "sums gathered on the worker"},
         {"print_batch_hash", FLAG_BOOL, &s.in.print_hash,
          "with --train_records: print a hash of each training batch (to compare the batches of two runs)"},
     };

@@ -1,9 +1,12 @@
 /* Tensor-parallel layers (distgraph/tensor_parallel.h): shards of a layer's matrices on the
- * devices of a group, partial results summed by LocalAllReduce. */
+ * devices of a group, partial results summed by LocalAllReduce within a task, or gathered and
+ * added on the group's first device when the group spans tasks. */
 #include <stdio.h>
 #include <string.h>
 
 #include "distgraph/collective.h"
+#include "distgraph/device_name.h"
+#include "distgraph/status.h"
 #include "distgraph/tensor_parallel.h"
 
 #define MAX_RANKS 64
@@ -62,6 +65,51 @@ static void leave(dg_graph *g) {
     dg_graph_pop_device(g);
 }
 
+// Whether the group's devices name one task (job, replica and task alike; a field left out
+// matches only itself left out).
+static bool one_task(dg_graph *g, const dg_tp_group *grp) {
+    dg_device_name first, d;
+    dg_status *st = dg_status_new();
+    bool one = st && dg_device_spec_from_string(grp->devices[0], &first, st);
+    for (int r = 1; one && r < grp->n; r++) {
+        if (!dg_device_spec_from_string(grp->devices[r], &d, st)) {
+            one = false;
+            break;
+        }
+        one = d.has_job == first.has_job && (!d.has_job || strcmp(d.job, first.job) == 0) &&
+              d.has_replica == first.has_replica && (!d.has_replica || d.replica == first.replica) &&
+              d.has_task == first.has_task && (!d.has_task || d.task == first.task);
+    }
+    if (st && !dg_status_ok(st)) dg_graph_set_error(g, DG_INVALID_ARGUMENT, "tensor parallel: %s", dg_status_message(st));
+    dg_status_free(&st);
+    return one;
+}
+
+// sum[r] on device r = the sum of partial over the group. On one task, LocalAllReduce (the
+// devices of a process exchange through its memory); across tasks, the partials go to device
+// 0, are added there in device order, and each device reads the sum (the placer's Send and Recv
+// between tasks). Either way every device gets the same bits, and the gradient of each partial
+// is the sum of the gradients of every device's copy.
+static bool sum_over_group(dg_graph *g, const char *name, const dg_tp_group *grp, const dg_output *partial,
+                           dg_output *sum) {
+    if (grp->n == 1 || one_task(g, grp))
+        return dg_graph_ok(g) && dg_local_all_reduce(g, name, partial, grp->devices, grp->n, DG_REDUCE_SUM, sum);
+    if (!dg_graph_ok(g)) return false;
+    enter(g, grp, 0, name);
+    dg_output total = dg_add_n(g, "sum", partial, grp->n);
+    for (int r = 0; r < grp->n; r++) {   // in the same name scope, each on its device
+        char copy[32];
+        snprintf(copy, sizeof copy, "copy_%d", r);
+        dg_graph_push_device(g, "");
+        dg_graph_push_device(g, grp->devices[r]);
+        sum[r] = dg_identity(g, copy, total);
+        dg_graph_pop_device(g);
+        dg_graph_pop_device(g);
+    }
+    leave(g);
+    return dg_graph_ok(g);
+}
+
 bool dg_tp_column_linear(dg_graph *g, const char *name, const dg_tp_group *grp, const dg_output *xs, int64_t in,
                          int64_t out, dg_initializer init, dg_output *ys) {
     if (!check_group(g, "column-parallel linear", name, grp, xs, ys) ||
@@ -92,7 +140,7 @@ bool dg_tp_row_linear(dg_graph *g, const char *name, const dg_tp_group *grp, con
     dg_output b = shard(g, name, "bias", -1, grp->devices[0], dg_shape1(out), dg_init_zeros());
     char ar[512];
     snprintf(ar, sizeof ar, "%s/all_reduce", name);
-    if (!dg_local_all_reduce(g, ar, partial, grp->devices, grp->n, DG_REDUCE_SUM, sum)) return false;
+    if (!sum_over_group(g, ar, grp, partial, sum)) return false;
     for (int r = 0; r < grp->n; r++) {
         enter(g, grp, r, name);
         ys[r] = dg_bias_add(g, NULL, sum[r], b);

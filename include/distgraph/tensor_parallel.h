@@ -1,6 +1,8 @@
 /* Tensor parallelism as Megatron-LM does it (Shoeybi et al., 2019): the matrices of a layer split
- * over a group of devices of one task, each device computing with its shard, the partial
- * results summed by a LocalAllReduce (distgraph/collective.h). A column-parallel linear needs no
+ * over a group of devices, each device computing with its shard, the partial results summed: by
+ * a LocalAllReduce (distgraph/collective.h) when the devices are one task's, and when they span
+ * tasks by an AddN on the group's first device that every device then reads (the placer's Send
+ * and Recv between the tasks; the same bits everywhere). A column-parallel linear needs no
  * communication forward; a row-parallel one sums its partial products; attention is split by
  * heads (a column-parallel q, k, v projection, each device its heads, a row-parallel output
  * projection) and the MLP by its hidden units (column-parallel, GELU, row-parallel): two
@@ -25,7 +27,7 @@
 extern "C" {
 #endif
 
-// The devices of one task a layer is split over, in rank order (at most 64).
+// The devices a layer is split over, in rank order (at most 64): of one task, or of several.
 typedef struct dg_tp_group {
     const char *const *devices;
     int n;
@@ -39,7 +41,7 @@ bool dg_tp_column_linear(dg_graph *g, const char *name, const dg_tp_group *grp, 
                          int64_t out, dg_initializer init, dg_output *ys);
 // y = x W + b with W [in, out] split by rows: xs[r] holds columns [r in/n, (r + 1) in/n) of x
 // (a column-parallel layer's output), W_r "<name>/kernel/part_<r>" [in / n, out]; the partial
-// products are summed by one LocalAllReduce, and b ("<name>/bias" [out], zeros, on devices[0])
+// products are summed (one LocalAllReduce within a task), and b ("<name>/bias" [out], zeros, on devices[0])
 // added on every device: ys[r] is all of y on device r.
 bool dg_tp_row_linear(dg_graph *g, const char *name, const dg_tp_group *grp, const dg_output *xs, int64_t in,
                       int64_t out, dg_initializer init, dg_output *ys);

@@ -7,7 +7,8 @@
 # pipelines of 2 stages, 4 processes): every step's loss within 1e-4. Tensor parallelism 1 way
 # gives the same losses, 2 ways over a virtual CPU losses within 0.2. Then the stage process is
 # killed mid-training: the client's step fails within 60 s naming stage 1 and its task (its
-# first line says which task runs which stage), and nothing hangs. 40 steps with the products
+# first line says which task runs which stage), and nothing hangs. Tensor parallelism 2 ways
+# over two tasks gives the losses of 2 ways over two CPUs of one process. 40 steps with the products
 # in bfloat16 give one bfloat16 process's losses within 1e-3.
 source "$(dirname "$0")/common.bash"
 COMMON=(--log_every 1 --eval_windows 48 --quiet --lr_end_step 500)
@@ -137,6 +138,27 @@ head -40 "$TMP/one.losses" | paste - "$TMP/tp1.losses" "$TMP/tp2.losses" | awk '
     END { printf "tensor parallel: 1 way as the unsplit model, 2 ways within %.3f of it over 40 steps\n", m; exit bad }' ||
     fail "tensor parallelism: the losses differ from the unsplit model's"
 
+# Tensor parallelism across tasks (--tp_tasks): shard 0 on the worker, shard 1 on the ps task,
+# the partial sums added on the worker and read back by the ps task: the same shards and the
+# same sums in the same order as over two CPUs of one process, so the same losses.
+read -r PW PP <<< "$(free_ports 2)"
+args=(--worker_hosts "127.0.0.1:$PW" --ps_hosts "127.0.0.1:$PP" --tensor_parallel 2 --tp_tasks --train_steps 40 "${COMMON[@]}")
+"$BIN/gpt_replica" "${args[@]}" --job_name ps --task_index 0 > "$TMP/tpt.ps" 2>&1 & TPP=$!
+PIDS+=($TPP)
+"$BIN/gpt_replica" "${args[@]}" --job_name worker --task_index 0 > "$TMP/tpt" 2>&1 & TPW=$!
+PIDS+=($TPW)
+wait_ok $((SECONDS + 300)) "gpt_replica --tensor_parallel 2 --tp_tasks" "$TPW" "$TMP/tpt" "$TMP/tpt.ps"
+kill "$TPP" 2>/dev/null || true
+grep -q "Tensor parallel over 2 devices: /job:worker/task:0/device:CPU:0, /job:ps/task:0/device:CPU:0" "$TMP/tpt" ||
+    fail "tensor parallel over tasks: not on the worker's and the ps task's CPUs"
+losses "$TMP/tpt" > "$TMP/tpt.losses"
+[ "$(wc -l < "$TMP/tpt.losses")" -eq 40 ] || { tail "$TMP/tpt"; fail "tensor parallel over tasks: expected 40 loss lines"; }
+paste "$TMP/tp2.losses" "$TMP/tpt.losses" | awk '
+    { d = ($2 - $4) / $2; if (d < 0) d = -d; if (!(d <= 1e-6)) { print "tp over tasks step " $1 ": " $2 " vs " $4; bad = 1 }
+      if (d > m) m = d }
+    END { printf "tensor parallel over 2 tasks: 40 steps, every loss within %.1e (relative) of 2 CPUs of one process\n", m; exit bad }' ||
+    fail "tensor parallelism over tasks: the losses differ from over two CPUs of one process"
+
 # Tensor parallelism inside each worker, data parallelism across 2 workers (--all_reduce):
 # 1 way gives plain data parallelism's losses; 2 ways puts each worker's shards on its own CPUs,
 # and both workers end with the same variables (the same validation loss), close to plain data
@@ -169,7 +191,7 @@ read -r PW PP <<< "$(free_ports 2)"
 rc=0
 "$BIN/gpt_replica" --worker_hosts "127.0.0.1:$PW" --ps_hosts "127.0.0.1:$PP" --job_name worker --task_index 0 \
     --tensor_parallel 2 --virtual_cpus 1 --train_steps 1 --quiet > "$TMP/tp_ps" 2>&1 || rc=$?
-[ "$rc" -ne 0 ] && grep -q "not with ps tasks" "$TMP/tp_ps" || { cat "$TMP/tp_ps"; fail "tensor parallelism with ps tasks ran"; }
+[ "$rc" -ne 0 ] && grep -q "or with --tp_tasks" "$TMP/tp_ps" || { cat "$TMP/tp_ps"; fail "tensor parallelism with ps tasks ran"; }
 
 # A stage killed mid-step: the client fails within 60 s naming stage 1 and its task, nothing hangs.
 read -r PW PP <<< "$(free_ports 2)"

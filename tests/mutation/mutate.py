@@ -314,6 +314,13 @@ MUTANTS = [
         "tests": ["test_pipeline"],
     },
     {
+        "name": "tp_across_tasks_local_all_reduce",
+        "what": "a tensor-parallel group spanning tasks sums its partial products with LocalAllReduce, which joins only one task's devices",
+        "file": "graph/tensor_parallel.c",
+        "edits": [("    if (grp->n == 1 || one_task(g, grp))\n", "    if (grp->n >= 1 || one_task(g, grp))\n")],
+        "tests": ["test_tensor_parallel"],
+    },
+    {
         "name": "ring_all_reduce_nan",
         "what": "the ring all-reduce's owner of each segment writes NaN (all bits set) over its final value",
         "file": "executor/cpu/kernels_collective.c",

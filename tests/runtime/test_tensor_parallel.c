@@ -219,6 +219,48 @@ static void test_one_copy_fetched_runs_the_group(void **state) {
     dg_status_free(&st);
 }
 
+// How a row-parallel layer's partial products are summed: within one task by one
+// LocalAllReduce per device; across tasks by an AddN on the first device that each device reads
+// (an Identity on it), no LocalAllReduce. (The sums over tasks are run for real, against those
+// over two CPUs of one process, by tests/integration/pipeline_training.sh.)
+static int count_ops(dg_graph *g, const char *op) {
+    int n = 0;
+    for (int i = 0; i < dg_graph_num_nodes(g); i++) n += strcmp(dg_node_op_type(dg_graph_node(g, i)), op) == 0;
+    return n;
+}
+
+static void test_sums_within_and_across_tasks(void **state) {
+    (void)state;
+    const char *one_task[2] = {"/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:1"};
+    const char *two_tasks[2] = {"/job:worker/task:0/device:CPU:0", "/job:ps/task:0/device:CPU:0"};
+    const char *const *groups[2] = {one_task, two_tasks};
+    for (int k = 0; k < 2; k++) {
+        dg_graph *g = dg_graph_new();
+        dg_tp_group grp = {groups[k], 2};
+        dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(2, 4)), xs[2], ys[2];
+        dg_split(g, NULL, x, 1, 2, xs);
+        assert_true(dg_tp_row_linear(g, "row", &grp, xs, 4, 3, dg_init_ones(), ys));
+        if (k == 0) {
+            assert_int_equal(count_ops(g, "LocalAllReduce"), 2);
+            assert_int_equal(count_ops(g, "AddN"), 0);
+        } else {
+            assert_int_equal(count_ops(g, "LocalAllReduce"), 0);
+            dg_node *sum = dg_graph_find(g, "row/all_reduce/sum");
+            assert_non_null(sum);
+            assert_string_equal(dg_node_requested_device(sum), two_tasks[0]);
+            for (int r = 0; r < 2; r++) {
+                char name[64];
+                snprintf(name, sizeof name, "row/all_reduce/copy_%d", r);
+                dg_node *c = dg_graph_find(g, name);
+                assert_non_null(c);
+                assert_string_equal(dg_node_requested_device(c), two_tasks[r]);
+                assert_ptr_equal(dg_node_input(c, 0).node, sum);
+            }
+        }
+        dg_graph_free(&g);
+    }
+}
+
 static void test_bad_splits_are_named(void **state) {
     (void)state;
     dg_graph *g = dg_graph_new();
@@ -247,6 +289,7 @@ int main(void) {
         cmocka_unit_test(test_block_two_ways_equals_unsplit),
         cmocka_unit_test(test_block_four_ways_equals_unsplit),
         cmocka_unit_test(test_one_copy_fetched_runs_the_group),
+        cmocka_unit_test(test_sums_within_and_across_tasks),
         cmocka_unit_test(test_bad_splits_are_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
