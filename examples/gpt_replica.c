@@ -84,6 +84,10 @@ static bool check_flags(void *state, int64_t batch_size) {
                         "all), --micro_batches >= 1, --chunks >= 0, --schedule one of gpipe, 1f1b, interleaved, zb-h1\n");
         return false;
     }
+    if (s->tp_tasks && s->tensor_parallel < 2) {
+        fprintf(stderr, "gpt_replica: --tp_tasks needs --tensor_parallel N of 2 or more (a shard on each of N tasks)\n");
+        return false;
+    }
     if (s->tensor_parallel < 0 || s->tensor_parallel > 64 || (s->tensor_parallel > 0 && s->pipeline_stages > 0) ||
         (strcmp(s->tp_device_type, "CPU") != 0 && strcmp(s->tp_device_type, "GPU") != 0)) {
         fprintf(stderr, "gpt_replica: --tensor_parallel in 0..64, not with --pipeline_stages; --tp_device_type CPU or "
@@ -156,8 +160,15 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
             return false;
         // The validation loss through the plain forward pass over the same variables (on the
         // worker, reading each stage's): the pipeline's loss alone would also run the backward
-        // pieces its schedule orders before later forwards.
-        if (!gpt_build(g, &s->cfg, seed, &s->eval)) return dg_graph_check(g, st);
+        // pieces its schedule orders before later forwards. Its products run in float32: with
+        // --mixed_precision they would read the pipeline's casts of the variables, which wait on
+        // the schedule's earlier pieces (a stage's first forward is not its device's first
+        // piece in the interleaved schedule), and so on a training batch.
+        dg_dtype mp = dg_graph_mixed_precision(g);
+        if (!dg_graph_set_mixed_precision(g, DG_INVALID_DTYPE, st)) return false;
+        bool built = gpt_build(g, &s->cfg, seed, &s->eval);
+        if (!dg_graph_set_mixed_precision(g, mp, st)) return false;
+        if (!built) return dg_graph_check(g, st);
         s->has_eval = true;
         // Which task runs which stage: an error names the task.
         for (int gi = 0; gi < s->pipeline_groups; gi++) {

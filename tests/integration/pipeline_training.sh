@@ -90,6 +90,10 @@ paste "$TMP/one_bf16.losses" "$TMP/bf16.losses" | awk '
       if (d > m) m = d }
     END { printf "bf16 1F1B: 40 steps, every loss within %.1e (relative) of one bf16 process'"'"'s\n", m; exit bad }' ||
     fail "bf16: the pipeline's losses differ from one process's in bfloat16"
+# Interleaved, in bfloat16: a chunk's first forward is not its device's first piece, and the
+# validation pass (float32 products) must not wait on the schedule's casts.
+pipeline bf16i 10 --micro_batches 4 --schedule interleaved --chunks 2 --mixed_precision bf16
+check_number "bf16, interleaved: the validation loss" "$(val "$TMP/bf16i")"
 
 # Data parallelism across two pipelines of two stages (4 processes, each group half the batch,
 # sharing the first group's variables): the same losses as one process.

@@ -189,7 +189,8 @@ static void check_step_mp(dg_pipeline_schedule sch, int n_devices, int chunks, i
         snprintf(w, sizeof w, "w%d", l);
         assert_string_equal(dg_node_name(p.vars[2 * l].node), w);
     }
-    // The reference: the whole model on the whole batch, on CPU:0, reading the same variables.
+    // The reference: the whole model on the whole batch, on CPU:0, reading the same variables
+    // (in bfloat16, the pipeline's casts of them).
     dg_output h = x;
     for (int l = 0; l < LAYERS; l++) h = layer(g, l, h, true);
     dg_output ref_loss = dg_sparse_softmax_cross_entropy(g, "ref_loss", h, y);
