@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The ps_coordinator distribution (distgraph/distribute.h) as TensorFlow 2's parameter-server
 # training runs: standing ps and worker tasks, one coordinator process (examples/strategies.c,
-# job "chief") handing each step to a free worker. Worker 1 is SIGKILLed after 1500 of 12000
+# job "chief") handing each step to a free worker. Worker 1 is SIGKILLed after 1500 of 30000
 # steps and started again on its port once the coordinator has noticed: its step goes to the
 # others, the worker takes work again when it is back, every step runs (none dropped; the global
-# step ends at 12000, or past it by a given-back step whose update had reached the ps already:
+# step ends at 30000, or past it by a given-back step whose update had reached the ps already:
 # at least once, as documented), and the test accuracy reaches the bar of the asynchronous
 # parameter server (0.82; ps_coordinator.sh). Then the coordinator refuses, within seconds and
 # naming the fix, a cluster whose every worker is down.
@@ -12,7 +12,10 @@ source "$(dirname "$0")/common.bash"
 read -r P0 P1 P2 P3 <<< "$(free_ports 4)"
 SPEC="ps|127.0.0.1:$P0;worker|127.0.0.1:$P1,127.0.0.1:$P2,127.0.0.1:$P3"
 start_servers "$SPEC" ps:0 worker:0 worker:1 worker:2
-STEPS=12000
+# Noticing the kill takes the session keepalive's ~5 s and coming back up to the 5 s backoff
+# between pings: the run must outlast both. 12000 steps once did (12 s); with the sparse
+# products of the first layer they took 8.3 s, and the worker had no time to come back.
+STEPS=30000
 FLAGS=(--strategy ps_coordinator --job_name chief --ps_hosts 127.0.0.1:$P0
        --worker_hosts 127.0.0.1:$P1,127.0.0.1:$P2,127.0.0.1:$P3)
 "$BIN/strategies" "${FLAGS[@]}" --train_steps $STEPS --learning_rate 0.005 --log_every 250 > "$TMP/c" 2>&1 & C=$!
