@@ -10,14 +10,14 @@ source "$(dirname "$0")/common.bash"
 read -r P0 P1 P2 <<< "$(free_ports 3)"
 H="--ps_hosts 127.0.0.1:$P0 --worker_hosts 127.0.0.1:$P1,127.0.0.1:$P2"
 "$BIN/mnist_replica" --job_name ps --task_index 0 $H --quiet > "$TMP/ps" 2>&1 & PS=$!; PIDS+=($PS)
-"$BIN/mnist_replica" --job_name worker --task_index 1 $H --train_steps 1500 --quiet --log_every 100 \
+"$BIN/mnist_replica" --job_name worker --task_index 1 $H --train_steps 4000 --quiet --log_every 100 \
     --wait_for_chief_ms 60000 > "$TMP/w1" 2>&1 & W1=$!; PIDS+=($W1)
 for _ in $(seq 100); do grep -q "waiting for the chief" "$TMP/w1" && break; sleep 0.1; done
 sleep 2
 kill -0 "$W1" 2>/dev/null || { cat "$TMP/w1"; fail "the non-chief did not wait for the chief"; }
 grep -q "waiting for the chief to initialize the variables" "$TMP/w1" || { cat "$TMP/w1"; fail "no waiting line"; }
 grep -q "Training begins" "$TMP/w1" && { cat "$TMP/w1"; fail "the non-chief trained before the chief came"; }
-"$BIN/mnist_replica" --job_name worker --task_index 0 $H --train_steps 1500 --quiet --log_every 100 \
+"$BIN/mnist_replica" --job_name worker --task_index 0 $H --train_steps 4000 --quiet --log_every 100 \
     > "$TMP/w0" 2>&1 & W0=$!; PIDS+=($W0)
 rc=0
 wait "$W1" || rc=$?

@@ -7,7 +7,7 @@
 # checkpoint (the final one) and trains no further.
 source "$(dirname "$0")/common.bash"
 read -r P0 P1 P2 <<< "$(free_ports 3)"
-STEPS=6000
+STEPS=10000   # the restarted worker must load its data and rejoin before the chief ends alone
 H="--ps_hosts 127.0.0.1:$P0 --worker_hosts 127.0.0.1:$P1,127.0.0.1:$P2"
 W="$H --train_steps $STEPS --quiet --log_every 100 --rpc_timeout_ms 2000 --recovery_attempts 30 \
    --checkpoint_path $TMP/ckpt.db --save_checkpoint_steps 100"
