@@ -54,23 +54,22 @@ static long last_mention(const char *msg, const char *dev) {
 bool dg_pipeline_name_stage(const dg_pipeline *p, dg_status *st) {
     if (!p || !st || dg_status_ok(st) || !p->stage_devices) return false;
     const char *msg = dg_status_message(st);
-    long best = -1, *at = malloc((size_t)(p->n_stages > 0 ? p->n_stages : 1) * sizeof *at);
-    if (!at) abort();
+    long best = -1;
     for (int k = 0; k < p->n_stages; k++) {
-        at[k] = last_mention(msg, p->stage_devices[k]);
-        if (at[k] > best) best = at[k];
+        long at = last_mention(msg, p->stage_devices[k]);
+        if (at > best) best = at;
     }
+    if (best < 0) return false;
+    // An error path over a short message: each stage's mention found again, not kept.
     char names[256] = "";
     int n = 0, first = -1;
-    for (int k = 0; k < p->n_stages && best >= 0; k++)
-        if (at[k] == best) {
+    for (int k = 0; k < p->n_stages; k++)
+        if (last_mention(msg, p->stage_devices[k]) == best) {
             size_t len = strlen(names);
             snprintf(names + len, sizeof names - len, "%s%d", n ? ", " : "", k);
             if (first < 0) first = k;
             n++;
         }
-    free(at);
-    if (best < 0) return false;
     dg_status_prepend(st, "pipeline stage%s %s (on %s)", n > 1 ? "s" : "", names, p->stage_devices[first]);
     return true;
 }

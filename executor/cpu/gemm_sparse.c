@@ -6,11 +6,12 @@
  * B, A is first turned round into scratch. An entry adds its value times B's row k to the
  * row's sums, held in up to 8 16-float vectors (GCC's vector extension: one AVX-512 register,
  * two AVX2 ones). Each entry loads as many vectors of B as it does multiply-adds, so B must
- * come from L1: the rows of C go in blocks of ROW_BLOCK, B in chunks of rows and panels of
- * columns small enough for L1 (CHUNK_BYTES), and each chunk serves the whole block of rows,
- * whose sums pass through C between chunks. A panel's last vector ends at its last column (it
- * overlaps the one before when the width is not a multiple of 16): no load past B's rows and
- * no masked tail, and an overlapped column gets the same sums in the same order either way.
+ * come from L1: it is copied, aligned, in chunks of rows and panels of columns small enough
+ * for L1 (CHUNK_BYTES), and each chunk serves every row of C (in blocks of SCRATCH_ENTRIES
+ * listed entries), whose sums pass through C between chunks. A panel's last vector ends at its
+ * last column (it overlaps the one before when the width is not a multiple of 16): no load past
+ * B's rows and no masked tail, and an overlapped column gets the same sums in the same order
+ * either way.
  *
  * The result is the dense product's, rounded in another order: a zero of A multiplies only
  * finite values of B here, since a B with an infinity or a NaN (seen as it is copied) goes to
@@ -38,12 +39,8 @@ typedef int32_t v16i __attribute__((vector_size(64)));
 // *_sparse* shapes).
 #define SPARSE_GEMM_DENSITY 0.6
 #define SCRATCH_ENTRIES ((int64_t)1 << 20)   // A's entries listed at once (8 MB of lists)
-#ifndef CHUNK_BYTES
 #define CHUNK_BYTES 28672     // a chunk of a panel of B
-#endif
-#ifndef MAX_CHUNK_ROWS
 #define MAX_CHUNK_ROWS 64     // a chunk's rows before its panel is narrowed
-#endif
 
 _Atomic int64_t cpu_gemm_sparse_calls;
 
