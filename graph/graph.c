@@ -65,6 +65,7 @@ struct dg_graph {
     dg_dtype mixed;           // dg_graph_set_mixed_precision; DG_INVALID_DTYPE: off
     cast_entry *casts;        // mixed precision's casts, one per (source output, dtype): graph_cast_remember
     int n_casts, cap_casts;
+    int rewritten;            // dg_graph_rewrite_mixed_precision: the nodes it has seen
 };
 
 #define GROW(arr, n, cap)                                                       \
@@ -954,4 +955,63 @@ dg_output graph_cast_lookup(const dg_graph *g, dg_output x, dg_dtype to) {
 void graph_cast_remember(dg_graph *g, dg_output x, dg_output cast) {
     GROW(g->casts, g->n_casts, g->cap_casts);
     g->casts[g->n_casts++] = (cast_entry){x, cast};
+}
+
+int graph_rewritten(const dg_graph *g) { return g->rewritten; }
+
+bool graph_has_builder_casts(const dg_graph *g) {
+    for (int i = 0; i < g->n_casts; i++)
+        if (g->casts[i].to.node->mixed != GRAPH_MIXED_CAST) return true;
+    return false;
+}
+void graph_set_rewritten(dg_graph *g, int n) { g->rewritten = n; }
+
+dg_output graph_insert_cast(dg_graph *g, dg_output x, dg_dtype to) {
+    dg_output c = graph_cast_lookup(g, x, to);
+    if (c.node || !dg_graph_ok(g)) return c;
+    const char *what = to == DG_BFLOAT16 ? "CastToBfloat16" : to == DG_FLOAT16 ? "CastToFloat16" : "CastToFloat32";
+    char *base = NULL, *name = NULL;
+    if ((x.index ? asprintf(&base, "%s_%d/%s", x.node->name, x.index, what)
+                 : asprintf(&base, "%s/%s", x.node->name, what)) < 0)
+        abort();
+    if (!name_taken(g, base)) {
+        name = base;
+        base = NULL;
+    }
+    for (int i = 1; !name; i++) {
+        if (asprintf(&name, "%s_%d", base, i) < 0) abort();
+        if (name_taken(g, name)) {
+            free(name);
+            name = NULL;
+        }
+    }
+    free(base);
+    dg_node *n = node_alloc(g, "Cast");
+    if (!n) {
+        free(name);
+        return c;
+    }
+    mark_used(g, name, 1);
+    n->name = name;
+    graph_add_input(n, x);
+    graph_set_attr_type(n, "DstT", to);
+    dg_status st = DG_STATUS_INIT;
+    if (!n->op->infer(n, &st)) {
+        graph_node_error(g, n, dg_status_code(&st), "%s", dg_status_message(&st));
+        status_impl_clear(&st);
+        discard(g, n);
+        return c;
+    }
+    status_impl_clear(&st);
+    n->requested_device = x.node->requested_device ? x.node->requested_device : graph_intern(g, "");
+    c = (dg_output){insert_node(g, n), 0};
+    graph_cast_remember(g, x, c);
+    return c;
+}
+
+void graph_reorder_tail(dg_graph *g, int from, dg_node *const *order) {
+    for (int i = from; i < g->n_nodes; i++) {
+        g->nodes[i] = order[i - from];
+        g->nodes[i]->id = i;
+    }
 }

@@ -59,7 +59,15 @@ struct dg_node {
     dg_node *var_initializer;   // VariableV2: its Assign from the initial value
     bool shadow;                // a partition's copy: name, attrs, outputs and colocation
                                 // belong to the original node, which outlives it
+    uint8_t mixed;              // the mixed-precision rewrite's verdict: GRAPH_MIXED_*
 };
+
+// NONE: float32 as built; LOW: computes in the rewrite's 16-bit dtype; DENY: kept float32 by
+// the deny list; CAST: a cast the rewrite (or a fetch of a converted value) added.
+enum { GRAPH_MIXED_NONE = 0, GRAPH_MIXED_LOW = 1, GRAPH_MIXED_DENY = 2, GRAPH_MIXED_CAST = 3 };
+// A fetch of x: x itself, or x cast back to float32 when the rewrite made it 16-bit
+// (mixed_precision.c).
+dg_output graph_mixed_precision_fetch(dg_graph *g, dg_output x);
 
 // How the gradient of a node is built. dy has one entry per output (the null output where
 // no gradient flows); the function fills dx, one entry per input (null: none). Returns
@@ -134,6 +142,20 @@ int64_t graph_random_seed(const dg_graph *g, bool *has_seed);
 // the null output; and the record of a new one (ops.c's cast_shared).
 dg_output graph_cast_lookup(const dg_graph *g, dg_output x, dg_dtype to);
 void graph_cast_remember(dg_graph *g, dg_output x, dg_output cast);
+// The mixed-precision rewrite (mixed_precision.c): how many of the graph's nodes it has seen;
+// x's cast to `to` (a Cast named after x, on x's requested device, outside every scope, made
+// once and shared like graph_cast_lookup's); and the nodes from `from` on put in the given
+// order (a permutation of them; their ids follow).
+int graph_rewritten(const dg_graph *g);
+void graph_set_rewritten(dg_graph *g, int n);
+// Whether dg_graph_set_mixed_precision's builders made casts in g.
+bool graph_has_builder_casts(const dg_graph *g);
+dg_output graph_insert_cast(dg_graph *g, dg_output x, dg_dtype to);
+void graph_reorder_tail(dg_graph *g, int from, dg_node *const *order);
+// Whether an op's CPU kernel computes in bfloat16 and float16 as well (op_defs.c; the kernels
+// go through float32, executor/cpu/kernels_16.c), and the list of them.
+bool graph_op_computes_16(const char *op);
+int graph_ops_16(const char *const **names);
 dg_node *graph_begin(dg_graph *g, const char *type, const char *name);
 // Same, with the exact full name (no scope, no uniquifying); an existing name is an error.
 dg_node *graph_begin_absolute(dg_graph *g, const char *type, const char *full_name);

@@ -18,8 +18,30 @@ static bool out1(dg_node *n, dg_dtype dt, dg_shape sh, dg_status *st) {
     return true;
 }
 
+// Ops whose CPU kernels compute in bfloat16 and float16 too (executor/cpu/kernels_16.c: each
+// input widened to float32, the float32 kernel, each output rounded once), besides MatMul,
+// which has 16-bit kernels of its own. The mixed-precision rewrite's infer list draws on them.
+static const char *const ops_16[] = {"Add", "Sub", "Mul", "Maximum", "Minimum", "Neg", "AddN", "BiasAdd",
+                                     "Relu", "ReluGrad", "Sigmoid", "SigmoidGrad", "Tanh", "TanhGrad",
+                                     "Gelu", "GeluGrad"};
+
+int graph_ops_16(const char *const **names) {
+    *names = ops_16;
+    return (int)(sizeof ops_16 / sizeof ops_16[0]);
+}
+
+bool graph_op_computes_16(const char *op) {
+    for (size_t i = 0; i < sizeof ops_16 / sizeof ops_16[0]; i++)
+        if (strcmp(ops_16[i], op) == 0) return true;
+    return false;
+}
+
+static bool takes_16(const dg_node *n, int i) {
+    return dg_dtype_is_float16_family(in_dt(n, i)) && graph_op_computes_16(n->op->name);
+}
+
 static bool need_float(const dg_node *n, int i, dg_status *st) {
-    if (dg_dtype_is_float(in_dt(n, i))) return true;
+    if (dg_dtype_is_float(in_dt(n, i)) || takes_16(n, i)) return true;
     dg_status_setf(st, DG_INVALID_ARGUMENT, "input %d (\"%s\") must be float32 or float64, got %s",
                    i, n->inputs[i].node->name, dg_dtype_name(in_dt(n, i)));
     return false;
@@ -35,7 +57,7 @@ static bool need_float_or_16(const dg_node *n, int i, dg_status *st) {
 
 static bool need_numeric(const dg_node *n, int i, dg_status *st) {
     dg_dtype t = in_dt(n, i);
-    if (t == DG_FLOAT32 || t == DG_FLOAT64 || t == DG_INT32 || t == DG_INT64) return true;
+    if (t == DG_FLOAT32 || t == DG_FLOAT64 || t == DG_INT32 || t == DG_INT64 || takes_16(n, i)) return true;
     dg_status_setf(st, DG_INVALID_ARGUMENT, "input %d (\"%s\") must be numeric, got %s", i,
                    n->inputs[i].node->name, dg_dtype_name(t));
     return false;

@@ -114,6 +114,7 @@ void cpu_register_sync_kernels(void);         // kernels_sync.c
 void cpu_register_local_reduce_kernels(void); // kernels_local_reduce.c
 void cpu_register_sparse_kernels(void);       // kernels_sparse.c
 void cpu_register_transformer_kernels(void);  // kernels_transformer.c
+void cpu_register_16_kernels(void);           // kernels_16.c: 16-bit floats through float32
 // Checks and shapes shared by the CPU and GPU kernels of an op (cpu_register.c).
 // The reduced-axis mask: every axis when all, else axes[0..n_axes) (negative ones count from
 // the end) against rank. false with ctx->st naming the axis.

@@ -18,6 +18,7 @@ void exec_cpu_register(void) {
     cpu_register_local_reduce_kernels(); // kernels_local_reduce.c
     cpu_register_sparse_kernels();       // kernels_sparse.c
     cpu_register_transformer_kernels();  // kernels_transformer.c
+    cpu_register_16_kernels();           // kernels_16.c
 }
 
 bool cpu_read_dims(const dg_tensor *t, int64_t *dims, int *rank, int max_rank) {

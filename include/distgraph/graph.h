@@ -45,6 +45,43 @@ const dg_status *dg_graph_status(const dg_graph *g);
 bool dg_graph_set_mixed_precision(dg_graph *g, dg_dtype dtype, dg_status *st);
 // The dtype set by dg_graph_set_mixed_precision, DG_INVALID_DTYPE when off.
 dg_dtype dg_graph_mixed_precision(const dg_graph *g);
+
+// Automatic mixed precision as a rewrite of a built graph, as TensorFlow's grappler pass
+// (enable_mixed_precision_graph_rewrite): call it once the model, its gradients and its
+// updates are built, or let a session do it (dg_session_options.mixed_precision). Op types on
+// four lists decide:
+//   allow: always in dtype (MatMul);
+//   infer: in dtype when one of their float inputs already is (Add, Sub, Mul, Maximum, Minimum,
+//          Neg, AddN, BiasAdd, Sigmoid, Tanh, Gelu and their gradients);
+//   clear: in dtype when all their float inputs are (Identity, Reshape, StopGradient, Relu,
+//          ReluGrad);
+//   deny:  float32, and so are infer and clear ops they feed (Exp, Log, Pow, Softmax,
+//          LogSoftmax, the cross entropies, Sum, Mean, LayerNorm and its gradient).
+// Ops on no list stay float32. A converted node reads its float32 inputs through Casts to
+// dtype, and float32 readers of its output read it through a Cast back; each cast is made
+// once per value (a variable is cast once a step, for its product and its gradient's), named
+// "<value>/CastToBfloat16" (or ToFloat16, ToFloat32), on the value's requested device. Variables
+// and their updates stay float32 (master weights). Node ids stay a topological order (the
+// casts come just before their first reader). A second call rewrites only the nodes added
+// since. Nodes built after the rewrite see its dtypes. Not with dg_graph_set_mixed_precision's
+// casts in the graph (FAILED_PRECONDITION).
+typedef struct dg_mixed_precision_options {
+    dg_dtype dtype;   // DG_BFLOAT16 or DG_FLOAT16
+    // Changes to the lists: op types separated by commas (TensorFlow's
+    // TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_ALLOWLIST_ADD and its siblings). Removes apply
+    // first; an added op leaves its other list. Only ops with 16-bit kernels (the lists' and
+    // MatMul) may be added to allow, infer or clear; an unknown op type is INVALID_ARGUMENT.
+    const char *allow_add, *allow_remove, *infer_add, *infer_remove;
+    const char *clear_add, *clear_remove, *deny_add, *deny_remove;
+} dg_mixed_precision_options;
+dg_mixed_precision_options dg_mixed_precision_options_default(dg_dtype dtype);
+typedef struct dg_mixed_precision_report {
+    int nodes_converted;   // nodes now computing in dtype
+    int casts_added;
+} dg_mixed_precision_report;
+// report may be NULL.
+bool dg_graph_rewrite_mixed_precision(dg_graph *g, const dg_mixed_precision_options *o,
+                                      dg_mixed_precision_report *report, dg_status *st);
 bool dg_graph_ok(const dg_graph *g);
 // Copies the sticky status into st; returns true when it is OK.
 bool dg_graph_check(const dg_graph *g, dg_status *st);

@@ -1,11 +1,14 @@
 /* Sessions (distgraph/session.h): a thin front over a master (master_iface_impl.h): "local"
  * and a server in this process get an in-process master; any other "dg://host:port" gets the
  * master service of that task through the master client. */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "distgraph/session.h"
 #include "exec_cpu_impl.h"
+#include "graph_impl.h"
 #include "master_iface_impl.h"
 #include "master_impl.h"
 #include "step_trace_impl.h"
@@ -13,7 +16,40 @@
 struct dg_session {
     dg_graph *graph;
     master_iface *master;   // in this process or in another
+    // opts.mixed_precision, copied (its strings owned): the graph is rewritten when the session
+    // is made and, for nodes added since, before a step.
+    bool mixed;
+    dg_mixed_precision_options mp;
+    pthread_mutex_t mp_mu;
 };
+
+static char **mp_field(dg_mixed_precision_options *o, int i) {
+    const char **f[] = {&o->allow_add, &o->allow_remove, &o->infer_add, &o->infer_remove,
+                        &o->clear_add, &o->clear_remove, &o->deny_add, &o->deny_remove};
+    return i < 8 ? (char **)f[i] : NULL;
+}
+
+static void mp_clear(dg_session *s) {
+    for (int i = 0; i < 8; i++) free(*mp_field(&s->mp, i));
+    if (s->mixed) pthread_mutex_destroy(&s->mp_mu);
+    s->mixed = false;
+}
+
+// The rewrite of what the graph gained since the last one. Says once per session what it did.
+static bool mp_rewrite(dg_session *s, dg_status *st) {
+    pthread_mutex_lock(&s->mp_mu);
+    bool ok = true;
+    if (graph_rewritten(s->graph) < dg_graph_num_nodes(s->graph)) {
+        dg_mixed_precision_report r;
+        ok = dg_graph_rewrite_mixed_precision(s->graph, &s->mp, &r, st);
+        if (ok && r.nodes_converted > 0)
+            fprintf(stderr, "distgraph: mixed precision: %d nodes compute in %s, %d casts added\n",
+                    r.nodes_converted, dg_dtype_name(s->mp.dtype), r.casts_added);
+        if (!ok) dg_status_prepend(st, "session");
+    }
+    pthread_mutex_unlock(&s->mp_mu);
+    return ok;
+}
 
 const char *dg_cpu_summary(void) { return exec_cpu_summary(); }
 
@@ -29,7 +65,22 @@ dg_session *dg_session_new(dg_graph *g, const char *target, const dg_session_opt
         return NULL;
     }
     s->graph = g;
+    if (opts && opts->mixed_precision) {
+        s->mixed = true;
+        pthread_mutex_init(&s->mp_mu, NULL);
+        s->mp = *opts->mixed_precision;
+        for (int i = 0; i < 8; i++) {
+            char **f = mp_field(&s->mp, i);
+            if (*f && !(*f = strdup(*f))) abort();
+        }
+        if (!mp_rewrite(s, st)) {
+            mp_clear(s);
+            free(s);
+            return NULL;
+        }
+    }
     if (!(s->master = master_iface_open(g, target, opts, st))) {
+        mp_clear(s);
         free(s);
         return NULL;
     }
@@ -39,6 +90,7 @@ dg_session *dg_session_new(dg_graph *g, const char *target, const dg_session_opt
 void dg_session_free(dg_session **sp) {
     if (!sp || !*sp) return;
     master_iface_free(&(*sp)->master);
+    mp_clear(*sp);
     free(*sp);
     *sp = NULL;
 }
@@ -65,11 +117,30 @@ bool dg_session_run_with_options(dg_session *s, const dg_run_options *ro, const 
         dg_status_set(st, DG_INVALID_ARGUMENT, "session run: a count is negative or an array is NULL");
         return false;
     }
-    if (!master_check_args(s->graph, feeds, feed_values, n_feeds, fetches, n_fetches, targets, n_targets, st))
+    // Under mixed precision a fetch of a value the rewrite made 16-bit reads its cast back.
+    dg_output *mapped = NULL;
+    if (s->mixed) {
+        if (!mp_rewrite(s, st)) return false;
+        for (int i = 0; i < n_fetches; i++) {
+            if (!fetches[i].node || fetches[i].node->mixed != GRAPH_MIXED_LOW) continue;
+            if (!mapped) {
+                if (!(mapped = malloc((size_t)n_fetches * sizeof *mapped))) abort();
+                memcpy(mapped, fetches, (size_t)n_fetches * sizeof *mapped);
+            }
+            pthread_mutex_lock(&s->mp_mu);
+            mapped[i] = graph_mixed_precision_fetch(s->graph, fetches[i]);
+            pthread_mutex_unlock(&s->mp_mu);
+        }
+        if (mapped) fetches = mapped;
+    }
+    if (!master_check_args(s->graph, feeds, feed_values, n_feeds, fetches, n_fetches, targets, n_targets, st)) {
+        free(mapped);
         return false;
+    }
     dg_step_trace *trace = ro && ro->trace ? step_trace_new(exec_trace_now_ns()) : NULL;
     bool ok = master_iface_run(s->master, feeds, feed_values, n_feeds, fetches, fetched, n_fetches, targets,
                                n_targets, trace, st);
+    free(mapped);
     if (trace) {
         step_trace_finish(trace, exec_trace_now_ns());
         if (trace_out) *trace_out = trace;

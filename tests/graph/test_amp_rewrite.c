@@ -1,0 +1,457 @@
+/* Automatic mixed precision as a rewrite of a built graph (dg_graph_rewrite_mixed_precision,
+ * dg_session_options.mixed_precision) and the 16-bit kernels it relies on:
+ * - every op of the infer and clear lists in bfloat16 and float16 against float64 on the
+ *   widened inputs: the float32 op rounded once, so within half a unit in the last place of
+ *   the format (2^-8 relative for bfloat16's 8 significant bits, 2^-11 for float16's 11) plus
+ *   float32's own error;
+ * - an MLP's rewritten graph: which nodes convert, the casts (one per value, a variable's
+ *   shared by its forward product and its gradient's), float32 variables and updates, deny
+ *   ops and what they feed, ids a topological order, and rewriting only what was added;
+ * - its logits against a float64 forward pass with the same roundings, and training under
+ *   the session option against float32;
+ * - bad lists and options named. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static double round16(dg_dtype t, double v) {
+    return t == DG_BFLOAT16 ? dg_bfloat16_to_float(dg_float_to_bfloat16((float)v))
+                            : dg_float16_to_float(dg_float_to_float16((float)v));
+}
+
+static dg_tensor *tensor16(dg_dtype t, dg_shape s, const double *v, int n) {
+    uint16_t *h = malloc((size_t)n * sizeof *h);
+    for (int i = 0; i < n; i++) h[i] = t == DG_BFLOAT16 ? dg_float_to_bfloat16((float)v[i]) : dg_float_to_float16((float)v[i]);
+    dg_status *st = dg_status_new();
+    dg_tensor *x = dg_tensor_from_data(t, s, h, st);
+    assert_ok(st);
+    dg_status_free(&st);
+    free(h);
+    return x;
+}
+
+static double get16(const dg_tensor *x, int i) {
+    const uint16_t *h = dg_tensor_data(x);
+    return dg_tensor_dtype(x) == DG_BFLOAT16 ? dg_bfloat16_to_float(h[i]) : dg_float16_to_float(h[i]);
+}
+
+enum { E = 257 };   // odd, past one vector
+
+typedef enum { OP_ADD, OP_SUB, OP_MUL, OP_MAX, OP_MIN, OP_NEG, OP_ADDN, OP_BIAS, OP_RELU, OP_SIGMOID, OP_TANH,
+               OP_GELU, OP_RELU_GRAD, OP_SIGMOID_GRAD, OP_TANH_GRAD, OP_GELU_GRAD, N_OPS } op_kind;
+static const char *const op_names[] = {"Add", "Sub", "Mul", "Maximum", "Minimum", "Neg", "AddN", "BiasAdd", "Relu",
+                                       "Sigmoid", "Tanh", "Gelu", "ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad"};
+
+static double sigm(double x) { return 1 / (1 + exp(-x)); }
+static double gelu(double x) { return 0.5 * x * (1 + erf(x / sqrt(2.0))); }
+static double gelu_d(double x) { return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI); }
+
+// One op in dtype t on inputs a, b (widened values), against float64.
+static void check_op(dg_dtype t, op_kind k) {
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    uint64_t seed = 17 + (uint64_t)k;
+    double av[E], bv[E], cv[E];
+    for (int i = 0; i < E; i++) {
+        av[i] = round16(t, dg_test_uniform(&seed, -3, 3));
+        bv[i] = round16(t, dg_test_uniform(&seed, -3, 3));
+        cv[i] = round16(t, dg_test_uniform(&seed, -3, 3));
+    }
+    av[0] = 0;   // Relu's and ReluGrad's edge
+    dg_shape s = dg_shape1(E);
+    dg_output a = dg_placeholder(g, "a", t, s), b = dg_placeholder(g, "b", t, s), c = dg_placeholder(g, "c", t, s);
+    dg_output bias = dg_placeholder(g, "bias", t, dg_shape1(E));
+    dg_output y = {0}, dy = {0};
+    switch (k) {
+    case OP_ADD: y = dg_add(g, "y", a, b); break;
+    case OP_SUB: y = dg_sub(g, "y", a, b); break;
+    case OP_MUL: y = dg_mul(g, "y", a, b); break;
+    case OP_MAX: y = dg_maximum(g, "y", a, b); break;
+    case OP_MIN: y = dg_minimum(g, "y", a, b); break;
+    case OP_NEG: y = dg_neg(g, "y", a); break;
+    case OP_ADDN: y = dg_add_n(g, "y", (dg_output[]){a, b, c}, 3); break;
+    case OP_BIAS: y = dg_bias_add(g, "y", dg_reshape(g, NULL, a, (int64_t[]){1, E}, 2), bias); break;
+    case OP_RELU: y = dg_relu(g, "y", a); break;
+    case OP_SIGMOID: y = dg_sigmoid(g, "y", a); break;
+    case OP_TANH: y = dg_tanh(g, "y", a); break;
+    case OP_GELU: y = dg_gelu(g, "y", a, false); break;
+    default: {   // the gradients, through dg_gradients with dy = b
+        dg_output f = k == OP_RELU_GRAD ? dg_relu(g, "f", a) : k == OP_SIGMOID_GRAD ? dg_sigmoid(g, "f", a)
+                    : k == OP_TANH_GRAD ? dg_tanh(g, "f", a) : dg_gelu(g, "f", a, false);
+        assert_true(dg_gradients(g, &f, 1, &a, 1, &b, &dy));
+        y = dy;
+        break;
+    }
+    }
+    assert_ok(dg_graph_status(g));
+    assert_int_equal(dg_output_dtype(y), t);
+    if (k >= OP_RELU_GRAD) assert_string_equal(dg_node_op_type(y.node), op_names[k]);
+    dg_session *sess = dg_session_new(g, "local", NULL, st);
+    assert_ok(st);
+    dg_tensor *at = tensor16(t, s, av, E), *bt = tensor16(t, s, bv, E), *ct = tensor16(t, s, cv, E);
+    dg_tensor *biast = tensor16(t, dg_shape1(E), cv, E), *out = NULL;
+    dg_output feeds[] = {a, b, c, bias};
+    dg_tensor *vals[] = {at, bt, ct, biast};
+    assert_true(dg_session_run(sess, feeds, vals, 4, &y, &out, 1, NULL, 0, st));
+    assert_ok(st);
+    assert_int_equal(dg_tensor_dtype(out), t);
+    double half_ulp = t == DG_BFLOAT16 ? 0x1p-8 : 0x1p-11;   // the unit roundoff: 8 and 11 significant bits
+    for (int i = 0; i < E; i++) {
+        double x = av[i], z = bv[i], want, mag;
+        switch (k) {
+        case OP_ADD: want = x + z; mag = fabs(x) + fabs(z); break;
+        case OP_SUB: want = x - z; mag = fabs(x) + fabs(z); break;
+        case OP_MUL: want = x * z; mag = fabs(want); break;
+        case OP_MAX: want = fmax(x, z); mag = fabs(want); break;
+        case OP_MIN: want = fmin(x, z); mag = fabs(want); break;
+        case OP_NEG: want = -x; mag = fabs(x); break;
+        case OP_ADDN: want = x + z + cv[i]; mag = fabs(x) + fabs(z) + fabs(cv[i]); break;
+        case OP_BIAS: want = x + cv[i]; mag = fabs(x) + fabs(cv[i]); break;
+        case OP_RELU: want = x > 0 ? x : 0; mag = fabs(want); break;
+        case OP_SIGMOID: want = sigm(x); mag = fabs(want); break;
+        case OP_TANH: want = tanh(x); mag = fabs(want); break;
+        case OP_GELU: want = gelu(x); mag = fabs(x); break;
+        // The gradients read the forward output rounded to dtype, as the graph holds it.
+        case OP_RELU_GRAD: want = x > 0 ? z : 0; mag = fabs(z); break;
+        case OP_SIGMOID_GRAD: { double f = round16(t, sigm(x)); want = z * f * (1 - f); mag = fabs(want) + fabs(z * f * f); break; }
+        case OP_TANH_GRAD: { double f = round16(t, tanh(x)); want = z * (1 - f * f); mag = fabs(z) * (1 + f * f); break; }
+        default: want = z * gelu_d(x); mag = fabs(z) * (fabs(gelu_d(x)) + fabs(x)); break;
+        }
+        // One rounding to dtype of a float32 result whose own error is a few float32 ulps.
+        double tol = half_ulp * fabs(want) + 8 * 0x1p-24 * mag + 1e-30;
+        double got = get16(out, i);
+        if (!(fabs(got - want) <= tol))
+            fail_msg("%s in %s, element %d (a=%.9g b=%.9g): %.9g, want %.9g (tolerance %.3g)", op_names[k],
+                     dg_dtype_name(t), i, x, z, got, want, tol);
+    }
+    dg_tensor_unref(out);
+    dg_tensor_unref(at);
+    dg_tensor_unref(bt);
+    dg_tensor_unref(ct);
+    dg_tensor_unref(biast);
+    dg_session_free(&sess);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+static void test_kernels_16(void **state) {
+    (void)state;
+    for (int k = 0; k < N_OPS; k++) {
+        check_op(DG_BFLOAT16, (op_kind)k);
+        check_op(DG_FLOAT16, (op_kind)k);
+    }
+}
+
+// ---- the rewrite of an MLP ----
+
+enum { B = 16, IN = 24, H = 20, OUT = 10 };
+
+typedef struct mlp {
+    dg_graph *g;
+    dg_output x, labels, w1, b1, w2, b2, h, logits, loss, other;
+    dg_node *train, *init;
+} mlp;
+
+static void mlp_build(mlp *m) {
+    dg_graph *g = m->g = dg_graph_new();
+    dg_graph_set_random_seed(g, 3);
+    m->x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(B, IN));
+    m->labels = dg_placeholder(g, "labels", DG_INT32, dg_shape1(B));
+    m->w1 = dg_variable(g, "w1", DG_FLOAT32, dg_shape2(IN, H), dg_init_random_uniform(-0.4, 0.4, 1));
+    m->b1 = dg_variable(g, "b1", DG_FLOAT32, dg_shape1(H), dg_init_random_uniform(-0.1, 0.1, 2));
+    m->w2 = dg_variable(g, "w2", DG_FLOAT32, dg_shape2(H, OUT), dg_init_random_uniform(-0.4, 0.4, 3));
+    m->b2 = dg_variable(g, "b2", DG_FLOAT32, dg_shape1(OUT), dg_init_random_uniform(-0.1, 0.1, 4));
+    m->h = dg_relu(g, "h", dg_bias_add(g, "h_pre", dg_matmul(g, "mm1", m->x, m->w1, false, false), m->b1));
+    m->logits = dg_bias_add(g, "logits", dg_matmul(g, "mm2", m->h, m->w2, false, false), m->b2);
+    m->loss = dg_mean(g, "loss", dg_sparse_softmax_cross_entropy_with_logits(g, "xent", m->logits, m->labels), NULL, 0,
+                      false);
+    // A deny op feeding an infer op: exp(x) + x w1 stays float32.
+    m->other = dg_add(g, "other", dg_exp(g, "ex", dg_slice(g, NULL, m->x, (int64_t[]){0, 0}, (int64_t[]){B, H}, 2)),
+                      dg_matmul(g, "mm3", m->x, m->w1, false, false));
+    dg_optimizer opt = dg_gradient_descent(g, 0.5);
+    m->train = dg_optimizer_minimize(&opt, m->loss, (dg_output){NULL, 0});
+    m->init = dg_global_variables_initializer(g);
+    assert_ok(dg_graph_status(g));
+}
+
+static dg_node *find(const dg_graph *g, const char *name) {
+    dg_node *n = dg_graph_find(g, name);
+    if (!n) fail_msg("no node %s", name);
+    return n;
+}
+
+static int readers(const dg_graph *g, const dg_node *src, const char *op, dg_node **last) {
+    int c = 0;
+    for (int i = 0; i < dg_graph_num_nodes(g); i++) {
+        dg_node *n = dg_graph_node(g, i);
+        for (int j = 0; j < dg_node_num_inputs(n); j++)
+            if (dg_node_input(n, j).node == src && (!op || strcmp(dg_node_op_type(n), op) == 0)) {
+                c++;
+                if (last) *last = n;
+                break;
+            }
+    }
+    return c;
+}
+
+static void assert_topological(const dg_graph *g) {
+    for (int i = 0; i < dg_graph_num_nodes(g); i++) {
+        dg_node *n = dg_graph_node(g, i);
+        for (int j = 0; j < dg_node_num_inputs(n); j++) {
+            dg_node *src = dg_node_input(n, j).node;
+            int sid = -1;
+            for (int k = 0; k < dg_graph_num_nodes(g); k++)
+                if (dg_graph_node(g, k) == src) sid = k;
+            if (!(sid >= 0 && sid < i)) fail_msg("%s (%d) reads %s (%d)", dg_node_name(n), i, dg_node_name(src), sid);
+        }
+    }
+}
+
+static void test_rewrite_mlp(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    mlp m;
+    mlp_build(&m);
+    dg_graph *g = m.g;
+    int before = dg_graph_num_nodes(g);
+    dg_mixed_precision_options o = dg_mixed_precision_options_default(DG_BFLOAT16);
+    dg_mixed_precision_report r;
+    assert_true(dg_graph_rewrite_mixed_precision(g, &o, &r, st));
+    assert_ok(st);
+    print_message("MLP: %d nodes, %d converted, %d casts added\n", before, r.nodes_converted, r.casts_added);
+    assert_int_equal(dg_graph_num_nodes(g), before + r.casts_added);
+    assert_topological(g);
+    // Converted: the products (forward and gradients), the biases' adds, the relu and its gradient.
+    const char *low[] = {"mm1", "mm2", "mm3", "h_pre", "h", "logits"};
+    for (size_t i = 0; i < sizeof low / sizeof *low; i++)
+        if (dg_node_output_dtype(find(g, low[i]), 0) != DG_BFLOAT16) fail_msg("%s is not bfloat16", low[i]);
+    int low_matmuls = 0, low_relu_grads = 0;
+    for (int i = 0; i < dg_graph_num_nodes(g); i++) {
+        dg_node *n = dg_graph_node(g, i);
+        const char *op = dg_node_op_type(n);
+        low_matmuls += strcmp(op, "MatMul") == 0 && dg_node_output_dtype(n, 0) == DG_BFLOAT16;
+        low_relu_grads += strcmp(op, "ReluGrad") == 0 && dg_node_output_dtype(n, 0) == DG_BFLOAT16;
+        // Variables, updates and every deny op stay float32.
+        if (!strcmp(op, "VariableV2") || !strcmp(op, "ApplyGradientDescent") || !strcmp(op, "Exp") ||
+            !strcmp(op, "SparseSoftmaxCrossEntropyWithLogits") || !strcmp(op, "Mean") || !strcmp(op, "BiasAddGrad"))
+            if (dg_node_output_dtype(n, 0) != DG_FLOAT32) fail_msg("%s (%s) is not float32", dg_node_name(n), op);
+        if (!strcmp(op, "ApplyGradientDescent"))
+            for (int j = 1; j < dg_node_num_inputs(n); j++)
+                assert_int_equal(dg_output_dtype(dg_node_input(n, j)), DG_FLOAT32);
+    }
+    assert_int_equal(low_matmuls, 3 + 4);   // mm1..3; the gradients of mm1 and mm2 by both operands
+    assert_int_equal(low_relu_grads, 1);
+    // exp(x) + x w1: the Add is fed by a deny op, so it stays float32 and reads mm3 cast back.
+    dg_node *other = find(g, "other");
+    assert_int_equal(dg_node_output_dtype(other, 0), DG_FLOAT32);
+    assert_string_equal(dg_node_name(dg_node_input(other, 1).node), "mm3/CastToFloat32");
+    // Each variable read by a product has one cast, read by every product of it: w2's by mm2
+    // and the gradient for h; w1's by mm1, mm3 and the gradient for x.
+    dg_node *cast = NULL;
+    assert_int_equal(readers(g, find(g, "w2"), "Cast", &cast), 1);
+    assert_string_equal(dg_node_name(cast), "w2/CastToBfloat16");
+    assert_int_equal(readers(g, cast, "MatMul", NULL), 2);
+    assert_int_equal(readers(g, find(g, "w1"), "Cast", &cast), 1);
+    assert_int_equal(readers(g, cast, "MatMul", NULL), 3);
+    // The loss reads the logits back in float32.
+    dg_node *xent = find(g, "xent");
+    assert_string_equal(dg_node_name(dg_node_input(xent, 0).node), "logits/CastToFloat32");
+    // A second call has nothing new; nodes added later are rewritten then.
+    int n_now = dg_graph_num_nodes(g);
+    assert_true(dg_graph_rewrite_mixed_precision(g, &o, &r, st));
+    assert_int_equal(dg_graph_num_nodes(g), n_now);
+    assert_int_equal(r.nodes_converted, 0);
+    dg_output more = dg_add(g, "more", m.h, m.h);
+    assert_int_equal(dg_output_dtype(more), DG_BFLOAT16);   // built on the rewritten h: its dtype
+    dg_output p_in = dg_placeholder(g, "p_in", DG_FLOAT32, dg_shape2(2, 2));
+    dg_output p = dg_relu(g, "p", dg_matmul(g, "pm", p_in, p_in, false, false));
+    assert_true(dg_graph_rewrite_mixed_precision(g, &o, &r, st));
+    assert_int_equal(r.nodes_converted, 2);   // the new product and its relu; more was built in bfloat16
+    assert_int_equal(r.casts_added, 1);       // p_in's
+    assert_int_equal(dg_output_dtype(p), DG_BFLOAT16);
+    assert_topological(g);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+static void test_bad_options(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    mlp m;
+    mlp_build(&m);
+    dg_mixed_precision_options o = dg_mixed_precision_options_default(DG_FLOAT64);
+    assert_false(dg_graph_rewrite_mixed_precision(m.g, &o, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "must be bfloat16 or float16, got float64");
+    o.dtype = DG_BFLOAT16;
+    o.allow_add = "MatMul, NoSuchOp";
+    assert_false(dg_graph_rewrite_mixed_precision(m.g, &o, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "allow_add: unknown op type \"NoSuchOp\"");
+    o.allow_add = NULL;
+    o.infer_add = "Exp";
+    assert_false(dg_graph_rewrite_mixed_precision(m.g, &o, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "infer_add: Exp has no 16-bit kernel");
+    assert_false(dg_graph_rewrite_mixed_precision(m.g, NULL, NULL, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "NULL");
+    dg_graph_free(&m.g);
+    // The builders' casts and the rewrite do not mix.
+    dg_graph *g = dg_graph_new();
+    assert_true(dg_graph_set_mixed_precision(g, DG_BFLOAT16, st));
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(2, 2));
+    dg_matmul(g, "y", x, x, false, false);
+    o = dg_mixed_precision_options_default(DG_BFLOAT16);
+    assert_false(dg_graph_rewrite_mixed_precision(g, &o, NULL, st));
+    assert_status(st, DG_FAILED_PRECONDITION, "dg_graph_set_mixed_precision");
+    dg_graph_free(&g);
+    // Lists changed: MatMul off the allow list leaves nothing to convert; Relu denied stays float32.
+    mlp_build(&m);
+    o.allow_remove = "MatMul";
+    dg_mixed_precision_report r;
+    assert_true(dg_graph_rewrite_mixed_precision(m.g, &o, &r, st));
+    assert_int_equal(r.nodes_converted, 0);
+    assert_int_equal(r.casts_added, 0);
+    dg_graph_free(&m.g);
+    mlp_build(&m);
+    o = dg_mixed_precision_options_default(DG_BFLOAT16);
+    o.deny_add = "Relu";
+    assert_true(dg_graph_rewrite_mixed_precision(m.g, &o, &r, st));
+    assert_int_equal(dg_output_dtype(m.h), DG_FLOAT32);
+    assert_int_equal(dg_node_output_dtype(find(m.g, "h_pre"), 0), DG_BFLOAT16);
+    dg_graph_free(&m.g);
+    dg_status_free(&st);
+}
+
+// Fixed inputs and labels for the MLP.
+static void mlp_data(float *xv, int32_t *lv) {
+    uint64_t seed = 99;
+    for (int i = 0; i < B * IN; i++) xv[i] = (float)dg_test_uniform(&seed, -1, 1);
+    for (int i = 0; i < B; i++) lv[i] = (int32_t)(dg_test_uniform(&seed, 0, OUT)) % OUT;
+}
+
+static dg_session *mlp_session(mlp *m, bool mixed, dg_status *st) {
+    dg_session_options so = dg_session_options_default();
+    dg_mixed_precision_options o = dg_mixed_precision_options_default(DG_BFLOAT16);
+    if (mixed) so.mixed_precision = &o;
+    dg_session *s = dg_session_new(m->g, "local", &so, st);
+    assert_ok(st);
+    assert_true(dg_session_run(s, NULL, NULL, 0, NULL, NULL, 0, &m->init, 1, st));
+    assert_ok(st);
+    return s;
+}
+
+// The session option's logits against float64 with the rewrite's roundings: each converted op
+// rounds its float32 result once to bfloat16.
+static void test_logits_against_float64(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    mlp m;
+    mlp_build(&m);
+    dg_session *s = mlp_session(&m, true, st);
+    float xv[B * IN];
+    int32_t lv[B];
+    mlp_data(xv, lv);
+    dg_tensor *xt = dg_tensor_from_data(DG_FLOAT32, dg_shape2(B, IN), xv, st);
+    dg_tensor *out[5] = {0};
+    dg_output fetch[] = {m.logits, m.w1, m.b1, m.w2, m.b2};
+    assert_true(dg_session_run(s, &m.x, &xt, 1, fetch, out, 5, NULL, 0, st));
+    assert_ok(st);
+    for (int i = 0; i < 5; i++) assert_int_equal(dg_tensor_dtype(out[i]), DG_FLOAT32);   // logits read back
+    const float *lg = dg_tensor_f32(out[0]), *w1 = dg_tensor_f32(out[1]), *b1 = dg_tensor_f32(out[2]);
+    const float *w2 = dg_tensor_f32(out[3]), *b2 = dg_tensor_f32(out[4]);
+    int differs = 0;
+    for (int i = 0; i < B; i++) {
+        double h[H], hmag[H];
+        for (int j = 0; j < H; j++) {
+            double acc = 0, mag = 0;
+            for (int k = 0; k < IN; k++) {
+                double p = round16(DG_BFLOAT16, xv[i * IN + k]) * round16(DG_BFLOAT16, w1[k * H + j]);
+                acc += p;
+                mag += fabs(p);
+            }
+            double pre = round16(DG_BFLOAT16, round16(DG_BFLOAT16, acc) + round16(DG_BFLOAT16, b1[j]));
+            h[j] = pre > 0 ? pre : 0;
+            hmag[j] = mag + fabs(b1[j]);
+        }
+        for (int j = 0; j < OUT; j++) {
+            double acc = 0, mag = 0, f32 = b2[j];
+            for (int k = 0; k < H; k++) {
+                acc += h[k] * round16(DG_BFLOAT16, w2[k * OUT + j]);
+                mag += hmag[k] * fabs(w2[k * OUT + j]);
+            }
+            double want = round16(DG_BFLOAT16, round16(DG_BFLOAT16, acc) + round16(DG_BFLOAT16, b2[j]));
+            mag += fabs(b2[j]);
+            (void)f32;
+            // The reference rounds as the graph does; the sums' order differs (float32 against
+            // float64), which can move a rounding by one bfloat16 step: 2^-8 of what went in.
+            double got = lg[i * OUT + j], tol = 0x1p-7 * mag;
+            if (!(fabs(got - want) <= tol)) fail_msg("logit[%d,%d] = %.9g, want %.9g (tolerance %.3g)", i, j, got, want, tol);
+            // What came back is a bfloat16 value read back in float32.
+            if (round16(DG_BFLOAT16, got) != got) fail_msg("logit[%d,%d] = %.9g is not a bfloat16 value", i, j, got);
+            differs += got != want;
+        }
+    }
+    print_message("logits: %d of %d differ from the float64 reference's roundings\n", differs, B * OUT);
+    assert_true(differs < B * OUT / 4);
+    for (int i = 0; i < 5; i++) dg_tensor_unref(out[i]);
+    dg_tensor_unref(xt);
+    dg_session_free(&s);
+    dg_graph_free(&m.g);
+    dg_status_free(&st);
+}
+
+// 60 steps on one batch under the session option and in float32: both losses fall, and end
+// within a few percent of each other; the weights stay float32.
+static double train(bool mixed, double *first) {
+    dg_status *st = dg_status_new();
+    mlp m;
+    mlp_build(&m);
+    dg_session *s = mlp_session(&m, mixed, st);
+    float xv[B * IN];
+    int32_t lv[B];
+    mlp_data(xv, lv);
+    dg_tensor *xt = dg_tensor_from_data(DG_FLOAT32, dg_shape2(B, IN), xv, st);
+    dg_tensor *lt = dg_tensor_from_data(DG_INT32, dg_shape1(B), lv, st);
+    dg_output feeds[] = {m.x, m.labels};
+    dg_tensor *vals[] = {xt, lt}, *loss = NULL, *w = NULL;
+    for (int step = 0; step < 60; step++) {
+        assert_true(dg_session_run(s, feeds, vals, 2, &m.loss, &loss, 1, &m.train, 1, st));
+        assert_ok(st);
+        if (step == 0) *first = dg_tensor_f32(loss)[0];
+        if (step < 59) dg_tensor_unref(loss);
+    }
+    double last = dg_tensor_f32(loss)[0];
+    assert_true(dg_session_run(s, NULL, NULL, 0, &m.w1, &w, 1, NULL, 0, st));
+    assert_int_equal(dg_tensor_dtype(w), DG_FLOAT32);
+    dg_tensor_unref(w);
+    dg_tensor_unref(loss);
+    dg_tensor_unref(xt);
+    dg_tensor_unref(lt);
+    dg_session_free(&s);
+    dg_graph_free(&m.g);
+    dg_status_free(&st);
+    return last;
+}
+
+static void test_training(void **state) {
+    (void)state;
+    double f0, m0;
+    double f32 = train(false, &f0), mixed = train(true, &m0);
+    print_message("loss: float32 %.5f -> %.5f, bfloat16 rewrite %.5f -> %.5f\n", f0, f32, m0, mixed);
+    assert_true(fabs(m0 - f0) <= 0.01 * f0);
+    assert_true(f32 < 0.5 * f0);
+    assert_true(mixed < 0.5 * m0);
+    assert_true(fabs(mixed - f32) <= 0.05 * f32 + 0.01);
+    assert_true(mixed != f32);   // the rewrite did change the arithmetic
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernels_16),
+        cmocka_unit_test(test_rewrite_mlp),
+        cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_logits_against_float64),
+        cmocka_unit_test(test_training),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
