@@ -126,7 +126,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     int64_t task_index = -1, train_steps = p->train_steps, batch_size = p->batch_size, seed = 1, log_every = 100;
     int64_t wait_ms = 60000, rpc_timeout_ms = 30000, save_checkpoint_steps = 100, recovery_attempts = 3;
     const char *checkpoint_path = "", *slurm_jobs = "", *save_graph = "", *logdir = "", *trace_file = "";
-    const char *mixed_precision = "off", *gradient_wire = "float32";
+    const char *mixed_precision = "off", *gradient_wire = "float32", *amp = "build";
     int64_t trace_step = 0, force_overflow_at = 0, force_overflow_steps = 3;
     int64_t slurm_port_base = DG_SLURM_DEFAULT_PORT_BASE;
     int64_t virtual_cpus = 0;
@@ -206,6 +206,10 @@ int replica_main(int argc, char **argv, const replica_model *p) {
         {"mixed_precision", FLAG_STRING, &mixed_precision,
          "bf16: the model's float32 products (MatMul) in bfloat16, variables and the rest in float32 "
          "(dg_graph_set_mixed_precision); fp16: in float16, with dynamic loss scaling; off (default)"},
+        {"amp", FLAG_STRING, &amp,
+         "how --mixed_precision is applied: build (default: while the model is built, its MatMuls alone) or "
+         "rewrite (the session rewrites the built graph: products, the elementwise ops between them and their "
+         "gradients; dg_session_options.mixed_precision)"},
         {"gradient_wire", FLAG_STRING, &gradient_wire,
          "bf16: gradients travel as bfloat16 (half the bytes), summed and applied in float32: the all-reduce's "
          "(--all_reduce) or the push to the ps (asynchronous); float32 (default)"},
@@ -357,14 +361,21 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     }
     g = dg_graph_new();
     bool fp16 = strcmp(mixed_precision, "fp16") == 0 || strcmp(mixed_precision, "float16") == 0;
+    bool rewrite = strcmp(amp, "rewrite") == 0;
+    if (!rewrite && strcmp(amp, "build") != 0) {
+        fprintf(stderr, "--amp: \"%s\" is not build or rewrite\n", amp);
+        goto out;
+    }
+    dg_mixed_precision_options mpo = dg_mixed_precision_options_default(DG_INVALID_DTYPE);
     if (strcmp(mixed_precision, "bf16") == 0 || strcmp(mixed_precision, "bfloat16") == 0) {
-        if (!dg_graph_set_mixed_precision(g, DG_BFLOAT16, st)) goto out;
+        mpo.dtype = DG_BFLOAT16;
     } else if (fp16) {
-        if (!dg_graph_set_mixed_precision(g, DG_FLOAT16, st)) goto out;
+        mpo.dtype = DG_FLOAT16;
     } else if (strcmp(mixed_precision, "off") != 0) {
         fprintf(stderr, "--mixed_precision: \"%s\" is not bf16, fp16 or off\n", mixed_precision);
         goto out;
     }
+    if (mpo.dtype != DG_INVALID_DTYPE && !rewrite && !dg_graph_set_mixed_precision(g, mpo.dtype, st)) goto out;
     char worker_device[128];
     if (num_gpus > 0)
         snprintf(worker_device, sizeof worker_device, "/job:worker/task:%lld/device:GPU:%lld", (long long)task_index,
@@ -488,6 +499,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     sopt.inter_op_threads = 1;
     sopt.wait_for_tasks_ms = wait_for_tasks_ms;
     sopt.log_device_placement = log_device_placement;
+    if (rewrite && mpo.dtype != DG_INVALID_DTYPE) sopt.mixed_precision = &mpo;
     dg_mts_options mo = dg_mts_options_default();
     mo.session_options = &sopt;
     mo.master = master;

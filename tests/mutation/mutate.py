@@ -314,6 +314,20 @@ MUTANTS = [
         "tests": ["test_pipeline"],
     },
     {
+        "name": "amp_deny_does_not_spread",
+        "what": "the mixed-precision rewrite converts an infer-list op fed by a deny-list op (exp(x) + x w goes to bfloat16)",
+        "file": "graph/mixed_precision.c",
+        "edits": [("    if (n_deny > 0) return GRAPH_MIXED_DENY;   // an infer or clear op fed by a deny op\n", "")],
+        "tests": ["test_amp_rewrite"],
+    },
+    {
+        "name": "amp_casts_after_readers",
+        "what": "the mixed-precision rewrite leaves its casts at the end of the graph, after the nodes that read them, so ids are no longer a topological order (the partitioner copies nodes in id order)",
+        "file": "graph/mixed_precision.c",
+        "edits": [("        graph_reorder_tail(g, from, order);\n", "")],
+        "tests": ["test_amp_rewrite"],
+    },
+    {
         "name": "tp_across_tasks_local_all_reduce",
         "what": "a tensor-parallel group spanning tasks sums its partial products with LocalAllReduce, which joins only one task's devices",
         "file": "graph/tensor_parallel.c",

@@ -3,6 +3,7 @@
 # worker); dg-inspect lists it (table and JSON), places it (variables round robin over the ps
 # tasks in creation order: hid_w, sm_w, global_step on ps 0; hid_b, sm_b on ps 1), partitions
 # it (Send/Recv pairs between the ps tasks and the worker) and draws it as well-formed SVG.
+# --mixed_precision shows the rewritten graph.
 # place --auto honours the requests and colocation, keeps devices under --memory_cap, and prints
 # its prediction; an unscoped graph is spread. Bad input (truncated file, garbage, missing file,
 # bad cluster spec, unplaceable graph, unknown shapes, caps nothing fits, a bad cost file) exits
@@ -114,6 +115,20 @@ expect_fail "NOT_FOUND: graph file \"$tmp/missing.graph\"" graph "$tmp/missing.g
 expect_fail "INVALID_ARGUMENT" place "$tmp/mlp.graph" --cluster_spec 'ps|'
 # A cluster without the ps tasks the graph asks for cannot place it.
 expect_fail "placing: INVALID_ARGUMENT" place "$tmp/mlp.graph" --cluster_spec 'worker|127.0.0.1:2224' --no_soft_placement
+# --mixed_precision bf16: the rewritten graph, its products and the ops between them in
+# bfloat16, the variables cast on their own ps task, the loss reading the logits back.
+out=$("$inspect" graph "$tmp/mlp.graph" --mixed_precision bf16 2> "$tmp/mp.err") || fail "graph --mixed_precision bf16"
+grep -q 'mixed precision: 10 nodes compute in bfloat16, 10 casts added' "$tmp/mp.err" || fail "no rewrite summary"
+grep -Eq '^[0-9]+ +hid_w/CastToBfloat16 +Cast +bfloat16\[784,100\] +/job:ps/task:0 ' <<<"$out" || fail "hid_w's cast row"
+grep -Eq '^[0-9]+ +MatMul +MatMul +bfloat16\[\?,100\] .* x/CastToBfloat16, hid_w/CastToBfloat16$' <<<"$out" \
+    || fail "bfloat16 MatMul row"
+grep -Eq '^[0-9]+ +cross_entropy/xentropy +SparseSoftmaxCrossEntropyWithLogits +float32.* logits/CastToFloat32, y_$' \
+    <<<"$out" || fail "the loss does not read the logits back in float32"
+set +e
+"$inspect" graph "$tmp/mlp.graph" --mixed_precision int8 > /dev/null 2> "$tmp/mp.err"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q '"int8" is not bf16 or fp16' "$tmp/mp.err" || fail "--mixed_precision int8: exit $rc"
 # place --auto: the scoped graph keeps its requests; an unscoped one (dg-mlp-graph
 # --no_devices) is spread by the cost model, variables with their Adam slots and updates, each
 # device under --memory_cap; the prediction and each device's load and bytes are printed.

@@ -23,6 +23,7 @@ typedef struct inspect_options {
     const char *cost_file;      // --cost: a calibration for --auto
     int64_t memory_cap;         // --memory_cap: bytes a device may hold under --auto, 0 none
     int64_t unknown_dim;        // --unknown_dim: what an unknown dimension stands for, 0 an error
+    dg_dtype mixed_precision;   // --mixed_precision: rewrite the graph first; DG_INVALID_DTYPE: no
     int64_t step;       // variables: --step, -1 the newest
     int64_t n_values;   // variables: --values, 0 none
     const char **tags;  // plot: --tag, in order, without repeats (strings borrowed from argv)

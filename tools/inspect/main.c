@@ -67,6 +67,9 @@ static int usage(FILE *f) {
             "  --cost FILE           --auto: a calibration (dg-inspect calibrate); default: nominal\n"
             "  --memory_cap BYTES    --auto: bytes each device may hold (default: no cap)\n"
             "  --unknown_dim N       --auto: what an unknown dimension (a batch) stands for\n"
+            "  --mixed_precision bf16|fp16\n"
+            "                        graph commands: first apply the automatic mixed-precision\n"
+            "                        rewrite (dg_graph_rewrite_mixed_precision, default lists)\n"
             "  --json                JSON instead of a table (all but svg and plot)\n"
             "  -o, --output FILE     where svg and plot write (plot: .svg or .png)\n"
             "  --step N              variables: the checkpoint of global step N\n"
@@ -105,7 +108,20 @@ static int run_graph_cmd(const inspect_options *o) {
     dg_status *st = dg_status_new();
     dg_graph *g = dg_graph_load(o->file, st);
     int rc = 1;
-    if (!g) inspect_die_status("loading", st);
+    if (!g) {
+        inspect_die_status("loading", st);
+    } else if (o->mixed_precision != DG_INVALID_DTYPE) {
+        dg_mixed_precision_options mo = dg_mixed_precision_options_default(o->mixed_precision);
+        dg_mixed_precision_report r;
+        if (!dg_graph_rewrite_mixed_precision(g, &mo, &r, st)) {
+            inspect_die_status("the mixed-precision rewrite", st);
+            dg_graph_free(&g);
+        } else {
+            fprintf(stderr, "dg-inspect: mixed precision: %d nodes compute in %s, %d casts added\n",
+                    r.nodes_converted, dg_dtype_name(o->mixed_precision), r.casts_added);
+        }
+    }
+    if (!g) rc = 1;
     else if (strcmp(o->cmd, "graph") == 0) rc = inspect_cmd_graph(o, g);
     else if (strcmp(o->cmd, "place") == 0) rc = inspect_cmd_place(o, g, st);
     else if (strcmp(o->cmd, "partition") == 0) rc = inspect_cmd_partition(o, g, st);
@@ -160,7 +176,7 @@ int main(int argc, char **argv) {
         const char *opt = a, *val = NULL;
         static const char *const valued[] = {"--cluster_spec", "--gpus_per_task", "-o", "--output",
                                              "--step", "--values", "--tag", "--cost", "--memory_cap",
-                                             "--unknown_dim", NULL};
+                                             "--unknown_dim", "--mixed_precision", NULL};
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             rc = usage(stdout);
             goto done;
@@ -196,6 +212,15 @@ int main(int argc, char **argv) {
                 o.cost_file = val;
             } else if (strcmp(opt, "--memory_cap") == 0) {
                 if (!parse_int(opt, val, 0, INT64_MAX, &o.memory_cap)) goto done;
+            } else if (strcmp(opt, "--mixed_precision") == 0) {
+                if (strcmp(val, "bf16") == 0 || strcmp(val, "bfloat16") == 0) {
+                    o.mixed_precision = DG_BFLOAT16;
+                } else if (strcmp(val, "fp16") == 0 || strcmp(val, "float16") == 0) {
+                    o.mixed_precision = DG_FLOAT16;
+                } else {
+                    fprintf(stderr, "dg-inspect: --mixed_precision: \"%s\" is not bf16 or fp16\n", val);
+                    goto done;
+                }
             } else if (strcmp(opt, "--unknown_dim") == 0) {
                 if (!parse_int(opt, val, 0, INT64_MAX, &o.unknown_dim)) goto done;
             } else if (strcmp(opt, "--step") == 0) {
