@@ -155,7 +155,7 @@ static bool grad_layer_norm(dg_graph *g, dg_node *n, const dg_output *dy, dg_out
 
 static bool infer_batch_matmul(dg_node *n, dg_status *st) {
     dg_dtype dt = in_dt(n, 0);
-    if ((dt != DG_FLOAT32 && dt != DG_FLOAT64) || in_dt(n, 1) != dt) {
+    if ((dt != DG_FLOAT32 && dt != DG_FLOAT64 && !dg_dtype_is_float16_family(dt)) || in_dt(n, 1) != dt) {
         dg_status_setf(st, DG_INVALID_ARGUMENT, "BatchMatMulV2: x and y must be one float dtype, got %s and %s",
                        dg_dtype_name(dt), dg_dtype_name(in_dt(n, 1)));
         return false;

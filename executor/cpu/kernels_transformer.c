@@ -253,9 +253,18 @@ static bool batch_matmul_compute(void *state, exec_ctx *ctx) {
         memset(o->data, 0, o->nbytes);
         return true;
     }
+    bool is16 = dg_dtype_is_float16_family(x->dtype);
     for (int64_t b = 0; b < p.batches; b++) {
         int64_t xo, yo;
         cpu_bmm_offsets(&p, b, &xo, &yo);
+        if (is16) {   // sums in float32, each output rounded once (cpu_gemm16)
+            if (!cpu_gemm16(x->dtype, s->adj_x, s->adj_y, p.M, p.N, p.K, (const char *)x->data + xo * (int64_t)es,
+                            p.lda, (const char *)y->data + yo * (int64_t)es, p.ldb,
+                            (char *)o->data + b * p.M * p.N * (int64_t)es, p.N))
+                return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "BatchMatMulV2: no memory for a %s product",
+                                 dg_dtype_name(x->dtype));
+            continue;
+        }
         cpu_gemm(x->dtype, s->adj_x, s->adj_y, p.M, p.N, p.K, 1.0, (const char *)x->data + xo * (int64_t)es, p.lda,
                  (const char *)y->data + yo * (int64_t)es, p.ldb, 0.0, (char *)o->data + b * p.M * p.N * (int64_t)es,
                  p.N);
@@ -513,7 +522,7 @@ static bool attention_grad_compute(void *state, exec_ctx *ctx) {
     {op, "CPU", DT_FLOATS, create, compute, destroy, true, false, false, NULL, false}
 
 static const exec_kernel_def transformer_kernels[] = {
-    K("BatchMatMulV2", bmm_create, batch_matmul_compute, free),
+    {"BatchMatMulV2", "CPU", DT_FLOATS | DT_FLOAT16S, bmm_create, batch_matmul_compute, free, true, false, false, NULL, false},
     K("LayerNorm", ln_create, layer_norm_compute, free),
     K("LayerNormGrad", cpu_no_state, layer_norm_grad_compute, NULL),
     K("ScaledDotProductAttention", att_create, attention_compute, free),

@@ -50,7 +50,7 @@ dg_dtype dg_graph_mixed_precision(const dg_graph *g);
 // (enable_mixed_precision_graph_rewrite): call it once the model, its gradients and its
 // updates are built, or let a session do it (dg_session_options.mixed_precision). Op types on
 // four lists decide:
-//   allow: always in dtype (MatMul);
+//   allow: always in dtype (MatMul, BatchMatMulV2);
 //   infer: in dtype when one of their float inputs already is (Add, Sub, Mul, Maximum, Minimum,
 //          Neg, AddN, BiasAdd, Sigmoid, Tanh, Gelu and their gradients);
 //   clear: in dtype when all their float inputs are (Identity, Reshape, StopGradient, Relu,
@@ -69,8 +69,9 @@ typedef struct dg_mixed_precision_options {
     dg_dtype dtype;   // DG_BFLOAT16 or DG_FLOAT16
     // Changes to the lists: op types separated by commas (TensorFlow's
     // TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_ALLOWLIST_ADD and its siblings). Removes apply
-    // first; an added op leaves its other list. Only ops with 16-bit kernels (the lists' and
-    // MatMul) may be added to allow, infer or clear; an unknown op type is INVALID_ARGUMENT.
+    // first; an added op leaves its other list. Only ops with 16-bit kernels (those on the
+    // default allow, infer and clear lists) may be added to allow, infer or clear; an unknown
+    // op type is INVALID_ARGUMENT.
     const char *allow_add, *allow_remove, *infer_add, *infer_remove;
     const char *clear_add, *clear_remove, *deny_add, *deny_remove;
 } dg_mixed_precision_options;

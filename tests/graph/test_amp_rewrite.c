@@ -4,6 +4,7 @@
  *   widened inputs: the float32 op rounded once, so within half a unit in the last place of
  *   the format (2^-8 relative for bfloat16's 8 significant bits, 2^-11 for float16's 11) plus
  *   float32's own error;
+ * - BatchMatMulV2 in both 16-bit formats (adjoints, broadcast batch dimensions) against float64;
  * - an MLP's rewritten graph: which nodes convert, the casts (one per value, a variable's
  *   shared by its forward product and its gradient's), float32 variables and updates, deny
  *   ops and what they feed, ids a topological order, and rewriting only what was added;
@@ -141,6 +142,62 @@ static void test_kernels_16(void **state) {
     for (int k = 0; k < N_OPS; k++) {
         check_op(DG_BFLOAT16, (op_kind)k);
         check_op(DG_FLOAT16, (op_kind)k);
+    }
+}
+
+// BatchMatMulV2 in 16 bits: x [2,1,5,7] (adjoint: [2,1,7,5]) times y [3,7,4], batch dims
+// broadcast to [2,3]; sums in float32, each output rounded once.
+static void check_bmm(dg_dtype t, bool adj_x, bool adj_y) {
+    enum { M = 5, K = 7, N = 4 };
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    int nx = 2 * M * K, ny = 3 * K * N;
+    double xv[2 * M * K], yv[3 * K * N];
+    uint64_t seed = 7;
+    for (int i = 0; i < nx; i++) xv[i] = round16(t, dg_test_uniform(&seed, -2, 2));
+    for (int i = 0; i < ny; i++) yv[i] = round16(t, dg_test_uniform(&seed, -2, 2));
+    dg_shape xs = adj_x ? dg_shape_make(4, (int64_t[]){2, 1, K, M}) : dg_shape_make(4, (int64_t[]){2, 1, M, K});
+    dg_shape ys = adj_y ? dg_shape_make(3, (int64_t[]){3, N, K}) : dg_shape_make(3, (int64_t[]){3, K, N});
+    dg_output x = dg_placeholder(g, "x", t, xs), y = dg_placeholder(g, "y", t, ys);
+    dg_output z = dg_batch_matmul(g, "z", x, y, adj_x, adj_y);
+    assert_ok(dg_graph_status(g));
+    assert_int_equal(dg_output_dtype(z), t);
+    dg_session *sess = dg_session_new(g, "local", NULL, st);
+    dg_tensor *xt = tensor16(t, xs, xv, nx), *yt = tensor16(t, ys, yv, ny), *out = NULL;
+    dg_output feeds[] = {x, y};
+    dg_tensor *vals[] = {xt, yt};
+    assert_true(dg_session_run(sess, feeds, vals, 2, &z, &out, 1, NULL, 0, st));
+    assert_ok(st);
+    double u = t == DG_BFLOAT16 ? 0x1p-8 : 0x1p-11;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++)
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    double ref = 0, mag = 0;
+                    for (int k = 0; k < K; k++) {
+                        double xe = adj_x ? xv[a * M * K + k * M + i] : xv[a * M * K + i * K + k];
+                        double ye = adj_y ? yv[b * K * N + j * K + k] : yv[b * K * N + k * N + j];
+                        ref += xe * ye;
+                        mag += fabs(xe * ye);
+                    }
+                    double got = get16(out, ((a * 3 + b) * M + i) * N + j), tol = u * fabs(ref) + (K + 2) * 0x1p-24 * mag;
+                    if (!(fabs(got - ref) <= tol))
+                        fail_msg("BatchMatMulV2 %s adj %d %d [%d,%d,%d,%d] = %.9g, want %.9g", dg_dtype_name(t), adj_x,
+                                 adj_y, a, b, i, j, got, ref);
+                }
+    dg_tensor_unref(out);
+    dg_tensor_unref(xt);
+    dg_tensor_unref(yt);
+    dg_session_free(&sess);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+static void test_batch_matmul_16(void **state) {
+    (void)state;
+    for (int f = 0; f < 4; f++) {
+        check_bmm(DG_BFLOAT16, f & 1, f & 2);
+        check_bmm(DG_FLOAT16, f & 1, f & 2);
     }
 }
 
@@ -448,6 +505,7 @@ static void test_training(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_16),
+        cmocka_unit_test(test_batch_matmul_16),
         cmocka_unit_test(test_rewrite_mlp),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_logits_against_float64),
