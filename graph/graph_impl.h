@@ -65,6 +65,9 @@ struct dg_node {
 // NONE: float32 as built; LOW: computes in the rewrite's 16-bit dtype; DENY: kept float32 by
 // the deny list; CAST: a cast the rewrite (or a fetch of a converted value) added.
 enum { GRAPH_MIXED_NONE = 0, GRAPH_MIXED_LOW = 1, GRAPH_MIXED_DENY = 2, GRAPH_MIXED_CAST = 3 };
+// A bool attribute: the mixed-precision rewrite keeps the node float32 as if on its deny list
+// (the loss scaler's unscaling multiply).
+#define GRAPH_ATTR_KEEP_FLOAT32 "_mixed_precision_keep_float32"
 // A fetch of x: x itself, or x cast back to float32 when the rewrite made it 16-bit
 // (mixed_precision.c).
 dg_output graph_mixed_precision_fetch(dg_graph *g, dg_output x);

@@ -6,7 +6,8 @@
  *   infer  compute in 16 bits when an input already is (elementwise ops after a product);
  *   clear  move values without arithmetic: 16 bits when all their float inputs are;
  *   deny   stay float32, and so do infer and clear ops fed by them (exp, log, softmax, losses,
- *          sums: their ranges or their rounding need float32).
+ *          sums: their ranges or their rounding need float32). A node whose builder marked it
+ *          GRAPH_ATTR_KEEP_FLOAT32 counts as denied (the loss scaler's unscaling).
  * Nodes are decided in id order (a topological order): a node goes to 16 bits when its float
  * outputs are float32 and every float input is float32 or already 16-bit from the rewrite.
  * Then a converted node's float32 inputs go through a Cast to 16 bits, and an unconverted
@@ -130,7 +131,8 @@ static bool is_float_dtype(dg_dtype t) { return dg_dtype_is_float(t) || dg_dtype
 
 // The verdict on n (GRAPH_MIXED_*), its inputs decided.
 static uint8_t decide(const dg_node *n, int list, dg_dtype low) {
-    if (list == L_DENY) return GRAPH_MIXED_DENY;
+    bool keep = false;
+    if (list == L_DENY || (dg_node_attr_bool(n, GRAPH_ATTR_KEEP_FLOAT32, &keep) && keep)) return GRAPH_MIXED_DENY;
     if (list == L_NONE || n->n_outputs == 0) return GRAPH_MIXED_NONE;
     bool f32_out = false;
     for (int i = 0; i < n->n_outputs; i++) {

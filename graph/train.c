@@ -643,6 +643,9 @@ dg_node *graph_loss_scale_apply(const dg_optimizer *opt, const graph_loss_scaler
     for (int i = 0; i < n; i++) {
         dg_dtype gt = dg_output_dtype(grads[i]);
         grads[i] = dg_mul(g, NULL, grads[i], gt == DG_FLOAT32 ? inv : dg_cast(g, NULL, inv, gt));
+        // Unscaled in float32 also under the mixed-precision rewrite: in float16 the small
+        // gradients the scale kept would round to zero again.
+        if (grads[i].node) graph_set_attr_bool(grads[i].node, GRAPH_ATTR_KEEP_FLOAT32, true);
     }
     dg_graph_pop_name_scope(g);
     dg_node *train = apply_gated(opt, grads, vars, n, global_step, NULL, finite);

@@ -502,6 +502,68 @@ static void test_training(void **state) {
     assert_true(mixed != f32);   // the rewrite did change the arithmetic
 }
 
+// Float16 with loss scaling: the gradients are unscaled in float32 (the loss scaler marks its
+// multiply), so a weight gradient below float16's smallest value (2^-24) still reaches the
+// variable: one step of gradient descent moves w by exactly the float64 gradient's amount,
+// which in float16 would have rounded to 0 or 2^-24.
+static void test_loss_scale_unscales_in_float32(void **state) {
+    (void)state;
+    enum { R = 4, C = 8, O = 2 };
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(R, C));
+    dg_output w = dg_variable(g, "w", DG_FLOAT32, dg_shape2(C, O), dg_init_constant(0.5));
+    dg_output loss = dg_mul(g, "loss", dg_mean(g, NULL, dg_matmul(g, "y", x, w, false, false), NULL, 0, false),
+                            dg_scalar(g, NULL, DG_FLOAT32, 1e-7));
+    dg_optimizer opt = dg_gradient_descent(g, 1.0);
+    dg_loss_scale ls;
+    dg_node *train = dg_optimizer_minimize_with_loss_scale(&opt, loss, (dg_output){NULL, 0}, NULL, &ls);
+    dg_node *init = dg_global_variables_initializer(g);
+    assert_ok(dg_graph_status(g));
+    dg_mixed_precision_options o = dg_mixed_precision_options_default(DG_FLOAT16);
+    dg_mixed_precision_report r;
+    assert_true(dg_graph_rewrite_mixed_precision(g, &o, &r, st));
+    assert_ok(st);
+    assert_int_equal(dg_node_output_dtype(find(g, "y"), 0), DG_FLOAT16);
+    int unscales = 0;
+    for (int i = 0; i < dg_graph_num_nodes(g); i++) {
+        dg_node *n = dg_graph_node(g, i);
+        for (int j = 0; j < dg_node_num_inputs(n); j++)
+            if (!strcmp(dg_node_op_type(n), "Mul") && !strcmp(dg_node_op_type(dg_node_input(n, j).node), "Div") &&
+                strstr(dg_node_name(dg_node_input(n, j).node), "/inverse")) {
+                unscales++;
+                assert_int_equal(dg_node_output_dtype(n, 0), DG_FLOAT32);
+            }
+    }
+    assert_int_equal(unscales, 1);
+    dg_session *s = dg_session_new(g, "local", NULL, st);
+    assert_true(dg_session_run(s, NULL, NULL, 0, NULL, NULL, 0, &init, 1, st));
+    float xv[R * C];
+    for (int i = 0; i < R * C; i++) xv[i] = 1.0f + (float)(i % 3);   // 1, 2 or 3: exact in float16
+    dg_tensor *xt = dg_tensor_from_data(DG_FLOAT32, dg_shape2(R, C), xv, st), *wt = NULL;
+    assert_true(dg_session_run(s, &x, &xt, 1, NULL, NULL, 0, &train, 1, st));
+    assert_true(dg_session_run(s, NULL, NULL, 0, &w, &wt, 1, NULL, 0, st));
+    assert_ok(st);
+    const float *wv = dg_tensor_f32(wt);
+    for (int k = 0; k < C; k++) {
+        double grad = 0;   // d loss / d w[k][j] = 1e-7 / (R * O) * sum_i x[i][k]
+        for (int i = 0; i < R; i++) grad += xv[i * C + k];
+        grad *= 1e-7 / (R * O);
+        for (int j = 0; j < O; j++) {
+            double moved = 0.5 - (double)wv[k * O + j];
+            // float32 steps near 0.5 are 2^-25; the float16 products of exact values with the
+            // scale's power of two lose nothing more.
+            if (!(fabs(moved - grad) <= 0x1p-24 + 1e-3 * grad))
+                fail_msg("w[%d][%d] moved by %.4g, want %.4g", k, j, moved, grad);
+        }
+    }
+    dg_tensor_unref(wt);
+    dg_tensor_unref(xt);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_16),
@@ -510,6 +572,7 @@ int main(void) {
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_logits_against_float64),
         cmocka_unit_test(test_training),
+        cmocka_unit_test(test_loss_scale_unscales_in_float32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

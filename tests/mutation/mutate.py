@@ -321,6 +321,13 @@ MUTANTS = [
         "tests": ["test_amp_rewrite"],
     },
     {
+        "name": "amp_unscale_in_float16",
+        "what": "the loss scaler does not mark its unscaling multiply, so the float16 rewrite unscales the gradients in float16 and the small ones round to zero",
+        "file": "graph/train.c",
+        "edits": [("        if (grads[i].node) graph_set_attr_bool(grads[i].node, GRAPH_ATTR_KEEP_FLOAT32, true);\n", "")],
+        "tests": ["test_amp_rewrite"],
+    },
+    {
         "name": "amp_casts_after_readers",
         "what": "the mixed-precision rewrite leaves its casts at the end of the graph, after the nodes that read them, so ids are no longer a topological order (the partitioner copies nodes in id order)",
         "file": "graph/mixed_precision.c",

@@ -32,7 +32,8 @@ static int usage(FILE *f) {
     fprintf(f,
             "usage: dg-inspect COMMAND FILE [options]\n"
             "commands on graph files:\n"
-            "  graph FILE [--json]             list nodes: op, inputs, devices, outputs\n"
+            "  graph FILE [--json] [--mixed_precision bf16]\n"
+            "                                  list nodes: op, inputs, devices, outputs\n"
             "  place FILE --cluster_spec SPEC  place the graph on SPEC's devices\n"
             "  partition FILE --cluster_spec SPEC\n"
             "                                  per-device node lists and Send/Recv pairs\n"
