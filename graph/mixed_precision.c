@@ -1,8 +1,8 @@
 /* Automatic mixed precision as a rewrite of a built graph (TensorFlow's grappler pass
  * AutoMixedPrecision, reached through enable_mixed_precision_graph_rewrite; our own rules,
  * below). Four lists of op types:
- *   allow  compute in 16 bits whatever their neighbours (MatMul, BatchMatMulV2: where the time
- *          goes);
+ *   allow  compute in 16 bits whatever their neighbours (MatMul, BatchMatMulV2, Conv2D and its
+ *          gradients: where the time goes);
  *   infer  compute in 16 bits when an input already is (elementwise ops after a product);
  *   clear  move values without arithmetic: 16 bits when all their float inputs are;
  *   deny   stay float32, and so do infer and clear ops fed by them (exp, log, softmax, losses,
@@ -28,7 +28,8 @@
 enum { L_NONE = 0, L_ALLOW, L_INFER, L_CLEAR, L_DENY };
 static const char *const list_names[] = {"", "allow", "infer", "clear", "deny"};
 
-static const char *const default_allow[] = {"MatMul", "BatchMatMulV2"};
+static const char *const default_allow[] = {"MatMul", "BatchMatMulV2", "Conv2D", "Conv2DBackpropInput",
+                                            "Conv2DBackpropFilter"};
 static const char *const default_infer[] = {"Add", "Sub", "Mul", "Maximum", "Minimum", "Neg", "AddN", "BiasAdd",
                                             "Sigmoid", "SigmoidGrad", "Tanh", "TanhGrad", "Gelu", "GeluGrad"};
 static const char *const default_clear[] = {"Identity", "Reshape", "StopGradient", "Relu", "ReluGrad"};
@@ -46,7 +47,7 @@ dg_mixed_precision_options dg_mixed_precision_options_default(dg_dtype dtype) {
 // Ops that can hold or compute a 16-bit float, so may go on the allow, infer or clear list.
 static bool takes_16(const char *op) {
     return graph_op_computes_16(op) || strcmp(op, "MatMul") == 0 || strcmp(op, "BatchMatMulV2") == 0 ||
-           strcmp(op, "Identity") == 0 ||
+           strncmp(op, "Conv2D", 6) == 0 || strcmp(op, "Identity") == 0 ||
            strcmp(op, "Reshape") == 0 || strcmp(op, "StopGradient") == 0;
 }
 

@@ -105,9 +105,13 @@ bool graph_conv_geom_make(const dg_shape *x, const graph_window *w, int64_t oc,
 
 // ---- checks ----
 
+// Conv2D and its gradients take the 16-bit floats too (executor/cpu/kernels_conv.c).
+static bool takes_16(const dg_node *n) { return strncmp(n->op->name, "Conv2D", 6) == 0; }
+
 static bool float_rank4(const dg_node *n, int i, const char *what, dg_status *st) {
     dg_shape s = in_sh(n, i);
-    if (dg_dtype_is_float(in_dt(n, i)) && (s.rank < 0 || s.rank == 4)) return true;
+    bool dt_ok = dg_dtype_is_float(in_dt(n, i)) || (dg_dtype_is_float16_family(in_dt(n, i)) && takes_16(n));
+    if (dt_ok && (s.rank < 0 || s.rank == 4)) return true;
     char b[128];
     dg_status_setf(st, DG_INVALID_ARGUMENT, "input %d (%s, \"%s\") must be a float32 or float64 tensor of rank 4, "
                    "got %s %s", i, what, n->inputs[i].node->name, dg_dtype_name(in_dt(n, i)),

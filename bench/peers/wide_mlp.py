@@ -59,10 +59,15 @@ def run_tf(a, x, y):
     x_ph = tf1.placeholder(tf.float32, [None, 784])
     y_ph = tf1.placeholder(tf.int64, [None])
     init = tf1.glorot_uniform_initializer()
-    h = x_ph
-    for i, units in enumerate((1024, 1024)):
-        h = tf.nn.relu(tf1.layers.dense(h, units, kernel_initializer=init, name="fc%d" % (i + 1)))
-    logits = tf1.layers.dense(h, 10, kernel_initializer=init, name="logits")
+
+    def dense(h, n_in, n_out, name):
+        w = tf1.get_variable(name + "/kernel", [n_in, n_out], initializer=init)
+        b = tf1.get_variable(name + "/bias", [n_out], initializer=tf1.zeros_initializer())
+        return tf.nn.bias_add(tf.matmul(h, w), b)
+
+    h = tf.nn.relu(dense(x_ph, 784, 1024, "fc1"))
+    h = tf.nn.relu(dense(h, 1024, 1024, "fc2"))
+    logits = dense(h, 1024, 10, "logits")
     loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y_ph, logits=logits))
     train = tf1.train.AdamOptimizer(1e-3).minimize(loss)
     cfg = tf1.ConfigProto(intra_op_parallelism_threads=a.threads, inter_op_parallelism_threads=1)

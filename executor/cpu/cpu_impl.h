@@ -115,6 +115,9 @@ void cpu_register_local_reduce_kernels(void); // kernels_local_reduce.c
 void cpu_register_sparse_kernels(void);       // kernels_sparse.c
 void cpu_register_transformer_kernels(void);  // kernels_transformer.c
 void cpu_register_16_kernels(void);           // kernels_16.c: 16-bit floats through float32
+// Runs a float32 kernel's compute on ctx's inputs with each 16-bit float input widened to
+// float32, each float32 output rounded once to the node's 16-bit dtype (kernels_16.c).
+bool cpu_compute_via_f32(bool (*compute)(void *state, exec_ctx *ctx), void *state, exec_ctx *ctx);
 // Checks and shapes shared by the CPU and GPU kernels of an op (cpu_register.c).
 // The reduced-axis mask: every axis when all, else axes[0..n_axes) (negative ones count from
 // the end) against rank. false with ctx->st naming the axis.

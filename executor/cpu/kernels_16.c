@@ -47,6 +47,10 @@ static void via32_destroy(void *state) {
 
 static bool via32_compute(void *state, exec_ctx *ctx) {
     via32 *v = state;
+    return cpu_compute_via_f32(v->inner->compute, v->state, ctx);
+}
+
+bool cpu_compute_via_f32(bool (*compute)(void *state, exec_ctx *ctx), void *state, exec_ctx *ctx) {
     int ni = ctx->n_inputs, no = ctx->n_outputs;
     dg_tensor **ins = calloc((size_t)ni + 1, sizeof *ins);
     dg_tensor **outs = calloc((size_t)no + 1, sizeof *outs);
@@ -75,7 +79,7 @@ static bool via32_compute(void *state, exec_ctx *ctx) {
         sub.inputs = ins;
         sub.outputs = outs;
         sub.owned = owned;
-        ok = v->inner->compute(v->state, &sub);
+        ok = compute(state, &sub);
     }
     for (int i = 0; ok && i < no; i++) {
         dg_tensor *t = outs[i];

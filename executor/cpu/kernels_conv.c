@@ -9,7 +9,10 @@
  * scattered back (col2im); the filter gradient sums window^T x out_backprop over the chunks. A
  * 1x1 window with stride 1 and no padding skips the copy: the input is its own matrix.
  * float32 convolutions of stride 1 and output channels in multiples of 16 (the common case)
- * take the direct kernels of conv_direct.c instead, about twice as fast. */
+ * take the direct kernels of conv_direct.c instead, about twice as fast. Conv2D in bfloat16 and
+ * float16 takes the same im2col with cpu_gemm16 (sums in float32, one rounding); its gradients
+ * go through float32 (cpu_compute_via_f32: the filter gradient registered by kernels_16.c, the
+ * input gradient here). */
 #include <float.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -160,7 +163,8 @@ static inline void next_position(const graph_conv_geom *g, int64_t *n, int64_t *
                 }                                                                                 \
             }                                                                                     \
         }                                                                                         \
-    }                                                                                             \
+    }
+#define DEFINE_COL2IM(T, SFX)                                                                     \
     /* Adds rows [r0, r0 + rows) of a window-matrix gradient back into dx. */                     \
     CPU_CLONES static void col2im_##SFX(const graph_conv_geom *g, const T *col, int64_t r0, int64_t rows, \
                                         T *dx) {                                                  \
@@ -191,12 +195,17 @@ static inline void next_position(const graph_conv_geom *g, int64_t *n, int64_t *
     }
 DEFINE_IM2COL(float, f32)
 DEFINE_IM2COL(double, f64)
+DEFINE_IM2COL(uint16_t, u16)   // the 16-bit floats: copies of their bits (0 is +0)
+DEFINE_COL2IM(float, f32)
+DEFINE_COL2IM(double, f64)
 
 static void im2col(dg_dtype t, const graph_conv_geom *g, const void *x, int64_t r0, int64_t rows, void *col) {
     if (t == DG_FLOAT32)
         im2col_f32(g, x, r0, rows, col);
-    else
+    else if (t == DG_FLOAT64)
         im2col_f64(g, x, r0, rows, col);
+    else
+        im2col_u16(g, x, r0, rows, col);
 }
 
 static void col2im(dg_dtype t, const graph_conv_geom *g, const void *col, int64_t r0, int64_t rows, void *dx) {
@@ -249,12 +258,19 @@ static bool conv2d_run(void *state, exec_ctx *ctx, const cpu_conv_epilogue *ep) 
     } else {
         void *col;
         if (!chunk_scratch(ctx, &g, elem, &rows, &col)) return false;
-        for (int64_t r0 = 0; r0 < total; r0 += rows) {
+        bool is16 = dg_dtype_is_float16_family(x->dtype), ok = true;
+        for (int64_t r0 = 0; r0 < total && ok; r0 += rows) {
             int64_t m = total - r0 < rows ? total - r0 : rows;
-            cpu_gemm(x->dtype, false, false, m, g.oc, k, 1.0, window_rows(x, &g, col, r0, m), k, f->data, g.oc, 0.0,
-                     (char *)o->data + (size_t)(r0 * g.oc) * elem, g.oc);
+            void *out = (char *)o->data + (size_t)(r0 * g.oc) * elem;
+            if (is16)   // sums in float32, each output rounded once (cpu_gemm16)
+                ok = cpu_gemm16(x->dtype, false, false, m, g.oc, k, window_rows(x, &g, col, r0, m), k, f->data, g.oc,
+                                out, g.oc);
+            else
+                cpu_gemm(x->dtype, false, false, m, g.oc, k, 1.0, window_rows(x, &g, col, r0, m), k, f->data, g.oc,
+                         0.0, out, g.oc);
         }
         free(col);
+        if (!ok) return exec_fail(ctx, DG_RESOURCE_EXHAUSTED, "Conv2D: no memory for a %s product", dg_dtype_name(x->dtype));
     }
     if (ep) {   // float32 only (fusion.c)
         float *y = o->data;
@@ -283,6 +299,8 @@ static bool fused_conv2d_compute(void *state, exec_ctx *ctx) {
 }
 
 static bool conv2d_bp_input_compute(void *state, exec_ctx *ctx) {
+    // The 16-bit floats through float32 (the kernel is chosen by input 0, the int sizes).
+    if (dg_dtype_is_float16_family(IN(1)->dtype)) return cpu_compute_via_f32(conv2d_bp_input_compute, state, ctx);
     graph_conv_geom g;
     if (!cpu_window_geom(ctx, state, &g)) return false;
     dg_tensor *f = IN(1), *dy = IN(2);
@@ -551,7 +569,7 @@ static bool dropout_compute(void *state, exec_ctx *ctx) {
 #define DT_SIZES (DT_BIT(DG_INT32) | DT_BIT(DG_INT64))
 
 const exec_kernel_def cpu_conv_kernels[] = {
-    K("Conv2D", DT_FLOATS, cpu_window_create, conv2d_compute, free, true),
+    K("Conv2D", DT_FLOATS | DT_FLOAT16S, cpu_window_create, conv2d_compute, free, true),
     K("Conv2DBackpropInput", DT_SIZES, cpu_window_create, conv2d_bp_input_compute, free, true),
     K("Conv2DBackpropFilter", DT_FLOATS, cpu_window_create, conv2d_bp_filter_compute, free, true),
     K("MaxPool", DT_FLOATS, cpu_window_create, pool_compute, free, true),

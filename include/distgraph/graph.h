@@ -50,7 +50,7 @@ dg_dtype dg_graph_mixed_precision(const dg_graph *g);
 // (enable_mixed_precision_graph_rewrite): call it once the model, its gradients and its
 // updates are built, or let a session do it (dg_session_options.mixed_precision). Op types on
 // four lists decide:
-//   allow: always in dtype (MatMul, BatchMatMulV2);
+//   allow: always in dtype (MatMul, BatchMatMulV2, Conv2D and its gradients);
 //   infer: in dtype when one of their float inputs already is (Add, Sub, Mul, Maximum, Minimum,
 //          Neg, AddN, BiasAdd, Sigmoid, Tanh, Gelu and their gradients);
 //   clear: in dtype when all their float inputs are (Identity, Reshape, StopGradient, Relu,

@@ -216,9 +216,10 @@ dg_output dg_sparse_softmax_cross_entropy(dg_graph *g, const char *name, dg_outp
 // Padding of a window op (TensorFlow's): VALID keeps windows inside the input; SAME pads so
 // that the output has ceil(input / stride) positions along each axis.
 typedef enum dg_padding { DG_PADDING_VALID = 0, DG_PADDING_SAME = 1 } dg_padding;
-// tf.nn.conv2d: x [n, h, w, in] with filter [kh, kw, in, out] gives [n, oh, ow, out]; float32
-// or float64. Strides >= 1. Mismatched channels, a VALID filter larger than the input or a bad
-// stride are errors naming the node (at build time when the shapes are known, else when run).
+// tf.nn.conv2d: x [n, h, w, in] with filter [kh, kw, in, out] gives [n, oh, ow, out]; float32,
+// float64, bfloat16 or float16 (sums in float32). Strides >= 1. Mismatched channels, a VALID
+// filter larger than the input or a bad stride are errors naming the node (at build time when
+// the shapes are known, else when run).
 dg_output dg_conv2d(dg_graph *g, const char *name, dg_output x, dg_output filter, int stride_h,
                     int stride_w, dg_padding padding);
 // tf.nn.max_pool2d and tf.nn.avg_pool2d over windows of kh x kw per channel. Average pooling

@@ -5,6 +5,7 @@
  *   the format (2^-8 relative for bfloat16's 8 significant bits, 2^-11 for float16's 11) plus
  *   float32's own error;
  * - BatchMatMulV2 in both 16-bit formats (adjoints, broadcast batch dimensions) against float64;
+ * - Conv2D and its two gradients in both formats (strides, SAME and VALID, pointwise) likewise;
  * - an MLP's rewritten graph: which nodes convert, the casts (one per value, a variable's
  *   shared by its forward product and its gradient's), float32 variables and updates, deny
  *   ops and what they feed, ids a topological order, and rewriting only what was added;
@@ -198,6 +199,105 @@ static void test_batch_matmul_16(void **state) {
     for (int f = 0; f < 4; f++) {
         check_bmm(DG_BFLOAT16, f & 1, f & 2);
         check_bmm(DG_FLOAT16, f & 1, f & 2);
+    }
+}
+
+// Conv2D in 16 bits and its two gradients (through dg_gradients, dy fed): x [2,7,6,3], filter
+// [kh,kw,3,4], against float64 loops over the widened values; each output is one rounding of a
+// float32 sum.
+static void check_conv(dg_dtype t, int kh, int kw, int stride, dg_padding pad) {
+    enum { NB = 2, H = 7, W = 6, C = 3, O = 4 };
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    int oh = pad == DG_PADDING_SAME ? (H + stride - 1) / stride : (H - kh) / stride + 1;
+    int ow = pad == DG_PADDING_SAME ? (W + stride - 1) / stride : (W - kw) / stride + 1;
+    int pt = 0, pl = 0;
+    if (pad == DG_PADDING_SAME) {
+        int ph = (oh - 1) * stride + kh - H, pw = (ow - 1) * stride + kw - W;
+        pt = ph > 0 ? ph / 2 : 0;
+        pl = pw > 0 ? pw / 2 : 0;
+    }
+    int nx = NB * H * W * C, nf = kh * kw * C * O, ny = NB * oh * ow * O;
+    double *xv = malloc(sizeof(double) * (size_t)nx), *fv = malloc(sizeof(double) * (size_t)nf);
+    double *dyv = malloc(sizeof(double) * (size_t)ny);
+    uint64_t seed = 23;
+    for (int i = 0; i < nx; i++) xv[i] = round16(t, dg_test_uniform(&seed, -2, 2));
+    for (int i = 0; i < nf; i++) fv[i] = round16(t, dg_test_uniform(&seed, -2, 2));
+    for (int i = 0; i < ny; i++) dyv[i] = round16(t, dg_test_uniform(&seed, -2, 2));
+    dg_shape xs = dg_shape_make(4, (int64_t[]){NB, H, W, C}), fs = dg_shape_make(4, (int64_t[]){kh, kw, C, O});
+    dg_shape ys = dg_shape_make(4, (int64_t[]){NB, oh, ow, O});
+    dg_output x = dg_placeholder(g, "x", t, xs), f = dg_placeholder(g, "f", t, fs), dy = dg_placeholder(g, "dy", t, ys);
+    dg_output y = dg_conv2d(g, "y", x, f, stride, stride, pad), d[2];
+    dg_output xf[] = {x, f};
+    assert_true(dg_gradients(g, &y, 1, xf, 2, &dy, d));
+    assert_ok(dg_graph_status(g));
+    assert_string_equal(dg_node_op_type(d[0].node), "Conv2DBackpropInput");
+    assert_string_equal(dg_node_op_type(d[1].node), "Conv2DBackpropFilter");
+    dg_session *sess = dg_session_new(g, "local", NULL, st);
+    dg_tensor *xt = tensor16(t, xs, xv, nx), *ft = tensor16(t, fs, fv, nf), *dyt = tensor16(t, ys, dyv, ny);
+    dg_output feeds[] = {x, f, dy}, fetch[] = {y, d[0], d[1]};
+    dg_tensor *vals[] = {xt, ft, dyt}, *out[3] = {0};
+    assert_true(dg_session_run(sess, feeds, vals, 3, fetch, out, 3, NULL, 0, st));
+    assert_ok(st);
+    double u = t == DG_BFLOAT16 ? 0x1p-8 : 0x1p-11;
+    double *ref[3], *mag[3];
+    int cnt[3] = {ny, nx, nf};
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(dg_tensor_dtype(out[r]), t);
+        assert_int_equal(dg_tensor_num_elements(out[r]), cnt[r]);
+        ref[r] = calloc((size_t)cnt[r], sizeof(double));
+        mag[r] = calloc((size_t)cnt[r], sizeof(double));
+    }
+    for (int n = 0; n < NB; n++)
+        for (int oy = 0; oy < oh; oy++)
+            for (int ox = 0; ox < ow; ox++)
+                for (int ky = 0; ky < kh; ky++)
+                    for (int kx = 0; kx < kw; kx++) {
+                        int iy = oy * stride - pt + ky, ix = ox * stride - pl + kx;
+                        if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                        for (int c = 0; c < C; c++)
+                            for (int o = 0; o < O; o++) {
+                                int yi = ((n * oh + oy) * ow + ox) * O + o, xi = ((n * H + iy) * W + ix) * C + c;
+                                int fi = ((ky * kw + kx) * C + c) * O + o;
+                                ref[0][yi] += xv[xi] * fv[fi];
+                                mag[0][yi] += fabs(xv[xi] * fv[fi]);
+                                ref[1][xi] += dyv[yi] * fv[fi];
+                                mag[1][xi] += fabs(dyv[yi] * fv[fi]);
+                                ref[2][fi] += xv[xi] * dyv[yi];
+                                mag[2][fi] += fabs(xv[xi] * dyv[yi]);
+                            }
+                    }
+    const char *what[] = {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"};
+    for (int r = 0; r < 3; r++) {
+        for (int i = 0; i < cnt[r]; i++) {
+            double got = get16(out[r], i), tol = u * fabs(ref[r][i]) + 64 * 0x1p-24 * mag[r][i];
+            if (!(fabs(got - ref[r][i]) <= tol))
+                fail_msg("%s in %s (k %dx%d, stride %d, %s), element %d: %.9g, want %.9g", what[r], dg_dtype_name(t), kh,
+                         kw, stride, pad == DG_PADDING_SAME ? "SAME" : "VALID", i, got, ref[r][i]);
+        }
+        free(ref[r]);
+        free(mag[r]);
+        dg_tensor_unref(out[r]);
+    }
+    dg_tensor_unref(xt);
+    dg_tensor_unref(ft);
+    dg_tensor_unref(dyt);
+    free(xv);
+    free(fv);
+    free(dyv);
+    dg_session_free(&sess);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+static void test_conv2d_16(void **state) {
+    (void)state;
+    for (int ti = 0; ti < 2; ti++) {
+        dg_dtype t = ti ? DG_FLOAT16 : DG_BFLOAT16;
+        check_conv(t, 3, 3, 1, DG_PADDING_SAME);
+        check_conv(t, 3, 2, 2, DG_PADDING_SAME);
+        check_conv(t, 2, 3, 1, DG_PADDING_VALID);
+        check_conv(t, 1, 1, 1, DG_PADDING_VALID);   // pointwise: the input is its own window matrix
     }
 }
 
@@ -568,6 +668,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_16),
         cmocka_unit_test(test_batch_matmul_16),
+        cmocka_unit_test(test_conv2d_16),
         cmocka_unit_test(test_rewrite_mlp),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_logits_against_float64),
