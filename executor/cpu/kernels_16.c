@@ -13,6 +13,8 @@
 #include "exec_kernel_registry_impl.h"
 #include "graph_impl.h"
 
+static bool fast_compute(const dg_node *node, exec_ctx *ctx, bool *done);
+
 typedef struct via32 {
     const exec_kernel_def *inner;   // the op's float32 kernel
     void *state;                    // its state
@@ -47,7 +49,9 @@ static void via32_destroy(void *state) {
 
 static bool via32_compute(void *state, exec_ctx *ctx) {
     via32 *v = state;
-    return cpu_compute_via_f32(v->inner->compute, v->state, ctx);
+    bool done;
+    bool ok = fast_compute(ctx->node, ctx, &done);
+    return done ? ok : cpu_compute_via_f32(v->inner->compute, v->state, ctx);
 }
 
 bool cpu_compute_via_f32(bool (*compute)(void *state, exec_ctx *ctx), void *state, exec_ctx *ctx) {
@@ -101,6 +105,131 @@ bool cpu_compute_via_f32(bool (*compute)(void *state, exec_ctx *ctx), void *stat
     free(ins);
     free(outs);
     free(owned);
+    return ok;
+}
+
+// ---- the hot ones in one pass ----
+//
+// Add, Sub, Mul, Maximum, Minimum and AddN of one shape, BiasAdd, Relu, ReluGrad, Gelu and
+// GeluGrad go through float32 a chunk of CHUNK elements at a time, in buffers that stay in L1:
+// the 16-bit values are read once and written once, with no float32 tensors in memory. The
+// arithmetic is the float32 kernels' (gelu.c's loops for Gelu), so the results are the same
+// bits as the generic path's, which takes every other case (broadcasting, the other ops).
+
+enum { CHUNK = 2048, MAX_FAST_INPUTS = 8 };
+#define FAST_SPLIT ((int64_t)1 << 16)
+
+typedef enum fast_kind { F_NONE, F_ADD, F_SUB, F_MUL, F_MAX, F_MIN, F_ADDN, F_BIAS, F_RELU, F_RELU_GRAD, F_GELU,
+                         F_GELU_GRAD } fast_kind;
+
+typedef struct fast_job {
+    fast_kind kind;
+    bool tanh_form;
+    dg_dtype t;
+    const uint16_t *in[MAX_FAST_INPUTS];
+    int n_in;
+    const float *bias;   // F_BIAS: the bias widened, C of them
+    int64_t C;
+    uint16_t *out;
+    int64_t n;
+} fast_job;
+
+CPU_CLONES static void fast_range(const fast_job *j, int64_t lo, int64_t hi) {
+    float a[CHUNK], b[CHUNK], o[CHUNK];
+    for (int64_t s = lo; s < hi; s += CHUNK) {
+        int64_t m = hi - s < CHUNK ? hi - s : CHUNK;
+        cpu_f16s_to_f32(j->t, j->in[0] + s, a, m);
+        if (j->n_in > 1 && j->kind != F_ADDN) cpu_f16s_to_f32(j->t, j->in[1] + s, b, m);
+        switch (j->kind) {
+        case F_ADD: for (int64_t i = 0; i < m; i++) o[i] = a[i] + b[i]; break;
+        case F_SUB: for (int64_t i = 0; i < m; i++) o[i] = a[i] - b[i]; break;
+        case F_MUL: for (int64_t i = 0; i < m; i++) o[i] = a[i] * b[i]; break;
+        case F_MAX: for (int64_t i = 0; i < m; i++) o[i] = a[i] > b[i] ? a[i] : b[i]; break;
+        case F_MIN: for (int64_t i = 0; i < m; i++) o[i] = a[i] < b[i] ? a[i] : b[i]; break;
+        case F_ADDN:
+            memcpy(o, a, (size_t)m * sizeof *o);
+            for (int k = 1; k < j->n_in; k++) {
+                cpu_f16s_to_f32(j->t, j->in[k] + s, b, m);
+                for (int64_t i = 0; i < m; i++) o[i] += b[i];
+            }
+            break;
+        case F_BIAS: {
+            int64_t c = s % j->C;
+            for (int64_t i = 0; i < m; i++) {
+                o[i] = a[i] + j->bias[c];
+                if (++c == j->C) c = 0;
+            }
+            break;
+        }
+        case F_RELU: for (int64_t i = 0; i < m; i++) o[i] = a[i] > 0 ? a[i] : 0; break;
+        case F_RELU_GRAD: for (int64_t i = 0; i < m; i++) o[i] = b[i] > 0 ? a[i] : 0; break;   // (dy, x)
+        case F_GELU: cpu_gelu_f32(a, o, m, j->tanh_form); break;
+        case F_GELU_GRAD: cpu_gelu_grad_f32(a, b, o, m, j->tanh_form); break;   // (dy, x)
+        default: break;
+        }
+        cpu_f32_to_f16s(j->t, o, j->out + s, m);
+    }
+}
+
+static void fast_piece(void *ctx, int i, int n) {
+    const fast_job *j = ctx;
+    int64_t lo, hi;
+    cpu_piece_range(j->n, i, n, &lo, &hi);
+    if (lo < hi) fast_range(j, lo, hi);
+}
+
+static fast_kind fast_kind_of(const dg_node *n, bool *tanh_form) {
+    static const struct {
+        const char *op;
+        fast_kind kind;
+    } kinds[] = {{"Add", F_ADD}, {"Sub", F_SUB}, {"Mul", F_MUL}, {"Maximum", F_MAX}, {"Minimum", F_MIN},
+                 {"AddN", F_ADDN}, {"BiasAdd", F_BIAS}, {"Relu", F_RELU}, {"ReluGrad", F_RELU_GRAD},
+                 {"Gelu", F_GELU}, {"GeluGrad", F_GELU_GRAD}};
+    *tanh_form = false;
+    (void)dg_node_attr_bool(n, "approximate", tanh_form);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strcmp(kinds[i].op, n->op->name) == 0) return kinds[i].kind;
+    return F_NONE;
+}
+
+// The one-pass path when it applies (every input of the node's dtype, in host memory, of one
+// element count, BiasAdd's bias excepted); false with *done false when it does not.
+static bool fast_compute(const dg_node *node, exec_ctx *ctx, bool *done) {
+    *done = false;
+    fast_job j = {.t = ctx->node->out_dtypes[0], .n_in = ctx->n_inputs};
+    j.kind = fast_kind_of(node, &j.tanh_form);
+    if (j.kind == F_NONE || ctx->n_inputs > MAX_FAST_INPUTS || ctx->n_outputs != 1) return false;
+    const dg_tensor *x = ctx->inputs[0];
+    for (int i = 0; i < ctx->n_inputs; i++) {
+        const dg_tensor *in = ctx->inputs[i];
+        if (in->dtype != j.t || !tensor_on_host(in)) return false;
+        if (!(j.kind == F_BIAS && i == 1) && in->n_elements != x->n_elements) return false;
+        j.in[i] = in->data;
+    }
+    float *bias = NULL;
+    if (j.kind == F_BIAS) {
+        const dg_tensor *b = ctx->inputs[1];
+        j.C = x->shape.rank > 0 ? x->shape.dims[x->shape.rank - 1] : -1;
+        if (b->shape.rank != 1 || b->n_elements != j.C || j.C < 1) return false;   // the generic path names it
+        if (!(bias = malloc((size_t)j.C * sizeof *bias))) return false;
+        cpu_f16s_to_f32(j.t, b->data, bias, j.C);
+        j.bias = bias;
+    }
+    *done = true;
+    dg_tensor *o = exec_alloc_output(ctx, 0, j.t, x->shape);
+    bool ok = o != NULL;
+    if (ok) {
+        j.out = o->data;
+        j.n = x->n_elements;
+        int threads = exec_cpu_threads();
+        bool split = false;
+        if (j.n >= 2 * FAST_SPLIT && threads > 1) {
+            int64_t by_size = j.n / FAST_SPLIT;
+            split = cpu_parallel_for(by_size < threads ? (int)by_size : threads, fast_piece, &j);
+        }
+        if (!split) fast_range(&j, 0, j.n);
+    }
+    free(bias);
     return ok;
 }
 

@@ -39,7 +39,6 @@ static double get16(const dg_tensor *x, int i) {
     return dg_tensor_dtype(x) == DG_BFLOAT16 ? dg_bfloat16_to_float(h[i]) : dg_float16_to_float(h[i]);
 }
 
-enum { E = 257 };   // odd, past one vector
 
 typedef enum { OP_ADD, OP_SUB, OP_MUL, OP_MAX, OP_MIN, OP_NEG, OP_ADDN, OP_BIAS, OP_RELU, OP_SIGMOID, OP_TANH,
                OP_GELU, OP_RELU_GRAD, OP_SIGMOID_GRAD, OP_TANH_GRAD, OP_GELU_GRAD, N_OPS } op_kind;
@@ -50,12 +49,12 @@ static double sigm(double x) { return 1 / (1 + exp(-x)); }
 static double gelu(double x) { return 0.5 * x * (1 + erf(x / sqrt(2.0))); }
 static double gelu_d(double x) { return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI); }
 
-// One op in dtype t on inputs a, b (widened values), against float64.
-static void check_op(dg_dtype t, op_kind k) {
+// One op in dtype t on E elements of inputs a, b (widened values), against float64.
+static void check_op(dg_dtype t, op_kind k, int E) {
     dg_status *st = dg_status_new();
     dg_graph *g = dg_graph_new();
     uint64_t seed = 17 + (uint64_t)k;
-    double av[E], bv[E], cv[E];
+    double *av = malloc(3 * sizeof(double) * (size_t)E), *bv = av + E, *cv = bv + E;
     for (int i = 0; i < E; i++) {
         av[i] = round16(t, dg_test_uniform(&seed, -3, 3));
         bv[i] = round16(t, dg_test_uniform(&seed, -3, 3));
@@ -101,7 +100,7 @@ static void check_op(dg_dtype t, op_kind k) {
     assert_int_equal(dg_tensor_dtype(out), t);
     double half_ulp = t == DG_BFLOAT16 ? 0x1p-8 : 0x1p-11;   // the unit roundoff: 8 and 11 significant bits
     for (int i = 0; i < E; i++) {
-        double x = av[i], z = bv[i], want, mag;
+        double x = av[i], z = bv[i], want, mag, fwd = 0;   // fwd: what a step of the rounded forward value moves
         switch (k) {
         case OP_ADD: want = x + z; mag = fabs(x) + fabs(z); break;
         case OP_SUB: want = x - z; mag = fabs(x) + fabs(z); break;
@@ -115,14 +114,29 @@ static void check_op(dg_dtype t, op_kind k) {
         case OP_SIGMOID: want = sigm(x); mag = fabs(want); break;
         case OP_TANH: want = tanh(x); mag = fabs(want); break;
         case OP_GELU: want = gelu(x); mag = fabs(x); break;
-        // The gradients read the forward output rounded to dtype, as the graph holds it.
         case OP_RELU_GRAD: want = x > 0 ? z : 0; mag = fabs(z); break;
-        case OP_SIGMOID_GRAD: { double f = round16(t, sigm(x)); want = z * f * (1 - f); mag = fabs(want) + fabs(z * f * f); break; }
-        case OP_TANH_GRAD: { double f = round16(t, tanh(x)); want = z * (1 - f * f); mag = fabs(z) * (1 + f * f); break; }
+        // The gradients read the forward output rounded to dtype, as the graph holds it; the
+        // float32 forward value may round to the neighbouring 16-bit value where float64's
+        // does not, which moves the gradient by fwd.
+        case OP_SIGMOID_GRAD: {
+            double f = round16(t, sigm(x));
+            want = z * f * (1 - f);
+            mag = fabs(want) + fabs(z * f * f);
+            fwd = fabs(z * (1 - 2 * f)) * 2 * half_ulp * fabs(f);
+            break;
+        }
+        case OP_TANH_GRAD: {
+            double f = round16(t, tanh(x));
+            want = z * (1 - f * f);
+            mag = fabs(z) * (1 + f * f);
+            fwd = fabs(z * 2 * f) * 2 * half_ulp * fabs(f);
+            break;
+        }
         default: want = z * gelu_d(x); mag = fabs(z) * (fabs(gelu_d(x)) + fabs(x)); break;
         }
-        // One rounding to dtype of a float32 result whose own error is a few float32 ulps.
-        double tol = half_ulp * fabs(want) + 8 * 0x1p-24 * mag + 1e-30;
+        // One rounding to dtype of a float32 result whose own error is a few float32 ulps;
+        // below float16's smallest normal (2^-14) its steps are 2^-24, so half of that at most.
+        double tol = half_ulp * fabs(want) + 8 * 0x1p-24 * mag + (t == DG_FLOAT16 ? 0x1p-25 : 1e-30) + fwd;
         double got = get16(out, i);
         if (!(fabs(got - want) <= tol))
             fail_msg("%s in %s, element %d (a=%.9g b=%.9g): %.9g, want %.9g (tolerance %.3g)", op_names[k],
@@ -133,6 +147,7 @@ static void check_op(dg_dtype t, op_kind k) {
     dg_tensor_unref(bt);
     dg_tensor_unref(ct);
     dg_tensor_unref(biast);
+    free(av);
     dg_session_free(&sess);
     dg_graph_free(&g);
     dg_status_free(&st);
@@ -140,10 +155,13 @@ static void check_op(dg_dtype t, op_kind k) {
 
 static void test_kernels_16(void **state) {
     (void)state;
-    for (int k = 0; k < N_OPS; k++) {
-        check_op(DG_BFLOAT16, (op_kind)k);
-        check_op(DG_FLOAT16, (op_kind)k);
-    }
+    // 257: odd, past one vector, one chunk; 140001: many chunks of kernels_16.c's one-pass
+    // kernels, split over the intra-op threads.
+    for (int k = 0; k < N_OPS; k++)
+        for (int e = 0; e < 2; e++) {
+            check_op(DG_BFLOAT16, (op_kind)k, e ? 140001 : 257);
+            check_op(DG_FLOAT16, (op_kind)k, e ? 140001 : 257);
+        }
 }
 
 // BatchMatMulV2 in 16 bits: x [2,1,5,7] (adjoint: [2,1,7,5]) times y [3,7,4], batch dims
