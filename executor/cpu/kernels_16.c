@@ -139,7 +139,8 @@ CPU_CLONES static void fast_range(const fast_job *j, int64_t lo, int64_t hi) {
     for (int64_t s = lo; s < hi; s += CHUNK) {
         int64_t m = hi - s < CHUNK ? hi - s : CHUNK;
         cpu_f16s_to_f32(j->t, j->in[0] + s, a, m);
-        if (j->n_in > 1 && j->kind != F_ADDN) cpu_f16s_to_f32(j->t, j->in[1] + s, b, m);
+        // The second input of one shape (BiasAdd's bias, C elements, is widened once before).
+        if (j->n_in > 1 && j->kind != F_ADDN && j->kind != F_BIAS) cpu_f16s_to_f32(j->t, j->in[1] + s, b, m);
         switch (j->kind) {
         case F_ADD: for (int64_t i = 0; i < m; i++) o[i] = a[i] + b[i]; break;
         case F_SUB: for (int64_t i = 0; i < m; i++) o[i] = a[i] - b[i]; break;
