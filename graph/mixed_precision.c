@@ -31,8 +31,9 @@ static const char *const list_names[] = {"", "allow", "infer", "clear", "deny"};
 static const char *const default_allow[] = {"MatMul", "BatchMatMulV2", "Conv2D", "Conv2DBackpropInput",
                                             "Conv2DBackpropFilter"};
 static const char *const default_infer[] = {"Add", "Sub", "Mul", "Maximum", "Minimum", "Neg", "AddN", "BiasAdd",
-                                            "Sigmoid", "SigmoidGrad", "Tanh", "TanhGrad", "Gelu", "GeluGrad"};
-static const char *const default_clear[] = {"Identity", "Reshape", "StopGradient", "Relu", "ReluGrad"};
+                                            "Sigmoid", "SigmoidGrad", "Tanh", "TanhGrad", "Gelu", "GeluGrad",
+                                            "ScaledDotProductAttention", "ScaledDotProductAttentionGrad"};
+static const char *const default_clear[] = {"Identity", "Reshape", "StopGradient", "Transpose", "Relu", "ReluGrad"};
 static const char *const default_deny[] = {"Exp", "Log", "Pow", "Softmax", "LogSoftmax", "SoftmaxCrossEntropyWithLogits",
                                            "SparseSoftmaxCrossEntropyWithLogits", "Sum", "Mean", "LayerNorm",
                                            "LayerNormGrad"};
@@ -47,8 +48,8 @@ dg_mixed_precision_options dg_mixed_precision_options_default(dg_dtype dtype) {
 // Ops that can hold or compute a 16-bit float, so may go on the allow, infer or clear list.
 static bool takes_16(const char *op) {
     return graph_op_computes_16(op) || strcmp(op, "MatMul") == 0 || strcmp(op, "BatchMatMulV2") == 0 ||
-           strncmp(op, "Conv2D", 6) == 0 || strcmp(op, "Identity") == 0 ||
-           strcmp(op, "Reshape") == 0 || strcmp(op, "StopGradient") == 0;
+           strncmp(op, "Conv2D", 6) == 0 || strcmp(op, "Identity") == 0 || strcmp(op, "Reshape") == 0 ||
+           strcmp(op, "StopGradient") == 0 || strcmp(op, "Transpose") == 0;
 }
 
 typedef struct lists {
@@ -162,7 +163,8 @@ static uint8_t decide(const dg_node *n, int list, dg_dtype low) {
 // kept: inference may know less than the builder did).
 static bool convert(dg_graph *g, dg_node *n, dg_dtype low, int *casts) {
     for (int i = 0; i < n->n_inputs; i++) {
-        if (dg_output_dtype(n->inputs[i]) != DG_FLOAT32) continue;
+        // A converted node's float32 output is float32 by design (attention's lse): read as is.
+        if (dg_output_dtype(n->inputs[i]) != DG_FLOAT32 || n->inputs[i].node->mixed == GRAPH_MIXED_LOW) continue;
         int before = dg_graph_num_nodes(g);
         dg_output c = graph_insert_cast(g, n->inputs[i], low);
         if (!c.node) return false;

@@ -23,7 +23,8 @@ static bool out1(dg_node *n, dg_dtype dt, dg_shape sh, dg_status *st) {
 // which has 16-bit kernels of its own. The mixed-precision rewrite's infer list draws on them.
 static const char *const ops_16[] = {"Add", "Sub", "Mul", "Maximum", "Minimum", "Neg", "AddN", "BiasAdd",
                                      "Relu", "ReluGrad", "Sigmoid", "SigmoidGrad", "Tanh", "TanhGrad",
-                                     "Gelu", "GeluGrad", "Conv2DBackpropFilter"};
+                                     "Gelu", "GeluGrad", "Conv2DBackpropFilter", "ScaledDotProductAttention",
+                                     "ScaledDotProductAttentionGrad"};
 
 int graph_ops_16(const char *const **names) {
     *names = ops_16;

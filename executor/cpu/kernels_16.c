@@ -1,5 +1,6 @@
-/* bfloat16 and float16 kernels for the elementwise ops the mixed-precision rewrite's infer
- * and clear lists convert (graph_ops_16, op_defs.c): each 16-bit input is widened to float32,
+/* bfloat16 and float16 kernels for the ops of graph_ops_16 (op_defs.c): the elementwise ops the
+ * mixed-precision rewrite's infer and clear lists convert, Conv2D's filter gradient and
+ * attention with its gradient (whose lse stays float32). Each 16-bit input is widened to float32,
  * the op's float32 kernel runs, and each float32 output is rounded once to the node's dtype
  * (to nearest, ties to even). So a 16-bit op gives the float32 op's value rounded once, as
  * TensorFlow's Eigen kernels for bfloat16 do. The table is made from the graph's list at

@@ -230,7 +230,7 @@ static bool one_hot_compute(void *state, exec_ctx *ctx) {
 
 const exec_kernel_def cpu_index_kernels[] = {
     K("Range", DT_NUMERIC, range_compute),
-    K("Transpose", DT_ALL, transpose_compute),
+    K("Transpose", DT_STORAGE, transpose_compute),
     K("Tile", DT_ALL, tile_compute),
     K("StopGradient", DT_STORAGE, cpu_identity_compute),
     // Chosen by input 0's dtype: the condition's, and the indices'.

@@ -166,7 +166,8 @@ dg_output dg_square(dg_graph *g, const char *name, dg_output x);
 dg_output dg_sqrt(dg_graph *g, const char *name, dg_output x);
 // TensorFlow's BatchMatMulV2 (tf.linalg.matmul of rank >= 2): x [..., M, K] times
 // y [..., K, N] for every batch index, the batch dimensions broadcast; adj_x and adj_y
-// transpose the last two dimensions of x and y first. float32/float64.
+// transpose the last two dimensions of x and y first. float32, float64, bfloat16 or float16
+// (sums in float32).
 dg_output dg_batch_matmul(dg_graph *g, const char *name, dg_output x, dg_output y, bool adj_x, bool adj_y);
 // Scaled dot-product attention (PyTorch's F.scaled_dot_product_attention, one fused op with
 // a fused gradient): softmax(scale * q k^T) v for q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv]
@@ -174,6 +175,7 @@ dg_output dg_batch_matmul(dg_graph *g, const char *name, dg_output x, dg_output 
 // 1 / sqrt(D). causal: query i sees key j only if j <= i + Tk - Tq (for Tq = Tk, the keys up to
 // its own position); a query that sees no key gives 0. The Tq x Tk scores are never kept: the
 // node's output 1 holds each query's log-sum-exp, from which the gradient recomputes them.
+// bfloat16 and float16 q, k, v compute in float32 (output 1 then stays float32).
 dg_output dg_attention(dg_graph *g, const char *name, dg_output q, dg_output k, dg_output v, bool causal,
                        double scale);
 // The same with a boolean mask (PyTorch's boolean attn_mask, Keras' attention_mask): query i

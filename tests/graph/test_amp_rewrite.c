@@ -5,7 +5,8 @@
  *   the format (2^-8 relative for bfloat16's 8 significant bits, 2^-11 for float16's 11) plus
  *   float32's own error;
  * - BatchMatMulV2 in both 16-bit formats (adjoints, broadcast batch dimensions) against float64;
- * - Conv2D and its two gradients in both formats (strides, SAME and VALID, pointwise) likewise;
+ * - Conv2D and its two gradients in both formats (strides, SAME and VALID, pointwise) likewise,
+ *   and causal attention with its gradient (its lse kept float32);
  * - an MLP's rewritten graph: which nodes convert, the casts (one per value, a variable's
  *   shared by its forward product and its gradient's), float32 variables and updates, deny
  *   ops and what they feed, ids a topological order, and rewriting only what was added;
@@ -317,6 +318,112 @@ static void test_conv2d_16(void **state) {
         check_conv(t, 2, 3, 1, DG_PADDING_VALID);
         check_conv(t, 1, 1, 1, DG_PADDING_VALID);   // pointwise: the input is its own window matrix
     }
+}
+
+// Causal attention in 16 bits, q, k, v [2, 2, 5, 4], and its gradient with dout fed, against
+// float64: P = softmax(s q k^T) over the keys each query sees, out = P v; dv = P^T dout,
+// dP = dout v^T, dS = P (dP - rowsum(dP P)), dq = s dS k, dk = s dS^T q. Each output is a
+// float32 result rounded once; lse stays float32.
+static void check_attention16(dg_dtype t) {
+    enum { BH = 4, T = 5, D = 4, N = BH * T * D };
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    double qv[N], kv[N], vv[N], dov[N];
+    uint64_t seed = 31;
+    for (int i = 0; i < N; i++) {
+        qv[i] = round16(t, dg_test_uniform(&seed, -1, 1));
+        kv[i] = round16(t, dg_test_uniform(&seed, -1, 1));
+        vv[i] = round16(t, dg_test_uniform(&seed, -1, 1));
+        dov[i] = round16(t, dg_test_uniform(&seed, -1, 1));
+    }
+    dg_shape s4 = dg_shape_make(4, (int64_t[]){2, 2, T, D});
+    dg_output q = dg_placeholder(g, "q", t, s4), k = dg_placeholder(g, "k", t, s4), v = dg_placeholder(g, "v", t, s4);
+    dg_output dout = dg_placeholder(g, "dout", t, s4);
+    dg_output o = dg_attention(g, "att", q, k, v, true, 0), d[3];
+    dg_output xs[] = {q, k, v};
+    assert_true(dg_gradients(g, &o, 1, xs, 3, &dout, d));
+    assert_ok(dg_graph_status(g));
+    assert_int_equal(dg_output_dtype(o), t);
+    assert_int_equal(dg_node_output_dtype(o.node, 1), DG_FLOAT32);   // lse
+    dg_session *sess = dg_session_new(g, "local", NULL, st);
+    dg_tensor *qt = tensor16(t, s4, qv, N), *kt = tensor16(t, s4, kv, N), *vt = tensor16(t, s4, vv, N);
+    dg_tensor *dt = tensor16(t, s4, dov, N), *out[4] = {0};
+    dg_output feeds[] = {q, k, v, dout}, fetch[] = {o, d[0], d[1], d[2]};
+    dg_tensor *vals[] = {qt, kt, vt, dt};
+    assert_true(dg_session_run(sess, feeds, vals, 4, fetch, out, 4, NULL, 0, st));
+    assert_ok(st);
+    double ref[4][N] = {{0}}, mag[4][N] = {{0}}, sc = 1 / sqrt((double)D);
+    // The gradient reads the forward output as the graph holds it, rounded to dtype, for
+    // rowsum(dout out): that moves dS by P times up to u * sum |dout out| (one[] below).
+    double u = t == DG_BFLOAT16 ? 0x1p-8 : 0x1p-11, one[4][N] = {{0}};
+    for (int b = 0; b < BH; b++) {
+        const double *Q = qv + b * T * D, *K = kv + b * T * D, *V = vv + b * T * D, *dO = dov + b * T * D;
+        double P[T][T] = {{0}}, dS[T][T] = {{0}};
+        for (int i = 0; i < T; i++) {
+            double m = -INFINITY, sum = 0;
+            for (int j = 0; j <= i; j++) {
+                for (int e = 0; e < D; e++) P[i][j] += sc * Q[i * D + e] * K[j * D + e];
+                m = fmax(m, P[i][j]);
+            }
+            for (int j = 0; j <= i; j++) sum += (P[i][j] = exp(P[i][j] - m));
+            for (int j = 0; j <= i; j++) P[i][j] /= sum;
+            double dP[T] = {0}, rs = 0;
+            for (int j = 0; j <= i; j++) {
+                for (int e = 0; e < D; e++) dP[j] += dO[i * D + e] * V[j * D + e];
+                rs += dP[j] * P[i][j];
+            }
+            for (int j = 0; j <= i; j++) dS[i][j] = P[i][j] * (dP[j] - rs);
+        }
+        double rsmag[T] = {0};   // sum over e of |dout out| per query, out from float64
+        for (int i = 0; i < T; i++)
+            for (int e = 0; e < D; e++) {
+                double oe = 0;
+                for (int j = 0; j < T; j++) oe += P[i][j] * V[j * D + e];
+                rsmag[i] += fabs(dO[i * D + e] * oe);
+            }
+        for (int i = 0; i < T; i++)
+            for (int e = 0; e < D; e++) {
+                int at = b * T * D + i * D + e;
+                for (int j = 0; j < T; j++) {
+                    ref[0][at] += P[i][j] * V[j * D + e];
+                    mag[0][at] += fabs(P[i][j] * V[j * D + e]);
+                    ref[1][at] += sc * dS[i][j] * K[j * D + e];   // dq
+                    mag[1][at] += fabs(sc * dS[i][j] * K[j * D + e]) + sc * P[i][j] * fabs(K[j * D + e]);
+                    one[1][at] += u * rsmag[i] * sc * P[i][j] * fabs(K[j * D + e]);
+                    ref[2][at] += sc * dS[j][i] * Q[j * D + e];   // dk
+                    mag[2][at] += fabs(sc * dS[j][i] * Q[j * D + e]) + sc * P[j][i] * fabs(Q[j * D + e]);
+                    one[2][at] += u * rsmag[j] * sc * P[j][i] * fabs(Q[j * D + e]);
+                    ref[3][at] += P[j][i] * dO[j * D + e];        // dv
+                    mag[3][at] += fabs(P[j][i] * dO[j * D + e]);
+                }
+            }
+    }
+    const char *what[] = {"attention", "dq", "dk", "dv"};
+    for (int r = 0; r < 4; r++) {
+        assert_int_equal(dg_tensor_dtype(out[r]), t);
+        for (int i = 0; i < N; i++) {
+            // One rounding to dtype of float32 arithmetic (exp's and the sums' errors a few
+            // float32 ulps of what went in), plus float16's subnormal step.
+            double got = get16(out[r], i), tol = u * fabs(ref[r][i]) + 64 * 0x1p-24 * mag[r][i] + one[r][i] + 0x1p-25;
+            if (!(fabs(got - ref[r][i]) <= tol))
+                fail_msg("%s in %s, element %d: %.9g, want %.9g (tolerance %.3g)", what[r], dg_dtype_name(t), i, got,
+                         ref[r][i], tol);
+        }
+        dg_tensor_unref(out[r]);
+    }
+    dg_tensor_unref(qt);
+    dg_tensor_unref(kt);
+    dg_tensor_unref(vt);
+    dg_tensor_unref(dt);
+    dg_session_free(&sess);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+static void test_attention_16(void **state) {
+    (void)state;
+    check_attention16(DG_BFLOAT16);
+    check_attention16(DG_FLOAT16);
 }
 
 // ---- the rewrite of an MLP ----
@@ -687,6 +794,7 @@ int main(void) {
         cmocka_unit_test(test_kernels_16),
         cmocka_unit_test(test_batch_matmul_16),
         cmocka_unit_test(test_conv2d_16),
+        cmocka_unit_test(test_attention_16),
         cmocka_unit_test(test_rewrite_mlp),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_logits_against_float64),
