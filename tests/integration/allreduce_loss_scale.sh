@@ -7,7 +7,8 @@
 # Checking before the all-reduce would let worker 0 apply what worker 1 skipped, and the two
 # copies of the model would part. Then the same under sync replicas (1 ps + 2 workers,
 # dg_sync_replicas_minimize_with_loss_scale): the chief checks the averages it takes, so the
-# three steps are skipped for both workers, which read the same scale and skip count.
+# three steps are skipped for both workers, which read the same scale and skip count. The
+# all-reduce part runs again with the session's mixed-precision rewrite (--amp rewrite).
 source "$(dirname "$0")/common.bash"
 # two_workers LOG HOSTS FLAGS: workers 0 and 1 (1 forcing the overflow), their logs LOG0 and
 # LOG1, both waited for (status 0, within 180 s).
@@ -43,6 +44,23 @@ check_ge "the test accuracy" "$acc" 0.84
 grep "^Loss scaling" "$TMP/w0"
 ar_acc=$acc
 
+# The same with the products made float16 by the session's rewrite (--amp rewrite), which
+# keeps the loss scaler's unscaling in float32: the same skips on both workers, the same
+# variables at the end.
+read -r P0 P1 <<< "$(free_ports 2)"
+two_workers "$TMP/r" "--worker_hosts 127.0.0.1:$P0,127.0.0.1:$P1" \
+    "--all_reduce --mixed_precision fp16 --amp rewrite --train_steps 2000 --log_every 500 --quiet"
+grep -q "mixed precision: [0-9]* nodes compute in float16" "$TMP/r0" || fail "--amp rewrite: no rewrite reported"
+skips "$TMP/r1" > "$TMP/rskips1"
+skips "$TMP/r0" > "$TMP/rskips0"
+[ "$(tr '\n' ' ' < "$TMP/rskips1")" = "100 16384 101 8192 102 4096 " ] || fail "rewrite: worker 1's skips: $(tr '\n' ' ' < "$TMP/rskips1")"
+cmp -s "$TMP/rskips0" "$TMP/rskips1" || fail "rewrite: worker 0 skipped other steps than worker 1"
+r0=$(ce "$TMP/r0")
+check_number "rewrite: worker 0's test cross entropy" "$r0"
+[ "$r0" = "$(ce "$TMP/r1")" ] || fail "rewrite: the workers end with other variables"
+racc=$(sed -n 's/^Worker 0: validation accuracy = \([0-9.]*\) .*/\1/p' "$TMP/r0")
+check_ge "the rewrite's test accuracy" "$racc" 0.84
+
 # Sync replicas: the variables, the scale and its counters on the ps.
 read -r PP P0 P1 <<< "$(free_ports 3)"
 H="--ps_hosts 127.0.0.1:$PP --worker_hosts 127.0.0.1:$P0,127.0.0.1:$P1"
@@ -61,4 +79,4 @@ check_number "sync worker 0's test cross entropy" "$s0"
 sacc=$(sed -n 's/^Worker 0: validation accuracy = \([0-9.]*\) .*/\1/p' "$TMP/s0")
 check_ge "the sync test accuracy" "$sacc" 0.84
 echo "PASS allreduce_loss_scale (all-reduce: both skipped local steps 100-102, cross entropy $c0 on both," \
-    "accuracy $ar_acc; sync replicas: 3 steps skipped for both, accuracy $sacc)"
+    "accuracy $ar_acc; with the rewrite accuracy $racc; sync replicas: 3 steps skipped for both, accuracy $sacc)"
