@@ -830,6 +830,18 @@ dg_node *graph_finish(dg_node *n) {
         discard(g, n);
         return NULL;
     }
+    // A value the mixed-precision rewrite made 16-bit reads as it was built, float32, through
+    // its cast back: a node built after the rewrite sees the graph's dtypes unchanged.
+    for (int i = 0; i < n->n_inputs; i++)
+        if (n->inputs[i].node->mixed == GRAPH_MIXED_LOW && dg_dtype_is_float16_family(dg_output_dtype(n->inputs[i]))) {
+            dg_output c = graph_insert_cast(g, n->inputs[i], DG_FLOAT32);
+            if (!c.node) {
+                discard(g, n);
+                return NULL;
+            }
+            c.node->mixed = GRAPH_MIXED_CAST;
+            n->inputs[i] = c;
+        }
     dg_status st = DG_STATUS_INIT;
     if (def->infer && !def->infer(n, &st)) {
         graph_node_error(g, n, dg_status_code(&st), "%s", dg_status_message(&st));

@@ -131,6 +131,13 @@ static bool lists_build(lists *l, const dg_mixed_precision_options *o, dg_status
 
 static bool is_float_dtype(dg_dtype t) { return dg_dtype_is_float(t) || dg_dtype_is_float16_family(t); }
 
+// A cast back to float32 of a converted value (made for a reader off the lists, a fetch, or a
+// node built after the rewrite): a converted reader reads the value itself.
+static bool is_cast_back(const dg_node *src) {
+    return src->mixed == GRAPH_MIXED_CAST && src->n_inputs == 1 && src->out_dtypes[0] == DG_FLOAT32 &&
+           src->inputs[0].node->mixed == GRAPH_MIXED_LOW;
+}
+
 // The verdict on n (GRAPH_MIXED_*), its inputs decided.
 static uint8_t decide(const dg_node *n, int list, dg_dtype low) {
     bool keep = false;
@@ -149,7 +156,8 @@ static uint8_t decide(const dg_node *n, int list, dg_dtype low) {
         dg_dtype t = dg_output_dtype(n->inputs[i]);
         if (!is_float_dtype(t)) continue;
         n_float++;
-        if (src->mixed == GRAPH_MIXED_LOW && (t == low || t == DG_FLOAT32)) n_low++;   // converted, or to be
+        if ((src->mixed == GRAPH_MIXED_LOW && (t == low || t == DG_FLOAT32)) || is_cast_back(src))
+            n_low++;   // converted, or to be
         else if (t != DG_FLOAT32) return GRAPH_MIXED_NONE;   // float64, or 16 bits the user chose
         else if (src->mixed == GRAPH_MIXED_DENY) n_deny++;
     }
@@ -163,6 +171,10 @@ static uint8_t decide(const dg_node *n, int list, dg_dtype low) {
 // kept: inference may know less than the builder did).
 static bool convert(dg_graph *g, dg_node *n, dg_dtype low, int *casts) {
     for (int i = 0; i < n->n_inputs; i++) {
+        if (is_cast_back(n->inputs[i].node) && dg_output_dtype(n->inputs[i].node->inputs[0]) == low) {
+            n->inputs[i] = n->inputs[i].node->inputs[0];
+            continue;
+        }
         // A converted node's float32 output is float32 by design (attention's lse): read as is.
         if (dg_output_dtype(n->inputs[i]) != DG_FLOAT32 || n->inputs[i].node->mixed == GRAPH_MIXED_LOW) continue;
         int before = dg_graph_num_nodes(g);

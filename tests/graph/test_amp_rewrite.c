@@ -545,13 +545,20 @@ static void test_rewrite_mlp(void **state) {
     assert_true(dg_graph_rewrite_mixed_precision(g, &o, &r, st));
     assert_int_equal(dg_graph_num_nodes(g), n_now);
     assert_int_equal(r.nodes_converted, 0);
-    dg_output more = dg_add(g, "more", m.h, m.h);
-    assert_int_equal(dg_output_dtype(more), DG_BFLOAT16);   // built on the rewritten h: its dtype
+    // A node built after the rewrite reads a converted value as it was built, float32, through
+    // its cast back; the next call converts the node and gives it the 16-bit value itself.
+    dg_output more = dg_matmul(g, "more", m.h, m.w2, false, false);
+    assert_ok(dg_graph_status(g));
+    assert_int_equal(dg_output_dtype(more), DG_FLOAT32);
+    assert_string_equal(dg_node_name(dg_node_input(more.node, 0).node), "h/CastToFloat32");
     dg_output p_in = dg_placeholder(g, "p_in", DG_FLOAT32, dg_shape2(2, 2));
     dg_output p = dg_relu(g, "p", dg_matmul(g, "pm", p_in, p_in, false, false));
     assert_true(dg_graph_rewrite_mixed_precision(g, &o, &r, st));
-    assert_int_equal(r.nodes_converted, 2);   // the new product and its relu; more was built in bfloat16
-    assert_int_equal(r.casts_added, 1);       // p_in's
+    assert_int_equal(r.nodes_converted, 3);   // more, the new product and its relu
+    assert_int_equal(r.casts_added, 1);       // p_in's: more reads h and w2's cast, both there
+    assert_int_equal(dg_output_dtype(more), DG_BFLOAT16);
+    assert_ptr_equal(dg_node_input(more.node, 0).node, m.h.node);
+    assert_string_equal(dg_node_name(dg_node_input(more.node, 1).node), "w2/CastToBfloat16");
     assert_int_equal(dg_output_dtype(p), DG_BFLOAT16);
     assert_topological(g);
     dg_graph_free(&g);
