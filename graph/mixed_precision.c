@@ -6,7 +6,8 @@
  *   infer  compute in 16 bits when an input already is (elementwise ops after a product);
  *   clear  move values without arithmetic: 16 bits when all their float inputs are;
  *   deny   stay float32, and so do infer and clear ops fed by them (exp, log, softmax, losses,
- *          sums: their ranges or their rounding need float32). A node whose builder marked it
+ *          sums: their ranges or their rounding need float32; LayerNorm and attention compute
+ *          in float32 inside and keep their statistics float32, so they may infer). A node whose builder marked it
  *          GRAPH_ATTR_KEEP_FLOAT32 counts as denied (the loss scaler's unscaling).
  * Nodes are decided in id order (a topological order): a node goes to 16 bits when its float
  * outputs are float32 and every float input is float32 or already 16-bit from the rewrite.
@@ -32,11 +33,11 @@ static const char *const default_allow[] = {"MatMul", "BatchMatMulV2", "Conv2D",
                                             "Conv2DBackpropFilter"};
 static const char *const default_infer[] = {"Add", "Sub", "Mul", "Maximum", "Minimum", "Neg", "AddN", "BiasAdd",
                                             "Sigmoid", "SigmoidGrad", "Tanh", "TanhGrad", "Gelu", "GeluGrad",
-                                            "ScaledDotProductAttention", "ScaledDotProductAttentionGrad"};
+                                            "ScaledDotProductAttention", "ScaledDotProductAttentionGrad", "LayerNorm",
+                                            "LayerNormGrad"};
 static const char *const default_clear[] = {"Identity", "Reshape", "StopGradient", "Transpose", "Relu", "ReluGrad"};
 static const char *const default_deny[] = {"Exp", "Log", "Pow", "Softmax", "LogSoftmax", "SoftmaxCrossEntropyWithLogits",
-                                           "SparseSoftmaxCrossEntropyWithLogits", "Sum", "Mean", "LayerNorm",
-                                           "LayerNormGrad"};
+                                           "SparseSoftmaxCrossEntropyWithLogits", "Sum", "Mean"};
 
 dg_mixed_precision_options dg_mixed_precision_options_default(dg_dtype dtype) {
     dg_mixed_precision_options o;
@@ -169,8 +170,17 @@ static uint8_t decide(const dg_node *n, int list, dg_dtype low) {
 
 // A converted node: its float32 inputs through casts, its outputs inferred again (their shapes
 // kept: inference may know less than the builder did).
+// Inputs a converted op reads in float32 whatever its dtype: the forward pass's statistics
+// that LayerNorm's and attention's gradients recompute from.
+static bool keeps_float32(const dg_node *n, int i) {
+    if (strcmp(n->op->name, "LayerNormGrad") == 0) return i == 3 || i == 4;   // mean, rstd
+    if (strcmp(n->op->name, "ScaledDotProductAttentionGrad") == 0) return i == 5;   // lse
+    return false;
+}
+
 static bool convert(dg_graph *g, dg_node *n, dg_dtype low, int *casts) {
     for (int i = 0; i < n->n_inputs; i++) {
+        if (keeps_float32(n, i)) continue;
         if (is_cast_back(n->inputs[i].node) && dg_output_dtype(n->inputs[i].node->inputs[0]) == low) {
             n->inputs[i] = n->inputs[i].node->inputs[0];
             continue;
@@ -281,7 +291,11 @@ bool dg_graph_rewrite_mixed_precision(dg_graph *g, const dg_mixed_precision_opti
         free(placed);
     }
     graph_set_rewritten(g, total);
-    if (!ok || !dg_graph_check(g, st)) return false;
+    if (!dg_graph_check(g, st)) return false;   // the error a conversion recorded
+    if (!ok) {
+        dg_status_set(st, DG_INTERNAL, "mixed precision: a conversion failed without an error");
+        return false;
+    }
     if (report) {
         report->nodes_converted = converted;
         report->casts_added = casts;

@@ -45,14 +45,18 @@ static dg_shape in_sh(const dg_node *n, int i) { return dg_output_shape(n->input
 
 // x float of rank >= 1; each of the inputs named in vec ([C]: gamma, beta) of x's dtype and
 // shape [C]; each in rows (mean, rstd) of x's dtype and shape x[:-1].
+// The dtype of a LayerNorm's mean and rstd (and attention's lse) for inputs of dtype dt:
+// float32 for the 16-bit floats (the gradient reads them back), else dt.
+static dg_dtype stats_dtype(dg_dtype dt) { return dg_dtype_is_float16_family(dt) ? DG_FLOAT32 : dt; }
+
 static bool check_inputs(const dg_node *n, int x, const int *vec, int n_vec, const int *rows, int n_rows,
                          dg_status *st) {
     dg_dtype dt = in_dt(n, x);
     dg_shape xs = in_sh(n, x);
     char a[128], b[128];
-    if (dt != DG_FLOAT32 && dt != DG_FLOAT64) {
-        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: x must be float32 or float64, got %s", n->op->name,
-                       dg_dtype_name(dt));
+    if (dt != DG_FLOAT32 && dt != DG_FLOAT64 && !dg_dtype_is_float16_family(dt)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: x must be float32, float64, bfloat16 or float16, got %s",
+                       n->op->name, dg_dtype_name(dt));
         return false;
     }
     if (xs.rank == 0) {
@@ -63,7 +67,7 @@ static bool check_inputs(const dg_node *n, int x, const int *vec, int n_vec, con
     int64_t C = xs.rank > 0 ? xs.dims[xs.rank - 1] : -1;
     for (int k = 0; k < n_vec + n_rows; k++) {
         int i = k < n_vec ? vec[k] : rows[k - n_vec];
-        if (in_dt(n, i) != dt) {
+        if (in_dt(n, i) != (k < n_vec ? dt : stats_dtype(dt))) {
             dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: input %d is %s, x is %s", n->op->name, i,
                            dg_dtype_name(in_dt(n, i)), dg_dtype_name(dt));
             return false;
@@ -107,8 +111,8 @@ static bool infer_layer_norm(dg_node *n, dg_status *st) {
     dg_shape xs = in_sh(n, 0);
     if (!graph_set_num_outputs(n, 3, st)) return false;
     graph_set_output(n, 0, dt, xs);
-    graph_set_output(n, 1, dt, without_last(xs));
-    graph_set_output(n, 2, dt, without_last(xs));
+    graph_set_output(n, 1, stats_dtype(dt), without_last(xs));
+    graph_set_output(n, 2, stats_dtype(dt), without_last(xs));
     return true;
 }
 
@@ -231,10 +235,6 @@ static bool check_attention_mask(const dg_node *n, int m, dg_shape q, dg_shape k
     return true;
 }
 
-// The dtype of the forward pass's lse for q of dtype dt: float32 for the 16-bit floats (the
-// gradient recomputes the probabilities from it), else dt.
-static dg_dtype attention_lse_dtype(dg_dtype dt) { return dg_dtype_is_float16_family(dt) ? DG_FLOAT32 : dt; }
-
 // q, k, v (and, for the gradient, dout, out, lse): one float dtype, one rank >= 2, the batch
 // dimensions equal, q and k of one width D, k and v of one length Tk; the mask as above.
 static bool check_attention(const dg_node *n, int first, dg_status *st) {
@@ -248,7 +248,7 @@ static bool check_attention(const dg_node *n, int first, dg_status *st) {
     }
     int mask_at = first ? 6 : 3;   // the mask's input, when there is one
     for (int i = 0; i < n->n_inputs && i < mask_at; i++)
-        if (in_dt(n, i) != dt && !(first && i == 5 && in_dt(n, i) == attention_lse_dtype(dt))) {
+        if (in_dt(n, i) != dt && !(first && i == 5 && in_dt(n, i) == stats_dtype(dt))) {
             dg_status_setf(st, DG_INVALID_ARGUMENT, "%s: input %d is %s, q is %s", n->op->name, i,
                            dg_dtype_name(in_dt(n, i)), dg_dtype_name(dt));
             return false;
@@ -287,7 +287,7 @@ static bool infer_attention(dg_node *n, dg_status *st) {
     dg_shape q = in_sh(n, 0);
     if (!graph_set_num_outputs(n, 2, st)) return false;
     graph_set_output(n, 0, dt, attention_out_shape(q, in_sh(n, 2)));
-    graph_set_output(n, 1, attention_lse_dtype(dt), q.rank >= 0 ? without_last(q) : q);
+    graph_set_output(n, 1, stats_dtype(dt), q.rank >= 0 ? without_last(q) : q);
     return true;
 }
 

@@ -52,12 +52,12 @@ dg_dtype dg_graph_mixed_precision(const dg_graph *g);
 // four lists decide:
 //   allow: always in dtype (MatMul, BatchMatMulV2, Conv2D and its gradients);
 //   infer: in dtype when one of their float inputs already is (Add, Sub, Mul, Maximum, Minimum,
-//          Neg, AddN, BiasAdd, Sigmoid, Tanh, Gelu, ScaledDotProductAttention and their
-//          gradients);
+//          Neg, AddN, BiasAdd, Sigmoid, Tanh, Gelu, ScaledDotProductAttention, LayerNorm and
+//          their gradients; attention and LayerNorm keep their statistics float32);
 //   clear: in dtype when all their float inputs are (Identity, Reshape, StopGradient,
 //          Transpose, Relu, ReluGrad);
 //   deny:  float32, and so are infer and clear ops they feed (Exp, Log, Pow, Softmax,
-//          LogSoftmax, the cross entropies, Sum, Mean, LayerNorm and its gradient).
+//          LogSoftmax, the cross entropies, Sum, Mean).
 // Ops on no list stay float32. A converted node reads its float32 inputs through Casts to
 // dtype, and float32 readers of its output read it through a Cast back; each cast is made
 // once per value (a variable is cast once a step, for its product and its gradient's), named

@@ -238,9 +238,10 @@ dg_output dg_dropout(dg_graph *g, const char *name, dg_output x, double rate, dg
                      int64_t seed);
 // Layer normalisation over the last axis (one fused op, LayerNorm, with a fused gradient):
 // (x - mean) / sqrt(var + epsilon) * gamma + beta, mean and the biased variance taken over each
-// row of the last axis; gamma and beta have shape [C], C the last dimension of x (float32 or
-// float64). The values and gradients of Keras's LayerNormalization (axis -1). The node's
-// outputs 1 and 2 are each row's mean and 1 / sqrt(var + epsilon).
+// row of the last axis; gamma and beta have shape [C], C the last dimension of x (float32,
+// float64, or bfloat16 and float16 computed in float32). The values and gradients of Keras's
+// LayerNormalization (axis -1). The node's outputs 1 and 2 are each row's mean and
+// 1 / sqrt(var + epsilon) (float32 for the 16-bit floats).
 dg_output dg_layer_norm(dg_graph *g, const char *name, dg_output x, dg_output gamma, dg_output beta,
                         double epsilon);
 // A convolution layer (tf.layers.conv2d): activation(conv2d(x, kernel) + bias) with variables

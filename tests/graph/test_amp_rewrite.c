@@ -6,7 +6,7 @@
  *   float32's own error;
  * - BatchMatMulV2 in both 16-bit formats (adjoints, broadcast batch dimensions) against float64;
  * - Conv2D and its two gradients in both formats (strides, SAME and VALID, pointwise) likewise,
- *   and causal attention with its gradient (its lse kept float32);
+ *   causal attention and LayerNorm with their gradients (their statistics kept float32);
  * - an MLP's rewritten graph: which nodes convert, the casts (one per value, a variable's
  *   shared by its forward product and its gradient's), float32 variables and updates, deny
  *   ops and what they feed, ids a topological order, and rewriting only what was added;
@@ -426,6 +426,92 @@ static void test_attention_16(void **state) {
     check_attention16(DG_FLOAT16);
 }
 
+// LayerNorm in 16 bits over rows of 40 and its gradient (dy fed), against float64: y = xhat
+// gamma + beta, xhat = (x - mean) rstd; dx = rstd (g dy - mean(g dy) - xhat mean(g dy xhat)),
+// g = gamma; dgamma = sum over rows of dy xhat, dbeta = sum of dy. mean and rstd stay float32.
+static void check_layer_norm16(dg_dtype t) {
+    enum { R = 6, C = 40, N = R * C };
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    double xv[N], dyv[N], gv[C], bv[C];
+    uint64_t seed = 41;
+    for (int i = 0; i < N; i++) {
+        xv[i] = round16(t, dg_test_uniform(&seed, -2, 3));
+        dyv[i] = round16(t, dg_test_uniform(&seed, -1, 1));
+    }
+    for (int c = 0; c < C; c++) {
+        gv[c] = round16(t, dg_test_uniform(&seed, 0.5, 1.5));
+        bv[c] = round16(t, dg_test_uniform(&seed, -0.5, 0.5));
+    }
+    dg_output x = dg_placeholder(g, "x", t, dg_shape2(R, C)), dy = dg_placeholder(g, "dy", t, dg_shape2(R, C));
+    dg_output gamma = dg_placeholder(g, "gamma", t, dg_shape1(C)), beta = dg_placeholder(g, "beta", t, dg_shape1(C));
+    dg_output y = dg_layer_norm(g, "ln", x, gamma, beta, 1e-5), d[3];
+    dg_output xs[] = {x, gamma, beta};
+    assert_true(dg_gradients(g, &y, 1, xs, 3, &dy, d));
+    assert_ok(dg_graph_status(g));
+    assert_int_equal(dg_node_output_dtype(y.node, 1), DG_FLOAT32);
+    assert_int_equal(dg_node_output_dtype(y.node, 2), DG_FLOAT32);
+    dg_session *sess = dg_session_new(g, "local", NULL, st);
+    dg_tensor *xt = tensor16(t, dg_shape2(R, C), xv, N), *dyt = tensor16(t, dg_shape2(R, C), dyv, N);
+    dg_tensor *gt = tensor16(t, dg_shape1(C), gv, C), *bt = tensor16(t, dg_shape1(C), bv, C), *out[4] = {0};
+    dg_output feeds[] = {x, dy, gamma, beta}, fetch[] = {y, d[0], d[1], d[2]};
+    dg_tensor *vals[] = {xt, dyt, gt, bt};
+    assert_true(dg_session_run(sess, feeds, vals, 4, fetch, out, 4, NULL, 0, st));
+    assert_ok(st);
+    double ref[4][N] = {{0}}, mag[4][N] = {{0}};
+    for (int r = 0; r < R; r++) {
+        double mean = 0, var = 0, a = 0, b = 0, am = 0, bm = 0;
+        for (int c = 0; c < C; c++) mean += xv[r * C + c] / C;
+        for (int c = 0; c < C; c++) var += (xv[r * C + c] - mean) * (xv[r * C + c] - mean) / C;
+        double rstd = 1 / sqrt(var + 1e-5);
+        for (int c = 0; c < C; c++) {
+            double xh = (xv[r * C + c] - mean) * rstd, gd = gv[c] * dyv[r * C + c];
+            a += gd / C;
+            b += gd * xh / C;
+            am += fabs(gd) / C;
+            bm += fabs(gd * xh) / C;
+        }
+        for (int c = 0; c < C; c++) {
+            int i = r * C + c;
+            double xh = (xv[i] - mean) * rstd, gd = gv[c] * dyv[i];
+            ref[0][i] = xh * gv[c] + bv[c];
+            mag[0][i] = fabs(xh * gv[c]) + fabs(bv[c]) + 4 * fabs(gv[c]);   // xhat's own error, a few ulps of rstd's range
+            ref[1][i] = rstd * (gd - a - xh * b);
+            mag[1][i] = rstd * (fabs(gd) + am + fabs(xh) * bm) * 4;
+            ref[2][c] += dyv[i] * xh;
+            mag[2][c] += fabs(dyv[i] * xh) * 4;
+            ref[3][c] += dyv[i];
+            mag[3][c] += fabs(dyv[i]);
+        }
+    }
+    double u = t == DG_BFLOAT16 ? 0x1p-8 : 0x1p-11;
+    const char *what[] = {"LayerNorm", "dx", "dgamma", "dbeta"};
+    int cnt[] = {N, N, C, C};
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(dg_tensor_dtype(out[k]), t);
+        for (int i = 0; i < cnt[k]; i++) {
+            double got = get16(out[k], i), tol = u * fabs(ref[k][i]) + 64 * 0x1p-24 * mag[k][i] + 0x1p-25;
+            if (!(fabs(got - ref[k][i]) <= tol))
+                fail_msg("%s in %s, element %d: %.9g, want %.9g (tolerance %.3g)", what[k], dg_dtype_name(t), i, got,
+                         ref[k][i], tol);
+        }
+        dg_tensor_unref(out[k]);
+    }
+    dg_tensor_unref(xt);
+    dg_tensor_unref(dyt);
+    dg_tensor_unref(gt);
+    dg_tensor_unref(bt);
+    dg_session_free(&sess);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+static void test_layer_norm_16(void **state) {
+    (void)state;
+    check_layer_norm16(DG_BFLOAT16);
+    check_layer_norm16(DG_FLOAT16);
+}
+
 // ---- the rewrite of an MLP ----
 
 enum { B = 16, IN = 24, H = 20, OUT = 10 };
@@ -796,17 +882,62 @@ static void test_loss_scale_unscales_in_float32(void **state) {
     dg_status_free(&st);
 }
 
+// A LayerNorm of float32 input stays float32 (nothing before it is converted), but its gradient,
+// fed by a converted product's, converts: it reads the forward pass's mean and rstd in float32
+// still, and a training step runs.
+static void test_statistics_stay_float32(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(4, 8));
+    dg_output gamma = dg_variable(g, "gamma", DG_FLOAT32, dg_shape1(8), dg_init_constant(1));
+    dg_output beta = dg_variable(g, "beta", DG_FLOAT32, dg_shape1(8), dg_init_zeros());
+    dg_output w = dg_variable(g, "w", DG_FLOAT32, dg_shape2(8, 3), dg_init_random_uniform(-1, 1, 5));
+    dg_output h = dg_layer_norm(g, "ln", x, gamma, beta, 1e-5);
+    dg_output loss = dg_mean(g, "loss", dg_matmul(g, "y", h, w, false, false), NULL, 0, false);
+    dg_optimizer opt = dg_gradient_descent(g, 0.1);
+    dg_node *train = dg_optimizer_minimize(&opt, loss, (dg_output){NULL, 0});
+    dg_node *init = dg_global_variables_initializer(g);
+    dg_mixed_precision_options o = dg_mixed_precision_options_default(DG_BFLOAT16);
+    assert_true(dg_graph_rewrite_mixed_precision(g, &o, NULL, st));
+    assert_ok(st);
+    assert_int_equal(dg_output_dtype(h), DG_FLOAT32);
+    dg_node *lng = NULL;
+    for (int i = 0; i < dg_graph_num_nodes(g); i++)
+        if (!strcmp(dg_node_op_type(dg_graph_node(g, i)), "LayerNormGrad")) lng = dg_graph_node(g, i);
+    assert_non_null(lng);
+    assert_int_equal(dg_node_output_dtype(lng, 0), DG_BFLOAT16);
+    assert_int_equal(dg_output_dtype(dg_node_input(lng, 3)), DG_FLOAT32);
+    assert_int_equal(dg_output_dtype(dg_node_input(lng, 4)), DG_FLOAT32);
+    dg_session *s = dg_session_new(g, "local", NULL, st);
+    assert_true(dg_session_run(s, NULL, NULL, 0, NULL, NULL, 0, &init, 1, st));
+    float xv[32];
+    for (int i = 0; i < 32; i++) xv[i] = (float)(i % 7) - 3;
+    dg_tensor *xt = dg_tensor_from_data(DG_FLOAT32, dg_shape2(4, 8), xv, st), *gt = NULL;
+    assert_true(dg_session_run(s, &x, &xt, 1, NULL, NULL, 0, &train, 1, st));
+    assert_true(dg_session_run(s, NULL, NULL, 0, &gamma, &gt, 1, NULL, 0, st));
+    assert_ok(st);
+    for (int c = 0; c < 8; c++) assert_true(isfinite(dg_tensor_f32(gt)[c]));
+    dg_tensor_unref(gt);
+    dg_tensor_unref(xt);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_16),
         cmocka_unit_test(test_batch_matmul_16),
         cmocka_unit_test(test_conv2d_16),
         cmocka_unit_test(test_attention_16),
+        cmocka_unit_test(test_layer_norm_16),
         cmocka_unit_test(test_rewrite_mlp),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_logits_against_float64),
         cmocka_unit_test(test_training),
         cmocka_unit_test(test_loss_scale_unscales_in_float32),
+        cmocka_unit_test(test_statistics_stay_float32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -336,6 +336,13 @@ MUTANTS = [
         "tests": ["test_amp_rewrite"],
     },
     {
+        "name": "amp_statistics_cast",
+        "what": "the mixed-precision rewrite casts LayerNorm's mean and rstd to 16 bits for a converted LayerNormGrad (and attention's lse), which its gradient must read in float32",
+        "file": "graph/mixed_precision.c",
+        "edits": [("        if (keeps_float32(n, i)) continue;\n", "        if (keeps_float32(n, i) && 0) continue;\n")],
+        "tests": ["test_amp_rewrite"],
+    },
+    {
         "name": "amp_casts_after_readers",
         "what": "the mixed-precision rewrite leaves its casts at the end of the graph, after the nodes that read them, so ids are no longer a topological order (the partitioner copies nodes in id order)",
         "file": "graph/mixed_precision.c",
