@@ -595,6 +595,20 @@ bool dg_gradients_ex(dg_graph *g, const dg_output *ys, int n_ys, const dg_output
             }
     }
 
+    // The mixed-precision rewrite's nodes have no float32 gradients to give: gradients are
+    // built before it, as TensorFlow's grappler pass sees them.
+    for (int id = 0; id < n_nodes; id++)
+        if (mark[id] == 3 && dg_graph_node(g, id)->mixed != GRAPH_MIXED_NONE &&
+            dg_graph_node(g, id)->mixed != GRAPH_MIXED_DENY) {
+            dg_graph_set_error(g, DG_FAILED_PRECONDITION, "gradients: \"%s\" on the path was converted by the "
+                               "mixed-precision rewrite; build gradients and updates before the rewrite (before "
+                               "the session that applies it is made)", dg_graph_node(g, id)->name);
+            free(mark);
+            free(grads);
+            free(group_dx);
+            free(lar_next);
+            return false;
+        }
     bool ok = true;
     dg_graph_push_name_scope(g, "gradients");
     for (int i = 0; i < n_ys; i++) {

@@ -834,7 +834,7 @@ dg_node *graph_finish(dg_node *n) {
     // its cast back: a node built after the rewrite sees the graph's dtypes unchanged.
     for (int i = 0; i < n->n_inputs; i++)
         if (n->inputs[i].node->mixed == GRAPH_MIXED_LOW && dg_dtype_is_float16_family(dg_output_dtype(n->inputs[i]))) {
-            dg_output c = graph_insert_cast(g, n->inputs[i], DG_FLOAT32);
+            dg_output c = graph_insert_cast(g, n->inputs[i], DG_FLOAT32, NULL);
             if (!c.node) {
                 discard(g, n);
                 return NULL;
@@ -978,8 +978,8 @@ bool graph_has_builder_casts(const dg_graph *g) {
 }
 void graph_set_rewritten(dg_graph *g, int n) { g->rewritten = n; }
 
-dg_output graph_insert_cast(dg_graph *g, dg_output x, dg_dtype to) {
-    dg_output c = graph_cast_lookup(g, x, to);
+dg_output graph_insert_cast(dg_graph *g, dg_output x, dg_dtype to, const dg_node *ctrl_from) {
+    dg_output c = ctrl_from ? (dg_output){NULL, 0} : graph_cast_lookup(g, x, to);
     if (c.node || !dg_graph_ok(g)) return c;
     const char *what = to == DG_BFLOAT16 ? "CastToBfloat16" : to == DG_FLOAT16 ? "CastToFloat16" : "CastToFloat32";
     char *base = NULL, *name = NULL;
@@ -1016,8 +1016,10 @@ dg_output graph_insert_cast(dg_graph *g, dg_output x, dg_dtype to) {
     }
     status_impl_clear(&st);
     n->requested_device = x.node->requested_device ? x.node->requested_device : graph_intern(g, "");
+    if (ctrl_from)
+        for (int i = 0; i < ctrl_from->n_ctrl; i++) dg_node_add_control_input(n, ctrl_from->ctrl_inputs[i]);
     c = (dg_output){insert_node(g, n), 0};
-    graph_cast_remember(g, x, c);
+    if (!ctrl_from) graph_cast_remember(g, x, c);
     return c;
 }
 

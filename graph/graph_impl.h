@@ -68,9 +68,9 @@ enum { GRAPH_MIXED_NONE = 0, GRAPH_MIXED_LOW = 1, GRAPH_MIXED_DENY = 2, GRAPH_MI
 // A bool attribute: the mixed-precision rewrite keeps the node float32 as if on its deny list
 // (the loss scaler's unscaling multiply).
 #define GRAPH_ATTR_KEEP_FLOAT32 "_mixed_precision_keep_float32"
-// A fetch of x: x itself, or x cast back to float32 when the rewrite made it 16-bit
-// (mixed_precision.c).
-dg_output graph_mixed_precision_fetch(dg_graph *g, dg_output x);
+// A fetch of x: x itself, or x's cast back to float32 (which the rewrite made) when the rewrite
+// made x 16-bit (mixed_precision.c). Changes nothing.
+dg_output graph_mixed_precision_fetch(const dg_graph *g, dg_output x);
 
 // How the gradient of a node is built. dy has one entry per output (the null output where
 // no gradient flows); the function fills dx, one entry per input (null: none). Returns
@@ -147,13 +147,14 @@ dg_output graph_cast_lookup(const dg_graph *g, dg_output x, dg_dtype to);
 void graph_cast_remember(dg_graph *g, dg_output x, dg_output cast);
 // The mixed-precision rewrite (mixed_precision.c): how many of the graph's nodes it has seen;
 // x's cast to `to` (a Cast named after x, on x's requested device, outside every scope, made
-// once and shared like graph_cast_lookup's); and the nodes from `from` on put in the given
-// order (a permutation of them; their ids follow).
+// once and shared like graph_cast_lookup's; with ctrl_from, a cast of its own that waits for
+// ctrl_from's control inputs, for a reader that must see x after them); and the nodes from
+// `from` on put in the given order (a permutation of them; their ids follow).
 int graph_rewritten(const dg_graph *g);
 void graph_set_rewritten(dg_graph *g, int n);
 // Whether dg_graph_set_mixed_precision's builders made casts in g.
 bool graph_has_builder_casts(const dg_graph *g);
-dg_output graph_insert_cast(dg_graph *g, dg_output x, dg_dtype to);
+dg_output graph_insert_cast(dg_graph *g, dg_output x, dg_dtype to, const dg_node *ctrl_from);
 void graph_reorder_tail(dg_graph *g, int from, dg_node *const *order);
 // Whether an op's CPU kernel computes in bfloat16 and float16 as well (op_defs.c; the kernels
 // go through float32, executor/cpu/kernels_16.c), and the list of them.

@@ -6,17 +6,22 @@
  *   infer  compute in 16 bits when an input already is (elementwise ops after a product);
  *   clear  move values without arithmetic: 16 bits when all their float inputs are;
  *   deny   stay float32, and so do infer and clear ops fed by them (exp, log, softmax, losses,
- *          sums: their ranges or their rounding need float32; LayerNorm and attention compute
- *          in float32 inside and keep their statistics float32, so they may infer). A node whose builder marked it
- *          GRAPH_ATTR_KEEP_FLOAT32 counts as denied (the loss scaler's unscaling).
- * Nodes are decided in id order (a topological order): a node goes to 16 bits when its float
- * outputs are float32 and every float input is float32 or already 16-bit from the rewrite.
+ *          sums: their ranges or their rounding need float32). LayerNorm and attention compute
+ *          in float32 inside and keep their statistics float32, so they may infer. A node
+ *          whose builder marked it GRAPH_ATTR_KEEP_FLOAT32 counts as denied (the loss
+ *          scaler's unscaling).
+ * Nodes are decided in id order (a topological order), only those whose float outputs are all
+ * float32 and whose float inputs are float32 or 16-bit from the rewrite: allow ops convert,
+ * infer ops when one float input is converted and none comes from a deny op, clear ops when all
+ * their float inputs are converted.
  * Then a converted node's float32 inputs go through a Cast to 16 bits, and an unconverted
  * node's inputs from converted ones through a Cast back to float32; each cast is made once per
  * source output and shared (graph_insert_cast), so a variable is cast once per step for every
- * product that reads it. Variables, their updates and everything off the lists stay float32.
- * The casts are placed in the node order just before their first reader, so ids stay a
- * topological order; nodes added later are rewritten by the next call. */
+ * product that reads it (a reader with control inputs gets its own cast, which waits for
+ * them). Variables, their updates and everything off the lists stay float32. Every converted
+ * value also gets its cast back made, for fetches. The casts are placed in the node order just
+ * before their first reader (the unread ones at the end), so ids stay a topological order;
+ * nodes added later are rewritten by the next call. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +137,11 @@ static bool lists_build(lists *l, const dg_mixed_precision_options *o, dg_status
 
 static bool is_float_dtype(dg_dtype t) { return dg_dtype_is_float(t) || dg_dtype_is_float16_family(t); }
 
+// Outputs a converted op keeps float32: LayerNorm's mean and rstd, attention's lse.
+static bool stays_float32_output(const dg_node *n, int k) {
+    return k > 0 && (strcmp(n->op->name, "LayerNorm") == 0 || strcmp(n->op->name, "ScaledDotProductAttention") == 0);
+}
+
 // A cast back to float32 of a converted value (made for a reader off the lists, a fetch, or a
 // node built after the rewrite): a converted reader reads the value itself.
 static bool is_cast_back(const dg_node *src) {
@@ -157,7 +167,8 @@ static uint8_t decide(const dg_node *n, int list, dg_dtype low) {
         dg_dtype t = dg_output_dtype(n->inputs[i]);
         if (!is_float_dtype(t)) continue;
         n_float++;
-        if ((src->mixed == GRAPH_MIXED_LOW && (t == low || t == DG_FLOAT32)) || is_cast_back(src))
+        bool from_low = src->mixed == GRAPH_MIXED_LOW && !stays_float32_output(src, n->inputs[i].index);
+        if ((from_low && (t == low || t == DG_FLOAT32)) || is_cast_back(src))
             n_low++;   // converted, or to be
         else if (t != DG_FLOAT32) return GRAPH_MIXED_NONE;   // float64, or 16 bits the user chose
         else if (src->mixed == GRAPH_MIXED_DENY) n_deny++;
@@ -185,10 +196,13 @@ static bool convert(dg_graph *g, dg_node *n, dg_dtype low, int *casts) {
             n->inputs[i] = n->inputs[i].node->inputs[0];
             continue;
         }
-        // A converted node's float32 output is float32 by design (attention's lse): read as is.
-        if (dg_output_dtype(n->inputs[i]) != DG_FLOAT32 || n->inputs[i].node->mixed == GRAPH_MIXED_LOW) continue;
+        if (dg_output_dtype(n->inputs[i]) != DG_FLOAT32) continue;
+        // A variable read by a node with control inputs gets a cast of its own that waits for
+        // them too: a shared cast could read the variable before an update the node waits for.
+        const dg_node *src = n->inputs[i].node;
+        const dg_node *ctrl = n->n_ctrl > 0 && strcmp(src->op->name, "VariableV2") == 0 ? n : NULL;
         int before = dg_graph_num_nodes(g);
-        dg_output c = graph_insert_cast(g, n->inputs[i], low);
+        dg_output c = graph_insert_cast(g, n->inputs[i], low, ctrl);
         if (!c.node) return false;
         c.node->mixed = GRAPH_MIXED_CAST;
         *casts += dg_graph_num_nodes(g) - before;
@@ -221,7 +235,7 @@ static bool widen_inputs(dg_graph *g, dg_node *n, dg_dtype low, int from, int *c
         const dg_node *src = n->inputs[i].node;
         if (src->mixed != GRAPH_MIXED_LOW || src->id < from || dg_output_dtype(n->inputs[i]) != low) continue;
         int before = dg_graph_num_nodes(g);
-        dg_output c = graph_insert_cast(g, n->inputs[i], DG_FLOAT32);
+        dg_output c = graph_insert_cast(g, n->inputs[i], DG_FLOAT32, NULL);
         if (!c.node) return false;
         c.node->mixed = GRAPH_MIXED_CAST;
         *casts += dg_graph_num_nodes(g) - before;
@@ -266,6 +280,21 @@ bool dg_graph_rewrite_mixed_precision(dg_graph *g, const dg_mixed_precision_opti
         if (node->mixed == GRAPH_MIXED_CAST) continue;
         ok = node->mixed == GRAPH_MIXED_LOW ? convert(g, node, o->dtype, &casts) : widen_inputs(g, node, o->dtype, from, &casts);
     }
+    // Every converted value's cast back to float32, made now (placed at the end, read by
+    // nothing until fetched): a fetch through a session then finds it, and no step's fetch
+    // changes the graph while other threads may be running it.
+    for (int i = from; i < n && ok; i++) {
+        dg_node *node = dg_graph_node(g, i);
+        if (node->mixed != GRAPH_MIXED_LOW) continue;
+        for (int k = 0; k < node->n_outputs && ok; k++) {
+            if (node->out_dtypes[k] != o->dtype) continue;
+            int before = dg_graph_num_nodes(g);
+            dg_output c = graph_insert_cast(g, (dg_output){node, k}, DG_FLOAT32, NULL);
+            ok = c.node != NULL;
+            if (ok) c.node->mixed = GRAPH_MIXED_CAST;
+            casts += dg_graph_num_nodes(g) - before;
+        }
+    }
     int total = dg_graph_num_nodes(g);
     if (ok && total > n) {
         // Each new cast just before its first reader (its source comes earlier still).
@@ -303,11 +332,8 @@ bool dg_graph_rewrite_mixed_precision(dg_graph *g, const dg_mixed_precision_opti
     return true;
 }
 
-dg_output graph_mixed_precision_fetch(dg_graph *g, dg_output x) {
+dg_output graph_mixed_precision_fetch(const dg_graph *g, dg_output x) {
     if (!x.node || x.node->mixed != GRAPH_MIXED_LOW || !dg_dtype_is_float16_family(dg_output_dtype(x))) return x;
-    int n = dg_graph_num_nodes(g);
-    dg_output c = graph_insert_cast(g, x, DG_FLOAT32);
-    if (c.node) c.node->mixed = GRAPH_MIXED_CAST;
-    if (c.node && dg_graph_num_nodes(g) > n && graph_rewritten(g) == n) graph_set_rewritten(g, n + 1);
-    return c;
+    dg_output c = graph_cast_lookup(g, x, DG_FLOAT32);   // made by the rewrite
+    return c.node ? c : x;
 }

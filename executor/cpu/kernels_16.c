@@ -195,7 +195,7 @@ static fast_kind fast_kind_of(const dg_node *n, bool *tanh_form) {
 }
 
 // The one-pass path when it applies (every input of the node's dtype, in host memory, of one
-// element count, BiasAdd's bias excepted); false with *done false when it does not.
+// shape, BiasAdd's bias excepted); false with *done false when it does not.
 static bool fast_compute(const dg_node *node, exec_ctx *ctx, bool *done) {
     *done = false;
     fast_job j = {.t = ctx->node->out_dtypes[0], .n_in = ctx->n_inputs};
@@ -205,7 +205,8 @@ static bool fast_compute(const dg_node *node, exec_ctx *ctx, bool *done) {
     for (int i = 0; i < ctx->n_inputs; i++) {
         const dg_tensor *in = ctx->inputs[i];
         if (in->dtype != j.t || !tensor_on_host(in)) return false;
-        if (!(j.kind == F_BIAS && i == 1) && in->n_elements != x->n_elements) return false;
+        // One shape (not just one count: [3,1] + [1,3] broadcasts to [3,3]).
+        if (!(j.kind == F_BIAS && i == 1) && !dg_shape_equal(&in->shape, &x->shape)) return false;
         j.in[i] = in->data;
     }
     float *bias = NULL;

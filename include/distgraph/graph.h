@@ -63,10 +63,13 @@ dg_dtype dg_graph_mixed_precision(const dg_graph *g);
 // once per value (a variable is cast once a step, for its product and its gradient's), named
 // "<value>/CastToBfloat16" (or ToFloat16, ToFloat32), on the value's requested device. Variables
 // and their updates stay float32 (master weights). Node ids stay a topological order (the
-// casts come just before their first reader). A node built after the rewrite reads a
-// converted value through its cast back, as the float32 it was built as; a second call
-// rewrites only the nodes added since (and gives them the 16-bit values directly). Not with
-// dg_graph_set_mixed_precision's casts in the graph (FAILED_PRECONDITION).
+// casts come just before their first reader). A variable read by a node with control inputs
+// gets a cast of its own that waits for them. Every converted value also gets its cast back
+// (for fetches). A node built after the rewrite reads a converted value through that cast, as
+// the float32 it was built as; a second call rewrites only the nodes added since (and gives
+// them the 16-bit values directly). Gradients through converted nodes are FAILED_PRECONDITION:
+// build gradients and updates first. Not with dg_graph_set_mixed_precision's casts in the graph
+// (FAILED_PRECONDITION).
 typedef struct dg_mixed_precision_options {
     dg_dtype dtype;   // DG_BFLOAT16 or DG_FLOAT16
     // Changes to the lists: op types separated by commas (TensorFlow's

@@ -63,8 +63,9 @@ typedef struct dg_session_options {
     int64_t auto_place_unknown_dim;     // what an unknown dimension (the batch) stands for; 0: 32
     // Automatic mixed precision (dg_graph_rewrite_mixed_precision, graph.h; borrowed, copied by
     // dg_session_new): the graph is rewritten when the session is made and, for nodes added
-    // since, before a step; a fetch of a value the rewrite made 16-bit returns it in float32.
-    // Each rewrite that converts nodes says so on standard error. NULL: off.
+    // since, before a step; a fetch of a value the rewrite made 16-bit returns it in float32,
+    // and a float32 feed of one is rounded to its dtype. Build the graph's gradients and updates
+    // before the session. Each rewrite that converts nodes says so on standard error. NULL: off.
     const dg_mixed_precision_options *mixed_precision;
 } dg_session_options;
 

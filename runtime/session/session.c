@@ -35,7 +35,8 @@ static void mp_clear(dg_session *s) {
     s->mixed = false;
 }
 
-// The rewrite of what the graph gained since the last one. Says once per session what it did.
+// The rewrite of what the graph gained since the last one; each one that converts nodes says
+// so on standard error.
 static bool mp_rewrite(dg_session *s, dg_status *st) {
     pthread_mutex_lock(&s->mp_mu);
     bool ok = true;
@@ -49,6 +50,19 @@ static bool mp_rewrite(dg_session *s, dg_status *st) {
     }
     pthread_mutex_unlock(&s->mp_mu);
     return ok;
+}
+
+// A float32 feed of a value the rewrite made 16-bit, rounded to that dtype (to nearest, ties
+// to even). Returns: new, or NULL with st set.
+static dg_tensor *round_feed(const dg_tensor *x, dg_dtype to, dg_status *st) {
+    dg_tensor *y = dg_tensor_new(to, *dg_tensor_shape(x), st);
+    if (!y) return NULL;
+    const float *src = dg_tensor_f32(x);
+    uint16_t *dst = dg_tensor_data(y);
+    int64_t n = dg_tensor_num_elements(x);
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = to == DG_BFLOAT16 ? dg_float_to_bfloat16(src[i]) : dg_float_to_float16(src[i]);
+    return y;
 }
 
 const char *dg_cpu_summary(void) { return exec_cpu_summary(); }
@@ -117,8 +131,11 @@ bool dg_session_run_with_options(dg_session *s, const dg_run_options *ro, const 
         dg_status_set(st, DG_INVALID_ARGUMENT, "session run: a count is negative or an array is NULL");
         return false;
     }
-    // Under mixed precision a fetch of a value the rewrite made 16-bit reads its cast back.
+    // Under mixed precision a fetch of a value the rewrite made 16-bit reads its cast back (made
+    // by the rewrite: nothing changes the graph here), and a float32 feed of such a value is
+    // rounded to its dtype.
     dg_output *mapped = NULL;
+    dg_tensor **fed = NULL;
     if (s->mixed) {
         if (!mp_rewrite(s, st)) return false;
         for (int i = 0; i < n_fetches; i++) {
@@ -127,20 +144,30 @@ bool dg_session_run_with_options(dg_session *s, const dg_run_options *ro, const 
                 if (!(mapped = malloc((size_t)n_fetches * sizeof *mapped))) abort();
                 memcpy(mapped, fetches, (size_t)n_fetches * sizeof *mapped);
             }
-            pthread_mutex_lock(&s->mp_mu);
             mapped[i] = graph_mixed_precision_fetch(s->graph, fetches[i]);
-            pthread_mutex_unlock(&s->mp_mu);
         }
         if (mapped) fetches = mapped;
+        for (int i = 0; i < n_feeds; i++) {
+            dg_dtype want = feeds[i].node ? dg_output_dtype(feeds[i]) : DG_INVALID_DTYPE;
+            if (!feeds[i].node || feeds[i].node->mixed != GRAPH_MIXED_LOW || !dg_dtype_is_float16_family(want) ||
+                !feed_values[i] || dg_tensor_dtype(feed_values[i]) != DG_FLOAT32)
+                continue;
+            if (!fed && !(fed = calloc((size_t)n_feeds, sizeof *fed))) abort();
+            if (!(fed[i] = round_feed(feed_values[i], want, st))) break;
+        }
+        if (fed)
+            for (int i = 0; i < n_feeds; i++)
+                if (!fed[i]) fed[i] = dg_tensor_ref(feed_values[i]);
     }
-    if (!master_check_args(s->graph, feeds, feed_values, n_feeds, fetches, n_fetches, targets, n_targets, st)) {
-        free(mapped);
-        return false;
-    }
-    dg_step_trace *trace = ro && ro->trace ? step_trace_new(exec_trace_now_ns()) : NULL;
-    bool ok = master_iface_run(s->master, feeds, feed_values, n_feeds, fetches, fetched, n_fetches, targets,
-                               n_targets, trace, st);
+    bool ok = dg_status_ok(st) &&
+              master_check_args(s->graph, feeds, fed ? fed : feed_values, n_feeds, fetches, n_fetches, targets,
+                                n_targets, st);
+    dg_step_trace *trace = ok && ro && ro->trace ? step_trace_new(exec_trace_now_ns()) : NULL;
+    ok = ok && master_iface_run(s->master, feeds, fed ? fed : feed_values, n_feeds, fetches, fetched, n_fetches,
+                                targets, n_targets, trace, st);
     free(mapped);
+    for (int i = 0; fed && i < n_feeds; i++) dg_tensor_unref(fed[i]);
+    free(fed);
     if (trace) {
         step_trace_finish(trace, exec_trace_now_ns());
         if (trace_out) *trace_out = trace;

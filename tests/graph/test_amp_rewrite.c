@@ -641,7 +641,8 @@ static void test_rewrite_mlp(void **state) {
     dg_output p = dg_relu(g, "p", dg_matmul(g, "pm", p_in, p_in, false, false));
     assert_true(dg_graph_rewrite_mixed_precision(g, &o, &r, st));
     assert_int_equal(r.nodes_converted, 3);   // more, the new product and its relu
-    assert_int_equal(r.casts_added, 1);       // p_in's: more reads h and w2's cast, both there
+    assert_int_equal(r.casts_added, 4);       // p_in's, and the three's casts back for fetches
+                                              // (more reads h and w2's cast, both there)
     assert_int_equal(dg_output_dtype(more), DG_BFLOAT16);
     assert_ptr_equal(dg_node_input(more.node, 0).node, m.h.node);
     assert_string_equal(dg_node_name(dg_node_input(more.node, 1).node), "w2/CastToBfloat16");
@@ -925,6 +926,83 @@ static void test_statistics_stay_float32(void **state) {
     dg_status_free(&st);
 }
 
+// Cases a review found:
+// - a broadcasting Add in bfloat16 ([3,1] + [1,3]) takes the general path, not the one-pass
+//   kernel for equal element counts;
+// - a product built under a control dependency on a variable's update reads the variable
+//   through a cast of its own that waits for the update (a shared cast would read it before);
+// - gradients through converted nodes are refused, naming the node;
+// - a float32 feed of a converted intermediate is rounded to its dtype, and its fetch is float32;
+// - a reader of LayerNorm's mean (float32 by design) next to a converted value converts.
+static void test_review_cases(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    dg_output a = dg_placeholder(g, "a", DG_BFLOAT16, dg_shape2(3, 1)), b = dg_placeholder(g, "b", DG_BFLOAT16, dg_shape2(1, 3));
+    dg_output ab = dg_add(g, "ab", a, b);
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(2, 2));
+    dg_output w = dg_variable(g, "w", DG_FLOAT32, dg_shape2(2, 2), dg_init_constant(1));
+    dg_output h = dg_relu(g, "h", dg_matmul(g, "hm", x, w, false, false));
+    dg_output upd = dg_assign_add(g, "upd", w, dg_ones_like(g, NULL, w));
+    dg_graph_push_control_deps(g, &upd.node, 1);
+    dg_output after = dg_matmul(g, "after", x, w, false, false);
+    dg_graph_pop_control_deps(g);
+    dg_output gamma = dg_variable(g, "gamma", DG_FLOAT32, dg_shape1(2), dg_init_constant(1));
+    dg_output ln = dg_layer_norm(g, "ln", h, gamma, dg_zeros_like(g, NULL, gamma), 1e-5);
+    dg_output mixed = dg_add(g, "mixed", dg_reshape(g, NULL, (dg_output){ln.node, 1}, (int64_t[]){2, 1}, 2), h);
+    dg_node *init = dg_global_variables_initializer(g);
+    assert_ok(dg_graph_status(g));
+    dg_session_options so = dg_session_options_default();
+    dg_mixed_precision_options o = dg_mixed_precision_options_default(DG_BFLOAT16);
+    so.mixed_precision = &o;
+    dg_session *s = dg_session_new(g, "local", &so, st);
+    assert_ok(st);
+    assert_int_equal(dg_output_dtype(mixed), DG_BFLOAT16);
+    dg_node *wc = dg_node_input(after.node, 1).node;
+    assert_string_equal(dg_node_op_type(wc), "Cast");
+    assert_ptr_not_equal(wc, dg_node_input(dg_graph_find(g, "hm"), 1).node);   // not the shared cast
+    assert_int_equal(dg_node_num_control_inputs(wc), 1);
+    assert_ptr_equal(dg_node_control_input(wc, 0), upd.node);
+    assert_true(dg_session_run(s, NULL, NULL, 0, NULL, NULL, 0, &init, 1, st));
+    double av[3] = {1, 2, 3}, bv[3] = {10, 20, 30};
+    dg_tensor *at = tensor16(DG_BFLOAT16, dg_shape2(3, 1), av, 3), *bt = tensor16(DG_BFLOAT16, dg_shape2(1, 3), bv, 3);
+    float xv[4] = {1, 2, 3, 4}, hv[4] = {0.5f, 0.25f, 1.0f / 3, 2};
+    dg_tensor *xt = dg_tensor_from_data(DG_FLOAT32, dg_shape2(2, 2), xv, st);
+    dg_tensor *ht = dg_tensor_from_data(DG_FLOAT32, dg_shape2(2, 2), hv, st);
+    dg_output feeds[] = {a, b, x}, fetch[] = {ab, after};
+    dg_tensor *vals[] = {at, bt, xt}, *out[2] = {0};
+    assert_true(dg_session_run(s, feeds, vals, 3, fetch, out, 2, NULL, 0, st));
+    assert_ok(st);
+    assert_int_equal(dg_tensor_num_elements(out[0]), 9);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) assert_true(get16(out[0], i * 3 + j) == av[i] + bv[j]);
+    // w was 1 and the update ran first: x (w + 1) = 2 x [[1,1],[1,1]] row sums.
+    assert_int_equal(dg_tensor_dtype(out[1]), DG_FLOAT32);
+    const float *ov = dg_tensor_f32(out[1]);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) assert_true(ov[i * 2 + j] == 2 * (xv[i * 2] + xv[i * 2 + 1]));
+    dg_tensor_unref(out[0]);
+    dg_tensor_unref(out[1]);
+    // Feeding the converted h with float32: rounded to bfloat16; fetched back in float32.
+    dg_tensor *hf = NULL;
+    assert_true(dg_session_run(s, &h, &ht, 1, &h, &hf, 1, NULL, 0, st));
+    assert_ok(st);
+    assert_int_equal(dg_tensor_dtype(hf), DG_FLOAT32);
+    for (int i = 0; i < 4; i++) assert_true(dg_tensor_f32(hf)[i] == (float)round16(DG_BFLOAT16, hv[i]));
+    dg_tensor_unref(hf);
+    // Gradients through the converted product: refused, naming a node on the path.
+    dg_output gx;
+    assert_false(dg_gradients(g, &h, 1, &x, 1, NULL, &gx));
+    assert_status(dg_graph_status(g), DG_FAILED_PRECONDITION, "converted by the mixed-precision rewrite");
+    dg_tensor_unref(at);
+    dg_tensor_unref(bt);
+    dg_tensor_unref(xt);
+    dg_tensor_unref(ht);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_16),
@@ -938,6 +1016,7 @@ int main(void) {
         cmocka_unit_test(test_training),
         cmocka_unit_test(test_loss_scale_unscales_in_float32),
         cmocka_unit_test(test_statistics_stay_float32),
+        cmocka_unit_test(test_review_cases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
