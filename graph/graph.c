@@ -839,7 +839,6 @@ dg_node *graph_finish(dg_node *n) {
                 discard(g, n);
                 return NULL;
             }
-            c.node->mixed = GRAPH_MIXED_CAST;
             n->inputs[i] = c;
         }
     dg_status st = DG_STATUS_INIT;
@@ -980,6 +979,7 @@ void graph_set_rewritten(dg_graph *g, int n) { g->rewritten = n; }
 
 dg_output graph_insert_cast(dg_graph *g, dg_output x, dg_dtype to, const dg_node *ctrl_from) {
     dg_output c = ctrl_from ? (dg_output){NULL, 0} : graph_cast_lookup(g, x, to);
+    if (c.node) c.node->mixed = GRAPH_MIXED_CAST;
     if (c.node || !dg_graph_ok(g)) return c;
     const char *what = to == DG_BFLOAT16 ? "CastToBfloat16" : to == DG_FLOAT16 ? "CastToFloat16" : "CastToFloat32";
     char *base = NULL, *name = NULL;
@@ -1018,6 +1018,7 @@ dg_output graph_insert_cast(dg_graph *g, dg_output x, dg_dtype to, const dg_node
     n->requested_device = x.node->requested_device ? x.node->requested_device : graph_intern(g, "");
     if (ctrl_from)
         for (int i = 0; i < ctrl_from->n_ctrl; i++) dg_node_add_control_input(n, ctrl_from->ctrl_inputs[i]);
+    n->mixed = GRAPH_MIXED_CAST;
     c = (dg_output){insert_node(g, n), 0};
     if (!ctrl_from) graph_cast_remember(g, x, c);
     return c;

@@ -146,10 +146,10 @@ int64_t graph_random_seed(const dg_graph *g, bool *has_seed);
 dg_output graph_cast_lookup(const dg_graph *g, dg_output x, dg_dtype to);
 void graph_cast_remember(dg_graph *g, dg_output x, dg_output cast);
 // The mixed-precision rewrite (mixed_precision.c): how many of the graph's nodes it has seen;
-// x's cast to `to` (a Cast named after x, on x's requested device, outside every scope, made
-// once and shared like graph_cast_lookup's; with ctrl_from, a cast of its own that waits for
-// ctrl_from's control inputs, for a reader that must see x after them); and the nodes from
-// `from` on put in the given order (a permutation of them; their ids follow).
+// x's cast to `to` (a Cast named after x, on x's requested device, outside every scope, marked
+// GRAPH_MIXED_CAST, made once and shared like graph_cast_lookup's; with ctrl_from, a cast of
+// its own that waits for ctrl_from's control inputs, for a reader that must see x after them);
+// and the nodes from `from` on put in the given order (a permutation of them; their ids follow).
 int graph_rewritten(const dg_graph *g);
 void graph_set_rewritten(dg_graph *g, int n);
 // Whether dg_graph_set_mixed_precision's builders made casts in g.

@@ -189,7 +189,7 @@ static bool keeps_float32(const dg_node *n, int i) {
     return false;
 }
 
-static bool convert(dg_graph *g, dg_node *n, dg_dtype low, int *casts) {
+static bool convert(dg_graph *g, dg_node *n, dg_dtype low) {
     for (int i = 0; i < n->n_inputs; i++) {
         if (keeps_float32(n, i)) continue;
         if (is_cast_back(n->inputs[i].node) && dg_output_dtype(n->inputs[i].node->inputs[0]) == low) {
@@ -201,11 +201,8 @@ static bool convert(dg_graph *g, dg_node *n, dg_dtype low, int *casts) {
         // them too: a shared cast could read the variable before an update the node waits for.
         const dg_node *src = n->inputs[i].node;
         const dg_node *ctrl = n->n_ctrl > 0 && strcmp(src->op->name, "VariableV2") == 0 ? n : NULL;
-        int before = dg_graph_num_nodes(g);
         dg_output c = graph_insert_cast(g, n->inputs[i], low, ctrl);
         if (!c.node) return false;
-        c.node->mixed = GRAPH_MIXED_CAST;
-        *casts += dg_graph_num_nodes(g) - before;
         n->inputs[i] = c;
     }
     int k = n->n_outputs;
@@ -229,16 +226,13 @@ static bool convert(dg_graph *g, dg_node *n, dg_dtype low, int *casts) {
 // An unconverted node's inputs from nodes this call converted (from id `from` on), back to
 // float32 through casts; a node built after an earlier call read its 16 bits knowingly. Shape
 // reads no values, so it reads the 16-bit tensor itself.
-static bool widen_inputs(dg_graph *g, dg_node *n, dg_dtype low, int from, int *casts) {
+static bool widen_inputs(dg_graph *g, dg_node *n, dg_dtype low, int from) {
     if (strcmp(n->op->name, "Shape") == 0) return true;
     for (int i = 0; i < n->n_inputs; i++) {
         const dg_node *src = n->inputs[i].node;
         if (src->mixed != GRAPH_MIXED_LOW || src->id < from || dg_output_dtype(n->inputs[i]) != low) continue;
-        int before = dg_graph_num_nodes(g);
         dg_output c = graph_insert_cast(g, n->inputs[i], DG_FLOAT32, NULL);
         if (!c.node) return false;
-        c.node->mixed = GRAPH_MIXED_CAST;
-        *casts += dg_graph_num_nodes(g) - before;
         n->inputs[i] = c;
     }
     return true;
@@ -266,7 +260,7 @@ bool dg_graph_rewrite_mixed_precision(dg_graph *g, const dg_mixed_precision_opti
     lists l;
     if (!lists_build(&l, o, st)) return false;
     int from = graph_rewritten(g), n = dg_graph_num_nodes(g);
-    int converted = 0, casts = 0;
+    int converted = 0;
     for (int i = from; i < n; i++) {
         dg_node *node = dg_graph_node(g, i);
         if (node->mixed == GRAPH_MIXED_CAST) continue;   // a cast made for a fetch
@@ -278,7 +272,7 @@ bool dg_graph_rewrite_mixed_precision(dg_graph *g, const dg_mixed_precision_opti
     for (int i = from; i < n && ok; i++) {
         dg_node *node = dg_graph_node(g, i);
         if (node->mixed == GRAPH_MIXED_CAST) continue;
-        ok = node->mixed == GRAPH_MIXED_LOW ? convert(g, node, o->dtype, &casts) : widen_inputs(g, node, o->dtype, from, &casts);
+        ok = node->mixed == GRAPH_MIXED_LOW ? convert(g, node, o->dtype) : widen_inputs(g, node, o->dtype, from);
     }
     // Every converted value's cast back to float32, made now (placed at the end, read by
     // nothing until fetched): a fetch through a session then finds it, and no step's fetch
@@ -288,11 +282,7 @@ bool dg_graph_rewrite_mixed_precision(dg_graph *g, const dg_mixed_precision_opti
         if (node->mixed != GRAPH_MIXED_LOW) continue;
         for (int k = 0; k < node->n_outputs && ok; k++) {
             if (node->out_dtypes[k] != o->dtype) continue;
-            int before = dg_graph_num_nodes(g);
-            dg_output c = graph_insert_cast(g, (dg_output){node, k}, DG_FLOAT32, NULL);
-            ok = c.node != NULL;
-            if (ok) c.node->mixed = GRAPH_MIXED_CAST;
-            casts += dg_graph_num_nodes(g) - before;
+            ok = graph_insert_cast(g, (dg_output){node, k}, DG_FLOAT32, NULL).node != NULL;
         }
     }
     int total = dg_graph_num_nodes(g);
@@ -327,7 +317,7 @@ bool dg_graph_rewrite_mixed_precision(dg_graph *g, const dg_mixed_precision_opti
     }
     if (report) {
         report->nodes_converted = converted;
-        report->casts_added = casts;
+        report->casts_added = total - n;   // every node the call added is a cast
     }
     return true;
 }
