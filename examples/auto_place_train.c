@@ -2,9 +2,9 @@
  * automatic placer (dg_session_options.auto_place), or by hand as an expert splits it (its
  * layers in two halves, one per task, gradients beside their ops); trained on the same random
  * batches either way. Prints the median step time, the placer's prediction of it, where the ops
- * went and the loss at the first and last step. First (--profile split, the default) it runs a
- * traced step of the model on the expert's split over the two tasks (dg_step_trace_measure:
- * each op's time, and the link's latency and bandwidth under load): the placer and the
+ * went and the loss at the first and last step. First (--profile split, the default) it runs
+ * traced steps of the model on the expert's split over the two tasks (dg_step_traces_measure:
+ * each op's median time, and the link's latency under load): the placer and the
  * predictions then use those figures.
  *   --model transformer|inception|gnmt, --placement auto|manual
  *   build/bin/dg-launch --ps 1 --workers 1 -- build/bin/auto_place_train --placement auto
@@ -83,8 +83,8 @@ static int feeds_make(dg_node **step, int n_step, const place_model_config *c, d
 }
 
 // Runs the model, built again, on target with session options so (split_it: the expert's split
-// over the two devices, else nothing asked for): two steps, then a traced one whose kernel
-// times (and whose transfers' times between tasks) go into cost. Returns the ops measured; -1
+// over the two devices, else nothing asked for): warm-up steps, then traced ones whose kernel
+// times (each op's median) and transfers between tasks go into cost. Returns the ops measured; -1
 // on error.
 static int profile_model(const place_model_config *c, const char *target, bool split_it, const dg_session_options *so,
                          const dg_output *feeds_in, dg_tensor *const *vals, int n_feeds, dg_cost_model *cost,
@@ -102,14 +102,23 @@ static int profile_model(const place_model_config *c, const char *target, bool s
         feeds[i] = (dg_output){dg_graph_find(g, dg_node_name(feeds_in[i].node)), 0};
         ok = feeds[i].node != NULL;
     }
-    dg_step_trace *trace = NULL;
+    // PROFILE_WARM untraced steps (allocations settle), then PROFILE_TRACED traced ones: each op's
+    // median time over them goes into the cost model.
+    enum { PROFILE_WARM = 3, PROFILE_TRACED = 5 };
+    dg_step_trace *traces[PROFILE_TRACED] = {NULL};
     dg_run_options ro = {.trace = true};
-    for (int k = 0; ok && k < 3; k++)
-        ok = dg_session_run_with_options(s, k == 2 ? &ro : NULL, feeds, vals, n_feeds, NULL, NULL, 0, &train, 1,
-                                         k == 2 ? &trace : NULL, st);
-    if (ok && trace) n = dg_step_trace_measure(trace, cost, st);
-    else if (ok || (!train && dg_status_ok(st))) dg_status_set(st, DG_INTERNAL, "no trace of the profiled step");
-    dg_step_trace_free(&trace);
+    for (int k = 0; ok && k < PROFILE_WARM + PROFILE_TRACED; k++) {
+        bool traced = k >= PROFILE_WARM;
+        ok = dg_session_run_with_options(s, traced ? &ro : NULL, feeds, vals, n_feeds, NULL, NULL, 0, &train, 1,
+                                         traced ? &traces[k - PROFILE_WARM] : NULL, st);
+        if (ok && traced && !traces[k - PROFILE_WARM]) {
+            dg_status_set(st, DG_INTERNAL, "no trace of the profiled step");
+            ok = false;
+        }
+    }
+    if (ok) n = dg_step_traces_measure((const dg_step_trace *const *)traces, PROFILE_TRACED, cost, st);
+    else if (!train && dg_status_ok(st)) dg_status_set(st, DG_INTERNAL, "no trace of the profiled step");
+    for (int k = 0; k < PROFILE_TRACED; k++) dg_step_trace_free(&traces[k]);
     free(feeds);
     dg_session_free(&s);
     dg_graph_free(&g);

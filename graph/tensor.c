@@ -1,5 +1,6 @@
 /* dtypes, shapes and reference-counted tensors. */
 #include "tensor_impl.h"
+#include "tensor_cache_impl.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -156,10 +157,7 @@ static dg_tensor *tensor_alloc_header(dg_dtype dtype, dg_shape shape, dg_status 
 // The bytes of live buffers dg_tensor_new made, and the most at once (dg_tensor_memory).
 static _Atomic int64_t live_bytes, peak_bytes;
 
-static size_t buffer_bytes(size_t nbytes) {
-    size_t alloc = (nbytes + 63) & ~(size_t)63;
-    return alloc ? alloc : 64;
-}
+static size_t buffer_bytes(size_t nbytes) { return tensor_cache_bytes(nbytes); }
 
 static void note_alloc(size_t bytes) {
     int64_t now = atomic_fetch_add_explicit(&live_bytes, (int64_t)bytes, memory_order_relaxed) + (int64_t)bytes;
@@ -183,7 +181,7 @@ dg_tensor *dg_tensor_new(dg_dtype dtype, dg_shape shape, dg_status *st) {
     dg_tensor *t = tensor_alloc_header(dtype, shape, st);
     if (!t) return NULL;
     size_t alloc = buffer_bytes(t->nbytes);
-    t->data = aligned_alloc(64, alloc);
+    t->data = tensor_cache_alloc(t->nbytes);
     if (!t->data) {
         char sb[128];
         dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "tensor: cannot allocate %zu bytes for %s %s",
@@ -279,7 +277,7 @@ void dg_tensor_unref(dg_tensor *t) {
     if (t->base)
         dg_tensor_unref(t->base);
     else if (t->owns_data) {
-        free(t->data);
+        tensor_cache_free(t->data, t->nbytes);
         atomic_fetch_sub_explicit(&live_bytes, (int64_t)buffer_bytes(t->nbytes), memory_order_relaxed);
     }
     else if (t->dealloc)

@@ -26,6 +26,9 @@ if [ "${DG_SKIP_VALGRIND:-0}" != 1 ]; then
     # OpenBLAS for float32 GEMM too: memcheck reports oneDNN's JIT kernels reading whole vectors
     # past the end of their own buffers (by design) and runs them slowly (executor/cpu/gemm.c).
     export DG_GEMM=openblas
+    # No tensor buffer cache: every buffer comes fresh from malloc, so memcheck still reports a
+    # kernel reading what nothing wrote (a reused buffer holds an earlier tensor's bytes).
+    export DG_TENSOR_CACHE_MB=0
     vg_one() {   # vg_one TEST: runs it under memcheck, its exit status into TEST.valgrind.rc
         valgrind -q --suppressions=../tests/valgrind.supp --leak-check=full \
             --errors-for-leak-kinds=definite,indirect \

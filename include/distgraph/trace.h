@@ -67,6 +67,10 @@ void dg_step_trace_free(dg_step_trace **t);
 // adds itself). Profile a step on one placement, then place (docs/PLACEMENT.md). Returns the
 // ops measured; -1 with st set on error.
 int dg_step_trace_measure(const dg_step_trace *t, dg_cost_model *m, dg_status *st);
+// The same over several traced steps of one placement: each op's time is its median over the
+// steps that ran it (one slow step, a page fault or the other device's burst, moves none), and
+// each link's latency the 10th percentile of all the steps' transfers. Returns the ops measured.
+int dg_step_traces_measure(const dg_step_trace *const *traces, int n_traces, dg_cost_model *m, dg_status *st);
 
 #ifdef __cplusplus
 }

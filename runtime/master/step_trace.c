@@ -563,41 +563,87 @@ static void link_samples_set(dg_cost_model *m, dg_link_kind kind, link_samples *
     dg_cost_model_set_link(m, kind, out, NULL);   // out of range: the figures stay
 }
 
+// One op's time in one traced step.
+typedef struct op_sample {
+    char type[DG_DEVICE_TYPE_MAX];
+    const char *name;   // borrowed from the trace's event
+    double s;
+} op_sample;
+
+static int cmp_op_sample(const void *a, const void *b) {
+    const op_sample *x = a, *y = b;
+    int c = strcmp(x->type, y->type);
+    if (!c) c = strcmp(x->name, y->name);
+    return c ? c : (x->s > y->s) - (x->s < y->s);
+}
+
 int dg_step_trace_measure(const dg_step_trace *t, dg_cost_model *m, dg_status *st) {
-    dg_status_reset(st);
     if (!t || !m) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "dg_step_trace_measure: no trace or no cost model");
         return -1;
     }
-    int n = 0;
-    link_samples links[3];
-    memset(links, 0, sizeof links);
-    for (int i = 0; i < dg_step_trace_num_events(t); i++) {
-        const dg_trace_event *e = dg_step_trace_event(t, i);
-        if (e->kind == DG_TRACE_TRANSFER && e->peer && e->peer[0] && e->task && strcmp(e->peer, e->task) != 0 &&
-            e->end_ns >= e->start_ns) {
-            dg_link_kind k = dg_cost_model_link_kind(m, e->peer, e->task);
-            double d = (double)(e->end_ns - e->start_ns) * 1e-9 - (double)e->bytes / dg_cost_model_link(m, k).bytes_per_s;
-            if (!BASE_GROW(links[k].extra, links[k].n, links[k].cap, 1, "step trace links", st)) {
-                for (int j = 0; j < 3; j++) free(links[j].extra);
-                return -1;
-            }
-            links[k].extra[links[k].n++] = d;
-            continue;
-        }
-        if (e->kind != DG_TRACE_OP || !e->name || !e->device || !e->device[0]) continue;
-        dg_device_name dn;
-        if (!dg_device_name_parse(e->device, &dn, NULL) || !dn.has_type) continue;
-        double s = (double)(e->end_ns - e->start_ns) * 1e-9;
-        if (!dg_cost_model_set_measured(m, e->name, dn.type, s > 0 ? s : 0, st)) {
-            for (int j = 0; j < 3; j++) free(links[j].extra);
+    return dg_step_traces_measure(&t, 1, m, st);
+}
+
+int dg_step_traces_measure(const dg_step_trace *const *traces, int n_traces, dg_cost_model *m, dg_status *st) {
+    dg_status_reset(st);
+    if (!traces || n_traces < 1 || !m) {
+        dg_status_set(st, DG_INVALID_ARGUMENT, "dg_step_traces_measure: no traces or no cost model");
+        return -1;
+    }
+    for (int k = 0; k < n_traces; k++)
+        if (!traces[k]) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "dg_step_traces_measure: trace %d is NULL", k);
             return -1;
         }
+    int n = -1, n_samples = 0, cap_samples = 0;
+    op_sample *samples = NULL;
+    link_samples links[3];
+    memset(links, 0, sizeof links);
+    for (int k = 0; k < n_traces; k++) {
+        const dg_step_trace *t = traces[k];
+        for (int i = 0; i < dg_step_trace_num_events(t); i++) {
+            const dg_trace_event *e = dg_step_trace_event(t, i);
+            if (e->kind == DG_TRACE_TRANSFER && e->peer && e->peer[0] && e->task && strcmp(e->peer, e->task) != 0 &&
+                e->end_ns >= e->start_ns) {
+                dg_link_kind lk = dg_cost_model_link_kind(m, e->peer, e->task);
+                double d = (double)(e->end_ns - e->start_ns) * 1e-9 -
+                           (double)e->bytes / dg_cost_model_link(m, lk).bytes_per_s;
+                if (!BASE_GROW(links[lk].extra, links[lk].n, links[lk].cap, 1, "step trace links", st)) goto out;
+                links[lk].extra[links[lk].n++] = d;
+                continue;
+            }
+            if (e->kind != DG_TRACE_OP || !e->name || !e->device || !e->device[0]) continue;
+            dg_device_name dn;
+            if (!dg_device_name_parse(e->device, &dn, NULL) || !dn.has_type) continue;
+            if (!BASE_GROW(samples, n_samples, cap_samples, 1, "step trace ops", st)) goto out;
+            double s = (double)(e->end_ns - e->start_ns) * 1e-9;
+            op_sample *o = &samples[n_samples++];
+            memcpy(o->type, dn.type, sizeof o->type);
+            o->name = e->name;
+            o->s = s > 0 ? s : 0;
+        }
+    }
+    // Each op's median over the steps that ran it: one slow step (a page fault, the other
+    // device's burst) moves no op's time.
+    if (n_samples > 1) qsort(samples, (size_t)n_samples, sizeof *samples, cmp_op_sample);
+    n = 0;
+    for (int i = 0; i < n_samples;) {
+        int j = i + 1;
+        while (j < n_samples && !strcmp(samples[j].type, samples[i].type) && !strcmp(samples[j].name, samples[i].name))
+            j++;
+        double med = (j - i) % 2 ? samples[i + (j - i) / 2].s
+                                 : 0.5 * (samples[i + (j - i) / 2 - 1].s + samples[i + (j - i) / 2].s);
+        if (!dg_cost_model_set_measured(m, samples[i].name, samples[i].type, med, st)) {
+            n = -1;
+            goto out;
+        }
         n++;
+        i = j;
     }
-    for (int k = 0; k < 3; k++) {
-        link_samples_set(m, (dg_link_kind)k, &links[k]);
-        free(links[k].extra);
-    }
+    for (int k = 0; k < 3; k++) link_samples_set(m, (dg_link_kind)k, &links[k]);
+out:
+    for (int k = 0; k < 3; k++) free(links[k].extra);
+    free(samples);
     return n;
 }

@@ -111,7 +111,8 @@ static void test_auto_placed_session_trains_as_one_device(void **state) {
     dg_status_free(&st);
 }
 
-// A traced step's kernel times become the cost model's measured times, op by op.
+// A traced step's kernel times become the cost model's measured times, op by op; over several
+// traced steps, each op's median.
 static void test_measured_from_a_trace(void **state) {
     (void)state;
     model m;
@@ -141,6 +142,44 @@ static void test_measured_from_a_trace(void **state) {
     assert_int_equal(n, ops);
     assert_int_equal(dg_step_trace_measure(tr, NULL, st), -1);
     assert_status(st, DG_INVALID_ARGUMENT, "no trace or no cost model");
+    // Three more traced steps: each op's time is the median of its three, computed here from
+    // the events.
+    dg_step_trace *three[3] = {NULL};
+    for (int k = 0; k < 3; k++) {
+        assert_true(dg_session_run_with_options(s, &ro, &m.x, &xv, 1, NULL, NULL, 0, &m.train, 1, &three[k], st));
+        assert_non_null(three[k]);
+    }
+    dg_cost_model *cm3 = dg_cost_model_new();
+    int n3 = dg_step_traces_measure((const dg_step_trace *const *)three, 3, cm3, st);
+    assert_ok(st);
+    assert_int_equal(n3, ops);
+    int checked = 0;
+    for (int i = 0; i < dg_step_trace_num_events(three[0]); i++) {
+        const dg_trace_event *e = dg_step_trace_event(three[0], i);
+        dg_node *node = e->kind == DG_TRACE_OP ? dg_graph_find(m.g, e->name) : NULL;
+        if (!node) continue;
+        double d[3];
+        for (int k = 0; k < 3; k++) {
+            d[k] = -1;
+            for (int j = 0; j < dg_step_trace_num_events(three[k]); j++) {
+                const dg_trace_event *f = dg_step_trace_event(three[k], j);
+                if (f->kind == DG_TRACE_OP && strcmp(f->name, e->name) == 0) d[k] = (double)(f->end_ns - f->start_ns) * 1e-9;
+            }
+            assert_true(d[k] >= 0);
+        }
+        double lo = fmin(d[0], fmin(d[1], d[2])), hi = fmax(d[0], fmax(d[1], d[2]));
+        double median = d[0] + d[1] + d[2] - lo - hi;
+        assert_true(fabs(dg_cost_model_op_seconds(cm3, node, "CPU", NULL, NULL) - median) <= 1e-12);
+        checked++;
+    }
+    assert_int_equal(checked, ops);
+    const dg_step_trace *holed[2] = {three[0], NULL};
+    assert_int_equal(dg_step_traces_measure(holed, 2, cm3, st), -1);
+    assert_status(st, DG_INVALID_ARGUMENT, "trace 1 is NULL");
+    assert_int_equal(dg_step_traces_measure(holed, 0, cm3, st), -1);
+    assert_status(st, DG_INVALID_ARGUMENT, "no traces");
+    for (int k = 0; k < 3; k++) dg_step_trace_free(&three[k]);
+    dg_cost_model_free(&cm3);
     dg_cost_model_free(&cm);
     dg_step_trace_free(&tr);
     dg_tensor_free(&xv);
