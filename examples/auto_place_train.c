@@ -2,9 +2,9 @@
  * automatic placer (dg_session_options.auto_place), or by hand as an expert splits it (its
  * layers in two halves, one per task, gradients beside their ops); trained on the same random
  * batches either way. Prints the median step time, the placer's prediction of it, where the ops
- * went and the loss at the first and last step. First (--profile split, the default) it runs
+ * went and the loss at the first and last step. First (--profile split, the default) it runs a
  * traced steps of the model on the expert's split over the two tasks (dg_step_traces_measure:
- * each op's median time, and the link's latency under load): the placer and the
+ * each op's time, and the link's latency and bandwidth under load): the placer and the
  * predictions then use those figures.
  *   --model transformer|inception|gnmt, --placement auto|manual
  *   build/bin/dg-launch --ps 1 --workers 1 -- build/bin/auto_place_train --placement auto
@@ -19,6 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "flags.h"
 #include "place_models.h"
 
@@ -27,9 +31,9 @@
 static const char *const TASK_DEVICES[2] = {"/job:worker/replica:0/task:0/device:CPU:0",
                                             "/job:ps/replica:0/task:0/device:CPU:0"};
 static const char *const TASK_SCOPES[2] = {"/job:worker/task:0", "/job:ps/task:0"};
-static const char *const LOCAL_DEVICES[2] = {"/job:localhost/replica:0/task:0/device:CPU:0",
-                                             "/job:localhost/replica:0/task:0/device:CPU:1"};
-static const char *const LOCAL_SCOPES[2] = {"/device:CPU:0", "/device:CPU:1"};
+static const char *const LOCAL_DEVICES[2] = {"/job:worker/replica:0/task:0/device:CPU:0",
+                                             "/job:worker/replica:0/task:0/device:CPU:1"};
+static const char *const LOCAL_SCOPES[2] = {"/job:worker/task:0/device:CPU:0", "/job:worker/task:0/device:CPU:1"};
 static const char *const *DEVICES = TASK_DEVICES, *const *SCOPES = TASK_SCOPES;
 
 typedef struct split {
@@ -45,6 +49,17 @@ static const char *unit_task(void *ctx, int unit) {
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+// A port of 127.0.0.1 free now (the kernel's pick for a socket bound to port 0); -1 if none.
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
 }
 
 static uint64_t next_u64(uint64_t *s) {
@@ -149,8 +164,8 @@ int main(int argc, char **argv) {
         {"trace", FLAG_STRING, &trace_path, "write the last step's timeline here (Chrome trace-event JSON)"},
         {"profile", FLAG_STRING, &profile, "split (a traced step on the expert's split: op and link times), local (op "
                                            "times on one CPU) or none; the placer and the prediction use them"},
-        {"local", FLAG_BOOL, &local, "two CPUs of this process (a local session with a virtual CPU, an op "
-                                     "at a time each) instead of two tasks"},
+        {"local", FLAG_BOOL, &local, "two CPUs of this process (a server with a virtual CPU, an op at a time "
+                                     "each) instead of two tasks"},
         {"quiet", FLAG_BOOL, &quiet, "no server log lines"},
     };
     bool help;
@@ -183,14 +198,31 @@ int main(int argc, char **argv) {
     dg_status *st = dg_status_new();
     dg_cluster *cl = NULL;
     dg_server *server = NULL;
-    // Local: two CPUs of this process, one thread each and an op at a time on each.
+    // --profile local: a local session on one CPU, one thread.
     dg_session_options local_opts = dg_session_options_default();
-    local_opts.n_virtual_cpus = 1;
-    local_opts.inter_op_threads = 2;
+    local_opts.inter_op_threads = 1;
     local_opts.intra_op_threads = 1;
     if (local) {
+        // Two CPUs of this process: a server of one task, on a free port of 127.0.0.1, with a
+        // virtual CPU beside its CPU:0. Each device's partition runs an op at a time, as the
+        // simulator assumes (a local session's devices would share its threads instead).
         DEVICES = LOCAL_DEVICES;
         SCOPES = LOCAL_SCOPES;
+        int port = free_port();
+        char spec[64];
+        snprintf(spec, sizeof spec, "worker|127.0.0.1:%d", port);
+        cl = port > 0 ? dg_cluster_from_spec_string(spec, st) : NULL;
+        dg_server_options so = dg_server_options_default();
+        so.quiet = true;
+        so.n_virtual_cpus = 1;
+        server = cl ? dg_server_new(cl, "worker", 0, &so, st) : NULL;
+        if (!server) {
+            fprintf(stderr, "auto_place_train: a server for --local: %s\n",
+                    port > 0 ? dg_status_message(st) : "no free port on 127.0.0.1");
+            dg_cluster_free(&cl);
+            dg_status_free(&st);
+            return 1;
+        }
     } else {
         cl = dg_cluster_from_flags(ps_hosts, worker_hosts, st);
         if (!cl || dg_cluster_num_tasks(cl, "worker") != 1 || dg_cluster_num_tasks(cl, "ps") != 1 ||
@@ -208,7 +240,7 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    const char *target = local ? "local" : dg_server_target(server);
+    const char *target = dg_server_target(server);
     int rc = 1;
     if (!local && strcmp(job, "ps") == 0) {   // the second task only holds and runs its part
         dg_server_join(server, true, st);
@@ -241,7 +273,7 @@ int main(int argc, char **argv) {
     // cost model, which the placer and the predictions then use.
     if (strcmp(profile, "none") != 0) {
         bool on_one = strcmp(profile, "local") == 0;
-        int measured = profile_model(&c, on_one ? "local" : target, !on_one, local || on_one ? &local_opts : NULL,
+        int measured = profile_model(&c, on_one ? "local" : target, !on_one, on_one ? &local_opts : NULL,
                                      feeds, vals, n_feeds, cost, st);
         if (measured < 0) {
             fprintf(stderr, "auto_place_train: profiling: %s\n", dg_status_message(st));
@@ -257,7 +289,7 @@ int main(int argc, char **argv) {
         printf("profiled %d ops (%s); link between the devices: %.1f us + %.2f GB/s\n", measured,
                on_one ? "on one CPU" : "on the expert's split", lk.latency_s * 1e6, lk.bytes_per_s / 1e9);
     }
-    dg_session_options o = local ? local_opts : dg_session_options_default();
+    dg_session_options o = dg_session_options_default();
     o.auto_place = !manual;
     o.auto_place_cost_file = profiled[0] ? profiled : cost_file[0] ? cost_file : NULL;
     s = dg_session_new(g, target, &o, st);

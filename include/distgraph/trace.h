@@ -62,14 +62,14 @@ void dg_step_trace_free(dg_step_trace **t);
 
 // Gives the automatic placer's cost model each op's measured time (dg_cost_model_set_measured:
 // its kernel's duration, for its device's type) and, from the step's transfers between tasks
-// (at least 3 of a link kind), that link's latency: the 10th percentile of their times beyond
-// their bytes at the link's bandwidth (the rest waited behind other tensors, which the simulator
-// adds itself). Profile a step on one placement, then place (docs/PLACEMENT.md). Returns the
+// (at least 3 of a link kind), that link's latency under load: the median of their times beyond
+// their bytes at the link's bandwidth (which holds the receiving task's wait for a thread when
+// its cores are busy). Profile a step on one placement, then place (docs/PLACEMENT.md). Returns the
 // ops measured; -1 with st set on error.
 int dg_step_trace_measure(const dg_step_trace *t, dg_cost_model *m, dg_status *st);
 // The same over several traced steps of one placement: each op's time is its median over the
 // steps that ran it (one slow step, a page fault or the other device's burst, moves none), and
-// each link's latency the 10th percentile of all the steps' transfers. Returns the ops measured.
+// each link's latency the median over all the steps' transfers. Returns the ops measured.
 int dg_step_traces_measure(const dg_step_trace *const *traces, int n_traces, dg_cost_model *m, dg_status *st);
 
 #ifdef __cplusplus

@@ -400,9 +400,18 @@ static bool list_cluster_devices(master_session *m, dg_status *st) {
 }
 
 // True when some node asks for an accelerator (the tasks' are listed only then).
-static bool wants_accelerator(dg_node *const *run, int n_run) {
-    for (int i = 0; i < n_run; i++)
-        if (exec_device_name_is_accelerator(run[i]->requested_device)) return true;
+static bool wants_listed_device(const master_session *m, dg_node *const *run, int n_run) {
+    for (int i = 0; i < n_run; i++) {
+        const char *req = run[i]->requested_device;
+        if (exec_device_name_is_accelerator(req)) return true;
+        // This task's virtual CPUs (CPU:1 and on: dg_server_options.n_virtual_cpus) are in its
+        // own list only (without it, soft placement moved such nodes to CPU:0 without a word).
+        dg_device_name dn;
+        char task[200];
+        if (req && req[0] && dg_device_name_parse(req, &dn, NULL) && dn.has_id && dn.id > 0 &&
+            (!dn.has_job || (rt_task_of_device(req, task, sizeof task) && strcmp(task, m->own_task) == 0)))
+            return true;
+    }
     return false;
 }
 
@@ -505,7 +514,7 @@ static bool compile(master_session *m, const dg_output *feeds, int n_feeds, cons
     po.allow_soft_placement = m->opts.allow_soft_placement;
     po.supports = exec_kernel_supports;
     if (m->task) po.default_device = m->own_task;
-    bool ok = (!m->task || m->devices_listed || !wants_accelerator(run, n_run) || list_cluster_devices(m, st)) &&
+    bool ok = (!m->task || m->devices_listed || !wants_listed_device(m, run, n_run) || list_cluster_devices(m, st)) &&
               (m->opts.auto_place ? auto_place_graph(m, &po, st)
                                   : dg_place(run, n_run, (const char *const *)m->devices, m->n_devices, &po, st));
     if (ok && m->opts.log_device_placement)

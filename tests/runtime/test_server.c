@@ -251,6 +251,60 @@ static dg_status *run_values_lost(bool mute_after_run, int64_t rpc_timeout_ms, i
 
 // A ps that stays alive but never sends: the step fails within the RPC deadline instead of
 // waiting forever.
+// The worker's virtual CPUs (dg_server_options.n_virtual_cpus) are known only from its own
+// device list: a node asking for its CPU:1 runs there, where soft placement used to move it to
+// CPU:0 without a word; one asking for a CPU it lacks is refused without soft placement.
+static void test_virtual_cpu_request_in_cluster(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    char spec[256];
+    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", dg_test_free_port(), dg_test_free_port());
+    dg_cluster *c = dg_cluster_from_spec_string(spec, st);
+    assert_ok(st);
+    dg_server_options so = dg_server_options_default();
+    so.quiet = true;
+    dg_server *ps = dg_server_new(c, "ps", 0, &so, st);
+    assert_ok(st);
+    so.n_virtual_cpus = 1;
+    dg_server *wk = dg_server_new(c, "worker", 0, &so, st);
+    assert_ok(st);
+    for (int cpu = 1; cpu <= 2; cpu++) {
+        dg_graph *g = dg_graph_new();
+        dg_graph_push_device(g, "/job:ps/task:0");
+        dg_output w = dg_variable(g, "w", DG_FLOAT64, dg_shape1(3), dg_init_constant(2));
+        dg_graph_pop_device(g);
+        char dev[64];
+        snprintf(dev, sizeof dev, "/job:worker/task:0/device:CPU:%d", cpu);
+        dg_graph_push_device(g, dev);
+        dg_output y = dg_sum(g, "y", dg_square(g, NULL, w), NULL, 0, false);
+        dg_graph_pop_device(g);
+        dg_session_options o = dg_session_options_default();
+        o.allow_soft_placement = false;
+        dg_session *s = dg_session_new(g, dg_server_target(wk), &o, st);
+        assert_ok(st);
+        bool ok = dg_session_run_target(s, dg_global_variables_initializer(g), st);
+        dg_tensor *yv = NULL;
+        if (ok) ok = dg_session_run(s, NULL, NULL, 0, &y, &yv, 1, NULL, 0, st);
+        if (cpu == 1) {
+            assert_ok(st);
+            assert_true(ok);
+            assert_true(dg_tensor_f64(yv)[0] == 12.0);
+            assert_string_equal(dg_node_assigned_device(y.node), "/job:worker/replica:0/task:0/device:CPU:1");
+            assert_string_equal(dg_node_assigned_device(w.node), "/job:ps/replica:0/task:0/device:CPU:0");
+        } else {
+            assert_false(ok);
+            assert_status(st, DG_INVALID_ARGUMENT, "CPU:2");
+        }
+        dg_tensor_unref(yv);
+        dg_session_free(&s);
+        dg_graph_free(&g);
+    }
+    dg_server_free(&wk);
+    dg_server_free(&ps);
+    dg_cluster_free(&c);
+    dg_status_free(&st);
+}
+
 static void test_values_lost_after_answer(void **state) {
     int64_t t0 = exec_timer_now_ms();
     dg_status *st = run_values_lost(false, 1000, 0);
@@ -276,6 +330,7 @@ int main(void) {
         cmocka_unit_test(test_ps_worker_matches_local),
         cmocka_unit_test(test_dead_ps_is_unavailable),
         cmocka_unit_test(test_gpu_request_in_cluster),
+        cmocka_unit_test(test_virtual_cpu_request_in_cluster),
         cmocka_unit_test(test_values_lost_after_answer),
         cmocka_unit_test(test_task_dead_after_answer),
     };
