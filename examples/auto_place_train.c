@@ -2,10 +2,10 @@
  * automatic placer (dg_session_options.auto_place), or by hand as an expert splits it (its
  * layers in two halves, one per task, gradients beside their ops); trained on the same random
  * batches either way. Prints the median step time, the placer's prediction of it, where the ops
- * went and the loss at the first and last step. First (--profile split, the default) it runs a
- * traced steps of the model on the expert's split over the two tasks (dg_step_traces_measure:
- * each op's time, and the link's latency and bandwidth under load): the placer and the
- * predictions then use those figures.
+ * went and the loss at the first and last step. First (--profile split, the default) it runs
+ * traced steps of the model on the expert's split (dg_step_traces_measure: each op's median
+ * time and, between two tasks, the link's latency under load): the placer and the predictions
+ * then use those figures.
  *   --model transformer|inception|gnmt, --placement auto|manual
  *   build/bin/dg-launch --ps 1 --workers 1 -- build/bin/auto_place_train --placement auto
  *   build/bin/auto_place_train --local --placement auto        (two CPUs of one process)
@@ -164,8 +164,8 @@ int main(int argc, char **argv) {
         {"trace", FLAG_STRING, &trace_path, "write the last step's timeline here (Chrome trace-event JSON)"},
         {"profile", FLAG_STRING, &profile, "split (a traced step on the expert's split: op and link times), local (op "
                                            "times on one CPU) or none; the placer and the prediction use them"},
-        {"local", FLAG_BOOL, &local, "two CPUs of this process (a server with a virtual CPU, an op at a time "
-                                     "each) instead of two tasks"},
+        {"local", FLAG_BOOL, &local, "two CPUs of this process (a server of one task with a virtual CPU) "
+                                     "instead of two tasks"},
         {"quiet", FLAG_BOOL, &quiet, "no server log lines"},
     };
     bool help;
@@ -204,8 +204,8 @@ int main(int argc, char **argv) {
     local_opts.intra_op_threads = 1;
     if (local) {
         // Two CPUs of this process: a server of one task, on a free port of 127.0.0.1, with a
-        // virtual CPU beside its CPU:0. Each device's partition runs an op at a time, as the
-        // simulator assumes (a local session's devices would share its threads instead).
+        // virtual CPU beside its CPU:0 (the master compiles both devices' partitions into one
+        // executable on its threads, which the devices share).
         DEVICES = LOCAL_DEVICES;
         SCOPES = LOCAL_SCOPES;
         int port = free_port();
@@ -286,8 +286,9 @@ int main(int argc, char **argv) {
             goto out;
         }
         dg_link_perf lk = dg_cost_model_link(cost, local ? DG_LINK_SAME_TASK : DG_LINK_SAME_HOST);
-        printf("profiled %d ops (%s); link between the devices: %.1f us + %.2f GB/s\n", measured,
-               on_one ? "on one CPU" : "on the expert's split", lk.latency_s * 1e6, lk.bytes_per_s / 1e9);
+        printf("profiled %d ops (%s); link between the devices: %.1f us + %.2f GB/s (%s)\n", measured,
+               on_one ? "on one CPU" : "on the expert's split", lk.latency_s * 1e6, lk.bytes_per_s / 1e9,
+               local || on_one ? "calibrated" : "latency measured under load");
     }
     dg_session_options o = dg_session_options_default();
     o.auto_place = !manual;

@@ -4,10 +4,11 @@
  * and a zeroed page for every 4 KiB it wrote first (a 12-block transformer on two CPUs: 5,000
  * faults a step, 15% of its time). Buffers of TENSOR_CACHE_MIN bytes or more are rounded to a
  * size class (eight a doubling, at most 12.5% over) and, when freed, kept on their class's list
- * while the cache holds less than its bound; a later buffer of the same class reuses one.
- * The bound: DG_TENSOR_CACHE_MB (0 turns the cache off), by default 1 GiB and at most an
- * eighth of the machine's memory (0 under AddressSanitizer, which then sees a freed tensor's
- * buffer used). dg_tensor_cache_release gives everything back. Smaller
+ * while the cache holds less than its bound (when full, buffers of other classes, the largest
+ * first, are freed to make room); a later buffer of the same class reuses one.
+ * The bound: DG_TENSOR_CACHE_MB (0 turns the cache off), else 1 GiB or an eighth of the
+ * machine's memory, whichever is less; always 0 under AddressSanitizer (DG_SANITIZE), which then
+ * sees a freed tensor's buffer used. dg_tensor_cache_release gives everything back. Smaller
  * buffers go straight to malloc, which keeps them itself. */
 #include <pthread.h>
 #include <stdbool.h>
@@ -39,15 +40,15 @@ static void cache_init(void) {
     size_t bound = (size_t)1 << 30;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages > 0 && page > 0 && (size_t)pages / 8 * (size_t)page < bound) bound = (size_t)pages / 8 * (size_t)page;
-#if defined(__SANITIZE_ADDRESS__)
-    bound = 0;   // AddressSanitizer sees a buffer used after its tensor is freed only if it is freed
-#endif
     const char *env = getenv("DG_TENSOR_CACHE_MB");
     if (env && *env) {
         char *end;
         unsigned long long mb = strtoull(env, &end, 10);
         if (*end == '\0' && mb <= (1ULL << 30)) bound = (size_t)mb << 20;   // else the default stays
     }
+#if defined(DG_SANITIZE_BUILD) || defined(__SANITIZE_ADDRESS__)
+    bound = 0;   // AddressSanitizer sees a buffer used after its tensor is freed only if it is freed
+#endif
     cache.bound = bound;
 }
 
@@ -64,6 +65,13 @@ static int class_of(size_t n, size_t *size) {
     }
     *size = k * step;
     return (lg - MIN_LOG2) * CLASSES_PER_DOUBLING + (int)(k - CLASSES_PER_DOUBLING);
+}
+
+// The size of class c (the inverse of class_of).
+static size_t class_size(int c) {
+    int lg = MIN_LOG2 + c / CLASSES_PER_DOUBLING;
+    size_t step = ((size_t)1 << lg) / CLASSES_PER_DOUBLING;
+    return (size_t)(CLASSES_PER_DOUBLING + c % CLASSES_PER_DOUBLING) * step;
 }
 
 size_t tensor_cache_bytes(size_t n) {
@@ -98,7 +106,19 @@ void tensor_cache_free(void *p, size_t n) {
     int c = size >= TENSOR_CACHE_MIN ? class_of(size, &size) : -1;
     if (c >= 0) {
         pthread_once(&cache.once, cache_init);
+        free_buffer *evicted = NULL;
         pthread_mutex_lock(&cache.mu);
+        // Full: buffers of other classes make room, the largest first (a workload whose sizes
+        // changed does not keep the old ones and lose the reuse).
+        for (int k = N_CLASSES - 1; k >= 0 && size <= cache.bound && cache.held + size > cache.bound; k--) {
+            while (k != c && cache.lists[k] && cache.held + size > cache.bound) {
+                free_buffer *b = cache.lists[k];
+                cache.lists[k] = b->next;
+                cache.held -= class_size(k);
+                b->next = evicted;
+                evicted = b;
+            }
+        }
         bool keep = cache.held + size <= cache.bound;
         if (keep) {
             free_buffer *b = p;
@@ -107,6 +127,11 @@ void tensor_cache_free(void *p, size_t n) {
             cache.held += size;
         }
         pthread_mutex_unlock(&cache.mu);
+        while (evicted) {
+            free_buffer *next = evicted->next;
+            free(evicted);
+            evicted = next;
+        }
         if (keep) return;
     }
     free(p);

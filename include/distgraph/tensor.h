@@ -89,10 +89,13 @@ void dg_tensor_memory(int64_t *live, int64_t *peak);
 // Sets the peak to the bytes alive now.
 void dg_tensor_memory_reset_peak(void);
 // Freed tensor buffers of 64 KiB or more are kept for the next tensor of their size class
-// (eight classes a doubling), so a step's activations do not fault in fresh pages every step.
-// The cache holds at most DG_TENSOR_CACHE_MB MiB (read once; 0 turns it off), by default 1 GiB
-// and at most an eighth of the machine's memory. dg_tensor_cache_held says how many bytes it
-// holds now; dg_tensor_cache_release frees them all and returns how many.
+// (eight classes a doubling, a buffer at most 12.5% larger than asked; dg_tensor_memory counts
+// the class sizes), so a step's activations do not fault in fresh pages every step. The cache
+// holds at most DG_TENSOR_CACHE_MB MiB (read once; 0 turns it off), else 1 GiB or an eighth of
+// the machine's memory, whichever is less; when full, buffers of other classes make room. A
+// reused buffer holds an earlier tensor's bytes, as small ones from malloc always did: kernels
+// write every byte of their outputs. dg_tensor_cache_held says how many bytes it holds now;
+// dg_tensor_cache_release frees them all and returns how many.
 size_t dg_tensor_cache_held(void);
 size_t dg_tensor_cache_release(void);
 // Same, buffer filled with zeros. Returns: new (one reference), caller releases with

@@ -399,13 +399,17 @@ static bool list_cluster_devices(master_session *m, dg_status *st) {
     return true;
 }
 
-// True when some node asks for an accelerator (the tasks' are listed only then).
+// True when the tasks' own device lists are needed: automatic placement (it chooses among
+// every device), or a node asking for an accelerator or for one of this task's virtual CPUs
+// (CPU:1 and on: dg_server_options.n_virtual_cpus), which the cluster's CPU:0s lack: soft
+// placement moved such nodes to CPU:0 without a word. Another task's virtual CPU is not asked
+// for here: a step moving a value between two devices of a remote task fails at the deadline
+// (a known gap).
 static bool wants_listed_device(const master_session *m, dg_node *const *run, int n_run) {
+    if (m->opts.auto_place) return true;
     for (int i = 0; i < n_run; i++) {
         const char *req = run[i]->requested_device;
         if (exec_device_name_is_accelerator(req)) return true;
-        // This task's virtual CPUs (CPU:1 and on: dg_server_options.n_virtual_cpus) are in its
-        // own list only (without it, soft placement moved such nodes to CPU:0 without a word).
         dg_device_name dn;
         char task[200];
         if (req && req[0] && dg_device_name_parse(req, &dn, NULL) && dn.has_id && dn.id > 0 &&

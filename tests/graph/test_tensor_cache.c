@@ -1,8 +1,8 @@
 /* graph/tensor_cache.c: large tensor buffers kept for reuse. The size classes hold what is
  * asked and waste at most an eighth; a freed buffer serves the next tensor of its class and no
  * other; the live-bytes accounting (dg_tensor_memory) counts tensors, not the cache; the cache
- * stays under its bound (DG_TENSOR_CACHE_MB, set to 1 here before the first use) and gives
- * everything back on dg_tensor_cache_release. */
+ * stays under its bound (DG_TENSOR_CACHE_MB, set to 1 here before the first use), makes room
+ * for a new class by freeing others, and gives everything back on dg_tensor_cache_release. */
 #include "testutil.h"
 
 #include <stdlib.h>
@@ -87,10 +87,24 @@ static void test_bound(void **state) {
     for (int i = 0; i < 20; i++) t[i] = floats(32768);
     for (int i = 0; i < 20; i++) dg_tensor_unref(t[i]);
     assert_int_equal(dg_tensor_cache_held(), (size_t)8 << 17);
-    // A buffer larger than the bound is never kept.
+    // A buffer larger than the bound is never kept, and evicts nothing.
     dg_tensor *big = floats((int64_t)1 << 19);   // 2 MiB
     dg_tensor_unref(big);
     assert_int_equal(dg_tensor_cache_held(), (size_t)8 << 17);
+    // Full: a buffer of another class (204,800 bytes: class 212,992) makes room by freeing two
+    // of 131,072.
+    dg_tensor *other = floats(51200);
+    assert_int_equal(dg_tensor_cache_held(), (size_t)8 << 17);   // a fresh buffer: none of its class
+    dg_tensor_unref(other);
+    assert_int_equal(dg_tensor_cache_held(), ((size_t)6 << 17) + 212992);
+    // A buffer of a full class's own size is kept without evicting its own class: the cache
+    // stays under its bound and keeps the newest.
+    dg_tensor *t8[8];
+    for (int i = 0; i < 8; i++) t8[i] = floats(32768);   // six from the cache, two fresh
+    assert_int_equal(dg_tensor_cache_held(), 212992);
+    for (int i = 0; i < 8; i++) dg_tensor_unref(t8[i]);
+    assert_true(dg_tensor_cache_held() <= (size_t)1 << 20);
+    assert_int_equal(dg_tensor_cache_held(), (size_t)8 << 17);   // the 212,992 went for the last two
     assert_int_equal(dg_tensor_cache_release(), (size_t)8 << 17);
 }
 

@@ -249,8 +249,6 @@ static dg_status *run_values_lost(bool mute_after_run, int64_t rpc_timeout_ms, i
     return st;
 }
 
-// A ps that stays alive but never sends: the step fails within the RPC deadline instead of
-// waiting forever.
 // The worker's virtual CPUs (dg_server_options.n_virtual_cpus) are known only from its own
 // device list: a node asking for its CPU:1 runs there, where soft placement used to move it to
 // CPU:0 without a word; one asking for a CPU it lacks is refused without soft placement.
@@ -305,6 +303,8 @@ static void test_virtual_cpu_request_in_cluster(void **state) {
     dg_status_free(&st);
 }
 
+// A ps that stays alive but never sends: the step fails within the RPC deadline instead of
+// waiting forever.
 static void test_values_lost_after_answer(void **state) {
     int64_t t0 = exec_timer_now_ms();
     dg_status *st = run_values_lost(false, 1000, 0);
