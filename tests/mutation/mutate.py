@@ -486,6 +486,23 @@ MUTANTS = [
                   ("            rc = 3;\n", "            rc = 0;\n")],
         "tests": ["exp_regression"],
     },
+    {
+        "name": "tensor_cache_any_class",
+        "what": "the tensor cache hands out the first cached buffer of any class, so a tensor can get a buffer smaller than it needs",
+        "file": "graph/tensor_cache.c",
+        "edits": [("            free_buffer *b = cache.lists[c];\n",
+                   "            free_buffer *b = cache.lists[c];\n"
+                   "            for (int mut_k = 0; !b && mut_k < N_CLASSES; mut_k++) if ((b = cache.lists[mut_k])) c = mut_k;\n")],
+        "tests": ["test_tensor_cache"],
+    },
+    {
+        "name": "virtual_cpu_not_listed",
+        "what": "a session on a server does not list the task's devices when a node asks for its virtual CPU, and soft placement moves the node to CPU:0",
+        "file": "runtime/master/master.c",
+        "edits": [("        if (exec_device_name_is_accelerator(req)) return true;\n",
+                   "        if (exec_device_name_is_accelerator(req)) return true;\n        continue;\n")],
+        "tests": ["test_server"],
+    },
 ]
 
 
