@@ -400,21 +400,16 @@ static bool list_cluster_devices(master_session *m, dg_status *st) {
 }
 
 // True when the tasks' own device lists are needed: automatic placement (it chooses among
-// every device), or a node asking for an accelerator or for one of this task's virtual CPUs
-// (CPU:1 and on: dg_server_options.n_virtual_cpus), which the cluster's CPU:0s lack: soft
-// placement moved such nodes to CPU:0 without a word. Another task's virtual CPU is not asked
-// for here: a step moving a value between two devices of a remote task fails at the deadline
-// (a known gap).
+// every device), or a node asking for an accelerator or for a virtual CPU (CPU:1 and on:
+// dg_server_options.n_virtual_cpus), which the cluster's CPU:0s lack: soft placement moved
+// such nodes to CPU:0 without a word.
 static bool wants_listed_device(const master_session *m, dg_node *const *run, int n_run) {
     if (m->opts.auto_place) return true;
     for (int i = 0; i < n_run; i++) {
         const char *req = run[i]->requested_device;
         if (exec_device_name_is_accelerator(req)) return true;
         dg_device_name dn;
-        char task[200];
-        if (req && req[0] && dg_device_name_parse(req, &dn, NULL) && dn.has_id && dn.id > 0 &&
-            (!dn.has_job || (rt_task_of_device(req, task, sizeof task) && strcmp(task, m->own_task) == 0)))
-            return true;
+        if (req && req[0] && dg_device_name_parse(req, &dn, NULL) && dn.has_id && dn.id > 0) return true;
     }
     return false;
 }
@@ -904,8 +899,10 @@ static bool run_cluster_step(master_session *m, exec_graph *eg, const remote *re
     for (int r = 0; r < n_remotes; r++) {
         calls[r] = (step_call){.w = &w, .index = r, .traced = notes != NULL};
         if (notes) calls[r].sent_ns = exec_trace_now_ns();
+        int parts = 0;   // this task's partitions in the step
+        for (int q = 0; q < n_remotes; q++) parts += strcmp(remotes[q].task, remotes[r].task) == 0;
         wc_run_graph(tp, remotes[r].endpoint, remotes[r].handle, w.step_id, m->task->rpc_timeout_ms,
-                     notes != NULL, step_done, &calls[r]);
+                     notes != NULL, parts, step_done, &calls[r]);
     }
     if (notes) {
         dg_trace_event e = {.kind = DG_TRACE_MASTER, .name = "dispatch", .start_ns = t0,

@@ -44,11 +44,12 @@ void wc_deregister_graph(rt_transport *tp, const char *endpoint, int64_t handle)
 }
 
 void wc_run_graph(rt_transport *tp, const char *endpoint, int64_t handle, int64_t step_id, int64_t timeout_ms,
-                  bool trace, rt_response_cb done, void *arg) {
+                  bool trace, int parts, rt_response_cb done, void *arg) {
     rt_header *h = request(RT_RUN_GRAPH);
     h->handle = handle;
     h->step_id = step_id;
     h->trace = trace;
+    h->parts = parts > 1 ? parts : 0;
     rt_call(tp, endpoint, h, NULL, 0, timeout_ms, done, arg);
 }
 

@@ -17,9 +17,10 @@ bool wc_register_graph(rt_transport *tp, const char *endpoint, const dg_graph *g
 void wc_deregister_graph(rt_transport *tp, const char *endpoint, int64_t handle);
 // Runs a registered partition for step_id; done runs once with the answer or the failure
 // (its arguments as rt_response_cb's). trace: the task notes the step and answers with its
-// notes as the blob (step_trace_impl.h).
+// notes as the blob (step_trace_impl.h). parts: how many partitions of this step the task runs
+// (the task ends the step when the last of them is done: a value one sends another stays).
 void wc_run_graph(rt_transport *tp, const char *endpoint, int64_t handle, int64_t step_id, int64_t timeout_ms,
-                  bool trace, rt_response_cb done, void *arg);
+                  bool trace, int parts, rt_response_cb done, void *arg);
 // PINGs the task; done runs once with the answer or the failure (as rt_response_cb's).
 void wc_ping(rt_transport *tp, const char *endpoint, int64_t timeout_ms, rt_response_cb done, void *arg);
 // Aborts step_id on the task (one-way): its waiting receives fail with why.

@@ -50,6 +50,8 @@ typedef struct registered {
     int64_t orphaned_ms;  // when that connection closed (monotonic), 0: owned
 } registered;
 
+#define MAX_SPLIT_STEPS 64
+
 struct dg_server {
     dg_cluster *cluster;
     char job[DG_DEVICE_JOB_MAX];
@@ -69,6 +71,12 @@ struct dg_server {
     bool stopping;
     bool closing;           // dg_server_free has begun: no new steps, under mu
     int n_started;          // started RUN_GRAPH steps not yet done, under mu
+    // Steps with several partitions here (RUN_GRAPH's parts): how many are not done yet. The
+    // step ends in the rendezvous when the last is done, not the first (its values to the
+    // others would go). Under mu; at most MAX_SPLIT_STEPS, beyond that a partition ends its
+    // step itself as a lone one does.
+    struct split_step { int64_t step_id; int left; } split_steps[MAX_SPLIT_STEPS];
+    int n_split_steps;
     pthread_mutex_t out_mu;
     held *outbox;
     bool send_at_once;      // DG_SEND_AT_ONCE=1: no holding back (for measurements)
@@ -309,6 +317,7 @@ typedef struct job {
     struct job *prev_run, *next_run;   // in s->running, under mu
     exec_trace *trace;   // a traced RUN_GRAPH: this task's notes, answered as a blob (trace_blob_impl.h)
     int64_t recv_ns;     // when the traced request came
+    bool split;          // a started RUN_GRAPH counted in s->split_steps
 } job;
 
 static void release_graph(dg_server *s, registered *r);
@@ -658,11 +667,54 @@ static void unlink_run(dg_server *s, job *j) {
     pthread_mutex_unlock(&s->mu);
 }
 
+// A partition of a step with several here (j->h->parts > 1) starts: counted, the first one
+// making the step's entry. Called with s->mu held.
+static void split_step_begin_locked(dg_server *s, job *j) {
+    if (j->h->parts <= 1) return;
+    for (int i = 0; i < s->n_split_steps; i++)
+        if (s->split_steps[i].step_id == j->h->step_id) {
+            j->split = true;
+            return;
+        }
+    if (s->n_split_steps == MAX_SPLIT_STEPS) return;   // not counted: ends its step itself
+    s->split_steps[s->n_split_steps++] = (struct split_step){j->h->step_id, (int)j->h->parts};
+    j->split = true;
+}
+
+// j's partition is done (or failed to start): its step ends in the rendezvous unless other
+// partitions of it here are still to finish.
+static void step_part_done(dg_server *s, job *j) {
+    bool end = true;
+    if (j->split) {
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < s->n_split_steps; i++)
+            if (s->split_steps[i].step_id == j->h->step_id) {
+                end = --s->split_steps[i].left <= 0;
+                if (end) s->split_steps[i] = s->split_steps[--s->n_split_steps];
+                break;
+            }
+        pthread_mutex_unlock(&s->mu);
+        j->split = false;
+    }
+    if (end) exec_rendezvous_end_step(s->rv, j->h->step_id);
+}
+
+// The step is over here (END_STEP): its count goes too.
+static void split_step_forget(dg_server *s, int64_t step_id) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_split_steps; i++)
+        if (s->split_steps[i].step_id == step_id) {
+            s->split_steps[i] = s->split_steps[--s->n_split_steps];
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void run_done(void *arg, const dg_status *st) {
     job *j = arg;
     dg_server *s = j->s;
     unlink_run(s, j);
-    exec_rendezvous_end_step(s->rv, j->h->step_id);
+    step_part_done(s, j);
     if (!st) {
         rt_header *r = new_header();
         if (j->trace) {   // the notes travel with the answer (also of a failed step: below)
@@ -689,6 +741,7 @@ static bool start_run(job *j) {
     bool closing = s->closing;
     if (!closing && j->r) {
         s->n_started++;
+        split_step_begin_locked(s, j);
         j->owner = j->peer ? rt_peer_copy(j->peer) : NULL;
         j->next_run = s->running;
         if (s->running) s->running->prev_run = j;
@@ -716,7 +769,7 @@ static bool start_run(job *j) {
     if (exec_graph_start(j->r->eg, &o, run_done, j, &st)) return true;
     unlink_run(s, j);
     run_finished(s);
-    exec_rendezvous_end_step(s->rv, j->h->step_id);
+    step_part_done(s, j);
     reply_err(j, &st);
     status_impl_clear(&st);
     return false;
@@ -849,7 +902,10 @@ static void worker_handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts
         status_impl_clear(&why);
         break;
     }
-    case RT_END_STEP: exec_rendezvous_end_step(s->rv, h->step_id); break;
+    case RT_END_STEP:
+        split_step_forget(s, h->step_id);
+        exec_rendezvous_end_step(s->rv, h->step_id);
+        break;
     case RT_RUN_GRAPH:
         // A light partition (or an unknown handle, answered at once) starts here, on the I/O
         // thread; the others on the service pool.

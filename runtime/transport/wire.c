@@ -80,7 +80,7 @@ char *rt_header_encode(const rt_header *h, size_t *len) {
     int n = 2 + (h->id != 0) + (h->code != 0) + (h->message != NULL) + (h->step_id != 0) +
             (h->handle != 0) + (h->key != NULL) + (h->from != NULL) + (h->n_names > 0) +
             (h->n_feeds != 0) + (h->n_tensors > 0) + (h->blob != NULL) + (h->type == RT_TENSOR_CHUNK ? 3 : 0) +
-            (h->deadline_ms != 0) + (h->incarnation != 0) + (h->trace != 0);
+            (h->deadline_ms != 0) + (h->incarnation != 0) + (h->trace != 0) + (h->parts != 0);
     msgpack_pack_map(&pk, (size_t)n);
     pack_key(&pk, "v");
     msgpack_pack_int64(&pk, h->version);
@@ -127,6 +127,7 @@ char *rt_header_encode(const rt_header *h, size_t *len) {
     if (h->deadline_ms) { pack_key(&pk, "dl"); msgpack_pack_int64(&pk, h->deadline_ms); }
     if (h->incarnation) { pack_key(&pk, "inc"); msgpack_pack_uint64(&pk, h->incarnation); }
     if (h->trace) { pack_key(&pk, "tr"); msgpack_pack_int64(&pk, h->trace); }
+    if (h->parts) { pack_key(&pk, "np"); msgpack_pack_int64(&pk, h->parts); }
     *len = sb.size;
     return sb.data;   // sbuffer memory is malloc'd; the caller frees it
 }
@@ -375,6 +376,8 @@ bool rt_header_decode(const void *buf, size_t len, rt_header *h, dg_status *st) 
             if (!get_u64(v, &h->incarnation)) bad = "inc";
         } else if (rt_msgpack_key_is(k, "tr")) {
             if (!rt_msgpack_int(v, &h->trace) || h->trace < 0 || h->trace > 1) bad = "tr";
+        } else if (rt_msgpack_key_is(k, "np")) {
+            if (!rt_msgpack_int(v, &h->parts) || h->parts < 0 || h->parts > RT_MAX_STEP_PARTS) bad = "np";
         } else {
             // Unknown keys are ignored, so newer peers may add fields.
         }

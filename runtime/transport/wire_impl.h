@@ -70,7 +70,12 @@ typedef struct rt_header {
     int64_t deadline_ms;    // time the sender allows, 0: none
     uint64_t incarnation;   // RESPONSE: the responder's incarnation (random per transport), 0: none
     int64_t trace;          // RUN_GRAPH, RUN_STEP: 1 asks for a step trace (the answer's blob)
+    int64_t parts;          // RUN_GRAPH: the partitions of this step the task runs (0 or 1: this
+                            // one alone), so that it ends the step when the last is done
 } rt_header;
+
+// The most partitions of one step a RUN_GRAPH may announce for a task.
+#define RT_MAX_STEP_PARTS 4096
 
 void rt_header_init(rt_header *h, int type);
 void rt_header_clear(rt_header *h);

@@ -503,6 +503,14 @@ MUTANTS = [
                    "        if (exec_device_name_is_accelerator(req)) return true;\n        continue;\n")],
         "tests": ["test_server"],
     },
+    {
+        "name": "split_step_ends_early",
+        "what": "a task running two partitions of a step ends the step when the first is done, dropping the value it sent the other (the step fails at the deadline)",
+        "file": "runtime/server/server.c",
+        "edits": [("    if (j->split) {\n        pthread_mutex_lock(&s->mu);\n",
+                   "    if (j->split && 0) {\n        pthread_mutex_lock(&s->mu);\n")],
+        "tests": ["test_server"],
+    },
 ]
 
 

@@ -48,6 +48,7 @@ static void assert_same_header(const rt_header *a, const rt_header *b) {
         assert_true(a->total == b->total);
     }
     assert_true(a->deadline_ms == b->deadline_ms);
+    assert_true(a->parts == b->parts);
 }
 
 static void round_trip(const rt_header *h) {
@@ -152,6 +153,7 @@ static rt_header *full_header(int type) {
     h->offset = 3 << 20;
     h->total = (uint64_t)1 << 40;
     h->deadline_ms = 30000;
+    h->parts = RT_MAX_STEP_PARTS;
     dg_status_free(&st);
     return h;
 }
@@ -168,7 +170,7 @@ static void test_round_trip_all_fields(void **state) {
 static void test_round_trip_each_field_alone(void **state) {
     rt_header *full = full_header(RT_TENSOR_CHUNK);
     // Field k alone on top of v and t; k == 0 is the minimal header.
-    for (int k = 0; k <= 14; k++) {
+    for (int k = 0; k <= 15; k++) {
         rt_header h;
         rt_header_init(&h, k >= 12 ? RT_TENSOR_CHUNK : RT_RUN_GRAPH);
         switch (k) {
@@ -196,6 +198,7 @@ static void test_round_trip_each_field_alone(void **state) {
             h.total = 5;
             break;
         case 14: h.deadline_ms = INT64_MAX; break;
+        case 15: h.parts = 2; break;
         default: break;
         }
         round_trip(&h);
@@ -425,6 +428,7 @@ static void test_wrong_types_for_every_field(void **state) {
         {"off", {K_STR, K_NEG, K_FLOAT}, 3},
         {"total", {K_STR, K_NEG, K_2POW40_PLUS1, K_U64_MAX}, 4},
         {"dl", {K_STR, K_NEG, K_FLOAT, K_U64_MAX}, 4},
+        {"np", {K_STR, K_NEG, K_FLOAT, K_U64_MAX, K_2POW40_PLUS1}, 5},
     };
     int checked = 0;
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
