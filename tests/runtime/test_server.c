@@ -27,9 +27,10 @@ typedef struct two_tasks {
 } two_tasks;
 
 // ps_port: the ps's port when the caller has bound it already (0: pick a free one).
-// liveness_ms: dg_server_options.liveness_timeout_ms (0: the default).
+// liveness_ms: dg_server_options.liveness_timeout_ms (0: the default). virtual_cpus: each
+// task's dg_server_options.n_virtual_cpus.
 static void two_tasks_start_on(two_tasks *tt, bool serve_ps, int64_t rpc_timeout_ms, int ps_port,
-                               int64_t liveness_ms) {
+                               int64_t liveness_ms, int virtual_cpus) {
     dg_status *st = dg_status_new();
     char spec[256];
     tt->ps_port = ps_port ? ps_port : dg_test_free_port();
@@ -40,6 +41,7 @@ static void two_tasks_start_on(two_tasks *tt, bool serve_ps, int64_t rpc_timeout
     so.quiet = true;
     so.rpc_timeout_ms = rpc_timeout_ms;
     so.liveness_timeout_ms = liveness_ms;
+    so.n_virtual_cpus = virtual_cpus;
     tt->ps = serve_ps ? dg_server_new(tt->c, "ps", 0, &so, st) : NULL;
     assert_ok(st);
     tt->wk = dg_server_new(tt->c, "worker", 0, &so, st);
@@ -48,7 +50,7 @@ static void two_tasks_start_on(two_tasks *tt, bool serve_ps, int64_t rpc_timeout
 }
 
 static void two_tasks_start(two_tasks *tt, bool serve_ps, int64_t rpc_timeout_ms) {
-    two_tasks_start_on(tt, serve_ps, rpc_timeout_ms, 0, 0);
+    two_tasks_start_on(tt, serve_ps, rpc_timeout_ms, 0, 0, 0);
 }
 
 static void two_tasks_stop(two_tasks *tt) {
@@ -225,7 +227,7 @@ static dg_status *run_values_lost(bool mute_after_run, int64_t rpc_timeout_ms, i
     size_t ep_len = sizeof ep;
     assert_int_equal(zmq_getsockopt(f.router, ZMQ_LAST_ENDPOINT, ep, &ep_len), 0);
     two_tasks tt;
-    two_tasks_start_on(&tt, false, rpc_timeout_ms, atoi(strrchr(ep, ':') + 1), liveness_ms);
+    two_tasks_start_on(&tt, false, rpc_timeout_ms, atoi(strrchr(ep, ':') + 1), liveness_ms, 0);
     assert_int_equal(pthread_create(&f.thread, NULL, fake_ps_main, &f), 0);
     dg_graph *g = dg_graph_new();
     dg_graph_push_device(g, "/job:ps/task:0");
@@ -258,18 +260,8 @@ static dg_status *run_values_lost(bool mute_after_run, int64_t rpc_timeout_ms, i
 static void test_virtual_cpu_request_in_cluster(void **state) {
     (void)state;
     dg_status *st = dg_status_new();
-    char spec[256];
-    snprintf(spec, sizeof spec, "ps|127.0.0.1:%d;worker|127.0.0.1:%d", dg_test_free_port(), dg_test_free_port());
-    dg_cluster *c = dg_cluster_from_spec_string(spec, st);
-    assert_ok(st);
-    dg_server_options so = dg_server_options_default();
-    so.quiet = true;
-    so.rpc_timeout_ms = 10000;
-    so.n_virtual_cpus = 1;
-    dg_server *ps = dg_server_new(c, "ps", 0, &so, st);
-    assert_ok(st);
-    dg_server *wk = dg_server_new(c, "worker", 0, &so, st);
-    assert_ok(st);
+    two_tasks tt;
+    two_tasks_start_on(&tt, true, 10000, 0, 0, 1);
     static const char *const asks[] = {"/job:worker/task:0/device:CPU:1", "/job:ps/task:0/device:CPU:1",
                                        "/job:ps/task:0/device:CPU:2"};
     static const char *const got[] = {"/job:worker/replica:0/task:0/device:CPU:1",
@@ -284,7 +276,7 @@ static void test_virtual_cpu_request_in_cluster(void **state) {
         dg_graph_pop_device(g);
         dg_session_options o = dg_session_options_default();
         o.allow_soft_placement = false;
-        dg_session *s = dg_session_new(g, dg_server_target(wk), &o, st);
+        dg_session *s = dg_session_new(g, dg_server_target(tt.wk), &o, st);
         assert_ok(st);
         bool ok = dg_session_run_target(s, dg_global_variables_initializer(g), st);
         for (int step = 0; ok && step < 3; step++) {   // steps after the first reuse the partitions
@@ -305,9 +297,7 @@ static void test_virtual_cpu_request_in_cluster(void **state) {
         dg_session_free(&s);
         dg_graph_free(&g);
     }
-    dg_server_free(&wk);
-    dg_server_free(&ps);
-    dg_cluster_free(&c);
+    two_tasks_stop(&tt);
     dg_status_free(&st);
 }
 
