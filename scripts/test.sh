@@ -53,6 +53,8 @@ if [ "${DG_SKIP_VALGRIND:-0}" != 1 ]; then
     done
     echo "valgrind: $pass passed, $fail failed, $skip skipped"
     [ "$fail" -eq 0 ]
+    # The mutation checks below run the tests as CTest does: oneDNN, the cache.
+    unset DG_GEMM DG_TENSOR_CACHE_MB
     took "valgrind"
 fi
 if [ "${DG_SKIP_MUTANTS:-0}" != 1 ]; then
