@@ -74,36 +74,43 @@ static size_t class_size(int c) {
     return (size_t)(CLASSES_PER_DOUBLING + c % CLASSES_PER_DOUBLING) * step;
 }
 
+// The bytes a buffer of n takes into *size, and its class; -1 for one the cache does not keep.
+static int classify(size_t n, size_t *size) {
+    int c = n >= TENSOR_CACHE_MIN ? class_of(n, size) : -1;
+    if (c < 0) {
+        *size = (n + 63) & ~(size_t)63;
+        if (!*size) *size = 64;
+    }
+    return c;
+}
+
 size_t tensor_cache_bytes(size_t n) {
-    size_t size = n;
-    if (n >= TENSOR_CACHE_MIN && class_of(n, &size) >= 0) return size;
-    size = (n + 63) & ~(size_t)63;
-    return size ? size : 64;
+    size_t size;
+    classify(n, &size);
+    return size;
 }
 
 void *tensor_cache_alloc(size_t n) {
-    size_t size = tensor_cache_bytes(n);
-    if (size >= TENSOR_CACHE_MIN) {
-        int c = class_of(size, &size);
-        if (c >= 0) {
-            pthread_once(&cache.once, cache_init);
-            pthread_mutex_lock(&cache.mu);
-            free_buffer *b = cache.lists[c];
-            if (b) {
-                cache.lists[c] = b->next;
-                cache.held -= size;
-            }
-            pthread_mutex_unlock(&cache.mu);
-            if (b) return b;
+    size_t size;
+    int c = classify(n, &size);
+    if (c >= 0) {
+        pthread_once(&cache.once, cache_init);
+        pthread_mutex_lock(&cache.mu);
+        free_buffer *b = cache.lists[c];
+        if (b) {
+            cache.lists[c] = b->next;
+            cache.held -= size;
         }
+        pthread_mutex_unlock(&cache.mu);
+        if (b) return b;
     }
     return aligned_alloc(64, size);
 }
 
 void tensor_cache_free(void *p, size_t n) {
     if (!p) return;
-    size_t size = tensor_cache_bytes(n);
-    int c = size >= TENSOR_CACHE_MIN ? class_of(size, &size) : -1;
+    size_t size;
+    int c = classify(n, &size);
     if (c >= 0) {
         pthread_once(&cache.once, cache_init);
         free_buffer *evicted = NULL;
