@@ -490,9 +490,9 @@ MUTANTS = [
         "name": "tensor_cache_any_class",
         "what": "the tensor cache hands out the first cached buffer of any class, so a tensor can get a buffer smaller than it needs",
         "file": "graph/tensor_cache.c",
-        "edits": [("            free_buffer *b = cache.lists[c];\n",
-                   "            free_buffer *b = cache.lists[c];\n"
-                   "            for (int mut_k = 0; !b && mut_k < N_CLASSES; mut_k++) if ((b = cache.lists[mut_k])) c = mut_k;\n")],
+        "edits": [("        free_buffer *b = cache.lists[c];\n        if (b) {\n",
+                   "        free_buffer *b = cache.lists[c];\n"
+                   "        for (int mut_k = 0; !b && mut_k < N_CLASSES; mut_k++) if ((b = cache.lists[mut_k])) c = mut_k;\n        if (b) {\n")],
         "tests": ["test_tensor_cache"],
     },
     {
