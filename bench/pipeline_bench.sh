@@ -9,9 +9,12 @@
 # tensor memory beyond what it holds after training (the activations; dg_tensor_memory: stage 0
 # prints its own, dg-inspect server gives the others'). Each run is taken ROUNDS times (default 3)
 # and the medians reported; with at least as many cores as stages each process is pinned to a
-# core of its own (taskset; PIN=0: not). JSON lines.
-#   bench/pipeline_bench.sh                 # p = 2, m = 8, every schedule; then p = 4
-#   STAGES="2" SCHEDULES="1f1b" bench/pipeline_bench.sh
+# core of its own (taskset; PIN=0: not). Then (EQUAL=1, the default) the same schedules at p = 2
+# on bench/pipeline_mlp.c's equal stages, where the closed form of the bubble holds: a stage of
+# the GPT is not equal to another (the first embeds, the last holds the output projection and
+# the loss). JSON lines.
+#   bench/pipeline_bench.sh                 # p = 2, m = 8, every schedule; then p = 4; equal stages
+#   STAGES="2" SCHEDULES="1f1b" EQUAL=0 bench/pipeline_bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${DG_BIN_DIR:-build/bin}
@@ -24,6 +27,7 @@ STAGES=${STAGES:-"2 4"}
 SCHEDULES=${SCHEDULES:-"gpipe 1f1b interleaved zb-h1"}
 ROUNDS=${ROUNDS:-3}
 PIN=${PIN:-1}
+EQUAL=${EQUAL:-1}
 PY=${PY:-/usr/bin/python3}   # the system Python, where Debian's PyTorch is
 source bench/lib.bash
 export DG_INTRA_OP_THREADS=1
@@ -82,15 +86,46 @@ once() {
     echo "$mem" > "$TMP/$name.mem"
 }
 
-# run NAME P M SCHEDULE [FLAGS...]: ROUNDS runs; one JSON line of the medians (the bubble's run
-# is the one of the median bubble); NAME.rate holds the median steps/s.
+# once_equal NAME P M SCHEDULE [FLAGS...]: one run of pipeline_mlp's equal stages over P
+# processes; writes NAME.rate, NAME.bubble and an empty NAME.mem (not measured there).
+once_equal() {
+    local name=$1 p=$2 m=$3 sch=$4
+    shift 4
+    local ports_line spec="" k
+    ports_line=$(ports "$p")
+    read -r -a pt <<< "$ports_line"
+    for ((k = 0; k < p; k++)); do spec+="${spec:+,}127.0.0.1:${pt[$k]}"; done
+    spec="pipeline|$spec"
+    local pin=() pids=()
+    for ((k = 1; k < p; k++)); do
+        [ "$PIN" = 1 ] && [ "$cores" -ge "$p" ] && pin=(taskset -c "$k")
+        "${pin[@]}" "$BIN/pipeline_mlp" --cluster "$spec" --task_index "$k" > "$TMP/$name.s$k" 2>&1 &
+        pids+=($!)
+        PIDS+=($!)
+    done
+    [ "$PIN" = 1 ] && [ "$cores" -ge "$p" ] && pin=(taskset -c 0)
+    "${pin[@]}" "$BIN/pipeline_mlp" --cluster "$spec" --task_index 0 --schedule "$sch" --micro_batches "$m" \
+        --steps "$STEPS" --warm "$WARM" --trace_file "$TMP/$name.json" "$@" > "$TMP/$name.out" 2> "$TMP/$name.err" ||
+        { cat "$TMP/$name.err" >&2; exit 1; }
+    kill "${pids[@]}" 2> /dev/null || true
+    wait "${pids[@]}" 2> /dev/null || true
+    "$PY" -c 'import json,sys; print("%.3f" % json.loads(sys.stdin.readlines()[-1])["steps_per_s"])' \
+        < "$TMP/$name.out" > "$TMP/$name.rate"
+    "$PY" bench/pipeline_bubble.py "$TMP/$name.json" > "$TMP/$name.bubble"
+    : > "$TMP/$name.mem"
+}
+
+# run NAME P M SCHEDULE [FLAGS...]: ROUNDS runs (of ONCE: once, or once_equal); one JSON line
+# of the medians (the bubble's run is the one of the median bubble); NAME.rate holds the
+# median steps/s.
+ONCE=once
 run() {
     local name=$1 p=$2 m=$3 sch=$4 r
     shift 4
     : > "$TMP/$name.rates"
     : > "$TMP/$name.bubbles"
     for ((r = 0; r < ROUNDS; r++)); do
-        once "$name.$r" "$p" "$m" "$sch" "$@"
+        "$ONCE" "$name.$r" "$p" "$m" "$sch" "$@"
         cat "$TMP/$name.$r.rate" >> "$TMP/$name.rates"
         echo "$("$PY" -c 'import json,sys; print(json.load(sys.stdin)["bubble"])' < "$TMP/$name.$r.bubble") $r" >> "$TMP/$name.bubbles"
     done
@@ -98,7 +133,7 @@ run() {
     rate=$(median < "$TMP/$name.rates")
     mid=$(sort -n "$TMP/$name.bubbles" | awk -v n="$ROUNDS" 'NR == int((n + 1) / 2) { print $2 }')
     [ "$sch" = interleaved ] && v=2
-    echo "{\"bench\": \"pipeline_bench\", \"run\": \"$name\", \"stages\": $p, \"micro_batches\": $m, \"schedule\": \"$sch\", \"flags\": \"$*\", \"rounds\": $ROUNDS, \"pinned\": $([ "$PIN" = 1 ] && [ "$cores" -ge "$p" ] && echo true || echo false), \"steps_per_s\": $rate, \"steps_per_s_rounds\": [$(paste -sd, "$TMP/$name.rates")], \"bubble_theory\": $(theory "$sch" "$p" "$m" "$v"), \"bubble_rounds\": [$(cut -d' ' -f1 "$TMP/$name.bubbles" | paste -sd,)], \"measured\": $(cat "$TMP/$name.$mid.bubble"), \"peak_activation_mib\": [$(cat "$TMP/$name.$mid.mem")]}"
+    echo "{\"bench\": \"pipeline_bench\", \"model\": \"$([ "$ONCE" = once ] && echo gpt || echo equal_stages)\", \"run\": \"$name\", \"stages\": $p, \"micro_batches\": $m, \"schedule\": \"$sch\", \"flags\": \"$*\", \"rounds\": $ROUNDS, \"pinned\": $([ "$PIN" = 1 ] && [ "$cores" -ge "$p" ] && echo true || echo false), \"steps_per_s\": $rate, \"steps_per_s_rounds\": [$(paste -sd, "$TMP/$name.rates")], \"bubble_theory\": $(theory "$sch" "$p" "$m" "$v"), \"bubble_rounds\": [$(cut -d' ' -f1 "$TMP/$name.bubbles" | paste -sd,)], \"measured\": $(cat "$TMP/$name.$mid.bubble"), \"peak_activation_mib\": [$(cat "$TMP/$name.$mid.mem")]}"
     echo "$rate" > "$TMP/$name.rate"
 }
 
@@ -115,6 +150,19 @@ for p in $STAGES; do
         run "1f1b_recompute_p$p" "$p" "$M" 1f1b --recompute
     fi
 done
+
+# Equal stages (pipeline_mlp: 4 dense layers of 256 units a device, batch 4096), p = 2, m = M:
+# the bubble against the closed form where the closed form holds, and the speed-up.
+if [ "$EQUAL" = 1 ]; then
+    ONCE=once_equal
+    run equal_naive_p2 2 1 gpipe
+    naive=$(cat "$TMP/equal_naive_p2.rate")
+    for sch in $SCHEDULES; do
+        run "equal_${sch}_p2" 2 "$M" "$sch"
+        echo "{\"bench\": \"pipeline_bench\", \"model\": \"equal_stages\", \"metric\": \"speedup_over_naive\", \"stages\": 2, \"schedule\": \"$sch\", \"micro_batches\": $M, \"value\": $(awk -v a="$(cat "$TMP/equal_${sch}_p2.rate")" -v b="$naive" 'BEGIN { printf "%.3f", a / b }'), \"ideal\": $(awk -v m="$M" 'BEGIN { printf "%.3f", 2 * m / (m + 1) }')}"
+    done
+    ONCE=once
+fi
 
 # PyTorch's pipeline of the same model and schedule (1F1B), p = 2.
 if "$PY" -c 'import torch' 2> /dev/null; then

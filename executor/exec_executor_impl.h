@@ -57,5 +57,11 @@ int exec_graph_num_nodes(const exec_graph *eg);
 int exec_graph_num_fetches(const exec_graph *eg);
 // Options the step was run with (kernels such as _Send/_Recv read it).
 const exec_step_options *exec_step_opts(const exec_step *s);
+// Threads of this process computing right now: kernels inside their compute function (an
+// asynchronous kernel waiting for its value does not count) and the intra-op helpers a kernel
+// split its work over (cpu_parallel_for). The transport's I/O thread polls busily only while
+// this leaves it a CPU of its own. exec_threads_computing_add: d more (or fewer) of them.
+int exec_threads_computing(void);
+void exec_threads_computing_add(int d);
 
 #endif

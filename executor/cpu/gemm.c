@@ -36,6 +36,7 @@
 
 #include "cpu_impl.h"
 #include "exec_cpu_impl.h"
+#include "exec_executor_impl.h"
 #include "exec_fp_impl.h"
 #ifdef DG_WITH_BLAS
 #include <cblas.h>
@@ -453,9 +454,11 @@ bool cpu_parallel_for(int n, void (*fn)(void *ctx, int i, int n), void *ctx) {
     pool.next_piece = 0;
     pool.finished = 0;
     pool.generation++;
+    exec_threads_computing_add(n - 1);   // the helpers (the caller is counted as its kernel)
     pthread_cond_broadcast(&pool.go);
     run_pieces_locked();
     while (pool.finished < pool.n_pieces) pthread_cond_wait(&pool.done, &pool.mu);
+    exec_threads_computing_add(-(n - 1));
     pool.fn = NULL;
     pool.ctx = NULL;
     pthread_mutex_unlock(&pool.mu);

@@ -43,7 +43,8 @@ typedef struct dg_server_options {
     // before they sleep. Where waking a sleeping thread is slow (virtual machines) this halves
     // a small round trip and speeds up training steps; it costs at most that much CPU time
     // after each burst of messages. 0: 150; negative: off. DG_BUSY_POLL_US in the
-    // environment, when set, overrides it (0 or less: off).
+    // environment, when set, overrides it (0 or less: off). Neither polls while the
+    // process's kernels compute on every CPU it may run on.
     int64_t busy_poll_us;
     // Master service: a remote client's session whose client has not been heard from for this
     // many ms (clients send a keepalive every second) is closed: its running step is aborted on

@@ -24,6 +24,7 @@
 #include <zmq.h>
 
 #include "base_impl.h"
+#include "exec_executor_impl.h"
 #include "keys_impl.h"
 #include "shm_impl.h"
 #include "status_impl.h"
@@ -160,6 +161,7 @@ struct rt_transport {
     bool shm_off;            // CurveZMQ on, DG_SHM=0, or the pool could not be made
     zmq_msg_t **frames;      // MAX_FRAMES slots for the message being read (I/O thread only)
     int64_t busy_poll_ns;    // polling window after activity, 0: none (see busy_poll_us)
+    int n_cpus;              // CPUs this process may run on (its affinity mask), at least 1
     int64_t last_active_ns;  // when the I/O thread last had something to do (I/O thread)
     // Limits (I/O thread; the counters in stats are atomics read by others).
     conn *conns;             // accepted connections by descriptor (bound transports)
@@ -1495,6 +1497,10 @@ static long next_wakeup(rt_transport *t) {
     return soonest == INT64_MAX ? -1 : (long)(soonest > now ? soonest - now : 0);
 }
 
+// Whether a thread of this process may poll busily: fewer kernels compute in it than it has
+// CPUs.
+static bool may_spin(const rt_transport *t) { return exec_threads_computing() < t->n_cpus; }
+
 static void *io_main(void *arg) {
     rt_transport *t = arg;
     zmq_pollitem_t *items = NULL;
@@ -1516,10 +1522,14 @@ static void *io_main(void *arg) {
         // Busy polling: for busy_poll_ns after the last event, look again (giving the CPU to
         // anyone else runnable in between) instead of sleeping; waking a sleeping thread costs
         // tens of microseconds on many virtual machines, a round trip pays it several times.
+        // Not while this process's kernels hold every CPU it may use: the spin would take
+        // their time, and the kernel's scheduler, charging this thread for it, would then let
+        // it wait for the CPU on its next wake-up (milliseconds on Linux's EEVDF) when a
+        // message arrives or must go out: a pipeline stage's activations, a gradient.
         int rc = zmq_poll(items, n, 0);
-        if (rc == 0 && t->busy_poll_ns) {
+        if (rc == 0 && t->busy_poll_ns && may_spin(t)) {
             int64_t until = t->last_active_ns + t->busy_poll_ns;
-            while (rc == 0 && base_now_ns() < until) {
+            while (rc == 0 && base_now_ns() < until && may_spin(t)) {
                 sched_yield();
                 rc = zmq_poll(items, n, 0);
             }
@@ -1678,6 +1688,8 @@ rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler hand
         busy_us = v;
     }
     t->busy_poll_ns = busy_us > 0 ? (busy_us > 1000000 ? 1000000 : busy_us) * 1000 : 0;
+    cpu_set_t cpus;
+    t->n_cpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) > 0 ? CPU_COUNT(&cpus) : 1;
     if (getrandom(&t->incarnation, sizeof t->incarnation, 0) != (ssize_t)sizeof t->incarnation)
         t->incarnation = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
     if (!t->incarnation) t->incarnation = 1;
@@ -2008,7 +2020,7 @@ bool rt_call_sync(rt_transport *t, const char *endpoint, rt_header *h, dg_tensor
     // The same busy polling as the I/O thread's: an answer within the window costs no wake-up.
     if (t->busy_poll_ns) {
         int64_t until = base_now_ns() + t->busy_poll_ns;
-        while (!__atomic_load_n(&w.done, __ATOMIC_ACQUIRE) && base_now_ns() < until) sched_yield();
+        while (!__atomic_load_n(&w.done, __ATOMIC_ACQUIRE) && base_now_ns() < until && may_spin(t)) sched_yield();
     }
     pthread_mutex_lock(&w.mu);
     while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
