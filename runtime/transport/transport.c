@@ -162,6 +162,8 @@ struct rt_transport {
     zmq_msg_t **frames;      // MAX_FRAMES slots for the message being read (I/O thread only)
     int64_t busy_poll_ns;    // polling window after activity, 0: none (see busy_poll_us)
     int n_cpus;              // CPUs this process may run on (its affinity mask), at least 1
+    int64_t io_slice_us;     // the I/O threads' time slice (io_slice.c), 0: the kernel's
+    int io_sliced;           // threads that took it (the I/O thread and ZeroMQ's)
     int64_t last_active_ns;  // when the I/O thread last had something to do (I/O thread)
     // Limits (I/O thread; the counters in stats are atomics read by others).
     conn *conns;             // accepted connections by descriptor (bound transports)
@@ -424,6 +426,14 @@ static void *new_dealer_socket(rt_transport *t, const char *endpoint, void **mon
     return s;
 }
 
+// On the I/O thread: asks for the I/O threads' time slice (io_slice.c) for this thread and
+// ZeroMQ's, until ZeroMQ's has taken it too (it starts with the context's first socket).
+static void slice_io_threads(rt_transport *t) {
+    int have = __atomic_load_n(&t->io_sliced, __ATOMIC_ACQUIRE);
+    if (t->io_slice_us <= 0 ? have >= 0 : have >= 2) return;
+    __atomic_store_n(&t->io_sliced, rt_io_threads_slice(t->io_slice_us), __ATOMIC_RELEASE);
+}
+
 // The index of endpoint's DEALER in t->dealers (connected on first use; dealers are never
 // removed, so indices stay valid), or -1.
 static int dealer_index(rt_transport *t, const char *endpoint) {
@@ -432,6 +442,7 @@ static int dealer_index(rt_transport *t, const char *endpoint) {
     void *mon;
     void *s = new_dealer_socket(t, endpoint, &mon);
     if (!s) return -1;
+    if (t->n_dealers == 0) slice_io_threads(t);   // a client's first socket started ZeroMQ's thread
     dealer *nd = realloc(t->dealers, (size_t)(t->n_dealers + 1) * sizeof *nd);
     if (!nd) abort();
     t->dealers = nd;
@@ -1503,6 +1514,7 @@ static bool may_spin(const rt_transport *t) { return exec_threads_computing() < 
 
 static void *io_main(void *arg) {
     rt_transport *t = arg;
+    slice_io_threads(t);
     zmq_pollitem_t *items = NULL;
     int cap = 0;
     for (;;) {
@@ -1688,6 +1700,22 @@ rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler hand
         busy_us = v;
     }
     t->busy_poll_ns = busy_us > 0 ? (busy_us > 1000000 ? 1000000 : busy_us) * 1000 : 0;
+    t->io_slice_us = RT_DEFAULT_IO_SLICE_US;
+    t->io_sliced = -1;
+    const char *slice_env = getenv("DG_IO_SLICE_US");
+    if (slice_env && *slice_env) {
+        char *end;
+        long long v = strtoll(slice_env, &end, 10);
+        if (*end || v < 0 || v > 100000) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT,
+                           "transport: DG_IO_SLICE_US=\"%s\" is not a number of microseconds from 0 (the kernel's "
+                           "default slice) to 100000",
+                           slice_env);
+            free(t);
+            return NULL;
+        }
+        t->io_slice_us = v;
+    }
     cpu_set_t cpus;
     t->n_cpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) > 0 ? CPU_COUNT(&cpus) : 1;
     if (getrandom(&t->incarnation, sizeof t->incarnation, 0) != (ssize_t)sizeof t->incarnation)
@@ -2008,6 +2036,8 @@ static void wake_waiter(void *arg, const dg_status *st, rt_header *h, dg_tensor 
 }
 
 int64_t rt_transport_busy_poll_us(const rt_transport *t) { return t->busy_poll_ns / 1000; }
+int64_t rt_transport_io_slice_us(const rt_transport *t) { return t->io_slice_us; }
+int rt_transport_io_sliced(const rt_transport *t) { return __atomic_load_n(&t->io_sliced, __ATOMIC_ACQUIRE); }
 
 bool rt_call_sync(rt_transport *t, const char *endpoint, rt_header *h, dg_tensor *const *tensors,
                   int n, int64_t timeout_ms, rt_header **resp, dg_tensor ***out, int *n_out,

@@ -5,6 +5,8 @@
 #ifndef DG_TRANSPORT_IMPL_H
 #define DG_TRANSPORT_IMPL_H
 
+#include <sys/types.h>
+
 #include "wire_impl.h"
 
 typedef struct rt_transport rt_transport;
@@ -81,6 +83,9 @@ typedef struct rt_transport_options {
 } rt_transport_options;
 
 #define RT_DEFAULT_BUSY_POLL_US 150
+// The time slice the I/O threads ask the scheduler for (io_slice.c); DG_IO_SLICE_US in the
+// environment overrides it (0: the kernel's default slice).
+#define RT_DEFAULT_IO_SLICE_US 100
 #define RT_DEFAULT_MAX_CONNECTIONS 4096
 #define RT_DEFAULT_MAX_INFLIGHT_BYTES ((int64_t)4 << 30)
 #define RT_DEFAULT_TRANSFER_TIMEOUT_MS 30000
@@ -121,6 +126,18 @@ void rt_reply_error(rt_transport *t, rt_peer *peer, uint64_t id, const dg_status
 
 // The busy-polling window in force (options and DG_BUSY_POLL_US), in microseconds; 0: off.
 int64_t rt_transport_busy_poll_us(const rt_transport *t);
+
+// io_slice.c: asks the scheduler for a time slice of slice_us for thread tid (0: the calling
+// thread), keeping its policy and nice value; false where the thread is not SCHED_OTHER or the
+// call failed (kernels before 6.12 accept it and ignore the slice). rt_io_threads_slice: for
+// the calling thread and every ZeroMQ I/O thread of the process ("ZMQbg/IO/<n>"); returns how
+// many threads took it; nothing for slice_us <= 0.
+bool rt_io_thread_slice(pid_t tid, int64_t slice_us);
+int rt_io_threads_slice(int64_t slice_us);
+// The slice t's I/O threads asked for (0: none) and how many took it, once the I/O thread
+// has started (-1 before).
+int64_t rt_transport_io_slice_us(const rt_transport *t);
+int rt_transport_io_sliced(const rt_transport *t);
 
 // Counters for tests and logs.
 typedef struct rt_transport_stats {

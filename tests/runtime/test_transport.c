@@ -4,6 +4,7 @@
  * same bytes; chunked pushes reassemble exactly; the message size limit holds; responses a
  * client cannot trust fail its call; CurveZMQ admits only holders of the cluster key pair.
  * Also covers the public hooks of runtime/ping.c. */
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -15,6 +16,7 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -869,6 +871,90 @@ static void test_busy_poll(void **state) {
     assert_int_equal(dg_status_code(st), DG_INVALID_ARGUMENT);
     assert_non_null(strstr(dg_status_message(st), "DG_BUSY_POLL_US=\"150us\""));
     unsetenv("DG_BUSY_POLL_US");
+    dg_status_free(&st);
+}
+
+// The time slice the scheduler reports for thread tid (sched_getattr's sched_runtime, ns): what
+// a SCHED_OTHER thread asked for on kernels with custom slices (6.12 on), 0 before them.
+static uint64_t thread_slice_ns(pid_t tid) {
+    struct {
+        uint32_t size, policy;
+        uint64_t flags;
+        int32_t nice;
+        uint32_t priority;
+        uint64_t runtime, deadline, period;
+    } a;
+    memset(&a, 0, sizeof a);
+    return syscall(SYS_sched_getattr, tid, &a, sizeof a, 0) == 0 ? a.runtime : 0;
+}
+
+// The thread id of the process's first thread named name, or -1.
+static pid_t thread_named(const char *name) {
+    DIR *d = opendir("/proc/self/task");
+    pid_t found = -1;
+    struct dirent *de;
+    while (d && found < 0 && (de = readdir(d))) {
+        char path[300], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(comm, sizeof comm, f) && strncmp(comm, name, strlen(name)) == 0) found = (pid_t)atoi(de->d_name);
+        fclose(f);
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+// Waits (60 s at most) until t's I/O thread has asked for its slice; returns how many took it.
+static int wait_sliced(rt_transport *t) {
+    int64_t end = now_ms() + HANG_GUARD_MS;
+    while (rt_transport_io_sliced(t) < 0 && now_ms() < end) sleep_ms(5);
+    return rt_transport_io_sliced(t);
+}
+
+// The I/O threads (the transport's and ZeroMQ's) ask for a short time slice, a client's too
+// once its first socket exists; DG_IO_SLICE_US=0 leaves them alone and a malformed value is
+// refused, naming the variable. Where the kernel has custom slices, ZeroMQ's thread reports it.
+static void test_io_slice(void **state) {
+    (void)state;
+    dg_server_options o = dg_server_options_default();
+    o.quiet = true;
+    int port;
+    dg_server *srv = start_server(&o, &port, NULL);
+    rt_transport *stp = rt_server_env(srv)->transport;
+    assert_int_equal(rt_transport_io_slice_us(stp), RT_DEFAULT_IO_SLICE_US);
+    assert_true(wait_sliced(stp) >= 2);
+    uint64_t ns = thread_slice_ns(thread_named("ZMQbg/IO/"));
+    if (ns == 0)
+        printf("note: this kernel reports no custom slice (before Linux 6.12): only the calls were checked\n");
+    else
+        assert_int_equal(ns, (uint64_t)RT_DEFAULT_IO_SLICE_US * 1000);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    rt_transport *c = client("/job:client/replica:0/task:0", NULL, NULL, 0);
+    dg_tensor *t = pattern_tensor(16, 1);
+    ping_echo(c, ep, &t, 1);
+    dg_tensor_unref(t);
+    assert_true(rt_transport_io_sliced(c) >= 2);
+    rt_transport_free(&c);
+    dg_server_free(&srv);
+
+    setenv("DG_IO_SLICE_US", "0", 1);
+    srv = start_server(&o, &port, NULL);
+    stp = rt_server_env(srv)->transport;
+    assert_int_equal(rt_transport_io_slice_us(stp), 0);
+    assert_int_equal(wait_sliced(stp), 0);
+    dg_server_free(&srv);
+
+    setenv("DG_IO_SLICE_US", "100us", 1);
+    dg_status *st = dg_status_new();
+    rt_transport_options co;
+    memset(&co, 0, sizeof co);
+    co.quiet = true;
+    assert_null(rt_transport_new(&co, NULL, NULL, st));
+    assert_int_equal(dg_status_code(st), DG_INVALID_ARGUMENT);
+    assert_non_null(strstr(dg_status_message(st), "DG_IO_SLICE_US=\"100us\""));
+    unsetenv("DG_IO_SLICE_US");
     dg_status_free(&st);
 }
 
@@ -1949,6 +2035,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_hostile_messages, teardown_capture),
         cmocka_unit_test(test_ping_round_trips),
         cmocka_unit_test(test_busy_poll),
+        cmocka_unit_test(test_io_slice),
         cmocka_unit_test(test_chunked_push_reassembles),
         cmocka_unit_test(test_small_pushes),
         cmocka_unit_test(test_shm_pushes),
