@@ -82,7 +82,7 @@ once() {
     awk -v a="$WARM" -v b=$((WARM + STEPS)) '
         / training step [0-9]+ done/ { for (i = 1; i <= NF; i++) if ($i == "step") n = $(i + 1); t[n] = $1 + 0 }
         END { printf "%.3f\n", (b - a) / (t[b] - t[a]) }' "$TMP/$name.w" > "$TMP/$name.rate"
-    "$PY" bench/pipeline_bubble.py "$TMP/$name.json" > "$TMP/$name.bubble"
+    "$PY" bench/pipeline_bubble.py "$TMP/$name.json" $([ "$sch" = zb-h1 ] && echo --split_backward) > "$TMP/$name.bubble"
     echo "$mem" > "$TMP/$name.mem"
 }
 
@@ -111,7 +111,7 @@ once_equal() {
     wait "${pids[@]}" 2> /dev/null || true
     "$PY" -c 'import json,sys; print("%.3f" % json.loads(sys.stdin.readlines()[-1])["steps_per_s"])' \
         < "$TMP/$name.out" > "$TMP/$name.rate"
-    "$PY" bench/pipeline_bubble.py "$TMP/$name.json" > "$TMP/$name.bubble"
+    "$PY" bench/pipeline_bubble.py "$TMP/$name.json" $([ "$sch" = zb-h1 ] && echo --split_backward) > "$TMP/$name.bubble"
     : > "$TMP/$name.mem"
 }
 

@@ -4,9 +4,14 @@
 ("<name>/s<k>/mb<i>/fwd|bwd|recompute/...") to the last one's end on any task, each task's busy
 time (the union of its kernels' intervals within the window), and its idle fraction. Prints one
 JSON line: the mean over tasks ("bubble"), each task's, the window in ms, and each task's pieces
-in the order they ran ("F0 F1 B0 ...", a piece at the start of its first kernel).
+in the order they ran ("F0 F1 B0 ...", a piece at the start of its first kernel). Beside it:
+"bubble_waits", the idle time spent waiting for another task's values only (see
+waiting_fraction: not the executor's time between kernels); and "simulated", the step the
+same pieces would take with nothing between them (see simulate): its window and bubble (the
+schedule's bubble for the pieces as they ran, unequal or not) and "overhead", how much longer the
+measured window was (transfers, hand-offs, the executor's time between kernels).
 
-  bench/pipeline_bubble.py TRACE.json [--name pipeline] [--svg FILE]
+  bench/pipeline_bubble.py TRACE.json [--name pipeline] [--svg FILE] [--split_backward]
 
 --svg also draws the pieces as a picture: one lane per task, each piece a box from its first
 kernel's start to its last kernel's end (forward passes blue, backward passes orange), labelled
@@ -29,6 +34,69 @@ def union_length(intervals):
         else:
             cur[1] = max(cur[1], t)
     return total + (cur[1] - cur[0] if cur else 0.0)
+
+
+def merged(intervals):
+    out = []
+    for s, t in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], t)
+        else:
+            out.append([s, t])
+    return out
+
+
+def waiting_fraction(intervals, arrivals, lo, hi):
+    """The part of [lo, hi] a task spent waiting for another task: before its first kernel and
+    after its last one (the pipeline filling and draining), and in a gap between two kernels up
+    to the last value that arrived from another task within the gap. The rest of a gap (no value
+    arrived in it, or after the last arrival) is the executor's own time between kernels, which
+    a traced step inflates, not the schedule's."""
+    runs = merged(intervals)
+    if not runs:
+        return 1.0
+    wait = (runs[0][0] - lo) + (hi - runs[-1][1])
+    for (_, a), (b, _) in zip(runs, runs[1:]):
+        inside = [t for t in arrivals if a < t <= b]
+        if inside:
+            wait += max(inside) - a
+    return wait / (hi - lo)
+
+
+def simulate(work, first, stage_task):
+    """The step the trace's own pieces would take with nothing between them: each piece as long as
+    its kernels' total time, each task running its pieces in the order they ran, a forward piece
+    after the previous stage's forward of its micro-batch, a backward piece after its own
+    forward and the next stage's backward. Returns (makespan, mean idle fraction) in the trace's
+    unit, or None where the schedule splits its backward pass (ZB-H1's W parts are not named
+    apart, so its pieces cannot be told from the trace)."""
+    last = max(k[0] for k in work)
+    order = collections.defaultdict(list)
+    for k in sorted(first, key=first.get):
+        order[stage_task[k[0]]].append(k)
+
+    def deps(k):
+        s, ph, mb = k
+        if ph == "F":
+            return [(s - 1, "F", mb)] if s > 0 else []
+        return [(s, "F", mb)] + ([(s + 1, "B", mb)] if s < last else [])
+
+    end, free, pos = {}, collections.defaultdict(float), {t: 0 for t in order}
+    moved = True
+    while moved:
+        moved = False
+        for t, ks in order.items():
+            while pos[t] < len(ks) and all(d in end for d in deps(ks[pos[t]])):
+                k = ks[pos[t]]
+                end[k] = max([free[t]] + [end[d] for d in deps(k)]) + work[k]
+                free[t] = end[k]
+                pos[t] += 1
+                moved = True
+    if len(end) != len(work):
+        return None
+    span = max(end.values())
+    busy = [sum(work[k] for k in ks) for ks in order.values()]
+    return span, 1 - sum(busy) / len(busy) / span
 
 
 def write_svg(path, tasks, spans, lo, hi):
@@ -63,6 +131,7 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--name", default="pipeline")
     ap.add_argument("--svg", default="")
+    ap.add_argument("--split_backward", action="store_true", help="ZB-H1: no simulation (see simulate)")
     a = ap.parse_args()
     d = json.load(open(a.trace))
     ev = d["traceEvents"] if isinstance(d, dict) else d
@@ -87,6 +156,17 @@ def main():
         first[key] = min(first.get(key, e["ts"]), e["ts"])
     tasks = sorted(t for t in busy if any(k[0] == t for k in first))
     idle = {t: 1 - union_length(busy[t]) / (hi - lo) for t in tasks}
+    arrivals = collections.defaultdict(list)   # a value from another task ready here (its transfer's end)
+    for e in ev:
+        if e.get("cat") == "transfer" and e.get("ph") == "X" and "from" in e.get("args", {}):
+            arrivals[task.get(e["pid"], str(e["pid"]))].append(e["ts"] + e["dur"])
+    waits = {t: waiting_fraction(busy[t], arrivals[t], lo, hi) for t in tasks}
+    work, stage_task = collections.defaultdict(float), {}
+    for e, m in pipe:
+        key = (int(m.group(1)), "F" if m.group(3) == "fwd" else "B", int(m.group(2)))
+        work[key] += e["dur"]
+        stage_task[key[0]] = task.get(e["pid"], str(e["pid"]))
+    sim = None if a.split_backward else simulate(work, {(k[1], k[2], k[3]): v for k, v in first.items()}, stage_task)
     order = {t: " ".join("%s%d" % (k[2], k[3]) for k, _ in sorted(((k, v) for k, v in first.items() if k[0] == t),
                                                                  key=lambda kv: kv[1])) for t in tasks}
     if a.svg:
@@ -98,7 +178,12 @@ def main():
             spans[key] = (min(s0, e["ts"]), max(s1, e["ts"] + e["dur"]))
         write_svg(a.svg, tasks, spans, lo, hi)
     print(json.dumps({"window_ms": round((hi - lo) / 1000, 3), "bubble": round(sum(idle.values()) / len(idle), 4),
-                      "tasks": {t: round(v, 4) for t, v in idle.items()}, "order": order}))
+                      "tasks": {t: round(v, 4) for t, v in idle.items()},
+                      "bubble_waits": round(sum(waits.values()) / len(waits), 4),
+                      "tasks_waits": {t: round(v, 4) for t, v in waits.items()},
+                      "simulated": {"window_ms": round(sim[0] / 1000, 3), "bubble": round(sim[1], 4),
+                                    "overhead": round((hi - lo) / sim[0] - 1, 4)} if sim else None,
+                      "order": order}))
     return 0
 
 

@@ -487,6 +487,13 @@ MUTANTS = [
         "tests": ["exp_regression"],
     },
     {
+        "name": "threads_computing_not_counted",
+        "what": "a kernel entering its compute function is not counted, so the transport's I/O thread spins beside the kernels on a fully busy process",
+        "file": "executor/executor.c",
+        "edits": [("            atomic_fetch_add_explicit(&threads_computing, 1, memory_order_relaxed);\n", "")],
+        "tests": ["test_threads_computing"],
+    },
+    {
         "name": "tensor_cache_any_class",
         "what": "the tensor cache hands out the first cached buffer of any class, so a tensor can get a buffer smaller than it needs",
         "file": "graph/tensor_cache.c",
