@@ -156,6 +156,12 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
         po.chunks = sch == DG_PIPELINE_INTERLEAVED_1F1B ? (s->chunks > 0 ? (int)s->chunks : 2) : 1;
         po.micro_batches = (int)s->micro_batches;
         po.recompute = s->recompute;
+        if (net->want_loss_scale) {
+            // --mixed_precision fp16: every micro-batch's loss times the scale (and the forced-
+            // overflow factor); replica.c unscales the gradients and skips non-finite steps.
+            if (!dg_loss_scale_make(g, dg_global_step(g), NULL, &net->ls)) return dg_graph_check(g, st);
+            po.loss_scale = dg_mul(g, "pipeline_loss_scale", net->ls.scale, net->loss_factor);
+        }
         if (!gpt_build_pipeline(g, &s->cfg, seed, &po, (int)s->pipeline_groups, &s->pipe_arg, &s->m, &s->pipe, st))
             return false;
         // The validation loss through the plain forward pass over the same variables (on the
@@ -220,9 +226,11 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
     int64_t decay = (s->lr_end_step > 0 ? s->lr_end_step : train_steps) - s->warmup_steps;
     net->opt.learning_rate_tensor = dg_warmup_cosine_decay(g, "lr_schedule", s->m.global_step, lr, s->warmup_steps,
                                                            decay > 0 ? decay : 1, s->min_lr < lr ? s->min_lr : lr);
-    if (s->pipeline_stages > 0)   // the pipeline's accumulated gradients, applied once a step
-        net->train = dg_optimizer_apply_gradients(&net->opt, s->pipe.grads, s->pipe.vars, s->pipe.n_vars,
-                                                  s->m.global_step, "train");
+    if (s->pipeline_stages > 0) {   // the pipeline's accumulated gradients, applied once a step by replica.c
+        net->grads = s->pipe.grads;
+        net->vars = s->pipe.vars;
+        net->n_grads = s->pipe.n_vars;
+    }
     return dg_graph_check(g, st);
 }
 

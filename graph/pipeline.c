@@ -331,9 +331,16 @@ static bool backward(builder *b, int stage, int mb) {
     }
     push_stage(b, stage, mb, "bwd");
     if (stage == b->S - 1) {
-        // Each micro-batch's loss weighs 1/m in the mean the pipeline minimizes.
+        // Each micro-batch's loss weighs 1/m in the mean the pipeline minimizes (times the loss
+        // scale, with one).
         ys[n_ys] = y[0];
-        grad_ys[n_ys++] = dg_scalar(g, "micro_batch_weight", dg_output_dtype(y[0]), 1.0 / b->m);
+        dg_dtype lt = dg_output_dtype(y[0]);
+        dg_output w = dg_scalar(g, "micro_batch_weight", lt, 1.0 / b->m);
+        if (b->o->loss_scale.node) {
+            dg_output sc = b->o->loss_scale;
+            w = dg_mul(g, "scaled_weight", w, dg_output_dtype(sc) == lt ? sc : dg_cast(g, NULL, sc, lt));
+        }
+        grad_ys[n_ys++] = w;
     } else {
         const cell *next = &b->cells[(stage + 1) * b->m + mb];
         for (int j = 0; j < c->n_out; j++)
@@ -452,6 +459,10 @@ static bool check_options(builder *b, const dg_output *batch, int n_batch) {
             return fail(b, DG_INVALID_ARGUMENT, "batch input %d has %lld rows, not a multiple of %d micro-batches", j,
                         (long long)s.dims[0], o->micro_batches);
     }
+    if (o->loss_scale.node &&
+        (!dg_dtype_is_float(dg_output_dtype(o->loss_scale)) || dg_output_shape(o->loss_scale).rank != 0))
+        return fail(b, DG_INVALID_ARGUMENT, "loss_scale is %s of rank %d, not a float scalar",
+                    dg_dtype_name(dg_output_dtype(o->loss_scale)), dg_output_shape(o->loss_scale).rank);
     const double t[3] = {o->t_forward > 0 ? o->t_forward : 1, o->t_backward > 0 ? o->t_backward : 1,
                          o->t_weight > 0 ? o->t_weight : 1};
     if (!pipe_plan_make(o->schedule, o->n_devices, o->chunks, o->micro_batches, t, &b->plan, b->st)) {

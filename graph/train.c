@@ -598,8 +598,8 @@ dg_node *dg_optimizer_minimize_with_loss_scale(const dg_optimizer *opt, dg_outpu
     return graph_minimize_with_loss_scale(opt, loss, global_step, o, ls, NULL, NULL);
 }
 
-bool graph_loss_scale_begin(dg_graph *g, dg_output loss, dg_output global_step, const dg_loss_scale_options *o,
-                            graph_loss_scaler *sc, dg_output *scaled) {
+// Checks the options and makes the scale and its counters, colocated with home (not trainable).
+static bool loss_scale_vars(dg_graph *g, dg_node *home, const dg_loss_scale_options *o, graph_loss_scaler *sc) {
     memset(sc, 0, sizeof *sc);
     sc->o = o ? *o : dg_loss_scale_options_default();
     const dg_loss_scale_options d = sc->o;
@@ -611,22 +611,65 @@ bool graph_loss_scale_begin(dg_graph *g, dg_output loss, dg_output global_step, 
                            (long long)d.growth_interval, d.multiplier);
         return false;
     }
+    sc->home = home;
+    dg_graph_push_name_scope(g, "loss_scale");
+    if (home) dg_graph_push_colocate_with(g, home);
+    sc->scale = dg_variable_ex(g, "current", DG_FLOAT32, dg_shape_scalar(), dg_init_constant(d.initial_scale), false);
+    sc->good = dg_variable_ex(g, "good_steps", DG_INT64, dg_shape_scalar(), dg_init_zeros(), false);
+    sc->skipped = dg_variable_ex(g, "skipped_steps", DG_INT64, dg_shape_scalar(), dg_init_zeros(), false);
+    if (home) dg_graph_pop_colocate_with(g);
+    dg_graph_pop_name_scope(g);
+    if (!sc->home) sc->home = sc->scale.node;
+    return dg_graph_ok(g);
+}
+
+bool graph_loss_scale_begin(dg_graph *g, dg_output loss, dg_output global_step, const dg_loss_scale_options *o,
+                            graph_loss_scaler *sc, dg_output *scaled) {
+    if (!dg_graph_ok(g)) return false;
     if (!loss.node || !dg_dtype_is_float(dg_output_dtype(loss))) {
         dg_graph_set_error(g, DG_INVALID_ARGUMENT, "loss scaling: the loss must be a float tensor");
         return false;
     }
-    // The scale and its counters live with the global step (or the loss): not trainable.
-    sc->home = global_step.node ? global_step.node : loss.node;
+    // The scale and its counters live with the global step (or the loss).
+    if (!loss_scale_vars(g, global_step.node ? global_step.node : loss.node, o, sc)) return false;
     dg_graph_push_name_scope(g, "loss_scale");
-    dg_graph_push_colocate_with(g, sc->home);
-    sc->scale = dg_variable_ex(g, "current", DG_FLOAT32, dg_shape_scalar(), dg_init_constant(d.initial_scale), false);
-    sc->good = dg_variable_ex(g, "good_steps", DG_INT64, dg_shape_scalar(), dg_init_zeros(), false);
-    sc->skipped = dg_variable_ex(g, "skipped_steps", DG_INT64, dg_shape_scalar(), dg_init_zeros(), false);
-    dg_graph_pop_colocate_with(g);
     *scaled = dg_mul(g, "scaled_loss", loss, dg_output_dtype(loss) == DG_FLOAT32
                                                  ? sc->scale : dg_cast(g, NULL, sc->scale, dg_output_dtype(loss)));
     dg_graph_pop_name_scope(g);
     return dg_graph_ok(g);
+}
+
+bool dg_loss_scale_make(dg_graph *g, dg_output global_step, const dg_loss_scale_options *o, dg_loss_scale *ls) {
+    graph_loss_scaler sc;
+    if (ls) memset(ls, 0, sizeof *ls);
+    if (!ls) {
+        if (g) dg_graph_set_error(g, DG_INVALID_ARGUMENT, "dg_loss_scale_make: ls is NULL");
+        return false;
+    }
+    if (!g || !loss_scale_vars(g, global_step.node, o, &sc)) return false;
+    *ls = (dg_loss_scale){sc.scale, sc.good, sc.skipped, {0}};
+    return true;
+}
+
+dg_node *dg_optimizer_apply_gradients_with_loss_scale(const dg_optimizer *opt, const dg_output *grads,
+                                                      const dg_output *vars, int n, dg_output global_step,
+                                                      const dg_loss_scale_options *o, dg_loss_scale *ls) {
+    dg_graph *g = opt->graph;
+    if (!dg_graph_ok(g)) return NULL;
+    if (!ls || !ls->scale.node || !ls->good_steps.node || !ls->skipped_steps.node || n < 1 || !grads || !vars) {
+        dg_graph_set_error(g, DG_INVALID_ARGUMENT, "apply_gradients_with_loss_scale: a loss scale from "
+                           "dg_loss_scale_make and at least one gradient are needed");
+        return NULL;
+    }
+    if (!graph_no_gradient_wire(opt, "apply_gradients_with_loss_scale", "leave it 0 with loss scaling")) return NULL;
+    graph_loss_scaler sc = {o ? *o : dg_loss_scale_options_default(), ls->scale.node, ls->scale, ls->good_steps,
+                            ls->skipped_steps};
+    dg_output *gs = malloc((size_t)n * sizeof *gs);
+    if (!gs) abort();
+    memcpy(gs, grads, (size_t)n * sizeof *gs);
+    dg_node *train = graph_loss_scale_apply(opt, &sc, gs, vars, n, global_step, ls);
+    free(gs);
+    return train;
 }
 
 dg_node *graph_loss_scale_apply(const dg_optimizer *opt, const graph_loss_scaler *sc, dg_output *grads,

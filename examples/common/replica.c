@@ -65,16 +65,29 @@ static bool build_model(dg_graph *g, const replica_model *p, double lr, int64_t 
     memset(net, 0, sizeof *net);
     net->task_device = task_device;
     net->variables_on_ps = variables_on_ps;
+    if (ls) {
+        *factor = dg_placeholder(g, "loss_factor", DG_FLOAT32, dg_shape_scalar());
+        net->want_loss_scale = true;
+        net->loss_factor = *factor;
+    }
     if (!p->build(p->state, g, lr, seed, train_steps, net, st)) return false;
     // The ps push (dg_optimizer_minimize); the all-reduce's wire dtype is its group's.
     if (!grp && !so && !ls) net->opt.gradient_wire_dtype = wire;
-    if (net->train) {
-        if (so || grp || ls || scale_workers > 0) {
-            dg_status_set(st, DG_INVALID_ARGUMENT, "this model trains itself (a pipeline): without --sync_replicas, "
-                          "--all_reduce, --elastic or --mixed_precision fp16");
+    if (net->n_grads > 0) {
+        if (so || grp || scale_workers > 0) {
+            dg_status_set(st, DG_INVALID_ARGUMENT, "this model computes its own gradients (a pipeline): without "
+                          "--sync_replicas, --all_reduce or --elastic");
             return false;
         }
-        *train = net->train;
+        if (ls && !net->ls.scale.node) {
+            dg_status_set(st, DG_INTERNAL, "the model computed its gradients without the loss scale fp16 asks for");
+            return false;
+        }
+        *train = ls ? dg_optimizer_apply_gradients_with_loss_scale(&net->opt, net->grads, net->vars, net->n_grads,
+                                                                  net->global_step, NULL, &net->ls)
+                    : dg_optimizer_apply_gradients(&net->opt, net->grads, net->vars, net->n_grads, net->global_step,
+                                                   "train");
+        if (ls) *ls = net->ls;
         (void)dg_global_variables_initializer(g);
         return dg_graph_check(g, st);
     }
@@ -88,7 +101,6 @@ static bool build_model(dg_graph *g, const replica_model *p, double lr, int64_t 
                    dg_div(g, NULL, members, dg_scalar(g, "reference_workers", DG_FLOAT32, scale_workers)));
     }
     if (ls) {
-        *factor = dg_placeholder(g, "loss_factor", DG_FLOAT32, dg_shape_scalar());
         dg_output scaled = dg_mul(g, "forced_loss", net->loss, *factor);
         if (so) {
             if (!(*sr = dg_sync_replicas_new(&net->opt, so, st))) return false;
@@ -418,7 +430,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
         fail(st, "building the model");
         goto out;
     }
-    if (m.train && n_workers > 1) {
+    if (m.n_grads > 0 && n_workers > 1) {
         fprintf(stderr, "%s: a pipeline runs with one worker (its first stage and the client) and a ps task for each "
                         "further stage; the cluster has %d workers\n", prog, n_workers);
         goto out;

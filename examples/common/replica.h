@@ -18,10 +18,19 @@ typedef struct replica_net {
     dg_output global_step;
     dg_optimizer opt;        // its optimizer (the strategy wraps it)
     bool log_loss;           // the progress lines give the step's loss
-    // A model that builds its own training (a pipeline over the ps tasks: gpt_replica
-    // --pipeline_stages) sets its train op here: replica.c runs it as it is, with one worker and
-    // no strategy (--sync_replicas, --all_reduce and fp16 loss scaling are refused).
-    dg_node *train;
+    // A model that computes its own gradients (a pipeline over the ps tasks: gpt_replica
+    // --pipeline_stages) sets them here, n_grads > 0 (borrowed, alive until the graph is run):
+    // replica.c applies them with opt, with one worker and no strategy (--sync_replicas,
+    // --all_reduce and --elastic are refused). Under --mixed_precision fp16 replica.c sets
+    // want_loss_scale and loss_factor (the forced-overflow factor, a float32 placeholder) before
+    // the build; such a model then makes ls (dg_loss_scale_make, the default options) and scales
+    // its losses by ls.scale times loss_factor, and replica.c applies the gradients through
+    // dg_optimizer_apply_gradients_with_loss_scale.
+    const dg_output *grads, *vars;
+    int n_grads;
+    bool want_loss_scale;
+    dg_output loss_factor;
+    dg_loss_scale ls;
     // Set before the model's build: this worker's task ("/job:worker/task:N"), for a model that
     // places its own devices (gpt_replica --tensor_parallel: the task's CPUs or GPUs), and
     // whether the replica device setter puts the variables on ps tasks.

@@ -83,6 +83,11 @@ typedef struct dg_pipeline_options {
     double t_forward, t_backward, t_weight;
     dg_pipeline_stage_fn stage_fn;
     void *arg;
+    // Dynamic loss scaling (float16 products): a float32 scalar by which every micro-batch's
+    // loss is multiplied before its backward pass, so that the gradients are of the scaled loss
+    // (dg_loss_scale_make's scale; apply them with dg_optimizer_apply_gradients_with_loss_scale).
+    // The pipeline's loss stays unscaled. The null output: none.
+    dg_output loss_scale;
 } dg_pipeline_options;
 
 // The defaults: name "pipeline", one chunk, one micro-batch, 1F1B, no recomputation.

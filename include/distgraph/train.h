@@ -175,6 +175,18 @@ typedef struct dg_loss_scale {
 // valid until dg_graph_free(); NULL once the graph has an error.
 dg_node *dg_optimizer_minimize_with_loss_scale(const dg_optimizer *opt, dg_output loss, dg_output global_step,
                                                const dg_loss_scale_options *o, dg_loss_scale *ls);
+// The same scaling for gradients computed elsewhere (a pipeline's: dg_pipeline_options.loss_scale
+// multiplies each micro-batch's loss by ls->scale). dg_loss_scale_make makes the scale and its
+// counters, colocated with global_step, into *ls (finite unset); false once the graph has an
+// error (bad options). dg_optimizer_apply_gradients_with_loss_scale divides grads (of the
+// scaled loss) by ls->scale, applies them only when every one is finite and updates the scale
+// and counters as dg_optimizer_minimize_with_loss_scale does; o (NULL: the defaults) must be
+// what ls was made with; it sets ls->finite. Returns: the train op, borrowed, valid until
+// dg_graph_free(); NULL once the graph has an error.
+bool dg_loss_scale_make(dg_graph *g, dg_output global_step, const dg_loss_scale_options *o, dg_loss_scale *ls);
+dg_node *dg_optimizer_apply_gradients_with_loss_scale(const dg_optimizer *opt, const dg_output *grads,
+                                                      const dg_output *vars, int n, dg_output global_step,
+                                                      const dg_loss_scale_options *o, dg_loss_scale *ls);
 
 #ifdef __cplusplus
 }

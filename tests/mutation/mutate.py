@@ -487,6 +487,13 @@ MUTANTS = [
         "tests": ["exp_regression"],
     },
     {
+        "name": "pipeline_loss_scale_ignored",
+        "what": "a pipeline's micro-batch losses are not multiplied by its loss scale, so loss-scaled training divides unscaled gradients by the scale",
+        "file": "graph/pipeline.c",
+        "edits": [("        if (b->o->loss_scale.node) {\n            dg_output sc", "        if (false) {\n            dg_output sc")],
+        "tests": ["test_pipeline"],
+    },
+    {
         "name": "threads_computing_not_counted",
         "what": "a kernel entering its compute function is not counted, so the transport's I/O thread spins beside the kernels on a fully busy process",
         "file": "executor/executor.c",

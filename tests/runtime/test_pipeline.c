@@ -376,6 +376,119 @@ static void test_devices_run_pieces_in_schedule_order(void **state) {
 
 // ---- bad input ----
 
+// Loss scaling through a pipeline (float16 training): with loss_scale, every gradient is the
+// unpipelined model's times the scale; dg_optimizer_apply_gradients_with_loss_scale then makes
+// the unscaled update (plain SGD here: w - lr g), and a step whose gradients are not finite (the
+// scale times an infinite factor) changes no variable, counts a skipped step and halves the scale.
+static void test_loss_scaled_pipeline(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_status *st = dg_status_new();
+    const char *devs[2] = {"/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"};
+    mlp model = {2, LAYERS / 2};
+    dg_output batch[2] = {dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(BATCH, WIDTH)),
+                          dg_placeholder(g, "y", DG_INT32, dg_shape1(BATCH))};
+    dg_output gs = dg_global_step(g);
+    dg_loss_scale_options lo = dg_loss_scale_options_default();
+    lo.initial_scale = 1024;
+    dg_loss_scale ls;
+    assert_true(dg_loss_scale_make(g, gs, &lo, &ls));
+    dg_output factor = dg_placeholder(g, "factor", DG_FLOAT32, dg_shape_scalar());
+    dg_pipeline_options o = dg_pipeline_options_default();
+    o.devices = devs;
+    o.n_devices = 2;
+    o.micro_batches = 4;
+    o.stage_fn = stage_fn;
+    o.arg = &model;
+    o.loss_scale = dg_mul(g, NULL, ls.scale, factor);
+    dg_pipeline p;
+    assert_true(dg_pipeline_build(g, &o, batch, 2, &p, st));
+    assert_ok(st);
+    assert_int_equal(p.n_vars, 2 * LAYERS);
+    dg_output h = batch[0];
+    for (int l = 0; l < LAYERS; l++) h = layer(g, l, h, true);
+    dg_output ref_loss = dg_sparse_softmax_cross_entropy(g, "ref_loss", h, batch[1]);
+    dg_output ref[2 * LAYERS];
+    assert_true(dg_gradients(g, &ref_loss, 1, p.vars, p.n_vars, NULL, ref));
+    const double lr = 0.5;
+    dg_optimizer opt = dg_gradient_descent(g, lr);
+    dg_node *train = dg_optimizer_apply_gradients_with_loss_scale(&opt, p.grads, p.vars, p.n_vars, gs, &lo, &ls);
+    assert_non_null(train);
+    assert_non_null(ls.finite.node);
+    dg_node *init = dg_global_variables_initializer(g);
+    assert_true(dg_graph_ok(g));
+    dg_session *s = dg_test_local_session(g, 2, 0, st);
+    assert_true(dg_session_run(s, NULL, NULL, 0, NULL, NULL, 0, &init, 1, st));
+    dg_tensor *xv = dg_tensor_new(DG_FLOAT32, dg_shape2(BATCH, WIDTH), st), *yv = dg_tensor_new(DG_INT32, dg_shape1(BATCH), st);
+    fill_batch(xv, yv);
+    dg_tensor *one = dg_tensor_scalar_f32(1), *inf = dg_tensor_scalar_f32(INFINITY);
+    dg_output feeds[3] = {batch[0], batch[1], factor};
+    dg_tensor *vals[3] = {xv, yv, one};
+    // The scaled gradients, the reference's and the variables before the step.
+    enum { NV = 2 * LAYERS };
+    dg_output fetch[3 * NV];
+    dg_tensor *got[3 * NV] = {0}, *after[NV] = {0};
+    for (int i = 0; i < NV; i++) {
+        fetch[i] = p.grads[i];
+        fetch[NV + i] = ref[i];
+        fetch[2 * NV + i] = p.vars[i];
+    }
+    assert_true(dg_session_run(s, feeds, vals, 3, fetch, got, 3 * NV, NULL, 0, st));
+    assert_ok(st);
+    for (int i = 0; i < NV; i++) {
+        int64_t n = (int64_t)dg_tensor_num_elements(got[NV + i]);
+        const float *r = dg_tensor_data(got[NV + i]);
+        double *want = malloc((size_t)n * sizeof *want);
+        for (int64_t k = 0; k < n; k++) want[k] = 1024.0 * r[k];
+        double scale = dg_test_max_abs_f64(want, n);
+        assert_true(scale > 1e-3);
+        assert_int_equal(dg_test_first_far_f32(dg_tensor_data(got[i]), want, n, 1e-5 * scale, 1e-5), -1);
+        free(want);
+    }
+    // One step: w - lr * (the unscaled gradient).
+    assert_true(dg_session_run(s, feeds, vals, 3, NULL, NULL, 0, &train, 1, st));
+    assert_true(dg_session_run(s, NULL, NULL, 0, p.vars, after, NV, NULL, 0, st));
+    assert_ok(st);
+    for (int i = 0; i < NV; i++) {
+        int64_t n = (int64_t)dg_tensor_num_elements(after[i]);
+        const float *w0 = dg_tensor_data(got[2 * NV + i]), *r = dg_tensor_data(got[NV + i]);
+        double *want = malloc((size_t)n * sizeof *want);
+        for (int64_t k = 0; k < n; k++) want[k] = (double)w0[k] - lr * r[k];
+        double scale = dg_test_max_abs_f64(want, n);
+        assert_int_equal(dg_test_first_far_f32(dg_tensor_data(after[i]), want, n, 1e-5 * scale, 1e-5), -1);
+        free(want);
+    }
+    // A step of infinite gradients: skipped, counted, the scale halved; no variable changes.
+    vals[2] = inf;
+    dg_output state_out[3] = {ls.finite, ls.skipped_steps, ls.scale};
+    dg_tensor *sv[3] = {0}, *still[NV] = {0};
+    assert_true(dg_session_run(s, feeds, vals, 3, &ls.finite, &sv[0], 1, &train, 1, st));
+    assert_ok(st);
+    assert_false(*(const bool *)dg_tensor_data(sv[0]));
+    dg_tensor_free(&sv[0]);
+    assert_true(dg_session_run(s, NULL, NULL, 0, state_out + 1, sv + 1, 2, NULL, 0, st));
+    assert_true(dg_session_run(s, NULL, NULL, 0, p.vars, still, NV, NULL, 0, st));
+    assert_ok(st);
+    assert_int_equal(*(const int64_t *)dg_tensor_data(sv[1]), 1);
+    assert_true(*(const float *)dg_tensor_data(sv[2]) == 512.0f);
+    for (int i = 0; i < NV; i++)
+        assert_memory_equal(dg_tensor_data(still[i]), dg_tensor_data(after[i]), dg_tensor_nbytes(after[i]));
+    for (int i = 0; i < 3 * NV; i++) dg_tensor_free(&got[i]);
+    for (int i = 0; i < NV; i++) {
+        dg_tensor_free(&after[i]);
+        dg_tensor_free(&still[i]);
+    }
+    for (int i = 1; i < 3; i++) dg_tensor_free(&sv[i]);
+    dg_tensor_free(&one);
+    dg_tensor_free(&inf);
+    dg_tensor_free(&xv);
+    dg_tensor_free(&yv);
+    dg_session_free(&s);
+    dg_pipeline_free(&p);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
 static int bad_stage(dg_graph *g, int stage, int mb, const dg_output *in, int n_in, dg_output *out, int cap, void *arg) {
     (void)cap;
     (void)n_in;
@@ -464,6 +577,19 @@ static void test_bad_pipelines_are_named(void **state) {
     assert_false(dg_pipeline_build(g, &o, &x, 1, &p, st));
     assert_status(st, DG_INVALID_ARGUMENT, "no stage function");
     dg_graph_free(&g);
+    // A loss scale that is not a float scalar.
+    g = dg_graph_new();
+    x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(6, 3));
+    mlp model = {1, LAYERS};
+    const char *dev = "/job:localhost/replica:0/task:0/device:CPU:0";
+    o.devices = &dev;
+    o.n_devices = 1;
+    o.stage_fn = stage_fn;
+    o.arg = &model;
+    o.loss_scale = dg_placeholder(g, "scale", DG_INT32, dg_shape_scalar());
+    assert_false(dg_pipeline_build(g, &o, &x, 1, &p, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "loss_scale is int32 of rank 0, not a float scalar");
+    dg_graph_free(&g);
     dg_status_free(&st);
 }
 
@@ -479,6 +605,7 @@ int main(void) {
         cmocka_unit_test(test_mixed_precision_gradients_equal_unpipelined),
         cmocka_unit_test(test_devices_run_pieces_in_schedule_order),
         cmocka_unit_test(test_bad_pipelines_are_named),
+        cmocka_unit_test(test_loss_scaled_pipeline),
         cmocka_unit_test(test_errors_name_the_stage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
