@@ -1,5 +1,6 @@
 /* The master (master_impl.h): one compile pipeline and one step runner for local sessions
  * and for sessions over a cluster. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,11 @@ dg_session_options dg_session_options_default(void) {
     return o;
 }
 
+// Master sessions alive in this process: when the last one is freed, the tensor cache's
+// buffers (graph/tensor_cache.c) go back to the system, as a server's do when its last
+// registered graph goes.
+static atomic_int sessions_alive;
+
 master_session *master_session_new(dg_graph *g, const rt_task_env *task, const dg_session_options *opts,
                                    dg_status *st) {
     master_session *m = calloc(1, sizeof *m);
@@ -90,6 +96,7 @@ master_session *master_session_new(dg_graph *g, const rt_task_env *task, const d
         dg_status_set(st, DG_RESOURCE_EXHAUSTED, "session: out of memory");
         return NULL;
     }
+    atomic_fetch_add(&sessions_alive, 1);
     m->graph = g;
     m->task = task;
     m->opts = opts ? *opts : dg_session_options_default();
@@ -175,6 +182,7 @@ void master_session_free(master_session **mp) {
     status_impl_clear(&m->cancel);
     free(m);
     *mp = NULL;
+    if (atomic_fetch_sub(&sessions_alive, 1) == 1) (void)dg_tensor_cache_release();
 }
 
 void master_session_collect_placement(master_session *m) { m->collect_placement = true; }

@@ -499,8 +499,10 @@ static void sweep_orphans(dg_server *s) {
             i++;
         }
     }
+    bool none_left = n_gone > 0 && s->n_graphs == 0;
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < n_gone; i++) free_registered(gone[i]);
+    if (none_left) (void)dg_tensor_cache_release();   // as when the last graph is deregistered
 }
 
 // The transport's on_peer_gone (I/O thread): the steps that peer started here can never be
@@ -634,8 +636,12 @@ static void do_deregister(job *j) {
             found = true;
             break;
         }
+    bool none_left = s->n_graphs == 0;
     pthread_mutex_unlock(&s->mu);
     if (gone) free_registered(gone);
+    // The last graph gone (its master's session closed): the buffers cached for reuse, many
+    // of them the peers' tensors, go back to the system instead of waiting for another step.
+    if (found && none_left) (void)dg_tensor_cache_release();
     if (!found) {
         dg_status st = DG_STATUS_INIT;
         dg_status_setf(&st, DG_NOT_FOUND, "no graph with handle %lld on %s", (long long)j->h->handle, s->task_name);
@@ -962,6 +968,7 @@ static void worker_handle(void *ctx, rt_peer *peer, rt_header *h, dg_tensor **ts
             {"tensor_bytes_sent", (long long)tps.tensor_bytes_sent},   // payload, TCP or shared memory
             {"tensor_bytes", (long long)tensor_bytes},        // this process's (dg_tensor_memory)
             {"tensor_bytes_peak", (long long)tensor_peak},
+            {"tensor_cache_bytes", (long long)dg_tensor_cache_held()},   // freed buffers kept for reuse
         };
         for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
             snprintf(line, sizeof line, "%s=%lld", counters[i].name, counters[i].v);

@@ -494,6 +494,14 @@ MUTANTS = [
         "tests": ["test_pipeline"],
     },
     {
+        "name": "cache_kept_after_last_session",
+        "what": "the process's last master session is freed without giving the tensor cache back, so buffers freed as it closes stay held",
+        "file": "runtime/master/master.c",
+        "edits": [("    if (atomic_fetch_sub(&sessions_alive, 1) == 1) (void)dg_tensor_cache_release();\n",
+                   "    atomic_fetch_sub(&sessions_alive, 1);\n")],
+        "tests": ["test_server"],
+    },
+    {
         "name": "threads_computing_not_counted",
         "what": "a kernel entering its compute function is not counted, so the transport's I/O thread spins beside the kernels on a fully busy process",
         "file": "executor/executor.c",

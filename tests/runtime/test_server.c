@@ -1,5 +1,6 @@
 /* Servers in one process talking over tcp://127.0.0.1 (real ZeroMQ sockets): placement over
  * a ps and a worker task, Send/Recv across tasks, and agreement with a local session. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,64 @@ static void test_ps_worker_matches_local(void **state) {
     dg_session_free(&sb);
     dg_graph_free(&a.g);
     dg_graph_free(&b.g);
+    two_tasks_stop(&tt);
+    dg_status_free(&st);
+}
+
+// The value of the counter `name` in srv's SERVER_STATUS answer (-1: not there).
+static int64_t status_counter(dg_server *srv, const char *name) {
+    dg_status *st = dg_status_new();
+    char **names = NULL;
+    int64_t *values = NULL, v = -1;
+    int n = 0;
+    assert_true(dg_server_query_counters(dg_server_target(srv), NULL, NULL, 5000, &names, &values, &n, st));
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0) v = values[i];
+    dg_server_counters_free(names, values, n);
+    dg_status_free(&st);
+    return v;
+}
+
+// The tensor cache (graph/tensor_cache.c) keeps a step's large freed buffers, and
+// SERVER_STATUS reports them; when the session closes, its partitions are deregistered from
+// both tasks (the last graph gone, a server gives the cache back) and the process's last master
+// session is freed (which gives it back too). These servers share the test's process, and so
+// its cache.
+static void test_cache_released_when_sessions_end(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    two_tasks tt;
+    two_tasks_start(&tt, true, 5000);
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, "/job:ps/task:0");
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(256, 256));
+    dg_output y = dg_matmul(g, NULL, dg_tanh(g, NULL, x), x, false, false);   // 256 KiB values on the ps
+    dg_graph_pop_device(g);
+    dg_output z = dg_sum(g, NULL, y, NULL, 0, false);   // on the worker: y crosses
+    dg_session *s = dg_session_new(g, dg_server_target(tt.wk), NULL, st);
+    assert_ok(st);
+    dg_tensor *xv = dg_tensor_new(DG_FLOAT32, dg_shape2(256, 256), st);
+    for (int i = 0; i < 256 * 256; i++) dg_tensor_f32(xv)[i] = (float)(i % 7) * 0.01f;
+    for (int k = 0; k < 3; k++) {
+        dg_tensor *out = NULL;
+        assert_true(dg_session_run(s, &x, &xv, 1, &z, &out, 1, NULL, 0, st));
+        assert_true(isfinite(dg_tensor_f32(out)[0]));
+        dg_tensor_unref(out);
+    }
+    const char *mb = getenv("DG_TENSOR_CACHE_MB");
+#if defined(DG_SANITIZE_BUILD) || defined(__SANITIZE_ADDRESS__)
+    bool cache_on = false;
+#else
+    bool cache_on = !(mb && strcmp(mb, "0") == 0);
+#endif
+    if (cache_on) assert_true(dg_tensor_cache_held() >= 256 * 256 * 4);
+    else printf("note: the tensor cache is off here (DG_TENSOR_CACHE_MB=0 or a sanitizer build)\n");
+    assert_int_equal(status_counter(tt.wk, "tensor_cache_bytes"), (int64_t)dg_tensor_cache_held());
+    dg_session_free(&s);
+    assert_int_equal(dg_tensor_cache_held(), 0);
+    assert_int_equal(status_counter(tt.wk, "tensor_cache_bytes"), 0);
+    dg_tensor_unref(xv);
+    dg_graph_free(&g);
     two_tasks_stop(&tt);
     dg_status_free(&st);
 }
@@ -327,6 +386,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ps_worker_matches_local),
         cmocka_unit_test(test_dead_ps_is_unavailable),
+        cmocka_unit_test(test_cache_released_when_sessions_end),
         cmocka_unit_test(test_gpu_request_in_cluster),
         cmocka_unit_test(test_virtual_cpu_request_in_cluster),
         cmocka_unit_test(test_values_lost_after_answer),
