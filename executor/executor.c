@@ -481,12 +481,6 @@ static void release_inputs(exec_step *s, const exec_node *en) {
     }
 }
 
-// Kernels inside their compute function in every step of the process, and the intra-op
-// helpers working for them (exec_threads_computing).
-static atomic_int threads_computing;
-int exec_threads_computing(void) { return atomic_load_explicit(&threads_computing, memory_order_relaxed); }
-void exec_threads_computing_add(int d) { atomic_fetch_add_explicit(&threads_computing, d, memory_order_relaxed); }
-
 // Runs node i (unless the step is aborted) and returns how many successors became ready;
 // they are written to out[] (at most the node's successor count).
 static int run_node(exec_step *s, int i, int *out) {
@@ -524,9 +518,9 @@ static int run_node(exec_step *s, int i, int *out) {
         if (ok) {
             exec_ctx ctx = {in, en->n_in, s->values + en->out_off, s->owned + en->out_off,
                             en->n_out, en->node, s, &kst};
-            atomic_fetch_add_explicit(&threads_computing, 1, memory_order_relaxed);
+            exec_threads_computing_add(1);   // threads_computing.c
             ok = en->def->compute(en->state, &ctx);
-            atomic_fetch_sub_explicit(&threads_computing, 1, memory_order_relaxed);
+            exec_threads_computing_add(-1);
             if (s->opts.trace) trace_node(s, en, DG_TRACE_OP, t0);
             if (ok) {
                 for (int o = 0; o < en->n_out && ok; o++)

@@ -164,6 +164,8 @@ struct rt_transport {
     int n_cpus;              // CPUs this process may run on (its affinity mask), at least 1
     int64_t io_slice_us;     // the I/O threads' time slice (io_slice.c), 0: the kernel's
     int io_sliced;           // threads that took it (the I/O thread and ZeroMQ's)
+    int64_t slice_retry_ms;  // when to look for ZeroMQ's thread again (it names itself late), 0: no need
+    int slice_tries;
     int64_t last_active_ns;  // when the I/O thread last had something to do (I/O thread)
     // Limits (I/O thread; the counters in stats are atomics read by others).
     conn *conns;             // accepted connections by descriptor (bound transports)
@@ -428,10 +430,15 @@ static void *new_dealer_socket(rt_transport *t, const char *endpoint, void **mon
 
 // On the I/O thread: asks for the I/O threads' time slice (io_slice.c) for this thread and
 // ZeroMQ's, until ZeroMQ's has taken it too (it starts with the context's first socket).
+// ZeroMQ's thread names itself after it starts, so a look that finds only this thread is
+// repeated every 50 ms, 100 times at most (slice_retry_ms, on the I/O loop).
 static void slice_io_threads(rt_transport *t) {
     int have = __atomic_load_n(&t->io_sliced, __ATOMIC_ACQUIRE);
+    t->slice_retry_ms = 0;
     if (t->io_slice_us <= 0 ? have >= 0 : have >= 2) return;
-    __atomic_store_n(&t->io_sliced, rt_io_threads_slice(t->io_slice_us), __ATOMIC_RELEASE);
+    have = rt_io_threads_slice(t->io_slice_us);
+    __atomic_store_n(&t->io_sliced, have, __ATOMIC_RELEASE);
+    if (t->io_slice_us > 0 && have < 2 && ++t->slice_tries < 100) t->slice_retry_ms = base_now_ms() + 50;
 }
 
 // The index of endpoint's DEALER in t->dealers (connected on first use; dealers are never
@@ -1491,8 +1498,9 @@ static void expire(rt_transport *t) {
 // When the I/O thread must next look at its pending calls (deadlines and probes): ms from now,
 // -1 for never.
 static long next_wakeup(rt_transport *t) {
-    if (!t->pending && !t->assemblies && !t->trim_at_ms) return -1;
+    if (!t->pending && !t->assemblies && !t->trim_at_ms && !t->slice_retry_ms) return -1;
     int64_t soonest = t->trim_at_ms ? t->trim_at_ms : INT64_MAX, now = base_now_ms();
+    if (t->slice_retry_ms && t->slice_retry_ms < soonest) soonest = t->slice_retry_ms;
     for (const assembly *a = t->assemblies; a; a = a->next)
         if (a->last_ms + transfer_timeout_ms(t) < soonest) soonest = a->last_ms + transfer_timeout_ms(t);
     for (pending *p = t->pending; p; p = p->next) {
@@ -1549,6 +1557,7 @@ static void *io_main(void *arg) {
         if (rc == 0) rc = zmq_poll(items, n, next_wakeup(t));
         if (rc < 0 && zmq_errno() == ETERM) break;
         if (rc > 0 && t->busy_poll_ns) t->last_active_ns = base_now_ns();
+        if (t->slice_retry_ms && base_now_ms() >= t->slice_retry_ms) slice_io_threads(t);
         if (items[0].revents & ZMQ_POLLIN) {
             uint64_t v;
             if (read(t->efd, &v, sizeof v) < 0) { /* spurious */ }

@@ -505,7 +505,7 @@ MUTANTS = [
         "name": "threads_computing_not_counted",
         "what": "a kernel entering its compute function is not counted, so the transport's I/O thread spins beside the kernels on a fully busy process",
         "file": "executor/executor.c",
-        "edits": [("            atomic_fetch_add_explicit(&threads_computing, 1, memory_order_relaxed);\n", "")],
+        "edits": [("            exec_threads_computing_add(1);   // threads_computing.c\n", "")],
         "tests": ["test_threads_computing"],
     },
     {

@@ -905,10 +905,11 @@ static pid_t thread_named(const char *name) {
     return found;
 }
 
-// Waits (60 s at most) until t's I/O thread has asked for its slice; returns how many took it.
-static int wait_sliced(rt_transport *t) {
+// Waits (60 s at most) until at least `want` threads of t took its slice (ZeroMQ's I/O thread
+// names itself after it starts: the transport looks again every 50 ms); returns how many did.
+static int wait_sliced(rt_transport *t, int want) {
     int64_t end = now_ms() + HANG_GUARD_MS;
-    while (rt_transport_io_sliced(t) < 0 && now_ms() < end) sleep_ms(5);
+    while (rt_transport_io_sliced(t) < want && now_ms() < end) sleep_ms(5);
     return rt_transport_io_sliced(t);
 }
 
@@ -923,7 +924,7 @@ static void test_io_slice(void **state) {
     dg_server *srv = start_server(&o, &port, NULL);
     rt_transport *stp = rt_server_env(srv)->transport;
     assert_int_equal(rt_transport_io_slice_us(stp), RT_DEFAULT_IO_SLICE_US);
-    assert_true(wait_sliced(stp) >= 2);
+    assert_true(wait_sliced(stp, 2) >= 2);
     uint64_t ns = thread_slice_ns(thread_named("ZMQbg/IO/"));
     if (ns == 0)
         printf("note: this kernel reports no custom slice (before Linux 6.12): only the calls were checked\n");
@@ -935,7 +936,7 @@ static void test_io_slice(void **state) {
     dg_tensor *t = pattern_tensor(16, 1);
     ping_echo(c, ep, &t, 1);
     dg_tensor_unref(t);
-    assert_true(rt_transport_io_sliced(c) >= 2);
+    assert_true(wait_sliced(c, 2) >= 2);
     rt_transport_free(&c);
     dg_server_free(&srv);
 
@@ -943,7 +944,7 @@ static void test_io_slice(void **state) {
     srv = start_server(&o, &port, NULL);
     stp = rt_server_env(srv)->transport;
     assert_int_equal(rt_transport_io_slice_us(stp), 0);
-    assert_int_equal(wait_sliced(stp), 0);
+    assert_int_equal(wait_sliced(stp, 0), 0);
     dg_server_free(&srv);
 
     setenv("DG_IO_SLICE_US", "100us", 1);
