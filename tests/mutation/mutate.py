@@ -194,7 +194,7 @@ MUTANTS = [
         "name": "pipeline_no_micro_batch_weight",
         "what": "a pipeline weighs each micro-batch's loss 1 instead of 1/m, so its gradients are m times the mean's",
         "file": "graph/pipeline.c",
-        "edits": [("dg_output_dtype(y[0]), 1.0 / b->m);", "dg_output_dtype(y[0]), 1.0);")],
+        "edits": [("dg_scalar(g, \"micro_batch_weight\", lt, 1.0 / b->m);", "dg_scalar(g, \"micro_batch_weight\", lt, 1.0);")],
         "tests": ["test_pipeline"],
     },
     {
