@@ -27,8 +27,9 @@ srcs_of() {
   local graph transport all
   graph=$(ls "$root"/graph/*.c)
   # The transport room without trace_blob.c (the blob of trace notes, which reads the
-  # executor's traces; nothing the transport runs calls it).
-  transport=$(ls "$root"/runtime/transport/*.c | grep -v '/trace_blob\.c$')
+  # executor's traces; nothing the transport runs calls it), with the executor's count of
+  # threads computing (threads_computing.c, which uses nothing), which its busy polling reads.
+  transport="$(ls "$root"/runtime/transport/*.c | grep -v '/trace_blob\.c$') $root/executor/threads_computing.c"
   all="$graph $(ls "$root"/cluster/*.c "$root"/placer/*.c "$root"/executor/*.c "$root"/executor/cpu/*.c "$root"/runtime/*/*.c)"
   case $1 in
     wire) echo "$root/runtime/transport/wire.c $graph" ;;
