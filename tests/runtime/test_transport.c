@@ -913,9 +913,10 @@ static int wait_sliced(rt_transport *t, int want) {
     return rt_transport_io_sliced(t);
 }
 
-// The I/O threads (the transport's and ZeroMQ's) ask for a short time slice, a client's too
-// once its first socket exists; DG_IO_SLICE_US=0 leaves them alone and a malformed value is
-// refused, naming the variable. Where the kernel has custom slices, ZeroMQ's thread reports it.
+// Off by default; with DG_IO_SLICE_US=100 the I/O threads (the transport's and ZeroMQ's) ask for
+// that slice, a client's too once its first socket exists; DG_IO_SLICE_US=0 leaves them alone
+// and a malformed value is refused, naming the variable. Where the kernel has custom slices,
+// ZeroMQ's thread reports it.
 static void test_io_slice(void **state) {
     (void)state;
     dg_server_options o = dg_server_options_default();
@@ -923,13 +924,19 @@ static void test_io_slice(void **state) {
     int port;
     dg_server *srv = start_server(&o, &port, NULL);
     rt_transport *stp = rt_server_env(srv)->transport;
-    assert_int_equal(rt_transport_io_slice_us(stp), RT_DEFAULT_IO_SLICE_US);
+    assert_int_equal(rt_transport_io_slice_us(stp), RT_DEFAULT_IO_SLICE_US);   // off by default
+    assert_int_equal(wait_sliced(stp, 0), 0);
+    dg_server_free(&srv);
+    setenv("DG_IO_SLICE_US", "100", 1);
+    srv = start_server(&o, &port, NULL);
+    stp = rt_server_env(srv)->transport;
+    assert_int_equal(rt_transport_io_slice_us(stp), 100);
     assert_true(wait_sliced(stp, 2) >= 2);
     uint64_t ns = thread_slice_ns(thread_named("ZMQbg/IO/"));
     if (ns == 0)
         printf("note: this kernel reports no custom slice (before Linux 6.12): only the calls were checked\n");
     else
-        assert_int_equal(ns, (uint64_t)RT_DEFAULT_IO_SLICE_US * 1000);
+        assert_int_equal(ns, 100000);
     char ep[64];
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
     rt_transport *c = client("/job:client/replica:0/task:0", NULL, NULL, 0);
@@ -940,6 +947,7 @@ static void test_io_slice(void **state) {
     rt_transport_free(&c);
     dg_server_free(&srv);
 
+    unsetenv("DG_IO_SLICE_US");
     setenv("DG_IO_SLICE_US", "0", 1);
     srv = start_server(&o, &port, NULL);
     stp = rt_server_env(srv)->transport;
