@@ -1516,6 +1516,22 @@ static long next_wakeup(rt_transport *t) {
     return soonest == INT64_MAX ? -1 : (long)(soonest > now ? soonest - now : 0);
 }
 
+// The environment's name, when set, into *v: an integer of microseconds in [lo, hi]; anything
+// else is INVALID_ARGUMENT naming the variable and its value (what: the range in words).
+static bool env_us(const char *name, long long lo, long long hi, const char *what, int64_t *v, dg_status *st) {
+    const char *s = getenv(name);
+    if (!s || !*s) return true;
+    char *end;
+    long long x = strtoll(s, &end, 10);
+    if (*end || x < lo || x > hi) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "transport: %s=\"%s\" is not a number of microseconds %s", name, s,
+                       what);
+        return false;
+    }
+    *v = x;
+    return true;
+}
+
 // Whether a thread of this process may poll busily: fewer kernels compute in it than it has
 // CPUs.
 static bool may_spin(const rt_transport *t) { return exec_threads_computing() < t->n_cpus; }
@@ -1695,36 +1711,14 @@ rt_transport *rt_transport_new(const rt_transport_options *opts, rt_handler hand
     if (t->opts.transfer_timeout_ms <= 0) t->opts.transfer_timeout_ms = RT_DEFAULT_TRANSFER_TIMEOUT_MS;
     if (t->opts.reply_queue_messages <= 0) t->opts.reply_queue_messages = RT_DEFAULT_REPLY_QUEUE;
     int64_t busy_us = t->opts.busy_poll_us == 0 ? RT_DEFAULT_BUSY_POLL_US : t->opts.busy_poll_us;
-    const char *busy_env = getenv("DG_BUSY_POLL_US");
-    if (busy_env && *busy_env) {
-        char *end;
-        long long v = strtoll(busy_env, &end, 10);
-        if (*end || v > 1000000 || v < -1000000) {
-            dg_status_setf(st, DG_INVALID_ARGUMENT,
-                           "transport: DG_BUSY_POLL_US=\"%s\" is not a number of microseconds (0 or negative: off)",
-                           busy_env);
-            free(t);
-            return NULL;
-        }
-        busy_us = v;
-    }
-    t->busy_poll_ns = busy_us > 0 ? (busy_us > 1000000 ? 1000000 : busy_us) * 1000 : 0;
     t->io_slice_us = RT_DEFAULT_IO_SLICE_US;
     t->io_sliced = -1;
-    const char *slice_env = getenv("DG_IO_SLICE_US");
-    if (slice_env && *slice_env) {
-        char *end;
-        long long v = strtoll(slice_env, &end, 10);
-        if (*end || v < 0 || v > 100000) {
-            dg_status_setf(st, DG_INVALID_ARGUMENT,
-                           "transport: DG_IO_SLICE_US=\"%s\" is not a number of microseconds from 0 (the kernel's "
-                           "default slice) to 100000",
-                           slice_env);
-            free(t);
-            return NULL;
-        }
-        t->io_slice_us = v;
+    if (!env_us("DG_BUSY_POLL_US", -1000000, 1000000, "(0 or negative: off)", &busy_us, st) ||
+        !env_us("DG_IO_SLICE_US", 0, 100000, "from 0 (the kernel's default slice) to 100000", &t->io_slice_us, st)) {
+        free(t);
+        return NULL;
     }
+    t->busy_poll_ns = busy_us > 0 ? (busy_us > 1000000 ? 1000000 : busy_us) * 1000 : 0;
     cpu_set_t cpus;
     t->n_cpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) > 0 ? CPU_COUNT(&cpus) : 1;
     if (getrandom(&t->incarnation, sizeof t->incarnation, 0) != (ssize_t)sizeof t->incarnation)
