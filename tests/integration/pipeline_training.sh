@@ -73,23 +73,31 @@ for run in "gpipe --micro_batches 4 --schedule gpipe" "interleaved --micro_batch
         fail "$name: the losses differ from the one process's"
 done
 
+# against_one_process MP: 40 steps of a 1F1B pipeline (m = 4) with --mixed_precision MP against
+# one process with the same: every loss within 1e-3 relative.
+against_one_process() {
+    local mp=$1
+    read -r P0 <<< "$(free_ports 1)"
+    "$BIN/gpt_replica" --worker_hosts "127.0.0.1:$P0" --job_name worker --task_index 0 --train_steps 40 \
+        "${COMMON[@]}" --mixed_precision "$mp" > "$TMP/one_$mp" 2>&1 ||
+        { tail -20 "$TMP/one_$mp"; fail "gpt_replica $mp (one process) failed"; }
+    losses "$TMP/one_$mp" > "$TMP/one_$mp.losses"
+    pipeline "$mp" 40 --micro_batches 4 --schedule 1f1b --mixed_precision "$mp"
+    losses "$TMP/$mp" > "$TMP/$mp.losses"
+    [ "$(wc -l < "$TMP/$mp.losses")" -eq 40 ] && [ "$(wc -l < "$TMP/one_$mp.losses")" -eq 40 ] ||
+        { tail "$TMP/$mp"; fail "$mp: expected 40 loss lines from each"; }
+    paste "$TMP/one_$mp.losses" "$TMP/$mp.losses" | awk -v n="$mp" '
+        { d = ($2 - $4) / $2; if (d < 0) d = -d; if (!(d <= 1e-3)) { print n " step " $1 ": " $2 " vs " $4; bad = 1 }
+          if (d > m) m = d }
+        END { printf "%s 1F1B: 40 steps, every loss within %.1e (relative) of one %s process'"'"'s\n", n, m, n; exit bad }' ||
+        fail "$mp: the pipeline's losses differ from one process's"
+}
+
 # Products in bfloat16 (--mixed_precision bf16): every micro-batch's gradient reaches the
 # variables through the casts the first one made (before the fix only the first's did, and the
 # losses left the one process's by 3% in 40 steps). A micro-batch's weight gradients are rounded
 # on their own: measured within 3.2e-5 relative of one process in bfloat16.
-read -r P0 <<< "$(free_ports 1)"
-"$BIN/gpt_replica" --worker_hosts "127.0.0.1:$P0" --job_name worker --task_index 0 --train_steps 40 "${COMMON[@]}" \
-    --mixed_precision bf16 > "$TMP/one_bf16" 2>&1 || { tail -20 "$TMP/one_bf16"; fail "gpt_replica bf16 (one process) failed"; }
-losses "$TMP/one_bf16" > "$TMP/one_bf16.losses"
-pipeline bf16 40 --micro_batches 4 --schedule 1f1b --mixed_precision bf16
-losses "$TMP/bf16" > "$TMP/bf16.losses"
-[ "$(wc -l < "$TMP/bf16.losses")" -eq 40 ] && [ "$(wc -l < "$TMP/one_bf16.losses")" -eq 40 ] ||
-    { tail "$TMP/bf16"; fail "bf16: expected 40 loss lines from each"; }
-paste "$TMP/one_bf16.losses" "$TMP/bf16.losses" | awk '
-    { d = ($2 - $4) / $2; if (d < 0) d = -d; if (!(d <= 1e-3)) { print "bf16 step " $1 ": " $2 " vs " $4; bad = 1 }
-      if (d > m) m = d }
-    END { printf "bf16 1F1B: 40 steps, every loss within %.1e (relative) of one bf16 process'"'"'s\n", m; exit bad }' ||
-    fail "bf16: the pipeline's losses differ from one process's in bfloat16"
+against_one_process bf16
 # Interleaved, in bfloat16: a chunk's first forward is not its device's first piece, and the
 # validation pass (float32 products) must not wait on the schedule's casts.
 pipeline bf16i 10 --micro_batches 4 --schedule interleaved --chunks 2 --mixed_precision bf16
@@ -98,19 +106,7 @@ check_number "bf16, interleaved: the validation loss" "$(val "$TMP/bf16i")"
 # Products in float16 with dynamic loss scaling: every micro-batch's loss times the scale, the
 # accumulated gradients unscaled and applied only when finite (measured within 5.2e-6 relative
 # of one float16 process over 40 steps); a forced overflow skips its steps and halves the scale.
-read -r P0 <<< "$(free_ports 1)"
-"$BIN/gpt_replica" --worker_hosts "127.0.0.1:$P0" --job_name worker --task_index 0 --train_steps 40 "${COMMON[@]}" \
-    --mixed_precision fp16 > "$TMP/one_fp16" 2>&1 || { tail -20 "$TMP/one_fp16"; fail "gpt_replica fp16 (one process) failed"; }
-losses "$TMP/one_fp16" > "$TMP/one_fp16.losses"
-pipeline fp16 40 --micro_batches 4 --schedule 1f1b --mixed_precision fp16
-losses "$TMP/fp16" > "$TMP/fp16.losses"
-[ "$(wc -l < "$TMP/fp16.losses")" -eq 40 ] && [ "$(wc -l < "$TMP/one_fp16.losses")" -eq 40 ] ||
-    { tail "$TMP/fp16"; fail "fp16: expected 40 loss lines from each"; }
-paste "$TMP/one_fp16.losses" "$TMP/fp16.losses" | awk '
-    { d = ($2 - $4) / $2; if (d < 0) d = -d; if (!(d <= 1e-3)) { print "fp16 step " $1 ": " $2 " vs " $4; bad = 1 }
-      if (d > m) m = d }
-    END { printf "fp16 1F1B: 40 steps, every loss within %.1e (relative) of one fp16 process'"'"'s\n", m; exit bad }' ||
-    fail "fp16: the pipeline's losses differ from one process's in float16"
+against_one_process fp16
 grep -q "Loss scaling: scale 32768, 0 steps skipped" "$TMP/fp16" || { tail "$TMP/fp16"; fail "fp16: steps skipped without an overflow"; }
 pipeline fp16o 16 --micro_batches 4 --schedule gpipe --mixed_precision fp16 --force_overflow_at 10
 grep -q "Loss scaling: scale 4096, 3 steps skipped" "$TMP/fp16o" ||
