@@ -202,6 +202,11 @@ int main(int argc, char **argv) {
     dg_session_options local_opts = dg_session_options_default();
     local_opts.inter_op_threads = 1;
     local_opts.intra_op_threads = 1;
+    // The timed runs and the split profile: with --local, one inter-op thread per device, as the
+    // simulator gives each device its own stream (a server runs a remote session on one thread
+    // unless the client asks for more, and both devices' ops would take turns on it).
+    dg_session_options run_opts = dg_session_options_default();
+    if (local) run_opts.inter_op_threads = 2;
     if (local) {
         // Two CPUs of this process: a server of one task, on a free port of 127.0.0.1, with a
         // virtual CPU beside its CPU:0 (the master compiles both devices' partitions into one
@@ -262,7 +267,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "auto_place_train: building the model: %s\n", dg_status_message(dg_graph_status(g)));
         goto out;
     }
-    if ((cost_file[0] && !dg_cost_model_load(cost, cost_file, st)) || (cl && !dg_cost_model_set_hosts(cost, cl, st))) {
+    // With --local both CPUs run on the session's two inter-op threads (run_opts), any op on
+    // either: two streams the task's CPUs share, in the predictions and for the placer (the
+    // profile written below carries it to the session).
+    if ((cost_file[0] && !dg_cost_model_load(cost, cost_file, st)) || (cl && !dg_cost_model_set_hosts(cost, cl, st)) ||
+        (local && !dg_cost_model_set_task_streams(cost, "CPU", run_opts.inter_op_threads, st))) {
         fprintf(stderr, "auto_place_train: %s\n", dg_status_message(st));
         goto out;
     }
@@ -273,7 +282,7 @@ int main(int argc, char **argv) {
     // cost model, which the placer and the predictions then use.
     if (strcmp(profile, "none") != 0) {
         bool on_one = strcmp(profile, "local") == 0;
-        int measured = profile_model(&c, on_one ? "local" : target, !on_one, on_one ? &local_opts : NULL,
+        int measured = profile_model(&c, on_one ? "local" : target, !on_one, on_one ? &local_opts : &run_opts,
                                      feeds, vals, n_feeds, cost, st);
         if (measured < 0) {
             fprintf(stderr, "auto_place_train: profiling: %s\n", dg_status_message(st));
@@ -290,7 +299,7 @@ int main(int argc, char **argv) {
                on_one ? "on one CPU" : "on the expert's split", lk.latency_s * 1e6, lk.bytes_per_s / 1e9,
                local || on_one ? "calibrated" : "latency measured under load");
     }
-    dg_session_options o = dg_session_options_default();
+    dg_session_options o = run_opts;
     o.auto_place = !manual;
     o.auto_place_cost_file = profiled[0] ? profiled : cost_file[0] ? cost_file : NULL;
     s = dg_session_new(g, target, &o, st);

@@ -74,6 +74,7 @@ struct exec_step {
     int *inbox;             // nodes made ready by async completions, under mu
     int n_inbox;
     bool runner_active;     // under mu: a thread runs this started step's nodes (async_run)
+    atomic_bool caller_idle;   // exec_graph_run's caller waits on cv with an empty inbox
     atomic_int remaining;
     atomic_bool aborted;
     pthread_mutex_t mu;
@@ -566,6 +567,21 @@ static void pool_task(void *arg, int i);
 // Hands node d to the pool. A started (async) step counts the task as a runner token, so the
 // step cannot end while the task still has work to look at (see async_run).
 static void submit(exec_step *s, int d) {
+    // The caller of exec_graph_run is one of the step's inter-op threads (the pool holds the
+    // others): when it waits with nothing to run, the node is its, not queued behind the pool's
+    // busy threads while it sleeps.
+    if (!s->async && d >= 0 && atomic_load_explicit(&s->caller_idle, memory_order_relaxed)) {
+        pthread_mutex_lock(&s->mu);
+        bool taken = atomic_load_explicit(&s->caller_idle, memory_order_relaxed);
+        if (taken) {
+            atomic_store_explicit(&s->caller_idle, false, memory_order_relaxed);
+            if (s->n_inbox == 0 && s->trace_t0) s->inbox_ns = exec_trace_now_ns();
+            s->inbox[s->n_inbox++] = d;
+            pthread_cond_broadcast(&s->cv);
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (taken) return;
+    }
     if (s->trace_t0 && d >= 0) s->trace_t0[d] = exec_trace_now_ns();
     if (s->async) atomic_fetch_add_explicit(&s->remaining, 1, memory_order_relaxed);
     exec_pool_submit(s->eg->pool ? s->eg->pool : s->eg->completion_pool, pool_task, s, d);
@@ -683,6 +699,18 @@ void exec_async_done(exec_async_handle h, dg_tensor *out, const dg_status *st) {
     release_inputs(s, en);
     if (s->async) {
         async_completed(s, h.node);
+        return;
+    }
+    if (eg->pool) {
+        // With inter-op threads, what the value made ready goes to the waiting caller or the
+        // pool (submit), not behind the drain of the thread that delivered it: a _Send's thread
+        // (often the caller, computing another device's nodes) goes on with its own work while
+        // another thread runs the receiving device's.
+        for (int k = 0; k < en->n_succ; k++) {
+            int d = eg->succ[en->succ_off + k];
+            if (atomic_fetch_sub_explicit(&s->pending[d], 1, memory_order_acq_rel) == 1) submit(s, d);
+        }
+        finish_one(s, 1);
         return;
     }
     pthread_mutex_lock(&s->mu);
@@ -838,6 +866,7 @@ static exec_step *step_begin(exec_graph *eg, const exec_step_options *opts, int 
     s->done = false;
     s->n_inbox = 0;
     s->runner_active = false;
+    atomic_store_explicit(&s->caller_idle, false, memory_order_relaxed);
     status_impl_clear(&s->status);
     return s;
 }
@@ -887,7 +916,26 @@ bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **f
             pthread_mutex_lock(&s->mu);
             continue;
         }
+        if (eg->pool) {
+            // Nothing of its own to run: the caller is idle (submit hands it new nodes) and
+            // first takes back a node of this step still queued behind the pool's busy threads.
+            atomic_store_explicit(&s->caller_idle, true, memory_order_relaxed);
+            pthread_mutex_unlock(&s->mu);
+            int d;
+            bool took = exec_pool_take(eg->pool, pool_task, s, &d);
+            pthread_mutex_lock(&s->mu);
+            if (took || s->n_inbox > 0 || s->done) {
+                atomic_store_explicit(&s->caller_idle, false, memory_order_relaxed);
+                if (took) {
+                    pthread_mutex_unlock(&s->mu);
+                    pool_task(s, d);
+                    pthread_mutex_lock(&s->mu);
+                }
+                continue;
+            }
+        }
         pthread_cond_wait(&s->cv, &s->mu);
+        atomic_store_explicit(&s->caller_idle, false, memory_order_relaxed);
     }
     pthread_mutex_unlock(&s->mu);
     if (rv) exec_rendezvous_flush(rv, s->opts.step_id);

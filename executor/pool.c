@@ -100,3 +100,20 @@ void exec_pool_submit(exec_pool *p, exec_task_fn fn, void *arg, int a) {
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
+
+bool exec_pool_take(exec_pool *p, exec_task_fn fn, void *arg, int *a) {
+    pthread_mutex_lock(&p->mu);
+    bool found = false;
+    for (size_t i = 0; i < p->count && !found; i++) {
+        size_t at = (p->head + i) % p->cap;
+        if (p->q[at].fn != fn || p->q[at].arg != arg) continue;
+        *a = p->q[at].a;
+        // Close the gap: the tasks queued after it move up one place, in order.
+        for (size_t j = i; j + 1 < p->count; j++)
+            p->q[(p->head + j) % p->cap] = p->q[(p->head + j + 1) % p->cap];
+        p->count--;
+        found = true;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return found;
+}

@@ -322,6 +322,27 @@ double dg_cost_model_transfer_seconds(const dg_cost_model *m, const char *a, con
     dg_link_perf l = placer_link(m, a, b);
     return l.latency_s + bytes / l.bytes_per_s;
 }
+bool dg_cost_model_set_task_streams(dg_cost_model *m, const char *type, int n, dg_status *st) {
+    dg_status_reset(st);
+    int t = -1;
+    for (int k = 0; m && type && k < m->n_types && t < 0; k++)
+        if (strcmp(m->types[k], type) == 0) t = k;
+    if (t < 0 || n < 0 || n > PLACER_MAX_TASK_STREAMS) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT,
+                       "cost model: task streams of device type %s: the type must be known and the count from 0 "
+                       "to %d (got %d)", type ? type : "(null)", PLACER_MAX_TASK_STREAMS, n);
+        return false;
+    }
+    m->task_streams[t] = n;
+    return true;
+}
+
+int dg_cost_model_task_streams(const dg_cost_model *m, const char *type) {
+    for (int k = 0; m && type && k < m->n_types; k++)
+        if (strcmp(m->types[k], type) == 0) return m->task_streams[k];
+    return 0;
+}
+
 
 // ---- calibration files ----
 
@@ -400,6 +421,16 @@ bool dg_cost_model_load(dg_cost_model *m, const char *path, dg_status *st) {
             dg_status_prepend(st, "cost model file %s", path);
             ok = false;
         }
+        // Optional: how many streams a task's devices of the type share.
+        const cluster_json *ts = ok ? cluster_json_get(mb->value, "task_streams") : NULL;
+        if (ts && (ts->kind != CLUSTER_JSON_NUMBER || ts->number != floor(ts->number) || ts->number < 0 ||
+                   ts->number > PLACER_MAX_TASK_STREAMS)) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "cost model file %s: %s.task_streams must be a whole number from 0 "
+                           "to %d", path, where, PLACER_MAX_TASK_STREAMS);
+            ok = false;
+        } else if (ts) {
+            dg_cost_model_set_task_streams(&tmp, mb->key, (int)ts->number, NULL);
+        }
     }
     const cluster_json *links = ok ? cluster_json_get(root, "links") : NULL;
     if (links && links->kind != CLUSTER_JSON_OBJECT) {
@@ -476,8 +507,10 @@ bool dg_cost_model_save(const dg_cost_model *m, const char *path, dg_status *st)
     for (int t = 0; t < m->n_types; t++) {
         fprintf(f, "%s", t ? ", " : "");
         json_string(f, m->types[t], strlen(m->types[t]));
-        fprintf(f, ": {\"flops_per_s\": %.6g, \"bytes_per_s\": %.6g, \"op_overhead_s\": %.6g}",
+        fprintf(f, ": {\"flops_per_s\": %.6g, \"bytes_per_s\": %.6g, \"op_overhead_s\": %.6g",
                 m->perf[t].flops_per_s, m->perf[t].bytes_per_s, m->perf[t].op_overhead_s);
+        if (m->task_streams[t] > 0) fprintf(f, ", \"task_streams\": %d", m->task_streams[t]);
+        fprintf(f, "}");
     }
     fprintf(f, "}, \"links\": {");
     for (int k = 0; k < 3; k++)

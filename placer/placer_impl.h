@@ -31,7 +31,7 @@ void placer_groups_clear(placer_groups *g);
 
 // ---- the cost model (cost_model.c) ----
 
-enum { PLACER_MAX_TYPES = 8, PLACER_MAX_HOSTS = 4096 };
+enum { PLACER_MAX_TYPES = 8, PLACER_MAX_HOSTS = 4096, PLACER_MAX_TASK_STREAMS = 1024 };
 
 typedef struct placer_host {
     char *job;     // owned
@@ -42,6 +42,8 @@ typedef struct placer_host {
 struct dg_cost_model {
     char types[PLACER_MAX_TYPES][32];
     dg_device_perf perf[PLACER_MAX_TYPES];
+    int task_streams[PLACER_MAX_TYPES];   // > 0: a task's devices of the type share this many
+                                          // streams (dg_cost_model_set_task_streams); 0: one each
     int n_types;
     dg_link_perf links[3];
     placer_host *hosts;   // owned; empty: every task on one host
@@ -91,6 +93,9 @@ typedef struct placer_problem {
     double *lat, *inv_bw;    // n_dev x n_dev links (0 on the diagonal)
     double *copy;            // n_dev x n_dev: seconds a byte keeps each end's stream busy (CPUs of
                              // two tasks copy what they send and receive), 0 where none
+    int *stream_first, *stream_count;   // n_dev: the device's streams are slots stream_first ..
+                                        // + stream_count - 1; devices sharing streams share slots
+    int n_slots;
     int *topo;               // a topological order (by id where free)
 } placer_problem;
 
@@ -105,7 +110,7 @@ typedef struct placer_sim {
     double *start, *finish;  // per node
     int *crit;               // per node: the predecessor whose arrival made it ready, -1 none
     int *pending;            // scratch
-    double *dev_free, *chan_free, *busy;
+    double *slot_free, *chan_free, *busy;   // slot_free: per stream slot (placer_problem)
     int *stamp_gid, *stamp_xfer;   // per device: the last transfer made, for one per tensor
     struct placer_xfer { int gid, src, dst; double start, end, arrive; } *xfers;
     int n_xfers, cap_xfers;

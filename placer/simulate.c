@@ -1,8 +1,10 @@
 /* The step simulator of the automatic placer. A placement problem holds the nodes as index
  * arrays (edges by output, each op's time on each device type, each link); a simulation runs
  * one step of it as placed: each device has one compute stream that runs ops in the order they
- * became ready, each direction of a device pair one channel that carries one tensor after
- * another (a tensor crosses to a device once, however many ops there read it). Events are
+ * became ready (or the devices of a type in one task share the streams the cost model gives
+ * them, an op taking the first one free: a process's CPUs share its inter-op threads); each
+ * direction of a device pair has one channel that carries one tensor after another (a tensor
+ * crosses to a device once, however many ops there read it). Events are
  * taken in time order from a binary heap, ties in the order they were made, so a simulation is
  * deterministic and O((ops + edges) log ops). Memory by liveness is a sweep over the
  * simulation's times afterwards (placer_sim_peak_memory). */
@@ -33,6 +35,8 @@ void placer_problem_clear(placer_problem *p) {
     free(p->lat);
     free(p->inv_bw);
     free(p->copy);
+    free(p->stream_first);
+    free(p->stream_count);
     free(p->topo);
     memset(p, 0, sizeof *p);
 }
@@ -123,6 +127,29 @@ bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const
             goto fail;
         }
         p->dev_type[d] = (int)(placer_device_perf(m, dn.type) - m->perf);
+    }
+    // Streams: one per device, or, for a type whose devices in a task share n streams, those n
+    // slots for every such device of the task (found again by an earlier device of the same
+    // task and type).
+    ALLOC(p->stream_first, n_dev);
+    ALLOC(p->stream_count, n_dev);
+    p->n_slots = 0;
+    for (int d = 0; d < n_dev; d++) {
+        int t = p->dev_type[d], k = m->task_streams[t];
+        p->stream_first[d] = -1;
+        dg_device_name dn, de;
+        if (k > 0 && dg_device_name_parse(devices[d], &dn, NULL))
+            for (int e = 0; e < d && p->stream_first[d] < 0; e++)
+                if (p->dev_type[e] == t && dg_device_name_parse(devices[e], &de, NULL) &&
+                    strcmp(dn.job, de.job) == 0 && dn.replica == de.replica && dn.task == de.task) {
+                    p->stream_first[d] = p->stream_first[e];
+                    p->stream_count[d] = p->stream_count[e];
+                }
+        if (p->stream_first[d] < 0) {
+            p->stream_first[d] = p->n_slots;
+            p->stream_count[d] = k > 0 ? k : 1;
+            p->n_slots += p->stream_count[d];
+        }
     }
     // Ops' times per device type.
     ALLOC(p->cost, (size_t)n * (size_t)m->n_types);
@@ -273,7 +300,7 @@ void placer_sim_clear(placer_sim *s) {
     free(s->finish);
     free(s->crit);
     free(s->pending);
-    free(s->dev_free);
+    free(s->slot_free);
     free(s->chan_free);
     free(s->busy);
     free(s->stamp_gid);
@@ -317,15 +344,25 @@ static struct placer_event heap_pop(placer_sim *s) {
     return top;
 }
 
+// Work of c seconds on device d, ready at t: on the first of its streams to be free. Returns
+// when it starts.
+static double stream_take(const placer_problem *p, placer_sim *s, int d, double t, double c) {
+    int best = p->stream_first[d];
+    for (int i = best + 1; i < p->stream_first[d] + p->stream_count[d]; i++)
+        if (s->slot_free[i] < s->slot_free[best]) best = i;
+    double st = t > s->slot_free[best] ? t : s->slot_free[best];
+    s->slot_free[best] = st + c;
+    s->busy[d] += c;
+    return st;
+}
+
 static void run_op(const placer_problem *p, const int *dev, placer_sim *s, int v, double t, int crit,
                    int64_t *seq) {
     int d = dev[v];
     double c = p->cost[(size_t)v * p->n_types + p->dev_type[d]];
-    double st = t > s->dev_free[d] ? t : s->dev_free[d];
+    double st = stream_take(p, s, d, t, c);
     s->start[v] = st;
     s->finish[v] = st + c;
-    s->dev_free[d] = st + c;
-    s->busy[d] += c;
     s->crit[v] = crit;
     heap_push(s, (struct placer_event){st + c, (*seq)++, EV_FINISH, v});
 }
@@ -337,13 +374,13 @@ static bool sim_alloc(const placer_problem *p, placer_sim *s) {
     s->finish = malloc(n * sizeof *s->finish);
     s->crit = malloc(n * sizeof *s->crit);
     s->pending = malloc(n * sizeof *s->pending);
-    s->dev_free = malloc(nd * sizeof *s->dev_free);
+    s->slot_free = malloc(((size_t)p->n_slots + 1) * sizeof *s->slot_free);
     s->chan_free = malloc(nd * nd * sizeof *s->chan_free);
     s->busy = malloc(nd * sizeof *s->busy);
     s->stamp_gid = malloc(nd * sizeof *s->stamp_gid);
     s->stamp_xfer = malloc(nd * sizeof *s->stamp_xfer);
     s->edge_xfer = malloc(((size_t)p->succ_start[p->out_start[p->n]] + 1) * sizeof *s->edge_xfer);
-    if (!s->start || !s->finish || !s->crit || !s->pending || !s->dev_free || !s->chan_free || !s->busy ||
+    if (!s->start || !s->finish || !s->crit || !s->pending || !s->slot_free || !s->chan_free || !s->busy ||
         !s->stamp_gid || !s->stamp_xfer || !s->edge_xfer) {
         placer_sim_clear(s);
         return false;
@@ -356,9 +393,10 @@ double placer_simulate(const placer_problem *p, const int *dev, placer_sim *s) {
     double t0 = base_now_s();
     int nd = p->n_dev;
     for (int d = 0; d < nd; d++) {
-        s->dev_free[d] = s->busy[d] = 0;
+        s->busy[d] = 0;
         s->stamp_gid[d] = -1;
     }
+    for (int i = 0; i < p->n_slots; i++) s->slot_free[i] = 0;
     for (int i = 0; i < nd * nd; i++) s->chan_free[i] = 0;
     s->n_xfers = 0;
     s->n_heap = 0;
@@ -397,9 +435,7 @@ double placer_simulate(const placer_problem *p, const int *dev, placer_sim *s) {
                     double occ = (double)p->gid_bytes[gid] * p->inv_bw[ch];
                     if (p->copy[ch] > 0) {   // the sender's CPU copies it out
                         double c = (double)p->gid_bytes[gid] * p->copy[ch];
-                        if (st < s->dev_free[du]) st = s->dev_free[du];
-                        s->dev_free[du] = st + c;
-                        s->busy[du] += c;
+                        st = stream_take(p, s, du, st, c);
                     }
                     s->chan_free[ch] = st + occ;
                     base_reserve((void **)&s->xfers, sizeof *s->xfers, s->n_xfers, &s->cap_xfers, 1);
@@ -417,9 +453,7 @@ double placer_simulate(const placer_problem *p, const int *dev, placer_sim *s) {
             size_t ch = (size_t)dev[src] * nd + dst;
             if (p->copy[ch] > 0) {   // the receiver's CPU copies it in
                 double c = (double)p->gid_bytes[gid] * p->copy[ch];
-                ready = (ev.t > s->dev_free[dst] ? ev.t : s->dev_free[dst]) + c;
-                s->dev_free[dst] = ready;
-                s->busy[dst] += c;
+                ready = stream_take(p, s, dst, ev.t, c) + c;
             }
             for (int e = p->succ_start[gid]; e < p->succ_start[gid + 1]; e++) {
                 int v = p->succ[e];

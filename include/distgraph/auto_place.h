@@ -1,7 +1,7 @@
 /* Placement without scopes: a cost model (each op's time on a device type, from measured times
  * or from its FLOPs and bytes against the type's throughput; links as latency plus bytes over
- * bandwidth), a step simulator (one compute stream per device, one channel per direction of
- * each device pair, memory by liveness), and placers that choose devices by them: Baechi's
+ * bandwidth), a step simulator (one compute stream per device, or streams a task's devices
+ * share; one channel per direction of each device pair; memory by liveness), and placers that choose devices by them: Baechi's
  * m-TOPO, m-ETF and m-SCT, METIS's balanced cut of fewest bytes, and the automatic placer (the
  * best of those, improved under the simulator within a time budget). docs/PLACEMENT.md says how
  * each works and what it honours.
@@ -48,6 +48,13 @@ void dg_cost_model_free(dg_cost_model **m);
 // Sets the figures of a device type ("CPU", "GPU"); each must be positive and finite.
 bool dg_cost_model_set_device(dg_cost_model *m, const char *device_type, dg_device_perf perf, dg_status *st);
 bool dg_cost_model_set_link(dg_cost_model *m, dg_link_kind kind, dg_link_perf perf, dg_status *st);
+// How many compute streams the devices of device_type in one task share (0 to 1024; 0, the
+// default: each device has a stream of its own). The CPUs of one process run their ops on the
+// session's inter-op threads, whichever device an op is placed on: with n of them, n streams
+// shared by the task's CPUs model it (an op takes the first stream free). False when the type is
+// unknown or n out of range. Calibration files hold it as "task_streams" of a device type.
+bool dg_cost_model_set_task_streams(dg_cost_model *m, const char *device_type, int n, dg_status *st);
+int dg_cost_model_task_streams(const dg_cost_model *m, const char *device_type);
 // The host of each task, from the cluster's addresses (the part before the last ':'): tasks of
 // different hosts talk over DG_LINK_OTHER_HOST. Borrows c for the duration of the call.
 bool dg_cost_model_set_hosts(dg_cost_model *m, const dg_cluster *c, dg_status *st);

@@ -509,6 +509,13 @@ MUTANTS = [
         "tests": ["test_threads_computing"],
     },
     {
+        "name": "caller_never_takes_back",
+        "what": "the caller of a step, idle, never takes back its nodes queued behind the pool's busy threads, so they wait while it sleeps",
+        "file": "executor/executor.c",
+        "edits": [("bool took = exec_pool_take(eg->pool, pool_task, s, &d);", "bool took = false;")],
+        "tests": ["test_inter_op"],
+    },
+    {
         "name": "tensor_cache_any_class",
         "what": "the tensor cache hands out the first cached buffer of any class, so a tensor can get a buffer smaller than it needs",
         "file": "graph/tensor_cache.c",

@@ -143,6 +143,14 @@ static void test_calibration_files(void **state) {
     dg_cost_model *m3 = dg_cost_model_new();
     assert_true(dg_cost_model_load(m3, path, st));
     assert_int_equal(m3->n_measured, 2);
+    assert_int_equal(dg_cost_model_task_streams(m3, "CPU"), 0);
+    dg_cost_model_free(&m3);
+    // Shared streams go through the file too.
+    assert_true(dg_cost_model_set_task_streams(m, "CPU", 3, st));
+    assert_true(dg_cost_model_save(m, path, st));
+    m3 = dg_cost_model_new();
+    assert_true(dg_cost_model_load(m3, path, st));
+    assert_int_equal(dg_cost_model_task_streams(m3, "CPU"), 3);
     dg_cost_model_free(&m3);
     // Wrong files name the file and key, and change nothing.
     write_file(path, "{\"devices\": {\"CPU\": {\"flops_per_s\": 9e9, \"bytes_per_s\": 1e9, \"op_overhead_s\": 0}}, "
@@ -153,6 +161,11 @@ static void test_calibration_files(void **state) {
     write_file(path, "{\"devices\": {\"CPU\": {\"flops_per_s\": -1, \"bytes_per_s\": 1, \"op_overhead_s\": 0}}}");
     assert_false(dg_cost_model_load(m2, path, st));
     assert_status(st, DG_INVALID_ARGUMENT, "positive");
+    assert_true(placer_device_perf(m2, "CPU")->flops_per_s == 3e10);
+    write_file(path, "{\"devices\": {\"CPU\": {\"flops_per_s\": 9e9, \"bytes_per_s\": 1e9, \"op_overhead_s\": 0, "
+                     "\"task_streams\": 1.5}}}");
+    assert_false(dg_cost_model_load(m2, path, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "devices.CPU.task_streams must be a whole number from 0 to 1024");
     assert_true(placer_device_perf(m2, "CPU")->flops_per_s == 3e10);
     write_file(path, "{\"devices\": {\"CPU\": {\"flops_per_s\": \"fast\"}}}");
     assert_false(dg_cost_model_load(m2, path, st));
@@ -247,6 +260,57 @@ static void test_simulated_channel_contention(void **state) {
     assert_int_equal(est.n_transfers, 2);
     // A variable stays: its bytes count on its device from the start.
     dg_step_estimate_clear(&est);
+    dg_cost_model_free(&m);
+    dg_graph_free(&g);
+}
+
+// A task's CPUs sharing two streams (a process's two inter-op threads): three Relus of x on
+// D0 and one on D1 (task 0), two Relus of y on D2 (task 1, streams of its own). Each Relu of
+// 1000 floats takes 8 us; x reaches D1 after 10 + 4 us.
+static void test_simulated_shared_streams(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, D0);
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape1(1000));
+    dg_relu(g, "r1", x);
+    dg_relu(g, "r2", x);
+    dg_relu(g, "r3", x);
+    dg_graph_pop_device(g);
+    dg_graph_push_device(g, D1);
+    dg_relu(g, "r4", x);
+    dg_graph_pop_device(g);
+    dg_graph_push_device(g, D2);
+    dg_output y = dg_placeholder(g, "y", DG_FLOAT32, dg_shape1(1000));
+    dg_relu(g, "q1", y);
+    dg_relu(g, "q2", y);
+    dg_graph_pop_device(g);
+    place_as_requested(g);
+    dg_cost_model *m = simple_model();
+    dg_status *st = dg_status_new();
+    dg_step_estimate est;
+    // A stream per device: D0 runs its three one after another (24 us), D1 14-22, D2 0-16.
+    assert_int_equal(dg_cost_model_task_streams(m, "CPU"), 0);
+    simulate(g, m, &est);
+    assert_true(fabs(est.step_s - 24e-6) < 1e-12);
+    dg_step_estimate_clear(&est);
+    // Two streams per task: r1 and r2 0-8, r3 8-16; r4, ready at 14, on the stream free since 8:
+    // 14-22. Task 1's two streams are its own: q1 and q2 0-8. Busy time stays per device.
+    assert_true(dg_cost_model_set_task_streams(m, "CPU", 2, st));
+    assert_int_equal(dg_cost_model_task_streams(m, "CPU"), 2);
+    simulate(g, m, &est);
+    assert_true(fabs(est.step_s - 22e-6) < 1e-12);
+    assert_true(fabs(est.busy_s[0] - 24e-6) < 1e-12 && fabs(est.busy_s[1] - 8e-6) < 1e-12 &&
+                fabs(est.busy_s[2] - 16e-6) < 1e-12);
+    dg_step_estimate_clear(&est);
+    // Errors: an unknown type, a count out of range; nothing changes.
+    assert_false(dg_cost_model_set_task_streams(m, "TPU", 2, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "task streams of device type TPU");
+    assert_false(dg_cost_model_set_task_streams(m, "CPU", -1, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "from 0 to 1024");
+    assert_false(dg_cost_model_set_task_streams(m, "CPU", 1025, st));
+    assert_int_equal(dg_cost_model_task_streams(m, "CPU"), 2);
+    assert_int_equal(dg_cost_model_task_streams(m, "TPU"), 0);
+    dg_status_free(&st);
     dg_cost_model_free(&m);
     dg_graph_free(&g);
 }
@@ -688,6 +752,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_calibration_files, dg_test_tmpdir_setup, dg_test_tmpdir_teardown),
         cmocka_unit_test(test_simulated_chain),
         cmocka_unit_test(test_simulated_channel_contention),
+        cmocka_unit_test(test_simulated_shared_streams),
         cmocka_unit_test(test_simulated_schedules_are_valid),
         cmocka_unit_test(test_placers_honour_constraints),
         cmocka_unit_test(test_etf_spreads_parallel_work),
