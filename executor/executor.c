@@ -564,27 +564,39 @@ static void finish_one(exec_step *s, int count) {
 
 static void pool_task(void *arg, int i);
 
+// The caller of exec_graph_run is one of the step's inter-op threads (the pool holds the
+// others). When it sleeps with nothing to run (caller_idle, set and cleared under mu), node d
+// (d >= 0) is handed to it, or (d < 0) it is woken to take back what was just queued. True when
+// it was idle.
+static bool wake_idle_caller(exec_step *s, int d) {
+    if (!atomic_load_explicit(&s->caller_idle, memory_order_relaxed)) return false;
+    pthread_mutex_lock(&s->mu);
+    bool idle = atomic_load_explicit(&s->caller_idle, memory_order_relaxed);
+    if (idle) {
+        atomic_store_explicit(&s->caller_idle, false, memory_order_relaxed);
+        if (d >= 0) {
+            if (s->n_inbox == 0 && s->trace_t0) s->inbox_ns = exec_trace_now_ns();
+            s->inbox[s->n_inbox++] = d;
+        }
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return idle;
+}
+
 // Hands node d to the pool. A started (async) step counts the task as a runner token, so the
 // step cannot end while the task still has work to look at (see async_run).
 static void submit(exec_step *s, int d) {
-    // The caller of exec_graph_run is one of the step's inter-op threads (the pool holds the
-    // others): when it waits with nothing to run, the node is its, not queued behind the pool's
-    // busy threads while it sleeps.
-    if (!s->async && d >= 0 && atomic_load_explicit(&s->caller_idle, memory_order_relaxed)) {
-        pthread_mutex_lock(&s->mu);
-        bool taken = atomic_load_explicit(&s->caller_idle, memory_order_relaxed);
-        if (taken) {
-            atomic_store_explicit(&s->caller_idle, false, memory_order_relaxed);
-            if (s->n_inbox == 0 && s->trace_t0) s->inbox_ns = exec_trace_now_ns();
-            s->inbox[s->n_inbox++] = d;
-            pthread_cond_broadcast(&s->cv);
-        }
-        pthread_mutex_unlock(&s->mu);
-        if (taken) return;
-    }
+    // A sleeping caller gets the node rather than leave it queued behind busy pool threads.
+    bool sync_node = !s->async && d >= 0;
+    if (sync_node && wake_idle_caller(s, d)) return;
     if (s->trace_t0 && d >= 0) s->trace_t0[d] = exec_trace_now_ns();
     if (s->async) atomic_fetch_add_explicit(&s->remaining, 1, memory_order_relaxed);
     exec_pool_submit(s->eg->pool ? s->eg->pool : s->eg->completion_pool, pool_task, s, d);
+    // The caller may have gone idle since the check above, after its last look at the pool
+    // (it marks itself idle before it looks): wake it to take the node back. Safe: the
+    // submitting thread still holds an unfinished unit of the step.
+    if (sync_node && s->eg->pool) wake_idle_caller(s, -1);
 }
 
 // Drains a stack of ready nodes. Newly ready expensive nodes beyond the first go to the pool.
@@ -898,7 +910,13 @@ bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **f
         s->owned[eg->feed_base + f] = false;
     }
     int top = 0;
-    for (int r = eg->n_roots - 1; r >= 0; r--) s->ready[top++] = eg->roots[r];
+    // Roots in their order, except that asynchronous ones (a _Recv between two devices of the
+    // process, a queue's take) go on top: starting them costs nothing, and one left under
+    // a long drain of the other roots would hold back the device that waits for its value.
+    for (int r = eg->n_roots - 1; r >= 0; r--)
+        if (!eg->nodes[eg->roots[r]].def->start_async) s->ready[top++] = eg->roots[r];
+    for (int r = eg->n_roots - 1; r >= 0; r--)
+        if (eg->nodes[eg->roots[r]].def->start_async) s->ready[top++] = eg->roots[r];
     exec_rendezvous *rv = s->opts.rendezvous;
     if (eg->n > 0) drain(s, s->ready, top, eg->n);
     if (rv) exec_rendezvous_flush(rv, s->opts.step_id);
@@ -917,20 +935,17 @@ bool exec_graph_run(exec_graph *eg, dg_tensor *const *feed_values, dg_tensor **f
             continue;
         }
         if (eg->pool) {
-            // Nothing of its own to run: the caller is idle (submit hands it new nodes) and
-            // first takes back a node of this step still queued behind the pool's busy threads.
+            // Nothing of its own to run: the caller is idle (submit hands it new nodes, or wakes
+            // it for what it queued after this look) and first takes back a node of this step
+            // still queued behind the pool's busy threads. mu stays held: no node is handed to it
+            // while it takes another.
             atomic_store_explicit(&s->caller_idle, true, memory_order_relaxed);
-            pthread_mutex_unlock(&s->mu);
             int d;
-            bool took = exec_pool_take(eg->pool, pool_task, s, &d);
-            pthread_mutex_lock(&s->mu);
-            if (took || s->n_inbox > 0 || s->done) {
+            if (exec_pool_take(eg->pool, pool_task, s, &d)) {
                 atomic_store_explicit(&s->caller_idle, false, memory_order_relaxed);
-                if (took) {
-                    pthread_mutex_unlock(&s->mu);
-                    pool_task(s, d);
-                    pthread_mutex_lock(&s->mu);
-                }
+                pthread_mutex_unlock(&s->mu);
+                pool_task(s, d);
+                pthread_mutex_lock(&s->mu);
                 continue;
             }
         }

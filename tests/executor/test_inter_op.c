@@ -6,10 +6,13 @@
  * The graph: z0 (fed) -> z -> {a, b}; b -> {c, d}. The caller keeps a and hands b to the pool; the pool
  * thread runs b, keeps c and queues d. c then waits for d to start. Before the fix, d stayed in
  * the queue behind c (the pool's only thread), the caller slept, and c waited out its guard.
+ * Case 3: a value crossing between the process's two CPUs (a _Send/_Recv pair) makes its
+ * reader ready on a pool thread while the caller is busy.
  * The test kernels are ZerosLike on bfloat16 (a dtype the library's own ZerosLike kernel does
  * not take),
  * registered by the test; each waits for its partner with a guard, never by timing. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -24,7 +27,8 @@
 
 static atomic_bool c_started, d_started;
 static atomic_bool a_waits_for_c;   // case 1: the caller is still busy (in a) when d is queued
-static atomic_int c_met, d_met;
+static atomic_bool a_waits_for_d;   // case 3: d, on another device, must run while a waits
+static atomic_int a_met, c_met, d_met;
 
 // Waits until flag is set or the guard passes; true when set.
 static bool wait_for(atomic_bool *flag) {
@@ -48,6 +52,12 @@ static bool meet_compute(void *state, exec_ctx *ctx) {
     const char *name = dg_node_name(n);
     if (strcmp(name, "a") == 0 && atomic_load(&a_waits_for_c)) {
         wait_for(&c_started);
+    } else if (strcmp(name, "a") == 0 && atomic_load(&a_waits_for_d)) {
+        atomic_store(&a_met, wait_for(&d_started) ? 1 : -1);
+    } else if (strcmp(name, "c") == 0 && atomic_load(&a_waits_for_d)) {
+        // case 3: c only runs.
+    } else if (strcmp(name, "d") == 0 && atomic_load(&a_waits_for_d)) {
+        atomic_store(&d_started, true);
     } else if (strcmp(name, "c") == 0) {
         atomic_store(&c_started, true);
         atomic_store(&c_met, wait_for(&d_started) ? 1 : -1);
@@ -66,6 +76,7 @@ static exec_kernel_def meet_kernel = {.op = "ZerosLike", .device_type = DG_DEVIC
                                       .compute = meet_compute, .expensive = true};
 
 static void run_case(bool caller_busy) {
+    atomic_store(&a_waits_for_d, false);
     atomic_store(&c_started, false);
     atomic_store(&d_started, false);
     atomic_store(&c_met, 0);
@@ -115,6 +126,54 @@ static void test_caller_takes_back_queued_node(void **state) {
 static void test_idle_caller_runs_new_node(void **state) {
     (void)state;
     for (int k = 0; k < 5; k++) run_case(false);
+}
+
+// Case 3, a value crossing between two CPUs of the process: b on CPU:0, d reads it on CPU:1
+// through a _Send/_Recv pair. The pool thread runs b, whose _Send completes d's _Recv; a, on
+// the caller, waits for d to start. d must not wait behind the caller's drain (where an
+// asynchronous completion used to put it): it goes to the pool, whose thread runs it after c.
+static void test_crossing_value_runs_beside_busy_caller(void **state) {
+    (void)state;
+    atomic_store(&a_waits_for_c, false);
+    atomic_store(&a_waits_for_d, true);
+    atomic_store(&d_started, false);
+    atomic_store(&a_met, 0);
+    dg_graph *g = dg_graph_new();
+    dg_output z0 = dg_placeholder(g, "z0", DG_BFLOAT16, dg_shape_scalar());
+    dg_graph_push_device(g, "/device:CPU:0");
+    dg_output z1 = dg_zeros_like(g, "z1", z0);
+    dg_output z = dg_zeros_like(g, "z", z1);
+    dg_output a = dg_zeros_like(g, "a", z);
+    dg_output b = dg_zeros_like(g, "b", z);
+    dg_output c = dg_zeros_like(g, "c", b);
+    dg_graph_pop_device(g);
+    dg_graph_push_device(g, "/device:CPU:1");
+    dg_output d = dg_zeros_like(g, "d", b);
+    dg_graph_pop_device(g);
+    assert_true(dg_graph_ok(g));
+    dg_status *st = dg_status_new();
+    dg_session_options o = dg_session_options_default();
+    o.inter_op_threads = 2;
+    o.n_virtual_cpus = 1;
+    dg_session *s = dg_session_new(g, "local", &o, st);
+    assert_ok(st);
+    uint16_t one = ONE_BF16;
+    dg_tensor *zv = dg_tensor_from_data(DG_BFLOAT16, dg_shape_scalar(), &one, st);
+    dg_output fetches[] = {a, c, d};
+    dg_tensor *out[3] = {NULL};
+    assert_true(dg_session_run(s, &z0, &zv, 1, fetches, out, 3, NULL, 0, st));
+    assert_ok(st);
+    assert_int_equal(atomic_load(&a_met), 1);
+    assert_string_equal(dg_node_assigned_device(d.node), "/job:localhost/replica:0/task:0/device:CPU:1");
+    for (int i = 0; i < 3; i++) {
+        assert_non_null(out[i]);
+        dg_tensor_unref(out[i]);
+    }
+    atomic_store(&a_waits_for_d, false);
+    dg_tensor_unref(zv);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    dg_status_free(&st);
 }
 
 static void count_task(void *arg, int a) {
@@ -168,6 +227,7 @@ int main(void) {
         cmocka_unit_test(test_pool_take),
         cmocka_unit_test(test_caller_takes_back_queued_node),
         cmocka_unit_test(test_idle_caller_runs_new_node),
+        cmocka_unit_test(test_crossing_value_runs_beside_busy_caller),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -512,7 +512,22 @@ MUTANTS = [
         "name": "caller_never_takes_back",
         "what": "the caller of a step, idle, never takes back its nodes queued behind the pool's busy threads, so they wait while it sleeps",
         "file": "executor/executor.c",
-        "edits": [("bool took = exec_pool_take(eg->pool, pool_task, s, &d);", "bool took = false;")],
+        "edits": [("if (exec_pool_take(eg->pool, pool_task, s, &d)) {", "if (false && exec_pool_take(eg->pool, pool_task, s, &d)) {")],
+        "tests": ["test_inter_op"],
+    },
+    {
+        "name": "completion_behind_busy_drain",
+        "what": "what a value arriving between two devices of the process makes ready waits in the caller's inbox while the caller computes something else",
+        "file": "executor/executor.c",
+        "edits": [("    if (eg->pool) {\n        // With inter-op threads, what the value made ready", "    if (false) {\n        // With inter-op threads, what the value made ready")],
+        "tests": ["test_inter_op"],
+    },
+    {
+        "name": "async_roots_under_the_drain",
+        "what": "a step's asynchronous roots (a _Recv between two devices) wait on the caller's stack under the other roots' drain",
+        "file": "executor/executor.c",
+        "edits": [("        if (!eg->nodes[eg->roots[r]].def->start_async) s->ready[top++] = eg->roots[r];\n    for (int r = eg->n_roots - 1; r >= 0; r--)\n        if (eg->nodes[eg->roots[r]].def->start_async) s->ready[top++] = eg->roots[r];",
+                   "        s->ready[top++] = eg->roots[r];")],
         "tests": ["test_inter_op"],
     },
     {
