@@ -143,6 +143,39 @@ static void test_cache_released_when_sessions_end(void **state) {
     dg_status_free(&st);
 }
 
+// The same for a local session, where no server's graph holds the cache: only the master's
+// release, when the process's last session is freed, gives it back.
+static void test_cache_released_when_local_session_ends(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(256, 256));
+    dg_output y = dg_matmul(g, NULL, dg_tanh(g, NULL, x), x, false, false);   // 256 KiB values
+    dg_output z = dg_sum(g, NULL, y, NULL, 0, false);
+    dg_session *s = dg_session_new(g, "local", NULL, st);
+    assert_ok(st);
+    dg_tensor *xv = dg_tensor_new(DG_FLOAT32, dg_shape2(256, 256), st);
+    for (int i = 0; i < 256 * 256; i++) dg_tensor_f32(xv)[i] = (float)(i % 7) * 0.01f;
+    for (int k = 0; k < 3; k++) {
+        dg_tensor *out = NULL;
+        assert_true(dg_session_run(s, &x, &xv, 1, &z, &out, 1, NULL, 0, st));
+        assert_true(isfinite(dg_tensor_f32(out)[0]));
+        dg_tensor_unref(out);
+    }
+    dg_tensor_unref(xv);   // its buffer goes to the cache too
+    const char *mb = getenv("DG_TENSOR_CACHE_MB");
+#if defined(DG_SANITIZE_BUILD) || defined(__SANITIZE_ADDRESS__)
+    bool cache_on = false;
+#else
+    bool cache_on = !(mb && strcmp(mb, "0") == 0);
+#endif
+    if (cache_on) assert_true(dg_tensor_cache_held() >= 256 * 256 * 4);
+    dg_session_free(&s);
+    assert_int_equal(dg_tensor_cache_held(), 0);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
 // The ps goes away: the worker's step fails with UNAVAILABLE naming the ps task, in time.
 static void test_dead_ps_is_unavailable(void **state) {
     dg_status *st = dg_status_new();
@@ -387,6 +420,7 @@ int main(void) {
         cmocka_unit_test(test_ps_worker_matches_local),
         cmocka_unit_test(test_dead_ps_is_unavailable),
         cmocka_unit_test(test_cache_released_when_sessions_end),
+        cmocka_unit_test(test_cache_released_when_local_session_ends),
         cmocka_unit_test(test_gpu_request_in_cluster),
         cmocka_unit_test(test_virtual_cpu_request_in_cluster),
         cmocka_unit_test(test_values_lost_after_answer),
