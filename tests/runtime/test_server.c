@@ -99,6 +99,39 @@ static int64_t status_counter(dg_server *srv, const char *name) {
     return v;
 }
 
+// x [256, 256] fed, z = sum(tanh(x) x): 256 KiB values, on ps_device when given (z on the
+// session's own task, so that y crosses). Returns z; *x the placeholder.
+static dg_output cache_graph(dg_graph *g, const char *ps_device, dg_output *x) {
+    if (ps_device) dg_graph_push_device(g, ps_device);
+    *x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(256, 256));
+    dg_output y = dg_matmul(g, NULL, dg_tanh(g, NULL, *x), *x, false, false);
+    if (ps_device) dg_graph_pop_device(g);
+    return dg_sum(g, NULL, y, NULL, 0, false);
+}
+
+// Three steps of cache_graph's z, each finite; returns the fed value (the caller's).
+static dg_tensor *cache_steps(dg_session *s, dg_output x, dg_output z, dg_status *st) {
+    dg_tensor *xv = dg_tensor_new(DG_FLOAT32, dg_shape2(256, 256), st);
+    for (int i = 0; i < 256 * 256; i++) dg_tensor_f32(xv)[i] = (float)(i % 7) * 0.01f;
+    for (int k = 0; k < 3; k++) {
+        dg_tensor *out = NULL;
+        assert_true(dg_session_run(s, &x, &xv, 1, &z, &out, 1, NULL, 0, st));
+        assert_true(isfinite(dg_tensor_f32(out)[0]));
+        dg_tensor_unref(out);
+    }
+    return xv;
+}
+
+// Whether this build and environment keep freed buffers in the tensor cache.
+static bool cache_on_here(void) {
+#if defined(DG_SANITIZE_BUILD) || defined(__SANITIZE_ADDRESS__)
+    return false;
+#else
+    const char *mb = getenv("DG_TENSOR_CACHE_MB");
+    return !(mb && strcmp(mb, "0") == 0);
+#endif
+}
+
 // The tensor cache (graph/tensor_cache.c) keeps a step's large freed buffers, and
 // SERVER_STATUS reports them; when the session closes, its partitions are deregistered from
 // both tasks (the last graph gone, a server gives the cache back) and the process's last master
@@ -110,28 +143,11 @@ static void test_cache_released_when_sessions_end(void **state) {
     two_tasks tt;
     two_tasks_start(&tt, true, 5000);
     dg_graph *g = dg_graph_new();
-    dg_graph_push_device(g, "/job:ps/task:0");
-    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(256, 256));
-    dg_output y = dg_matmul(g, NULL, dg_tanh(g, NULL, x), x, false, false);   // 256 KiB values on the ps
-    dg_graph_pop_device(g);
-    dg_output z = dg_sum(g, NULL, y, NULL, 0, false);   // on the worker: y crosses
+    dg_output x, z = cache_graph(g, "/job:ps/task:0", &x);
     dg_session *s = dg_session_new(g, dg_server_target(tt.wk), NULL, st);
     assert_ok(st);
-    dg_tensor *xv = dg_tensor_new(DG_FLOAT32, dg_shape2(256, 256), st);
-    for (int i = 0; i < 256 * 256; i++) dg_tensor_f32(xv)[i] = (float)(i % 7) * 0.01f;
-    for (int k = 0; k < 3; k++) {
-        dg_tensor *out = NULL;
-        assert_true(dg_session_run(s, &x, &xv, 1, &z, &out, 1, NULL, 0, st));
-        assert_true(isfinite(dg_tensor_f32(out)[0]));
-        dg_tensor_unref(out);
-    }
-    const char *mb = getenv("DG_TENSOR_CACHE_MB");
-#if defined(DG_SANITIZE_BUILD) || defined(__SANITIZE_ADDRESS__)
-    bool cache_on = false;
-#else
-    bool cache_on = !(mb && strcmp(mb, "0") == 0);
-#endif
-    if (cache_on) assert_true(dg_tensor_cache_held() >= 256 * 256 * 4);
+    dg_tensor *xv = cache_steps(s, x, z, st);
+    if (cache_on_here()) assert_true(dg_tensor_cache_held() >= 256 * 256 * 4);
     else printf("note: the tensor cache is off here (DG_TENSOR_CACHE_MB=0 or a sanitizer build)\n");
     assert_int_equal(status_counter(tt.wk, "tensor_cache_bytes"), (int64_t)dg_tensor_cache_held());
     dg_session_free(&s);
@@ -149,27 +165,11 @@ static void test_cache_released_when_local_session_ends(void **state) {
     (void)state;
     dg_status *st = dg_status_new();
     dg_graph *g = dg_graph_new();
-    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(256, 256));
-    dg_output y = dg_matmul(g, NULL, dg_tanh(g, NULL, x), x, false, false);   // 256 KiB values
-    dg_output z = dg_sum(g, NULL, y, NULL, 0, false);
+    dg_output x, z = cache_graph(g, NULL, &x);
     dg_session *s = dg_session_new(g, "local", NULL, st);
     assert_ok(st);
-    dg_tensor *xv = dg_tensor_new(DG_FLOAT32, dg_shape2(256, 256), st);
-    for (int i = 0; i < 256 * 256; i++) dg_tensor_f32(xv)[i] = (float)(i % 7) * 0.01f;
-    for (int k = 0; k < 3; k++) {
-        dg_tensor *out = NULL;
-        assert_true(dg_session_run(s, &x, &xv, 1, &z, &out, 1, NULL, 0, st));
-        assert_true(isfinite(dg_tensor_f32(out)[0]));
-        dg_tensor_unref(out);
-    }
-    dg_tensor_unref(xv);   // its buffer goes to the cache too
-    const char *mb = getenv("DG_TENSOR_CACHE_MB");
-#if defined(DG_SANITIZE_BUILD) || defined(__SANITIZE_ADDRESS__)
-    bool cache_on = false;
-#else
-    bool cache_on = !(mb && strcmp(mb, "0") == 0);
-#endif
-    if (cache_on) assert_true(dg_tensor_cache_held() >= 256 * 256 * 4);
+    dg_tensor_unref(cache_steps(s, x, z, st));   // its buffer goes to the cache too
+    if (cache_on_here()) assert_true(dg_tensor_cache_held() >= 256 * 256 * 4);
     dg_session_free(&s);
     assert_int_equal(dg_tensor_cache_held(), 0);
     dg_graph_free(&g);
