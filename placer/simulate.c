@@ -108,6 +108,7 @@ bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const
                           const dg_cost_model *m, int64_t unknown_dim, dg_status *st) {
     memset(p, 0, sizeof *p);
     int *local = NULL, *fill = NULL, *queue = NULL;
+    dg_device_name *names = NULL;   // the devices, parsed once
     p->n = n;
     p->n_dev = n_dev;
     p->nodes = nodes;
@@ -120,13 +121,13 @@ bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const
     for (int i = 0; i <= max_id; i++) local[i] = -1;
     for (int i = 0; i < n; i++) local[nodes[i]->id] = i;
     ALLOC(p->dev_type, n_dev);
+    ALLOC(names, n_dev);
     for (int d = 0; d < n_dev; d++) {
-        dg_device_name dn;
-        if (!dg_device_name_parse(devices[d], &dn, st)) {
+        if (!dg_device_name_parse(devices[d], &names[d], st)) {
             dg_status_prepend(st, "automatic placement: device %d", d);
             goto fail;
         }
-        p->dev_type[d] = (int)(placer_device_perf(m, dn.type) - m->perf);
+        p->dev_type[d] = (int)(placer_device_perf(m, names[d].type) - m->perf);
     }
     // Streams: one per device, or, for a type whose devices in a task share n streams, those n
     // slots for every such device of the task (found again by an earlier device of the same
@@ -137,14 +138,11 @@ bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const
     for (int d = 0; d < n_dev; d++) {
         int t = p->dev_type[d], k = m->task_streams[t];
         p->stream_first[d] = -1;
-        dg_device_name dn, de;
-        if (k > 0 && dg_device_name_parse(devices[d], &dn, NULL))
-            for (int e = 0; e < d && p->stream_first[d] < 0; e++)
-                if (p->dev_type[e] == t && dg_device_name_parse(devices[e], &de, NULL) &&
-                    strcmp(dn.job, de.job) == 0 && dn.replica == de.replica && dn.task == de.task) {
-                    p->stream_first[d] = p->stream_first[e];
-                    p->stream_count[d] = p->stream_count[e];
-                }
+        for (int e = 0; k > 0 && e < d && p->stream_first[d] < 0; e++)
+            if (p->dev_type[e] == t && dg_device_name_same_task(&names[d], &names[e])) {
+                p->stream_first[d] = p->stream_first[e];
+                p->stream_count[d] = p->stream_count[e];
+            }
         if (p->stream_first[d] < 0) {
             p->stream_first[d] = p->n_slots;
             p->stream_count[d] = k > 0 ? k : 1;
@@ -257,20 +255,20 @@ bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const
             p->inv_bw[(size_t)a * n_dev + b] = 1.0 / lk.bytes_per_s;
             // Between the CPUs of two tasks the bytes are copied by those CPUs: the sender's
             // and the receiver's streams are busy for the transfer's bandwidth time.
-            dg_device_name da, db;
-            if (dg_device_name_parse(devices[a], &da, NULL) && dg_device_name_parse(devices[b], &db, NULL) &&
-                strcasecmp(da.type, "CPU") == 0 && strcasecmp(db.type, "CPU") == 0 &&
-                (strcmp(da.job, db.job) != 0 || da.task != db.task || da.replica != db.replica))
+            if (strcasecmp(names[a].type, "CPU") == 0 && strcasecmp(names[b].type, "CPU") == 0 &&
+                !dg_device_name_same_task(&names[a], &names[b]))
                 p->copy[(size_t)a * n_dev + b] = p->inv_bw[(size_t)a * n_dev + b];
         }
     free(local);
     free(fill);
     free(queue);
+    free(names);
     return true;
 fail:
     free(local);
     free(fill);
     free(queue);
+    free(names);
     placer_problem_clear(p);
     return false;
 }
