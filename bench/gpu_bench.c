@@ -9,6 +9,11 @@
  *     examples/mlp_local.c) on /gpu:0 at batch 100, 1000, 10000 (--batches) with synthetic data
  *     fed from host memory every step: ms/step and steps/s, and how many of the step's nodes
  *     ran on the GPU. The PyTorch peer is bench/peers/torch_mlp_cuda.py (command printed).
+ * (c) the fused causal attention (ScaledDotProductAttention, float32) alone, q, k and v
+ *     [batch, 6 heads, T, 64] variables on /gpu:0, T = 256 (batch 64) and 1024 (batch 16)
+ *     (--attn_t; batch 16384 / T): the forward pass, and the forward with the gradients for a
+ *     given output gradient, ms per run. The PyTorch peer (F.scaled_dot_product_attention,
+ *     is_causal) is bench/peers/torch_attention_cuda.py.
  * Without a GPU (or built without CUDA) it prints one line {"bench": "gpu", "skipped": ...}
  * and exits 0. --probe prints only {"bench": "gpu", "gpus": N} (and the reason when N is 0). */
 #include <math.h>
@@ -210,12 +215,76 @@ out:
     return ms;
 }
 
+// The fused causal attention on /gpu:0: q, k, v and the output gradient dy [b, h, t, d]
+// variables; reps runs of the forward pass (then of the three gradients) as targets, then one
+// run fetching a single element (the wait for the GPU). Sets *fwd_ms and *bwd_ms (the forward
+// with the gradients) per run. Returns false with st set.
+static bool time_attention(int64_t b, int64_t h, int64_t t, int64_t d, int64_t reps, double *fwd_ms, double *bwd_ms,
+                           int *placed, int *on_gpu, dg_status *st) {
+    dg_graph *g = dg_graph_new();
+    dg_session *s = NULL;
+    dg_tensor *corner = NULL;
+    bool ok = false;
+    const int64_t dims[4] = {b, h, t, d};
+    dg_shape shape = dg_shape_make(4, dims);
+    dg_graph_push_device(g, "/gpu:0");
+    dg_output q = dg_variable(g, "q", DG_FLOAT32, shape, dg_init_random_uniform(-1, 1, 1));
+    dg_output k = dg_variable(g, "k", DG_FLOAT32, shape, dg_init_random_uniform(-1, 1, 2));
+    dg_output v = dg_variable(g, "v", DG_FLOAT32, shape, dg_init_random_uniform(-1, 1, 3));
+    dg_output dy = dg_variable(g, "dy", DG_FLOAT32, shape, dg_init_random_uniform(-1, 1, 4));
+    dg_output y = dg_attention(g, "attn", q, k, v, true, 0);
+    dg_output xs[3] = {q, k, v}, dx[3];
+    bool grads = dg_gradients(g, &y, 1, xs, 3, &dy, dx);
+    const int64_t begin[4] = {0, 0, 0, 0}, size[4] = {1, 1, 1, 1};
+    dg_output cy = dg_slice(g, "corner_y", y, begin, size, 4);
+    dg_output cq = grads ? dg_slice(g, "corner_dq", dx[0], begin, size, 4) : cy;
+    dg_node *gdeps[3] = {dx[0].node, dx[1].node, dx[2].node};
+    dg_node *gall = grads ? dg_group(g, "grads", gdeps, 3) : NULL;
+    dg_node *init = dg_global_variables_initializer(g);
+    dg_graph_pop_device(g);
+    if (!grads) {
+        dg_status_set(st, DG_INTERNAL, "gpu_bench: the attention's gradient could not be built");
+        goto out;
+    }
+    if (!dg_graph_check(g, st)) goto out;
+    dg_session_options o = dg_session_options_default();
+    o.allow_soft_placement = false;   // it runs on the GPU or fails
+    o.inter_op_threads = 1;
+    if (!(s = dg_session_new(g, "local", &o, st)) || !dg_session_run_target(s, init, st)) goto out;
+    for (int pass = 0; pass < 2; pass++) {
+        dg_node *target = pass == 0 ? y.node : gall;
+        dg_output *c = pass == 0 ? &cy : &cq;
+        for (int w = 0; w < 3; w++)
+            if (!dg_session_run_target(s, target, st)) goto out;
+        if (!dg_session_run(s, NULL, NULL, 0, c, &corner, 1, NULL, 0, st)) goto out;
+        dg_tensor_free(&corner);
+        double t0 = now_s();
+        for (int64_t r = 0; r < reps; r++)
+            if (!dg_session_run_target(s, target, st)) goto out;
+        if (!dg_session_run(s, NULL, NULL, 0, c, &corner, 1, NULL, 0, st)) goto out;
+        double ms = (now_s() - t0) * 1e3 / (double)(reps + 1);
+        if (!isfinite(dg_tensor_f32(corner)[0])) {
+            dg_status_set(st, DG_INTERNAL, "gpu_bench: the attention gave a value that is not finite");
+            goto out;
+        }
+        dg_tensor_free(&corner);
+        *(pass == 0 ? fwd_ms : bwd_ms) = ms;
+    }
+    count_placed(g, placed, on_gpu);
+    ok = true;
+out:
+    dg_tensor_free(&corner);
+    dg_session_free(&s);
+    dg_graph_free(&g);
+    return ok;
+}
+
 #endif
 
 int main(int argc, char **argv) {
-    const char *sizes_s = "1024,2048,4096,8192", *batches_s = "100,1000,10000";
+    const char *sizes_s = "1024,2048,4096,8192", *batches_s = "100,1000,10000", *attn_s = "256,1024";
     int64_t reps = 0, steps = 200, warmup = 20;
-    bool probe = false, no_matmul = false, no_mlp = false, tf32 = false;
+    bool probe = false, no_matmul = false, no_mlp = false, no_attention = false, tf32 = false;
     flag_def defs[] = {
         {"sizes", FLAG_STRING, &sizes_s, "MatMul sizes n (n x n times n x n), comma-separated"},
         {"reps", FLAG_INT, &reps, "MatMuls per size (default 0: about a second of GPU work)"},
@@ -225,6 +294,8 @@ int main(int argc, char **argv) {
         {"tf32", FLAG_BOOL, &tf32, "MatMuls (executor and cuBLAS) may use TF32 tensor cores (default off)"},
         {"no_matmul", FLAG_BOOL, &no_matmul, "skip the MatMul part"},
         {"no_mlp", FLAG_BOOL, &no_mlp, "skip the MLP part"},
+        {"attn_t", FLAG_STRING, &attn_s, "attention lengths T, comma-separated (batch 16384 / T; default 256,1024)"},
+        {"no_attention", FLAG_BOOL, &no_attention, "skip the attention part"},
         {"probe", FLAG_BOOL, &probe, "print the number of usable GPUs and exit"},
     };
     bool help;
@@ -232,15 +303,22 @@ int main(int argc, char **argv) {
         return 2;
     if (help) return 0;
     int64_t sizes[16], batches[16];
-    int n_sizes = parse_list(sizes_s, sizes, 16), n_batches = parse_list(batches_s, batches, 16);
-    if (n_sizes < 0 || n_batches < 0 || reps < 0 || steps < 1 || warmup < 0) {
-        fprintf(stderr, "gpu_bench: --sizes and --batches are lists of positive integers (at most 16), "
+    int64_t attn_t[16];
+    int n_sizes = parse_list(sizes_s, sizes, 16), n_batches = parse_list(batches_s, batches, 16),
+        n_attn = parse_list(attn_s, attn_t, 16);
+    if (n_sizes < 0 || n_batches < 0 || n_attn < 0 || reps < 0 || steps < 1 || warmup < 0) {
+        fprintf(stderr, "gpu_bench: --sizes, --batches and --attn_t are lists of positive integers (at most 16), "
                         "--reps >= 0, --steps >= 1, --warmup >= 0\n");
         return 2;
     }
     for (int i = 0; i < n_sizes; i++)
         if (sizes[i] > 65536) {
             fprintf(stderr, "gpu_bench: size %lld is more than 65536\n", (long long)sizes[i]);
+            return 2;
+        }
+    for (int i = 0; i < n_attn; i++)
+        if (attn_t[i] > 16384) {
+            fprintf(stderr, "gpu_bench: --attn_t %lld is more than 16384\n", (long long)attn_t[i]);
             return 2;
         }
 #ifndef DG_WITH_CUDA
@@ -296,6 +374,22 @@ int main(int argc, char **argv) {
                (long long)batches[i], ms, 1e3 / ms, (long long)steps, loss, on_gpu, placed);
         fflush(stdout);
     }
+    for (int i = 0; !no_attention && i < n_attn; i++) {
+        int64_t t = attn_t[i], b = t >= 16384 ? 1 : 16384 / t, h = 6, d = 64;
+        int placed = 0, on_gpu = 0;
+        double fwd = 0, bwd = 0;
+        if (!time_attention(b, h, t, d, reps ? reps : 50, &fwd, &bwd, &placed, &on_gpu, st)) goto fail;
+        // Causal: half the scores; the forward's two products then take 2 b h t^2 d flops.
+        double flops = 2.0 * (double)b * (double)h * (double)t * (double)t * (double)d;
+        printf("{\"bench\": \"gpu\", \"metric\": \"attention\", \"batch\": %lld, \"heads\": %lld, \"t\": %lld, "
+               "\"d\": %lld, \"causal\": true, \"fwd_ms\": %.4f, \"fwd_bwd_ms\": %.4f, \"fwd_tflops\": %.2f, "
+               "\"nodes_on_gpu\": %d, \"nodes\": %d}\n",
+               (long long)b, (long long)h, (long long)t, (long long)d, fwd, bwd, flops / fwd * 1e-9, on_gpu, placed);
+        fflush(stdout);
+    }
+    if (!no_attention)
+        printf("{\"bench\": \"gpu\", \"peer\": \"python3 bench/peers/torch_attention_cuda.py --t %s\", "
+               "\"compare\": \"attention fwd_ms and fwd_bwd_ms per t\"}\n", attn_s);
     if (!no_mlp)
         printf("{\"bench\": \"gpu\", \"peer\": \"python3 bench/peers/torch_mlp_cuda.py --batches %s "
                "--steps %lld --warmup %lld\", \"compare\": \"mlp_step value (ms) per batch\"}\n",

@@ -9,9 +9,14 @@
 #                        the mirrored example on the GPU, then mnist_replica clusters (async
 #                        ps, sync replicas, all-reduce) whose workers compute on GPU 0
 #   gpu_bench.jsonl      MatMul through the executor vs raw cuBLAS; the MLP step at batch
-#                        100, 1,000, 10,000
+#                        100, 1,000, 10,000; the fused causal attention at T = 256 and 1024
 #   torch_mlp.jsonl      the same MLP steps in PyTorch CUDA (bench/peers/torch_mlp_cuda.py),
-#                        and the CNN step (bench/peers/torch_cnn.py --device cuda)
+#                        the CNN step (bench/peers/torch_cnn.py --device cuda) and the
+#                        attention (bench/peers/torch_attention_cuda.py)
+#   gpt.log              gpt_replica's GPU configuration (6 layers, width 384, context 256,
+#                        batch 64, dropout 0.2) on GPU 0, float32 and with TF32, against
+#                        PyTorch's step (bench/peers/torch_gpt.py --device cuda, with
+#                        F.scaled_dot_product_attention); a JSON line per system and precision
 #   summary.txt          one line per check with its exit status
 # CUDA libraries come from the system or, failing that, from the nvidia-* Python wheels of
 # the python3 on the PATH.
@@ -20,12 +25,16 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 c=$root/.gpu-bundle
 out=${1:-$root/gpu-results}
 mkdir -p "$out"
-[ -f "$c/bin/test_gpu_kernels.gz" ] || { echo "gpu_check: no bundle in $c (run scripts/gpu_pack.sh first)" >&2; exit 2; }
-bin=$(mktemp -d "${TMPDIR:-/tmp}/dg-gpu-bin.XXXXXX")
-trap 'rm -rf "$bin"' EXIT
-for f in "$c"/bin/*.gz; do
-    gzip -dc "$f" >"$bin/$(basename "$f" .gz)" && chmod +x "$bin/$(basename "$f" .gz)"
-done
+[ -f "$c/bin.tar.xz" ] || { echo "gpu_check: no bundle in $c (run scripts/gpu_pack.sh first)" >&2; exit 2; }
+unpacked=$(mktemp -d "${TMPDIR:-/tmp}/dg-gpu-bin.XXXXXX")
+trap 'rm -rf "$unpacked"' EXIT
+# xz if the machine has it, else Python's tarfile (lzma).
+if command -v xz >/dev/null; then
+    xz -dc "$c/bin.tar.xz" | tar -C "$unpacked" -xf -
+else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$c/bin.tar.xz" "$unpacked"
+fi || { echo "gpu_check: could not unpack $c/bin.tar.xz" >&2; exit 2; }
+bin=$unpacked/bin
 wheels=$(python3 - 2>/dev/null <<'PY'
 import glob, os
 try:
@@ -39,7 +48,7 @@ PY
 )
 toolkit=
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && toolkit=${toolkit:+$toolkit:}$d; done
-export LD_LIBRARY_PATH="$c/lib${toolkit:+:$toolkit}${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$unpacked/lib${toolkit:+:$toolkit}${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 summary=$out/summary.txt
 : >"$summary"
 limit=${DG_GPU_STEP_TIMEOUT:-240}
@@ -99,3 +108,33 @@ step "cnn step_bench GPU" "$out/gpu_bench.jsonl" "$bin/step_bench" --model cnn -
 step "torch_cnn cuda" "$out/torch_mlp.jsonl" env FMNIST_DIR="$c/data" python3 "$c/torch_cnn.py" --step-bench --device cuda
 step "gpu_bench" "$out/gpu_bench.jsonl" "$bin/gpu_bench"
 step "torch_mlp_cuda" "$out/torch_mlp.jsonl" python3 "$c/torch_mlp_cuda.py"
+step "torch_attention_cuda" "$out/torch_mlp.jsonl" python3 "$c/torch_attention_cuda.py"
+# The GPT's GPU configuration: ms per step from two runs of gpt_replica (SHORT and LONG steps;
+# the difference leaves out the start, the graph's compile and the validation at the end),
+# then PyTorch's over LONG - SHORT steps after its warm-up, both in float32 and with TF32.
+gpt_args=(--gpu_config --batch_size 64 --num_gpus 1 --log_every 1000000 --quiet --eval_windows 64
+    --data_dir "$c/fortunes")
+short=${GPT_SHORT:-20} long=${GPT_LONG:-120}
+port=$((20000 + RANDOM % 20000))
+for tf32 in off on; do
+    flag=()
+    [ "$tf32" = on ] && flag=(--gpu_allow_tf32)
+    secs=()
+    for n in "$short" "$long"; do
+        step "gpt_replica GPU $n steps tf32 $tf32" "$out/gpt.log" "$bin/gpt_replica" --worker_hosts "127.0.0.1:$port" \
+            --job_name worker --task_index 0 --train_steps "$n" "${gpt_args[@]}" "${flag[@]}"
+        port=$((port + 1))
+        secs+=("$(sed -n 's/^Training elapsed time: \([0-9.]*\) s.*/\1/p' "$out/gpt.log" | tail -1)")
+    done
+    awk -v a="${secs[0]}" -v b="${secs[1]}" -v n=$((long - short)) -v t="$tf32" 'BEGIN {
+        if (a == "" || b == "") { print "{\"bench\": \"gpt_gpu\", \"system\": \"distgraph\", \"error\": \"no elapsed time\"}"; exit }
+        ms = (b - a) * 1000 / n
+        printf "{\"bench\": \"gpt_gpu\", \"system\": \"distgraph\", \"tf32\": \"%s\", \"ms_per_step\": %.3f, \"tokens_per_s\": %.0f}\n", t, ms, 64 * 256 * 1000 / ms
+    }' | tee -a "$out/gpt.log" "$summary"
+    tflag=()
+    [ "$tf32" = on ] && tflag=(--tf32)
+    step "torch_gpt cuda tf32 $tf32" "$out/gpt.log" python3 "$c/torch_gpt.py" --device cuda --data_dir "$c/fortunes" \
+        --step-bench --steps $((long - short)) --batch 64 --block 256 --n_layer 6 --n_head 6 --n_embd 384 \
+        --dropout 0.2 --sdpa --fused_adamw "${tflag[@]}"
+    grep '"torch_gpt"' "$out/gpt.log" | tail -1 | tee -a "$summary"
+done

@@ -26,6 +26,17 @@ after training ("val_loss"), over gpt_replica's N windows of the last 10% of the
 one position at a time with a key/value cache, as gpt_sample does (greedy; a full context
 restarts the cache from its last half), and prints the decoder steps per second.
 
+On a GPU (--device cuda): --sdpa computes the attention with F.scaled_dot_product_attention
+(is_causal), --dropout P drops out where gpt_replica does (the embeddings, and each block's
+two projections before their residual adds), --fused_adamw updates with torch.optim.AdamW's
+fused kernel (decay on the matrices; its Adam is PyTorch's, not TensorFlow 1's, so losses
+differ slightly: for speed only), --tf32 lets matrix products use TF32. With cuda the loss is
+read from the GPU only at the end and the clipping norm stays on the GPU, so the host queues
+steps ahead as a PyTorch user's loop does.
+
+  python3 bench/peers/torch_gpt.py --device cuda --step-bench --steps 100 --batch 64 --block 256 \
+      --n_layer 6 --n_head 6 --n_embd 384 --dropout 0.2 --sdpa --fused_adamw
+
   /usr/bin/python3 bench/peers/torch_gpt.py --checkpoint ckpt.db --steps 50 --threads 1
 """
 import argparse
@@ -149,6 +160,11 @@ def main():
     ap.add_argument("--beta2", type=float, default=0.99)
     ap.add_argument("--eps", type=float, default=1e-8)
     ap.add_argument("--sample-bench", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--sdpa", action="store_true", help="F.scaled_dot_product_attention instead of the composition")
+    ap.add_argument("--dropout", type=float, default=0.0)
+    ap.add_argument("--fused_adamw", action="store_true", help="torch.optim.AdamW(fused=True) (speed only)")
+    ap.add_argument("--tf32", action="store_true", help="matrix products may use TF32 (cuda)")
     ap.add_argument("--eval_windows", type=int, default=0,
                     help="after training, the validation loss over this many windows (gpt_validation_loss's)")
     a = ap.parse_args()
@@ -159,6 +175,13 @@ def main():
         print(json.dumps({"bench": "torch_gpt", "skipped": "no PyTorch: %s" % e}))
         return 0
     torch.set_num_threads(a.threads)
+    dev = torch.device(a.device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            print(json.dumps({"bench": "torch_gpt", "skipped": "torch.cuda.is_available() is false"}))
+            return 0
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        torch.backends.cudnn.allow_tf32 = a.tf32
     data, n_train = load_text(a.data_dir)
     C, H, L, T, V = a.n_embd, a.n_head, a.n_layer, a.block, 256
     if a.checkpoint:
@@ -170,12 +193,13 @@ def main():
         for n in ("ln_1/gamma", "ln_1/beta", "attn/w", "attn/b", "attn_proj/w", "attn_proj/b", "ln_2/gamma",
                   "ln_2/beta", "fc/w", "fc/b", "mlp_proj/w", "mlp_proj/b"):
             names.append("h%d/%s" % (l, n))
-    params = {n: w[n].clone().float().requires_grad_(True) for n in names}
-    mask = torch.full((T, T), float("-inf")).triu(1)
+    params = {n: w[n].clone().float().to(dev).requires_grad_(True) for n in names}
+    mask = torch.full((T, T), float("-inf")).triu(1).to(dev)
+    drop = (lambda t: F.dropout(t, a.dropout, training=True)) if a.dropout > 0 else (lambda t: t)
 
     def forward(x, y):
         P = params
-        h = F.embedding(x, P["wte"]) + P["wpe"]
+        h = drop(F.embedding(x, P["wte"]) + P["wpe"])
         B = x.shape[0]
         for l in range(L):
             p = "h%d/" % l
@@ -183,12 +207,15 @@ def main():
             qkv = a_in @ P[p + "attn/w"] + P[p + "attn/b"]
             q, k, v = qkv.split(C, dim=2)
             q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H)) + mask
-            o = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
-            h = h + (o @ P[p + "attn_proj/w"] + P[p + "attn_proj/b"])
+            if a.sdpa:
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+            else:
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H)) + mask
+                o = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
+            h = h + drop(o @ P[p + "attn_proj/w"] + P[p + "attn_proj/b"])
             m_in = F.layer_norm(h, (C,), P[p + "ln_2/gamma"], P[p + "ln_2/beta"], 1e-5)
             f = F.gelu(m_in @ P[p + "fc/w"] + P[p + "fc/b"])
-            h = h + (f @ P[p + "mlp_proj/w"] + P[p + "mlp_proj/b"])
+            h = h + drop(f @ P[p + "mlp_proj/w"] + P[p + "mlp_proj/b"])
         h = F.layer_norm(h, (C,), P["ln_f/gamma"], P["ln_f/beta"], 1e-5)
         logits = h @ P["wte"].t()
         return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
@@ -198,6 +225,16 @@ def main():
     m = {n: torch.zeros_like(p) for n, p in params.items()}
     v = {n: torch.zeros_like(p) for n, p in params.items()}
     b1p, b2p = torch.tensor(a.beta1, dtype=torch.float32), torch.tensor(a.beta2, dtype=torch.float32)
+    if dev.type == "cuda":
+        m = {n: t.to(dev) for n, t in m.items()}
+        v = {n: t.to(dev) for n, t in v.items()}
+        b1p, b2p = b1p.to(dev), b2p.to(dev)
+    opt = None
+    if a.fused_adamw:
+        decay = [p for p in params.values() if p.dim() >= 2]
+        rest = [p for p in params.values() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd}, {"params": rest, "weight_decay": 0.0}],
+                                lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, fused=True)
     stream = Stream(a.seed)
     losses = []
     warm = 5 if a.step_bench else 0
@@ -206,18 +243,32 @@ def main():
         if step == warm:
             t0 = time.perf_counter()
         x, y = batch(torch, data, n_train, stream, a.batch, T)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+        if dev.type == "cuda":
+            x, y = x.pin_memory().to(dev, non_blocking=True), y.pin_memory().to(dev, non_blocking=True)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
             loss = forward(x, y)
         for p in params.values():
             p.grad = None
         loss.backward()
+        if opt is not None:
+            if a.clip > 0:
+                torch.nn.utils.clip_grad_norm_(list(params.values()), a.clip, foreach=True)
+            for grp in opt.param_groups:
+                grp["lr"] = schedule(step, a.lr, a.warmup, a.decay_steps, a.min_lr)
+            opt.step()
+            losses.append(loss.detach() if dev.type == "cuda" else float(loss))
+            continue
         with torch.no_grad():
             gs = {n: p.grad for n, p in params.items()}
-            if a.clip > 0:
+            if a.clip > 0 and dev.type == "cuda":   # the norm stays on the GPU
+                norm = torch.sqrt(sum((g.double() ** 2).sum() for g in gs.values())).float()
+                f = a.clip / torch.clamp(norm, min=a.clip)
+                gs = {n: g * f for n, g in gs.items()}
+            elif a.clip > 0:
                 norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in gs.values()))
                 f = a.clip / max(norm, a.clip)
                 gs = {n: g * f for n, g in gs.items()}
-            lr = torch.tensor(schedule(step, a.lr, a.warmup, a.decay_steps, a.min_lr), dtype=torch.float32)
+            lr = torch.tensor(schedule(step, a.lr, a.warmup, a.decay_steps, a.min_lr), dtype=torch.float32, device=dev)
             lr_t = lr * torch.sqrt(1 - b2p) / (1 - b1p)
             for n, p in params.items():
                 if p.dim() >= 2 and a.wd > 0:
@@ -228,9 +279,11 @@ def main():
                 p.sub_(lr_t * m[n] / (v[n].sqrt() + a.eps))
             b1p = b1p * a.beta1
             b2p = b2p * a.beta2
-        losses.append(float(loss))
+        losses.append(loss.detach() if dev.type == "cuda" else float(loss))
         if not a.step_bench:
             print("step %d loss %.6f" % (step + 1, float(loss)))
+    if dev.type == "cuda":
+        losses = [float(x) for x in losses]   # waits for the GPU
     dt = time.perf_counter() - t0
     val = None
     if a.eval_windows > 0:
@@ -242,12 +295,13 @@ def main():
             tot = 0.0
             for k0 in range(0, n, a.batch):
                 ws = [data[o:o + T + 1] for o in offs[k0:k0 + a.batch]]
-                x = torch.tensor([list(w[:T]) for w in ws], dtype=torch.long)
-                y = torch.tensor([list(w[1:]) for w in ws], dtype=torch.long)
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+                x = torch.tensor([list(w[:T]) for w in ws], dtype=torch.long, device=dev)
+                y = torch.tensor([list(w[1:]) for w in ws], dtype=torch.long, device=dev)
+                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
                     tot += float(forward(x, y)) * len(ws)
             val = tot / n
-    res = {"bench": "torch_gpt", "torch": torch.__version__, "autocast": a.autocast, "threads": a.threads, "steps": a.steps,
+    res = {"bench": "torch_gpt", "torch": torch.__version__, "device": a.device, "sdpa": a.sdpa, "dropout": a.dropout,
+           "fused_adamw": a.fused_adamw, "tf32": a.tf32, "autocast": a.autocast, "threads": a.threads, "steps": a.steps,
            "batch": a.batch, "block": T, "n_layer": L, "n_embd": C, "first_loss": losses[0], "last_loss": losses[-1]}
     if val is not None:
         res["val_loss"] = val

@@ -150,6 +150,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     snprintf(steps_help, sizeof steps_help, "global steps to train (default %lld)", (long long)p->train_steps);
     snprintf(batch_help, sizeof batch_help, "examples per step (default %lld)", (long long)p->batch_size);
     bool quiet = false, print_placement = false, log_device_placement = false, sync_replicas = false, all_reduce = false, existing_servers = false;
+    bool gpu_allow_tf32 = false;
     flag_def defs[] = {
         {"job_name", FLAG_STRING, &job_name, "ps or worker (default: from TF_CONFIG)"},
         {"task_index", FLAG_INT, &task_index, "index of this task in its job"},
@@ -209,6 +210,9 @@ int replica_main(int argc, char **argv, const replica_model *p) {
          "elastic: how long members wait for each other at a commit before leaving out those missing "
          "(default 10000)"},
         {"num_gpus", FLAG_INT, &num_gpus, "GPUs per worker machine: worker i computes on GPU i % num_gpus (default 0)"},
+        {"gpu_allow_tf32", FLAG_BOOL, &gpu_allow_tf32,
+         "GPU MatMuls may use TF32 tensor cores (about 1e-3 relative error; dg_session_options.gpu_allow_tf32; "
+         "default off)"},
         {"virtual_cpus", FLAG_INT, &virtual_cpus,
          "extra CPU devices of this task, /device:CPU:1 .. N (gpt_replica --tensor_parallel's shards; default 0)"},
         {"wait_for_tasks_ms", FLAG_INT, &wait_for_tasks_ms,
@@ -511,6 +515,7 @@ int replica_main(int argc, char **argv, const replica_model *p) {
     sopt.inter_op_threads = 1;
     sopt.wait_for_tasks_ms = wait_for_tasks_ms;
     sopt.log_device_placement = log_device_placement;
+    sopt.gpu_allow_tf32 = gpu_allow_tf32;
     if (rewrite && mpo.dtype != DG_INVALID_DTYPE) sopt.mixed_precision = &mpo;
     dg_mts_options mo = dg_mts_options_default();
     mo.session_options = &sopt;
