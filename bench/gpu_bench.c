@@ -5,6 +5,9 @@
  *     that live on the GPU; one session run per MatMul, targets only, then one run fetching a
  *     1x1 slice of the product to wait for the GPU) and raw cuBLAS sgemm on the same sizes;
  *     TFLOP/s for both and their ratio. Every run's executor overhead is inside the time.
+ *     --dtype bfloat16 (or float16) times the same MatMuls in that dtype with float32 sums
+ *     (cublasGemmEx on tensor cores, its operands Consts that the executor copies to the GPU
+ *     once) against raw cublasGemmEx.
  * (b) the MNIST-replica training step (784-100-10, ReLU, softmax cross entropy, Adam, as
  *     examples/mlp_local.c) on /gpu:0 at batch 100, 1000, 10000 (--batches) with synthetic data
  *     fed from host memory every step: ms/step and steps/s, and how many of the step's nodes
@@ -93,17 +96,25 @@ static int64_t auto_reps(int64_t n) {
     return r < 10 ? 10 : r > 2000 ? 2000 : r;
 }
 
-// Raw cuBLAS: reps + 1 sgemms of n x n on a fresh device handle. Returns seconds per sgemm,
-// or -1 with st set.
-static double time_cublas(int64_t n, int64_t reps, bool tf32, dg_status *st) {
+// One n x n GEMM of dtype (float32, or a 16-bit float with float32 sums) on dev.
+static bool gemm_once(exec_cuda_device *dev, dg_dtype dtype, int64_t n, void *const *d, dg_status *st) {
+    if (dtype == DG_FLOAT32)
+        return exec_cuda_sgemm(dev, false, false, n, n, n, 1.0f, d[0], n, d[1], n, 0.0f, d[2], n, st);
+    return exec_cuda_gemm16(dev, dtype == DG_BFLOAT16, false, false, n, n, n, 1.0f, d[0], n, d[1], n, 0.0f, d[2], n,
+                            st);
+}
+
+// Raw cuBLAS: reps + 1 GEMMs of n x n in dtype on a fresh device handle. Returns seconds per
+// GEMM, or -1 with st set.
+static double time_cublas(int64_t n, dg_dtype dtype, int64_t reps, bool tf32, dg_status *st) {
     const exec_device_ops *ops = exec_cuda_device_ops();
     exec_cuda_set_allow_tf32(tf32);
     exec_cuda_device *dev = exec_cuda_device_new(0, st);
     if (!dev) return -1;
-    size_t n_bytes = (size_t)(n * n) * sizeof(float);
+    size_t n_bytes = (size_t)(n * n) * dg_dtype_size(dtype);
     double per = -1;
-    float *host = malloc(n_bytes);
-    float *d[3] = {NULL, NULL, NULL};
+    float *host = malloc((size_t)(n * n) * sizeof(float));
+    void *d[3] = {NULL, NULL, NULL};
     if (!host) {
         dg_status_setf(st, DG_RESOURCE_EXHAUSTED, "gpu_bench: %zu bytes of host memory", n_bytes);
         goto out;
@@ -111,15 +122,19 @@ static double time_cublas(int64_t n, int64_t reps, bool tf32, dg_status *st) {
     uint64_t x = 88172645463325252ULL + (uint64_t)n;
     for (int k = 0; k < 3; k++) {
         if (!(d[k] = ops->alloc(dev, n_bytes, st))) goto out;
-        for (int64_t i = 0; i < n * n; i++) host[i] = rng_unit(&x) * 2.0f - 1.0f;
+        for (int64_t i = 0; i < n * n; i++) {
+            float v = rng_unit(&x) * 2.0f - 1.0f;
+            if (dtype == DG_FLOAT32) host[i] = v;
+            else ((uint16_t *)host)[i] = dtype == DG_BFLOAT16 ? dg_float_to_bfloat16(v) : dg_float_to_float16(v);
+        }
         if (!ops->copy_to_device(dev, d[k], host, n_bytes, st) || !ops->synchronize(dev, st)) goto out;
     }
     for (int w = 0; w < 2; w++)
-        if (!exec_cuda_sgemm(dev, false, false, n, n, n, 1.0f, d[0], n, d[1], n, 0.0f, d[2], n, st)) goto out;
+        if (!gemm_once(dev, dtype, n, d, st)) goto out;
     if (!ops->synchronize(dev, st)) goto out;
     double t0 = now_s();
     for (int64_t r = 0; r <= reps; r++)
-        if (!exec_cuda_sgemm(dev, false, false, n, n, n, 1.0f, d[0], n, d[1], n, 0.0f, d[2], n, st)) goto out;
+        if (!gemm_once(dev, dtype, n, d, st)) goto out;
     if (!ops->synchronize(dev, st)) goto out;
     per = (now_s() - t0) / (double)(reps + 1);
 out:
@@ -132,7 +147,24 @@ out:
 // Through the executor: reps runs of the MatMul as a target, then one run fetching a 1x1
 // slice of the product (one more MatMul, and the wait for the GPU). Returns seconds per
 // MatMul, or -1 with st set.
-static double time_executor(int64_t n, int64_t reps, bool tf32, int *placed, int *on_gpu, dg_status *st) {
+// A Const n x n of dtype (16-bit) with entries uniform in [-a, a).
+static dg_output const16(dg_graph *g, const char *name, dg_dtype dtype, int64_t n, double a, uint64_t seed,
+                         dg_status *st) {
+    dg_tensor *t = dg_tensor_new(dtype, dg_shape2(n, n), st);
+    if (!t) return (dg_output){NULL, 0};
+    uint16_t *p = dg_tensor_data(t);
+    uint64_t x = 88172645463325252ULL ^ seed;
+    for (int64_t i = 0; i < n * n; i++) {
+        float v = (float)((rng_unit(&x) * 2.0 - 1.0) * a);
+        p[i] = dtype == DG_BFLOAT16 ? dg_float_to_bfloat16(v) : dg_float_to_float16(v);
+    }
+    dg_output o = dg_const(g, name, t);
+    dg_tensor_unref(t);
+    return o;
+}
+
+static double time_executor(int64_t n, dg_dtype dtype, int64_t reps, bool tf32, int *placed, int *on_gpu,
+                            dg_status *st) {
     dg_graph *g = dg_graph_new();
     dg_session *s = NULL;
     dg_tensor *corner = NULL;
@@ -140,11 +172,23 @@ static double time_executor(int64_t n, int64_t reps, bool tf32, int *placed, int
     // b's entries have variance 1/n, so the product's stay near a's whatever the size.
     double a = sqrt(3.0 / (double)n);
     dg_graph_push_device(g, "/gpu:0");
-    dg_output x = dg_variable(g, "a", DG_FLOAT32, dg_shape2(n, n), dg_init_random_uniform(-1, 1, 1));
-    dg_output y = dg_variable(g, "b", DG_FLOAT32, dg_shape2(n, n), dg_init_random_uniform(-a, a, 2));
+    dg_output x, y;
+    if (dtype == DG_FLOAT32) {
+        x = dg_variable(g, "a", DG_FLOAT32, dg_shape2(n, n), dg_init_random_uniform(-1, 1, 1));
+        y = dg_variable(g, "b", DG_FLOAT32, dg_shape2(n, n), dg_init_random_uniform(-a, a, 2));
+    } else {   // Consts: the executor copies them to the GPU once, when the kernel is created
+        x = const16(g, "a", dtype, n, 1.0, 1, st);
+        y = const16(g, "b", dtype, n, a, 2, st);
+        if (!x.node || !y.node) {
+            dg_graph_pop_device(g);
+            goto out;
+        }
+    }
     dg_output mm = dg_matmul(g, "mm", x, y, false, false);
     const int64_t begin[2] = {0, 0}, size[2] = {1, 1};
-    dg_output c = dg_slice(g, "corner", mm, begin, size, 2);
+    // Slice takes no 16-bit floats: the last run casts the product to float32 (a pass over it,
+    // in one run of reps + 1).
+    dg_output c = dg_slice(g, "corner", dtype == DG_FLOAT32 ? mm : dg_cast(g, NULL, mm, DG_FLOAT32), begin, size, 2);
     dg_node *init = dg_global_variables_initializer(g);
     dg_graph_pop_device(g);
     if (!dg_graph_check(g, st)) goto out;
@@ -152,7 +196,8 @@ static double time_executor(int64_t n, int64_t reps, bool tf32, int *placed, int
     o.allow_soft_placement = false;   // it runs on the GPU or fails
     o.gpu_allow_tf32 = tf32;
     o.inter_op_threads = 1;
-    if (!(s = dg_session_new(g, "local", &o, st)) || !dg_session_run_target(s, init, st)) goto out;
+    if (!(s = dg_session_new(g, "local", &o, st))) goto out;
+    if (dtype == DG_FLOAT32 && !dg_session_run_target(s, init, st)) goto out;
     for (int w = 0; w < 3; w++)
         if (!dg_session_run_target(s, mm.node, st)) goto out;
     if (!dg_session_run(s, NULL, NULL, 0, &c, &corner, 1, NULL, 0, st)) goto out;
@@ -285,12 +330,14 @@ int main(int argc, char **argv) {
     const char *sizes_s = "1024,2048,4096,8192", *batches_s = "100,1000,10000", *attn_s = "256,1024";
     int64_t reps = 0, steps = 200, warmup = 20;
     bool probe = false, no_matmul = false, no_mlp = false, no_attention = false, tf32 = false;
+    const char *dtype_s = "float32";
     flag_def defs[] = {
         {"sizes", FLAG_STRING, &sizes_s, "MatMul sizes n (n x n times n x n), comma-separated"},
         {"reps", FLAG_INT, &reps, "MatMuls per size (default 0: about a second of GPU work)"},
         {"batches", FLAG_STRING, &batches_s, "MLP batch sizes, comma-separated (default 100,1000,10000)"},
         {"steps", FLAG_INT, &steps, "timed MLP steps per batch size (default 200)"},
         {"warmup", FLAG_INT, &warmup, "untimed MLP steps first (default 20)"},
+        {"dtype", FLAG_STRING, &dtype_s, "MatMul dtype: float32 (default), bfloat16 or float16 (float32 sums)"},
         {"tf32", FLAG_BOOL, &tf32, "MatMuls (executor and cuBLAS) may use TF32 tensor cores (default off)"},
         {"no_matmul", FLAG_BOOL, &no_matmul, "skip the MatMul part"},
         {"no_mlp", FLAG_BOOL, &no_mlp, "skip the MLP part"},
@@ -316,6 +363,14 @@ int main(int argc, char **argv) {
             fprintf(stderr, "gpu_bench: size %lld is more than 65536\n", (long long)sizes[i]);
             return 2;
         }
+    dg_dtype mm_dtype = strcmp(dtype_s, "float32") == 0    ? DG_FLOAT32
+                        : strcmp(dtype_s, "bfloat16") == 0 ? DG_BFLOAT16
+                        : strcmp(dtype_s, "float16") == 0  ? DG_FLOAT16
+                                                           : DG_INVALID_DTYPE;
+    if (mm_dtype == DG_INVALID_DTYPE) {
+        fprintf(stderr, "gpu_bench: --dtype \"%s\" is not float32, bfloat16 or float16\n", dtype_s);
+        return 2;
+    }
     for (int i = 0; i < n_attn; i++)
         if (attn_t[i] > 16384) {
             fprintf(stderr, "gpu_bench: --attn_t %lld is more than 16384\n", (long long)attn_t[i]);
@@ -351,15 +406,15 @@ int main(int argc, char **argv) {
     for (int i = 0; !no_matmul && i < n_sizes; i++) {
         int64_t n = sizes[i], r = reps ? reps : auto_reps(n);
         double flops = 2.0 * (double)n * (double)n * (double)n;
-        double blas = time_cublas(n, r, tf32, st);
+        double blas = time_cublas(n, mm_dtype, r, tf32, st);
         if (blas < 0) goto fail;
         int placed = 0, on_gpu = 0;
-        double exe = time_executor(n, r, tf32, &placed, &on_gpu, st);
+        double exe = time_executor(n, mm_dtype, r, tf32, &placed, &on_gpu, st);
         if (exe < 0) goto fail;
-        printf("{\"bench\": \"gpu\", \"metric\": \"matmul\", \"n\": %lld, \"reps\": %lld, \"tf32\": %s, "
+        printf("{\"bench\": \"gpu\", \"metric\": \"matmul\", \"dtype\": \"%s\", \"n\": %lld, \"reps\": %lld, \"tf32\": %s, "
                "\"executor_tflops\": %.3f, \"cublas_tflops\": %.3f, \"ratio\": %.4f, "
                "\"executor_ms\": %.4f, \"cublas_ms\": %.4f, \"nodes_on_gpu\": %d, \"nodes\": %d}\n",
-               (long long)n, (long long)r, tf32 ? "true" : "false", flops / exe * 1e-12, flops / blas * 1e-12, blas / exe,
+               dg_dtype_name(mm_dtype), (long long)n, (long long)r, tf32 ? "true" : "false", flops / exe * 1e-12, flops / blas * 1e-12, blas / exe,
                exe * 1e3, blas * 1e3, on_gpu, placed);
         fflush(stdout);
     }

@@ -8,13 +8,14 @@
 #   mlp.log              mlp_local --device /gpu:0 against /cpu:0 (default flags, 2000 steps),
 #                        the mirrored example on the GPU, then mnist_replica clusters (async
 #                        ps, sync replicas, all-reduce) whose workers compute on GPU 0
-#   gpu_bench.jsonl      MatMul through the executor vs raw cuBLAS; the MLP step at batch
-#                        100, 1,000, 10,000; the fused causal attention at T = 256 and 1024
+#   gpu_bench.jsonl      MatMul through the executor vs raw cuBLAS (float32, then bfloat16 and
+#                        float16 against cublasGemmEx); the MLP step at batch 100, 1,000,
+#                        10,000; the fused causal attention at T = 256 and 1024
 #   torch_mlp.jsonl      the same MLP steps in PyTorch CUDA (bench/peers/torch_mlp_cuda.py),
 #                        the CNN step (bench/peers/torch_cnn.py --device cuda) and the
 #                        attention (bench/peers/torch_attention_cuda.py)
 #   gpt.log              gpt_replica's GPU configuration (6 layers, width 384, context 256,
-#                        batch 64, dropout 0.2) on GPU 0, float32 and with TF32, against
+#                        batch 64, dropout 0.2) on GPU 0, float32, TF32 and bf16 products, against
 #                        PyTorch's step (bench/peers/torch_gpt.py --device cuda, with
 #                        F.scaled_dot_product_attention); a JSON line per system and precision
 #   summary.txt          one line per check with its exit status
@@ -108,32 +109,39 @@ step "cnn step_bench GPU" "$out/gpu_bench.jsonl" "$bin/step_bench" --model cnn -
 step "torch_cnn cuda" "$out/torch_mlp.jsonl" env FMNIST_DIR="$c/data" python3 "$c/torch_cnn.py" --step-bench --device cuda
 step "gpu_bench" "$out/gpu_bench.jsonl" "$bin/gpu_bench"
 step "torch_mlp_cuda" "$out/torch_mlp.jsonl" python3 "$c/torch_mlp_cuda.py"
+step "gpu_bench bfloat16" "$out/gpu_bench.jsonl" "$bin/gpu_bench" --dtype bfloat16 --sizes 1024,4096,8192 --no_mlp \
+    --no_attention
+step "gpu_bench float16" "$out/gpu_bench.jsonl" "$bin/gpu_bench" --dtype float16 --sizes 4096 --no_mlp --no_attention
 step "torch_attention_cuda" "$out/torch_mlp.jsonl" python3 "$c/torch_attention_cuda.py"
 # The GPT's GPU configuration: ms per step from two runs of gpt_replica (SHORT and LONG steps;
 # the difference leaves out the start, the graph's compile and the validation at the end),
-# then PyTorch's over LONG - SHORT steps after its warm-up, both in float32 and with TF32.
+# then PyTorch's over LONG - SHORT steps after its warm-up: float32, TF32, and bfloat16 products
+# (gpt_replica --mixed_precision bf16; PyTorch's autocast).
 gpt_args=(--gpu_config --batch_size 64 --num_gpus 1 --log_every 1000000 --quiet --eval_windows 64
     --data_dir "$c/fortunes")
 short=${GPT_SHORT:-20} long=${GPT_LONG:-120}
 port=$((20000 + RANDOM % 20000))
-for tf32 in off on; do
-    flag=()
-    [ "$tf32" = on ] && flag=(--gpu_allow_tf32)
+for mode in float32 tf32 bf16; do
+    flag=() tflag=()
+    case $mode in
+    tf32) flag=(--gpu_allow_tf32) tflag=(--tf32) ;;
+    bf16) flag=(--mixed_precision bf16) tflag=(--autocast bf16) ;;
+    esac
     secs=()
     for n in "$short" "$long"; do
-        step "gpt_replica GPU $n steps tf32 $tf32" "$out/gpt.log" "$bin/gpt_replica" --worker_hosts "127.0.0.1:$port" \
+        before=$(wc -l <"$out/gpt.log" 2>/dev/null || echo 0)
+        step "gpt_replica GPU $n steps $mode" "$out/gpt.log" "$bin/gpt_replica" --worker_hosts "127.0.0.1:$port" \
             --job_name worker --task_index 0 --train_steps "$n" "${gpt_args[@]}" "${flag[@]}"
         port=$((port + 1))
-        secs+=("$(sed -n 's/^Training elapsed time: \([0-9.]*\) s.*/\1/p' "$out/gpt.log" | tail -1)")
+        # this run's lines only: a run that failed leaves none
+        secs+=("$(tail -n +$((before + 1)) "$out/gpt.log" | sed -n 's/^Training elapsed time: \([0-9.]*\) s.*/\1/p')")
     done
-    awk -v a="${secs[0]}" -v b="${secs[1]}" -v n=$((long - short)) -v t="$tf32" 'BEGIN {
+    awk -v a="${secs[0]}" -v b="${secs[1]}" -v n=$((long - short)) -v t="$mode" 'BEGIN {
         if (a == "" || b == "") { print "{\"bench\": \"gpt_gpu\", \"system\": \"distgraph\", \"error\": \"no elapsed time\"}"; exit }
         ms = (b - a) * 1000 / n
-        printf "{\"bench\": \"gpt_gpu\", \"system\": \"distgraph\", \"tf32\": \"%s\", \"ms_per_step\": %.3f, \"tokens_per_s\": %.0f}\n", t, ms, 64 * 256 * 1000 / ms
+        printf "{\"bench\": \"gpt_gpu\", \"system\": \"distgraph\", \"mode\": \"%s\", \"ms_per_step\": %.3f, \"tokens_per_s\": %.0f}\n", t, ms, 64 * 256 * 1000 / ms
     }' | tee -a "$out/gpt.log" "$summary"
-    tflag=()
-    [ "$tf32" = on ] && tflag=(--tf32)
-    step "torch_gpt cuda tf32 $tf32" "$out/gpt.log" python3 "$c/torch_gpt.py" --device cuda --data_dir "$c/fortunes" \
+    step "torch_gpt cuda $mode" "$out/gpt.log" python3 "$c/torch_gpt.py" --device cuda --data_dir "$c/fortunes" \
         --step-bench --steps $((long - short)) --batch 64 --block 256 --n_layer 6 --n_head 6 --n_embd 384 \
         --dropout 0.2 --sdpa --fused_adamw "${tflag[@]}"
     grep '"torch_gpt"' "$out/gpt.log" | tail -1 | tee -a "$summary"

@@ -31,6 +31,7 @@ static struct {
     __typeof__(cublasSetMathMode) *set_math_mode;
     __typeof__(cublasSgemm) *sgemm;
     __typeof__(cublasDgemm) *dgemm;
+    __typeof__(cublasGemmEx) *gemm_ex;
     __typeof__(cublasGetStatusString) *status_string;
     __typeof__(cublasGetStatusName) *status_name;
 } cublas;
@@ -51,6 +52,7 @@ static void blas_load_once(void) {
         BLAS_SYM(create, cublasCreate),          BLAS_SYM(destroy, cublasDestroy),
         BLAS_SYM(set_stream, cublasSetStream),   BLAS_SYM(set_math_mode, cublasSetMathMode),
         BLAS_SYM(sgemm, cublasSgemm),            BLAS_SYM(dgemm, cublasDgemm),
+        BLAS_SYM(gemm_ex, cublasGemmEx),
         BLAS_SYM(status_string, cublasGetStatusString),
         BLAS_SYM(status_name, cublasGetStatusName),
     };
@@ -152,13 +154,19 @@ static atomic_bool allow_tf32;
 
 void exec_cuda_set_allow_tf32(bool allow) { atomic_store(&allow_tf32, allow); }
 
-// Row-major C = alpha * op(A) * op(B) + beta * C in float32 (is_f64 false) or float64; alpha
-// and beta point to a float or a double accordingly.
-static bool gemm(exec_cuda_device *dev, bool is_f64, bool trans_a, bool trans_b, int64_t m,
+// The element types of gemm().
+typedef enum gemm_kind { GEMM_F32, GEMM_F64, GEMM_BF16, GEMM_F16 } gemm_kind;
+
+// Row-major C = alpha * op(A) * op(B) + beta * C in float32, float64, or a 16-bit float with
+// float32 sums (cublasGemmEx, CUBLAS_COMPUTE_32F: tensor cores); alpha and beta point to a
+// double for float64, to a float otherwise.
+static bool gemm(exec_cuda_device *dev, gemm_kind kind, bool trans_a, bool trans_b, int64_t m,
                  int64_t n, int64_t k, const void *alpha, const void *a, int64_t lda,
                  const void *b, int64_t ldb, const void *beta, void *c, int64_t ldc,
                  dg_status *st) {
-    const char *name = is_f64 ? "dgemm" : "sgemm";
+    static const char *const names[] = {"sgemm", "dgemm", "gemm_ex bfloat16", "gemm_ex float16"};
+    const char *name = names[kind];
+    bool is_f64 = kind == GEMM_F64;
     if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(lda) || !fits_int(ldb) ||
         !fits_int(ldc)) {
         dg_status_setf(st, DG_INVALID_ARGUMENT,
@@ -175,11 +183,16 @@ static bool gemm(exec_cuda_device *dev, bool is_f64, bool trans_a, bool trans_b,
     CUDA_CHECK(cudaSetDevice(dev->id));
     // The math mode is set on every call: the handle is shared by all kernels of the device,
     // and CUBLAS_DEFAULT_MATH never uses TF32.
-    CUBLAS_CHECK(cublas.set_math_mode(h, !is_f64 && atomic_load(&allow_tf32)
+    CUBLAS_CHECK(cublas.set_math_mode(h, kind == GEMM_F32 && atomic_load(&allow_tf32)
                                           ? CUBLAS_TF32_TENSOR_OP_MATH
                                           : CUBLAS_DEFAULT_MATH));
     // Row-major C (m x n) is column-major C^T, and C^T = op(B)^T op(A)^T: swap the operands.
-    if (is_f64)
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (kind == GEMM_BF16 || kind == GEMM_F16) {
+        cudaDataType_t t = kind == GEMM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+        CUBLAS_CHECK(cublas.gemm_ex(h, op_b, op_a, (int)n, (int)m, (int)k, alpha, b, t, (int)ldb, a, t, (int)lda,
+                                    beta, c, t, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else if (is_f64)
         CUBLAS_CHECK(cublas.dgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k,
                                  alpha, b, (int)ldb, a, (int)lda, beta, c, (int)ldc));
@@ -199,11 +212,18 @@ fail:
 bool exec_cuda_sgemm(exec_cuda_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                      int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                      int64_t ldb, float beta, float *c, int64_t ldc, dg_status *st) {
-    return gemm(dev, false, trans_a, trans_b, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc, st);
+    return gemm(dev, GEMM_F32, trans_a, trans_b, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc, st);
 }
 
 bool exec_cuda_dgemm(exec_cuda_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                      int64_t k, double alpha, const double *a, int64_t lda, const double *b,
                      int64_t ldb, double beta, double *c, int64_t ldc, dg_status *st) {
-    return gemm(dev, true, trans_a, trans_b, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc, st);
+    return gemm(dev, GEMM_F64, trans_a, trans_b, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc, st);
+}
+
+bool exec_cuda_gemm16(exec_cuda_device *dev, bool bf16, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                      int64_t k, float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                      float beta, void *c, int64_t ldc, dg_status *st) {
+    return gemm(dev, bf16 ? GEMM_BF16 : GEMM_F16, trans_a, trans_b, m, n, k, &alpha, a, lda, b, ldb, &beta, c,
+                ldc, st);
 }

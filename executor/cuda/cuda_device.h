@@ -66,6 +66,11 @@ bool exec_cuda_sgemm(exec_cuda_device *dev, bool trans_a, bool trans_b, int64_t 
 bool exec_cuda_dgemm(exec_cuda_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                      int64_t k, double alpha, const double *a, int64_t lda, const double *b,
                      int64_t ldb, double beta, double *c, int64_t ldc, dg_status *st);
+// The same with A, B and C in bfloat16 (bf16) or float16, the products summed in float32 on
+// tensor cores (cublasGemmEx, CUBLAS_COMPUTE_32F) and C rounded once to its 16 bits.
+bool exec_cuda_gemm16(exec_cuda_device *dev, bool bf16, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                      int64_t k, float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                      float beta, void *c, int64_t ldc, dg_status *st);
 
 // Opens cuBLAS, once per process (the first GEMM on a GPU does it; no GPU is needed): its
 // SONAME, then the file the build found. FAILED_PRECONDITION naming the library and the

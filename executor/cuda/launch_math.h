@@ -86,8 +86,13 @@ cudaError_t cuda_launch_clip(cuda_math_dtype dt, const void *x, const void *lo, 
 cudaError_t cuda_launch_clip_grad(cuda_math_dtype dt, const void *dy, const void *x,
                                   const void *lo, bool lo_scalar, const void *hi, bool hi_scalar,
                                   void *dx, void *dlo, void *dhi, int64_t n, cudaStream_t stream);
-// Converts n elements between float32 and float64 (or copies when from == to).
-cudaError_t cuda_launch_cast(cuda_math_dtype from, const void *x, cuda_math_dtype to, void *y,
+// The float types Cast converts between on a GPU.
+typedef enum cuda_float_kind { CUDA_FLOAT_F32, CUDA_FLOAT_F64, CUDA_FLOAT_BF16, CUDA_FLOAT_F16 } cuda_float_kind;
+// Converts n elements between float types (copies when from == to), bit for bit as the CPU's
+// Cast: to a 16-bit float through float32 (from float64 that rounds twice), to nearest with
+// ties to even, NaN kept quiet with its leading payload bits, too large to infinity; from a
+// 16-bit float exactly.
+cudaError_t cuda_launch_cast(cuda_float_kind from, const void *x, cuda_float_kind to, void *y,
                              int64_t n, cudaStream_t stream);
 
 // ---- in-place updates of a variable's buffer; scalars are one-element device buffers ----

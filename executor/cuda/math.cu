@@ -249,11 +249,56 @@ __global__ void clip_grad(const T *dy, const T *x, const T *lo, bool lo_scalar, 
     }
 }
 
-template <typename S, typename D>
-__global__ void cast(const S *x, D *y, int64_t n) {
+// The 16-bit floats as the CPU converts them (graph/tensor_impl.h, the same bit operations).
+__device__ __forceinline__ uint16_t f32_to_bf16(float v) {
+    uint32_t u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   // NaN, made quiet
+    u += 0x7fffu + ((u >> 16) & 1);   // to nearest, ties to even; a carry raises the exponent
+    return (uint16_t)(u >> 16);
+}
+__device__ __forceinline__ float bf16_to_f32(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+__device__ __forceinline__ uint16_t f32_to_f16(float v) {
+    uint32_t u = __float_as_uint(v), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));   // NaN, quiet
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);   // rounds to 65520 or more: infinity
+    if (a < 0x38800000u) {   // below 2^-14: float32's own rounding at 2^-24 after adding 0.5
+        float r = __fadd_rn(__uint_as_float(a), 0.5f);
+        return (uint16_t)(sign | (__float_as_uint(r) - __float_as_uint(0.5f)));
+    }
+    uint32_t m = a - 0x38000000u;   // rebias the exponent, round the 13 dropped bits
+    m += 0xfffu + ((m >> 13) & 1);
+    return (uint16_t)(sign | (m >> 13));
+}
+__device__ __forceinline__ float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f) return __uint_as_float(sign | 0x7f800000u | (m << 13));   // infinity or NaN
+    if (e == 0) return __uint_as_float(sign | __float_as_uint(__fmul_rn((float)m, 0x1p-24f)));   // exact
+    return __uint_as_float(sign | ((e + 112) << 23) | (m << 13));
+}
+
+// Element i of x as a double (exact for every kind), and a double stored as kind `to` (the
+// 16-bit floats through float32, as the CPU's Cast).
+__device__ __forceinline__ double load_float(cuda_float_kind k, const void *x, int64_t i) {
+    switch (k) {
+    case CUDA_FLOAT_F64: return ((const double *)x)[i];
+    case CUDA_FLOAT_BF16: return bf16_to_f32(((const uint16_t *)x)[i]);
+    case CUDA_FLOAT_F16: return f16_to_f32(((const uint16_t *)x)[i]);
+    default: return ((const float *)x)[i];
+    }
+}
+__device__ __forceinline__ void store_float(cuda_float_kind k, void *y, int64_t i, double v) {
+    switch (k) {
+    case CUDA_FLOAT_F64: ((double *)y)[i] = v; break;
+    case CUDA_FLOAT_BF16: ((uint16_t *)y)[i] = f32_to_bf16((float)v); break;
+    case CUDA_FLOAT_F16: ((uint16_t *)y)[i] = f32_to_f16((float)v); break;
+    default: ((float *)y)[i] = (float)v; break;
+    }
+}
+
+__global__ void cast(cuda_float_kind from, const void *x, cuda_float_kind to, void *y, int64_t n) {
     const int64_t stride = (int64_t)blockDim.x * gridDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        y[i] = (D)x[i];
+        store_float(to, y, i, load_float(from, x, i));
 }
 
 // ---- optimizer updates, in place ----
@@ -497,17 +542,14 @@ extern "C" cudaError_t cuda_launch_clip_grad(cuda_math_dtype dt, const void *dy,
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t cuda_launch_cast(cuda_math_dtype from, const void *x, cuda_math_dtype to,
+extern "C" cudaError_t cuda_launch_cast(cuda_float_kind from, const void *x, cuda_float_kind to,
                                         void *y, int64_t n, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
     if (from == to) {
-        size_t size = from == CUDA_MATH_F64 ? sizeof(double) : sizeof(float);
+        size_t size = from == CUDA_FLOAT_F64 ? sizeof(double) : from == CUDA_FLOAT_F32 ? sizeof(float) : 2;
         return cudaMemcpyAsync(y, x, (size_t)n * size, cudaMemcpyDeviceToDevice, stream);
     }
-    if (from == CUDA_MATH_F32)
-        cast<float, double><<<grid_for(n), kThreads, 0, stream>>>((const float *)x, (double *)y, n);
-    else
-        cast<double, float><<<grid_for(n), kThreads, 0, stream>>>((const double *)x, (float *)y, n);
+    cast<<<grid_for(n), kThreads, 0, stream>>>(from, x, to, y, n);
     return cudaGetLastError();
 }
 

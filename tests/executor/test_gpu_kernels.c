@@ -5,8 +5,9 @@
  * Every case builds its ops twice from the same seeded inputs, once under "/gpu:0" and once
  * under "/cpu:0", runs each graph in its own local session and compares the fetched values:
  * float32 within 1e-5, float64 within 1e-12, relative to max(1, |cpu value|) or, for sums
- * (MatMul, reductions), to a bound on the sum of the magnitudes that were added. Random ops
- * must match bit for bit. A case may also name nodes that must fail (a bad index): each runs
+ * (MatMul, reductions), to a bound on the sum of the magnitudes that were added; bfloat16 and
+ * float16 within one unit in the last place of the CPU's value (2^-7 and 2^-10 of it) plus the
+ * float32 bound of the sum they were rounded from. Random ops and casts must match bit for bit. A case may also name nodes that must fail (a bad index): each runs
  * alone after the updates, fails on both devices with the same message (the device's name
  * aside), and what it left is fetched and compared like the rest.
  *
@@ -462,6 +463,65 @@ static void build_cast(bctx *c) {
     fetch(c, dg_cast(c->g, NULL, ph(c, dg_shape2(37, 29)), other));
     fetch(c, dg_cast(c->g, NULL, ph(c, dg_shape1(1)), other));
     fetch(c, dg_cast(c->g, NULL, ph(c, dg_shape2(300, 1001)), other));
+}
+
+// Cast to and from the 16-bit floats: random values, and values at their edges (ties at the
+// rounding point, the largest finite ones and beyond, subnormals, zeros and infinities), bit
+// for bit against the CPU; from float64 through float32, as the CPU.
+static void build_cast16(bctx *c) {
+    static const double edges[] = {
+        0.0, -0.0, 1.0, -1.0, 1.0 + 0x1p-8, 1.0 + 0x1p-7 + 0x1p-8, 1.0 + 0x1p-11, 1.0 + 0x1p-10 + 0x1p-11,
+        65504.0, 65519.0, 65520.0, -70000.0, 0x1p-14, 0x1p-24, 0x1p-25, 0x1.8p-25, 0x1p-26, 3e-7, -5.96e-8,
+        3.3895313892515355e38, 3.4e38, 1e-40, -1e-45, INFINITY, -INFINITY, 0.1, -2.5, 1e10};
+    const int n_edges = (int)(sizeof edges / sizeof edges[0]);
+    assert_true(c->n_feeds < MAX_FEEDS);
+    dg_status *st = dg_status_new();
+    dg_tensor *v = dg_tensor_new(c->t, dg_shape1(n_edges), st);
+    assert_ok(st);
+    dg_status_free(&st);
+    for (int i = 0; i < n_edges; i++) set_elem(v, i, edges[i]);
+    dg_output e = dg_placeholder(c->g, NULL, c->t, dg_shape1(n_edges));
+    c->feeds[c->n_feeds] = e;
+    c->vals[c->n_feeds++] = v;
+    dg_output r = ph(c, dg_shape2(300, 1001));
+    const dg_dtype halves[2] = {DG_BFLOAT16, DG_FLOAT16};
+    for (int h = 0; h < 2; h++) {
+        dg_output eh = dg_cast(c->g, NULL, e, halves[h]), rh = dg_cast(c->g, NULL, r, halves[h]);
+        fetch_exact(c, eh);
+        fetch_exact(c, rh);
+        fetch_exact(c, dg_cast(c->g, NULL, eh, c->t));   // back, exactly
+        fetch_exact(c, dg_cast(c->g, NULL, rh, halves[1 - h]));   // one 16-bit float to the other
+    }
+}
+
+// MatMul and BatchMatMulV2 (with its gradient) in bfloat16 and float16: float32 sums rounded
+// once, as the CPU's 16-bit GEMM.
+static void build_matmul16(bctx *c) {
+    static const int64_t sizes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 67, 65}, {128, 256, 64}};
+    const dg_dtype halves[2] = {DG_BFLOAT16, DG_FLOAT16};
+    for (int h = 0; h < 2; h++) {
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            for (int t = 0; t < 4; t++) {
+                if (h == 1 && t != (int)(s % 4)) continue;   // float16: one transposition a size (feeds run out)
+                int64_t m = sizes[s][0], k = sizes[s][1], n = sizes[s][2];
+                bool ta = t & 1, tb = t & 2;
+                dg_output a = dg_cast(c->g, NULL, ph(c, ta ? dg_shape2(k, m) : dg_shape2(m, k)), halves[h]);
+                dg_output b = dg_cast(c->g, NULL, ph(c, tb ? dg_shape2(n, k) : dg_shape2(k, n)), halves[h]);
+                fetch_tol(c, dg_matmul(c->g, NULL, a, b, ta, tb), TOL_SCALED, (double)k);
+            }
+        // Batch dimensions equal: a broadcast one's gradient needs SumToShape, which has no
+        // 16-bit kernel.
+        dg_output x = dg_cast(c->g, NULL, ph(c, shape4(2, 3, 17, 33)), halves[h]);
+        dg_output y = dg_cast(c->g, NULL, ph(c, shape4(2, 3, 33, 9)), halves[h]);
+        dg_output z = dg_batch_matmul(c->g, NULL, x, y, false, false);
+        dg_output dz = dg_cast(c->g, NULL, ph(c, shape4(2, 3, 17, 9)), halves[h]);
+        fetch_tol(c, z, TOL_SCALED, 33.0);
+        dg_output xs[2] = {x, y}, dx[2];
+        if (dg_gradients(c->g, &z, 1, xs, 2, &dz, dx)) {
+            fetch_tol(c, dx[0], TOL_SCALED, 9.0);
+            fetch_tol(c, dx[1], TOL_SCALED, 17.0);
+        }
+    }
 }
 
 static void build_random(bctx *c) {
@@ -1202,6 +1262,8 @@ static const gk_case cases[] = {
     {"ClipByValue", build_clip},
     {"ClipByValueGrad", build_clip_grad},
     {"Cast", build_cast},
+    {"Cast (bfloat16, float16)", build_cast16},
+    {"MatMul/BatchMatMulV2 (bfloat16, float16)", build_matmul16},
     {"RandomUniform/RandomStandardNormal/TruncatedNormal", build_random},
     {"Softmax/LogSoftmax", build_softmax},
     {"SoftmaxGrad/LogSoftmaxGrad", build_softmax_grads},
@@ -1358,7 +1420,10 @@ static void compare(const gk_case *k, dg_dtype t, const bctx *c, int run, dg_ten
             fail_msg("%s (%s) fetch %d \"%s\": got %s%s, want %s%s", k->name, dg_dtype_name(t), f, name,
                      dg_dtype_name(dg_tensor_dtype(x)), dg_shape_str(dg_tensor_shape(x), a, sizeof a),
                      dg_dtype_name(dg_tensor_dtype(y)), dg_shape_str(dg_tensor_shape(y), b, sizeof b));
-        double rel = dg_tensor_dtype(y) == DG_FLOAT32 ? 1e-5 : 1e-12;
+        dg_dtype yt = dg_tensor_dtype(y);
+        double rel = yt == DG_FLOAT64 ? 1e-12 : 1e-5;
+        // A 16-bit value: one unit in the last place of the CPU's, over what float32 allows.
+        double half_ulp = yt == DG_BFLOAT16 ? 0x1p-7 : yt == DG_FLOAT16 ? 0x1p-10 : 0;
         for (int64_t i = 0; i < dg_tensor_num_elements(y); i++) {
             double u = dg_tensor_get_as_double(x, i), v = dg_tensor_get_as_double(y, i);
             bool ok;
@@ -1367,7 +1432,7 @@ static void compare(const gk_case *k, dg_dtype t, const bctx *c, int run, dg_ten
             else {
                 // rel of max(1, |v|), or of the case's scale when that is larger
                 double scale = c->tol[f] == TOL_SCALED && c->scale[f] > 1 ? c->scale[f] : 1;
-                ok = dg_test_is_close(u, v, rel * scale, rel);
+                ok = half_ulp > 0 ? fabs(u - v) <= half_ulp * fabs(v) + rel * scale : dg_test_is_close(u, v, rel * scale, rel);
             }
             if (!ok)
                 fail_msg("%s (%s) fetch %d \"%s\" %s%s run %d: element %lld is %.17g, CPU gives %.17g",

@@ -55,6 +55,21 @@ static void test_kernel_coverage(void **state) {
                 missing++;
             }
     assert_int_equal(missing, 0);
+    // The 16-bit floats: the products, Cast and the ops that move values; nothing that
+    // computes elementwise yet.
+    static const char *const half_ops[] = {"MatMul", "BatchMatMulV2", "Cast", "Const", "Identity", "StopGradient",
+                                           "Placeholder", "Reshape", "Shape", "_Send", "_Recv"};
+    for (size_t i = 0; i < sizeof half_ops / sizeof half_ops[0]; i++)
+        for (int h = 0; h < 2; h++) {
+            dg_dtype t = h ? DG_FLOAT16 : DG_BFLOAT16;
+            if (!exec_kernel_find(half_ops[i], "GPU", t)) {
+                fprintf(stderr, "no GPU kernel for %s (%s)\n", half_ops[i], dg_dtype_name(t));
+                missing++;
+            }
+        }
+    assert_int_equal(missing, 0);
+    assert_null(exec_kernel_find("Relu", "GPU", DG_BFLOAT16));
+    assert_null(exec_kernel_find("VariableV2", "GPU", DG_FLOAT16));
     // Fill's kernel is chosen by its dims' dtype.
     assert_non_null(exec_kernel_find("Fill", "GPU", DG_INT32));
     assert_null(exec_kernel_find("ArgMax", "GPU", DG_FLOAT32));
@@ -116,6 +131,36 @@ static void test_memory_rule(void **state) {
     assert_false(dg_status_ok(st));
     assert_non_null(strstr(dg_status_message(st), "am"));
     dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
+// bfloat16 and float16 live in device memory too: a product in 16 bits between its casts is
+// placed on the GPU whole; a 16-bit op with no GPU kernel (Relu) stays on the CPU under soft
+// placement.
+static void test_memory_rule_16bit(void **state) {
+    (void)state;
+    dg_status *st = dg_status_new();
+    for (int h = 0; h < 2; h++) {
+        dg_dtype t = h ? DG_FLOAT16 : DG_BFLOAT16;
+        dg_graph *g = dg_graph_new();
+        dg_graph_push_device(g, "/gpu:0");
+        dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape2(4, 3));
+        dg_output w = dg_placeholder(g, "w", DG_FLOAT32, dg_shape2(3, 5));
+        dg_output xh = dg_cast(g, "xh", x, t), wh = dg_cast(g, "wh", w, t);
+        dg_output y = dg_matmul(g, "y", xh, wh, false, false);
+        dg_output back = dg_cast(g, "back", y, DG_FLOAT32);
+        dg_output r = dg_relu(g, "r", y);
+        dg_graph_pop_device(g);
+        assert_ok(dg_graph_status(g));
+        place_all(g, true, st);
+        assert_ok(st);
+        assert_true(on_gpu(xh.node));
+        assert_true(on_gpu(wh.node));
+        assert_true(on_gpu(y.node));
+        assert_true(on_gpu(back.node));
+        assert_false(on_gpu(r.node));
+        dg_graph_free(&g);
+    }
     dg_status_free(&st);
 }
 
@@ -263,6 +308,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_coverage),
         cmocka_unit_test(test_memory_rule),
+        cmocka_unit_test(test_memory_rule_16bit),
         cmocka_unit_test(test_training_graph),
         cmocka_unit_test(test_sharded_embedding),
     };

@@ -179,6 +179,22 @@ void *gpu_host_input_to_device(exec_ctx *ctx, exec_cuda_device *dev, const dg_te
     return gpu_host_bytes_to_device(ctx, dev, t->data, t->nbytes, what);
 }
 
+bool gpu_gemm(exec_ctx *ctx, exec_cuda_device *dev, dg_dtype dtype, bool trans_a, bool trans_b, int64_t m,
+              int64_t n, int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc) {
+    switch (dtype) {
+    case DG_FLOAT32:
+        return exec_cuda_sgemm(dev, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, ctx->st);
+    case DG_FLOAT64:
+        return exec_cuda_dgemm(dev, trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc, ctx->st);
+    case DG_BFLOAT16:
+    case DG_FLOAT16:
+        return exec_cuda_gemm16(dev, dtype == DG_BFLOAT16, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c,
+                                ldc, ctx->st);
+    default:
+        return exec_fail(ctx, DG_INVALID_ARGUMENT, "a GPU GEMM of %s", dg_dtype_name(dtype));
+    }
+}
+
 bool gpu_check_launch_at(exec_ctx *ctx, exec_cuda_device *dev, cudaError_t err,
                         const char *what, const char *file, int line) {
     if (err == cudaSuccess) return true;

@@ -17,8 +17,10 @@
 #include "cuda_impl.h"
 #include "exec_kernel_impl.h"
 
-// True for the dtypes that live in device memory on a GPU.
-static inline bool gpu_dtype_on_device(dg_dtype t) { return t == DG_FLOAT32 || t == DG_FLOAT64; }
+// True for the dtypes that live in device memory on a GPU: the floats, 16-bit ones too.
+static inline bool gpu_dtype_on_device(dg_dtype t) {
+    return t == DG_FLOAT32 || t == DG_FLOAT64 || t == DG_BFLOAT16 || t == DG_FLOAT16;
+}
 
 // The GPU a node is assigned to ("/job:w/replica:0/task:0/device:GPU:1" -> GPU 1), opened on
 // first use and kept for the life of the process. Returns: borrowed; NULL with st set.
@@ -66,6 +68,11 @@ bool gpu_prepare_inputs(exec_ctx *ctx, exec_cuda_device *dev, int n);
 // The same for inputs [first, first + n), of input first's dtype: the float inputs of a kernel
 // whose leading inputs are host memory (Select's condition, OneHot's indices and depth).
 bool gpu_prepare_input_range(exec_ctx *ctx, exec_cuda_device *dev, int first, int n);
+// Row-major C = op(A) op(B) (m x n, sums over k) in dtype (float32, float64, or bfloat16 and
+// float16 with float32 sums) on dev's stream; a, b, c are device memory. false with ctx->st set
+// (the caller prepends its op).
+bool gpu_gemm(exec_ctx *ctx, exec_cuda_device *dev, dg_dtype dtype, bool trans_a, bool trans_b, int64_t m,
+              int64_t n, int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc);
 // A host copy of t whichever GPU holds it (a new reference to t when it is host memory).
 dg_tensor *gpu_any_to_host(dg_tensor *t, dg_status *st);
 // A copy of n_bytes (> 0) of host memory at src in dev's memory, queued on its stream (src may

@@ -92,11 +92,7 @@ static bool matmul_compute(void *state, exec_ctx *ctx) {
                                 "cudaMemsetAsync");
     // Row-major leading dimensions: the stored row lengths, as the CPU's cblas call passes.
     int64_t lda = a->shape.dims[1], ldb = b->shape.dims[1];
-    bool ok = a->dtype == DG_FLOAT32
-                  ? exec_cuda_sgemm(dev, s->ta, s->tb, M, N, K, 1.0f, a->data, lda, b->data, ldb,
-                                    0.0f, o->data, N, ctx->st)
-                  : exec_cuda_dgemm(dev, s->ta, s->tb, M, N, K, 1.0, a->data, lda, b->data, ldb,
-                                    0.0, o->data, N, ctx->st);
+    bool ok = gpu_gemm(ctx, dev, a->dtype, s->ta, s->tb, M, N, K, a->data, lda, b->data, ldb, o->data, N);
     if (!ok) dg_status_prepend(ctx->st, "MatMul");
     return ok;
 }
@@ -402,12 +398,18 @@ static bool clip_grad_compute(void *state, exec_ctx *ctx) {
     return gpu_check_launch(ctx, dev, err, "ClipByValueGrad");
 }
 
-// ---- Cast: float32 <-> float64 (and same-type copies); other pairs run on the CPU ----
+// ---- Cast between the floats (float32, float64, bfloat16, float16; same-type copies); other
+// pairs run on the CPU ----
+static cuda_float_kind float_kind(dg_dtype t) {
+    return t == DG_FLOAT64 ? CUDA_FLOAT_F64 : t == DG_BFLOAT16 ? CUDA_FLOAT_BF16 : t == DG_FLOAT16 ? CUDA_FLOAT_F16
+                                                                                                : CUDA_FLOAT_F32;
+}
+
 static void *cast_create(const dg_node *n, const exec_env *env, dg_status *st) {
     dg_dtype from = exec_kernel_dtype(n), to = n->n_outputs > 0 ? n->out_dtypes[0] : DG_INVALID_DTYPE;
     if (!gpu_dtype_on_device(from) || !gpu_dtype_on_device(to)) {
         dg_status_setf(st, DG_UNIMPLEMENTED,
-                       "Cast from %s to %s on a GPU: only float32 and float64 are supported",
+                       "Cast from %s to %s on a GPU: only float32, float64, bfloat16 and float16 are supported",
                        dg_dtype_name(from), dg_dtype_name(to));
         return NULL;
     }
@@ -423,7 +425,7 @@ static bool cast_compute(void *state, exec_ctx *ctx) {
     dg_tensor *x = IN(0);
     dg_tensor *o = gpu_alloc_output(dev, ctx, 0, s->to, x->shape);
     if (!o) return false;
-    cudaError_t err = cuda_launch_cast(cdt(x->dtype), x->data, cdt(s->to), o->data, x->n_elements,
+    cudaError_t err = cuda_launch_cast(float_kind(x->dtype), x->data, float_kind(s->to), o->data, x->n_elements,
                                        dev->stream);
     return gpu_check_launch(ctx, dev, err, "Cast");
 }
@@ -513,7 +515,7 @@ static bool assign_sub_compute(void *state, exec_ctx *ctx) {
 
 // MatMul is expensive like its CPU kernel; the updates alias their variable (output_is_ref).
 #define GPU_EXPENSIVE_KERNEL(op, create, compute, destroy) \
-    {(op), "GPU", DT_FLOATS, (create), (compute), (destroy), true, false, false, NULL, false}
+    {(op), "GPU", DT_FLOATS | DT_FLOAT16S, (create), (compute), (destroy), true, false, false, NULL, false}
 #define GPU_REF_KERNEL(op, create, compute, destroy) \
     {(op), "GPU", DT_FLOATS, (create), (compute), (destroy), false, true, false, NULL, false}
 
@@ -550,7 +552,7 @@ const exec_kernel_def gpu_math_kernels[] = {
     GPU_KERNEL("AddN", DT_FLOATS, gpu_dev_create, addn_compute, NULL),
     GPU_KERNEL("ClipByValue", DT_FLOATS, gpu_dev_create, clip_compute, NULL),
     GPU_KERNEL("ClipByValueGrad", DT_FLOATS, gpu_dev_create, clip_grad_compute, NULL),
-    GPU_KERNEL("Cast", DT_FLOATS, cast_create, cast_compute, free),
+    GPU_KERNEL("Cast", DT_FLOATS | DT_FLOAT16S, cast_create, cast_compute, free),
     GPU_REF_KERNEL("ApplyGradientDescent", gpu_dev_create, apply_gd_compute, NULL),
     GPU_REF_KERNEL("ApplyMomentum", momentum_create, apply_momentum_compute, free),
     GPU_REF_KERNEL("ApplyAdam", gpu_dev_create, apply_adam_compute, NULL),

@@ -278,11 +278,11 @@ static void recv_start(void *state, exec_ctx *ctx, exec_async_handle h) {
 // {op, type, dtypes, create, compute, destroy, expensive, output_is_ref, takes_uninit,
 //  start_async, host_outputs}
 const exec_kernel_def gpu_state_kernels[] = {
-    {"Const", "GPU", DT_ALL, const_create, const_compute, const_destroy, false, false, false, NULL, true},
-    {"Placeholder", "GPU", DT_ALL, gpu_dev_create, cpu_placeholder_compute, NULL, false, false, false, NULL, true},
-    {"Identity", "GPU", DT_ALL, gpu_dev_create, cpu_identity_compute, NULL, false, false, false, NULL, true},
-    {"StopGradient", "GPU", DT_ALL, gpu_dev_create, cpu_identity_compute, NULL, false, false, false, NULL, true},
-    {"NoOp", "GPU", DT_ALL | DT_BIT(DG_INVALID_DTYPE), gpu_dev_create, cpu_noop_compute, NULL, false, false, false, NULL, true},
+    {"Const", "GPU", DT_STORAGE, const_create, const_compute, const_destroy, false, false, false, NULL, true},
+    {"Placeholder", "GPU", DT_STORAGE, gpu_dev_create, cpu_placeholder_compute, NULL, false, false, false, NULL, true},
+    {"Identity", "GPU", DT_STORAGE, gpu_dev_create, cpu_identity_compute, NULL, false, false, false, NULL, true},
+    {"StopGradient", "GPU", DT_STORAGE, gpu_dev_create, cpu_identity_compute, NULL, false, false, false, NULL, true},
+    {"NoOp", "GPU", DT_STORAGE | DT_BIT(DG_INVALID_DTYPE), gpu_dev_create, cpu_noop_compute, NULL, false, false, false, NULL, true},
     {"VariableV2", "GPU", DT_FLOATS, variable_create, variable_compute, free, false, true, true, NULL, false},
     {"Assign", "GPU", DT_FLOATS, assign_create, assign_compute, free, false, true, true, NULL, false},
     {"IsVariableInitialized", "GPU", DT_FLOATS, gpu_dev_create, cpu_is_init_compute, NULL, false, false, true, NULL, true},
@@ -293,7 +293,7 @@ const exec_kernel_def gpu_state_kernels[] = {
 const int gpu_n_state_kernels = sizeof gpu_state_kernels / sizeof gpu_state_kernels[0];
 
 const exec_kernel_def gpu_sendrecv_kernels[] = {
-    {"_Send", "GPU", DT_ALL, sr_create, send_compute, sr_destroy, false, false, false, NULL, true},
-    {"_Recv", "GPU", DT_ALL, sr_create, NULL, sr_destroy, false, false, false, recv_start, true},
+    {"_Send", "GPU", DT_STORAGE, sr_create, send_compute, sr_destroy, false, false, false, NULL, true},
+    {"_Recv", "GPU", DT_STORAGE, sr_create, NULL, sr_destroy, false, false, false, recv_start, true},
 };
 const int gpu_n_sendrecv_kernels = sizeof gpu_sendrecv_kernels / sizeof gpu_sendrecv_kernels[0];

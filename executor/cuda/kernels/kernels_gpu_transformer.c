@@ -65,13 +65,9 @@ static bool batch_matmul_compute(void *state, exec_ctx *ctx) {
     for (int64_t b = 0; b < p.batches; b++) {
         int64_t xo, yo, oo = b * p.M * p.N;
         cpu_bmm_offsets(&p, b, &xo, &yo);
-        bool ok = x->dtype == DG_FLOAT32
-                      ? exec_cuda_sgemm(dev, s->adj_x, s->adj_y, p.M, p.N, p.K, 1.0f, (const float *)x->data + xo,
-                                        p.lda, (const float *)y->data + yo, p.ldb, 0.0f, (float *)o->data + oo, p.N,
-                                        ctx->st)
-                      : exec_cuda_dgemm(dev, s->adj_x, s->adj_y, p.M, p.N, p.K, 1.0, (const double *)x->data + xo,
-                                        p.lda, (const double *)y->data + yo, p.ldb, 0.0, (double *)o->data + oo, p.N,
-                                        ctx->st);
+        size_t es = dg_dtype_size(x->dtype);
+        bool ok = gpu_gemm(ctx, dev, x->dtype, s->adj_x, s->adj_y, p.M, p.N, p.K, (const char *)x->data + xo * es,
+                           p.lda, (const char *)y->data + yo * es, p.ldb, (char *)o->data + oo * es, p.N);
         if (!ok) {
             dg_status_prepend(ctx->st, "BatchMatMulV2, matrix %lld of %lld", (long long)b, (long long)p.batches);
             return false;
@@ -182,7 +178,7 @@ static bool attention_grad_compute(void *state, exec_ctx *ctx) {
 }
 
 const exec_kernel_def gpu_transformer_kernels[] = {
-    GPU_KERNEL("BatchMatMulV2", DT_FLOATS, bmm_create, batch_matmul_compute, free),
+    GPU_KERNEL("BatchMatMulV2", DT_FLOATS | DT_FLOAT16S, bmm_create, batch_matmul_compute, free),
     GPU_KERNEL("LayerNorm", DT_FLOATS, ln_create, layer_norm_compute, free),
     GPU_KERNEL("LayerNormGrad", DT_FLOATS, gpu_dev_create, layer_norm_grad_compute, NULL),
     GPU_KERNEL("ScaledDotProductAttention", DT_FLOATS, att_create, attention_compute, free),
