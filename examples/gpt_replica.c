@@ -88,10 +88,10 @@ static bool check_flags(void *state, int64_t batch_size) {
         fprintf(stderr, "gpt_replica: --tp_tasks needs --tensor_parallel N of 2 or more (a shard on each of N tasks)\n");
         return false;
     }
-    if (s->tensor_parallel < 0 || s->tensor_parallel > 64 || (s->tensor_parallel > 0 && s->pipeline_stages > 0) ||
+    if (s->tensor_parallel < 0 || s->tensor_parallel > 64 || (s->tp_tasks && s->pipeline_stages > 0) ||
         (strcmp(s->tp_device_type, "CPU") != 0 && strcmp(s->tp_device_type, "GPU") != 0)) {
-        fprintf(stderr, "gpt_replica: --tensor_parallel in 0..64, not with --pipeline_stages; --tp_device_type CPU or "
-                        "GPU\n");
+        fprintf(stderr, "gpt_replica: --tensor_parallel in 0..64 (--tp_tasks not with --pipeline_stages); "
+                        "--tp_device_type CPU or GPU\n");
         return false;
     }
     int64_t per = s->micro_batches * s->pipeline_groups;
@@ -162,6 +162,9 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
             if (!dg_loss_scale_make(g, dg_global_step(g), NULL, &net->ls)) return dg_graph_check(g, st);
             po.loss_scale = dg_mul(g, "pipeline_loss_scale", net->ls.scale, net->loss_factor);
         }
+        // --tensor_parallel N: each stage's blocks split over N devices of its process.
+        s->pipe_arg.tp = (int)s->tensor_parallel;
+        s->pipe_arg.tp_device_type = s->tp_device_type;
         if (!gpt_build_pipeline(g, &s->cfg, seed, &po, (int)s->pipeline_groups, &s->pipe_arg, &s->m, &s->pipe, st))
             return false;
         // The validation loss through the plain forward pass over the same variables (on the
@@ -172,7 +175,18 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
         // piece in the interleaved schedule), and so on a training batch.
         dg_dtype mp = dg_graph_mixed_precision(g);
         if (!dg_graph_set_mixed_precision(g, DG_INVALID_DTYPE, st)) return false;
-        bool built = gpt_build(g, &s->cfg, seed, &s->eval);
+        bool built;
+        if (s->tensor_parallel > 1) {   // the stages' shards, read by the same split on the worker's devices
+            char evn[64][64];
+            const char *evd[64];
+            for (int r = 0; r < s->tensor_parallel; r++) {
+                snprintf(evn[r], sizeof evn[r], "/job:worker/task:0/device:%s:%d", s->tp_device_type, r);
+                evd[r] = evn[r];
+            }
+            built = gpt_build_tensor_parallel(g, &s->cfg, seed, evd, (int)s->tensor_parallel, &s->eval);
+        } else {
+            built = gpt_build(g, &s->cfg, seed, &s->eval);
+        }
         if (!dg_graph_set_mixed_precision(g, mp, st)) return false;
         if (!built) return dg_graph_check(g, st);
         s->has_eval = true;
@@ -475,7 +489,8 @@ int main(int argc, char **argv) {
          "with --pipeline_stages: recompute each stage's activations in its backward pass instead of keeping them"},
         {"tensor_parallel", FLAG_INT, &s.tensor_parallel,
          "split each block's matrices over N devices of the worker (attention by heads, the MLP by hidden units; "
-         "CPU devices need --virtual_cpus N-1; default 0: not split)"},
+         "CPU devices need --virtual_cpus N-1; default 0: not split); with --pipeline_stages, each stage's blocks "
+         "over N devices of its process"},
         {"tp_device_type", FLAG_STRING, &s.tp_device_type, "with --tensor_parallel: CPU (default) or GPU"},
         {"tp_tasks", FLAG_BOOL, &s.tp_tasks,
          "with --tensor_parallel N: shard r on task r (the worker, then ps task r - 1; N-1 ps tasks), its partial "

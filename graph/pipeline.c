@@ -358,7 +358,10 @@ static bool backward(builder *b, int stage, int mb) {
         return fail(b, DG_UNIMPLEMENTED, "stage %d reads more than 512 trainable variables", stage);
     }
     n_xs += n_v;
-    bool ok = n_ys == 0 || n_xs == 0 || dg_gradients(g, ys, n_ys, xs, n_xs, grad_ys, dx);
+    // Each op's gradient where the op ran (its stage's device, or the device within the stage's
+    // task that a split layer put it on: tensor parallelism inside a stage).
+    const dg_gradients_options go = {.colocate_gradients_with_ops = true};
+    bool ok = n_ys == 0 || n_xs == 0 || dg_gradients_ex(g, ys, n_ys, xs, n_xs, grad_ys, &go, dx);
     pop_stage(b);
     if (!ok || !dg_graph_ok(g)) return false;
     int n_in = stage > 0 ? c->n_in : 0;

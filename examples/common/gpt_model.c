@@ -191,30 +191,28 @@ static void off_device(dg_graph *g) {
     dg_graph_pop_device(g);
 }
 
-bool gpt_build_tensor_parallel(dg_graph *g, const gpt_config *c, int64_t seed, const char *const *devices, int n,
-                               gpt_model *m) {
-    memset(m, 0, sizeof *m);
-    if (!check_config(g, c)) return false;
+// Whether c can be split over n devices; the graph's sticky error names what is wrong.
+static bool tp_check(dg_graph *g, const gpt_config *c, int n) {
     if (n < 1 || n > 64 || c->n_head % n != 0 || c->dropout != 0 || c->wte_parts > 1) {
         dg_graph_set_error(g, DG_INVALID_ARGUMENT, "gpt tensor parallel: %d devices must divide the %lld heads; no "
                            "dropout (the copies would drop different units); the token embedding in one part",
                            n, (long long)c->n_head);
         return false;
     }
+    return true;
+}
+
+// Blocks [l0, l1) with their matrices split over the n devices (x on any device; the layer
+// norms and residuals computed on each, the same values everywhere). Returns the blocks'
+// output on devices[0].
+static dg_output tp_blocks(dg_graph *g, const gpt_config *c, int64_t seed, const char *const *devices, int n,
+                           int64_t l0, int64_t l1, dg_output x) {
     const int64_t T = c->block_size, C = c->n_embd;
     const double std = 0.02, proj_std = proj_stddev(c);
-    m->idx = dg_placeholder(g, "idx", DG_INT32, dg_shape2(-1, T));
-    m->targets = dg_placeholder(g, "targets", DG_INT32, dg_shape2(-1, T));
-    m->training = dg_placeholder(g, "training", DG_BOOL, dg_shape_scalar());
     dg_tp_group grp = {devices, n};
     dg_output xs[64], h[64], y[64];
-    // The embeddings and the head on the first device; the blocks' matrices split over all of
-    // them, the layer norms and residuals computed on each (the same values everywhere).
-    on_device(g, devices[0]);
-    dg_output x = embed(g, c, seed, m->idx, m->training);
-    off_device(g);
     for (int r = 0; r < n; r++) xs[r] = x;
-    for (int64_t l = 0; l < c->n_layer && dg_graph_ok(g); l++) {
+    for (int64_t l = l0; l < l1 && dg_graph_ok(g); l++) {
         char layer[32];
         snprintf(layer, sizeof layer, "h%lld", (long long)l);
         int64_t s = seed + 10 * (l + 1);
@@ -239,9 +237,27 @@ bool gpt_build_tensor_parallel(dg_graph *g, const gpt_config *c, int64_t seed, c
             off_device(g);
         }
     }
+    return xs[0];
+}
+
+bool gpt_build_tensor_parallel(dg_graph *g, const gpt_config *c, int64_t seed, const char *const *devices, int n,
+                               gpt_model *m) {
+    memset(m, 0, sizeof *m);
+    if (!check_config(g, c) || !tp_check(g, c, n)) return false;
+    const int64_t T = c->block_size;
+    m->idx = dg_placeholder(g, "idx", DG_INT32, dg_shape2(-1, T));
+    m->targets = dg_placeholder(g, "targets", DG_INT32, dg_shape2(-1, T));
+    m->training = dg_placeholder(g, "training", DG_BOOL, dg_shape_scalar());
+    // The embeddings and the head on the first device; the blocks' matrices split over all of
+    // them.
+    on_device(g, devices[0]);
+    dg_output x = embed(g, c, seed, m->idx, m->training);
+    off_device(g);
+    if (!dg_graph_ok(g)) return false;
+    x = tp_blocks(g, c, seed, devices, n, 0, c->n_layer, x);
     if (!dg_graph_ok(g)) return false;
     on_device(g, devices[0]);
-    m->loss = head(g, c, seed, xs[0], m->targets, &m->logits);
+    m->loss = head(g, c, seed, x, m->targets, &m->logits);
     off_device(g);
     m->global_step = dg_global_step(g);
     return dg_graph_ok(g);
@@ -260,8 +276,21 @@ int gpt_pipeline_stage(dg_graph *g, int stage, int mb, const dg_output *in, int 
         return -1;
     }
     dg_output x = stage == 0 ? embed(g, c, a->seed, in[0], a->training) : in[0];
-    for (int64_t l = first_block(c, stage, a->n_stages); l < first_block(c, stage + 1, a->n_stages); l++)
-        x = block(g, c, l, x, a->training, a->seed);
+    int64_t l0 = first_block(c, stage, a->n_stages), l1 = first_block(c, stage + 1, a->n_stages);
+    if (a->tp > 1) {
+        // The stage's blocks split over devices 0 .. tp - 1 of its task (the pipeline's device
+        // for the stage, a task: gpt_build_pipeline checks).
+        char names[64][192];
+        const char *devs[64];
+        const char *task = a->devices[stage % a->n_devices];
+        for (int r = 0; r < a->tp; r++) {
+            snprintf(names[r], sizeof names[r], "%s/device:%s:%d", task, a->tp_device_type, r);
+            devs[r] = names[r];
+        }
+        x = tp_blocks(g, c, a->seed, devs, a->tp, l0, l1, x);
+    } else {
+        for (int64_t l = l0; l < l1; l++) x = block(g, c, l, x, a->training, a->seed);
+    }
     if (stage == a->n_stages - 1) {
         dg_output logits;
         out[0] = head(g, c, a->seed, x, in[1], &logits);
@@ -310,11 +339,23 @@ bool gpt_build_pipeline(dg_graph *g, const gpt_config *c, int64_t seed, const dg
                        "1 to 16 groups, and the token embedding in one part", S, (long long)c->n_layer);
         return false;
     }
+    int tp = arg->tp > 1 ? arg->tp : 1;
+    const char *tp_type = arg->tp_device_type && *arg->tp_device_type ? arg->tp_device_type : "CPU";
+    if (tp > 1) {
+        if (!tp_check(g, c, tp)) return dg_graph_check(g, st);
+        // Each stage's shards are devices of its task: the stages' devices must be tasks.
+        for (int k = 0; k < o->n_devices * groups; k++)
+            if (strstr(o->devices[k], "/device:") || strstr(o->devices[k], "/cpu:") || strstr(o->devices[k], "/gpu:")) {
+                dg_status_setf(st, DG_INVALID_ARGUMENT, "gpt pipeline: with tensor parallelism inside the stages, "
+                               "each stage runs on a task (\"/job:ps/task:0\"), not on the device \"%s\"", o->devices[k]);
+                return false;
+            }
+    }
     const int64_t T = c->block_size;
     m->idx = dg_placeholder(g, "idx", DG_INT32, dg_shape2(-1, T));
     m->targets = dg_placeholder(g, "targets", DG_INT32, dg_shape2(-1, T));
     m->training = dg_placeholder(g, "training", DG_BOOL, dg_shape_scalar());
-    *arg = (gpt_pipeline_arg){*c, seed, S, m->training};
+    *arg = (gpt_pipeline_arg){*c, seed, S, m->training, tp, tp_type, o->devices, o->n_devices};
     dg_pipeline_options po = *o;
     po.stage_fn = gpt_pipeline_stage;
     po.arg = arg;
@@ -328,6 +369,7 @@ bool gpt_build_pipeline(dg_graph *g, const gpt_config *c, int64_t seed, const dg
         // variables, and their gradients are averaged where each variable lives.
         dg_output idx[16], tgt[16], losses[16];
         dg_pipeline pg[16];
+        gpt_pipeline_arg group_arg[16];   // each group's stage devices (the build reads them)
         memset(pg, 0, sizeof pg);
         dg_split(g, "group_idx", m->idx, 0, groups, idx);
         dg_split(g, "group_targets", m->targets, 0, groups, tgt);
@@ -337,6 +379,9 @@ bool gpt_build_pipeline(dg_graph *g, const gpt_config *c, int64_t seed, const dg
             snprintf(name, sizeof name, gi == 0 ? "pipeline" : "pipeline_g%d", gi);
             po.name = name;
             po.devices = o->devices + (size_t)gi * (size_t)o->n_devices;
+            group_arg[gi] = *arg;
+            group_arg[gi].devices = po.devices;
+            po.arg = &group_arg[gi];
             dg_output b[2] = {idx[gi], tgt[gi]};
             ok = dg_pipeline_build(g, &po, b, 2, &pg[gi], st);
             losses[gi] = pg[gi].loss;

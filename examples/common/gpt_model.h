@@ -54,6 +54,14 @@ typedef struct gpt_pipeline_arg {
     int64_t seed;
     int n_stages;
     dg_output training;
+    // Tensor parallelism inside each stage: its blocks split over devices 0 .. tp - 1 of
+    // tp_device_type ("CPU" or "GPU") of the stage's task (as gpt_build_tensor_parallel splits
+    // them); 0 or 1: not split. The caller sets tp and tp_device_type before gpt_build_pipeline,
+    // which fills the rest.
+    int tp;
+    const char *tp_device_type;
+    const char *const *devices;   // the pipeline's stage devices (tasks), n_devices of them
+    int n_devices;
 } gpt_pipeline_arg;
 // The stage function (arg: a gpt_pipeline_arg).
 int gpt_pipeline_stage(dg_graph *g, int stage, int mb, const dg_output *in, int n_in, dg_output *out, int cap,
@@ -64,7 +72,9 @@ int gpt_pipeline_stage(dg_graph *g, int stage, int mb, const dg_output *in, int 
 // accumulated gradients. Every stage needs at least one block; the token embedding is one
 // variable. groups > 1: data parallelism across that many pipelines, o->devices holding each
 // group's devices in turn (groups x n_devices): group i trains on the i-th part of the batch
-// with group 0's variables, and p's gradients are the groups' mean. false with st set.
+// with group 0's variables, and p's gradients are the groups' mean. With arg->tp > 1 each
+// stage's blocks are split over that many devices of its task (the stages' devices must be
+// tasks; no dropout; the variables are gpt_build_tensor_parallel's shards). false with st set.
 bool gpt_build_pipeline(dg_graph *g, const gpt_config *c, int64_t seed, const dg_pipeline_options *o, int groups,
                         gpt_pipeline_arg *arg, gpt_model *m, dg_pipeline *p, dg_status *st);
 

@@ -8,8 +8,9 @@
 # gives the same losses, 2 ways over a virtual CPU losses within 0.2. Then the stage process is
 # killed mid-training: the client's step fails within 60 s naming stage 1 and its task (its
 # first line says which task runs which stage), and nothing hangs. Tensor parallelism 2 ways
-# over two tasks gives the losses of 2 ways over two CPUs of one process. 40 steps with the products
-# in bfloat16 give one bfloat16 process's losses within 1e-3.
+# over two tasks gives the losses of 2 ways over two CPUs of one process, and so do two stages
+# that each split their blocks 2 ways. 40 steps with the products in bfloat16 give one bfloat16
+# process's losses within 1e-3.
 source "$(dirname "$0")/common.bash"
 COMMON=(--log_every 1 --eval_windows 48 --quiet --lr_end_step 500)
 losses() { sed -n 's/.*training step \([0-9]*\) done (global step: [0-9]*), loss \(.*\)$/\1 \2/p' "$1"; }
@@ -180,6 +181,18 @@ paste "$TMP/tp2.losses" "$TMP/tpt.losses" | awk '
       if (d > m) m = d }
     END { printf "tensor parallel over 2 tasks: 40 steps, every loss within %.1e (relative) of 2 CPUs of one process\n", m; exit bad }' ||
     fail "tensor parallelism over tasks: the losses differ from over two CPUs of one process"
+
+# Tensor parallelism inside pipeline stages: two stages (one process each), each splitting its
+# blocks over the two CPUs of its process: the same shards and sums as 2 ways in one process,
+# the micro-batches' gradients summed, so the same losses (within 1e-5 relative).
+pipeline tp_pipe 40 --micro_batches 4 --tensor_parallel 2 --virtual_cpus 1
+losses "$TMP/tp_pipe" > "$TMP/tp_pipe.losses"
+[ "$(wc -l < "$TMP/tp_pipe.losses")" -eq 40 ] || { tail "$TMP/tp_pipe"; fail "tensor parallel stages: expected 40 loss lines"; }
+paste "$TMP/tp2.losses" "$TMP/tp_pipe.losses" | awk '
+    { d = ($2 - $4) / $2; if (d < 0) d = -d; if (!(d <= 1e-5)) { print "tp stages step " $1 ": " $2 " vs " $4; bad = 1 }
+      if (d > m) m = d }
+    END { printf "2 stages, each 2 ways tensor parallel: 40 steps, every loss within %.1e (relative) of 2 ways in one process\n", m; exit bad }' ||
+    fail "tensor parallelism inside pipeline stages: the losses differ from 2 ways in one process"
 
 # Tensor parallelism inside each worker, data parallelism across 2 workers (--all_reduce):
 # 1 way gives plain data parallelism's losses; 2 ways puts each worker's shards on its own CPUs,

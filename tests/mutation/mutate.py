@@ -494,6 +494,13 @@ MUTANTS = [
         "tests": ["test_pipeline"],
     },
     {
+        "name": "pipeline_gradients_not_colocated",
+        "what": "a pipeline's backward pass asks for the stage's device, not each op's, so the shards of a tensor-parallel stage compute their gradients on one device",
+        "file": "graph/pipeline.c",
+        "edits": [("{.colocate_gradients_with_ops = true}", "{.colocate_gradients_with_ops = false}")],
+        "tests": ["test_gpt_model"],
+    },
+    {
         "name": "cache_kept_after_last_session",
         "what": "the process's last master session is freed without giving the tensor cache back, so buffers freed as it closes stay held",
         "file": "runtime/master/master.c",
