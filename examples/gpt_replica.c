@@ -144,8 +144,18 @@ static bool build(void *state, dg_graph *g, double lr, int64_t seed, int64_t tra
         dg_pipeline_schedule sch = DG_PIPELINE_1F1B;
         (void)dg_pipeline_schedule_parse(s->schedule, &sch);
         int n_proc = (int)(s->pipeline_stages * s->pipeline_groups);
+        // Without ps tasks (--all_reduce, or one worker alone) the stages run on this worker's
+        // CPUs (--virtual_cpus P-1): with --all_reduce a pipeline in each worker, the workers
+        // data-parallel.
+        bool in_worker = !net->variables_on_ps;
+        if (in_worker && (s->pipeline_groups > 1 || s->tensor_parallel > 0)) {
+            dg_status_set(st, DG_INVALID_ARGUMENT, "--pipeline_stages without ps tasks puts the stages on this worker's "
+                          "CPUs: not with --pipeline_groups or --tensor_parallel (their stages are tasks)");
+            return false;
+        }
         for (int k = 0; k < n_proc; k++) {
-            if (k == 0) snprintf(devs[k], sizeof devs[k], "/job:worker/task:0");
+            if (in_worker) snprintf(devs[k], sizeof devs[k], "%s/device:CPU:%d", net->task_device, k);
+            else if (k == 0) snprintf(devs[k], sizeof devs[k], "/job:worker/task:0");
             else snprintf(devs[k], sizeof devs[k], "/job:ps/task:%d", k - 1);
             dev[k] = devs[k];
         }
@@ -477,7 +487,8 @@ int main(int argc, char **argv) {
         {"shuffle_buffer", FLAG_INT, &s.shuffle_buffer, "with --train_records: the shuffle buffer in windows (default 10000)"},
         {"pipeline_stages", FLAG_INT, &s.pipeline_stages,
          "cut the model into this many pipeline stages: the worker runs stage 0, ps task k stage k + 1 (run with "
-         "--ps P-1 --workers 1; default 0: no pipeline; docs/PIPELINES.md)"},
+         "--ps P-1 --workers 1); without ps tasks the stages run on the worker's CPUs (--virtual_cpus P-1), with "
+         "--all_reduce a pipeline in each worker (default 0: no pipeline; docs/PIPELINES.md)"},
         {"micro_batches", FLAG_INT, &s.micro_batches,
          "with --pipeline_stages: micro-batches a global batch runs as (default 1: the naive split)"},
         {"schedule", FLAG_STRING, &s.schedule, "with --pipeline_stages: gpipe, 1f1b, interleaved or zb-h1 (default 1f1b)"},

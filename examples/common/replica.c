@@ -74,21 +74,34 @@ static bool build_model(dg_graph *g, const replica_model *p, double lr, int64_t 
     // The ps push (dg_optimizer_minimize); the all-reduce's wire dtype is its group's.
     if (!grp && !so && !ls) net->opt.gradient_wire_dtype = wire;
     if (net->n_grads > 0) {
-        if (so || grp || scale_workers > 0) {
+        if (so || scale_workers > 0 || (grp && ls)) {
             dg_status_set(st, DG_INVALID_ARGUMENT, "this model computes its own gradients (a pipeline): without "
-                          "--sync_replicas, --all_reduce or --elastic");
+                          "--sync_replicas or --elastic, and --all_reduce without --mixed_precision fp16");
             return false;
         }
         if (ls && !net->ls.scale.node) {
             dg_status_set(st, DG_INTERNAL, "the model computed its gradients without the loss scale fp16 asks for");
             return false;
         }
-        *train = ls ? dg_optimizer_apply_gradients_with_loss_scale(&net->opt, net->grads, net->vars, net->n_grads,
-                                                                  net->global_step, NULL, &net->ls)
-                    : dg_optimizer_apply_gradients(&net->opt, net->grads, net->vars, net->n_grads, net->global_step,
-                                                   "train");
+        if (grp) {
+            // --all_reduce: each worker's pipeline gradients averaged over the workers by one
+            // CollectiveAllReduce, then applied to this worker's copy of the variables.
+            dg_output *mean = calloc((size_t)net->n_grads, sizeof *mean);
+            if (!mean) abort();
+            if (dg_collective_all_reduce(g, "allreduce_gradients", net->grads, net->n_grads, grp,
+                                         DG_COLLECTIVE_KEY_AUTO, DG_REDUCE_MEAN, NULL, mean))
+                *train = dg_optimizer_apply_gradients(&net->opt, mean, net->vars, net->n_grads, net->global_step,
+                                                      "train");
+            free(mean);
+        } else {
+            *train = ls ? dg_optimizer_apply_gradients_with_loss_scale(&net->opt, net->grads, net->vars, net->n_grads,
+                                                                      net->global_step, NULL, &net->ls)
+                        : dg_optimizer_apply_gradients(&net->opt, net->grads, net->vars, net->n_grads,
+                                                       net->global_step, "train");
+        }
         if (ls) *ls = net->ls;
         (void)dg_global_variables_initializer(g);
+        if (grp && bcast) *bcast = dg_collective_broadcast_variables(g, NULL, 0, grp, DG_COLLECTIVE_KEY_AUTO);
         return dg_graph_check(g, st);
     }
     if (scale_workers > 0) {
@@ -434,9 +447,10 @@ int replica_main(int argc, char **argv, const replica_model *p) {
         fail(st, "building the model");
         goto out;
     }
-    if (m.n_grads > 0 && n_workers > 1) {
-        fprintf(stderr, "%s: a pipeline runs with one worker (its first stage and the client) and a ps task for each "
-                        "further stage; the cluster has %d workers\n", prog, n_workers);
+    if (m.n_grads > 0 && n_workers > 1 && !all_reduce) {
+        fprintf(stderr, "%s: a pipeline over tasks runs with one worker (its first stage and the client) and a ps task "
+                        "for each further stage; the cluster has %d workers (--all_reduce: a pipeline in each worker)\n",
+                prog, n_workers);
         goto out;
     }
     if (all_reduce)

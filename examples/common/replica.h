@@ -20,8 +20,9 @@ typedef struct replica_net {
     bool log_loss;           // the progress lines give the step's loss
     // A model that computes its own gradients (a pipeline over the ps tasks: gpt_replica
     // --pipeline_stages) sets them here, n_grads > 0 (borrowed, alive until the graph is run):
-    // replica.c applies them with opt, with one worker and no strategy (--sync_replicas,
-    // --all_reduce and --elastic are refused). Under --mixed_precision fp16 replica.c sets
+    // replica.c applies them with opt, with one worker and no strategy, or with --all_reduce (a
+    // pipeline in each worker: the gradients averaged over the workers, then applied);
+    // --sync_replicas and --elastic are refused, and so is --all_reduce with fp16. Under --mixed_precision fp16 replica.c sets
     // want_loss_scale and loss_factor (the forced-overflow factor, a float32 placeholder) before
     // the build; such a model then makes ls (dg_loss_scale_make, the default options) and scales
     // its losses by ls.scale times loss_factor, and replica.c applies the gradients through

@@ -9,7 +9,8 @@
 # killed mid-training: the client's step fails within 60 s naming stage 1 and its task (its
 # first line says which task runs which stage), and nothing hangs. Tensor parallelism 2 ways
 # over two tasks gives the losses of 2 ways over two CPUs of one process, and so do two stages
-# that each split their blocks 2 ways. 40 steps with the products in bfloat16 give one bfloat16
+# that each split their blocks 2 ways; a pipeline in each of 2 workers under --all_reduce gives
+# plain data parallelism's losses. 40 steps with the products in bfloat16 give one bfloat16
 # process's losses within 1e-3.
 source "$(dirname "$0")/common.bash"
 COMMON=(--log_every 1 --eval_windows 48 --quiet --lr_end_step 500)
@@ -222,6 +223,33 @@ v2=$(val "$TMP/dp2.w0")
 awk -v a="$v0" -v b="$v2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.1) }' ||
     fail "tp 2 + all-reduce: validation loss $v2, data parallelism alone $v0"
 echo "tensor parallel inside workers, data parallel across 2: 1 way as data parallelism alone, 2 ways $v2 against $v0"
+
+# A pipeline inside each worker, data parallelism across 2 workers (--all_reduce): each worker's
+# two stages on its two CPUs, the micro-batches' gradients averaged over the workers: every
+# loss of each worker within 1e-5 (relative) of plain data parallelism's, the same variables on
+# both (the same validation loss). With --sync_replicas it is refused by name.
+"$BIN/dg-launch" --workers 2 --timeout 300 -- "$BIN/gpt_replica" --all_reduce --pipeline_stages 2 --micro_batches 4 \
+    --virtual_cpus 1 --train_steps 40 "${COMMON[@]}" > "$TMP/dpp" 2>&1 ||
+    { tail -20 "$TMP/dpp"; fail "pipelines with --all_reduce failed"; }
+grep -q "^\[worker1\] Pipeline of 2 stages, 4 micro-batches, 1f1b: stage 0 on /job:worker/task:1/device:CPU:0, stage 1 on /job:worker/task:1/device:CPU:1" \
+    "$TMP/dpp" || fail "pipelines with --all_reduce: worker 1's stages are not on its own CPUs"
+for w in 0 1; do
+    sed -n "s/^\[worker$w\] //p" "$TMP/dpp" > "$TMP/dpp.w$w"
+    losses "$TMP/dpp.w$w" > "$TMP/dpp.w$w.losses"
+    [ "$(wc -l < "$TMP/dpp.w$w.losses")" -eq 40 ] || fail "pipelines + all-reduce: worker $w has not 40 loss lines"
+    paste "$TMP/dp0.w$w.losses" "$TMP/dpp.w$w.losses" | awk -v w="$w" '
+        { d = ($2 - $4) / $2; if (d < 0) d = -d; if (!(d <= 1e-5)) { print "worker " w " step " $1 ": " $2 " vs " $4; bad = 1 }
+          if (d > m) m = d }
+        END { printf "pipelines + all-reduce, worker %d: 40 steps, every loss within %.1e (relative) of data parallelism alone\n", w, m; exit bad }' ||
+        fail "pipelines with --all_reduce: worker $w's losses differ from data parallelism alone"
+done
+[ "$(val "$TMP/dpp.w0")" = "$(val "$TMP/dpp.w1")" ] ||
+    fail "pipelines + all-reduce: the workers' validation losses differ (their variables do)"
+rc=0
+"$BIN/dg-launch" --workers 2 --timeout 120 -- "$BIN/gpt_replica" --sync_replicas --pipeline_stages 2 --virtual_cpus 1 \
+    --train_steps 1 --quiet > "$TMP/dpp_sync" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && grep -q "without --sync_replicas or --elastic" "$TMP/dpp_sync" ||
+    { tail "$TMP/dpp_sync"; fail "a pipeline with --sync_replicas ran"; }
 read -r PW PP <<< "$(free_ports 2)"
 rc=0
 "$BIN/gpt_replica" --worker_hosts "127.0.0.1:$PW" --ps_hosts "127.0.0.1:$PP" --job_name worker --task_index 0 \
