@@ -7,11 +7,11 @@
 #define DISTGRAPH_VERSION_H
 
 #define DG_VERSION_MAJOR 0
-#define DG_VERSION_MINOR 3
+#define DG_VERSION_MINOR 4
 #define DG_VERSION_PATCH 0
-#define DG_VERSION_STRING "0.3.0"
+#define DG_VERSION_STRING "0.4.0"
 // The shared library's interface version: raised whenever a release breaks the C interface.
-#define DG_SOVERSION 2
+#define DG_SOVERSION 3
 
 // The library's version, "MAJOR.MINOR.PATCH". Returns: borrowed, static.
 const char *dg_version(void);
