@@ -227,6 +227,11 @@ bool cpu_dynamic_stitch_shape(exec_ctx *ctx, dg_shape *out);
 // threads when large (gemm.c says what runs it).
 void cpu_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
               int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
+// The same without the products that visit only A's nonzeros (gemm_sparse.c): for callers
+// whose A has zeros in a known pattern the dense GEMM handles better (the attention's causal
+// probabilities, small blocks where listing the nonzeros costs more than it saves).
+void cpu_gemm_dense(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                    int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
 // The vector instructions of x86-64, narrowest first.
 typedef enum cpu_isa { CPU_ISA_BASELINE, CPU_ISA_SSE41, CPU_ISA_AVX2, CPU_ISA_AVX512 } cpu_isa;
 const char *cpu_isa_name(cpu_isa i);

@@ -300,11 +300,12 @@ typedef struct gemm_args {
     const void *A, *B;
     void *C;
     int64_t lda, ldb, ldc;
+    bool dense;   // never the sparse products (cpu_gemm_dense)
 } gemm_args;
 
 static void gemm_one(const gemm_args *g) {
     int64_t M = g->M, N = g->N, K = g->K;
-    if (g->t == DG_FLOAT32 && info.f32_sparse && !g->tb && g->alpha == 1 && g->beta == 0 &&
+    if (g->t == DG_FLOAT32 && info.f32_sparse && !g->dense && !g->tb && g->alpha == 1 && g->beta == 0 &&
         cpu_gemm_sparse_f32(g->ta, M, N, K, g->A, g->lda, g->B, g->ldb, g->C, g->ldc, info.cap))
         return;
 #ifdef DG_WITH_DNNL
@@ -466,12 +467,22 @@ bool cpu_parallel_for(int n, void (*fn)(void *ctx, int i, int n), void *ctx) {
     return true;
 }
 
+static void gemm_run(gemm_args *g) {
+    if (g->M == 0 || g->N == 0) return;
+    cpu_gemm_get_info();   // oneDNN capped before its first product
+    int n = cpu_gemm_split_pieces(g->M, g->N, g->K);
+    if (n > 1 && cpu_parallel_for(n, gemm_piece_run, g)) return;
+    gemm_one(g);
+}
+
 void cpu_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
               int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
-    if (M == 0 || N == 0) return;
-    cpu_gemm_get_info();   // oneDNN capped before its first product
-    gemm_args g = {t, ta, tb, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc};
-    int n = cpu_gemm_split_pieces(M, N, K);
-    if (n > 1 && cpu_parallel_for(n, gemm_piece_run, &g)) return;
-    gemm_one(&g);
+    gemm_args g = {t, ta, tb, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc, false};
+    gemm_run(&g);
+}
+
+void cpu_gemm_dense(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                    int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
+    gemm_args g = {t, ta, tb, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc, true};
+    gemm_run(&g);
 }

@@ -311,7 +311,9 @@ static void att_gemm(dg_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t
                      int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
     if (M == 0 || N == 0) return;
     if (K > 0) {
-        cpu_gemm(t, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        // Dense always: the causal probabilities are half zeros in a pattern the dense GEMM
+        // handles better than listing them (gemm_sparse.c), at these sizes.
+        cpu_gemm_dense(t, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     if (beta != 0) return;   // only beta 0 and 1 are used here
