@@ -24,7 +24,7 @@ static bool out1(dg_node *n, dg_dtype dt, dg_shape sh, dg_status *st) {
 static const char *const ops_16[] = {"Add", "Sub", "Mul", "Maximum", "Minimum", "Neg", "AddN", "BiasAdd",
                                      "Relu", "ReluGrad", "Sigmoid", "SigmoidGrad", "Tanh", "TanhGrad",
                                      "Gelu", "GeluGrad", "Conv2DBackpropFilter", "ScaledDotProductAttention",
-                                     "ScaledDotProductAttentionGrad", "LayerNorm", "LayerNormGrad"};
+                                     "ScaledDotProductAttentionGrad", "LayerNorm", "LayerNormGrad", "SumToShape"};
 
 int graph_ops_16(const char *const **names) {
     *names = ops_16;

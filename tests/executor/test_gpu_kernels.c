@@ -509,8 +509,8 @@ static void build_matmul16(bctx *c) {
                 dg_output b = dg_cast(c->g, NULL, ph(c, tb ? dg_shape2(n, k) : dg_shape2(k, n)), halves[h]);
                 fetch_tol(c, dg_matmul(c->g, NULL, a, b, ta, tb), TOL_SCALED, (double)k);
             }
-        // Batch dimensions equal: a broadcast one's gradient needs SumToShape, which has no
-        // 16-bit kernel.
+        // Batch dimensions equal: a broadcast one's gradient needs SumToShape, which has a
+        // 16-bit kernel on the CPU only.
         dg_output x = dg_cast(c->g, NULL, ph(c, shape4(2, 3, 17, 33)), halves[h]);
         dg_output y = dg_cast(c->g, NULL, ph(c, shape4(2, 3, 33, 9)), halves[h]);
         dg_output z = dg_batch_matmul(c->g, NULL, x, y, false, false);

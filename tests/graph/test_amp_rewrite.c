@@ -213,12 +213,96 @@ static void check_bmm(dg_dtype t, bool adj_x, bool adj_y) {
     dg_status_free(&st);
 }
 
+// The gradient of that product in 16 bits, batch dimensions broadcast: dx sums over y's
+// batch (x [2,1,5,7] met y's 3), dy over x's 2, each through SumToShape in 16 bits (the
+// float32 sum rounded once). Each matrix's product is rounded once before the sum, so the
+// bound holds a rounding per summed matrix.
+static void check_bmm_grad(dg_dtype t) {
+    enum { M = 5, K = 7, N = 4 };
+    dg_status *st = dg_status_new();
+    dg_graph *g = dg_graph_new();
+    int nx = 2 * M * K, ny = 3 * K * N, nz = 6 * M * N;
+    double xv[2 * M * K], yv[3 * K * N], zv[6 * M * N];
+    uint64_t seed = 11;
+    for (int i = 0; i < nx; i++) xv[i] = round16(t, dg_test_uniform(&seed, -2, 2));
+    for (int i = 0; i < ny; i++) yv[i] = round16(t, dg_test_uniform(&seed, -2, 2));
+    for (int i = 0; i < nz; i++) zv[i] = round16(t, dg_test_uniform(&seed, -2, 2));
+    dg_shape xs = dg_shape_make(4, (int64_t[]){2, 1, M, K}), ys = dg_shape_make(3, (int64_t[]){3, K, N});
+    dg_shape zs = dg_shape_make(4, (int64_t[]){2, 3, M, N});
+    dg_output x = dg_placeholder(g, "x", t, xs), y = dg_placeholder(g, "y", t, ys), dz = dg_placeholder(g, "dz", t, zs);
+    dg_output z = dg_batch_matmul(g, "z", x, y, false, false), xy[2] = {x, y}, d[2];
+    assert_true(dg_gradients(g, &z, 1, xy, 2, &dz, d));
+    assert_ok(dg_graph_status(g));
+    dg_session *sess = dg_session_new(g, "local", NULL, st);
+    dg_tensor *xt = tensor16(t, xs, xv, nx), *yt = tensor16(t, ys, yv, ny), *zt = tensor16(t, zs, zv, nz);
+    dg_output feeds[] = {x, y, dz};
+    dg_tensor *vals[] = {xt, yt, zt}, *out[2] = {0};
+    assert_true(dg_session_run(sess, feeds, vals, 3, d, out, 2, NULL, 0, st));
+    assert_ok(st);
+    double u = t == DG_BFLOAT16 ? 0x1p-8 : 0x1p-11;
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(dg_tensor_dtype(out[r]), t);
+        assert_int_equal(dg_tensor_num_elements(out[r]), r ? ny : nx);
+    }
+    // dx[a,0,i,k] = sum_b sum_j dz[a,b,i,j] y[b,k,j]
+    for (int a = 0; a < 2; a++)
+        for (int i = 0; i < M; i++)
+            for (int k = 0; k < K; k++) {
+                double ref = 0, tol = 0, parts = 0;
+                for (int b = 0; b < 3; b++) {
+                    double part = 0, mag = 0;
+                    for (int j = 0; j < N; j++) {
+                        double e = zv[((a * 3 + b) * M + i) * N + j] * yv[(b * K + k) * N + j];
+                        part += e;
+                        mag += fabs(e);
+                    }
+                    ref += part;
+                    parts += fabs(part);
+                    tol += u * fabs(part) + (N + 2) * 0x1p-24 * mag;
+                }
+                tol += u * fabs(ref) + 4 * 0x1p-24 * parts;   // the float32 sum of the parts, rounded once
+                double got = get16(out[0], (a * M + i) * K + k);
+                if (!(fabs(got - ref) <= tol))
+                    fail_msg("d x %s [%d,0,%d,%d] = %.9g, want %.9g", dg_dtype_name(t), a, i, k, got, ref);
+            }
+    // dy[b,k,j] = sum_a sum_i x[a,0,i,k] dz[a,b,i,j]
+    for (int b = 0; b < 3; b++)
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < N; j++) {
+                double ref = 0, tol = 0, parts = 0;
+                for (int a = 0; a < 2; a++) {
+                    double part = 0, mag = 0;
+                    for (int i = 0; i < M; i++) {
+                        double e = xv[(a * M + i) * K + k] * zv[((a * 3 + b) * M + i) * N + j];
+                        part += e;
+                        mag += fabs(e);
+                    }
+                    ref += part;
+                    parts += fabs(part);
+                    tol += u * fabs(part) + (M + 2) * 0x1p-24 * mag;
+                }
+                tol += u * fabs(ref) + 4 * 0x1p-24 * parts;   // the float32 sum of the parts, rounded once
+                double got = get16(out[1], (b * K + k) * N + j);
+                if (!(fabs(got - ref) <= tol))
+                    fail_msg("d y %s [%d,%d,%d] = %.9g, want %.9g", dg_dtype_name(t), b, k, j, got, ref);
+            }
+    for (int r = 0; r < 2; r++) dg_tensor_unref(out[r]);
+    dg_tensor_unref(xt);
+    dg_tensor_unref(yt);
+    dg_tensor_unref(zt);
+    dg_session_free(&sess);
+    dg_graph_free(&g);
+    dg_status_free(&st);
+}
+
 static void test_batch_matmul_16(void **state) {
     (void)state;
     for (int f = 0; f < 4; f++) {
         check_bmm(DG_BFLOAT16, f & 1, f & 2);
         check_bmm(DG_FLOAT16, f & 1, f & 2);
     }
+    check_bmm_grad(DG_BFLOAT16);
+    check_bmm_grad(DG_FLOAT16);
 }
 
 // Conv2D in 16 bits and its two gradients (through dg_gradients, dy fed): x [2,7,6,3], filter
