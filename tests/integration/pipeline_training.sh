@@ -16,6 +16,15 @@ source "$(dirname "$0")/common.bash"
 COMMON=(--log_every 1 --eval_windows 48 --quiet --lr_end_step 500)
 losses() { sed -n 's/.*training step \([0-9]*\) done (global step: [0-9]*), loss \(.*\)$/\1 \2/p' "$1"; }
 val() { sed -n 's/.*After [0-9]* training step(s), validation loss = \([^ ]*\) .*/\1/p' "$1"; }
+# same_losses REF GOT REL WHAT: every step's loss in GOT within REL (relative) of REF's (both
+# "step loss" lines, step by step); prints the largest difference, fails naming WHAT.
+same_losses() {
+    paste "$1" "$2" | awk -v rel="$3" -v what="$4" '
+        { d = ($2 - $4) / $2; if (d < 0) d = -d; if (!(d <= rel)) { print what " step " $1 ": " $2 " vs " $4; bad = 1 }
+          if (d > m) m = d }
+        END { printf "%s: %d steps, every loss within %.1e (relative)\n", what, NR, m; exit bad }' ||
+        fail "$4: the losses differ"
+}
 
 # pipeline NAME STEPS FLAGS...: stage 1 on a ps task, stage 0 on the worker; waits for both.
 pipeline() {
@@ -177,11 +186,7 @@ grep -q "Tensor parallel over 2 devices: /job:worker/task:0/device:CPU:0, /job:p
     fail "tensor parallel over tasks: not on the worker's and the ps task's CPUs"
 losses "$TMP/tpt" > "$TMP/tpt.losses"
 [ "$(wc -l < "$TMP/tpt.losses")" -eq 40 ] || { tail "$TMP/tpt"; fail "tensor parallel over tasks: expected 40 loss lines"; }
-paste "$TMP/tp2.losses" "$TMP/tpt.losses" | awk '
-    { d = ($2 - $4) / $2; if (d < 0) d = -d; if (!(d <= 1e-6)) { print "tp over tasks step " $1 ": " $2 " vs " $4; bad = 1 }
-      if (d > m) m = d }
-    END { printf "tensor parallel over 2 tasks: 40 steps, every loss within %.1e (relative) of 2 CPUs of one process\n", m; exit bad }' ||
-    fail "tensor parallelism over tasks: the losses differ from over two CPUs of one process"
+same_losses "$TMP/tp2.losses" "$TMP/tpt.losses" 1e-6 "tensor parallel over 2 tasks against 2 CPUs of one process"
 
 # Tensor parallelism inside pipeline stages: two stages (one process each), each splitting its
 # blocks over the two CPUs of its process: the same shards and sums as 2 ways in one process,
@@ -189,11 +194,7 @@ paste "$TMP/tp2.losses" "$TMP/tpt.losses" | awk '
 pipeline tp_pipe 40 --micro_batches 4 --tensor_parallel 2 --virtual_cpus 1
 losses "$TMP/tp_pipe" > "$TMP/tp_pipe.losses"
 [ "$(wc -l < "$TMP/tp_pipe.losses")" -eq 40 ] || { tail "$TMP/tp_pipe"; fail "tensor parallel stages: expected 40 loss lines"; }
-paste "$TMP/tp2.losses" "$TMP/tp_pipe.losses" | awk '
-    { d = ($2 - $4) / $2; if (d < 0) d = -d; if (!(d <= 1e-5)) { print "tp stages step " $1 ": " $2 " vs " $4; bad = 1 }
-      if (d > m) m = d }
-    END { printf "2 stages, each 2 ways tensor parallel: 40 steps, every loss within %.1e (relative) of 2 ways in one process\n", m; exit bad }' ||
-    fail "tensor parallelism inside pipeline stages: the losses differ from 2 ways in one process"
+same_losses "$TMP/tp2.losses" "$TMP/tp_pipe.losses" 1e-5 "2 stages, each 2 ways tensor parallel, against 2 ways in one process"
 
 # Tensor parallelism inside each worker, data parallelism across 2 workers (--all_reduce):
 # 1 way gives plain data parallelism's losses; 2 ways puts each worker's shards on its own CPUs,
@@ -237,11 +238,7 @@ for w in 0 1; do
     sed -n "s/^\[worker$w\] //p" "$TMP/dpp" > "$TMP/dpp.w$w"
     losses "$TMP/dpp.w$w" > "$TMP/dpp.w$w.losses"
     [ "$(wc -l < "$TMP/dpp.w$w.losses")" -eq 40 ] || fail "pipelines + all-reduce: worker $w has not 40 loss lines"
-    paste "$TMP/dp0.w$w.losses" "$TMP/dpp.w$w.losses" | awk -v w="$w" '
-        { d = ($2 - $4) / $2; if (d < 0) d = -d; if (!(d <= 1e-5)) { print "worker " w " step " $1 ": " $2 " vs " $4; bad = 1 }
-          if (d > m) m = d }
-        END { printf "pipelines + all-reduce, worker %d: 40 steps, every loss within %.1e (relative) of data parallelism alone\n", w, m; exit bad }' ||
-        fail "pipelines with --all_reduce: worker $w's losses differ from data parallelism alone"
+    same_losses "$TMP/dp0.w$w.losses" "$TMP/dpp.w$w.losses" 1e-5 "pipelines + all-reduce, worker $w, against data parallelism alone"
 done
 [ "$(val "$TMP/dpp.w0")" = "$(val "$TMP/dpp.w1")" ] ||
     fail "pipelines + all-reduce: the workers' validation losses differ (their variables do)"
