@@ -282,9 +282,13 @@ static bool time_attention(int64_t b, int64_t h, int64_t t, int64_t d, int64_t r
     bool grads = dg_gradients(g, &y, 1, xs, 3, &dy, dx);
     const int64_t begin[4] = {0, 0, 0, 0}, size[4] = {1, 1, 1, 1};
     dg_output cy = dg_slice(g, "corner_y", y, begin, size, 4);
-    dg_output cq = grads ? dg_slice(g, "corner_dq", dx[0], begin, size, 4) : cy;
-    dg_node *gdeps[3] = {dx[0].node, dx[1].node, dx[2].node};
-    dg_node *gall = grads ? dg_group(g, "grads", gdeps, 3) : NULL;
+    dg_output cq = cy;
+    dg_node *gall = NULL;
+    if (grads) {
+        dg_node *gdeps[3] = {dx[0].node, dx[1].node, dx[2].node};
+        cq = dg_slice(g, "corner_dq", dx[0], begin, size, 4);
+        gall = dg_group(g, "grads", gdeps, 3);
+    }
     dg_node *init = dg_global_variables_initializer(g);
     dg_graph_pop_device(g);
     if (!grads) {

@@ -120,6 +120,8 @@ step "torch_attention_cuda" "$out/torch_mlp.jsonl" python3 "$c/torch_attention_c
 gpt_args=(--gpu_config --batch_size 64 --num_gpus 1 --log_every 1000000 --quiet --eval_windows 64
     --data_dir "$c/fortunes")
 short=${GPT_SHORT:-20} long=${GPT_LONG:-120}
+[ "$long" -gt "$short" ] || { echo "gpu_check: GPT_LONG ($long) must be more than GPT_SHORT ($short)" >&2; exit 2; }
+touch "$out/gpt.log"
 port=$((20000 + RANDOM % 20000))
 for mode in float32 tf32 bf16; do
     flag=() tflag=()
@@ -129,9 +131,9 @@ for mode in float32 tf32 bf16; do
     esac
     secs=()
     for n in "$short" "$long"; do
-        before=$(wc -l <"$out/gpt.log" 2>/dev/null || echo 0)
+        before=$(wc -l <"$out/gpt.log")
         step "gpt_replica GPU $n steps $mode" "$out/gpt.log" "$bin/gpt_replica" --worker_hosts "127.0.0.1:$port" \
-            --job_name worker --task_index 0 --train_steps "$n" "${gpt_args[@]}" "${flag[@]}"
+            --job_name worker --task_index 0 --train_steps "$n" "${gpt_args[@]}" ${flag[@]+"${flag[@]}"}
         port=$((port + 1))
         # this run's lines only: a run that failed leaves none
         secs+=("$(tail -n +$((before + 1)) "$out/gpt.log" | sed -n 's/^Training elapsed time: \([0-9.]*\) s.*/\1/p')")
@@ -141,8 +143,9 @@ for mode in float32 tf32 bf16; do
         ms = (b - a) * 1000 / n
         printf "{\"bench\": \"gpt_gpu\", \"system\": \"distgraph\", \"mode\": \"%s\", \"ms_per_step\": %.3f, \"tokens_per_s\": %.0f}\n", t, ms, 64 * 256 * 1000 / ms
     }' | tee -a "$out/gpt.log" "$summary"
+    before=$(wc -l <"$out/gpt.log")
     step "torch_gpt cuda $mode" "$out/gpt.log" python3 "$c/torch_gpt.py" --device cuda --data_dir "$c/fortunes" \
         --step-bench --steps $((long - short)) --batch 64 --block 256 --n_layer 6 --n_head 6 --n_embd 384 \
-        --dropout 0.2 --sdpa --fused_adamw "${tflag[@]}"
-    grep '"torch_gpt"' "$out/gpt.log" | tail -1 | tee -a "$summary"
+        --dropout 0.2 --sdpa --fused_adamw ${tflag[@]+"${tflag[@]}"}
+    tail -n +$((before + 1)) "$out/gpt.log" | grep '"torch_gpt"' | tail -1 | tee -a "$summary"
 done

@@ -183,9 +183,12 @@ static bool gemm(exec_cuda_device *dev, gemm_kind kind, bool trans_a, bool trans
     CUDA_CHECK(cudaSetDevice(dev->id));
     // The math mode is set on every call: the handle is shared by all kernels of the device,
     // and CUBLAS_DEFAULT_MATH never uses TF32.
-    CUBLAS_CHECK(cublas.set_math_mode(h, kind == GEMM_F32 && atomic_load(&allow_tf32)
-                                          ? CUBLAS_TF32_TENSOR_OP_MATH
-                                          : CUBLAS_DEFAULT_MATH));
+    // The 16-bit products keep float32 sums throughout: no split-K reduction in 16 bits.
+    cublasMath_t math = kind == GEMM_F32 && atomic_load(&allow_tf32) ? CUBLAS_TF32_TENSOR_OP_MATH
+                        : kind == GEMM_BF16 || kind == GEMM_F16
+                            ? (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)
+                            : CUBLAS_DEFAULT_MATH;
+    CUBLAS_CHECK(cublas.set_math_mode(h, math));
     // Row-major C (m x n) is column-major C^T, and C^T = op(B)^T op(A)^T: swap the operands.
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (kind == GEMM_BF16 || kind == GEMM_F16) {

@@ -276,29 +276,29 @@ __device__ __forceinline__ float f16_to_f32(uint16_t h) {
     return __uint_as_float(sign | ((e + 112) << 23) | (m << 13));
 }
 
-// Element i of x as a double (exact for every kind), and a double stored as kind `to` (the
-// 16-bit floats through float32, as the CPU's Cast).
-__device__ __forceinline__ double load_float(cuda_float_kind k, const void *x, int64_t i) {
+// Element i of a float32, bfloat16 or float16 x as a float32 (exact; bits moved, not
+// computed on, so a NaN keeps its sign and payload), and a float32 stored as kind `to`.
+__device__ __forceinline__ float load_f32(cuda_float_kind k, const void *x, int64_t i) {
     switch (k) {
-    case CUDA_FLOAT_F64: return ((const double *)x)[i];
     case CUDA_FLOAT_BF16: return bf16_to_f32(((const uint16_t *)x)[i]);
     case CUDA_FLOAT_F16: return f16_to_f32(((const uint16_t *)x)[i]);
     default: return ((const float *)x)[i];
     }
 }
-__device__ __forceinline__ void store_float(cuda_float_kind k, void *y, int64_t i, double v) {
+__device__ __forceinline__ void store_f32(cuda_float_kind k, void *y, int64_t i, float v) {
     switch (k) {
-    case CUDA_FLOAT_F64: ((double *)y)[i] = v; break;
-    case CUDA_FLOAT_BF16: ((uint16_t *)y)[i] = f32_to_bf16((float)v); break;
-    case CUDA_FLOAT_F16: ((uint16_t *)y)[i] = f32_to_f16((float)v); break;
-    default: ((float *)y)[i] = (float)v; break;
+    case CUDA_FLOAT_F64: ((double *)y)[i] = (double)v; break;
+    case CUDA_FLOAT_BF16: ((uint16_t *)y)[i] = f32_to_bf16(v); break;
+    case CUDA_FLOAT_F16: ((uint16_t *)y)[i] = f32_to_f16(v); break;
+    default: ((float *)y)[i] = v; break;
     }
 }
 
+// From float64: through float32 to a 16-bit float, as the CPU's Cast (it rounds twice).
 __global__ void cast(cuda_float_kind from, const void *x, cuda_float_kind to, void *y, int64_t n) {
     const int64_t stride = (int64_t)blockDim.x * gridDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        store_float(to, y, i, load_float(from, x, i));
+        store_f32(to, y, i, from == CUDA_FLOAT_F64 ? (float)((const double *)x)[i] : load_f32(from, x, i));
 }
 
 // ---- optimizer updates, in place ----

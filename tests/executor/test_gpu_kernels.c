@@ -485,6 +485,22 @@ static void build_cast16(bctx *c) {
     c->vals[c->n_feeds++] = v;
     dg_output r = ph(c, dg_shape2(300, 1001));
     const dg_dtype halves[2] = {DG_BFLOAT16, DG_FLOAT16};
+    // NaNs (quiet and signalling, either sign, with payloads), infinities and zeros given in
+    // 16 bits, cast to the other format: their bits (the bits move through float32 unchanged).
+    static const uint16_t nan_bits[2][8] = {{0x7fc0, 0xffc1, 0x7f81, 0xff95, 0x7f80, 0xff80, 0x8000, 0x0001},
+                                            {0x7e00, 0xfe01, 0x7c01, 0xfd55, 0x7c00, 0xfc00, 0x8000, 0x0001}};
+    for (int h = 0; h < 2; h++) {
+        assert_true(c->n_feeds < MAX_FEEDS);
+        dg_status *nst = dg_status_new();
+        dg_tensor *nv = dg_tensor_new(halves[h], dg_shape1(8), nst);
+        assert_ok(nst);
+        dg_status_free(&nst);
+        memcpy(dg_tensor_data(nv), nan_bits[h], sizeof nan_bits[h]);
+        dg_output np = dg_placeholder(c->g, NULL, halves[h], dg_shape1(8));
+        c->feeds[c->n_feeds] = np;
+        c->vals[c->n_feeds++] = nv;
+        fetch_exact(c, dg_cast(c->g, NULL, np, halves[1 - h]));
+    }
     for (int h = 0; h < 2; h++) {
         dg_output eh = dg_cast(c->g, NULL, e, halves[h]), rh = dg_cast(c->g, NULL, r, halves[h]);
         fetch_exact(c, eh);
@@ -517,7 +533,8 @@ static void build_matmul16(bctx *c) {
         dg_output dz = dg_cast(c->g, NULL, ph(c, shape4(2, 3, 17, 9)), halves[h]);
         fetch_tol(c, z, TOL_SCALED, 33.0);
         dg_output xs[2] = {x, y}, dx[2];
-        if (dg_gradients(c->g, &z, 1, xs, 2, &dz, dx)) {
+        assert_true(dg_gradients(c->g, &z, 1, xs, 2, &dz, dx));
+        {
             fetch_tol(c, dx[0], TOL_SCALED, 9.0);
             fetch_tol(c, dx[1], TOL_SCALED, 17.0);
         }
@@ -1427,13 +1444,20 @@ static void compare(const gk_case *k, dg_dtype t, const bctx *c, int run, dg_ten
         for (int64_t i = 0; i < dg_tensor_num_elements(y); i++) {
             double u = dg_tensor_get_as_double(x, i), v = dg_tensor_get_as_double(y, i);
             bool ok;
-            if (isnan(u) || isnan(v)) ok = false;   // poison (unwritten) or a broken reference
-            else if (c->tol[f] == TOL_EXACT || !dg_dtype_is_float(dg_tensor_dtype(y))) ok = u == v;
+            if (half_ulp > 0 && c->tol[f] == TOL_EXACT)   // 16-bit casts: the bits (NaN payloads, -0)
+                ok = ((const uint16_t *)dg_tensor_data(x))[i] == ((const uint16_t *)dg_tensor_data(y))[i];
+            else if (isnan(u) || isnan(v)) ok = false;   // poison (unwritten) or a broken reference
+            else if (c->tol[f] == TOL_EXACT || (!dg_dtype_is_float(yt) && half_ulp == 0)) ok = u == v;
             else {
                 // rel of max(1, |v|), or of the case's scale when that is larger
                 double scale = c->tol[f] == TOL_SCALED && c->scale[f] > 1 ? c->scale[f] : 1;
                 ok = half_ulp > 0 ? fabs(u - v) <= half_ulp * fabs(v) + rel * scale : dg_test_is_close(u, v, rel * scale, rel);
             }
+            if (!ok && half_ulp > 0)
+                fail_msg("%s (%s) fetch %d \"%s\" %s%s run %d: element %lld is %.17g (bits %04x), CPU gives %.17g "
+                         "(bits %04x)", k->name, dg_dtype_name(t), f, name, dg_dtype_name(yt),
+                         dg_shape_str(dg_tensor_shape(y), a, sizeof a), run, (long long)i, u,
+                         ((const uint16_t *)dg_tensor_data(x))[i], v, ((const uint16_t *)dg_tensor_data(y))[i]);
             if (!ok)
                 fail_msg("%s (%s) fetch %d \"%s\" %s%s run %d: element %lld is %.17g, CPU gives %.17g",
                          k->name, dg_dtype_name(t), f, name, dg_dtype_name(dg_tensor_dtype(y)),

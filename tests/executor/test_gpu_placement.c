@@ -159,6 +159,16 @@ static void test_memory_rule_16bit(void **state) {
         assert_true(on_gpu(y.node));
         assert_true(on_gpu(back.node));
         assert_false(on_gpu(r.node));
+        // A kernel chosen by an int or bool input 0 computes in float32 or float64 only: its
+        // 16-bit node is not the GPU's (Select by its bool condition, Fill by its int dims).
+        dg_output cond = dg_placeholder(g, "cond", DG_BOOL, dg_shape2(4, 5));
+        dg_output sel = dg_where(g, "sel", cond, y, y);
+        dg_output fill = dg_fill(g, "fill", dg_const_i64s(g, NULL, (int64_t[]){2, 2}, 2), dg_scalar(g, NULL, t, 1.5));
+        assert_ok(dg_graph_status(g));
+        assert_non_null(exec_kernel_find("Select", "GPU", DG_BOOL));
+        assert_false(exec_kernel_supports(NULL, sel.node, "GPU"));
+        if (exec_kernel_find("Fill", "GPU", DG_INT64)) assert_false(exec_kernel_supports(NULL, fill.node, "GPU"));
+        assert_true(exec_kernel_supports(NULL, y.node, "GPU"));
         dg_graph_free(&g);
     }
     dg_status_free(&st);

@@ -6,11 +6,16 @@
 #include "graph_impl.h"
 
 // Only float tensors live in the GPU's memory: a node with another output dtype runs here only
-// when its kernel keeps such outputs on the host.
+// when its kernel keeps such outputs on the host. A 16-bit float output needs a kernel that
+// says it takes 16-bit floats: a kernel chosen by an int or bool input 0 (Fill, Select,
+// OneHot, Conv2DBackpropInput, DynamicStitch) computes in float32 or float64 only.
 static bool supports(const exec_kernel_def *k, const dg_node *n) {
     if (k->host_outputs) return true;
-    for (int i = 0; i < n->n_outputs; i++)
-        if (!gpu_dtype_on_device(n->out_dtypes[i])) return false;
+    for (int i = 0; i < n->n_outputs; i++) {
+        dg_dtype t = n->out_dtypes[i];
+        if (!gpu_dtype_on_device(t)) return false;
+        if (dg_dtype_is_float16_family(t) && !(k->dtype_mask & DT_FLOAT16S)) return false;
+    }
     return true;
 }
 
