@@ -295,9 +295,9 @@ int main(int argc, char **argv) {
             goto out;
         }
         dg_link_perf lk = dg_cost_model_link(cost, local ? DG_LINK_SAME_TASK : DG_LINK_SAME_HOST);
-        printf("profiled %d ops (%s); link between the devices: %.1f us + %.2f GB/s (%s)\n", measured,
-               on_one ? "on one CPU" : "on the expert's split", lk.latency_s * 1e6, lk.bytes_per_s / 1e9,
-               local || on_one ? "calibrated" : "latency measured under load");
+        printf("profiled %d ops (%s); link between the devices: %.1f us + %.2f GB/s (%s); a thread wakes in %.1f us\n",
+               measured, on_one ? "on one CPU" : "on the expert's split", lk.latency_s * 1e6, lk.bytes_per_s / 1e9,
+               local || on_one ? "calibrated" : "latency measured under load", dg_cost_model_wake(cost, "CPU") * 1e6);
     }
     dg_session_options o = run_opts;
     o.auto_place = !manual;

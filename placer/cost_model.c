@@ -343,6 +343,33 @@ int dg_cost_model_task_streams(const dg_cost_model *m, const char *type) {
     return 0;
 }
 
+void dg_cost_model_set_handoff(dg_cost_model *m, dg_op_handoff_fn handoff, void *ctx) {
+    if (!m) return;
+    m->handoff = handoff;
+    m->handoff_ctx = handoff ? ctx : NULL;
+}
+
+bool dg_cost_model_set_wake(dg_cost_model *m, const char *type, double seconds, dg_status *st) {
+    dg_status_reset(st);
+    int t = -1;
+    for (int k = 0; m && type && k < m->n_types && t < 0; k++)
+        if (strcmp(m->types[k], type) == 0) t = k;
+    if (t < 0 || !(seconds >= 0 && seconds <= 1)) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT,
+                       "cost model: wake time of device type %s: the type must be known and the time from 0 to 1 "
+                       "second (got %g)", type ? type : "(null)", seconds);
+        return false;
+    }
+    m->wake_s[t] = seconds;
+    return true;
+}
+
+double dg_cost_model_wake(const dg_cost_model *m, const char *type) {
+    for (int k = 0; m && type && k < m->n_types; k++)
+        if (strcmp(m->types[k], type) == 0) return m->wake_s[k];
+    return 0;
+}
+
 
 // ---- calibration files ----
 
@@ -431,6 +458,15 @@ bool dg_cost_model_load(dg_cost_model *m, const char *path, dg_status *st) {
         } else if (ts) {
             dg_cost_model_set_task_streams(&tmp, mb->key, (int)ts->number, NULL);
         }
+        // Optional: how long a sleeping thread of those streams takes to start an op.
+        const cluster_json *wk = ok ? cluster_json_get(mb->value, "wake_s") : NULL;
+        if (wk && (wk->kind != CLUSTER_JSON_NUMBER || !(wk->number >= 0 && wk->number <= 1))) {
+            dg_status_setf(st, DG_INVALID_ARGUMENT, "cost model file %s: %s.wake_s must be a number of seconds from 0 "
+                           "to 1", path, where);
+            ok = false;
+        } else if (wk) {
+            dg_cost_model_set_wake(&tmp, mb->key, wk->number, NULL);
+        }
     }
     const cluster_json *links = ok ? cluster_json_get(root, "links") : NULL;
     if (links && links->kind != CLUSTER_JSON_OBJECT) {
@@ -510,6 +546,7 @@ bool dg_cost_model_save(const dg_cost_model *m, const char *path, dg_status *st)
         fprintf(f, ": {\"flops_per_s\": %.6g, \"bytes_per_s\": %.6g, \"op_overhead_s\": %.6g",
                 m->perf[t].flops_per_s, m->perf[t].bytes_per_s, m->perf[t].op_overhead_s);
         if (m->task_streams[t] > 0) fprintf(f, ", \"task_streams\": %d", m->task_streams[t]);
+        if (m->wake_s[t] > 0) fprintf(f, ", \"wake_s\": %.6g", m->wake_s[t]);
         fprintf(f, "}");
     }
     fprintf(f, "}, \"links\": {");

@@ -44,6 +44,10 @@ struct dg_cost_model {
     dg_device_perf perf[PLACER_MAX_TYPES];
     int task_streams[PLACER_MAX_TYPES];   // > 0: a task's devices of the type share this many
                                           // streams (dg_cost_model_set_task_streams); 0: one each
+    double wake_s[PLACER_MAX_TYPES];      // a sleeping thread of those streams takes this long
+                                          // to start an op handed to it (dg_cost_model_set_wake)
+    dg_op_handoff_fn handoff;             // NULL: any ready op on any free stream, at once
+    void *handoff_ctx;
     int n_types;
     dg_link_perf links[3];
     placer_host *hosts;   // owned; empty: every task on one host
@@ -97,6 +101,11 @@ typedef struct placer_problem {
                                         // + stream_count - 1; devices sharing streams share slots
     int n_slots;
     int *topo;               // a topological order (by id where free)
+    // The executor's threads (dg_cost_model_set_handoff), for devices whose streams are a task's
+    // shared threads: pool[d] says so, wake[d] is their wake-up time, handoff[v] marks an op
+    // handed to another thread (not run by the thread that made it ready, unless it came first).
+    unsigned char *pool, *handoff;
+    double *wake;
 } placer_problem;
 
 // Builds the problem of nodes over devices (complete names); unknown dimensions stand for
@@ -111,6 +120,7 @@ typedef struct placer_sim {
     int *crit;               // per node: the predecessor whose arrival made it ready, -1 none
     int *pending;            // scratch
     double *slot_free, *chan_free, *busy;   // slot_free: per stream slot (placer_problem)
+    int *slot_of;            // per node: the stream slot it ran on
     int *stamp_gid, *stamp_xfer;   // per device: the last transfer made, for one per tensor
     struct placer_xfer { int gid, src, dst; double start, end, arrive; } *xfers;
     int n_xfers, cap_xfers;

@@ -2,7 +2,10 @@
  * arrays (edges by output, each op's time on each device type, each link); a simulation runs
  * one step of it as placed: each device has one compute stream that runs ops in the order they
  * became ready (or the devices of a type in one task share the streams the cost model gives
- * them, an op taking the first one free: a process's CPUs share its inter-op threads); each
+ * them, an op taking the first one free: a process's CPUs share its inter-op threads; with the
+ * executor's policy given, dg_cost_model_set_handoff, those streams are its threads: roots on
+ * the first, an op kept by the thread that made it ready unless handed over, a handed op waiting
+ * for a sleeping thread to wake); each
  * direction of a device pair has one channel that carries one tensor after another (a tensor
  * crosses to a device once, however many ops there read it). Events are
  * taken in time order from a binary heap, ties in the order they were made, so a simulation is
@@ -38,6 +41,9 @@ void placer_problem_clear(placer_problem *p) {
     free(p->stream_first);
     free(p->stream_count);
     free(p->topo);
+    free(p->pool);
+    free(p->handoff);
+    free(p->wake);
     memset(p, 0, sizeof *p);
 }
 
@@ -149,6 +155,14 @@ bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const
             p->n_slots += p->stream_count[d];
         }
     }
+    // The executor's threads: devices whose streams a task's devices share, when the model says
+    // how the executor hands ops out.
+    ALLOC(p->pool, n_dev);
+    ALLOC(p->wake, n_dev);
+    for (int d = 0; d < n_dev; d++) {
+        p->pool[d] = m->handoff && m->task_streams[p->dev_type[d]] > 0;
+        p->wake[d] = p->pool[d] ? m->wake_s[p->dev_type[d]] : 0;
+    }
     // Ops' times per device type.
     ALLOC(p->cost, (size_t)n * (size_t)m->n_types);
     ALLOC(p->out_start, n + 1);
@@ -222,6 +236,12 @@ bool placer_problem_build(placer_problem *p, dg_node *const *nodes, int n, const
             p->pred_gid[pe] = gid;
         }
     }
+    ALLOC(p->handoff, n);
+    int pool_dev = -1;   // which ops the executor hands over, asked of the first pooled device's type
+    for (int d = 0; d < n_dev && pool_dev < 0; d++)
+        if (p->pool[d]) pool_dev = d;
+    for (int v = 0; v < n; v++)
+        p->handoff[v] = pool_dev >= 0 && m->handoff(m->handoff_ctx, nodes[v], names[pool_dev].type);
     // A topological order: ready nodes first in, first out, from the lowest index.
     ALLOC(p->topo, n);
     ALLOC(queue, n);
@@ -299,6 +319,7 @@ void placer_sim_clear(placer_sim *s) {
     free(s->crit);
     free(s->pending);
     free(s->slot_free);
+    free(s->slot_of);
     free(s->chan_free);
     free(s->busy);
     free(s->stamp_gid);
@@ -354,11 +375,28 @@ static double stream_take(const placer_problem *p, placer_sim *s, int d, double 
     return st;
 }
 
-static void run_op(const placer_problem *p, const int *dev, placer_sim *s, int v, double t, int crit,
-                   int64_t *seq) {
+// Op v, ready at t, on a stream of its device: pin >= 0 is the slot of the thread that made it
+// ready and runs it itself, pin < 0 the first stream free. handed: on the executor's threads
+// (p->pool), a thread that sleeps when the op is handed to it wakes first.
+static void run_op(const placer_problem *p, const int *dev, placer_sim *s, int v, double t, int crit, int pin,
+                   bool handed, int64_t *seq) {
     int d = dev[v];
     double c = p->cost[(size_t)v * p->n_types + p->dev_type[d]];
-    double st = stream_take(p, s, d, t, c);
+    int slot = pin;
+    if (slot < 0) {
+        slot = p->stream_first[d];
+        for (int i = slot + 1; i < p->stream_first[d] + p->stream_count[d]; i++)
+            if (s->slot_free[i] < s->slot_free[slot]) slot = i;
+    }
+    double free_at = s->slot_free[slot];
+    // Asleep: free before t, or at t and not the thread that made the op ready (which, done at
+    // t, looks for work without sleeping).
+    if (handed && p->pool[d] && (free_at < t || (free_at == t && (crit < 0 || s->slot_of[crit] != slot))))
+        t += p->wake[d];
+    double st = t > free_at ? t : free_at;
+    s->slot_free[slot] = st + c;
+    s->busy[d] += c;
+    s->slot_of[v] = slot;
     s->start[v] = st;
     s->finish[v] = st + c;
     s->crit[v] = crit;
@@ -373,12 +411,13 @@ static bool sim_alloc(const placer_problem *p, placer_sim *s) {
     s->crit = malloc(n * sizeof *s->crit);
     s->pending = malloc(n * sizeof *s->pending);
     s->slot_free = malloc(((size_t)p->n_slots + 1) * sizeof *s->slot_free);
+    s->slot_of = malloc(n * sizeof *s->slot_of);
     s->chan_free = malloc(nd * nd * sizeof *s->chan_free);
     s->busy = malloc(nd * sizeof *s->busy);
     s->stamp_gid = malloc(nd * sizeof *s->stamp_gid);
     s->stamp_xfer = malloc(nd * sizeof *s->stamp_xfer);
     s->edge_xfer = malloc(((size_t)p->succ_start[p->out_start[p->n]] + 1) * sizeof *s->edge_xfer);
-    if (!s->start || !s->finish || !s->crit || !s->pending || !s->slot_free || !s->chan_free || !s->busy ||
+    if (!s->start || !s->finish || !s->crit || !s->pending || !s->slot_free || !s->slot_of || !s->chan_free || !s->busy ||
         !s->stamp_gid || !s->stamp_xfer || !s->edge_xfer) {
         placer_sim_clear(s);
         return false;
@@ -402,7 +441,8 @@ double placer_simulate(const placer_problem *p, const int *dev, placer_sim *s) {
     for (int v = 0; v < p->n; v++) s->pending[v] = p->n_in[v];
     for (int k = 0; k < p->n; k++) {
         int v = p->topo[k];
-        if (p->n_in[v] == 0) run_op(p, dev, s, v, 0, -1, &seq);
+        // The executor's roots all start on the thread that runs the step.
+        if (p->n_in[v] == 0) run_op(p, dev, s, v, 0, -1, p->pool[dev[v]] ? p->stream_first[dev[v]] : -1, false, &seq);
     }
     int done = 0;
     double end = 0;
@@ -411,6 +451,7 @@ double placer_simulate(const placer_problem *p, const int *dev, placer_sim *s) {
         struct placer_event ev = heap_pop(s);
         if (ev.kind == EV_FINISH) {
             int u = ev.id, du = dev[u];
+            int kept = 0;   // ops u made ready on its device so far
             done++;
             if (ev.t >= end) {
                 end = ev.t;
@@ -421,7 +462,12 @@ double placer_simulate(const placer_problem *p, const int *dev, placer_sim *s) {
                     int v = p->succ[e], dv = dev[v];
                     if (dv == du) {
                         s->edge_xfer[e] = -1;
-                        if (--s->pending[v] == 0) run_op(p, dev, s, v, ev.t, u, &seq);
+                        if (--s->pending[v] == 0) {
+                            // The executor's thread keeps the first op u made ready and every one
+                            // it would not hand over; the others go to the first thread free.
+                            bool keep = p->pool[du] && (kept++ == 0 || !p->handoff[v]);
+                            run_op(p, dev, s, v, ev.t, u, keep ? s->slot_of[u] : -1, p->pool[du] && !keep, &seq);
+                        }
                         continue;
                     }
                     if (s->stamp_gid[dv] == gid) {
@@ -455,7 +501,7 @@ double placer_simulate(const placer_problem *p, const int *dev, placer_sim *s) {
             }
             for (int e = p->succ_start[gid]; e < p->succ_start[gid + 1]; e++) {
                 int v = p->succ[e];
-                if (dev[v] == dst && --s->pending[v] == 0) run_op(p, dev, s, v, ready, src, &seq);
+                if (dev[v] == dst && --s->pending[v] == 0) run_op(p, dev, s, v, ready, src, -1, true, &seq);
             }
         }
     }

@@ -55,6 +55,21 @@ bool dg_cost_model_set_link(dg_cost_model *m, dg_link_kind kind, dg_link_perf pe
 // unknown or n out of range. Calibration files hold it as "task_streams" of a device type.
 bool dg_cost_model_set_task_streams(dg_cost_model *m, const char *device_type, int n, dg_status *st);
 int dg_cost_model_task_streams(const dg_cost_model *m, const char *device_type);
+// How an executor shares those threads out, so that the simulator runs a step as the executor
+// does (without it, an op ready on a task's shared streams takes the first one free, at once):
+// the task's root ops start on its first thread; a thread goes on with what its op made ready
+// itself, and hands to another thread only the ops that handoff says to (distgraph's and
+// TensorFlow's executors: an expensive kernel, beyond the first op made ready); an op handed
+// over, or made ready by a value from another device, waits the type's wake time
+// (dg_cost_model_set_wake) when no thread is running. handoff(ctx, n, device_type) is called
+// while a placement problem is built; NULL restores the default. dg_step_traces_measure installs
+// distgraph's executor's; a calibration file does not hold it.
+typedef bool (*dg_op_handoff_fn)(void *ctx, const dg_node *n, const char *device_type);
+void dg_cost_model_set_handoff(dg_cost_model *m, dg_op_handoff_fn handoff, void *ctx);
+// The time a sleeping thread of a task's shared streams takes to start an op handed to it (0 to
+// 1 s; default 0). Calibration files hold it as "wake_s" of a device type.
+bool dg_cost_model_set_wake(dg_cost_model *m, const char *device_type, double seconds, dg_status *st);
+double dg_cost_model_wake(const dg_cost_model *m, const char *device_type);
 // The host of each task, from the cluster's addresses (the part before the last ':'): tasks of
 // different hosts talk over DG_LINK_OTHER_HOST. Borrows c for the duration of the call.
 bool dg_cost_model_set_hosts(dg_cost_model *m, const dg_cluster *c, dg_status *st);

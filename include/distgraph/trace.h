@@ -64,7 +64,10 @@ void dg_step_trace_free(dg_step_trace **t);
 // its kernel's duration, for its device's type) and, from the step's transfers between tasks
 // (at least 3 of a link kind), that link's latency under load: the median of their times beyond
 // their bytes at the link's bandwidth (which holds the receiving task's wait for a thread when
-// its cores are busy). Profile a step on one placement, then place (docs/PLACEMENT.md). Returns the
+// its cores are busy); from the ops handed to a thread that ran nothing while they waited (at
+// least 3 of a device type), the type's wake time (dg_cost_model_set_wake: their median); and it
+// gives the model this executor's rule of which ops a thread hands over (dg_cost_model_set_handoff).
+// Profile a step on one placement, then place (docs/PLACEMENT.md). Returns the
 // ops measured; -1 with st set on error.
 int dg_step_trace_measure(const dg_step_trace *t, dg_cost_model *m, dg_status *st);
 // The same over several traced steps of one placement: each op's time is its median over the

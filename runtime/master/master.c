@@ -484,6 +484,7 @@ static bool auto_place_graph(master_session *m, const dg_placement_options *base
             dg_cost_model_free(&m->cost);
             return false;
         }
+        dg_cost_model_set_handoff(m->cost, step_trace_executor_handoff, NULL);   // this executor's rule
     }
     dg_node **all = malloc(((size_t)n + 1) * sizeof *all);
     if (!all) return base_oom(st, "automatic placement", (size_t)n * sizeof *all);

@@ -8,6 +8,7 @@
 
 #include "base_impl.h"
 #include "distgraph/device_name.h"
+#include "exec_kernel_registry_impl.h"
 #include "status_impl.h"
 #include "step_trace_impl.h"
 #include "trace_blob_impl.h"
@@ -580,6 +581,48 @@ static int cmp_op_sample(const void *a, const void *b) {
     return c ? c : (x->s > y->s) - (x->s < y->s);
 }
 
+bool step_trace_executor_handoff(void *ctx, const dg_node *n, const char *device_type) {
+    (void)ctx;
+    const exec_kernel_def *k = exec_kernel_find(dg_node_op_type(n), device_type, exec_kernel_dtype(n));
+    return k && k->expensive;
+}
+
+// A device type's wake time: how long an op handed to a thread that was not running waited
+// (a QUEUED event on a thread with no op of its own during the wait).
+typedef struct wake_sample {
+    char type[DG_DEVICE_TYPE_MAX];
+    double s;
+} wake_sample;
+
+static int cmp_wake_sample(const void *a, const void *b) {
+    const wake_sample *x = a, *y = b;
+    int c = strcmp(x->type, y->type);
+    return c ? c : (x->s > y->s) - (x->s < y->s);
+}
+
+// Appends trace t's waits of ops handed to an idle thread to *w.
+static bool wake_samples_add(const dg_step_trace *t, wake_sample **w, int *n, int *cap, dg_status *st) {
+    int ne = dg_step_trace_num_events(t);
+    for (int i = 0; i < ne; i++) {
+        const dg_trace_event *q = dg_step_trace_event(t, i);
+        if (q->kind != DG_TRACE_QUEUED || !q->device || !q->device[0] || !q->task || q->end_ns <= q->start_ns)
+            continue;
+        dg_device_name dn;
+        if (!dg_device_name_parse(q->device, &dn, NULL) || !dn.has_type) continue;
+        bool busy = false;   // did the thread that took it run an op while it waited?
+        for (int j = 0; j < ne && !busy; j++) {
+            const dg_trace_event *e = dg_step_trace_event(t, j);
+            busy = e->kind == DG_TRACE_OP && e->thread == q->thread && e->task && strcmp(e->task, q->task) == 0 &&
+                   e->end_ns > q->start_ns && e->start_ns < q->end_ns;
+        }
+        if (busy) continue;
+        if (!BASE_GROW(*w, *n, *cap, 1, "step trace wake times", st)) return false;
+        memcpy((*w)[*n].type, dn.type, sizeof dn.type);
+        (*w)[(*n)++].s = (double)(q->end_ns - q->start_ns) * 1e-9;
+    }
+    return true;
+}
+
 int dg_step_trace_measure(const dg_step_trace *t, dg_cost_model *m, dg_status *st) {
     if (!t || !m) {
         dg_status_set(st, DG_INVALID_ARGUMENT, "dg_step_trace_measure: no trace or no cost model");
@@ -599,12 +642,14 @@ int dg_step_traces_measure(const dg_step_trace *const *traces, int n_traces, dg_
             dg_status_setf(st, DG_INVALID_ARGUMENT, "dg_step_traces_measure: trace %d is NULL", k);
             return -1;
         }
-    int n = -1, n_samples = 0, cap_samples = 0;
+    int n = -1, n_samples = 0, cap_samples = 0, n_wake = 0, cap_wake = 0;
     op_sample *samples = NULL;
+    wake_sample *wake = NULL;
     link_samples links[3];
     memset(links, 0, sizeof links);
     for (int k = 0; k < n_traces; k++) {
         const dg_step_trace *t = traces[k];
+        if (!wake_samples_add(t, &wake, &n_wake, &cap_wake, st)) goto out;
         for (int i = 0; i < dg_step_trace_num_events(t); i++) {
             const dg_trace_event *e = dg_step_trace_event(t, i);
             if (e->kind == DG_TRACE_TRANSFER && e->peer && e->peer[0] && e->task && strcmp(e->peer, e->task) != 0 &&
@@ -645,8 +690,22 @@ int dg_step_traces_measure(const dg_step_trace *const *traces, int n_traces, dg_
         i = j;
     }
     for (int k = 0; k < 3; k++) link_samples_set(m, (dg_link_kind)k, &links[k]);
+    // Each type's wake time: the median of its hand-overs to an idle thread (at least 3), and the
+    // executor's rule of which ops it hands over.
+    if (n_wake > 1) qsort(wake, (size_t)n_wake, sizeof *wake, cmp_wake_sample);
+    for (int i = 0; i < n_wake;) {
+        int j = i + 1;
+        while (j < n_wake && !strcmp(wake[j].type, wake[i].type)) j++;
+        if (j - i >= 3) {
+            double med = (j - i) % 2 ? wake[i + (j - i) / 2].s : 0.5 * (wake[i + (j - i) / 2 - 1].s + wake[i + (j - i) / 2].s);
+            dg_cost_model_set_wake(m, wake[i].type, med < 1 ? med : 1, NULL);   // an unknown type: none
+        }
+        i = j;
+    }
+    dg_cost_model_set_handoff(m, step_trace_executor_handoff, NULL);
 out:
     for (int k = 0; k < 3; k++) free(links[k].extra);
     free(samples);
+    free(wake);
     return n;
 }

@@ -41,4 +41,8 @@ void step_trace_finish(dg_step_trace *tr, int64_t end_ns);
 // frees) and its length.
 char *step_trace_encode(const dg_step_trace *tr, int64_t recv_ns, int64_t reply_ns, size_t *len);
 
+// distgraph's executor's hand-over rule for the simulator (dg_cost_model_set_handoff): a node
+// goes to another thread when its kernel on device_type is an expensive one (exec_kernel_def).
+bool step_trace_executor_handoff(void *ctx, const dg_node *n, const char *device_type);
+
 #endif

@@ -152,6 +152,13 @@ static void test_calibration_files(void **state) {
     assert_true(dg_cost_model_load(m3, path, st));
     assert_int_equal(dg_cost_model_task_streams(m3, "CPU"), 3);
     dg_cost_model_free(&m3);
+    // And the wake time of those streams' threads.
+    assert_true(dg_cost_model_set_wake(m, "CPU", 4.5e-5, st));
+    assert_true(dg_cost_model_save(m, path, st));
+    m3 = dg_cost_model_new();
+    assert_true(dg_cost_model_load(m3, path, st));
+    assert_true(fabs(dg_cost_model_wake(m3, "CPU") - 4.5e-5) < 1e-12);
+    dg_cost_model_free(&m3);
     // Wrong files name the file and key, and change nothing.
     write_file(path, "{\"devices\": {\"CPU\": {\"flops_per_s\": 9e9, \"bytes_per_s\": 1e9, \"op_overhead_s\": 0}}, "
                      "\"measured\": {\"CPU\": {\"n\": -1}}}");
@@ -166,6 +173,11 @@ static void test_calibration_files(void **state) {
                      "\"task_streams\": 1.5}}}");
     assert_false(dg_cost_model_load(m2, path, st));
     assert_status(st, DG_INVALID_ARGUMENT, "devices.CPU.task_streams must be a whole number from 0 to 1024");
+    assert_true(placer_device_perf(m2, "CPU")->flops_per_s == 3e10);
+    write_file(path, "{\"devices\": {\"CPU\": {\"flops_per_s\": 9e9, \"bytes_per_s\": 1e9, \"op_overhead_s\": 0, "
+                     "\"wake_s\": 5}}}");
+    assert_false(dg_cost_model_load(m2, path, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "devices.CPU.wake_s must be a number of seconds from 0 to 1");
     assert_true(placer_device_perf(m2, "CPU")->flops_per_s == 3e10);
     write_file(path, "{\"devices\": {\"CPU\": {\"flops_per_s\": \"fast\"}}}");
     assert_false(dg_cost_model_load(m2, path, st));
@@ -310,6 +322,87 @@ static void test_simulated_shared_streams(void **state) {
     assert_false(dg_cost_model_set_task_streams(m, "CPU", 1025, st));
     assert_int_equal(dg_cost_model_task_streams(m, "CPU"), 2);
     assert_int_equal(dg_cost_model_task_streams(m, "TPU"), 0);
+    dg_status_free(&st);
+    dg_cost_model_free(&m);
+    dg_graph_free(&g);
+}
+
+// The executor's rule for the simulator: hands over the ops whose names start with 'h'.
+static bool hand_over_h(void *ctx, const dg_node *n, const char *device_type) {
+    (void)device_type;
+    (*(int *)ctx)++;
+    return dg_node_name(n)[0] == 'h';
+}
+
+static bool hand_over_none(void *ctx, const dg_node *n, const char *device_type) {
+    (void)ctx;
+    (void)n;
+    (void)device_type;
+    return false;
+}
+
+// A task's two CPUs share two threads, run as the executor runs them (dg_cost_model_set_handoff):
+// x on D0 (free) makes r1 and h2 ready there (Relu, 8 us each), r4 on D1 reads x over the link
+// (10 us + 4 us: ready at 14).
+static void test_simulated_executor_threads(void **state) {
+    (void)state;
+    dg_graph *g = dg_graph_new();
+    dg_graph_push_device(g, D0);
+    dg_output x = dg_placeholder(g, "x", DG_FLOAT32, dg_shape1(1000));
+    dg_relu(g, "r1", x);
+    dg_relu(g, "h2", x);
+    dg_graph_pop_device(g);
+    place_as_requested(g);
+    dg_cost_model *m = simple_model();
+    dg_status *st = dg_status_new();
+    dg_step_estimate est;
+    assert_true(dg_cost_model_set_task_streams(m, "CPU", 2, st));
+    // No rule: any op on the first thread free, at once: r1 and h2 side by side, 0-8.
+    simulate(g, m, &est);
+    assert_true(fabs(est.step_s - 8e-6) < 1e-12);
+    dg_step_estimate_clear(&est);
+    // The thread that ran x keeps the first op it made ready (r1, 0-8) and hands h2 over to the
+    // idle thread: 0-8 too, with no wake time.
+    int asked = 0;
+    dg_cost_model_set_handoff(m, hand_over_h, &asked);
+    simulate(g, m, &est);
+    assert_true(asked > 0);
+    assert_true(fabs(est.step_s - 8e-6) < 1e-12);
+    dg_step_estimate_clear(&est);
+    // The idle thread wakes in 5 us: h2 5-13.
+    assert_true(dg_cost_model_set_wake(m, "CPU", 5e-6, st));
+    assert_true(dg_cost_model_wake(m, "CPU") == 5e-6);
+    simulate(g, m, &est);
+    assert_true(fabs(est.step_s - 13e-6) < 1e-12);
+    dg_step_estimate_clear(&est);
+    // A rule that hands nothing over: x's thread runs r1 then h2, 0-16, and no wake time.
+    dg_cost_model_set_handoff(m, hand_over_none, NULL);
+    simulate(g, m, &est);
+    assert_true(fabs(est.step_s - 16e-6) < 1e-12);
+    dg_step_estimate_clear(&est);
+    // A value from the other device is handed over: r4 on D1, ready at 14, goes to thread 1
+    // (thread 0 runs r1 and h2 until 16), which sleeps and wakes first: 19-27.
+    dg_graph_push_device(g, D1);
+    dg_relu(g, "r4", x);
+    dg_graph_pop_device(g);
+    place_as_requested(g);
+    simulate(g, m, &est);
+    assert_true(fabs(est.step_s - 27e-6) < 1e-12);
+    dg_step_estimate_clear(&est);
+    // Without the rule: r1, h2 0-8 on two threads, r4 at 14, at once: 14-22.
+    dg_cost_model_set_handoff(m, NULL, NULL);
+    simulate(g, m, &est);
+    assert_true(fabs(est.step_s - 22e-6) < 1e-12);
+    dg_step_estimate_clear(&est);
+    // Errors: an unknown type, a time out of range or not a number; nothing changes.
+    assert_false(dg_cost_model_set_wake(m, "TPU", 1e-6, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "wake time of device type TPU");
+    assert_false(dg_cost_model_set_wake(m, "CPU", -1e-6, st));
+    assert_status(st, DG_INVALID_ARGUMENT, "from 0 to 1 second");
+    assert_false(dg_cost_model_set_wake(m, "CPU", NAN, st));
+    assert_false(dg_cost_model_set_wake(m, "CPU", 2, st));
+    assert_true(dg_cost_model_wake(m, "CPU") == 5e-6);
+    assert_true(dg_cost_model_wake(m, "TPU") == 0);
     dg_status_free(&st);
     dg_cost_model_free(&m);
     dg_graph_free(&g);
@@ -753,6 +846,7 @@ int main(void) {
         cmocka_unit_test(test_simulated_chain),
         cmocka_unit_test(test_simulated_channel_contention),
         cmocka_unit_test(test_simulated_shared_streams),
+        cmocka_unit_test(test_simulated_executor_threads),
         cmocka_unit_test(test_simulated_schedules_are_valid),
         cmocka_unit_test(test_placers_honour_constraints),
         cmocka_unit_test(test_etf_spreads_parallel_work),

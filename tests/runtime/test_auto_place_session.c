@@ -196,6 +196,88 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+// What a traced step says of the executor's threads: the wake time is the median wait of the
+// ops handed to a thread that ran nothing while they waited (computed here from the events), and
+// the cost model learns which ops the executor hands over (a MatMul, not a Relu).
+static void test_threads_from_a_trace(void **state) {
+    (void)state;
+    model m;
+    build(&m);
+    dg_status *st = dg_status_new();
+    dg_session_options so = dg_session_options_default();
+    so.inter_op_threads = 2;
+    so.intra_op_threads = 1;
+    dg_session *s = dg_session_new(m.g, "local", &so, st);
+    assert_true(dg_session_run(s, NULL, NULL, 0, NULL, NULL, 0, &m.init, 1, st));
+    dg_tensor *xv = dg_tensor_new_zeros(DG_FLOAT32, dg_shape2(32, 48), st);
+    dg_run_options ro = {.trace = true};
+    enum { N = 6 };
+    dg_step_trace *tr[N] = {NULL};
+    double waits[4096];
+    int n_waits = 0;
+    for (int k = 0; k < N; k++) {
+        assert_true(dg_session_run_with_options(s, &ro, &m.x, &xv, 1, NULL, NULL, 0, &m.train, 1, &tr[k], st));
+        assert_non_null(tr[k]);
+        int ne = dg_step_trace_num_events(tr[k]);
+        for (int i = 0; i < ne; i++) {
+            const dg_trace_event *q = dg_step_trace_event(tr[k], i);
+            if (q->kind != DG_TRACE_QUEUED || q->end_ns <= q->start_ns) continue;
+            bool ran = false;
+            for (int j = 0; j < ne; j++) {
+                const dg_trace_event *e = dg_step_trace_event(tr[k], j);
+                if (e->kind == DG_TRACE_OP && e->thread == q->thread && strcmp(e->task, q->task) == 0 &&
+                    e->start_ns < q->end_ns && e->end_ns > q->start_ns)
+                    ran = true;
+            }
+            if (!ran && n_waits < 4096) waits[n_waits++] = (double)(q->end_ns - q->start_ns) * 1e-9;
+        }
+    }
+    // Four branches of MatMuls on two threads hand ops to the pool thread every step, which
+    // mostly sleeps when they come (not under valgrind, whose threads take turns: then fewer
+    // than 3 such waits, and no wake time is set).
+    qsort(waits, (size_t)n_waits, sizeof *waits, cmp_double);
+    double median = n_waits < 3 ? 0
+                    : n_waits % 2 ? waits[n_waits / 2]
+                                  : 0.5 * (waits[n_waits / 2 - 1] + waits[n_waits / 2]);
+    dg_cost_model *cm = dg_cost_model_new();
+    assert_true(dg_cost_model_wake(cm, "CPU") == 0);
+    assert_true(dg_step_traces_measure((const dg_step_trace *const *)tr, N, cm, st) > 0);
+    assert_ok(st);
+    assert_true(fabs(dg_cost_model_wake(cm, "CPU") - (median < 1 ? median : 1)) < 1e-12);
+    // The rule: on a task's two shared threads, x's thread runs two Relus itself, one after the
+    // other (2 ms), and hands the second of two MatMuls to the other thread (1 ms).
+    const char *dev = "/job:localhost/replica:0/task:0/device:CPU:0";
+    assert_true(dg_cost_model_set_task_streams(cm, "CPU", 2, st));
+    assert_true(dg_cost_model_set_wake(cm, "CPU", 0, st));
+    for (int kind = 0; kind < 2; kind++) {
+        dg_graph *g = dg_graph_new();
+        dg_graph_push_device(g, dev);
+        dg_output x = dg_placeholder(g, "px", DG_FLOAT32, dg_shape2(8, 8));
+        dg_output a = kind ? dg_matmul(g, "pa", x, x, false, false) : dg_relu(g, "pa", x);
+        dg_output b = kind ? dg_matmul(g, "pb", x, x, false, false) : dg_relu(g, "pb", x);
+        (void)a;
+        (void)b;
+        dg_graph_pop_device(g);
+        dg_node *nodes[3] = {x.node, a.node, b.node};
+        assert_true(dg_place(nodes, 3, &dev, 1, NULL, st));
+        assert_true(dg_cost_model_set_measured(cm, "px", "CPU", 0, st));
+        assert_true(dg_cost_model_set_measured(cm, "pa", "CPU", 1e-3, st));
+        assert_true(dg_cost_model_set_measured(cm, "pb", "CPU", 1e-3, st));
+        dg_step_estimate est;
+        assert_true(dg_simulate_step(nodes, 3, &dev, 1, cm, &est, st));
+        assert_true(fabs(est.step_s - (kind ? 1e-3 : 2e-3)) < 1e-12);
+        dg_step_estimate_clear(&est);
+        dg_graph_free(&g);
+    }
+    dg_cost_model_free(&cm);
+    for (int k = 0; k < N; k++) dg_step_trace_free(&tr[k]);
+    dg_tensor_free(&xv);
+    dg_session_free(&s);
+    dg_graph_free(&m.g);
+    dg_status_free(&st);
+}
+
+
 // Two tasks in this process: a traced step whose tensors cross between them sets the same-host
 // link's latency to the median of the transfers' times beyond their bytes, computed
 // here again from the trace's own events; the bandwidth stays.
@@ -279,6 +361,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_auto_placed_session_trains_as_one_device),
         cmocka_unit_test(test_measured_from_a_trace),
+        cmocka_unit_test(test_threads_from_a_trace),
         cmocka_unit_test(test_link_latency_from_a_trace),
         cmocka_unit_test(test_auto_place_bad_cost_file),
     };
