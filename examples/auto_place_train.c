@@ -202,11 +202,11 @@ int main(int argc, char **argv) {
     dg_session_options local_opts = dg_session_options_default();
     local_opts.inter_op_threads = 1;
     local_opts.intra_op_threads = 1;
-    // The timed runs and the split profile: with --local, one inter-op thread per device, as the
-    // simulator gives each device its own stream (a server runs a remote session on one thread
-    // unless the client asks for more, and both devices' ops would take turns on it).
+    // The timed runs and the split profile: with --local, two inter-op threads the two devices
+    // share; over two tasks, one process per core with one inter-op thread each (the default, a
+    // thread per core in each process, would put four threads on the two cores the tasks share).
     dg_session_options run_opts = dg_session_options_default();
-    if (local) run_opts.inter_op_threads = 2;
+    run_opts.inter_op_threads = local ? 2 : 1;
     if (local) {
         // Two CPUs of this process: a server of one task, on a free port of 127.0.0.1, with a
         // virtual CPU beside its CPU:0 (the master compiles both devices' partitions into one
@@ -267,11 +267,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "auto_place_train: building the model: %s\n", dg_status_message(dg_graph_status(g)));
         goto out;
     }
-    // With --local both CPUs run on the session's two inter-op threads (run_opts), any op on
-    // either: two streams the task's CPUs share, in the predictions and for the placer (the
-    // profile written below carries it to the session).
+    // A task's CPUs run on its inter-op threads (run_opts: with --local two, which both CPUs
+    // share; over two tasks one each): that many streams a task's CPUs share, run by the
+    // executor's rule once the profile has measured it, in the predictions and for the placer
+    // (the profile written below carries them to the session).
     if ((cost_file[0] && !dg_cost_model_load(cost, cost_file, st)) || (cl && !dg_cost_model_set_hosts(cost, cl, st)) ||
-        (local && !dg_cost_model_set_task_streams(cost, "CPU", run_opts.inter_op_threads, st))) {
+        !dg_cost_model_set_task_streams(cost, "CPU", run_opts.inter_op_threads, st)) {
         fprintf(stderr, "auto_place_train: %s\n", dg_status_message(st));
         goto out;
     }
