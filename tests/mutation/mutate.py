@@ -501,6 +501,20 @@ MUTANTS = [
         "tests": ["test_gpt_model"],
     },
     {
+        "name": "sim_thread_keeps_nothing",
+        "what": "the simulator hands every op a thread made ready to the first thread free, as if the executor kept none itself",
+        "file": "placer/simulate.c",
+        "edits": [("bool keep = p->pool[du] && (kept++ == 0 || !p->handoff[v]);", "bool keep = (kept++, false);")],
+        "tests": ["test_auto_place"],
+    },
+    {
+        "name": "sim_no_wake_time",
+        "what": "an op handed to a sleeping thread starts at once, without the thread's wake time",
+        "file": "placer/simulate.c",
+        "edits": [("        t += p->wake[d];", "        t += 0;")],
+        "tests": ["test_auto_place"],
+    },
+    {
         "name": "cache_kept_after_last_session",
         "what": "the process's last master session is freed without giving the tensor cache back, so buffers freed as it closes stay held",
         "file": "runtime/master/master.c",
