@@ -26,6 +26,7 @@
  * prints every answer.
  * Built by hand or by run_fuzz.sh server SECONDS, not by CMake: see README.md here. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <sanitizer/allocator_interface.h>
 #include <stdint.h>
@@ -72,9 +73,39 @@ static int64_t now_ms(void) {
 
 // A server that stops answering: with DG_FUZZ_STACKS=1 (and gdb installed), every thread's
 // stack goes to stderr first, which tells where it is stuck.
+// Each thread's name, scheduler state and /proc schedstat (ns on a CPU, ns runnable waiting
+// for one, times run): a thread runnable but never run shows its wait growing.
+static void thread_states(void) {
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9') continue;
+        char path[300], comm[64] = "", stat[512] = "", sched[128] = "";
+        FILE *f;
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+        if ((f = fopen(path, "re"))) { if (!fgets(comm, sizeof comm, f)) comm[0] = 0; fclose(f); }
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", de->d_name);
+        if ((f = fopen(path, "re"))) { if (!fgets(stat, sizeof stat, f)) stat[0] = 0; fclose(f); }
+        snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", de->d_name);
+        if ((f = fopen(path, "re"))) { if (!fgets(sched, sizeof sched, f)) sched[0] = 0; fclose(f); }
+        comm[strcspn(comm, "\n")] = 0;
+        sched[strcspn(sched, "\n")] = 0;
+        const char *st = strrchr(stat, ')');
+        fprintf(stderr, "fuzz_server: thread %s %-16s state %c schedstat %s\n", de->d_name, comm,
+                st && st[1] && st[2] ? st[2] : '?', sched);
+    }
+    if (d) closedir(d);
+}
+
+static void probe_fresh_socket(void);
+
 static void hang(const char *what) {
     fprintf(stderr, "fuzz_server: %s\n", what);
     if (getenv("DG_FUZZ_STACKS")) {
+        thread_states();
+        usleep(200000);
+        thread_states();
+        probe_fresh_socket();
         char cmd[128];
         snprintf(cmd, sizeof cmd, "gdb -p %d -batch -ex 'thread apply all bt' 1>&2", (int)getpid());
         if (system(cmd) != 0) fprintf(stderr, "fuzz_server: %s failed\n", cmd);
@@ -395,6 +426,20 @@ static bool call(session *s, rt_header *h, int64_t wait_ms, rt_header *resp) {
     uint64_t id = h->id;
     send_header(s, h);
     return read_answers(s, wait_ms, id, resp);
+}
+
+// Does the server answer a PING from a new peer (a new socket, its own connection)?
+static void probe_fresh_socket(void) {
+    session *t = calloc(1, sizeof *t);
+    if (!t) return;
+    t->sock = new_socket();
+    rt_header h, resp;
+    rt_header_init(&h, RT_PING);
+    bool ok = call(t, &h, 3000, &resp);
+    fprintf(stderr, "fuzz_server: a PING from a new socket: %s\n", ok ? "answered" : "no answer in 3 s");
+    if (ok) rt_header_clear(&resp);
+    zmq_close(t->sock);
+    free(t);
 }
 
 static void send_request(session *s, const request *q) {
