@@ -73,6 +73,17 @@ static int64_t now_ms(void) {
 
 // A server that stops answering: with DG_FUZZ_STACKS=1 (and gdb installed), every thread's
 // stack goes to stderr first, which tells where it is stuck.
+// The first line of /proc/self/task/<tid>/<file> into buf ("" when unreadable).
+static void proc_line(const char *tid, const char *file, char *buf, size_t cap) {
+    char path[300];
+    snprintf(path, sizeof path, "/proc/self/task/%s/%s", tid, file);
+    buf[0] = 0;
+    FILE *f = fopen(path, "re");
+    if (!f) return;
+    if (!fgets(buf, (int)cap, f)) buf[0] = 0;
+    fclose(f);
+}
+
 // Each thread's name, scheduler state and /proc schedstat (ns on a CPU, ns runnable waiting
 // for one, times run): a thread runnable but never run shows its wait growing.
 static void thread_states(void) {
@@ -80,14 +91,10 @@ static void thread_states(void) {
     struct dirent *de;
     while (d && (de = readdir(d))) {
         if (de->d_name[0] < '0' || de->d_name[0] > '9') continue;
-        char path[300], comm[64] = "", stat[512] = "", sched[128] = "";
-        FILE *f;
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
-        if ((f = fopen(path, "re"))) { if (!fgets(comm, sizeof comm, f)) comm[0] = 0; fclose(f); }
-        snprintf(path, sizeof path, "/proc/self/task/%s/stat", de->d_name);
-        if ((f = fopen(path, "re"))) { if (!fgets(stat, sizeof stat, f)) stat[0] = 0; fclose(f); }
-        snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", de->d_name);
-        if ((f = fopen(path, "re"))) { if (!fgets(sched, sizeof sched, f)) sched[0] = 0; fclose(f); }
+        char comm[64], stat[512], sched[128];
+        proc_line(de->d_name, "comm", comm, sizeof comm);
+        proc_line(de->d_name, "stat", stat, sizeof stat);
+        proc_line(de->d_name, "schedstat", sched, sizeof sched);
         comm[strcspn(comm, "\n")] = 0;
         sched[strcspn(sched, "\n")] = 0;
         const char *st = strrchr(stat, ')');
