@@ -322,11 +322,16 @@ double dg_cost_model_transfer_seconds(const dg_cost_model *m, const char *a, con
     dg_link_perf l = placer_link(m, a, b);
     return l.latency_s + bytes / l.bytes_per_s;
 }
+// The index of device type `type` in m, or -1 (m or type NULL, or not known).
+static int type_index(const dg_cost_model *m, const char *type) {
+    for (int k = 0; m && type && k < m->n_types; k++)
+        if (strcmp(m->types[k], type) == 0) return k;
+    return -1;
+}
+
 bool dg_cost_model_set_task_streams(dg_cost_model *m, const char *type, int n, dg_status *st) {
     dg_status_reset(st);
-    int t = -1;
-    for (int k = 0; m && type && k < m->n_types && t < 0; k++)
-        if (strcmp(m->types[k], type) == 0) t = k;
+    int t = type_index(m, type);
     if (t < 0 || n < 0 || n > PLACER_MAX_TASK_STREAMS) {
         dg_status_setf(st, DG_INVALID_ARGUMENT,
                        "cost model: task streams of device type %s: the type must be known and the count from 0 "
@@ -338,9 +343,8 @@ bool dg_cost_model_set_task_streams(dg_cost_model *m, const char *type, int n, d
 }
 
 int dg_cost_model_task_streams(const dg_cost_model *m, const char *type) {
-    for (int k = 0; m && type && k < m->n_types; k++)
-        if (strcmp(m->types[k], type) == 0) return m->task_streams[k];
-    return 0;
+    int t = type_index(m, type);
+    return t < 0 ? 0 : m->task_streams[t];
 }
 
 void dg_cost_model_set_handoff(dg_cost_model *m, dg_op_handoff_fn handoff, void *ctx) {
@@ -351,9 +355,7 @@ void dg_cost_model_set_handoff(dg_cost_model *m, dg_op_handoff_fn handoff, void 
 
 bool dg_cost_model_set_wake(dg_cost_model *m, const char *type, double seconds, dg_status *st) {
     dg_status_reset(st);
-    int t = -1;
-    for (int k = 0; m && type && k < m->n_types && t < 0; k++)
-        if (strcmp(m->types[k], type) == 0) t = k;
+    int t = type_index(m, type);
     if (t < 0 || !(seconds >= 0 && seconds <= 1)) {
         dg_status_setf(st, DG_INVALID_ARGUMENT,
                        "cost model: wake time of device type %s: the type must be known and the time from 0 to 1 "
@@ -365,11 +367,9 @@ bool dg_cost_model_set_wake(dg_cost_model *m, const char *type, double seconds, 
 }
 
 double dg_cost_model_wake(const dg_cost_model *m, const char *type) {
-    for (int k = 0; m && type && k < m->n_types; k++)
-        if (strcmp(m->types[k], type) == 0) return m->wake_s[k];
-    return 0;
+    int t = type_index(m, type);
+    return t < 0 ? 0 : m->wake_s[t];
 }
-
 
 // ---- calibration files ----
 
