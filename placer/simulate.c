@@ -417,8 +417,8 @@ static bool sim_alloc(const placer_problem *p, placer_sim *s) {
     s->stamp_gid = malloc(nd * sizeof *s->stamp_gid);
     s->stamp_xfer = malloc(nd * sizeof *s->stamp_xfer);
     s->edge_xfer = malloc(((size_t)p->succ_start[p->out_start[p->n]] + 1) * sizeof *s->edge_xfer);
-    if (!s->start || !s->finish || !s->crit || !s->pending || !s->slot_free || !s->slot_of || !s->chan_free || !s->busy ||
-        !s->stamp_gid || !s->stamp_xfer || !s->edge_xfer) {
+    if (!s->start || !s->finish || !s->crit || !s->pending || !s->slot_free || !s->slot_of || !s->chan_free ||
+        !s->busy || !s->stamp_gid || !s->stamp_xfer || !s->edge_xfer) {
         placer_sim_clear(s);
         return false;
     }

@@ -697,7 +697,8 @@ int dg_step_traces_measure(const dg_step_trace *const *traces, int n_traces, dg_
         int j = i + 1;
         while (j < n_wake && !strcmp(wake[j].type, wake[i].type)) j++;
         if (j - i >= 3) {
-            double med = (j - i) % 2 ? wake[i + (j - i) / 2].s : 0.5 * (wake[i + (j - i) / 2 - 1].s + wake[i + (j - i) / 2].s);
+            int h = (j - i) / 2;
+            double med = (j - i) % 2 ? wake[i + h].s : 0.5 * (wake[i + h - 1].s + wake[i + h].s);
             dg_cost_model_set_wake(m, wake[i].type, med < 1 ? med : 1, NULL);   // an unknown type: none
         }
         i = j;
