@@ -149,7 +149,10 @@ typedef bool (*dg_model_fn)(dg_replica *r, const dg_output *inputs, void *ctx, d
 
 typedef struct dg_distributed_step {
     dg_node *train;            // one training step; borrowed, valid until dg_graph_free()
-    dg_output global_step;     // the graph's global step (int64), incremented once per step
+    dg_output global_step;     // the graph's global step (int64), incremented once per step;
+                               // fetched with a step that increments it, it may already count
+                               // that step (where it lives on a ps, the value sent can be read
+                               // after the increment, as TensorFlow's reads race with updates)
     // The model's outputs over this step's batch on this process: averaged over its replicas.
     dg_output outputs[DG_DISTRIBUTE_MAX_OUTPUTS];
     // The same outputs from the model built once over whole batch inputs with replica 0's
