@@ -363,12 +363,18 @@ static struct placer_event heap_pop(placer_sim *s) {
     return top;
 }
 
-// Work of c seconds on device d, ready at t: on the first of its streams to be free. Returns
-// when it starts.
-static double stream_take(const placer_problem *p, placer_sim *s, int d, double t, double c) {
+// The first of device d's streams to be free.
+static int first_free_slot(const placer_problem *p, const placer_sim *s, int d) {
     int best = p->stream_first[d];
     for (int i = best + 1; i < p->stream_first[d] + p->stream_count[d]; i++)
         if (s->slot_free[i] < s->slot_free[best]) best = i;
+    return best;
+}
+
+// Work of c seconds on device d, ready at t: on the first of its streams to be free. Returns
+// when it starts.
+static double stream_take(const placer_problem *p, placer_sim *s, int d, double t, double c) {
+    int best = first_free_slot(p, s, d);
     double st = t > s->slot_free[best] ? t : s->slot_free[best];
     s->slot_free[best] = st + c;
     s->busy[d] += c;
@@ -382,12 +388,7 @@ static void run_op(const placer_problem *p, const int *dev, placer_sim *s, int v
                    bool handed, int64_t *seq) {
     int d = dev[v];
     double c = p->cost[(size_t)v * p->n_types + p->dev_type[d]];
-    int slot = pin;
-    if (slot < 0) {
-        slot = p->stream_first[d];
-        for (int i = slot + 1; i < p->stream_first[d] + p->stream_count[d]; i++)
-            if (s->slot_free[i] < s->slot_free[slot]) slot = i;
-    }
+    int slot = pin >= 0 ? pin : first_free_slot(p, s, d);
     double free_at = s->slot_free[slot];
     // Asleep: free before t, or at t and not the thread that made the op ready (which, done at
     // t, looks for work without sleeping).
