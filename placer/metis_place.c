@@ -25,27 +25,40 @@ static int gedge_cmp(const void *x, const void *y) {
     return p->b < q->b ? -1 : p->b > q->b;
 }
 
-bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_status *st) {
+// The groups as METIS's graph, built once per state (placer_state.metis) and kept for every
+// later cut of the same groups.
+struct placer_metis_graph {
+    idx_t *xadj, *adj, *adjw, *vw;
+    double btot;
+};
+
+void placer_metis_graph_free(struct placer_metis_graph *mg) {
+    if (!mg) return;
+    free(mg->xadj);
+    free(mg->adj);
+    free(mg->adjw);
+    free(mg->vw);
+    free(mg);
+}
+
+static struct placer_metis_graph *metis_graph(placer_state *a, dg_status *st) {
+    if (a->metis) return a->metis;
     const placer_problem *p = a->p;
     const placer_groups *pg = a->pg;
-    int ng = pg->n_groups, nd = p->n_dev;
-    bool ok = false;
-    if (k < 2 || k > nd || k > 64) {
-        dg_status_setf(st, DG_INVALID_ARGUMENT, "METIS placement: %d parts for %d devices (2 to 64)", k, nd);
-        return false;
-    }
+    int ng = pg->n_groups;
+    struct placer_metis_graph *mg = calloc(1, sizeof *mg);
     // Group edges: each tensor once per reading group, both directions, merged.
     size_t cap_e = 2 * (size_t)p->succ_start[p->out_start[p->n]] + 1;
     gedge *ge = malloc(cap_e * sizeof *ge);
-    idx_t *xadj = calloc((size_t)ng + 1, sizeof *xadj);
-    idx_t *adj = NULL, *adjw = NULL;
-    idx_t *vw = malloc(2 * ((size_t)ng + 1) * sizeof *vw);
-    idx_t *part = malloc(((size_t)ng + 1) * sizeof *part);
     double *gtime = calloc((size_t)ng + 1, sizeof *gtime);
     int *last_gid = malloc(((size_t)ng + 1) * sizeof *last_gid);
-    if (!ge || !xadj || !vw || !part || !gtime || !last_gid) {
+    if (mg) {
+        mg->xadj = calloc((size_t)ng + 1, sizeof *mg->xadj);
+        mg->vw = malloc(2 * ((size_t)ng + 1) * sizeof *mg->vw);
+    }
+    if (!mg || !ge || !mg->xadj || !mg->vw || !gtime || !last_gid) {
         base_oom(st, "METIS placement", cap_e * sizeof *ge);
-        goto out;
+        goto fail;
     }
     size_t ne = 0;
     for (int g = 0; g < ng; g++) last_gid[g] = -1;
@@ -67,11 +80,11 @@ bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_s
         if (m > 0 && ge[m - 1].a == ge[i].a && ge[m - 1].b == ge[i].b) ge[m - 1].w += ge[i].w;
         else ge[m++] = ge[i];
     }
-    adj = malloc((m + 1) * sizeof *adj);
-    adjw = malloc((m + 1) * sizeof *adjw);
-    if (!adj || !adjw) {
-        base_oom(st, "METIS placement", m * sizeof *adj);
-        goto out;
+    mg->adj = malloc((m + 1) * sizeof *mg->adj);
+    mg->adjw = malloc((m + 1) * sizeof *mg->adjw);
+    if (!mg->adj || !mg->adjw) {
+        base_oom(st, "METIS placement", m * sizeof *mg->adj);
+        goto fail;
     }
     // Weights fit METIS's 32-bit integers: edges scaled so their sum stays under 2^30.
     double escale = 1;
@@ -81,12 +94,12 @@ bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_s
         if (sum > 1e9) escale = 1e9 / sum;
     }
     for (size_t i = 0; i < m; i++) {
-        xadj[ge[i].a + 1]++;
-        adj[i] = ge[i].b;
+        mg->xadj[ge[i].a + 1]++;
+        mg->adj[i] = ge[i].b;
         int64_t w = (int64_t)((double)ge[i].w * escale);
-        adjw[i] = (idx_t)(w > 0 ? w : 1);
+        mg->adjw[i] = (idx_t)(w > 0 ? w : 1);
     }
-    for (int g = 0; g < ng; g++) xadj[g + 1] += xadj[g];
+    for (int g = 0; g < ng; g++) mg->xadj[g + 1] += mg->xadj[g];
     // Vertex weights: compute (on the first device's type) and bytes, each scaled to 10^7 in all.
     double ttot = 0, btot = 0;
     for (int v = 0; v < p->n; v++) {
@@ -96,9 +109,31 @@ bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_s
     }
     for (int g = 0; g < ng; g++) btot += (double)a->group_bytes[g];
     for (int g = 0; g < ng; g++) {
-        vw[2 * g] = (idx_t)(1 + (ttot > 0 ? gtime[g] / ttot * 1e7 : 0));
-        vw[2 * g + 1] = (idx_t)(1 + (btot > 0 ? (double)a->group_bytes[g] / btot * 1e7 : 0));
+        mg->vw[2 * g] = (idx_t)(1 + (ttot > 0 ? gtime[g] / ttot * 1e7 : 0));
+        mg->vw[2 * g + 1] = (idx_t)(1 + (btot > 0 ? (double)a->group_bytes[g] / btot * 1e7 : 0));
     }
+    mg->btot = btot;
+    free(ge);
+    free(gtime);
+    free(last_gid);
+    a->metis = mg;
+    return mg;
+fail:
+    free(ge);
+    free(gtime);
+    free(last_gid);
+    placer_metis_graph_free(mg);
+    return NULL;
+}
+
+bool placer_metis_parts(placer_state *a, int k, double ub_compute, uint64_t seed, int *part, dg_status *st) {
+    int ng = a->pg->n_groups, nd = a->p->n_dev;
+    struct placer_metis_graph *mg = metis_graph(a, st);
+    if (!mg) return false;
+    idx_t *ipart = malloc(((size_t)ng + 1) * sizeof *ipart);
+    if (!ipart) return base_oom(st, "METIS placement", (size_t)ng * sizeof *ipart);
+    bool ok = false;
+    double btot = mg->btot;
     // Bytes may go up to the smallest cap: that is METIS's imbalance for them.
     real_t ub[2];
     ub[0] = (real_t)ub_compute;
@@ -121,11 +156,31 @@ bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_s
     METIS_SetDefaultOptions(opts);
     opts[METIS_OPTION_SEED] = (idx_t)(seed & 0x7fffffff);
     opts[METIS_OPTION_NUMBERING] = 0;
-    int rc = METIS_PartGraphKway(&nv, &ncon, xadj, adj, vw, NULL, adjw, &nparts, NULL, ub, opts, &objval, part);
+    int rc = METIS_PartGraphKway(&nv, &ncon, mg->xadj, mg->adj, mg->vw, NULL, mg->adjw, &nparts, NULL, ub, opts, &objval,
+                                 ipart);
     if (rc != METIS_OK) {
         dg_status_setf(st, DG_INTERNAL, "METIS placement: METIS_PartGraphKway returned %d", rc);
         goto out;
     }
+    for (int g = 0; g < ng; g++) part[g] = (int)ipart[g];
+    ok = true;
+out:
+    free(ipart);
+    return ok;
+}
+
+bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_status *st) {
+    const placer_problem *p = a->p;
+    const placer_groups *pg = a->pg;
+    int ng = pg->n_groups, nd = p->n_dev;
+    bool ok = false;
+    if (k < 2 || k > nd || k > 64) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "METIS placement: %d parts for %d devices (2 to 64)", k, nd);
+        return false;
+    }
+    int *part = malloc(((size_t)ng + 1) * sizeof *part);
+    if (!part) return base_oom(st, "METIS placement", (size_t)ng * sizeof *part);
+    if (!placer_metis_parts(a, k, ub_compute, seed, part, st)) goto out;
     // Parts to devices: the largest part first, each to the free device the fewest of its
     // groups are barred from.
     {
@@ -139,10 +194,9 @@ bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_s
             base_oom(st, "METIS placement", (size_t)k * (size_t)nd * sizeof *bad);
             goto out;
         }
-        for (int g = 0; g < ng; g++) {
-            psize[part[g]] += (double)vw[2 * g];
+        for (int v = 0; v < p->n; v++) psize[part[pg->group_of[v]]] += p->cost[(size_t)v * p->n_types + p->dev_type[0]];
+        for (int g = 0; g < ng; g++)
             for (int d = 0; d < nd; d++) bad[(size_t)part[g] * nd + d] += !placer_allowed(a, g, d);
-        }
         for (int i = 0; i < k; i++) map[i] = -1;
         for (int round = 0; round < k; round++) {
             int bp = -1;
@@ -165,13 +219,6 @@ bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_s
     }
     ok = placer_place_leftovers(a, st);
 out:
-    free(ge);
-    free(xadj);
-    free(adj);
-    free(adjw);
-    free(vw);
     free(part);
-    free(gtime);
-    free(last_gid);
     return ok;
 }

@@ -118,6 +118,9 @@ void placer_problem_clear(placer_problem *p);
 typedef struct placer_sim {
     double *start, *finish;  // per node
     int *crit;               // per node: the predecessor whose arrival made it ready, -1 none
+    int *blocker;            // per node: the op its stream ran before it, when the node, ready,
+                             // waited for that stream; else -1
+    int *slot_last;          // per stream slot: the op it ran last (scratch)
     int *pending;            // scratch
     double *slot_free, *chan_free, *busy;   // slot_free: per stream slot (placer_problem)
     int *slot_of;            // per node: the stream slot it ran on
@@ -158,6 +161,7 @@ typedef struct placer_state {
     uint64_t *recv;          // per output: the devices (of the first 64) charged a copy of it
     int *gid_mark;           // per output: scratch marks, gid_mark_next a fresh value
     int gid_mark_next;
+    struct placer_metis_graph *metis;   // the groups as METIS's graph, once built (metis_place.c)
 } placer_state;
 
 // A state over problem p with groups pg (their bytes and members); caps borrowed.
@@ -184,10 +188,21 @@ void placer_put_charged(placer_state *a, int g, int d);
 // rest of its inputs from elsewhere.
 void placer_pull_inputs(placer_state *a, int v, int d);
 void placer_charge_inputs(placer_state *a, int v, int d);
+// Moves of whole clusters (auto_place.c): METIS's k parts of the groups of `by`, each a union
+// of a's groups (by may be a), each part tried on every other device and kept when the
+// simulated step gets shorter than *step and every cap holds, in sweeps until one keeps nothing
+// or the deadline (base_now_s) passes. a and sim are left at the placement kept, *step its
+// simulated step. Returns the moves kept.
+int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *sim, double *step, double deadline,
+                          uint64_t seed);
 // METIS (metis_place.c): the groups cut into k parts (2 <= k <= devices) with the fewest bytes
 // between them, balancing compute within imbalance ub_compute and bytes under the caps; parts
 // mapped to devices, then groups a device may not take or has no room for moved. False with
 // st set when the caps cannot be met that way.
 bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_status *st);
+// METIS's k parts of a's groups alone (part: n_groups long), balancing compute within ub_compute
+// and bytes under the caps. False with st set when METIS fails.
+void placer_metis_graph_free(struct placer_metis_graph *mg);
+bool placer_metis_parts(placer_state *a, int k, double ub_compute, uint64_t seed, int *part, dg_status *st);
 
 #endif

@@ -19,6 +19,7 @@ void placer_state_clear(placer_state *a) {
     free(a->dev);
     free(a->recv);
     free(a->gid_mark);
+    placer_metis_graph_free(a->metis);
     memset(a, 0, sizeof *a);
 }
 

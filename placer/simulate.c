@@ -317,6 +317,8 @@ void placer_sim_clear(placer_sim *s) {
     free(s->start);
     free(s->finish);
     free(s->crit);
+    free(s->blocker);
+    free(s->slot_last);
     free(s->pending);
     free(s->slot_free);
     free(s->slot_of);
@@ -397,6 +399,8 @@ static void run_op(const placer_problem *p, const int *dev, placer_sim *s, int v
     double st = t > free_at ? t : free_at;
     s->slot_free[slot] = st + c;
     s->busy[d] += c;
+    s->blocker[v] = st > t ? s->slot_last[slot] : -1;
+    s->slot_last[slot] = v;
     s->slot_of[v] = slot;
     s->start[v] = st;
     s->finish[v] = st + c;
@@ -410,6 +414,8 @@ static bool sim_alloc(const placer_problem *p, placer_sim *s) {
     s->start = malloc(n * sizeof *s->start);
     s->finish = malloc(n * sizeof *s->finish);
     s->crit = malloc(n * sizeof *s->crit);
+    s->blocker = malloc(n * sizeof *s->blocker);
+    s->slot_last = malloc(((size_t)p->n_slots + 1) * sizeof *s->slot_last);
     s->pending = malloc(n * sizeof *s->pending);
     s->slot_free = malloc(((size_t)p->n_slots + 1) * sizeof *s->slot_free);
     s->slot_of = malloc(n * sizeof *s->slot_of);
@@ -418,7 +424,7 @@ static bool sim_alloc(const placer_problem *p, placer_sim *s) {
     s->stamp_gid = malloc(nd * sizeof *s->stamp_gid);
     s->stamp_xfer = malloc(nd * sizeof *s->stamp_xfer);
     s->edge_xfer = malloc(((size_t)p->succ_start[p->out_start[p->n]] + 1) * sizeof *s->edge_xfer);
-    if (!s->start || !s->finish || !s->crit || !s->pending || !s->slot_free || !s->slot_of || !s->chan_free ||
+    if (!s->start || !s->finish || !s->crit || !s->blocker || !s->slot_last || !s->pending || !s->slot_free || !s->slot_of || !s->chan_free ||
         !s->busy || !s->stamp_gid || !s->stamp_xfer || !s->edge_xfer) {
         placer_sim_clear(s);
         return false;
@@ -434,7 +440,10 @@ double placer_simulate(const placer_problem *p, const int *dev, placer_sim *s) {
         s->busy[d] = 0;
         s->stamp_gid[d] = -1;
     }
-    for (int i = 0; i < p->n_slots; i++) s->slot_free[i] = 0;
+    for (int i = 0; i < p->n_slots; i++) {
+        s->slot_free[i] = 0;
+        s->slot_last[i] = -1;
+    }
     for (int i = 0; i < nd * nd; i++) s->chan_free[i] = 0;
     s->n_xfers = 0;
     s->n_heap = 0;

@@ -128,7 +128,8 @@ typedef struct dg_auto_place_options {
     dg_auto_placer placer;
     const dg_cost_model *cost;      // NULL: the nominal model
     const int64_t *memory_caps;     // per device (n_devices), bytes; NULL or 0 entries: no cap
-    double time_budget_s;           // refinement; 0: by graph size (10 us a node, 0.2 s to 4 s);
+    double time_budget_s;           // refinement; 0: by graph size (the whole placement 40 us
+                                    // a node, 0.8 s to 8 s, at least 0.2 s of it refining);
                                     // negative: none
     uint64_t seed;                  // refinement's random moves
     int64_t unknown_dim;            // what an unknown dimension stands for; 0: an unknown

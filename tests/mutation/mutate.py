@@ -191,6 +191,21 @@ MUTANTS = [
         "tests": ["test_auto_place"],
     },
     {
+        "name": "cluster_moves_never_kept",
+        "what": "the automatic placer's moves of whole clusters are tried and never kept",
+        "file": "placer/auto_place.c",
+        "edits": [("            if (best_d >= 0) {", "            if (best_d >= 0 && kept < 0) {")],
+        "tests": ["test_auto_place"],
+    },
+    {
+        "name": "sim_no_blocker",
+        "what": "the step simulator never records which op of its stream an op waited for, so the refinement's "
+                "critical path follows inputs only",
+        "file": "placer/simulate.c",
+        "edits": [("    s->blocker[v] = st > t ? s->slot_last[slot] : -1;", "    s->blocker[v] = -1;")],
+        "tests": ["test_auto_place"],
+    },
+    {
         "name": "pipeline_no_micro_batch_weight",
         "what": "a pipeline weighs each micro-batch's loss 1 instead of 1/m, so its gradients are m times the mean's",
         "file": "graph/pipeline.c",
