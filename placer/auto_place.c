@@ -521,7 +521,7 @@ static int refine(placer_state *a, placer_sim *sim, double *step, double deadlin
             misses++;
             continue;
         }
-        double t = placer_simulate(p, a->dev, sim);
+        double t = placer_simulate_bounded(p, a->dev, sim, *step);
         if (t >= 0 && t < *step * (1 - 1e-9)) {
             *step = t;
             kept++;
@@ -541,6 +541,19 @@ static int refine(placer_state *a, placer_sim *sim, double *step, double deadlin
     return kept;
 }
 
+// The device holding the most of n groups (devices from dev when given, else their own).
+static int majority(const placer_state *a, const int *groups, int n, const int *dev, int *cnt) {
+    int nd = a->p->n_dev, best = -1;
+    for (int d = 0; d < nd; d++) cnt[d] = 0;
+    for (int i = 0; i < n; i++) {
+        int d = dev ? dev[i] : a->gdev[groups[i]];
+        if (d >= 0) cnt[d]++;
+    }
+    for (int d = 0; d < nd; d++)
+        if (best < 0 || cnt[d] > cnt[best]) best = d;
+    return best;
+}
+
 int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *sim, double *step, double deadline,
                           uint64_t seed) {
     const placer_problem *p = a->p;
@@ -550,10 +563,11 @@ int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *
     int *cl = malloc(((size_t)ng + 1) * sizeof *cl);
     int *cstart = calloc((size_t)k + 2, sizeof *cstart), *cgroups = malloc(((size_t)ng + 1) * sizeof *cgroups);
     int *old = malloc(((size_t)ng + 1) * sizeof *old), *order = malloc(((size_t)k + 1) * sizeof *order);
-    int *stamp = malloc(((size_t)nd + 1) * sizeof *stamp);
+    int *stamp = malloc(((size_t)nd + 1) * sizeof *stamp), *cnt = malloc(((size_t)nd + 1) * sizeof *cnt);
+    int *old2 = malloc(((size_t)ng + 1) * sizeof *old2);
     int64_t *usage = malloc(((size_t)nd + 1) * sizeof *usage);
     uint64_t rng = seed ? seed : 1;
-    if (!bpart || !cl || !cstart || !cgroups || !old || !order || !stamp || !usage) goto out;
+    if (!bpart || !cl || !cstart || !cgroups || !old || !order || !stamp || !usage || !cnt || !old2) goto out;
     if (!placer_metis_parts(by, k, 1.5, seed, bpart, NULL)) goto out;
     for (int g = 0; g < ng; g++) cl[g] = -1;
     for (int v = 0; v < p->n; v++) cl[a->pg->group_of[v]] = bpart[by->pg->group_of[v]];
@@ -576,7 +590,7 @@ int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *
             order[j] = t;
         }
         for (int oi = 0; oi < k && base_now_s() < deadline; oi++) {
-            int c = order[oi], best_d = -1;
+            int c = order[oi], best_d = -1, best_c2 = -1;
             double best_t = *step * (1 - 1e-9);
             for (int q = cstart[c]; q < cstart[c + 1]; q++) old[q] = a->gdev[cgroups[q]];
             for (int d = 0; d < nd; d++) {
@@ -591,10 +605,32 @@ int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *
                 if (moved > 0) {
                     placer_static_usage(p, a->dev, usage, stamp);
                     if (!over_caps(a, usage)) {
-                        double t = placer_simulate(p, a->dev, sim);
+                        double t = placer_simulate_bounded(p, a->dev, sim, best_t);
                         if (t >= 0 && t < best_t) {
                             best_t = t;
                             best_d = d;
+                            best_c2 = -1;
+                        }
+                    } else {
+                        // No room on d: try swapping with each cluster that is mostly there.
+                        int home = majority(a, cgroups + cstart[c], cstart[c + 1] - cstart[c], old + cstart[c], cnt);
+                        for (int c2 = 0; c2 < k; c2++) {
+                            if (c2 == c || majority(a, cgroups + cstart[c2], cstart[c2 + 1] - cstart[c2], NULL, cnt) != d) continue;
+                            for (int q = cstart[c2]; q < cstart[c2 + 1]; q++) {
+                                old2[q] = a->gdev[cgroups[q]];
+                                if (old2[q] != home && placer_allowed(a, cgroups[q], home)) move_group(a, cgroups[q], home);
+                            }
+                            placer_static_usage(p, a->dev, usage, stamp);
+                            if (!over_caps(a, usage)) {
+                                double t = placer_simulate_bounded(p, a->dev, sim, best_t);
+                                if (t >= 0 && t < best_t) {
+                                    best_t = t;
+                                    best_d = d;
+                                    best_c2 = c2;
+                                }
+                            }
+                            for (int q = cstart[c2]; q < cstart[c2 + 1]; q++)
+                                if (a->gdev[cgroups[q]] != old2[q]) move_group(a, cgroups[q], old2[q]);
                         }
                     }
                 }
@@ -602,6 +638,11 @@ int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *
                     if (a->gdev[cgroups[q]] != old[q]) move_group(a, cgroups[q], old[q]);
             }
             if (best_d >= 0) {
+                if (best_c2 >= 0) {
+                    int home = majority(a, cgroups + cstart[c], cstart[c + 1] - cstart[c], NULL, cnt);
+                    for (int q = cstart[best_c2]; q < cstart[best_c2 + 1]; q++)
+                        if (a->gdev[cgroups[q]] != home && placer_allowed(a, cgroups[q], home)) move_group(a, cgroups[q], home);
+                }
                 for (int q = cstart[c]; q < cstart[c + 1]; q++)
                     if (a->gdev[cgroups[q]] != best_d && placer_allowed(a, cgroups[q], best_d)) move_group(a, cgroups[q], best_d);
                 *step = best_t;
@@ -621,6 +662,8 @@ out:
     free(order);
     free(stamp);
     free(usage);
+    free(cnt);
+    free(old2);
     return kept;
 }
 
@@ -1139,6 +1182,7 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         // The first placer that fails says why; a later one's success clears it.
         dg_status *kst = have_err ? NULL : st;
         placer_state *s = cands[c].paired ? &paired : &a;
+        double tc = base_now_s();
         bool placed = k == DG_AUTO_PLACER_M_TOPO && cands[c].parts < 0 ? place_chain(s, cands[c].ub, cands[c].parts == -2, kst)
                       : k == DG_AUTO_PLACER_M_TOPO ? place_topo(s, cands[c].paired, kst)
                       : k == DG_AUTO_PLACER_METIS ? placer_metis(s, cands[c].parts, cands[c].ub, opts.seed, kst)
@@ -1166,10 +1210,10 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         }
         double t = placer_simulate(&p, cand_dev, &sim);
         if (verbose)
-            fprintf(stderr, "automatic placement: candidate %s%s%s (%d parts, balance %.2f): predicted step %.3f ms\n",
+            fprintf(stderr, "automatic placement: candidate %s%s%s (%d parts, balance %.2f): predicted step %.3f ms (%.3f s)\n",
                     dg_auto_placer_name((dg_auto_placer)k), cands[c].paired ? ", gradients beside their ops" : "",
                     cands[c].parts == -1 ? ", chain in topological order" : cands[c].parts == -2 ? ", chain in build order" : "",
-                    cands[c].parts > 0 ? cands[c].parts : 0, cands[c].ub, t * 1e3);
+                    cands[c].parts > 0 ? cands[c].parts : 0, cands[c].ub, t * 1e3, base_now_s() - tc);
         if (t < 0) {
             dg_status_set(st, DG_RESOURCE_EXHAUSTED, "automatic placement: out of memory simulating");
             goto out;
@@ -1210,8 +1254,8 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
             double s0 = step;
             int cm = placer_cluster_refine(&a, &paired, k, &sim, &step, now + budget * 0.75, opts.seed);
             if (verbose)
-                fprintf(stderr, "automatic placement: %d moves of %d clusters: %.3f ms to %.3f ms in %.3f s\n", cm, k,
-                        s0 * 1e3, step * 1e3, base_now_s() - now);
+                fprintf(stderr, "automatic placement: %d moves of %d clusters: %.3f ms to %.3f ms in %.3f s (after %.3f s, budget %.3f s)\n", cm, k,
+                        s0 * 1e3, step * 1e3, base_now_s() - now, now - t0, budget);
             moves += cm;
         }
         moves += refine(&a, &sim, &step, now + budget, opts.seed);

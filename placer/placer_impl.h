@@ -143,6 +143,9 @@ void placer_static_usage(const placer_problem *p, const int *dev, int64_t *used,
 // Simulates the problem with node i on device dev[i]. Returns the step time; -1 when a
 // cycle leaves nodes that never run. The simulation's times stay in sim.
 double placer_simulate(const placer_problem *p, const int *dev, placer_sim *sim);
+// The same, stopped at the first event after bound: then it returns that event's time (the
+// step is at least that long) and sim holds a partial run.
+double placer_simulate_bounded(const placer_problem *p, const int *dev, placer_sim *sim, double bound);
 void placer_sim_clear(placer_sim *sim);
 // The bytes alive at once on each device (peak, n_dev long) of the last simulation.
 bool placer_sim_peak_memory(const placer_problem *p, const int *dev, placer_sim *sim, int64_t *peak, dg_status *st);
@@ -189,8 +192,9 @@ void placer_put_charged(placer_state *a, int g, int d);
 void placer_pull_inputs(placer_state *a, int v, int d);
 void placer_charge_inputs(placer_state *a, int v, int d);
 // Moves of whole clusters (auto_place.c): METIS's k parts of the groups of `by`, each a union
-// of a's groups (by may be a), each part tried on every other device and kept when the
-// simulated step gets shorter than *step and every cap holds, in sweeps until one keeps nothing
+// of a's groups (by may be a), each part tried on every other device (where a cap forbids it,
+// swapped with each part that is mostly there) and kept when the simulated step gets shorter
+// than *step and every cap holds, in sweeps until one keeps nothing
 // or the deadline (base_now_s) passes. a and sim are left at the placement kept, *step its
 // simulated step. Returns the moves kept.
 int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *sim, double *step, double deadline,

@@ -433,6 +433,10 @@ static bool sim_alloc(const placer_problem *p, placer_sim *s) {
 }
 
 double placer_simulate(const placer_problem *p, const int *dev, placer_sim *s) {
+    return placer_simulate_bounded(p, dev, s, INFINITY);
+}
+
+double placer_simulate_bounded(const placer_problem *p, const int *dev, placer_sim *s, double bound) {
     if (!sim_alloc(p, s)) return -1;
     double t0 = base_now_s();
     int nd = p->n_dev;
@@ -459,6 +463,12 @@ double placer_simulate(const placer_problem *p, const int *dev, placer_sim *s) {
     s->last = -1;
     while (s->n_heap > 0) {
         struct placer_event ev = heap_pop(s);
+        if (ev.t > bound) {   // the step ends later still: stop here
+            s->step_s = ev.t;
+            s->runs++;
+            s->run_s += base_now_s() - t0;
+            return ev.t;
+        }
         if (ev.kind == EV_FINISH) {
             int u = ev.id, du = dev[u];
             int kept = 0;   // ops u made ready on its device so far

@@ -198,6 +198,14 @@ MUTANTS = [
         "tests": ["test_auto_place"],
     },
     {
+        "name": "cluster_swaps_never_tried",
+        "what": "where a cap forbids moving a cluster, the automatic placer never tries swapping it with one there",
+        "file": "placer/auto_place.c",
+        "edits": [("                    } else {\n                        // No room on d: try swapping",
+                   "                    } else if (kept < 0) {\n                        // No room on d: try swapping")],
+        "tests": ["test_auto_place"],
+    },
+    {
         "name": "sim_no_blocker",
         "what": "the step simulator never records which op of its stream an op waited for, so the refinement's "
                 "critical path follows inputs only",

@@ -489,6 +489,11 @@ static void test_simulated_schedules_are_valid(void **state) {
         assert_true(step == max_finish);
         // The same placement simulates to the same step (deterministic).
         assert_true(placer_simulate(&p, dev, &sim) == step);
+        // Bounded: the whole step when it ends within the bound, else a time past the bound
+        // and no later than the step's end.
+        assert_true(placer_simulate_bounded(&p, dev, &sim, step) == step);
+        double cut = placer_simulate_bounded(&p, dev, &sim, step * 0.5);
+        assert_true(cut > step * 0.5 && cut <= step);
         placer_sim_clear(&sim);
         placer_problem_clear(&p);
         free(dev);
@@ -789,7 +794,7 @@ static void test_chain_at_least_as_fast_as_expert(void **state) {
 // together, so METIS's two parts are the layers, and the cluster moves find the split that a
 // single move of one group at a time could not: from everything on one device, the layers'
 // own split, as fast as the expert's by the same simulator.
-static dg_graph *rnn_model(const char *const *layer_dev) {
+static dg_graph *rnn_model(const char *const *layer_dev, bool with_other) {
     dg_graph *g = dg_graph_new();
     enum { T = 8, B = 4, H = 128 };
     dg_output in[T], zero = dg_placeholder(g, "zero", DG_FLOAT32, dg_shape2(B, H));
@@ -813,8 +818,25 @@ static dg_graph *rnn_model(const char *const *layer_dev) {
     }
     dg_output top = dg_add_n(g, "top", in, T);
     dg_sum(g, "loss", top, NULL, 0, false);
+    if (with_other) {   // a third layer's work of its own, on its own inputs
+        dg_output w = dg_variable(g, "w2", DG_FLOAT32, dg_shape2(2 * H, H), dg_init_zeros()), h = zero;
+        dg_output outs[T];
+        for (int t = 0; t < T; t++) {
+            char name[16];
+            snprintf(name, sizeof name, "y%d", t);
+            dg_output xh[2] = {dg_placeholder(g, name, DG_FLOAT32, dg_shape2(B, H)), h};
+            outs[t] = h = dg_tanh(g, NULL, dg_matmul(g, NULL, dg_concat(g, NULL, xh, 2, 1), w, false, false));
+        }
+        dg_sum(g, "other", dg_add_n(g, NULL, outs, T), NULL, 0, false);
+    }
     assert_true(dg_graph_ok(g));
     return g;
+}
+
+static int var_dev(dg_node **nodes, int n, const int *dev, const char *name) {
+    for (int v = 0; v < n; v++)
+        if (strcmp(nodes[v]->name, name) == 0) return dev[v];
+    return -1;
 }
 
 static void test_cluster_moves_split_layers(void **state) {
@@ -823,14 +845,14 @@ static void test_cluster_moves_split_layers(void **state) {
     dg_status *st = dg_status_new();
     // The expert's split, placed and simulated.
     const char *layer_dev[2] = {D0, D1};
-    dg_graph *ge = rnn_model(layer_dev);
+    dg_graph *ge = rnn_model(layer_dev, false);
     int ne;
     dg_node **enodes = all_nodes(ge, &ne);
     assert_true(dg_place(enodes, ne, TASK0, 2, NULL, st));
     dg_step_estimate ex;
     assert_true(dg_simulate_step(enodes, ne, TASK0, 2, m, &ex, st));
     // The same model without scopes, everything on device 0 to start.
-    dg_graph *g = rnn_model(NULL);
+    dg_graph *g = rnn_model(NULL, false);
     int nn;
     dg_node **nodes = all_nodes(g, &nn);
     placer_groups pg;
@@ -852,10 +874,8 @@ static void test_cluster_moves_split_layers(void **state) {
     assert_true(step <= ex.step_s * 1.01);
     assert_true(step < 0.75 * one);
     // Each layer's ops on one device, the two layers apart.
-    int dev_of_w[2] = {-1, -1};
-    for (int v = 0; v < nn; v++)
-        if (strcmp(nodes[v]->name, "w0") == 0 || strcmp(nodes[v]->name, "w1") == 0) dev_of_w[nodes[v]->name[1] - '0'] = a.dev[v];
-    assert_true(dev_of_w[0] >= 0 && dev_of_w[1] >= 0 && dev_of_w[0] != dev_of_w[1]);
+    int d0 = var_dev(nodes, nn, a.dev, "w0"), d1 = var_dev(nodes, nn, a.dev, "w1");
+    assert_true(d0 >= 0 && d1 >= 0 && d0 != d1);
     // Fewer than two parts: nothing to move.
     double before = step;
     assert_int_equal(placer_cluster_refine(&a, &a, 1, &sim, &step, 1e300, 1), 0);
@@ -869,6 +889,80 @@ static void test_cluster_moves_split_layers(void **state) {
     free(enodes);
     dg_graph_free(&g);
     dg_graph_free(&ge);
+    dg_status_free(&st);
+    dg_cost_model_free(&m);
+}
+
+// Swaps where a cap forbids a move: three devices that each hold one layer's bytes, the two
+// recurrent layers on the first and the third (another task, over a slow link) and a third
+// layer's own work on the second. Moving a recurrent layer to the second device does not fit,
+// nor does moving the other work away; swapping it with the layer on the third does, and puts
+// the two recurrent layers beside each other over the fast link.
+static void test_cluster_swaps_under_caps(void **state) {
+    (void)state;
+    dg_cost_model *m = simple_model();
+    dg_status *st = dg_status_new();
+    assert_true(dg_cost_model_set_link(m, DG_LINK_SAME_HOST, (dg_link_perf){1e-3, 1e7}, st));
+    dg_graph *g = rnn_model(NULL, true);
+    int nn;
+    dg_node **nodes = all_nodes(g, &nn);
+    placer_groups pg;
+    assert_true(placer_groups_build(nodes, nn, DEVS, 3, NULL, &pg, st));
+    placer_problem p;
+    assert_true(placer_problem_build(&p, nodes, nn, DEVS, 3, m, 0, st));
+    // The layers as METIS's three parts, which the cluster moves use too (same seed).
+    placer_state a;
+    assert_true(placer_state_init(&a, &p, &pg, NULL, st));
+    int *part = malloc((size_t)pg.n_groups * sizeof *part);
+    assert_true(placer_metis_parts(&a, 3, 1.5, 1, part, st));
+    int pw[3];
+    for (int l = 0; l < 3; l++) {
+        char name[8];
+        snprintf(name, sizeof name, "w%d", l);
+        pw[l] = -1;
+        for (int v = 0; v < nn; v++)
+            if (strcmp(nodes[v]->name, name) == 0) pw[l] = part[pg.group_of[v]];
+    }
+    // The three parts are the three layers.
+    assert_true(pw[0] >= 0 && pw[1] >= 0 && pw[2] >= 0 && pw[0] != pw[1] && pw[1] != pw[2] && pw[0] != pw[2]);
+    int64_t bytes[3] = {0, 0, 0};
+    for (int gi = 0; gi < pg.n_groups; gi++) bytes[part[gi]] += a.group_bytes[gi];
+    int64_t most = bytes[0] > bytes[1] ? bytes[0] : bytes[1];
+    if (bytes[2] > most) most = bytes[2];
+    // Room for one part and the copies it receives, not for two.
+    int64_t caps[3] = {most * 3 / 2, most * 3 / 2, most * 3 / 2};
+    placer_state_clear(&a);
+    assert_true(placer_state_init(&a, &p, &pg, caps, st));
+    placer_reset(&a);
+    int start_dev[3];
+    start_dev[pw[0]] = 0;
+    start_dev[pw[1]] = 2;
+    start_dev[pw[2]] = 1;
+    for (int gi = 0; gi < pg.n_groups; gi++) placer_put(&a, gi, start_dev[part[gi]]);
+    int stamp[3];
+    int64_t usage[3];
+    placer_static_usage(&p, a.dev, usage, stamp);
+    for (int d = 0; d < 3; d++) assert_true(usage[d] <= caps[d]);
+    placer_static_usage(&p, a.dev, a.used, stamp);
+    placer_sim sim;
+    memset(&sim, 0, sizeof sim);
+    double start = placer_simulate(&p, a.dev, &sim), step = start;
+    assert_true(placer_cluster_refine(&a, &a, 3, &sim, &step, 1e300, 1) >= 1);
+    assert_true(step < start);
+    assert_true(placer_simulate(&p, a.dev, &sim) == step);
+    placer_static_usage(&p, a.dev, usage, stamp);
+    for (int d = 0; d < 3; d++) assert_true(usage[d] <= caps[d]);
+    // The recurrent layers on the two CPUs of task 0, the other work on task 1.
+    int d0 = var_dev(nodes, nn, a.dev, "w0"), d1 = var_dev(nodes, nn, a.dev, "w1"), d2 = var_dev(nodes, nn, a.dev, "w2");
+    assert_true(d0 != d1 && d0 != 2 && d1 != 2);
+    assert_int_equal(d2, 2);
+    placer_sim_clear(&sim);
+    placer_state_clear(&a);
+    placer_problem_clear(&p);
+    placer_groups_clear(&pg);
+    free(part);
+    free(nodes);
+    dg_graph_free(&g);
     dg_status_free(&st);
     dg_cost_model_free(&m);
 }
@@ -950,6 +1044,7 @@ int main(void) {
         cmocka_unit_test(test_critical_path_bounds_every_step),
         cmocka_unit_test(test_chain_at_least_as_fast_as_expert),
         cmocka_unit_test(test_cluster_moves_split_layers),
+        cmocka_unit_test(test_cluster_swaps_under_caps),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
