@@ -1140,7 +1140,9 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         bool paired;   // over the groups with gradients beside their ops
     } cand;
     cand cands[40];
-    int n_cands = 0;
+    int n_cands = 0, first_optional = 40;
+    // By graph size, the whole placement takes 40 us a node, 0.8 s to 8 s.
+    double target_s = fmin(8.0, fmax(0.8, 40e-6 * n_step));
     for (int k = DG_AUTO_PLACER_M_TOPO; k <= DG_AUTO_PLACER_M_SCT; k++)
         if (opts.placer == DG_AUTO_PLACER_AUTO || (int)opts.placer == k) cands[n_cands++] = (cand){(dg_auto_placer)k, 0, 0, false};
     if (opts.placer == DG_AUTO_PLACER_AUTO) {
@@ -1166,11 +1168,12 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
             for (int j = 0; j < n_ks && !dup; j++) dup = ks[j] == want[i];
             if (!dup) ks[n_ks++] = want[i];
         }
-        for (int i = 0; i < n_ks; i++) {
-            cands[n_cands++] = (cand){DG_AUTO_PLACER_METIS, ks[i], 1.1, false};
-            if (opts.placer == DG_AUTO_PLACER_AUTO) {
-                cands[n_cands++] = (cand){DG_AUTO_PLACER_METIS, ks[i], 2.0, false};
-            }
+        for (int i = 0; i < n_ks; i++) cands[n_cands++] = (cand){DG_AUTO_PLACER_METIS, ks[i], 1.1, false};
+        // The looser balance last: by graph size, they run only while the candidates have
+        // taken less than 40% of the placement's time (the moves need the rest).
+        if (opts.placer == DG_AUTO_PLACER_AUTO) {
+            first_optional = n_cands;
+            for (int i = 0; i < n_ks; i++) cands[n_cands++] = (cand){DG_AUTO_PLACER_METIS, ks[i], 2.0, false};
         }
     }
     bool have_err = false;
@@ -1179,6 +1182,12 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
     bool verbose = verbose_env && verbose_env[0] && strcmp(verbose_env, "0") != 0;
     for (int c = 0; c < n_cands; c++) {
         int k = (int)cands[c].kind;
+        if (c >= first_optional && opts.time_budget_s == 0 && base_now_s() - t0 > 0.4 * target_s) {
+            if (verbose)
+                fprintf(stderr, "automatic placement: candidate %s (%d parts, balance %.2f) skipped: %.3f s of %.3f s taken\n",
+                        dg_auto_placer_name((dg_auto_placer)k), cands[c].parts, cands[c].ub, base_now_s() - t0, target_s);
+            continue;
+        }
         // The first placer that fails says why; a later one's success clears it.
         dg_status *kst = have_err ? NULL : st;
         placer_state *s = cands[c].paired ? &paired : &a;
@@ -1246,7 +1255,7 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         // By graph size: the whole placement takes 40 us a node (0.8 s to 8 s), the refinement
         // at least 0.2 s of it.
         double now = base_now_s(), budget = opts.time_budget_s;
-        if (budget == 0) budget = fmax(0.2, fmin(8.0, fmax(0.8, 40e-6 * n_step)) - (now - t0));
+        if (budget == 0) budget = fmax(0.2, target_s - (now - t0));
         double step = best_step;
         // Whole clusters first (up to three quarters of the budget), then single groups.
         if (n_devices >= 2 && paired.pg) {
