@@ -547,6 +547,13 @@ typedef struct link_samples {
     int n, cap;
 } link_samples;
 
+// The median of n sorted values, the first at first and each stride bytes after the one before.
+static double median_sorted(const double *first, size_t stride, int n) {
+    const char *b = (const char *)first;
+    double hi = *(const double *)(b + (size_t)(n / 2) * stride);
+    return n % 2 ? hi : 0.5 * (*(const double *)(b + (size_t)(n / 2 - 1) * stride) + hi);
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -562,7 +569,7 @@ static void link_samples_set(dg_cost_model *m, dg_link_kind kind, link_samples *
     if (ls->n < 3) return;
     qsort(ls->extra, (size_t)ls->n, sizeof *ls->extra, cmp_double);
     dg_link_perf out = dg_cost_model_link(m, kind);
-    double lat = ls->n % 2 ? ls->extra[ls->n / 2] : 0.5 * (ls->extra[ls->n / 2 - 1] + ls->extra[ls->n / 2]);
+    double lat = median_sorted(ls->extra, sizeof *ls->extra, ls->n);
     out.latency_s = lat > 0 ? lat : 0;
     dg_cost_model_set_link(m, kind, out, NULL);   // out of range: the figures stay
 }
@@ -600,27 +607,67 @@ static int cmp_wake_sample(const void *a, const void *b) {
     return c ? c : (x->s > y->s) - (x->s < y->s);
 }
 
-// Appends trace t's waits of ops handed to an idle thread to *w.
+// An op's run on a thread, for finding whether the thread ran anything in a time window.
+typedef struct thread_run {
+    const char *task;
+    int thread;
+    int64_t start, end;
+    int64_t max_end;   // the latest end of this run and those before it on the same thread
+} thread_run;
+
+static int cmp_thread_run(const void *a, const void *b) {
+    const thread_run *x = a, *y = b;
+    int c = strcmp(x->task, y->task);
+    if (c) return c;
+    if (x->thread != y->thread) return x->thread < y->thread ? -1 : 1;
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+// Whether thread (task, thread) ran an op overlapping [start, end): among its runs (sorted, in
+// runs[0..n)), the last one starting before end, and the latest end up to it.
+static bool thread_busy(const thread_run *runs, int n, const char *task, int thread, int64_t start, int64_t end) {
+    int lo = 0, hi = n;   // the first run not before (task, thread, end)
+    thread_run key = {task, thread, end, 0, 0};
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (cmp_thread_run(&runs[mid], &key) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == 0) return false;
+    const thread_run *r = &runs[lo - 1];
+    return r->thread == thread && strcmp(r->task, task) == 0 && r->max_end > start;
+}
+
+// Appends trace t's waits of ops handed to an idle thread to *w. O(E log E) in the events.
 static bool wake_samples_add(const dg_step_trace *t, wake_sample **w, int *n, int *cap, dg_status *st) {
-    int ne = dg_step_trace_num_events(t);
-    for (int i = 0; i < ne; i++) {
+    int ne = dg_step_trace_num_events(t), nr = 0;
+    thread_run *runs = malloc(((size_t)ne + 1) * sizeof *runs);
+    if (!runs) return base_oom(st, "step trace wake times", (size_t)ne * sizeof *runs);
+    for (int j = 0; j < ne; j++) {
+        const dg_trace_event *e = dg_step_trace_event(t, j);
+        if (e->kind == DG_TRACE_OP && e->task) runs[nr++] = (thread_run){e->task, e->thread, e->start_ns, e->end_ns, 0};
+    }
+    if (nr > 1) qsort(runs, (size_t)nr, sizeof *runs, cmp_thread_run);
+    for (int j = 0; j < nr; j++) {
+        bool same = j > 0 && runs[j - 1].thread == runs[j].thread && strcmp(runs[j - 1].task, runs[j].task) == 0;
+        runs[j].max_end = same && runs[j - 1].max_end > runs[j].end ? runs[j - 1].max_end : runs[j].end;
+    }
+    bool ok = true;
+    for (int i = 0; i < ne && ok; i++) {
         const dg_trace_event *q = dg_step_trace_event(t, i);
         if (q->kind != DG_TRACE_QUEUED || !q->device || !q->device[0] || !q->task || q->end_ns <= q->start_ns)
             continue;
         dg_device_name dn;
         if (!dg_device_name_parse(q->device, &dn, NULL) || !dn.has_type) continue;
-        bool busy = false;   // did the thread that took it run an op while it waited?
-        for (int j = 0; j < ne && !busy; j++) {
-            const dg_trace_event *e = dg_step_trace_event(t, j);
-            busy = e->kind == DG_TRACE_OP && e->thread == q->thread && e->task && strcmp(e->task, q->task) == 0 &&
-                   e->end_ns > q->start_ns && e->start_ns < q->end_ns;
-        }
-        if (busy) continue;
-        if (!BASE_GROW(*w, *n, *cap, 1, "step trace wake times", st)) return false;
+        // Did the thread that took it run an op while it waited?
+        if (thread_busy(runs, nr, q->task, q->thread, q->start_ns, q->end_ns)) continue;
+        ok = BASE_GROW(*w, *n, *cap, 1, "step trace wake times", st);
+        if (!ok) break;
         memcpy((*w)[*n].type, dn.type, sizeof dn.type);
         (*w)[(*n)++].s = (double)(q->end_ns - q->start_ns) * 1e-9;
     }
-    return true;
+    free(runs);
+    return ok;
 }
 
 int dg_step_trace_measure(const dg_step_trace *t, dg_cost_model *m, dg_status *st) {
@@ -680,8 +727,7 @@ int dg_step_traces_measure(const dg_step_trace *const *traces, int n_traces, dg_
         int j = i + 1;
         while (j < n_samples && !strcmp(samples[j].type, samples[i].type) && !strcmp(samples[j].name, samples[i].name))
             j++;
-        double med = (j - i) % 2 ? samples[i + (j - i) / 2].s
-                                 : 0.5 * (samples[i + (j - i) / 2 - 1].s + samples[i + (j - i) / 2].s);
+        double med = median_sorted(&samples[i].s, sizeof *samples, j - i);
         if (!dg_cost_model_set_measured(m, samples[i].name, samples[i].type, med, st)) {
             n = -1;
             goto out;
@@ -697,8 +743,7 @@ int dg_step_traces_measure(const dg_step_trace *const *traces, int n_traces, dg_
         int j = i + 1;
         while (j < n_wake && !strcmp(wake[j].type, wake[i].type)) j++;
         if (j - i >= 3) {
-            int h = (j - i) / 2;
-            double med = (j - i) % 2 ? wake[i + h].s : 0.5 * (wake[i + h - 1].s + wake[i + h].s);
+            double med = median_sorted(&wake[i].s, sizeof *wake, j - i);
             dg_cost_model_set_wake(m, wake[i].type, med < 1 ? med : 1, NULL);   // an unknown type: none
         }
         i = j;

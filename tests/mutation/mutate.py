@@ -206,6 +206,13 @@ MUTANTS = [
         "tests": ["test_auto_place"],
     },
     {
+        "name": "wake_counts_busy_threads",
+        "what": "the measured wake time also counts ops handed to a thread that was running another op meanwhile",
+        "file": "runtime/master/step_trace.c",
+        "edits": [("    if (lo == 0) return false;\n    const thread_run *r", "    if (lo >= 0) return false;\n    const thread_run *r")],
+        "tests": ["test_auto_place_session"],
+    },
+    {
         "name": "sim_no_blocker",
         "what": "the step simulator never records which op of its stream an op waited for, so the refinement's "
                 "critical path follows inputs only",
