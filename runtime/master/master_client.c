@@ -144,7 +144,8 @@ static bool send_graph_locked(master_client *c, int type, dg_status *st) {
     free(buf);
     h->handle = c->handle;
     if (type == RT_CREATE_SESSION) {
-        option(h, "inter_op_threads", c->opts.inter_op_threads > 0 ? c->opts.inter_op_threads : 1);
+        // 0 (the default, or below): one thread per core of the server, as a local session has.
+        option(h, "inter_op_threads", c->opts.inter_op_threads > 0 ? c->opts.inter_op_threads : 0);
         option(h, "intra_op_threads", c->opts.intra_op_threads);
         option(h, "allow_soft_placement", c->opts.allow_soft_placement);
         option(h, "log_device_placement", c->opts.log_device_placement);
