@@ -554,6 +554,33 @@ static int majority(const placer_state *a, const int *groups, int n, const int *
     return best;
 }
 
+// The groups of n that may go to d go there (old: where each was, when given). Returns how
+// many moved.
+static int move_groups(placer_state *a, const int *groups, int n, int d, int *old) {
+    int moved = 0;
+    for (int i = 0; i < n; i++) {
+        if (old) old[i] = a->gdev[groups[i]];
+        if (a->gdev[groups[i]] != d && placer_allowed(a, groups[i], d)) {
+            move_group(a, groups[i], d);
+            moved++;
+        }
+    }
+    return moved;
+}
+
+static void restore_groups(placer_state *a, const int *groups, int n, const int *old) {
+    for (int i = 0; i < n; i++)
+        if (a->gdev[groups[i]] != old[i]) move_group(a, groups[i], old[i]);
+}
+
+// The simulated step of a's placement, stopped past bound; INFINITY over a cap.
+static double try_placement(const placer_state *a, placer_sim *sim, double bound, int64_t *usage, int *stamp) {
+    placer_static_usage(a->p, a->dev, usage, stamp);
+    if (over_caps(a, usage)) return INFINITY;
+    double t = placer_simulate_bounded(a->p, a->dev, sim, bound);
+    return t >= 0 ? t : INFINITY;
+}
+
 int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *sim, double *step, double deadline,
                           uint64_t seed) {
     const placer_problem *p = a->p;
@@ -591,60 +618,38 @@ int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *
         }
         for (int oi = 0; oi < k && base_now_s() < deadline; oi++) {
             int c = order[oi], best_d = -1, best_c2 = -1;
+            const int *cg = cgroups + cstart[c];
+            int cn = cstart[c + 1] - cstart[c];
             double best_t = *step * (1 - 1e-9);
-            for (int q = cstart[c]; q < cstart[c + 1]; q++) old[q] = a->gdev[cgroups[q]];
+            int home = majority(a, cg, cn, NULL, cnt);
             for (int d = 0; d < nd; d++) {
-                int moved = 0;
-                for (int q = cstart[c]; q < cstart[c + 1]; q++) {
-                    int g = cgroups[q];
-                    if (a->gdev[g] != d && placer_allowed(a, g, d)) {
-                        move_group(a, g, d);
-                        moved++;
-                    }
-                }
-                if (moved > 0) {
-                    placer_static_usage(p, a->dev, usage, stamp);
-                    if (!over_caps(a, usage)) {
-                        double t = placer_simulate_bounded(p, a->dev, sim, best_t);
-                        if (t >= 0 && t < best_t) {
+                if (move_groups(a, cg, cn, d, old) == 0) continue;
+                double t = try_placement(a, sim, best_t, usage, stamp);
+                if (t < best_t) {
+                    best_t = t;
+                    best_d = d;
+                    best_c2 = -1;
+                } else if (isinf(t)) {
+                    // No room on d: try swapping with each cluster that is mostly there.
+                    for (int c2 = 0; c2 < k; c2++) {
+                        const int *g2 = cgroups + cstart[c2];
+                        int n2 = cstart[c2 + 1] - cstart[c2];
+                        if (c2 == c || majority(a, g2, n2, NULL, cnt) != d) continue;
+                        move_groups(a, g2, n2, home, old2);
+                        t = try_placement(a, sim, best_t, usage, stamp);
+                        if (t < best_t) {
                             best_t = t;
                             best_d = d;
-                            best_c2 = -1;
+                            best_c2 = c2;
                         }
-                    } else {
-                        // No room on d: try swapping with each cluster that is mostly there.
-                        int home = majority(a, cgroups + cstart[c], cstart[c + 1] - cstart[c], old + cstart[c], cnt);
-                        for (int c2 = 0; c2 < k; c2++) {
-                            if (c2 == c || majority(a, cgroups + cstart[c2], cstart[c2 + 1] - cstart[c2], NULL, cnt) != d) continue;
-                            for (int q = cstart[c2]; q < cstart[c2 + 1]; q++) {
-                                old2[q] = a->gdev[cgroups[q]];
-                                if (old2[q] != home && placer_allowed(a, cgroups[q], home)) move_group(a, cgroups[q], home);
-                            }
-                            placer_static_usage(p, a->dev, usage, stamp);
-                            if (!over_caps(a, usage)) {
-                                double t = placer_simulate_bounded(p, a->dev, sim, best_t);
-                                if (t >= 0 && t < best_t) {
-                                    best_t = t;
-                                    best_d = d;
-                                    best_c2 = c2;
-                                }
-                            }
-                            for (int q = cstart[c2]; q < cstart[c2 + 1]; q++)
-                                if (a->gdev[cgroups[q]] != old2[q]) move_group(a, cgroups[q], old2[q]);
-                        }
+                        restore_groups(a, g2, n2, old2);
                     }
                 }
-                for (int q = cstart[c]; q < cstart[c + 1]; q++)
-                    if (a->gdev[cgroups[q]] != old[q]) move_group(a, cgroups[q], old[q]);
+                restore_groups(a, cg, cn, old);
             }
             if (best_d >= 0) {
-                if (best_c2 >= 0) {
-                    int home = majority(a, cgroups + cstart[c], cstart[c + 1] - cstart[c], NULL, cnt);
-                    for (int q = cstart[best_c2]; q < cstart[best_c2 + 1]; q++)
-                        if (a->gdev[cgroups[q]] != home && placer_allowed(a, cgroups[q], home)) move_group(a, cgroups[q], home);
-                }
-                for (int q = cstart[c]; q < cstart[c + 1]; q++)
-                    if (a->gdev[cgroups[q]] != best_d && placer_allowed(a, cgroups[q], best_d)) move_group(a, cgroups[q], best_d);
+                if (best_c2 >= 0) move_groups(a, cgroups + cstart[best_c2], cstart[best_c2 + 1] - cstart[best_c2], home, NULL);
+                move_groups(a, cg, cn, best_d, NULL);
                 *step = best_t;
                 kept++;
                 changed = true;

@@ -201,8 +201,7 @@ MUTANTS = [
         "name": "cluster_swaps_never_tried",
         "what": "where a cap forbids moving a cluster, the automatic placer never tries swapping it with one there",
         "file": "placer/auto_place.c",
-        "edits": [("                    } else {\n                        // No room on d: try swapping",
-                   "                    } else if (kept < 0) {\n                        // No room on d: try swapping")],
+        "edits": [("                } else if (isinf(t)) {", "                } else if (isinf(t) && kept < 0) {")],
         "tests": ["test_auto_place"],
     },
     {

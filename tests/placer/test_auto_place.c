@@ -839,6 +839,31 @@ static int var_dev(dg_node **nodes, int n, const int *dev, const char *name) {
     return -1;
 }
 
+// A placer's state over all of g's nodes on devs: its groups, problem and state (no caps).
+typedef struct placer_fixture {
+    dg_node **nodes;
+    int n;
+    placer_groups pg;
+    placer_problem p;
+    placer_state a;
+} placer_fixture;
+
+static void fixture_init(placer_fixture *f, dg_graph *g, const char *const *devs, int nd, const dg_cost_model *m) {
+    dg_status *st = dg_status_new();
+    f->nodes = all_nodes(g, &f->n);
+    assert_true(placer_groups_build(f->nodes, f->n, devs, nd, NULL, &f->pg, st));
+    assert_true(placer_problem_build(&f->p, f->nodes, f->n, devs, nd, m, 0, st));
+    assert_true(placer_state_init(&f->a, &f->p, &f->pg, NULL, st));
+    dg_status_free(&st);
+}
+
+static void fixture_clear(placer_fixture *f) {
+    placer_state_clear(&f->a);
+    placer_problem_clear(&f->p);
+    placer_groups_clear(&f->pg);
+    free(f->nodes);
+}
+
 static void test_cluster_moves_split_layers(void **state) {
     (void)state;
     dg_cost_model *m = simple_model();
@@ -853,39 +878,30 @@ static void test_cluster_moves_split_layers(void **state) {
     assert_true(dg_simulate_step(enodes, ne, TASK0, 2, m, &ex, st));
     // The same model without scopes, everything on device 0 to start.
     dg_graph *g = rnn_model(NULL, false);
-    int nn;
-    dg_node **nodes = all_nodes(g, &nn);
-    placer_groups pg;
-    assert_true(placer_groups_build(nodes, nn, TASK0, 2, NULL, &pg, st));
-    placer_problem p;
-    assert_true(placer_problem_build(&p, nodes, nn, TASK0, 2, m, 0, st));
-    placer_state a;
-    assert_true(placer_state_init(&a, &p, &pg, NULL, st));
-    placer_reset(&a);
-    for (int gi = 0; gi < pg.n_groups; gi++) placer_put(&a, gi, 0);
+    placer_fixture f;
+    fixture_init(&f, g, TASK0, 2, m);
+    placer_state *a = &f.a;
+    placer_reset(a);
+    for (int gi = 0; gi < f.pg.n_groups; gi++) placer_put(a, gi, 0);
     placer_sim sim;
     memset(&sim, 0, sizeof sim);
-    double one = placer_simulate(&p, a.dev, &sim), step = one;
-    int moves = placer_cluster_refine(&a, &a, 2, &sim, &step, 1e300, 1);
-    assert_true(moves >= 1);
+    double one = placer_simulate(&f.p, a->dev, &sim), step = one;
+    assert_true(placer_cluster_refine(a, a, 2, &sim, &step, 1e300, 1) >= 1);
     // What it reports is what its placement simulates to, and within 1% of the expert's (METIS
     // may cut a layer's first or last op to the other side).
-    assert_true(placer_simulate(&p, a.dev, &sim) == step);
+    assert_true(placer_simulate(&f.p, a->dev, &sim) == step);
     assert_true(step <= ex.step_s * 1.01);
     assert_true(step < 0.75 * one);
     // Each layer's ops on one device, the two layers apart.
-    int d0 = var_dev(nodes, nn, a.dev, "w0"), d1 = var_dev(nodes, nn, a.dev, "w1");
+    int d0 = var_dev(f.nodes, f.n, a->dev, "w0"), d1 = var_dev(f.nodes, f.n, a->dev, "w1");
     assert_true(d0 >= 0 && d1 >= 0 && d0 != d1);
     // Fewer than two parts: nothing to move.
     double before = step;
-    assert_int_equal(placer_cluster_refine(&a, &a, 1, &sim, &step, 1e300, 1), 0);
+    assert_int_equal(placer_cluster_refine(a, a, 1, &sim, &step, 1e300, 1), 0);
     assert_true(step == before);
     placer_sim_clear(&sim);
-    placer_state_clear(&a);
-    placer_problem_clear(&p);
-    placer_groups_clear(&pg);
+    fixture_clear(&f);
     dg_step_estimate_clear(&ex);
-    free(nodes);
     free(enodes);
     dg_graph_free(&g);
     dg_graph_free(&ge);
@@ -904,64 +920,56 @@ static void test_cluster_swaps_under_caps(void **state) {
     dg_status *st = dg_status_new();
     assert_true(dg_cost_model_set_link(m, DG_LINK_SAME_HOST, (dg_link_perf){1e-3, 1e7}, st));
     dg_graph *g = rnn_model(NULL, true);
-    int nn;
-    dg_node **nodes = all_nodes(g, &nn);
-    placer_groups pg;
-    assert_true(placer_groups_build(nodes, nn, DEVS, 3, NULL, &pg, st));
-    placer_problem p;
-    assert_true(placer_problem_build(&p, nodes, nn, DEVS, 3, m, 0, st));
+    placer_fixture f;
+    fixture_init(&f, g, DEVS, 3, m);
     // The layers as METIS's three parts, which the cluster moves use too (same seed).
-    placer_state a;
-    assert_true(placer_state_init(&a, &p, &pg, NULL, st));
-    int *part = malloc((size_t)pg.n_groups * sizeof *part);
-    assert_true(placer_metis_parts(&a, 3, 1.5, 1, part, st));
+    int ng = f.pg.n_groups;
+    int *part = malloc((size_t)ng * sizeof *part);
+    assert_true(placer_metis_parts(&f.a, 3, 1.5, 1, part, st));
     int pw[3];
     for (int l = 0; l < 3; l++) {
         char name[8];
         snprintf(name, sizeof name, "w%d", l);
         pw[l] = -1;
-        for (int v = 0; v < nn; v++)
-            if (strcmp(nodes[v]->name, name) == 0) pw[l] = part[pg.group_of[v]];
+        for (int v = 0; v < f.n; v++)
+            if (strcmp(f.nodes[v]->name, name) == 0) pw[l] = part[f.pg.group_of[v]];
     }
-    // The three parts are the three layers.
     assert_true(pw[0] >= 0 && pw[1] >= 0 && pw[2] >= 0 && pw[0] != pw[1] && pw[1] != pw[2] && pw[0] != pw[2]);
     int64_t bytes[3] = {0, 0, 0};
-    for (int gi = 0; gi < pg.n_groups; gi++) bytes[part[gi]] += a.group_bytes[gi];
+    for (int gi = 0; gi < ng; gi++) bytes[part[gi]] += f.a.group_bytes[gi];
     int64_t most = bytes[0] > bytes[1] ? bytes[0] : bytes[1];
     if (bytes[2] > most) most = bytes[2];
     // Room for one part and the copies it receives, not for two.
     int64_t caps[3] = {most * 3 / 2, most * 3 / 2, most * 3 / 2};
-    placer_state_clear(&a);
-    assert_true(placer_state_init(&a, &p, &pg, caps, st));
+    placer_state a;
+    assert_true(placer_state_init(&a, &f.p, &f.pg, caps, st));
     placer_reset(&a);
     int start_dev[3];
     start_dev[pw[0]] = 0;
     start_dev[pw[1]] = 2;
     start_dev[pw[2]] = 1;
-    for (int gi = 0; gi < pg.n_groups; gi++) placer_put(&a, gi, start_dev[part[gi]]);
+    for (int gi = 0; gi < ng; gi++) placer_put(&a, gi, start_dev[part[gi]]);
     int stamp[3];
     int64_t usage[3];
-    placer_static_usage(&p, a.dev, usage, stamp);
+    placer_static_usage(&f.p, a.dev, usage, stamp);
     for (int d = 0; d < 3; d++) assert_true(usage[d] <= caps[d]);
-    placer_static_usage(&p, a.dev, a.used, stamp);
+    placer_static_usage(&f.p, a.dev, a.used, stamp);
     placer_sim sim;
     memset(&sim, 0, sizeof sim);
-    double start = placer_simulate(&p, a.dev, &sim), step = start;
+    double start = placer_simulate(&f.p, a.dev, &sim), step = start;
     assert_true(placer_cluster_refine(&a, &a, 3, &sim, &step, 1e300, 1) >= 1);
     assert_true(step < start);
-    assert_true(placer_simulate(&p, a.dev, &sim) == step);
-    placer_static_usage(&p, a.dev, usage, stamp);
+    assert_true(placer_simulate(&f.p, a.dev, &sim) == step);
+    placer_static_usage(&f.p, a.dev, usage, stamp);
     for (int d = 0; d < 3; d++) assert_true(usage[d] <= caps[d]);
     // The recurrent layers on the two CPUs of task 0, the other work on task 1.
-    int d0 = var_dev(nodes, nn, a.dev, "w0"), d1 = var_dev(nodes, nn, a.dev, "w1"), d2 = var_dev(nodes, nn, a.dev, "w2");
+    int d0 = var_dev(f.nodes, f.n, a.dev, "w0"), d1 = var_dev(f.nodes, f.n, a.dev, "w1");
     assert_true(d0 != d1 && d0 != 2 && d1 != 2);
-    assert_int_equal(d2, 2);
+    assert_int_equal(var_dev(f.nodes, f.n, a.dev, "w2"), 2);
     placer_sim_clear(&sim);
     placer_state_clear(&a);
-    placer_problem_clear(&p);
-    placer_groups_clear(&pg);
+    fixture_clear(&f);
     free(part);
-    free(nodes);
     dg_graph_free(&g);
     dg_status_free(&st);
     dg_cost_model_free(&m);
