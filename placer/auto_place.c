@@ -474,33 +474,41 @@ static int refine(placer_state *a, placer_sim *sim, double *step, double deadlin
     const placer_problem *p = a->p;
     int nd = p->n_dev, kept = 0, misses = 0;
     uint64_t rng = seed ? seed : 1;
-    int *path = malloc(((size_t)p->n + 1) * sizeof *path);
+    int *path = malloc(((size_t)p->n + 1) * sizeof *path), *toward = malloc(((size_t)p->n + 1) * sizeof *toward);
     int *stamp = malloc(((size_t)nd + 1) * sizeof *stamp);
     int64_t *usage = malloc(((size_t)nd + 1) * sizeof *usage);
-    if (!path || !stamp || !usage) {
+    if (!path || !toward || !stamp || !usage) {
         free(path);
+        free(toward);
         free(stamp);
         free(usage);
         return 0;
     }
-    int n_path = 0;
+    int n_path = 0, idlest = 0;
     bool stale = true;
     while (base_now_s() < deadline && misses < 400 + nd * 50) {
         if (stale) {
+            // From the placement kept (sim holds its run): back through what each op waited for
+            // last, its stream (the op before it there) or else the input that came last; for
+            // each, the device of that input; and the device with the least work.
             n_path = 0;
-            // Back through what each op waited for last: its stream (the op before it there),
-            // else the input that came last.
-            for (int v = sim->last; v >= 0 && n_path < p->n; v = sim->blocker[v] >= 0 ? sim->blocker[v] : sim->crit[v])
+            for (int v = sim->last; v >= 0 && n_path < p->n; v = sim->blocker[v] >= 0 ? sim->blocker[v] : sim->crit[v]) {
+                toward[n_path] = sim->crit[v] >= 0 ? a->dev[sim->crit[v]] : -1;
                 path[n_path++] = v;
+            }
+            idlest = 0;
+            for (int d = 1; d < nd; d++)
+                if (sim->busy[d] < sim->busy[idlest]) idlest = d;
             stale = false;
         }
         if (n_path == 0) break;
-        int v = path[rng_next(&rng) % (uint64_t)n_path];
+        int i = (int)(rng_next(&rng) % (uint64_t)n_path), v = path[i];
         int g = a->pg->group_of[v], from = a->gdev[g];
-        // Towards the device of the op that held it up, or to another device.
-        int to;
-        int c = sim->crit[v];
-        if (c >= 0 && a->dev[c] != from && (rng_next(&rng) & 1)) to = a->dev[c];
+        // Towards the device of the input that held it up, to the device with the least work,
+        // or to any other.
+        int to, how = (int)(rng_next(&rng) % 3);
+        if (how == 0 && toward[i] >= 0 && toward[i] != from) to = toward[i];
+        else if (how == 1 && idlest != from) to = idlest;
         else to = (int)(rng_next(&rng) % (uint64_t)nd);
         if (to == from || !placer_allowed(a, g, to)) {
             misses++;
@@ -536,6 +544,7 @@ static int refine(placer_state *a, placer_sim *sim, double *step, double deadlin
     placer_simulate(p, a->dev, sim);
     placer_static_usage(p, a->dev, a->used, stamp);
     free(path);
+    free(toward);
     free(stamp);
     free(usage);
     return kept;
