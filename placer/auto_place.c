@@ -492,9 +492,10 @@ static int refine(placer_state *a, placer_sim *sim, double *step, double deadlin
             // last, its stream (the op before it there) or else the input that came last; for
             // each, the device of that input; and the device with the least work.
             n_path = 0;
-            for (int v = sim->last; v >= 0 && n_path < p->n; v = sim->blocker[v] >= 0 ? sim->blocker[v] : sim->crit[v]) {
+            for (int v = sim->last; v >= 0 && n_path < p->n;) {
                 toward[n_path] = sim->crit[v] >= 0 ? a->dev[sim->crit[v]] : -1;
                 path[n_path++] = v;
+                v = sim->blocker[v] >= 0 ? sim->blocker[v] : sim->crit[v];
             }
             idlest = 0;
             for (int d = 1; d < nd; d++)
@@ -631,7 +632,7 @@ int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *
             int cn = cstart[c + 1] - cstart[c];
             double best_t = *step * (1 - 1e-9);
             int home = majority(a, cg, cn, NULL, cnt);
-            for (int d = 0; d < nd; d++) {
+            for (int d = 0; d < nd && base_now_s() < deadline; d++) {
                 if (move_groups(a, cg, cn, d, old) == 0) continue;
                 double t = try_placement(a, sim, best_t, usage, stamp);
                 if (t < best_t) {
@@ -640,7 +641,7 @@ int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *
                     best_c2 = -1;
                 } else if (isinf(t)) {
                     // No room on d: try swapping with each cluster that is mostly there.
-                    for (int c2 = 0; c2 < k; c2++) {
+                    for (int c2 = 0; c2 < k && base_now_s() < deadline; c2++) {
                         const int *g2 = cgroups + cstart[c2];
                         int n2 = cstart[c2 + 1] - cstart[c2];
                         if (c2 == c || majority(a, g2, n2, NULL, cnt) != d) continue;
@@ -657,7 +658,8 @@ int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *
                 restore_groups(a, cg, cn, old);
             }
             if (best_d >= 0) {
-                if (best_c2 >= 0) move_groups(a, cgroups + cstart[best_c2], cstart[best_c2 + 1] - cstart[best_c2], home, NULL);
+                if (best_c2 >= 0)
+                    move_groups(a, cgroups + cstart[best_c2], cstart[best_c2 + 1] - cstart[best_c2], home, NULL);
                 move_groups(a, cg, cn, best_d, NULL);
                 *step = best_t;
                 kept++;
@@ -1183,8 +1185,8 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
             if (!dup) ks[n_ks++] = want[i];
         }
         for (int i = 0; i < n_ks; i++) cands[n_cands++] = (cand){DG_AUTO_PLACER_METIS, ks[i], 1.1, false};
-        // The looser balance last: by graph size, they run only while the candidates have
-        // taken less than 40% of the placement's time (the moves need the rest).
+        // The looser balance last: by graph size, once a candidate fits, they run only while
+        // the placement has used less than 40% of its time (the moves need the rest).
         if (opts.placer == DG_AUTO_PLACER_AUTO) {
             first_optional = n_cands;
             for (int i = 0; i < n_ks; i++) cands[n_cands++] = (cand){DG_AUTO_PLACER_METIS, ks[i], 2.0, false};
@@ -1196,10 +1198,13 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
     bool verbose = verbose_env && verbose_env[0] && strcmp(verbose_env, "0") != 0;
     for (int c = 0; c < n_cands; c++) {
         int k = (int)cands[c].kind;
-        if (c >= first_optional && opts.time_budget_s == 0 && base_now_s() - t0 > 0.4 * target_s) {
+        if (c >= first_optional && opts.time_budget_s == 0 && isfinite(best_step) &&
+            base_now_s() - t0 > 0.4 * target_s) {
             if (verbose)
-                fprintf(stderr, "automatic placement: candidate %s (%d parts, balance %.2f) skipped: %.3f s of %.3f s taken\n",
-                        dg_auto_placer_name((dg_auto_placer)k), cands[c].parts, cands[c].ub, base_now_s() - t0, target_s);
+                fprintf(stderr,
+                        "automatic placement: candidate %s (%d parts, balance %.2f) skipped: %.3f s of %.3f s taken\n",
+                        dg_auto_placer_name((dg_auto_placer)k), cands[c].parts, cands[c].ub, base_now_s() - t0,
+                        target_s);
             continue;
         }
         // The first placer that fails says why; a later one's success clears it.
@@ -1233,7 +1238,8 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         }
         double t = placer_simulate(&p, cand_dev, &sim);
         if (verbose)
-            fprintf(stderr, "automatic placement: candidate %s%s%s (%d parts, balance %.2f): predicted step %.3f ms (%.3f s)\n",
+            fprintf(stderr,
+                    "automatic placement: candidate %s%s%s (%d parts, balance %.2f): predicted step %.3f ms (%.3f s)\n",
                     dg_auto_placer_name((dg_auto_placer)k), cands[c].paired ? ", gradients beside their ops" : "",
                     cands[c].parts == -1 ? ", chain in topological order" : cands[c].parts == -2 ? ", chain in build order" : "",
                     cands[c].parts > 0 ? cands[c].parts : 0, cands[c].ub, t * 1e3, base_now_s() - tc);
@@ -1273,12 +1279,17 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         double step = best_step;
         // Whole clusters first (up to three quarters of the budget), then single groups.
         if (n_devices >= 2 && paired.pg) {
-            int k = 2 * n_devices < 64 ? 2 * n_devices : 64;
+            // Two parts a device, at most 64 and at most the groups the step has.
+            int k = 2 * n_devices < 64 ? 2 * n_devices : 64, filled = 0;
+            for (int g = 0; g < paired_pg.n_groups; g++) filled += paired.member_start[g + 1] > paired.member_start[g];
+            if (k > filled) k = filled;
             double s0 = step;
             int cm = placer_cluster_refine(&a, &paired, k, &sim, &step, now + budget * 0.75, opts.seed);
             if (verbose)
-                fprintf(stderr, "automatic placement: %d moves of %d clusters: %.3f ms to %.3f ms in %.3f s (after %.3f s, budget %.3f s)\n", cm, k,
-                        s0 * 1e3, step * 1e3, base_now_s() - now, now - t0, budget);
+                fprintf(stderr,
+                        "automatic placement: %d moves of %d clusters: %.3f ms to %.3f ms in %.3f s (after %.3f s, "
+                        "budget %.3f s)\n",
+                        cm, k, s0 * 1e3, step * 1e3, base_now_s() - now, now - t0, budget);
             moves += cm;
         }
         moves += refine(&a, &sim, &step, now + budget, opts.seed);
@@ -1303,7 +1314,7 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         report->predicted_step_s = best_step;
         report->n_moves = moves;
         report->n_simulations = sim.runs;
-        report->simulated_ops_per_s = sim.run_s > 0 ? (double)sim.runs * n_step / sim.run_s : 0;
+        report->simulated_ops_per_s = sim.run_s > 0 ? (double)sim.ops_run / sim.run_s : 0;
         if (!fill_estimate(&p, a.dev, &sim, &report->estimate, st)) goto out;
     }
     for (int i = 0; i < n_nodes; i++) {

@@ -27,36 +27,20 @@ static int gedge_cmp(const void *x, const void *y) {
 
 // The groups as METIS's graph, built once per state (placer_state.metis) and kept for every
 // later cut of the same groups.
-struct placer_metis_graph {
-    idx_t *xadj, *adj, *adjw, *vw;
-    double btot;
-};
-
-void placer_metis_graph_free(struct placer_metis_graph *mg) {
-    if (!mg) return;
-    free(mg->xadj);
-    free(mg->adj);
-    free(mg->adjw);
-    free(mg->vw);
-    free(mg);
-}
-
-static struct placer_metis_graph *metis_graph(placer_state *a, dg_status *st) {
+static placer_metis_graph *metis_graph(placer_state *a, dg_status *st) {
     if (a->metis) return a->metis;
     const placer_problem *p = a->p;
     const placer_groups *pg = a->pg;
     int ng = pg->n_groups;
-    struct placer_metis_graph *mg = calloc(1, sizeof *mg);
+    placer_metis_graph *mg = calloc(1, sizeof *mg);
     // Group edges: each tensor once per reading group, both directions, merged.
     size_t cap_e = 2 * (size_t)p->succ_start[p->out_start[p->n]] + 1;
     gedge *ge = malloc(cap_e * sizeof *ge);
     double *gtime = calloc((size_t)ng + 1, sizeof *gtime);
     int *last_gid = malloc(((size_t)ng + 1) * sizeof *last_gid);
-    if (mg) {
-        mg->xadj = calloc((size_t)ng + 1, sizeof *mg->xadj);
-        mg->vw = malloc(2 * ((size_t)ng + 1) * sizeof *mg->vw);
-    }
-    if (!mg || !ge || !mg->xadj || !mg->vw || !gtime || !last_gid) {
+    idx_t *xadj = calloc((size_t)ng + 1, sizeof *xadj), *vw = malloc(2 * ((size_t)ng + 1) * sizeof *vw);
+    idx_t *adj = NULL, *adjw = NULL;
+    if (!mg || !ge || !xadj || !vw || !gtime || !last_gid) {
         base_oom(st, "METIS placement", cap_e * sizeof *ge);
         goto fail;
     }
@@ -80,10 +64,10 @@ static struct placer_metis_graph *metis_graph(placer_state *a, dg_status *st) {
         if (m > 0 && ge[m - 1].a == ge[i].a && ge[m - 1].b == ge[i].b) ge[m - 1].w += ge[i].w;
         else ge[m++] = ge[i];
     }
-    mg->adj = malloc((m + 1) * sizeof *mg->adj);
-    mg->adjw = malloc((m + 1) * sizeof *mg->adjw);
-    if (!mg->adj || !mg->adjw) {
-        base_oom(st, "METIS placement", m * sizeof *mg->adj);
+    adj = malloc((m + 1) * sizeof *adj);
+    adjw = malloc((m + 1) * sizeof *adjw);
+    if (!adj || !adjw) {
+        base_oom(st, "METIS placement", m * sizeof *adj);
         goto fail;
     }
     // Weights fit METIS's 32-bit integers: edges scaled so their sum stays under 2^30.
@@ -94,12 +78,12 @@ static struct placer_metis_graph *metis_graph(placer_state *a, dg_status *st) {
         if (sum > 1e9) escale = 1e9 / sum;
     }
     for (size_t i = 0; i < m; i++) {
-        mg->xadj[ge[i].a + 1]++;
-        mg->adj[i] = ge[i].b;
+        xadj[ge[i].a + 1]++;
+        adj[i] = ge[i].b;
         int64_t w = (int64_t)((double)ge[i].w * escale);
-        mg->adjw[i] = (idx_t)(w > 0 ? w : 1);
+        adjw[i] = (idx_t)(w > 0 ? w : 1);
     }
-    for (int g = 0; g < ng; g++) mg->xadj[g + 1] += mg->xadj[g];
+    for (int g = 0; g < ng; g++) xadj[g + 1] += xadj[g];
     // Vertex weights: compute (on the first device's type) and bytes, each scaled to 10^7 in all.
     double ttot = 0, btot = 0;
     for (int v = 0; v < p->n; v++) {
@@ -109,10 +93,10 @@ static struct placer_metis_graph *metis_graph(placer_state *a, dg_status *st) {
     }
     for (int g = 0; g < ng; g++) btot += (double)a->group_bytes[g];
     for (int g = 0; g < ng; g++) {
-        mg->vw[2 * g] = (idx_t)(1 + (ttot > 0 ? gtime[g] / ttot * 1e7 : 0));
-        mg->vw[2 * g + 1] = (idx_t)(1 + (btot > 0 ? (double)a->group_bytes[g] / btot * 1e7 : 0));
+        vw[2 * g] = (idx_t)(1 + (ttot > 0 ? gtime[g] / ttot * 1e7 : 0));
+        vw[2 * g + 1] = (idx_t)(1 + (btot > 0 ? (double)a->group_bytes[g] / btot * 1e7 : 0));
     }
-    mg->btot = btot;
+    *mg = (placer_metis_graph){xadj, adj, adjw, vw, btot};
     free(ge);
     free(gtime);
     free(last_gid);
@@ -122,13 +106,22 @@ fail:
     free(ge);
     free(gtime);
     free(last_gid);
-    placer_metis_graph_free(mg);
+    free(xadj);
+    free(vw);
+    free(adj);
+    free(adjw);
+    free(mg);
     return NULL;
 }
 
 bool placer_metis_parts(placer_state *a, int k, double ub_compute, uint64_t seed, int *part, dg_status *st) {
     int ng = a->pg->n_groups, nd = a->p->n_dev;
-    struct placer_metis_graph *mg = metis_graph(a, st);
+    if (k < 2 || k > 64 || k > ng) {
+        dg_status_setf(st, DG_INVALID_ARGUMENT, "METIS placement: %d parts of %d groups (2 to 64, at most the groups)",
+                       k, ng);
+        return false;
+    }
+    placer_metis_graph *mg = metis_graph(a, st);
     if (!mg) return false;
     idx_t *ipart = malloc(((size_t)ng + 1) * sizeof *ipart);
     if (!ipart) return base_oom(st, "METIS placement", (size_t)ng * sizeof *ipart);
@@ -156,8 +149,8 @@ bool placer_metis_parts(placer_state *a, int k, double ub_compute, uint64_t seed
     METIS_SetDefaultOptions(opts);
     opts[METIS_OPTION_SEED] = (idx_t)(seed & 0x7fffffff);
     opts[METIS_OPTION_NUMBERING] = 0;
-    int rc = METIS_PartGraphKway(&nv, &ncon, mg->xadj, mg->adj, mg->vw, NULL, mg->adjw, &nparts, NULL, ub, opts, &objval,
-                                 ipart);
+    int rc = METIS_PartGraphKway(&nv, &ncon, (idx_t *)mg->xadj, (idx_t *)mg->adj, (idx_t *)mg->vw, NULL,
+                                 (idx_t *)mg->adjw, &nparts, NULL, ub, opts, &objval, ipart);
     if (rc != METIS_OK) {
         dg_status_setf(st, DG_INTERNAL, "METIS placement: METIS_PartGraphKway returned %d", rc);
         goto out;
@@ -194,7 +187,9 @@ bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_s
             base_oom(st, "METIS placement", (size_t)k * (size_t)nd * sizeof *bad);
             goto out;
         }
-        for (int v = 0; v < p->n; v++) psize[part[pg->group_of[v]]] += p->cost[(size_t)v * p->n_types + p->dev_type[0]];
+        // (Each group's compute weight as METIS saw it.)
+        const idx_t *vw = a->metis->vw;
+        for (int g = 0; g < ng; g++) psize[part[g]] += (double)vw[2 * g];
         for (int g = 0; g < ng; g++)
             for (int d = 0; d < nd; d++) bad[(size_t)part[g] * nd + d] += !placer_allowed(a, g, d);
         for (int i = 0; i < k; i++) map[i] = -1;

@@ -119,7 +119,8 @@ typedef struct placer_sim {
     double *start, *finish;  // per node
     int *crit;               // per node: the predecessor whose arrival made it ready, -1 none
     int *blocker;            // per node: the op its stream ran before it, when the node, ready,
-                             // waited for that stream; else -1
+                             // waited for that stream; else -1 (also when it waited for a copy
+                             // between tasks, which is no op)
     int *slot_last;          // per stream slot: the op it ran last (scratch)
     int *pending;            // scratch
     double *slot_free, *chan_free, *busy;   // slot_free: per stream slot (placer_problem)
@@ -134,6 +135,7 @@ typedef struct placer_sim {
     int last;                // the node that finished last
     int runs;                // simulations run, and their seconds in all
     double run_s;
+    int64_t ops_run;         // ops those simulations finished (a bounded one stops early)
 } placer_sim;
 
 // The bytes each device holds with node i on dev[i] (used, n_dev long): its nodes' static
@@ -166,6 +168,13 @@ typedef struct placer_state {
     int gid_mark_next;
     struct placer_metis_graph *metis;   // the groups as METIS's graph, once built (metis_place.c)
 } placer_state;
+
+// A state's groups as METIS's graph: its idx_t arrays (metis_place.c builds and reads them;
+// placer_state_clear frees them) and the groups' bytes in all.
+typedef struct placer_metis_graph {
+    void *xadj, *adj, *adjw, *vw;
+    double btot;
+} placer_metis_graph;
 
 // A state over problem p with groups pg (their bytes and members); caps borrowed.
 bool placer_state_init(placer_state *a, const placer_problem *p, const placer_groups *pg, const int64_t *caps,
@@ -204,9 +213,9 @@ int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *
 // mapped to devices, then groups a device may not take or has no room for moved. False with
 // st set when the caps cannot be met that way.
 bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_status *st);
-// METIS's k parts of a's groups alone (part: n_groups long), balancing compute within ub_compute
-// and bytes under the caps. False with st set when METIS fails.
-void placer_metis_graph_free(struct placer_metis_graph *mg);
+// METIS's k parts of a's groups alone (part: n_groups long; 2 <= k <= 64 and at most the
+// groups), balancing compute within ub_compute and bytes under the caps. False with st set when
+// k is out of range, the caps cannot hold k parts of equal bytes, or METIS fails.
 bool placer_metis_parts(placer_state *a, int k, double ub_compute, uint64_t seed, int *part, dg_status *st);
 
 #endif

@@ -19,7 +19,13 @@ void placer_state_clear(placer_state *a) {
     free(a->dev);
     free(a->recv);
     free(a->gid_mark);
-    placer_metis_graph_free(a->metis);
+    if (a->metis) {
+        free(a->metis->xadj);
+        free(a->metis->adj);
+        free(a->metis->adjw);
+        free(a->metis->vw);
+        free(a->metis);
+    }
     memset(a, 0, sizeof *a);
 }
 

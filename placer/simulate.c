@@ -379,6 +379,7 @@ static double stream_take(const placer_problem *p, placer_sim *s, int d, double 
     int best = first_free_slot(p, s, d);
     double st = t > s->slot_free[best] ? t : s->slot_free[best];
     s->slot_free[best] = st + c;
+    s->slot_last[best] = -1;   // a copy, no op: an op that waits for it has no blocker
     s->busy[d] += c;
     return st;
 }
@@ -424,7 +425,8 @@ static bool sim_alloc(const placer_problem *p, placer_sim *s) {
     s->stamp_gid = malloc(nd * sizeof *s->stamp_gid);
     s->stamp_xfer = malloc(nd * sizeof *s->stamp_xfer);
     s->edge_xfer = malloc(((size_t)p->succ_start[p->out_start[p->n]] + 1) * sizeof *s->edge_xfer);
-    if (!s->start || !s->finish || !s->crit || !s->blocker || !s->slot_last || !s->pending || !s->slot_free || !s->slot_of || !s->chan_free ||
+    if (!s->start || !s->finish || !s->crit || !s->blocker || !s->slot_last || !s->pending || !s->slot_free ||
+        !s->slot_of || !s->chan_free ||
         !s->busy || !s->stamp_gid || !s->stamp_xfer || !s->edge_xfer) {
         placer_sim_clear(s);
         return false;
@@ -466,6 +468,7 @@ double placer_simulate_bounded(const placer_problem *p, const int *dev, placer_s
         if (ev.t > bound) {   // the step ends later still: stop here
             s->step_s = ev.t;
             s->runs++;
+            s->ops_run += done;
             s->run_s += base_now_s() - t0;
             return ev.t;
         }
@@ -527,6 +530,7 @@ double placer_simulate_bounded(const placer_problem *p, const int *dev, placer_s
     }
     s->step_s = end;
     s->runs++;
+    s->ops_run += done;
     s->run_s += base_now_s() - t0;
     return done == p->n ? end : -1;
 }

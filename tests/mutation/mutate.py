@@ -208,7 +208,8 @@ MUTANTS = [
         "name": "wake_counts_busy_threads",
         "what": "the measured wake time also counts ops handed to a thread that was running another op meanwhile",
         "file": "runtime/master/step_trace.c",
-        "edits": [("    if (lo == 0) return false;\n    const thread_run *r", "    if (lo >= 0) return false;\n    const thread_run *r")],
+        "edits": [("    if (lo == 0) return false;\n    const thread_run *r",
+                   "    if (lo >= 0) return false;\n    const thread_run *r")],
         "tests": ["test_auto_place_session"],
     },
     {

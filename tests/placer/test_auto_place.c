@@ -925,6 +925,12 @@ static void test_cluster_swaps_under_caps(void **state) {
     // The layers as METIS's three parts, which the cluster moves use too (same seed).
     int ng = f.pg.n_groups;
     int *part = malloc((size_t)ng * sizeof *part);
+    // Part counts METIS cannot make are refused, named.
+    assert_false(placer_metis_parts(&f.a, 1, 1.5, 1, part, st));
+    assert_int_equal(dg_status_code(st), DG_INVALID_ARGUMENT);
+    assert_non_null(strstr(dg_status_message(st), "1 parts"));
+    assert_false(placer_metis_parts(&f.a, ng + 1, 1.5, 1, part, st));
+    assert_int_equal(dg_status_code(st), DG_INVALID_ARGUMENT);
     assert_true(placer_metis_parts(&f.a, 3, 1.5, 1, part, st));
     int pw[3];
     for (int l = 0; l < 3; l++) {
