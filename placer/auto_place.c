@@ -551,14 +551,12 @@ static int refine(placer_state *a, placer_sim *sim, double *step, double deadlin
     return kept;
 }
 
-// The device holding the most of n groups (devices from dev when given, else their own).
-static int majority(const placer_state *a, const int *groups, int n, const int *dev, int *cnt) {
+// The device holding the most of n groups.
+static int majority(const placer_state *a, const int *groups, int n, int *cnt) {
     int nd = a->p->n_dev, best = -1;
     for (int d = 0; d < nd; d++) cnt[d] = 0;
-    for (int i = 0; i < n; i++) {
-        int d = dev ? dev[i] : a->gdev[groups[i]];
-        if (d >= 0) cnt[d]++;
-    }
+    for (int i = 0; i < n; i++)
+        if (a->gdev[groups[i]] >= 0) cnt[a->gdev[groups[i]]]++;
     for (int d = 0; d < nd; d++)
         if (best < 0 || cnt[d] > cnt[best]) best = d;
     return best;
@@ -594,17 +592,20 @@ static double try_placement(const placer_state *a, placer_sim *sim, double bound
 int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *sim, double *step, double deadline,
                           uint64_t seed) {
     const placer_problem *p = a->p;
-    int nd = p->n_dev, ng = a->pg->n_groups, kept = 0;
+    int nd = p->n_dev, ng = a->pg->n_groups, kept = 0, filled = 0;
+    // At most one part for each of by's groups the step has.
+    for (int g = 0; g < by->pg->n_groups; g++) filled += by->member_start[g + 1] > by->member_start[g];
+    if (k > filled) k = filled;
     if (k < 2 || nd < 2) return 0;
     int *bpart = malloc(((size_t)by->pg->n_groups + 1) * sizeof *bpart);
     int *cl = malloc(((size_t)ng + 1) * sizeof *cl);
     int *cstart = calloc((size_t)k + 2, sizeof *cstart), *cgroups = malloc(((size_t)ng + 1) * sizeof *cgroups);
     int *old = malloc(((size_t)ng + 1) * sizeof *old), *order = malloc(((size_t)k + 1) * sizeof *order);
     int *stamp = malloc(((size_t)nd + 1) * sizeof *stamp), *cnt = malloc(((size_t)nd + 1) * sizeof *cnt);
-    int *old2 = malloc(((size_t)ng + 1) * sizeof *old2);
+    int *old2 = malloc(((size_t)ng + 1) * sizeof *old2), *cmaj = malloc(((size_t)k + 1) * sizeof *cmaj);
     int64_t *usage = malloc(((size_t)nd + 1) * sizeof *usage);
     uint64_t rng = seed ? seed : 1;
-    if (!bpart || !cl || !cstart || !cgroups || !old || !order || !stamp || !usage || !cnt || !old2) goto out;
+    if (!bpart || !cl || !cstart || !cgroups || !old || !order || !stamp || !usage || !cnt || !old2 || !cmaj) goto out;
     if (!placer_metis_parts(by, k, 1.5, seed, bpart, NULL)) goto out;
     for (int g = 0; g < ng; g++) cl[g] = -1;
     for (int v = 0; v < p->n; v++) cl[a->pg->group_of[v]] = bpart[by->pg->group_of[v]];
@@ -631,7 +632,8 @@ int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *
             const int *cg = cgroups + cstart[c];
             int cn = cstart[c + 1] - cstart[c];
             double best_t = *step * (1 - 1e-9);
-            int home = majority(a, cg, cn, NULL, cnt);
+            int home = majority(a, cg, cn, cnt);
+            bool have_maj = false;   // cmaj: where each cluster mostly is, found at the first swap
             for (int d = 0; d < nd && base_now_s() < deadline; d++) {
                 if (move_groups(a, cg, cn, d, old) == 0) continue;
                 double t = try_placement(a, sim, best_t, usage, stamp);
@@ -640,11 +642,16 @@ int placer_cluster_refine(placer_state *a, placer_state *by, int k, placer_sim *
                     best_d = d;
                     best_c2 = -1;
                 } else if (isinf(t)) {
-                    // No room on d: try swapping with each cluster that is mostly there.
+                    // No room on d: try swapping with each cluster that is mostly there (the tries
+                    // put every group back, so where they are holds for c's tries).
+                    if (!have_maj)
+                        for (int c2 = 0; c2 < k; c2++)
+                            cmaj[c2] = c2 == c ? home : majority(a, cgroups + cstart[c2], cstart[c2 + 1] - cstart[c2], cnt);
+                    have_maj = true;
                     for (int c2 = 0; c2 < k && base_now_s() < deadline; c2++) {
                         const int *g2 = cgroups + cstart[c2];
                         int n2 = cstart[c2 + 1] - cstart[c2];
-                        if (c2 == c || majority(a, g2, n2, NULL, cnt) != d) continue;
+                        if (c2 == c || cmaj[c2] != d) continue;
                         move_groups(a, g2, n2, home, old2);
                         t = try_placement(a, sim, best_t, usage, stamp);
                         if (t < best_t) {
@@ -680,6 +687,7 @@ out:
     free(usage);
     free(cnt);
     free(old2);
+    free(cmaj);
     return kept;
 }
 
@@ -1279,15 +1287,12 @@ bool dg_auto_place_nodes(dg_node *const *nodes, int n_nodes, const char *const *
         double step = best_step;
         // Whole clusters first (up to three quarters of the budget), then single groups.
         if (n_devices >= 2 && paired.pg) {
-            // Two parts a device, at most 64 and at most the groups the step has.
-            int k = 2 * n_devices < 64 ? 2 * n_devices : 64, filled = 0;
-            for (int g = 0; g < paired_pg.n_groups; g++) filled += paired.member_start[g + 1] > paired.member_start[g];
-            if (k > filled) k = filled;
+            int k = 2 * n_devices < 64 ? 2 * n_devices : 64;   // two parts a device
             double s0 = step;
             int cm = placer_cluster_refine(&a, &paired, k, &sim, &step, now + budget * 0.75, opts.seed);
             if (verbose)
                 fprintf(stderr,
-                        "automatic placement: %d moves of %d clusters: %.3f ms to %.3f ms in %.3f s (after %.3f s, "
+                        "automatic placement: %d moves of up to %d clusters: %.3f ms to %.3f ms in %.3f s (after %.3f s, "
                         "budget %.3f s)\n",
                         cm, k, s0 * 1e3, step * 1e3, base_now_s() - now, now - t0, budget);
             moves += cm;

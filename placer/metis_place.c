@@ -187,11 +187,11 @@ bool placer_metis(placer_state *a, int k, double ub_compute, uint64_t seed, dg_s
             base_oom(st, "METIS placement", (size_t)k * (size_t)nd * sizeof *bad);
             goto out;
         }
-        // (Each group's compute weight as METIS saw it.)
-        const idx_t *vw = a->metis->vw;
-        for (int g = 0; g < ng; g++) psize[part[g]] += (double)vw[2 * g];
-        for (int g = 0; g < ng; g++)
+        const idx_t *vw = a->metis->vw;   // each group's compute weight as METIS saw it
+        for (int g = 0; g < ng; g++) {
+            psize[part[g]] += (double)vw[2 * g];
             for (int d = 0; d < nd; d++) bad[(size_t)part[g] * nd + d] += !placer_allowed(a, g, d);
+        }
         for (int i = 0; i < k; i++) map[i] = -1;
         for (int round = 0; round < k; round++) {
             int bp = -1;
